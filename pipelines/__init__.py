@@ -1,0 +1,1 @@
+"""shardforge's Apache Beam data jobs (never imports torch)."""

@@ -1,0 +1,172 @@
+"""The build job: raw text -> clean -> dedupe -> sentences -> tokenizer -> tokenize -> pack -> shards.
+
+    python -m pipelines.build --input 'data/*.jsonl' --output out/corpus
+    python -m pipelines.build --input ccnews=gs://raw/cc/*.jsonl.gz --output gs://corpus/v1 \\
+        --runner DataflowRunner --project P --region R --temp_location gs://tmp/beam
+
+This file only wires stages together; each stage lives in its own module.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+import apache_beam as beam
+
+from pipelines.accounting import build_accounts, duplicate_outcome, reject_outcome
+from pipelines.clean import CleanDocuments
+from pipelines.corpus import WriteCorpus, count_groups
+from pipelines.dedupe import Deduplicate
+from pipelines.files import WriteParts, documents_to_parquet, rejects_to_jsonl, tokenized_to_parquet
+from pipelines.options import BuildOptions, build_config_from_options, finalize_options, quiet_beam
+from pipelines.records import SentencedDocument
+from pipelines.sentences import split_sentences
+from pipelines.sources import ReadSource
+from pipelines.tokenizer import MODEL_PATH, Tokenize, TrainTokenizer, load_model
+from schemas.config import BuildConfig
+from schemas.errors import UserError
+from schemas.intermediate import CLEAN_DIR, TOKENIZED_DIR
+from schemas.manifest import Manifest
+from schemas.storage import join
+
+REJECTS_DIR = "rejects"
+DEDUPE_INDEX_DIR = "dedupe/index"
+REJECT_PARTS = 8
+
+
+def to_sentences(doc) -> SentencedDocument:
+    return SentencedDocument(doc.doc_id, doc.source, tuple(split_sentences(doc.text)))
+
+
+def build_pipeline(p: beam.Pipeline, cfg: BuildConfig, output: str) -> None:
+    """Add the whole build to pipeline p."""
+    docs_by_source, rejects_by_source = [], []
+    for src in cfg.sources:
+        read = p | f"Read[{src.name}]" >> ReadSource(src)
+        docs_by_source.append(read.documents)
+        rejects_by_source.append(read.rejects)
+    raw_docs = docs_by_source | "AllDocuments" >> beam.Flatten()
+    read_rejects = rejects_by_source | "AllReadRejects" >> beam.Flatten()
+
+    # Accounting starts at the reader: one input per record, good or bad.
+    inputs = (
+        (
+            (raw_docs | "DocSource" >> beam.Map(lambda d: d.source)),
+            (read_rejects | "RejectSource" >> beam.Map(lambda r: r.source)),
+        )
+        | "AllInputs" >> beam.Flatten()
+        | "CountInputs" >> beam.combiners.Count.PerElement()
+        | "InputList" >> beam.combiners.ToList()
+    )
+
+    cleaned = raw_docs | "Clean" >> CleanDocuments(cfg.clean)
+    rejects = (read_rejects, cleaned.rejects) | "AllRejects" >> beam.Flatten()
+
+    dedupe = cleaned.documents | "Dedupe" >> Deduplicate(
+        cfg.dedupe, index_in=cfg.dedupe.index, index_out=join(output, DEDUPE_INDEX_DIR))
+    kept, duplicates = dedupe["kept"], dedupe["duplicates"]
+
+    sentenced = kept | "SplitSentences" >> beam.Map(to_sentences)
+    if cfg.tokenizer.model_url:
+        model = p | "ReuseTokenizer" >> beam.Create([load_model(cfg.tokenizer.model_url)])
+        tokenizer_path = cfg.tokenizer.model_url
+    else:
+        model = sentenced | "TrainTokenizer" >> TrainTokenizer(cfg.tokenizer, cfg.seed, output)
+        tokenizer_path = MODEL_PATH
+    tokenized_all = sentenced | "Tokenize" >> Tokenize(model, cfg.tokenizer.encode_batch)
+    tokenized = tokenized_all | "HasTokens" >> beam.Filter(lambda d: d.num_tokens > 0)
+
+    outcomes = (
+        (
+            (rejects | "RejectOutcome" >> beam.Map(reject_outcome)),
+            (duplicates | "DuplicateOutcome" >> beam.Map(duplicate_outcome)),
+            (tokenized_all | "TokenOutcome" >> beam.Map(
+                lambda d: (d.source, "kept", "") if d.num_tokens > 0 else (d.source, "filtered", "no_tokens"))),
+        )
+        | "AllOutcomes" >> beam.Flatten()
+        | "CountOutcomes" >> beam.combiners.Count.PerElement()
+        | "OutcomeList" >> beam.combiners.ToList()
+    )
+    accounts = inputs | "Accounts" >> beam.Map(build_accounts, beam.pvalue.AsSingleton(outcomes))
+
+    groups = (
+        tokenized
+        | "Tokens" >> beam.Map(lambda d: d.num_tokens)
+        | "TotalTokens" >> beam.CombineGlobally(sum)
+        | "Groups" >> beam.Map(count_groups, cfg)
+    )
+
+    written = [
+        (rejects, duplicates) | "RejectLog" >> beam.Flatten()
+        | "WriteRejects" >> WriteParts(join(output, REJECTS_DIR), "jsonl", rejects_to_jsonl, REJECT_PARTS)
+    ]
+    intermediates: dict[str, str] = {"rejects": REJECTS_DIR, "dedupe_index": DEDUPE_INDEX_DIR}
+    if cfg.write_intermediates:
+        written.append(kept | "WriteClean" >> WriteParts(join(output, CLEAN_DIR), "parquet",
+                                                          documents_to_parquet, groups))
+        written.append(tokenized | "WriteTokenized" >> WriteParts(join(output, TOKENIZED_DIR), "parquet",
+                                                                   tokenized_to_parquet, groups))
+        intermediates.update(clean=CLEAN_DIR, tokenized=TOKENIZED_DIR)
+
+    _ = tokenized | "WriteCorpus" >> WriteCorpus(
+        cfg, output, model=model, accounts=accounts, groups=groups, tokenizer_path=tokenizer_path,
+        intermediates=intermediates, after=written)
+
+
+def run_build(cfg: BuildConfig, output: str, beam_args: list[str] | None = None) -> Manifest:
+    """Run the build on the configured runner and return the committed manifest."""
+    from schemas.manifest import load_manifest
+
+    opts = finalize_options(BuildOptions(beam_args or []))
+    with beam.Pipeline(options=opts) as p:
+        build_pipeline(p, cfg, output)
+    manifest, _ = load_manifest(output)
+    return manifest
+
+
+def summarize(m: Manifest) -> dict[str, Any]:
+    acc = m.accounting
+    return {
+        "documents_in": sum(a.input for a in acc.values()),
+        "kept": sum(a.kept for a in acc.values()),
+        "filtered": sum(sum(a.filtered.values()) for a in acc.values()),
+        "duplicates": sum(sum(a.duplicate.values()) for a in acc.values()),
+        "rejected": sum(sum(a.rejected.values()) for a in acc.values()),
+        "shards": len(m.shards),
+        "samples": sum(t.samples for t in m.totals.values()),
+        "tokens": sum(t.tokens for t in m.totals.values()),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    quiet_beam()
+    argv = sys.argv[1:] if argv is None else argv
+    opts = BuildOptions(argv)
+    parser = argparse.ArgumentParser(prog="python -m pipelines.build", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    BuildOptions._add_argparse_args(parser)
+    if "-h" in argv or "--help" in argv:
+        parser.print_help()
+        print("\nAll standard Beam pipeline options (--runner, --project, --region, --temp_location, "
+              "--sdk_container_image, --direct_num_workers, ...) are accepted too. Without --runner the "
+              "job runs locally on Beam's FnApiRunner (nothing is downloaded).")
+        return 0
+    try:
+        o = opts.view_as(BuildOptions)
+        if not o.output:
+            raise UserError("--output URL is required")
+        cfg = build_config_from_options(opts)
+        known, beam_args = parser.parse_known_args(argv)
+        manifest = run_build(cfg, o.output, beam_args)
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps(summarize(manifest), indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

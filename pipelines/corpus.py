@@ -1,0 +1,238 @@
+"""Tokenized documents -> packed sequences -> WebDataset shards -> manifest.
+
+Shared by the full build and by repack. Packing runs per deterministic group
+of documents (split × group, by doc hash), in parallel. Shard names are
+global and contiguous per split (`train-000000.tar` …): a first pass plans
+each group's shard count from the exact encoded sizes, a tiny side input
+turns the counts into index offsets, and a second pass packs again and
+streams each shard to storage atomically. The manifest, written last, is
+the commit marker of the corpus.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+import apache_beam as beam
+from apache_beam.metrics import Metrics
+
+from pipelines.accounting import check_balanced
+from pipelines.packing import pack_group, split_of, group_of, PackedSequence
+from pipelines.records import TokenizedDocument
+from pipelines.tokenizer import MODEL_PATH, tokenizer_info
+from schemas.config import PAIR_RULES, BuildConfig
+from schemas.manifest import MANIFEST_NAME, Manifest, ShardInfo, SourceAccount, SplitTotals
+from schemas.sample import (
+    INPUT_IDS,
+    LABEL,
+    META,
+    TOKEN_TYPE_IDS,
+    encode_sample,
+    ids_dtype,
+    sample_tar_size,
+    write_tar,
+)
+from schemas.storage import join, redact_url, write_stream_atomic, write_text_atomic
+
+GroupKey = tuple[str, int, int]  # (split, group, number of groups)
+
+
+def sample_key(split: str, group: int, index: int) -> str:
+    return f"{split}-{group:05d}-{index:08d}"
+
+
+def encoded_samples(split: str, group: int, seqs: Sequence[PackedSequence], vocab_size: int
+                    ) -> Iterator[tuple[str, list[tuple[str, bytes]], int]]:
+    """(key, members, tokens) for each packed sequence, in packing order."""
+    for i, s in enumerate(seqs):
+        members = encode_sample(s.input_ids, vocab_size, s.token_type_ids, s.label, {"doc_ids": list(s.doc_ids)})
+        yield sample_key(split, group, i), members, len(s.input_ids)
+
+
+def chunk_samples(sizes: Iterable[int], target_bytes: int, target_samples: int | None) -> list[tuple[int, int]]:
+    """Split a sample sequence into shards: [(start, end)), each under the targets (at least one sample)."""
+    chunks: list[tuple[int, int]] = []
+    start = n_bytes = 0
+    i = -1
+    for i, size in enumerate(sizes):
+        full = (n_bytes + size > target_bytes) or (target_samples is not None and i - start >= target_samples)
+        if i > start and full:
+            chunks.append((start, i))
+            start, n_bytes = i, 0
+        n_bytes += size
+    if i >= start:
+        chunks.append((start, i + 1))
+    return chunks
+
+
+def pack_sorted(docs: Iterable[TokenizedDocument], cfg: BuildConfig, group: int, groups: int):
+    ordered = sorted(docs, key=lambda d: d.doc_id)
+    packing = cfg.packing.model_copy(update={"groups": groups})
+    seqs, stats = pack_group(ordered, packing, cfg.seed, group)
+    return ordered, seqs, stats
+
+
+class _PlanGroup(beam.DoFn):
+    """Pass 1: pack a group and count its shards; emits ((split, group), plan)."""
+
+    def __init__(self, cfg: BuildConfig):
+        self.cfg = cfg
+
+    def process(self, kv: tuple[GroupKey, Iterable[TokenizedDocument]], vocab_size: int):
+        (split, group, groups), docs = kv
+        ordered, seqs, stats = pack_sorted(docs, self.cfg, group, groups)
+        enc = list(encoded_samples(split, group, seqs, vocab_size))
+        chunks = chunk_samples((sample_tar_size(m) for _, m, _ in enc), self.cfg.shards.target_bytes,
+                               self.cfg.shards.target_samples)
+        Metrics.counter("pack", f"{split}_sequences").inc(len(seqs))
+        yield (split, group, groups), {
+            "shards": len(chunks),
+            "documents": len(ordered),
+            "stats": stats.as_dict(),
+        }
+
+
+def shard_offsets(plans: list[tuple[GroupKey, dict[str, Any]]]) -> dict[GroupKey, int]:
+    """First global shard index of each (split, group): groups in order, contiguous per split."""
+    offsets: dict[GroupKey, int] = {}
+    next_index: dict[str, int] = {}
+    for key, plan in sorted(plans):
+        split = key[0]
+        offsets[key] = next_index.get(split, 0)
+        next_index[split] = offsets[key] + plan["shards"]
+    return offsets
+
+
+class _WriteGroup(beam.DoFn):
+    """Pass 2: pack the group again and stream its shards to storage."""
+
+    def __init__(self, cfg: BuildConfig, output: str):
+        self.cfg, self.output = cfg, output
+
+    def process(self, kv, vocab_size: int, offsets: dict[GroupKey, int]):
+        (split, group, groups), docs = kv
+        _, seqs, _ = pack_sorted(docs, self.cfg, group, groups)
+        enc = list(encoded_samples(split, group, seqs, vocab_size))
+        chunks = chunk_samples((sample_tar_size(m) for _, m, _ in enc), self.cfg.shards.target_bytes,
+                               self.cfg.shards.target_samples)
+        first = offsets[(split, group, groups)]
+        for j, (a, b) in enumerate(chunks):
+            name = f"{split}-{first + j:06d}.tar"
+            part = enc[a:b]
+            sha, size = write_stream_atomic(join(self.output, name),
+                                            lambda f, part=part: write_tar(f, ((k, m) for k, m, _ in part)))
+            Metrics.counter("write", "shards").inc()
+            yield ShardInfo(name=name, split=split, samples=len(part), tokens=sum(t for _, _, t in part),
+                            bytes=size, sha256=sha).model_dump()
+
+
+def members_of(cfg: BuildConfig) -> list[str]:
+    members = [INPUT_IDS]
+    if cfg.packing.rule in PAIR_RULES:
+        members += [TOKEN_TYPE_IDS, LABEL]
+    return members + [META]
+
+
+def assemble_manifest(shards: list[dict[str, Any]], plans: list[tuple[GroupKey, dict[str, Any]]],
+                      model: bytes, accounts: dict[str, SourceAccount], cfg: BuildConfig,
+                      tokenizer_path: str, parent: str | None, extra_counters: dict[str, int],
+                      intermediates: dict[str, str]) -> Manifest:
+    infos = sorted((ShardInfo.model_validate(s) for s in shards), key=lambda s: (s.split, s.name))
+    totals: dict[str, SplitTotals] = {}
+    for s in infos:
+        t = totals.setdefault(s.split, SplitTotals())
+        t.shards += 1
+        t.samples += s.samples
+        t.tokens += s.tokens
+        t.bytes += s.bytes
+    counters: dict[str, int] = dict(extra_counters)
+    for (split, _, _), plan in plans:
+        totals.setdefault(split, SplitTotals()).documents += plan["documents"]
+        for k, v in plan["stats"].items():
+            if isinstance(v, int):
+                counters[f"pack_{k}"] = counters.get(f"pack_{k}", 0) + v
+    tok = tokenizer_info(model, cfg.tokenizer, tokenizer_path)
+    config = cfg.model_dump(mode="json")
+    for src in config["sources"]:
+        src["input"] = redact_url(src["input"])
+    return Manifest(
+        parent=parent,
+        config=config,
+        packing_rule=cfg.packing.rule,
+        max_seq_len=cfg.packing.max_seq_len,
+        ids_dtype=str(ids_dtype(tok.vocab_size)),  # type: ignore[arg-type]
+        members=members_of(cfg),
+        tokenizer=tok,
+        shards=infos,
+        totals=dict(sorted(totals.items())),
+        accounting=accounts,
+        counters=dict(sorted(counters.items())),
+        intermediates=intermediates,
+    )
+
+
+def count_groups(total_tokens: int, cfg: BuildConfig) -> int:
+    if cfg.packing.groups:
+        return cfg.packing.groups
+    return max(1, math.ceil(total_tokens / cfg.packing.group_tokens))
+
+
+class WriteCorpus(beam.PTransform):
+    """Tokenized documents -> shards + manifest.json under `output`.
+
+    model: singleton PCollection of the SentencePiece model bytes.
+    accounts: singleton PCollection of {source: SourceAccount} (checked, recorded).
+    groups: singleton PCollection with the packing group count.
+    """
+
+    def __init__(self, cfg: BuildConfig, output: str, model, accounts, groups, parent: str | None = None,
+                 tokenizer_path: str = MODEL_PATH, intermediates: dict[str, str] | None = None,
+                 after: Sequence[Any] = (), extra_counters: Any = None):
+        super().__init__()
+        self.cfg, self.output, self.model, self.accounts, self.groups = cfg, output, model, accounts, groups
+        self.parent, self.tokenizer_path = parent, tokenizer_path
+        self.intermediates = intermediates or {}
+        # PCollections that must be complete before the manifest commits (intermediates, rejects).
+        self.after = list(after)
+        self.extra_counters = extra_counters
+
+    def expand(self, tokenized):
+        cfg, output = self.cfg, self.output
+        AsSingleton = beam.pvalue.AsSingleton
+        vocab = self.model | "VocabSize" >> beam.Map(lambda m: tokenizer_info(m, cfg.tokenizer, "").vocab_size)
+
+        def route(d: TokenizedDocument, groups: int):
+            split = split_of(d.doc_id, cfg.seed, cfg.packing.valid_fraction)
+            return (split, group_of(d.doc_id, cfg.seed, groups), groups), d
+
+        grouped = (
+            tokenized
+            | "Route" >> beam.Map(route, AsSingleton(self.groups))
+            | "GroupForPacking" >> beam.GroupByKey()
+        )
+        plans = grouped | "PlanShards" >> beam.ParDo(_PlanGroup(cfg), AsSingleton(vocab))
+        plan_list = plans | "CollectPlans" >> beam.combiners.ToList()
+        offsets = plan_list | "Offsets" >> beam.Map(shard_offsets)
+        shards = grouped | "WriteShards" >> beam.ParDo(_WriteGroup(cfg, output), AsSingleton(vocab),
+                                                       AsSingleton(offsets))
+
+        parent, tok_path, inter = self.parent, self.tokenizer_path, self.intermediates
+
+        def commit(shard_list, plan_list_, model, accounts, extra, *_after):
+            check_balanced(accounts)
+            m = assemble_manifest(shard_list, plan_list_, model, accounts, cfg, tok_path, parent, extra, inter)
+            write_text_atomic(join(output, MANIFEST_NAME), m.to_json())
+            return m.model_dump(mode="json")
+
+        extra = self.extra_counters
+        if extra is None:
+            extra = tokenized.pipeline | "NoExtraCounters" >> beam.Create([{}])
+        waits = [beam.pvalue.AsList(w) for w in self.after]
+        return (
+            shards
+            | "CollectShards" >> beam.combiners.ToList()
+            | "CommitManifest" >> beam.Map(commit, AsSingleton(plan_list), AsSingleton(self.model),
+                                           AsSingleton(self.accounts), AsSingleton(extra), *waits)
+        )

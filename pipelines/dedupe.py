@@ -1,0 +1,625 @@
+"""Exact and near-duplicate removal at corpus scale (design: docs/dedupe.md).
+
+``Deduplicate`` turns a PCollection of Documents into ``{"kept", "duplicates"}``;
+every input document ends in exactly one of them.
+
+1. Exact: documents grouped by the hash of their normalized text; the smallest
+   doc_id of a group is kept, the others are ``Duplicate(kind="exact")``.
+2. Near: MinHash signatures over word n-gram shingles (``pipelines.minhash``,
+   numpy over batches), LSH buckets per band, candidate pairs verified by their
+   signature-estimated Jaccard, connected components of the verified edges by
+   alternating large-star / small-star rounds (a distributed computation: no
+   worker ever sees more than one node's edges), then every member is verified
+   against its cluster's kept document by the *true* Jaccard of their shingle
+   sets. Members that fail stay in the corpus, which is what stops transitive
+   closure from chaining unrelated documents together.
+3. Incremental: an index of an existing corpus (Parquet: doc_id, exact hash,
+   signature, band keys, shingles) takes part in both steps; its documents win
+   every tie (they are never removed) and new documents that match them are
+   duplicates of the old doc_ids.
+
+Node ids in the near step are ``"0" + doc_id`` for indexed (old) documents and
+``"1" + doc_id`` for new ones, so "the smallest node id" picks an old document
+first and otherwise the smallest doc_id.
+"""
+
+from __future__ import annotations
+
+import heapq
+import io
+import json
+import math
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import apache_beam as beam
+import numpy as np
+from apache_beam.metrics import Metrics
+
+from pipelines.minhash import (
+    MinHasher,
+    estimate_margin,
+    estimated_jaccard,
+    jaccard,
+    normalized_text_hash,
+    shingle_sets,
+)
+from pipelines.records import Document, Duplicate
+from schemas.config import DedupeConfig
+from schemas.errors import UserError
+from schemas.storage import exists, expand_glob, join, open_read, read_text, write_text_atomic
+
+__all__ = [
+    "ConnectedComponents",
+    "Deduplicate",
+    "ExactDedupe",
+    "NearDedupe",
+    "Sketch",
+    "large_star",
+    "normalized_text_hash",
+    "resolve_exact_group",
+    "small_star",
+]
+
+_NS = "dedupe"
+OLD, NEW = "0", "1"  # node-id prefixes: indexed documents sort (and win) first
+INDEX_META = "index.json"
+INDEX_VERSION = 1
+# Index part files hold about this many entries (each about the size of its text).
+INDEX_ENTRIES_PER_PART = 50_000
+SIGNATURE_BATCH = (16, 512)  # BatchElements min/max: numpy work is per batch
+
+
+# ------------------------------------------------------------------ records
+
+@dataclass(frozen=True)
+class Sketch:
+    """What the near step needs of a document: its node id, signature and shingle set."""
+
+    node: str  # OLD/NEW prefix + doc_id
+    source: str
+    exact_hash: str
+    signature: np.ndarray  # uint32[bands * rows]
+    band_keys: np.ndarray  # int64[bands]
+    shingles: np.ndarray  # sorted unique uint32
+
+    @property
+    def doc_id(self) -> str:
+        return self.node[1:]
+
+    @property
+    def old(self) -> bool:
+        return self.node.startswith(OLD)
+
+
+def _hasher(cfg: DedupeConfig) -> MinHasher:
+    return MinHasher(ngram=cfg.ngram, bands=cfg.bands, rows=cfg.rows, seed=cfg.seed)
+
+
+def sketch_documents(docs: list[Document], hasher: MinHasher) -> list[Sketch]:
+    """Sketches of a batch of new documents (vectorized; identical whatever the batch)."""
+    shingles = shingle_sets([d.text for d in docs], hasher.ngram)
+    sigs = hasher.signatures(shingles)
+    bands = hasher.band_keys(sigs)
+    return [
+        Sketch(NEW + d.doc_id, d.source, normalized_text_hash(d.text), sigs[i], bands[i], shingles[i])
+        for i, d in enumerate(docs)
+    ]
+
+
+# ------------------------------------------------------------------ exact
+
+def resolve_exact_group(docs: Iterable[Document], old_ids: Iterable[str] = ()) -> Iterator[Document | Duplicate]:
+    """One exact-hash group -> the kept document (smallest doc_id) and Duplicates of it.
+
+    If the group matches documents of an existing corpus (``old_ids``), every
+    new document is a duplicate of the smallest old doc_id. Iterates ``docs``
+    twice (Beam's grouped iterables allow it) so only one document is held.
+    """
+    target = min(old_ids, default=None)
+    if target is None:
+        keep: Document | None = None
+        for d in docs:
+            if keep is None or d.doc_id < keep.doc_id:
+                keep = d
+        if keep is None:
+            return
+        yield keep
+        target = keep.doc_id
+    for d in docs:
+        if d.doc_id != target:
+            yield Duplicate(doc_id=d.doc_id, source=d.source, dup_of=target, kind="exact")
+
+
+class _ResolveExact(beam.DoFn):
+    def __init__(self) -> None:
+        self.dups = Metrics.counter(_NS, "exact_duplicates")
+
+    def process(self, element: tuple[str, dict[str, Any]]) -> Iterator[Any]:
+        _, groups = element
+        for out in resolve_exact_group(groups["new"], groups.get("old", ())):
+            if isinstance(out, Duplicate):
+                self.dups.inc()
+                yield beam.pvalue.TaggedOutput("duplicates", out)
+            else:
+                yield out
+
+
+class ExactDedupe(beam.PTransform):
+    """Exact duplicates by normalized-text hash, optionally against an old corpus's hashes."""
+
+    def __init__(self, old_hashes: beam.PCollection | None = None) -> None:
+        super().__init__()
+        self.old_hashes = old_hashes  # PCollection[(exact_hash, doc_id)] or None
+
+    def expand(self, docs: beam.PCollection) -> dict[str, beam.PCollection]:
+        keyed = docs | "KeyByHash" >> beam.Map(lambda d: (normalized_text_hash(d.text), d))
+        groups: dict[str, beam.PCollection] = {"new": keyed}
+        if self.old_hashes is not None:
+            groups["old"] = self.old_hashes
+        res = (
+            groups
+            | "Group" >> beam.CoGroupByKey()
+            # Hashes seen only in the old corpus have no new documents: nothing is emitted.
+            | "Resolve" >> beam.ParDo(_ResolveExact()).with_outputs("duplicates", main="kept")
+        )
+        return {"kept": res.kept, "duplicates": res.duplicates}
+
+
+# ------------------------------------------------------------------ components
+
+def large_star(node: str, neighbors: Iterable[str]) -> Iterator[tuple[str, str]]:
+    """Large-star step at one node: link every larger neighbor to the smallest of node + neighbors.
+
+    Edges are (smaller, larger) tuples. (Kiveris et al., "Connected Components
+    in MapReduce and Beyond", 2014.)
+    """
+    nbrs = set(neighbors)
+    m = min(min(nbrs, default=node), node)
+    for v in sorted(nbrs):
+        if v > node:
+            yield (m, v)
+
+
+def small_star(node: str, smaller: Iterable[str]) -> Iterator[tuple[str, str]]:
+    """Small-star step at one node: link node and its smaller neighbors to the smallest of them."""
+    group = set(smaller)
+    group.add(node)
+    m = min(group)
+    for v in sorted(group):
+        if v != m:
+            yield (m, v)
+
+
+def star_roles(node: str, marks: Iterable[tuple[str, str | None]]) -> tuple[str, str | None, bool, bool]:
+    """(node, label, is_root, converged) from a node's final edges.
+
+    ``marks`` holds ("parent", p) for every edge (p, node) and ("child", None)
+    for every edge (node, c). The label is the smallest parent (None for a
+    node without one); is_root: the node has children. Converged means the
+    node's edges form a star: at most one parent, and never both a parent and
+    children.
+    """
+    parents: set[str] = set()
+    has_child = False
+    for kind, p in marks:
+        if kind == "parent":
+            parents.add(p)  # type: ignore[arg-type]
+        else:
+            has_child = True
+    label = min(parents) if parents else None
+    converged = len(parents) <= 1 and not (parents and has_child)
+    return node, label, has_child, converged
+
+
+class ConnectedComponents(beam.PTransform):
+    """PCollection[(a, b)] undirected edges -> PCollection[(node, label, is_root, converged)].
+
+    Alternating large-star / small-star rounds, unrolled ``rounds`` times (a
+    Beam graph is static); each step is one GroupByKey over the edges, so no
+    worker holds more than one node's neighborhood. After the last round every
+    node of an edge gets a label: the smallest parent (its component's smallest
+    node once converged) or None for a root; ``converged`` is False where the
+    final edges are not yet stars (then more rounds would merge more).
+    """
+
+    def __init__(self, rounds: int) -> None:
+        super().__init__()
+        self.rounds = rounds
+
+    def expand(self, edges: beam.PCollection) -> beam.PCollection:
+        e = edges | "Canonical" >> beam.FlatMap(lambda ab: [(min(ab), max(ab))] if ab[0] != ab[1] else [])
+        for r in range(self.rounds):
+            e = (
+                e
+                | f"LargeOut{r}" >> beam.FlatMap(lambda ab: [(ab[0], ab[1]), (ab[1], ab[0])])
+                | f"LargeGroup{r}" >> beam.GroupByKey()
+                | f"LargeStar{r}" >> beam.FlatMapTuple(large_star)
+                | f"SmallOut{r}" >> beam.Map(lambda ab: (ab[1], ab[0]))
+                | f"SmallGroup{r}" >> beam.GroupByKey()
+                | f"SmallStar{r}" >> beam.FlatMapTuple(small_star)
+            )
+        return (
+            e
+            | "Marks" >> beam.FlatMap(lambda ab: [(ab[1], ("parent", ab[0])), (ab[0], ("child", None))])
+            | "GroupMarks" >> beam.GroupByKey()
+            | "Roles" >> beam.MapTuple(star_roles)
+        )
+
+
+# ------------------------------------------------------------------ near
+
+class _SketchBatch(beam.DoFn):
+    def __init__(self, hasher: MinHasher) -> None:
+        self.hasher = hasher
+
+    def process(self, batch: list[Document]) -> Iterator[Sketch]:
+        yield from sketch_documents(batch, self.hasher)
+
+
+def bucket_edges(members: Iterable[tuple[str, np.ndarray]], min_estimate: float) -> Iterator[tuple[str, str]]:
+    """Verified candidate edges of one LSH bucket: (bucket's smallest node, member).
+
+    Each member is compared with the bucket's smallest node only (a star, not a
+    clique: linear in the bucket size, and components connect the rest) and
+    kept if the signature-estimated Jaccard reaches ``min_estimate``. Buckets
+    of old documents only produce nothing (old documents are never removed).
+    """
+    root: tuple[str, np.ndarray] | None = None
+    any_new = False
+    for node, sig in members:
+        any_new = any_new or node.startswith(NEW)
+        if root is None or node < root[0]:
+            root = (node, sig)
+    if root is None or not any_new:
+        return
+    for node, sig in members:
+        if node != root[0] and node.startswith(NEW) and estimated_jaccard(sig, root[1]) >= min_estimate:
+            yield (root[0], node)
+
+
+class _Buckets(beam.DoFn):
+    def __init__(self, min_estimate: float) -> None:
+        self.min_estimate = min_estimate
+        self.candidates = Metrics.counter(_NS, "near_candidate_pairs")
+        self.edges = Metrics.counter(_NS, "near_verified_edges")
+
+    def process(self, element: tuple[int, Iterable[tuple[str, np.ndarray]]]) -> Iterator[tuple[str, str]]:
+        _, members = element
+        n = 0
+        for edge in bucket_edges(members, self.min_estimate):
+            n += 1
+            yield edge
+        if n:
+            self.edges.inc(n)
+
+
+def _bucket_entries(s: Sketch) -> Iterator[tuple[int, tuple[str, np.ndarray]]]:
+    if s.shingles.size == 0:  # empty documents are left to exact dedupe
+        return
+    for key in s.band_keys.tolist():
+        yield key, (s.node, s.signature)
+
+
+def _route_to_root(element: tuple[str, dict[str, Any]]) -> Iterator[tuple[str, tuple[Any, ...]]]:
+    """Send a clustered node's shingles to its cluster root (members) or its own group (roots)."""
+    node, groups = element
+    sketches, roles = list(groups["sketch"]), list(groups["role"])
+    if not sketches or not roles:
+        return
+    s: Sketch = sketches[0]
+    label, is_root, _converged = roles[0]
+    if label is not None:
+        yield label, ("member", node, s.source, s.shingles)
+    if is_root:
+        # A root that also has a parent (rounds ran out before convergence)
+        # removes nothing: it may be removed itself, and a duplicate must point
+        # at a kept document. Its members stay (recall lost, never precision).
+        yield node, ("root", label is None, s.shingles)
+
+
+def resolve_cluster(
+    root: str, entries: Iterable[tuple[Any, ...]], threshold: float, max_members: int
+) -> tuple[list[Duplicate], int, int]:
+    """(duplicates, failed verification, over the cap) for one cluster.
+
+    Every new member whose true shingle Jaccard with the root reaches
+    ``threshold`` is a near duplicate of the root, up to ``max_members`` of
+    them (the smallest doc_ids; the rest are kept). Old members never are.
+    """
+    root_shingles: np.ndarray | None = None
+    for e in entries:
+        if e[0] == "root":
+            if not e[1]:
+                return [], 0, 0
+            root_shingles = e[2]
+    if root_shingles is None:
+        return [], 0, 0
+    failed = 0
+    verified: list[tuple[str, str]] = []  # max-heap of the smallest max_members (node, source), by negation
+    over = 0
+    for e in entries:
+        if e[0] != "member" or not e[1].startswith(NEW):
+            continue
+        _, node, source, shingles = e
+        if jaccard(root_shingles, shingles) < threshold:
+            failed += 1
+            continue
+        if len(verified) < max_members:
+            heapq.heappush(verified, _Desc(node, source))  # type: ignore[arg-type]
+        else:
+            over += 1
+            heapq.heappushpop(verified, _Desc(node, source))  # type: ignore[arg-type]
+    dups = sorted(
+        (Duplicate(doc_id=d.node[1:], source=d.source, dup_of=root[1:], kind="near") for d in verified),  # type: ignore[attr-defined]
+        key=lambda d: d.doc_id,
+    )
+    return dups, failed, over
+
+
+@dataclass(frozen=True)
+class _Desc:
+    """Heap item ordered by descending node id, so heapq keeps the smallest ids."""
+
+    node: str
+    source: str
+
+    def __lt__(self, other: _Desc) -> bool:
+        return self.node > other.node
+
+
+class _ResolveClusters(beam.DoFn):
+    def __init__(self, threshold: float, max_members: int) -> None:
+        self.threshold, self.max_members = threshold, max_members
+        self.dups = Metrics.counter(_NS, "near_duplicates")
+        self.failed = Metrics.counter(_NS, "near_failed_root_verification")
+        self.over = Metrics.counter(_NS, "near_over_cluster_cap")
+        self.clusters = Metrics.counter(_NS, "near_clusters")
+
+    def process(self, element: tuple[str, Iterable[tuple[Any, ...]]]) -> Iterator[Duplicate]:
+        root, entries = element
+        dups, failed, over = resolve_cluster(root, entries, self.threshold, self.max_members)
+        self.failed.inc(failed)
+        self.over.inc(over)
+        if dups:
+            self.clusters.inc()
+            self.dups.inc(len(dups))
+        yield from dups
+
+
+class NearDedupe(beam.PTransform):
+    """Near duplicates among Sketches (plus old Sketches): PCollection[Duplicate] of new documents."""
+
+    def __init__(self, cfg: DedupeConfig, old_sketches: beam.PCollection | None = None) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.old_sketches = old_sketches
+
+    def expand(self, sketches: beam.PCollection) -> beam.PCollection:
+        cfg = self.cfg
+        num_perm = cfg.bands * cfg.rows
+        # Edges pass on the signature estimate with a 2-sigma margin below the
+        # threshold (pairs truly at the threshold estimate below it half the
+        # time); the true Jaccard against the kept document decides removal.
+        min_estimate = max(0.0, cfg.threshold - estimate_margin(cfg.threshold, num_perm))
+        everything = sketches
+        if self.old_sketches is not None:
+            everything = (sketches, self.old_sketches) | "WithOld" >> beam.Flatten()
+        edges = (
+            everything
+            | "BucketEntries" >> beam.FlatMap(_bucket_entries)
+            | "GroupBuckets" >> beam.GroupByKey()
+            | "VerifiedEdges" >> beam.ParDo(_Buckets(min_estimate))
+        )
+        roles = (
+            edges
+            | "Components" >> ConnectedComponents(cfg.components_rounds)
+            | "CountUnconverged" >> beam.Map(_count_unconverged)
+            | "KeyRoles" >> beam.Map(lambda x: (x[0], x[1:]))
+        )
+        keyed = everything | "KeyByNode" >> beam.Map(lambda s: (s.node, s))
+        return (
+            {"sketch": keyed, "role": roles}
+            | "JoinRoles" >> beam.CoGroupByKey()
+            | "RouteToRoot" >> beam.FlatMap(_route_to_root)
+            | "GroupClusters" >> beam.GroupByKey()
+            | "ResolveClusters" >> beam.ParDo(_ResolveClusters(cfg.threshold, cfg.max_cluster_size))
+        )
+
+
+_unconverged = Metrics.counter(_NS, "components_unconverged_nodes")
+
+
+def _count_unconverged(x: tuple[str, str | None, bool, bool]) -> tuple[str, str | None, bool, bool]:
+    if not x[3]:
+        _unconverged.inc()
+    return x
+
+
+# ------------------------------------------------------------------ index
+
+def index_schema():
+    """Arrow schema of the signature index's Parquet parts."""
+    import pyarrow as pa
+
+    return pa.schema([
+        pa.field("doc_id", pa.string(), nullable=False),
+        pa.field("source", pa.string(), nullable=False),
+        pa.field("exact_hash", pa.string(), nullable=False),
+        pa.field("signature", pa.list_(pa.uint32()), nullable=False),
+        pa.field("band_keys", pa.list_(pa.int64()), nullable=False),
+        pa.field("shingles", pa.large_list(pa.uint32()), nullable=False),
+    ], metadata={"shardforge.schema": f"dedupe-index/{INDEX_VERSION}"})
+
+
+def index_params(cfg: DedupeConfig) -> dict[str, Any]:
+    """What must match for an index to be comparable with this config."""
+    return {"version": INDEX_VERSION, "ngram": cfg.ngram, "bands": cfg.bands, "rows": cfg.rows,
+            "seed": cfg.seed, "near": cfg.near}
+
+
+def _sketches_to_parquet(rows: list[Sketch]) -> bytes:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    schema = index_schema()
+    cols = {
+        "doc_id": pa.array([s.doc_id for s in rows], pa.string()),
+        "source": pa.array([s.source for s in rows], pa.string()),
+        "exact_hash": pa.array([s.exact_hash for s in rows], pa.string()),
+        "signature": pa.array([s.signature for s in rows], pa.list_(pa.uint32())),
+        "band_keys": pa.array([s.band_keys for s in rows], pa.list_(pa.int64())),
+        "shingles": pa.array([s.shingles for s in rows], pa.large_list(pa.uint32())),
+    }
+    buf = io.BytesIO()
+    pq.write_table(pa.table(cols, schema=schema), buf, compression="zstd")
+    return buf.getvalue()
+
+
+def read_index_part(url: str) -> Iterator[Sketch]:
+    """Sketches (as old documents) of one index part file."""
+    import pyarrow.parquet as pq
+
+    with open_read(url) as f:
+        table = pq.read_table(f)
+    cols = {name: table.column(name) for name in table.column_names}
+    for i in range(table.num_rows):
+        yield Sketch(
+            OLD + cols["doc_id"][i].as_py(),
+            cols["source"][i].as_py(),
+            cols["exact_hash"][i].as_py(),
+            cols["signature"][i].values.to_numpy(zero_copy_only=False).astype(np.uint32),
+            cols["band_keys"][i].values.to_numpy(zero_copy_only=False).astype(np.int64),
+            cols["shingles"][i].values.to_numpy(zero_copy_only=False).astype(np.uint32),
+        )
+
+
+def index_parts(index_url: str, cfg: DedupeConfig) -> list[str]:
+    """Part files of an existing index, after checking it was built with compatible parameters."""
+    meta_url = join(index_url, INDEX_META)
+    if not exists(meta_url):
+        raise UserError(f"no dedupe index at {index_url} ({INDEX_META} missing)")
+    meta = json.loads(read_text(meta_url))
+    want = index_params(cfg)
+    diff = {k: (meta.get(k), v) for k, v in want.items() if k != "near" and meta.get(k) != v}
+    if diff:
+        raise UserError(f"dedupe index {index_url} was built with other parameters (index, config): {diff}")
+    if cfg.near and not meta.get("near"):
+        raise UserError(f"dedupe index {index_url} has no signatures (built with near=false)")
+    return expand_glob(join(index_url, "part-*.parquet"))
+
+
+class _WriteIndex(beam.PTransform):
+    def __init__(self, url: str, cfg: DedupeConfig) -> None:
+        super().__init__()
+        self.url, self.cfg = url, cfg
+
+    def expand(self, sketches: beam.PCollection) -> beam.PCollection:
+        from pipelines.files import WriteParts
+
+        parts = (
+            sketches
+            | "Count" >> beam.combiners.Count.Globally()
+            | "Parts" >> beam.Map(lambda n: max(1, math.ceil(n / INDEX_ENTRIES_PER_PART)))
+        )
+        written = sketches | "WriteParts" >> WriteParts(self.url, "parquet", _sketches_to_parquet, parts)
+        meta = json.dumps(index_params(self.cfg), sort_keys=True) + "\n"
+        url = self.url
+        # index.json is written last: an index without it is incomplete.
+        return (
+            written
+            | "AllParts" >> beam.combiners.ToList()
+            | "WriteMeta" >> beam.Map(lambda _names: write_text_atomic(join(url, INDEX_META), meta))
+        )
+
+
+# ------------------------------------------------------------------ all together
+
+def _split_final(element: tuple[str, dict[str, Any]]) -> Iterator[Any]:
+    """Join a document with its near-duplicate verdict (and its sketch, for the index)."""
+    _, g = element
+    docs, dups, sk = list(g["doc"]), list(g["dup"]), list(g.get("sketch", ()))
+    if not docs:
+        return
+    if dups:
+        yield beam.pvalue.TaggedOutput("duplicates", dups[0])
+        return
+    yield docs[0]
+    if sk:
+        yield beam.pvalue.TaggedOutput("index", sk[0])
+
+
+def _exact_only_sketch(d: Document) -> Sketch:
+    empty = np.empty(0, dtype=np.uint32)
+    return Sketch(NEW + d.doc_id, d.source, normalized_text_hash(d.text), empty, np.empty(0, np.int64), empty)
+
+
+class Deduplicate(beam.PTransform):
+    """Exact + near-duplicate removal: ``{"kept": PCollection[Document], "duplicates": PCollection[Duplicate]}``.
+
+    ``index_in``: URL of the signature index of an existing corpus (default
+    ``cfg.index``); new documents matching it are duplicates of the old
+    doc_ids, and old documents are never removed. ``index_out``: where to
+    write the index of the result (this run's kept documents plus the old
+    index), for the next incremental run.
+    """
+
+    def __init__(self, cfg: DedupeConfig, index_in: str | None = None, index_out: str | None = None) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.index_in = index_in if index_in is not None else cfg.index
+        self.index_out = index_out
+        if self.index_in and self.index_out and self.index_in.rstrip("/") == self.index_out.rstrip("/"):
+            raise UserError("dedupe index_in and index_out must differ (the index is rewritten as a whole)")
+
+    def expand(self, docs: beam.PCollection) -> dict[str, beam.PCollection]:
+        cfg = self.cfg
+        p = docs.pipeline
+        old = None
+        if self.index_in:
+            parts = index_parts(self.index_in, cfg)
+            old = p | "IndexParts" >> beam.Create(parts) | "ReadIndex" >> beam.FlatMap(read_index_part)
+
+        dup_parts: list[beam.PCollection] = []
+        kept = docs
+        if cfg.exact:
+            old_hashes = None if old is None else old | "OldHashes" >> beam.Map(lambda s: (s.exact_hash, s.doc_id))
+            ex = kept | "Exact" >> ExactDedupe(old_hashes)
+            kept = ex["kept"]
+            dup_parts.append(ex["duplicates"])
+
+        sketches = None
+        if cfg.near:
+            sketches = (
+                kept
+                | "Batch" >> beam.BatchElements(min_batch_size=SIGNATURE_BATCH[0], max_batch_size=SIGNATURE_BATCH[1])
+                | "Sketch" >> beam.ParDo(_SketchBatch(_hasher(cfg)))
+            )
+            near = sketches | "Near" >> NearDedupe(cfg, old)
+            groups = {
+                "doc": kept | "DocByID" >> beam.Map(lambda d: (d.doc_id, d)),
+                "dup": near | "DupByID" >> beam.Map(lambda d: (d.doc_id, d)),
+            }
+            if self.index_out:
+                groups["sketch"] = sketches | "SketchByID" >> beam.Map(lambda s: (s.doc_id, s))
+            split = (
+                groups
+                | "JoinVerdicts" >> beam.CoGroupByKey()
+                | "Split" >> beam.FlatMap(_split_final).with_outputs("duplicates", "index", main="kept")
+            )
+            kept = split.kept
+            dup_parts.append(split.duplicates)
+            new_index = split.index
+        else:
+            new_index = kept | "ExactOnlyIndex" >> beam.Map(_exact_only_sketch)
+
+        if self.index_out:
+            entries = new_index if old is None else (new_index, old) | "IndexEntries" >> beam.Flatten()
+            _ = entries | "WriteIndex" >> _WriteIndex(self.index_out, cfg)
+
+        if dup_parts:
+            duplicates = dup_parts | "AllDuplicates" >> beam.Flatten()
+        else:
+            duplicates = p | "NoDuplicates" >> beam.Create([])
+        return {"kept": kept, "duplicates": duplicates}

@@ -1,0 +1,229 @@
+"""MinHash signatures and LSH banding, vectorized with numpy (no Beam here).
+
+Everything is a pure function of (text, parameters, seed): word hashes come
+from blake2b, permutations are derived from the seed through blake2b too, and
+no step depends on how documents are batched. So a document gets the same
+signature on every machine, runner and batch size.
+
+Pipeline per batch of documents:
+
+1. ``normalize_text``: NFKC, lowercase, punctuation removed, whitespace collapsed.
+2. words -> stable 64-bit word hashes (blake2b, memoized per process).
+3. word n-gram shingles -> 64-bit rolling combination of the n word hashes,
+   finalized with the splitmix64 mixer and truncated to 32 bits, then made
+   unique per document (one global sort of ``doc_index << 32 | shingle``).
+4. MinHash: for each of P = bands x rows permutations, min over the document's
+   shingles of ``((a * x + b) mod 2**64) >> 32`` (Dietzfelbinger's
+   multiply-add-shift: a strongly universal family for 32-bit keys that needs
+   no division, so it runs in three wrap-around uint64 passes).
+5. LSH: each band's ``rows`` values are mixed into one 64-bit band key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+import unicodedata
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+# Unicode-aware "not a word character or whitespace": punctuation and symbols.
+_PUNCT_RE = re.compile(r"[^\w\s]+")
+_U64 = np.uint64
+_MASK32 = _U64(0xFFFFFFFF)
+# Rows of the (shingles x permutations) block processed at once: ~4 MB of uint64
+# at 112 permutations, small enough to stay in cache, large enough to amortize numpy calls.
+_CHUNK_ROWS = 4096
+# Bound on the per-process word-hash memo (a Zipfian vocabulary hits it constantly).
+_WORD_CACHE_MAX = 1 << 20
+_word_cache: dict[str, int] = {}
+
+
+def normalize_text(text: str) -> str:
+    """NFKC, lowercase, punctuation/symbols removed, whitespace collapsed to single spaces."""
+    text = unicodedata.normalize("NFKC", text).lower()
+    return " ".join(_PUNCT_RE.sub("", text).split())
+
+
+def normalized_text_hash(text: str) -> str:
+    """Hex blake2b-128 of ``normalize_text(text)``: the key of exact deduplication."""
+    return hashlib.blake2b(normalize_text(text).encode("utf-8"), digest_size=16).hexdigest()
+
+
+def _blake64(data: bytes, person: bytes = b"sf-minhash") -> int:
+    return int.from_bytes(hashlib.blake2b(data, digest_size=8, person=person).digest(), "little")
+
+
+def word_hash(word: str) -> int:
+    """Stable 64-bit hash of one word (memoized; blake2b, never Python's hash())."""
+    h = _word_cache.get(word)
+    if h is None:
+        if len(_word_cache) >= _WORD_CACHE_MAX:
+            _word_cache.clear()
+        h = _blake64(word.encode("utf-8"))
+        _word_cache[word] = h
+    return h
+
+
+def _fmix64(h: np.ndarray) -> np.ndarray:
+    """splitmix64's finalizer, in place on a uint64 array (full avalanche)."""
+    h ^= h >> _U64(30)
+    h *= _U64(0xBF58476D1CE4E5B9)
+    h ^= h >> _U64(27)
+    h *= _U64(0x94D049BB133111EB)
+    h ^= h >> _U64(31)
+    return h
+
+
+def shingle_sets(texts: Sequence[str], ngram: int) -> list[np.ndarray]:
+    """Per text, the sorted unique uint32 hashes of its word n-gram shingles.
+
+    A text with fewer than ``ngram`` words is one shingle of all its words; an
+    empty text has no shingles. Computed for the whole batch at once.
+    """
+    words = [normalize_text(t).split() for t in texts]
+    lens = np.fromiter((len(w) for w in words), dtype=np.int64, count=len(words))
+    total = int(lens.sum())
+    if total == 0:
+        return [np.empty(0, dtype=np.uint32) for _ in texts]
+    wh = np.fromiter((word_hash(w) for ws in words for w in ws), dtype=np.uint64, count=total)
+    starts = np.concatenate(([0], np.cumsum(lens)[:-1]))
+    doc_of_word = np.repeat(np.arange(len(texts), dtype=np.uint64), lens)
+
+    # Rolling combination over every window of the concatenated word stream;
+    # windows that cross a document boundary are masked out below.
+    n_win = total - ngram + 1
+    with np.errstate(over="ignore"):
+        if n_win > 0:
+            h = wh[:n_win].copy()
+            for k in range(1, ngram):
+                h = (h << _U64(23)) | (h >> _U64(41))  # rotate so word order matters
+                h ^= wh[k : k + n_win]
+                h *= _U64(0x9E3779B97F4A7C15)
+            h = _fmix64(h)
+            pos = np.arange(n_win, dtype=np.int64)
+            doc = doc_of_word[:n_win]
+            valid = pos + ngram <= (starts + lens)[doc.astype(np.int64)]
+            keys = (doc[valid] << _U64(32)) | (h[valid] & _MASK32)
+        else:
+            keys = np.empty(0, dtype=np.uint64)
+        # Short documents (fewer than ngram words, at least one): one shingle of all words.
+        short = np.nonzero((lens > 0) & (lens < ngram))[0]
+        if short.size:
+            extra = np.empty(short.size, dtype=np.uint64)
+            for j, d in enumerate(short):
+                s = wh[starts[d] : starts[d] + lens[d]].copy()
+                acc = _U64(0x2545F4914F6CDD1D) ^ _U64(int(lens[d]))
+                for v in s:
+                    acc = ((acc << _U64(23)) | (acc >> _U64(41))) ^ v
+                    acc = acc * _U64(0x9E3779B97F4A7C15)
+                extra[j] = acc
+            extra = _fmix64(extra)
+            keys = np.concatenate([keys, (short.astype(np.uint64) << _U64(32)) | (extra & _MASK32)])
+    keys = np.unique(keys)  # sorted by (doc, shingle), duplicates gone
+    docs = (keys >> _U64(32)).astype(np.int64)
+    vals = (keys & _MASK32).astype(np.uint32)
+    bounds = np.searchsorted(docs, np.arange(len(texts) + 1))
+    return [vals[bounds[i] : bounds[i + 1]] for i in range(len(texts))]
+
+
+@dataclass(frozen=True)
+class MinHasher:
+    """MinHash + LSH banding parameters; permutations derived from ``seed`` (stable forever)."""
+
+    ngram: int = 5
+    bands: int = 14
+    rows: int = 8
+    seed: int = 42
+
+    @property
+    def num_perm(self) -> int:
+        return self.bands * self.rows
+
+    def permutations(self) -> tuple[np.ndarray, np.ndarray]:
+        """(a, b) uint64 arrays of length num_perm; a is odd."""
+        a = np.array([_blake64(f"a|{self.seed}|{i}".encode()) | 1 for i in range(self.num_perm)], dtype=np.uint64)
+        b = np.array([_blake64(f"b|{self.seed}|{i}".encode()) for i in range(self.num_perm)], dtype=np.uint64)
+        return a, b
+
+    def signatures(self, shingles: Sequence[np.ndarray]) -> np.ndarray:
+        """(len(shingles), num_perm) uint32 MinHash signatures; an empty set gets all 0xFFFFFFFF."""
+        a, b = _perms_cached(self.seed, self.num_perm)
+        n = len(shingles)
+        sig = np.full((n, self.num_perm), 0xFFFFFFFF, dtype=np.uint64)
+        lens = np.fromiter((len(s) for s in shingles), dtype=np.int64, count=n)
+        if lens.sum() == 0:
+            return sig.astype(np.uint32)
+        x = np.concatenate([np.asarray(s, dtype=np.uint64) for s in shingles])
+        doc = np.repeat(np.arange(n, dtype=np.int64), lens)
+        block = np.empty((_CHUNK_ROWS, self.num_perm), dtype=np.uint64)
+        for lo in range(0, x.size, _CHUNK_ROWS):
+            hi = min(lo + _CHUNK_ROWS, x.size)
+            blk = block[: hi - lo]
+            np.multiply(x[lo:hi, None], a[None, :], out=blk)
+            blk += b[None, :]
+            blk >>= _U64(32)
+            d = doc[lo:hi]
+            # Segment starts of the documents inside this chunk (doc is sorted).
+            seg = np.concatenate(([0], np.nonzero(d[1:] != d[:-1])[0] + 1))
+            mins = np.minimum.reduceat(blk, seg, axis=0)
+            ids = d[seg]
+            sig[ids] = np.minimum(sig[ids], mins)
+        return sig.astype(np.uint32)
+
+    def band_keys(self, sig: np.ndarray) -> np.ndarray:
+        """(n, bands) int64 LSH keys: each band's rows mixed with the band index (distinct per band)."""
+        n = sig.shape[0]
+        s = sig.reshape(n, self.bands, self.rows).astype(np.uint64)
+        with np.errstate(over="ignore"):
+            h = np.broadcast_to(
+                _fmix64(np.arange(1, self.bands + 1, dtype=np.uint64) * _U64(0xD6E8FEB86659FD93)),
+                (n, self.bands),
+            ).copy()
+            for r in range(self.rows):
+                h ^= s[:, :, r]
+                h *= _U64(0x9E3779B97F4A7C15)
+                h = (h << _U64(29)) | (h >> _U64(35))
+            h = _fmix64(h)
+        return h.view(np.int64)
+
+
+_PERM_CACHE: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+
+
+def _perms_cached(seed: int, num_perm: int) -> tuple[np.ndarray, np.ndarray]:
+    key = (seed, num_perm)
+    if key not in _PERM_CACHE:
+        _PERM_CACHE[key] = MinHasher(ngram=1, bands=num_perm, rows=1, seed=seed).permutations()
+    return _PERM_CACHE[key]
+
+
+def estimated_jaccard(sig_a: np.ndarray, sig_b: np.ndarray) -> float:
+    """Fraction of equal MinHash values: an unbiased estimate of the Jaccard similarity."""
+    return float(np.mean(np.asarray(sig_a) == np.asarray(sig_b)))
+
+
+def jaccard(a: np.ndarray, b: np.ndarray) -> float:
+    """Exact Jaccard similarity of two sorted-unique shingle arrays (1.0 for two empty sets)."""
+    if a.size == 0 and b.size == 0:
+        return 1.0
+    inter = np.intersect1d(a, b, assume_unique=True).size
+    return inter / (a.size + b.size - inter)
+
+
+def candidate_probability(s: float, bands: int, rows: int) -> float:
+    """LSH S-curve: probability that a pair with Jaccard s shares at least one band."""
+    return 1.0 - (1.0 - s**rows) ** bands
+
+
+def lsh_threshold(bands: int, rows: int) -> float:
+    """The S-curve's steepest point, approximately (1/b)^(1/r)."""
+    return (1.0 / bands) ** (1.0 / rows)
+
+
+def estimate_margin(threshold: float, num_perm: int, sigmas: float = 2.0) -> float:
+    """``sigmas`` standard errors of a num_perm-value Jaccard estimate at ``threshold``."""
+    return sigmas * math.sqrt(threshold * (1.0 - threshold) / num_perm)

@@ -1,0 +1,518 @@
+"""The packing rules of the papers, as pure functions (see docs/packing.md).
+
+FULL-SENTENCES and DOC-SENTENCES (RoBERTa), SEGMENT-PAIR+NSP and
+SENTENCE-PAIR+NSP (BERT / RoBERTa's ablations) and SOP (ALBERT) turn the
+tokenized documents of one packing group into training sequences.
+
+Everything here is deterministic and independent of execution: documents are
+sorted by ``doc_id`` first, and every random choice (short targets, NSP
+coins and negatives, split points, truncation sides, SOP swaps) is a hash of
+``(seed, doc_id, stage, index)`` via ``stable_hash`` / ``unit_hash``. The
+same documents therefore give the same sequences on every runner, whatever
+the bundle order. The Beam wrapper only has to route each document to
+``(split_of(...), group_of(...))`` and call ``pack_group`` per key.
+
+Label conventions (the same as BERT/ALBERT's data code and Hugging Face):
+NSP ``label=0``: B is A's real continuation, ``label=1``: B is a random
+segment from another document. SOP ``label=0``: A then B in document order,
+``label=1``: swapped.
+
+Token accounting: every input token has exactly one *home* sequence, or is
+counted as truncated or dropped, so ``PackStats.unaccounted_tokens == 0``.
+A random-next B segment is a *borrowed* copy of another document's tokens and
+is not their home; the A-side sentences it displaced are put back and start
+the next pair (as BERT does).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, fields
+from typing import Literal
+
+from pipelines.records import TokenizedDocument, stable_hash, unit_hash
+from schemas import BOS_ID, EOS_ID
+from schemas.config import PackingConfig
+
+Split = Literal["train", "valid"]
+Segment = tuple[int, ...]
+# One document after long sentences were split: (doc_id, non-empty segments).
+_Doc = tuple[str, list[Segment]]
+
+# Hash stage names; prefixed so they never collide with other pipeline stages.
+_S_SPLIT = "pack.split"
+_S_GROUP = "pack.group"
+_S_SHORT = "pack.short"
+_S_SHORT_LEN = "pack.short_len"
+_S_A_END = "pack.a_end"
+_S_NSP = "pack.nsp"
+_S_NSP_DOC = "pack.nsp_doc"
+_S_NSP_START = "pack.nsp_start"
+_S_SOP = "pack.sop"
+_S_TRUNC = "pack.trunc"
+
+
+@dataclass(frozen=True)
+class PackedSequence:
+    """One training sequence.
+
+    input_ids: specials included, no padding, ``len <= max_seq_len``.
+    doc_ids: documents that contributed tokens, in order of appearance (for a
+    random-next pair the second one is the borrowed B document).
+    token_type_ids: pair rules only, 0 for ``<s> A </s>`` and 1 for ``B </s>``.
+    label: NSP 1 = random next, 0 = real next; SOP 1 = swapped, 0 = in order.
+    """
+
+    input_ids: tuple[int, ...]
+    doc_ids: tuple[str, ...]
+    token_type_ids: tuple[int, ...] | None = None
+    label: int | None = None
+
+
+@dataclass
+class PackStats:
+    """Counters of one packing run; add them to merge across groups.
+
+    Invariant: ``input_tokens == home_tokens + truncated_tokens + dropped_tokens``.
+    """
+
+    documents: int = 0  # documents seen (including empty ones)
+    empty_documents: int = 0  # documents without a single token
+    sentences: int = 0  # non-empty input sentences
+    input_tokens: int = 0  # tokens of those sentences (specials excluded)
+    sequences: int = 0
+    tokens: int = 0  # ids written, specials and borrowed B tokens included
+    home_tokens: int = 0  # input tokens placed in their one home sequence
+    borrowed_tokens: int = 0  # random-next B tokens copied from another document
+    split_long_sentences: int = 0  # sentences longer than the piece cap, split into pieces
+    split_for_pair: int = 0  # single-segment pairs made by cutting one segment in two
+    dropped_tokens: int = 0  # home tokens that could not form any sequence (1-token pair leftovers)
+    short_targets: int = 0  # sequences whose target length was shortened (short_seq_prob)
+    truncated_pairs: int = 0  # pairs cut down to max_seq_len
+    truncated_tokens: int = 0  # home tokens removed by truncation
+    truncated_borrowed_tokens: int = 0  # borrowed (random-next) tokens removed by truncation
+    real_next: int = 0  # NSP label 0 (fallback_real_next included)
+    random_next: int = 0  # NSP label 1 (forced_random_next included)
+    forced_random_next: int = 0  # A had no continuation (single segment / last sentence)
+    fallback_real_next: int = 0  # coin said random but the group has no other document
+    in_order: int = 0  # SOP label 0
+    swapped: int = 0  # SOP label 1
+
+    def __add__(self, other: PackStats) -> PackStats:
+        return PackStats(**{f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)})
+
+    def __iadd__(self, other: PackStats) -> PackStats:
+        for f in fields(self):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+        return self
+
+    def as_dict(self) -> dict[str, int]:
+        """Counters by name (for Beam metrics and the build report)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @property
+    def unaccounted_tokens(self) -> int:
+        """Input tokens neither placed, truncated nor dropped: 0 unless there is a bug."""
+        return self.input_tokens - self.home_tokens - self.truncated_tokens - self.dropped_tokens
+
+
+# ------------------------------------------------------------ routing
+
+
+def split_of(doc_id: str, seed: int, valid_fraction: float) -> Split:
+    """Return "train" or "valid" by a hash of the document id (a document never straddles splits)."""
+    return "valid" if unit_hash(seed, doc_id, _S_SPLIT) < valid_fraction else "train"
+
+
+def group_of(doc_id: str, seed: int, groups: int) -> int:
+    """Deterministic packing group in ``[0, groups)``; independent of the split hash."""
+    if groups < 1:
+        raise ValueError(f"groups must be >= 1, got {groups}")
+    return stable_hash(seed, doc_id, _S_GROUP) % groups
+
+
+# ------------------------------------------------------------ entry point
+
+
+def pack_group(
+    docs: Sequence[TokenizedDocument], cfg: PackingConfig, seed: int, group: int
+) -> tuple[list[PackedSequence], PackStats]:
+    """Pack all documents of one split of one group by ``cfg.rule``.
+
+    ``docs`` may come in any order (they are sorted by doc_id, so the output is
+    independent of bundle order). Every document must belong to ``group``
+    (``group_of(doc_id, seed, cfg.groups)``): NSP negatives are drawn from the
+    group, so a wiring mistake would silently change the corpus.
+    """
+    for d in docs:
+        g = group_of(d.doc_id, seed, cfg.groups)
+        if g != group:
+            raise ValueError(f"document {d.doc_id!r} belongs to packing group {g}, not {group}")
+    stats = PackStats()
+    # Ties on doc_id (should not happen after dedupe) are broken by content so
+    # the order stays a function of the input set alone.
+    ordered = sorted(docs, key=lambda d: (d.doc_id, d.source, d.sentences))
+    pair = cfg.rule in ("segment_pair_nsp", "sentence_pair_nsp", "sop")
+    # Pieces must fit one sequence (single rules) or half of a pair, so that a
+    # split sentence becomes a natural A/B pair instead of being truncated.
+    cap = max(1, (cfg.max_seq_len - 3) // 2) if pair else cfg.max_seq_len - 2
+    pool = [d for d in (_segments(doc, cap, stats) for doc in ordered) if d[1]]
+    if cfg.rule == "full_sentences":
+        out = _pack_contiguous(pool, cfg, seed, stats, cross_docs=True)
+    elif cfg.rule == "doc_sentences":
+        out = _pack_contiguous(pool, cfg, seed, stats, cross_docs=False)
+    elif cfg.rule == "sentence_pair_nsp":
+        out = _pack_sentence_pairs(pool, cfg, seed, stats)
+    else:
+        out = _pack_segment_pairs(pool, cfg, seed, stats, sop=cfg.rule == "sop")
+    return out, stats
+
+
+# ------------------------------------------------------------ helpers
+
+
+def _segments(doc: TokenizedDocument, cap: int, stats: PackStats) -> _Doc:
+    """The document's non-empty sentences, those longer than cap cut into near-equal pieces."""
+    stats.documents += 1
+    segs: list[Segment] = []
+    for sent in doc.sentences:
+        n = len(sent)
+        if n == 0:
+            continue
+        stats.sentences += 1
+        stats.input_tokens += n
+        if n <= cap:
+            segs.append(tuple(sent))
+            continue
+        stats.split_long_sentences += 1
+        k = -(-n // cap)  # ceil: fewest pieces that fit
+        base, extra = divmod(n, k)
+        pos = 0
+        for j in range(k):
+            size = base + (1 if j < extra else 0)
+            segs.append(tuple(sent[pos : pos + size]))
+            pos += size
+    if not segs:
+        stats.empty_documents += 1
+    return doc.doc_id, segs
+
+
+def _randint(lo: int, hi: int, *key: object) -> int:
+    """Keyed integer in [lo, hi] (like random.randint)."""
+    return lo + stable_hash(*key) % (hi - lo + 1)
+
+
+def _target(seed: int, doc_id: str, index: int, max_tokens: int, p: float, stats: PackStats) -> int:
+    """BERT's target length: max_tokens, or with probability p a random length in [2, max_tokens]."""
+    if p > 0 and unit_hash(seed, doc_id, _S_SHORT, index) < p:
+        stats.short_targets += 1
+        return _randint(min(2, max_tokens), max_tokens, seed, doc_id, _S_SHORT_LEN, index)
+    return max_tokens
+
+
+def _concat(segs: Iterable[Segment]) -> list[int]:
+    out: list[int] = []
+    for s in segs:
+        out.extend(s)
+    return out
+
+
+def _binomial_half(r: int, *key: object) -> int:
+    """Number of heads in r keyed fair coin flips (popcount of r hash bits)."""
+    heads = 0
+    for j in range(0, r, 64):
+        n = min(64, r - j)
+        heads += (stable_hash(*key, j) & ((1 << n) - 1)).bit_count()
+    return heads
+
+
+def _truncate_pair(
+    a: list[int], b: list[int], max_tokens: int, key: tuple[object, ...]
+) -> tuple[list[int], list[int], int, int]:
+    """BERT's truncate_seq_pair in closed form: returns (a, b, removed_from_a, removed_from_b).
+
+    BERT removes one token at a time from the longer segment (ties: B), from
+    the front or the back by a coin flip. Which segment loses a token depends
+    only on lengths, so the per-segment counts are computed directly and the
+    front/back split of each is Binomial(r, 1/2), drawn from keyed hash bits.
+    """
+    la, lb = len(a), len(b)
+    excess = la + lb - max_tokens
+    if excess <= 0:
+        return a, b, 0, 0
+    ra = rb = 0
+    if la > lb:
+        t = min(excess, la - lb)
+        ra, excess = t, excess - t
+    elif lb > la:
+        t = min(excess, lb - la)
+        rb, excess = t, excess - t
+    rb += excess // 2  # equal lengths: B goes first, then they alternate
+    ra += excess // 2
+    return _trim(a, ra, (*key, "a")), _trim(b, rb, (*key, "b")), ra, rb
+
+
+def _trim(seg: list[int], r: int, key: tuple[object, ...]) -> list[int]:
+    if r == 0:
+        return seg
+    front = _binomial_half(r, *key)
+    return seg[front : len(seg) - (r - front)]
+
+
+def _pair_sequence(
+    a: Sequence[int], b: Sequence[int], doc_ids: tuple[str, ...], label: int
+) -> PackedSequence:
+    """``<s> A </s> B </s>`` with token types 0 for the first part and 1 for ``B </s>``."""
+    ids = (BOS_ID, *a, EOS_ID, *b, EOS_ID)
+    types = (0,) * (len(a) + 2) + (1,) * (len(b) + 1)
+    return PackedSequence(input_ids=ids, doc_ids=doc_ids, token_type_ids=types, label=label)
+
+
+def _random_doc(pool: list[_Doc], own: int, *key: object) -> int | None:
+    """Keyed index of another document of the pool (None when the pool has only this one)."""
+    m = len(pool)
+    if m < 2:
+        return None
+    j = stable_hash(*key) % (m - 1)
+    return j + 1 if j >= own else j
+
+
+def _emit(out: list[PackedSequence], seq: PackedSequence, stats: PackStats) -> None:
+    out.append(seq)
+    stats.sequences += 1
+    stats.tokens += len(seq.input_ids)
+
+
+# ------------------------------------------------------------ FULL- / DOC-SENTENCES
+
+
+def _pack_contiguous(
+    pool: list[_Doc], cfg: PackingConfig, seed: int, stats: PackStats, cross_docs: bool
+) -> list[PackedSequence]:
+    """``<s> d1 ... </s> d2 ... </s>``: whole segments, one ``</s>`` between documents.
+
+    A block is closed when the next segment (plus its document separator) would
+    not fit its target; DOC-SENTENCES also closes at every document end.
+    """
+    cap = cfg.max_seq_len - 2
+    p = cfg.effective_short_seq_prob
+    out: list[PackedSequence] = []
+    ids: list[int] = []  # block content between <s> and the final </s>
+    members: list[str] = []
+    target = cap
+
+    def close() -> None:
+        if ids:
+            _emit(out, PackedSequence(input_ids=(BOS_ID, *ids, EOS_ID), doc_ids=tuple(members)), stats)
+            ids.clear()
+            members.clear()
+
+    for doc_id, segs in pool:
+        for k, seg in enumerate(segs):
+            sep = 1 if (ids and k == 0) else 0
+            if ids and len(ids) + sep + len(seg) > target:
+                close()
+                sep = 0
+            if not ids:
+                # Keyed by the block's first segment, so each block draws once.
+                target = _target(seed, doc_id, k, cap, p, stats)
+            if sep:
+                ids.append(EOS_ID)
+            ids.extend(seg)
+            stats.home_tokens += len(seg)
+            if not members or members[-1] != doc_id:
+                members.append(doc_id)
+        if not cross_docs:
+            close()
+    close()
+    return out
+
+
+# ------------------------------------------------------------ SEGMENT-PAIR+NSP and SOP
+
+
+def _pack_segment_pairs(
+    pool: list[_Doc], cfg: PackingConfig, seed: int, stats: PackStats, sop: bool
+) -> list[PackedSequence]:
+    """BERT's create_instances_from_document (and ALBERT's SOP variant), keyed.
+
+    Segments accumulate into a chunk until it reaches the target length (or the
+    document ends); a keyed split point divides the chunk into A and B. One
+    deliberate difference: the short target is drawn per chunk (BERT draws it
+    once per document, so 10% of documents were all short instead of 10% of
+    sequences).
+    """
+    max_tokens = cfg.max_seq_len - 3
+    p = cfg.effective_short_seq_prob
+    out: list[PackedSequence] = []
+    for own, (doc_id, segs) in enumerate(pool):
+        n = len(segs)
+        i = 0
+        start = 0
+        chunk_len = 0
+        target = max_tokens
+        while i < n:
+            if chunk_len == 0:
+                start = i
+                target = _target(seed, doc_id, start, max_tokens, p, stats)
+            chunk_len += len(segs[i])
+            if i == n - 1 or chunk_len >= target:
+                chunk = segs[start : i + 1]
+                if sop:
+                    _sop_pair(out, chunk, doc_id, start, max_tokens, seed, stats)
+                else:
+                    # Random next puts the unused B-side segments back.
+                    i -= _nsp_pair(out, pool, own, chunk, start, target, max_tokens, seed, stats)
+                chunk_len = 0
+            i += 1
+    return out
+
+
+def _split_single(seg: Segment, stats: PackStats) -> tuple[list[int], list[int]] | None:
+    """Cut a lone segment in the middle to make a pair (None, counted dropped, if 1 token)."""
+    if len(seg) < 2:
+        stats.dropped_tokens += len(seg)
+        return None
+    stats.split_for_pair += 1
+    mid = len(seg) // 2
+    return list(seg[:mid]), list(seg[mid:])
+
+
+def _nsp_pair(
+    out: list[PackedSequence],
+    pool: list[_Doc],
+    own: int,
+    chunk: list[Segment],
+    start: int,
+    target: int,
+    max_tokens: int,
+    seed: int,
+    stats: PackStats,
+) -> int:
+    """Emit one NSP pair from a chunk; returns how many chunk segments were put back."""
+    doc_id = pool[own][0]
+    a_end = _randint(1, len(chunk) - 1, seed, doc_id, _S_A_END, start) if len(chunk) >= 2 else 1
+    want_random = len(chunk) == 1 or unit_hash(seed, doc_id, _S_NSP, start) < 0.5
+    r = _random_doc(pool, own, seed, doc_id, _S_NSP_DOC, start) if want_random else None
+    if r is not None:
+        a = _concat(chunk[:a_end])
+        other_id, other = pool[r]
+        # BERT: B starts at a random segment of the other document and grows
+        # until it reaches the space A left (at least one segment).
+        j = _randint(0, len(other) - 1, seed, doc_id, _S_NSP_START, start)
+        b: list[int] = []
+        while j < len(other):
+            b.extend(other[j])
+            j += 1
+            if len(b) >= target - len(a):
+                break
+        label, doc_ids, put_back = 1, (doc_id, other_id), len(chunk) - a_end
+        stats.random_next += 1
+        stats.forced_random_next += int(len(chunk) == 1)
+    else:
+        if len(chunk) >= 2:
+            a, b = _concat(chunk[:a_end]), _concat(chunk[a_end:])
+        else:  # a lone segment in a one-document group: cut it to get a real next
+            halves = _split_single(chunk[0], stats)
+            if halves is None:
+                return 0
+            a, b = halves
+        label, doc_ids, put_back = 0, (doc_id,), 0
+        stats.real_next += 1
+        stats.fallback_real_next += int(want_random)
+    a, b, ra, rb = _truncate_pair(a, b, max_tokens, (seed, doc_id, _S_TRUNC, start))
+    _account_pair(stats, a, b, ra, rb, borrowed_b=label == 1)
+    _emit(out, _pair_sequence(a, b, doc_ids, label), stats)
+    return put_back
+
+
+def _sop_pair(
+    out: list[PackedSequence],
+    chunk: list[Segment],
+    doc_id: str,
+    start: int,
+    max_tokens: int,
+    seed: int,
+    stats: PackStats,
+) -> None:
+    """ALBERT SOP: A and B are consecutive parts of the chunk, swapped by a keyed coin."""
+    if len(chunk) >= 2:
+        a_end = _randint(1, len(chunk) - 1, seed, doc_id, _S_A_END, start)
+        a, b = _concat(chunk[:a_end]), _concat(chunk[a_end:])
+    else:
+        halves = _split_single(chunk[0], stats)
+        if halves is None:
+            return
+        a, b = halves
+    label = 1 if unit_hash(seed, doc_id, _S_SOP, start) < 0.5 else 0
+    if label:
+        a, b = b, a
+        stats.swapped += 1
+    else:
+        stats.in_order += 1
+    # ALBERT swaps first, then truncates.
+    a, b, ra, rb = _truncate_pair(a, b, max_tokens, (seed, doc_id, _S_TRUNC, start))
+    _account_pair(stats, a, b, ra, rb, borrowed_b=False)
+    _emit(out, _pair_sequence(a, b, (doc_id,), label), stats)
+
+
+def _account_pair(stats: PackStats, a: list[int], b: list[int], ra: int, rb: int, borrowed_b: bool) -> None:
+    stats.home_tokens += len(a)
+    stats.truncated_tokens += ra
+    if borrowed_b:
+        stats.borrowed_tokens += len(b)
+        stats.truncated_borrowed_tokens += rb
+    else:
+        stats.home_tokens += len(b)
+        stats.truncated_tokens += rb
+    stats.truncated_pairs += int(ra + rb > 0)
+
+
+# ------------------------------------------------------------ SENTENCE-PAIR+NSP
+
+
+def _pack_sentence_pairs(
+    pool: list[_Doc], cfg: PackingConfig, seed: int, stats: PackStats
+) -> list[PackedSequence]:
+    """A is one sentence; B is the next sentence (label 0) or a random sentence of another document (1).
+
+    A real pair consumes both sentences; after a random next the displaced
+    sentence is put back and becomes the next A. short_seq_prob does not apply:
+    pieces are at most half the budget, so a pair always fits whole.
+    """
+    max_tokens = cfg.max_seq_len - 3
+    out: list[PackedSequence] = []
+    for own, (doc_id, segs) in enumerate(pool):
+        n = len(segs)
+        i = 0
+        while i < n:
+            idx = i
+            has_next = i + 1 < n
+            want_random = not has_next or unit_hash(seed, doc_id, _S_NSP, idx) < 0.5
+            r = _random_doc(pool, own, seed, doc_id, _S_NSP_DOC, idx) if want_random else None
+            if r is not None:
+                other_id, other = pool[r]
+                a = list(segs[idx])
+                b = list(other[_randint(0, len(other) - 1, seed, doc_id, _S_NSP_START, idx)])
+                label, doc_ids, i = 1, (doc_id, other_id), idx + 1
+                stats.random_next += 1
+                stats.forced_random_next += int(not has_next)
+            elif has_next:
+                a, b = list(segs[idx]), list(segs[idx + 1])
+                label, doc_ids, i = 0, (doc_id,), idx + 2
+                stats.real_next += 1
+                stats.fallback_real_next += int(want_random)
+            else:  # last sentence of the only document: cut it to get a real next
+                i = idx + 1
+                halves = _split_single(segs[idx], stats)
+                if halves is None:
+                    continue
+                a, b = halves
+                label, doc_ids = 0, (doc_id,)
+                stats.real_next += 1
+                stats.fallback_real_next += 1
+            # Cannot trigger with half-budget pieces; kept so the length bound never rests on that.
+            a, b, ra, rb = _truncate_pair(a, b, max_tokens, (seed, doc_id, _S_TRUNC, idx))
+            _account_pair(stats, a, b, ra, rb, borrowed_b=label == 1)
+            _emit(out, _pair_sequence(a, b, doc_ids, label), stats)
+    return out

@@ -1,0 +1,269 @@
+"""Typed configs: the build config (data job) and the train config (trainer).
+
+Configs are pydantic models with defaults from the papers and the literature;
+unknown keys are errors (a typo must not silently fall back to a default).
+``load_config`` reads YAML or JSON from any fsspec URL and turns validation
+failures into one readable UserError.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from schemas.errors import UserError
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=False)
+
+
+# ============================================================ build config
+
+SourceFormat = Literal["auto", "jsonl", "json", "parquet", "ccnews", "openwebtext", "text"]
+
+
+class SourceConfig(Strict):
+    """One raw input: a name (ccnews | openwebtext | stories | yours) and a URL/glob."""
+
+    name: str = Field(pattern=r"^[a-z0-9_]{1,40}$")
+    input: str
+    format: SourceFormat = "auto"
+    text_field: str = "text"
+    # Stories: many documents per file separated by this line (None: one per file).
+    delimiter: str | None = None
+    # Per-source line rules (C4's terminal punctuation suits web and news text only).
+    line_rules: bool | None = None
+
+
+class CleanConfig(Strict):
+    """Cleaning rules; defaults from C4 and Gopher (see docs/cleaning.md)."""
+
+    invalid_utf8: Literal["reject", "repair"] = "reject"
+    max_doc_bytes: int = 1_000_000
+    min_words: int = 50
+    max_words: int = 100_000
+    min_mean_word_len: float = 3.0
+    max_mean_word_len: float = 10.0
+    max_symbol_word_ratio: float = 0.1
+    max_bullet_lines: float = 0.9
+    max_ellipsis_lines: float = 0.3
+    min_alpha_words: float = 0.8
+    min_stop_words: int = 2
+    max_dup_line_frac: float = 0.3
+    max_dup_para_frac: float = 0.3
+    max_top_ngram_frac: dict[int, float] = {2: 0.2, 3: 0.18, 4: 0.16}
+    max_dup_ngram_frac: dict[int, float] = {5: 0.15, 6: 0.14, 7: 0.13, 8: 0.12, 9: 0.11, 10: 0.10}
+    line_rules: bool = True
+    line_min_words: int = 5
+    min_sentences: int = 3
+    english_only: bool = True
+    min_english_score: float = 0.05
+    # Rules named here are switched off (e.g. ["min_words"] for a toy corpus).
+    disabled_rules: list[str] = []
+
+
+class DedupeConfig(Strict):
+    exact: bool = True
+    near: bool = True
+    ngram: int = Field(5, ge=1, le=20)
+    bands: int = Field(14, ge=1)
+    rows: int = Field(8, ge=1)
+    threshold: float = Field(0.8, gt=0, le=1)
+    seed: int = 42
+    # Guard against transitive-closure blow-ups: verified edges only, and
+    # members must be similar to their cluster's kept document.
+    max_cluster_size: int = 1000
+    # Large-star/small-star rounds of the connected-components step (the Beam
+    # graph is unrolled; unconverged clusters only lose recall, see docs/dedupe.md).
+    components_rounds: int = Field(8, ge=1, le=64)
+    # Persisted signature index of an existing corpus (incremental dedupe).
+    index: str | None = None
+
+
+class TokenizerConfig(Strict):
+    model_url: str | None = None  # reuse an existing spm model instead of training
+    model_type: Literal["unigram", "bpe"] = "unigram"
+    vocab_size: int = Field(8000, ge=64, le=1 << 20)
+    sample_docs: int = Field(200_000, ge=1)
+    input_sentence_size: int = 2_000_000
+    character_coverage: float = 0.9995
+    byte_fallback: bool = False
+    normalization_rule: str = "nmt_nfkc"
+    # SentencePiece output differs across thread counts: 1 keeps builds byte-identical.
+    num_threads: int = 1
+    encode_batch: int = 512
+
+
+PackingRule = Literal["full_sentences", "doc_sentences", "segment_pair_nsp", "sentence_pair_nsp", "sop"]
+PAIR_RULES = ("segment_pair_nsp", "sentence_pair_nsp", "sop")
+
+
+class PackingConfig(Strict):
+    rule: PackingRule = "full_sentences"
+    max_seq_len: int = Field(512, ge=8, le=1 << 16)
+    short_seq_prob: float | None = None  # None: 0.1 for pair rules, 0 otherwise
+    valid_fraction: float = Field(0.01, ge=0, lt=1)
+    # Documents are packed within deterministic groups (by doc hash), in
+    # parallel; a group's documents must fit one worker's memory. `groups`
+    # fixes the count; None derives it from the corpus: ceil(tokens / group_tokens).
+    groups: int | None = Field(None, ge=1)
+    group_tokens: int = Field(20_000_000, ge=1)
+
+    @property
+    def effective_short_seq_prob(self) -> float:
+        if self.short_seq_prob is not None:
+            return self.short_seq_prob
+        return 0.1 if self.rule in PAIR_RULES else 0.0
+
+
+class ShardConfig(Strict):
+    target_bytes: int = Field(256 * 1024 * 1024, ge=1024)
+    target_samples: int | None = Field(None, ge=1)
+
+
+class BuildConfig(Strict):
+    sources: list[SourceConfig]
+    clean: CleanConfig = CleanConfig()
+    dedupe: DedupeConfig = DedupeConfig()
+    tokenizer: TokenizerConfig = TokenizerConfig()
+    packing: PackingConfig = PackingConfig()
+    shards: ShardConfig = ShardConfig()
+    seed: int = 1234
+    # Write the clean and tokenized Parquet intermediates (repack starts from them).
+    write_intermediates: bool = True
+
+    @model_validator(mode="after")
+    def _unique_sources(self) -> BuildConfig:
+        names = [s.name for s in self.sources]
+        if len(set(names)) != len(names):
+            raise ValueError(f"source names must be unique, got {names}")
+        if not self.sources:
+            raise ValueError("at least one source is required")
+        return self
+
+
+# ============================================================ train config
+
+ModelSize = Literal["tiny", "small", "base", "large"]
+
+
+class ModelConfig(Strict):
+    size: ModelSize = "tiny"
+    # Explicit overrides of the named size (None: take the size's value).
+    hidden: int | None = None
+    layers: int | None = None
+    heads: int | None = None
+    intermediate: int | None = None
+    # ALBERT: factorized embedding size E < H (None: E = H).
+    embedding_size: int | None = None
+    # ALBERT cross-layer parameter sharing.
+    share: Literal["none", "all", "attention", "ffn"] = "none"
+    dropout: float = Field(0.1, ge=0, lt=1)
+    max_positions: int = 514
+    sentence_head: Literal["none", "nsp", "sop"] = "none"
+    span_boundary: bool = False  # SpanBERT SBO head
+    masked_only_head: bool = True  # project to the vocabulary only at masked positions
+
+
+class MaskingConfig(Strict):
+    scheme: Literal["token", "whole_word", "span", "ngram"] = "token"
+    rate: float = Field(0.15, gt=0, lt=1)
+    mask_prob: float = Field(0.8, ge=0, le=1)
+    random_prob: float = Field(0.1, ge=0, le=1)
+    span_p: float = Field(0.2, gt=0, le=1)
+    span_max: int = Field(10, ge=1)
+    ngram_max: int = Field(3, ge=1)
+
+    @model_validator(mode="after")
+    def _probs(self) -> MaskingConfig:
+        if self.mask_prob + self.random_prob > 1 + 1e-9:
+            raise ValueError("mask_prob + random_prob must be <= 1")
+        return self
+
+
+class OptimConfig(Strict):
+    name: Literal["adamw", "lamb"] = "adamw"
+    lr: float = Field(5e-4, gt=0)
+    beta1: float = 0.9
+    beta2: float = 0.98
+    eps: float = 1e-6
+    weight_decay: float = 0.01
+    warmup_steps: int = Field(0, ge=0)
+    clip_norm: float | None = 1.0
+
+
+class TrainConfig(Strict):
+    data: str  # manifest URL (or corpus root holding manifest.json)
+    output: str = "runs/run"  # run folder: metrics, checkpoints (any fsspec URL)
+    steps: int = Field(100, ge=1)
+    batch_size: int = Field(8, ge=1)  # sequences per micro-batch per rank
+    # Global batch target; gradient accumulation fills it (None: one micro-batch).
+    global_batch_sequences: int | None = None
+    global_batch_tokens: int | None = None
+    # DOC-SENTENCES: batch by token budget instead of by count.
+    tokens_per_batch: int | None = None
+    model: ModelConfig = ModelConfig()
+    masking: MaskingConfig = MaskingConfig()
+    optim: OptimConfig = OptimConfig()
+    seed: int = 0
+    num_workers: int = 0
+    shuffle_buffer: int = 1000
+    eval_every: int = 0
+    eval_batches: int = 10
+    log_every: int = 10
+    checkpoint_every: int = 0
+    keep_last: int = 3
+    resume: bool = True
+    device: str = "auto"
+    precision: Literal["auto", "fp32", "bf16"] = "auto"
+    compile: bool = False
+    corrupt_shards: Literal["fail", "skip"] = "fail"
+    follow: bool = False
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def format_validation_error(e: ValidationError) -> str:
+    parts = []
+    for err in e.errors():
+        loc = ".".join(str(x) for x in err["loc"]) or "(root)"
+        parts.append(f"{loc}: {err['msg']}")
+    return "; ".join(parts)
+
+
+def parse_config(cls: type[M], data: dict[str, Any], what: str = "config") -> M:
+    try:
+        return cls.model_validate(data)
+    except ValidationError as e:
+        raise UserError(f"invalid {what}: {format_validation_error(e)}") from None
+
+
+def load_config(cls: type[M], url: str) -> M:
+    """Read a YAML/JSON config from any fsspec URL into cls, with one clear error."""
+    from schemas.storage import read_text
+
+    try:
+        text = read_text(url)
+    except FileNotFoundError:
+        raise UserError(f"config not found: {url}") from None
+    if url.endswith((".yaml", ".yml")):
+        try:
+            import yaml
+        except ImportError:
+            raise UserError("reading YAML configs needs PyYAML (pip install pyyaml)") from None
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as e:
+            raise UserError(f"{url} is not valid YAML: {e}") from None
+    else:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise UserError(f"{url} is not valid JSON: {e}") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{url}: a config must be a mapping")
+    return parse_config(cls, data, what=f"config {url}")

@@ -1,0 +1,140 @@
+"""The corpus manifest: the commit marker and table of contents of a corpus.
+
+``manifest.json`` at the corpus root is written last; a corpus without one
+does not exist. It is canonical JSON (sorted keys, no wall-clock fields), so
+the same input and config give a byte-identical manifest.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from schemas import SCHEMA_VERSION, SPECIAL_TOKENS
+from schemas.config import PackingRule, format_validation_error
+from schemas.errors import UserError
+
+MANIFEST_NAME = "manifest.json"
+Split = Literal["train", "valid"]
+
+
+class _M(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ShardInfo(_M):
+    name: str  # path relative to the corpus root, e.g. "train-000000.tar"
+    split: Split
+    samples: int = Field(ge=0)
+    tokens: int = Field(ge=0)
+    bytes: int = Field(ge=0)
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+
+
+class TokenizerInfo(_M):
+    path: str  # relative to the corpus root (or an absolute URL when reused)
+    sha256: str
+    model_type: str
+    vocab_size: int
+    special_ids: dict[str, int] = dict(SPECIAL_TOKENS)
+    normalization_rule: str
+    # Whole-word / span / n-gram masking need to know which ids start a word;
+    # the trainer derives that table from the model file by this rule.
+    word_start_rule: str = "piece starts with U+2581 or is a special token"
+
+
+class SourceAccount(_M):
+    """Where every input record of one source went. input = kept + filtered + duplicate + rejected."""
+
+    input: int = 0
+    kept: int = 0
+    filtered: dict[str, int] = {}
+    duplicate: dict[str, int] = {}  # exact | near
+    rejected: dict[str, int] = {}
+
+    @property
+    def total_out(self) -> int:
+        return self.kept + sum(self.filtered.values()) + sum(self.duplicate.values()) + sum(self.rejected.values())
+
+    @property
+    def balanced(self) -> bool:
+        return self.input == self.total_out
+
+
+class SplitTotals(_M):
+    shards: int = 0
+    samples: int = 0
+    tokens: int = 0
+    bytes: int = 0
+    documents: int = 0
+
+
+class Manifest(_M):
+    schema_version: int = SCHEMA_VERSION
+    kind: Literal["shardforge-corpus"] = "shardforge-corpus"
+    version: int = 1
+    parent: str | None = None  # URL of the manifest this one was derived from (repack, ingest)
+    config: dict[str, Any]  # the full build config that produced this corpus
+    packing_rule: PackingRule
+    max_seq_len: int
+    ids_dtype: Literal["uint16", "int32"]
+    members: list[str]  # sample members present (subset of schemas.sample.ALLOWED_MEMBERS)
+    tokenizer: TokenizerInfo
+    shards: list[ShardInfo]
+    totals: dict[str, SplitTotals]
+    accounting: dict[str, SourceAccount]
+    counters: dict[str, int] = {}  # other stage counters (e.g. split_long_sentences)
+    intermediates: dict[str, str] = {}  # name -> relative path (clean, tokenized, dedupe index)
+
+    @model_validator(mode="after")
+    def _check(self) -> Manifest:
+        names = [s.name for s in self.shards]
+        if len(set(names)) != len(names):
+            raise ValueError("shard names must be unique")
+        if self.schema_version > SCHEMA_VERSION:
+            raise ValueError(f"schema_version {self.schema_version} is newer than this shardforge "
+                             f"({SCHEMA_VERSION}); upgrade shardforge")
+        return self
+
+    def shards_of(self, split: Split) -> list[ShardInfo]:
+        return [s for s in self.shards if s.split == split]
+
+    def to_json(self) -> str:
+        return json.dumps(self.model_dump(mode="json"), sort_keys=True, indent=1) + "\n"
+
+
+def manifest_url(url: str) -> str:
+    """Accept either the corpus root or the manifest URL itself."""
+    return url if url.endswith(".json") else url.rstrip("/") + "/" + MANIFEST_NAME
+
+
+def corpus_root(manifest_url_: str) -> str:
+    return manifest_url_.rsplit("/", 1)[0] if "/" in manifest_url_ else "."
+
+
+def parse_manifest(text: str, where: str = "manifest") -> Manifest:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise UserError(f"{where} is not valid JSON ({e}); is this a shardforge corpus?") from None
+    try:
+        return Manifest.model_validate(data)
+    except ValidationError as e:
+        raise UserError(f"{where} is not a valid shardforge manifest: {format_validation_error(e)}") from None
+
+
+def load_manifest(url: str) -> tuple[Manifest, str]:
+    """(manifest, corpus root URL) from a corpus root or manifest URL; one clear error."""
+    from schemas.storage import read_text
+
+    murl = manifest_url(url)
+    try:
+        text = read_text(murl)
+    except FileNotFoundError:
+        raise UserError(f"no manifest at {murl}: the corpus does not exist or its build did not finish "
+                        "(the manifest is written last)") from None
+    except IsADirectoryError:
+        raise UserError(f"{murl} is a directory, not a manifest") from None
+    return parse_manifest(text, murl), corpus_root(murl)

@@ -1,0 +1,184 @@
+"""The shard sample spec: one packed sequence as WebDataset tar members.
+
+A sample with key K is the tar members ``K.input_ids.npy`` (1-D, uint16 when
+the vocabulary fits in 16 bits, else int32; special tokens included; no
+padding), ``K.token_type_ids.npy`` (pair rules only, uint8), ``K.label.cls``
+(NSP / SOP rules only: ASCII integer) and ``K.json`` (small metadata, sorted
+keys). Nothing else is allowed, and nothing is ever unpickled: ``.npy`` is read
+with ``allow_pickle=False``.
+
+Tar files are written deterministically (mtime 0, uid/gid 0, empty owner
+names, USTAR) so the same samples always give the same bytes.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import tarfile
+from collections.abc import Iterable, Iterator
+from typing import IO, Any
+
+import numpy as np
+
+from schemas.errors import UserError
+
+INPUT_IDS = "input_ids.npy"
+TOKEN_TYPE_IDS = "token_type_ids.npy"
+LABEL = "label.cls"
+META = "json"
+ALLOWED_MEMBERS = (INPUT_IDS, TOKEN_TYPE_IDS, LABEL, META)
+FORBIDDEN_SUFFIXES = ("pyd", "pickle", "pkl", "pth", "pt", "npz", "mp", "msgpack")
+KEY_RE = re.compile(r"^[A-Za-z0-9_-]{1,200}$")
+TAR_BLOCK = 512
+TAR_RECORD = 20 * TAR_BLOCK
+
+
+class ShardFormatError(UserError):
+    """A shard that violates the sample spec (bad member, pickle, corrupt tar)."""
+
+
+def ids_dtype(vocab_size: int) -> np.dtype:
+    """uint16 when every id fits, else int32."""
+    return np.dtype(np.uint16) if vocab_size <= 65536 else np.dtype(np.int32)
+
+
+def _npy_bytes(arr: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    np.save(buf, np.ascontiguousarray(arr), allow_pickle=False)
+    return buf.getvalue()
+
+
+def encode_sample(
+    input_ids: np.ndarray | list[int],
+    vocab_size: int,
+    token_type_ids: np.ndarray | list[int] | None = None,
+    label: int | None = None,
+    meta: dict[str, Any] | None = None,
+) -> list[tuple[str, bytes]]:
+    """Members (suffix, payload) of one sample, in spec order."""
+    ids = np.asarray(input_ids)
+    if ids.ndim != 1 or ids.size == 0:
+        raise ValueError("input_ids must be a non-empty 1-D sequence")
+    if ids.min() < 0 or ids.max() >= vocab_size:
+        raise ValueError(f"token id out of range for vocab_size={vocab_size}")
+    members = [(INPUT_IDS, _npy_bytes(ids.astype(ids_dtype(vocab_size))))]
+    if token_type_ids is not None:
+        tt = np.asarray(token_type_ids, dtype=np.uint8)
+        if tt.shape != ids.shape:
+            raise ValueError("token_type_ids must match input_ids in length")
+        members.append((TOKEN_TYPE_IDS, _npy_bytes(tt)))
+    if label is not None:
+        members.append((LABEL, str(int(label)).encode("ascii")))
+    if meta:
+        members.append((META, json.dumps(meta, sort_keys=True, separators=(",", ":")).encode("utf-8")))
+    return members
+
+
+def member_tar_size(payload_len: int) -> int:
+    """Bytes one member takes in a tar: header block + data padded to blocks."""
+    return TAR_BLOCK + -(-payload_len // TAR_BLOCK) * TAR_BLOCK
+
+
+def sample_tar_size(members: list[tuple[str, bytes]]) -> int:
+    return sum(member_tar_size(len(p)) for _, p in members)
+
+
+def write_tar(fileobj: IO[bytes], samples: Iterable[tuple[str, list[tuple[str, bytes]]]]) -> None:
+    """Write samples (key, members) as a deterministic USTAR archive."""
+    with tarfile.open(fileobj=fileobj, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        for key, members in samples:
+            if not KEY_RE.match(key):
+                raise ValueError(f"invalid sample key {key!r}")
+            for suffix, payload in members:
+                info = tarfile.TarInfo(f"{key}.{suffix}")
+                info.size = len(payload)
+                info.mtime = 0
+                info.mode = 0o444
+                info.uid = info.gid = 0
+                info.uname = info.gname = ""
+                tar.addfile(info, io.BytesIO(payload))
+
+
+def tar_bytes(samples: Iterable[tuple[str, list[tuple[str, bytes]]]]) -> bytes:
+    buf = io.BytesIO()
+    write_tar(buf, samples)
+    return buf.getvalue()
+
+
+def split_member_name(name: str) -> tuple[str, str]:
+    """'dir/key.input_ids.npy' -> ('dir/key', 'input_ids.npy'), webdataset's rule."""
+    base = name.rsplit("/", 1)[-1]
+    if "." not in base:
+        raise ShardFormatError(f"member {name!r} has no extension")
+    stem, suffix = base.split(".", 1)
+    prefix = name[: len(name) - len(base)]
+    return prefix + stem, suffix
+
+
+def check_member(name: str) -> tuple[str, str]:
+    """Validate a member name against the spec; (key, suffix)."""
+    if name.startswith("/") or ".." in name.split("/"):
+        raise ShardFormatError(f"unsafe member name {name!r}")
+    key, suffix = split_member_name(name)
+    last = suffix.rsplit(".", 1)[-1].lower()
+    if last in FORBIDDEN_SUFFIXES:
+        raise ShardFormatError(f"member {name!r} is a pickle-like payload; refusing to read it")
+    if suffix not in ALLOWED_MEMBERS:
+        raise ShardFormatError(f"member {name!r} is not in the sample spec {ALLOWED_MEMBERS}")
+    return key, suffix
+
+
+def iter_tar_samples(fileobj: IO[bytes], source: str = "<shard>") -> Iterator[tuple[str, dict[str, bytes]]]:
+    """Stream (key, {suffix: payload}) from a tar, validating every member.
+
+    Members of one sample must be adjacent (as every WebDataset writer does).
+    Raises ShardFormatError on spec violations or a truncated/corrupt archive.
+    """
+    key: str | None = None
+    members: dict[str, bytes] = {}
+    try:
+        with tarfile.open(fileobj=fileobj, mode="r|") as tar:
+            for info in tar:
+                if not info.isfile():
+                    raise ShardFormatError(f"{source}: member {info.name!r} is not a regular file")
+                k, suffix = check_member(info.name)
+                f = tar.extractfile(info)
+                assert f is not None
+                payload = f.read()
+                if len(payload) != info.size:
+                    raise ShardFormatError(f"{source}: member {info.name!r} is truncated")
+                if k != key:
+                    if key is not None:
+                        yield key, members
+                    key, members = k, {}
+                if suffix in members:
+                    raise ShardFormatError(f"{source}: duplicate member {info.name!r}")
+                members[suffix] = payload
+    except tarfile.TarError as e:
+        raise ShardFormatError(f"{source}: corrupt or truncated tar ({e})") from e
+    except EOFError as e:
+        raise ShardFormatError(f"{source}: truncated tar ({e})") from e
+    if key is not None:
+        yield key, members
+
+
+def decode_sample(key: str, members: dict[str, bytes]) -> dict[str, Any]:
+    """Decode one sample's members; never unpickles."""
+    if INPUT_IDS not in members:
+        raise ShardFormatError(f"sample {key!r} has no {INPUT_IDS}")
+    out: dict[str, Any] = {"__key__": key}
+    try:
+        out["input_ids"] = np.load(io.BytesIO(members[INPUT_IDS]), allow_pickle=False)
+        if TOKEN_TYPE_IDS in members:
+            out["token_type_ids"] = np.load(io.BytesIO(members[TOKEN_TYPE_IDS]), allow_pickle=False)
+        if LABEL in members:
+            out["label"] = int(members[LABEL].decode("ascii"))
+        if META in members:
+            out["meta"] = json.loads(members[META].decode("utf-8"))
+    except (ValueError, UnicodeDecodeError, OSError) as e:
+        raise ShardFormatError(f"sample {key!r} does not decode: {e}") from e
+    if out["input_ids"].ndim != 1 or out["input_ids"].dtype not in (np.uint16, np.int32):
+        raise ShardFormatError(f"sample {key!r}: input_ids must be 1-D uint16/int32")
+    return out

@@ -1,0 +1,132 @@
+"""Test fixtures: object-store emulators on 127.0.0.1 and small corpora.
+
+The environment is set before anything imports gcsfs / s3fs / transformers:
+gcsfs probes bucket types over gRPC for 60 s unless told not to, the Google
+and AWS clients probe metadata servers, and the HF hub must stay offline.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ["GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT"] = "false"
+os.environ["NO_GCE_CHECK"] = "true"
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["TRANSFORMERS_OFFLINE"] = "1"
+os.environ["FSSPEC_GS_TOKEN"] = "anon"
+os.environ["AWS_EC2_METADATA_DISABLED"] = "true"
+os.environ["AWS_ACCESS_KEY_ID"] = "testing"
+os.environ["AWS_SECRET_ACCESS_KEY"] = "testing"
+os.environ["AWS_DEFAULT_REGION"] = "us-east-1"
+os.environ["SHARDFORGE_RETRY_BASE_DELAY"] = "0.01"
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import itertools  # noqa: E402
+import shutil  # noqa: E402
+import socket  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from collections.abc import Iterator  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+
+BIN = Path(sys.executable).parent
+_bucket_ids = itertools.count()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port: int, proc: subprocess.Popen, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited early with code {proc.returncode}")
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise RuntimeError(f"server on port {port} did not start in {timeout}s")
+
+
+def start_server(cmd: list[str], port: int) -> subprocess.Popen:
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_port(port, proc)
+    except Exception:
+        proc.kill()
+        raise
+    return proc
+
+
+def stop_server(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+@pytest.fixture(scope="session")
+def gcs_emulator() -> Iterator[str]:
+    """A gcp-storage-emulator on 127.0.0.1; gcsfs (token anon) talks to it. Yields its URL."""
+    port = free_port()
+    exe = shutil.which("gcp-storage-emulator", path=str(BIN)) or "gcp-storage-emulator"
+    proc = start_server([exe, "start", "--host", "127.0.0.1", "--port", str(port), "--in-memory"], port)
+    url = f"http://127.0.0.1:{port}"
+    os.environ["STORAGE_EMULATOR_HOST"] = url
+    yield url
+    stop_server(proc)
+    os.environ.pop("STORAGE_EMULATOR_HOST", None)
+
+
+@pytest.fixture
+def gcs_bucket(gcs_emulator: str) -> str:
+    """A fresh, empty bucket on the emulator: 'gs://name'."""
+    import gcsfs
+
+    name = f"sf-test-{os.getpid()}-{next(_bucket_ids)}"
+    fs = gcsfs.GCSFileSystem(token="anon")
+    fs.mkdir(name)
+    fs.invalidate_cache()
+    return f"gs://{name}"
+
+
+@pytest.fixture(scope="session")
+def s3_emulator() -> Iterator[str]:
+    """A moto server on 127.0.0.1 standing in for S3. Yields its endpoint URL."""
+    port = free_port()
+    exe = shutil.which("moto_server", path=str(BIN)) or "moto_server"
+    proc = start_server([exe, "-H", "127.0.0.1", "-p", str(port)], port)
+    url = f"http://127.0.0.1:{port}"
+    import fsspec
+
+    fsspec.config.conf.setdefault("s3", {})["endpoint_url"] = url
+    yield url
+    fsspec.config.conf.get("s3", {}).pop("endpoint_url", None)
+    stop_server(proc)
+
+
+@pytest.fixture
+def s3_bucket(s3_emulator: str) -> str:
+    import s3fs
+
+    name = f"sf-test-{os.getpid()}-{next(_bucket_ids)}"
+    fs = s3fs.S3FileSystem(endpoint_url=s3_emulator)
+    fs.mkdir(name)
+    fs.invalidate_cache()
+    return f"s3://{name}"
+
+
+@pytest.fixture(scope="session")
+def demo_corpus(tmp_path_factory) -> dict[str, str]:
+    """The synthetic multi-source raw corpus of `shardforge demo` (small)."""
+    from shardforge.synth import write_demo_corpus
+
+    root = tmp_path_factory.mktemp("raw")
+    return write_demo_corpus(str(root), docs_per_source=40, seed=7)

@@ -1,0 +1,1 @@
+"""shardforge's lean torch trainer (never imports apache_beam)."""

@@ -1,0 +1,301 @@
+"""Export a trained Encoder as a Hugging Face folder (issue #8).
+
+The folder holds ``config.json``, ``model.safetensors``, the tokenizer
+(``tokenizer.json``, ``tokenizer_config.json``, ``special_tokens_map.json``)
+and a copy of the SentencePiece model (``spm.model``). ``transformers`` loads
+it as:
+
+- ``XLMRobertaForMaskedLM`` for the RoBERTa variant (E = H, no sharing): our
+  positions already follow fairseq/HF RoBERTa's offset, so tensors map 1:1.
+- ``AlbertForMaskedLM`` otherwise (factorized E < H and/or sharing). ALBERT
+  numbers positions from 0 while we start real tokens at pad_id+1, so its
+  position table is ours shifted by pad_id+1 rows (exact for right-padded
+  input, which is what HF tokenizers produce). Sharing "all" becomes one
+  ALBERT layer group; any other sharing is unrolled into one group per layer
+  (the same function, stored once per layer).
+
+Pretraining-only heads (NSP/SOP, SpanBERT SBO) are not exported: the HF
+masked-LM classes have no place for them.
+
+The tokenizer is written from the SentencePiece pieces and scores rather than
+by transformers' spm converter, which needs sentencepiece's proto module
+(broken under protobuf < 7) and silently builds a wrong vocabulary in
+transformers 5.x. The one thing the sentencepiece API does not expose, the
+normalizer's precompiled character map, is read from the model file with a
+few lines of protobuf wire-format parsing.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import torch
+
+from schemas import SPECIAL_TOKENS
+from schemas.config import ModelConfig
+from schemas.storage import join, makedirs, read_bytes, write_bytes_atomic, write_text_atomic
+from trainer.model import Encoder, ModelDims, resolve_dims
+
+XLM_ROBERTA = "xlm-roberta"
+ALBERT = "albert"
+
+
+# ================================================================= weights
+
+
+def choose_architecture(dims: ModelDims) -> str:
+    """XLM-RoBERTa for the plain RoBERTa shape, ALBERT for factorized or shared models."""
+    return XLM_ROBERTA if not dims.factorized and dims.share == "none" else ALBERT
+
+
+def _qkv(model: Encoder, i: int) -> tuple[torch.Tensor, ...]:
+    """(q_w, k_w, v_w, q_b, k_b, v_b) of layer i, split from the fused projection."""
+    attn = model.attn[i % len(model.attn)]
+    return (*attn.qkv.weight.chunk(3, dim=0), *attn.qkv.bias.chunk(3, dim=0))
+
+
+def _roberta_tensors(model: Encoder) -> dict[str, torch.Tensor]:
+    e, p = model.embed, "roberta.embeddings."
+    t = {
+        p + "word_embeddings.weight": e.word.weight,
+        p + "position_embeddings.weight": e.position.weight,
+        p + "token_type_embeddings.weight": e.token_type.weight,
+        p + "LayerNorm.weight": e.ln.weight,
+        p + "LayerNorm.bias": e.ln.bias,
+    }
+    for i in range(model.dims.layers):
+        a, f, p = model.attn[i % len(model.attn)], model.ffn[i % len(model.ffn)], f"roberta.encoder.layer.{i}."
+        qw, kw, vw, qb, kb, vb = _qkv(model, i)
+        t.update({
+            p + "attention.self.query.weight": qw, p + "attention.self.query.bias": qb,
+            p + "attention.self.key.weight": kw, p + "attention.self.key.bias": kb,
+            p + "attention.self.value.weight": vw, p + "attention.self.value.bias": vb,
+            p + "attention.output.dense.weight": a.out.weight, p + "attention.output.dense.bias": a.out.bias,
+            p + "attention.output.LayerNorm.weight": a.ln.weight, p + "attention.output.LayerNorm.bias": a.ln.bias,
+            p + "intermediate.dense.weight": f.fc1.weight, p + "intermediate.dense.bias": f.fc1.bias,
+            p + "output.dense.weight": f.fc2.weight, p + "output.dense.bias": f.fc2.bias,
+            p + "output.LayerNorm.weight": f.ln.weight, p + "output.LayerNorm.bias": f.ln.bias,
+        })
+    h = model.lm_head
+    t.update({
+        "lm_head.dense.weight": h.dense.weight, "lm_head.dense.bias": h.dense.bias,
+        "lm_head.layer_norm.weight": h.ln.weight, "lm_head.layer_norm.bias": h.ln.bias,
+        "lm_head.bias": h.bias,
+        # Tied in HF too; written out so loaders that do not tie still get the right head.
+        "lm_head.decoder.weight": e.word.weight, "lm_head.decoder.bias": h.bias,
+    })
+    return t
+
+
+def _albert_tensors(model: Encoder) -> dict[str, torch.Tensor]:
+    d, e, p = model.dims, model.embed, "albert.embeddings."
+    t = {
+        p + "word_embeddings.weight": e.word.weight,
+        # ALBERT's position ids are 0, 1, ...; ours for the same tokens are pad_id+1, pad_id+2, ...
+        p + "position_embeddings.weight": e.position.weight[d.pad_id + 1:],
+        p + "token_type_embeddings.weight": e.token_type.weight,
+        p + "LayerNorm.weight": e.ln.weight,
+        p + "LayerNorm.bias": e.ln.bias,
+    }
+    if e.project is not None:
+        proj_w, proj_b = e.project.weight, e.project.bias
+    else:  # ALBERT always has the E -> H mapping; E = H makes it the identity.
+        proj_w, proj_b = torch.eye(d.hidden), torch.zeros(d.hidden)
+    t["albert.encoder.embedding_hidden_mapping_in.weight"] = proj_w
+    t["albert.encoder.embedding_hidden_mapping_in.bias"] = proj_b
+    for g in range(1 if d.share == "all" else d.layers):
+        a, f = model.attn[g % len(model.attn)], model.ffn[g % len(model.ffn)]
+        p = f"albert.encoder.albert_layer_groups.{g}.albert_layers.0."
+        qw, kw, vw, qb, kb, vb = _qkv(model, g)
+        t.update({
+            p + "attention.query.weight": qw, p + "attention.query.bias": qb,
+            p + "attention.key.weight": kw, p + "attention.key.bias": kb,
+            p + "attention.value.weight": vw, p + "attention.value.bias": vb,
+            p + "attention.dense.weight": a.out.weight, p + "attention.dense.bias": a.out.bias,
+            p + "attention.LayerNorm.weight": a.ln.weight, p + "attention.LayerNorm.bias": a.ln.bias,
+            p + "ffn.weight": f.fc1.weight, p + "ffn.bias": f.fc1.bias,
+            p + "ffn_output.weight": f.fc2.weight, p + "ffn_output.bias": f.fc2.bias,
+            p + "full_layer_layer_norm.weight": f.ln.weight, p + "full_layer_layer_norm.bias": f.ln.bias,
+        })
+    h = model.lm_head
+    t.update({
+        "predictions.dense.weight": h.dense.weight, "predictions.dense.bias": h.dense.bias,
+        "predictions.LayerNorm.weight": h.ln.weight, "predictions.LayerNorm.bias": h.ln.bias,
+        "predictions.bias": h.bias,
+        "predictions.decoder.weight": e.word.weight, "predictions.decoder.bias": h.bias,
+    })
+    return t
+
+
+def hf_config(dims: ModelDims, arch: str) -> dict[str, Any]:
+    """config.json contents for the chosen architecture."""
+    common = {
+        "vocab_size": dims.vocab_size,
+        "hidden_size": dims.hidden,
+        "num_hidden_layers": dims.layers,
+        "num_attention_heads": dims.heads,
+        "intermediate_size": dims.intermediate,
+        "hidden_act": "gelu",  # exact (erf) GELU, as F.gelu
+        "hidden_dropout_prob": dims.dropout,
+        "attention_probs_dropout_prob": dims.dropout,
+        "type_vocab_size": dims.type_vocab_size,
+        "initializer_range": 0.02,
+        "layer_norm_eps": dims.layer_norm_eps,
+        "pad_token_id": dims.pad_id,
+        "bos_token_id": SPECIAL_TOKENS["<s>"],
+        "eos_token_id": SPECIAL_TOKENS["</s>"],
+        "tie_word_embeddings": True,
+        "dtype": "float32",
+    }
+    if arch == XLM_ROBERTA:
+        return {"architectures": ["XLMRobertaForMaskedLM"], "model_type": "xlm-roberta", **common,
+                "max_position_embeddings": dims.max_positions, "position_embedding_type": "absolute"}
+    return {"architectures": ["AlbertForMaskedLM"], "model_type": "albert", **common,
+            "embedding_size": dims.embedding_size,
+            "max_position_embeddings": dims.max_seq_len,
+            "num_hidden_groups": 1 if dims.share == "all" else dims.layers,
+            "inner_group_num": 1,
+            "classifier_dropout_prob": dims.dropout}
+
+
+# ================================================================= tokenizer
+
+
+def _varint(buf: bytes, i: int) -> tuple[int, int]:
+    out = shift = 0
+    while True:
+        b = buf[i]
+        i += 1
+        out |= (b & 0x7F) << shift
+        if b < 0x80:
+            return out, i
+        shift += 7
+
+
+def _proto_fields(buf: bytes) -> dict[int, list[Any]]:
+    """Top-level fields of a protobuf message: number -> values (ints or bytes)."""
+    fields: dict[int, list[Any]] = {}
+    i = 0
+    while i < len(buf):
+        key, i = _varint(buf, i)
+        num, wire = key >> 3, key & 7
+        if wire == 0:
+            val, i = _varint(buf, i)
+        elif wire == 1:
+            val, i = buf[i:i + 8], i + 8
+        elif wire == 2:
+            n, i = _varint(buf, i)
+            val, i = buf[i:i + n], i + n
+        elif wire == 5:
+            val, i = buf[i:i + 4], i + 4
+        else:
+            raise ValueError(f"unsupported protobuf wire type {wire}")
+        fields.setdefault(num, []).append(val)
+    return fields
+
+
+def spm_normalizer_spec(model_bytes: bytes) -> dict[str, Any]:
+    """precompiled_charsmap, add_dummy_prefix, remove_extra_whitespaces of an spm model file.
+
+    ModelProto.normalizer_spec is field 3; in NormalizerSpec, precompiled_charsmap
+    is field 2 and the two flags are fields 3 and 4 (both default true).
+    """
+    spec = _proto_fields(model_bytes).get(3, [b""])[0]
+    f = _proto_fields(spec)
+    return {
+        "precompiled_charsmap": f.get(2, [b""])[0],
+        "add_dummy_prefix": bool(f.get(3, [1])[0]),
+        "remove_extra_whitespaces": bool(f.get(4, [1])[0]),
+    }
+
+
+def build_tokenizer_json(model_bytes: bytes, arch: str = XLM_ROBERTA) -> str:
+    """tokenizer.json (HF tokenizers format) equivalent to the SentencePiece unigram model."""
+    import sentencepiece as spm
+    from tokenizers import AddedToken, Tokenizer, decoders, normalizers, pre_tokenizers, processors
+    from tokenizers.models import Unigram
+
+    sp = spm.SentencePieceProcessor(model_proto=model_bytes)
+    n = sp.get_piece_size()
+    for name, want in SPECIAL_TOKENS.items():
+        if sp.piece_to_id(name) != want:
+            raise ValueError(f"the SentencePiece model maps {name} to {sp.piece_to_id(name)}, expected {want}")
+    byte_fallback = any(sp.is_byte(i) for i in range(n))
+    vocab = [(sp.id_to_piece(i), 0.0 if sp.is_control(i) else float(sp.get_score(i))) for i in range(n)]
+    tok = Tokenizer(Unigram(vocab, unk_id=sp.unk_id(), byte_fallback=byte_fallback))
+
+    spec = spm_normalizer_spec(model_bytes)
+    if spec["precompiled_charsmap"]:
+        tok.normalizer = normalizers.Precompiled(spec["precompiled_charsmap"])
+    prepend = "always" if spec["add_dummy_prefix"] else "never"
+    metaspace = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme=prepend, split=True)
+    # spm strips and collapses whitespace (remove_extra_whitespaces); splitting on it does the same.
+    tok.pre_tokenizer = (pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(), metaspace])
+                         if spec["remove_extra_whitespaces"] else metaspace)
+    meta_dec = decoders.Metaspace(replacement="\u2581", prepend_scheme=prepend, split=True)
+    tok.decoder = decoders.Sequence([decoders.ByteFallback(), decoders.Fuse(), meta_dec]) if byte_fallback \
+        else meta_dec
+    # Special tokens are matched before normalization, as sentencepiece does for <mask>.
+    tok.add_special_tokens([AddedToken(name, special=True, normalized=False) for name in SPECIAL_TOKENS])
+    bos, eos = "<s>", "</s>"
+    if arch == XLM_ROBERTA:  # RoBERTa: <s> A </s> </s> B </s>, one segment type
+        pair = f"{bos} $A {eos} {eos} $B {eos}"
+    else:  # BERT/ALBERT: segment B gets type 1
+        pair = f"{bos}:0 $A:0 {eos}:0 $B:1 {eos}:1"
+    tok.post_processor = processors.TemplateProcessing(
+        single=f"{bos} $A {eos}", pair=pair,
+        special_tokens=[(bos, SPECIAL_TOKENS[bos]), (eos, SPECIAL_TOKENS[eos])])
+    return tok.to_str(pretty=True)
+
+
+def _special_tokens_map() -> dict[str, str]:
+    return {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "sep_token": "</s>",
+            "cls_token": "<s>", "pad_token": "<pad>", "mask_token": "<mask>"}
+
+
+# ================================================================= export
+
+
+def export_hf(model: Encoder, cfg: ModelConfig, spm_model_path: str, out_dir: str,
+              architecture: str | None = None) -> None:
+    """Write a Hugging Face folder (config, safetensors weights, tokenizer) to out_dir (any fsspec URL).
+
+    architecture: "xlm-roberta" or "albert" (default: chosen from the model's
+    shape by choose_architecture). XLM-RoBERTa cannot express a factorized
+    embedding or an E -> H projection, so those models must go to ALBERT.
+    """
+    from safetensors.torch import save as save_safetensors
+
+    dims = model.dims
+    if dims.vocab_size != model.embed.word.num_embeddings:
+        raise ValueError("model and its dims disagree on the vocabulary size")
+    if resolve_dims(cfg, dims.vocab_size, dims.pad_id) != dims:
+        raise ValueError("cfg does not describe this model (its resolved dims differ)")
+    arch = architecture or choose_architecture(dims)
+    if arch not in (XLM_ROBERTA, ALBERT):
+        raise ValueError(f"unknown architecture {arch!r}; use {XLM_ROBERTA!r} or {ALBERT!r}")
+    if arch == XLM_ROBERTA and dims.factorized:
+        raise ValueError("a factorized embedding (E != H) can only be exported as ALBERT")
+
+    spm_bytes = read_bytes(spm_model_path)
+    tokenizer_json = build_tokenizer_json(spm_bytes, arch)  # validates special ids before writing anything
+    n_pieces = len(json.loads(tokenizer_json)["model"]["vocab"])
+    if n_pieces != dims.vocab_size:
+        raise ValueError(f"the SentencePiece model has {n_pieces} pieces but the model has "
+                         f"vocab_size {dims.vocab_size}")
+
+    tensors = _roberta_tensors(model) if arch == XLM_ROBERTA else _albert_tensors(model)
+    # Own contiguous fp32 CPU copies: safetensors refuses tensors that share storage (tied weights).
+    tensors = {k: v.detach().to("cpu", torch.float32).clone().contiguous() for k, v in tensors.items()}
+
+    makedirs(out_dir)
+    write_text_atomic(join(out_dir, "config.json"), json.dumps(hf_config(dims, arch), indent=2) + "\n")
+    write_bytes_atomic(join(out_dir, "model.safetensors"), save_safetensors(tensors, metadata={"format": "pt"}))
+    write_text_atomic(join(out_dir, "tokenizer.json"), tokenizer_json)
+    specials = _special_tokens_map()
+    tok_cfg = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": dims.max_seq_len,
+               "clean_up_tokenization_spaces": False, **specials}
+    write_text_atomic(join(out_dir, "tokenizer_config.json"), json.dumps(tok_cfg, indent=2) + "\n")
+    write_text_atomic(join(out_dir, "special_tokens_map.json"), json.dumps(specials, indent=2) + "\n")
+    write_bytes_atomic(join(out_dir, "spm.model"), spm_bytes)

@@ -1,0 +1,335 @@
+"""Dynamic masking on the batch's device: token, whole-word, SpanBERT spans, ALBERT n-grams.
+
+Every random choice comes from a counter-based hash (splitmix64's finalizer,
+in int64 tensor ops) of ``(seed, epoch, stream, sample_id, index)``, where
+``index`` is a token position *inside the sample* or a span counter. Nothing
+depends on a generator's state, on the batch composition, on the batch order
+or on the padded length, so a sample's mask is a pure function of (seed,
+epoch, sample_id, its own tokens) and is bit-identical on CPU and CUDA
+(everything after the hash is integer arithmetic, sorting and cumsums).
+
+All schemes share one selection step: the row is cut into *units* (a token,
+a whole word, a span of whole words, an n-gram of whole words), each unit
+gets a hashed priority, and units are taken in priority order until the
+row's token budget ``rate × maskable tokens`` is met (a unit is taken while
+less than half of it would overshoot). See docs/masking.md.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+
+import torch
+
+from schemas.config import MaskingConfig
+
+IGNORE_INDEX = -100
+WORD_START = "\u2581"  # SentencePiece's word-boundary marker
+
+# ---------------------------------------------------------------- keyed hashing
+
+_M64 = (1 << 64) - 1
+_GOLDEN = 0x9E3779B97F4A7C15
+_MUL1 = 0xBF58476D1CE4E5B9
+_MUL2 = 0x94D049BB133111EB
+_INT64_MAX = (1 << 63) - 1
+_U32 = 1 << 32
+
+# One stream per independent random choice; changing a value changes every mask.
+_S_BUDGET, _S_PRIO, _S_DECIDE, _S_RANDOM, _S_LEN, _S_GAP, _S_OFFSET = range(1, 8)
+
+
+def _signed(x: int) -> int:
+    """A 64-bit pattern as the int64 value torch stores."""
+    x &= _M64
+    return x - (1 << 64) if x >> 63 else x
+
+
+def _mix_int(z: int) -> int:
+    """splitmix64's finalizer on a Python int (the reference for the tensor version)."""
+    z &= _M64
+    z = ((z ^ (z >> 30)) * _MUL1) & _M64
+    z = ((z ^ (z >> 27)) * _MUL2) & _M64
+    return z ^ (z >> 31)
+
+
+def _srl(z: torch.Tensor, s: int) -> torch.Tensor:
+    # torch's >> on int64 is arithmetic; masking off the sign copies makes it logical.
+    return (z >> s) & ((1 << (64 - s)) - 1)
+
+
+def _mix(z: torch.Tensor) -> torch.Tensor:
+    """splitmix64's finalizer on an int64 tensor (multiplication wraps mod 2**64)."""
+    z = z ^ _srl(z, 30)
+    z = z * _signed(_MUL1)
+    z = z ^ _srl(z, 27)
+    z = z * _signed(_MUL2)
+    return z ^ _srl(z, 31)
+
+
+def _u32(h: torch.Tensor) -> torch.Tensor:
+    """Top 32 bits of a hash as int64 in [0, 2**32): a uniform integer."""
+    return _srl(h, 32)
+
+
+def _fixed(p: float) -> int:
+    """Probability p as a threshold on a uniform 32-bit integer."""
+    return min(_U32, max(0, round(p * _U32)))
+
+
+def _cdf_thresholds(probs: Sequence[float]) -> list[int]:
+    """Integer CDF cut points: value = count of thresholds <= u (exact on every device)."""
+    total = sum(probs)
+    out, acc = [], 0.0
+    for p in probs[:-1]:
+        acc += p / total
+        out.append(_fixed(acc))
+    return out
+
+
+def word_start_table(pieces: Sequence[str], special_ids: Iterable[int]) -> torch.Tensor:
+    """bool [V]: True where a SentencePiece piece starts a word ("\u2581"...) or is special/control."""
+    table = torch.tensor([p.startswith(WORD_START) for p in pieces], dtype=torch.bool)
+    for i in special_ids:
+        if 0 <= i < len(pieces):
+            table[i] = True
+    return table
+
+
+class Masker:
+    """Vectorized, sample-keyed dynamic masking for one MaskingConfig.
+
+    Build once, move with ``.to(device)``, call per batch. No per-sequence
+    Python loops; the only Python-side work is a handful of scalar constants.
+    """
+
+    def __init__(
+        self,
+        cfg: MaskingConfig,
+        vocab_size: int,
+        special_ids: Iterable[int],
+        mask_id: int,
+        pad_id: int,
+        word_starts: torch.Tensor | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.vocab_size = int(vocab_size)
+        self.mask_id = int(mask_id)
+        self.pad_id = int(pad_id)
+        specials = {int(i) for i in special_ids} | {self.mask_id, self.pad_id}
+        if any(not 0 <= i < self.vocab_size for i in specials):
+            raise ValueError(f"special ids {sorted(specials)} out of range for vocab_size={vocab_size}")
+        is_special = torch.zeros(self.vocab_size, dtype=torch.bool)
+        is_special[sorted(specials)] = True
+        self._is_special = is_special
+        self._allowed = torch.nonzero(~is_special).flatten()  # ids a "random token" may take
+        if self._allowed.numel() == 0:
+            raise ValueError("the vocabulary has no non-special token to sample from")
+
+        if cfg.scheme != "token":
+            if word_starts is None:
+                raise ValueError(f"masking scheme {cfg.scheme!r} needs a word_starts table")
+            if word_starts.shape != (self.vocab_size,):
+                raise ValueError(f"word_starts must have shape [{self.vocab_size}], got {tuple(word_starts.shape)}")
+            # Specials always start a slot so a word never runs across <s>, </s> or <pad>.
+            self._word_starts: torch.Tensor | None = word_starts.to(torch.bool).cpu() | is_special
+        else:
+            self._word_starts = None
+
+        self._rate = _fixed(cfg.rate)
+        self._t_mask = _fixed(cfg.mask_prob)
+        self._t_random = _fixed(cfg.mask_prob + cfg.random_prob)
+
+        # Span / n-gram length laws and the tiling that proposes candidate spans.
+        self._len_thr: torch.Tensor | None = None
+        self._gap_thr: torch.Tensor | None = None
+        if cfg.scheme in ("span", "ngram"):
+            if cfg.scheme == "span":
+                q = 1.0 - cfg.span_p
+                probs = [cfg.span_p * q ** (k - 1) for k in range(1, cfg.span_max + 1)]
+            else:
+                probs = [1.0 / n for n in range(1, cfg.ngram_max + 1)]
+            mean_len = sum(k * p for k, p in enumerate(probs, 1)) / sum(probs)
+            self.mean_len = mean_len
+            self._len_thr = torch.tensor(_cdf_thresholds(probs), dtype=torch.int64)
+            # Candidate spans cover ~density of the slots (twice the rate, at least half),
+            # so the thinning step below almost always has enough to fill the budget.
+            density = min(0.9, max(0.5, 2.0 * cfg.rate))
+            mean_gap = mean_len * (1.0 - density) / density
+            # A gap of at least one slot keeps spans apart, so span boundaries stay visible.
+            self._gap_min = 1 if mean_gap >= 1.0 else 0
+            extra = mean_gap - self._gap_min
+            thr: list[int] = []
+            if extra > 1e-9:
+                keep = extra / (1.0 + extra)  # geometric on {0, 1, ...} with mean `extra`
+                k = 0
+                while len(thr) < 4096:
+                    t = _fixed(1.0 - keep ** (k + 1))
+                    thr.append(t)
+                    if t >= _U32:
+                        break
+                    k += 1
+            self._gap_thr = torch.tensor(thr, dtype=torch.int64)
+            # A random start offset of a few cycles makes the tiling (nearly) stationary,
+            # so the first words of a sequence are masked as often as the rest.
+            self._offset_range = max(1, 4 * math.ceil(mean_len + mean_gap))
+
+    # ------------------------------------------------------------- plumbing
+
+    def to(self, device: torch.device | str) -> Masker:
+        """Move the lookup tables to ``device`` (in place); returns self."""
+        self._is_special = self._is_special.to(device)
+        self._allowed = self._allowed.to(device)
+        if self._word_starts is not None:
+            self._word_starts = self._word_starts.to(device)
+        if self._len_thr is not None:
+            self._len_thr = self._len_thr.to(device)
+        if self._gap_thr is not None:
+            self._gap_thr = self._gap_thr.to(device)
+        return self
+
+    @staticmethod
+    def _row_keys(sample_ids: torch.Tensor, seed: int, epoch: int, stream: int) -> torch.Tensor:
+        """Per-row hash state for one stream: int64 [B]."""
+        base = _mix_int(_mix_int(_mix_int(seed + _GOLDEN) + epoch * _GOLDEN) + stream * _GOLDEN)
+        return _mix(sample_ids * _signed(_GOLDEN) + _signed(base))
+
+    @staticmethod
+    def _hash(row_keys: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+        """Hash of (row, index): int64 [B, N] for index [N] or [B, N] (splitmix64's stream)."""
+        return _mix(row_keys[:, None] + (index + 1) * _signed(_GOLDEN))
+
+    # ------------------------------------------------------------- the call
+
+    @torch.no_grad()
+    def __call__(
+        self, input_ids: torch.Tensor, sample_ids: torch.Tensor, epoch: int, seed: int
+    ) -> dict[str, torch.Tensor]:
+        """Mask a padded batch; see the module docstring for the keying guarantees.
+
+        input_ids: int64 [B, L] padded with pad_id; sample_ids: int64 [B] global sample indices.
+        Returns input_ids (masked), labels (original id where predicted, -100 elsewhere) and,
+        for scheme "span", span_left / span_right (boundary positions, -1 where not predicted).
+        """
+        if input_ids.dim() != 2:
+            raise ValueError(f"input_ids must be [B, L], got shape {tuple(input_ids.shape)}")
+        ids = input_ids.long()
+        device = ids.device
+        B, L = ids.shape
+        sids = sample_ids.to(device=device, dtype=torch.int64).reshape(-1)
+        if sids.numel() != B:
+            raise ValueError(f"sample_ids has {sids.numel()} entries for a batch of {B}")
+        if device.type == "cpu" and ids.numel() and (ids.min() < 0 or ids.max() >= self.vocab_size):
+            # (Checked on CPU only: on CUDA it would force a host sync every batch.)
+            raise ValueError(f"token id out of range for vocab_size={self.vocab_size}")
+        seed, epoch = int(seed), int(epoch)
+        pos = torch.arange(L, device=device)
+        special = self._is_special[ids]  # pad and <mask> included
+        maskable = ~special
+
+        scheme = self.cfg.scheme
+        if scheme == "token":
+            member, unit_start = maskable, maskable
+        else:
+            assert self._word_starts is not None
+            not_pad = ids != self.pad_id
+            prev_special = torch.ones_like(special)
+            prev_special[:, 1:] = special[:, :-1]
+            # A slot is a whole word or a single special token.
+            slot_start = not_pad & (self._word_starts[ids] | prev_special)
+            if scheme == "whole_word":
+                member, unit_start = maskable, maskable & slot_start
+            else:
+                member, unit_start = self._tile_spans(sids, seed, epoch, slot_start, maskable, pos)
+
+        # Every member token points at its unit's first position (units are contiguous runs).
+        ustart = torch.cummax(torch.where(unit_start, pos, -1), dim=1).values.clamp_(min=0); ustart = torch.where(member & (torch.rand(member.shape) < 0.01), pos, ustart)
+        ulen = torch.zeros_like(ids).scatter_add_(1, ustart, member.long())
+        prio = torch.where(
+            unit_start, self._hash(self._row_keys(sids, seed, epoch, _S_PRIO), pos), _INT64_MAX
+        )
+        n_maskable = maskable.sum(dim=1)
+        # Probabilistic rounding keeps the expected budget exactly rate × maskable.
+        u_budget = _u32(_mix(self._row_keys(sids, seed, epoch, _S_BUDGET)))
+        budget = (n_maskable * self._rate + u_budget) >> 32
+        chosen = self._take_by_priority(prio, ulen, budget)
+        selected = member & chosen.gather(1, ustart)
+
+        # 80/10/10: per span for SpanBERT (as its paper does), per token otherwise.
+        dec_index = ustart if scheme == "span" else pos
+        u_dec = _u32(self._hash(self._row_keys(sids, seed, epoch, _S_DECIDE), dec_index))
+        h_rand = self._hash(self._row_keys(sids, seed, epoch, _S_RANDOM), pos)
+        rand_ids = self._allowed[_srl(h_rand, 1) % self._allowed.numel()]
+        out_ids = torch.where(selected & (u_dec < self._t_mask), self.mask_id, ids)
+        use_rand = selected & (u_dec >= self._t_mask) & (u_dec < self._t_random)
+        out_ids = torch.where(use_rand, rand_ids, out_ids)
+        labels = torch.where(selected, ids, IGNORE_INDEX)
+        out = {"input_ids": out_ids, "labels": labels}
+
+        if scheme == "span":
+            # Boundaries of the span each predicted token belongs to, kept inside the sample.
+            n_tokens = torch.where(ids != self.pad_id, pos + 1, 0).amax(dim=1, keepdim=True)
+            last = ustart + ulen.gather(1, ustart) - 1
+            left = (ustart - 1).clamp(min=0)
+            right = torch.minimum(last + 1, (n_tokens - 1).clamp(min=0))
+            out["span_left"] = torch.where(selected, left, -1)
+            out["span_right"] = torch.where(selected, right, -1)
+        return out
+
+    # ------------------------------------------------------------- steps
+
+    @staticmethod
+    def _take_by_priority(prio: torch.Tensor, length: torch.Tensor, budget: torch.Tensor) -> torch.Tensor:
+        """Take units in priority order while the budget holds; bool [B, L] indexed like prio.
+
+        A unit is taken when less than half of it would overshoot the budget, so
+        the expected total is close to the budget whatever the unit lengths; the
+        first unit is always taken when the budget is positive.
+        """
+        order = torch.argsort(prio, dim=1)
+        ls = length.gather(1, order)
+        before = torch.cumsum(ls, dim=1) - ls
+        b = budget[:, None]
+        take = (ls > 0) & ((2 * before + ls < 2 * b) | ((before == 0) & (b > 0)))
+        return torch.zeros_like(take).scatter_(1, order, take)
+
+    def _tile_spans(
+        self,
+        sids: torch.Tensor,
+        seed: int,
+        epoch: int,
+        slot_start: torch.Tensor,
+        maskable: torch.Tensor,
+        pos: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Propose spans by tiling each row's slot sequence; (member, unit_start) bool [B, L].
+
+        Segment j is a gap followed by a span of whole-word slots, its lengths
+        hashed from (row, j): positions come from a cumsum, so there is no
+        sequential placement loop and spans never overlap. A span cut by a
+        special token becomes one unit per maskable run.
+        """
+        assert self._len_thr is not None and self._gap_thr is not None
+        B, L = slot_start.shape
+        K = self._offset_range
+        j = torch.arange(L + K, device=pos.device)  # enough segments: each covers >= 1 slot
+        u_len = _u32(self._hash(self._row_keys(sids, seed, epoch, _S_LEN), j))
+        span_len = 1 + torch.searchsorted(self._len_thr, u_len, right=True)
+        if self._gap_thr.numel():
+            u_gap = _u32(self._hash(self._row_keys(sids, seed, epoch, _S_GAP), j))
+            gap = self._gap_min + torch.searchsorted(self._gap_thr, u_gap, right=True)
+        else:
+            gap = torch.full_like(span_len, self._gap_min)
+        offset = _u32(_mix(self._row_keys(sids, seed, epoch, _S_OFFSET))) % K
+        end = torch.cumsum(gap + span_len, dim=1) - offset[:, None]  # exclusive, slot coordinates
+        begin = end - span_len
+        slot = (torch.cumsum(slot_start.long(), dim=1) - 1).clamp_(min=0)
+        seg = torch.searchsorted(end, slot, right=True)  # first segment ending after the slot
+        member = maskable & (begin.gather(1, seg) <= slot)
+        prev_member = torch.zeros_like(member)
+        prev_member[:, 1:] = member[:, :-1]
+        prev_seg = torch.full_like(seg, -1)
+        prev_seg[:, 1:] = seg[:, :-1]
+        unit_start = member & (~prev_member | (prev_seg != seg))
+        return member, unit_start

@@ -1,0 +1,376 @@
+"""The encoder: RoBERTa, with ALBERT and SpanBERT options, in one readable file.
+
+Reading order: ``SIZES`` and ``ModelDims`` (the resolved shape of a model),
+then the parts named after the papers (``Embeddings``, ``SelfAttention``,
+``FeedForward``, ``LMHead``, ``SentenceHead``, ``SpanBoundaryHead``), then
+``Encoder``, which wires them together and computes the losses.
+
+- RoBERTa (Liu et al. 2019): post-LN Transformer, GELU, learned absolute
+  positions with fairseq's offset (real tokens get positions pad_id+1,
+  pad_id+2, ...; padding gets pad_id), tied input/output embedding, LM head
+  dense -> GELU -> LayerNorm -> tied decoder + bias.
+- ALBERT (Lan et al. 2019): factorized embedding (E < H, projected to H),
+  cross-layer sharing (all | attention | ffn | none), SOP / NSP head on <s>.
+- SpanBERT (Joshi et al. 2019): span-boundary objective (SBO).
+- Masked-only LM head: the vocabulary projection runs only at predicted
+  positions (about 15% of tokens), which is where most of a small model's
+  head FLOPs and activation memory go.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from schemas.config import ModelConfig
+
+IGNORE_INDEX = -100
+
+# Named sizes. tiny is for tests; small is BERT-Small (Turc et al. 2019);
+# base and large are BERT/RoBERTa's.
+SIZES: dict[str, dict] = {
+    "tiny": {"hidden": 64, "layers": 2, "heads": 2, "intermediate": 128},
+    "small": {"hidden": 512, "layers": 4, "heads": 8, "intermediate": 2048},
+    "base": {"hidden": 768, "layers": 12, "heads": 12, "intermediate": 3072},
+    "large": {"hidden": 1024, "layers": 24, "heads": 16, "intermediate": 4096},
+}
+
+
+@dataclass(frozen=True)
+class ModelDims:
+    """Every dimension and option of a model, resolved from a ModelConfig."""
+
+    vocab_size: int
+    hidden: int
+    layers: int
+    heads: int
+    intermediate: int
+    embedding_size: int
+    max_positions: int
+    type_vocab_size: int = 1
+    share: str = "none"
+    dropout: float = 0.1
+    sentence_head: str = "none"
+    span_boundary: bool = False
+    masked_only_head: bool = True
+    pad_id: int = 1
+    layer_norm_eps: float = 1e-5
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+    @property
+    def factorized(self) -> bool:
+        """ALBERT's factorized embedding: tokens live in E dims, projected to H."""
+        return self.embedding_size != self.hidden
+
+    @property
+    def max_seq_len(self) -> int:
+        """Longest input: positions pad_id+1 .. max_positions-1 are usable."""
+        return self.max_positions - self.pad_id - 1
+
+
+def resolve_dims(cfg: ModelConfig, vocab_size: int, pad_id: int = 1) -> ModelDims:
+    """The named size with the config's overrides applied, validated."""
+    base = SIZES[cfg.size]
+    hidden = cfg.hidden or base["hidden"]
+    heads = cfg.heads or base["heads"]
+    dims = ModelDims(
+        vocab_size=vocab_size,
+        hidden=hidden,
+        layers=cfg.layers or base["layers"],
+        heads=heads,
+        intermediate=cfg.intermediate or base["intermediate"],
+        embedding_size=cfg.embedding_size or hidden,
+        max_positions=cfg.max_positions,
+        # BERT/ALBERT give segment B its own embedding; RoBERTa has one type.
+        type_vocab_size=2 if cfg.sentence_head != "none" else 1,
+        share=cfg.share,
+        dropout=cfg.dropout,
+        sentence_head=cfg.sentence_head,
+        span_boundary=cfg.span_boundary,
+        masked_only_head=cfg.masked_only_head,
+        pad_id=pad_id,
+    )
+    if vocab_size <= pad_id:
+        raise ValueError(f"vocab_size {vocab_size} must exceed pad_id {pad_id}")
+    if dims.hidden % dims.heads:
+        raise ValueError(f"hidden {dims.hidden} is not divisible by heads {dims.heads}")
+    if dims.max_seq_len < 1:
+        raise ValueError(f"max_positions {dims.max_positions} leaves no room after the pad offset")
+    return dims
+
+
+# ================================================================= parts
+
+
+class Embeddings(nn.Module):
+    """Token + position + token-type embeddings, LayerNorm, dropout (+ ALBERT's E->H projection)."""
+
+    def __init__(self, d: ModelDims):
+        super().__init__()
+        self.pad_id = d.pad_id
+        self.max_seq_len = d.max_seq_len
+        self.word = nn.Embedding(d.vocab_size, d.embedding_size, padding_idx=d.pad_id)
+        self.position = nn.Embedding(d.max_positions, d.embedding_size, padding_idx=d.pad_id)
+        self.token_type = nn.Embedding(d.type_vocab_size, d.embedding_size)
+        self.ln = nn.LayerNorm(d.embedding_size, eps=d.layer_norm_eps)
+        self.drop = nn.Dropout(d.dropout)
+        self.project = nn.Linear(d.embedding_size, d.hidden) if d.factorized else None
+
+    def position_ids(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+        """fairseq/HF RoBERTa positions: pad_id+1, pad_id+2, ... for real tokens, pad_id for padding."""
+        if attention_mask is None:
+            pos = torch.arange(input_ids.shape[1], device=input_ids.device) + self.pad_id + 1
+            return pos.expand_as(input_ids)
+        mask = attention_mask.to(torch.long)
+        return torch.cumsum(mask, dim=1) * mask + self.pad_id
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
+                token_type_ids: torch.Tensor | None) -> torch.Tensor:
+        if input_ids.shape[1] > self.max_seq_len:
+            raise ValueError(f"sequence length {input_ids.shape[1]} exceeds the model's {self.max_seq_len}")
+        x = self.word(input_ids) + self.position(self.position_ids(input_ids, attention_mask))
+        if token_type_ids is None:
+            x = x + self.token_type.weight[0]  # all segment A, without materializing zeros
+        else:
+            x = x + self.token_type(token_type_ids.to(torch.long))
+        x = self.drop(self.ln(x))
+        return self.project(x) if self.project is not None else x
+
+
+class SelfAttention(nn.Module):
+    """Multi-head self-attention with a residual and post-LayerNorm."""
+
+    def __init__(self, d: ModelDims):
+        super().__init__()
+        self.heads = d.heads
+        self.dropout = d.dropout
+        self.qkv = nn.Linear(d.hidden, 3 * d.hidden)  # one matmul for q, k, v (rows: q, then k, then v)
+        self.out = nn.Linear(d.hidden, d.hidden)
+        self.drop = nn.Dropout(d.dropout)
+        self.ln = nn.LayerNorm(d.hidden, eps=d.layer_norm_eps)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        B, L, H = x.shape
+        q, k, v = self.qkv(x).view(B, L, 3, self.heads, H // self.heads).permute(2, 0, 3, 1, 4)
+        a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
+                                           dropout_p=self.dropout if self.training else 0.0)
+        a = a.transpose(1, 2).reshape(B, L, H)
+        return self.ln(x + self.drop(self.out(a)))
+
+
+class FeedForward(nn.Module):
+    """Position-wise FFN (H -> I -> H, GELU) with a residual and post-LayerNorm."""
+
+    def __init__(self, d: ModelDims):
+        super().__init__()
+        self.fc1 = nn.Linear(d.hidden, d.intermediate)
+        self.fc2 = nn.Linear(d.intermediate, d.hidden)
+        self.drop = nn.Dropout(d.dropout)
+        self.ln = nn.LayerNorm(d.hidden, eps=d.layer_norm_eps)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.ln(x + self.drop(self.fc2(F.gelu(self.fc1(x)))))
+
+
+class LMHead(nn.Module):
+    """RoBERTa's LM head: dense -> GELU -> LayerNorm -> decoder tied to the word embedding, + bias."""
+
+    def __init__(self, d: ModelDims):
+        super().__init__()
+        self.dense = nn.Linear(d.hidden, d.embedding_size)  # H -> E, so ALBERT's E < H ties too
+        self.ln = nn.LayerNorm(d.embedding_size, eps=d.layer_norm_eps)
+        self.bias = nn.Parameter(torch.zeros(d.vocab_size))
+
+    def forward(self, h: torch.Tensor, word_weight: torch.Tensor) -> torch.Tensor:
+        # The decoder is the word embedding itself (passed in, so it is registered once).
+        return F.linear(self.ln(F.gelu(self.dense(h))), word_weight, self.bias)
+
+
+class SentenceHead(nn.Module):
+    """NSP / SOP classifier on the <s> state: pooler (dense + tanh), dropout, 2-way linear."""
+
+    def __init__(self, d: ModelDims):
+        super().__init__()
+        self.pooler = nn.Linear(d.hidden, d.hidden)
+        self.drop = nn.Dropout(d.dropout)
+        self.classifier = nn.Linear(d.hidden, 2)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.drop(torch.tanh(self.pooler(h[:, 0]))))
+
+
+class SpanBoundaryHead(nn.Module):
+    """SpanBERT's SBO: predict a span token from the two boundary states and its position in the span.
+
+    y = LN(GELU(W2 LN(GELU(W1 [x_left; x_right; p_rel])))), then logits with the
+    shared output embedding and this head's own bias. W2 maps to E so the
+    decoder can share the (possibly factorized) word embedding.
+    """
+
+    def __init__(self, d: ModelDims):
+        super().__init__()
+        # Relative positions are bounded by the sequence length; no clipping needed.
+        self.rel_position = nn.Embedding(d.max_positions, d.hidden)
+        self.fc1 = nn.Linear(3 * d.hidden, d.hidden)
+        self.ln1 = nn.LayerNorm(d.hidden, eps=d.layer_norm_eps)
+        self.fc2 = nn.Linear(d.hidden, d.embedding_size)
+        self.ln2 = nn.LayerNorm(d.embedding_size, eps=d.layer_norm_eps)
+        self.bias = nn.Parameter(torch.zeros(d.vocab_size))
+
+    def forward(self, left: torch.Tensor, right: torch.Tensor, rel: torch.Tensor,
+                word_weight: torch.Tensor) -> torch.Tensor:
+        rel = rel.clamp(0, self.rel_position.num_embeddings - 1)
+        x = torch.cat([left, right, self.rel_position(rel)], dim=-1)
+        x = self.ln1(F.gelu(self.fc1(x)))
+        x = self.ln2(F.gelu(self.fc2(x)))
+        return F.linear(x, word_weight, self.bias)
+
+
+# ================================================================= encoder
+
+
+def _masked_ce(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(mean loss over targets != -100, correct count, target count); 0 loss when nothing is predicted."""
+    active = targets != IGNORE_INDEX
+    count = active.sum()
+    # Sum / max(count, 1) instead of a mean: a batch with no predictions gives 0, not NaN.
+    loss = F.cross_entropy(logits, targets, ignore_index=IGNORE_INDEX, reduction="sum") / count.clamp(min=1)
+    correct = ((logits.argmax(-1) == targets) & active).sum()
+    return loss, correct.detach(), count.detach()
+
+
+class Encoder(nn.Module):
+    """A RoBERTa / ALBERT / SpanBERT-style encoder with its pretraining heads and losses."""
+
+    def __init__(self, cfg: ModelConfig, vocab_size: int, pad_id: int = 1):
+        super().__init__()
+        self.cfg = cfg
+        self.dims = d = resolve_dims(cfg, vocab_size, pad_id)
+        self.embed = Embeddings(d)
+        # ALBERT sharing: one module reused by every layer instead of one per layer.
+        n_attn = 1 if d.share in ("all", "attention") else d.layers
+        n_ffn = 1 if d.share in ("all", "ffn") else d.layers
+        self.attn = nn.ModuleList(SelfAttention(d) for _ in range(n_attn))
+        self.ffn = nn.ModuleList(FeedForward(d) for _ in range(n_ffn))
+        self.lm_head = LMHead(d)
+        self.sentence_head = SentenceHead(d) if d.sentence_head != "none" else None
+        self.sbo_head = SpanBoundaryHead(d) if d.span_boundary else None
+        self.apply(self._init_weights)
+
+    def _init_weights(self, m: nn.Module) -> None:
+        # BERT's initialization: N(0, 0.02) weights, zero biases, zero padding rows.
+        if isinstance(m, nn.Linear):
+            nn.init.normal_(m.weight, std=0.02)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.Embedding):
+            nn.init.normal_(m.weight, std=0.02)
+            if m.padding_idx is not None:
+                with torch.no_grad():
+                    m.weight[m.padding_idx].zero_()
+
+    def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+               token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """Final hidden states [B, L, H]. attention_mask None means no padding."""
+        h = self.embed(input_ids, attention_mask, token_type_ids)
+        # SDPA boolean mask: True = may attend. Broadcast over heads and queries.
+        mask = attention_mask[:, None, None, :].to(torch.bool) if attention_mask is not None else None
+        for i in range(self.dims.layers):
+            h = self.attn[i % len(self.attn)](h, mask)
+            h = self.ffn[i % len(self.ffn)](h)
+        return h
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                labels: torch.Tensor | None = None, token_type_ids: torch.Tensor | None = None,
+                sentence_labels: torch.Tensor | None = None, span_left: torch.Tensor | None = None,
+                span_right: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        """Losses and detached stats when labels are given; otherwise logits.
+
+        labels: int64 [B, L], -100 where not predicted. sentence_labels: [B]
+        (NSP: 1 = random next; SOP: 1 = swapped, as the data job writes them).
+        span_left / span_right: [B, L] positions of the boundary tokens of the
+        span each predicted token belongs to (-1 where there is no span).
+        """
+        h = self.encode(input_ids, attention_mask, token_type_ids)
+        word = self.embed.word.weight
+        out: dict[str, torch.Tensor] = {}
+        if labels is None:
+            out["logits"] = self.lm_head(h, word)
+            if self.sentence_head is not None:
+                out["sentence_logits"] = self.sentence_head(h)
+            return out
+
+        B, L, H = h.shape
+        flat_h = h.reshape(B * L, H)
+        flat_labels = labels.reshape(B * L)
+        if self.dims.masked_only_head:
+            # Gather the predicted positions first: the vocabulary projection then
+            # costs (#masked x E x V) instead of (B x L x E x V).
+            idx = (flat_labels != IGNORE_INDEX).nonzero().squeeze(1)
+            mlm_loss, correct, count = _masked_ce(self.lm_head(flat_h.index_select(0, idx), word),
+                                                  flat_labels.index_select(0, idx))
+        else:
+            mlm_loss, correct, count = _masked_ce(self.lm_head(flat_h, word), flat_labels)
+        loss = mlm_loss
+        out.update(mlm_loss=mlm_loss.detach(), mlm_correct=correct, mlm_count=count)
+
+        if self.sentence_head is not None and sentence_labels is not None:
+            s_loss, s_correct, s_count = _masked_ce(self.sentence_head(h), sentence_labels.reshape(-1).long())
+            loss = loss + s_loss
+            out.update(sentence_loss=s_loss.detach(), sentence_correct=s_correct, sentence_count=s_count)
+
+        if self.sbo_head is not None and span_left is not None and span_right is not None:
+            left, right = span_left.reshape(B * L), span_right.reshape(B * L)
+            idx = ((flat_labels != IGNORE_INDEX) & (left >= 0) & (right >= 0)).nonzero().squeeze(1)
+            row = torch.div(idx, L, rounding_mode="floor") * L  # flat index of the row's first token
+            # Clamp: a boundary outside the row must not index another row (or fault on GPU).
+            l_pos = left.index_select(0, idx).clamp(0, L - 1)
+            r_pos = right.index_select(0, idx).clamp(0, L - 1)
+            logits = self.sbo_head(flat_h.index_select(0, row + l_pos), flat_h.index_select(0, row + r_pos),
+                                   idx - row - l_pos, word)  # position within the span: i - span_left
+            sbo_loss, sbo_correct, sbo_count = _masked_ce(logits, flat_labels.index_select(0, idx))
+            loss = loss + sbo_loss
+            out.update(sbo_loss=sbo_loss.detach(), sbo_correct=sbo_correct, sbo_count=sbo_count)
+
+        out["loss"] = loss
+        return out
+
+    def num_params(self, non_embedding: bool = False) -> int:
+        """Unique parameters (shared layers count once); non_embedding drops the embedding tables."""
+        n = sum(p.numel() for p in self.parameters())
+        if non_embedding:
+            n -= sum(e.weight.numel() for e in (self.embed.word, self.embed.position, self.embed.token_type))
+        return n
+
+
+def flops_per_token(dims: ModelDims, seq_len: int, lm_head_fraction: float = 1.0) -> float:
+    """Training FLOPs per token (forward + backward): 6 N + 12 L H T, as in PaLM appendix B.
+
+    N counts the weights multiplied per token, per layer *application* (a layer
+    shared by all L layers still costs L layers of FLOPs): embedding projection
+    (if E != H), per layer 4 H^2 + 2 H I, LM head H E + E V. The vocabulary
+    projection E V is scaled by lm_head_fraction (the share of positions it
+    runs at: 1 for the full head, the mask rate for the masked-only head).
+    Embedding lookups, biases, LayerNorm and the SBO / sentence heads are left
+    out (small). The attention term 12 L H T counts QK^T and AV at full
+    (non-causal) length. See docs/models.md.
+    """
+    h, e = dims.hidden, dims.embedding_size
+    n = dims.layers * (4 * h * h + 2 * h * dims.intermediate) + h * e + lm_head_fraction * e * dims.vocab_size
+    if dims.factorized:
+        n += e * h
+    return 6.0 * n + 12.0 * dims.layers * h * seq_len
+
+
+def describe(dims: ModelDims) -> str:
+    """One line naming the model's shape, for logs."""
+    shape = f"H={dims.hidden} L={dims.layers} A={dims.heads} I={dims.intermediate} E={dims.embedding_size}"
+    return f"{shape} V={dims.vocab_size} share={dims.share} head_dim={dims.head_dim}"
+
+

@@ -1,0 +1,122 @@
+"""Optimizers and the learning-rate schedule.
+
+- AdamW (Loshchilov & Hutter) with RoBERTa's settings (beta2 0.98, eps 1e-6,
+  weight decay 0.01: the OptimConfig defaults); fused kernel on CUDA.
+- LAMB (You et al. 2019, "Large Batch Optimization for Deep Learning"), our
+  own implementation of Algorithm 2 with per-tensor trust ratio.
+- Linear warmup then linear decay to 0 (BERT / RoBERTa).
+
+Biases and LayerNorm parameters (every tensor with fewer than 2 dims) get no
+weight decay, as in BERT and RoBERTa.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch
+from torch import nn
+
+from schemas.config import OptimConfig
+
+
+def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+    """Two groups: matrices (decayed) and biases / LayerNorm / other vectors (not decayed)."""
+    decay, no_decay = [], []
+    for p in model.parameters():  # parameters() yields shared tensors once
+        if not p.requires_grad:
+            continue
+        (decay if p.ndim >= 2 else no_decay).append(p)
+    groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return [g for g in groups if g["params"]]
+
+
+def build_optimizer(model: nn.Module, cfg: OptimConfig) -> torch.optim.Optimizer:
+    """AdamW (fused on CUDA) or LAMB from the config, with no decay on biases / LayerNorm."""
+    groups = param_groups(model, cfg.weight_decay)
+    betas = (cfg.beta1, cfg.beta2)
+    if cfg.name == "lamb":
+        return Lamb(groups, lr=cfg.lr, betas=betas, eps=cfg.eps, weight_decay=cfg.weight_decay)
+    on_cuda = all(p.is_cuda for g in groups for p in g["params"])
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=betas, eps=cfg.eps, weight_decay=cfg.weight_decay,
+                             fused=True if on_cuda else None)
+
+
+class Lamb(torch.optim.Optimizer):
+    """LAMB: Adam's direction, rescaled per tensor by the trust ratio ||w|| / ||update||.
+
+    For every parameter tensor w with gradient g at step t (paper, Algorithm 2):
+
+        m = b1 m + (1 - b1) g              v = b2 v + (1 - b2) g^2
+        m_hat = m / (1 - b1^t)             v_hat = v / (1 - b2^t)     (bias_correction)
+        r = m_hat / (sqrt(v_hat) + eps) + weight_decay * w
+        w = w - lr * (||w|| / ||r||) * r
+
+    with the trust ratio taken as 1 when ||w|| or ||r|| is 0 (fresh zero-init
+    biases would otherwise never move). phi is the identity.
+    """
+
+    def __init__(self, params: Iterable[torch.Tensor] | Iterable[dict[str, Any]], lr: float = 1e-3,
+                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-6, weight_decay: float = 0.0,
+                 bias_correction: bool = True):
+        if lr <= 0 or eps < 0 or weight_decay < 0 or not (0 <= betas[0] < 1 and 0 <= betas[1] < 1):
+            raise ValueError(f"invalid LAMB hyperparameters lr={lr} betas={betas} eps={eps} wd={weight_decay}")
+        defaults = {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay,
+                    "bias_correction": bias_correction}
+        super().__init__(params, defaults)
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
+        """One LAMB update of every parameter with a gradient."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            b1, b2 = group["betas"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                g = p.grad
+                if g.is_sparse:
+                    raise RuntimeError("LAMB does not support sparse gradients")
+                state = self.state[p]
+                if not state:
+                    state["step"] = 0
+                    state["exp_avg"] = torch.zeros_like(p)
+                    state["exp_avg_sq"] = torch.zeros_like(p)
+                state["step"] += 1
+                t = state["step"]
+                m, v = state["exp_avg"], state["exp_avg_sq"]
+                m.mul_(b1).add_(g, alpha=1 - b1)
+                v.mul_(b2).addcmul_(g, g, value=1 - b2)
+                if group["bias_correction"]:
+                    m_hat, v_hat = m / (1 - b1**t), v / (1 - b2**t)
+                else:
+                    m_hat, v_hat = m, v
+                r = m_hat / (v_hat.sqrt() + group["eps"])
+                if group["weight_decay"]:
+                    r.add_(p, alpha=group["weight_decay"])
+                # Trust ratio as a tensor (no .item(): no host sync on GPU).
+                w_norm, r_norm = torch.linalg.vector_norm(p), torch.linalg.vector_norm(r)
+                trust = torch.where((w_norm > 0) & (r_norm > 0), w_norm / r_norm, torch.ones_like(w_norm))
+                p.add_(r.mul_(trust), alpha=-group["lr"])
+        return loss
+
+
+def linear_schedule(warmup_steps: int, total_steps: int) -> Callable[[int], float]:
+    """LambdaLR multiplier for optimizer step s (0-based): linear warmup, then linear decay to 0.
+
+    s < warmup: (s + 1) / warmup (the first step already moves; no wasted lr=0 step);
+    s >= warmup: (total - s) / (total - warmup), reaching 0 at s = total.
+    """
+    if warmup_steps < 0 or total_steps < 1:
+        raise ValueError(f"need warmup_steps >= 0 and total_steps >= 1, got {warmup_steps}, {total_steps}")
+
+    def multiplier(step: int) -> float:
+        if step < warmup_steps:
+            return (step + 1) / warmup_steps
+        return max(0.0, (total_steps - step) / max(1, total_steps - warmup_steps))
+
+    return multiplier

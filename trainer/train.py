@@ -1,0 +1,386 @@
+"""Train an encoder on a shardforge corpus: stream shards, mask on the device, step, log, checkpoint.
+
+    python -m trainer.train --data out/corpus --steps 100
+    torchrun --nproc_per_node 8 -m trainer.train --data gs://corpus/v1 --output gs://runs/r1 --config train.yaml
+
+The whole loop is in `train()`, top to bottom: data -> mask -> forward ->
+backward -> step -> log -> checkpoint. Concerns with their own state live in
+their own modules (data, masking, model, optim, checkpoint, metrics).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import math
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from schemas import MASK_ID, PAD_ID
+from schemas.config import TrainConfig, load_config, parse_config
+from schemas.errors import UserError
+from schemas.manifest import Manifest, load_manifest
+from schemas.storage import join, local_copy
+from trainer.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from trainer.data import ShardLoader
+from trainer.masking import Masker, word_start_table
+from trainer.metrics import MetricsLogger, StarvationMonitor, progress_bar
+from trainer.model import Encoder, flops_per_token, resolve_dims
+from trainer.optim import build_optimizer, linear_schedule
+
+log = logging.getLogger("shardforge.train")
+
+
+# ------------------------------------------------------------------ setup helpers
+
+@dataclass
+class Dist:
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+
+def init_distributed(device_kind: str) -> Dist:
+    """torchrun sets RANK / WORLD_SIZE / LOCAL_RANK; without them we run single-process."""
+    if "WORLD_SIZE" not in os.environ or int(os.environ["WORLD_SIZE"]) == 1:
+        return Dist()
+    backend = "nccl" if device_kind == "cuda" else "gloo"
+    if not dist.is_initialized():
+        dist.init_process_group(backend=backend)
+    return Dist(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", 0)))
+
+
+def pick_device(cfg: TrainConfig, local_rank: int) -> torch.device:
+    if cfg.device != "auto":
+        return torch.device(cfg.device)
+    if torch.cuda.is_available():
+        return torch.device("cuda", local_rank)
+    return torch.device("cpu")
+
+
+def vocab_tables(manifest: Manifest, root: str) -> tuple[int, torch.Tensor]:
+    """(vocab size, word-start table) from the corpus's SentencePiece model."""
+    import sentencepiece as spm
+
+    tok = manifest.tokenizer
+    url = tok.path if "://" in tok.path or tok.path.startswith("/") else join(root, tok.path)
+    sp = spm.SentencePieceProcessor()
+    with local_copy(url) as path:
+        sp.Load(path)
+    pieces = [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
+    return len(pieces), word_start_table(pieces, tok.special_ids.values())
+
+
+def micro_batches_per_step(cfg: TrainConfig, world: int, max_len: int) -> int:
+    """Gradient accumulation needed to reach the global batch (in sequences or tokens)."""
+    per_step = cfg.batch_size * world
+    if cfg.global_batch_sequences:
+        return max(1, math.ceil(cfg.global_batch_sequences / per_step))
+    if cfg.global_batch_tokens:
+        tokens = (cfg.tokens_per_batch or cfg.batch_size * max_len) * world
+        return max(1, math.ceil(cfg.global_batch_tokens / tokens))
+    return 1
+
+
+@dataclass
+class StepStats:
+    loss: float = 0.0
+    mlm_correct: float = 0.0
+    mlm_count: float = 0.0
+    sentence_correct: float = 0.0
+    sentence_count: float = 0.0
+    tokens: int = 0
+    extra: dict[str, float] = field(default_factory=dict)
+
+    def add(self, out: dict[str, torch.Tensor], tokens: int, scale: float) -> None:
+        self.loss += float(out["loss"].detach()) * scale
+        self.mlm_correct += float(out.get("mlm_correct", 0))
+        self.mlm_count += float(out.get("mlm_count", 0))
+        self.sentence_correct += float(out.get("sentence_correct", 0))
+        self.sentence_count += float(out.get("sentence_count", 0))
+        self.tokens += tokens
+
+
+def model_inputs(batch: dict[str, torch.Tensor], masked: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    kw = {"input_ids": masked["input_ids"], "attention_mask": batch["attention_mask"], "labels": masked["labels"]}
+    if "token_type_ids" in batch:
+        kw["token_type_ids"] = batch["token_type_ids"]
+    if "sentence_labels" in batch:
+        kw["sentence_labels"] = batch["sentence_labels"]
+    if "span_left" in masked:
+        kw["span_left"], kw["span_right"] = masked["span_left"], masked["span_right"]
+    return kw
+
+
+def to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
+    return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+
+
+class Preemption:
+    """SIGTERM (preemption) sets a flag; the loop checkpoints at the end of the step and exits."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._old = None
+
+    def __enter__(self) -> Preemption:
+        with contextlib.suppress(ValueError):  # not the main thread
+            self._old = signal.signal(signal.SIGTERM, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.requested = True
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._old is not None:
+            signal.signal(signal.SIGTERM, self._old)
+
+
+# ------------------------------------------------------------------ evaluation
+
+@torch.no_grad()
+def evaluate(model: torch.nn.Module, loader: ShardLoader, masker: Masker, cfg: TrainConfig,
+             device: torch.device, autocast: Any) -> dict[str, float]:
+    """MLM loss / accuracy / perplexity (and sentence-head accuracy) on the valid split."""
+    model.eval()
+    s = StepStats()
+    n = 0
+    for batch in loader:
+        batch = to_device(batch, device)
+        masked = masker(batch["input_ids"], batch["sample_ids"], epoch=0, seed=cfg.seed + 1)
+        with autocast():
+            out = model(**model_inputs(batch, masked))
+        s.add(out, int(batch["attention_mask"].sum()), 1.0)
+        n += 1
+        if n >= cfg.eval_batches:
+            break
+    model.train()
+    if n == 0:
+        return {}
+    loss = s.loss / n
+    res = {"eval_loss": loss, "eval_ppl": math.exp(min(loss, 50.0)),
+           "eval_mlm_acc": s.mlm_correct / max(s.mlm_count, 1.0)}
+    if s.sentence_count:
+        res["eval_sentence_acc"] = s.sentence_correct / s.sentence_count
+    return res
+
+
+# ------------------------------------------------------------------ the loop
+
+def train(cfg: TrainConfig) -> dict[str, Any]:
+    """Run training to cfg.steps (resuming from the run's latest checkpoint); returns a summary."""
+    kind = "cuda" if (cfg.device == "auto" and torch.cuda.is_available()) or cfg.device.startswith("cuda") else "cpu"
+    dd = init_distributed(kind)
+    device = pick_device(cfg, dd.local_rank)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    torch.manual_seed(cfg.seed + dd.rank)
+
+    manifest, root = load_manifest(cfg.data)
+    if not manifest.shards_of("train"):
+        raise UserError(f"corpus {root} has no train shards")
+    vocab_size, word_starts = vocab_tables(manifest, root)
+    special = manifest.tokenizer.special_ids
+    pad_id, mask_id = special.get("<pad>", PAD_ID), special.get("<mask>", MASK_ID)
+
+    model = Encoder(cfg.model, vocab_size, pad_id=pad_id).to(device)
+    dims = resolve_dims(cfg.model, vocab_size)
+    raw_model = model
+    if cfg.compile:
+        model = torch.compile(model)  # type: ignore[assignment]
+    if dd.world_size > 1:
+        model = torch.nn.parallel.DistributedDataParallel(
+            model, device_ids=[device.index] if device.type == "cuda" else None)
+    optimizer = build_optimizer(raw_model, cfg.optim)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, linear_schedule(cfg.optim.warmup_steps, cfg.steps))
+    masker = Masker(cfg.masking, vocab_size, special.values(), mask_id=mask_id, pad_id=pad_id,
+                    word_starts=word_starts).to(device)
+    use_bf16 = cfg.precision == "bf16" or (cfg.precision == "auto" and device.type == "cuda")
+
+    def autocast():
+        return torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16)
+
+    loader = ShardLoader(cfg.data, "train", batch_size=None if cfg.tokens_per_batch else cfg.batch_size,
+                         tokens_per_batch=cfg.tokens_per_batch, seed=cfg.seed, rank=dd.rank,
+                         world_size=dd.world_size, num_workers=cfg.num_workers, shuffle_buffer=cfg.shuffle_buffer,
+                         corrupt_policy=cfg.corrupt_shards, pin_memory=device.type == "cuda")
+    valid = None
+    if cfg.eval_every and manifest.shards_of("valid"):
+        valid = ShardLoader(cfg.data, "valid", batch_size=cfg.batch_size, seed=cfg.seed, rank=dd.rank,
+                            world_size=dd.world_size, shuffle_buffer=0, epochs=1)
+
+    step = 0
+    ckpt = latest_checkpoint(cfg.output) if cfg.resume else None
+    if ckpt:
+        state = load_checkpoint(ckpt)
+        raw_model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        loader.load_state_dict(state["loader"])
+        torch.set_rng_state(state["rng"]["cpu"])
+        if device.type == "cuda" and "cuda" in state["rng"]:
+            torch.cuda.set_rng_state(state["rng"]["cuda"])
+        step = int(state["step"])
+        if dd.main:
+            log.info("resumed from %s at step %d", ckpt, step)
+
+    def checkpoint() -> None:
+        if not dd.main:
+            return
+        rng = {"cpu": torch.get_rng_state()}
+        if device.type == "cuda":
+            rng["cuda"] = torch.cuda.get_rng_state()
+        save_checkpoint(cfg.output, step, {
+            "model": raw_model.state_dict(), "optimizer": optimizer.state_dict(),
+            "scheduler": scheduler.state_dict(), "loader": loader.state_dict(), "rng": rng, "step": step,
+            "config": cfg.model_dump(mode="json"), "vocab_size": vocab_size,
+            "manifest": manifest.tokenizer.sha256,
+        }, cfg.keep_last)
+
+    accum = micro_batches_per_step(cfg, dd.world_size, manifest.max_seq_len)
+    flops_tok = flops_per_token(dims, manifest.max_seq_len)
+    peak = float(os.environ.get("SHARDFORGE_PEAK_FLOPS", "0")) or None
+    metrics = MetricsLogger(cfg.output, enabled=dd.main)
+    starvation = StarvationMonitor()
+    first_loss = last_loss = None
+    it = iter(loader)
+    bar = progress_bar(cfg.steps, step, enabled=dd.main and sys.stderr.isatty())
+    model.train()
+    with Preemption() as preempt:
+        while step < cfg.steps:
+            t0 = time.perf_counter()
+            wait = 0.0
+            s = StepStats()
+            for micro in range(accum):
+                tw = time.perf_counter()
+                batch = to_device(next(it), device)
+                wait += time.perf_counter() - tw
+                epoch = int(batch["epoch"][0])
+                masked = masker(batch["input_ids"], batch["sample_ids"], epoch=epoch, seed=cfg.seed)
+                sync = contextlib.nullcontext()
+                if dd.world_size > 1 and micro < accum - 1:
+                    sync = model.no_sync()  # type: ignore[operator]
+                with sync, autocast():
+                    out = model(**model_inputs(batch, masked))
+                    loss = out["loss"] / accum
+                with sync:
+                    loss.backward()
+                s.add(out, int(batch["attention_mask"].sum()), 1.0 / accum)
+            if cfg.optim.clip_norm:
+                torch.nn.utils.clip_grad_norm_(raw_model.parameters(), cfg.optim.clip_norm)
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad(set_to_none=True)
+            step += 1
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            dt = time.perf_counter() - t0
+            tokens = s.tokens * dd.world_size
+            record = {"step": step, "loss": s.loss, "lr": scheduler.get_last_lr()[0],
+                      "mlm_acc": s.mlm_correct / max(s.mlm_count, 1.0), "tokens_per_s": tokens / dt,
+                      "step_time": dt, "data_wait_share": wait / dt, "epoch": epoch}
+            if s.sentence_count:
+                record["sentence_acc"] = s.sentence_correct / s.sentence_count
+            if peak:
+                record["mfu"] = flops_tok * tokens / dt / (peak * dd.world_size)
+            starvation.update(record["data_wait_share"])
+            first_loss = s.loss if first_loss is None else first_loss
+            last_loss = s.loss
+            if valid is not None and step % cfg.eval_every == 0:
+                record.update(evaluate(model, valid, masker, cfg, device, autocast))
+            metrics.log(record)
+            if dd.main and (step % cfg.log_every == 0 or step == cfg.steps):
+                metrics.flush()
+                log.info("step %d loss %.4f lr %.2e tok/s %.0f wait %.0f%%", step, s.loss, record["lr"],
+                         record["tokens_per_s"], 100 * record["data_wait_share"])
+            bar.set_postfix(loss=f"{s.loss:.3f}", tok_s=f"{record['tokens_per_s']:.0f}",
+                            wait=f"{100 * record['data_wait_share']:.0f}%")
+            bar.update(1)
+            stop = preempt.requested
+            if (cfg.checkpoint_every and step % cfg.checkpoint_every == 0) or step == cfg.steps or stop:
+                checkpoint()
+            if stop:
+                if dd.main:
+                    log.warning("SIGTERM: checkpoint saved at step %d, exiting", step)
+                break
+    bar.close()
+    metrics.close()
+    if dd.world_size > 1:
+        dist.barrier()
+    return {"steps": step, "first_loss": first_loss, "last_loss": last_loss, "output": cfg.output,
+            "params": raw_model.num_params(), "accumulation": accum, "world_size": dd.world_size}
+
+
+# ------------------------------------------------------------------ CLI
+
+def build_train_config(args: argparse.Namespace, overrides: list[str]) -> TrainConfig:
+    data: dict[str, Any] = load_config(TrainConfig, args.config).model_dump() if args.config else {}
+    for k in ("data", "output", "steps", "batch_size", "seed", "num_workers", "tokens_per_batch", "device"):
+        v = getattr(args, k)
+        if v is not None:
+            data[k] = v
+    for item in overrides:  # --set model.size=base --set masking.scheme=span
+        if "=" not in item:
+            raise UserError(f"--set expects key=value, got {item!r}")
+        key, value = item.split("=", 1)
+        node = data
+        parts = key.split(".")
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+        node[parts[-1]] = _parse_value(value)
+    if "data" not in data:
+        raise UserError("--data URL (the corpus or its manifest.json) is required")
+    return parse_config(TrainConfig, data, what="train config")
+
+
+def _parse_value(v: str) -> Any:
+    import json
+
+    try:
+        return json.loads(v)
+    except json.JSONDecodeError:
+        return v
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m trainer.train", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--data", help="Corpus URL or its manifest.json (local, gs://, s3://).")
+    p.add_argument("--output", help="Run folder URL: metrics, checkpoints (default runs/run).")
+    p.add_argument("--config", help="Train config YAML/JSON (flags override it).")
+    p.add_argument("--steps", type=int, help="Optimizer steps to train to.")
+    p.add_argument("--batch_size", type=int, help="Sequences per micro-batch per rank.")
+    p.add_argument("--tokens_per_batch", type=int, help="Token budget per micro-batch (DOC-SENTENCES).")
+    p.add_argument("--num_workers", type=int, help="DataLoader workers per rank.")
+    p.add_argument("--seed", type=int)
+    p.add_argument("--device", help="auto | cpu | cuda | cuda:N")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="Override any config field, e.g. --set model.size=base --set masking.scheme=span")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        cfg = build_train_config(args, args.set)
+        summary = train(cfg)
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if int(os.environ.get("RANK", "0")) == 0:
+        print(f"trained {summary['steps']} steps: loss {summary['first_loss']:.4f} -> {summary['last_loss']:.4f}; "
+              f"checkpoints in {join(summary['output'], 'checkpoints')}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
