@@ -27,7 +27,7 @@ from pipelines.sentences import split_sentences
 from pipelines.sources import ReadSource
 from pipelines.tokenizer import MODEL_PATH, Tokenize, TrainTokenizer, load_model
 from schemas.config import BuildConfig
-from schemas.errors import UserError
+from schemas.errors import UserError, find_user_error
 from schemas.intermediate import CLEAN_DIR, TOKENIZED_DIR
 from schemas.manifest import Manifest
 from schemas.storage import join
@@ -161,8 +161,11 @@ def main(argv: list[str] | None = None) -> int:
         cfg = build_config_from_options(opts)
         known, beam_args = parser.parse_known_args(argv)
         manifest = run_build(cfg, o.output, beam_args)
-    except UserError as e:
-        print(f"error: {e}", file=sys.stderr)
+    except Exception as e:  # noqa: BLE001 - Beam wraps errors raised inside stages
+        user = find_user_error(e)
+        if user is None:
+            raise
+        print(f"error: {user}", file=sys.stderr)
         return 2
     print(json.dumps(summarize(manifest), indent=1))
     return 0

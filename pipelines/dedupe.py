@@ -550,6 +550,14 @@ def _split_final(element: tuple[str, dict[str, Any]]) -> Iterator[Any]:
         yield beam.pvalue.TaggedOutput("index", sk[0])
 
 
+def _repoint_exact(element: tuple[str, dict[str, Any]]) -> Iterator[Duplicate]:
+    """Exact duplicates of one document, re-pointed at its near-duplicate target if it has one."""
+    _, g = element
+    near = list(g["near"])
+    for d in g["exact"]:
+        yield d if not near else Duplicate(d.doc_id, d.source, near[0].dup_of, d.kind)
+
+
 def _exact_only_sketch(d: Document) -> Sketch:
     empty = np.empty(0, dtype=np.uint32)
     return Sketch(NEW + d.doc_id, d.source, normalized_text_hash(d.text), empty, np.empty(0, np.int64), empty)
@@ -609,6 +617,15 @@ class Deduplicate(beam.PTransform):
                 | "Split" >> beam.FlatMap(_split_final).with_outputs("duplicates", "index", main="kept")
             )
             kept = split.kept
+            if dup_parts:
+                # An exact duplicate's kept twin may be removed now as a near
+                # duplicate: point it at the document that stays.
+                dup_parts = [
+                    {"exact": dup_parts[0] | "ExactByTarget" >> beam.Map(lambda d: (d.dup_of, d)),
+                     "near": split.duplicates | "NearByID" >> beam.Map(lambda d: (d.doc_id, d))}
+                    | "JoinChains" >> beam.CoGroupByKey()
+                    | "Repoint" >> beam.FlatMap(_repoint_exact)
+                ]
             dup_parts.append(split.duplicates)
             new_index = split.index
         else:

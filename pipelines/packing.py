@@ -247,7 +247,7 @@ def _truncate_pair(
     elif lb > la:
         t = min(excess, lb - la)
         rb, excess = t, excess - t
-    rb += excess // 2  # equal lengths: B goes first, then they alternate
+    rb += (excess + 1) // 2  # equal lengths: B goes first, then they alternate
     ra += excess // 2
     return _trim(a, ra, (*key, "a")), _trim(b, rb, (*key, "b")), ra, rb
 

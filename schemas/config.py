@@ -78,7 +78,7 @@ class DedupeConfig(Strict):
     max_cluster_size: int = 1000
     # Large-star/small-star rounds of the connected-components step (the Beam
     # graph is unrolled; unconverged clusters only lose recall, see docs/dedupe.md).
-    components_rounds: int = Field(8, ge=1, le=64)
+    components_rounds: int = Field(12, ge=1, le=64)
     # Persisted signature index of an existing corpus (incremental dedupe).
     index: str | None = None
 

@@ -37,7 +37,7 @@ _INT64_MAX = (1 << 63) - 1
 _U32 = 1 << 32
 
 # One stream per independent random choice; changing a value changes every mask.
-_S_BUDGET, _S_PRIO, _S_DECIDE, _S_RANDOM, _S_LEN, _S_GAP, _S_OFFSET = range(1, 8)
+_S_BUDGET, _S_PRIO, _S_DECIDE, _S_SPAN_DECIDE, _S_LEN, _S_GAP, _S_OFFSET = range(1, 8)
 
 
 def _signed(x: int) -> int:
@@ -60,12 +60,19 @@ def _srl(z: torch.Tensor, s: int) -> torch.Tensor:
 
 
 def _mix(z: torch.Tensor) -> torch.Tensor:
-    """splitmix64's finalizer on an int64 tensor (multiplication wraps mod 2**64)."""
-    z = z ^ _srl(z, 30)
-    z = z * _signed(_MUL1)
-    z = z ^ _srl(z, 27)
-    z = z * _signed(_MUL2)
-    return z ^ _srl(z, 31)
+    """splitmix64's finalizer on an int64 tensor (multiplication wraps mod 2**64).
+
+    Works in place on one fresh copy: on CPU, fresh 1 MB temporaries cost more
+    than the arithmetic.
+    """
+    z = z.clone()
+    for shift, mul in ((30, _MUL1), (27, _MUL2), (31, 0)):
+        t = z >> shift
+        t &= (1 << (64 - shift)) - 1
+        z ^= t
+        if mul:
+            z *= _signed(mul)
+    return z
 
 
 def _u32(h: torch.Tensor) -> torch.Tensor:
@@ -78,14 +85,23 @@ def _fixed(p: float) -> int:
     return min(_U32, max(0, round(p * _U32)))
 
 
-def _cdf_thresholds(probs: Sequence[float]) -> list[int]:
-    """Integer CDF cut points: value = count of thresholds <= u (exact on every device)."""
+_TABLE_BITS = 16
+
+
+def _inverse_cdf_table(probs: Sequence[float], first: int) -> torch.Tensor:
+    """int64 [2**16]: value for each 16-bit uniform bin, so P(value = first + k) ≈ probs[k].
+
+    Sampling is one gather of integers, hence identical on every device; the
+    law is exact to 2**-16 per value (a geometric tail below that is cut off).
+    """
+    n = 1 << _TABLE_BITS
     total = sum(probs)
-    out, acc = [], 0.0
+    cut, acc = [], 0.0
     for p in probs[:-1]:
         acc += p / total
-        out.append(_fixed(acc))
-    return out
+        cut.append(min(n, round(acc * n)))
+    bins = torch.arange(n, dtype=torch.int64)
+    return first + torch.searchsorted(torch.tensor(cut, dtype=torch.int64), bins, right=True)
 
 
 def word_start_table(pieces: Sequence[str], special_ids: Iterable[int]) -> torch.Tensor:
@@ -142,35 +158,30 @@ class Masker:
         self._t_random = _fixed(cfg.mask_prob + cfg.random_prob)
 
         # Span / n-gram length laws and the tiling that proposes candidate spans.
-        self._len_thr: torch.Tensor | None = None
-        self._gap_thr: torch.Tensor | None = None
+        self._len_table: torch.Tensor | None = None
+        self._gap_table: torch.Tensor | None = None
         if cfg.scheme in ("span", "ngram"):
             if cfg.scheme == "span":
+                # SpanBERT: geometric(p) truncated to 1..span_max and renormalized (mean 3.8).
                 q = 1.0 - cfg.span_p
                 probs = [cfg.span_p * q ** (k - 1) for k in range(1, cfg.span_max + 1)]
             else:
+                # ALBERT: n-gram of n <= ngram_max words with p(n) ∝ 1/n.
                 probs = [1.0 / n for n in range(1, cfg.ngram_max + 1)]
             mean_len = sum(k * p for k, p in enumerate(probs, 1)) / sum(probs)
-            self.mean_len = mean_len
-            self._len_thr = torch.tensor(_cdf_thresholds(probs), dtype=torch.int64)
+            self._len_table = _inverse_cdf_table(probs, first=1)
             # Candidate spans cover ~density of the slots (twice the rate, at least half),
-            # so the thinning step below almost always has enough to fill the budget.
+            # so the thinning step almost always has enough to fill the budget.
             density = min(0.9, max(0.5, 2.0 * cfg.rate))
             mean_gap = mean_len * (1.0 - density) / density
             # A gap of at least one slot keeps spans apart, so span boundaries stay visible.
-            self._gap_min = 1 if mean_gap >= 1.0 else 0
-            extra = mean_gap - self._gap_min
-            thr: list[int] = []
-            if extra > 1e-9:
-                keep = extra / (1.0 + extra)  # geometric on {0, 1, ...} with mean `extra`
-                k = 0
-                while len(thr) < 4096:
-                    t = _fixed(1.0 - keep ** (k + 1))
-                    thr.append(t)
-                    if t >= _U32:
-                        break
-                    k += 1
-            self._gap_thr = torch.tensor(thr, dtype=torch.int64)
+            gap_min = 1 if mean_gap >= 1.0 else 0
+            extra = mean_gap - gap_min
+            keep = extra / (1.0 + extra)  # geometric on {0, 1, ...} with mean `extra`
+            gap_probs = [1.0]
+            while keep > 0 and keep ** len(gap_probs) > 2.0**-20:
+                gap_probs.append(keep ** len(gap_probs))
+            self._gap_table = _inverse_cdf_table(gap_probs, first=gap_min)
             # A random start offset of a few cycles makes the tiling (nearly) stationary,
             # so the first words of a sequence are masked as often as the rest.
             self._offset_range = max(1, 4 * math.ceil(mean_len + mean_gap))
@@ -183,10 +194,10 @@ class Masker:
         self._allowed = self._allowed.to(device)
         if self._word_starts is not None:
             self._word_starts = self._word_starts.to(device)
-        if self._len_thr is not None:
-            self._len_thr = self._len_thr.to(device)
-        if self._gap_thr is not None:
-            self._gap_thr = self._gap_thr.to(device)
+        if self._len_table is not None:
+            self._len_table = self._len_table.to(device)
+        if self._gap_table is not None:
+            self._gap_table = self._gap_table.to(device)
         return self
 
     @staticmethod
@@ -243,24 +254,31 @@ class Masker:
             else:
                 member, unit_start = self._tile_spans(sids, seed, epoch, slot_start, maskable, pos)
 
-        # Every member token points at its unit's first position (units are contiguous runs).
-        ustart = torch.cummax(torch.where(unit_start, pos, -1), dim=1).values.clamp_(min=0); ustart = torch.where(member & (torch.rand(member.shape) < 0.01), pos, ustart)
-        ulen = torch.zeros_like(ids).scatter_add_(1, ustart, member.long())
-        prio = torch.where(
-            unit_start, self._hash(self._row_keys(sids, seed, epoch, _S_PRIO), pos), _INT64_MAX
-        )
         n_maskable = maskable.sum(dim=1)
         # Probabilistic rounding keeps the expected budget exactly rate × maskable.
         u_budget = _u32(_mix(self._row_keys(sids, seed, epoch, _S_BUDGET)))
         budget = (n_maskable * self._rate + u_budget) >> 32
-        chosen = self._take_by_priority(prio, ulen, budget)
-        selected = member & chosen.gather(1, ustart)
+        prio = torch.where(
+            unit_start, self._hash(self._row_keys(sids, seed, epoch, _S_PRIO), pos), _INT64_MAX
+        )
+        if scheme == "token":
+            ustart = ulen = None
+            selected = self._take_by_priority(prio, maskable.long(), budget)
+        else:
+            # Every member token points at its unit's first position (units are contiguous runs).
+            ustart = torch.cummax(torch.where(unit_start, pos, -1), dim=1).values.clamp_(min=0)
+            ulen = torch.zeros_like(ids).scatter_add_(1, ustart, member.long())
+            chosen = self._take_by_priority(prio, ulen, budget)
+            selected = member & chosen.gather(1, ustart)
 
         # 80/10/10: per span for SpanBERT (as its paper does), per token otherwise.
-        dec_index = ustart if scheme == "span" else pos
-        u_dec = _u32(self._hash(self._row_keys(sids, seed, epoch, _S_DECIDE), dec_index))
-        h_rand = self._hash(self._row_keys(sids, seed, epoch, _S_RANDOM), pos)
-        rand_ids = self._allowed[_srl(h_rand, 1) % self._allowed.numel()]
+        h_dec = self._hash(self._row_keys(sids, seed, epoch, _S_DECIDE), pos)
+        if scheme == "span":
+            assert ustart is not None
+            u_dec = _u32(self._hash(self._row_keys(sids, seed, epoch, _S_SPAN_DECIDE), ustart))
+        else:
+            u_dec = _u32(h_dec)  # top bits decide, low bits (below) pick the random token
+        rand_ids = self._allowed[(h_dec & 0x7FFFFFFF) % self._allowed.numel()]
         out_ids = torch.where(selected & (u_dec < self._t_mask), self.mask_id, ids)
         use_rand = selected & (u_dec >= self._t_mask) & (u_dec < self._t_random)
         out_ids = torch.where(use_rand, rand_ids, out_ids)
@@ -268,6 +286,7 @@ class Masker:
         out = {"input_ids": out_ids, "labels": labels}
 
         if scheme == "span":
+            assert ustart is not None and ulen is not None
             # Boundaries of the span each predicted token belongs to, kept inside the sample.
             n_tokens = torch.where(ids != self.pad_id, pos + 1, 0).amax(dim=1, keepdim=True)
             last = ustart + ulen.gather(1, ustart) - 1
@@ -310,26 +329,27 @@ class Masker:
         sequential placement loop and spans never overlap. A span cut by a
         special token becomes one unit per maskable run.
         """
-        assert self._len_thr is not None and self._gap_thr is not None
+        assert self._len_table is not None and self._gap_table is not None
         B, L = slot_start.shape
         K = self._offset_range
         j = torch.arange(L + K, device=pos.device)  # enough segments: each covers >= 1 slot
-        u_len = _u32(self._hash(self._row_keys(sids, seed, epoch, _S_LEN), j))
-        span_len = 1 + torch.searchsorted(self._len_thr, u_len, right=True)
-        if self._gap_thr.numel():
-            u_gap = _u32(self._hash(self._row_keys(sids, seed, epoch, _S_GAP), j))
-            gap = self._gap_min + torch.searchsorted(self._gap_thr, u_gap, right=True)
-        else:
-            gap = torch.full_like(span_len, self._gap_min)
+        span_len = self._len_table[_srl(self._hash(self._row_keys(sids, seed, epoch, _S_LEN), j), 48)]
+        gap = self._gap_table[_srl(self._hash(self._row_keys(sids, seed, epoch, _S_GAP), j), 48)]
         offset = _u32(_mix(self._row_keys(sids, seed, epoch, _S_OFFSET))) % K
         end = torch.cumsum(gap + span_len, dim=1) - offset[:, None]  # exclusive, slot coordinates
         begin = end - span_len
+        # Paint the disjoint spans onto slot space: +1 at each begin, -1 at each end
+        # (clipped to the row), then a cumsum says which slots are covered.
+        paint = torch.zeros(B, L + 1, dtype=torch.int64, device=pos.device)
+        paint.scatter_add_(1, begin.clamp(0, L), torch.ones_like(begin))
+        first_slot = paint[:, :L] > 0  # a span begins here (before clipping at slot 0 too)
+        paint.scatter_add_(1, end.clamp(0, L), torch.full_like(end, -1))
+        covered = torch.cumsum(paint[:, :L], dim=1) > 0
         slot = (torch.cumsum(slot_start.long(), dim=1) - 1).clamp_(min=0)
-        seg = torch.searchsorted(end, slot, right=True)  # first segment ending after the slot
-        member = maskable & (begin.gather(1, seg) <= slot)
+        member = maskable & covered.gather(1, slot)
         prev_member = torch.zeros_like(member)
         prev_member[:, 1:] = member[:, :-1]
-        prev_seg = torch.full_like(seg, -1)
-        prev_seg[:, 1:] = seg[:, :-1]
-        unit_start = member & (~prev_member | (prev_seg != seg))
+        # A unit starts after a non-member token, or at a word where a new span begins
+        # (spans only touch when the gap law allows zero-length gaps).
+        unit_start = member & (~prev_member | (slot_start & first_slot.gather(1, slot)))
         return member, unit_start

@@ -54,7 +54,9 @@ class Lamb(torch.optim.Optimizer):
         w = w - lr * (||w|| / ||r||) * r
 
     with the trust ratio taken as 1 when ||w|| or ||r|| is 0 (fresh zero-init
-    biases would otherwise never move). phi is the identity.
+    biases would otherwise never move). phi is the identity. Bias correction
+    scales Adam's direction by a per-tensor constant that the trust ratio
+    divides out, so it matters only through eps and the weight-decay mix.
     """
 
     def __init__(self, params: Iterable[torch.Tensor] | Iterable[dict[str, Any]], lr: float = 1e-3,

@@ -1,0 +1,69 @@
+"""`shardforge`: the command line over both halves.
+
+    shardforge demo                 synthetic corpus -> build -> train a few steps -> summary
+    shardforge build ...            = python -m pipelines.build ...
+    shardforge train ...            = python -m trainer.train ...
+    shardforge inspect URL          manifest summary, decoded samples, length histogram
+    shardforge validate URL         check every shard against the manifest
+    shardforge plot RUN             loss / lr / throughput curves to PNG
+    shardforge export CKPT OUT      Hugging Face folder from a checkpoint
+
+Each subcommand imports only the half it needs, so `build` never loads torch
+and `train` never loads Beam.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from collections.abc import Callable
+
+from schemas.errors import find_user_error
+
+# name -> (module, function, one-line help); modules are imported on use.
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "demo": ("shardforge.demo", "main", "Run the whole path end to end on a generated corpus."),
+    "build": ("pipelines.build", "main", "Build a corpus (Beam): raw text -> shards + manifest."),
+    "repack": ("pipelines.repack", "main", "New packing rule from a corpus's tokenized intermediate."),
+    "train": ("trainer.train", "main", "Train an encoder on a corpus."),
+    "inspect": ("shardforge.inspect", "main", "Show a corpus: manifest summary, samples, lengths."),
+    "validate": ("shardforge.validate", "main", "Check every shard against the manifest."),
+    "plot": ("trainer.plot", "main", "Plot a run's metrics to PNG."),
+    "export": ("trainer.export", "main", "Export a checkpoint to a Hugging Face folder."),
+    "status": ("shardforge.status", "main", "Versions, pending files and ingest lag of a served corpus."),
+}
+
+
+def _entry(name: str) -> Callable[[list[str]], int]:
+    module, func, _ = COMMANDS[name]
+    return getattr(importlib.import_module(module), func)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = argparse.ArgumentParser(
+        prog="shardforge", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("command", choices=sorted(COMMANDS), help="subcommand (see above)")
+    if not argv or argv[0] in ("-h", "--help"):
+        parser.print_help()
+        return 0
+    name, rest = argv[0], argv[1:]
+    if name not in COMMANDS:
+        parser.print_usage(sys.stderr)
+        print(f"shardforge: unknown command {name!r} (choose from {', '.join(sorted(COMMANDS))})", file=sys.stderr)
+        return 2
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    try:
+        return int(_entry(name)(rest) or 0)
+    except Exception as e:  # noqa: BLE001 - user errors may arrive wrapped by a runner
+        user = find_user_error(e)
+        if user is None:
+            raise
+        print(f"error: {user}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

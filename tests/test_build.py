@@ -1,0 +1,128 @@
+"""The build job end to end on Beam's local runner: shards, manifest, determinism, accounting."""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import io
+import json
+import os
+import subprocess
+import sys
+import tarfile
+
+import numpy as np
+import pytest
+
+from pipelines.build import run_build, summarize
+from schemas import BOS_ID, EOS_ID
+from schemas.config import BuildConfig
+from schemas.manifest import load_manifest
+from shardforge.demo import demo_build_config
+
+pytestmark = pytest.mark.slow
+
+
+def small_config(globs: dict[str, str], **packing) -> BuildConfig:
+    cfg = demo_build_config(globs).model_dump()
+    cfg["tokenizer"]["vocab_size"] = 400
+    cfg["packing"].update({"max_seq_len": 96, "valid_fraction": 0.1, **packing})
+    cfg["shards"] = {"target_samples": 40, "target_bytes": 1 << 30}
+    return BuildConfig.model_validate(cfg)
+
+
+@pytest.fixture(scope="module")
+def built(demo_corpus, tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("corpus"))
+    cfg = small_config(demo_corpus)
+    manifest = run_build(cfg, out)
+    return cfg, out, manifest
+
+
+def files_digest(root: str) -> dict[str, str]:
+    names = sorted(glob.glob(os.path.join(root, "*.tar"))) + [os.path.join(root, "manifest.json")]
+    return {os.path.basename(n): hashlib.sha256(open(n, "rb").read()).hexdigest() for n in names}
+
+
+def test_manifest_lists_every_shard_with_true_sizes_and_hashes(built):
+    _, out, m = built
+    on_disk = sorted(os.path.basename(p) for p in glob.glob(os.path.join(out, "*.tar")))
+    assert on_disk == sorted(s.name for s in m.shards)
+    for s in m.shards:
+        data = open(os.path.join(out, s.name), "rb").read()
+        assert len(data) == s.bytes
+        assert hashlib.sha256(data).hexdigest() == s.sha256
+    assert m.totals["train"].samples == sum(s.samples for s in m.shards_of("train"))
+    assert m.shards_of("valid"), "valid split is empty"
+    assert [s.name for s in m.shards_of("train")] == [f"train-{i:06d}.tar" for i in range(len(m.shards_of("train")))]
+
+
+def test_accounting_identity_and_demo_junk(built, demo_corpus):
+    _, _, m = built
+    raw_root = os.path.dirname(os.path.dirname(demo_corpus["ccnews"]))
+    synth = json.load(open(os.path.join(raw_root, "SYNTH.json")))
+    for source, acct in m.accounting.items():
+        assert acct.balanced, source
+    assert sum(a.input for a in m.accounting.values()) == synth["records"]
+    cc = m.accounting["ccnews"]
+    assert cc.rejected == {"malformed_json": 2, "invalid_utf8": 2, "missing_text_field": 2}
+    assert cc.filtered.get("empty") == 2
+    s = summarize(m)
+    # the exact copies (two within CC-News, one in OpenWebText) are gone
+    assert s["duplicates"] >= synth["exact_duplicates"]
+
+
+def test_shards_read_back_by_plain_webdataset(built):
+    import webdataset as wds
+
+    _, out, m = built
+    urls = [os.path.join(out, s.name) for s in m.shards_of("train")]
+    ds = wds.WebDataset(urls, shardshuffle=False)
+    n = 0
+    for sample in ds:
+        ids = np.load(io.BytesIO(sample["input_ids.npy"]), allow_pickle=False)
+        assert ids.dtype == np.uint16
+        assert ids[0] == BOS_ID and ids[-1] == EOS_ID
+        assert len(ids) <= m.max_seq_len
+        assert set(sample) >= {"__key__", "input_ids.npy", "json"}
+        n += 1
+    assert n == m.totals["train"].samples
+
+
+def test_tar_tool_lists_members(built):
+    _, out, m = built
+    listing = subprocess.run(["tar", "-tf", os.path.join(out, m.shards[0].name)], check=True,
+                             capture_output=True, text=True).stdout.split()
+    assert len(listing) == 2 * m.shards[0].samples  # input_ids.npy + json per sample
+    with tarfile.open(os.path.join(out, m.shards[0].name)) as t:
+        assert all(i.mtime == 0 and i.uname == "" for i in t.getmembers())
+
+
+def test_rebuild_is_byte_identical(built, demo_corpus, tmp_path):
+    cfg, out, _ = built
+    again = str(tmp_path / "again")
+    run_build(cfg, again)
+    assert files_digest(again) == files_digest(out)
+
+
+def test_reused_tokenizer_by_url(built, demo_corpus, tmp_path):
+    cfg, out, m = built
+    data = cfg.model_dump()
+    data["tokenizer"]["model_url"] = os.path.join(out, "tokenizer", "spm.model")
+    m2 = run_build(BuildConfig.model_validate(data), str(tmp_path / "reuse"))
+    assert m2.tokenizer.sha256 == m.tokenizer.sha256
+    assert [s.sha256 for s in m2.shards] == [s.sha256 for s in m.shards]
+
+
+def test_cli_bad_input_gives_one_clear_line(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "pipelines.build", "--input", str(tmp_path / "nothing*.jsonl"),
+                        "--output", str(tmp_path / "o")], capture_output=True, text=True)
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines()[-1].startswith("error: source other: no files match")
+    assert "Traceback" not in r.stderr
+
+
+def test_manifest_loads(built):
+    _, out, m = built
+    again, root = load_manifest(out)
+    assert again == m and root == out

@@ -1,0 +1,111 @@
+"""Configs and the manifest: round trips and one clear error for user mistakes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from schemas.config import BuildConfig, TrainConfig, load_config, parse_config
+from schemas.errors import UserError
+from schemas.manifest import Manifest, ShardInfo, TokenizerInfo, load_manifest, parse_manifest
+from schemas.sample import ShardFormatError, decode_sample, encode_sample, ids_dtype, iter_tar_samples, tar_bytes
+
+
+def tiny_manifest(**kw) -> Manifest:
+    return Manifest(
+        config={"sources": []}, packing_rule="full_sentences", max_seq_len=16, ids_dtype="uint16",
+        members=["input_ids.npy"],
+        tokenizer=TokenizerInfo(path="tokenizer/spm.model", sha256="0" * 64, model_type="unigram", vocab_size=100,
+                                normalization_rule="nmt_nfkc"),
+        shards=[ShardInfo(name="train-000000.tar", split="train", samples=3, tokens=30, bytes=10240,
+                          sha256="a" * 64)],
+        totals={}, accounting={}, **kw)
+
+
+def test_manifest_round_trip_is_canonical(tmp_path):
+    m = tiny_manifest()
+    text = m.to_json()
+    assert parse_manifest(text) == m
+    assert parse_manifest(text).to_json() == text
+    assert json.loads(text) == json.loads(json.dumps(json.loads(text), sort_keys=True))
+    (tmp_path / "manifest.json").write_text(text)
+    loaded, root = load_manifest(str(tmp_path))
+    assert loaded == m and root == str(tmp_path)
+
+
+def test_missing_manifest_is_one_clear_error(tmp_path):
+    with pytest.raises(UserError, match="no manifest at .*the manifest is written last"):
+        load_manifest(str(tmp_path / "nope"))
+
+
+def test_invalid_manifest_names_the_field(tmp_path):
+    bad = json.loads(tiny_manifest().to_json())
+    bad["shards"][0]["sha256"] = "xyz"
+    (tmp_path / "manifest.json").write_text(json.dumps(bad))
+    with pytest.raises(UserError, match=r"shards\.0\.sha256"):
+        load_manifest(str(tmp_path))
+    (tmp_path / "manifest.json").write_text("{not json")
+    with pytest.raises(UserError, match="not valid JSON"):
+        load_manifest(str(tmp_path))
+
+
+def test_newer_schema_is_refused():
+    data = json.loads(tiny_manifest().to_json())
+    data["schema_version"] = 999
+    with pytest.raises(UserError, match="newer than this shardforge"):
+        parse_manifest(json.dumps(data))
+
+
+def test_config_errors_are_readable(tmp_path):
+    with pytest.raises(UserError, match=r"packing\.rule"):
+        parse_config(BuildConfig, {"sources": [{"name": "a", "input": "x"}], "packing": {"rule": "nope"}})
+    with pytest.raises(UserError, match=r"Extra inputs"):
+        parse_config(TrainConfig, {"data": "x", "stepz": 3})
+    p = tmp_path / "c.yaml"
+    p.write_text("sources: [{name: a, input: x}]\npacking: {max_seq_len: 3}\n")
+    with pytest.raises(UserError, match=r"max_seq_len"):
+        load_config(BuildConfig, str(p))
+    with pytest.raises(UserError, match="config not found"):
+        load_config(BuildConfig, str(tmp_path / "missing.yaml"))
+
+
+def test_cli_missing_manifest_prints_one_line(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "trainer.train", "--data", str(tmp_path), "--steps", "1"],
+                       capture_output=True, text=True)
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines()[-1].startswith("error: no manifest at")
+    assert "Traceback" not in r.stderr
+
+
+def test_sample_spec_dtype_and_round_trip():
+    assert ids_dtype(65536) == np.uint16 and ids_dtype(65537) == np.int32
+    members = encode_sample([0, 7, 2], 100, token_type_ids=[0, 0, 1], label=1, meta={"b": 1, "a": 2})
+    data = tar_bytes([("k-1", members)])
+    [(key, got)] = list(iter_tar_samples(__import__("io").BytesIO(data)))
+    s = decode_sample(key, got)
+    assert s["input_ids"].tolist() == [0, 7, 2] and s["input_ids"].dtype == np.uint16
+    assert s["token_type_ids"].tolist() == [0, 0, 1] and s["label"] == 1 and s["meta"] == {"a": 2, "b": 1}
+    assert tar_bytes([("k-1", members)]) == data  # deterministic bytes
+
+
+def test_reader_refuses_pickles_and_unknown_members():
+    import io
+    import pickle
+
+    data = tar_bytes([("k", [("input_ids.npy", b"x")])])
+    evil = io.BytesIO()
+    import tarfile
+
+    with tarfile.open(fileobj=evil, mode="w") as t:
+        payload = pickle.dumps({"boom": 1})
+        info = tarfile.TarInfo("k.pyd")
+        info.size = len(payload)
+        t.addfile(info, io.BytesIO(payload))
+    with pytest.raises(ShardFormatError, match="pickle"):
+        list(iter_tar_samples(io.BytesIO(evil.getvalue())))
+    with pytest.raises(ShardFormatError, match="truncated|corrupt"):
+        list(iter_tar_samples(io.BytesIO(data[:700])))
