@@ -195,10 +195,14 @@ def machine() -> str:
                 break
     except OSError:
         pass
+    import transformers
+
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none"
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     return (
         f"nproc={os.cpu_count()}, CPU: {cpu}, torch threads={torch.get_num_threads()}, "
-        f"GPU: {gpu}, torch {torch.__version__}, python {platform.python_version()}"
+        f"GPU: {gpu}, torch {torch.__version__}, transformers {transformers.__version__}, "
+        f"python {platform.python_version()}; load average at the end {load} (a shared machine)"
     )
 
 

@@ -68,6 +68,14 @@ def word_hash(word: str) -> int:
     return h
 
 
+def _word_hashes(words: list[str]) -> np.ndarray:
+    """uint64 hashes of many words: one C-level dict lookup each, blake2b only for unseen words."""
+    hs = list(map(_word_cache.get, words))
+    if None in hs:
+        hs = [h if h is not None else word_hash(w) for h, w in zip(hs, words, strict=True)]
+    return np.array(hs, dtype=np.uint64)
+
+
 def _fmix64(h: np.ndarray) -> np.ndarray:
     """splitmix64's finalizer, in place on a uint64 array (full avalanche)."""
     h ^= h >> _U64(30)
@@ -89,7 +97,7 @@ def shingle_sets(texts: Sequence[str], ngram: int) -> list[np.ndarray]:
     total = int(lens.sum())
     if total == 0:
         return [np.empty(0, dtype=np.uint32) for _ in texts]
-    wh = np.fromiter((word_hash(w) for ws in words for w in ws), dtype=np.uint64, count=total)
+    wh = _word_hashes([w for ws in words for w in ws])
     starts = np.concatenate(([0], np.cumsum(lens)[:-1]))
     doc_of_word = np.repeat(np.arange(len(texts), dtype=np.uint64), lens)
 
@@ -123,7 +131,10 @@ def shingle_sets(texts: Sequence[str], ngram: int) -> list[np.ndarray]:
                 extra[j] = acc
             extra = _fmix64(extra)
             keys = np.concatenate([keys, (short.astype(np.uint64) << _U64(32)) | (extra & _MASK32)])
-    keys = np.unique(keys)  # sorted by (doc, shingle), duplicates gone
+    # Sort by (doc, shingle) and drop repeats (faster than np.unique's hash path).
+    keys.sort()
+    if keys.size > 1:
+        keys = keys[np.concatenate(([True], keys[1:] != keys[:-1]))]
     docs = (keys >> _U64(32)).astype(np.int64)
     vals = (keys & _MASK32).astype(np.uint32)
     bounds = np.searchsorted(docs, np.arange(len(texts) + 1))

@@ -97,6 +97,31 @@ def test_word_schemes_need_a_table() -> None:
         masker("span", torch.ones(V + 1, dtype=torch.bool))
 
 
+@pytest.mark.parametrize("rate", [0.1, 0.5])
+def test_take_by_priority_matches_a_sequential_reference(rate: float) -> None:
+    """The vectorized greedy (top-k or full sort) equals a plain loop over units."""
+    gen = torch.Generator().manual_seed(14)
+    B, L = 32, 64
+    m = masker("token", None, rate=rate)
+    prio = torch.randint(-(2**62), 2**62, (B, L), generator=gen)
+    length = torch.randint(0, 4, (B, L), generator=gen)
+    prio[length == 0] = 2**63 - 1  # no unit here
+    budget = (length.sum(1) * rate).round().long()
+    got = m._take_by_priority(prio, length, budget)
+    for r in range(B):
+        want = torch.zeros(L, dtype=torch.bool)
+        used = 0
+        for i in torch.argsort(prio[r]).tolist():
+            n = length[r, i].item()
+            if n == 0 or budget[r] == 0:
+                break
+            if used > 0 and used + n / 2 >= budget[r]:
+                break
+            want[i] = True
+            used += n
+        assert torch.equal(got[r], want), r
+
+
 # ---------------------------------------------------------------- statistics
 
 

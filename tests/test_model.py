@@ -62,8 +62,8 @@ def test_resolve_dims_sizes_and_overrides() -> None:
 
 def test_parameter_counts_follow_sharing() -> None:
     d = resolve_dims(ModelConfig(), V)
-    H, I, E, P = d.hidden, d.intermediate, d.embedding_size, d.max_positions
-    layer = (3 * H * H + 3 * H) + (H * H + H) + 2 * H + (H * I + I) + (I * H + H) + 2 * H
+    H, Im, E, P = d.hidden, d.intermediate, d.embedding_size, d.max_positions
+    layer = (3 * H * H + 3 * H) + (H * H + H) + 2 * H + (H * Im + Im) + (Im * H + H) + 2 * H
     emb = V * E + P * E + 1 * E + 2 * E
     head = H * E + E + 2 * E + V
     m = _model()
@@ -233,8 +233,8 @@ def test_bf16_autocast_runs_on_cpu() -> None:
 
 def test_flops_per_token_formula() -> None:
     d = resolve_dims(ModelConfig(size="base"), 50265)
-    H, L_, I, V_, T = 768, 12, 3072, 50265, 512
-    n = L_ * (4 * H * H + 2 * H * I) + H * H + H * V_
+    H, L_, Im, V_, T = 768, 12, 3072, 50265, 512
+    n = L_ * (4 * H * H + 2 * H * Im) + H * H + H * V_
     assert flops_per_token(d, T) == 6 * n + 12 * L_ * H * T
     # Sharing saves parameters, not FLOPs; the masked-only head saves head FLOPs.
     shared = resolve_dims(ModelConfig(size="base", share="all"), 50265)
@@ -242,6 +242,6 @@ def test_flops_per_token_formula() -> None:
     assert flops_per_token(d, T) - flops_per_token(d, T, lm_head_fraction=0.15) == pytest.approx(6 * 0.85 * H * V_)
     # Factorized embedding: E x H projection in, H x E + E x V out.
     f = resolve_dims(ModelConfig(size="base", embedding_size=128), 30000)
-    n_f = L_ * (4 * H * H + 2 * H * I) + 128 * H + H * 128 + 128 * 30000
+    n_f = L_ * (4 * H * H + 2 * H * Im) + 128 * H + H * 128 + 128 * 30000
     assert flops_per_token(f, T) == 6 * n_f + 12 * L_ * H * T
     assert isinstance(d, ModelDims)

@@ -22,14 +22,14 @@ def _lamb_by_hand(w: list[float], grads: list[list[float]], lr: float, b1: float
     m = [0.0] * len(w)
     v = [0.0] * len(w)
     for t, g in enumerate(grads, start=1):
-        m = [b1 * mi + (1 - b1) * gi for mi, gi in zip(m, g)]
-        v = [b2 * vi + (1 - b2) * gi * gi for vi, gi in zip(v, g)]
+        m = [b1 * mi + (1 - b1) * gi for mi, gi in zip(m, g, strict=True)]
+        v = [b2 * vi + (1 - b2) * gi * gi for vi, gi in zip(v, g, strict=True)]
         m_hat = [mi / (1 - b1**t) for mi in m]
         v_hat = [vi / (1 - b2**t) for vi in v]
-        r = [mh / (math.sqrt(vh) + eps) + wd * wi for mh, vh, wi in zip(m_hat, v_hat, w)]
+        r = [mh / (math.sqrt(vh) + eps) + wd * wi for mh, vh, wi in zip(m_hat, v_hat, w, strict=True)]
         wn, rn = _norm(w), _norm(r)
         trust = wn / rn if wn > 0 and rn > 0 else 1.0
-        w = [wi - lr * trust * ri for wi, ri in zip(w, r)]
+        w = [wi - lr * trust * ri for wi, ri in zip(w, r, strict=True)]
     return w
 
 

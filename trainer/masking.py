@@ -298,20 +298,27 @@ class Masker:
 
     # ------------------------------------------------------------- steps
 
-    @staticmethod
-    def _take_by_priority(prio: torch.Tensor, length: torch.Tensor, budget: torch.Tensor) -> torch.Tensor:
+    def _take_by_priority(self, prio: torch.Tensor, length: torch.Tensor, budget: torch.Tensor) -> torch.Tensor:
         """Take units in priority order while the budget holds; bool [B, L] indexed like prio.
 
         A unit is taken when less than half of it would overshoot the budget, so
         the expected total is close to the budget whatever the unit lengths; the
         first unit is always taken when the budget is positive.
         """
-        order = torch.argsort(prio, dim=1)
+        L = prio.shape[1]
+        # Taken units are a prefix of the priority order no longer than the largest
+        # possible budget (each unit holds >= 1 token), so a partial top-k suffices;
+        # the bound is static, so no device sync is needed to find it.
+        k = min(L, math.ceil(self.cfg.rate * L) + 1)
+        if 4 * k < L:
+            order = torch.topk(prio, k, dim=1, largest=False, sorted=True).indices
+        else:
+            order = torch.argsort(prio, dim=1)
         ls = length.gather(1, order)
         before = torch.cumsum(ls, dim=1) - ls
         b = budget[:, None]
         take = (ls > 0) & ((2 * before + ls < 2 * b) | ((before == 0) & (b > 0)))
-        return torch.zeros_like(take).scatter_(1, order, take)
+        return torch.zeros_like(prio, dtype=torch.bool).scatter_(1, order, take)
 
     def _tile_spans(
         self,

@@ -1,0 +1,174 @@
+"""Unit tests for the pure MinHash / LSH functions (no Beam)."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from pipelines import minhash
+from pipelines.minhash import (
+    MinHasher,
+    candidate_probability,
+    estimate_margin,
+    estimated_jaccard,
+    jaccard,
+    lsh_threshold,
+    normalize_text,
+    normalized_text_hash,
+    shingle_sets,
+)
+
+WORDS = [f"w{i}" for i in range(3000)]
+
+
+def _doc(rng: random.Random, n: int) -> list[str]:
+    return [rng.choice(WORDS) for _ in range(n)]
+
+
+def _substitute(words: list[str], k: int, rng: random.Random) -> list[str]:
+    out = list(words)
+    for i in rng.sample(range(len(out)), k):
+        out[i] = "x" + rng.choice(WORDS)
+    return out
+
+
+def _python_jaccard(a: str, b: str, n: int) -> float:
+    def grams(t: str) -> set[tuple[str, ...]]:
+        w = normalize_text(t).split()
+        return {tuple(w[i : i + n]) for i in range(len(w) - n + 1)}
+
+    sa, sb = grams(a), grams(b)
+    return len(sa & sb) / len(sa | sb)
+
+
+def test_normalization_ignores_case_punctuation_and_spacing() -> None:
+    assert normalize_text("  Hello,   WORLD!\n\tIt's  me. ") == "hello world its me"
+    assert normalized_text_hash("Hello, world!") == normalized_text_hash("hello   WORLD")
+    assert normalized_text_hash("Hello, world!") != normalized_text_hash("Hello, word!")
+    # NFKC: the full-width letters of a copied page match their ASCII form.
+    assert normalized_text_hash("ＡＢＣ def") == normalized_text_hash("abc def")
+    assert len(normalized_text_hash("x")) == 32
+
+
+def test_shingles_match_python_sets_and_ignore_batching() -> None:
+    rng = random.Random(1)
+    texts = [" ".join(_doc(rng, n)) for n in (0, 1, 3, 5, 6, 50, 200)]
+    batch = shingle_sets(texts, 5)
+    for t, s in zip(texts, batch, strict=True):
+        assert s.dtype == np.uint32
+        assert np.all(np.diff(s.astype(np.int64)) > 0)  # sorted, unique
+        alone = shingle_sets([t], 5)[0]
+        assert np.array_equal(alone, s)
+        n_words = len(t.split())
+        expected = 0 if n_words == 0 else (1 if n_words < 5 else len({tuple(t.split()[i:i + 5])
+                                                                         for i in range(n_words - 4)}))
+        assert s.size == expected
+    # Word order matters inside a shingle.
+    assert not np.array_equal(shingle_sets(["a b c d e"], 5)[0], shingle_sets(["e d c b a"], 5)[0])
+
+
+def test_shingle_hashes_do_not_depend_on_the_word_cache() -> None:
+    texts = ["the quick brown fox jumps over the lazy dog again and again"]
+    first = shingle_sets(texts, 3)[0]
+    minhash._word_cache.clear()
+    assert np.array_equal(shingle_sets(texts, 3)[0], first)
+
+
+def test_exact_jaccard_of_shingles_matches_python() -> None:
+    rng = random.Random(2)
+    base = _doc(rng, 300)
+    for k in (0, 3, 10, 40):
+        other = _substitute(base, k, rng)
+        a, b = shingle_sets([" ".join(base), " ".join(other)], 5)
+        assert jaccard(a, b) == pytest.approx(_python_jaccard(" ".join(base), " ".join(other), 5), abs=1e-3)
+
+
+def test_estimate_tracks_true_jaccard() -> None:
+    rng = random.Random(3)
+    hasher = MinHasher(ngram=5, bands=14, rows=8, seed=7)
+    errors = []
+    for _ in range(60):
+        base = _doc(rng, 400)
+        other = _substitute(base, rng.randint(0, 60), rng)
+        sh = shingle_sets([" ".join(base), " ".join(other)], 5)
+        sig = hasher.signatures(sh)
+        assert sig.shape == (2, 112) and sig.dtype == np.uint32
+        true = jaccard(sh[0], sh[1])
+        est = estimated_jaccard(sig[0], sig[1])
+        # Binomial(112, J) standard error; 4 sigma is a generous per-pair bound.
+        assert abs(est - true) <= 4 * np.sqrt(max(true * (1 - true), 0.01) / 112) + 1e-9
+        errors.append(est - true)
+    assert abs(float(np.mean(errors))) < 0.02  # unbiased on average
+    assert float(np.mean(np.abs(errors))) < 0.05
+
+
+def test_signatures_are_deterministic_and_seeded() -> None:
+    rng = random.Random(4)
+    texts = [" ".join(_doc(rng, 120)) for _ in range(20)]
+    sh = shingle_sets(texts, 5)
+    h1 = MinHasher(seed=1)
+    sig = h1.signatures(sh)
+    assert np.array_equal(sig, MinHasher(seed=1).signatures(sh))
+    # The same row whatever the batch (and however the shingles are chunked).
+    assert np.array_equal(h1.signatures(sh[5:6])[0], sig[5])
+    assert np.array_equal(h1.signatures(sh[::-1])[::-1], sig)
+    assert not np.array_equal(MinHasher(seed=2).signatures(sh), sig)
+    a, b = h1.permutations()
+    assert np.all(a % 2 == 1) and len(set(a.tolist())) == 112
+    # Empty documents get the all-max signature and never share a band with real ones.
+    empty = h1.signatures([np.empty(0, np.uint32)])
+    assert np.all(empty == 0xFFFFFFFF)
+
+
+def test_signature_chunking_across_documents(monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = random.Random(5)
+    sh = shingle_sets([" ".join(_doc(rng, n)) for n in (300, 7, 1, 0, 2000, 40)], 5)
+    h = MinHasher(seed=3)
+    ref = h.signatures(sh)
+    monkeypatch.setattr(minhash, "_CHUNK_ROWS", 7)  # chunks split documents everywhere
+    assert np.array_equal(h.signatures(sh), ref)
+    # Brute force: min over the shingles of the multiply-add-shift permutations.
+    a, b = h.permutations()
+    with np.errstate(over="ignore"):
+        brute = ((sh[0].astype(np.uint64)[:, None] * a + b) >> np.uint64(32)).min(axis=0)
+    assert np.array_equal(brute.astype(np.uint32), ref[0])
+
+
+def test_band_keys() -> None:
+    rng = random.Random(6)
+    base = _doc(rng, 300)
+    texts = [" ".join(base), " ".join(base), " ".join(_doc(rng, 300))]
+    h = MinHasher(bands=14, rows=8, seed=9)
+    keys = h.band_keys(h.signatures(shingle_sets(texts, 5)))
+    assert keys.shape == (3, 14) and keys.dtype == np.int64
+    assert np.array_equal(keys[0], keys[1])
+    assert not np.any(keys[0] == keys[2])
+    # Equal band values in different bands still give different keys.
+    same = np.zeros((1, 112), dtype=np.uint32)
+    assert len(set(h.band_keys(same)[0].tolist())) == 14
+
+
+def test_s_curve() -> None:
+    # DESIGN.md: 14 x 8 puts the threshold near 0.72 and catches s = 0.8 with p ~ 0.92.
+    assert lsh_threshold(14, 8) == pytest.approx(0.719, abs=0.01)
+    assert candidate_probability(0.8, 14, 8) == pytest.approx(0.92, abs=0.01)
+    assert candidate_probability(0.85, 14, 8) > 0.98
+    assert candidate_probability(0.3, 14, 8) < 1e-3
+    probs = [candidate_probability(s / 20, 14, 8) for s in range(21)]
+    assert probs == sorted(probs)
+    assert estimate_margin(0.8, 112) == pytest.approx(2 * np.sqrt(0.16 / 112))
+
+
+def test_lsh_catches_near_duplicates_empirically() -> None:
+    rng = random.Random(7)
+    h = MinHasher(seed=11)
+    hits = total = 0
+    for _ in range(40):
+        base = _doc(rng, 400)
+        other = _substitute(base, 6, rng)  # J ~ 0.86
+        keys = h.band_keys(h.signatures(shingle_sets([" ".join(base), " ".join(other)], 5)))
+        total += 1
+        hits += bool(np.any(keys[0] == keys[1]))
+    assert hits / total >= 0.9
