@@ -38,6 +38,10 @@ from trainer.masking import Masker, word_start_table  # noqa: E402
 
 SPECIAL_PIECES = sorted(SPECIAL_TOKENS, key=SPECIAL_TOKENS.__getitem__)
 SPECIAL_IDS = sorted(SPECIAL_TOKENS.values())
+HF_TOK = "HF DataCollatorForLanguageModeling (special mask computed by HF)"
+HF_TOK_GIVEN = "HF DataCollatorForLanguageModeling (special mask given)"
+HF_WWM = "HF whole_word_mask=True (ex-DataCollatorForWholeWordMask)"
+PY_SPAN = "per-sequence Python span masker (SpanBERT-style)"
 
 
 # ---------------------------------------------------------------- inputs
@@ -163,22 +167,28 @@ class PythonSpanMasker:
 # ---------------------------------------------------------------- timing
 
 
-def timeit(fn: Callable[[], object], repeat: int, sync: bool = False) -> tuple[float, float]:
-    """(median, min) seconds of `repeat` calls after one warm-up call.
+def time_interleaved(
+    fns: dict[str, Callable[[], object]], repeat: int, sync: bool = False
+) -> dict[str, tuple[float, float]]:
+    """(median, min) seconds per function, one warm-up call each.
 
-    The min is reported too: on a shared machine it is the least disturbed run.
+    The functions take turns (round-robin) so that load from other processes on
+    a shared machine falls on all of them alike; the min is the least
+    disturbed run.
     """
-    fn()
-    if sync:
-        torch.cuda.synchronize()
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    for fn in fns.values():
         fn()
-        if sync:
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times), min(times)
+    for _ in range(repeat):
+        for name, fn in fns.items():
+            if sync:
+                torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            fn()
+            if sync:
+                torch.cuda.synchronize()
+            times[name].append(time.perf_counter() - t0)
+    return {k: (statistics.median(v), min(v)) for k, v in times.items()}
 
 
 def show(row: tuple[str, str, tuple[float, float]]) -> None:
@@ -211,10 +221,13 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--length", type=int, default=512)
     ap.add_argument("--vocab", type=int, default=8000)
-    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--repeat", type=int, default=7)
+    ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "masking.md"))
     args = ap.parse_args()
 
+    if args.threads:
+        torch.set_num_threads(args.threads)
     rng = np.random.default_rng(0)
     pieces = make_vocab(args.vocab, rng)
     ws = word_start_table(pieces, SPECIAL_IDS)
@@ -228,10 +241,6 @@ def main() -> None:
         x, s = ids.to(device), sids.to(device)
         return lambda: m(x, s, epoch=0, seed=0)
 
-    for scheme in ("token", "whole_word", "span", "ngram"):
-        rows.append((f"ours: {scheme}", "cpu", timeit(ours(scheme, "cpu"), args.repeat)))
-        show(rows[-1])
-
     from transformers import DataCollatorForLanguageModeling
 
     tok = hf_tokenizer(pieces)
@@ -241,38 +250,38 @@ def main() -> None:
         warnings.simplefilter("ignore")
         hf_tok = DataCollatorForLanguageModeling(tok, mlm_probability=0.15)
         hf_wwm = DataCollatorForLanguageModeling(tok, mlm_probability=0.15, whole_word_mask=True)
-    baselines = {
-        "HF DataCollatorForLanguageModeling (special mask computed by HF)": lambda: hf_tok.torch_mask_tokens(
-            ids.clone()
-        ),
-        "HF DataCollatorForLanguageModeling (special mask given)": lambda: hf_tok.torch_mask_tokens(
-            ids.clone(), special_tokens_mask=special_mask
-        ),
-        "HF whole_word_mask=True (ex-DataCollatorForWholeWordMask)": lambda: hf_wwm.torch_mask_tokens(
+    py_span = PythonSpanMasker(ws.tolist(), set(SPECIAL_IDS), args.vocab)
+    fns: dict[str, Callable[[], object]] = {
+        f"ours: {scheme}": ours(scheme, "cpu") for scheme in ("token", "whole_word", "span", "ngram")
+    }
+    fns |= {
+        HF_TOK: lambda: hf_tok.torch_mask_tokens(ids.clone()),
+        HF_TOK_GIVEN: lambda: hf_tok.torch_mask_tokens(ids.clone(), special_tokens_mask=special_mask),
+        HF_WWM: lambda: hf_wwm.torch_mask_tokens(
             ids.clone(), special_tokens_mask=special_mask, offset_mapping=offsets
         ),
+        PY_SPAN: lambda: py_span(ids),
     }
-    py_span = PythonSpanMasker(ws.tolist(), set(SPECIAL_IDS), args.vocab)
-    baselines["per-sequence Python span masker (SpanBERT-style)"] = lambda: py_span(ids)
-    for name, fn in baselines.items():
-        rows.append((name, "cpu", timeit(fn, max(1, min(args.repeat, 3)))))
+    for name, stats in time_interleaved(fns, args.repeat).items():
+        rows.append((name, "cpu", stats))
         show(rows[-1])
 
     if torch.cuda.is_available():
-        for scheme in ("token", "whole_word", "span", "ngram"):
-            rows.append((f"ours: {scheme}", "cuda", timeit(ours(scheme, "cuda"), args.repeat * 4, sync=True)))
+        gpu_fns = {f"ours: {scheme}": ours(scheme, "cuda") for scheme in ("token", "whole_word", "span", "ngram")}
+        for name, stats in time_interleaved(gpu_fns, args.repeat * 4, sync=True).items():
+            rows.append((name, "cuda", stats))
             show(rows[-1])
 
     t = {(w, d): s[0] for w, d, s in rows}
     ratios = [
         ("HF token MLM (HF computes special mask) / ours token",
-         t[("HF DataCollatorForLanguageModeling (special mask computed by HF)", "cpu")], t[("ours: token", "cpu")]),
+         t[(HF_TOK, "cpu")], t[("ours: token", "cpu")]),
         ("HF token MLM (special mask given) / ours token",
-         t[("HF DataCollatorForLanguageModeling (special mask given)", "cpu")], t[("ours: token", "cpu")]),
+         t[(HF_TOK_GIVEN, "cpu")], t[("ours: token", "cpu")]),
         ("HF whole-word / ours whole_word",
-         t[("HF whole_word_mask=True (ex-DataCollatorForWholeWordMask)", "cpu")], t[("ours: whole_word", "cpu")]),
+         t[(HF_WWM, "cpu")], t[("ours: whole_word", "cpu")]),
         ("per-sequence Python spans / ours span",
-         t[("per-sequence Python span masker (SpanBERT-style)", "cpu")], t[("ours: span", "cpu")]),
+         t[(PY_SPAN, "cpu")], t[("ours: span", "cpu")]),
     ]
     if torch.cuda.is_available():
         for scheme in ("token", "whole_word", "span", "ngram"):
@@ -285,12 +294,14 @@ def main() -> None:
         "# Dynamic masking benchmark",
         "",
         f"Batch {B} × {L} (vocab {args.vocab}, ~65% word-start pieces, `<s>`/`</s>` plus one mid-row `</s>`), "
-        f"median of {args.repeat} runs (3 for the slow baselines) after a warm-up.",
+        f"median of {args.repeat} interleaved runs after a warm-up, torch threads {torch.get_num_threads()}.",
         "",
         f"Machine: {machine()}.",
         "",
         "Command: `python benchmarks/bench_masking.py"
         + (f" --batch {B} --length {L}" if (B, L) != (256, 512) else "")
+        + (f" --threads {args.threads}" if args.threads else "")
+        + (f" --repeat {args.repeat}" if args.repeat != 7 else "")
         + "`",
         "",
         "| method | device | median ms / batch | min ms |",

@@ -23,6 +23,7 @@ from pipelines.dedupe import Deduplicate
 from pipelines.files import WriteParts, documents_to_parquet, rejects_to_jsonl, tokenized_to_parquet
 from pipelines.options import BuildOptions, build_config_from_options, finalize_options, quiet_beam
 from pipelines.records import SentencedDocument
+from pipelines.report import WriteReport
 from pipelines.sentences import split_sentences
 from pipelines.sources import ReadSource
 from pipelines.tokenizer import MODEL_PATH, Tokenize, TrainTokenizer, load_model
@@ -62,7 +63,7 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig, output: str) -> None:
         | "InputList" >> beam.combiners.ToList()
     )
 
-    cleaned = raw_docs | "Clean" >> CleanDocuments(cfg.clean)
+    cleaned = raw_docs | "Clean" >> CleanDocuments(cfg.clean, cfg.sources)
     rejects = (read_rejects, cleaned.rejects) | "AllRejects" >> beam.Flatten()
 
     dedupe = cleaned.documents | "Dedupe" >> Deduplicate(
@@ -111,9 +112,11 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig, output: str) -> None:
                                                                    tokenized_to_parquet, groups))
         intermediates.update(clean=CLEAN_DIR, tokenized=TOKENIZED_DIR)
 
-    _ = tokenized | "WriteCorpus" >> WriteCorpus(
+    manifest = tokenized | "WriteCorpus" >> WriteCorpus(
         cfg, output, model=model, accounts=accounts, groups=groups, tokenizer_path=tokenizer_path,
         intermediates=intermediates, after=written)
+    # The report (report.html / report.json) comes right after the manifest commits.
+    _ = manifest | "Report" >> WriteReport(output, before=raw_docs, after=kept)
 
 
 def run_build(cfg: BuildConfig, output: str, beam_args: list[str] | None = None) -> Manifest:

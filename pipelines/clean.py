@@ -1,30 +1,65 @@
-"""Cleaning: normalize text and apply named document rules.
+"""Cleaning: normalize text, drop boilerplate lines (C4), filter documents by named rules (Gopher).
 
-Each rule is a plain function ``(Document, CleanConfig) -> reason | None``;
-a document failing a rule becomes a ``Reject(bucket="filtered", reason=rule)``.
-Rules are configuration (thresholds in ``CleanConfig``), switched off by name
-with ``disabled_rules``.
+Per document, in this order (the first failing rule names the reason):
+
+1. guards: ``max_doc_bytes`` before any work; ``invalid_utf8`` (bytes the reader could not decode,
+   kept as lone surrogates) -> bucket ``rejected``, or repaired to U+FFFD with ``invalid_utf8: repair``;
+2. normalize: NFC, control characters stripped, whitespace runs collapsed, lines trimmed;
+3. page rules: ``empty``, ``markup`` (HTML-heavy), ``lorem_ipsum`` (C4), ``curly_braces`` (C4, web);
+4. C4 line rules (web and news sources; off for stories by default, see ``line_rules_for``): lines
+   mentioning javascript, cookie / privacy / terms boilerplate, holding a word over 1000 chars,
+   with fewer than ``line_min_words`` words, or without terminal punctuation are removed;
+5. Gopher rules on what is left: word count, mean word length, symbol/word ratio, bullet and
+   ellipsis lines, alphabetic words, stop words, duplicate lines / paragraphs (count and chars),
+   top 2-4-gram shares, duplicated 5-10-gram shares; then C4's ``min_sentences`` and ``english``.
+
+Each rule is a named function of a lazily computed ``DocStats``; thresholds live in ``CleanConfig``;
+``disabled_rules`` switches rules (and line rules) off by name. A filtered document becomes
+``Reject(bucket="filtered", reason=<rule>)``.
 """
 
 from __future__ import annotations
 
 import re
+import string
 import unicodedata
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterable
+from functools import cached_property
 
 import apache_beam as beam
 from apache_beam import pvalue
 from apache_beam.metrics import Metrics
 
+from pipelines.langid import is_english
 from pipelines.records import Document, Reject, snippet
-from schemas.config import CleanConfig
+from pipelines.sentences import split_sentences
+from schemas.config import CleanConfig, SourceConfig
+from schemas.errors import UserError
 
 REJECTS = "rejects"
 
-_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
-_SPACES = re.compile(r"[ \t\u00a0\u2000-\u200b\u3000]+")
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u200b-\u200d\u2060\ufeff]")
+_SPACES = re.compile(r"[ \t\u00a0\u1680\u2000-\u200a\u202f\u205f\u3000]+")
 _BLANK_LINES = re.compile(r"\n{3,}")
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+_TAG = re.compile(r"<[^<>\n]{1,400}>")
 
+# C4 (c4_utils.py): boilerplate phrases, terminal marks. We also accept typographic closing quotes.
+POLICY_PHRASES = ("terms of use", "privacy policy", "cookie policy", "uses cookies", "use of cookies",
+                  "use cookies")
+TERMINAL = (".", "?", "!", '"', "\u201d", "\u2019")
+# Gopher's stop words (a document needs at least `min_stop_words` of them).
+GOPHER_STOP_WORDS = frozenset(["the", "be", "to", "of", "and", "that", "have", "with"])
+BULLETS = ("\u2022", "\u2023", "\u25e6", "\u2043", "\u25aa", "\u25cf", "\u00b7", "-", "*", "\u2013")
+ELLIPSES = ("...", "\u2026")
+_PUNCT = string.punctuation + "\u2018\u2019\u201c\u201d\u2026\u2013\u2014\u00ab\u00bb"
+
+LINE_RULES = ("javascript", "policy", "long_word", "min_line_words", "terminal_punct")
+NARRATIVE_SOURCES = ("stories", "story", "book")
+
+
+# ------------------------------------------------------------------ normalization
 
 def normalize_text(text: str) -> str:
     """NFC, control characters stripped, runs of spaces collapsed, lines trimmed."""
@@ -36,49 +71,288 @@ def normalize_text(text: str) -> str:
     return _BLANK_LINES.sub("\n\n", text).strip()
 
 
-def rule_empty(doc: Document, cfg: CleanConfig) -> str | None:
-    return "empty" if not doc.text else None
+def has_invalid_utf8(text: str) -> bool:
+    """True if the text holds lone surrogates: undecodable bytes kept by the reader."""
+    return _SURROGATE.search(text) is not None
 
 
-def rule_max_doc_bytes(doc: Document, cfg: CleanConfig) -> str | None:
-    return "max_doc_bytes" if len(doc.text.encode("utf-8")) > cfg.max_doc_bytes else None
+def repair_utf8(text: str) -> str:
+    """Replace lone surrogates (invalid bytes) with U+FFFD."""
+    return _SURROGATE.sub("\ufffd", text)
 
 
-def rule_min_words(doc: Document, cfg: CleanConfig) -> str | None:
-    return "min_words" if len(doc.text.split()) < cfg.min_words else None
+def safe(text: str) -> str:
+    """A snippet that is valid Unicode (rejects are written as UTF-8 JSON)."""
+    return repair_utf8(snippet(text))
 
 
-Rule = Callable[[Document, CleanConfig], "str | None"]
-# Order matters only for which reason a document is charged with: cheapest first.
-DOC_RULES: list[tuple[str, Rule]] = [
-    ("empty", rule_empty),
-    ("max_doc_bytes", rule_max_doc_bytes),
-    ("min_words", rule_min_words),
-]
+# ------------------------------------------------------------------ C4 line rules
+
+def line_rules_for(source: str, sources: Iterable[SourceConfig] = (), cfg: CleanConfig | None = None) -> bool:
+    """Whether C4's line rules apply to a source: its SourceConfig.line_rules, else by name
+    (off for narrative sources such as stories and books, on for news and web text)."""
+    for s in sources:
+        if s.name == source and s.line_rules is not None:
+            return s.line_rules
+    if cfg is not None and not cfg.line_rules:
+        return False
+    return not any(n in source for n in NARRATIVE_SOURCES)
 
 
-def clean_document(doc: Document, cfg: CleanConfig) -> Document | Reject:
-    """Normalize a document and apply the enabled rules; the first failing rule names the reason."""
-    if len(doc.text) > 4 * cfg.max_doc_bytes:  # don't even normalize gigantic documents
-        return Reject(doc.doc_id, doc.source, "filtered", "max_doc_bytes", snippet(doc.text))
-    norm = Document(doc.doc_id, doc.source, normalize_text(doc.text), doc.url, doc.title, doc.date)
-    for name, rule in DOC_RULES:
-        if name in cfg.disabled_rules and name != "empty":
+def filter_lines(text: str, cfg: CleanConfig, disabled: frozenset[str] = frozenset()) -> tuple[str, Counter]:
+    """Apply C4's line rules; returns the kept text and how many lines each rule removed.
+
+    Blank lines (paragraph breaks) are kept so paragraphs survive for the repetition rules.
+    """
+    removed: Counter = Counter()
+    kept: list[str] = []
+    for line in text.split("\n"):
+        if not line:
+            if kept and kept[-1]:
+                kept.append(line)
             continue
-        reason = rule(norm, cfg)
-        if reason:
-            return Reject(doc.doc_id, doc.source, "filtered", reason, snippet(norm.text))
-    return norm
+        lower = line.lower()
+        words = line.split()
+        if "javascript" in lower and "javascript" not in disabled:
+            removed["javascript"] += 1
+        elif "policy" not in disabled and any(p in lower for p in POLICY_PHRASES):
+            removed["policy"] += 1
+        elif "long_word" not in disabled and any(len(w) > cfg.line_max_word_chars for w in words):
+            removed["long_word"] += 1
+        elif "min_line_words" not in disabled and len(words) < cfg.line_min_words:
+            removed["min_line_words"] += 1
+        elif "terminal_punct" not in disabled and not line.endswith(TERMINAL):
+            removed["terminal_punct"] += 1
+        else:
+            kept.append(line)
+    return "\n".join(kept).strip(), removed
+
+
+# ------------------------------------------------------------------ document statistics
+
+class DocStats:
+    """Everything the document rules look at, computed once and only when a rule asks."""
+
+    def __init__(self, text: str):
+        self.text = text
+
+    @cached_property
+    def raw_words(self) -> list[str]:
+        return self.text.split()
+
+    @cached_property
+    def words(self) -> list[str]:
+        """Lower-cased words with surrounding punctuation stripped (empty ones dropped)."""
+        out = []
+        for w in self.raw_words:
+            w = w.strip(_PUNCT)
+            if w:
+                out.append(w.lower())
+        return out
+
+    @cached_property
+    def lines(self) -> list[str]:
+        return [ln for ln in self.text.split("\n") if ln.strip()]
+
+    @cached_property
+    def paragraphs(self) -> list[str]:
+        return [p.strip() for p in re.split(r"\n\s*\n", self.text) if p.strip()]
+
+    @cached_property
+    def word_chars(self) -> int:
+        return sum(len(w) for w in self.words)
+
+    @cached_property
+    def word_ids(self) -> list[int]:
+        """Words as small ints (equal words, equal ids): cheap n-gram keys."""
+        vocab: dict[str, int] = {}
+        return [vocab.setdefault(w, len(vocab)) for w in self.words]
+
+    def top_ngram_frac(self, n: int) -> float:
+        """Gopher: characters of the most frequent n-gram times its count, over all word characters."""
+        ids = self.word_ids
+        if len(ids) < n or not self.word_chars:
+            return 0.0
+        counts = Counter(zip(*(ids[i:] for i in range(n)), strict=False))
+        gram, count = counts.most_common(1)[0]
+        if count <= 1:
+            return 0.0
+        first = next(i for i in range(len(ids) - n + 1) if tuple(ids[i:i + n]) == gram)
+        chars = sum(len(w) for w in self.words[first:first + n])
+        return chars * count / self.word_chars
+
+    @cached_property
+    def dup_ngram_fracs(self) -> dict[int, float]:
+        """Gopher: share of word characters inside n-grams that occur more than once, n = 5..10.
+
+        A duplicated (n+1)-gram starts with a duplicated n-gram, so each larger n only looks at
+        the positions where the smaller one repeated (usually few; none in clean prose).
+        """
+        ids, words = self.word_ids, self.words
+        total = self.word_chars
+        out: dict[int, float] = {}
+        if not total:
+            return out
+        lens = [len(w) for w in words]
+        starts = range(len(ids))
+        for n in range(5, 11):
+            grams = [(i, tuple(ids[i:i + n])) for i in starts if i + n <= len(ids)]
+            counts = Counter(g for _, g in grams)
+            dup_starts = [i for i, g in grams if counts[g] > 1]
+            covered = bytearray(len(ids))
+            for i in dup_starts:
+                covered[i:i + n] = b"\x01" * n
+            out[n] = sum(lens[i] for i in range(len(ids)) if covered[i]) / total if dup_starts else 0.0
+            starts = dup_starts
+            if not starts:
+                for m in range(n + 1, 11):
+                    out[m] = 0.0
+                break
+        return out
+
+
+def dup_fractions(items: list[str]) -> tuple[float, float]:
+    """(share of items that repeat an earlier one, share of characters in those repeats)."""
+    if not items:
+        return 0.0, 0.0
+    seen: set[str] = set()
+    dup = dup_chars = total_chars = 0
+    for it in items:
+        total_chars += len(it)
+        if it in seen:
+            dup += 1
+            dup_chars += len(it)
+        else:
+            seen.add(it)
+    return dup / len(items), (dup_chars / total_chars if total_chars else 0.0)
+
+
+# ------------------------------------------------------------------ rules
+
+Rule = Callable[[DocStats, CleanConfig], bool]  # True: the document fails the rule
+
+
+def _mean_word_len(s: DocStats) -> float:
+    return s.word_chars / len(s.words) if s.words else 0.0
+
+
+def _markup(s: DocStats, c: CleanConfig) -> bool:
+    if "<" not in s.text:
+        return False
+    return sum(len(m) for m in _TAG.findall(s.text)) > c.max_markup_frac * len(s.text)
+
+
+def _top_ngrams(s: DocStats, c: CleanConfig) -> bool:
+    return any(s.top_ngram_frac(n) > t for n, t in sorted(c.max_top_ngram_frac.items()))
+
+
+def _dup_ngrams(s: DocStats, c: CleanConfig) -> bool:
+    fr = s.dup_ngram_fracs
+    return any(fr.get(n, 0.0) > t for n, t in sorted(c.max_dup_ngram_frac.items()))
+
+
+def _share(lines: list[str], pred: Callable[[str], bool]) -> float:
+    return sum(1 for ln in lines if pred(ln)) / len(lines) if lines else 0.0
+
+
+PAGE_RULES: list[tuple[str, Rule]] = [
+    ("markup", _markup),
+    ("lorem_ipsum", lambda s, c: "lorem ipsum" in s.text.lower()),
+]
+WEB_PAGE_RULES: list[tuple[str, Rule]] = [
+    ("curly_braces", lambda s, c: "{" in s.text),
+]
+DOC_RULES: list[tuple[str, Rule]] = [
+    ("min_words", lambda s, c: len(s.words) < c.min_words),
+    ("max_words", lambda s, c: len(s.words) > c.max_words),
+    ("mean_word_len", lambda s, c: not c.min_mean_word_len <= _mean_word_len(s) <= c.max_mean_word_len),
+    ("symbol_word_ratio", lambda s, c: (s.text.count("#") + s.text.count("...") + s.text.count("\u2026"))
+     > c.max_symbol_word_ratio * len(s.words)),
+    ("bullet_lines", lambda s, c: _share(s.lines, lambda ln: ln.lstrip().startswith(BULLETS)) > c.max_bullet_lines),
+    ("ellipsis_lines", lambda s, c: _share(s.lines, lambda ln: ln.rstrip().endswith(ELLIPSES)) > c.max_ellipsis_lines),
+    ("alpha_words", lambda s, c: (sum(1 for w in s.raw_words if any(ch.isalpha() for ch in w))
+                                  < c.min_alpha_words * len(s.raw_words))),
+    ("stop_words", lambda s, c: sum(1 for w in s.words if w in GOPHER_STOP_WORDS) < c.min_stop_words),
+    ("dup_lines", lambda s, c: dup_fractions(s.lines)[0] > c.max_dup_line_frac),
+    ("dup_line_chars", lambda s, c: dup_fractions(s.lines)[1] > c.max_dup_line_char_frac),
+    ("dup_paragraphs", lambda s, c: dup_fractions(s.paragraphs)[0] > c.max_dup_para_frac),
+    ("dup_paragraph_chars", lambda s, c: dup_fractions(s.paragraphs)[1] > c.max_dup_para_char_frac),
+    ("top_ngrams", _top_ngrams),
+    ("dup_ngrams", _dup_ngrams),
+    ("min_sentences", lambda s, c: len(split_sentences(s.text)) < c.min_sentences),
+    ("english", lambda s, c: c.english_only and not is_english(s.text, c.min_english_score)),
+]
+GUARD_RULES = ("empty", "max_doc_bytes", "invalid_utf8", "empty_after_line_rules")
+RULE_NAMES = frozenset(GUARD_RULES + LINE_RULES) | {n for n, _ in PAGE_RULES + WEB_PAGE_RULES + DOC_RULES}
+
+
+def check_rule_names(cfg: CleanConfig) -> None:
+    """A misspelled name in disabled_rules must not silently keep a rule on."""
+    unknown = sorted(set(cfg.disabled_rules) - RULE_NAMES)
+    if unknown:
+        raise UserError(f"clean.disabled_rules: unknown rule(s) {unknown}; known: {sorted(RULE_NAMES)}")
+
+
+def clean_document(doc: Document, cfg: CleanConfig, line_rules: bool = True,
+                   line_counts: Counter | None = None) -> Document | Reject:
+    """Normalize a document and apply the enabled rules; the first failing rule names the reason.
+
+    line_rules: apply C4's line rules (web/news). line_counts, if given, is incremented with the
+    number of lines each line rule removed.
+    """
+    disabled = frozenset(cfg.disabled_rules)
+
+    def filtered(reason: str, text: str) -> Reject:
+        return Reject(doc.doc_id, doc.source, "filtered", reason, safe(text))
+
+    text = doc.text
+    # UTF-8 bytes >= characters: a cheap bound first, the exact size only near the limit.
+    if len(text) > cfg.max_doc_bytes or (len(text) * 4 > cfg.max_doc_bytes
+                                         and len(text.encode("utf-8", "surrogatepass")) > cfg.max_doc_bytes):
+        if "max_doc_bytes" not in disabled:
+            return filtered("max_doc_bytes", text)
+    if has_invalid_utf8(text):
+        if cfg.invalid_utf8 == "reject":
+            return Reject(doc.doc_id, doc.source, "rejected", "invalid_utf8", safe(text))
+        text = repair_utf8(text)
+    text = normalize_text(text)
+    if not text:
+        return filtered("empty", text)
+    stats = DocStats(text)
+    page_rules = PAGE_RULES + (WEB_PAGE_RULES if line_rules else [])
+    for name, rule in page_rules:
+        if name not in disabled and rule(stats, cfg):
+            return filtered(name, text)
+    if line_rules:
+        kept, removed = filter_lines(text, cfg, disabled)
+        if line_counts is not None:
+            line_counts.update(removed)
+        if not kept:
+            return filtered("empty_after_line_rules", text)
+        if removed:
+            text = _BLANK_LINES.sub("\n\n", kept)
+            stats = DocStats(text)
+    for name, rule in DOC_RULES:
+        if name not in disabled and rule(stats, cfg):
+            return filtered(name, text)
+    return Document(doc.doc_id, doc.source, text, doc.url, doc.title, doc.date)
 
 
 class _Clean(beam.DoFn):
-    def __init__(self, cfg: CleanConfig):
+    def __init__(self, cfg: CleanConfig, line_rules: dict[str, bool]):
         self.cfg = cfg
+        self.line_rules = line_rules
 
     def process(self, doc: Document):
-        out = clean_document(doc, self.cfg)
+        on = self.line_rules.get(doc.source)
+        if on is None:
+            on = line_rules_for(doc.source, (), self.cfg)
+        lines: Counter = Counter()
+        out = clean_document(doc, self.cfg, on, lines)
+        for rule, n in lines.items():
+            Metrics.counter("clean_lines", rule).inc(n)
         if isinstance(out, Reject):
-            Metrics.counter("clean", f"filtered_{out.reason}").inc()
+            Metrics.counter("clean", f"{out.bucket}_{out.reason}").inc()
             yield pvalue.TaggedOutput(REJECTS, out)
         else:
             Metrics.counter("clean", "kept").inc()
@@ -86,11 +360,18 @@ class _Clean(beam.DoFn):
 
 
 class CleanDocuments(beam.PTransform):
-    """Documents -> cleaned Documents (main) and `rejects`."""
+    """Documents -> cleaned Documents (main, `documents`) and `rejects`.
 
-    def __init__(self, cfg: CleanConfig):
+    sources: the build's SourceConfigs, for per-source line rules (SourceConfig.line_rules).
+    """
+
+    def __init__(self, cfg: CleanConfig, sources: Iterable[SourceConfig] = ()):
         super().__init__()
+        check_rule_names(cfg)
         self.cfg = cfg
+        srcs = list(sources)
+        self.line_rules = {s.name: line_rules_for(s.name, srcs, cfg) for s in srcs}
 
     def expand(self, docs):
-        return docs | "Clean" >> beam.ParDo(_Clean(self.cfg)).with_outputs(REJECTS, main="documents")
+        return docs | "Clean" >> beam.ParDo(_Clean(self.cfg, self.line_rules)).with_outputs(
+            REJECTS, main="documents")

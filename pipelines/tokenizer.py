@@ -10,13 +10,15 @@ same model bytes.
 from __future__ import annotations
 
 import io
+import os
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
 from pipelines.records import SentencedDocument, TokenizedDocument, stable_hash
-from schemas import BOS_ID, EOS_ID, MASK_ID, PAD_ID, SPECIAL_TOKENS, UNK_ID
+from schemas import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, UNK_ID
 from schemas.config import TokenizerConfig
 from schemas.errors import UserError
 from schemas.manifest import TokenizerInfo
@@ -52,21 +54,100 @@ def train_sentencepiece(sentences: Iterable[str], cfg: TokenizerConfig) -> bytes
 
 
 def load_processor(model: bytes):
+    """A SentencePieceProcessor for the model bytes; UserError unless the special ids are shardforge's."""
     import sentencepiece as spm
 
     sp = spm.SentencePieceProcessor()
-    sp.LoadFromSerializedProto(model)
+    try:
+        sp.LoadFromSerializedProto(model)
+    except (RuntimeError, OSError, ValueError) as e:
+        raise UserError(f"tokenizer: not a SentencePiece model ({e})") from None
     for piece, want in SPECIAL_TOKENS.items():
-        if sp.piece_to_id(piece) != want:
-            raise UserError(f"tokenizer: {piece} has id {sp.piece_to_id(piece)}, shardforge needs {want}")
-    assert sp.piece_to_id("<mask>") == MASK_ID
+        got = sp.piece_to_id(piece)
+        if got != want or sp.id_to_piece(want) != piece:
+            raise UserError(f"tokenizer: {piece} has id {got}, shardforge needs {want} "
+                            f"(special ids must be {SPECIAL_TOKENS}; train with pipelines.tokenizer)")
     return sp
 
 
+# ---------------------------------------------------------------- model spec
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """What a SentencePiece model says about itself (read from its serialized proto)."""
+
+    model_type: str
+    byte_fallback: bool
+    normalization_rule: str
+
+
+_MODEL_TYPES = {1: "unigram", 2: "bpe", 3: "word", 4: "char"}
+# Field numbers of sentencepiece_model.proto: ModelProto.trainer_spec = 2, .normalizer_spec = 3;
+# TrainerSpec.model_type = 3, .byte_fallback = 35; NormalizerSpec.name = 1.
+_F_TRAINER, _F_NORMALIZER = 2, 3
+_F_MODEL_TYPE, _F_BYTE_FALLBACK, _F_NORM_NAME = 3, 35, 1
+
+
+def _varint(buf: bytes, i: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if i >= len(buf):
+            raise ValueError("truncated varint")
+        b = buf[i]
+        i += 1
+        value |= (b & 0x7F) << shift
+        shift += 7
+        if b < 0x80:
+            return value, i
+
+
+def _proto_fields(buf: bytes) -> dict[int, int | bytes]:
+    """Last value of each field of one protobuf message (wire format only, no schema needed)."""
+    out: dict[int, int | bytes] = {}
+    i = 0
+    while i < len(buf):
+        key, i = _varint(buf, i)
+        field, wire = key >> 3, key & 7
+        if wire == 0:
+            out[field], i = _varint(buf, i)
+        elif wire == 2:
+            n, i = _varint(buf, i)
+            out[field], i = buf[i: i + n], i + n
+        elif wire in (1, 5):
+            n = 8 if wire == 1 else 4
+            out[field], i = buf[i: i + n], i + n
+        else:
+            raise ValueError(f"unsupported wire type {wire}")
+    return out
+
+
+def model_spec(model: bytes) -> ModelSpec:
+    """Model type, byte fallback and normalization rule of a SentencePiece model.
+
+    Parsed from the wire format directly: sentencepiece 0.2.3's generated proto
+    module does not load under the protobuf < 7 that Beam pins.
+    """
+    try:
+        top = _proto_fields(model)
+        trainer = _proto_fields(top.get(_F_TRAINER, b""))  # type: ignore[arg-type]
+        norm = _proto_fields(top.get(_F_NORMALIZER, b""))  # type: ignore[arg-type]
+        mtype = int(trainer.get(_F_MODEL_TYPE, 1))  # type: ignore[arg-type]
+        name = norm.get(_F_NORM_NAME, b"")
+        return ModelSpec(model_type=_MODEL_TYPES.get(mtype, f"type{mtype}"),
+                         byte_fallback=bool(trainer.get(_F_BYTE_FALLBACK, 0)),
+                         normalization_rule=bytes(name).decode("utf-8") if isinstance(name, bytes) else "")
+    except (ValueError, TypeError, UnicodeDecodeError) as e:
+        raise UserError(f"tokenizer: cannot read the SentencePiece model header ({e})") from None
+
+
 def tokenizer_info(model: bytes, cfg: TokenizerConfig, path: str) -> TokenizerInfo:
+    """The manifest's tokenizer entry; type and normalization come from the model itself (a reused
+    model may differ from the config's defaults), falling back to the config."""
     sp = load_processor(model)
-    return TokenizerInfo(path=path, sha256=sha256_bytes(model), model_type=cfg.model_type,
-                         vocab_size=sp.get_piece_size(), normalization_rule=cfg.normalization_rule)
+    spec = model_spec(model)
+    return TokenizerInfo(path=path, sha256=sha256_bytes(model), model_type=spec.model_type or cfg.model_type,
+                         vocab_size=sp.get_piece_size(),
+                         normalization_rule=spec.normalization_rule or cfg.normalization_rule)
 
 
 def sample_key(seed: int, doc_id: str) -> int:
@@ -106,14 +187,36 @@ class TrainTokenizer(beam.PTransform):
         )
 
 
-class _Encode(beam.DoFn):
-    """Batched encoding: one library call per batch of sentences, never per sentence."""
+def resolve_threads(num_threads: int) -> int:
+    """Encode threads: num_threads if > 0, else the CPUs this worker process may use."""
+    if num_threads > 0:
+        return num_threads
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
 
-    def __init__(self, batch_docs: int):
+
+class _Encode(beam.DoFn):
+    """Batched encoding: one library call per batch of sentences, never per sentence.
+
+    SentencePiece encodes a list on `num_threads` C++ threads (the GIL is
+    released), the parallelism that helps on a worker (ENVIRONMENT.md: Beam's
+    multi-process mode does not, on 2 cores). Encoding does not depend on the
+    thread count, so this setting never changes the corpus.
+    """
+
+    def __init__(self, batch_docs: int, num_threads: int = 0):
         self.batch_docs = batch_docs
+        self.num_threads = num_threads
+        self._threads = 1
         self._sp = None
         self._model_sha: str | None = None
         self.empty = Metrics.counter("tokenize", "empty_documents")
+        self.sentences = Metrics.counter("tokenize", "sentences")
+
+    def setup(self) -> None:
+        self._threads = resolve_threads(self.num_threads)
 
     def _processor(self, model: bytes):
         sha = sha256_bytes(model)
@@ -124,39 +227,57 @@ class _Encode(beam.DoFn):
     def process(self, batch: Sequence[SentencedDocument], model: bytes):
         sp = self._processor(model)
         flat = [s for d in batch for s in d.sentences]
-        ids = sp.encode(flat, out_type=int) if flat else []
+        # One thread per ~64 sentences at most: tiny batches are not worth the thread start-up.
+        threads = max(1, min(self._threads, len(flat) // 64))
+        ids = sp.encode(flat, out_type=int, num_threads=threads) if flat else []
+        self.sentences.inc(len(flat))
         pos = 0
         for d in batch:
             sents = tuple(tuple(x) for x in ids[pos: pos + len(d.sentences)] if x)
             pos += len(d.sentences)
+            if not sents:
+                self.empty.inc()
             yield TokenizedDocument(d.doc_id, d.source, sents, sum(len(s) for s in sents))
 
 
-def encode_documents(docs: Sequence[SentencedDocument], model: bytes) -> list[TokenizedDocument]:
+def encode_documents(docs: Sequence[SentencedDocument], model: bytes, num_threads: int = 1
+                     ) -> list[TokenizedDocument]:
     """Plain-Python form of the Tokenize stage (for tests and benchmarks)."""
-    return list(_Encode(len(docs)).process(docs, model))
+    fn = _Encode(len(docs), num_threads)
+    fn.setup()
+    return list(fn.process(docs, model))
 
 
 class Tokenize(beam.PTransform):
-    """Sentenced documents + model (singleton side input) -> TokenizedDocuments."""
+    """Sentenced documents + model (singleton side input) -> TokenizedDocuments.
 
-    def __init__(self, model, batch_docs: int = 64):
+    batch_docs: documents per encode call (BatchElements adapts up to it);
+    num_threads: SentencePiece threads per call (0: the worker's CPUs).
+    """
+
+    def __init__(self, model, batch_docs: int = 64, num_threads: int = 0):
         super().__init__()
         self.model = model
         self.batch_docs = batch_docs
+        self.num_threads = num_threads
 
     def expand(self, docs):
         return (
             docs
-            | "Batch" >> beam.BatchElements(min_batch_size=1, max_batch_size=self.batch_docs)
-            | "Encode" >> beam.ParDo(_Encode(self.batch_docs), model=beam.pvalue.AsSingleton(self.model))
+            | "Batch" >> beam.BatchElements(min_batch_size=min(8, self.batch_docs), max_batch_size=self.batch_docs)
+            | "Encode" >> beam.ParDo(_Encode(self.batch_docs, self.num_threads),
+                                     model=beam.pvalue.AsSingleton(self.model))
         )
 
 
 def load_model(url: str) -> bytes:
+    """Read and validate a SentencePiece model to reuse (special ids checked); one clear error."""
     try:
         model = read_bytes(url)
-    except FileNotFoundError:
+    except (FileNotFoundError, IsADirectoryError):
         raise UserError(f"tokenizer model not found: {url}") from None
-    load_processor(model)  # validates ids
+    try:
+        load_processor(model)  # validates ids
+    except UserError as e:
+        raise UserError(f"{e} [model {url}]") from None
     return model

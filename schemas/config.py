@@ -35,7 +35,14 @@ class SourceConfig(Strict):
     # Stories: many documents per file separated by this line (None: one per file).
     delimiter: str | None = None
     # Per-source line rules (C4's terminal punctuation suits web and news text only).
+    # None: by source name (off for stories/books, on for everything else).
     line_rules: bool | None = None
+    # Readers stop reading one record (JSON line, array item, archive member, text document)
+    # past this many bytes and filter it as max_doc_bytes: memory stays bounded on huge inputs.
+    max_record_bytes: int = Field(4_000_000, ge=1024)
+    # Keep only records whose news-please `language` field is one of these (when the field is
+    # present); None: ignore the field (the English filter in cleaning still applies).
+    languages: list[str] | None = None
 
 
 class CleanConfig(Strict):
@@ -54,10 +61,17 @@ class CleanConfig(Strict):
     min_stop_words: int = 2
     max_dup_line_frac: float = 0.3
     max_dup_para_frac: float = 0.3
+    # Gopher also bounds the characters in duplicated lines / paragraphs.
+    max_dup_line_char_frac: float = 0.2
+    max_dup_para_char_frac: float = 0.2
     max_top_ngram_frac: dict[int, float] = {2: 0.2, 3: 0.18, 4: 0.16}
     max_dup_ngram_frac: dict[int, float] = {5: 0.15, 6: 0.14, 7: 0.13, 8: 0.12, 9: 0.11, 10: 0.10}
     line_rules: bool = True
     line_min_words: int = 5
+    # C4 drops lines holding a "word" longer than this (minified code, base64 blobs).
+    line_max_word_chars: int = 1000
+    # Ours (not C4/Gopher): pages whose characters are mostly inside <tags> are HTML, not text.
+    max_markup_frac: float = 0.2
     min_sentences: int = 3
     english_only: bool = True
     min_english_score: float = 0.05
@@ -95,6 +109,8 @@ class TokenizerConfig(Strict):
     # SentencePiece output differs across thread counts: 1 keeps builds byte-identical.
     num_threads: int = 1
     encode_batch: int = 512
+    # SentencePiece threads per encode call (0: the worker's CPUs); ids do not depend on it.
+    encode_threads: int = Field(0, ge=0)
 
 
 PackingRule = Literal["full_sentences", "doc_sentences", "segment_pair_nsp", "sentence_pair_nsp", "sop"]
@@ -198,7 +214,9 @@ class OptimConfig(Strict):
 class TrainConfig(Strict):
     data: str  # manifest URL (or corpus root holding manifest.json)
     output: str = "runs/run"  # run folder: metrics, checkpoints (any fsspec URL)
-    steps: int = Field(100, ge=1)
+    steps: int = Field(100, ge=1)  # total optimizer steps of the run (the LR schedule spans these)
+    # Stop (with a checkpoint) once this step is reached, e.g. before a scheduled preemption.
+    stop_at: int | None = Field(None, ge=1)
     batch_size: int = Field(8, ge=1)  # sequences per micro-batch per rank
     # Global batch target; gradient accumulation fills it (None: one micro-batch).
     global_batch_sequences: int | None = None

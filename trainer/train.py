@@ -219,7 +219,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     valid = None
     if cfg.eval_every and manifest.shards_of("valid"):
         valid = ShardLoader(cfg.data, "valid", batch_size=cfg.batch_size, seed=cfg.seed, rank=dd.rank,
-                            world_size=dd.world_size, shuffle_buffer=0, epochs=1)
+                            world_size=dd.world_size, shuffle_buffer=1, epochs=1)
 
     step = 0
     ckpt = latest_checkpoint(cfg.output) if cfg.resume else None
@@ -259,7 +259,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     bar = progress_bar(cfg.steps, step, enabled=dd.main and sys.stderr.isatty())
     model.train()
     with Preemption() as preempt:
-        while step < cfg.steps:
+        while step < cfg.steps and not (cfg.stop_at is not None and step >= cfg.stop_at):
             t0 = time.perf_counter()
             wait = 0.0
             s = StepStats()
@@ -272,11 +272,10 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
                 sync = contextlib.nullcontext()
                 if dd.world_size > 1 and micro < accum - 1:
                     sync = model.no_sync()  # type: ignore[operator]
-                with sync, autocast():
-                    out = model(**model_inputs(batch, masked))
-                    loss = out["loss"] / accum
-                with sync:
-                    loss.backward()
+                with sync:  # no gradient all-reduce until the last micro-batch
+                    with autocast():
+                        out = model(**model_inputs(batch, masked))
+                    (out["loss"] / accum).backward()
                 s.add(out, int(batch["attention_mask"].sum()), 1.0 / accum)
             if cfg.optim.clip_norm:
                 torch.nn.utils.clip_grad_norm_(raw_model.parameters(), cfg.optim.clip_norm)
@@ -308,12 +307,13 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
             bar.set_postfix(loss=f"{s.loss:.3f}", tok_s=f"{record['tokens_per_s']:.0f}",
                             wait=f"{100 * record['data_wait_share']:.0f}%")
             bar.update(1)
-            stop = preempt.requested
+            stop = preempt.requested or (cfg.stop_at is not None and step >= cfg.stop_at)
             if (cfg.checkpoint_every and step % cfg.checkpoint_every == 0) or step == cfg.steps or stop:
                 checkpoint()
             if stop:
                 if dd.main:
-                    log.warning("SIGTERM: checkpoint saved at step %d, exiting", step)
+                    why = "SIGTERM" if preempt.requested else f"stop_at={cfg.stop_at}"
+                    log.warning("%s: checkpoint saved at step %d, exiting", why, step)
                 break
     bar.close()
     metrics.close()

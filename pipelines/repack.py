@@ -1,0 +1,333 @@
+"""Repack: a new corpus version from an existing corpus's tokenized intermediate.
+
+    python -m pipelines.repack --tokenized out/corpus --output out/corpus-doc --rule doc_sentences
+    shardforge repack --tokenized gs://corpus/v1 --output gs://corpus/v1-sop --rule sop --max_seq_len 256 \\
+        --runner DataflowRunner --project P --region R --temp_location gs://tmp/beam
+
+Reads the parent's ``tokenized/part-*.parquet`` (one element per file, read in
+parallel), packs with the new rule through the same ``WriteCorpus`` transform
+as the build, and commits a manifest whose ``parent`` names the parent's
+manifest. Cleaning, dedupe, sentence splitting and tokenizing never run again:
+the documents, their accounting and the tokenizer are the parent's. With the
+parent's own packing settings the shards come out byte-identical to the
+parent's, which is what makes the intermediate trustworthy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import apache_beam as beam
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from pipelines.corpus import WriteCorpus, count_groups
+from pipelines.options import finalize_options, quiet_beam
+from pipelines.records import TokenizedDocument
+from pipelines.tokenizer import MODEL_PATH, load_model
+from schemas.config import BuildConfig, parse_config
+from schemas.errors import UserError, find_user_error
+from schemas.intermediate import TOKENIZED_SCHEMA
+from schemas.manifest import MANIFEST_NAME, Manifest, SourceAccount, load_manifest
+from schemas.storage import exists, expand_glob, join, open_read, sha256_bytes, write_bytes_atomic
+
+PART_GLOB = "part-*.parquet"
+READ_BATCH_ROWS = 2048
+_SCHEMA_KEY = b"shardforge.schema"
+
+
+class RepackOptions(PipelineOptions):
+    """Options of `python -m pipelines.repack` / `shardforge repack` (run with --help to list them)."""
+
+    @classmethod
+    def _add_argparse_args(cls, parser: Any) -> None:
+        g = parser.add_argument_group("shardforge repack")
+
+        def add(*names: str, **kw: Any) -> None:
+            # Beam parses every PipelineOptions subclass with one parser, so a flag that
+            # BuildOptions already defines (same name, type and meaning) must not be added twice.
+            try:
+                g.add_argument(*names, **kw)
+            except argparse.ArgumentError:
+                pass
+
+        add("--tokenized", default=None, help="Parent corpus root (or its manifest.json, or its tokenized/ folder).")
+        add("--output", default=None, help="New corpus URL (must differ from the parent's).")
+        add("--rule", default=None, help="Packing rule: full_sentences | doc_sentences | segment_pair_nsp | "
+                                         "sentence_pair_nsp | sop (default: the parent's).")
+        add("--max_seq_len", type=int, default=None, help="Max tokens per sequence (default: the parent's).")
+        add("--short_seq_prob", type=float, default=None,
+            help="Share of shorter target lengths (default: 0.1 for pair rules, else 0).")
+        add("--seed", type=int, default=None, help="Seed of the split and packing coins (default: the parent's).")
+        add("--valid_fraction", type=float, default=None, help="Share of documents in valid (default: the parent's).")
+        add("--shard_bytes", type=int, default=None, help="Target shard size in bytes (default: the parent's).")
+        add("--shard_samples", type=int, default=None, help="Target shard size in samples (default: the parent's).")
+        add("--groups", type=int, default=None, help="Packing groups (default: from the token count).")
+        add("--tokenizer_ref", action="store_true", default=False,
+            help="Reference the parent's tokenizer by URL instead of copying it into the new corpus.")
+
+
+# ------------------------------------------------------------------ the parent
+
+
+@dataclass(frozen=True)
+class Parent:
+    """A parent corpus resolved for repacking."""
+
+    manifest: Manifest
+    manifest_url: str  # absolute URL of the parent's manifest.json
+    root: str
+    tokenized: str  # URL of its tokenized intermediate folder
+    parts: tuple[str, ...]  # the Parquet part files
+    model_url: str
+    model: bytes
+
+
+def absolute(url: str) -> str:
+    """Local paths made absolute (a manifest outlives the working directory); URLs unchanged."""
+    return url if "://" in url else os.path.abspath(url)
+
+
+def resolve_path(root: str, path: str) -> str:
+    """A manifest path: relative to the corpus root, or already an absolute URL/path (the trainer's rule)."""
+    return path if "://" in path or path.startswith("/") else join(root, path)
+
+
+def _same(a: str, b: str) -> bool:
+    return absolute(a).rstrip("/") == absolute(b).rstrip("/")
+
+
+def resolve_parent(url: str) -> Parent:
+    """Find the parent manifest, its tokenized parts and its tokenizer from any of the accepted URLs."""
+    url = absolute(url.rstrip("/"))
+    if url.endswith(".json") or exists(join(url, MANIFEST_NAME)):
+        manifest, root = load_manifest(url)
+        given_folder = None
+    else:
+        # The tokenized folder itself: its corpus is the folder above it.
+        root = url.rsplit("/", 1)[0]
+        if not exists(join(root, MANIFEST_NAME)):
+            raise UserError(f"no corpus manifest at {url} or at {root}: repack needs the parent corpus "
+                            "(its manifest names the tokenizer, the accounting and the config)")
+        manifest, root = load_manifest(root)
+        given_folder = url
+    rel = manifest.intermediates.get("tokenized")
+    if not rel:
+        raise UserError(f"corpus {root} has no tokenized intermediate (built with write_intermediates: false?); "
+                        "rebuild it with intermediates to repack")
+    tokenized = resolve_path(root, rel)
+    if given_folder is not None and not _same(given_folder, tokenized):
+        raise UserError(f"{given_folder} is not the tokenized intermediate of {root} "
+                        f"(its manifest names {tokenized})")
+    parts = tuple(expand_glob(join(tokenized, PART_GLOB)))
+    if not parts:
+        raise UserError(f"no {PART_GLOB} under {tokenized}: the tokenized intermediate is missing")
+    model_url = resolve_path(root, manifest.tokenizer.path)
+    model = load_model(model_url)
+    if sha256_bytes(model) != manifest.tokenizer.sha256:
+        raise UserError(f"tokenizer {model_url} does not match the parent manifest's sha256 "
+                        f"({manifest.tokenizer.sha256[:12]}…): it changed after the build")
+    return Parent(manifest, join(root, MANIFEST_NAME), root, tokenized, parts, model_url, model)
+
+
+def repack_config(parent: Manifest, *, rule: str | None = None, max_seq_len: int | None = None,
+                  short_seq_prob: float | None = None, seed: int | None = None,
+                  valid_fraction: float | None = None, shard_bytes: int | None = None,
+                  shard_samples: int | None = None, groups: int | None = None,
+                  model_url: str | None = None) -> BuildConfig:
+    """The parent's build config with new packing / shard / seed settings (None keeps the parent's).
+
+    The tokenizer section records the reused model's URL, so the recorded config
+    rebuilds this corpus from raw text too.
+    """
+    data = json.loads(json.dumps(parent.config))  # deep copy
+    packing = data.setdefault("packing", {})
+    for key, value in (("rule", rule), ("max_seq_len", max_seq_len), ("short_seq_prob", short_seq_prob),
+                       ("valid_fraction", valid_fraction), ("groups", groups)):
+        if value is not None:
+            packing[key] = value
+    shards = data.setdefault("shards", {})
+    if shard_bytes is not None:
+        shards["target_bytes"] = shard_bytes
+    if shard_samples is not None:
+        shards["target_samples"] = shard_samples
+    if seed is not None:
+        data["seed"] = seed
+    if model_url is not None:
+        data.setdefault("tokenizer", {})["model_url"] = model_url
+    return parse_config(BuildConfig, data, what="repack config")
+
+
+# ------------------------------------------------------------------ reading
+
+
+def iter_tokenized(url: str, batch_rows: int = READ_BATCH_ROWS) -> Iterator[TokenizedDocument]:
+    """Stream the documents of one tokenized part file, a record batch at a time.
+
+    Token lists are sliced from the flat int32 column (no per-row Arrow
+    conversion). Checks the schema tag and each row's num_tokens, so a foreign
+    or damaged file fails loudly instead of packing garbage.
+    """
+    import pyarrow.parquet as pq
+
+    with open_read(url) as f:
+        pf = pq.ParquetFile(f)
+        meta = pf.schema_arrow.metadata or {}
+        want = TOKENIZED_SCHEMA.metadata[_SCHEMA_KEY]
+        if meta.get(_SCHEMA_KEY) != want:
+            raise UserError(f"{url} is not a shardforge tokenized intermediate "
+                            f"(schema tag {meta.get(_SCHEMA_KEY)!r}, want {want!r})")
+        for batch in pf.iter_batches(batch_size=batch_rows, columns=list(TOKENIZED_SCHEMA.names)):
+            doc_ids = batch.column("doc_id").to_pylist()
+            sources = batch.column("source").to_pylist()
+            counts = batch.column("num_tokens").to_pylist()
+            docs = batch.column("sentences")  # list<list<int32>>
+            doc_off = docs.offsets.to_numpy()
+            sents = docs.flatten()  # respects slicing
+            sent_off = sents.offsets.to_numpy()
+            tokens = sents.flatten().to_numpy(zero_copy_only=False).tolist()
+            sent_off = (sent_off - sent_off[0]).tolist()
+            doc_off = (doc_off - doc_off[0]).tolist()
+            for i, doc_id in enumerate(doc_ids):
+                a, b = doc_off[i], doc_off[i + 1]
+                sentences = tuple(tuple(tokens[sent_off[j]: sent_off[j + 1]]) for j in range(a, b))
+                n = sent_off[b] - sent_off[a]
+                if n != counts[i]:
+                    raise UserError(f"{url}: document {doc_id} has {n} tokens but num_tokens={counts[i]}; "
+                                    "the intermediate is damaged")
+                yield TokenizedDocument(doc_id, sources[i], sentences, int(n))
+
+
+class ReadTokenized(beam.PTransform):
+    """Tokenized part-file URLs -> TokenizedDocuments, one element (and work item) per file."""
+
+    def __init__(self, parts: Iterable[str]):
+        super().__init__()
+        self.parts = sorted(parts)
+
+    def expand(self, pbegin):
+        return (
+            pbegin
+            | "ListParts" >> beam.Create(self.parts)
+            # Spread the files over workers: Create emits them all in one bundle.
+            | "SpreadParts" >> beam.Reshuffle()
+            | "ReadParts" >> beam.FlatMap(iter_tokenized)
+        )
+
+
+def carry_accounts(counts: list[tuple[str, int]], parent: dict[str, SourceAccount]) -> dict[str, SourceAccount]:
+    """The parent's accounting, after checking that the intermediate holds exactly its kept documents."""
+    read = dict(counts)
+    bad = [f"{s}: read {read.get(s, 0)}, parent kept {a.kept}" for s, a in parent.items() if read.get(s, 0) != a.kept]
+    bad += [f"{s}: read {n}, not in the parent's accounting" for s, n in read.items() if s not in parent]
+    if bad:
+        raise UserError("the tokenized intermediate does not match the parent's accounting "
+                        "(missing or extra part files?): " + "; ".join(sorted(bad)))
+    return parent
+
+
+# ------------------------------------------------------------------ the job
+
+
+def repack_pipeline(p: beam.Pipeline, parent: Parent, cfg: BuildConfig, output: str,
+                    copy_tokenizer: bool = True) -> None:
+    """Add the repack to pipeline p: read the parent's intermediate, pack by cfg, write a corpus."""
+    docs = p | "ReadTokenized" >> ReadTokenized(parent.parts)
+
+    counts = (
+        docs
+        | "DocSource" >> beam.Map(lambda d: d.source)
+        | "CountDocs" >> beam.combiners.Count.PerElement()
+        | "CountList" >> beam.combiners.ToList()
+    )
+    accounts = counts | "CarryAccounts" >> beam.Map(carry_accounts, dict(parent.manifest.accounting))
+    carried = {k: v for k, v in parent.manifest.counters.items() if not k.startswith("pack_")}
+    extra = counts | "RepackCounters" >> beam.Map(
+        lambda c: {**carried, "repack_documents": sum(n for _, n in c), "repack_parts": len(parent.parts)})
+
+    groups = (
+        docs
+        | "Tokens" >> beam.Map(lambda d: d.num_tokens)
+        | "TotalTokens" >> beam.CombineGlobally(sum)
+        | "Groups" >> beam.Map(count_groups, cfg)
+    )
+    model = p | "ParentTokenizer" >> beam.Create([parent.model])
+    # The parent's intermediates stay where they are; absolute URLs let a repack of this repack find them.
+    intermediates = {k: resolve_path(parent.root, v) for k, v in parent.manifest.intermediates.items()}
+    tokenizer_path = MODEL_PATH if copy_tokenizer else parent.model_url
+    _ = docs | "WriteCorpus" >> WriteCorpus(
+        cfg, output, model=model, accounts=accounts, groups=groups, parent=parent.manifest_url,
+        tokenizer_path=tokenizer_path, intermediates=intermediates, extra_counters=extra)
+
+
+def run_repack(tokenized: str, output: str, *, copy_tokenizer: bool = True,
+               beam_args: list[str] | None = None, **overrides: Any) -> Manifest:
+    """Repack the corpus at `tokenized` into `output` and return the committed manifest.
+
+    overrides: rule, max_seq_len, short_seq_prob, seed, valid_fraction,
+    shard_bytes, shard_samples, groups (see repack_config).
+    """
+    parent = resolve_parent(tokenized)
+    output = absolute(output.rstrip("/"))
+    if _same(output, parent.root) or _same(output, parent.tokenized):
+        raise UserError(f"--output {output} is the parent corpus; write the new version elsewhere")
+    cfg = repack_config(parent.manifest, model_url=parent.model_url, **overrides)
+    if copy_tokenizer:
+        # Written before the pipeline; the manifest (written last) still commits the corpus.
+        write_bytes_atomic(join(output, MODEL_PATH), parent.model)
+    opts = finalize_options(RepackOptions(beam_args or []))
+    with beam.Pipeline(options=opts) as p:
+        repack_pipeline(p, parent, cfg, output, copy_tokenizer)
+    manifest, _ = load_manifest(output)
+    return manifest
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="shardforge repack", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    RepackOptions._add_argparse_args(parser)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI entry (`shardforge repack`, `python -m pipelines.repack`); 2 with one line on user errors."""
+    quiet_beam()
+    argv = sys.argv[1:] if argv is None else argv
+    parser = _parser()
+    if "-h" in argv or "--help" in argv:
+        parser.print_help()
+        print("\nAll standard Beam pipeline options (--runner, --project, --region, --temp_location, ...) "
+              "are accepted too. Without --runner the job runs locally on Beam's FnApiRunner.")
+        return 0
+    try:
+        o, beam_args = parser.parse_known_args(argv)
+        if not o.tokenized or not o.output:
+            raise UserError("--tokenized URL (the parent corpus) and --output URL are required")
+        manifest = run_repack(
+            o.tokenized, o.output, copy_tokenizer=not o.tokenizer_ref, beam_args=beam_args,
+            rule=o.rule, max_seq_len=o.max_seq_len, short_seq_prob=o.short_seq_prob, seed=o.seed,
+            valid_fraction=o.valid_fraction, shard_bytes=o.shard_bytes, shard_samples=o.shard_samples,
+            groups=o.groups)
+    except Exception as e:  # noqa: BLE001 - Beam wraps errors raised inside stages
+        user = find_user_error(e)
+        if user is None:
+            raise
+        print(f"error: {user}", file=sys.stderr)
+        return 2
+    totals = {split: t.model_dump() for split, t in manifest.totals.items()}
+    print(json.dumps({"parent": manifest.parent, "packing_rule": manifest.packing_rule,
+                      "shards": len(manifest.shards), "totals": totals}, indent=1))
+    return 0
+
+
+__all__ = ["RepackOptions", "ReadTokenized", "Parent", "iter_tokenized", "repack_config", "repack_pipeline",
+           "resolve_parent", "run_repack", "main"]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

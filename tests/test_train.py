@@ -1,0 +1,117 @@
+"""The trainer end to end on CPU: learning, streaming from gs://, exact resume, preemption, DDP."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from schemas.config import TrainConfig
+from trainer.checkpoint import list_checkpoints, load_checkpoint
+from trainer.metrics import read_metrics
+from trainer.train import train
+
+pytestmark = pytest.mark.slow
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="module")
+def corpus(demo_corpus, tmp_path_factory) -> str:
+    from pipelines.build import run_build
+    from tests.test_build import small_config
+
+    out = str(tmp_path_factory.mktemp("train-corpus"))
+    run_build(small_config(demo_corpus), out)
+    return out
+
+
+def cfg(data: str, output: str, **kw) -> TrainConfig:
+    base = {"data": data, "output": output, "steps": 30, "batch_size": 8, "device": "cpu", "resume": True,
+            "optim": {"lr": 3e-3, "warmup_steps": 3}, "model": {"size": "tiny", "dropout": 0.1},
+            "log_every": 5, "shuffle_buffer": 64}
+    for k, v in kw.items():
+        if isinstance(v, dict) and isinstance(base.get(k), dict):
+            base[k] = {**base[k], **v}
+        else:
+            base[k] = v
+    return TrainConfig.model_validate(base)
+
+
+def test_loss_decreases_and_metrics_are_logged(corpus, tmp_path):
+    out = str(tmp_path / "run")
+    res = train(cfg(corpus, out, steps=40, eval_every=20, eval_batches=2))
+    rows = read_metrics(out)
+    assert [r["step"] for r in rows] == list(range(1, 41))
+    first = sum(r["loss"] for r in rows[:5]) / 5
+    last = sum(r["loss"] for r in rows[-5:]) / 5
+    assert last < first - 0.5, (first, last)
+    assert "eval_loss" in rows[19] and rows[19]["eval_ppl"] > 1
+    assert all(0 <= r["data_wait_share"] <= 1 and r["tokens_per_s"] > 0 for r in rows)
+    assert res["steps"] == 40 and list_checkpoints(out)[-1][0] == 40
+
+
+def test_exact_resume_matches_uninterrupted_run(corpus, tmp_path):
+    full, part = str(tmp_path / "full"), str(tmp_path / "part")
+    train(cfg(corpus, full, steps=12))
+    train(cfg(corpus, part, steps=12, stop_at=5))  # stopped at step 5 with a checkpoint
+    train(cfg(corpus, part, steps=12))  # resumed
+    a, b = read_metrics(full), read_metrics(part)
+    assert [r["step"] for r in b] == list(range(1, 13))
+    for ra, rb in zip(a, b, strict=True):
+        assert abs(ra["loss"] - rb["loss"]) <= 1e-6, (ra["step"], ra["loss"], rb["loss"])
+    sa = load_checkpoint(list_checkpoints(full)[-1][1])["model"]
+    sb = load_checkpoint(list_checkpoints(part)[-1][1])["model"]
+    assert all(bool((sa[k] == sb[k]).all()) for k in sa)
+
+
+def test_streams_from_gcs_emulator(corpus, gcs_bucket):
+    import gcsfs
+
+    fs = gcsfs.GCSFileSystem(token="anon")
+    remote = f"{gcs_bucket}/corpus"
+    fs.put(corpus, remote.removeprefix("gs://"), recursive=True)
+    fs.invalidate_cache()
+    out = f"{gcs_bucket}/run"
+    res = train(cfg(remote, out, steps=6, checkpoint_every=3, keep_last=1))
+    assert res["steps"] == 6
+    fs.invalidate_cache()
+    ckpts = list_checkpoints(out)
+    assert [s for s, _ in ckpts] == [6]  # keep_last=1 removed step 3
+    assert load_checkpoint(ckpts[0][1])["step"] == 6
+
+
+def test_sigterm_saves_a_checkpoint(corpus, tmp_path):
+    out = str(tmp_path / "run")
+    env = {**os.environ, "PYTHONPATH": REPO}
+    proc = subprocess.Popen([sys.executable, "-m", "trainer.train", "--data", corpus, "--output", out,
+                             "--steps", "100000", "--batch_size", "4", "--device", "cpu", "--set", "log_every=1"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    metrics = os.path.join(out, "metrics.jsonl")
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (os.path.exists(metrics) and os.path.getsize(metrics) > 0):
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    output, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0, output
+    ckpts = list_checkpoints(out)
+    assert ckpts and 0 < ckpts[-1][0] < 100000
+    assert "SIGTERM" in output
+
+
+def test_ddp_two_processes_on_gloo(corpus, tmp_path):
+    out = str(tmp_path / "ddp")
+    torchrun = shutil.which("torchrun", path=os.path.dirname(sys.executable)) or "torchrun"
+    env = {**os.environ, "PYTHONPATH": REPO, "OMP_NUM_THREADS": "1"}
+    r = subprocess.run([torchrun, "--standalone", "--nproc_per_node", "2", "-m", "trainer.train",
+                        "--data", corpus, "--output", out, "--steps", "6", "--batch_size", "4", "--device", "cpu",
+                        "--set", "global_batch_sequences=16"],
+                       env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    rows = read_metrics(out)
+    assert [x["step"] for x in rows] == list(range(1, 7))
+    assert load_checkpoint(list_checkpoints(out)[-1][1])["step"] == 6
