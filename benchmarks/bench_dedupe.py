@@ -204,8 +204,17 @@ def run_dedupe(docs: list[Document], cfg=None, index_in: str | None = None,
     cfg = cfg or DedupeConfig()
     with tempfile.TemporaryDirectory() as tmp:
         kept_path, dups_path = os.path.join(tmp, "kept.jsonl"), os.path.join(tmp, "dups.jsonl")
+        # Input from a file, like the real readers (beam.Create would pickle and
+        # bz2-compress the whole corpus into the pipeline graph, and time that).
+        in_path = os.path.join(tmp, "docs.jsonl")
+        _dump(docs, in_path)
         with beam.Pipeline(runner="FnApiRunner") as p:
-            out = p | beam.Create(docs) | Deduplicate(cfg, index_in=index_in, index_out=index_out)
+            out = (
+                p
+                | "Read" >> beam.io.ReadFromText(in_path)
+                | "Parse" >> beam.Map(lambda line: Document(**json.loads(line)))
+                | Deduplicate(cfg, index_in=index_in, index_out=index_out)
+            )
             _ = out["kept"] | "ListKept" >> beam.combiners.ToList() | "DumpKept" >> beam.Map(_dump, kept_path)
             _ = out["duplicates"] | "ListDups" >> beam.combiners.ToList() | "DumpDups" >> beam.Map(_dump, dups_path)
 

@@ -302,7 +302,7 @@ def test_pair_rule_batches_carry_token_types_and_labels(tmp_path: Path) -> None:
     batches = take(ShardLoader(url, batch_size=5, epochs=1))
     for b in batches:
         assert b["token_type_ids"].shape == b["input_ids"].shape
-        for row, gid, n in zip(b["token_type_ids"], b["sample_ids"], b["attention_mask"].sum(1), strict=True):
+        for row, n in zip(b["token_type_ids"], b["attention_mask"].sum(1), strict=True):
             want = (torch.arange(int(n)) >= int(n) // 2).long()
             assert torch.equal(row[: int(n)], want) and bool((row[int(n):] == 0).all())
         assert torch.equal(b["sentence_labels"], b["sample_ids"] % 2)

@@ -115,3 +115,28 @@ def test_ddp_two_processes_on_gloo(corpus, tmp_path):
     rows = read_metrics(out)
     assert [x["step"] for x in rows] == list(range(1, 7))
     assert load_checkpoint(list_checkpoints(out)[-1][1])["step"] == 6
+
+
+def test_plot_draws_every_logged_metric(tmp_path):
+    import json
+
+    from trainer.plot import plot_run
+
+    run = tmp_path / "run"
+    run.mkdir()
+    rows = [{"step": i, "loss": 5 - i * 0.1, "lr": 1e-3, "tokens_per_s": 1000.0 + i, "data_wait_share": 0.01,
+             "mfu": 0.4, "mlm_acc": 0.1} for i in range(1, 11)]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    path = plot_run(str(run))
+    data = open(path, "rb").read()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+
+
+def test_starvation_monitor_warns_after_sustained_wait(caplog):
+    from trainer.metrics import StarvationMonitor
+
+    m = StarvationMonitor(threshold=0.2, window=3)
+    assert not any(m.update(0.5) for _ in range(2))
+    assert m.update(0.5)
+    assert "bottleneck" in caplog.text
+    assert not m.update(0.0)

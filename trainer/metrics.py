@@ -20,6 +20,24 @@ log = logging.getLogger(__name__)
 METRICS_FILE = "metrics.jsonl"
 
 
+# Dense bf16 tensor-core peaks (vendor datasheets), for model FLOPs utilization.
+PEAK_BF16_FLOPS = {"H100": 989.4e12, "H200": 989.4e12, "A100": 312e12, "L4": 121e12, "A10": 125e12,
+                   "L40S": 362e12, "B200": 2250e12}
+
+
+def device_peak_flops(device_name: str | None) -> float | None:
+    """Peak bf16 FLOP/s of a GPU by name (None when unknown, e.g. CPUs); SHARDFORGE_PEAK_FLOPS overrides."""
+    env = os.environ.get("SHARDFORGE_PEAK_FLOPS")
+    if env:
+        return float(env)
+    if not device_name:
+        return None
+    for key, peak in PEAK_BF16_FLOPS.items():
+        if key in device_name.upper():
+            return peak
+    return None
+
+
 class StarvationMonitor:
     """Warn when data wait exceeds `threshold` of step time for `window` consecutive steps."""
 

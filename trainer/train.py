@@ -32,7 +32,7 @@ from schemas.storage import join, local_copy
 from trainer.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from trainer.data import ShardLoader
 from trainer.masking import Masker, word_start_table
-from trainer.metrics import MetricsLogger, StarvationMonitor, progress_bar
+from trainer.metrics import MetricsLogger, StarvationMonitor, device_peak_flops, progress_bar
 from trainer.model import Encoder, flops_per_token, resolve_dims
 from trainer.optim import build_optimizer, linear_schedule
 
@@ -251,7 +251,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
 
     accum = micro_batches_per_step(cfg, dd.world_size, manifest.max_seq_len)
     flops_tok = flops_per_token(dims, manifest.max_seq_len)
-    peak = float(os.environ.get("SHARDFORGE_PEAK_FLOPS", "0")) or None
+    peak = device_peak_flops(torch.cuda.get_device_name(device) if device.type == "cuda" else None)
     metrics = MetricsLogger(cfg.output, enabled=dd.main)
     starvation = StarvationMonitor()
     first_loss = last_loss = None

@@ -178,20 +178,17 @@ def pickled_modules(payload: bytes) -> set[str]:
             continue
         elif name in ("FRAME", "PROTO"):
             continue
-        elif name == "GLOBAL":
-            module, _, attr = str(arg).partition(" ")
-            modules.add(module)
-            want_next_string = attr in ("subimport", "dynamic_subimport")
-            recent.append(None)
-            continue
-        elif name == "STACK_GLOBAL":
-            module, attr = (recent[-2], recent[-1]) if len(recent) >= 2 else (None, None)
+        elif name in ("GLOBAL", "STACK_GLOBAL"):
+            if name == "GLOBAL":
+                module, _, attr = str(arg).partition(" ")
+            else:
+                module, attr = (recent[-2], recent[-1]) if len(recent) >= 2 else (None, None)
             if isinstance(module, str):
                 modules.add(module)
-            want_next_string = attr in ("subimport", "dynamic_subimport")
-            recent.append(None)
-            continue
-        if isinstance(value, str):
+            value = ("global", attr)  # memoized and fetched again when the same global recurs
+        if isinstance(value, tuple):
+            want_next_string = value[1] in ("subimport", "dynamic_subimport")
+        elif isinstance(value, str):
             if want_next_string or (recent and recent[-1] == "__module__"):
                 modules.add(value)
             want_next_string = False
