@@ -41,7 +41,9 @@ from pipelines.minhash import (
     MinHasher,
     estimate_margin,
     estimated_jaccard,
+    hash_normalized,
     jaccard,
+    normalize_text,
     normalized_text_hash,
     shingle_sets,
 )
@@ -99,11 +101,12 @@ def _hasher(cfg: DedupeConfig) -> MinHasher:
 
 def sketch_documents(docs: list[Document], hasher: MinHasher) -> list[Sketch]:
     """Sketches of a batch of new documents (vectorized; identical whatever the batch)."""
-    shingles = shingle_sets([d.text for d in docs], hasher.ngram)
+    norms = [normalize_text(d.text) for d in docs]
+    shingles = shingle_sets(norms, hasher.ngram, normalized=True)
     sigs = hasher.signatures(shingles)
     bands = hasher.band_keys(sigs)
     return [
-        Sketch(NEW + d.doc_id, d.source, normalized_text_hash(d.text), sigs[i], bands[i], shingles[i])
+        Sketch(NEW + d.doc_id, d.source, hash_normalized(norms[i]), sigs[i], bands[i], shingles[i])
         for i, d in enumerate(docs)
     ]
 

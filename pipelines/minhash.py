@@ -50,7 +50,12 @@ def normalize_text(text: str) -> str:
 
 def normalized_text_hash(text: str) -> str:
     """Hex blake2b-128 of ``normalize_text(text)``: the key of exact deduplication."""
-    return hashlib.blake2b(normalize_text(text).encode("utf-8"), digest_size=16).hexdigest()
+    return hash_normalized(normalize_text(text))
+
+
+def hash_normalized(normalized: str) -> str:
+    """``normalized_text_hash`` of a text already passed through ``normalize_text``."""
+    return hashlib.blake2b(normalized.encode("utf-8"), digest_size=16).hexdigest()
 
 
 def _blake64(data: bytes, person: bytes = b"sf-minhash") -> int:
@@ -86,13 +91,15 @@ def _fmix64(h: np.ndarray) -> np.ndarray:
     return h
 
 
-def shingle_sets(texts: Sequence[str], ngram: int) -> list[np.ndarray]:
+def shingle_sets(texts: Sequence[str], ngram: int, normalized: bool = False) -> list[np.ndarray]:
     """Per text, the sorted unique uint32 hashes of its word n-gram shingles.
 
-    A text with fewer than ``ngram`` words is one shingle of all its words; an
-    empty text has no shingles. Computed for the whole batch at once.
+    Words are those of ``normalize_text`` (pass ``normalized=True`` for texts
+    already normalized). A text with fewer than ``ngram`` words is one shingle
+    of all its words; an empty text has no shingles. Computed for the whole
+    batch at once.
     """
-    words = [normalize_text(t).split() for t in texts]
+    words = [(t if normalized else normalize_text(t)).split() for t in texts]
     lens = np.fromiter((len(w) for w in words), dtype=np.int64, count=len(words))
     total = int(lens.sum())
     if total == 0:

@@ -140,6 +140,8 @@ BUCKET_COLORS = {"filtered": "#e69f00", "duplicate": "#56b4e9", "rejected": "#d5
 
 def plot_reasons(report: dict[str, Any]) -> bytes:
     """Horizontal bars: records per bucket:reason, all sources together, largest on top."""
+    from matplotlib.ticker import MaxNLocator
+
     items = list(report["reasons"].items())
     fig = _figure(8, max(2.0, 0.35 * len(items) + 1.2))
     ax = fig.add_subplot(1, 1, 1)
@@ -155,6 +157,7 @@ def plot_reasons(report: dict[str, Any]) -> bytes:
     for bar, v in zip(bars, values, strict=True):
         ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2, f" {v}", va="center", fontsize=8)
     ax.set_xlabel("records")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_title(f"Records not kept, by reason ({report['totals']['input']} in, {report['totals']['kept']} kept)")
     ax.margins(x=0.12)
     fig.tight_layout()
@@ -173,6 +176,9 @@ def plot_lengths(report: dict[str, Any]) -> bytes:
     # Draw each bin [lo, hi) on a log axis; the empty-document bin is drawn at 0.5 words.
     lows = [0.5] + edges[1:]
     highs = [1.0] + [10 ** (k / BINS_PER_DECADE) for k in range(1, NUM_BINS)]
+    # Show the populated range (one empty bin either side), not all seven decades.
+    used = [b for d in (before, after) for counts in d.values() for b, c in enumerate(counts) if c]
+    x_range = (lows[max(0, min(used) - 1)], highs[min(NUM_BINS - 1, max(used) + 1)]) if used else (0.5, 10.0)
     for i, key in enumerate(keys):
         ax = fig.add_subplot(rows, cols, i + 1)
         for name, data, color in (("before cleaning", before, "#999999"), ("after cleaning + dedupe", after, "#0072b2")):
@@ -184,6 +190,7 @@ def plot_lengths(report: dict[str, Any]) -> bytes:
             ax.fill_between(xs, ys, step=None, alpha=0.35 if name.startswith("before") else 0.6, color=color,
                             label=f"{name} ({sum(counts)})")
         ax.set_xscale("log")
+        ax.set_xlim(*x_range)
         ax.set_xlabel("words per document")
         ax.set_ylabel("documents")
         ax.set_title("all sources" if key == ALL else key)

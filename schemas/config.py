@@ -102,7 +102,8 @@ class TokenizerConfig(Strict):
     model_type: Literal["unigram", "bpe"] = "unigram"
     vocab_size: int = Field(8000, ge=64, le=1 << 20)
     sample_docs: int = Field(200_000, ge=1)
-    input_sentence_size: int = 2_000_000
+    # Sentences SentencePiece trains on at most (the first of the sample); it requires > 100.
+    input_sentence_size: int = Field(2_000_000, gt=100)
     character_coverage: float = 0.9995
     byte_fallback: bool = False
     normalization_rule: str = "nmt_nfkc"

@@ -579,7 +579,6 @@ def _iter_unit(plan: _Plan, unit: int, start: dict[str, Any], policy: str,
                     part: list[int] | None = [s.p, *s.cursor()]
                     is_pad = False
                 else:
-                    break
                     if replay is None:
                         replay = _Replay(plan, epoch, parts, ctx, pad_done)
                     samples, part, is_pad = replay.next(), None, True

@@ -104,6 +104,11 @@ def _inverse_cdf_table(probs: Sequence[float], first: int) -> torch.Tensor:
     return first + torch.searchsorted(torch.tensor(cut, dtype=torch.int64), bins, right=True)
 
 
+def _lookup(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """table[index] for a 1-D table; index_select is several times faster than advanced indexing on CPU."""
+    return table.index_select(0, index.reshape(-1)).view(index.shape)
+
+
 def word_start_table(pieces: Sequence[str], special_ids: Iterable[int]) -> torch.Tensor:
     """bool [V]: True where a SentencePiece piece starts a word ("\u2581"...) or is special/control."""
     table = torch.tensor([p.startswith(WORD_START) for p in pieces], dtype=torch.bool)
@@ -236,7 +241,7 @@ class Masker:
             raise ValueError(f"token id out of range for vocab_size={self.vocab_size}")
         seed, epoch = int(seed), int(epoch)
         pos = torch.arange(L, device=device)
-        special = self._is_special[ids]  # pad and <mask> included
+        special = _lookup(self._is_special, ids)  # pad and <mask> included
         maskable = ~special
 
         scheme = self.cfg.scheme
@@ -248,7 +253,7 @@ class Masker:
             prev_special = torch.ones_like(special)
             prev_special[:, 1:] = special[:, :-1]
             # A slot is a whole word or a single special token.
-            slot_start = not_pad & (self._word_starts[ids] | prev_special)
+            slot_start = not_pad & (_lookup(self._word_starts, ids) | prev_special)
             if scheme == "whole_word":
                 member, unit_start = maskable, maskable & slot_start
             else:
@@ -278,7 +283,7 @@ class Masker:
             u_dec = _u32(self._hash(self._row_keys(sids, seed, epoch, _S_SPAN_DECIDE), ustart))
         else:
             u_dec = _u32(h_dec)  # top bits decide, low bits (below) pick the random token
-        rand_ids = self._allowed[(h_dec & 0x7FFFFFFF) % self._allowed.numel()]
+        rand_ids = _lookup(self._allowed, (h_dec & 0x7FFFFFFF) % self._allowed.numel())
         out_ids = torch.where(selected & (u_dec < self._t_mask), self.mask_id, ids)
         use_rand = selected & (u_dec >= self._t_mask) & (u_dec < self._t_random)
         out_ids = torch.where(use_rand, rand_ids, out_ids)
@@ -340,8 +345,8 @@ class Masker:
         B, L = slot_start.shape
         K = self._offset_range
         j = torch.arange(L + K, device=pos.device)  # enough segments: each covers >= 1 slot
-        span_len = self._len_table[_srl(self._hash(self._row_keys(sids, seed, epoch, _S_LEN), j), 48)]
-        gap = self._gap_table[_srl(self._hash(self._row_keys(sids, seed, epoch, _S_GAP), j), 48)]
+        span_len = _lookup(self._len_table, _srl(self._hash(self._row_keys(sids, seed, epoch, _S_LEN), j), 48))
+        gap = _lookup(self._gap_table, _srl(self._hash(self._row_keys(sids, seed, epoch, _S_GAP), j), 48))
         offset = _u32(_mix(self._row_keys(sids, seed, epoch, _S_OFFSET))) % K
         end = torch.cumsum(gap + span_len, dim=1) - offset[:, None]  # exclusive, slot coordinates
         begin = end - span_len

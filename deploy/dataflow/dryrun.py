@@ -280,6 +280,16 @@ def translate(argv: list[str]) -> Translation:
     # --dry_run makes Beam's validator skip the GCS soft-delete probe (a network call).
     argv = [*argv, "--dry_run=True"]
     runner = DataflowRunner()
+    # When both GCS locations are invalid Beam falls back to creating a default
+    # bucket over the network (a 120 s retry offline): check them first, with Beam's rule.
+    from apache_beam.options.pipeline_options_validator import PipelineOptionsValidator
+
+    gco = PipelineOptions(argv).view_as(GoogleCloudOptions)
+    validator = PipelineOptionsValidator(gco, runner)
+    errors = [e for k in ("temp_location", "staging_location") if getattr(gco, k)
+              for e in validator.validate_gcs_path(gco, k)]
+    if errors or not (gco.temp_location or gco.staging_location):
+        raise ValueError(f"Dataflow needs a valid gs://bucket/path temp_location: {errors or 'none given'}")
     p, _, _, options = make_pipeline(argv, runner=runner)  # runs Beam's Dataflow options validator
     return translate_pipeline(p, options, runner)
 
@@ -332,7 +342,10 @@ def translate_pipeline(p: Pipeline, options: PipelineOptions, runner: DataflowRu
     modules: set[str] = set()
     n = 0
     for name, payload in _pickled_payloads(proto):
-        pickler.loads(payload)  # the workers' first step; raises on an unpicklable closure
+        try:
+            pickler.loads(payload)  # the workers' first step on every bundle
+        except Exception as e:
+            raise ValueError(f"{name}: its pickled function does not load back: {e}") from e
         modules |= pickled_modules(payload)
         n += 1
     bad = sorted(m for m in modules if m.split(".")[0] in FORBIDDEN_MODULES or m.startswith("test_"))

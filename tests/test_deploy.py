@@ -1,0 +1,384 @@
+"""deploy/: Dataflow translation offline, scale-out determinism, containers, launchers, Kubernetes.
+
+Docker cannot run here, so the Dockerfiles are checked statically; the
+commands in the scripts and the manifest are checked against the real
+parsers (Beam's options, torchrun's, trainer.train's) by running the scripts
+in their print modes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, get_args
+
+import pytest
+import tomllib
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # deploy/ is not an installed package
+    sys.path.insert(0, str(ROOT))
+
+DEPLOY = ROOT / "deploy"
+IMAGE = "us-central1-docker.pkg.dev/my-project/shardforge/build:0.1.0"
+
+
+# ------------------------------------------------------------------ helpers
+
+def dockerfile_instructions(path: Path) -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) pairs, continuation lines joined, comments dropped."""
+    out: list[tuple[str, str]] = []
+    buf = ""
+    for line in path.read_text().splitlines():
+        s = line.strip()
+        if not buf and (not s or s.startswith("#")):
+            continue
+        if s.startswith("#"):
+            continue
+        buf += " " + s[:-1] if s.endswith("\\") else " " + s
+        if not s.endswith("\\"):
+            word, _, rest = buf.strip().partition(" ")
+            out.append((word.upper(), rest.strip()))
+            buf = ""
+    return out
+
+
+def final_stage(instrs: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    last = max(i for i, (k, _) in enumerate(instrs) if k == "FROM")
+    return instrs[last:]
+
+
+def pyproject() -> dict[str, Any]:
+    with open(ROOT / "pyproject.toml", "rb") as f:
+        return tomllib.load(f)["project"]
+
+
+def pin_of(reqs: list[str], name: str) -> str:
+    for r in reqs:
+        m = re.fullmatch(rf"{re.escape(name)}==([\w.]+)", r.strip())
+        if m:
+            return m.group(1)
+    raise AssertionError(f"{name} is not pinned with == in {reqs}")
+
+
+def script_lines(cmd: list[str], env: dict[str, str]) -> list[str]:
+    res = subprocess.run(cmd, env={**os.environ, **env}, capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert res.returncode == 0, res.stderr
+    return res.stdout.splitlines()
+
+
+def dataflow_env(input_url: str, **extra: str) -> dict[str, str]:
+    return {"PROJECT": "my-project", "REGION": "us-central1", "BUCKET": "my-bucket", "IMAGE": IMAGE,
+            "OUTPUT": "gs://my-corpora/en-v1", "INPUT": input_url, "JOB_NAME": "shardforge-test", **extra}
+
+
+def k8s_docs() -> dict[str, dict[str, Any]]:
+    docs = [d for d in yaml.safe_load_all((DEPLOY / "k8s" / "train.yaml").read_text()) if d]
+    return {d["kind"]: d for d in docs}
+
+
+def container_env(docs: dict[str, dict[str, Any]]) -> dict[str, str]:
+    """The trainer container's environment, ConfigMap references resolved."""
+    c = docs["Job"]["spec"]["template"]["spec"]["containers"][0]
+    cm = docs["ConfigMap"]
+    env = {}
+    for e in c["env"]:
+        if "value" in e:
+            env[e["name"]] = str(e["value"])
+        else:
+            ref = e["valueFrom"]["configMapKeyRef"]
+            assert ref["name"] == cm["metadata"]["name"], e
+            env[e["name"]] = cm["data"][ref["key"]]
+    return env
+
+
+@pytest.fixture(scope="module")
+def trainer_flags() -> set[str]:
+    """Every option string `python -m trainer.train` accepts, from its own --help."""
+    res = subprocess.run([sys.executable, "-m", "trainer.train", "--help"], capture_output=True, text=True,
+                         cwd=ROOT, timeout=120)
+    assert res.returncode == 0, res.stderr
+    return set(re.findall(r"(?<![\w-])(--[a-z][a-z_]*|-h)\b", res.stdout))
+
+
+def check_trainer_args(args: list[str], flags: set[str]) -> Any:
+    """Every flag exists in trainer.train's CLI and the values validate as a TrainConfig."""
+    from trainer.train import build_train_config
+
+    values: dict[str, Any] = {f.lstrip("-"): None for f in flags if f.startswith("--")}
+    values["set"] = []
+    i = 0
+    while i < len(args):
+        flag = args[i]
+        assert flag in flags, f"{flag} is not an option of trainer.train ({sorted(flags)})"
+        assert i + 1 < len(args), f"{flag} has no value"
+        key = flag.lstrip("-")
+        if key == "set":
+            values["set"].append(args[i + 1])
+        else:
+            values[key] = args[i + 1]
+        i += 2
+    return build_train_config(argparse.Namespace(**values), values["set"])
+
+
+# ------------------------------------------------------------------ Dataflow: command, translation, template
+
+def test_dataflow_command_uses_only_known_flags():
+    from deploy.dataflow.dryrun import unknown_flags
+
+    args = script_lines(["bash", "deploy/dataflow/dataflow.sh", "print", "--rule", "sop"],
+                        dataflow_env("ccnews=gs://raw/cc/*.jsonl.gz"))
+    for flag in ("--runner", "--project", "--region", "--temp_location", "--sdk_container_image", "--output",
+                 "--input"):
+        assert flag in args
+    assert args[args.index("--runner") + 1] == "DataflowRunner"
+    assert args[args.index("--sdk_container_image") + 1] == IMAGE
+    assert unknown_flags(args) == []
+    # Beam silently drops flags it does not know; the check must not.
+    assert unknown_flags([*args, "--max_workers_typo", "3"]) == ["--max_workers_typo"]
+
+
+@pytest.fixture(scope="module")
+def translation(demo_corpus):
+    from deploy.dataflow.dryrun import translate
+
+    args = script_lines(["bash", "deploy/dataflow/dataflow.sh", "print"], dataflow_env(f"ccnews={demo_corpus['ccnews']}"))
+    return args, translate(args)
+
+
+def test_full_build_translates_for_dataflow(translation):
+    args, t = translation
+    names = [tr.unique_name for tr in t.proto.components.transforms.values()]
+    for stage in ("Clean", "Dedupe", "TrainTokenizer", "Tokenize", "WriteCorpus"):
+        assert any(n.split("/")[0] == stage for n in names), stage
+    assert t.images == [IMAGE]
+    assert t.pickled_fns > 20
+    tops = {m.split(".")[0] for m in t.modules}
+    assert {"pipelines", "apache_beam"} <= tops
+    assert not tops & {"torch", "trainer", "__main__"}
+    assert t.sdk_options["project"] == "my-project" and t.sdk_options["region"] == "us-central1"
+    assert t.sdk_options["output"] == "gs://my-corpora/en-v1"
+    assert 0 < t.job_bytes < 10 * 1024 * 1024
+
+
+def test_translation_catches_unpicklable_closures_and_stray_modules():
+    import threading
+
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions
+    from apache_beam.runners.dataflow.dataflow_runner import DataflowRunner
+
+    from deploy.dataflow.dryrun import translate_pipeline
+
+    def pipeline(fn):
+        opts = PipelineOptions(["--project", "my-project", "--region", "us-central1", "--temp_location",
+                                "gs://my-bucket/tmp", "--sdk_container_image", IMAGE, "--sdk_location", "container",
+                                "--dry_run=True"])
+        runner = DataflowRunner()
+        p = beam.Pipeline(runner=runner, options=opts)
+        _ = p | beam.Create([1, 2]) | beam.Map(fn)
+        return translate_pipeline(p, opts, runner)
+
+    lock = threading.Lock()
+    with pytest.raises(Exception, match="pickle|lock"):
+        pipeline(lambda x: (lock, x))
+    # A function of this test module would need the tests on the workers.
+    with pytest.raises(ValueError, match="must not need"):
+        pipeline(dockerfile_instructions)
+    assert pipeline(os.path.basename).pickled_fns >= 1
+
+
+def test_translation_requires_worker_image_and_valid_locations(demo_corpus):
+    from deploy.dataflow.dryrun import translate
+
+    env = dataflow_env(f"ccnews={demo_corpus['ccnews']}")
+    args = script_lines(["bash", "deploy/dataflow/dataflow.sh", "print"], env)
+    i = args.index("--sdk_container_image")
+    with pytest.raises(ValueError, match="sdk_container_image"):
+        translate(args[:i] + args[i + 2:])
+    bad = script_lines(["bash", "deploy/dataflow/dataflow.sh", "print"], {**env, "BUCKET": "b"})
+    with pytest.raises(ValueError, match="temp_location"):
+        translate(bad)
+
+
+def test_dataflow_dockerfile():
+    instrs = dockerfile_instructions(DEPLOY / "dataflow" / "Dockerfile")
+    stage = final_stage(instrs)
+    beam_version = pin_of(pyproject()["optional-dependencies"]["pipelines"], "apache-beam")
+    assert stage[0] == ("FROM", f"apache/beam_python3.11_sdk:{beam_version}")
+    import apache_beam
+
+    assert apache_beam.__version__ == beam_version
+    runs = " ".join(a for k, a in stage if k == "RUN")
+    assert '".[pipelines]"' in runs
+    assert "[trainer]" not in runs and "pip install torch" not in runs
+    copies = [a.split()[0] for k, a in stage if k == "COPY" and not a.startswith("--from")]
+    assert "trainer/" not in copies and "schemas/" in copies and "pipelines/" in copies
+    assert json.loads(dict(stage)["ENTRYPOINT"]) == ["/opt/apache/beam/boot"]
+    env = dict(a.split("=", 1) for k, a in stage if k == "ENV")
+    py_file = env["FLEX_TEMPLATE_PYTHON_PY_FILE"]
+    copied = {f"/opt/shardforge/{a.split()[1]}": a.split()[0] for k, a in stage if k == "COPY" and "deploy/" in a}
+    assert copied[py_file] == "deploy/dataflow/main.py" and (ROOT / copied[py_file]).exists()
+    assert any(a.startswith("--from=launcher") and "python_template_launcher" in a for k, a in stage if k == "COPY")
+    ignored = (DEPLOY / "dataflow" / "Dockerfile.dockerignore").read_text().split()
+    assert "trainer" in ignored and ".venv" in ignored
+
+
+def test_flex_template_metadata_matches_build_options(demo_corpus):
+    from deploy.dataflow.dryrun import unknown_flags
+    from deploy.dataflow.main import make_pipeline
+    from schemas.config import PackingRule, SourceFormat
+
+    meta = json.loads((DEPLOY / "dataflow" / "metadata.json").read_text())
+    params = {p["name"]: p for p in meta["parameters"]}
+    assert len(params) == len(meta["parameters"])
+    assert not params["output"]["isOptional"] and not params["sdk_container_image"]["isOptional"]
+    for name, p in params.items():
+        assert p["label"] and p["helpText"], name
+        # a sample value the parameter's own regexes accept, parsed by the real option types
+        samples = ["1", "0.5", "sop", "auto", "container", "gs://b/c/x.yaml", "ccnews=gs://b/*.jsonl"]
+        value = next(v for v in samples if all(re.match(rx, v) for rx in p.get("regexes", [])))
+        assert unknown_flags([f"--{name}={value}"]) == [], name
+    assert params["rule"]["regexes"] == [f"^({'|'.join(get_args(PackingRule))})$"]
+    assert params["format"]["regexes"] == [f"^({'|'.join(get_args(SourceFormat))})$"]
+    assert re.match(params["output"]["regexes"][0], "gs://my-corpora/en-v1")
+    assert re.match(params["input"]["regexes"][0], "ccnews=gs://raw/cc/*.jsonl.gz")
+    # The launcher passes parameters as --name=value: they must build the same config.
+    _, cfg, out, _ = make_pipeline([f"--input=ccnews={demo_corpus['ccnews']}", "--output=/tmp/unused-corpus",
+                                    "--rule=sop", "--max_seq_len=256", "--runner=FnApiRunner"])
+    assert cfg.packing.rule == "sop" and cfg.packing.max_seq_len == 256 and cfg.sources[0].name == "ccnews"
+
+
+# ------------------------------------------------------------------ scale-out determinism (local runner)
+
+@pytest.mark.slow
+def test_multi_process_build_is_byte_identical(demo_corpus, tmp_path):
+    import apache_beam as beam
+
+    from pipelines.build import build_pipeline, run_build
+    from pipelines.options import BuildOptions, finalize_options
+    from shardforge.demo import demo_build_config
+
+    cfg = demo_build_config(demo_corpus)
+    one, two, pids = tmp_path / "one", tmp_path / "two", tmp_path / "pids"
+    pids.mkdir()
+    run_build(cfg, str(one))
+
+    opts = finalize_options(BuildOptions(["--direct_num_workers", "2", "--direct_running_mode", "multi_processing"]))
+    with beam.Pipeline(options=opts) as p:
+        build_pipeline(p, cfg, str(two))
+        # A probe stage in the same job records which processes execute bundles.
+        _ = (p | "Probe" >> beam.Create(range(64)) | "ProbeShuffle" >> beam.Reshuffle()
+             | "ProbePid" >> beam.Map(lambda x, d: open(os.path.join(d, str(os.getpid())), "a").write(f"{x}\n"),
+                                      str(pids)))
+    workers = {int(n) for n in os.listdir(pids)}
+    assert len(workers) == 2 and os.getpid() not in workers, workers
+
+    def digest(root: Path) -> dict[str, str]:
+        return {str(f.relative_to(root)): hashlib.sha256(f.read_bytes()).hexdigest()
+                for f in sorted(root.rglob("*")) if f.is_file()}
+
+    a, b = digest(one), digest(two)
+    assert any(n.endswith(".tar") for n in a) and "manifest.json" in a
+    assert a == b
+
+
+# ------------------------------------------------------------------ trainer: image, launcher, Kubernetes
+
+def test_trainer_dockerfile():
+    instrs = dockerfile_instructions(DEPLOY / "trainer" / "Dockerfile")
+    args = {a.split("=", 1)[0]: a.split("=", 1)[1] for k, a in instrs if k == "ARG" and "=" in a}
+    base = instrs[[k for k, _ in instrs].index("FROM")][1]
+    base = re.sub(r"\$\{(\w+)\}", lambda m: args[m.group(1)], base)
+    assert re.match(r"(nvidia/cuda:[\d.]+-(cudnn-)?runtime|pytorch/pytorch:[\d.]+-cuda)", base), base
+    torch_pin = pin_of(pyproject()["optional-dependencies"]["trainer"], "torch")
+    assert args["TORCH_VERSION"] == torch_pin
+    runs = [a for k, a in instrs if k == "RUN"]
+    torch_run = next(i for i, a in enumerate(runs) if "torch==${TORCH_VERSION}" in a)
+    extra_run = next(i for i, a in enumerate(runs) if '".[trainer]"' in a)
+    assert torch_run < extra_run, "CUDA torch must be installed before the extra (which pins torch)"
+    assert "--index-url" in runs[torch_run] and "cu" in args["TORCH_INDEX_URL"].rsplit("/", 1)[-1]
+    text = " ".join(runs)
+    assert "pipelines]" not in text and "apache-beam" not in text
+    copies = [a.split()[0] for k, a in instrs if k == "COPY"]
+    assert "pipelines/" not in copies and "trainer/" in copies
+    entry = json.loads(dict(instrs)["ENTRYPOINT"])
+    assert entry == ["bash", "/opt/shardforge/deploy/trainer/launch.sh"]
+    assert any(a.split() == ["deploy/trainer/launch.sh", "deploy/trainer/launch.sh"] for k, a in instrs if k == "COPY")
+    ignored = (DEPLOY / "trainer" / "Dockerfile.dockerignore").read_text().split()
+    assert "pipelines" in ignored
+
+
+def test_kubernetes_manifest_structure():
+    docs = k8s_docs()
+    assert set(docs) == {"ConfigMap", "Service", "Job"}
+    job, svc = docs["Job"], docs["Service"]
+    spec, pod = job["spec"], job["spec"]["template"]["spec"]
+    c = pod["containers"][0]
+    env = container_env(docs)
+    assert spec["completionMode"] == "Indexed"
+    assert spec["completions"] == spec["parallelism"] == int(env["NNODES"])
+    assert svc["spec"]["clusterIP"] == "None" and pod["subdomain"] == svc["metadata"]["name"]
+    assert svc["spec"]["selector"].items() <= job["spec"]["template"]["metadata"]["labels"].items()
+    assert env["MASTER_ADDR"] == f"{job['metadata']['name']}-0.{svc['metadata']['name']}"
+    assert int(env["MASTER_PORT"]) == svc["spec"]["ports"][0]["port"]
+    assert c["image"] and ":" in c["image"]
+    assert int(c["resources"]["limits"]["nvidia.com/gpu"]) == int(env["NPROC_PER_NODE"])
+    assert env["DATA_URL"].startswith("gs://") and env["OUTPUT_URL"].startswith("gs://")
+    entry = json.loads(dict(dockerfile_instructions(DEPLOY / "trainer" / "Dockerfile"))["ENTRYPOINT"])
+    assert c["command"] == entry
+    assert any(m["mountPath"] == "/dev/shm" for m in c["volumeMounts"])
+
+
+def test_manifest_launch_command_matches_torchrun_and_trainer(trainer_flags):
+    from torch.distributed.run import get_args_parser
+
+    docs = k8s_docs()
+    env = container_env(docs)
+    c = docs["Job"]["spec"]["template"]["spec"]["containers"][0]
+    # Kubernetes sets JOB_COMPLETION_INDEX in each pod of an Indexed Job.
+    cmd = script_lines([*c["command"], *c["args"]], {**env, "JOB_COMPLETION_INDEX": "1", "LAUNCH_PRINT_ONLY": "1"})
+    assert cmd[0] == "torchrun"
+    ta = get_args_parser().parse_args(cmd[1:])
+    assert (ta.nnodes, ta.node_rank, ta.nproc_per_node) == (env["NNODES"], 1, env["NPROC_PER_NODE"])
+    assert (ta.master_addr, ta.master_port) == (env["MASTER_ADDR"], int(env["MASTER_PORT"]))
+    assert ta.module and ta.training_script == "trainer.train"
+    cfg = check_trainer_args(ta.training_script_args, trainer_flags)
+    assert cfg.data == env["DATA_URL"] and cfg.output == env["OUTPUT_URL"]
+    assert cfg.model.size == "base" and cfg.steps == 125000
+    with pytest.raises(AssertionError, match="not an option"):
+        check_trainer_args([*ta.training_script_args, "--learning_rate", "1e-4"], trainer_flags)
+
+
+def test_launcher_single_node_defaults_and_required_urls(trainer_flags):
+    from torch.distributed.run import get_args_parser
+
+    base = {"DATA_URL": "gs://b/corpora/en-v1", "OUTPUT_URL": "gs://b/runs/r1", "LAUNCH_PRINT_ONLY": "1",
+            "CONFIG_URL": "gs://b/train.yaml"}
+    clean = {k: "" for k in ("NNODES", "NODE_RANK", "JOB_COMPLETION_INDEX", "MASTER_ADDR", "MASTER_PORT")}
+    env = {k: v for k, v in os.environ.items() if k not in clean}
+    res = subprocess.run(["bash", "deploy/trainer/launch.sh", "--steps", "10"], env={**env, **base,
+                         "NPROC_PER_NODE": "4"}, capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert res.returncode == 0, res.stderr
+    ta = get_args_parser().parse_args(res.stdout.splitlines()[1:])
+    assert (ta.nnodes, ta.node_rank, ta.nproc_per_node, ta.master_addr) == ("1", 0, "4", "127.0.0.1")
+    rest = ta.training_script_args
+    assert rest[rest.index("--config") + 1] == "gs://b/train.yaml"
+    assert all(a in trainer_flags for a in rest[::2])
+    missing = subprocess.run(["bash", "deploy/trainer/launch.sh"], env={**env, "LAUNCH_PRINT_ONLY": "1"},
+                             capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert missing.returncode != 0 and "DATA_URL" in missing.stderr
+
+
+def test_deploy_scripts_pass_bash_syntax_check():
+    for script in sorted(glob.glob(str(DEPLOY / "**" / "*.sh"), recursive=True)):
+        res = subprocess.run(["bash", "-n", script], capture_output=True, text=True)
+        assert res.returncode == 0, (script, res.stderr)

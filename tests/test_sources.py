@@ -1,0 +1,348 @@
+"""Source readers: every layout, every compression, and bad input that must never crash.
+
+Each input record gives exactly one Document or Reject; an unreadable file gives one Reject.
+"""
+
+from __future__ import annotations
+
+import bz2
+import collections
+import gzip
+import io
+import json
+import lzma
+import os
+import tarfile
+import time
+import tracemalloc
+
+import apache_beam as beam
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import zstandard
+from apache_beam.testing.test_pipeline import TestPipeline
+from apache_beam.testing.util import assert_that, equal_to
+
+from pipelines.files import WriteParts, rejects_to_jsonl
+from pipelines.records import Document, Reject, make_doc_id
+from pipelines.sources import ReadSource, iter_json_array, iter_lines, read_file, read_stream
+from schemas.config import SourceConfig
+
+COMPRESS = {".gz": gzip.compress, ".xz": lzma.compress, ".bz2": bz2.compress,
+            ".zst": lambda b: zstandard.ZstdCompressor().compress(b)}
+
+
+def src(path, name: str = "ccnews", **kw) -> SourceConfig:
+    return SourceConfig(name=name, input=str(path), **kw)
+
+
+def read(path, **kw) -> list[Document | Reject]:
+    return list(read_file(str(path), src(path, **kw)))
+
+
+def outcome(recs) -> list[str]:
+    return [("doc" if isinstance(r, Document) else f"{r.bucket}:{r.reason}") for r in recs]
+
+
+def article(i: int) -> str:
+    return f"Article number {i} tells a story about the town. It has several sentences. The end."
+
+
+def tar_bytes(members: dict[str, bytes]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as t:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            t.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+# ------------------------------------------------------------------ JSONL / JSON (CC-News)
+
+def test_jsonl_every_line_is_accounted_for(tmp_path):
+    p = tmp_path / "a.jsonl"
+    p.write_bytes(b'{"text": "one"}\n'
+                  b"\n"  # blank: not a record
+                  b'{"maintext": "two", "title": "T", "url": "https://x", "date_publish": "2020-01-02"}\n'
+                  b"{broken\n"
+                  b'{"title": "no text"}\n'
+                  b'["not", "an", "object"]\n'
+                  b'{"text": "bad \xff\xfe bytes"}\n'
+                  b'{"text": "no newline at the end"}')
+    recs = read(p)
+    assert outcome(recs) == ["doc", "doc", "rejected:malformed_json", "rejected:missing_text_field",
+                             "rejected:missing_text_field", "doc", "doc"]
+    # doc ids are the line numbers, stable across runs
+    assert [r.doc_id for r in recs] == [make_doc_id("ccnews", str(p), i) for i in (0, 2, 3, 4, 5, 6, 7)]
+    two = recs[1]
+    assert (two.text, two.title, two.url, two.date) == ("two", "T", "https://x", "2020-01-02")
+    # invalid UTF-8 is kept (as surrogates) for the cleaning stage to reject or repair
+    assert "\udcff" in recs[5].text
+    assert read(p) == recs
+
+
+def test_news_please_json_object_array_and_misnamed_jsonl(tmp_path):
+    obj = {"maintext": "Main text.", "title": "A title", "url": "https://n.example/1",
+           "date_publish": "2019-05-01 10:00:00", "source_domain": "n.example", "language": "en", "text": None}
+    (tmp_path / "one.json").write_text(json.dumps(obj, indent=4))
+    recs = read(tmp_path / "one.json")
+    assert outcome(recs) == ["doc"]
+    assert (recs[0].text, recs[0].url, recs[0].date) == ("Main text.", "https://n.example/1", "2019-05-01 10:00:00")
+
+    tricky = [{"text": 'brackets ] } [ { and "quotes" and \\ backslashes, commas'}, {"text": "second"}, 7,
+              {"maintext": "third"}]
+    (tmp_path / "arr.json").write_text(" \n" + json.dumps(tricky, indent=2))
+    recs = read(tmp_path / "arr.json")
+    assert outcome(recs) == ["doc", "doc", "rejected:missing_text_field", "doc"]
+    assert recs[0].text == tricky[0]["text"]
+
+    (tmp_path / "lines.json").write_text("\n".join(json.dumps({"text": f"t{i}"}) for i in range(3)))
+    assert [r.text for r in read(tmp_path / "lines.json")] == ["t0", "t1", "t2"]
+
+    (tmp_path / "cut.json").write_text('[{"text": "ok"}, {"text": "never closed')
+    assert outcome(read(tmp_path / "cut.json")) == ["doc", "rejected:malformed_json"]
+
+
+def test_json_array_items_split_across_read_chunks():
+    items = [{"text": "x" * 5000 + '"\\' + str(i)} for i in range(300)]
+    data = json.dumps(items).encode()
+
+    class Dribble(io.BytesIO):  # short reads, like a decompressor, to cross chunk edges everywhere
+        def read(self, n=-1):
+            return super().read(min(n, 777) if n > 0 else 777)
+
+    stream = Dribble(data)
+    assert stream.read(1) == b"["
+    got = [json.loads(raw) for raw, _ in iter_json_array(stream, cap=1 << 20)]
+    assert got == items
+
+
+def test_language_field_filter(tmp_path):
+    p = tmp_path / "cc.jsonl"
+    p.write_text("\n".join(json.dumps({"maintext": f"t{i}", "language": lang})
+                           for i, lang in enumerate(["en", "de", "EN", None])))
+    assert outcome(read(p)) == ["doc"] * 4
+    assert outcome(read(p, languages=["en"])) == ["doc", "filtered:language_field", "doc", "doc"]
+
+
+def test_iter_lines_caps_long_lines():
+    data = b"short\n" + b"x" * 100 + b"\nlast"
+    got = list(iter_lines(io.BytesIO(data), cap=10))
+    assert got == [(b"short", 5), (b"x" * 10, 100), (b"last", 4)]
+
+
+# ------------------------------------------------------------------ Parquet
+
+def test_parquet_streams_record_batches(tmp_path):
+    n = 1000
+    table = pa.table({"text": [article(i) if i % 100 else None for i in range(n)],
+                      "title": [f"t{i}" for i in range(n)], "url": [f"https://u/{i}" for i in range(n)],
+                      "domain": ["u"] * n, "date": pa.array(range(n), pa.int64())})
+    pq.write_table(table, tmp_path / "cc.parquet", row_group_size=300)
+    recs = read(tmp_path / "cc.parquet")
+    assert len(recs) == n
+    assert collections.Counter(outcome(recs)) == {"doc": 990, "rejected:missing_text_field": 10}
+    assert recs[5].text == article(5) and recs[5].title == "t5" and recs[5].date == "5"
+    assert [r.doc_id for r in recs] == [make_doc_id("ccnews", str(tmp_path / "cc.parquet"), i) for i in range(n)]
+
+
+def test_parquet_without_text_column_and_corrupt_file(tmp_path):
+    pq.write_table(pa.table({"body": ["a", "b"]}), tmp_path / "x.parquet")
+    assert outcome(read(tmp_path / "x.parquet")) == ["rejected:missing_text_field"] * 2
+    assert outcome(read(tmp_path / "x.parquet", text_field="body")) == ["doc", "doc"]
+    good = (tmp_path / "x.parquet").read_bytes()
+    (tmp_path / "cut.parquet").write_bytes(good[: len(good) // 2])
+    assert outcome(read(tmp_path / "cut.parquet")) == ["rejected:corrupt_parquet"]
+
+
+# ------------------------------------------------------------------ OpenWebText archives
+
+def owt_subset(prefix: str, n: int) -> bytes:
+    return lzma.compress(tar_bytes({f"{prefix}/{i:04d}-{prefix}.txt": article(i).encode() for i in range(n)}))
+
+
+def test_openwebtext_subset_and_outer_archive(tmp_path):
+    sub = owt_subset("s1", 5)
+    (tmp_path / "urlsf_subset00-1_data.xz").write_bytes(sub)
+    recs = read(tmp_path / "urlsf_subset00-1_data.xz", name="openwebtext")
+    assert outcome(recs) == ["doc"] * 5
+    assert [r.text for r in recs] == [article(i) for i in range(5)]
+
+    outer = tar_bytes({"openwebtext/urlsf_subset00-1_data.xz": sub,
+                       "openwebtext/urlsf_subset00-2_data.xz": owt_subset("s2", 3)})
+    (tmp_path / "openwebtext.tar.xz").write_bytes(lzma.compress(outer))
+    recs = read(tmp_path / "openwebtext.tar.xz", name="openwebtext")
+    assert outcome(recs) == ["doc"] * 8
+    ids = [r.doc_id for r in recs]
+    assert len(set(ids)) == 8  # member paths keep ids unique across inner archives
+    assert ids == [r.doc_id for r in read(tmp_path / "openwebtext.tar.xz", name="openwebtext")]
+
+
+def test_truncated_and_corrupt_archives(tmp_path):
+    sub = owt_subset("s1", 40)
+    (tmp_path / "urlsf_cut.xz").write_bytes(sub[: len(sub) // 2])
+    recs = read(tmp_path / "urlsf_cut.xz")
+    assert outcome(recs)[-1] == "rejected:truncated_archive"
+    assert all(o == "doc" for o in outcome(recs)[:-1])
+
+    plain = tar_bytes({f"{i}.txt": article(i).encode() for i in range(3)})
+    (tmp_path / "cut.tar").write_bytes(plain[:1024 + 100])  # cut inside the second member's header
+    assert outcome(read(tmp_path / "cut.tar")) == ["doc", "rejected:truncated_archive"]
+    (tmp_path / "whole.tar").write_bytes(plain)
+    assert outcome(read(tmp_path / "whole.tar")) == ["doc"] * 3
+
+    (tmp_path / "bin.tar").write_bytes(tar_bytes({"a.txt": b"text", "b.txt": b"\x00\x01binary\x00"}))
+    assert outcome(read(tmp_path / "bin.tar")) == ["doc", "rejected:binary"]
+
+
+# ------------------------------------------------------------------ Stories / plain text
+
+def test_text_one_document_per_file_and_delimited(tmp_path):
+    (tmp_path / "s.txt").write_text("\ufeffOnce upon a time.\nThe end.\n")
+    assert [r.text for r in read(tmp_path / "s.txt", name="stories")] == ["Once upon a time.\nThe end.\n"]
+    (tmp_path / "many.txt").write_text("first story\nline two\n<|endoftext|>\nsecond\n<|endoftext|>\n\n"
+                                       "<|endoftext|>\nthird\n")
+    recs = read(tmp_path / "many.txt", name="stories", delimiter="<|endoftext|>")
+    assert [r.text for r in recs] == ["first story\nline two", "second", "third"]
+    assert len({r.doc_id for r in recs}) == 3
+
+
+@pytest.mark.parametrize("ext", sorted(COMPRESS))
+def test_compression_by_extension(tmp_path, ext):
+    payload = b"".join(json.dumps({"text": article(i)}).encode() + b"\n" for i in range(50))
+    p = tmp_path / f"part.jsonl{ext}"
+    p.write_bytes(COMPRESS[ext](payload))
+    recs = read(p)
+    assert outcome(recs) == ["doc"] * 50 and recs[49].text == article(49)
+    # and a story file compressed the same way
+    t = tmp_path / f"story.txt{ext}"
+    t.write_bytes(COMPRESS[ext](b"A story."))
+    assert [r.text for r in read(t, name="stories")] == ["A story."]
+
+
+@pytest.mark.parametrize("ext", [".gz", ".xz", ".zst", ".bz2"])
+def test_truncated_compressed_file_gives_records_then_one_reject(tmp_path, ext):
+    payload = b"".join(json.dumps({"text": article(i) * 5}).encode() + b"\n" for i in range(2000))
+    data = COMPRESS[ext](payload)
+    p = tmp_path / f"cut.jsonl{ext}"
+    p.write_bytes(data[: len(data) // 2])
+    out = outcome(read(p))
+    assert out[-1] == "rejected:truncated"
+    assert set(out[:-1]) <= {"doc"} and len(out) < 2000
+
+
+def test_corrupt_binary_and_empty_files(tmp_path):
+    (tmp_path / "junk.jsonl.gz").write_bytes(b"this is not gzip at all")
+    assert outcome(read(tmp_path / "junk.jsonl.gz")) == ["rejected:corrupt_compressed"]
+    (tmp_path / "junk.jsonl.xz").write_bytes(b"nor is this xz")
+    assert outcome(read(tmp_path / "junk.jsonl.xz")) == ["rejected:corrupt_compressed"]
+    (tmp_path / "nul.jsonl").write_bytes(b'{"text": "a"}\n' + bytes(range(256)) * 8)
+    assert outcome(read(tmp_path / "nul.jsonl")) == ["rejected:binary"]
+    (tmp_path / "nul.txt").write_bytes(b"\x7fELF\x02\x01\x01\x00\x00\x00" + os.urandom(2000))
+    assert outcome(read(tmp_path / "nul.txt", name="stories")) == ["rejected:binary"]
+    for name in ("empty.jsonl", "empty.txt", "empty.json", "empty.jsonl.gz"):
+        p = tmp_path / name
+        p.write_bytes(gzip.compress(b"") if name.endswith(".gz") else b"")
+        assert outcome(read(p)) == ["rejected:empty_file"], name
+    (tmp_path / "blank.jsonl").write_text("\n \n\n")
+    assert outcome(read(tmp_path / "blank.jsonl")) == ["rejected:empty_file"]
+
+
+def test_transient_read_errors_are_raised_for_retry():
+    class Flaky(io.BytesIO):
+        def read(self, n=-1):
+            if self.tell() > 100:
+                raise ConnectionResetError("connection reset by peer")
+            return super().read(min(n, 64) if n > 0 else 64)
+
+    data = b"".join(json.dumps({"text": article(i)}).encode() + b"\n" for i in range(100))
+    with pytest.raises(ConnectionResetError):
+        list(read_stream(Flaky(data), "mem://x", src("x"), 1 << 20, "jsonl", None))
+
+
+# ------------------------------------------------------------------ huge documents
+
+def write_big_line(path, size: int) -> None:
+    block = b"word " * 200_000  # 1 MB
+    with open(path, "wb") as f:
+        f.write(b'{"text": "small"}\n{"text": "')
+        for _ in range(size // len(block)):
+            f.write(block)
+        f.write(b'"}\n{"text": "after"}\n')
+
+
+def test_200mb_json_line_is_filtered_with_bounded_memory(tmp_path):
+    p = tmp_path / "big.jsonl"
+    write_big_line(p, 200 << 20)
+    t0 = time.perf_counter()
+    tracemalloc.start()
+    recs = read(p, max_record_bytes=2_000_000)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert outcome(recs) == ["doc", "filtered:max_doc_bytes", "doc"]
+    assert recs[2].text == "after"
+    assert peak < 40 << 20, f"peak {peak / 2**20:.0f} MiB while streaming a 200 MB line"
+    assert time.perf_counter() - t0 < 30
+
+
+def test_200mb_text_document_read_only_up_to_cap(tmp_path):
+    p = tmp_path / "huge.txt"
+    with open(p, "wb") as f:
+        f.truncate(200 << 20)  # sparse: 200 MB of NULs written instantly...
+        f.seek(0)
+        f.write(b"story " * 20_000)  # ...behind a 120 kB text head: the reader stops at the cap
+    recs = read(p, name="stories", max_record_bytes=100_000)
+    assert outcome(recs) == ["filtered:max_doc_bytes"]
+    gz = tmp_path / "huge.txt.gz"
+    with gzip.open(gz, "wb", compresslevel=1) as f:
+        for _ in range(200):
+            f.write(b"story " * 174_763)  # ~1 MB each
+    assert outcome(read(gz, name="stories", max_record_bytes=1_000_000)) == ["filtered:max_doc_bytes"]
+
+
+# ------------------------------------------------------------------ through Beam
+
+def test_read_source_in_beam_mixed_bad_input(tmp_path):
+    d = tmp_path / "raw"
+    d.mkdir()
+    (d / "good.jsonl").write_text("\n".join(json.dumps({"text": article(i)}) for i in range(20)) + "\n")
+    (d / "bad.jsonl").write_bytes(b'{"text": "ok"}\n{oops\n{"text": "\xff"}\n{"x": 1}\n')
+    data = gzip.compress(b"".join(json.dumps({"text": article(i)}).encode() + b"\n" for i in range(3000)))
+    (d / "cut.jsonl.gz").write_bytes(data[: len(data) // 2])
+    (d / "empty.jsonl").write_bytes(b"")
+    (d / "binary.jsonl").write_bytes(b"\x00\x01\x02" * 100)
+    expected_docs = 20 + 2 + sum(1 for r in read(d / "cut.jsonl.gz") if isinstance(r, Document))
+
+    with TestPipeline(runner="FnApiRunner") as p:
+        out = p | ReadSource(src(str(d / "*"), name="mixed"))
+        docs = out.documents | "DocCount" >> beam.combiners.Count.Globally()
+        reasons = (out.rejects | beam.Map(lambda r: (r.bucket, r.reason))
+                   | beam.combiners.Count.PerElement())
+        assert_that(docs, equal_to([expected_docs]), label="docs")
+        assert_that(reasons, equal_to([(("rejected", "malformed_json"), 1), (("rejected", "missing_text_field"), 1),
+                                       (("rejected", "truncated"), 1), (("rejected", "empty_file"), 1),
+                                       (("rejected", "binary"), 1)]), label="rejects")
+        _ = out.rejects | WriteParts(str(tmp_path / "rejects"), "jsonl", rejects_to_jsonl, 2)
+
+    rows = [json.loads(line) for f in sorted((tmp_path / "rejects").glob("part-*.jsonl"))
+            for line in f.read_text(encoding="utf-8").splitlines()]
+    assert sorted(r["reason"] for r in rows) == ["binary", "empty_file", "malformed_json", "missing_text_field",
+                                                 "truncated"]
+    by_reason = {r["reason"]: r for r in rows}
+    assert by_reason["malformed_json"]["snippet"] == "{oops"
+    assert by_reason["missing_text_field"]["snippet"] == '{"x": 1}'
+    assert all(r["source"] == "mixed" and r["bucket"] == "rejected" and r["doc_id"] for r in rows)
+
+
+def test_reads_from_object_store(gcs_bucket):
+    import gcsfs
+
+    fs = gcsfs.GCSFileSystem(token="anon")
+    fs.pipe(f"{gcs_bucket}/cc/a.jsonl.gz", gzip.compress(b'{"text": "from gcs"}\n{bad\n'))
+    fs.pipe(f"{gcs_bucket}/cc/b.jsonl", b'{"text": "second"}\n')
+    source = src(f"{gcs_bucket}/cc/*.jsonl*")
+    recs = [r for url in ReadSource(source).urls for r in read_file(url, source)]
+    assert outcome(recs) == ["doc", "rejected:malformed_json", "doc"]
+    assert recs[0].text == "from gcs"
