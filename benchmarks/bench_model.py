@@ -211,10 +211,13 @@ def main() -> None:
         g_masked = Encoder(ModelConfig(size="base"), args.gpu_vocab).to(dev)
         g_hf = hf_roberta(g_full.dims, 0.1).to(dev)
         ac = torch.autocast("cuda", dtype=torch.bfloat16)
+        # HF drops an all-ones mask internally (SDPA can then use flash attention);
+        # ours is told the same thing the way the trainer can: attention_mask=None.
+        gb_ours = {k: v for k, v in gb.items() if k != "attention_mask"}
         gfns = {
             "HF RobertaForMaskedLM (sdpa)": step_fn(g_hf, gb, hf=True, autocast=ac),
-            "ours, full LM head": step_fn(g_full, gb, hf=False, autocast=ac),
-            "ours, masked-only LM head": step_fn(g_masked, gb, hf=False, autocast=ac),
+            "ours, full LM head": step_fn(g_full, gb_ours, hf=False, autocast=ac),
+            "ours, masked-only LM head": step_fn(g_masked, gb_ours, hf=False, autocast=ac),
         }
         gtimes = run_interleaved(gfns, 5, 5, cuda=True)
         gtok = args.gpu_batch * 512

@@ -12,6 +12,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import apache_beam as beam
@@ -36,17 +38,49 @@ from schemas.storage import join
 REJECTS_DIR = "rejects"
 DEDUPE_INDEX_DIR = "dedupe/index"
 REJECT_PARTS = 8
+BATCH_MANIFEST_NAME = "batch-manifest.json"
+
+
+@dataclass(frozen=True)
+class AppendTo:
+    """Append this build's shards to an existing corpus (incremental ingest, ``pipelines.ingest``).
+
+    Shards go to ``corpus`` (not to the build's output folder) under names that
+    continue each split's index from ``shard_offsets``; every sample key starts
+    with ``key_prefix``. The build's own manifest, listing only the new shards
+    (names relative to ``corpus``), is written as ``batch-manifest.json`` in the
+    output folder: the ingest driver merges it into the next corpus version.
+    """
+
+    corpus: str
+    shard_offsets: dict[str, int] = field(default_factory=dict)
+    key_prefix: str = ""
+
+
+class _ReadListedFiles(ReadSource):
+    """ReadSource over an explicit list of files (one ingest batch) instead of its glob."""
+
+    def __init__(self, source, urls: Sequence[str]):
+        beam.PTransform.__init__(self)
+        self.source = source
+        self.urls = list(urls)
 
 
 def to_sentences(doc) -> SentencedDocument:
     return SentencedDocument(doc.doc_id, doc.source, tuple(split_sentences(doc.text)))
 
 
-def build_pipeline(p: beam.Pipeline, cfg: BuildConfig, output: str) -> None:
-    """Add the whole build to pipeline p."""
+def build_pipeline(p: beam.Pipeline, cfg: BuildConfig, output: str, *,
+                   files: dict[str, list[str]] | None = None, append: AppendTo | None = None) -> None:
+    """Add the whole build to pipeline p.
+
+    files: read exactly these URLs per source name instead of each source's glob.
+    append: write the shards into an existing corpus (see AppendTo).
+    """
     docs_by_source, rejects_by_source = [], []
     for src in cfg.sources:
-        read = p | f"Read[{src.name}]" >> ReadSource(src)
+        reader = ReadSource(src) if files is None else _ReadListedFiles(src, files.get(src.name, []))
+        read = p | f"Read[{src.name}]" >> reader
         docs_by_source.append(read.documents)
         rejects_by_source.append(read.rejects)
     raw_docs = docs_by_source | "AllDocuments" >> beam.Flatten()
@@ -112,9 +146,13 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig, output: str) -> None:
                                                                    tokenized_to_parquet, groups))
         intermediates.update(clean=CLEAN_DIR, tokenized=TOKENIZED_DIR)
 
+    append_args: dict[str, Any] = {}
+    if append is not None:
+        append_args = {"shard_root": append.corpus, "shard_offsets": append.shard_offsets,
+                       "key_prefix": append.key_prefix, "manifest_name": BATCH_MANIFEST_NAME}
     manifest = tokenized | "WriteCorpus" >> WriteCorpus(
         cfg, output, model=model, accounts=accounts, groups=groups, tokenizer_path=tokenizer_path,
-        intermediates=intermediates, after=written)
+        intermediates=intermediates, after=written, **append_args)
     # The report (report.html / report.json) comes right after the manifest commits.
     _ = manifest | "Report" >> WriteReport(output, before=raw_docs, after=kept)
 

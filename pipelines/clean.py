@@ -44,6 +44,8 @@ _SPACES = re.compile(r"[ \t\u00a0\u1680\u2000-\u200a\u202f\u205f\u3000]+")
 _BLANK_LINES = re.compile(r"\n{3,}")
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
 _TAG = re.compile(r"<[^<>\n]{1,400}>")
+# A whitespace-delimited token none of whose characters is a letter ([^\W\d_] is "a letter").
+_NO_LETTER_TOKEN = re.compile(r"(?<!\S)(?:(?![^\W\d_])\S)+(?!\S)")
 
 # C4 (c4_utils.py): boilerplate phrases, terminal marks. We also accept typographic closing quotes.
 POLICY_PHRASES = ("terms of use", "privacy policy", "cookie policy", "uses cookies", "use of cookies",
@@ -117,7 +119,8 @@ def filter_lines(text: str, cfg: CleanConfig, disabled: frozenset[str] = frozens
             removed["javascript"] += 1
         elif "policy" not in disabled and any(p in lower for p in POLICY_PHRASES):
             removed["policy"] += 1
-        elif "long_word" not in disabled and any(len(w) > cfg.line_max_word_chars for w in words):
+        elif ("long_word" not in disabled and len(line) > cfg.line_max_word_chars
+              and any(len(w) > cfg.line_max_word_chars for w in words)):
             removed["long_word"] += 1
         elif "min_line_words" not in disabled and len(words) < cfg.line_min_words:
             removed["min_line_words"] += 1
@@ -143,12 +146,8 @@ class DocStats:
     @cached_property
     def words(self) -> list[str]:
         """Lower-cased words with surrounding punctuation stripped (empty ones dropped)."""
-        out = []
-        for w in self.raw_words:
-            w = w.strip(_PUNCT)
-            if w:
-                out.append(w.lower())
-        return out
+        stripped = (w.strip(_PUNCT) for w in self.text.lower().split())
+        return [w for w in stripped if w]
 
     @cached_property
     def lines(self) -> list[str]:
@@ -159,8 +158,13 @@ class DocStats:
         return [p.strip() for p in re.split(r"\n\s*\n", self.text) if p.strip()]
 
     @cached_property
+    def non_alpha_words(self) -> int:
+        """Whitespace tokens without a single letter (numbers, symbols)."""
+        return len(_NO_LETTER_TOKEN.findall(self.text))
+
+    @cached_property
     def word_chars(self) -> int:
-        return sum(len(w) for w in self.words)
+        return sum(map(len, self.words))
 
     @cached_property
     def word_ids(self) -> list[int]:
@@ -194,6 +198,10 @@ class DocStats:
         if not total:
             return out
         lens = [len(w) for w in words]
+        # Fast path: no repeated 5-gram (the usual case) means no repeated longer n-gram either.
+        fives = Counter(zip(*(ids[i:] for i in range(5)), strict=False))
+        if not fives or max(fives.values()) == 1:
+            return {n: 0.0 for n in range(5, 11)}
         starts = range(len(ids))
         for n in range(5, 11):
             grams = [(i, tuple(ids[i:i + n])) for i in starts if i + n <= len(ids)]
@@ -270,8 +278,7 @@ DOC_RULES: list[tuple[str, Rule]] = [
      > c.max_symbol_word_ratio * len(s.words)),
     ("bullet_lines", lambda s, c: _share(s.lines, lambda ln: ln.lstrip().startswith(BULLETS)) > c.max_bullet_lines),
     ("ellipsis_lines", lambda s, c: _share(s.lines, lambda ln: ln.rstrip().endswith(ELLIPSES)) > c.max_ellipsis_lines),
-    ("alpha_words", lambda s, c: (sum(1 for w in s.raw_words if any(ch.isalpha() for ch in w))
-                                  < c.min_alpha_words * len(s.raw_words))),
+    ("alpha_words", lambda s, c: len(s.raw_words) - s.non_alpha_words < c.min_alpha_words * len(s.raw_words)),
     ("stop_words", lambda s, c: sum(1 for w in s.words if w in GOPHER_STOP_WORDS) < c.min_stop_words),
     ("dup_lines", lambda s, c: dup_fractions(s.lines)[0] > c.max_dup_line_frac),
     ("dup_line_chars", lambda s, c: dup_fractions(s.lines)[1] > c.max_dup_line_char_frac),

@@ -39,16 +39,17 @@ from schemas.storage import join, redact_url, write_stream_atomic, write_text_at
 GroupKey = tuple[str, int, int]  # (split, group, number of groups)
 
 
-def sample_key(split: str, group: int, index: int) -> str:
-    return f"{split}-{group:05d}-{index:08d}"
+def sample_key(split: str, group: int, index: int, prefix: str = "") -> str:
+    """A sample's key; ``prefix`` (e.g. "v000002-") keeps keys unique across appended versions."""
+    return f"{prefix}{split}-{group:05d}-{index:08d}"
 
 
-def encoded_samples(split: str, group: int, seqs: Sequence[PackedSequence], vocab_size: int
+def encoded_samples(split: str, group: int, seqs: Sequence[PackedSequence], vocab_size: int, key_prefix: str = ""
                     ) -> Iterator[tuple[str, list[tuple[str, bytes]], int]]:
     """(key, members, tokens) for each packed sequence, in packing order."""
     for i, s in enumerate(seqs):
         members = encode_sample(s.input_ids, vocab_size, s.token_type_ids, s.label, {"doc_ids": list(s.doc_ids)})
-        yield sample_key(split, group, i), members, len(s.input_ids)
+        yield sample_key(split, group, i, key_prefix), members, len(s.input_ids)
 
 
 def chunk_samples(sizes: Iterable[int], target_bytes: int, target_samples: int | None) -> list[tuple[int, int]]:
@@ -108,16 +109,20 @@ def shard_offsets(plans: list[tuple[GroupKey, dict[str, Any]]]) -> dict[GroupKey
 class _WriteGroup(beam.DoFn):
     """Pass 2: pack the group again and stream its shards to storage."""
 
-    def __init__(self, cfg: BuildConfig, output: str):
+    def __init__(self, cfg: BuildConfig, output: str, base_offsets: dict[str, int] | None = None,
+                 key_prefix: str = ""):
         self.cfg, self.output = cfg, output
+        self.base_offsets = dict(base_offsets or {})
+        self.key_prefix = key_prefix
 
     def process(self, kv, vocab_size: int, offsets: dict[GroupKey, int]):
         (split, group, groups), docs = kv
         _, seqs, _ = pack_sorted(docs, self.cfg, group, groups)
-        enc = list(encoded_samples(split, group, seqs, vocab_size))
+        enc = list(encoded_samples(split, group, seqs, vocab_size, self.key_prefix))
         chunks = chunk_samples((sample_tar_size(m) for _, m, _ in enc), self.cfg.shards.target_bytes,
                                self.cfg.shards.target_samples)
-        first = offsets[(split, group, groups)]
+        # Appending to an existing corpus: this split's shard names continue after its last shard.
+        first = offsets[(split, group, groups)] + self.base_offsets.get(split, 0)
         for j, (a, b) in enumerate(chunks):
             name = f"{split}-{first + j:06d}.tar"
             part = enc[a:b]
@@ -185,12 +190,24 @@ class WriteCorpus(beam.PTransform):
     model: singleton PCollection of the SentencePiece model bytes.
     accounts: singleton PCollection of {source: SourceAccount} (checked, recorded).
     groups: singleton PCollection with the packing group count.
+
+    Appending to an existing corpus (``pipelines.ingest``): ``shard_root`` is
+    where shards go (default ``output``), ``shard_offsets`` the first shard
+    index per split, ``key_prefix`` a prefix of every sample key, and
+    ``manifest_name`` the file (under ``output``) the manifest of this batch's
+    shards is written to.
     """
 
     def __init__(self, cfg: BuildConfig, output: str, model, accounts, groups, parent: str | None = None,
                  tokenizer_path: str = MODEL_PATH, intermediates: dict[str, str] | None = None,
-                 after: Sequence[Any] = (), extra_counters: Any = None):
+                 after: Sequence[Any] = (), extra_counters: Any = None, shard_root: str | None = None,
+                 shard_offsets: dict[str, int] | None = None, key_prefix: str = "",
+                 manifest_name: str = MANIFEST_NAME):
         super().__init__()
+        self.shard_root = shard_root or output
+        self.shard_offsets = dict(shard_offsets or {})
+        self.key_prefix = key_prefix
+        self.manifest_name = manifest_name
         self.cfg, self.output, self.model, self.accounts, self.groups = cfg, output, model, accounts, groups
         self.parent, self.tokenizer_path = parent, tokenizer_path
         self.intermediates = intermediates or {}
@@ -215,15 +232,17 @@ class WriteCorpus(beam.PTransform):
         plans = grouped | "PlanShards" >> beam.ParDo(_PlanGroup(cfg), AsSingleton(vocab))
         plan_list = plans | "CollectPlans" >> beam.combiners.ToList()
         offsets = plan_list | "Offsets" >> beam.Map(shard_offsets)
-        shards = grouped | "WriteShards" >> beam.ParDo(_WriteGroup(cfg, output), AsSingleton(vocab),
-                                                       AsSingleton(offsets))
+        shards = grouped | "WriteShards" >> beam.ParDo(
+            _WriteGroup(cfg, self.shard_root, self.shard_offsets, self.key_prefix),
+            AsSingleton(vocab), AsSingleton(offsets))
 
         parent, tok_path, inter = self.parent, self.tokenizer_path, self.intermediates
+        manifest_name = self.manifest_name
 
         def commit(shard_list, plan_list_, model, accounts, extra, *_after):
             check_balanced(accounts)
             m = assemble_manifest(shard_list, plan_list_, model, accounts, cfg, tok_path, parent, extra, inter)
-            write_text_atomic(join(output, MANIFEST_NAME), m.to_json())
+            write_text_atomic(join(output, manifest_name), m.to_json())
             return m.model_dump(mode="json")
 
         extra = self.extra_counters

@@ -63,6 +63,12 @@ mas me muito na nas não no nos o os ou para pela pelo por que se sem seu sua s�
 """.split()),
 }
 
+# word -> languages whose stop-word list holds it (one dict lookup per token for all languages)
+_LANGS_OF: dict[str, tuple[str, ...]] = {}
+for _lang, _words in (("en", ENGLISH), *OTHER.items()):
+    for _w in _words:
+        _LANGS_OF[_w] = (*_LANGS_OF.get(_w, ()), _lang)
+
 _WORD = re.compile(r"[^\W\d_]+(?:['’][^\W\d_]+)?")
 
 
@@ -74,12 +80,14 @@ def words_of(text: str) -> list[str]:
 def stopword_shares(words: list[str]) -> dict[str, float]:
     """Share of tokens that are stop words, per language ('en' plus OTHER)."""
     n = len(words)
-    if n == 0:
-        return {"en": 0.0, **{k: 0.0 for k in OTHER}}
-    out = {"en": sum(1 for w in words if w in ENGLISH) / n}
-    for lang, stops in OTHER.items():
-        out[lang] = sum(1 for w in words if w in stops) / n
-    return out
+    counts = dict.fromkeys(("en", *OTHER), 0)
+    get = _LANGS_OF.get
+    for w in words:
+        langs = get(w)
+        if langs:
+            for lang in langs:
+                counts[lang] += 1
+    return {k: (v / n if n else 0.0) for k, v in counts.items()}
 
 
 def english_score(text: str) -> float:

@@ -63,6 +63,19 @@ class SourceAccount(_M):
         return self.input == self.total_out
 
 
+class InputFile(_M):
+    """A raw file absorbed by a corpus version (continuous ingest, pipelines.ingest).
+
+    fingerprint: "md5:…", "crc32c:…", "etag:…" from the object store's listing,
+    or "sha256:…" of the content where the store has none (local files).
+    """
+
+    path: str  # URL as listed (credentials redacted)
+    source: str
+    size: int = Field(ge=0)
+    fingerprint: str
+
+
 class SplitTotals(_M):
     shards: int = 0
     samples: int = 0
@@ -87,6 +100,9 @@ class Manifest(_M):
     accounting: dict[str, SourceAccount]
     counters: dict[str, int] = {}  # other stage counters (e.g. split_long_sentences)
     intermediates: dict[str, str] = {}  # name -> relative path (clean, tokenized, dedupe index)
+    # Continuous ingest: the raw files this version absorbed (only this version's; the
+    # parent chain holds the earlier ones). Empty for a plain build.
+    inputs: list[InputFile] = []
 
     @model_validator(mode="after")
     def _check(self) -> Manifest:

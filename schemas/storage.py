@@ -7,11 +7,15 @@ backoff, atomic (all-or-nothing) writes, and reads with a readahead cache
 
 from __future__ import annotations
 
+import base64
+import contextlib
+import errno
 import hashlib
 import logging
 import os
 import posixpath
 import random
+import re
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -29,6 +33,7 @@ T = TypeVar("T")
 READ_BLOCK_SIZE = 8 * 1024 * 1024
 RETRY_ATTEMPTS = int(os.environ.get("SHARDFORGE_RETRY_ATTEMPTS", "6"))
 RETRY_BASE_DELAY = float(os.environ.get("SHARDFORGE_RETRY_BASE_DELAY", "0.2"))
+RETRY_MAX_DELAY = float(os.environ.get("SHARDFORGE_RETRY_MAX_DELAY", "30"))
 TMP_PREFIX = "."
 TMP_SUFFIX = ".tmp"
 
@@ -64,42 +69,108 @@ def full_url(fs: fsspec.AbstractFileSystem, path: str) -> str:
 
 # ---------------------------------------------------------------- retries
 
-_TRANSIENT_NAMES = {
-    "ClientConnectorError",
-    "ServerDisconnectedError",
-    "ClientOSError",
-    "ClientPayloadError",
-    "ServerTimeoutError",
-    "ConnectionResetError",
-    "RemoteDisconnected",
-    "IncompleteRead",
-    "ProtocolError",
-    "TransferEncodingError",
-    "ContentLengthError",
-}
+# Exception class names (anywhere in the MRO) that mean "the connection or the
+# server hiccupped": aiohttp (gcsfs), requests (gcsfs auth / 502 ProxyError),
+# botocore (s3fs), http.client and urllib3. Matched by name so that this module
+# needs none of those libraries installed.
+_TRANSIENT_NAMES = frozenset({
+    # aiohttp
+    "ClientConnectionError", "ClientConnectorError", "ServerDisconnectedError", "ClientOSError",
+    "ClientPayloadError", "ServerTimeoutError", "ConnectionTimeoutError", "SocketTimeoutError",
+    # requests / urllib3 / http.client
+    "ProxyError", "ChunkedEncodingError", "ConnectTimeout", "ReadTimeout", "Timeout",
+    "ProtocolError", "RemoteDisconnected", "IncompleteRead", "ReadTimeoutError", "NewConnectionError",
+    # botocore
+    "EndpointConnectionError", "ConnectionClosedError", "ConnectTimeoutError", "HTTPClientError",
+    "ResponseStreamingError",
+    # fsspec
+    "FSTimeoutError",
+    # aiohttp body framing
+    "TransferEncodingError", "ContentLengthError",
+})
+# S3 / GCS error codes (botocore ClientError.response["Error"]["Code"]) worth retrying.
+_TRANSIENT_CODES = frozenset({"SlowDown", "ServiceUnavailable", "InternalError", "RequestTimeout",
+                              "RequestTimeTooSkewed", "Throttling", "ThrottlingException", "503", "500"})
+# errno values of connection-level failures, and the ones s3fs maps 5xx / SlowDown to.
+_TRANSIENT_ERRNOS = frozenset(getattr(errno, n) for n in (
+    "ETIMEDOUT", "ECONNRESET", "ECONNABORTED", "ECONNREFUSED", "EPIPE", "EAGAIN", "EBUSY", "EREMOTEIO",
+    "ENETUNREACH", "EHOSTUNREACH") if hasattr(errno, n))
+# Only used for errors that carry nothing structured (e.g. a bare RuntimeError
+# with the server's reply as text). Word boundaries keep "train-000503.tar" out.
+_TRANSIENT_TEXT = re.compile(r"\b(500|502|503|504)\b|Internal Server Error|Service Unavailable|SlowDown|"
+                             r"reset by peer|timed out|Connection aborted")
+
+
+class IncompleteWriteError(OSError):
+    """An object that landed with the wrong size: retried like any transient error."""
+
+
+def http_status(exc: BaseException) -> int | None:
+    """The HTTP status an object-store error carries (gcsfs .code, aiohttp .status, botocore .response)."""
+    for attr in ("code", "status", "status_code"):
+        v = getattr(exc, attr, None)
+        if isinstance(v, int) and 100 <= v < 600:
+            return v
+    resp = getattr(exc, "response", None)
+    if isinstance(resp, dict):
+        v = resp.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        if isinstance(v, int):
+            return v
+    return None
+
+
+def _is_transient_one(exc: BaseException) -> bool | None:
+    """True / False when exc alone decides; None to look at its cause."""
+    if isinstance(exc, (FileNotFoundError, FileExistsError, PermissionError, IsADirectoryError,
+                        NotADirectoryError)):
+        return False
+    if isinstance(exc, (TimeoutError, ConnectionError, IncompleteWriteError)):
+        return True
+    status = http_status(exc)
+    if status is not None:
+        # 501 Not Implemented is permanent (the emulator answers it for moveTo).
+        return (status >= 500 and status != 501) or status in (408, 429)
+    resp = getattr(exc, "response", None)
+    if isinstance(resp, dict) and resp.get("Error", {}).get("Code") in _TRANSIENT_CODES:
+        return True
+    if any(t.__name__ in _TRANSIENT_NAMES for t in type(exc).__mro__):
+        return True
+    if isinstance(exc, OSError) and exc.errno in _TRANSIENT_ERRNOS:
+        return True
+    if not isinstance(exc, (ValueError, TypeError, KeyError)) and _TRANSIENT_TEXT.search(str(exc)):
+        return True
+    return None
 
 
 def is_transient(exc: BaseException) -> bool:
-    """True for errors worth retrying: 5xx / 429, timeouts, dropped connections."""
-    if isinstance(exc, (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError)):
-        return False
-    if isinstance(exc, (TimeoutError, ConnectionError)):
-        return True
-    code = getattr(exc, "code", None) or getattr(exc, "status", None)
-    if isinstance(code, int) and (code >= 500 or code in (408, 429)):
-        return True
-    if type(exc).__name__ in _TRANSIENT_NAMES:
-        return True
-    text = str(exc)
-    if any(s in text for s in ("500 ", "502", "503", "504", "Internal Server Error", "Service Unavailable",
-                              "SlowDown", "InternalError", "reset by peer", "timed out")):
-        return True
-    cause = exc.__cause__ or exc.__context__
-    return cause is not None and cause is not exc and is_transient(cause)
+    """True for errors worth retrying: 5xx / 408 / 429, timeouts, dropped connections.
+
+    Looks through the chain of causes too: s3fs re-raises botocore errors as
+    plain OSError with the original as ``__cause__``.
+    """
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        verdict = _is_transient_one(e)
+        if verdict is not None:
+            return verdict
+        e = e.__cause__ or e.__context__
+    return False
+
+
+def is_transient_or_lost(exc: BaseException) -> bool:
+    """is_transient, or a FileNotFoundError (a retried request whose first attempt already landed)."""
+    return is_transient(exc) or isinstance(exc, FileNotFoundError)
 
 
 def retry(fn: Callable[[], T], what: str, attempts: int | None = None, on_retry: Callable[[], None] | None = None) -> T:
-    """Call fn(), retrying transient errors with jittered exponential backoff."""
+    """Call fn(), retrying transient errors with jittered exponential backoff.
+
+    gcsfs and s3fs already retry single HTTP requests; this outer loop retries
+    whole operations (an upload + move, a full read) after their retries gave
+    up, and covers errors they do not retry (a stream cut mid-body, a 502).
+    """
     attempts = attempts or RETRY_ATTEMPTS
     for i in range(attempts):
         try:
@@ -107,7 +178,7 @@ def retry(fn: Callable[[], T], what: str, attempts: int | None = None, on_retry:
         except Exception as e:  # noqa: BLE001 - classified below
             if i == attempts - 1 or not is_transient(e):
                 raise
-            delay = RETRY_BASE_DELAY * (2**i) * (0.5 + random.random())
+            delay = min(RETRY_MAX_DELAY, RETRY_BASE_DELAY * (2**i)) * (0.5 + random.random())
             log.warning("transient error on %s (%s: %s); retry %d/%d in %.2fs",
                         what, type(e).__name__, e, i + 1, attempts - 1, delay)
             if on_retry is not None:
@@ -178,50 +249,102 @@ def is_tmp_name(path: str) -> bool:
     return base.startswith(TMP_PREFIX) and base.endswith(TMP_SUFFIX)
 
 
+_OBJECT_STORES = ("gs", "gcs", "s3", "s3a")
+
+
+def _is_local(fs: fsspec.AbstractFileSystem) -> bool:
+    return protocol_of(fs) in ("file", "local")
+
+
+def _remove_quietly(fs: fsspec.AbstractFileSystem, path: str) -> None:
+    """Best-effort removal of a temporary object (a leftover is hidden and harmless)."""
+    def _rm() -> None:
+        try:
+            fs.rm_file(path)
+        except FileNotFoundError:
+            pass  # never written, or a retried DELETE whose first attempt landed
+
+    try:
+        retry(_rm, f"remove {path}")
+    except Exception as e:  # noqa: BLE001 - cleanup must not mask the real outcome
+        log.warning("could not remove temporary %s (%s); it is hidden and safe to delete", path, e)
+
+
+def _fsync_dir(path: str) -> None:
+    """Persist a rename: fsync the directory entry (POSIX; a no-op where unsupported)."""
+    try:
+        fd = os.open(path or ".", os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _holds(fs: fsspec.AbstractFileSystem, path: str, size: int, md5: bytes | None) -> bool:
+    """Does the store hold exactly our bytes at path? Size, plus the store's MD5 where it reports one."""
+    invalidate(fs, posixpath.dirname(path))
+    try:
+        info = retry(lambda: fs.info(path), f"info {path}")
+    except FileNotFoundError:
+        return False
+    if info.get("size") != size:
+        return False
+    if md5 is not None:
+        if isinstance(info.get("md5Hash"), str):  # GCS: base64 of the MD5
+            return base64.b64decode(info["md5Hash"]) == md5
+        etag = str(info.get("ETag") or info.get("etag") or "").strip('"')
+        if len(etag) == 32 and "-" not in etag:  # S3 single-part: hex MD5 (multipart ETags are not)
+            return etag == md5.hex()
+    return True
+
+
+def _commit(fs: fsspec.AbstractFileSystem, tmp: str, path: str, size: int, md5: bytes | None) -> None:
+    """Move a complete temporary object to its final name, then check it landed whole.
+
+    Object stores have no rename: GCS rewrite / S3 CopyObject create the target
+    in one server-side step (readers see nothing or everything), then the
+    temporary is deleted. We call cp_file rather than gcsfs's mv because mv
+    first tries the moveTo API, which emulators (and some buckets) answer with
+    501, which gcsfs retries for ~30 s before falling back to the same copy.
+    """
+    if protocol_of(fs) in _OBJECT_STORES:
+        retry(lambda: fs.cp_file(tmp, path), f"copy {tmp} -> {path}")
+        _remove_quietly(fs, tmp)
+    else:
+        fs.mv(tmp, path)
+    if not _holds(fs, path, size, md5):
+        raise IncompleteWriteError(f"{full_url(fs, path)}: the stored object is not the {size} bytes written")
+
+
 def write_bytes_atomic(url: str, data: bytes) -> None:
     """Write data so that readers see either nothing or the complete object.
 
     The bytes go to a unique temporary name next to the target and are then
-    moved into place (rename on local disks; server-side copy on object
-    stores, where a single-request PUT is itself atomic). Retried as a whole.
+    moved into place (fsync + rename on local disks; server-side copy on object
+    stores). Retried as a whole on transient errors.
     """
-    fs, path = get_fs(url)
-    parent = posixpath.dirname(path)
-    tmp = tmp_name(path)
-
-    def _write() -> None:
-        if protocol_of(fs) in ("file", "local"):
-            os.makedirs(parent or ".", exist_ok=True)
-            with open(tmp, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-            return
-        fs.pipe_file(tmp, data)
-        try:
-            fs.mv(tmp, path)
-        finally:
-            invalidate(fs, parent)
-            if fs.exists(tmp):
-                fs.rm(tmp)
-
-    retry(_write, f"write {url}")
-    invalidate(fs, parent)
+    write_stream_atomic(url, lambda f: f.write(data))
 
 
 class _HashingWriter:
-    """File wrapper that hashes and counts what is written through it."""
+    """File wrapper that hashes (sha256 for the manifest, md5 to check what the store holds) and counts."""
 
     def __init__(self, f: IO[bytes]):
         self._f = f
         self._h = hashlib.sha256()
+        self._md5 = hashlib.md5(usedforsecurity=False)
         self.bytes = 0
 
     def write(self, data: bytes) -> int:
         self._h.update(data)
+        self._md5.update(data)
         self.bytes += len(data)
-        return self._f.write(data)
+        self._f.write(data)
+        return len(data)
 
     def flush(self) -> None:
         self._f.flush()
@@ -233,35 +356,63 @@ class _HashingWriter:
     def sha256(self) -> str:
         return self._h.hexdigest()
 
+    @property
+    def md5(self) -> bytes:
+        return self._md5.digest()
+
 
 def write_stream_atomic(url: str, produce: Callable[[IO[bytes]], None]) -> tuple[str, int]:
     """Stream produce(f)'s output to url atomically; returns (sha256, bytes).
 
     Large objects (shards) are streamed to a unique temporary name, never held
     in memory, and moved into place only when complete, so a killed job leaves
-    no partial object under the final name. Retried as a whole on transient
-    errors (produce must be repeatable: it is a pure function of its input).
+    no partial object under the final name (at most a hidden '.name.<uuid>.tmp'
+    sibling, or on object stores an uncommitted upload that never becomes an
+    object). Retried as a whole on transient errors (produce must be
+    repeatable: it is a pure function of its input).
     """
     fs, path = get_fs(url)
     parent = posixpath.dirname(path)
-    local = protocol_of(fs) in ("file", "local")
+    local = _is_local(fs)
 
     def _write() -> tuple[str, int]:
         tmp = tmp_name(path)
-        if local:
-            os.makedirs(parent or ".", exist_ok=True)
         try:
-            with fs.open(tmp, "wb") as f:
-                w = _HashingWriter(f)
-                produce(w)  # type: ignore[arg-type]
             if local:
+                os.makedirs(parent or ".", exist_ok=True)
+                with open(tmp, "wb") as raw:
+                    w = _HashingWriter(raw)
+                    produce(w)  # type: ignore[arg-type]
+                    raw.flush()
+                    os.fsync(raw.fileno())  # data on disk before the rename publishes it
                 os.replace(tmp, path)
+                _fsync_dir(parent)
             else:
-                fs.mv(tmp, path)
-        finally:
-            invalidate(fs, parent)
-            if fs.exists(tmp):
-                fs.rm(tmp)
+                produced = False
+                try:
+                    with fs.open(tmp, "wb") as f:
+                        w = _HashingWriter(f)
+                        produce(w)  # type: ignore[arg-type]
+                        produced = True
+                except Exception as e:
+                    # The reply to an upload's last request can be lost after the
+                    # store committed it (a retried final chunk then gets 404 from
+                    # the finished session). If every byte is there, go on.
+                    if not (produced and is_transient_or_lost(e) and _holds(fs, tmp, w.bytes, w.md5)):
+                        raise
+                    log.warning("upload of %s reported %s: %s, but the object is complete; continuing",
+                                full_url(fs, tmp), type(e).__name__, e)
+                _commit(fs, tmp, path, w.bytes, w.md5)
+        except BaseException:
+            # A failed or interrupted attempt: drop its temporary (a partial
+            # object under a hidden name; fsspec commits a half-written file
+            # when its `with` block exits on an exception).
+            if local:
+                with contextlib.suppress(OSError):
+                    os.remove(tmp)
+            else:
+                _remove_quietly(fs, tmp)
+            raise
         return w.sha256, w.bytes
 
     result = retry(_write, f"write {url}")

@@ -106,7 +106,9 @@ def trainer_flags() -> set[str]:
     res = subprocess.run([sys.executable, "-m", "trainer.train", "--help"], capture_output=True, text=True,
                          cwd=ROOT, timeout=120)
     assert res.returncode == 0, res.stderr
-    return set(re.findall(r"(?<![\w-])(--[a-z][a-z_]*|-h)\b", res.stdout))
+    options = res.stdout.split("options:", 1)[1]  # the usage text and description mention other tools' flags
+    return {f for line in options.splitlines() if (m := re.match(r"\s{2}(-[^ ]+(?:, -[^ ]+)*)", line))
+            for f in m.group(1).split(", ")}
 
 
 def check_trainer_args(args: list[str], flags: set[str]) -> Any:
@@ -345,7 +347,9 @@ def test_manifest_launch_command_matches_torchrun_and_trainer(trainer_flags):
     env = container_env(docs)
     c = docs["Job"]["spec"]["template"]["spec"]["containers"][0]
     # Kubernetes sets JOB_COMPLETION_INDEX in each pod of an Indexed Job.
-    cmd = script_lines([*c["command"], *c["args"]], {**env, "JOB_COMPLETION_INDEX": "1", "LAUNCH_PRINT_ONLY": "1"})
+    # The image's WORKDIR /opt/shardforge holds the repository's files.
+    command = [a.replace("/opt/shardforge/", f"{ROOT}/") for a in c["command"]]
+    cmd = script_lines([*command, *c["args"]], {**env, "JOB_COMPLETION_INDEX": "1", "LAUNCH_PRINT_ONLY": "1"})
     assert cmd[0] == "torchrun"
     ta = get_args_parser().parse_args(cmd[1:])
     assert (ta.nnodes, ta.node_rank, ta.nproc_per_node) == (env["NNODES"], 1, env["NPROC_PER_NODE"])

@@ -267,6 +267,10 @@ def test_a_single_rank_state_cannot_resume_another_world_size(corpus: str) -> No
     b = ShardLoader(corpus, batch_size=4, partitions=8)
     with pytest.raises(UserError, match="merge the states"):
         b.load_state_dict(a[0].state_dict())
+    # nor another rank's state of the same layout (rank 2 owns no partition here)
+    c = ShardLoader(corpus, batch_size=4, partitions=2, rank=2, world_size=3)
+    with pytest.raises(UserError, match="merge the states"):
+        c.load_state_dict(ShardLoader(corpus, batch_size=4, partitions=2, world_size=3).state_dict())
     with pytest.raises(UserError, match="different corpus or loader config"):
         ShardLoader(corpus, batch_size=5, partitions=8).load_state_dict(a[0].state_dict())
 
@@ -331,11 +335,12 @@ CORRUPTIONS = [pytest.param(_truncate, id="truncated"), pytest.param(_flip, id="
 
 
 @pytest.mark.parametrize("corrupt", CORRUPTIONS)
-def test_corrupt_shard_fails_with_its_name(tmp_path: Path, corrupt: Any) -> None:
+@pytest.mark.parametrize("workers", [0, 2])
+def test_corrupt_shard_fails_with_its_name(tmp_path: Path, corrupt: Any, workers: int) -> None:
     url = make_corpus(tmp_path / "c", UNEVEN)
     corrupt(url.parent / "train-000002.tar")
     with pytest.raises(UserError, match="train-000002.tar"):
-        take(ShardLoader(str(url), batch_size=4, epochs=1))
+        take(ShardLoader(str(url), batch_size=4, epochs=1, num_workers=workers))
 
 
 @pytest.mark.parametrize("corrupt", CORRUPTIONS)
@@ -397,7 +402,8 @@ def test_all_shards_corrupt_is_an_error_not_a_hang(tmp_path: Path) -> None:
 
 # ------------------------------------------------------------ object storage, options, errors
 
-def test_reads_shards_from_gcs_emulator(tmp_path: Path, gcs_bucket: str) -> None:
+@pytest.mark.parametrize("workers", [0, 2])
+def test_reads_shards_from_gcs_emulator(tmp_path: Path, gcs_bucket: str, workers: int) -> None:
     import gcsfs
 
     local = make_corpus(tmp_path / "c", [13, 4, 9])
@@ -405,7 +411,7 @@ def test_reads_shards_from_gcs_emulator(tmp_path: Path, gcs_bucket: str) -> None
     for p in local.parent.iterdir():
         fs.pipe_file(f"{gcs_bucket}/corpus/{p.name}", p.read_bytes())
     fs.invalidate_cache()
-    ld = ShardLoader(f"{gcs_bucket}/corpus", batch_size=4, epochs=1)
+    ld = ShardLoader(f"{gcs_bucket}/corpus", batch_size=4, epochs=1, num_workers=workers)
     assert sorted(real_ids(take(ld))) == list(range(26))
 
 

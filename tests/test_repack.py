@@ -240,3 +240,21 @@ def test_options_coexist_with_build_options():
     assert (r.tokenized, r.output, r.rule, r.max_seq_len) == ("a", "b", "sop", 64)
     assert o.view_as(BuildOptions).output == "b"
     o.get_all_options()  # raises argparse.ArgumentError on a clash
+
+
+def test_repack_on_object_storage(parent, gcs_bucket):
+    """Parent and new version on gs:// (emulator): listing, streaming Parquet reads, atomic shard writes."""
+    import gcsfs
+
+    _, out, m = parent
+    fs = gcsfs.GCSFileSystem(token="anon")
+    remote = f"{gcs_bucket}/v1"
+    for local in glob.glob(os.path.join(out, "**", "*"), recursive=True):
+        if os.path.isfile(local):
+            fs.put_file(local, f"{remote}/{os.path.relpath(local, out)}")
+    fs.invalidate_cache()
+    m2 = run_repack(remote, f"{gcs_bucket}/v1-same")
+    assert m2.parent == f"{remote}/manifest.json"
+    assert [(s.name, s.sha256) for s in m2.shards] == [(s.name, s.sha256) for s in m.shards]
+    again, _ = load_manifest(f"{gcs_bucket}/v1-same")
+    assert again == m2 and again.intermediates["tokenized"] == f"{remote}/tokenized"

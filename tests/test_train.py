@@ -140,3 +140,20 @@ def test_starvation_monitor_warns_after_sustained_wait(caplog):
     assert m.update(0.5)
     assert "bottleneck" in caplog.text
     assert not m.update(0.0)
+
+
+def test_export_cli_gives_a_loadable_hf_folder(corpus, tmp_path):
+    import torch
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+    from shardforge.cli import main as cli
+
+    run, hf = str(tmp_path / "run"), str(tmp_path / "hf")
+    train(cfg(corpus, run, steps=2))
+    assert cli(["export", run, hf]) == 0
+    model = AutoModelForMaskedLM.from_pretrained(hf).eval()
+    tok = AutoTokenizer.from_pretrained(hf)
+    enc = tok(["The council approved a plan."], return_tensors="pt")
+    with torch.no_grad():
+        logits = model(**enc).logits
+    assert logits.shape[-1] == model.config.vocab_size and torch.isfinite(logits).all()

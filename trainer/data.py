@@ -810,7 +810,7 @@ class ShardLoader:
         self.skipped_shards = [n for n in state["skipped_shards"] if n in known]
         self._epoch = int(state["epoch"])
         same_layout = (state["world_size"] == self.world_size and state["num_workers"] == self.units
-                       and all(p in cursors for p in self.own_parts))
+                       and self.rank in state["ranks"])
         if same_layout:
             self._cursors = {p: cursors[p] for p in self.own_parts}
             self._segment = int(state["segment_batches"])

@@ -299,3 +299,42 @@ def export_hf(model: Encoder, cfg: ModelConfig, spm_model_path: str, out_dir: st
     write_text_atomic(join(out_dir, "tokenizer_config.json"), json.dumps(tok_cfg, indent=2) + "\n")
     write_text_atomic(join(out_dir, "special_tokens_map.json"), json.dumps(specials, indent=2) + "\n")
     write_bytes_atomic(join(out_dir, "spm.model"), spm_bytes)
+
+
+def export_checkpoint(ckpt: str, out_dir: str, tokenizer: str | None = None) -> str:
+    """Export a training checkpoint (file, or run folder: its latest) to a Hugging Face folder."""
+    from schemas.config import TrainConfig
+    from schemas.errors import UserError
+    from schemas.manifest import load_manifest
+    from schemas.storage import join, local_copy
+    from trainer.checkpoint import latest_checkpoint, load_checkpoint
+
+    url = ckpt if ckpt.endswith(".pt") else latest_checkpoint(ckpt)
+    if url is None:
+        raise UserError(f"no checkpoint found in {ckpt}")
+    state = load_checkpoint(url)
+    cfg = TrainConfig.model_validate(state["config"])
+    if tokenizer is None:
+        manifest, root = load_manifest(cfg.data)
+        path = manifest.tokenizer.path
+        tokenizer = path if "://" in path or path.startswith("/") else join(root, path)
+    model = Encoder(cfg.model, int(state["vocab_size"]))
+    model.load_state_dict(state["model"])
+    model.eval()
+    with local_copy(tokenizer) as spm_path:
+        export_hf(model, cfg.model, spm_path, out_dir)
+    return out_dir
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    p = argparse.ArgumentParser(prog="shardforge export",
+                                description="Write a Hugging Face folder (config.json, model.safetensors, "
+                                            "tokenizer files) from a shardforge checkpoint.")
+    p.add_argument("checkpoint", help="ckpt-NNNNNNNN.pt, or a run folder (its latest checkpoint)")
+    p.add_argument("out", help="output folder (local or fsspec URL)")
+    p.add_argument("--tokenizer", help="SentencePiece model URL (default: the corpus's, from the manifest)")
+    args = p.parse_args(argv)
+    print(export_checkpoint(args.checkpoint, args.out, args.tokenizer))
+    return 0

@@ -250,7 +250,9 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
         }, cfg.keep_last)
 
     accum = micro_batches_per_step(cfg, dd.world_size, manifest.max_seq_len)
-    flops_tok = flops_per_token(dims, manifest.max_seq_len)
+    # The masked-only head projects to the vocabulary only at predicted positions: count what runs.
+    flops_tok = flops_per_token(dims, manifest.max_seq_len,
+                                lm_head_fraction=cfg.masking.rate if cfg.model.masked_only_head else 1.0)
     peak = device_peak_flops(torch.cuda.get_device_name(device) if device.type == "cuda" else None)
     metrics = MetricsLogger(cfg.output, enabled=dd.main)
     starvation = StarvationMonitor()

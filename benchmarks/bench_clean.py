@@ -1,0 +1,308 @@
+"""Cleaning throughput: pipelines.clean vs a plain-Python loop applying the same rules.
+
+    python benchmarks/bench_clean.py [--docs 2000] [--seed 0] [--repeat 2]
+
+Both run in this process on the same generated corpus (varied English news/web text, pages with
+boilerplate lines, non-English pages, templated near-spam), single core. The baseline is the
+straightforward implementation of the same C4/Gopher rules: every rule re-splits the text, each
+n-gram rule counts all n-grams of the document, no shared statistics, no shortcuts. Decisions of
+both must agree document for document (checked before timing). A third line runs CleanDocuments
+through Beam's FnApiRunner to show the per-element overhead of the pipeline.
+
+Writes benchmarks/results/clean.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import platform
+import random
+import re
+import string
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from pipelines.clean import (  # noqa: E402
+    BULLETS,
+    ELLIPSES,
+    GOPHER_STOP_WORDS,
+    clean_document,
+    filter_lines,
+    has_invalid_utf8,
+    normalize_text,
+)
+from pipelines.langid import is_english  # noqa: E402
+from pipelines.records import Document, Reject  # noqa: E402
+from pipelines.sentences import split_sentences  # noqa: E402
+from schemas.config import CleanConfig  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+PUNCT = string.punctuation + "\u2018\u2019\u201c\u201d\u2026\u2013\u2014\u00ab\u00bb"
+
+
+# ------------------------------------------------------------------ corpus
+
+NOUNS = ("council market river bridge harbor library teacher doctor garden window station museum budget "
+         "report village farmer student engineer festival program survey weather season company team "
+         "hospital road school country family history winter summer evening morning price island forest").split()
+VERBS = ("announced described approved questioned visited repaired explained reviewed opened measured "
+         "planned celebrated studied changed finished started moved supported").split()
+ADJS = ("new old small large local quiet early late public private young modern heavy simple "
+        "important difficult strange famous careful").split()
+FUNC = ("the the the a an of of to to in in on with for and and that this was were is by from at as "
+        "after before while because but").split()
+
+
+def sentence(rng: random.Random) -> str:
+    n = rng.randint(8, 22)
+    w = []
+    for _ in range(n):
+        r = rng.random()
+        w.append(rng.choice(FUNC) if r < 0.45 else rng.choice(NOUNS) if r < 0.75 else
+                 rng.choice(VERBS) if r < 0.88 else rng.choice(ADJS) if r < 0.97 else str(rng.randint(2, 2024)))
+    s = " ".join(w)
+    return s[0].upper() + s[1:] + rng.choice([".", ".", ".", "?", "!"])
+
+
+def article(rng: random.Random) -> str:
+    return "\n\n".join(" ".join(sentence(rng) for _ in range(rng.randint(2, 6))) for _ in range(rng.randint(3, 12)))
+
+
+def make_corpus(n: int, seed: int) -> list[Document]:
+    rng = random.Random(seed)
+    sample = [json.loads(x) for x in (ROOT / "tests/data/langid_sample.jsonl").read_text().splitlines()]
+    foreign = [r["text"] for r in sample if r["lang"] != "en"]
+    docs = []
+    for i in range(n):
+        r = rng.random()
+        if r < 0.7:
+            text = article(rng)
+        elif r < 0.85:  # web page: menu, cookie banner, share buttons around the article
+            text = ("Home | News | Sport | Contact\nThis site uses cookies.\n" + article(rng)
+                    + "\nShare on Facebook\nPlease enable JavaScript to view the comments.")
+        elif r < 0.93:
+            text = "\n\n".join(rng.sample(foreign, 4))
+        else:  # templated spam: the same sentence again and again
+            s = sentence(rng)
+            text = " ".join([s] * rng.randint(5, 30))
+        docs.append(Document(f"d{i}", "ccnews", text))
+    return docs
+
+
+# ------------------------------------------------------------------ plain-Python baseline
+
+def naive_words(text: str) -> list[str]:
+    return [w.strip(PUNCT).lower() for w in text.split() if w.strip(PUNCT)]
+
+
+def naive_top_ngram(text: str, n: int) -> float:
+    words = naive_words(text)
+    total = sum(len(w) for w in words)
+    if len(words) < n or not total:
+        return 0.0
+    counts = collections.Counter(tuple(words[i:i + n]) for i in range(len(words) - n + 1))
+    gram, count = counts.most_common(1)[0]
+    return 0.0 if count <= 1 else sum(len(w) for w in gram) * count / total
+
+
+def naive_dup_ngram(text: str, n: int) -> float:
+    words = naive_words(text)
+    total = sum(len(w) for w in words)
+    if not total:
+        return 0.0
+    counts = collections.Counter(tuple(words[i:i + n]) for i in range(len(words) - n + 1))
+    covered = [False] * len(words)
+    for i in range(len(words) - n + 1):
+        if counts[tuple(words[i:i + n])] > 1:
+            for j in range(i, i + n):
+                covered[j] = True
+    return sum(len(w) for w, c in zip(words, covered, strict=True) if c) / total
+
+
+def naive_dups(items: list[str]) -> tuple[float, float]:
+    if not items:
+        return 0.0, 0.0
+    seen, dup, dup_chars = [], 0, 0
+    for it in items:
+        if it in seen:  # a list, the obvious way
+            dup += 1
+            dup_chars += len(it)
+        else:
+            seen.append(it)
+    total = sum(len(x) for x in items)
+    return dup / len(items), dup_chars / total if total else 0.0
+
+
+def naive_clean(doc: Document, c: CleanConfig) -> str:
+    """The same rules, in the same order, written plainly; returns the reason or 'kept'."""
+    text = doc.text
+    if len(text.encode("utf-8", "surrogatepass")) > c.max_doc_bytes:
+        return "max_doc_bytes"
+    if has_invalid_utf8(text):
+        return "invalid_utf8"
+    text = normalize_text(text)
+    if not text:
+        return "empty"
+    if "<" in text and sum(len(m) for m in re.findall(r"<[^<>\n]{1,400}>", text)) > c.max_markup_frac * len(text):
+        return "markup"
+    if "lorem ipsum" in text.lower():
+        return "lorem_ipsum"
+    if "{" in text:
+        return "curly_braces"
+    kept, _ = filter_lines(text, c)
+    if not kept:
+        return "empty_after_line_rules"
+    text = re.sub(r"\n{3,}", "\n\n", kept)
+    words = naive_words(text)
+    lines = [ln for ln in text.split("\n") if ln.strip()]
+    paras = [p.strip() for p in re.split(r"\n\s*\n", text) if p.strip()]
+    if len(naive_words(text)) < c.min_words:
+        return "min_words"
+    if len(naive_words(text)) > c.max_words:
+        return "max_words"
+    mean = sum(len(w) for w in naive_words(text)) / len(words) if words else 0.0
+    if not c.min_mean_word_len <= mean <= c.max_mean_word_len:
+        return "mean_word_len"
+    if text.count("#") + text.count("...") + text.count("\u2026") > c.max_symbol_word_ratio * len(naive_words(text)):
+        return "symbol_word_ratio"
+    if lines and sum(1 for ln in lines if ln.lstrip().startswith(BULLETS)) / len(lines) > c.max_bullet_lines:
+        return "bullet_lines"
+    if lines and sum(1 for ln in lines if ln.rstrip().endswith(ELLIPSES)) / len(lines) > c.max_ellipsis_lines:
+        return "ellipsis_lines"
+    raw = text.split()
+    if sum(1 for w in raw if any(ch.isalpha() for ch in w)) < c.min_alpha_words * len(raw):
+        return "alpha_words"
+    if sum(1 for w in naive_words(text) if w in GOPHER_STOP_WORDS) < c.min_stop_words:
+        return "stop_words"
+    if naive_dups(lines)[0] > c.max_dup_line_frac:
+        return "dup_lines"
+    if naive_dups(lines)[1] > c.max_dup_line_char_frac:
+        return "dup_line_chars"
+    if naive_dups(paras)[0] > c.max_dup_para_frac:
+        return "dup_paragraphs"
+    if naive_dups(paras)[1] > c.max_dup_para_char_frac:
+        return "dup_paragraph_chars"
+    if any(naive_top_ngram(text, n) > t for n, t in sorted(c.max_top_ngram_frac.items())):
+        return "top_ngrams"
+    if any(naive_dup_ngram(text, n) > t for n, t in sorted(c.max_dup_ngram_frac.items())):
+        return "dup_ngrams"
+    if len(split_sentences(text)) < c.min_sentences:
+        return "min_sentences"
+    if c.english_only and not is_english(text, c.min_english_score):
+        return "english"
+    return "kept"
+
+
+def ours(doc: Document, c: CleanConfig) -> str:
+    out = clean_document(doc, c, line_rules=True)
+    return out.reason if isinstance(out, Reject) else "kept"
+
+
+# ------------------------------------------------------------------ timing
+
+def timed(fn, docs, cfg, repeat: int) -> tuple[float, list[str]]:
+    best = float("inf")
+    out: list[str] = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        out = [fn(d, cfg) for d in docs]
+        best = min(best, time.perf_counter() - t0)
+    return best, out
+
+
+def beam_seconds(docs: list[Document], cfg: CleanConfig) -> float:
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from pipelines.clean import CleanDocuments
+    from pipelines.options import quiet_beam
+
+    quiet_beam()
+    t0 = time.perf_counter()
+    with beam.Pipeline(runner="FnApiRunner", options=PipelineOptions()) as p:
+        out = p | beam.Create(docs) | CleanDocuments(cfg)
+        _ = (out.documents, out.rejects) | beam.Flatten() | beam.combiners.Count.Globally()
+    return time.perf_counter() - t0
+
+
+def machine() -> str:
+    cpu = "unknown"
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    import torch  # only for the version line the results table asks for
+
+    return (f"nproc {os.cpu_count()}, CPU {cpu}, Python {platform.python_version()}, "
+            f"torch {torch.__version__}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--docs", type=int, default=2000)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--output", default=str(ROOT / "benchmarks/results/clean.md"))
+    args = ap.parse_args()
+
+    cfg = CleanConfig()
+    docs = make_corpus(args.docs, args.seed)
+    mb = sum(len(d.text.encode("utf-8")) for d in docs) / 1e6
+    t_naive, r_naive = timed(naive_clean, docs, cfg, args.repeat)
+    t_ours, r_ours = timed(ours, docs, cfg, args.repeat)
+    mismatch = [(d.doc_id, a, b) for d, a, b in zip(docs, r_naive, r_ours, strict=True) if a != b]
+    if mismatch:
+        print(f"decisions differ on {len(mismatch)} documents, e.g. {mismatch[:5]}")
+        return 1
+    t_beam = beam_seconds(docs, cfg)
+    reasons = collections.Counter(r_ours)
+    rows = [("plain-Python loop (baseline)", t_naive), ("pipelines.clean.clean_document", t_ours),
+            ("CleanDocuments on Beam FnApiRunner (incl. pipeline start)", t_beam)]
+    ratio = t_naive / t_ours
+    print(f"corpus: {len(docs)} documents, {mb:.1f} MB; outcomes {dict(reasons.most_common())}")
+    for name, t in rows:
+        print(f"{name:60s} {t:7.2f} s  {mb / t:6.2f} MB/s per core  {len(docs) / t:8.0f} docs/s")
+    print(f"ratio (baseline time / ours): {ratio:.2f}x")
+
+    lines = [
+        "# Cleaning throughput",
+        "",
+        f"`python benchmarks/bench_clean.py --docs {args.docs} --seed {args.seed}` (best of {args.repeat}; "
+        "one process, one core).",
+        "",
+        f"Machine: {machine()}.",
+        "",
+        f"Corpus: {len(docs)} generated documents, {mb:.1f} MB (70% varied English articles, 15% web pages "
+        "with menu / cookie / JavaScript lines, 8% non-English, 7% templated repeats). Outcomes: "
+        + ", ".join(f"{k} {v}" for k, v in reasons.most_common()) + ". Both implementations reach the same "
+        "decision on every document (checked before timing).",
+        "",
+        "| implementation | seconds | MB/s per core | docs/s |",
+        "|---|---:|---:|---:|",
+        *[f"| {name} | {t:.2f} | {mb / t:.2f} | {len(docs) / t:.0f} |" for name, t in rows],
+        "",
+        f"**Ratio: {ratio:.2f}x** (baseline time / ours, same rules, same decisions).",
+        "",
+        "The baseline is the obvious loop: each rule re-splits the text and every n-gram rule counts all "
+        "n-grams of the document for each n. Ours computes words, lines and paragraphs once (lazily, only "
+        "for the rules a document reaches), keys n-grams by small word ids, and counts a duplicated "
+        "(n+1)-gram only where a duplicated n-gram starts (none, in clean prose). The Beam row includes "
+        "pipeline construction and start-up on FnApiRunner, so it understates steady-state throughput.",
+    ]
+    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.output).write_text("\n".join(lines) + "\n")
+    print(f"wrote {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,549 @@
+"""Continuous ingest: append batches of new raw files to a versioned corpus (design: docs/serve.md).
+
+A served corpus is a chain of immutable manifest versions under one root::
+
+    latest                    "manifest-v3.json": the pointer readers follow
+    manifest.json             a copy of the latest version (every existing reader works)
+    manifest-v1.json …        version N lists ALL shards up to N; parent = "manifest-v{N-1}.json"
+    train-000000.tar …        shards of every version, names continue per split
+    versions/v{N}/            version N's batch: dedupe index (of everything up to N),
+                              rejects, intermediates, report, batch-manifest.json
+    ingest/serve.json         what is watched (glob, source), for `shardforge status`
+    ingest/ledger/v{N}.jsonl  files absorbed by version N, with timings (derived, repairable)
+
+Commit protocol of version N (the only writer is one serve process):
+
+1. clear ``versions/v{N}/``; run the batch build (``pipelines.build.build_pipeline``
+   with ``files=`` and ``append=``) writing shards straight to their final,
+   not-yet-referenced names and everything else under ``versions/v{N}/``;
+2. after the pipeline has finished (index complete), write ``manifest-v{N}.json``
+   atomically: THE commit point. It names the input files it absorbed;
+3. write ``ingest/ledger/v{N}.jsonl``, then ``latest``, then ``manifest.json``.
+
+A crash before 2 leaves only unreferenced objects (overwritten or deleted on the
+next attempt); a crash after 2 is repaired by ``recover`` from the manifest chain,
+which is the source of truth for what was absorbed. So every file is absorbed by
+exactly one committed version.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import posixpath
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from typing import Any
+
+from schemas.config import BuildConfig, SourceConfig
+from schemas.errors import UserError
+from schemas.manifest import (
+    MANIFEST_NAME,
+    InputFile,
+    Manifest,
+    SourceAccount,
+    SplitTotals,
+    parse_manifest,
+)
+from schemas.storage import (
+    exists,
+    full_url,
+    get_fs,
+    invalidate,
+    join,
+    read_text,
+    redact_url,
+    remove_tree,
+    retry,
+    sha256_url,
+    write_text_atomic,
+)
+
+log = logging.getLogger("shardforge.ingest")
+
+LATEST = "latest"
+VERSIONS_DIR = "versions"
+INGEST_DIR = "ingest"
+LEDGER_DIR = "ingest/ledger"
+SERVE_STATE = "ingest/serve.json"
+VERSION_RE = re.compile(r"^manifest-v(\d+)\.json$")
+SHARD_RE = re.compile(r"^(train|valid)-(\d{6,})\.tar$")
+
+
+def version_manifest_name(n: int) -> str:
+    return f"manifest-v{n}.json"
+
+
+def version_dir(n: int) -> str:
+    return f"{VERSIONS_DIR}/v{n}"
+
+
+def key_prefix(n: int) -> str:
+    """Sample-key prefix of version n: keys stay unique across appended versions."""
+    return f"v{n:06d}-"
+
+
+# ------------------------------------------------------------------ raw files
+
+
+@dataclass(frozen=True)
+class RawFile:
+    """One raw file as listed: URL, size, modification time (epoch s) and a cheap store checksum."""
+
+    url: str
+    size: int
+    mtime: float | None
+    checksum: str | None  # from the listing (md5 / crc32c / etag); None on local disks
+
+
+def _mtime_of(info: dict[str, Any]) -> float | None:
+    for k in ("mtime", "updated", "LastModified", "last_modified", "timeCreated", "created"):
+        v = info.get(k)
+        if v is None:
+            continue
+        if isinstance(v, (int, float)):
+            return float(v)
+        if isinstance(v, datetime):
+            return v.timestamp()
+        if isinstance(v, str):
+            try:
+                return datetime.fromisoformat(v.replace("Z", "+00:00")).timestamp()
+            except ValueError:
+                continue
+    return None
+
+
+def _checksum_of(info: dict[str, Any]) -> str | None:
+    """The store's content checksum from a listing entry, as 'kind:hex' (None if it has none)."""
+    md5 = info.get("md5Hash")
+    if md5:
+        try:
+            return "md5:" + base64.b64decode(md5).hex()
+        except ValueError:
+            return "md5:" + str(md5)
+    if info.get("crc32c"):
+        return f"crc32c:{info['crc32c']}"
+    etag = info.get("ETag") or info.get("etag") or info.get("e_tag")
+    if etag:
+        return "etag:" + str(etag).strip('"')
+    return None
+
+
+def list_raw_files(pattern: str) -> list[RawFile]:
+    """Files matching a glob (or under a folder URL), with size, mtime and checksum, in one listing.
+
+    Hidden names (a leading '.') are skipped: writers' temporary files and our own
+    atomic-write temporaries must never be ingested half written.
+    """
+    fs, path = get_fs(pattern)
+    invalidate(fs)
+    if not any(c in path for c in "*?["):
+        path = path.rstrip("/") + "/**"
+    found = retry(lambda: fs.glob(path, detail=True), f"glob {pattern}")
+    out = []
+    for p, info in sorted(found.items()):
+        if info.get("type", "file") != "file" or posixpath.basename(p).startswith("."):
+            continue
+        out.append(RawFile(full_url(fs, p), int(info.get("size") or 0), _mtime_of(info), _checksum_of(info)))
+    return out
+
+
+def fingerprint(f: RawFile) -> str:
+    """The identity of a file's content: the store's checksum, else sha256 of the bytes."""
+    if f.checksum:
+        return f.checksum
+    return "sha256:" + sha256_url(f.url)[0]
+
+
+# ------------------------------------------------------------------ ledger
+
+
+@dataclass
+class LedgerEntry:
+    """A file absorbed by a committed version, with the timings status reports.
+
+    landed_at: the file's mtime (when the store says); seen_at: first listed by
+    the driver; committed_at: the version's commit. None where unknown (entries
+    repaired from a manifest lack the driver's timings).
+    """
+
+    path: str
+    source: str
+    size: int
+    fingerprint: str
+    version: int
+    mtime: float | None = None
+    landed_at: float | None = None
+    seen_at: float | None = None
+    committed_at: float | None = None
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+
+def ledger_url(root: str, n: int) -> str:
+    return join(root, LEDGER_DIR, f"v{n}.jsonl")
+
+
+def read_ledger(root: str, versions: Sequence[int]) -> dict[str, LedgerEntry]:
+    """path -> entry over the given versions' ledger files (missing files are skipped)."""
+    out: dict[str, LedgerEntry] = {}
+    for n in versions:
+        try:
+            text = read_text(ledger_url(root, n))
+        except FileNotFoundError:
+            continue
+        for line in text.splitlines():
+            if line.strip():
+                e = LedgerEntry(**json.loads(line))
+                out[e.path] = e
+    return out
+
+
+def write_ledger(root: str, n: int, entries: Sequence[LedgerEntry]) -> None:
+    write_text_atomic(ledger_url(root, n), "".join(e.to_json() + "\n" for e in entries))
+
+
+# ------------------------------------------------------------------ the version chain
+
+
+def committed_versions(root: str) -> list[int]:
+    """Version numbers with a committed manifest-v{N}.json, ascending."""
+    fs, path = get_fs(root)
+    invalidate(fs)
+    try:
+        names = retry(lambda: fs.ls(path, detail=False), f"list {root}")
+    except FileNotFoundError:
+        return []
+    found = []
+    for name in names:
+        m = VERSION_RE.match(posixpath.basename(name.rstrip("/")))
+        if m:
+            found.append(int(m.group(1)))
+    return sorted(found)
+
+
+def load_version(root: str, n: int) -> Manifest:
+    url = join(root, version_manifest_name(n))
+    return parse_manifest(read_text(url), url)
+
+
+def read_latest_pointer(root: str) -> int | None:
+    try:
+        m = VERSION_RE.match(read_text(join(root, LATEST)).strip())
+    except FileNotFoundError:
+        return None
+    return int(m.group(1)) if m else None
+
+
+@dataclass
+class CorpusState:
+    """What recover() found: the latest committed version and the files absorbed so far."""
+
+    root: str
+    versions: list[int]
+    latest: Manifest | None
+    ledger: dict[str, LedgerEntry] = field(default_factory=dict)
+    repaired: list[str] = field(default_factory=list)
+
+    @property
+    def version(self) -> int:
+        return self.versions[-1] if self.versions else 0
+
+
+def _entries_from_manifest(m: Manifest, n: int, committed_at: float | None) -> list[LedgerEntry]:
+    return [LedgerEntry(path=f.path, source=f.source, size=f.size, fingerprint=f.fingerprint, version=n,
+                        committed_at=committed_at) for f in m.inputs]
+
+
+def recover(root: str, clean_orphans: bool = True) -> CorpusState:
+    """Bring the derived state in line with the committed manifest chain (idempotent).
+
+    Repairs what a crash after a commit can leave behind: a missing or short
+    ledger file, a stale ``latest`` or ``manifest.json``. With clean_orphans,
+    deletes shards no committed version lists (left by an abandoned batch).
+    A plain-build corpus (manifest.json, no versions) is adopted as version 1.
+    """
+    versions = committed_versions(root)
+    repaired: list[str] = []
+    if not versions and exists(join(root, MANIFEST_NAME)):
+        text = read_text(join(root, MANIFEST_NAME))
+        m = parse_manifest(text, join(root, MANIFEST_NAME))
+        if m.version != 1 or m.parent is not None:
+            raise UserError(f"{root}: manifest.json is version {m.version}; cannot adopt it as version 1")
+        write_text_atomic(join(root, version_manifest_name(1)), text)
+        versions = [1]
+        repaired.append("adopted manifest.json as version 1")
+    ledger: dict[str, LedgerEntry] = {}
+    latest: Manifest | None = None
+    for n in versions:
+        m = load_version(root, n)
+        if m.version != n:
+            raise UserError(f"{version_manifest_name(n)} says version {m.version}")
+        have = read_ledger(root, [n])
+        if any(f.path not in have for f in m.inputs):
+            entries = _entries_from_manifest(m, n, None)
+            for e in entries:  # keep the timings we have
+                old = have.get(e.path)
+                if old is not None:
+                    e.mtime, e.landed_at, e.seen_at, e.committed_at = old.mtime, old.landed_at, old.seen_at, old.committed_at
+            write_ledger(root, n, entries)
+            repaired.append(f"ledger v{n}")
+            have = {e.path: e for e in entries}
+        for path, e in have.items():
+            if path in ledger:  # a file in two versions would break exactly-once: say so loudly
+                raise UserError(f"{path} is absorbed by versions {ledger[path].version} and {n}")
+            ledger[path] = e
+        latest = m
+    if versions:
+        n = versions[-1]
+        text = read_text(join(root, version_manifest_name(n)))
+        if read_latest_pointer(root) != n:
+            write_text_atomic(join(root, LATEST), version_manifest_name(n) + "\n")
+            repaired.append(f"latest -> v{n}")
+        try:
+            current = read_text(join(root, MANIFEST_NAME))
+        except FileNotFoundError:
+            current = None
+        if current != text:
+            write_text_atomic(join(root, MANIFEST_NAME), text)
+            repaired.append(f"manifest.json = v{n}")
+    if clean_orphans:
+        repaired += _remove_orphan_shards(root, latest)
+    for r in repaired:
+        log.warning("recover %s: %s", root, r)
+    return CorpusState(root, versions, latest, ledger, repaired)
+
+
+def _remove_orphan_shards(root: str, latest: Manifest | None) -> list[str]:
+    """Delete shard-named objects that no committed version lists (a crashed batch's output)."""
+    listed = {s.name for s in latest.shards} if latest else set()
+    fs, path = get_fs(root)
+    invalidate(fs)
+    try:
+        names = retry(lambda: fs.ls(path, detail=False), f"list {root}")
+    except FileNotFoundError:
+        return []
+    removed = []
+    for name in names:
+        base = posixpath.basename(name.rstrip("/"))
+        if SHARD_RE.match(base) and base not in listed:
+            fs.rm(name)
+            removed.append(f"removed orphan shard {base}")
+    if removed:
+        invalidate(fs)
+    return removed
+
+
+# ------------------------------------------------------------------ one batch -> one version
+
+
+def next_shard_offsets(m: Manifest | None) -> dict[str, int]:
+    """First free shard index per split after the given version's shards."""
+    out: dict[str, int] = {"train": 0, "valid": 0}
+    for s in m.shards if m else []:
+        match = SHARD_RE.match(s.name)
+        if match:
+            out[s.split] = max(out[s.split], int(match.group(2)) + 1)
+        else:
+            out[s.split] = max(out[s.split], len(m.shards_of(s.split)))  # type: ignore[union-attr]
+    return out
+
+
+def _is_url(path: str) -> bool:
+    return "://" in path or path.startswith("/")
+
+
+def batch_config(state: CorpusState, source: SourceConfig, new_corpus_cfg: BuildConfig | None) -> BuildConfig:
+    """The build config of the next batch: the corpus's own config, its tokenizer and index frozen.
+
+    The first version takes ``new_corpus_cfg`` (and trains the tokenizer); later
+    ones take the latest version's config, reuse its tokenizer file and
+    deduplicate against its signature index.
+    """
+    if state.latest is None:
+        if new_corpus_cfg is None:
+            raise UserError(f"{state.root} has no corpus yet: give a build config for version 1")
+        data = new_corpus_cfg.model_dump()
+    else:
+        data = dict(state.latest.config)
+        tok = state.latest.tokenizer.path
+        data["tokenizer"] = {**data["tokenizer"], "model_url": tok if _is_url(tok) else join(state.root, tok)}
+        index = state.latest.intermediates.get("dedupe_index")
+        data["dedupe"] = {**data["dedupe"], "index": join(state.root, index) if index else None}
+    # The watched source: its settings as recorded in the corpus if it has one of that name.
+    known = {s["name"]: s for s in data.get("sources", [])}
+    src = {**known.get(source.name, {}), **source.model_dump(exclude_unset=True), "input": source.input}
+    data["sources"] = [src]
+    return BuildConfig.model_validate(data)
+
+
+def _sum_accounts(a: SourceAccount, b: SourceAccount) -> SourceAccount:
+    def add(x: dict[str, int], y: dict[str, int]) -> dict[str, int]:
+        return {k: x.get(k, 0) + y.get(k, 0) for k in sorted(set(x) | set(y))}
+
+    return SourceAccount(input=a.input + b.input, kept=a.kept + b.kept, filtered=add(a.filtered, b.filtered),
+                         duplicate=add(a.duplicate, b.duplicate), rejected=add(a.rejected, b.rejected))
+
+
+def merge_version(parent: Manifest | None, batch: Manifest, n: int, inputs: list[InputFile]) -> Manifest:
+    """Version n = the parent's shards (unchanged, first) + the batch's new shards; totals summed."""
+    vdir = version_dir(n)
+    tokenizer = batch.tokenizer
+    if parent is None:
+        if not _is_url(tokenizer.path):  # trained by this batch, under its version folder
+            tokenizer = tokenizer.model_copy(update={"path": f"{vdir}/{tokenizer.path}"})
+    else:
+        if batch.tokenizer.sha256 != parent.tokenizer.sha256:
+            raise UserError("the batch was tokenized with another tokenizer than the corpus's")
+        for f in ("packing_rule", "max_seq_len", "ids_dtype", "members"):
+            if getattr(batch, f) != getattr(parent, f):
+                raise UserError(f"batch {f} {getattr(batch, f)!r} differs from the corpus's {getattr(parent, f)!r}")
+        tokenizer = parent.tokenizer
+    old = list(parent.shards) if parent else []
+    names = {s.name for s in old}
+    new = sorted(batch.shards, key=lambda s: (s.split, s.name))
+    clash = names & {s.name for s in new}
+    if clash:
+        raise UserError(f"new shards would overwrite committed ones: {sorted(clash)[:3]}")
+    totals: dict[str, SplitTotals] = {k: v.model_copy() for k, v in (parent.totals if parent else {}).items()}
+    for split, t in batch.totals.items():
+        cur = totals.setdefault(split, SplitTotals())
+        for f in ("shards", "samples", "tokens", "bytes", "documents"):
+            setattr(cur, f, getattr(cur, f) + getattr(t, f))
+    accounting = dict(parent.accounting) if parent else {}
+    for src, acct in batch.accounting.items():
+        accounting[src] = _sum_accounts(accounting[src], acct) if src in accounting else acct
+    counters = dict(parent.counters) if parent else {}
+    for k, v in batch.counters.items():
+        counters[k] = counters.get(k, 0) + v
+    intermediates = {k: f"{vdir}/{v}" for k, v in batch.intermediates.items()}
+    config = dict(batch.config)
+    for sect, key in (("tokenizer", "model_url"), ("dedupe", "index")):
+        if config.get(sect, {}).get(key):
+            config[sect] = {**config[sect], key: redact_url(config[sect][key])}
+    return Manifest(
+        version=n,
+        parent=version_manifest_name(n - 1) if parent else None,
+        config=config,
+        packing_rule=batch.packing_rule,
+        max_seq_len=batch.max_seq_len,
+        ids_dtype=batch.ids_dtype,
+        members=batch.members,
+        tokenizer=tokenizer,
+        shards=old + new,
+        totals=dict(sorted(totals.items())),
+        accounting=dict(sorted(accounting.items())),
+        counters=dict(sorted(counters.items())),
+        intermediates=dict(sorted(intermediates.items())),
+        inputs=inputs,
+    )
+
+
+def commit_version(root: str, m: Manifest, entries: Sequence[LedgerEntry]) -> None:
+    """Commit version m.version: manifest-v{N} (the commit point), then ledger, latest, manifest.json."""
+    n = m.version
+    url = join(root, version_manifest_name(n))
+    if exists(url):  # a second writer got here first: never overwrite a committed version
+        raise UserError(f"{url} already exists: is another serve process writing to {root}?")
+    text = m.to_json()
+    write_text_atomic(url, text)
+    now = time.time()
+    for e in entries:
+        e.committed_at = now
+    write_ledger(root, n, entries)
+    write_text_atomic(join(root, LATEST), version_manifest_name(n) + "\n")
+    write_text_atomic(join(root, MANIFEST_NAME), text)
+
+
+@dataclass
+class BatchResult:
+    version: int
+    manifest: Manifest
+    files: int
+    new_shards: int
+    seconds: float
+
+
+def ingest_batch(state: CorpusState, files: Sequence[RawFile], source: SourceConfig,
+                 new_corpus_cfg: BuildConfig | None = None, beam_args: Sequence[str] = (),
+                 seen_at: dict[str, float] | None = None) -> BatchResult:
+    """Absorb `files` (all of one source, none absorbed yet) as the next version; updates `state`."""
+    import apache_beam as beam
+
+    from pipelines.build import BATCH_MANIFEST_NAME, AppendTo, build_pipeline
+    from pipelines.options import BuildOptions, finalize_options
+
+    t0 = time.monotonic()
+    root = state.root
+    already = [f.url for f in files if redact_url(f.url) in state.ledger]
+    if already:
+        raise UserError(f"already absorbed: {already[:3]}")
+    n = state.version + 1
+    cfg = batch_config(state, source, new_corpus_cfg)
+    prints = {f.url: fingerprint(f) for f in files}
+    work = join(root, version_dir(n))
+    remove_tree(work)  # leftovers of an abandoned attempt (e.g. stale index parts) must not leak in
+    opts = finalize_options(BuildOptions(list(beam_args)))
+    append = AppendTo(corpus=root, shard_offsets=next_shard_offsets(state.latest), key_prefix=key_prefix(n))
+    with beam.Pipeline(options=opts) as p:
+        build_pipeline(p, cfg, work, files={source.name: [f.url for f in files]}, append=append)
+    batch_url = join(work, BATCH_MANIFEST_NAME)
+    batch = parse_manifest(read_text(batch_url), batch_url)
+    index = batch.intermediates.get("dedupe_index")
+    if index and not exists(join(work, index, "index.json")):
+        raise RuntimeError(f"batch {n}: dedupe index incomplete; not committing")
+    inputs = [InputFile(path=redact_url(f.url), source=source.name, size=f.size, fingerprint=prints[f.url])
+              for f in files]
+    m = merge_version(state.latest, batch, n, inputs)
+    seen = seen_at or {}
+    entries = [LedgerEntry(path=i.path, source=i.source, size=i.size, fingerprint=i.fingerprint, version=n,
+                           mtime=f.mtime, landed_at=f.mtime, seen_at=seen.get(f.url))
+               for i, f in zip(inputs, files, strict=True)]
+    commit_version(root, m, entries)
+    state.versions.append(n)
+    state.latest = m
+    for e in entries:
+        state.ledger[e.path] = e
+    return BatchResult(n, m, len(files), len(batch.shards), time.monotonic() - t0)
+
+
+# ------------------------------------------------------------------ what changed
+
+
+@dataclass
+class Scan:
+    """One look at the watched files against the ledger."""
+
+    pending: list[RawFile]  # never absorbed
+    changed: list[tuple[RawFile, LedgerEntry, str]]  # absorbed, then changed: (now, then, why)
+
+
+def scan(pattern: str, ledger: dict[str, LedgerEntry], exclude: str | None = None) -> Scan:
+    """Pending and changed files under the watch glob; `exclude` skips a prefix (the corpus itself).
+
+    A changed file is detected by size or store checksum; on local disks
+    (no checksum) a new mtime triggers a sha256 of the content.
+    """
+    pending: list[RawFile] = []
+    changed: list[tuple[RawFile, LedgerEntry, str]] = []
+    for f in list_raw_files(pattern):
+        if exclude and f.url.startswith(exclude.rstrip("/") + "/"):
+            continue
+        e = ledger.get(redact_url(f.url))
+        if e is None:
+            pending.append(f)
+        elif f.size != e.size:
+            changed.append((f, e, f"size {e.size} -> {f.size}"))
+        elif f.checksum is not None:
+            if f.checksum != e.fingerprint:
+                changed.append((f, e, f"checksum {e.fingerprint} -> {f.checksum}"))
+        elif e.mtime is None or (f.mtime is not None and f.mtime != e.mtime):
+            fp = fingerprint(f)
+            if fp != e.fingerprint:
+                changed.append((f, e, f"content {e.fingerprint[:19]}… -> {fp[:19]}…"))
+    return Scan(pending, changed)

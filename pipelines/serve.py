@@ -1,0 +1,202 @@
+"""Corpus as a service: watch for raw files and append each new batch as a corpus version.
+
+    python -m pipelines.serve --watch 'incoming/*.jsonl' --corpus out/corpus --source news
+    python -m pipelines.serve --watch 'gs://raw/news/**.jsonl.gz' --corpus gs://corpus/news \\
+        --source ccnews --poll 60 --runner DataflowRunner --project P --region R \\
+        --temp_location gs://tmp/beam
+
+A driver that polls the watch glob (fsspec) and runs one incremental batch
+build (``pipelines.ingest.ingest_batch``, the ordinary build code) per set of
+new files: on the local FnApiRunner in-process, or on Dataflow with the Beam
+options passed through. The first batch creates version 1 (training the
+tokenizer, with the build flags given here: --config, --rule, --vocab_size …);
+later batches use the corpus's recorded config with its tokenizer frozen.
+
+Stopping: the first SIGINT/SIGTERM lets the running batch finish and commit,
+then exits; a second one abandons the batch at once (nothing of it is
+committed: the version's manifest is written only after the batch completes).
+A killed process restarts cleanly: state is recovered from the manifest chain.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+import time
+from types import FrameType
+
+from pipelines.ingest import (
+    SERVE_STATE,
+    CorpusState,
+    RawFile,
+    ingest_batch,
+    recover,
+    scan,
+)
+from pipelines.options import BuildOptions, build_config_from_options, quiet_beam
+from schemas.config import BuildConfig, SourceConfig
+from schemas.errors import UserError, find_user_error
+from schemas.storage import join, read_text, redact_url, write_text_atomic
+
+log = logging.getLogger("shardforge.serve")
+
+
+class Stopper:
+    """SIGINT/SIGTERM: the first asks to stop after the current batch, the second abandons it."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self.in_batch = False
+
+    def install(self) -> dict[int, object]:
+        """Install the handlers; returns the previous ones (for restore)."""
+        return {s: signal.signal(s, self._handle) for s in (signal.SIGINT, signal.SIGTERM)}
+
+    @staticmethod
+    def restore(previous: dict[int, object]) -> None:
+        for s, h in previous.items():
+            signal.signal(s, h)  # type: ignore[arg-type]
+
+    def _handle(self, signum: int, _frame: FrameType | None) -> None:
+        name = signal.Signals(signum).name
+        if self.requested or not self.in_batch:
+            if self.in_batch:
+                log.warning("%s again: abandoning the running batch (nothing of it is committed)", name)
+            self.requested = True
+            raise KeyboardInterrupt(name)
+        self.requested = True
+        log.warning("%s: finishing the running batch, then stopping (again to abandon it)", name)
+
+    def sleep(self, seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while not self.requested and time.monotonic() < end:
+            time.sleep(min(0.2, max(0.0, end - time.monotonic())))
+
+
+def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    p = argparse.ArgumentParser(prog="python -m pipelines.serve", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--watch", default=None,
+                   help="Glob or folder URL of raw files to ingest (default: the one recorded in the corpus).")
+    p.add_argument("--corpus", required=True, help="Corpus root URL (created at the first batch).")
+    p.add_argument("--source", default=None, help="Source name of the watched files (default: recorded, else 'other').")
+    p.add_argument("--poll", type=float, default=30.0, help="Seconds between looks at the watch glob.")
+    p.add_argument("--settle", type=float, default=5.0,
+                   help="A file is taken only once its modification time is this many seconds old "
+                        "(a local file may still be being written).")
+    p.add_argument("--max_files", type=int, default=256, help="Most files per batch (= per version).")
+    p.add_argument("--once", action="store_true", help="Ingest what is pending now, then exit.")
+    p.add_argument("--log_level", default="INFO")
+    return p.parse_known_args(argv)
+
+
+def serve_state(corpus: str) -> dict:
+    try:
+        return json.loads(read_text(join(corpus, SERVE_STATE)))
+    except FileNotFoundError:
+        return {}
+
+
+def first_config(build_argv: list[str], source: str, watch: str) -> BuildConfig | None:
+    """The build config of version 1 from the build flags (None if they cannot make one)."""
+    opts = BuildOptions(build_argv + ["--input", f"{source}={watch}"])
+    return build_config_from_options(opts)
+
+
+def run(argv: list[str], stopper: Stopper | None = None) -> int:
+    """The serve loop; returns the process exit code."""
+    args, rest = parse_args(argv)
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s", force=True)
+    bparser = argparse.ArgumentParser(add_help=False)
+    BuildOptions._add_argparse_args(bparser)
+    build_known, beam_args = bparser.parse_known_args(rest)
+    if build_known.input or build_known.output:
+        raise UserError("serve takes --watch and --corpus, not --input / --output")
+    corpus = args.corpus.rstrip("/")
+    recorded = serve_state(corpus)
+    watch = args.watch or recorded.get("watch")
+    if not watch:
+        raise UserError("--watch GLOB is required (none is recorded in the corpus yet)")
+    source_name = args.source or recorded.get("source") or "other"
+    build_argv = [a for a in rest if a not in beam_args]
+    source = SourceConfig(name=source_name, input=watch,
+                          **({"format": build_known.format} if build_known.format else {}))
+    stopper = stopper or Stopper()
+    previous = stopper.install()
+    try:
+        return _loop(args, corpus, watch, source, build_argv, beam_args, stopper)
+    finally:
+        Stopper.restore(previous)
+
+
+def _loop(args: argparse.Namespace, corpus: str, watch: str, source: SourceConfig, build_argv: list[str],
+          beam_args: list[str], stopper: Stopper) -> int:
+    source_name = source.name
+
+    state: CorpusState = recover(corpus)
+    log.info("corpus %s at version %d (%d files absorbed)", redact_url(corpus), state.version, len(state.ledger))
+    write_text_atomic(join(corpus, SERVE_STATE), json.dumps(
+        {"watch": redact_url(watch), "source": source_name, "poll": args.poll, "settle": args.settle,
+         "max_files": args.max_files}, sort_keys=True, indent=1) + "\n")
+    new_cfg = first_config(build_argv, source_name, watch) if state.latest is None else None
+
+    first_seen: dict[str, float] = {}
+    reported: set[tuple[str, int]] = set()
+    try:
+        while not stopper.requested:
+            look = scan(watch, state.ledger, exclude=corpus)
+            now = time.time()
+            for f, e, why in look.changed:
+                if (f.url, f.size) not in reported:
+                    reported.add((f.url, f.size))
+                    log.warning("changed after ingest (absorbed by v%d, NOT re-ingested): %s (%s)",
+                                e.version, f.url, why)
+            ready: list[RawFile] = []
+            for f in look.pending:
+                first_seen.setdefault(f.url, now)
+                if f.mtime is None or now - f.mtime >= args.settle:
+                    ready.append(f)
+            if ready:
+                batch = ready[: args.max_files]
+                stopper.in_batch = True
+                try:
+                    res = ingest_batch(state, batch, source, new_cfg, beam_args, first_seen)
+                finally:
+                    stopper.in_batch = False
+                lags = [time.time() - f.mtime for f in batch if f.mtime is not None]
+                log.info("committed v%d: %d files, %d new shards, %.1f s (max lag since landing %.1f s)",
+                         res.version, res.files, res.new_shards, res.seconds, max(lags, default=0.0))
+                new_cfg = None
+                if args.once or len(ready) > len(batch):
+                    continue  # look again at once: more may be waiting
+            elif args.once:
+                if not look.pending:
+                    break
+                stopper.sleep(min(args.poll, args.settle))  # --once waits for files to settle
+                continue
+            stopper.sleep(args.poll)
+    except KeyboardInterrupt:
+        log.warning("stopped: the interrupted batch was abandoned; restart to ingest its files")
+        return 130
+    log.info("stopped at version %d", state.version)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    quiet_beam()
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        return run(argv)
+    except Exception as e:  # noqa: BLE001 - Beam wraps errors raised inside stages
+        user = find_user_error(e)
+        if user is None:
+            raise
+        print(f"error: {user}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,309 @@
+"""Continuous ingest end to end: the serve process on a local folder (killed and restarted), and on GCS.
+
+The module fixture runs one scenario and the tests check its outcome: three
+batches of raw files dropped over time, the service SIGKILLed in the middle of
+the second batch and restarted, near and exact copies of earlier documents in
+later batches, a file changed after it was absorbed.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import io
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pipelines.ingest import (
+    LATEST,
+    committed_versions,
+    load_version,
+    read_latest_pointer,
+    read_ledger,
+    recover,
+)
+from pipelines.records import make_doc_id
+from schemas.manifest import Manifest
+from shardforge.synth import make_article, perturb
+
+pytestmark = pytest.mark.slow
+
+SOURCE = "news"
+DOCS_PER_FILE = 24
+
+
+def small_config() -> dict[str, Any]:
+    """Version 1's build config: tiny vocabulary and shards; the synthetic text's n-gram rules off."""
+    return {
+        "sources": [{"name": SOURCE, "input": "unused"}],
+        "clean": {"disabled_rules": ["dup_ngrams", "top_ngrams"]},
+        "tokenizer": {"vocab_size": 300},
+        "packing": {"max_seq_len": 96, "valid_fraction": 0.1},
+        "shards": {"target_samples": 16, "target_bytes": 1 << 30},
+    }
+
+
+def articles(seed: int, n: int) -> list[str]:
+    rng = random.Random(seed)
+    return [make_article(rng, rng.randint(8, 16)) for _ in range(n)]
+
+
+def drop(folder: Path, name: str, texts: list[str]) -> Path:
+    """Land a raw JSONL file atomically (hidden temporary name, then rename), like an uploader would."""
+    tmp = folder / f".{name}.part"
+    tmp.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    os.replace(tmp, folder / name)
+    return folder / name
+
+
+def wait_for(pred, timeout: float, proc: subprocess.Popen | None = None, what: str = "") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"serve exited ({proc.returncode}) while waiting for {what}")
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def serve_cmd(watch: str, corpus: str, cfg: str) -> list[str]:
+    return [sys.executable, "-m", "pipelines.serve", "--watch", watch, "--corpus", corpus, "--source", SOURCE,
+            "--poll", "0.3", "--settle", "0", "--config", cfg]
+
+
+def start(cmd: list[str], log: Path) -> subprocess.Popen:
+    return subprocess.Popen(cmd, stdout=open(log, "ab"), stderr=subprocess.STDOUT, cwd=Path(__file__).parents[1])
+
+
+def shard_doc_ids(root: str, m: Manifest, names: set[str] | None = None) -> tuple[set[str], list[str]]:
+    """(document ids, sample keys) of the listed shards (all of m's shards by default)."""
+    docs: set[str] = set()
+    keys: list[str] = []
+    for s in m.shards:
+        if names is not None and s.name not in names:
+            continue
+        with tarfile.open(os.path.join(root, s.name)) as tar:
+            for member in tar.getmembers():
+                key, suffix = member.name.split(".", 1)
+                if suffix == "json":
+                    docs.update(json.load(tar.extractfile(member))["doc_ids"])  # type: ignore[arg-type]
+                    keys.append(key)
+    return docs, keys
+
+
+def sha256_file(path: str) -> str:
+    return hashlib.sha256(open(path, "rb").read()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory) -> dict[str, Any]:
+    base = tmp_path_factory.mktemp("serve")
+    raw, corpus = base / "incoming", str(base / "corpus")
+    raw.mkdir()
+    cfg = base / "config.json"
+    cfg.write_text(json.dumps(small_config()))
+    log = base / "serve.log"
+    cmd = serve_cmd(str(raw / "*.jsonl"), corpus, str(cfg))
+    out: dict[str, Any] = {"raw": raw, "corpus": corpus, "log": log, "files": []}
+
+    b1 = articles(1, 2 * DOCS_PER_FILE)
+    proc = start(cmd, log)
+    try:
+        out["files"] += [drop(raw, "b1-0.jsonl", b1[:DOCS_PER_FILE]), drop(raw, "b1-1.jsonl", b1[DOCS_PER_FILE:])]
+        wait_for(lambda: os.path.exists(os.path.join(corpus, "manifest-v1.json")), 240, proc, "version 1")
+        v1 = load_version(corpus, 1)
+        out["v1_bytes"] = {s.name: sha256_file(os.path.join(corpus, s.name)) for s in v1.shards}
+        out["v1_manifest"] = open(os.path.join(corpus, "manifest-v1.json"), "rb").read()
+
+        # Batch 2: new articles, plus a near copy and an exact copy of version-1 documents.
+        b2 = articles(2, 2 * DOCS_PER_FILE)
+        near_src = b1[3]
+        b2_file0 = b2[:DOCS_PER_FILE] + [perturb(near_src, random.Random(5), 0.03)]
+        out["near_v1"] = (str(raw / "b2-0.jsonl"), DOCS_PER_FILE)  # (path, record index) of the near copy
+        out["exact_v1"] = (str(raw / "b2-1.jsonl"), DOCS_PER_FILE)
+        out["files"] += [drop(raw, "b2-0.jsonl", b2_file0), drop(raw, "b2-1.jsonl", b2[DOCS_PER_FILE:] + [b1[7]])]
+        # Kill it in the middle of batch 2: its work folder exists, its version is not committed.
+        wait_for(lambda: os.path.exists(os.path.join(corpus, "versions", "v2", "dedupe")), 120, proc,
+                 "batch 2 to be under way")
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        out["killed_mid_batch"] = not os.path.exists(os.path.join(corpus, "manifest-v2.json"))
+        out["orphans_after_kill"] = sorted(
+            os.path.basename(p) for p in glob.glob(os.path.join(corpus, "*.tar"))
+            if os.path.basename(p) not in out["v1_bytes"])
+
+        proc = start(cmd, log)
+        wait_for(lambda: os.path.exists(os.path.join(corpus, "manifest-v2.json")), 240, proc, "version 2")
+        # Batch 3: a near copy of a version-2 document, a near copy of a version-1 one, new text.
+        b3 = articles(3, DOCS_PER_FILE) + [perturb(b2[5], random.Random(6), 0.03),
+                                           perturb(b1[11], random.Random(7), 0.02)]
+        out["near_v3"] = [(str(raw / "b3-0.jsonl"), DOCS_PER_FILE), (str(raw / "b3-0.jsonl"), DOCS_PER_FILE + 1)]
+        out["files"].append(drop(raw, "b3-0.jsonl", b3))
+        wait_for(lambda: os.path.exists(os.path.join(corpus, "manifest-v3.json")), 240, proc, "version 3")
+        # A file changed after it was absorbed: reported, never re-ingested.
+        with open(raw / "b1-0.jsonl", "a") as f:
+            f.write(json.dumps({"text": articles(9, 1)[0]}) + "\n")
+        wait_for(lambda: "changed after ingest" in log.read_text(), 60, proc, "the change to be reported")
+        proc.send_signal(signal.SIGTERM)
+        out["exit_code"] = proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return out
+
+
+def chain(corpus: str) -> list[Manifest]:
+    return [load_version(corpus, n) for n in committed_versions(corpus)]
+
+
+def test_every_file_absorbed_exactly_once_across_a_kill(served):
+    corpus = served["corpus"]
+    assert served["killed_mid_batch"], "the kill landed after batch 2 committed; the test proves less"
+    assert served["exit_code"] == 0
+    ms = chain(corpus)
+    assert [m.version for m in ms] == [1, 2, 3]
+    absorbed = [f.path for m in ms for f in m.inputs]
+    assert sorted(absorbed) == sorted(str(p) for p in served["files"])
+    assert len(set(absorbed)) == len(absorbed)
+    assert [sorted(os.path.basename(f.path) for f in m.inputs) for m in ms] == [
+        ["b1-0.jsonl", "b1-1.jsonl"], ["b2-0.jsonl", "b2-1.jsonl"], ["b3-0.jsonl"]]
+    ledger = read_ledger(corpus, [1, 2, 3])
+    assert sorted(ledger) == sorted(absorbed)
+    assert {e.path: e.version for e in ledger.values()} == {f.path: m.version for m in ms for f in m.inputs}
+    for e in ledger.values():
+        assert e.fingerprint.startswith("sha256:") and e.committed_at and e.landed_at
+
+
+def test_manifests_chain_and_old_versions_never_change(served):
+    corpus = served["corpus"]
+    ms = chain(corpus)
+    assert [m.parent for m in ms] == [None, "manifest-v1.json", "manifest-v2.json"]
+    assert open(os.path.join(corpus, "manifest-v1.json"), "rb").read() == served["v1_manifest"]
+    for older, newer in zip(ms, ms[1:], strict=False):
+        assert newer.shards[: len(older.shards)] == older.shards  # old shards first, unchanged
+        assert len(newer.shards) > len(older.shards)
+        assert newer.tokenizer == older.tokenizer  # frozen after version 1
+        for split, t in older.totals.items():
+            assert newer.totals[split].tokens >= t.tokens
+    for name, digest in served["v1_bytes"].items():
+        assert sha256_file(os.path.join(corpus, name)) == digest
+    latest = ms[-1]
+    assert read_latest_pointer(corpus) == 3
+    assert open(os.path.join(corpus, "manifest.json")).read() == open(os.path.join(corpus, "manifest-v3.json")).read()
+    # Names continue per split; everything on disk is listed (the killed batch's orphans were cleaned up).
+    for split in ("train", "valid"):
+        names = [s.name for s in latest.shards_of(split)]
+        assert names == [f"{split}-{i:06d}.tar" for i in range(len(names))]
+    on_disk = sorted(os.path.basename(p) for p in glob.glob(os.path.join(corpus, "*.tar")))
+    assert on_disk == sorted(s.name for s in latest.shards)
+    for s in latest.shards:
+        assert sha256_file(os.path.join(corpus, s.name)) == s.sha256
+    for m in ms:
+        assert all(a.balanced for a in m.accounting.values())
+
+
+def test_no_document_kept_twice_across_versions(served):
+    corpus = served["corpus"]
+    ms = chain(corpus)
+    seen: set[str] = set()
+    all_keys: list[str] = []
+    for older, newer in zip([None, *ms], ms, strict=False):
+        new_names = {s.name for s in newer.shards} - ({s.name for s in older.shards} if older else set())
+        docs, keys = shard_doc_ids(corpus, newer, new_names)
+        assert docs and not (docs & seen), f"v{newer.version} repeats documents of earlier versions"
+        seen |= docs
+        all_keys += keys
+    assert len(all_keys) == len(set(all_keys)), "sample keys collide across versions"
+    dropped = [served["near_v1"], served["exact_v1"], *served["near_v3"]]
+    for path, index in dropped:
+        assert make_doc_id(SOURCE, path, index) not in seen, f"a copy of an earlier document was kept: {path}:{index}"
+    acct = ms[-1].accounting[SOURCE]
+    assert acct.duplicate.get("near", 0) >= 3 and acct.duplicate.get("exact", 0) >= 1
+    assert acct.input == sum(DOCS_PER_FILE for _ in range(5)) + 5  # 2 + 2 + 1 files, plus 5 copies
+
+
+def test_status_reports_versions_pending_and_changed(served, capsys):
+    from shardforge.status import corpus_status, main
+
+    corpus, raw = served["corpus"], served["raw"]
+    drop(raw, "b4-0.jsonl", articles(4, 3))  # landed after the service stopped: pending
+    st = corpus_status(corpus)
+    assert [r["version"] for r in st["versions"]] == [1, 2, 3]
+    assert [r["files"] for r in st["versions"]] == [2, 2, 1]
+    assert all(r["documents"] > 0 and r["tokens"] > 0 for r in st["versions"])
+    assert sum(r["tokens"] for r in st["versions"]) == st["totals"]["tokens"]
+    assert [os.path.basename(p["path"]) for p in st["pending"]] == ["b4-0.jsonl"]
+    assert [os.path.basename(c["path"]) for c in st["changed"]] == ["b1-0.jsonl"]
+    assert st["oldest_pending_age_s"] is not None and all(r["max_lag_s"] is not None for r in st["versions"])
+    assert main([corpus]) == 0
+    text = capsys.readouterr().out
+    assert "pending  1 file(s)" in text and "b1-0.jsonl" in text and "v3" in text
+    os.remove(raw / "b4-0.jsonl")
+
+
+def test_recover_repairs_every_crash_window_after_the_commit(served, tmp_path):
+    """Manifest committed, then the crash: ledger, latest and manifest.json are rebuilt from the chain."""
+    corpus = str(tmp_path / "copy")
+    shutil.copytree(served["corpus"], corpus)
+    want = read_ledger(corpus, [1, 2, 3])
+    os.remove(os.path.join(corpus, "ingest", "ledger", "v3.jsonl"))
+    Path(corpus, LATEST).write_text("manifest-v2.json\n")
+    shutil.copy(os.path.join(corpus, "manifest-v2.json"), os.path.join(corpus, "manifest.json"))
+    Path(corpus, "train-009999.tar").write_bytes(b"orphan of an abandoned batch")
+    state = recover(corpus)
+    assert state.version == 3 and len(state.repaired) == 4
+    assert read_latest_pointer(corpus) == 3
+    assert sorted(read_ledger(corpus, [1, 2, 3])) == sorted(want)
+    assert open(os.path.join(corpus, "manifest.json")).read() == open(os.path.join(corpus, "manifest-v3.json")).read()
+    assert not os.path.exists(os.path.join(corpus, "train-009999.tar"))
+    assert recover(corpus).repaired == []  # idempotent
+
+
+def test_once_on_the_gcs_emulator(gcs_bucket, tmp_path):
+    import gcsfs
+
+    from pipelines.serve import run
+
+    fs = gcsfs.GCSFileSystem(token="anon")
+    bucket = gcs_bucket[len("gs://"):]
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(small_config()))
+    texts = articles(21, 2 * DOCS_PER_FILE)
+    fs.pipe_file(f"{bucket}/raw/a.jsonl", "".join(json.dumps({"text": t}) + "\n" for t in texts).encode())
+    fs.invalidate_cache()
+    watch, corpus = f"{gcs_bucket}/raw/*.jsonl", f"{gcs_bucket}/corpus"
+    args = ["--watch", watch, "--corpus", corpus, "--source", SOURCE, "--once", "--settle", "0", "--config", str(cfg)]
+    assert run(args) == 0
+    # A second file: one exact copy of a version-1 document and new text.
+    more = articles(22, DOCS_PER_FILE) + [texts[0]]
+    fs.pipe_file(f"{bucket}/raw/b.jsonl", "".join(json.dumps({"text": t}) + "\n" for t in more).encode())
+    fs.invalidate_cache()
+    assert run(args) == 0
+    assert run(args) == 0  # nothing pending: no new version
+    assert committed_versions(corpus) == [1, 2]
+    m2 = load_version(corpus, 2)
+    assert m2.parent == "manifest-v1.json"
+    assert [f.path for f in m2.inputs] == [f"{gcs_bucket}/raw/b.jsonl"]
+    assert m2.inputs[0].fingerprint.split(":")[0] in ("md5", "crc32c", "etag")
+    assert m2.accounting[SOURCE].duplicate.get("exact") == 1
+    ledger = read_ledger(corpus, [1, 2])
+    assert sorted(ledger) == [f"{gcs_bucket}/raw/a.jsonl", f"{gcs_bucket}/raw/b.jsonl"]
+    fs.invalidate_cache()
+    assert fs.cat_file(f"{bucket}/corpus/{LATEST}").decode().strip() == "manifest-v2.json"
+    for s in m2.shards:
+        data = fs.cat_file(f"{bucket}/corpus/{s.name}")
+        assert hashlib.sha256(data).hexdigest() == s.sha256
+        tarfile.open(fileobj=io.BytesIO(data)).getmembers()
