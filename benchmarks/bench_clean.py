@@ -296,7 +296,8 @@ def main() -> int:
         "n-grams of the document for each n. Ours computes words, lines and paragraphs once (lazily, only "
         "for the rules a document reaches), keys n-grams by small word ids, and counts a duplicated "
         "(n+1)-gram only where a duplicated n-gram starts (none, in clean prose). The Beam row includes "
-        "pipeline construction and start-up on FnApiRunner, so it understates steady-state throughput.",
+        "pipeline construction and start-up on FnApiRunner, so it understates steady-state throughput. "
+        "The machine is shared with other jobs: timings vary by +-30% between runs.",
     ]
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)
     Path(args.output).write_text("\n".join(lines) + "\n")

@@ -12,7 +12,7 @@ The baseline is the smallest size: the printed ratio is throughput (MB/s) at
 the largest size / at the smallest, and the exponent is the log-log slope of
 time against size (1.0 = linear). Writes benchmarks/results/scaling.md.
 
-Run: ``python benchmarks/bench_scaling.py [--sizes 2,4,8] [--no-near-dedupe]``.
+Run: ``python benchmarks/bench_scaling.py [--sizes 5,10,20] [--no-near-dedupe]``.
 """
 
 from __future__ import annotations
@@ -112,7 +112,7 @@ def machine() -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sizes", default="2,4,8", help="Input sizes in MB, comma-separated.")
+    ap.add_argument("--sizes", default="5,10,20", help="Input sizes in MB, comma-separated.")
     ap.add_argument("--no-near-dedupe", action="store_true", help="Exact dedupe only.")
     ap.add_argument("--child", type=float, help=argparse.SUPPRESS)
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "scaling.md"))

@@ -62,10 +62,12 @@ class Stopper:
 
     def _handle(self, signum: int, _frame: FrameType | None) -> None:
         name = signal.Signals(signum).name
-        if self.requested or not self.in_batch:
-            if self.in_batch:
-                log.warning("%s again: abandoning the running batch (nothing of it is committed)", name)
-            self.requested = True
+        if not self.in_batch:
+            self.requested = True  # idle: the loop sees it within its next sleep tick
+            log.warning("%s: stopping", name)
+            return
+        if self.requested:
+            log.warning("%s again: abandoning the running batch (nothing of it is committed)", name)
             raise KeyboardInterrupt(name)
         self.requested = True
         log.warning("%s: finishing the running batch, then stopping (again to abandon it)", name)

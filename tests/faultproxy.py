@@ -18,7 +18,8 @@ Fault kinds (chosen at random among ``kinds`` for each failed request):
 - ``"truncate"``: forward, send the status line, headers and half the body,
   then drop the connection (a stream cut mid-body).
 
-Faults are bounded in count (``max_faults``) and in time (``active_s`` after
+``methods`` / ``match`` (a regex on the unquoted request path) restrict
+which requests may fail. Faults are bounded in count (``max_faults``) and in time (``active_s`` after
 the first request), so a test always finishes; which requests fail is drawn
 from a seeded RNG (thread scheduling may shift which request gets which draw).
 """
@@ -28,6 +29,7 @@ from __future__ import annotations
 import http.client
 import json
 import random
+import re
 import socket
 import struct
 import threading
@@ -35,7 +37,7 @@ import time
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 FAULT_KINDS = ("503", "reset", "reset_after", "truncate")
 # Hop-by-hop headers are the proxy's own business (RFC 9110 §7.6.1); bodies are
@@ -44,12 +46,19 @@ _HOP = {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "te
         "content-length"}
 
 
+class _QuietServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        pass  # clients that hang up on a reset connection are the point of this proxy
+
+
 class FaultProxy:
     """A threaded HTTP/1.1 proxy on 127.0.0.1 that injects seeded faults."""
 
     def __init__(self, upstream: str, rate: float = 0.25, seed: int = 0, max_faults: int = 20,
                  active_s: float = 600.0, kinds: tuple[str, ...] = ("503", "reset", "reset_after"),
-                 methods: tuple[str, ...] | None = None):
+                 methods: tuple[str, ...] | None = None, match: str | None = None):
         unknown = set(kinds) - set(FAULT_KINDS)
         if unknown:
             raise ValueError(f"unknown fault kinds {sorted(unknown)}")
@@ -57,13 +66,14 @@ class FaultProxy:
         self.upstream_host, self.upstream_port = up.hostname or "127.0.0.1", up.port or 80
         self.rate, self.max_faults, self.active_s = rate, max_faults, active_s
         self.kinds, self.methods = kinds, methods
+        self.match = re.compile(match) if match else None
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
         self._started: float | None = None
         self.requests = 0
         self.faults: Counter[str] = Counter()
         self.log: list[tuple[str, str, str]] = []  # (method, path, fault kind) of each injected fault
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
+        self._server = _QuietServer(("127.0.0.1", 0), self._handler_class())
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, name="faultproxy", daemon=True)
 
@@ -106,6 +116,8 @@ class FaultProxy:
             if not hit or sum(self.faults.values()) >= self.max_faults or now - self._started > self.active_s:
                 return None
             if self.methods is not None and method not in self.methods:
+                return None
+            if self.match is not None and not self.match.search(unquote(path)):
                 return None
             if kind == "truncate" and method != "GET":
                 kind = "reset_after"

@@ -530,31 +530,47 @@ class _Replay:
             s.close()
 
 
-def _collate(samples: list[_Sample], plan: _Plan, epoch: int, pad: bool) -> dict[str, Any]:
-    """Right-pad to the longest sample; int64 tensors (attention_mask 0/1)."""
-    n = len(samples)
-    width = max(int(s.ids.shape[0]) for s in samples)
-    ids = np.full((n, width), plan.pad_id, dtype=np.int64)
-    mask = np.zeros((n, width), dtype=np.int64)
-    for i, s in enumerate(samples):
-        k = s.ids.shape[0]
-        ids[i, :k] = s.ids
-        mask[i, :k] = 1
+def _pack(samples: list[_Sample], epoch: int, pad: bool, pair: bool) -> dict[str, Any]:
+    """A batch as compact numpy arrays: ids concatenated in their stored dtype, plus lengths.
+
+    This is what crosses from a DataLoader worker to the main process. It is a
+    few times smaller than padded int64 tensors, and numpy arrays go through
+    the worker pipe in one message. Tensors would each need a shared-memory
+    segment and a file descriptor, which cost more than the decoding here.
+    """
     out: dict[str, Any] = {
-        "input_ids": torch.from_numpy(ids),
-        "attention_mask": torch.from_numpy(mask),
-        "sample_ids": torch.tensor([s.gid for s in samples], dtype=torch.int64),
-        "epoch": torch.full((n,), epoch, dtype=torch.int64),
-        "is_pad": torch.full((n,), pad, dtype=torch.bool),
+        "ids": np.concatenate([s.ids for s in samples]),
+        "lens": np.array([s.ids.shape[0] for s in samples], dtype=np.int64),
+        "gids": np.array([s.gid for s in samples], dtype=np.int64),
+        "epoch": epoch, "pad": pad,
     }
-    if plan.pair:
+    if pair:
+        out["tt"] = np.concatenate([s.tt if s.tt is not None else np.zeros(s.ids.shape[0], np.uint8)
+                                    for s in samples])
+        out["labels"] = np.array([IGNORE_LABEL if s.label is None else s.label for s in samples], dtype=np.int64)
+    return out
+
+
+def _collate(packed: dict[str, Any], pad_id: int) -> dict[str, torch.Tensor]:
+    """Right-pad a packed batch to its longest sample: int64 tensors (attention_mask 0/1)."""
+    lens = packed["lens"]
+    n, width = len(lens), int(lens.max())
+    # Row i, column c is a token when c < lens[i]; scatter the concatenated ids there.
+    mask = np.arange(width)[None, :] < lens[:, None]
+    ids = np.full((n, width), pad_id, dtype=np.int64)
+    ids[mask] = packed["ids"]
+    out = {
+        "input_ids": torch.from_numpy(ids),
+        "attention_mask": torch.from_numpy(mask.astype(np.int64)),
+        "sample_ids": torch.from_numpy(packed["gids"]),
+        "epoch": torch.full((n,), packed["epoch"], dtype=torch.int64),
+        "is_pad": torch.full((n,), packed["pad"], dtype=torch.bool),
+    }
+    if "tt" in packed:
         tt = np.zeros((n, width), dtype=np.int64)
-        for i, s in enumerate(samples):
-            if s.tt is not None:
-                tt[i, : s.tt.shape[0]] = s.tt
+        tt[mask] = packed["tt"]
         out["token_type_ids"] = torch.from_numpy(tt)
-        out["sentence_labels"] = torch.tensor(
-            [IGNORE_LABEL if s.label is None else s.label for s in samples], dtype=torch.int64)
+        out["sentence_labels"] = torch.from_numpy(packed["labels"])
     return out
 
 
@@ -584,7 +600,7 @@ def _iter_unit(plan: _Plan, unit: int, start: dict[str, Any], policy: str,
                     samples, part, is_pad = replay.next(), None, True
                     pad_done += 1
                 done += 1
-                batch = _collate(samples, plan, epoch, is_pad)
+                batch = _pack(samples, epoch, is_pad, plan.pair)
                 batch["_meta"] = {"unit": unit, "epoch": epoch, "part": part, "pad": pad_done,
                                   "skipped": list(ctx.new)}
                 ctx.new.clear()
@@ -610,6 +626,10 @@ class _UnitDataset(IterableDataset):
         w = 0 if info is None else info.id
         unit = (w + self.rotation) % n
         return _iter_unit(self.plan, unit, self.starts[unit], self.policy, self.epochs)
+
+
+def _identity(x: Any) -> Any:
+    return x
 
 
 def _worker_init(_: int) -> None:
@@ -718,12 +738,14 @@ class ShardLoader:
             source = _iter_unit(self.plan, 0, starts[0], self.corrupt_policy, self.epochs)
         else:
             ds = _UnitDataset(self.plan, starts, self._t % self.units, self.corrupt_policy, self.epochs)
+            # collate_fn=_identity: keep the packed numpy batch as it is (see _pack).
             source = iter(DataLoader(ds, batch_size=None, num_workers=self.num_workers,
-                                     pin_memory=self.pin_memory, worker_init_fn=_worker_init))
+                                     collate_fn=_identity, worker_init_fn=_worker_init))
         try:
-            for batch in source:
-                self._advance(batch.pop("_meta"))
-                if self.pin_memory and self.num_workers == 0:
+            for packed in source:
+                self._advance(packed.pop("_meta"))
+                batch = _collate(packed, self.plan.pad_id)
+                if self.pin_memory:
                     batch = {k: v.pin_memory() for k, v in batch.items()}
                 yield batch
         finally:

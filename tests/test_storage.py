@@ -1,0 +1,357 @@
+"""Shards on object storage: atomic writes, retries under injected faults, every backend.
+
+Fast tests cover error classification, retry and the atomic writer on each
+backend; slow ones run the real build to gs:// (GCS emulator), s3:// (moto),
+memory:// and a local folder, through a fault-injecting proxy, and kill a
+build mid-way.
+"""
+
+from __future__ import annotations
+
+import errno
+import glob
+import hashlib
+import io
+import os
+import signal
+import subprocess
+import sys
+import tarfile
+import textwrap
+import time
+
+import pytest
+from faultproxy import FaultProxy
+
+from schemas import storage
+from schemas.config import BuildConfig
+from schemas.manifest import Manifest
+from schemas.sample import iter_tar_samples
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def store_config(globs: dict[str, str], target_samples: int = 64) -> BuildConfig:
+    """A small build whose demo corpus keeps most documents (several shards per split)."""
+    from test_build import small_config
+
+    from pipelines.clean import RULE_NAMES
+
+    cfg = small_config(globs).model_dump()
+    # The synthetic corpus repeats phrases; keep the repetition rules from eating it.
+    cfg["clean"]["disabled_rules"] = sorted({"dup_ngrams", "top_ngrams"} & RULE_NAMES)
+    cfg["shards"] = {"target_samples": target_samples, "target_bytes": 1 << 30}
+    return BuildConfig.model_validate(cfg)
+
+
+def shard_digests(root: str, m: Manifest) -> dict[str, str]:
+    """sha256 of every listed shard, read back through our read path."""
+    return {s.name: hashlib.sha256(storage.read_bytes(storage.join(root, s.name))).hexdigest() for s in m.shards}
+
+
+# ---------------------------------------------------------------- error classification (fast)
+
+def test_is_transient_on_what_gcsfs_raises():
+    import aiohttp
+    import requests
+    from gcsfs.retry import HttpError
+
+    assert storage.is_transient(HttpError({"code": 503, "message": "backend error"}))
+    assert storage.is_transient(HttpError({"code": 429, "message": "rate"}))
+    assert storage.is_transient(HttpError({"code": 500, "message": ""}))
+    # gcsfs turns 502 into a bare requests ProxyError (no code, empty message)
+    assert storage.is_transient(requests.exceptions.ProxyError())
+    assert storage.is_transient(aiohttp.ServerDisconnectedError())
+    assert storage.is_transient(aiohttp.ClientPayloadError("Response payload is not completed"))
+    assert storage.is_transient(aiohttp.ClientOSError(errno.ECONNRESET, "Connection reset by peer"))
+    # permanent: 501 (emulator's moveTo), 400/403, missing objects
+    assert not storage.is_transient(HttpError({"code": 501, "message": "not implemented"}))
+    assert not storage.is_transient(HttpError({"code": 400, "message": "bad"}))
+    assert not storage.is_transient(FileNotFoundError("bkt/x"))
+    assert not storage.is_transient(OSError("Forbidden: bkt/train-000503.tar"))
+    assert not storage.is_transient(ValueError("Bad Request: bkt/train-000502.tar"))
+
+
+def test_is_transient_on_what_s3fs_raises():
+    from botocore.exceptions import ClientError, EndpointConnectionError, ReadTimeoutError
+    from s3fs.errors import translate_boto_error
+
+    def client_error(code: str, status: int) -> ClientError:
+        return ClientError({"Error": {"Code": code, "Message": "x"},
+                            "ResponseMetadata": {"HTTPStatusCode": status}}, "PutObject")
+
+    for code, status in [("SlowDown", 503), ("ServiceUnavailable", 503), ("InternalError", 500)]:
+        assert storage.is_transient(client_error(code, status)), code
+        assert storage.is_transient(translate_boto_error(client_error(code, status))), code  # what s3fs raises
+    assert storage.is_transient(EndpointConnectionError(endpoint_url="http://127.0.0.1:1"))
+    assert storage.is_transient(ReadTimeoutError(endpoint_url="http://127.0.0.1:1"))
+    assert not storage.is_transient(translate_boto_error(client_error("NoSuchKey", 404)))
+    assert not storage.is_transient(translate_boto_error(client_error("AccessDenied", 403)))
+    assert not storage.is_transient(OSError(errno.ENOSPC, "No space left on device"))
+
+
+def test_retry_retries_transient_errors_only():
+    calls = []
+
+    def flaky() -> str:
+        calls.append(1)
+        if len(calls) < 3:
+            raise ConnectionResetError("reset by peer")
+        return "ok"
+
+    assert storage.retry(flaky, "flaky") == "ok" and len(calls) == 3
+    calls.clear()
+
+    def broken() -> None:
+        calls.append(1)
+        raise PermissionError("no")
+
+    with pytest.raises(PermissionError):
+        storage.retry(broken, "broken")
+    assert len(calls) == 1
+    calls.clear()
+
+    def down() -> None:
+        calls.append(1)
+        raise TimeoutError("timed out")
+
+    with pytest.raises(TimeoutError):
+        storage.retry(down, "down", attempts=4)
+    assert len(calls) == 4
+
+
+# ---------------------------------------------------------------- atomic writer on each backend (fast)
+
+@pytest.fixture(params=["file", "memory", "gs", "s3"])
+def store_url(request, tmp_path) -> str:
+    """A fresh, empty folder URL on each backend."""
+    if request.param == "file":
+        return str(tmp_path / "store")
+    if request.param == "memory":
+        return f"memory://sf-{os.getpid()}-{time.monotonic_ns()}"
+    return request.getfixturevalue({"gs": "gcs_bucket", "s3": "s3_bucket"}[request.param]) + "/store"
+
+
+def listing(url: str) -> list[str]:
+    fs, path = storage.get_fs(url)
+    storage.invalidate(fs)
+    try:
+        return sorted(os.path.basename(p) for p in fs.find(path, withdirs=False))
+    except FileNotFoundError:
+        return []
+
+
+def test_atomic_write_roundtrip_on_every_backend(store_url):
+    data = os.urandom(300_000)
+    sha, n = storage.write_stream_atomic(storage.join(store_url, "a.bin"),
+                                         lambda f: [f.write(data[i:i + 65536]) for i in range(0, len(data), 65536)])
+    assert (sha, n) == (hashlib.sha256(data).hexdigest(), len(data))
+    assert storage.read_bytes(storage.join(store_url, "a.bin")) == data
+    with storage.open_read(storage.join(store_url, "a.bin")) as f:
+        assert f.read() == data
+    storage.write_text_atomic(storage.join(store_url, "b.json"), "{}")
+    assert listing(store_url) == ["a.bin", "b.json"]  # no temporaries left behind
+
+
+def test_failed_producer_leaves_nothing_on_every_backend(store_url):
+    def half_then_fail(f) -> None:
+        f.write(b"x" * 100_000)
+        raise RuntimeError("producer died")
+
+    with pytest.raises(RuntimeError):
+        storage.write_stream_atomic(storage.join(store_url, "train-000000.tar"), half_then_fail)
+    assert listing(store_url) == []
+    assert not storage.exists(storage.join(store_url, "train-000000.tar"))
+
+
+KILLED_WRITER = textwrap.dedent("""
+    import os, signal, sys
+    sys.path.insert(0, {root!r})
+    from schemas.storage import write_stream_atomic
+
+    def produce(f):
+        # more than one gcsfs / s3fs upload block, so parts are really sent before the kill
+        for _ in range(12):
+            f.write(os.urandom(1 << 20))
+            f.flush()
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    write_stream_atomic(sys.argv[1], produce)
+""")
+
+
+@pytest.mark.parametrize("backend", ["file", "gs", "s3"])
+def test_writer_killed_mid_stream_leaves_no_final_object(backend, request, tmp_path):
+    if backend == "file":
+        base = str(tmp_path / "store")
+    else:
+        base = request.getfixturevalue({"gs": "gcs_bucket", "s3": "s3_bucket"}[backend]) + "/store"
+    env = dict(os.environ)
+    if backend == "s3":
+        env["FSSPEC_S3_ENDPOINT_URL"] = request.getfixturevalue("s3_emulator")
+    url = storage.join(base, "train-000000.tar")
+    r = subprocess.run([sys.executable, "-c", KILLED_WRITER.format(root=ROOT), url], env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == -signal.SIGKILL, r.stderr
+    assert not storage.exists(url)
+    left = listing(base)
+    assert all(storage.is_tmp_name(n) for n in left), left  # at most a hidden temporary (local disk)
+
+
+# ---------------------------------------------------------------- read path under faults (fast-ish)
+
+def test_read_path_survives_injected_faults(gcs_emulator, gcs_bucket, monkeypatch):
+    import gcsfs
+
+    blobs = {f"train-{i:06d}.tar": os.urandom(200_000 + 1000 * i) for i in range(6)}
+    for name, data in blobs.items():
+        storage.write_bytes_atomic(f"{gcs_bucket}/c/{name}", data)
+    with FaultProxy(gcs_emulator, rate=0.3, seed=11, max_faults=12, methods=("GET",),
+                    kinds=("503", "reset", "reset_after", "truncate")) as proxy:
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", proxy.url)
+        gcsfs.GCSFileSystem.clear_instance_cache()
+        for name, data in blobs.items():
+            assert storage.read_bytes(f"{gcs_bucket}/c/{name}") == data
+            with storage.open_read(f"{gcs_bucket}/c/{name}") as f:
+                assert f.read() == data
+            assert storage.sha256_url(f"{gcs_bucket}/c/{name}") == (hashlib.sha256(data).hexdigest(), len(data))
+    gcsfs.GCSFileSystem.clear_instance_cache()
+    assert proxy.stats["faults"] >= 6, proxy.stats  # the faults really happened
+
+
+# ---------------------------------------------------------------- the real build on every backend (slow)
+
+@pytest.fixture(scope="module")
+def reference(demo_corpus, tmp_path_factory):
+    """A clean local build: every other build must give byte-identical shards."""
+    from pipelines.build import run_build
+
+    cfg = store_config(demo_corpus)
+    out = str(tmp_path_factory.mktemp("reference"))
+    return cfg, out, run_build(cfg, out)
+
+
+@pytest.mark.slow
+def test_names_are_deterministic_and_sample_keys_unique(reference):
+    _, out, m = reference
+    for split in ("train", "valid"):
+        names = [s.name for s in m.shards_of(split)]
+        assert names == [f"{split}-{i:06d}.tar" for i in range(len(names))]
+    assert len(m.shards_of("train")) >= 3
+    keys: list[str] = []
+    for s in m.shards:
+        with open(os.path.join(out, s.name), "rb") as f:
+            keys += [k for k, _ in iter_tar_samples(f)]
+    assert len(keys) == len(set(keys)) == sum(s.samples for s in m.shards)
+    assert sorted(os.path.basename(p) for p in glob.glob(os.path.join(out, "*.tar"))) == sorted(
+        s.name for s in m.shards)
+    assert not glob.glob(os.path.join(out, "**", ".*.tmp"), recursive=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["gs", "s3", "memory"])
+def test_build_to_object_store_matches_local_build(backend, reference, request):
+    from pipelines.build import run_build
+    from shardforge.validate import validate_corpus
+
+    cfg, _, ref = reference
+    if backend == "memory":
+        out = f"memory://corpus-{os.getpid()}"
+    else:
+        out = request.getfixturevalue({"gs": "gcs_bucket", "s3": "s3_bucket"}[backend]) + "/corpus"
+    m = run_build(cfg, out)
+    assert [(s.name, s.sha256, s.bytes) for s in m.shards] == [(s.name, s.sha256, s.bytes) for s in ref.shards]
+    assert shard_digests(out, m) == {s.name: s.sha256 for s in m.shards}
+    rep = validate_corpus(out, jobs=2)
+    assert rep.ok and not rep.warnings, (rep.errors, rep.warnings)
+    assert not [n for n in listing(out) if storage.is_tmp_name(n)]
+
+
+@pytest.mark.slow
+def test_build_through_fault_proxy_loses_nothing(reference, gcs_emulator, gcs_bucket, monkeypatch):
+    """503s, resets and lost replies on shard, manifest and tokenizer traffic: the corpus is still exact."""
+    import gcsfs
+
+    from pipelines.build import run_build
+    from shardforge.validate import validate_corpus
+
+    cfg, _, ref = reference
+    out = f"{gcs_bucket}/faulty"
+    with FaultProxy(gcs_emulator, rate=0.3, seed=5, max_faults=16, active_s=240,
+                    match=r"\.tar|manifest\.json|spm\.model") as proxy:
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", proxy.url)
+        gcsfs.GCSFileSystem.clear_instance_cache()
+        m = run_build(cfg, out)
+        build_faults = proxy.stats["faults"]
+        # the loader-side read path and validate survive faults too (the budget may be spent by now)
+        rep = validate_corpus(out, jobs=2)
+    gcsfs.GCSFileSystem.clear_instance_cache()
+    assert build_faults >= 8, proxy.stats
+    assert any(".tar" in path for _, path, _ in proxy.log)
+    assert m.to_json() == ref.to_json()  # nothing lost, duplicated or changed
+    assert rep.ok, rep.errors
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", gcs_emulator)
+    assert shard_digests(out, m) == {s.name: s.sha256 for s in ref.shards}
+    names = listing(out)
+    assert sorted(n for n in names if n.endswith(".tar")) == sorted(s.name for s in ref.shards)
+
+
+@pytest.mark.slow
+def test_killed_build_leaves_no_manifest_and_rerun_is_identical(demo_corpus, tmp_path):
+    """SIGKILL a build once shards appear; then rerun over the debris: byte-identical to a clean build."""
+    from pipelines.build import run_build
+
+    cfg = store_config(demo_corpus, target_samples=8)  # many shards: a wide window to land the kill in
+    cfg_path = tmp_path / "build.json"
+    cfg_path.write_text(cfg.model_dump_json())
+    out = tmp_path / "killed"
+    proc = subprocess.Popen([sys.executable, "-m", "pipelines.build", "--config", str(cfg_path),
+                             "--output", str(out)], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 240
+    try:
+        while time.monotonic() < deadline and proc.poll() is None:
+            if out.exists() and any(n.endswith(".tar") or (".tar." in n and n.endswith(".tmp"))
+                                    for n in os.listdir(out)):
+                break
+            time.sleep(0.005)
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait(timeout=30)
+    assert proc.returncode == -signal.SIGKILL, "the build finished before the kill; no mid-way state tested"
+    assert not (out / "manifest.json").exists()
+
+    clean = tmp_path / "clean"
+    ref = run_build(cfg, str(clean))
+    want = {s.name: s.sha256 for s in ref.shards}
+    # whatever the kill left under a final shard name is complete and correct
+    for p in glob.glob(str(out / "*.tar")):
+        got = hashlib.sha256(open(p, "rb").read()).hexdigest()
+        assert got == want[os.path.basename(p)], f"partial shard under a final name: {p}"
+
+    m = run_build(cfg, str(out))  # rerun over the debris
+    assert (out / "manifest.json").read_bytes() == (clean / "manifest.json").read_bytes()
+    assert {s.name: s.sha256 for s in m.shards} == want
+    for s in m.shards:
+        assert (out / s.name).read_bytes() == (clean / s.name).read_bytes()
+    assert sorted(os.path.basename(p) for p in glob.glob(str(out / "*.tar"))) == sorted(want)
+
+
+@pytest.mark.slow
+def test_shard_members_are_spec_only(reference):
+    """Every member of every shard is in the spec; the tar itself has no links, dirs or absolute names."""
+    _, out, m = reference
+    for s in m.shards:
+        with tarfile.open(os.path.join(out, s.name)) as t:
+            for info in t.getmembers():
+                assert info.isfile() and not info.name.startswith("/") and ".." not in info.name
+                assert info.name.split(".", 1)[1] in m.members
+        with open(os.path.join(out, s.name), "rb") as f:
+            assert sum(1 for _ in iter_tar_samples(io.BufferedReader(f))) == s.samples
+
+
+def test_local_tmp_cleanup(tmp_path):
+    """A dangling hidden temporary is ignored by the next write and never counted as a shard."""
+    (tmp_path / ".train-000000.tar.deadbeef.tmp").write_bytes(b"partial")
+    storage.write_bytes_atomic(str(tmp_path / "train-000000.tar"), b"whole")
+    assert (tmp_path / "train-000000.tar").read_bytes() == b"whole"
+    assert storage.is_tmp_name(".train-000000.tar.deadbeef.tmp")
