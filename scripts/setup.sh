@@ -12,8 +12,14 @@ fi
 stamp=.venv/.shardforge-installed
 want=$(sha256sum pyproject.toml | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-  .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q "torch==2.13.0"
-  .venv/bin/python -m pip install -q -e ".[pipelines,trainer,dev]"
+  log=.venv/install.log
+  echo "installing shardforge and its dependencies into .venv (log: $log) ..."
+  if ! { .venv/bin/python -m pip install --upgrade pip \
+         && .venv/bin/python -m pip install "torch==2.13.0" \
+         && .venv/bin/python -m pip install -e ".[pipelines,trainer,dev]"; } >"$log" 2>&1; then
+    tail -n 40 "$log"
+    echo "installation failed; full log in $log" >&2
+    exit 1
+  fi
   echo "$want" > "$stamp"
 fi

@@ -218,10 +218,13 @@ def validate_corpus(url: str, jobs: int = 4, progress: bool = False) -> Validati
             rep.tokens += sr.tokens
             rep.bytes += sr.bytes
             rep.errors.extend(f"{info.name}: {p}" for p in sr.problems)
+            clashes: dict[str, list[str]] = {}
             for k in sr.keys:
-                if k in seen_keys and seen_keys[k] != info.name:
-                    rep.errors.append(f"{info.name}: sample key {k} also in {seen_keys[k]}")
-                seen_keys.setdefault(k, info.name)
+                other = seen_keys.setdefault(k, info.name)
+                if other != info.name:
+                    clashes.setdefault(other, []).append(k)
+            for other, keys in clashes.items():
+                rep.errors.append(f"{info.name}: {len(keys)} sample keys also in {other} (e.g. {keys[0]})")
             if bar is not None:
                 bar.update(1)
     if bar is not None:

@@ -125,7 +125,7 @@ def test_validate_checks_the_sample_spec_against_the_manifest(corpus, copy):
     replace_shard(copy, shards[0].name, tar_bytes(wrong_dtype))
     # 2: a sequence longer than max_seq_len
     long_ids = np.full(m.max_seq_len + 5, 7, dtype=np.uint16)
-    replace_shard(copy, shards[1].name, tar_bytes([("train-99999-00000000", encode_sample(long_ids, vocab))]),
+    replace_shard(copy, shards[1].name, tar_bytes([("train-99999-00000000", encode_sample(long_ids, vocab, meta={"doc_ids": ["x"]}))]),
                   samples=1, tokens=len(long_ids))
     # 3: manifest counts that do not match the shard
     s2 = shard_samples(copy, shards[2].name)
@@ -139,7 +139,7 @@ def test_validate_checks_the_sample_spec_against_the_manifest(corpus, copy):
     assert f"{shards[0].name}: sample" in text and "dtype int32, manifest says uint16" in text
     assert f"> max_seq_len {m.max_seq_len}" in text
     assert f"{shards[2].name}: {len(s2)} samples, manifest says {len(s2) + 1}" in text
-    assert "also in" in text and shards[4].name in text
+    assert f"{shards[4].name}: {shards[4].samples} sample keys also in {shards[3].name}" in text
     assert "missing members ['json']" not in text  # spec members are all present
 
 
