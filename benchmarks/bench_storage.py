@@ -93,6 +93,11 @@ def bench_target(base: str, shards: list[list], blobs: list[bytes], repeats: int
             storage.write_stream_atomic(storage.join(base, f"ours/train-{i:06d}.tar"),
                                         lambda f, s=samples: write_tar(f, s))
 
+    def ours_write_bytes() -> None:
+        for i, data in enumerate(blobs):
+            storage.write_stream_atomic(storage.join(base, f"ours/train-{i:06d}.tar"),
+                                        lambda f, d=data: f.write(d))
+
     def plain_write() -> None:
         for i, data in enumerate(blobs):
             _, path = storage.get_fs(storage.join(base, f"plain/train-{i:06d}.tar"))
@@ -118,6 +123,7 @@ def bench_target(base: str, shards: list[list], blobs: list[bytes], repeats: int
     res = {}
     # Interleave ours and baseline so drift on the shared machine hits both alike.
     res["write_plain"] = total_mb / timed(plain_write, repeats)
+    res["write_ours_bytes"] = total_mb / timed(ours_write_bytes, repeats)
     res["write_ours"] = total_mb / timed(ours_write, repeats)
     res["read_plain"] = total_mb / timed(plain_read, repeats)
     res["read_ours_bytes"] = total_mb / timed(ours_read_bytes, repeats)
@@ -188,23 +194,30 @@ def main(argv: list[str] | None = None) -> int:
         f"Machine: {machine()}.",
         "",
         "Baseline: a plain fsspec copy of the same tar bytes (`open(...,'wb').write`, `cat_file`). "
-        "Ours, write: tar encoding + `write_stream_atomic` (sha256+MD5, temporary name, fsync / server-side "
-        "copy, size+MD5 check). Ours, read: `read_bytes` (readahead, retries) and `open_read` + tar parse + "
+        "Ours, write: `write_stream_atomic` of the same bytes (sha256+MD5, temporary name, fsync on disk / "
+        "server-side copy on GCS, size+MD5 check), and the whole shard path (tar encoding of the samples "
+        "streamed through it). Ours, read: `read_bytes` (readahead, retries), and `open_read` + tar parse + "
         "decode of every sample.",
         "",
-        "| target | plain write MB/s | ours write MB/s | write ratio | plain read MB/s | ours read MB/s "
-        "| read ratio | ours read+decode MB/s | read+decode ratio |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| target | plain write | ours write (same bytes) | ratio | ours encode+write | ratio "
+        "| plain read | ours read_bytes | ratio | ours read+parse+decode | ratio |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for target, r in results.items():
+        wp, rp = r["write_plain"], r["read_plain"]
         lines.append(
-            f"| {target} | {r['write_plain']:.0f} | {r['write_ours']:.0f} | {r['write_ours'] / r['write_plain']:.2f} "
-            f"| {r['read_plain']:.0f} | {r['read_ours_bytes']:.0f} | {r['read_ours_bytes'] / r['read_plain']:.2f} "
-            f"| {r['read_ours_decode']:.0f} | {r['read_ours_decode'] / r['read_plain']:.2f} |")
-        print(f"{target}: write ours/plain {r['write_ours'] / r['write_plain']:.2f} "
-              f"({r['write_ours']:.0f} vs {r['write_plain']:.0f} MB/s); read ours/plain "
-              f"{r['read_ours_bytes'] / r['read_plain']:.2f} ({r['read_ours_bytes']:.0f} vs "
-              f"{r['read_plain']:.0f} MB/s); read+decode {r['read_ours_decode']:.0f} MB/s")
+            f"| {target} | {wp:.0f} | {r['write_ours_bytes']:.0f} | {r['write_ours_bytes'] / wp:.2f} "
+            f"| {r['write_ours']:.0f} | {r['write_ours'] / wp:.2f} "
+            f"| {rp:.0f} | {r['read_ours_bytes']:.0f} | {r['read_ours_bytes'] / rp:.2f} "
+            f"| {r['read_ours_decode']:.0f} | {r['read_ours_decode'] / rp:.2f} |")
+        print(f"{target}: write ours/plain {r['write_ours_bytes'] / wp:.2f} ({r['write_ours_bytes']:.0f} vs "
+              f"{wp:.0f} MB/s), with tar encoding {r['write_ours'] / wp:.2f}; read ours/plain "
+              f"{r['read_ours_bytes'] / rp:.2f} ({r['read_ours_bytes']:.0f} vs {rp:.0f} MB/s), "
+              f"with tar parse + decode {r['read_ours_decode'] / rp:.2f}")
+    lines += ["", "All numbers MB/s of tar bytes; ratio = ours / plain. Samples are "
+              f"{args.seq_len}-token uint16 sequences (~1 KB each), so the encode / decode columns are "
+              "dominated by Python's tarfile and np.load per-sample costs (about 100-200 µs per sample, "
+              "i.e. 5-10k samples/s per core), not by storage."]
     lines.append("")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text("\n".join(lines))

@@ -141,9 +141,12 @@ def list_raw_files(pattern: str) -> list[RawFile]:
     """
     fs, path = get_fs(pattern)
     invalidate(fs)
-    if not any(c in path for c in "*?["):
-        path = path.rstrip("/") + "/**"
-    found = retry(lambda: fs.glob(path, detail=True), f"glob {pattern}")
+    if any(c in path for c in "*?["):
+        found = retry(lambda: fs.glob(path, detail=True), f"glob {pattern}")
+    elif retry(lambda: fs.isfile(path), f"isfile {pattern}"):
+        found = {path: retry(lambda: fs.info(path), f"info {pattern}")}
+    else:  # a folder: everything under it
+        found = retry(lambda: fs.find(path, detail=True), f"find {pattern}")
     out = []
     for p, info in sorted(found.items()):
         if info.get("type", "file") != "file" or posixpath.basename(p).startswith("."):
@@ -275,7 +278,11 @@ def recover(root: str, clean_orphans: bool = True) -> CorpusState:
         m = parse_manifest(text, join(root, MANIFEST_NAME))
         if m.version != 1 or m.parent is not None:
             raise UserError(f"{root}: manifest.json is version {m.version}; cannot adopt it as version 1")
-        write_text_atomic(join(root, version_manifest_name(1)), text)
+        if not m.inputs:
+            # The build's files count as absorbed by version 1 (as they are now): were they
+            # ingested again, their doc_ids would equal the indexed ones.
+            m = m.model_copy(update={"inputs": _adopted_inputs(m)})
+        write_text_atomic(join(root, version_manifest_name(1)), m.to_json())
         versions = [1]
         repaired.append("adopted manifest.json as version 1")
     ledger: dict[str, LedgerEntry] = {}
@@ -317,6 +324,20 @@ def recover(root: str, clean_orphans: bool = True) -> CorpusState:
     for r in repaired:
         log.warning("recover %s: %s", root, r)
     return CorpusState(root, versions, latest, ledger, repaired)
+
+
+def _adopted_inputs(m: Manifest) -> list[InputFile]:
+    """The files a plain build's sources match now (best effort: a source that cannot be listed is skipped)."""
+    out: list[InputFile] = []
+    for src in m.config.get("sources", []):
+        try:
+            files = list_raw_files(src["input"])
+        except Exception as e:  # noqa: BLE001 - a redacted or vanished input must not block adoption
+            log.warning("adopting: cannot list source %s (%s): its files are not recorded", src.get("name"), e)
+            continue
+        out += [InputFile(path=redact_url(f.url), source=src["name"], size=f.size, fingerprint=fingerprint(f))
+                for f in files]
+    return out
 
 
 def _remove_orphan_shards(root: str, latest: Manifest | None) -> list[str]:

@@ -78,7 +78,7 @@ def run_ranks(url: str, out: Path, kw: dict[str, Any], gather_at: int) -> list[d
 @pytest.mark.parametrize("extra", [
     pytest.param({"num_workers": 0}, id="fixed"),
     pytest.param({"num_workers": 1, "tokens_per_batch": 60, "batch_size": None, "corrupt_policy": "skip"},
-                 id="tokens-workers-corrupt", marks=pytest.mark.slow),
+                 id="tokens-workers-corrupt"),
 ])
 def test_two_gloo_ranks_take_equal_steps_and_resume_on_one(tmp_path: Path, extra: dict[str, Any]) -> None:
     url = make_corpus(tmp_path / "c", UNEVEN)
