@@ -80,7 +80,7 @@ def write_file(folder: Path, name: str, seed: int, docs: int) -> Path:
 # ------------------------------------------------------------------ 1. trickle
 
 
-def bench_trickle(work: Path, files: int, interval: float, docs: int) -> dict:
+def bench_trickle(work: Path, files: int, interval: float, docs: int, seed_docs: int) -> dict:
     from pipelines.build import run_build
     from pipelines.ingest import committed_versions, read_ledger
     from schemas.config import BuildConfig
@@ -90,7 +90,7 @@ def bench_trickle(work: Path, files: int, interval: float, docs: int) -> dict:
     cfg_path = work / "config.json"
     cfg_path.write_text(json.dumps(config()))
     for i in range(2):
-        write_file(raw, f"seed-{i}.jsonl", 1000 + i, docs)
+        write_file(raw, f"seed-{i}.jsonl", 1000 + i, seed_docs)
     log = open(work / "serve.log", "wb")
     cmd = [sys.executable, "-m", "pipelines.serve", "--watch", str(raw / "*.jsonl"), "--corpus", str(corpus),
            "--source", SOURCE, "--poll", "1", "--settle", "0", "--config", str(cfg_path)]
@@ -143,7 +143,8 @@ def bench_trickle(work: Path, files: int, interval: float, docs: int) -> dict:
                 inc.append(float(line.split("new shards, ")[1].split(" s")[0]))
     mean_inc = sum(inc) / len(inc) if inc else float("nan")
     return {
-        "files": files, "interval_s": interval, "docs_per_file": docs, "versions": len(versions),
+        "files": files, "interval_s": interval, "docs_per_file": docs, "seed_docs": 2 * seed_docs,
+        "versions": len(versions),
         "files_per_version": {v: len(es) for v, es in sorted(per_version.items())},
         "v1_seconds": v1_seconds, "lag_min": lags[0], "lag_median": lags[len(lags) // 2], "lag_max": lags[-1],
         "docs_per_s": files * docs / span, "mb_per_s": sum(e.size for e in trickle) / span / 1e6,
@@ -236,7 +237,8 @@ def render(trickle: dict | None, index: dict | None, args: argparse.Namespace) -
     if trickle:
         t = trickle
         out += ["## Steady trickle: lag and throughput", "",
-                f"serve (subprocess, --poll 1 --settle 0) on a local folder; version 1 from 2 files "
+                f"serve (subprocess, --poll 1 --settle 0) on a local folder; version 1 from 2 files of "
+                f"{t['seed_docs'] // 2} documents "
                 f"({t['v1_seconds']:.1f} s incl. process start and tokenizer training), then {t['files']} files of "
                 f"{t['docs_per_file']} documents, one every {t['interval_s']:g} s. Files per version: "
                 f"{t['files_per_version']}.", "",
@@ -275,7 +277,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--files", type=int, default=6, help="Files in the trickle.")
     ap.add_argument("--interval", type=float, default=6.0, help="Seconds between landing files.")
-    ap.add_argument("--docs", type=int, default=40, help="Documents per file.")
+    ap.add_argument("--docs", type=int, default=40, help="Documents per trickled file.")
+    ap.add_argument("--seed_docs", type=int, default=600, help="Documents in each of version 1's two files.")
     ap.add_argument("--index_sizes", type=int, nargs="*", default=[10_000, 100_000])
     ap.add_argument("--new_docs", type=int, default=200, help="New documents deduplicated against each index.")
     ap.add_argument("--skip_trickle", action="store_true")
@@ -283,7 +286,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="bench-ingest-"))
     try:
-        trickle = None if args.skip_trickle else bench_trickle(work / "trickle", args.files, args.interval, args.docs)
+        trickle = None if args.skip_trickle else bench_trickle(work / "trickle", args.files, args.interval, args.docs,
+                                                           args.seed_docs)
         if trickle:
             print(json.dumps(trickle, indent=1, default=str))
             print(f"ratio full rebuild / incremental batch: {trickle['ratio_rebuild_over_incremental']:.2f}x")

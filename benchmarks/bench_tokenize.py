@@ -156,8 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(("library: sp.encode(all sentences, num_threads=T), one call", t,
                      best_of(lambda t=t: sp.encode(sents, num_threads=t), args.repeats)))
         rows.append((f"stage, plain Python: encode_documents, batches of {args.batch} docs", t,
-                     best_of(lambda t=t: [encode_documents(docs[i: i + args.batch], model, t)
-                                          for i in range(0, len(docs), args.batch)], args.repeats)))
+                     best_of(lambda t=t: encode_documents(docs, model, t, args.batch), args.repeats)))
         n = run_beam(docs[:50], model, args.batch, t)  # warm imports
         assert n > 0
         rows.append((f"stage, Beam FnApiRunner: Create → Tokenize(batch {args.batch}) → sum", t,

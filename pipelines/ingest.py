@@ -42,6 +42,7 @@ from typing import Any
 from schemas.config import BuildConfig, SourceConfig
 from schemas.errors import UserError
 from schemas.manifest import (
+    LATEST_NAME,
     MANIFEST_NAME,
     InputFile,
     Manifest,
@@ -65,7 +66,7 @@ from schemas.storage import (
 
 log = logging.getLogger("shardforge.ingest")
 
-LATEST = "latest"
+LATEST = LATEST_NAME
 VERSIONS_DIR = "versions"
 INGEST_DIR = "ingest"
 LEDGER_DIR = "ingest/ledger"

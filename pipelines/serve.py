@@ -123,7 +123,7 @@ def run(argv: list[str], stopper: Stopper | None = None) -> int:
     if not watch:
         raise UserError("--watch GLOB is required (none is recorded in the corpus yet)")
     source_name = args.source or recorded.get("source") or "other"
-    build_argv = [a for a in rest if a not in beam_args]
+    build_argv = rest  # BuildOptions parses the build flags and ignores the Beam ones
     source = SourceConfig(name=source_name, input=watch,
                           **({"format": build_known.format} if build_known.format else {}))
     stopper = stopper or Stopper()
@@ -161,6 +161,8 @@ def _loop(args: argparse.Namespace, corpus: str, watch: str, source: SourceConfi
                 first_seen.setdefault(f.url, now)
                 if f.mtime is None or now - f.mtime >= args.settle:
                     ready.append(f)
+            if stopper.requested:
+                break
             if ready:
                 batch = ready[: args.max_files]
                 stopper.in_batch = True

@@ -212,6 +212,7 @@ class _Encode(beam.DoFn):
         self._threads = 1
         self._sp = None
         self._model_sha: str | None = None
+        self._model_ref: bytes | None = None
         self.empty = Metrics.counter("tokenize", "empty_documents")
         self.sentences = Metrics.counter("tokenize", "sentences")
 
@@ -219,9 +220,13 @@ class _Encode(beam.DoFn):
         self._threads = resolve_threads(self.num_threads)
 
     def _processor(self, model: bytes):
+        # The side input is usually the same object batch after batch: skip hashing it then.
+        if self._sp is not None and model is self._model_ref:
+            return self._sp
         sha = sha256_bytes(model)
         if self._sp is None or sha != self._model_sha:
             self._sp, self._model_sha = load_processor(model), sha
+        self._model_ref = model
         return self._sp
 
     def process(self, batch: Sequence[SentencedDocument], model: bytes):
@@ -240,12 +245,13 @@ class _Encode(beam.DoFn):
             yield TokenizedDocument(d.doc_id, d.source, sents, sum(len(s) for s in sents))
 
 
-def encode_documents(docs: Sequence[SentencedDocument], model: bytes, num_threads: int = 1
-                     ) -> list[TokenizedDocument]:
-    """Plain-Python form of the Tokenize stage (for tests and benchmarks)."""
-    fn = _Encode(len(docs), num_threads)
+def encode_documents(docs: Sequence[SentencedDocument], model: bytes, num_threads: int = 1,
+                     batch_docs: int | None = None) -> list[TokenizedDocument]:
+    """Plain-Python form of the Tokenize stage (for tests and benchmarks): one DoFn, batches of batch_docs."""
+    batch = batch_docs or max(1, len(docs))
+    fn = _Encode(batch, num_threads)
     fn.setup()
-    return list(fn.process(docs, model))
+    return [t for i in range(0, len(docs), batch) for t in fn.process(docs[i: i + batch], model)]
 
 
 class Tokenize(beam.PTransform):

@@ -130,6 +130,28 @@ def corpus_root(manifest_url_: str) -> str:
     return manifest_url_.rsplit("/", 1)[0] if "/" in manifest_url_ else "."
 
 
+LATEST_NAME = "latest"  # served corpora: a text file naming the latest "manifest-v{N}.json"
+
+
+def latest_manifest_url(root: str) -> str:
+    """The URL of a corpus's latest manifest: what ``latest`` names, else ``manifest.json``.
+
+    A served corpus (pipelines.serve) commits immutable ``manifest-v{N}.json``
+    versions, each listing all shards up to N (older shards first, unchanged);
+    a follower re-reads this to find new versions.
+    """
+    from schemas.storage import join, read_text
+
+    root = root.rstrip("/")
+    try:
+        name = read_text(join(root, LATEST_NAME)).strip()
+    except FileNotFoundError:
+        return join(root, MANIFEST_NAME)
+    if not name or "/" in name or not name.endswith(".json"):
+        raise UserError(f"{join(root, LATEST_NAME)} does not name a manifest: {name[:80]!r}")
+    return join(root, name)
+
+
 def parse_manifest(text: str, where: str = "manifest") -> Manifest:
     try:
         data = json.loads(text)

@@ -34,7 +34,7 @@ from pipelines.ingest import (
     recover,
 )
 from pipelines.records import make_doc_id
-from schemas.manifest import Manifest
+from schemas.manifest import Manifest, latest_manifest_url
 from shardforge.synth import make_article
 
 pytestmark = pytest.mark.slow
@@ -209,6 +209,7 @@ def test_manifests_chain_and_old_versions_never_change(served):
         assert sha256_file(os.path.join(corpus, name)) == digest
     latest = ms[-1]
     assert read_latest_pointer(corpus) == 3
+    assert latest_manifest_url(corpus) == os.path.join(corpus, "manifest-v3.json")  # what a follower reads
     assert open(os.path.join(corpus, "manifest.json")).read() == open(os.path.join(corpus, "manifest-v3.json")).read()
     # Names continue per split; everything on disk is listed (the killed batch's orphans were cleaned up).
     for split in ("train", "valid"):

@@ -103,14 +103,19 @@ def test_sigterm_saves_a_checkpoint(corpus, tmp_path):
     assert "SIGTERM" in output
 
 
-def test_ddp_two_processes_on_gloo(corpus, tmp_path):
+def test_ddp_two_processes_on_gloo_then_elastic_resume_on_one(corpus, tmp_path):
     out = str(tmp_path / "ddp")
     torchrun = shutil.which("torchrun", path=os.path.dirname(sys.executable)) or "torchrun"
     env = {**os.environ, "PYTHONPATH": REPO, "OMP_NUM_THREADS": "1"}
-    r = subprocess.run([torchrun, "--standalone", "--nproc_per_node", "2", "-m", "trainer.train",
-                        "--data", corpus, "--output", out, "--steps", "6", "--batch_size", "4", "--device", "cpu",
-                        "--set", "global_batch_sequences=16"],
+    args = ["-m", "trainer.train", "--data", corpus, "--output", out, "--steps", "6", "--batch_size", "4",
+            "--device", "cpu", "--set", "global_batch_sequences=16"]
+    r = subprocess.run([torchrun, "--standalone", "--nproc_per_node", "2", *args, "--set", "stop_at=3"],
                        env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    state = load_checkpoint(list_checkpoints(out)[-1][1])
+    assert state["step"] == 3
+    # the checkpoint holds every rank's loader partitions, so one process can take over
+    r = subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     rows = read_metrics(out)
     assert [x["step"] for x in rows] == list(range(1, 7))

@@ -30,7 +30,7 @@ from schemas.errors import UserError
 from schemas.manifest import Manifest, load_manifest
 from schemas.storage import join, local_copy
 from trainer.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from trainer.data import ShardLoader
+from trainer.data import ShardLoader, gather_state_dict
 from trainer.masking import Masker, word_start_table
 from trainer.metrics import MetricsLogger, StarvationMonitor, device_peak_flops, progress_bar
 from trainer.model import Encoder, flops_per_token, resolve_dims
@@ -124,6 +124,17 @@ def model_inputs(batch: dict[str, torch.Tensor], masked: dict[str, torch.Tensor]
     return kw
 
 
+def drop_padding_rows(batch: dict[str, torch.Tensor], masked: dict[str, torch.Tensor]) -> None:
+    """Rows the loader repeats to keep ranks in step (is_pad) carry no loss: each sample counts once per epoch."""
+    pad = batch.get("is_pad")
+    if pad is None:
+        return
+    rows = pad.bool().unsqueeze(1)
+    masked["labels"] = masked["labels"].masked_fill(rows, -100)
+    if "sentence_labels" in batch:
+        batch["sentence_labels"] = batch["sentence_labels"].masked_fill(pad.bool(), -100)
+
+
 def to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
     return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
 
@@ -160,6 +171,7 @@ def evaluate(model: torch.nn.Module, loader: ShardLoader, masker: Masker, cfg: T
     for batch in loader:
         batch = to_device(batch, device)
         masked = masker(batch["input_ids"], batch["sample_ids"], epoch=0, seed=cfg.seed + 1)
+        drop_padding_rows(batch, masked)
         with autocast():
             out = model(**model_inputs(batch, masked))
         s.add(out, int(batch["attention_mask"].sum()), 1.0)
@@ -237,6 +249,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
             log.info("resumed from %s at step %d", ckpt, step)
 
     def checkpoint() -> None:
+        loader_state = gather_state_dict(loader)  # a collective: every rank's partitions, for elastic resume
         if not dd.main:
             return
         rng = {"cpu": torch.get_rng_state()}
@@ -244,7 +257,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
             rng["cuda"] = torch.cuda.get_rng_state()
         save_checkpoint(cfg.output, step, {
             "model": raw_model.state_dict(), "optimizer": optimizer.state_dict(),
-            "scheduler": scheduler.state_dict(), "loader": loader.state_dict(), "rng": rng, "step": step,
+            "scheduler": scheduler.state_dict(), "loader": loader_state, "rng": rng, "step": step,
             "config": cfg.model_dump(mode="json"), "vocab_size": vocab_size,
             "manifest": manifest.tokenizer.sha256,
         }, cfg.keep_last)
@@ -271,6 +284,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
                 wait += time.perf_counter() - tw
                 epoch = int(batch["epoch"][0])
                 masked = masker(batch["input_ids"], batch["sample_ids"], epoch=epoch, seed=cfg.seed)
+                drop_padding_rows(batch, masked)
                 sync = contextlib.nullcontext()
                 if dd.world_size > 1 and micro < accum - 1:
                     sync = model.no_sync()  # type: ignore[operator]
