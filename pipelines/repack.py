@@ -110,7 +110,7 @@ def resolve_parent(url: str) -> Parent:
         given_folder = None
     else:
         # The tokenized folder itself: its corpus is the folder above it.
-        root = url.rsplit("/", 1)[0]
+        root = url.rsplit("/", 1)[0] or "/"
         if not exists(join(root, MANIFEST_NAME)):
             raise UserError(f"no corpus manifest at {url} or at {root}: repack needs the parent corpus "
                             "(its manifest names the tokenizer, the accounting and the config)")

@@ -435,3 +435,39 @@ def test_more_units_than_partitions_still_equal_steps(corpus: str) -> None:
     assert len({len(r) for r in runs}) == 1
     assert all(bool(b["is_pad"].all()) for b in runs[2])
     assert sorted(i for r in runs for i in real_ids(r)) == split_gids(UNEVEN)
+
+
+# ------------------------------------------------------------ following a growing corpus
+
+def publish_version(root: Path, n: int, train: list[int]) -> None:
+    """Write manifest-v{n}.json for shards `train` (appending shards, as pipelines.serve does) and point latest at it."""
+    staging = root.parent / f"staging-v{n}"
+    make_corpus(staging, train)
+    root.mkdir(parents=True, exist_ok=True)
+    for shard in staging.glob("*.tar"):
+        if not (root / shard.name).exists():
+            (root / shard.name).write_bytes(shard.read_bytes())
+    (root / f"manifest-v{n}.json").write_text((staging / "manifest.json").read_text())
+    (root / "latest").write_text(f"manifest-v{n}.json\n")
+
+
+def test_follow_adopts_a_new_version_at_the_epoch_boundary_and_resumes_on_it(tmp_path: Path) -> None:
+    root = tmp_path / "served"
+    publish_version(root, 1, [10, 7])
+    loader = ShardLoader(str(root), follow=True, batch_size=4, shuffle_buffer=8, partitions=4)
+    it = iter(loader)
+    first = [next(it) for _ in range(loader.steps_per_epoch - 1)]
+    publish_version(root, 2, [10, 7, 12])  # lands during epoch 0: adopted at the boundary, not before
+    first.append(next(it))
+    assert sorted(real_ids(first, epoch=0)) == list(range(17))
+    assert loader.manifest_url.endswith("manifest-v2.json")
+    second = [next(it) for _ in range(3)]
+    state = roundtrip(loader.state_dict())
+    assert state["manifest"] == "manifest-v2.json"
+    rest = [next(it) for _ in range(loader.steps_per_epoch - 3)]
+    assert sorted(real_ids(second + rest, epoch=1)) == list(range(29))  # old and new shards, each once
+    publish_version(root, 3, [10, 7, 12, 5])  # a newer version must not change a resumed epoch
+    again = ShardLoader(str(root), follow=True, batch_size=4, shuffle_buffer=8, partitions=4)
+    again.load_state_dict(state)
+    assert again.manifest_url.endswith("manifest-v2.json")
+    assert same_batches(take(again, len(rest)), rest)

@@ -42,7 +42,8 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 from schemas import PAD_ID, storage
 from schemas.config import PAIR_RULES
 from schemas.errors import UserError
-from schemas.manifest import load_manifest
+from schemas.manifest import corpus_root, latest_manifest_url, load_manifest
+from schemas.manifest import manifest_url as manifest_url_of
 from schemas.sample import decode_sample, iter_tar_samples
 
 log = logging.getLogger(__name__)
@@ -655,7 +656,8 @@ class ShardLoader:
     def __init__(self, manifest_url: str, split: str = "train", *, batch_size: int | None = 8,
                  tokens_per_batch: int | None = None, seed: int = 0, rank: int = 0, world_size: int = 1,
                  num_workers: int = 0, shuffle_buffer: int = 1000, corrupt_policy: str = "fail",
-                 pin_memory: bool = False, epochs: int | None = None, partitions: int = 64):
+                 pin_memory: bool = False, epochs: int | None = None, partitions: int = 64,
+                 follow: bool = False):
         if corrupt_policy not in CORRUPT_POLICIES:
             raise UserError(f"corrupt_policy must be one of {CORRUPT_POLICIES}, got {corrupt_policy!r}")
         if tokens_per_batch is None and (batch_size is None or batch_size < 1):
@@ -668,8 +670,13 @@ class ShardLoader:
             raise UserError("partitions and shuffle_buffer must be >= 1, num_workers >= 0")
         if epochs is not None and epochs < 0:
             raise UserError("epochs must be >= 0 or None")
-        self.plan = _Plan(manifest_url, split, seed, partitions, shuffle_buffer,
-                          None if tokens_per_batch is not None else batch_size, tokens_per_batch)
+        self.follow = follow
+        self._plan_args = (split, seed, partitions, shuffle_buffer,
+                           None if tokens_per_batch is not None else batch_size, tokens_per_batch)
+        # Following a served corpus: read what `latest` names (manifest-v{N}.json); else the given manifest.
+        self._root = corpus_root(manifest_url_of(manifest_url))
+        self.manifest_url = latest_manifest_url(self._root) if follow else manifest_url
+        self.plan = _Plan(self.manifest_url, *self._plan_args)
         if self.plan.total_samples == 0:
             raise UserError(f"{manifest_url} has no {split!r} samples")
         self.split = split
@@ -688,6 +695,7 @@ class ShardLoader:
         self.own_parts = [p for p in range(partitions) if p % world_size == rank]
         self._full_segment = self.plan.segment_batches(world_size, self.units, lambda p: self.plan.part_batches[p])
         self.steps_per_epoch: int = self.units * self._full_segment
+        self._plan_changed = False
         self.skipped_shards: list[str] = []
         self._epoch = 0
         self._segment = self._full_segment
@@ -724,10 +732,38 @@ class ShardLoader:
 
     def _next_epoch(self) -> None:
         self._epoch += 1
+        if self.follow:
+            self._maybe_switch_manifest()
         self._segment, self._t, self._pads = self._full_segment, 0, {}
         self._cursors = {p: [0, 0, 0, 0] for p in self.own_parts}
 
+    def _use_manifest(self, url: str) -> None:
+        """Re-plan on another version of the corpus (same loader arguments)."""
+        plan = _Plan(url, *self._plan_args)
+        self.plan, self.manifest_url, self._plan_changed = plan, url, True
+        self._full_segment = plan.segment_batches(self.world_size, self.units, lambda p: plan.part_batches[p])
+        self.steps_per_epoch = self.units * self._full_segment
+
+    def _maybe_switch_manifest(self) -> None:
+        """At an epoch boundary: adopt the corpus's latest version, the same one on every rank.
+
+        New versions only append shards, so global sample ids (and hence the
+        keyed masks) of the samples already there do not change.
+        """
+        latest = _agree_on(latest_manifest_url(self._root))
+        if latest != self.manifest_url:
+            log.info("following corpus: %s -> %s", self.manifest_url, latest)
+            self._use_manifest(latest)
+
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+        while True:
+            self._plan_changed = False
+            yield from self._iter_plan()
+            if not self._plan_changed:
+                return
+            # a followed corpus grew at an epoch boundary: restart the streams on the new plan
+
+    def _iter_plan(self) -> Iterator[dict[str, torch.Tensor]]:
         while self._segment == 0 and (self.epochs is None or self._epoch < self.epochs):
             self._next_epoch()  # an elastic resume can leave an empty remainder
         if self.epochs is not None and self._epoch >= self.epochs:
@@ -743,11 +779,14 @@ class ShardLoader:
                                      collate_fn=_identity, worker_init_fn=_worker_init))
         try:
             for packed in source:
+                pad_id = self.plan.pad_id
                 self._advance(packed.pop("_meta"))
-                batch = _collate(packed, self.plan.pad_id)
+                batch = _collate(packed, pad_id)
                 if self.pin_memory:
                     batch = {k: v.pin_memory() for k, v in batch.items()}
                 yield batch
+                if self._plan_changed:
+                    return
         finally:
             close = getattr(source, "close", None)
             if close is not None:
@@ -784,7 +823,7 @@ class ShardLoader:
         torch.distributed, ``gather_state_dict``).
         """
         return {
-            "version": STATE_VERSION, **self._config(),
+            "version": STATE_VERSION, **self._config(), "manifest": self.manifest_url.rsplit("/", 1)[-1],
             "world_size": self.world_size, "num_workers": self.units, "ranks": [self.rank],
             "epoch": self._epoch, "segment_batches": self._segment, "step_in_segment": self._t,
             "cursors": [[p, *self._cursors[p]] for p in sorted(self._cursors)],
@@ -822,6 +861,11 @@ class ShardLoader:
         count are unchanged, else every remaining sample of the epoch exactly once."""
         if state.get("version") != STATE_VERSION:
             raise UserError(f"loader state version {state.get('version')} is not {STATE_VERSION}")
+        recorded = state.get("manifest")
+        if self.follow and recorded and recorded != self.manifest_url.rsplit("/", 1)[-1]:
+            # resume on the corpus version the checkpoint was reading (immutable), not today's latest
+            self._use_manifest(storage.join(self._root, recorded))
+            self._plan_changed = False
         mine = self._config()
         diff = [k for k in mine if state.get(k) != mine[k]]
         if diff:
@@ -851,6 +895,24 @@ class ShardLoader:
             self.world_size, self.units, lambda p: max(0, self.plan.part_batches[p] - cursors[p][0]))
         self._t = 0
         self._pads = {}
+
+
+def _agree_on(value: str) -> str:
+    """Rank 0's value on every rank (a collective when torch.distributed is initialized)."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return value
+    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" \
+        else torch.device("cpu")
+    data = value.encode("utf-8")
+    size = torch.tensor([len(data)], dtype=torch.int64, device=device)
+    dist.broadcast(size, src=0)  # UTF-8 bytes in uint8 tensors: nothing is pickled
+    buf = torch.zeros(int(size.item()), dtype=torch.uint8, device=device)
+    if dist.get_rank() == 0:
+        buf.copy_(torch.tensor(list(data), dtype=torch.uint8))
+    dist.broadcast(buf, src=0)
+    return bytes(buf.cpu().tolist()).decode("utf-8")
 
 
 def gather_state_dict(loader: ShardLoader, group: Any = None) -> dict[str, Any]:

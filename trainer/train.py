@@ -227,7 +227,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     loader = ShardLoader(cfg.data, "train", batch_size=None if cfg.tokens_per_batch else cfg.batch_size,
                          tokens_per_batch=cfg.tokens_per_batch, seed=cfg.seed, rank=dd.rank,
                          world_size=dd.world_size, num_workers=cfg.num_workers, shuffle_buffer=cfg.shuffle_buffer,
-                         corrupt_policy=cfg.corrupt_shards, pin_memory=device.type == "cuda")
+                         corrupt_policy=cfg.corrupt_shards, pin_memory=device.type == "cuda", follow=cfg.follow)
     valid = None
     if cfg.eval_every and manifest.shards_of("valid"):
         valid = ShardLoader(cfg.data, "valid", batch_size=cfg.batch_size, seed=cfg.seed, rank=dd.rank,
@@ -343,7 +343,8 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
 
 def build_train_config(args: argparse.Namespace, overrides: list[str]) -> TrainConfig:
     data: dict[str, Any] = load_config(TrainConfig, args.config).model_dump() if args.config else {}
-    for k in ("data", "output", "steps", "batch_size", "seed", "num_workers", "tokens_per_batch", "device"):
+    for k in ("data", "output", "steps", "batch_size", "seed", "num_workers", "tokens_per_batch", "device",
+              "follow"):
         v = getattr(args, k)
         if v is not None:
             data[k] = v
@@ -381,6 +382,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tokens_per_batch", type=int, help="Token budget per micro-batch (DOC-SENTENCES).")
     p.add_argument("--num_workers", type=int, help="DataLoader workers per rank.")
     p.add_argument("--seed", type=int)
+    p.add_argument("--follow", action="store_true", default=None,
+                   help="Follow a served corpus: adopt its latest version at every epoch boundary.")
     p.add_argument("--device", help="auto | cpu | cuda | cuda:N")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="Override any config field, e.g. --set model.size=base --set masking.scheme=span")
