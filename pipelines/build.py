@@ -111,7 +111,7 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig, output: str, *,
     else:
         model = sentenced | "TrainTokenizer" >> TrainTokenizer(cfg.tokenizer, cfg.seed, output)
         tokenizer_path = MODEL_PATH
-    tokenized_all = sentenced | "Tokenize" >> Tokenize(model, cfg.tokenizer.encode_batch)
+    tokenized_all = sentenced | "Tokenize" >> Tokenize(model, cfg.tokenizer.encode_batch, cfg.tokenizer.encode_threads)
     tokenized = tokenized_all | "HasTokens" >> beam.Filter(lambda d: d.num_tokens > 0)
 
     outcomes = (

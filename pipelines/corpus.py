@@ -19,7 +19,7 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 
 from pipelines.accounting import check_balanced
-from pipelines.packing import pack_group, split_of, group_of, PackedSequence
+from pipelines.packing import PackedSequence, group_of, pack_group, split_of
 from pipelines.records import TokenizedDocument
 from pipelines.tokenizer import MODEL_PATH, tokenizer_info
 from schemas.config import PAIR_RULES, BuildConfig

@@ -12,7 +12,14 @@ import pytest
 from schemas.config import BuildConfig, TrainConfig, load_config, parse_config
 from schemas.errors import UserError
 from schemas.manifest import Manifest, ShardInfo, TokenizerInfo, load_manifest, parse_manifest
-from schemas.sample import ShardFormatError, decode_sample, encode_sample, ids_dtype, iter_tar_samples, tar_bytes
+from schemas.sample import (
+    ShardFormatError,
+    decode_sample,
+    encode_sample,
+    ids_dtype,
+    iter_tar_samples,
+    tar_bytes,
+)
 
 
 def tiny_manifest(**kw) -> Manifest:
