@@ -18,7 +18,7 @@ import os
 import signal
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -94,23 +94,32 @@ def micro_batches_per_step(cfg: TrainConfig, world: int, max_len: int) -> int:
     return 1
 
 
-@dataclass
 class StepStats:
-    loss: float = 0.0
-    mlm_correct: float = 0.0
-    mlm_count: float = 0.0
-    sentence_correct: float = 0.0
-    sentence_count: float = 0.0
-    tokens: int = 0
-    extra: dict[str, float] = field(default_factory=dict)
+    """Sums of a step's micro-batch outputs, kept on the device: one host sync per step, not per micro-batch."""
+
+    KEYS = ("mlm_correct", "mlm_count", "sentence_correct", "sentence_count")
+
+    def __init__(self) -> None:
+        self._sums: dict[str, torch.Tensor] = {}
+        self.tokens = 0
 
     def add(self, out: dict[str, torch.Tensor], tokens: int, scale: float) -> None:
-        self.loss += float(out["loss"].detach()) * scale
-        self.mlm_correct += float(out.get("mlm_correct", 0))
-        self.mlm_count += float(out.get("mlm_count", 0))
-        self.sentence_correct += float(out.get("sentence_correct", 0))
-        self.sentence_count += float(out.get("sentence_count", 0))
+        self._acc("loss", out["loss"].detach().float() * scale)
+        for k in self.KEYS:
+            if k in out:
+                self._acc(k, out[k].detach().float())
         self.tokens += tokens
+
+    def _acc(self, key: str, value: torch.Tensor) -> None:
+        self._sums[key] = self._sums[key] + value if key in self._sums else value
+
+    def values(self) -> dict[str, float]:
+        """Host values (the one sync); missing keys are 0."""
+        keys = list(self._sums)
+        host = torch.stack([self._sums[k].reshape(()) for k in keys]).cpu().tolist() if keys else []
+        vals = dict.fromkeys(("loss", *self.KEYS), 0.0)
+        vals.update(zip(keys, host, strict=True))
+        return vals
 
 
 def model_inputs(batch: dict[str, torch.Tensor], masked: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -181,11 +190,12 @@ def evaluate(model: torch.nn.Module, loader: ShardLoader, masker: Masker, cfg: T
     model.train()
     if n == 0:
         return {}
-    loss = s.loss / n
+    v = s.values()
+    loss = v["loss"] / n
     res = {"eval_loss": loss, "eval_ppl": math.exp(min(loss, 50.0)),
-           "eval_mlm_acc": s.mlm_correct / max(s.mlm_count, 1.0)}
-    if s.sentence_count:
-        res["eval_sentence_acc"] = s.sentence_correct / s.sentence_count
+           "eval_mlm_acc": v["mlm_correct"] / max(v["mlm_count"], 1.0)}
+    if v["sentence_count"]:
+        res["eval_sentence_acc"] = v["sentence_correct"] / v["sentence_count"]
     return res
 
 
@@ -301,34 +311,42 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
             step += 1
             if device.type == "cuda":
                 torch.cuda.synchronize()
+            v = s.values()
             dt = time.perf_counter() - t0
             tokens = s.tokens * dd.world_size
-            record = {"step": step, "loss": s.loss, "lr": scheduler.get_last_lr()[0],
-                      "mlm_acc": s.mlm_correct / max(s.mlm_count, 1.0), "tokens_per_s": tokens / dt,
+            record = {"step": step, "loss": v["loss"], "lr": scheduler.get_last_lr()[0],
+                      "mlm_acc": v["mlm_correct"] / max(v["mlm_count"], 1.0), "tokens_per_s": tokens / dt,
                       "step_time": dt, "data_wait_share": wait / dt, "epoch": epoch}
-            if s.sentence_count:
-                record["sentence_acc"] = s.sentence_correct / s.sentence_count
+            if v["sentence_count"]:
+                record["sentence_acc"] = v["sentence_correct"] / v["sentence_count"]
             if peak:
                 record["mfu"] = flops_tok * tokens / dt / (peak * dd.world_size)
             starvation.update(record["data_wait_share"])
-            first_loss = s.loss if first_loss is None else first_loss
-            last_loss = s.loss
+            first_loss = v["loss"] if first_loss is None else first_loss
+            last_loss = v["loss"]
             if valid is not None and step % cfg.eval_every == 0:
                 record.update(evaluate(model, valid, masker, cfg, device, autocast))
             metrics.log(record)
             if dd.main and (step % cfg.log_every == 0 or step == cfg.steps):
                 metrics.flush()
-                log.info("step %d loss %.4f lr %.2e tok/s %.0f wait %.0f%%", step, s.loss, record["lr"],
+                log.info("step %d loss %.4f lr %.2e tok/s %.0f wait %.0f%%", step, v["loss"], record["lr"],
                          record["tokens_per_s"], 100 * record["data_wait_share"])
-            bar.set_postfix(loss=f"{s.loss:.3f}", tok_s=f"{record['tokens_per_s']:.0f}",
-                            wait=f"{100 * record['data_wait_share']:.0f}%")
+            postfix = {"loss": f"{v['loss']:.3f}", "tok/s": f"{record['tokens_per_s']:.0f}",
+                       "wait": f"{100 * record['data_wait_share']:.0f}%"}
+            if "mfu" in record:
+                postfix["mfu"] = f"{100 * record['mfu']:.0f}%"
+            bar.set_postfix(postfix)
             bar.update(1)
             stop = preempt.requested or (cfg.stop_at is not None and step >= cfg.stop_at)
+            if dd.world_size > 1:  # ranks may see SIGTERM at different steps: stop together
+                flag = torch.tensor([int(stop)], device=device)
+                dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+                stop = bool(flag.item())
             if (cfg.checkpoint_every and step % cfg.checkpoint_every == 0) or step == cfg.steps or stop:
                 checkpoint()
             if stop:
                 if dd.main:
-                    why = "SIGTERM" if preempt.requested else f"stop_at={cfg.stop_at}"
+                    why = f"stop_at={cfg.stop_at}" if cfg.stop_at is not None and step >= cfg.stop_at else "SIGTERM"
                     log.warning("%s: checkpoint saved at step %d, exiting", why, step)
                 break
     bar.close()
@@ -396,8 +414,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     if int(os.environ.get("RANK", "0")) == 0:
-        print(f"trained {summary['steps']} steps: loss {summary['first_loss']:.4f} -> {summary['last_loss']:.4f}; "
-              f"checkpoints in {join(summary['output'], 'checkpoints')}")
+        if summary["first_loss"] is None:
+            print(f"nothing to do: the run is already at step {summary['steps']}")
+        else:
+            print(f"trained to step {summary['steps']}: loss {summary['first_loss']:.4f} -> "
+                  f"{summary['last_loss']:.4f}; checkpoints in {join(summary['output'], 'checkpoints')}")
     return 0
 
 
