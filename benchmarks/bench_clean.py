@@ -14,20 +14,19 @@ Writes benchmarks/results/clean.md.
 
 from __future__ import annotations
 
-import argparse
 import collections
 import json
-import os
-import platform
 import random
 import re
 import string
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repo root
 
+from benchmarks.common import ROOT, bench_parser, best_of, machine, write_results  # noqa: E402
 from pipelines.clean import (  # noqa: E402
     BULLETS,
     ELLIPSES,
@@ -42,7 +41,6 @@ from pipelines.records import Document, Reject  # noqa: E402
 from pipelines.sentences import split_sentences  # noqa: E402
 from schemas.config import CleanConfig  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
 PUNCT = string.punctuation + "\u2018\u2019\u201c\u201d\u2026\u2013\u2014\u00ab\u00bb"
 
 
@@ -206,14 +204,11 @@ def ours(doc: Document, c: CleanConfig) -> str:
 
 # ------------------------------------------------------------------ timing
 
-def timed(fn, docs, cfg, repeat: int) -> tuple[float, list[str]]:
-    best = float("inf")
-    out: list[str] = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        out = [fn(d, cfg) for d in docs]
-        best = min(best, time.perf_counter() - t0)
-    return best, out
+def timed(fn: Callable[[Document, CleanConfig], str], docs: list[Document], cfg: CleanConfig,
+          repeat: int) -> tuple[float, list[str]]:
+    """Best-of-`repeat` seconds to decide every document, and the decisions."""
+    t = best_of(lambda: [fn(d, cfg) for d in docs], repeat)
+    return t.wall, t.result
 
 
 def beam_seconds(docs: list[Document], cfg: CleanConfig) -> float:
@@ -231,27 +226,11 @@ def beam_seconds(docs: list[Document], cfg: CleanConfig) -> float:
     return time.perf_counter() - t0
 
 
-def machine() -> str:
-    cpu = "unknown"
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    import torch  # only for the version line the results table asks for
-
-    return (f"nproc {os.cpu_count()}, CPU {cpu}, Python {platform.python_version()}, "
-            f"torch {torch.__version__}")
-
-
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = bench_parser(__doc__, "clean")
     ap.add_argument("--docs", type=int, default=2000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--repeat", type=int, default=2)
-    ap.add_argument("--output", default=str(ROOT / "benchmarks/results/clean.md"))
     args = ap.parse_args()
 
     cfg = CleanConfig()
@@ -299,9 +278,7 @@ def main() -> int:
         "pipeline construction and start-up on FnApiRunner, so it understates steady-state throughput. "
         "The machine is shared with other jobs: timings vary by +-30% between runs.",
     ]
-    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.output).write_text("\n".join(lines) + "\n")
-    print(f"wrote {args.output}")
+    write_results(args.out, lines)
     return 0
 
 

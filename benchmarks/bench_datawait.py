@@ -11,55 +11,24 @@ copy as the baseline.
 
 from __future__ import annotations
 
+import json
 import os
+import statistics
+import sys
+from pathlib import Path
 
-os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
-os.environ.setdefault("NO_GCE_CHECK", "true")
-os.environ.setdefault("FSSPEC_GS_TOKEN", "anon")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repo root
 
-import argparse  # noqa: E402
-import json  # noqa: E402
-import platform  # noqa: E402
-import shutil  # noqa: E402
-import socket  # noqa: E402
-import statistics  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
+from benchmarks.common import (  # noqa: E402
+    bench_parser,
+    gcs_emulator,
+    machine,
+    scratch_dir,
+    set_gcsfs_env,
+    write_results,
+)
 
-RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "datawait.md")
-
-
-def machine() -> str:
-    cpu = "unknown"
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    import torch
-
-    return f"nproc={os.cpu_count()}, CPU: {cpu}, python {platform.python_version()}, torch {torch.__version__}"
-
-
-def start_emulator() -> tuple[subprocess.Popen, str]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    exe = shutil.which("gcp-storage-emulator", path=os.path.dirname(sys.executable)) or "gcp-storage-emulator"
-    proc = subprocess.Popen([exe, "start", "--host", "127.0.0.1", "--port", str(port), "--in-memory"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    for _ in range(200):
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                break
-        time.sleep(0.05)
-    url = f"http://127.0.0.1:{port}"
-    os.environ["STORAGE_EMULATOR_HOST"] = url
-    return proc, url
+set_gcsfs_env()  # before anything imports gcsfs
 
 
 def run(data: str, out: str, size: str, steps: int, workers: int, batch: int) -> dict[str, float]:
@@ -79,7 +48,7 @@ def run(data: str, out: str, size: str, steps: int, workers: int, batch: int) ->
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = bench_parser(__doc__, "datawait")
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--sizes", nargs="+", default=["tiny", "base"])
     ap.add_argument("--batch", type=int, default=8)
@@ -92,9 +61,8 @@ def main() -> int:
     from shardforge.demo import demo_build_config
     from shardforge.synth import write_demo_corpus
 
-    tmp = tempfile.mkdtemp(prefix="sf-datawait-")
-    proc, url = start_emulator()
-    try:
+    with scratch_dir("sf-datawait-") as work, gcs_emulator():
+        tmp = str(work)
         globs = write_demo_corpus(os.path.join(tmp, "raw"), docs_per_source=120)
         cfg = demo_build_config(globs).model_copy(deep=True)
         cfg.packing.max_seq_len = 512
@@ -111,9 +79,6 @@ def main() -> int:
                         args.batch)
                 rows.append((size, where, r))
                 print(size, where, json.dumps(r))
-    finally:
-        proc.terminate()
-        shutil.rmtree(tmp, ignore_errors=True)
 
     lines = ["# Data-wait share of step time (is training starved by the loader?)", "",
              f"Machine: {machine()}.", "",
@@ -127,10 +92,8 @@ def main() -> int:
                      f"{r['step_s']:.3f} | {r['tokens_per_s']:.0f} |")
     lines += ["", "Baseline in the same run: the same corpus read from local disk. The trainer logs this share "
               "every step and warns when it stays above 10% for 20 steps."]
-    os.makedirs(os.path.dirname(RESULTS), exist_ok=True)
-    with open(RESULTS, "w") as f:
-        f.write("\n".join(lines) + "\n")
     print("\n".join(lines))
+    write_results(args.out, lines)
     return 0
 
 

@@ -22,40 +22,22 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import random
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repo root
 
+from benchmarks.common import ROOT, bench_parser, command_line, machine, scratch_dir, write_results  # noqa: E402
 from pipelines.options import quiet_beam  # noqa: E402
 from shardforge.synth import make_article  # noqa: E402
 
-RESULTS = ROOT / "benchmarks" / "results" / "ingest.md"
 SOURCE = "news"
-
-
-def machine() -> str:
-    import torch
-
-    cpu = "unknown"
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return (f"nproc {os.cpu_count()}, CPU {cpu}, Python {platform.python_version()}, torch {torch.__version__}, "
-            f"apache-beam {__import__('apache_beam').__version__}, runner FnApiRunner")
 
 
 def config(docs_seed: int = 0) -> dict:
@@ -232,8 +214,9 @@ def bench_index(work: Path, sizes: list[int], new_docs: int) -> dict:
 
 
 def render(trickle: dict | None, index: dict | None, args: argparse.Namespace) -> str:
-    out = ["# Continuous ingest (`pipelines.serve`)", "", f"Machine: {machine()}.", "",
-           f"Command: `python benchmarks/bench_ingest.py {' '.join(sys.argv[1:])}`", ""]
+    out = ["# Continuous ingest (`pipelines.serve`)", "",
+           f"Machine: {machine('apache-beam')}, runner FnApiRunner.", "",
+           f"Command: `{command_line()}`", ""]
     if trickle:
         t = trickle
         out += ["## Steady trickle: lag and throughput", "",
@@ -276,7 +259,7 @@ def render(trickle: dict | None, index: dict | None, args: argparse.Namespace) -
 
 def main(argv: list[str] | None = None) -> int:
     quiet_beam()
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = bench_parser(__doc__, "ingest")
     ap.add_argument("--files", type=int, default=6, help="Files in the trickle.")
     ap.add_argument("--interval", type=float, default=6.0, help="Seconds between landing files.")
     ap.add_argument("--docs", type=int, default=40, help="Documents per trickled file.")
@@ -286,8 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip_trickle", action="store_true")
     ap.add_argument("--skip_index", action="store_true")
     args = ap.parse_args(argv)
-    work = Path(tempfile.mkdtemp(prefix="bench-ingest-"))
-    try:
+    with scratch_dir("bench-ingest-") as work:
         trickle = None if args.skip_trickle else bench_trickle(work / "trickle", args.files, args.interval, args.docs,
                                                            args.seed_docs)
         if trickle:
@@ -298,11 +280,7 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(index, indent=1))
             for r in index["rows"]:
                 print(f"index {r['index']:>9,}: {r['seconds']:.1f} s, {r['ratio_vs_no_index']:.2f}x no index")
-        RESULTS.parent.mkdir(parents=True, exist_ok=True)
-        RESULTS.write_text(render(trickle, index, args))
-        print(f"wrote {RESULTS}")
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+        write_results(args.out, render(trickle, index, args))
     return 0
 
 

@@ -12,29 +12,28 @@ emulator (gcp-storage-emulator on 127.0.0.1), and ours with 2 DataLoader workers
 
 from __future__ import annotations
 
-import os
+import io
+import sys
+import tempfile
+from collections.abc import Callable, Iterable
+from pathlib import Path
 
-# gcsfs must see these before it is imported (ENVIRONMENT.md).
-os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
-os.environ.setdefault("NO_GCE_CHECK", "true")
-os.environ.setdefault("FSSPEC_GS_TOKEN", "anon")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repo root
 
-import argparse  # noqa: E402
-import io  # noqa: E402
-import platform  # noqa: E402
-import shutil  # noqa: E402
-import socket  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-from collections.abc import Callable, Iterable  # noqa: E402
-from pathlib import Path  # noqa: E402
+from benchmarks.common import (  # noqa: E402
+    bench_parser,
+    command_line,
+    gcs_emulator,
+    interleaved,
+    machine,
+    set_gcsfs_env,
+    write_results,
+)
+
+set_gcsfs_env()  # before anything imports gcsfs
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from schemas import PAD_ID  # noqa: E402
 from schemas.manifest import Manifest, ShardInfo, TokenizerInfo  # noqa: E402
@@ -43,7 +42,6 @@ from schemas.storage import sha256_bytes  # noqa: E402
 from trainer.data import ShardLoader  # noqa: E402
 
 VOCAB = 32000
-RESULTS = Path(__file__).resolve().parent / "results" / "loader.md"
 
 
 def make_corpus(root: Path, shards: int, samples: int, seed: int = 0) -> list[Path]:
@@ -95,59 +93,23 @@ def webdataset_epoch(paths: list[Path], batch_size: int, buffer: int) -> Iterabl
     return ds
 
 
-def one_epoch(make: Callable[[], Iterable[dict[str, torch.Tensor]]]) -> tuple[float, int]:
-    """(samples/s, samples) over one full epoch."""
-    t0 = time.perf_counter()
+def one_epoch(make: Callable[[], Iterable[dict[str, torch.Tensor]]]) -> int:
+    """Samples in one full epoch of a freshly made loader."""
     n = 0
     for b in make():
         # pad rows (replays that even out workers / ranks) are not new samples
         n += int((~b["is_pad"]).sum()) if "is_pad" in b else b["input_ids"].shape[0]
-    return n / (time.perf_counter() - t0), n
+    return n
 
 
 def measure(makers: list[Callable[[], Iterable[dict[str, torch.Tensor]]]], repeat: int) -> list[tuple[float, int]]:
-    """Best-of-repeat samples/s of each maker, runs interleaved (A B A B ...) so that load
-    from other processes on a shared machine hits both sides alike."""
-    best = [(0.0, 0)] * len(makers)
-    for _ in range(repeat):
-        for i, make in enumerate(makers):
-            sps, n = one_epoch(make)
-            best[i] = max(best[i], (sps, n))
-    return best
-
-
-def start_gcs() -> tuple[subprocess.Popen, str]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    exe = shutil.which("gcp-storage-emulator", path=str(Path(sys.executable).parent)) or "gcp-storage-emulator"
-    proc = subprocess.Popen([exe, "start", "--host", "127.0.0.1", "--port", str(port), "--in-memory"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(200):
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                break
-        time.sleep(0.05)
-    os.environ["STORAGE_EMULATOR_HOST"] = url
-    return proc, url
-
-
-def machine() -> str:
-    cpu = "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return (f"nproc {os.cpu_count()}, CPU {cpu}, Python {platform.python_version()}, "
-            f"torch {torch.__version__}")
+    """Best-of-repeat (samples/s, samples) of each maker, epochs interleaved (A B A B ...)."""
+    times = interleaved({str(i): (lambda m=make: one_epoch(m)) for i, make in enumerate(makers)}, repeat, warmup=0)
+    return [max((t.result / t.wall, t.result) for t in runs) for runs in times.values()]
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = bench_parser(__doc__, "loader")
     ap.add_argument("--shards", type=int, default=12)
     ap.add_argument("--samples", type=int, default=2000, help="mean samples per shard")
     ap.add_argument("--batch-size", type=int, default=32)
@@ -176,8 +138,7 @@ def main() -> None:
             rows.append(("ShardLoader, local, num_workers=2 (total)", w2, n))
         gcs_note = "skipped (--no-gcs)"
         if not args.no_gcs:
-            proc, emu = start_gcs()
-            try:
+            with gcs_emulator() as emu:
                 import gcsfs
 
                 fs = gcsfs.GCSFileSystem(token="anon")
@@ -188,9 +149,6 @@ def main() -> None:
                 [(g, n)] = measure([lambda: ShardLoader("gs://bench-loader/corpus", **kw)], args.repeat)
                 rows.append(("ShardLoader, GCS emulator, num_workers=0", g, n))
                 gcs_note = f"gcp-storage-emulator (in-memory) at {emu}"
-            finally:
-                proc.terminate()
-                proc.wait(timeout=10)
 
     ratio = ours / base
     lines = [
@@ -209,12 +167,11 @@ def main() -> None:
         f"**Ratio ShardLoader / webdataset, one process: {ratio:.2f}x** "
         "(ours also hashes every byte and checks the manifest's sha256, size, sample and token counts).",
         "",
-        "Command: `python benchmarks/bench_loader.py " + " ".join(sys.argv[1:]) + "`",
+        f"Command: `{command_line()}`",
         "",
     ]
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text("\n".join(lines))
     print("\n".join(lines))
+    write_results(args.out, lines)
     print(f"ratio ours/webdataset: {ratio:.2f}")
 
 

@@ -14,12 +14,9 @@ Run: ``python benchmarks/bench_masking.py [--batch 256] [--length 512] [--repeat
 
 from __future__ import annotations
 
-import argparse
 import os
-import platform
 import statistics
 import sys
-import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -30,8 +27,9 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repo root
 
+from benchmarks.common import bench_parser, interleaved, machine, write_results  # noqa: E402
 from schemas import MASK_ID, PAD_ID, SPECIAL_TOKENS  # noqa: E402
 from schemas.config import MaskingConfig  # noqa: E402
 from trainer.masking import Masker, word_start_table  # noqa: E402
@@ -170,25 +168,10 @@ class PythonSpanMasker:
 def time_interleaved(
     fns: dict[str, Callable[[], object]], repeat: int, sync: bool = False
 ) -> dict[str, tuple[float, float]]:
-    """(median, min) seconds per function, one warm-up call each.
-
-    The functions take turns (round-robin) so that load from other processes on
-    a shared machine falls on all of them alike; the min is the least
-    disturbed run.
-    """
-    times: dict[str, list[float]] = {k: [] for k in fns}
-    for fn in fns.values():
-        fn()
-    for _ in range(repeat):
-        for name, fn in fns.items():
-            if sync:
-                torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            fn()
-            if sync:
-                torch.cuda.synchronize()
-            times[name].append(time.perf_counter() - t0)
-    return {k: (statistics.median(v), min(v)) for k, v in times.items()}
+    """(median, min) wall seconds per function over `repeat` round-robin runs after one warm-up
+    call each; the min is the least disturbed run. `sync`: wait for CUDA around each run."""
+    times = interleaved(fns, repeat, sync=torch.cuda.synchronize if sync else None)
+    return {k: (statistics.median(t.wall for t in v), min(t.wall for t in v)) for k, v in times.items()}
 
 
 def show(row: tuple[str, str, tuple[float, float]]) -> None:
@@ -196,34 +179,13 @@ def show(row: tuple[str, str, tuple[float, float]]) -> None:
     print(f"{what:<66} {device:<4} median {med * 1e3:9.2f} ms  min {low * 1e3:9.2f} ms", flush=True)
 
 
-def machine() -> str:
-    cpu = "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    import transformers
-
-    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none"
-    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-    return (
-        f"nproc={os.cpu_count()}, CPU: {cpu}, torch threads={torch.get_num_threads()}, "
-        f"GPU: {gpu}, torch {torch.__version__}, transformers {transformers.__version__}, "
-        f"python {platform.python_version()}; load average at the end {load} (a shared machine)"
-    )
-
-
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = bench_parser(__doc__, "masking")
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--length", type=int, default=512)
     ap.add_argument("--vocab", type=int, default=8000)
     ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
-    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "masking.md"))
     args = ap.parse_args()
 
     if args.threads:
@@ -296,7 +258,7 @@ def main() -> None:
         f"Batch {B} × {L} (vocab {args.vocab}, ~65% word-start pieces, `<s>`/`</s>` plus one mid-row `</s>`), "
         f"median of {args.repeat} interleaved runs after a warm-up, torch threads {torch.get_num_threads()}.",
         "",
-        f"Machine: {machine()}.",
+        f"Machine: {machine('transformers', torch_details=True, load=True)}.",
         "",
         "Command: `python benchmarks/bench_masking.py"
         + (f" --batch {B} --length {L}" if (B, L) != (256, 512) else "")
@@ -319,10 +281,8 @@ def main() -> None:
         "`torch_mask_tokens` only (no padding/collation), like ours.",
         "",
     ]
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("\n".join(lines))
-    print(f"\nwrote {out}")
+    print()
+    write_results(args.out, lines)
 
 
 if __name__ == "__main__":

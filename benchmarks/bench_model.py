@@ -20,12 +20,9 @@ Run: ``python benchmarks/bench_model.py [--size small] [--batch 4] [--length 128
 
 from __future__ import annotations
 
-import argparse
 import os
-import platform
 import statistics
 import sys
-import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -35,8 +32,9 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 import torch  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repo root
 
+from benchmarks.common import bench_parser, command_line, interleaved, machine, write_results  # noqa: E402
 from schemas import PAD_ID  # noqa: E402
 from schemas.config import ModelConfig  # noqa: E402
 from trainer.model import Encoder, ModelDims, flops_per_token, resolve_dims  # noqa: E402
@@ -86,45 +84,16 @@ def step_fn(model: torch.nn.Module, batch: dict[str, torch.Tensor], hf: bool,
     return step
 
 
-def timed(fn: Callable[[], None], steps: int, cuda: bool) -> tuple[float, float]:
-    """(wall seconds, process CPU seconds) per call, averaged over `steps` calls."""
-    if cuda:
-        torch.cuda.synchronize()
-    t, c = time.perf_counter(), time.process_time()
-    for _ in range(steps):
-        fn()
-    if cuda:
-        torch.cuda.synchronize()
-    return (time.perf_counter() - t) / steps, (time.process_time() - c) / steps
-
-
 def run_interleaved(fns: dict[str, Callable[[], None]], rounds: int, steps: int,
                     cuda: bool) -> dict[str, list[tuple[float, float]]]:
-    for fn in fns.values():  # warm-up (allocator, kernels, optimizer state)
-        timed(fn, 2, cuda)
-    times: dict[str, list[tuple[float, float]]] = {k: [] for k in fns}
-    for _ in range(rounds):
-        for k, fn in fns.items():
-            times[k].append(timed(fn, steps, cuda))
-    return times
-
-
-def machine() -> str:
-    cpu = "unknown"
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none"
-    return (f"nproc={os.cpu_count()}, CPU: {cpu}, torch threads={torch.get_num_threads()}, GPU: {gpu}, "
-            f"torch {torch.__version__}, python {platform.python_version()}")
+    """(wall s, process CPU s) per step for each round: 2 warm-up steps each (allocator, kernels,
+    optimizer state), then `rounds` round-robin rounds of `steps` steps."""
+    times = interleaved(fns, rounds, calls=steps, warmup=2, sync=torch.cuda.synchronize if cuda else None)
+    return {k: [(t.wall, t.cpu) for t in v] for k, v in times.items()}
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = bench_parser(__doc__, "model")
     ap.add_argument("--size", default="small")
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--length", type=int, default=128)
@@ -135,15 +104,14 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=1, help="steps per timed round")
     ap.add_argument("--gpu-batch", type=int, default=32)
     ap.add_argument("--gpu-vocab", type=int, default=50265)
-    ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "results" / "model.md"))
     args = ap.parse_args()
     warnings.filterwarnings("ignore")
     if args.threads:
         torch.set_num_threads(args.threads)
 
     lines = ["# Model training-step benchmark", "",
-             f"Machine: {machine()}.", "",
-             "Command: `" + " ".join(["python benchmarks/bench_model.py", *sys.argv[1:]]) + "`", ""]
+             f"Machine: {machine(torch_details=True)}.", "",
+             f"Command: `{command_line()}`", ""]
 
     # ---------------------------------------------------------------- CPU
     torch.manual_seed(0)
@@ -238,10 +206,7 @@ def main() -> None:
         lines += ["## GPU", "", "No CUDA device on this machine: the base/512/bf16 tokens/s and MFU part was "
                   "not run.", ""]
 
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("\n".join(lines))
-    print(f"wrote {out}")
+    write_results(args.out, lines)
 
 
 if __name__ == "__main__":

@@ -15,51 +15,24 @@ benchmarks/results/repack.md.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
-import platform
 import random
-import resource
 import shutil
 import sys
-import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repo root
 
+from benchmarks.common import bench_parser, best_of, machine, scratch_dir, write_results  # noqa: E402
 from pipelines.build import run_build  # noqa: E402
 from pipelines.options import quiet_beam  # noqa: E402
 from pipelines.repack import run_repack  # noqa: E402
 from schemas.config import BuildConfig  # noqa: E402
 from schemas.manifest import Manifest  # noqa: E402
 from shardforge.synth import make_article  # noqa: E402
-
-
-def machine() -> str:
-    cpu = "unknown CPU"
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    import apache_beam
-
-    try:
-        import torch
-
-        tv = torch.__version__
-    except ImportError:
-        tv = "not installed"
-    return (f"nproc {os.cpu_count()}, CPU {cpu}, Python {platform.python_version()}, torch {tv}, "
-            f"apache-beam {apache_beam.__version__}")
 
 
 def write_raw(root: str, docs: int, seed: int = 21) -> dict[str, str]:
@@ -92,21 +65,10 @@ def build_config(paths: dict[str, str], vocab: int) -> BuildConfig:
     })
 
 
-def cpu_seconds() -> float:
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
-
-
 def timed(fn: Callable[[], Manifest], repeats: int) -> tuple[Manifest, float, float]:
-    """(result, best wall seconds, CPU seconds of that run)."""
-    best = (None, float("inf"), 0.0)
-    for _ in range(repeats):
-        c0, t0 = cpu_seconds(), time.perf_counter()
-        m = fn()
-        wall, cpu = time.perf_counter() - t0, cpu_seconds() - c0
-        if wall < best[1]:
-            best = (m, wall, cpu)
-    return best  # type: ignore[return-value]
+    """(result, best wall seconds, process CPU seconds of that run, all threads)."""
+    t = best_of(fn, repeats)
+    return t.result, t.wall, t.cpu
 
 
 def shard_digests(root: str, m: Manifest) -> list[str]:
@@ -114,16 +76,15 @@ def shard_digests(root: str, m: Manifest) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = bench_parser(__doc__, "repack")
     ap.add_argument("--docs", type=int, default=2500)
     ap.add_argument("--vocab", type=int, default=8000)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--workdir", default=None, help="Scratch folder (default: a temporary one, removed).")
-    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "repack.md"))
     args = ap.parse_args(argv)
     quiet_beam()
-    work = args.workdir or tempfile.mkdtemp(prefix="bench-repack-")
-    try:
+    with scratch_dir("bench-repack-", keep_at=args.workdir) as scratch:
+        work = str(scratch)
         paths = write_raw(os.path.join(work, "raw"), args.docs)
         raw_mb = sum(os.path.getsize(p) for p in paths.values()) / 1e6
         cfg = build_config(paths, args.vocab)
@@ -154,9 +115,6 @@ def main(argv: list[str] | None = None) -> int:
         same = runs[1][3]
         identical = shard_digests(os.path.join(work, "same"), same) == shard_digests(parent, m_build)
         assert identical, "repack with the parent's rule did not reproduce the parent's shards"
-    finally:
-        if not args.workdir:
-            shutil.rmtree(work, ignore_errors=True)
 
     rep = [r for r in runs[1:]]
     mean_ratio = sum(t for _, t, _, _ in rep) / len(rep) / t_build
@@ -164,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     lines = [
         "# Repack benchmark",
         "",
-        f"Machine: {machine()}. Beam FnApiRunner (one in-process worker); wall time is the best of "
+        f"Machine: {machine('apache-beam')}. Beam FnApiRunner (one in-process worker); wall time is the best of "
         f"{args.repeats} run(s); the machine is shared with other jobs, so numbers are noisy.",
         "",
         f"Corpus: {raw_mb:.2f} MB raw JSONL (synthetic news + stories, 2% exact copies), {docs_kept} documents "
@@ -193,9 +151,7 @@ def main(argv: list[str] | None = None) -> int:
         "",
     ]
     print("\n".join(lines[6:]))
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text("\n".join(lines))
-    print(f"wrote {args.out}")
+    write_results(args.out, lines)
     return 0
 
 

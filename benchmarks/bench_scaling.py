@@ -20,19 +20,16 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
-import platform
 import random
 import resource
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repo root
+
+from benchmarks.common import ROOT, bench_parser, machine, scratch_dir, write_results  # noqa: E402
 
 
 def write_corpus(path: Path, megabytes: float, seed: int = 11) -> tuple[int, int]:
@@ -59,8 +56,7 @@ def child(megabytes: float, near: bool) -> dict[str, float]:
     from schemas.config import BuildConfig
 
     quiet_beam()
-    work = Path(tempfile.mkdtemp(prefix="sf-scaling-"))
-    try:
+    with scratch_dir("sf-scaling-") as work:
         docs, nbytes = write_corpus(work / "raw.jsonl", megabytes)
         cfg = BuildConfig.model_validate({
             "sources": [{"name": "web", "input": str(work / "raw.jsonl")}],
@@ -75,8 +71,6 @@ def child(megabytes: float, near: bool) -> dict[str, float]:
         manifest = run_build(cfg, str(work / "corpus"))
         wall = time.perf_counter() - t0
         s = summarize(manifest)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
     kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss + resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     return {"megabytes": nbytes / 1e6, "docs": docs, "wall_s": wall, "peak_rss_mb": kb / 1024,
             "kept": s["kept"], "duplicates": s["duplicates"], "tokens": s["tokens"], "shards": s["shards"]}
@@ -103,33 +97,11 @@ def shape_note(slope: float, mem_slope: float) -> str:
                 "these numbers say nothing direct about 320 MB on one machine.")
 
 
-def machine() -> str:
-    cpu = "unknown"
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    import apache_beam
-
-    try:
-        import torch
-
-        tv = torch.__version__
-    except ImportError:
-        tv = "not installed"
-    return (f"nproc {os.cpu_count()}, CPU {cpu}, Python {platform.python_version()}, torch {tv}, "
-            f"apache-beam {apache_beam.__version__}")
-
-
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = bench_parser(__doc__, "scaling")
     ap.add_argument("--sizes", default="5,10,20", help="Input sizes in MB, comma-separated.")
     ap.add_argument("--no-near-dedupe", action="store_true", help="Exact dedupe only.")
     ap.add_argument("--child", type=float, help=argparse.SUPPRESS)
-    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "scaling.md"))
     args = ap.parse_args()
     near = not args.no_near_dedupe
     if args.child is not None:
@@ -164,7 +136,7 @@ def main() -> int:
     lines = [
         "# Build scaling (local runner)",
         "",
-        f"Machine: {machine()}.",
+        f"Machine: {machine('apache-beam')}.",
         "",
         f"Command: `python benchmarks/bench_scaling.py --sizes {args.sizes}"
         f"{' --no-near-dedupe' if not near else ''}`",
@@ -195,10 +167,7 @@ def main() -> int:
         + shape_note(slope, mem_slope),
         "",
     ]
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("\n".join(lines))
-    print(f"wrote {out}")
+    write_results(args.out, lines)
     return 0
 
 

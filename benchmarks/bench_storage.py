@@ -16,29 +16,28 @@ benchmarks/results/storage.md.
 
 from __future__ import annotations
 
-import argparse
 import os
-import platform
-import shutil
-import socket
-import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
 
-os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")  # before gcsfs is imported
-os.environ.setdefault("NO_GCE_CHECK", "true")
-os.environ.setdefault("FSSPEC_GS_TOKEN", "anon")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repo root
+
+from benchmarks.common import (  # noqa: E402
+    bench_parser,
+    best_of,
+    gcs_emulator,
+    machine,
+    set_gcsfs_env,
+    write_results,
+)
+
+set_gcsfs_env()  # before anything imports gcsfs
 
 import numpy as np  # noqa: E402
 
 from schemas import storage  # noqa: E402
 from schemas.sample import decode_sample, encode_sample, iter_tar_samples, tar_bytes, write_tar  # noqa: E402
-
-RESULTS = Path(__file__).resolve().parent / "results" / "storage.md"
 
 
 def make_samples(target_bytes: int, seq_len: int, vocab: int, seed: int) -> list[tuple[str, list[tuple[str, bytes]]]]:
@@ -52,35 +51,6 @@ def make_samples(target_bytes: int, seq_len: int, vocab: int, seed: int) -> list
         size += sum(512 + -(-len(p) // 512) * 512 for _, p in members)
         i += 1
     return out
-
-
-def start_gcs_emulator() -> tuple[subprocess.Popen, str]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    exe = shutil.which("gcp-storage-emulator", path=str(Path(sys.executable).parent)) or "gcp-storage-emulator"
-    proc = subprocess.Popen([exe, "start", "--host", "127.0.0.1", "--port", str(port), "--in-memory"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                url = f"http://127.0.0.1:{port}"
-                os.environ["STORAGE_EMULATOR_HOST"] = url
-                return proc, url
-        time.sleep(0.05)
-    proc.kill()
-    raise RuntimeError("GCS emulator did not start")
-
-
-def timed(fn: Callable[[], object], repeats: int) -> float:
-    """Best wall time of `repeats` runs (least disturbed by the shared machine)."""
-    best = float("inf")
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t)
-    return best
 
 
 def bench_target(base: str, shards: list[list], blobs: list[bytes], repeats: int) -> dict[str, float]:
@@ -122,47 +92,24 @@ def bench_target(base: str, shards: list[list], blobs: list[bytes], repeats: int
 
     res = {}
     # Interleave ours and baseline so drift on the shared machine hits both alike.
-    res["write_plain"] = total_mb / timed(plain_write, repeats)
-    res["write_ours_bytes"] = total_mb / timed(ours_write_bytes, repeats)
-    res["write_ours"] = total_mb / timed(ours_write, repeats)
-    res["read_plain"] = total_mb / timed(plain_read, repeats)
-    res["read_ours_bytes"] = total_mb / timed(ours_read_bytes, repeats)
-    res["read_ours_decode"] = total_mb / timed(ours_read_decode, repeats)
+    res["write_plain"] = total_mb / best_of(plain_write, repeats).wall
+    res["write_ours_bytes"] = total_mb / best_of(ours_write_bytes, repeats).wall
+    res["write_ours"] = total_mb / best_of(ours_write, repeats).wall
+    res["read_plain"] = total_mb / best_of(plain_read, repeats).wall
+    res["read_ours_bytes"] = total_mb / best_of(ours_read_bytes, repeats).wall
+    res["read_ours_decode"] = total_mb / best_of(ours_read_decode, repeats).wall
     for i, data in enumerate(blobs):  # ours wrote the very bytes the baseline wrote
         assert storage.read_bytes(storage.join(base, f"ours/train-{i:06d}.tar")) == data
     return res
 
 
-def machine() -> str:
-    cpu = "unknown"
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    try:
-        import torch
-
-        tv = torch.__version__
-    except ImportError:
-        tv = "not installed"
-    import fsspec
-    import gcsfs
-
-    return (f"nproc {os.cpu_count()}, CPU {cpu}, Python {platform.python_version()}, torch {tv}, "
-            f"fsspec {fsspec.__version__}, gcsfs {gcsfs.__version__}")
-
-
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = bench_parser(__doc__, "storage")
     p.add_argument("--shards", type=int, default=4)
     p.add_argument("--shard-mb", type=float, default=8.0)
     p.add_argument("--seq-len", type=int, default=512)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--no-gcs", action="store_true", help="Local disk only.")
-    p.add_argument("--out", default=str(RESULTS))
     args = p.parse_args(argv)
 
     shards = [make_samples(int(args.shard_mb * 1e6), args.seq_len, 32000, seed) for seed in range(args.shards)]
@@ -174,15 +121,11 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as d:
         results["local disk"] = bench_target(os.path.join(d, "bench"), shards, blobs, args.repeats)
     if not args.no_gcs:
-        proc, _ = start_gcs_emulator()
-        try:
+        with gcs_emulator():
             import gcsfs
 
             gcsfs.GCSFileSystem(token="anon").mkdir("bench")
             results["GCS emulator (127.0.0.1)"] = bench_target("gs://bench/c", shards, blobs, args.repeats)
-        finally:
-            proc.terminate()
-            proc.wait(timeout=10)
 
     lines = [
         "# Storage: shard write / read throughput",
@@ -191,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         f"--seq-len {args.seq_len} --repeats {args.repeats}` ({total_mb:.1f} MB per pass, best of "
         f"{args.repeats}).",
         "",
-        f"Machine: {machine()}.",
+        f"Machine: {machine('fsspec', 'gcsfs')}.",
         "",
         "Baseline: a plain fsspec copy of the same tar bytes (`open(...,'wb').write`, `cat_file`). "
         "Ours, write: `write_stream_atomic` of the same bytes (sha256+MD5, temporary name, fsync on disk / "
@@ -218,10 +161,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{args.seq_len}-token uint16 sequences (~1 KB each), so the encode / decode columns are "
               "dominated by Python's tarfile and np.load per-sample costs (about 100-200 µs per sample, "
               "i.e. 5-10k samples/s per core), not by storage."]
-    lines.append("")
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text("\n".join(lines))
-    print(f"wrote {args.out}")
+    write_results(args.out, lines)
     return 0
 
 

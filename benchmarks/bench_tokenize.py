@@ -18,19 +18,13 @@ benchmarks/results/tokenize.md.
 
 from __future__ import annotations
 
-import argparse
-import os
-import platform
 import random
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repo root
 
+from benchmarks.common import bench_parser, best_of, machine, write_results  # noqa: E402
 from pipelines.options import quiet_beam  # noqa: E402
 from pipelines.records import SentencedDocument  # noqa: E402
 from pipelines.sentences import split_sentences  # noqa: E402
@@ -43,28 +37,6 @@ from pipelines.tokenizer import (  # noqa: E402
 )
 from schemas.config import TokenizerConfig  # noqa: E402
 from shardforge.synth import make_article  # noqa: E402
-
-
-def machine() -> str:
-    cpu = "unknown CPU"
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    import apache_beam
-    import sentencepiece
-
-    try:
-        import torch
-
-        tv = torch.__version__
-    except ImportError:
-        tv = "not installed"
-    return (f"nproc {os.cpu_count()}, CPU {cpu}, Python {platform.python_version()}, torch {tv}, "
-            f"apache-beam {apache_beam.__version__}, sentencepiece {sentencepiece.__version__}")
 
 
 def pseudo_words(rng: random.Random, n: int) -> list[str]:
@@ -88,15 +60,6 @@ def make_corpus(docs: int, seed: int = 1) -> list[SentencedDocument]:
                  for _ in range(rng.randint(3, 8))]
         out.append(SentencedDocument(f"doc-{i:06d}", "bench", tuple(split_sentences(text)) + tuple(extra)))
     return out
-
-
-def best_of(fn: Callable[[], object], repeats: int) -> float:
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
 
 
 def _count_tokens(total: int) -> None:
@@ -129,12 +92,11 @@ def run_beam(docs: list[SentencedDocument], model: bytes, batch: int, threads: i
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = bench_parser(__doc__, "tokenize")
     ap.add_argument("--docs", type=int, default=3000)
     ap.add_argument("--vocab", type=int, default=8000)
     ap.add_argument("--batch", type=int, default=TokenizerConfig().encode_batch, help="documents per encode call")
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "tokenize.md"))
     args = ap.parse_args(argv)
     quiet_beam()
 
@@ -151,24 +113,24 @@ def main(argv: list[str] | None = None) -> int:
     thread_counts = sorted({1, cores})
     rows: list[tuple[str, int, float]] = []  # (what, threads, seconds)
     rows.append(("library: one encode call per sentence", 1,
-                 best_of(lambda: [sp.encode(s) for s in sents], args.repeats)))
+                 best_of(lambda: [sp.encode(s) for s in sents], args.repeats).wall))
     for t in thread_counts:
         rows.append(("library: sp.encode(all sentences, num_threads=T), one call", t,
-                     best_of(lambda t=t: sp.encode(sents, num_threads=t), args.repeats)))
+                     best_of(lambda t=t: sp.encode(sents, num_threads=t), args.repeats).wall))
         rows.append((f"stage, plain Python: encode_documents, batches of {args.batch} docs", t,
-                     best_of(lambda t=t: encode_documents(docs, model, t, args.batch), args.repeats)))
+                     best_of(lambda t=t: encode_documents(docs, model, t, args.batch), args.repeats).wall))
         n = run_beam(docs[:50], model, args.batch, t)  # warm imports
         assert n > 0
         rows.append((f"stage, Beam FnApiRunner: Create → Tokenize(batch {args.batch}) → sum", t,
-                     best_of(lambda t=t: run_beam(docs, model, args.batch, t), args.repeats)))
+                     best_of(lambda t=t: run_beam(docs, model, args.batch, t), args.repeats).wall))
     assert run_beam(docs, model, args.batch, cores) == tokens, "the stage lost or changed tokens"
-    floor = best_of(lambda: run_beam(docs, model, args.batch, 1, encode=False), args.repeats)
+    floor = best_of(lambda: run_beam(docs, model, args.batch, 1, encode=False), args.repeats).wall
 
     lib = {t: s for what, t, s in rows if what.startswith("library: sp.encode")}
     lines = [
         "# Tokenize-stage benchmark",
         "",
-        f"Machine: {machine()}. Best of {args.repeats} runs each; the machine is shared with other jobs, "
+        f"Machine: {machine('apache-beam', 'sentencepiece')}. Best of {args.repeats} runs each; the machine is shared with other jobs, "
         "so absolute numbers are noisy.",
         "",
         f"Text: {len(docs)} documents, {len(sents):,} sentences, {mb:.2f} MB (synthetic news/story templates "
@@ -191,9 +153,7 @@ def main(argv: list[str] | None = None) -> int:
               "mostly fixed start-up cost, which a real corpus amortizes.", ""]
     for line in lines[6:]:
         print(line)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text("\n".join(lines))
-    print(f"wrote {args.out}")
+    write_results(args.out, lines)
     return 0
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,15 +56,6 @@ class AppendTo:
     key_prefix: str = ""
 
 
-class _ReadListedFiles(ReadSource):
-    """ReadSource over an explicit list of files (one ingest batch) instead of its glob."""
-
-    def __init__(self, source, urls: Sequence[str]):
-        beam.PTransform.__init__(self)
-        self.source = source
-        self.urls = list(urls)
-
-
 def to_sentences(doc) -> SentencedDocument:
     return SentencedDocument(doc.doc_id, doc.source, tuple(split_sentences(doc.text)))
 
@@ -79,7 +69,7 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig, output: str, *,
     """
     docs_by_source, rejects_by_source = [], []
     for src in cfg.sources:
-        reader = ReadSource(src) if files is None else _ReadListedFiles(src, files.get(src.name, []))
+        reader = ReadSource(src, None if files is None else files.get(src.name, []))
         read = p | f"Read[{src.name}]" >> reader
         docs_by_source.append(read.documents)
         rejects_by_source.append(read.rejects)
@@ -208,7 +198,10 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"error: {user}", file=sys.stderr)
         return 2
-    print(json.dumps(summarize(manifest), indent=1))
+    summary = summarize(manifest)
+    summary["manifest"] = join(o.output, "manifest.json")
+    summary["report"] = join(o.output, "report.html")
+    print(json.dumps(summary, indent=1))
     return 0
 
 

@@ -40,7 +40,7 @@ class Duplicate:
     doc_id: str
     source: str
     dup_of: str
-    kind: Literal["exact", "near"]
+    kind: Literal["exact", "near", "span"]
 
 
 @dataclass(frozen=True)

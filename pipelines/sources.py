@@ -32,7 +32,7 @@ import posixpath
 import re
 import tarfile
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, BinaryIO
 
 import apache_beam as beam
@@ -691,11 +691,12 @@ class _ReadFiles(beam.DoFn):
 class ReadSource(beam.PTransform):
     """Read one configured source: outputs `documents` (main) and `rejects`."""
 
-    def __init__(self, source: SourceConfig):
+    def __init__(self, source: SourceConfig, urls: Sequence[str] | None = None):
+        """urls: read exactly these files (e.g. one ingest batch) instead of expanding source.input."""
         super().__init__()
         self.source = source
-        self.urls = expand_glob(source.input)
-        if not self.urls:
+        self.urls = list(urls) if urls is not None else expand_glob(source.input)
+        if urls is None and not self.urls:
             raise UserError(f"source {source.name}: no files match {source.input!r}")
 
     def expand(self, pbegin):

@@ -95,6 +95,10 @@ class DedupeConfig(Strict):
     components_rounds: int = Field(12, ge=1, le=64)
     # Persisted signature index of an existing corpus (incremental dedupe).
     index: str | None = None
+    # C4-style: drop every repeat of a span of `span_sentences` consecutive sentences after
+    # its first occurrence (smallest doc_id, position), within this batch (docs/dedupe.md).
+    repeated_spans: bool = False
+    span_sentences: int = Field(3, ge=1, le=64)
 
 
 class TokenizerConfig(Strict):

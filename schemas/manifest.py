@@ -51,7 +51,7 @@ class SourceAccount(_M):
     input: int = 0
     kept: int = 0
     filtered: dict[str, int] = {}
-    duplicate: dict[str, int] = {}  # exact | near
+    duplicate: dict[str, int] = {}  # exact | near | span
     rejected: dict[str, int] = {}
 
     @property

@@ -28,7 +28,7 @@ from schemas.config import DedupeConfig
 from schemas.errors import UserError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.bench_dedupe import evaluate, make_corpus, run_dedupe, true_jaccard  # noqa: E402
+from benchmarks.dedupe_corpus import evaluate, make_corpus, run_dedupe, true_jaccard  # noqa: E402
 
 VOCAB = [f"tok{i}" for i in range(5000)]
 

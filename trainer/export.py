@@ -28,6 +28,8 @@ few lines of protobuf wire-format parsing.
 from __future__ import annotations
 
 import json
+import struct
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -210,30 +212,128 @@ def spm_normalizer_spec(model_bytes: bytes) -> dict[str, Any]:
     }
 
 
+# SentencePiece.Type values (sentencepiece_model.proto).
+PIECE_NORMAL, PIECE_UNKNOWN, PIECE_CONTROL, PIECE_USER_DEFINED, PIECE_UNUSED, PIECE_BYTE = 1, 2, 3, 4, 5, 6
+_MODEL_TYPES = {1: "unigram", 2: "bpe", 3: "word", 4: "char"}
+_SPACE = "\u2581"  # SentencePiece's whitespace symbol
+
+
+@dataclass(frozen=True)
+class SpmPiece:
+    """One entry of a SentencePiece vocabulary, as stored in the model file."""
+
+    piece: str
+    score: float
+    type: int  # PIECE_NORMAL, PIECE_CONTROL, ...
+
+
+def spm_model_type(model_bytes: bytes) -> str:
+    """"unigram", "bpe", "word" or "char": ModelProto.trainer_spec (field 2) .model_type (field 3)."""
+    trainer = _proto_fields(_proto_fields(model_bytes).get(2, [b""])[0])
+    mtype = int(trainer.get(3, [1])[0])  # proto default: UNIGRAM
+    return _MODEL_TYPES.get(mtype, f"type{mtype}")
+
+
+def spm_pieces(model_bytes: bytes) -> list[SpmPiece]:
+    """The vocabulary in id order: ModelProto.pieces is field 1; in it piece = 1, score = 2 (float32),
+    type = 3 (default NORMAL). Read from the file because the sentencepiece API cannot tell a
+    user-defined piece from a normal one."""
+    out = []
+    for raw in _proto_fields(model_bytes).get(1, []):
+        f = _proto_fields(raw)
+        score = struct.unpack("<f", f[2][0])[0] if 2 in f else 0.0
+        out.append(SpmPiece(bytes(f.get(1, [b""])[0]).decode("utf-8"), score, int(f.get(3, [PIECE_NORMAL])[0])))
+    return out
+
+
+def bpe_merges(pieces: list[SpmPiece]) -> list[tuple[str, str]]:
+    """Merge rules, best first, that make tokenizers' BPE replay SentencePiece's BPE encoder.
+
+    SentencePiece merges any two adjacent symbols whose concatenation is a normal
+    piece, taking the pair with the highest piece score first (a BPE model's
+    scores are minus the merge order). So every split of a normal piece into two
+    normal pieces is a rule, ranked by the merged piece's score, then its id; the
+    splits of one piece follow in the order of their parts' ids.
+    """
+    ids = {p.piece: i for i, p in enumerate(pieces) if p.type == PIECE_NORMAL}
+    rules = []
+    for piece, i in ids.items():
+        for k in range(1, len(piece)):
+            left, right = ids.get(piece[:k]), ids.get(piece[k:])
+            if left is not None and right is not None:
+                rules.append((-pieces[i].score, i, left, right))
+    rules.sort()
+    return [(pieces[left].piece, pieces[right].piece) for _, _, left, right in rules]
+
+
+def _check_bpe(pieces: list[SpmPiece]) -> None:
+    """Raise where tokenizers' BPE cannot give SentencePiece's ids for this vocabulary."""
+    if any(p.type == PIECE_UNUSED for p in pieces):
+        # SentencePiece merges through an unused piece and then splits it back; BPE has no such step.
+        raise ValueError("the SentencePiece BPE model has unused pieces, which the Hugging Face BPE "
+                         "model cannot reproduce")
+    normal = {p.piece for p in pieces if p.type == PIECE_NORMAL}
+    for piece in sorted(normal):
+        missing = [c for c in piece if c not in normal]
+        if missing:
+            # BPE starts from single characters: one outside the vocabulary goes to bytes/<unk>
+            # at once and can never be merged, where SentencePiece could still merge it.
+            raise ValueError(f"the SentencePiece BPE piece {piece!r} contains {missing[0]!r}, which is not "
+                             "a piece of its own; the Hugging Face BPE model cannot build it")
+
+
+def _check_whitespace(pieces: list[SpmPiece]) -> None:
+    """Raise if a piece spans a word boundary: the exported pre-tokenizer splits words at whitespace
+    (as SentencePiece's default split_by_whitespace training guarantees), so it could never emit one."""
+    for p in pieces:
+        if p.type in (PIECE_NORMAL, PIECE_USER_DEFINED) and _SPACE in p.piece[1:]:
+            raise ValueError(f"the SentencePiece piece {p.piece!r} has whitespace after its first character "
+                             "(a model trained with split_by_whitespace=false or "
+                             "treat_whitespace_as_suffix=true); the export cannot reproduce it")
+
+
 def build_tokenizer_json(model_bytes: bytes, arch: str = XLM_ROBERTA) -> str:
-    """tokenizer.json (HF tokenizers format) equivalent to the SentencePiece unigram model."""
+    """tokenizer.json (HF tokenizers format) giving the SentencePiece model's ids.
+
+    A unigram model becomes a tokenizers Unigram with the same pieces and scores;
+    a BPE model becomes a tokenizers BPE with merge rules derived from its pieces
+    (see bpe_merges). ValueError for a model it cannot reproduce.
+    """
     import sentencepiece as spm
     from tokenizers import AddedToken, Tokenizer, decoders, normalizers, pre_tokenizers, processors
-    from tokenizers.models import Unigram
+    from tokenizers.models import BPE, Unigram
 
     sp = spm.SentencePieceProcessor(model_proto=model_bytes)
-    n = sp.get_piece_size()
     for name, want in SPECIAL_TOKENS.items():
         if sp.piece_to_id(name) != want:
             raise ValueError(f"the SentencePiece model maps {name} to {sp.piece_to_id(name)}, expected {want}")
-    byte_fallback = any(sp.is_byte(i) for i in range(n))
-    vocab = [(sp.id_to_piece(i), 0.0 if sp.is_control(i) else float(sp.get_score(i))) for i in range(n)]
-    tok = Tokenizer(Unigram(vocab, unk_id=sp.unk_id(), byte_fallback=byte_fallback))
+    pieces = spm_pieces(model_bytes)
+    if len(pieces) != sp.get_piece_size():
+        raise ValueError("could not read the SentencePiece model's pieces")
+    _check_whitespace(pieces)
+    byte_fallback = any(p.type == PIECE_BYTE for p in pieces)
+    model_type = spm_model_type(model_bytes)
+    if model_type == "unigram":
+        vocab = [(p.piece, 0.0 if p.type == PIECE_CONTROL else p.score) for p in pieces]
+        tok = Tokenizer(Unigram(vocab, unk_id=sp.unk_id(), byte_fallback=byte_fallback))
+    elif model_type == "bpe":
+        _check_bpe(pieces)
+        # fuse_unk: sentencepiece reports a run of unknown characters as one <unk>.
+        tok = Tokenizer(BPE({p.piece: i for i, p in enumerate(pieces)}, bpe_merges(pieces),
+                            unk_token=sp.id_to_piece(sp.unk_id()), fuse_unk=True,
+                            byte_fallback=byte_fallback, ignore_merges=False))
+    else:
+        raise ValueError(f"cannot export a SentencePiece {model_type!r} model (only unigram and bpe)")
 
     spec = spm_normalizer_spec(model_bytes)
     if spec["precompiled_charsmap"]:
         tok.normalizer = normalizers.Precompiled(spec["precompiled_charsmap"])
     prepend = "always" if spec["add_dummy_prefix"] else "never"
-    metaspace = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme=prepend, split=True)
+    metaspace = pre_tokenizers.Metaspace(replacement=_SPACE, prepend_scheme=prepend, split=True)
     # spm strips and collapses whitespace (remove_extra_whitespaces); splitting on it does the same.
     tok.pre_tokenizer = (pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(), metaspace])
                          if spec["remove_extra_whitespaces"] else metaspace)
-    meta_dec = decoders.Metaspace(replacement="\u2581", prepend_scheme=prepend, split=True)
+    meta_dec = decoders.Metaspace(replacement=_SPACE, prepend_scheme=prepend, split=True)
     tok.decoder = decoders.Sequence([decoders.ByteFallback(), decoders.Fuse(), meta_dec]) if byte_fallback \
         else meta_dec
     # Special tokens are matched before normalization, as sentencepiece does for <mask>.
