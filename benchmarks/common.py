@@ -79,7 +79,8 @@ def machine(*packages: str, torch_details: bool = False, load: bool = False) -> 
     parts += [f"{name} {package_version(name)}" for name in ("torch", *packages)]
     line = ", ".join(parts)
     if load:
-        line += "; load average at the end " + ", ".join(f"{x:.1f}" for x in os.getloadavg()) + " (a shared machine)"
+        avg = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+        line += f"; load average at the end {avg} (a shared machine)"
     return line
 
 
@@ -213,8 +214,8 @@ def gcs_emulator(timeout: float = 30.0) -> Iterator[str]:
     port = free_port()
     # The venv's bin folder first: the scripts may run without the venv activated.
     exe = shutil.which("gcp-storage-emulator", path=str(Path(sys.executable).parent)) or "gcp-storage-emulator"
-    proc = subprocess.Popen([exe, "start", "--host", "127.0.0.1", "--port", str(port), "--in-memory"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    cmd = [exe, "start", "--host", "127.0.0.1", "--port", str(port), "--in-memory"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + timeout
         while True:

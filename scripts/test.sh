@@ -1,6 +1,15 @@
 #!/usr/bin/env bash
 # Install, then run the whole test suite (slow end-to-end tests included) on 2 processes.
+# Where the machine allows it, the tests run in a fresh network namespace with only
+# loopback (unshare -n): proof that nothing in the suite reaches the internet.
+# Set SHARDFORGE_NETNS=0 to run them in the normal network namespace.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-exec .venv/bin/python -m pytest -n 2 --dist loadfile -q -ra "$@"
+cmd=(.venv/bin/python -m pytest -n 2 --dist loadfile -q -ra "$@")
+if [ "${SHARDFORGE_NETNS:-1}" = 1 ] && command -v unshare >/dev/null && command -v ip >/dev/null \
+   && unshare -rn true 2>/dev/null; then
+  echo "running the tests with loopback-only networking (unshare -rn)"
+  exec unshare -rn sh -c 'ip link set lo up && exec "$@"' sh "${cmd[@]}"
+fi
+exec "${cmd[@]}"

@@ -2,28 +2,40 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import random
 import sys
+import tempfile
 from collections import defaultdict
 from itertools import combinations
 from pathlib import Path
 
 import apache_beam as beam
 import pytest
+from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
 from apache_beam.testing.util import assert_that, equal_to
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pipelines import dedupe
 from pipelines.dedupe import (
     ConnectedComponents,
     Deduplicate,
+    SpanDedupe,
+    apply_span_losses,
     large_star,
+    remove_sentences,
     resolve_exact_group,
+    resolve_span_group,
     small_star,
+    span_occurrences,
     star_roles,
 )
-from pipelines.minhash import normalized_text_hash
+from pipelines.minhash import normalize_text, normalized_text_hash
 from pipelines.records import Document, Duplicate
+from pipelines.sentences import split_sentences
 from schemas.config import DedupeConfig
 from schemas.errors import UserError
 
@@ -293,3 +305,258 @@ def test_quality_metric_counts_pairs() -> None:
                 if true_jaccard(next(x.text for x in docs if x.doc_id == a),
                                 next(x.text for x in docs if x.doc_id == b), 5) >= 0.85)
     assert q["pairs_at_recall_threshold"] == pairs > 0
+
+
+# ------------------------------------------------------------------ repeated spans
+
+BOILER = ["Subscribe to our newsletter for daily updates.", "All rights are reserved by the publisher.",
+          "Share this story with your friends today.", "Click here to read more stories like this."]
+
+
+def _sentence(rng: random.Random) -> str:
+    w = _words(rng, rng.randint(5, 10))
+    return " ".join([w[0].capitalize()] + w[1:]) + rng.choice([".", "!", "?"])
+
+
+def _run_spans(docs: list[Document], cfg: DedupeConfig, rounds: int | None = None, index_out: str | None = None,
+               ) -> tuple[list[Document], list[Duplicate], dict[str, int]]:
+    """Deduplicate (or SpanDedupe alone, if rounds is given) on FnApiRunner: (kept, dups, dedupe counters).
+
+    Outputs go through files: FnApiRunner pickles DoFns, so a driver-side list would not fill.
+    """
+    def dump(items: list, path: str) -> None:
+        Path(path).write_text("\n".join(json.dumps(dataclasses.asdict(x), sort_keys=True) for x in items))
+
+    with tempfile.TemporaryDirectory() as tmp:
+        kept_path, dups_path = f"{tmp}/kept.jsonl", f"{tmp}/dups.jsonl"
+        p = beam.Pipeline(runner="FnApiRunner")
+        src = p | beam.Create(docs, reshuffle=False)
+        if rounds is None:
+            out = src | Deduplicate(cfg, index_out=index_out)
+        else:
+            out = src | SpanDedupe(cfg.span_sentences, rounds=rounds)
+        _ = out["kept"] | "ListKept" >> beam.combiners.ToList() | "DumpKept" >> beam.Map(dump, kept_path)
+        _ = out["duplicates"] | "ListDups" >> beam.combiners.ToList() | "DumpDups" >> beam.Map(dump, dups_path)
+        result = p.run()
+        result.wait_until_finish()
+        counters = {c.key.metric.name: c.committed
+                    for c in result.metrics().query(MetricsFilter().with_namespace("dedupe"))["counters"]}
+
+        def load(path: str, cls: type) -> list:
+            return sorted((cls(**json.loads(line)) for line in Path(path).read_text().splitlines() if line),
+                          key=lambda x: x.doc_id)
+
+        return load(kept_path, Document), load(dups_path, Duplicate), counters
+
+
+def _reference_spans(docs: list[Document], n: int) -> tuple[dict[str, list[str]], dict[str, str]]:
+    """A sequential C4 scan (docs by id, windows in order, a set of seen spans) after exact dedupe.
+
+    Returns (kept doc_id -> kept sentences, duplicate doc_id -> final dup_of).
+    """
+    by_hash: dict[str, str] = {}
+    for d in sorted(docs, key=lambda d: d.doc_id):
+        by_hash.setdefault(normalized_text_hash(d.text), d.doc_id)
+    target = {d.doc_id: by_hash[normalized_text_hash(d.text)] for d in docs
+              if by_hash[normalized_text_hash(d.text)] != d.doc_id}
+    first_seen: dict[str, str] = {}
+    kept: dict[str, list[str]] = {}
+    for d in sorted(docs, key=lambda d: d.doc_id):
+        if d.doc_id in target:
+            continue
+        sents = split_sentences(d.text)
+        norms = [normalize_text(s) for s in sents]
+        cut: set[int] = set()
+        first_loss = None
+        for i in range(len(sents) - n + 1):
+            key = "\n".join(norms[i:i + n])
+            if not key.strip():
+                continue
+            if key in first_seen:
+                cut.update(range(i, i + n))
+                first_loss = first_loss or first_seen[key]
+            else:
+                first_seen[key] = d.doc_id
+        if sents and len(cut) == len(sents):
+            target[d.doc_id] = first_loss  # type: ignore[assignment]
+        else:
+            kept[d.doc_id] = [s for i, s in enumerate(sents) if i not in cut]
+
+    def final(t: str) -> str:
+        while t not in kept:
+            t = target[t]
+        return t
+
+    return kept, {d: final(t) for d, t in target.items()}
+
+
+def test_span_windows_and_first_occurrence() -> None:
+    doc = Document("d", "s", "One two three. Four five!\n\nSix seven?\n...\nEight.")
+    occ = list(span_occurrences(doc, 3))
+    assert [pos for _, (_, pos) in occ] == [0, 1, 2]  # 5 sentences, 3 windows
+    # Normalized like exact dedupe: case, punctuation and spacing do not matter.
+    same = Document("e", "s", "one  TWO three! Four five. Six, seven?")
+    assert next(span_occurrences(same, 3))[0] == occ[0][0]
+    assert next(span_occurrences(Document("f", "s", "One two. Three four five. Six seven."), 3))[0] != occ[0][0]
+    assert list(span_occurrences(Document("g", "s", "* * *\n---\n***"), 3)) == []  # no words, no span
+    # The smallest (doc_id, position) stays, whatever the order.
+    occs = [("b", 4), ("a", 7), ("b", 1), ("a", 2)]
+    for perm in (occs, occs[::-1], sorted(occs)):
+        assert sorted(resolve_span_group(perm)) == [("a", (7, "a")), ("b", (1, "a")), ("b", (4, "a"))]
+    assert list(resolve_span_group([("x", 0)])) == []
+
+
+_PIECES = ["Mr. Smith went home.", "It costs 3.5 dollars today.", '"Quoted words," he said.', "What now?",
+           "(Aside) a remark follows!", "lower case start here.", "Dr. Who met e.g. U.S. agents.",
+           "A. B. Cole wrote it.", "Numbers 12 and 13 appear.", "Trailing words without a stop",
+           "Wow!!", "She left... Then came back."]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.lists(st.sampled_from(_PIECES), max_size=5), min_size=1, max_size=6),
+       st.sampled_from(["\n", "\n\n", "\n \n"]), st.data())
+def test_remove_sentences_keeps_exactly_the_rest(paras: list[list[str]], sep: str, data: st.DataObject) -> None:
+    text = sep.join(" ".join(p) for p in paras)
+    sents = split_sentences(text)
+    removed = set(data.draw(st.lists(st.integers(0, max(0, len(sents) - 1)), max_size=len(sents))))
+    out = remove_sentences(text, removed)
+    assert split_sentences(out) == [s for i, s in enumerate(sents) if i not in removed]
+    assert "\n\n\n" not in out
+
+
+def test_apply_span_losses() -> None:
+    doc = Document("d", "s", "A one. B two. C three.\n\nD four. E five.", url="u", title="t")
+    res = apply_span_losses(doc, [(1, "c"), (1, "c")], 2)  # repeated entries count once
+    assert res.doc is not None and res.doc.text == "A one.\n\nD four. E five." and res.doc.url == "u"
+    assert (res.removed_sentences, res.removed_spans, res.target) == (2, 1, None)
+    res = apply_span_losses(doc, [(3, "b"), (0, "a"), (2, "b")], 2)
+    assert res.doc is None and res.target == "a" and res.removed_sentences == 5
+    assert apply_span_losses(doc, [], 2).doc is doc
+
+
+@pytest.fixture(scope="module")
+def boiler_corpus() -> list[Document]:
+    """Documents with a 4-sentence boilerplate paragraph (as a paragraph or inline), others without."""
+    rng = random.Random(11)
+    docs = []
+    for i in range(24):
+        own = [_sentence(rng) for _ in range(rng.randint(3, 6))]
+        if i % 3 == 0:  # untouched
+            text = " ".join(own)
+        elif i % 3 == 1:  # its own paragraph, somewhere
+            k = rng.randint(0, len(own))
+            text = "\n\n".join(x for x in (" ".join(own[:k]), " ".join(BOILER), " ".join(own[k:])) if x)
+        else:  # inline, upper-cased: normalization must still match
+            k = rng.randint(0, len(own))
+            text = " ".join(own[:k] + [b.upper() for b in BOILER] + own[k:])
+        docs.append(Document(f"doc-{i:03d}", rng.choice(["ccnews", "openwebtext"]), text))
+    docs.append(Document("doc-900-only-boiler", "stories", " ".join(BOILER)))
+    docs.append(Document("doc-901-boiler-head", "stories", "\n".join(BOILER[:3])))
+    return docs
+
+
+def test_boilerplate_removed_from_all_but_the_first(boiler_corpus: list[Document]) -> None:
+    docs = boiler_corpus
+    kept, dups, counters = _run_spans(docs, DedupeConfig(near=False, repeated_spans=True))
+    _check_partition(docs, kept, dups)
+    first = "doc-001"  # the smallest doc_id holding the boilerplate
+    orig = {d.doc_id: d for d in docs}
+    assert dups == [Duplicate("doc-900-only-boiler", "stories", first, "span"),
+                    Duplicate("doc-901-boiler-head", "stories", first, "span")]
+    boiler_norm = {normalize_text(b) for b in BOILER}
+    for d in kept:
+        i = int(d.doc_id.split("-")[1])
+        sents = split_sentences(d.text)
+        if d.doc_id == first or i % 3 == 0:
+            assert d == orig[d.doc_id]  # the first occurrence and documents without it: unchanged
+        else:
+            want = [s for s in split_sentences(orig[d.doc_id].text) if normalize_text(s) not in boiler_norm]
+            assert sents == want and d.url == orig[d.doc_id].url
+    trimmed = len(kept) - 1 - sum(int(d.doc_id.split("-")[1]) % 3 == 0 for d in kept)
+    # Each trimmed document repeats both 3-sentence windows of the boilerplate; the two
+    # span duplicates repeat two and one; the 4 sentences go from each trimmed document.
+    assert counters["span_trimmed_documents"] == trimmed == 15
+    assert counters["span_repeated"] == 2
+    assert counters["span_removed_occurrences"] == 2 * trimmed + 3
+    assert counters["span_removed_sentences"] == 4 * trimmed + 7
+    assert counters["span_duplicates"] == 2
+
+
+def test_spans_off_by_default(boiler_corpus: list[Document]) -> None:
+    assert DedupeConfig().repeated_spans is False and DedupeConfig().span_sentences == 3
+    kept, dups, counters = _run_spans(boiler_corpus, DedupeConfig(near=False))
+    assert kept == sorted(boiler_corpus, key=lambda d: d.doc_id) and dups == []
+    assert not any(k.startswith("span_") for k in counters)
+
+
+def _overlap_corpus(seed: int, n_docs: int = 60) -> list[Document]:
+    """Documents drawn from a small pool of sentences: many repeated, overlapping spans,
+    exact copies, emptied documents and chains of them."""
+    rng = random.Random(seed)
+    pool = [_sentence(rng) for _ in range(12)]
+    docs = []
+    for i in range(n_docs):
+        sents = []
+        for _ in range(rng.randint(1, 3)):  # runs copied from one master sequence, plus own sentences
+            start = rng.randrange(len(pool))
+            sents += pool[start:start + rng.randint(2, 5)] if rng.random() < 0.8 else [_sentence(rng)]
+        paras, k = [], 0
+        while k < len(sents):
+            step = rng.randint(1, 4)
+            paras.append(" ".join(sents[k:k + step]))
+            k += step
+        docs.append(Document(f"d{rng.randint(0, 10**6):07d}-{i}", "s", "\n".join(paras)))
+    docs += [Document(f"copy-{d.doc_id}", "t", d.text.upper()) for d in docs[:5]]
+    return docs
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_spans_match_sequential_scan(n: int) -> None:
+    docs = _overlap_corpus(seed=n)
+    kept, dups, counters = _run_spans(docs, DedupeConfig(near=False, repeated_spans=True, span_sentences=n))
+    _check_partition(docs, kept, dups)
+    want_kept, want_dup = _reference_spans(docs, n)
+    assert {d.doc_id: split_sentences(d.text) for d in kept} == want_kept
+    assert {d.doc_id: d.dup_of for d in dups} == want_dup
+    assert any(d.kind == "span" for d in dups) and any(d.kind == "exact" for d in dups)
+    assert counters.get("span_unresolved_kept_whole", 0) == 0
+
+
+def test_span_chains_resolve_to_kept_documents(tmp_path: Path) -> None:
+    s = [f"Sentence number {w} is here." for w in ("one", "two", "three", "four", "five", "six", "seven")]
+    docs = [
+        Document("a", "x", " ".join(s[0:3] + ["Unique to a."])),  # first s0 s1 s2
+        Document("a2", "x", " ".join(s[3:6] + ["Unique to a2."])),  # first s3 s4 s5
+        Document("b", "x", " ".join(s[0:6])),  # loses s0-s2 to a, s3-s5 to a2: emptied, -> a
+        Document("c", "x", " ".join(s[2:5])),  # s2 s3 s4 first seen in b: emptied, -> b -> a
+        Document("c2", "y", " ".join(s[2:5]).lower()),  # exact duplicate of c: -> a
+    ]
+    idx = str(tmp_path / "idx")
+    kept, dups, counters = _run_spans(docs, DedupeConfig(near=False, repeated_spans=True), index_out=idx)
+    _check_partition(docs, kept, dups)
+    assert [d.doc_id for d in kept] == ["a", "a2"] and kept == docs[:2]
+    assert dups == [Duplicate("b", "x", "a", "span"), Duplicate("c", "x", "a", "span"),
+                    Duplicate("c2", "y", "a", "exact")]
+    # Emptied documents are not in the index written for the next run.
+    from pipelines.dedupe import index_parts, read_index_part
+
+    entries = [e for url in index_parts(idx, DedupeConfig(near=False)) for e in read_index_part(url)]
+    assert sorted(e.doc_id for e in entries) == ["a", "a2"]
+    # Too few pointer-jumping rounds for the chain c -> b -> a: c is kept whole rather than
+    # pointing at a removed document.
+    kept, dups, counters = _run_spans(docs[:4], DedupeConfig(repeated_spans=True), rounds=1)
+    assert [d.doc_id for d in kept] == ["a", "a2", "c"] and kept[2] == docs[3]
+    assert dups == [Duplicate("b", "x", "a", "span")]
+    assert counters["span_unresolved_kept_whole"] == 1
+
+
+def test_spans_deterministic_under_shuffled_input(boiler_corpus: list[Document]) -> None:
+    docs = _overlap_corpus(seed=5, n_docs=40) + boiler_corpus
+    cfg = DedupeConfig(repeated_spans=True, components_rounds=4)  # near dedupe on too
+    kept, dups, _ = _run_spans(docs, cfg)
+    _check_partition(docs, kept, dups)
+    shuffled = list(docs)
+    random.Random(3).shuffle(shuffled)
+    kept2, dups2, _ = _run_spans(shuffled, cfg)
+    assert kept2 == kept and dups2 == dups
+    assert any(d.kind == "span" for d in dups)

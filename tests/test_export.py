@@ -15,7 +15,15 @@ import torch  # noqa: E402
 
 from schemas import SPECIAL_TOKENS  # noqa: E402
 from schemas.config import ModelConfig  # noqa: E402
-from trainer.export import build_tokenizer_json, choose_architecture, export_hf, spm_normalizer_spec  # noqa: E402
+from trainer.export import (  # noqa: E402
+    bpe_merges,
+    build_tokenizer_json,
+    choose_architecture,
+    export_hf,
+    spm_model_type,
+    spm_normalizer_spec,
+    spm_pieces,
+)
 from trainer.model import Encoder  # noqa: E402
 
 transformers = pytest.importorskip("transformers")
@@ -67,6 +75,8 @@ def test_tokenizer_matches_sentencepiece(spm_path: str) -> None:
 
     sp = spm.SentencePieceProcessor(model_file=spm_path)
     data = Path(spm_path).read_bytes()
+    assert spm_model_type(data) == "unigram"
+    assert json.loads(build_tokenizer_json(data))["model"]["type"] == "Unigram"
     spec = spm_normalizer_spec(data)
     assert spec["precompiled_charsmap"] and spec["add_dummy_prefix"] and spec["remove_extra_whitespaces"]
     tok = Tokenizer.from_str(build_tokenizer_json(data))
@@ -174,3 +184,166 @@ def test_export_refuses_what_it_cannot_express(spm_path: str, tmp_path: Path) ->
     with pytest.raises(ValueError, match="cfg"):
         export_hf(model, ModelConfig(), spm_path, str(tmp_path / "c"))
     assert not (tmp_path / "b").exists()
+
+
+# ================================================================= BPE models (issue #8 follow-up)
+
+# What byte fallback, normalization and whitespace handling must get right: characters the model never
+# saw (CJK, emoji, a skin-tone modifier), NFKC-folded ones, runs and kinds of whitespace, punctuation.
+BPE_TEXTS = TEXTS + [
+    "東京 is big 😀 and 👍🏽 too",
+    "ζωή café naïve — ﬁne Ａ ｂ",
+    "a    b\t\tc\n\nd   ",
+    "   ",
+    "",
+    "!!!???...,,,;;::",
+    "\u2581 literal whitespace\u2581symbol, nbsp\u00a0and ideographic\u3000space",
+    "x\u200by zero width",
+    "aaaaaaaaaaaaaaa kakakakaka thththth",
+]
+
+
+def _train(tmp: Path, name: str, sents: list[str], **kw: object) -> str:
+    prefix = str(tmp / name)
+    args = dict(model_type="bpe", vocab_size=700, byte_fallback=True, bos_id=0, pad_id=1, eos_id=2, unk_id=3,
+                user_defined_symbols=["<mask>"], num_threads=1, hard_vocab_limit=False, minloglevel=2)
+    args.update(kw)
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(sents), model_prefix=prefix, **args)
+    return prefix + ".model"
+
+
+def _corpus(seed: int, n: int = 3000) -> tuple[list[str], list[str]]:
+    """(sentences, words): English-like text with some accented and Greek words."""
+    rng = random.Random(seed)
+    syl = ["ka", "to", "ri", "men", "sa", "lo", "pe", "dra", "qui", "ne", "ver", "son", "tal", "mi", "gor", "th"]
+    common = ("the a of and to in is was cat dog sat on mat house big small red blue ran quickly over "
+              "river tree 2024 42 ζωή café naïve").split()
+    words = common + ["".join(rng.choice(syl) for _ in range(rng.randint(1, 3))) for _ in range(300)]
+    sents = [" ".join(rng.choice(words) for _ in range(rng.randint(4, 14))).capitalize() + rng.choice(".?!,;:")
+             for _ in range(n)]
+    return sents, words
+
+
+@pytest.fixture(scope="module")
+def bpe_path(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A 700-piece BPE model with byte fallback (256 byte pieces, ~440 learned ones)."""
+    return _train(tmp_path_factory.mktemp("bpe"), "bpe", _corpus(0)[0])
+
+
+def _varied_texts(sp: spm.SentencePieceProcessor, n: int, seed: int) -> list[str]:
+    """n texts mixing whole words, concatenated pieces (so merges meet in unusual orders) and single
+    characters from a pool of unseen characters, whitespace and punctuation."""
+    rng = random.Random(seed)
+    words = _corpus(0)[1]
+    pieces = [sp.id_to_piece(i).replace("\u2581", " ") for i in range(sp.get_piece_size())
+              if not (sp.is_byte(i) or sp.is_control(i) or sp.is_unknown(i))]
+    pool = list("abcdefghijklmnopqrstuvwxyzABCXYZ0123456789.,;:!?'\"()-—…") + [
+        " ", "  ", "   ", "\t", "\n", "é", "ß", "ζ", "東", "京", "😀", "👍🏽", "ﬁ", "Ａ", "\u00a0", "\u3000"]
+    out = []
+    for i in range(n):
+        parts = []
+        for _ in range(rng.randint(1, 15)):
+            r = rng.random()
+            parts.append(rng.choice(pool) if r < 0.3 else rng.choice(pieces) if r < 0.6 else rng.choice(words) + " ")
+        out.append("".join(parts) if i % 7 else "".join(parts).replace(" ", ""))  # some long unbroken words
+    return out
+
+
+def test_bpe_tokenizer_matches_sentencepiece(bpe_path: str) -> None:
+    from tokenizers import Tokenizer
+
+    sp = spm.SentencePieceProcessor(model_file=bpe_path)
+    data = Path(bpe_path).read_bytes()
+    assert spm_model_type(data) == "bpe"
+    doc = json.loads(build_tokenizer_json(data))
+    assert doc["model"]["type"] == "BPE" and doc["model"]["byte_fallback"] and doc["model"]["unk_token"] == "<unk>"
+    assert len(doc["model"]["merges"]) >= sp.get_piece_size() - 300  # roughly one per learned piece, or more
+    tok = Tokenizer.from_str(json.dumps(doc))
+    assert tok.get_vocab_size() == sp.get_piece_size()
+    texts = BPE_TEXTS + _varied_texts(sp, 400, seed=2)
+    fallback = 0
+    for text in texts:
+        want = sp.encode(text)
+        ids = tok.encode(text).ids
+        assert ids[0] == SPECIAL_TOKENS["<s>"] and ids[-1] == SPECIAL_TOKENS["</s>"]
+        assert ids[1:-1] == want, (text, [sp.id_to_piece(i) for i in ids[1:-1]], [sp.id_to_piece(i) for i in want])
+        fallback += any(sp.is_byte(i) for i in want)
+        assert tok.decode(ids) == sp.decode(want), text
+    assert fallback >= 50  # the byte-fallback path was really exercised
+    assert SPECIAL_TOKENS["<mask>"] in tok.encode("the <mask> sat").ids
+
+
+def test_bpe_merges_follow_the_merge_order(bpe_path: str) -> None:
+    data = Path(bpe_path).read_bytes()
+    pieces = spm_pieces(data)
+    ids = {p.piece: i for i, p in enumerate(pieces)}
+    merges = bpe_merges(pieces)
+    assert len(set(merges)) == len(merges)
+    ranks = [ids[a + b] for a, b in merges]
+    assert ranks == sorted(ranks)  # BPE scores are minus the merge order, so by id is by score
+    normal = [p for p in pieces if p.type == 1]
+    learned = {p.piece for p in normal if len(p.piece) > 1}
+    assert learned == {a + b for a, b in merges}  # every learned piece is reachable, nothing else
+    assert all(a in ids and b in ids for a, b in merges)
+
+
+def test_unigram_stand_in_would_differ(bpe_path: str) -> None:
+    """The old export (a Unigram over the BPE pieces and scores) gives other ids: the test above can fail."""
+    from tokenizers import Tokenizer
+    from tokenizers.models import Unigram
+
+    sp = spm.SentencePieceProcessor(model_file=bpe_path)
+    data = Path(bpe_path).read_bytes()
+    doc = json.loads(build_tokenizer_json(data))
+    stand_in = json.loads(Tokenizer(Unigram([(p.piece, p.score) for p in spm_pieces(data)], unk_id=3,
+                                            byte_fallback=True)).to_str())
+    doc["model"] = stand_in["model"]
+    tok = Tokenizer.from_str(json.dumps(doc))
+    texts = _varied_texts(sp, 200, seed=3)
+    assert sum(tok.encode(t, add_special_tokens=False).ids != sp.encode(t) for t in texts) > 10
+
+
+def test_bpe_without_byte_fallback_fuses_unknowns(tmp_path: Path) -> None:
+    from tokenizers import Tokenizer
+
+    path = _train(tmp_path, "nobf", _corpus(4, 1500)[0], vocab_size=300, byte_fallback=False)
+    sp = spm.SentencePieceProcessor(model_file=path)
+    tok = Tokenizer.from_str(build_tokenizer_json(Path(path).read_bytes()))
+    assert sp.encode("東京😀 big").count(SPECIAL_TOKENS["<unk>"]) == 1  # a run of unknowns is one <unk>
+    for text in BPE_TEXTS + _varied_texts(sp, 150, seed=5):
+        assert tok.encode(text, add_special_tokens=False).ids == sp.encode(text), text
+
+
+def test_bpe_export_loads_and_fills_masks(bpe_path: str, tmp_path: Path) -> None:
+    sp = spm.SentencePieceProcessor(model_file=bpe_path)
+    cfg = ModelConfig()
+    model = _trained_like(cfg, sp.get_piece_size())
+    out = tmp_path / "hf"
+    export_hf(model, cfg, bpe_path, str(out))
+    tok = transformers.AutoTokenizer.from_pretrained(str(out))
+    for text in BPE_TEXTS:
+        assert tok(text)["input_ids"][1:-1] == sp.encode(text), text
+    hf = transformers.AutoModelForMaskedLM.from_pretrained(str(out)).eval()
+    enc = tok(BPE_TEXTS[:6], padding=True, return_tensors="pt")
+    with torch.no_grad():
+        ours = model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"])["logits"]
+        theirs = hf(**enc).logits
+    real = enc["attention_mask"].bool()
+    torch.testing.assert_close(theirs[real], ours[real], atol=1e-4, rtol=0)
+    fill = transformers.pipeline("fill-mask", model=str(out), device="cpu")
+    preds = fill("The cat <mask> on the mat 東京.", top_k=3)
+    assert len(preds) == 3 and all(0 <= p["token"] < sp.get_piece_size() for p in preds)
+
+
+def test_export_refuses_models_it_cannot_reproduce(tmp_path: Path) -> None:
+    sents = _corpus(6, 800)[0]
+    # Pieces spanning words: the exported pre-tokenizer splits at whitespace, so it could never emit them.
+    path = _train(tmp_path, "span", ["the cat sat", "the cat ran", "a the cat"] * 300 + sents[:200],
+                  vocab_size=300, split_by_whitespace=False)
+    assert any("\u2581" in p.piece[1:] for p in spm_pieces(Path(path).read_bytes()))
+    with pytest.raises(ValueError, match="whitespace"):
+        build_tokenizer_json(Path(path).read_bytes())
+    path = _train(tmp_path, "char", sents, model_type="char", vocab_size=100, byte_fallback=False)
+    assert spm_model_type(Path(path).read_bytes()) == "char"
+    with pytest.raises(ValueError, match="only unigram and bpe"):
+        build_tokenizer_json(Path(path).read_bytes())
