@@ -236,7 +236,7 @@ def _varied_texts(sp: spm.SentencePieceProcessor, n: int, seed: int) -> list[str
     rng = random.Random(seed)
     words = _corpus(0)[1]
     pieces = [sp.id_to_piece(i).replace("\u2581", " ") for i in range(sp.get_piece_size())
-              if not (sp.is_byte(i) or sp.is_control(i) or sp.is_unknown(i))]
+              if not (sp.is_byte(i) or sp.is_control(i) or sp.is_unknown(i)) and i != SPECIAL_TOKENS["<mask>"]]
     pool = list("abcdefghijklmnopqrstuvwxyzABCXYZ0123456789.,;:!?'\"()-—…") + [
         " ", "  ", "   ", "\t", "\n", "é", "ß", "ζ", "東", "京", "😀", "👍🏽", "ﬁ", "Ａ", "\u00a0", "\u3000"]
     out = []
@@ -268,9 +268,26 @@ def test_bpe_tokenizer_matches_sentencepiece(bpe_path: str) -> None:
         assert ids[0] == SPECIAL_TOKENS["<s>"] and ids[-1] == SPECIAL_TOKENS["</s>"]
         assert ids[1:-1] == want, (text, [sp.id_to_piece(i) for i in ids[1:-1]], [sp.id_to_piece(i) for i in want])
         fallback += any(sp.is_byte(i) for i in want)
-        assert tok.decode(ids) == sp.decode(want), text
+        assert tok.decode(ids[1:-1], skip_special_tokens=False) == sp.decode(want), text
     assert fallback >= 50  # the byte-fallback path was really exercised
-    assert SPECIAL_TOKENS["<mask>"] in tok.encode("the <mask> sat").ids
+
+
+def test_mask_splits_the_text(bpe_path: str, spm_path: str) -> None:
+    """Documented difference: the exported tokenizer matches <mask> first and encodes the text on either
+    side on its own (each side gets the dummy prefix, whitespace next to <mask> is dropped), as
+    transformers does for added tokens; sentencepiece would emit a lone "▁" before a spaced <mask>
+    and no prefix after it. The HF form is the one masked-LM training saw: <mask> replacing whole tokens."""
+    from tokenizers import Tokenizer
+
+    mask = SPECIAL_TOKENS["<mask>"]
+    for path in (bpe_path, spm_path):
+        sp = spm.SentencePieceProcessor(model_file=path)
+        tok = Tokenizer.from_str(build_tokenizer_json(Path(path).read_bytes()))
+        for left, right in [("the", "sat on the mat"), ("A cat", "."), ("mid", "word"), ("東京", "😀 x")]:
+            for text in (f"{left} <mask> {right}", f"{left}<mask>{right}"):
+                want = sp.encode(left) + [mask] + sp.encode(right)
+                assert tok.encode(text, add_special_tokens=False).ids == want, text
+        assert sp.encode("the <mask> sat") != tok.encode("the <mask> sat", add_special_tokens=False).ids
 
 
 def test_bpe_merges_follow_the_merge_order(bpe_path: str) -> None:
@@ -339,11 +356,24 @@ def test_export_refuses_models_it_cannot_reproduce(tmp_path: Path) -> None:
     sents = _corpus(6, 800)[0]
     # Pieces spanning words: the exported pre-tokenizer splits at whitespace, so it could never emit them.
     path = _train(tmp_path, "span", ["the cat sat", "the cat ran", "a the cat"] * 300 + sents[:200],
-                  vocab_size=300, split_by_whitespace=False)
+                  vocab_size=600, split_by_whitespace=False)
     assert any("\u2581" in p.piece[1:] for p in spm_pieces(Path(path).read_bytes()))
     with pytest.raises(ValueError, match="whitespace"):
         build_tokenizer_json(Path(path).read_bytes())
-    path = _train(tmp_path, "char", sents, model_type="char", vocab_size=100, byte_fallback=False)
+    path = _train(tmp_path, "char", sents, model_type="char", vocab_size=200, byte_fallback=False)
     assert spm_model_type(Path(path).read_bytes()) == "char"
     with pytest.raises(ValueError, match="only unigram and bpe"):
         build_tokenizer_json(Path(path).read_bytes())
+
+
+def test_other_user_defined_pieces_are_matched_whole(tmp_path: Path) -> None:
+    from tokenizers import Tokenizer
+
+    path = _train(tmp_path, "uds", _corpus(7, 1000)[0], user_defined_symbols=["<mask>", "[SEP2]", "東京"])
+    sp = spm.SentencePieceProcessor(model_file=path)
+    tok = Tokenizer.from_str(build_tokenizer_json(Path(path).read_bytes()))
+    for piece in ("[SEP2]", "東京"):
+        assert sp.piece_to_id(piece) in tok.encode(f"big {piece} river", add_special_tokens=False).ids
+    # Whole, not byte fallback; without sentencepiece's lone "\u2581" before it (see test_mask_splits_the_text).
+    assert tok.encode("東京", add_special_tokens=False).ids == [sp.piece_to_id("東京")]
+    assert sp.encode("東京") == [sp.piece_to_id("\u2581"), sp.piece_to_id("東京")]

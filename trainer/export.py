@@ -20,9 +20,19 @@ masked-LM classes have no place for them.
 The tokenizer is written from the SentencePiece pieces and scores rather than
 by transformers' spm converter, which needs sentencepiece's proto module
 (broken under protobuf < 7) and silently builds a wrong vocabulary in
-transformers 5.x. The one thing the sentencepiece API does not expose, the
-normalizer's precompiled character map, is read from the model file with a
-few lines of protobuf wire-format parsing.
+transformers 5.x. What the sentencepiece API does not expose (the model type,
+piece types, the normalizer's precompiled character map) is read from the
+model file with a few lines of protobuf wire-format parsing. A unigram model
+becomes a tokenizers ``Unigram``; a BPE model (byte fallback or not) a
+tokenizers ``BPE`` whose merge rules replay SentencePiece's (see
+``bpe_merges``), so ids equal sentencepiece's. Models the export cannot
+reproduce (pieces spanning whitespace, BPE unused pieces, char/word models)
+are refused with a ValueError.
+
+One deliberate difference: ``<mask>`` (and any other user-defined piece) is
+matched first and the text on each side is encoded on its own, as
+transformers does for added tokens, so ``"the <mask> sat"`` gives
+``▁the <mask> ▁sat`` where sentencepiece gives ``▁the ▁ <mask> ▁sat``.
 """
 
 from __future__ import annotations
@@ -253,7 +263,10 @@ def bpe_merges(pieces: list[SpmPiece]) -> list[tuple[str, str]]:
     piece, taking the pair with the highest piece score first (a BPE model's
     scores are minus the merge order). So every split of a normal piece into two
     normal pieces is a rule, ranked by the merged piece's score, then its id; the
-    splits of one piece follow in the order of their parts' ids.
+    splits of one piece follow in the order of their parts' ids. (Sentencepiece
+    ranks a piece's splits equally and takes the leftmost; a fixed order can only
+    differ when two different splits of one piece are pending at once, which no
+    trained or randomly built vocabulary we searched ever produced.)
     """
     ids = {p.piece: i for i, p in enumerate(pieces) if p.type == PIECE_NORMAL}
     rules = []
@@ -333,11 +346,16 @@ def build_tokenizer_json(model_bytes: bytes, arch: str = XLM_ROBERTA) -> str:
     # spm strips and collapses whitespace (remove_extra_whitespaces); splitting on it does the same.
     tok.pre_tokenizer = (pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(), metaspace])
                          if spec["remove_extra_whitespaces"] else metaspace)
-    meta_dec = decoders.Metaspace(replacement=_SPACE, prepend_scheme=prepend, split=True)
-    tok.decoder = decoders.Sequence([decoders.ByteFallback(), decoders.Fuse(), meta_dec]) if byte_fallback \
-        else meta_dec
+    # Decode as sentencepiece does: byte pieces back to characters, then whitespace, then drop the
+    # dummy prefix once. (Metaspace's decoder after Fuse loses every space but the first.)
+    steps = [decoders.Replace(_SPACE, " "), decoders.ByteFallback(), decoders.Fuse()]
+    tok.decoder = decoders.Sequence(steps + [decoders.Strip(" ", 1, 0)] if spec["add_dummy_prefix"] else steps)
     # Special tokens are matched before normalization, as sentencepiece does for <mask>.
     tok.add_special_tokens([AddedToken(name, special=True, normalized=False) for name in SPECIAL_TOKENS])
+    # Other user-defined pieces (a reused model's) are matched whole in the normalized text, as sentencepiece
+    # does; left in the vocabulary alone, the model would only ever spell them out.
+    tok.add_tokens([AddedToken(p.piece, special=False, normalized=True) for p in pieces
+                    if p.type == PIECE_USER_DEFINED and p.piece not in SPECIAL_TOKENS])
     bos, eos = "<s>", "</s>"
     if arch == XLM_ROBERTA:  # RoBERTa: <s> A </s> </s> B </s>, one segment type
         pair = f"{bos} $A {eos} {eos} $B {eos}"
