@@ -1,4 +1,4 @@
-"""Dedupe: exact and near-duplicate removal through Beam's FnApiRunner, plus its pure parts."""
+"""Dedupe: exact, near-duplicate and repeated-span removal through Beam's FnApiRunner, plus its pure parts."""
 
 from __future__ import annotations
 
@@ -550,6 +550,7 @@ def test_span_chains_resolve_to_kept_documents(tmp_path: Path) -> None:
     assert counters["span_unresolved_kept_whole"] == 1
 
 
+@pytest.mark.slow
 def test_spans_deterministic_under_shuffled_input(boiler_corpus: list[Document]) -> None:
     docs = _overlap_corpus(seed=5, n_docs=40) + boiler_corpus
     cfg = DedupeConfig(repeated_spans=True, components_rounds=4)  # near dedupe on too
