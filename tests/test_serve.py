@@ -316,3 +316,51 @@ def test_once_on_the_gcs_emulator(gcs_bucket, tmp_path):
         data = fs.cat_file(f"{bucket}/corpus/{s.name}")
         assert hashlib.sha256(data).hexdigest() == s.sha256
         tarfile.open(fileobj=io.BytesIO(data)).getmembers()
+
+
+def test_a_following_loader_adopts_new_shards_at_the_epoch_boundary_and_resumes_exactly(tmp_path):
+    """The trainer side of the service: ShardLoader(follow=True) over a corpus that pipelines.serve grows."""
+    import torch
+
+    from pipelines.serve import run
+    from trainer.data import ShardLoader
+
+    raw, corpus = tmp_path / "raw", str(tmp_path / "corpus")
+    raw.mkdir()
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(small_config()))
+    args = ["--watch", str(raw / "*.jsonl"), "--corpus", corpus, "--source", SOURCE, "--once", "--settle", "0",
+            "--config", str(cfg)]
+    drop(raw, "a.jsonl", articles(31, DOCS_PER_FILE))
+    assert run(args) == 0
+
+    def train_ids(m: Manifest) -> list[int]:
+        ids, base = [], 0
+        for s in m.shards:  # global sample ids run over all shards in manifest order
+            if s.split == "train":
+                ids += range(base, base + s.samples)
+            base += s.samples
+        return ids
+
+    def real(batches) -> list[int]:
+        return sorted(i for b in batches for i in b["sample_ids"][~b["is_pad"]].tolist())
+
+    kw = {"follow": True, "batch_size": 4, "shuffle_buffer": 16, "partitions": 4}
+    loader = ShardLoader(corpus, **kw)
+    it = iter(loader)
+    epoch0 = [next(it) for _ in range(loader.steps_per_epoch - 1)]
+    drop(raw, "b.jsonl", articles(32, DOCS_PER_FILE))
+    assert run(args) == 0  # version 2 lands mid-epoch
+    epoch0.append(next(it))  # the last batch of epoch 0 ends the epoch: the loader adopts v2
+    assert real(epoch0) == train_ids(load_version(corpus, 1))
+    assert loader.manifest_url.endswith("manifest-v2.json")
+    head = [next(it) for _ in range(2)]
+    state = loader.state_dict()
+    tail = [next(it) for _ in range(loader.steps_per_epoch - 2)]
+    assert real(head + tail) == train_ids(load_version(corpus, 2))  # old and new shards, each once
+    resumed = ShardLoader(corpus, **kw)
+    resumed.load_state_dict(state)
+    again = iter(resumed)
+    for want in tail:
+        got = next(again)
+        assert all(torch.equal(got[k], want[k]) for k in want)
