@@ -349,6 +349,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
                     why = f"stop_at={cfg.stop_at}" if cfg.stop_at is not None and step >= cfg.stop_at else "SIGTERM"
                     log.warning("%s: checkpoint saved at step %d, exiting", why, step)
                 break
+    it.close()  # shut DataLoader workers down now, not whenever the generator is collected
     bar.close()
     metrics.close()
     if dd.world_size > 1:
