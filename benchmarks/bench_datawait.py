@@ -82,7 +82,7 @@ def main() -> int:
 
     lines = ["# Data-wait share of step time (is training starved by the loader?)", "",
              f"Machine: {machine()}.", "",
-             f"Command: `python benchmarks/bench_datawait.py --steps {args.steps}` — {args.workers} DataLoader "
+             f"Command: `python benchmarks/bench_datawait.py --steps {args.steps} --batch {args.batch}` — {args.workers} DataLoader "
              f"workers, batch {args.batch} × up to 512 tokens, CPU training, fp32; mean over steps 3..{args.steps} "
              "(the first steps include worker start-up and the first shard fetch).", "",
              "| model | shards on | mean data wait / step time | max | median step s | tokens/s |",

@@ -1,18 +1,39 @@
-"""Benchmark: how the full build scales with input size on the local runner.
+"""Benchmark: how the full build's wall time and peak memory scale with input size (local runner).
 
 Generates English-like JSONL corpora of several sizes with
 `shardforge.synth.make_article` (deterministic), runs the whole build
 (`pipelines.build.run_build`: clean, exact + near dedupe, sentences, tokenizer
 training, tokenize, pack, shards, manifest) on Beam's FnApiRunner, one size per
-fresh child process, and records wall time and peak RSS (the child's
-`ru_maxrss`: FnApiRunner executes in-process, and SentencePiece trains in the
-same process; grandchildren, if any, are added from RUSAGE_CHILDREN).
+fresh child process, and records wall time and peak memory.
 
-The baseline is the smallest size: the printed ratio is throughput (MB/s) at
-the largest size / at the smallest, and the exponent is the log-log slope of
-time against size (1.0 = linear). Writes benchmarks/results/scaling.md.
+Memory is measured three ways, because the runner may use several processes:
+the child's own ``ru_maxrss`` (the runner's controller, and in the default
+in-memory mode also the worker); a sampler thread that sums the RSS of the
+child and all of its live descendants every 50 ms (the process-tree peak, the
+honest number for ``--mode multi_processing``); and the largest ``VmHWM`` of
+any descendant. The sampler also notes which fused stage was running at each
+sample (by wrapping FnApiRunner's private ``_execute_bundle``; diagnostics only),
+so the results name the stages at which memory peaks.
 
-Run: ``python benchmarks/bench_scaling.py [--sizes 5,10,20] [--no-near-dedupe]``.
+Configurations (``--configs``, comma-separated; each runs at every size):
+
+* ``default``: the pipeline's default packing groups and tokenizer sample
+  (``PackingConfig.group_tokens`` = 20M tokens, ``TokenizerConfig.sample_docs`` =
+  200k), which at these sizes make ONE packing group and a whole-corpus sample.
+* ``capped``: the same build with small caps (``--group-tokens``,
+  ``--sample-docs``, ``--input-sentence-size``), so that every input size exceeds
+  them: if our per-worker state were what grows, memory would flatten here.
+* ``capped-mp``: ``capped`` with ``--direct_running_mode multi_processing
+  --direct_num_workers 2`` (SDK workers in subprocesses; the controller keeps the data).
+* ``runner``: no shardforge code: ReadFromText -> Map -> GroupByKey (many keys)
+  -> count on the same input, to show what the runner itself holds.
+
+The baseline of the time ratio is the smallest size: the printed ratio is
+throughput (MB/s) at the largest size / at the smallest. Exponents are log-log
+slopes (1.0 = linear, 0 = flat); "MB RSS per input MB" is the slope of a linear fit.
+Writes benchmarks/results/scaling.md.
+
+Run: ``python benchmarks/bench_scaling.py [--sizes 5,10,20] [--configs default,capped,capped-mp,runner]``.
 """
 
 from __future__ import annotations
@@ -20,16 +41,23 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import random
+import re
 import resource
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repo root
 
 from benchmarks.common import ROOT, bench_parser, machine, scratch_dir, write_results  # noqa: E402
+
+CONFIGS = ("default", "capped", "capped-mp", "runner")
+MP_ARGS = ["--direct_running_mode", "multi_processing", "--direct_num_workers", "2"]
 
 
 def write_corpus(path: Path, megabytes: float, seed: int = 11) -> tuple[int, int]:
@@ -49,31 +77,202 @@ def write_corpus(path: Path, megabytes: float, seed: int = 11) -> tuple[int, int
     return docs, size
 
 
-def child(megabytes: float, near: bool) -> dict[str, float]:
+# ------------------------------------------------------------------ memory sampling
+
+
+def _status_kb(pid: int) -> dict[str, int]:
+    """VmRSS / VmHWM of a process in kB (empty if it is gone)."""
+    out: dict[str, int] = {}
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith(("VmRSS:", "VmHWM:")):
+                    out[line[:5]] = int(line.split()[1])
+    except OSError:
+        pass
+    return out
+
+
+def _children(pid: int) -> list[int]:
+    """Direct children of pid, from /proc/<pid>/task/*/children."""
+    kids: list[int] = []
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/children", encoding="ascii") as f:
+                kids.extend(int(x) for x in f.read().split())
+    except OSError:
+        pass
+    return kids
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live descendant of pid (children, grandchildren, ...)."""
+    out, todo = [], _children(pid)
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(_children(p))
+    return out
+
+
+class TreeSampler(threading.Thread):
+    """Samples the RSS of this process + its descendants; remembers peaks, per stage too."""
+
+    def __init__(self, interval: float = 0.05):
+        super().__init__(daemon=True)
+        self.interval = interval
+        self._halt = threading.Event()
+        self.stage = "(pipeline setup)"
+        self.tree_peak_kb = 0
+        self.child_hwm_kb: dict[int, int] = {}
+        self.stage_peak_kb: dict[str, int] = {}
+        self.stage_rise_kb: dict[str, int] = {}
+        self._last_kb = 0
+        self._stage_start_kb = 0
+
+    def enter(self, stage: str) -> None:
+        self.stage = stage
+        self._stage_start_kb = self._last_kb
+
+    def sample(self) -> None:
+        total = _status_kb(os.getpid()).get("VmRSS", 0)
+        for pid in descendants(os.getpid()):
+            st = _status_kb(pid)
+            total += st.get("VmRSS", 0)
+            self.child_hwm_kb[pid] = max(self.child_hwm_kb.get(pid, 0), st.get("VmHWM", 0))
+        self.tree_peak_kb = max(self.tree_peak_kb, total)
+        self._last_kb = total
+        stage = self.stage
+        self.stage_peak_kb[stage] = max(self.stage_peak_kb.get(stage, 0), total)
+        rise = total - self._stage_start_kb
+        self.stage_rise_kb[stage] = max(self.stage_rise_kb.get(stage, 0), rise)
+
+    def run(self) -> None:
+        while not self._halt.wait(self.interval):
+            self.sample()
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join()
+        self.sample()
+
+
+def short_stage(name: str) -> str:
+    """A readable fused-stage name: the distinct top-level transforms it runs, e.g. 'WriteCorpus/PlanShards'."""
+    parts: list[str] = []
+    for inner in re.findall(r"\(([^()]+)\)", name) or [name]:
+        if inner.startswith("ref_PCollection_"):
+            continue  # a data-channel read/write, not a transform
+        p = re.sub(r"_\d+$", "", inner.removeprefix("ref_AppliedPTransform_"))
+        p = "/".join(p.split("/")[:2])
+        if p not in parts:
+            parts.append(p)
+    text = " + ".join(parts)
+    return text if len(text) <= 100 else text[:97] + "..."
+
+
+def watch_stages(sampler: TreeSampler) -> None:
+    """Tell the sampler which fused stage runs (wraps a private FnApiRunner method: diagnostics only)."""
+    try:
+        from apache_beam.runners.portability.fn_api_runner import fn_runner
+    except ImportError:
+        return
+    orig = getattr(fn_runner.FnApiRunner, "_execute_bundle", None)
+    if orig is None:
+        return
+
+    def wrapped(self, ctx, bundle_manager, bundle_input):
+        sampler.enter(short_stage(bundle_manager.stage.name))
+        try:
+            return orig(self, ctx, bundle_manager, bundle_input)
+        finally:
+            sampler.enter("(between stages)")
+
+    fn_runner.FnApiRunner._execute_bundle = wrapped
+
+
+# ------------------------------------------------------------------ one run (child process)
+
+
+def build_config(raw: Path, near: bool, caps: dict[str, int] | None):
+    """The benchmark's BuildConfig; caps: group_tokens / sample_docs / input_sentence_size overrides."""
+    from schemas.config import BuildConfig
+
+    tokenizer: dict[str, Any] = {"vocab_size": 8000}
+    packing: dict[str, Any] = {"max_seq_len": 512}
+    if caps:
+        tokenizer.update(sample_docs=caps["sample_docs"], input_sentence_size=caps["input_sentence_size"])
+        packing["group_tokens"] = caps["group_tokens"]
+    return BuildConfig.model_validate({
+        "sources": [{"name": "web", "input": str(raw)}],
+        # Template text repeats its 5-10-grams across sentences far more than prose,
+        # so Gopher's duplicated-n-gram rule would drop every document: switch it off.
+        "clean": {"disabled_rules": ["dup_ngrams"]},
+        "dedupe": {"near": near},
+        "tokenizer": tokenizer,
+        "packing": packing,
+    })
+
+
+def run_runner_baseline(raw: Path, beam_args: list[str]) -> dict[str, Any]:
+    """No shardforge stage: read, parse, group by 1024 keys, count. What does the runner alone hold?"""
+    import apache_beam as beam
+
+    from pipelines.options import BuildOptions, finalize_options
+
+    out = raw.parent / "count.txt"
+    opts = finalize_options(BuildOptions(beam_args))
+    with beam.Pipeline(options=opts) as p:
+        _ = (
+            p
+            | "Read" >> beam.io.ReadFromText(str(raw))
+            | "Parse" >> beam.Map(lambda line: (hash(line) % 1024, json.loads(line)["text"]))
+            | "Group" >> beam.GroupByKey()
+            | "Sizes" >> beam.Map(lambda kv: sum(len(t) for t in kv[1]))
+            | "Total" >> beam.CombineGlobally(sum)
+            | "Write" >> beam.Map(lambda n: out.write_text(str(n)))
+        )
+    return {"kept": 0, "duplicates": 0, "tokens": 0, "shards": 0}
+
+
+def child(megabytes: float, near: bool, config: str, caps: dict[str, int]) -> dict[str, Any]:
     """Run one build (in this process) and report time, memory and output counts."""
     from pipelines.build import run_build, summarize
     from pipelines.options import quiet_beam
-    from schemas.config import BuildConfig
 
     quiet_beam()
+    sampler = TreeSampler()
+    watch_stages(sampler)
+    beam_args = MP_ARGS if config == "capped-mp" else []
     with scratch_dir("sf-scaling-") as work:
         docs, nbytes = write_corpus(work / "raw.jsonl", megabytes)
-        cfg = BuildConfig.model_validate({
-            "sources": [{"name": "web", "input": str(work / "raw.jsonl")}],
-            # Template text repeats its 5-10-grams across sentences far more than prose,
-            # so Gopher's duplicated-n-gram rule would drop every document: switch it off.
-            "clean": {"disabled_rules": ["dup_ngrams"]},
-            "dedupe": {"near": near},
-            "tokenizer": {"vocab_size": 8000},
-            "packing": {"max_seq_len": 512},
-        })
+        base_kb = _status_kb(os.getpid()).get("VmRSS", 0)
+        sampler.start()
         t0 = time.perf_counter()
-        manifest = run_build(cfg, str(work / "corpus"))
+        if config == "runner":
+            counts = run_runner_baseline(work / "raw.jsonl", beam_args)
+        else:
+            cfg = build_config(work / "raw.jsonl", near, None if config == "default" else caps)
+            manifest = run_build(cfg, str(work / "corpus"), beam_args)
+            s = summarize(manifest)
+            counts = {"kept": s["kept"], "duplicates": s["duplicates"], "tokens": s["tokens"],
+                      "shards": s["shards"]}
         wall = time.perf_counter() - t0
-        s = summarize(manifest)
-    kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss + resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    return {"megabytes": nbytes / 1e6, "docs": docs, "wall_s": wall, "peak_rss_mb": kb / 1024,
-            "kept": s["kept"], "duplicates": s["duplicates"], "tokens": s["tokens"], "shards": s["shards"]}
+        sampler.stop()
+    self_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    exited_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss  # largest waited-for child
+    worker_kb = max([exited_kb, *sampler.child_hwm_kb.values()])
+    # Stages ranked by how much the tree's RSS rose while they ran (from its RSS when they started).
+    rises = sorted(sampler.stage_rise_kb.items(), key=lambda kv: -kv[1])[:6]
+    stages = [(name, rise / 1024, sampler.stage_peak_kb[name] / 1024) for name, rise in rises]
+    return {"megabytes": nbytes / 1e6, "docs": docs, "wall_s": wall,
+            "base_rss_mb": base_kb / 1024, "self_peak_mb": self_kb / 1024,
+            "tree_peak_mb": max(sampler.tree_peak_kb, self_kb) / 1024,
+            "worker_peak_mb": worker_kb / 1024, "workers_seen": len(sampler.child_hwm_kb),
+            "stages": stages, **counts}
+
+
+# ------------------------------------------------------------------ fitting and reporting
 
 
 def loglog_slope(xs: list[float], ys: list[float]) -> float:
@@ -83,90 +282,126 @@ def loglog_slope(xs: list[float], ys: list[float]) -> float:
     return sum((a - mx) * (b - my) for a, b in zip(lx, ly, strict=True)) / sum((a - mx) ** 2 for a in lx)
 
 
-def shape_note(slope: float, mem_slope: float) -> str:
-    """One honest sentence on what the fitted exponents mean at these small sizes."""
-    if slope < 0.9:
-        t = ("Time grows sub-linearly here: the fixed start-up cost (pipeline construction, tokenizer training "
-             "on a capped sample) is still being amortized at these sizes. ")
-    elif slope <= 1.1:
-        t = "Time grows about linearly with input: no stage shows super-linear cost at these sizes. "
-    else:
-        t = "Time grows super-linearly: some stage's cost grows faster than its input (look at dedupe first). "
-    return t + (f"Peak RSS grows as size^{mem_slope:.2f}: FnApiRunner runs in one process and holds a fused "
-                "stage's data in memory, so single-machine runs stop scaling long before Dataflow does; "
-                "these numbers say nothing direct about 320 MB on one machine.")
+def linear_fit(xs: list[float], ys: list[float]) -> tuple[float, float]:
+    """(intercept, slope) of the least-squares line y = a + b x."""
+    n = len(xs)
+    mx, my = sum(xs) / n, sum(ys) / n
+    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum((x - mx) ** 2 for x in xs)
+    return my - b * mx, b
+
+
+def summarize_config(rows: list[dict[str, Any]]) -> dict[str, float]:
+    """Fitted exponents and slopes of one configuration's rows (needs >= 2 sizes)."""
+    xs = [r["megabytes"] for r in rows]
+    ts = [r["wall_s"] for r in rows]
+    mem = [r["tree_peak_mb"] for r in rows]
+    a_t, b_t = linear_fit(xs, ts)
+    a_m, b_m = linear_fit(xs, mem)
+    return {"time_exp": loglog_slope(xs, ts), "mem_exp": loglog_slope(xs, mem),
+            "throughput_ratio": (xs[-1] / ts[-1]) / (xs[0] / ts[0]),
+            "t0": a_t, "s_per_mb": b_t, "mem0": a_m, "mem_per_mb": b_m}
+
+
+def config_label(config: str, caps: dict[str, int]) -> str:
+    caps_txt = (f"group_tokens={caps['group_tokens']:,}, sample_docs={caps['sample_docs']:,}, "
+                f"input_sentence_size={caps['input_sentence_size']:,}")
+    return {
+        "default": "pipeline defaults (group_tokens=20,000,000, sample_docs=200,000): one packing group, "
+                   "whole-corpus tokenizer sample",
+        "capped": f"small caps ({caps_txt}): several packing groups, capped sample",
+        "capped-mp": f"small caps, `{' '.join(MP_ARGS)}`",
+        "runner": "runner only: ReadFromText -> Map -> GroupByKey (1024 keys) -> count; no shardforge stage",
+    }[config]
 
 
 def main() -> int:
     ap = bench_parser(__doc__, "scaling")
     ap.add_argument("--sizes", default="5,10,20", help="Input sizes in MB, comma-separated.")
+    ap.add_argument("--configs", default="default,capped,runner",
+                    help=f"Configurations to run at every size, from {','.join(CONFIGS)}.")
+    ap.add_argument("--group-tokens", type=int, default=500_000, help="Cap: PackingConfig.group_tokens.")
+    ap.add_argument("--sample-docs", type=int, default=1_000, help="Cap: TokenizerConfig.sample_docs.")
+    ap.add_argument("--input-sentence-size", type=int, default=20_000,
+                    help="Cap: TokenizerConfig.input_sentence_size.")
     ap.add_argument("--no-near-dedupe", action="store_true", help="Exact dedupe only.")
     ap.add_argument("--child", type=float, help=argparse.SUPPRESS)
+    ap.add_argument("--child-config", default="default", help=argparse.SUPPRESS)
     args = ap.parse_args()
     near = not args.no_near_dedupe
+    caps = {"group_tokens": args.group_tokens, "sample_docs": args.sample_docs,
+            "input_sentence_size": args.input_sentence_size}
     if args.child is not None:
-        print(json.dumps(child(args.child, near)))
+        print(json.dumps(child(args.child, near, args.child_config, caps)))
         return 0
 
     sizes = [float(s) for s in args.sizes.split(",")]
-    rows = []
-    for mb in sizes:
-        cmd = [sys.executable, __file__, "--child", str(mb)] + (["--no-near-dedupe"] if not near else [])
-        res = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
-        if res.returncode != 0:
-            print(res.stderr[-3000:], file=sys.stderr)
-            return 1
-        row = json.loads(res.stdout.strip().splitlines()[-1])
-        rows.append(row)
-        print(f"{row['megabytes']:.1f} MB ({row['docs']} docs): {row['wall_s']:.1f} s, "
-              f"{row['megabytes'] / row['wall_s']:.3f} MB/s, peak RSS {row['peak_rss_mb']:.0f} MB", flush=True)
-
-    xs, ts = [r["megabytes"] for r in rows], [r["wall_s"] for r in rows]
-    slope = loglog_slope(xs, ts)
-    mem_slope = loglog_slope(xs, [r["peak_rss_mb"] for r in rows])
-    ratio = (xs[-1] / ts[-1]) / (xs[0] / ts[0])
-    # The part of the time that grows with input: fit t = a + b * MB (fixed start-up + per-MB cost).
-    n = len(xs)
-    mx, mt = sum(xs) / n, sum(ts) / n
-    b = sum((x - mx) * (t - mt) for x, t in zip(xs, ts, strict=True)) / sum((x - mx) ** 2 for x in xs)
-    a = mt - b * mx
-    print(f"time ~ size^{slope:.2f}; throughput ratio largest/smallest: {ratio:.2f}x; "
-          f"fit t = {a:.1f} s + {b:.1f} s/MB; peak RSS ~ size^{mem_slope:.2f}")
+    configs = [c.strip() for c in args.configs.split(",") if c.strip()]
+    unknown = [c for c in configs if c not in CONFIGS]
+    if unknown:
+        ap.error(f"unknown configs {unknown}; known: {CONFIGS}")
+    results: dict[str, list[dict[str, Any]]] = {}
+    for config in configs:
+        rows = results[config] = []
+        for mb in sizes:
+            cmd = [sys.executable, __file__, "--child", str(mb), "--child-config", config,
+                   "--group-tokens", str(args.group_tokens), "--sample-docs", str(args.sample_docs),
+                   "--input-sentence-size", str(args.input_sentence_size)]
+            cmd += ["--no-near-dedupe"] if not near else []
+            res = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+            if res.returncode != 0:
+                print(res.stderr[-3000:], file=sys.stderr)
+                return 1
+            row = json.loads(res.stdout.strip().splitlines()[-1])
+            rows.append(row)
+            print(f"[{config}] {row['megabytes']:.1f} MB ({row['docs']} docs): {row['wall_s']:.1f} s, "
+                  f"peak tree RSS {row['tree_peak_mb']:.0f} MB (self {row['self_peak_mb']:.0f}, "
+                  f"largest worker {row['worker_peak_mb']:.0f}, start {row['base_rss_mb']:.0f})", flush=True)
+            for name, rise, peak in row["stages"][:3]:
+                print(f"    +{rise:5.0f} MB (to {peak:.0f}) during {name}", flush=True)
+        if len(rows) > 1:
+            f = summarize_config(rows)
+            print(f"[{config}] time ~ size^{f['time_exp']:.2f}, peak RSS ~ size^{f['mem_exp']:.2f} "
+                  f"({f['mem_per_mb']:.1f} MB RSS per input MB)", flush=True)
 
     lines = [
-        "# Build scaling (local runner)",
+        "# Build scaling: wall time and peak memory (local runner)",
         "",
-        f"Machine: {machine('apache-beam')}.",
+        f"Machine: {machine('apache-beam', load=True)}.",
         "",
-        f"Command: `python benchmarks/bench_scaling.py --sizes {args.sizes}"
-        f"{' --no-near-dedupe' if not near else ''}`",
+        f"Command: `python benchmarks/bench_scaling.py --sizes {args.sizes} --configs {','.join(configs)}"
+        f"{' --no-near-dedupe' if not near else ''}` (caps: --group-tokens {args.group_tokens} "
+        f"--sample-docs {args.sample_docs} --input-sentence-size {args.input_sentence_size})",
         "",
         "Full build (`run_build`: clean, exact"
         f"{' + near (MinHash/LSH)' if near else ''} dedupe, sentences, SentencePiece unigram 8k training, "
-        "tokenize, FULL-SENTENCES 512 packing, shards, manifest) on FnApiRunner, in-process, one fresh child "
-        "process per size. Input: synthetic English-like JSONL from `shardforge.synth.make_article` "
-        "(12-40 sentences per document; Gopher's `dup_ngrams` rule disabled because template text repeats "
-        "n-grams far more than prose). Peak memory is the child's ru_maxrss.",
-        "",
-        "| input MB | documents | kept | duplicates | tokens | shards | wall s | MB/s | peak RSS MB |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for r in rows:
-        lines.append(f"| {r['megabytes']:.1f} | {r['docs']} | {r['kept']} | {r['duplicates']} | {r['tokens']:,} | "
-                     f"{r['shards']} | {r['wall_s']:.1f} | {r['megabytes'] / r['wall_s']:.3f} | "
-                     f"{r['peak_rss_mb']:.0f} |")
-    lines += [
-        "",
-        f"**Exponent of time vs size (log-log slope): {slope:.2f}** (1.0 = linear). "
-        f"Throughput at the largest size / at the smallest: **{ratio:.2f}x**. "
-        f"Linear fit: t = {a:.1f} s + {b:.1f} s/MB (fixed start-up, then {1 / b if b > 0 else float('nan'):.3f} MB/s "
-        f"marginal). Peak RSS grows as size^{mem_slope:.2f}.",
-        "",
-        f"Sizes: the issue suggests 20, 80, 320 MB; on this shared 2-core machine the full pipeline runs at "
-        f"the rate above, so these runs use {', '.join(f'{x:g}' for x in sizes)} MB to stay within a few minutes. "
-        + shape_note(slope, mem_slope),
+        "tokenize, FULL-SENTENCES 512 packing, Parquet intermediates, shards, manifest, report) on "
+        "FnApiRunner, one fresh child process per size. Input: synthetic English-like JSONL from "
+        "`shardforge.synth.make_article` (Gopher's `dup_ngrams` rule disabled: template text repeats "
+        "n-grams far more than prose). **Peak RSS** is the peak of the sum of RSS over the child and its "
+        "live descendants (sampled every 50 ms, and never below the child's ru_maxrss); \"start\" is the "
+        "child's RSS before the pipeline (interpreter, imports, corpus written).",
         "",
     ]
+    for config, rows in results.items():
+        lines += [f"## {config}: {config_label(config, caps)}", "",
+                  "| input MB | documents | tokens | shards | wall s | MB/s | start MB | peak RSS MB "
+                  "| controller peak MB | largest worker MB |",
+                  "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for r in rows:
+            worker = f"{r['worker_peak_mb']:.0f}" if r["workers_seen"] else "(in-process)"
+            lines.append(f"| {r['megabytes']:.1f} | {r['docs']} | {r['tokens']:,} | {r['shards']} | "
+                         f"{r['wall_s']:.1f} | {r['megabytes'] / r['wall_s']:.3f} | {r['base_rss_mb']:.0f} | "
+                         f"{r['tree_peak_mb']:.0f} | {r['self_peak_mb']:.0f} | {worker} |")
+        if len(rows) > 1:
+            f = summarize_config(rows)
+            lines += ["", f"Time ~ size^**{f['time_exp']:.2f}** (t = {f['t0']:.1f} s + {f['s_per_mb']:.2f} s/MB; "
+                      f"throughput largest/smallest {f['throughput_ratio']:.2f}x). Peak RSS ~ size^**"
+                      f"{f['mem_exp']:.2f}** (RSS = {f['mem0']:.0f} MB + **{f['mem_per_mb']:.1f} MB per input MB**)."]
+        big = rows[-1]
+        lines += ["", f"Fused stages during which the process-tree RSS rose most, at {big['megabytes']:.0f} MB "
+                  "(rise from the RSS at the stage's start, and the peak reached):", ""]
+        lines += [f"- +{rise:.0f} MB (to {peak:.0f} MB): `{name}`" for name, rise, peak in big["stages"][:4]]
+        lines.append("")
     write_results(args.out, lines)
     return 0
 
