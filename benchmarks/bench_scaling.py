@@ -43,7 +43,6 @@ import json
 import math
 import os
 import random
-import re
 import resource
 import subprocess
 import sys
@@ -157,17 +156,16 @@ class TreeSampler(threading.Thread):
         self.sample()
 
 
-def short_stage(name: str) -> str:
-    """A readable fused-stage name: the distinct top-level transforms it runs, e.g. 'WriteCorpus/PlanShards'."""
+def short_stage(transforms: list[str]) -> str:
+    """A readable fused-stage name from its transforms' unique names: distinct 'Top/Next' prefixes."""
     parts: list[str] = []
-    for inner in re.findall(r"\(([^()]+)\)", name) or [name]:
-        if inner.startswith("ref_PCollection_"):
-            continue  # a data-channel read/write, not a transform
-        p = re.sub(r"_\d+$", "", inner.removeprefix("ref_AppliedPTransform_"))
-        p = "/".join(p.split("/")[:2])
+    for name in transforms:
+        if not name or name.startswith("ref_"):
+            continue  # runner-made data-channel reads/writes
+        p = "/".join(name.split("/")[:2])
         if p not in parts:
             parts.append(p)
-    text = " + ".join(parts)
+    text = " + ".join(parts) or "(runner internal)"
     return text if len(text) <= 100 else text[:97] + "..."
 
 
@@ -182,7 +180,8 @@ def watch_stages(sampler: TreeSampler) -> None:
         return
 
     def wrapped(self, ctx, bundle_manager, bundle_input):
-        sampler.enter(short_stage(bundle_manager.stage.name))
+        stage = bundle_manager.stage
+        sampler.enter(short_stage([t.unique_name for t in stage.transforms]) or stage.name)
         try:
             return orig(self, ctx, bundle_manager, bundle_input)
         finally:
@@ -247,6 +246,8 @@ def child(megabytes: float, near: bool, config: str, caps: dict[str, int]) -> di
     with scratch_dir("sf-scaling-") as work:
         docs, nbytes = write_corpus(work / "raw.jsonl", megabytes)
         base_kb = _status_kb(os.getpid()).get("VmRSS", 0)
+        sampler.sample()  # the starting RSS, from which the first stage's rise counts
+        sampler.enter("(pipeline setup)")
         sampler.start()
         t0 = time.perf_counter()
         if config == "runner":

@@ -29,7 +29,7 @@ from pipelines.sentences import split_sentences
 from pipelines.sources import ReadSource
 from pipelines.tokenizer import MODEL_PATH, Tokenize, TrainTokenizer, load_model
 from schemas.config import BuildConfig
-from schemas.errors import UserError, find_user_error
+from schemas.errors import UserError, run_cli
 from schemas.intermediate import CLEAN_DIR, TOKENIZED_DIR
 from schemas.manifest import Manifest
 from schemas.storage import join
@@ -185,24 +185,20 @@ def main(argv: list[str] | None = None) -> int:
               "--sdk_container_image, --direct_num_workers, ...) are accepted too. Without --runner the "
               "job runs locally on Beam's FnApiRunner (nothing is downloaded).")
         return 0
-    try:
+
+    def body() -> int:
         o = opts.view_as(BuildOptions)
         if not o.output:
             raise UserError("--output URL is required")
         cfg = build_config_from_options(opts)
-        known, beam_args = parser.parse_known_args(argv)
-        manifest = run_build(cfg, o.output, beam_args)
-    except Exception as e:  # noqa: BLE001 - Beam wraps errors raised inside stages
-        user = find_user_error(e)
-        if user is None:
-            raise
-        print(f"error: {user}", file=sys.stderr)
-        return 2
-    summary = summarize(manifest)
-    summary["manifest"] = join(o.output, "manifest.json")
-    summary["report"] = join(o.output, "report.html")
-    print(json.dumps(summary, indent=1))
-    return 0
+        _, beam_args = parser.parse_known_args(argv)
+        summary = summarize(run_build(cfg, o.output, beam_args))
+        summary["manifest"] = join(o.output, "manifest.json")
+        summary["report"] = join(o.output, "report.html")
+        print(json.dumps(summary, indent=1))
+        return 0
+
+    return run_cli(body)
 
 
 if __name__ == "__main__":

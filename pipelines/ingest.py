@@ -56,6 +56,7 @@ from schemas.storage import (
     get_fs,
     invalidate,
     join,
+    list_names,
     read_text,
     redact_url,
     remove_tree,
@@ -217,18 +218,7 @@ def write_ledger(root: str, n: int, entries: Sequence[LedgerEntry]) -> None:
 
 def committed_versions(root: str) -> list[int]:
     """Version numbers with a committed manifest-v{N}.json, ascending."""
-    fs, path = get_fs(root)
-    invalidate(fs)
-    try:
-        names = retry(lambda: fs.ls(path, detail=False), f"list {root}")
-    except FileNotFoundError:
-        return []
-    found = []
-    for name in names:
-        m = VERSION_RE.match(posixpath.basename(name.rstrip("/")))
-        if m:
-            found.append(int(m.group(1)))
-    return sorted(found)
+    return sorted(int(m.group(1)) for m in map(VERSION_RE.match, list_names(root)) if m)
 
 
 def load_version(root: str, n: int) -> Manifest:
@@ -344,17 +334,12 @@ def _adopted_inputs(m: Manifest) -> list[InputFile]:
 def _remove_orphan_shards(root: str, latest: Manifest | None) -> list[str]:
     """Delete shard-named objects that no committed version lists (a crashed batch's output)."""
     listed = {s.name for s in latest.shards} if latest else set()
-    fs, path = get_fs(root)
-    invalidate(fs)
-    try:
-        names = retry(lambda: fs.ls(path, detail=False), f"list {root}")
-    except FileNotFoundError:
-        return []
+    fs, _ = get_fs(root)
     removed = []
-    for name in names:
-        base = posixpath.basename(name.rstrip("/"))
+    for base in list_names(root):
         if SHARD_RE.match(base) and base not in listed:
-            fs.rm(name)
+            _, path = get_fs(join(root, base))
+            retry(lambda path=path: fs.rm(path), f"remove {base}")
             removed.append(f"removed orphan shard {base}")
     if removed:
         invalidate(fs)

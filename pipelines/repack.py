@@ -31,7 +31,7 @@ from pipelines.options import finalize_options, quiet_beam
 from pipelines.records import TokenizedDocument
 from pipelines.tokenizer import MODEL_PATH, load_model
 from schemas.config import BuildConfig, parse_config
-from schemas.errors import UserError, find_user_error
+from schemas.errors import UserError, run_cli
 from schemas.intermediate import TOKENIZED_SCHEMA
 from schemas.manifest import MANIFEST_NAME, Manifest, SourceAccount, load_manifest
 from schemas.storage import exists, expand_glob, join, open_read, sha256_bytes, write_bytes_atomic
@@ -304,7 +304,8 @@ def main(argv: list[str] | None = None) -> int:
         print("\nAll standard Beam pipeline options (--runner, --project, --region, --temp_location, ...) "
               "are accepted too. Without --runner the job runs locally on Beam's FnApiRunner.")
         return 0
-    try:
+
+    def body() -> int:
         o, beam_args = parser.parse_known_args(argv)
         if not o.tokenized or not o.output:
             raise UserError("--tokenized URL (the parent corpus) and --output URL are required")
@@ -313,16 +314,12 @@ def main(argv: list[str] | None = None) -> int:
             rule=o.rule, max_seq_len=o.max_seq_len, short_seq_prob=o.short_seq_prob, seed=o.seed,
             valid_fraction=o.valid_fraction, shard_bytes=o.shard_bytes, shard_samples=o.shard_samples,
             groups=o.groups)
-    except Exception as e:  # noqa: BLE001 - Beam wraps errors raised inside stages
-        user = find_user_error(e)
-        if user is None:
-            raise
-        print(f"error: {user}", file=sys.stderr)
-        return 2
-    totals = {split: t.model_dump() for split, t in manifest.totals.items()}
-    print(json.dumps({"parent": manifest.parent, "packing_rule": manifest.packing_rule,
-                      "shards": len(manifest.shards), "totals": totals}, indent=1))
-    return 0
+        totals = {split: t.model_dump() for split, t in manifest.totals.items()}
+        print(json.dumps({"parent": manifest.parent, "packing_rule": manifest.packing_rule,
+                          "shards": len(manifest.shards), "totals": totals}, indent=1))
+        return 0
+
+    return run_cli(body)
 
 
 __all__ = ["RepackOptions", "ReadTokenized", "Parent", "iter_tokenized", "repack_config", "repack_pipeline",

@@ -38,7 +38,7 @@ from pipelines.ingest import (
 )
 from pipelines.options import BuildOptions, build_config_from_options, quiet_beam
 from schemas.config import BuildConfig, SourceConfig
-from schemas.errors import UserError, find_user_error
+from schemas.errors import UserError, run_cli
 from schemas.storage import join, read_text, redact_url, write_text_atomic
 
 log = logging.getLogger("shardforge.serve")
@@ -192,14 +192,7 @@ def _loop(args: argparse.Namespace, corpus: str, watch: str, source: SourceConfi
 def main(argv: list[str] | None = None) -> int:
     quiet_beam()
     argv = sys.argv[1:] if argv is None else argv
-    try:
-        return run(argv)
-    except Exception as e:  # noqa: BLE001 - Beam wraps errors raised inside stages
-        user = find_user_error(e)
-        if user is None:
-            raise
-        print(f"error: {user}", file=sys.stderr)
-        return 2
+    return run_cli(lambda: run(argv))
 
 
 if __name__ == "__main__":

@@ -223,6 +223,17 @@ def open_read(url: str) -> IO[bytes]:
                  f"open {url}")
 
 
+def list_names(url: str) -> list[str]:
+    """Names (basenames) directly under a folder URL, freshly listed; [] if it does not exist."""
+    fs, path = get_fs(url)
+    invalidate(fs)
+    try:
+        found = retry(lambda: fs.ls(path, detail=False), f"list {url}")
+    except FileNotFoundError:
+        return []
+    return sorted(posixpath.basename(p.rstrip("/")) for p in found)
+
+
 def expand_glob(pattern: str) -> list[str]:
     """Sorted URLs matching a glob (or the URL itself if it has no wildcard)."""
     fs, path = get_fs(pattern)

@@ -20,7 +20,7 @@ import os
 import sys
 from collections.abc import Callable
 
-from schemas.errors import find_user_error
+from schemas.errors import run_cli
 
 # name -> (module, function, one-line help); modules are imported on use.
 COMMANDS: dict[str, tuple[str, str, str]] = {
@@ -55,14 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"shardforge: unknown command {name!r} (choose from {', '.join(sorted(COMMANDS))})", file=sys.stderr)
         return 2
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    try:
-        return int(_entry(name)(rest) or 0)
-    except Exception as e:  # noqa: BLE001 - user errors may arrive wrapped by a runner
-        user = find_user_error(e)
-        if user is None:
-            raise
-        print(f"error: {user}", file=sys.stderr)
-        return 2
+    return run_cli(lambda: int(_entry(name)(rest) or 0))
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from schemas.errors import UserError
-from schemas.storage import get_fs, invalidate, join, read_bytes, retry, write_bytes_atomic
+from schemas.storage import get_fs, join, list_names, read_bytes, retry, write_bytes_atomic
 
 log = logging.getLogger(__name__)
 CKPT_DIR = "checkpoints"
@@ -30,15 +30,11 @@ def checkpoint_dir(run: str) -> str:
 
 def list_checkpoints(run: str) -> list[tuple[int, str]]:
     """(step, url) of the complete checkpoints of a run, oldest first."""
-    fs, path = get_fs(checkpoint_dir(run))
-    invalidate(fs)
-    if not fs.exists(path):
-        return []
     found = []
-    for p in retry(lambda: fs.ls(path, detail=False), f"list {path}"):
-        m = _NAME.search(p)
+    for name in list_names(checkpoint_dir(run)):
+        m = _NAME.search(name)
         if m:
-            found.append((int(m.group(1)), join(checkpoint_dir(run), p.rsplit("/", 1)[-1])))
+            found.append((int(m.group(1)), join(checkpoint_dir(run), name)))
     return sorted(found)
 
 

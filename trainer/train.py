@@ -26,7 +26,7 @@ import torch.distributed as dist
 
 from schemas import MASK_ID, PAD_ID
 from schemas.config import TrainConfig, load_config, parse_config
-from schemas.errors import UserError
+from schemas.errors import UserError, run_cli
 from schemas.manifest import Manifest, load_manifest
 from schemas.storage import join, local_copy
 from trainer.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
@@ -408,12 +408,11 @@ def main(argv: list[str] | None = None) -> int:
                    help="Override any config field, e.g. --set model.size=base --set masking.scheme=span")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    try:
-        cfg = build_train_config(args, args.set)
-        summary = train(cfg)
-    except UserError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    return run_cli(lambda: _run(args))
+
+
+def _run(args: argparse.Namespace) -> int:
+    summary = train(build_train_config(args, args.set))
     if int(os.environ.get("RANK", "0")) == 0:
         if summary["first_loss"] is None:
             print(f"nothing to do: the run is already at step {summary['steps']}")
