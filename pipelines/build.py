@@ -17,6 +17,7 @@ from typing import Any
 
 import apache_beam as beam
 
+from pipelines import progress
 from pipelines.accounting import build_accounts, duplicate_outcome, reject_outcome
 from pipelines.clean import CleanDocuments
 from pipelines.corpus import WriteCorpus, count_groups
@@ -152,8 +153,9 @@ def run_build(cfg: BuildConfig, output: str, beam_args: list[str] | None = None)
     from schemas.manifest import load_manifest
 
     opts = finalize_options(BuildOptions(beam_args or []))
-    with beam.Pipeline(options=opts) as p:
-        build_pipeline(p, cfg, output)
+    with progress.local_bars(opts):
+        with beam.Pipeline(options=opts) as p:
+            build_pipeline(p, cfg, output)
     manifest, _ = load_manifest(output)
     return manifest
 

@@ -18,6 +18,7 @@ from typing import Any
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
+from pipelines import progress
 from pipelines.accounting import check_balanced
 from pipelines.packing import PackedSequence, group_of, pack_group, split_of
 from pipelines.records import TokenizedDocument
@@ -129,6 +130,7 @@ class _WriteGroup(beam.DoFn):
             sha, size = write_stream_atomic(join(self.output, name),
                                             lambda f, part=part: write_tar(f, ((k, m) for k, m, _ in part)))
             Metrics.counter("write", "shards").inc()
+            progress.tick("write shards", unit="shard")
             yield ShardInfo(name=name, split=split, samples=len(part), tokens=sum(t for _, _, t in part),
                             bytes=size, sha256=sha).model_dump()
 

@@ -39,6 +39,7 @@ import apache_beam as beam
 from apache_beam import pvalue
 from apache_beam.metrics import Metrics
 
+from pipelines import progress
 from pipelines.records import Document, Reject, make_doc_id, snippet
 from schemas.config import SourceConfig
 from schemas.errors import UserError
@@ -675,10 +676,15 @@ def read_file(url: str, source: SourceConfig) -> Iterator[Record]:
 
 
 class _ReadFiles(beam.DoFn):
-    def __init__(self, source: SourceConfig):
+    def __init__(self, source: SourceConfig, total_files: int | None = None):
         self.source = source
+        self.total_files = total_files
 
     def process(self, url: str):
+        yield from self._records(url)
+        progress.tick(f"read {self.source.name} files", total=self.total_files, unit="file")
+
+    def _records(self, url: str):
         for rec in read_file(url, self.source):
             if isinstance(rec, Reject):
                 Metrics.counter("read", f"{rec.bucket}_{rec.reason}").inc()
@@ -704,5 +710,5 @@ class ReadSource(beam.PTransform):
             pbegin
             | "ListFiles" >> beam.Create(self.urls)
             | "SpreadFiles" >> beam.Reshuffle()
-            | "ReadFiles" >> beam.ParDo(_ReadFiles(self.source)).with_outputs(REJECTS, main="documents")
+            | "ReadFiles" >> beam.ParDo(_ReadFiles(self.source, len(self.urls))).with_outputs(REJECTS, main="documents")
         )

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
+from pipelines import progress
 from pipelines.records import SentencedDocument, TokenizedDocument, stable_hash
 from schemas import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, UNK_ID
 from schemas.config import TokenizerConfig
@@ -236,6 +237,7 @@ class _Encode(beam.DoFn):
         threads = max(1, min(self._threads, len(flat) // 64))
         ids = sp.encode(flat, out_type=int, num_threads=threads) if flat else []
         self.sentences.inc(len(flat))
+        progress.tick("tokenize documents", len(batch), unit="doc")
         pos = 0
         for d in batch:
             # map/filter keep the per-sentence conversion in C (it rivals the encode itself otherwise).

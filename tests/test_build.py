@@ -126,3 +126,10 @@ def test_manifest_loads(built):
     _, out, m = built
     again, root = load_manifest(out)
     assert again == m and root == out
+
+
+def test_local_build_shows_progress_bars(demo_corpus, tmp_path, monkeypatch, capfd):
+    monkeypatch.setenv("SHARDFORGE_PROGRESS", "1")
+    run_build(small_config(demo_corpus), str(tmp_path / "p"))
+    err = capfd.readouterr().err
+    assert "read ccnews files: 100%" in err and "tokenize documents" in err and "write shards" in err
