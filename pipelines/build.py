@@ -153,9 +153,8 @@ def run_build(cfg: BuildConfig, output: str, beam_args: list[str] | None = None)
     from schemas.manifest import load_manifest
 
     opts = finalize_options(BuildOptions(beam_args or []))
-    with progress.local_bars(opts):
-        with beam.Pipeline(options=opts) as p:
-            build_pipeline(p, cfg, output)
+    with progress.local_bars(opts), beam.Pipeline(options=opts) as p:
+        build_pipeline(p, cfg, output)
     manifest, _ = load_manifest(output)
     return manifest
 

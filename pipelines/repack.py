@@ -26,6 +26,7 @@ from typing import Any
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from pipelines import progress
 from pipelines.corpus import WriteCorpus, count_groups
 from pipelines.options import finalize_options, quiet_beam
 from pipelines.records import TokenizedDocument
@@ -281,7 +282,7 @@ def run_repack(tokenized: str, output: str, *, copy_tokenizer: bool = True,
         # Written before the pipeline; the manifest (written last) still commits the corpus.
         write_bytes_atomic(join(output, MODEL_PATH), parent.model)
     opts = finalize_options(RepackOptions(beam_args or []))
-    with beam.Pipeline(options=opts) as p:
+    with progress.local_bars(opts), beam.Pipeline(options=opts) as p:
         repack_pipeline(p, parent, cfg, output, copy_tokenizer)
     manifest, _ = load_manifest(output)
     return manifest
