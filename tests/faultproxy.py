@@ -186,10 +186,15 @@ class FaultProxy:
                     if k.lower() == "location":  # keep resumable-upload sessions on the proxy
                         v = v.replace(f"http://{up}", proxy.url)
                     self.send_header(k, v)
+                if self.command == "HEAD":
+                    # A HEAD reply has no body but announces the object's size (s3fs's info
+                    # reads it): pass the upstream's Content-Length through unchanged.
+                    length = next((v for k, v in headers if k.lower() == "content-length"), "0")
+                    self.send_header("Content-Length", length)
+                    self.end_headers()
+                    return
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
-                if self.command == "HEAD":
-                    return
                 if cut:
                     self.wfile.write(data[: len(data) // 2])
                     self.wfile.flush()

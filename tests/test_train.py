@@ -170,3 +170,31 @@ def test_torch_compile_option_trains_and_checkpoints_plain_weights(corpus, tmp_p
     assert res["steps"] == 2 and res["last_loss"] == res["last_loss"]  # finite, not NaN
     state = load_checkpoint(list_checkpoints(out)[-1][1])["model"]
     assert not any(k.startswith("_orig_mod.") for k in state)  # loadable without torch.compile
+
+
+@pytest.mark.parametrize("variant", ["albert_sop", "spanbert_nsp"])
+def test_pair_rule_corpora_train_every_head(corpus, tmp_path, variant):
+    """ALBERT (factorized, shared, SOP, n-gram masks) and SpanBERT (spans + SBO, NSP) end to end."""
+    from pipelines.repack import run_repack
+
+    rule, model, masking = {
+        "albert_sop": ("sop", {"embedding_size": 32, "share": "all", "sentence_head": "sop", "dropout": 0.0},
+                       {"scheme": "ngram"}),
+        "spanbert_nsp": ("segment_pair_nsp", {"sentence_head": "nsp", "span_boundary": True},
+                         {"scheme": "span"}),
+    }[variant]
+    pairs = str(tmp_path / rule)
+    run_repack(corpus, pairs, rule=rule)
+    out = str(tmp_path / "run")
+    train(cfg(pairs, out, steps=6, model=model, masking=masking, eval_every=6, eval_batches=2))
+    rows = read_metrics(out)
+    assert all("sentence_acc" in r for r in rows)
+    assert "eval_sentence_acc" in rows[-1] and 0 <= rows[-1]["eval_sentence_acc"] <= 1
+    assert all(r["loss"] == r["loss"] for r in rows)
+
+
+def test_sentence_head_on_a_single_segment_corpus_is_a_clear_error(corpus, tmp_path):
+    from schemas.errors import UserError
+
+    with pytest.raises(UserError, match="needs a pair-rule corpus"):
+        train(cfg(corpus, str(tmp_path / "r"), steps=1, model={"sentence_head": "sop"}))

@@ -25,7 +25,7 @@ import torch
 import torch.distributed as dist
 
 from schemas import MASK_ID, PAD_ID
-from schemas.config import TrainConfig, load_config, parse_config
+from schemas.config import PAIR_RULES, TrainConfig, load_config, parse_config
 from schemas.errors import UserError, run_cli
 from schemas.manifest import Manifest, load_manifest
 from schemas.storage import join, local_copy
@@ -81,6 +81,21 @@ def vocab_tables(manifest: Manifest, root: str) -> tuple[int, torch.Tensor]:
         sp.Load(path)
     pieces = [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
     return len(pieces), word_start_table(pieces, tok.special_ids.values())
+
+
+def check_heads(cfg: TrainConfig, manifest: Manifest) -> None:
+    """The sentence head must match the corpus's packing rule (its labels are NSP or SOP labels)."""
+    rule, head = manifest.packing_rule, cfg.model.sentence_head
+    if head != "none" and rule not in PAIR_RULES:
+        raise UserError(f"model.sentence_head={head} needs a pair-rule corpus (sop, segment_pair_nsp, "
+                        f"sentence_pair_nsp); this corpus is packed as {rule} (repack it: pipelines.repack)")
+    if rule in PAIR_RULES:
+        want = "sop" if rule == "sop" else "nsp"
+        if head == "none":
+            log.warning("corpus is packed as %s but model.sentence_head=none: its %s labels are ignored",
+                        rule, want.upper())
+        elif head != want:
+            log.warning("model.sentence_head=%s on a %s corpus: the labels mean %s", head, rule, want.upper())
 
 
 def micro_batches_per_step(cfg: TrainConfig, world: int, max_len: int) -> int:
@@ -213,6 +228,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     manifest, root = load_manifest(cfg.data)
     if not manifest.shards_of("train"):
         raise UserError(f"corpus {root} has no train shards")
+    check_heads(cfg, manifest)
     vocab_size, word_starts = vocab_tables(manifest, root)
     special = manifest.tokenizer.special_ids
     pad_id, mask_id = special.get("<pad>", PAD_ID), special.get("<mask>", MASK_ID)
