@@ -25,15 +25,22 @@ Configurations (``--configs``, comma-separated; each runs at every size):
   them: if our per-worker state were what grows, memory would flatten here.
 * ``capped-mp``: ``capped`` with ``--direct_running_mode multi_processing
   --direct_num_workers 2`` (SDK workers in subprocesses; the controller keeps the data).
-* ``runner``: no shardforge code: ReadFromText -> Map -> GroupByKey (many keys)
-  -> count on the same input, to show what the runner itself holds.
+* ``runner``: no shardforge code: ReadFromText -> parse -> GroupByKey (1024 keys)
+  -> sum of lengths on the same input, to show what the runner itself holds.
+* ``runner-fused``: the same without the GroupByKey (one streaming stage).
+
+Unless ``--no-bounds``, it also measures, outside Beam, the per-worker cost of
+our config-bounded stages: bytes per token of one packing group (documents,
+packing + encoding, its tokenized Parquet part) and SentencePiece training's
+RSS per MB of training text.
 
 The baseline of the time ratio is the smallest size: the printed ratio is
 throughput (MB/s) at the largest size / at the smallest. Exponents are log-log
 slopes (1.0 = linear, 0 = flat); "MB RSS per input MB" is the slope of a linear fit.
 Writes benchmarks/results/scaling.md.
 
-Run: ``python benchmarks/bench_scaling.py [--sizes 5,10,20] [--configs default,capped,capped-mp,runner]``.
+Run: ``python benchmarks/bench_scaling.py [--sizes 5,10,20] [--configs default,capped,capped-mp,runner,runner-fused]``
+(all five at 5, 10, 20 MB take about 6 minutes on 2 shared cores).
 """
 
 from __future__ import annotations
@@ -55,7 +62,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script:
 
 from benchmarks.common import ROOT, bench_parser, machine, scratch_dir, write_results  # noqa: E402
 
-CONFIGS = ("default", "capped", "capped-mp", "runner")
+CONFIGS = ("default", "capped", "capped-mp", "runner", "runner-fused")
 MP_ARGS = ["--direct_running_mode", "multi_processing", "--direct_num_workers", "2"]
 
 
@@ -121,7 +128,7 @@ class TreeSampler(threading.Thread):
         super().__init__(daemon=True)
         self.interval = interval
         self._halt = threading.Event()
-        self.stage = "(pipeline setup)"
+        self.stage = ""  # none yet: the first sample only sets the starting RSS
         self.tree_peak_kb = 0
         self.child_hwm_kb: dict[int, int] = {}
         self.stage_peak_kb: dict[str, int] = {}
@@ -142,6 +149,8 @@ class TreeSampler(threading.Thread):
         self.tree_peak_kb = max(self.tree_peak_kb, total)
         self._last_kb = total
         stage = self.stage
+        if not stage:
+            return
         self.stage_peak_kb[stage] = max(self.stage_peak_kb.get(stage, 0), total)
         rise = total - self._stage_start_kb
         self.stage_rise_kb[stage] = max(self.stage_rise_kb.get(stage, 0), rise)
@@ -213,8 +222,12 @@ def build_config(raw: Path, near: bool, caps: dict[str, int] | None):
     })
 
 
-def run_runner_baseline(raw: Path, beam_args: list[str]) -> dict[str, Any]:
-    """No shardforge stage: read, parse, group by 1024 keys, count. What does the runner alone hold?"""
+def run_runner_baseline(raw: Path, beam_args: list[str], group: bool) -> dict[str, Any]:
+    """No shardforge stage: read, parse, [group by 1024 keys,] sum the text lengths.
+
+    With ``group`` the texts cross a GroupByKey (a stage boundary with data); without it
+    everything fuses into one streaming stage (CombineGlobally pre-combines per bundle).
+    """
     import apache_beam as beam
 
     from pipelines.options import BuildOptions, finalize_options
@@ -222,15 +235,17 @@ def run_runner_baseline(raw: Path, beam_args: list[str]) -> dict[str, Any]:
     out = raw.parent / "count.txt"
     opts = finalize_options(BuildOptions(beam_args))
     with beam.Pipeline(options=opts) as p:
-        _ = (
-            p
-            | "Read" >> beam.io.ReadFromText(str(raw))
-            | "Parse" >> beam.Map(lambda line: (hash(line) % 1024, json.loads(line)["text"]))
-            | "Group" >> beam.GroupByKey()
-            | "Sizes" >> beam.Map(lambda kv: sum(len(t) for t in kv[1]))
-            | "Total" >> beam.CombineGlobally(sum)
-            | "Write" >> beam.Map(lambda n: out.write_text(str(n)))
-        )
+        texts = p | "Read" >> beam.io.ReadFromText(str(raw)) | "Parse" >> beam.Map(lambda ln: json.loads(ln)["text"])
+        if group:
+            sizes = (
+                texts
+                | "Key" >> beam.Map(lambda t: (len(t) % 1024, t))
+                | "Group" >> beam.GroupByKey()
+                | "Sizes" >> beam.Map(lambda kv: sum(len(t) for t in kv[1]))
+            )
+        else:
+            sizes = texts | "Sizes" >> beam.Map(len)
+        _ = sizes | "Total" >> beam.CombineGlobally(sum) | "Write" >> beam.Map(lambda n: out.write_text(str(n)))
     return {"kept": 0, "duplicates": 0, "tokens": 0, "shards": 0}
 
 
@@ -250,8 +265,8 @@ def child(megabytes: float, near: bool, config: str, caps: dict[str, int]) -> di
         sampler.enter("(pipeline setup)")
         sampler.start()
         t0 = time.perf_counter()
-        if config == "runner":
-            counts = run_runner_baseline(work / "raw.jsonl", beam_args)
+        if config.startswith("runner"):
+            counts = run_runner_baseline(work / "raw.jsonl", beam_args, group=config == "runner")
         else:
             cfg = build_config(work / "raw.jsonl", near, None if config == "default" else caps)
             manifest = run_build(cfg, str(work / "corpus"), beam_args)
@@ -271,6 +286,96 @@ def child(megabytes: float, near: bool, config: str, caps: dict[str, int]) -> di
             "tree_peak_mb": max(sampler.tree_peak_kb, self_kb) / 1024,
             "worker_peak_mb": worker_kb / 1024, "workers_seen": len(sampler.child_hwm_kb),
             "stages": stages, **counts}
+
+
+# ------------------------------------------------------------------ per-worker bounds of our stages
+
+
+def synthetic_tokenized(tokens: int, seed: int = 0) -> list[Any]:
+    """TokenizedDocuments shaped like the build's (12-40 sentences of 10-40 ids below 8000), >= tokens."""
+    from pipelines.records import TokenizedDocument
+
+    rng = random.Random(seed)
+    docs, n = [], 0
+    while n < tokens:
+        sents = tuple(tuple(rng.randrange(5, 8000) for _ in range(rng.randint(10, 40)))
+                      for _ in range(rng.randint(12, 40)))
+        k = sum(map(len, sents))
+        docs.append(TokenizedDocument(f"web-000000000000-{len(docs):08d}", "web", sents, k))
+        n += k
+    return docs
+
+
+def measure_pack_group(tokens: int) -> dict[str, float]:
+    """Bytes per token one packing group costs its worker: the documents as Python objects, then
+    the extra peak of packing + encoding (what _PlanGroup / _WriteGroup hold) and of writing its
+    tokenized Parquet part (Python via tracemalloc, Arrow via its memory pool)."""
+    import tracemalloc
+
+    import pyarrow as pa
+
+    from pipelines.corpus import chunk_samples, encoded_samples, pack_sorted
+    from pipelines.files import tokenized_to_parquet
+    from schemas.config import BuildConfig
+    from schemas.sample import sample_tar_size
+
+    cfg = BuildConfig.model_validate({"sources": [{"name": "web", "input": "unused"}]})
+    tracemalloc.start()
+    docs = synthetic_tokenized(tokens)
+    n = sum(d.num_tokens for d in docs)
+    held, _ = tracemalloc.get_traced_memory()
+    tracemalloc.reset_peak()
+    _, seqs, _ = pack_sorted(docs, cfg, 0, 1)
+    enc = list(encoded_samples("train", 0, seqs, 8000))
+    chunk_samples((sample_tar_size(m) for _, m, _ in enc), cfg.shards.target_bytes, None)
+    _, pack_peak = tracemalloc.get_traced_memory()
+    del seqs, enc
+    base, _ = tracemalloc.get_traced_memory()
+    tracemalloc.reset_peak()
+    arrow0 = pa.default_memory_pool().bytes_allocated()
+    tokenized_to_parquet(sorted(docs, key=lambda d: d.doc_id))
+    _, parquet_peak = tracemalloc.get_traced_memory()
+    arrow = max(0, (pa.default_memory_pool().max_memory() or 0) - arrow0)
+    tracemalloc.stop()
+    return {"tokens": n, "docs_b": held / n, "pack_b": (pack_peak - held) / n,
+            "parquet_b": (parquet_peak - base + arrow) / n}
+
+
+def measure_spm(megabytes: float) -> dict[str, float]:
+    """RSS rise of SentencePiece unigram-8k training on `megabytes` of sentences (ru_maxrss)."""
+    from pipelines.sentences import split_sentences
+    from pipelines.tokenizer import train_sentencepiece
+    from schemas.config import TokenizerConfig
+    from shardforge.synth import make_article
+
+    rng = random.Random(11)
+    sentences: list[str] = []
+    chars = 0
+    while chars < megabytes * 1e6:
+        for s in split_sentences(make_article(rng, rng.randint(12, 40), story=rng.random() < 0.2)):
+            sentences.append(s)
+            chars += len(s)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    t0 = time.perf_counter()
+    train_sentencepiece(sentences, TokenizerConfig(vocab_size=8000))
+    rise = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    return {"text_mb": chars / 1e6, "sentences": len(sentences), "rise_mb": rise,
+            "wall_s": time.perf_counter() - t0}
+
+
+def run_child(flag: str, value: str) -> dict[str, Any]:
+    """Run this script with `flag value` in a fresh process; its last stdout line is JSON."""
+    res = subprocess.run([sys.executable, __file__, flag, value], capture_output=True, text=True, cwd=ROOT)
+    if res.returncode != 0:
+        raise RuntimeError(res.stderr[-3000:])
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def measure_bounds() -> tuple[list[dict[str, float]], list[dict[str, float]]]:
+    """Per-worker costs of our config-bounded stages, each at two sizes (fresh processes)."""
+    pack = [run_child("--pack-child", str(t)) for t in (250_000, 1_000_000)]
+    spm = [run_child("--spm-child", str(mb)) for mb in (2.0, 8.0)]
+    return pack, spm
 
 
 # ------------------------------------------------------------------ fitting and reporting
@@ -311,21 +416,28 @@ def config_label(config: str, caps: dict[str, int]) -> str:
                    "whole-corpus tokenizer sample",
         "capped": f"small caps ({caps_txt}): several packing groups, capped sample",
         "capped-mp": f"small caps, `{' '.join(MP_ARGS)}`",
-        "runner": "runner only: ReadFromText -> Map -> GroupByKey (1024 keys) -> count; no shardforge stage",
+        "runner": "runner only: ReadFromText -> parse -> GroupByKey (1024 keys) -> sum of lengths; "
+                  "no shardforge stage",
+        "runner-fused": "runner only, no GroupByKey: ReadFromText -> parse -> len -> CombineGlobally(sum) "
+                        "(one streaming stage)",
     }[config]
 
 
 def main() -> int:
     ap = bench_parser(__doc__, "scaling")
     ap.add_argument("--sizes", default="5,10,20", help="Input sizes in MB, comma-separated.")
-    ap.add_argument("--configs", default="default,capped,runner",
+    ap.add_argument("--configs", default=",".join(CONFIGS),
                     help=f"Configurations to run at every size, from {','.join(CONFIGS)}.")
     ap.add_argument("--group-tokens", type=int, default=500_000, help="Cap: PackingConfig.group_tokens.")
     ap.add_argument("--sample-docs", type=int, default=1_000, help="Cap: TokenizerConfig.sample_docs.")
     ap.add_argument("--input-sentence-size", type=int, default=20_000,
                     help="Cap: TokenizerConfig.input_sentence_size.")
     ap.add_argument("--no-near-dedupe", action="store_true", help="Exact dedupe only.")
+    ap.add_argument("--no-bounds", action="store_true",
+                    help="Skip measuring the per-worker bounds of our stages (packing group, tokenizer training).")
     ap.add_argument("--child", type=float, help=argparse.SUPPRESS)
+    ap.add_argument("--pack-child", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--spm-child", type=float, help=argparse.SUPPRESS)
     ap.add_argument("--child-config", default="default", help=argparse.SUPPRESS)
     args = ap.parse_args()
     near = not args.no_near_dedupe
@@ -333,6 +445,12 @@ def main() -> int:
             "input_sentence_size": args.input_sentence_size}
     if args.child is not None:
         print(json.dumps(child(args.child, near, args.child_config, caps)))
+        return 0
+    if args.pack_child is not None:
+        print(json.dumps(measure_pack_group(args.pack_child)))
+        return 0
+    if args.spm_child is not None:
+        print(json.dumps(measure_spm(args.spm_child)))
         return 0
 
     sizes = [float(s) for s in args.sizes.split(",")]
@@ -363,6 +481,14 @@ def main() -> int:
             f = summarize_config(rows)
             print(f"[{config}] time ~ size^{f['time_exp']:.2f}, peak RSS ~ size^{f['mem_exp']:.2f} "
                   f"({f['mem_per_mb']:.1f} MB RSS per input MB)", flush=True)
+
+    pack, spm = ([], []) if args.no_bounds else measure_bounds()
+    for r in pack:
+        print(f"packing group of {r['tokens']:,} tokens: documents {r['docs_b']:.1f} B/token, packing + encoding "
+              f"+{r['pack_b']:.1f} B/token, tokenized Parquet part +{r['parquet_b']:.1f} B/token", flush=True)
+    for r in spm:
+        print(f"SentencePiece training on {r['text_mb']:.1f} MB ({r['sentences']:,} sentences): "
+              f"RSS +{r['rise_mb']:.0f} MB ({r['rise_mb'] / r['text_mb']:.1f} MB per MB of text)", flush=True)
 
     lines = [
         "# Build scaling: wall time and peak memory (local runner)",
@@ -402,6 +528,21 @@ def main() -> int:
         lines += ["", f"Fused stages during which the process-tree RSS rose most, at {big['megabytes']:.0f} MB "
                   "(rise from the RSS at the stage's start, and the peak reached):", ""]
         lines += [f"- +{rise:.0f} MB (to {peak:.0f} MB): `{name}`" for name, rise, peak in big["stages"][:4]]
+        lines.append("")
+    if pack or spm:
+        lines += ["## Per-worker cost of our config-bounded stages", "",
+                  "Measured outside Beam, each in a fresh process (`--pack-child`, `--spm-child`): a packing "
+                  "group's documents as the worker holds them (Python objects; tracemalloc), the extra peak of "
+                  "packing + encoding its samples, and of writing its tokenized Parquet part (tracemalloc + "
+                  "Arrow's pool); SentencePiece unigram-8k training's RSS rise (ru_maxrss).", "",
+                  "| what | size | documents B/token | + packing B/token | + Parquet part B/token |",
+                  "|---|---:|---:|---:|---:|"]
+        lines += [f"| packing group | {r['tokens']:,} tokens | {r['docs_b']:.1f} | {r['pack_b']:.1f} | "
+                  f"{r['parquet_b']:.1f} |" for r in pack]
+        lines += ["", "| SentencePiece training text | sentences | RSS rise MB | MB per MB of text | wall s |",
+                  "|---:|---:|---:|---:|---:|"]
+        lines += [f"| {r['text_mb']:.1f} MB | {r['sentences']:,} | {r['rise_mb']:.0f} | "
+                  f"{r['rise_mb'] / r['text_mb']:.1f} | {r['wall_s']:.1f} |" for r in spm]
         lines.append("")
     write_results(args.out, lines)
     return 0

@@ -22,7 +22,13 @@ from pipelines.accounting import build_accounts, duplicate_outcome, reject_outco
 from pipelines.clean import CleanDocuments
 from pipelines.corpus import WriteCorpus, count_groups
 from pipelines.dedupe import Deduplicate
-from pipelines.files import WriteParts, documents_to_parquet, rejects_to_jsonl, tokenized_to_parquet
+from pipelines.files import (
+    PartCount,
+    WriteParts,
+    documents_to_parquet,
+    rejects_to_jsonl,
+    tokenized_to_parquet,
+)
 from pipelines.options import BuildOptions, build_config_from_options, finalize_options, quiet_beam
 from pipelines.records import SentencedDocument
 from pipelines.report import WriteReport
@@ -37,7 +43,10 @@ from schemas.storage import join
 
 REJECTS_DIR = "rejects"
 DEDUPE_INDEX_DIR = "dedupe/index"
-REJECT_PARTS = 8
+# Records per reject-log part file: a part is written by one worker holding all of its records
+# (~1.4 KB each while its JSONL is built, snippet included), so the part count grows with the
+# rejects instead of being fixed: a worker holds ~140 MB, whatever the corpus size.
+REJECTS_PER_PART = 100_000
 BATCH_MANIFEST_NAME = "batch-manifest.json"
 
 
@@ -125,9 +134,10 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig, output: str, *,
         | "Groups" >> beam.Map(count_groups, cfg)
     )
 
+    reject_log = (rejects, duplicates) | "RejectLog" >> beam.Flatten()
+    reject_parts = reject_log | "RejectParts" >> PartCount(REJECTS_PER_PART)
     written = [
-        (rejects, duplicates) | "RejectLog" >> beam.Flatten()
-        | "WriteRejects" >> WriteParts(join(output, REJECTS_DIR), "jsonl", rejects_to_jsonl, REJECT_PARTS)
+        reject_log | "WriteRejects" >> WriteParts(join(output, REJECTS_DIR), "jsonl", rejects_to_jsonl, reject_parts)
     ]
     intermediates: dict[str, str] = {"rejects": REJECTS_DIR, "dedupe_index": DEDUPE_INDEX_DIR}
     if cfg.write_intermediates:

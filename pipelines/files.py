@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+import math
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -36,6 +37,35 @@ def parquet_bytes(rows: list[dict[str, Any]], schema) -> bytes:
 
 def jsonl_bytes(rows: list[dict[str, Any]]) -> bytes:
     return "".join(json.dumps(r, sort_keys=True, ensure_ascii=False) + "\n" for r in rows).encode("utf-8")
+
+
+def parts_for(count: int, per_part: int) -> int:
+    """How many part files keep each at most ``per_part`` records (at least one)."""
+    if per_part < 1:
+        raise ValueError(f"per_part must be >= 1, got {per_part}")
+    return max(1, math.ceil(count / per_part))
+
+
+class PartCount(beam.PTransform):
+    """Records -> a singleton PCollection: ``parts_for(len(records), per_part)``.
+
+    A part file is written by one worker holding all of its records, so a
+    fixed number of parts lets that worker's memory grow with the corpus;
+    deriving the count from the record count bounds it by ``per_part``.
+    """
+
+    def __init__(self, per_part: int):
+        super().__init__()
+        parts_for(0, per_part)  # validate early, at pipeline construction
+        self.per_part = per_part
+
+    def expand(self, records):
+        per_part = self.per_part
+        return (
+            records
+            | "Count" >> beam.combiners.Count.Globally()
+            | "Parts" >> beam.Map(lambda n: parts_for(n, per_part))
+        )
 
 
 class WriteParts(beam.PTransform):
@@ -77,11 +107,37 @@ def documents_to_parquet(docs: list[Any]) -> bytes:
 
 
 def tokenized_to_parquet(docs: list[TokenizedDocument]) -> bytes:
+    """One tokenized part file. The id lists go straight into flat int32 Arrow buffers: row dicts
+    of Python lists (``Table.from_pylist``) cost ~45 bytes per token on top of the documents, and
+    a part holds a whole packing group (``PackingConfig.group_tokens`` tokens)."""
+    import itertools
+
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     from schemas.intermediate import TOKENIZED_SCHEMA
 
-    rows = [{"doc_id": d.doc_id, "source": d.source, "sentences": [list(s) for s in d.sentences],
-             "num_tokens": d.num_tokens} for d in docs]
-    return parquet_bytes(rows, TOKENIZED_SCHEMA)
+    per_doc = np.fromiter((len(d.sentences) for d in docs), dtype=np.int64, count=len(docs))
+    per_sent = np.fromiter((len(s) for d in docs for s in d.sentences), dtype=np.int64, count=int(per_doc.sum()))
+    total = int(per_sent.sum())
+    if total >= 2**31:  # list<int32> offsets are 32-bit (from_pylist failed here too)
+        raise ValueError(f"a tokenized part holds {total} tokens, more than 2**31: use more packing groups")
+    ids = np.fromiter(itertools.chain.from_iterable(s for d in docs for s in d.sentences), dtype=np.int32,
+                      count=total)
+    doc_offsets = np.concatenate([[0], np.cumsum(per_doc)]).astype(np.int32)
+    sent_offsets = np.concatenate([[0], np.cumsum(per_sent)]).astype(np.int32)
+    sentences = pa.ListArray.from_arrays(pa.array(doc_offsets),
+                                         pa.ListArray.from_arrays(pa.array(sent_offsets), pa.array(ids)))
+    table = pa.Table.from_arrays([
+        pa.array([d.doc_id for d in docs], pa.string()),
+        pa.array([d.source for d in docs], pa.string()),
+        sentences.cast(TOKENIZED_SCHEMA.field("sentences").type),
+        pa.array([d.num_tokens for d in docs], pa.int64()),
+    ], schema=TOKENIZED_SCHEMA)
+    buf = io.BytesIO()
+    pq.write_table(table, buf, compression="zstd")
+    return buf.getvalue()
 
 
 def rejects_to_jsonl(rejects: list[Any]) -> bytes:

@@ -8,8 +8,9 @@ object-store emulator and fails a seeded share of the requests.
 
 Fault kinds (chosen at random among ``kinds`` for each failed request):
 
-- ``"503"``: answer 503 Service Unavailable (a GCS-style JSON error) without
-  forwarding the request: the store never saw it.
+- ``"503"``: answer 503 Service Unavailable without forwarding the request:
+  the store never saw it (an S3-style XML error for AWS-signed requests, a
+  GCS-style JSON error otherwise).
 - ``"reset"``: read the request, then drop the connection with a TCP reset,
   without forwarding it.
 - ``"reset_after"``: forward the request (the store acts on it), then drop the
@@ -19,7 +20,9 @@ Fault kinds (chosen at random among ``kinds`` for each failed request):
   then drop the connection (a stream cut mid-body).
 
 ``methods`` / ``match`` (a regex on the unquoted request path) restrict
-which requests may fail. Faults are bounded in count (``max_faults``) and in time (``active_s`` after
+which requests may fail; ``once`` fails each distinct (method, path) at most
+once, so that with ``rate=1`` every matching request fails and its retry goes
+through (clients retry 4-5 times; a fault on every try would just exhaust them). Faults are bounded in count (``max_faults``) and in time (``active_s`` after
 the first request), so a test always finishes; which requests fail is drawn
 from a seeded RNG (thread scheduling may shift which request gets which draw).
 """
@@ -58,7 +61,7 @@ class FaultProxy:
 
     def __init__(self, upstream: str, rate: float = 0.25, seed: int = 0, max_faults: int = 20,
                  active_s: float = 600.0, kinds: tuple[str, ...] = ("503", "reset", "reset_after"),
-                 methods: tuple[str, ...] | None = None, match: str | None = None):
+                 methods: tuple[str, ...] | None = None, match: str | None = None, once: bool = False):
         unknown = set(kinds) - set(FAULT_KINDS)
         if unknown:
             raise ValueError(f"unknown fault kinds {sorted(unknown)}")
@@ -67,6 +70,8 @@ class FaultProxy:
         self.rate, self.max_faults, self.active_s = rate, max_faults, active_s
         self.kinds, self.methods = kinds, methods
         self.match = re.compile(match) if match else None
+        self.once = once
+        self._failed: set[tuple[str, str]] = set()
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
         self._started: float | None = None
@@ -119,6 +124,9 @@ class FaultProxy:
                 return None
             if self.match is not None and not self.match.search(unquote(path)):
                 return None
+            if self.once and (method, path) in self._failed:
+                return None
+            self._failed.add((method, path))
             if kind == "truncate" and method != "GET":
                 kind = "reset_after"
             self.faults[kind] += 1
@@ -149,6 +157,16 @@ class FaultProxy:
                         self.rfile.readline()
                 n = int(self.headers.get("Content-Length") or 0)
                 return self.rfile.read(n) if n else b""
+
+            def _error_503(self) -> tuple[list[tuple[str, str]], bytes]:
+                """A 503 body in the dialect of the store the client believes it talks to."""
+                if self.headers.get("Authorization", "").startswith("AWS4-HMAC-SHA256"):
+                    # S3 (s3fs / botocore sign every request): the XML error S3 sends under load.
+                    err = ("<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>ServiceUnavailable</Code>"
+                           "<Message>injected fault: service unavailable</Message></Error>")
+                    return [("Content-Type", "application/xml")], err.encode()
+                err = json.dumps({"error": {"code": 503, "message": "injected fault: service unavailable"}})
+                return [("Content-Type", "application/json")], err.encode()
 
             def _reset(self) -> None:
                 # SO_LINGER 0 makes close() send RST: the client sees "connection reset by peer".
@@ -206,8 +224,7 @@ class FaultProxy:
                 body = self._read_body()
                 kind = proxy._draw(self.command, self.path)
                 if kind == "503":
-                    err = json.dumps({"error": {"code": 503, "message": "injected fault: service unavailable"}})
-                    self._send(503, "Service Unavailable", [("Content-Type", "application/json")], err.encode())
+                    self._send(503, "Service Unavailable", *self._error_503())
                     return
                 if kind == "reset":
                     self._reset()

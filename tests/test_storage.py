@@ -1,9 +1,10 @@
 """Shards on object storage: atomic writes, retries under injected faults, every backend.
 
 Fast tests cover error classification, retry and the atomic writer on each
-backend; slow ones run the real build to gs:// (GCS emulator), s3:// (moto),
-memory:// and a local folder, through a fault-injecting proxy, and kill a
-build mid-way.
+backend, and multipart writes / reads on GCS and S3 through a fault-injecting
+proxy (on S3 both with s3fs's and botocore's own retries and with ours alone);
+slow ones run the real build to gs:// (GCS emulator), s3:// (moto), memory://
+and a local folder, through the proxy too, and kill a build mid-way.
 """
 
 from __future__ import annotations
@@ -13,12 +14,17 @@ import glob
 import hashlib
 import io
 import os
+import posixpath
+import random
 import signal
 import subprocess
 import sys
 import tarfile
 import textwrap
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import IO
 
 import pytest
 from faultproxy import FaultProxy
@@ -219,6 +225,134 @@ def test_read_path_survives_injected_faults(gcs_emulator, gcs_bucket, monkeypatc
     assert proxy.stats["faults"] >= 6, proxy.stats  # the faults really happened
 
 
+# ---------------------------------------------------------------- S3 (moto) behind the fault proxy
+
+# Multipart uploads with small parts: s3fs's write block (50 MB by default) is
+# the part size; 5 MB is the smallest S3 (and moto) accepts for all but the last.
+S3_PART = 5 << 20
+
+
+@contextmanager
+def s3_through(endpoint: str, **options: object) -> Iterator[None]:
+    """Route every s3:// URL opened via fsspec (our storage layer) to endpoint, restoring the config after."""
+    import fsspec
+    import s3fs
+
+    conf = fsspec.config.conf.setdefault("s3", {})
+    saved = dict(conf)
+    conf.update(endpoint_url=endpoint, **options)
+    s3fs.S3FileSystem.clear_instance_cache()
+    try:
+        yield
+    finally:
+        conf.clear()
+        conf.update(saved)
+        s3fs.S3FileSystem.clear_instance_cache()
+
+
+@pytest.fixture(params=["client_retries", "ours_only"])
+def s3_retry_stack(request, monkeypatch) -> tuple[dict[str, object], float]:
+    """(fsspec options for s3fs, fault rate): s3fs's and botocore's own retries as shipped, or both
+    off so that schemas.storage.retry alone absorbs every fault (and classifies what s3fs raises).
+
+    Alone, our loop retries whole operations (a multipart write is ~9 requests, each of which
+    may fail), so it gets a lower fault rate: at 30% almost no whole attempt would get through.
+    """
+    if request.param == "client_retries":
+        return {}, 0.3
+    import s3fs
+
+    monkeypatch.setattr(s3fs.S3FileSystem, "retries", 1)  # s3fs's own loop around each call
+    # botocore's: one attempt in all (its max_attempts counts retries, total_max_attempts tries)
+    return {"config_kwargs": {"retries": {"total_max_attempts": 1, "mode": "standard"}}}, 0.08
+
+
+def s3_state(bucket_url: str, folder: str) -> tuple[list[str], list[str]]:
+    """(object names under folder, keys of multipart uploads still open there), asked of moto directly."""
+    import s3fs
+
+    fs = s3fs.S3FileSystem(skip_instance_cache=True)  # the session endpoint (moto itself), fresh listings
+    bucket = bucket_url.removeprefix("s3://")
+    names = sorted(posixpath.basename(p) for p in fs.find(f"{bucket}/{folder}"))
+    uploads = fs.call_s3("list_multipart_uploads", Bucket=bucket, Prefix=f"{folder}/").get("Uploads", [])
+    return names, sorted(posixpath.basename(u["Key"]) for u in uploads)
+
+
+def chunked(data: bytes, step: int = 1 << 20) -> Callable[[IO[bytes]], None]:
+    """A repeatable producer writing data in step-sized pieces (as the shard writer streams)."""
+    def produce(f: IO[bytes]) -> None:
+        for i in range(0, len(data), step):
+            f.write(data[i:i + step])
+    return produce
+
+
+def test_s3_atomic_writes_survive_injected_faults(s3_emulator, s3_bucket, s3_retry_stack):
+    """503s, resets and lost replies on multipart uploads, copies, HEADs and DELETEs: exact bytes land."""
+    rng = random.Random(3)
+    big = {f"train-{i:06d}.tar": rng.randbytes(2 * S3_PART + 4096 * (i + 1)) for i in range(3)}  # 3 parts each
+    small = {f"meta-{i}.json": rng.randbytes(1000 + i) for i in range(4)}  # one-shot PutObject
+    options, rate = s3_retry_stack
+    with FaultProxy(s3_emulator, rate=rate, seed=4, max_faults=24, active_s=60,
+                    kinds=("503", "reset", "reset_after")) as proxy:
+        with s3_through(proxy.url, default_block_size=S3_PART, **options):
+            for name, data in big.items():
+                got = storage.write_stream_atomic(f"{s3_bucket}/w/{name}", chunked(data))
+                assert got == (hashlib.sha256(data).hexdigest(), len(data))
+            for name, data in small.items():
+                storage.write_bytes_atomic(f"{s3_bucket}/w/{name}", data)
+    assert proxy.stats["faults"] >= (10 if rate > 0.1 else 3), proxy.stats
+    assert any("uploadId=" in path for _, path, _ in proxy.log), proxy.log  # multipart traffic was hit
+    names, uploads = s3_state(s3_bucket, "w")
+    assert names == sorted({**big, **small})  # no temporaries, nothing extra
+    assert not [k for k in uploads if not storage.is_tmp_name(k)], uploads  # no open upload under a final name
+    for name, data in {**big, **small}.items():
+        assert storage.read_bytes(f"{s3_bucket}/w/{name}") == data, name
+
+
+def test_s3_lost_replies_to_complete_copy_and_delete(s3_emulator, s3_bucket, s3_retry_stack, caplog):
+    """Every CompleteMultipartUpload, CopyObject (into the final name) and temporary DELETE acts on
+    the store and then loses its reply; the retried request (botocore's, s3fs's or ours) must leave
+    exactly one correct object and no temporaries."""
+    rng = random.Random(5)
+    blobs = {f"lost-{i}.bin": rng.randbytes(S3_PART + 1000 * (i + 1)) for i in range(2)}  # 2 parts each
+    with FaultProxy(s3_emulator, rate=1.0, seed=0, max_faults=12, active_s=60, kinds=("reset_after",), once=True,
+                    methods=("POST", "PUT", "DELETE"), match=r"\.tmp\?uploadId=[^&]*$|/lost-\d\.bin$|\.tmp$") as proxy:
+        with s3_through(proxy.url, default_block_size=S3_PART, **s3_retry_stack[0]):
+            for name, data in blobs.items():
+                got = storage.write_stream_atomic(f"{s3_bucket}/l/{name}", chunked(data))
+                assert got == (hashlib.sha256(data).hexdigest(), len(data))
+    hit = {(m, "complete" if "uploadId=" in p else "copy" if p.endswith(".bin") else "delete") for m, p, _ in proxy.log}
+    assert {("POST", "complete"), ("PUT", "copy"), ("DELETE", "delete")} <= hit, proxy.log
+    if s3_retry_stack[0]:  # no client retries: our writer saw the lost Complete and checked the upload landed
+        assert "but the object is complete" in caplog.text, (caplog.text, proxy.log, proxy.stats)
+    names, uploads = s3_state(s3_bucket, "l")
+    assert names == sorted(blobs), names
+    assert not [k for k in uploads if not storage.is_tmp_name(k)], uploads
+    for name, data in blobs.items():
+        assert storage.read_bytes(f"{s3_bucket}/l/{name}") == data, name
+        assert storage.sha256_url(f"{s3_bucket}/l/{name}") == (hashlib.sha256(data).hexdigest(), len(data))
+
+
+def test_s3_read_path_survives_injected_faults(s3_emulator, s3_bucket, s3_retry_stack):
+    rng = random.Random(11)
+    # small objects, and one larger than READ_BLOCK_SIZE so a read spans several range GETs
+    blobs = {f"train-{i:06d}.tar": rng.randbytes(200_000 + 1000 * i) for i in range(5)}
+    blobs["train-000005.tar"] = rng.randbytes(storage.READ_BLOCK_SIZE + 300_000)
+    for name, data in blobs.items():
+        storage.write_bytes_atomic(f"{s3_bucket}/c/{name}", data)
+    options, rate = s3_retry_stack
+    with FaultProxy(s3_emulator, rate=rate, seed=11, max_faults=16, active_s=60, methods=("GET", "HEAD"),
+                    kinds=("503", "reset", "reset_after", "truncate")) as proxy:
+        with s3_through(proxy.url, **options):
+            for name, data in blobs.items():
+                assert storage.read_bytes(f"{s3_bucket}/c/{name}") == data
+                with storage.open_read(f"{s3_bucket}/c/{name}") as f:
+                    assert f.read() == data
+                assert storage.sha256_url(f"{s3_bucket}/c/{name}") == (hashlib.sha256(data).hexdigest(), len(data))
+    assert proxy.stats["faults"] >= (8 if rate > 0.1 else 3), proxy.stats  # the faults really happened
+    assert proxy.faults["truncate"] >= 1, proxy.stats
+
+
 # ---------------------------------------------------------------- the real build on every backend (slow)
 
 @pytest.fixture(scope="module")
@@ -295,6 +429,31 @@ def test_build_through_fault_proxy_loses_nothing(reference, gcs_emulator, gcs_bu
     names = listing(out)
     assert sorted(n for n in names if n.endswith(".tar")) == sorted(s.name for s in ref.shards)
 
+
+
+@pytest.mark.slow
+def test_build_to_s3_through_fault_proxy_loses_nothing(reference, s3_emulator, s3_bucket):
+    """The same on S3 (moto): faulted shard, manifest and tokenizer traffic, s3fs / botocore retries on."""
+    from pipelines.build import run_build
+    from shardforge.validate import validate_corpus
+
+    cfg, _, ref = reference
+    out = f"{s3_bucket}/faulty"
+    with FaultProxy(s3_emulator, rate=0.3, seed=5, max_faults=16, active_s=240,
+                    match=r"\.tar|manifest\.json|spm\.model") as proxy:
+        with s3_through(proxy.url):
+            m = run_build(cfg, out)
+            build_faults = proxy.stats["faults"]
+            rep = validate_corpus(out, jobs=2)  # the read path under faults too (the budget may be spent)
+    assert build_faults >= 8, proxy.stats
+    assert any(".tar" in path for _, path, _ in proxy.log)
+    assert m.to_json() == ref.to_json()  # nothing lost, duplicated or changed
+    assert rep.ok, rep.errors
+    assert shard_digests(out, m) == {s.name: s.sha256 for s in ref.shards}
+    names, uploads = s3_state(s3_bucket, "faulty")
+    assert sorted(n for n in names if n.endswith(".tar")) == sorted(s.name for s in ref.shards)
+    assert not [n for n in names if storage.is_tmp_name(n)], names
+    assert not [k for k in uploads if not storage.is_tmp_name(k)], uploads
 
 @pytest.mark.slow
 def test_killed_build_leaves_no_manifest_and_rerun_is_identical(demo_corpus, tmp_path):

@@ -1,0 +1,80 @@
+"""Part files sized by record count (PartCount + WriteParts): a part's writer holds a bounded number of records."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import apache_beam as beam
+import pytest
+from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
+
+from pipelines.files import PartCount, WriteParts, part_name, parts_for, rejects_to_jsonl
+from pipelines.records import Reject, stable_hash
+
+
+def test_parts_for_bounds_records_per_part():
+    for count in (0, 1, 6, 7, 8, 70, 71, 1000):
+        parts = parts_for(count, 7)
+        assert parts >= 1
+        assert parts * 7 >= count  # on average at most per_part records per part
+        if count > 7:
+            assert (parts - 1) * 7 < count  # and no more parts than needed
+    with pytest.raises(ValueError):
+        parts_for(10, 0)
+    with pytest.raises(ValueError):
+        PartCount(0)
+
+
+def _rejects(n: int) -> list[Reject]:
+    return [Reject(f"web-{i:06d}", "web", "filtered", "min_words", f"text {i}") for i in range(n)]
+
+
+@pytest.mark.parametrize("n", [0, 5, 60])
+def test_part_count_grows_with_records(tmp_path: Path, n: int):
+    per_part = 8
+    out = tmp_path / "rejects"
+    with BeamTestPipeline(runner="FnApiRunner") as p:
+        recs = p | beam.Create(_rejects(n))
+        counted = recs | "Parts" >> PartCount(per_part)
+        _ = recs | WriteParts(str(out), "jsonl", rejects_to_jsonl, counted)
+
+    parts = parts_for(n, per_part)
+    # WriteParts writes only non-empty parts: exactly those the content hash routes records to.
+    expected = {stable_hash("part", r.doc_id) % parts for r in _rejects(n)}
+    written = sorted(out.glob("part-*.jsonl")) if out.exists() else []
+    assert [f.name for f in written] == [part_name(i, "jsonl") for i in sorted(expected)]
+    seen: list[str] = []
+    for f in written:
+        ids = [json.loads(line)["doc_id"] for line in f.read_text().splitlines()]
+        assert ids == sorted(ids)  # deterministic order inside a part
+        seen += ids
+    assert sorted(seen) == [r.doc_id for r in _rejects(n)]
+    # More records than one part holds: they are spread over several files (a fixed count would not grow).
+    assert parts == max(1, math.ceil(n / per_part))
+    assert (len(written) > 1) == (n > per_part)
+
+
+def test_tokenized_parquet_is_byte_identical_to_row_conversion(tmp_path: Path):
+    """The columnar writer must not change the intermediate: same bytes as Arrow's from_pylist of rows."""
+    import random
+
+    from pipelines.files import parquet_bytes, read_tokenized_parquet, tokenized_to_parquet
+    from pipelines.records import TokenizedDocument
+    from schemas.intermediate import TOKENIZED_SCHEMA
+
+    rng = random.Random(3)
+    docs = [TokenizedDocument(f"web-{i:04d}", "web" if i % 3 else "news",
+                              tuple(tuple(rng.randrange(5, 70000) for _ in range(rng.randint(1, 30)))
+                                    for _ in range(rng.randint(0, 6))), 0) for i in range(300)]
+    docs = [TokenizedDocument(d.doc_id, d.source, d.sentences, sum(map(len, d.sentences))) for d in docs]
+    assert any(not d.sentences for d in docs)  # documents without sentences are covered
+    for batch in (docs, docs[:1], []):
+        rows = [{"doc_id": d.doc_id, "source": d.source, "sentences": [list(s) for s in d.sentences],
+                 "num_tokens": d.num_tokens} for d in batch]
+        data = tokenized_to_parquet(batch)
+        assert data == parquet_bytes(rows, TOKENIZED_SCHEMA)
+        path = tmp_path / "part.parquet"
+        path.write_bytes(data)
+        assert read_tokenized_parquet(str(path)) == batch
