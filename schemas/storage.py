@@ -307,8 +307,12 @@ def _holds(fs: fsspec.AbstractFileSystem, path: str, size: int, md5: bytes | Non
     if md5 is not None:
         if isinstance(info.get("md5Hash"), str):  # GCS: base64 of the MD5
             return base64.b64decode(info["md5Hash"]) == md5
+        # S3 single-part ETags are the hex MD5, except under SSE-KMS / SSE-C encryption
+        # (and multipart ETags never are): then the size check above is all we have.
+        sse = str(info.get("ServerSideEncryption") or "").lower()
+        encrypted = sse.startswith("aws:kms") or bool(info.get("SSECustomerAlgorithm"))
         etag = str(info.get("ETag") or info.get("etag") or "").strip('"')
-        if len(etag) == 32 and "-" not in etag:  # S3 single-part: hex MD5 (multipart ETags are not)
+        if not encrypted and len(etag) == 32 and "-" not in etag:
             return etag == md5.hex()
     return True
 

@@ -514,3 +514,31 @@ def test_local_tmp_cleanup(tmp_path):
     storage.write_bytes_atomic(str(tmp_path / "train-000000.tar"), b"whole")
     assert (tmp_path / "train-000000.tar").read_bytes() == b"whole"
     assert storage.is_tmp_name(".train-000000.tar.deadbeef.tmp")
+
+
+def test_kms_encrypted_s3_etags_are_not_taken_for_md5():
+    """SSE-KMS / SSE-C ETags are not MD5s (moto cannot produce them): only the size can be checked there."""
+    import hashlib as _hashlib
+
+    from fsspec.implementations.memory import MemoryFileSystem
+
+    from schemas.storage import _holds
+
+    data = b"shard bytes"
+    md5 = _hashlib.md5(data).digest()
+
+    class FakeS3Info(MemoryFileSystem):
+        extra: dict = {}
+
+        def info(self, path, **kw):
+            return {**super().info(path, **kw), **self.extra}
+
+    fs = FakeS3Info(skip_instance_cache=True)
+    fs.pipe_file("/b/x", data)
+    FakeS3Info.extra = {"ETag": '"' + "0" * 32 + '"', "ServerSideEncryption": "aws:kms"}
+    assert _holds(fs, "/b/x", len(data), md5)
+    FakeS3Info.extra = {"ETag": '"' + "0" * 32 + '"'}  # an unencrypted object with a wrong MD5
+    assert not _holds(fs, "/b/x", len(data), md5)
+    FakeS3Info.extra = {"ETag": '"' + md5.hex() + '"'}
+    assert _holds(fs, "/b/x", len(data), md5)
+    assert not _holds(fs, "/b/x", len(data) + 1, md5)
