@@ -564,7 +564,9 @@ def main() -> int:
         "`shardforge.synth.make_article` (Gopher's `dup_ngrams` rule disabled: template text repeats "
         "n-grams far more than prose). **Peak RSS** is the peak of the sum of RSS over the child and its "
         "live descendants (sampled every 50 ms, and never below the child's ru_maxrss); \"start\" is the "
-        "child's RSS before the pipeline (interpreter, imports, corpus written).",
+        "child's RSS before the pipeline (interpreter, imports, corpus written). Token counts differ slightly "
+        "between runs of the same size: document ids hash the input path, a fresh temporary folder each run, "
+        "so the split, group and tokenizer-sample hashes differ (a build of one fixed path is deterministic).",
         "",
     ]
     lines += conclusion(results, pack, spm)
