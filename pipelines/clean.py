@@ -172,6 +172,16 @@ class DocStats:
         vocab: dict[str, int] = {}
         return [vocab.setdefault(w, len(vocab)) for w in self.words]
 
+    @cached_property
+    def line_dups(self) -> tuple[float, float]:
+        """dup_fractions of the lines (two rules read it: computed once)."""
+        return dup_fractions(self.lines)
+
+    @cached_property
+    def paragraph_dups(self) -> tuple[float, float]:
+        """dup_fractions of the paragraphs (two rules read it: computed once)."""
+        return dup_fractions(self.paragraphs)
+
     def top_ngram_frac(self, n: int) -> float:
         """Gopher: characters of the most frequent n-gram times its count, over all word characters."""
         ids = self.word_ids
@@ -280,10 +290,10 @@ DOC_RULES: list[tuple[str, Rule]] = [
     ("ellipsis_lines", lambda s, c: _share(s.lines, lambda ln: ln.rstrip().endswith(ELLIPSES)) > c.max_ellipsis_lines),
     ("alpha_words", lambda s, c: len(s.raw_words) - s.non_alpha_words < c.min_alpha_words * len(s.raw_words)),
     ("stop_words", lambda s, c: sum(1 for w in s.words if w in GOPHER_STOP_WORDS) < c.min_stop_words),
-    ("dup_lines", lambda s, c: dup_fractions(s.lines)[0] > c.max_dup_line_frac),
-    ("dup_line_chars", lambda s, c: dup_fractions(s.lines)[1] > c.max_dup_line_char_frac),
-    ("dup_paragraphs", lambda s, c: dup_fractions(s.paragraphs)[0] > c.max_dup_para_frac),
-    ("dup_paragraph_chars", lambda s, c: dup_fractions(s.paragraphs)[1] > c.max_dup_para_char_frac),
+    ("dup_lines", lambda s, c: s.line_dups[0] > c.max_dup_line_frac),
+    ("dup_line_chars", lambda s, c: s.line_dups[1] > c.max_dup_line_char_frac),
+    ("dup_paragraphs", lambda s, c: s.paragraph_dups[0] > c.max_dup_para_frac),
+    ("dup_paragraph_chars", lambda s, c: s.paragraph_dups[1] > c.max_dup_para_char_frac),
     ("top_ngrams", _top_ngrams),
     ("dup_ngrams", _dup_ngrams),
     ("min_sentences", lambda s, c: len(split_sentences(s.text)) < c.min_sentences),

@@ -160,10 +160,15 @@ def assemble_manifest(shards: list[dict[str, Any]], plans: list[tuple[GroupKey, 
         for k, v in plan["stats"].items():
             if isinstance(v, int):
                 counters[f"pack_{k}"] = counters.get(f"pack_{k}", 0) + v
-    tok = tokenizer_info(model, cfg.tokenizer, tokenizer_path)
+    # Every URL the manifest records is redacted: it is shared with trainers and readers,
+    # and credentials belong in storage options / the environment, never in the corpus.
+    tok = tokenizer_info(model, cfg.tokenizer, redact_url(tokenizer_path))
     config = cfg.model_dump(mode="json")
     for src in config["sources"]:
         src["input"] = redact_url(src["input"])
+    for sect, key in (("tokenizer", "model_url"), ("dedupe", "index")):
+        if config[sect].get(key):
+            config[sect][key] = redact_url(config[sect][key])
     return Manifest(
         parent=parent,
         config=config,

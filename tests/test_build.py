@@ -133,3 +133,23 @@ def test_local_build_shows_progress_bars(demo_corpus, tmp_path, monkeypatch, cap
     run_build(small_config(demo_corpus), str(tmp_path / "p"))
     err = capfd.readouterr().err
     assert "read ccnews files: 100%" in err and "tokenize documents" in err and "write shards" in err
+
+
+def test_manifest_redacts_credentials_in_every_recorded_url(built):
+    """Credentials in the tokenizer / dedupe-index URLs never reach the manifest (nor do source ones)."""
+    from pipelines.corpus import assemble_manifest
+
+    cfg, out, m = built
+    with open(os.path.join(out, "tokenizer", "spm.model"), "rb") as f:
+        model = f.read()
+    secret_tok = "https://alice:hunter2@models.example/spm.model?token=hunter2&v=3"
+    data = cfg.model_dump()
+    data["tokenizer"]["model_url"] = secret_tok
+    data["dedupe"]["index"] = "s3://idx/v1?X-Amz-Signature=hunter2"
+    data["sources"][0]["input"] = "https://bob:hunter2@raw.example/*.jsonl"
+    m2 = assemble_manifest([], [], model, m.accounting, BuildConfig.model_validate(data), secret_tok,
+                           None, {}, {})
+    text = m2.to_json()
+    assert "hunter2" not in text
+    assert m2.tokenizer.path == "https://models.example/spm.model?v=3"
+    assert m2.config["dedupe"]["index"] == "s3://idx/v1"

@@ -268,3 +268,19 @@ def test_clean_documents_in_beam():
     assert isinstance(out, Document) and out.text.endswith("She said hi")
     assert isinstance(clean_document(docs[5], CFG, line_rules=True), Document)
     assert isinstance(clean_document(docs[7], CFG), Reject)
+
+
+def test_line_and_paragraph_repetition_counted_once_per_document(monkeypatch):
+    """dup_lines / dup_line_chars (and the paragraph pair) share one pass over the lines."""
+    import pipelines.clean as clean_mod
+
+    calls: list[int] = []
+    real = clean_mod.dup_fractions
+
+    def counting(items: list[str]) -> tuple[float, float]:
+        calls.append(len(items))
+        return real(items)
+
+    monkeypatch.setattr(clean_mod, "dup_fractions", counting)
+    assert reason(GOOD) == "kept"  # every rule ran
+    assert len(calls) == 2  # lines once, paragraphs once

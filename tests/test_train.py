@@ -198,3 +198,28 @@ def test_sentence_head_on_a_single_segment_corpus_is_a_clear_error(corpus, tmp_p
 
     with pytest.raises(UserError, match="needs a pair-rule corpus"):
         train(cfg(corpus, str(tmp_path / "r"), steps=1, model={"sentence_head": "sop"}))
+
+
+def test_every_evaluation_sees_the_same_valid_batches(tmp_path):
+    """evaluate() rewinds the valid loader: repeated evaluations agree and never run the split dry."""
+    import contextlib
+
+    import torch
+
+    from schemas.config import MaskingConfig, ModelConfig
+    from tests.test_loader import VOCAB, make_corpus
+    from trainer.data import ShardLoader
+    from trainer.masking import Masker
+    from trainer.model import Encoder
+    from trainer.train import evaluate
+
+    url = str(make_corpus(tmp_path / "c", [20, 20], valid=[9, 4]))  # 13 valid samples: 4 batches of 4
+    c = cfg(url, str(tmp_path / "run"), eval_batches=2, batch_size=4)
+    valid = ShardLoader(url, "valid", batch_size=4, seed=0, shuffle_buffer=1, epochs=1)
+    torch.manual_seed(0)
+    model = Encoder(ModelConfig(size="tiny", dropout=0.0, max_positions=64), VOCAB)
+    masker = Masker(MaskingConfig(), VOCAB, [0, 1, 2, 3, 4], mask_id=4, pad_id=1)
+    runs = [evaluate(model, valid, masker, c, torch.device("cpu"), contextlib.nullcontext) for _ in range(3)]
+    assert runs[0] and "eval_loss" in runs[0]
+    assert runs[1] == runs[0] and runs[2] == runs[0]
+    assert model.training  # evaluate hands the model back in train mode

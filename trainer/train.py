@@ -192,17 +192,26 @@ def evaluate(model: torch.nn.Module, loader: ShardLoader, masker: Masker, cfg: T
     model.eval()
     s = StepStats()
     n = 0
-    for batch in loader:
-        batch = to_device(batch, device)
-        masked = masker(batch["input_ids"], batch["sample_ids"], epoch=0, seed=cfg.seed + 1)
-        drop_padding_rows(batch, masked)
-        with autocast():
-            out = model(**model_inputs(batch, masked))
-        s.add(out, int(batch["attention_mask"].sum()), 1.0)
-        n += 1
-        if n >= cfg.eval_batches:
-            break
-    model.train()
+    # The loader continues from its state: rewind it afterwards so that every evaluation
+    # sees the same first eval_batches batches (not the next ones, and never an exhausted split).
+    start = loader.state_dict()
+    it = iter(loader)
+    try:
+        for batch in it:
+            tokens = int(batch["attention_mask"].sum())  # on the host batch: no device sync
+            batch = to_device(batch, device)
+            masked = masker(batch["input_ids"], batch["sample_ids"], epoch=0, seed=cfg.seed + 1)
+            drop_padding_rows(batch, masked)
+            with autocast():
+                out = model(**model_inputs(batch, masked))
+            s.add(out, tokens, 1.0)
+            n += 1
+            if n >= cfg.eval_batches:
+                break
+    finally:
+        it.close()  # shut the loader's readers (and workers) down now
+        loader.load_state_dict(start)
+        model.train()
     if n == 0:
         return {}
     v = s.values()
@@ -306,9 +315,11 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
             s = StepStats()
             for micro in range(accum):
                 tw = time.perf_counter()
-                batch = to_device(next(it), device)
+                host = next(it)
                 wait += time.perf_counter() - tw
-                epoch = int(batch["epoch"][0])
+                # Scalars read from the host batch: reading them after the copy would sync the device.
+                epoch, tokens = int(host["epoch"][0]), int(host["attention_mask"].sum())
+                batch = to_device(host, device)
                 masked = masker(batch["input_ids"], batch["sample_ids"], epoch=epoch, seed=cfg.seed)
                 drop_padding_rows(batch, masked)
                 sync = contextlib.nullcontext()
@@ -318,7 +329,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
                     with autocast():
                         out = model(**model_inputs(batch, masked))
                     (out["loss"] / accum).backward()
-                s.add(out, int(batch["attention_mask"].sum()), 1.0 / accum)
+                s.add(out, tokens, 1.0 / accum)
             if cfg.optim.clip_norm:
                 torch.nn.utils.clip_grad_norm_(raw_model.parameters(), cfg.optim.clip_norm)
             optimizer.step()
