@@ -223,3 +223,25 @@ def test_every_evaluation_sees_the_same_valid_batches(tmp_path):
     assert runs[0] and "eval_loss" in runs[0]
     assert runs[1] == runs[0] and runs[2] == runs[0]
     assert model.training  # evaluate hands the model back in train mode
+
+
+def test_export_refuses_a_tokenizer_the_run_did_not_train_with(corpus, tmp_path, capsys):
+    import io
+
+    import sentencepiece as spm
+
+    from shardforge.cli import main as cli
+    from shardforge.synth import make_article
+
+    run = str(tmp_path / "run")
+    train(cfg(corpus, run, steps=1))
+    rng = __import__("random").Random(3)
+    buf = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(make_article(rng, 12).split(". ") * 20), model_writer=buf, vocab_size=120,
+        bos_id=0, pad_id=1, eos_id=2, unk_id=3, user_defined_symbols=["<mask>"], hard_vocab_limit=False,
+        num_threads=1, minloglevel=2)
+    other = tmp_path / "other.model"
+    other.write_bytes(buf.getvalue())
+    assert cli(["export", run, str(tmp_path / "hf"), "--tokenizer", str(other)]) == 2
+    assert "is not the one this checkpoint was trained with" in capsys.readouterr().err

@@ -436,6 +436,12 @@ def export_checkpoint(ckpt: str, out_dir: str, tokenizer: str | None = None) -> 
         manifest, root = load_manifest(cfg.data)
         path = manifest.tokenizer.path
         tokenizer = path if "://" in path or path.startswith("/") else join(root, path)
+    from schemas.storage import read_bytes, sha256_bytes
+
+    trained_with = state.get("manifest")  # the sha256 of the tokenizer the run trained with
+    if trained_with and sha256_bytes(read_bytes(tokenizer)) != trained_with:
+        raise UserError(f"tokenizer {tokenizer} is not the one this checkpoint was trained with "
+                        f"(sha256 {trained_with[:12]}…); pass the right one with --tokenizer")
     model = Encoder(cfg.model, int(state["vocab_size"]))
     model.load_state_dict(state["model"])
     model.eval()

@@ -148,6 +148,14 @@ def model_inputs(batch: dict[str, torch.Tensor], masked: dict[str, torch.Tensor]
     return kw
 
 
+def real_tokens(host: dict[str, torch.Tensor]) -> int:
+    """Tokens of the batch's real rows (not the rows the loader repeats to keep ranks in step)."""
+    mask = host["attention_mask"]
+    if "is_pad" in host:
+        mask = mask[~host["is_pad"].bool()]
+    return int(mask.sum())
+
+
 def drop_padding_rows(batch: dict[str, torch.Tensor], masked: dict[str, torch.Tensor]) -> None:
     """Rows the loader repeats to keep ranks in step (is_pad) carry no loss: each sample counts once per epoch."""
     pad = batch.get("is_pad")
@@ -183,6 +191,40 @@ class Preemption:
             signal.signal(signal.SIGTERM, self._old)
 
 
+# ------------------------------------------------------------------ RNG state per rank
+
+def _all_gather(t: torch.Tensor, dd: Dist, device: torch.device) -> list[torch.Tensor]:
+    """Every rank's copy of a same-shaped tensor (on the CPU), via the process group's device."""
+    if dd.world_size == 1:
+        return [t]
+    dev = device if device.type == "cuda" else torch.device("cpu")
+    parts = [torch.empty_like(t, device=dev) for _ in range(dd.world_size)]
+    dist.all_gather(parts, t.to(dev))
+    return [p.cpu() for p in parts]
+
+
+def gather_rng(dd: Dist, device: torch.device) -> dict[str, list[torch.Tensor]]:
+    """The generator states of all ranks (index = rank); uint8 tensors, safe for weights_only loading."""
+    rng = {"cpu": _all_gather(torch.get_rng_state(), dd, device)}
+    if device.type == "cuda":
+        rng["cuda"] = _all_gather(torch.cuda.get_rng_state(device), dd, device)
+    return rng
+
+
+def restore_rng(rng: dict[str, Any], dd: Dist, device: torch.device, fallback_seed: int) -> None:
+    """This rank's saved generator state; a new rank (the world grew) gets a fresh seeded stream."""
+    cpu = rng["cpu"] if isinstance(rng["cpu"], list) else [rng["cpu"]]
+    if dd.rank < len(cpu):
+        torch.set_rng_state(cpu[dd.rank])
+        cuda = rng.get("cuda")
+        if device.type == "cuda" and cuda is not None:
+            cuda = cuda if isinstance(cuda, list) else [cuda]
+            if dd.rank < len(cuda):
+                torch.cuda.set_rng_state(cuda[dd.rank], device)
+    else:
+        torch.manual_seed(fallback_seed)
+
+
 # ------------------------------------------------------------------ evaluation
 
 @torch.no_grad()
@@ -198,7 +240,7 @@ def evaluate(model: torch.nn.Module, loader: ShardLoader, masker: Masker, cfg: T
     it = iter(loader)
     try:
         for batch in it:
-            tokens = int(batch["attention_mask"].sum())  # on the host batch: no device sync
+            tokens = real_tokens(batch)  # on the host batch: no device sync
             batch = to_device(batch, device)
             masked = masker(batch["input_ids"], batch["sample_ids"], epoch=0, seed=cfg.seed + 1)
             drop_padding_rows(batch, masked)
@@ -212,9 +254,16 @@ def evaluate(model: torch.nn.Module, loader: ShardLoader, masker: Masker, cfg: T
         it.close()  # shut the loader's readers (and workers) down now
         loader.load_state_dict(start)
         model.train()
+    v = s.values()
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        keys = sorted(v)  # every rank evaluates its own share of the split: combine them
+        dev = device if device.type == "cuda" else torch.device("cpu")
+        total = torch.tensor([v[k] for k in keys] + [float(n)], dtype=torch.float64, device=dev)
+        dist.all_reduce(total)
+        *sums, n_all = total.cpu().tolist()
+        v, n = dict(zip(keys, sums, strict=True)), int(n_all)
     if n == 0:
         return {}
-    v = s.values()
     loss = v["loss"] / n
     res = {"eval_loss": loss, "eval_ppl": math.exp(min(loss, 50.0)),
            "eval_mlm_acc": v["mlm_correct"] / max(v["mlm_count"], 1.0)}
@@ -276,20 +325,16 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
         loader.load_state_dict(state["loader"])
-        torch.set_rng_state(state["rng"]["cpu"])
-        if device.type == "cuda" and "cuda" in state["rng"]:
-            torch.cuda.set_rng_state(state["rng"]["cuda"])
         step = int(state["step"])
+        restore_rng(state["rng"], dd, device, cfg.seed + dd.rank + step)
         if dd.main:
             log.info("resumed from %s at step %d", ckpt, step)
 
     def checkpoint() -> None:
         loader_state = gather_state_dict(loader)  # a collective: every rank's partitions, for elastic resume
+        rng = gather_rng(dd, device)  # a collective too: one RNG state per rank (dropout differs by rank)
         if not dd.main:
             return
-        rng = {"cpu": torch.get_rng_state()}
-        if device.type == "cuda":
-            rng["cuda"] = torch.cuda.get_rng_state()
         save_checkpoint(cfg.output, step, {
             "model": raw_model.state_dict(), "optimizer": optimizer.state_dict(),
             "scheduler": scheduler.state_dict(), "loader": loader_state, "rng": rng, "step": step,
@@ -318,7 +363,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
                 host = next(it)
                 wait += time.perf_counter() - tw
                 # Scalars read from the host batch: reading them after the copy would sync the device.
-                epoch, tokens = int(host["epoch"][0]), int(host["attention_mask"].sum())
+                epoch, tokens = int(host["epoch"][0]), real_tokens(host)
                 batch = to_device(host, device)
                 masked = masker(batch["input_ids"], batch["sample_ids"], epoch=epoch, seed=cfg.seed)
                 drop_padding_rows(batch, masked)
