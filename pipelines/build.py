@@ -158,10 +158,18 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig, output: str, *,
     _ = manifest | "Report" >> WriteReport(output, before=raw_docs, after=kept)
 
 
-def run_build(cfg: BuildConfig, output: str, beam_args: list[str] | None = None) -> Manifest:
-    """Run the build on the configured runner and return the committed manifest."""
+def run_build(cfg: BuildConfig, output: str, beam_args: list[str] | None = None,
+              batch_mb: float | None = None) -> Manifest:
+    """Run the build on the configured runner and return the committed manifest.
+
+    batch_mb: build in batches of that much input (``pipelines.batched``).
+    """
     from schemas.manifest import load_manifest
 
+    if batch_mb is not None:
+        from pipelines.batched import build_in_batches
+
+        return build_in_batches(cfg, output, batch_mb, beam_args or [])
     opts = finalize_options(BuildOptions(beam_args or []))
     with progress.local_bars(opts), beam.Pipeline(options=opts) as p:
         build_pipeline(p, cfg, output)
@@ -203,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
             raise UserError("--output URL is required")
         cfg = build_config_from_options(opts)
         _, beam_args = parser.parse_known_args(argv)
-        summary = summarize(run_build(cfg, o.output, beam_args))
+        summary = summarize(run_build(cfg, o.output, beam_args, batch_mb=o.batch_mb))
         summary["manifest"] = join(o.output, "manifest.json")
         summary["report"] = join(o.output, "report.html")
         print(json.dumps(summary, indent=1))

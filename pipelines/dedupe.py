@@ -60,7 +60,16 @@ from pipelines.records import Document, Duplicate
 from pipelines.sentences import split_sentences
 from schemas.config import DedupeConfig
 from schemas.errors import UserError
-from schemas.storage import exists, expand_glob, join, open_read, read_text, write_text_atomic
+from schemas.storage import (
+    exists,
+    expand_glob,
+    join,
+    open_read,
+    read_text,
+    relative_url,
+    resolve_url,
+    write_text_atomic,
+)
 
 __all__ = [
     "ConnectedComponents",
@@ -86,6 +95,7 @@ INDEX_META = "index.json"
 INDEX_VERSION = 1
 # Index part files hold about this many entries (each about the size of its text).
 INDEX_ENTRIES_PER_PART = 50_000
+INDEX_ROW_GROUP = 2_000  # entries per Parquet row group of an index part (the unit a lookup reads)
 SIGNATURE_BATCH = (16, 512)  # BatchElements min/max: numpy work is per batch
 # Pointer-jumping rounds that resolve chains of span duplicates (chains up to 2**rounds long).
 SPAN_POINTER_ROUNDS = 5
@@ -168,17 +178,28 @@ class _ResolveExact(beam.DoFn):
 
 
 class ExactDedupe(beam.PTransform):
-    """Exact duplicates by normalized-text hash, optionally against an old corpus's hashes."""
+    """Exact duplicates by normalized-text hash, optionally against an old corpus's hashes.
 
-    def __init__(self, old_hashes: beam.PCollection | None = None) -> None:
+    ``old_hashes``: PCollection[(exact_hash, doc_id)] of an old corpus, or
+    ``old_parts``: a PCollection of signature-index part URLs, from which only
+    the entries whose hash occurs among this run's documents are read (so the
+    old corpus never passes through the shuffle, whatever its size).
+    """
+
+    def __init__(self, old_hashes: beam.PCollection | None = None, old_parts: beam.PCollection | None = None) -> None:
         super().__init__()
-        self.old_hashes = old_hashes  # PCollection[(exact_hash, doc_id)] or None
+        self.old_hashes = old_hashes
+        self.old_parts = old_parts
 
     def expand(self, docs: beam.PCollection) -> dict[str, beam.PCollection]:
         keyed = docs | "KeyByHash" >> beam.Map(lambda d: (normalized_text_hash(d.text), d))
         groups: dict[str, beam.PCollection] = {"new": keyed}
-        if self.old_hashes is not None:
-            groups["old"] = self.old_hashes
+        old = self.old_hashes
+        if self.old_parts is not None:
+            new_hashes = keyed | "NewHashes" >> beam.Keys()
+            old = self.old_parts | "OldHashes" >> beam.ParDo(_OldHashes(), beam.pvalue.AsList(new_hashes))
+        if old is not None:
+            groups["old"] = old
         res = (
             groups
             | "Group" >> beam.CoGroupByKey()
@@ -743,7 +764,9 @@ def _sketches_to_parquet(rows: list[Sketch]) -> bytes:
         "shingles": pa.array([s.shingles for s in rows], pa.large_list(pa.uint32())),
     }
     buf = io.BytesIO()
-    pq.write_table(pa.table(cols, schema=schema), buf, compression="zstd")
+    # Small row groups: a lookup reads the probe columns of every group but the
+    # full rows (shingles) only of the groups holding a match.
+    pq.write_table(pa.table(cols, schema=schema), buf, compression="zstd", row_group_size=INDEX_ROW_GROUP)
     return buf.getvalue()
 
 
@@ -753,6 +776,10 @@ def read_index_part(url: str) -> Iterator[Sketch]:
 
     with open_read(url) as f:
         table = pq.read_table(f)
+    yield from _table_sketches(table)
+
+
+def _table_sketches(table) -> Iterator[Sketch]:
     cols = {name: table.column(name) for name in table.column_names}
     for i in range(table.num_rows):
         yield Sketch(
@@ -763,6 +790,64 @@ def read_index_part(url: str) -> Iterator[Sketch]:
             cols["band_keys"][i].values.to_numpy(zero_copy_only=False).astype(np.int64),
             cols["shingles"][i].values.to_numpy(zero_copy_only=False).astype(np.uint32),
         )
+
+
+def _row_hits(lists, keys: np.ndarray) -> np.ndarray:
+    """bool[rows]: which rows of a list<int64> column hold at least one of the sorted unique `keys`."""
+    lengths = lists.value_lengths().fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+    values = lists.flatten().to_numpy(zero_copy_only=False).astype(np.int64)
+    if values.size == 0 or keys.size == 0:
+        return np.zeros(len(lengths), dtype=bool)
+    pos = np.minimum(np.searchsorted(keys, values), keys.size - 1)
+    hit = np.concatenate([[0], np.cumsum(keys[pos] == values)])
+    ends = np.cumsum(lengths)
+    return (hit[ends] - hit[ends - lengths]) > 0
+
+
+def read_index_matches(url: str, *, hashes: set[str] | None = None,
+                       band_keys: np.ndarray | None = None) -> Iterator[Sketch]:
+    """The entries of one index part that can matter to a batch of new documents.
+
+    An entry is read (as an old Sketch) if its exact hash is in ``hashes`` or it
+    shares a band key with ``band_keys`` (sorted unique int64). The others
+    cannot take part: exact groups without a new document and LSH buckets
+    without a new document produce nothing (``bucket_edges``), so the verdicts
+    are the same as with the whole index. Memory: one row group at a time.
+    """
+    import pyarrow.parquet as pq
+
+    probe = (["exact_hash"] if hashes is not None else []) + (["band_keys"] if band_keys is not None else [])
+    with open_read(url) as f:
+        pf = pq.ParquetFile(f)
+        for g in range(pf.num_row_groups):
+            t = pf.read_row_group(g, columns=probe)
+            mask = np.zeros(t.num_rows, dtype=bool)
+            if hashes is not None:
+                mask |= np.fromiter((h in hashes for h in t.column("exact_hash").to_pylist()), bool, t.num_rows)
+            if band_keys is not None:
+                mask |= _row_hits(t.column("band_keys").combine_chunks(), band_keys)
+            rows = np.flatnonzero(mask)
+            if rows.size:
+                yield from _table_sketches(pf.read_row_group(g).take(rows))
+
+
+class _OldHashes(beam.DoFn):
+    """(exact_hash, doc_id) of the index entries of one part whose hash is among the new ones."""
+
+    def process(self, url: str, new_hashes: list[str]) -> Iterator[tuple[str, str]]:
+        wanted = set(new_hashes)
+        if wanted:
+            for s in read_index_matches(url, hashes=wanted):
+                yield s.exact_hash, s.doc_id
+
+
+class _OldSketches(beam.DoFn):
+    """Old Sketches of one index part sharing a band key with a new document."""
+
+    def process(self, url: str, new_keys: list[np.ndarray]) -> Iterator[Sketch]:
+        if new_keys:
+            keys = np.unique(np.concatenate(new_keys).astype(np.int64))
+            yield from read_index_matches(url, band_keys=keys)
 
 
 def index_parts(index_url: str, cfg: DedupeConfig) -> list[str]:
@@ -777,13 +862,23 @@ def index_parts(index_url: str, cfg: DedupeConfig) -> list[str]:
         raise UserError(f"dedupe index {index_url} was built with other parameters (index, config): {diff}")
     if cfg.near and not meta.get("near"):
         raise UserError(f"dedupe index {index_url} has no signatures (built with near=false)")
+    if "parts" in meta:  # append-only index: parts of earlier indexes are listed, not copied
+        return [resolve_url(index_url, ref) for ref in meta["parts"]]
     return expand_glob(join(index_url, "part-*.parquet"))
 
 
 class _WriteIndex(beam.PTransform):
-    def __init__(self, url: str, cfg: DedupeConfig) -> None:
+    """Write this run's entries as new parts; index.json lists the old parts (by reference) and the new.
+
+    The index is append-only: a run costs its own entries, not the size of the
+    corpus before it. Old parts are referenced relative to this index's folder
+    when they are on the same store, so a corpus can be moved as a whole.
+    """
+
+    def __init__(self, url: str, cfg: DedupeConfig, old_parts: Sequence[str] = ()) -> None:
         super().__init__()
         self.url, self.cfg = url, cfg
+        self.old_refs = [relative_url(url, p) for p in old_parts]
 
     def expand(self, sketches: beam.PCollection) -> beam.PCollection:
         from pipelines.files import WriteParts
@@ -794,14 +889,14 @@ class _WriteIndex(beam.PTransform):
             | "Parts" >> beam.Map(lambda n: max(1, math.ceil(n / INDEX_ENTRIES_PER_PART)))
         )
         written = sketches | "WriteParts" >> WriteParts(self.url, "parquet", _sketches_to_parquet, parts)
-        meta = json.dumps(index_params(self.cfg), sort_keys=True) + "\n"
-        url = self.url
+        params, old_refs, url = index_params(self.cfg), self.old_refs, self.url
+
+        def write_meta(names: list[str]) -> None:
+            meta = {**params, "parts": old_refs + sorted(names)}
+            write_text_atomic(join(url, INDEX_META), json.dumps(meta, sort_keys=True) + "\n")
+
         # index.json is written last: an index without it is incomplete.
-        return (
-            written
-            | "AllParts" >> beam.combiners.ToList()
-            | "WriteMeta" >> beam.Map(lambda _names: write_text_atomic(join(url, INDEX_META), meta))
-        )
+        return written | "AllParts" >> beam.combiners.ToList() | "WriteMeta" >> beam.Map(write_meta)
 
 
 # ------------------------------------------------------------------ all together
@@ -859,16 +954,16 @@ class Deduplicate(beam.PTransform):
     def expand(self, docs: beam.PCollection) -> dict[str, beam.PCollection]:
         cfg = self.cfg
         p = docs.pipeline
-        old = None
+        old_parts: list[str] = []
+        part_urls = None
         if self.index_in:
-            parts = index_parts(self.index_in, cfg)
-            old = p | "IndexParts" >> beam.Create(parts) | "ReadIndex" >> beam.FlatMap(read_index_part)
+            old_parts = index_parts(self.index_in, cfg)
+            part_urls = p | "IndexParts" >> beam.Create(old_parts)
 
         dup_parts: list[beam.PCollection] = []
         kept = docs
         if cfg.exact:
-            old_hashes = None if old is None else old | "OldHashes" >> beam.Map(lambda s: (s.exact_hash, s.doc_id))
-            ex = kept | "Exact" >> ExactDedupe(old_hashes)
+            ex = kept | "Exact" >> ExactDedupe(old_parts=part_urls)
             kept = ex["kept"]
             dup_parts.append(ex["duplicates"])
 
@@ -879,6 +974,12 @@ class Deduplicate(beam.PTransform):
                 | "Batch" >> beam.BatchElements(min_batch_size=SIGNATURE_BATCH[0], max_batch_size=SIGNATURE_BATCH[1])
                 | "Sketch" >> beam.ParDo(_SketchBatch(_hasher(cfg)))
             )
+            old = None
+            if part_urls is not None:
+                # Only the old entries sharing an LSH bucket with a new document are read.
+                new_keys = sketches | "NewBandKeys" >> beam.FlatMap(
+                    lambda s: [s.band_keys] if s.shingles.size else [])
+                old = part_urls | "ReadIndex" >> beam.ParDo(_OldSketches(), beam.pvalue.AsList(new_keys))
             near = sketches | "Near" >> NearDedupe(cfg, old)
             groups = {
                 "doc": kept | "DocByID" >> beam.Map(lambda d: (d.doc_id, d)),
@@ -931,8 +1032,7 @@ class Deduplicate(beam.PTransform):
                 )
 
         if self.index_out:
-            entries = new_index if old is None else (new_index, old) | "IndexEntries" >> beam.Flatten()
-            _ = entries | "WriteIndex" >> _WriteIndex(self.index_out, cfg)
+            _ = new_index | "WriteIndex" >> _WriteIndex(self.index_out, cfg, old_parts)
 
         if dup_parts:
             duplicates = dup_parts | "AllDuplicates" >> beam.Flatten()

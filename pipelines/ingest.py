@@ -59,6 +59,7 @@ from schemas.storage import (
     list_names,
     read_text,
     redact_url,
+    relative_url,
     remove_tree,
     retry,
     sha256_url,
@@ -365,7 +366,8 @@ def _is_url(path: str) -> bool:
     return "://" in path or path.startswith("/")
 
 
-def batch_config(state: CorpusState, source: SourceConfig, new_corpus_cfg: BuildConfig | None) -> BuildConfig:
+def batch_config(state: CorpusState, source: SourceConfig | Sequence[SourceConfig],
+                 new_corpus_cfg: BuildConfig | None) -> BuildConfig:
     """The build config of the next batch: the corpus's own config, its tokenizer and index frozen.
 
     The first version takes ``new_corpus_cfg`` (and trains the tokenizer); later
@@ -382,10 +384,11 @@ def batch_config(state: CorpusState, source: SourceConfig, new_corpus_cfg: Build
         data["tokenizer"] = {**data["tokenizer"], "model_url": tok if _is_url(tok) else join(state.root, tok)}
         index = state.latest.intermediates.get("dedupe_index")
         data["dedupe"] = {**data["dedupe"], "index": join(state.root, index) if index else None}
-    # The watched source: its settings as recorded in the corpus if it has one of that name.
+    # The batch's sources: their settings as recorded in the corpus if it has one of that name.
     known = {s["name"]: s for s in data.get("sources", [])}
-    src = {**known.get(source.name, {}), **source.model_dump(exclude_unset=True), "input": source.input}
-    data["sources"] = [src]
+    sources = [source] if isinstance(source, SourceConfig) else list(source)
+    data["sources"] = [{**known.get(s.name, {}), **s.model_dump(exclude_unset=True), "input": s.input}
+                       for s in sources]
     return BuildConfig.model_validate(data)
 
 
@@ -397,8 +400,13 @@ def _sum_accounts(a: SourceAccount, b: SourceAccount) -> SourceAccount:
                          duplicate=add(a.duplicate, b.duplicate), rejected=add(a.rejected, b.rejected))
 
 
-def merge_version(parent: Manifest | None, batch: Manifest, n: int, inputs: list[InputFile]) -> Manifest:
-    """Version n = the parent's shards (unchanged, first) + the batch's new shards; totals summed."""
+def merge_version(parent: Manifest | None, batch: Manifest, n: int, inputs: list[InputFile],
+                  root: str | None = None) -> Manifest:
+    """Version n = the parent's shards (unchanged, first) + the batch's new shards; totals summed.
+
+    root: the corpus URL; the recorded config names the corpus's own tokenizer and index
+    relative to it, so a corpus's manifests do not depend on where it was built.
+    """
     vdir = version_dir(n)
     tokenizer = batch.tokenizer
     if parent is None:
@@ -431,8 +439,10 @@ def merge_version(parent: Manifest | None, batch: Manifest, n: int, inputs: list
     intermediates = {k: f"{vdir}/{v}" for k, v in batch.intermediates.items()}
     config = dict(batch.config)
     for sect, key in (("tokenizer", "model_url"), ("dedupe", "index")):
-        if config.get(sect, {}).get(key):
-            config[sect] = {**config[sect], key: redact_url(config[sect][key])}
+        value = config.get(sect, {}).get(key)
+        if value:
+            inside = root is not None and value.startswith(root.rstrip("/") + "/")
+            config[sect] = {**config[sect], key: relative_url(root, value) if inside else redact_url(value)}
     return Manifest(
         version=n,
         parent=version_manifest_name(n - 1) if parent else None,
@@ -480,6 +490,13 @@ def ingest_batch(state: CorpusState, files: Sequence[RawFile], source: SourceCon
                  new_corpus_cfg: BuildConfig | None = None, beam_args: Sequence[str] = (),
                  seen_at: dict[str, float] | None = None) -> BatchResult:
     """Absorb `files` (all of one source, none absorbed yet) as the next version; updates `state`."""
+    return ingest_sources(state, [(source, files)], new_corpus_cfg, beam_args, seen_at)
+
+
+def ingest_sources(state: CorpusState, batch_files: Sequence[tuple[SourceConfig, Sequence[RawFile]]],
+                   new_corpus_cfg: BuildConfig | None = None, beam_args: Sequence[str] = (),
+                   seen_at: dict[str, float] | None = None) -> BatchResult:
+    """Absorb files of one or more sources (none absorbed yet) as the next version; updates `state`."""
     import apache_beam as beam
 
     from pipelines.build import BATCH_MANIFEST_NAME, AppendTo, build_pipeline
@@ -487,26 +504,29 @@ def ingest_batch(state: CorpusState, files: Sequence[RawFile], source: SourceCon
 
     t0 = time.monotonic()
     root = state.root
+    files = [f for _, fs in batch_files for f in fs]
+    source_of = {f.url: src.name for src, fs in batch_files for f in fs}
     already = [f.url for f in files if redact_url(f.url) in state.ledger]
     if already:
         raise UserError(f"already absorbed: {already[:3]}")
     n = state.version + 1
-    cfg = batch_config(state, source, new_corpus_cfg)
+    cfg = batch_config(state, [src for src, _ in batch_files], new_corpus_cfg)
     prints = {f.url: fingerprint(f) for f in files}
     work = join(root, version_dir(n))
     remove_tree(work)  # leftovers of an abandoned attempt (e.g. stale index parts) must not leak in
     opts = finalize_options(BuildOptions(list(beam_args)))
     append = AppendTo(corpus=root, shard_offsets=next_shard_offsets(state.latest), key_prefix=key_prefix(n))
     with beam.Pipeline(options=opts) as p:
-        build_pipeline(p, cfg, work, files={source.name: [f.url for f in files]}, append=append)
+        build_pipeline(p, cfg, work, files={src.name: [f.url for f in fs] for src, fs in batch_files},
+                       append=append)
     batch_url = join(work, BATCH_MANIFEST_NAME)
     batch = parse_manifest(read_text(batch_url), batch_url)
     index = batch.intermediates.get("dedupe_index")
     if index and not exists(join(work, index, "index.json")):
         raise RuntimeError(f"batch {n}: dedupe index incomplete; not committing")
-    inputs = [InputFile(path=redact_url(f.url), source=source.name, size=f.size, fingerprint=prints[f.url])
+    inputs = [InputFile(path=redact_url(f.url), source=source_of[f.url], size=f.size, fingerprint=prints[f.url])
               for f in files]
-    m = merge_version(state.latest, batch, n, inputs)
+    m = merge_version(state.latest, batch, n, inputs, root)
     seen = seen_at or {}
     entries = [LedgerEntry(path=i.path, source=i.source, size=i.size, fingerprint=i.fingerprint, version=n,
                            mtime=f.mtime, landed_at=f.mtime, seen_at=seen.get(f.url))

@@ -57,6 +57,10 @@ class BuildOptions(PipelineOptions):
         g.add_argument("--no_near_dedupe", action="store_true", default=False, help="Exact dedupe only.")
         g.add_argument("--dedupe_index", default=None,
                        help="Signature index of an existing corpus to deduplicate against (incremental builds).")
+        g.add_argument("--batch_mb", type=float, default=None,
+                       help="Build in batches of at most this many MB of input files, each appended to the "
+                            "corpus as a version: memory bounded by the batch, not the corpus (local runs; "
+                            "see docs/scaling.md). A rerun resumes after the last committed batch.")
 
 
 def split_input(arg: str) -> tuple[str, str]:

@@ -503,3 +503,36 @@ def storage_options_safe(opts: dict[str, Any]) -> dict[str, Any]:
     """Drop anything that looks like a credential before recording options."""
     bad = ("token", "secret", "key", "password", "credential")
     return {k: v for k, v in opts.items() if not any(b in k.lower() for b in bad)}
+
+
+def _scheme_path(url: str) -> tuple[str, str]:
+    """("gs", "bucket/a/b") for gs://bucket/a/b; ("", "/abs/a/b") for a local path."""
+    if "://" in url:
+        scheme, path = url.split("://", 1)
+        return scheme, path
+    if url.startswith("file:"):
+        return "", os.path.abspath(url[len("file:"):])
+    return "", os.path.abspath(url)
+
+
+def relative_url(base: str, url: str) -> str:
+    """`url` as a path relative to the folder `base` when both are on the same store, else `url` itself.
+
+    What a file records about its siblings (e.g. an index listing parts in other
+    folders of the same corpus), so the corpus can be moved or copied as a whole.
+    """
+    bs, bp = _scheme_path(base)
+    us, up = _scheme_path(url)
+    if bs != us or (bs and bp.split("/", 1)[0] != up.split("/", 1)[0]):
+        return url
+    return posixpath.relpath(up, bp)
+
+
+def resolve_url(base: str, ref: str) -> str:
+    """Inverse of relative_url: `ref` (relative to the folder `base`, or a full URL/absolute path) as a URL."""
+    if "://" in ref or ref.startswith("/"):
+        return ref
+    if "://" in base:
+        scheme, path = base.split("://", 1)
+        return f"{scheme}://{posixpath.normpath(posixpath.join(path, ref))}"
+    return posixpath.normpath(posixpath.join(base, ref))
