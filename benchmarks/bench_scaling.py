@@ -28,6 +28,10 @@ Configurations (``--configs``, comma-separated; each runs at every size):
 * ``runner``: no shardforge code: ReadFromText -> parse -> GroupByKey (1024 keys)
   -> sum of lengths on the same input, to show what the runner itself holds.
 * ``runner-fused``: the same without the GroupByKey (one streaming stage).
+* ``batched``: the default build with ``--batch_mb`` (``--batch-mb``, 20 MB):
+  a chain of batch builds, each deduplicated against the index of the ones
+  before (``pipelines.batched``). The input is written as files of
+  ``--file-mb`` (2 MB) each, as crawls come, since batches are made of files.
 
 Unless ``--no-bounds``, it also measures, outside Beam, the per-worker cost of
 our config-bounded stages: bytes per token of one packing group (documents,
@@ -62,24 +66,38 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script:
 
 from benchmarks.common import ROOT, bench_parser, machine, scratch_dir, write_results  # noqa: E402
 
-CONFIGS = ("default", "capped", "capped-mp", "runner", "runner-fused")
+CONFIGS = ("default", "capped", "capped-mp", "runner", "runner-fused", "batched")
 MP_ARGS = ["--direct_running_mode", "multi_processing", "--direct_num_workers", "2"]
 
 
-def write_corpus(path: Path, megabytes: float, seed: int = 11) -> tuple[int, int]:
-    """JSONL articles until `megabytes` of text; returns (documents, bytes)."""
+def write_corpus(path: Path, megabytes: float, seed: int = 11, file_mb: float | None = None) -> tuple[int, int]:
+    """JSONL articles until `megabytes` of text; returns (documents, bytes).
+
+    file_mb: write a folder `path` of files of about that size instead of one file.
+    """
     from shardforge.synth import make_article
 
     rng = random.Random(seed)
     target = int(megabytes * 1_000_000)
+    per_file = int(file_mb * 1_000_000) if file_mb else target + 1
     docs = size = 0
-    with open(path, "w", encoding="utf-8") as f:
+    if file_mb:
+        path.mkdir(parents=True, exist_ok=True)
+    f = None
+    try:
         while size < target:
+            if f is None or f.tell() >= per_file:
+                if f is not None:
+                    f.close()
+                f = open(path / f"part-{docs:08d}.jsonl" if file_mb else path, "w", encoding="utf-8")
             text = make_article(rng, rng.randint(12, 40), story=rng.random() < 0.2)
             line = json.dumps({"text": text, "url": f"https://example.org/{docs}"}) + "\n"
             f.write(line)
             docs += 1
             size += len(line.encode())
+    finally:
+        if f is not None:
+            f.close()
     return docs, size
 
 
@@ -249,7 +267,8 @@ def run_runner_baseline(raw: Path, beam_args: list[str], group: bool) -> dict[st
     return {"kept": 0, "duplicates": 0, "tokens": 0, "shards": 0}
 
 
-def child(megabytes: float, near: bool, config: str, caps: dict[str, int]) -> dict[str, Any]:
+def child(megabytes: float, near: bool, config: str, caps: dict[str, int], batch_mb: float = 20.0,
+          file_mb: float = 2.0) -> dict[str, Any]:
     """Run one build (in this process) and report time, memory and output counts."""
     from pipelines.build import run_build, summarize
     from pipelines.options import quiet_beam
@@ -259,17 +278,20 @@ def child(megabytes: float, near: bool, config: str, caps: dict[str, int]) -> di
     watch_stages(sampler)
     beam_args = MP_ARGS if config == "capped-mp" else []
     with scratch_dir("sf-scaling-") as work:
-        docs, nbytes = write_corpus(work / "raw.jsonl", megabytes)
+        batched = config == "batched"
+        raw = work / ("raw" if batched else "raw.jsonl")
+        docs, nbytes = write_corpus(raw, megabytes, file_mb=file_mb if batched else None)
         base_kb = _status_kb(os.getpid()).get("VmRSS", 0)
         sampler.sample()  # the starting RSS, from which the first stage's rise counts
         sampler.enter("(pipeline setup)")
         sampler.start()
         t0 = time.perf_counter()
         if config.startswith("runner"):
-            counts = run_runner_baseline(work / "raw.jsonl", beam_args, group=config == "runner")
+            counts = run_runner_baseline(raw, beam_args, group=config == "runner")
         else:
-            cfg = build_config(work / "raw.jsonl", near, None if config == "default" else caps)
-            manifest = run_build(cfg, str(work / "corpus"), beam_args)
+            source = raw / "*.jsonl" if batched else raw
+            cfg = build_config(source, near, None if config in ("default", "batched") else caps)
+            manifest = run_build(cfg, str(work / "corpus"), beam_args, batch_mb=batch_mb if batched else None)
             s = summarize(manifest)
             counts = {"kept": s["kept"], "duplicates": s["duplicates"], "tokens": s["tokens"],
                       "shards": s["shards"]}
@@ -418,6 +440,8 @@ def config_label(config: str, caps: dict[str, int]) -> str:
         "capped-mp": f"small caps, `{' '.join(MP_ARGS)}`",
         "runner": "runner only: ReadFromText -> parse -> GroupByKey (1024 keys) -> sum of lengths; "
                   "no shardforge stage",
+        "batched": f"pipeline defaults, `--batch_mb {caps['batch_mb']:g}`, input as files of {caps['file_mb']:g} MB "
+                   "(`pipelines.batched`)",
         "runner-fused": "runner only, no GroupByKey: ReadFromText -> parse -> len -> CombineGlobally(sum) "
                         "(one streaming stage)",
     }[config]
@@ -428,6 +452,21 @@ def conclusion(results: dict[str, list[dict[str, Any]]], pack: list[dict[str, fl
     """The results' reading, numbers filled in from this run (only for the configs that ran)."""
     fit = {c: summarize_config(rows) for c, rows in results.items() if len(rows) > 1}
     out = ["## Conclusion", ""]
+    if "batched" in fit:
+        b, rows = fit["batched"], results["batched"]
+        peaks = ", ".join(f"{r['tree_peak_mb']:.0f} MB at {r['megabytes']:.0f} MB" for r in rows)
+        growth = rows[-1]["tree_peak_mb"] / rows[0]["tree_peak_mb"]
+        verdict = ("bounded by the batch" if growth < 1.25 else "NOT bounded") + (
+            f" ({growth:.2f}x from the smallest to the largest input, {rows[-1]['megabytes'] / rows[0]['megabytes']:.0f}x "
+            "the data)")
+        line = (f"- **Batched build (`--batch_mb`): peak memory {verdict}.** Peak RSS {peaks}: "
+                f"size^{b['mem_exp']:.2f} ({b['mem_per_mb']:.2f} MB RSS per input MB). Time ~ size^"
+                f"{b['time_exp']:.2f} (t = {b['t0']:.1f} s + {b['s_per_mb']:.2f} s/MB).")
+        if "default" in results:
+            d = results["default"]
+            line += (" The one-shot build on the same runner: " + ", ".join(
+                f"{r['tree_peak_mb']:.0f} MB at {r['megabytes']:.0f} MB" for r in d) + ".")
+        out.append(line)
     if "runner" in fit and "runner-fused" in fit:
         out.append(
             f"- **The local runner holds every GroupByKey's input.** With no shardforge code, one GroupByKey of the "
@@ -491,6 +530,11 @@ def main() -> int:
     ap.add_argument("--input-sentence-size", type=int, default=20_000,
                     help="Cap: TokenizerConfig.input_sentence_size.")
     ap.add_argument("--no-near-dedupe", action="store_true", help="Exact dedupe only.")
+    ap.add_argument("--batch-mb", type=float, default=20.0, help="batched: input MB per batch (--batch_mb).")
+    ap.add_argument("--file-mb", type=float, default=2.0, help="batched: size of each input file in MB.")
+    ap.add_argument("--one-shot-max", type=float, default=None,
+                    help="Run configs other than batched only at sizes up to this many MB (a one-shot local "
+                         "build needs ~35 MB of RAM per input MB).")
     ap.add_argument("--no-bounds", action="store_true",
                     help="Skip measuring the per-worker bounds of our stages (packing group, tokenizer training).")
     ap.add_argument("--child", type=float, help=argparse.SUPPRESS)
@@ -500,9 +544,9 @@ def main() -> int:
     args = ap.parse_args()
     near = not args.no_near_dedupe
     caps = {"group_tokens": args.group_tokens, "sample_docs": args.sample_docs,
-            "input_sentence_size": args.input_sentence_size}
+            "input_sentence_size": args.input_sentence_size, "batch_mb": args.batch_mb, "file_mb": args.file_mb}
     if args.child is not None:
-        print(json.dumps(child(args.child, near, args.child_config, caps)))
+        print(json.dumps(child(args.child, near, args.child_config, caps, args.batch_mb, args.file_mb)))
         return 0
     if args.pack_child is not None:
         print(json.dumps(measure_pack_group(args.pack_child)))
@@ -520,9 +564,12 @@ def main() -> int:
     for config in configs:
         rows = results[config] = []
         for mb in sizes:
+            if config != "batched" and args.one_shot_max is not None and mb > args.one_shot_max:
+                continue
             cmd = [sys.executable, __file__, "--child", str(mb), "--child-config", config,
                    "--group-tokens", str(args.group_tokens), "--sample-docs", str(args.sample_docs),
-                   "--input-sentence-size", str(args.input_sentence_size)]
+                   "--input-sentence-size", str(args.input_sentence_size), "--batch-mb", str(args.batch_mb),
+                   "--file-mb", str(args.file_mb)]
             cmd += ["--no-near-dedupe"] if not near else []
             res = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
             if res.returncode != 0:

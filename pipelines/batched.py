@@ -195,7 +195,7 @@ def build_in_batches(cfg: BuildConfig, output: str, batch_mb: float, beam_args: 
         res = ingest_sources(state, [(sources[name], fs) for name, fs in b.files], cfg, beam_args)
         timings[res.version] = res.seconds
         ran += 1
-        print(f"[batch {i + 1}/{len(batches)}] {b.count} files, {b.size / 1e6:.1f} MB -> v{res.version}: "
+        print(f"[batch {i + 1}/{len(batches)}] {b.count} files, {b.size / 1e6:.3g} MB -> v{res.version}: "
               f"+{res.new_shards} shards in {res.seconds:.1f} s", file=sys.stderr, flush=True)
     if state.latest is None:
         raise UserError(f"{output}: no batch was built")

@@ -561,3 +561,65 @@ def test_spans_deterministic_under_shuffled_input(boiler_corpus: list[Document])
     kept2, dups2, _ = _run_spans(shuffled, cfg)
     assert kept2 == kept and dups2 == dups
     assert any(d.kind == "span" for d in dups)
+
+
+# ------------------------------------------------------------------ index lookups (batched builds)
+
+def test_index_lookup_reads_exactly_the_entries_that_can_match(tmp_path: Path, monkeypatch) -> None:
+    import numpy as np
+
+    from pipelines.dedupe import _sketches_to_parquet, read_index_matches, read_index_part, sketch_documents
+
+    monkeypatch.setattr(dedupe, "INDEX_ROW_GROUP", 4)  # several row groups in one part
+    rng = random.Random(3)
+    docs = [Document(f"d{i:02d}", "web", " ".join(_words(rng, 60))) for i in range(23)]
+    sketches = sketch_documents(docs, dedupe._hasher(DedupeConfig()))
+    part = tmp_path / "part-00000.parquet"
+    part.write_bytes(_sketches_to_parquet(sketches))
+    import pyarrow.parquet as pq
+
+    assert pq.ParquetFile(part).num_row_groups == 6
+    everything = list(read_index_part(str(part)))
+    # Probe with the hashes of 3 entries and the band keys of 2 others (one key each).
+    hashes = {everything[i].exact_hash for i in (0, 9, 22)}
+    keys = np.unique(np.array([everything[5].band_keys[3], everything[17].band_keys[0]], dtype=np.int64))
+    got = list(read_index_matches(str(part), hashes=hashes, band_keys=keys))
+    want = [s for s in everything if s.exact_hash in hashes or set(s.band_keys.tolist()) & set(keys.tolist())]
+    assert [s.doc_id for s in got] == [s.doc_id for s in want] == ["d00", "d05", "d09", "d17", "d22"]
+    for g, w in zip(got, want, strict=True):
+        assert g.node == w.node and g.exact_hash == w.exact_hash
+        assert np.array_equal(g.signature, w.signature) and np.array_equal(g.shingles, w.shingles)
+    assert list(read_index_matches(str(part), hashes=set(), band_keys=np.empty(0, np.int64))) == []
+    assert [s.doc_id for s in read_index_matches(str(part), hashes={"no-such-hash"})] == []
+
+
+def test_index_is_append_only_and_moves_with_its_corpus(tmp_path: Path) -> None:
+    import shutil
+
+    from pipelines.dedupe import index_parts
+
+    rng = random.Random(5)
+    texts = [" ".join(_words(rng, 150)) for _ in range(4)]
+    root = tmp_path / "corpus"
+    idx = [str(root / f"v{n}" / "index") for n in (1, 2, 3)]
+    run_dedupe([Document("a1", "web", texts[0])], DedupeConfig(), index_out=idx[0])
+    run_dedupe([Document("b1", "web", texts[1])], DedupeConfig(), index_in=idx[0], index_out=idx[1])
+    part_v1 = (root / "v1" / "index" / "part-00000.parquet").read_bytes()
+    kept, dups = run_dedupe([Document("c1", "web", texts[2]), Document("c2", "web", texts[0])], DedupeConfig(),
+                            index_in=idx[1], index_out=idx[2])
+    assert [d.doc_id for d in kept] == ["c1"] and dups == [Duplicate("c2", "web", "a1", "exact")]
+    # Earlier parts are referenced, never rewritten; references are relative to the index.
+    meta = json.loads((root / "v3" / "index" / "index.json").read_text())
+    assert meta["parts"] == ["../../v1/index/part-00000.parquet", "../../v2/index/part-00000.parquet",
+                             "part-00000.parquet"]
+    assert (root / "v1" / "index" / "part-00000.parquet").read_bytes() == part_v1
+    # The whole corpus moved elsewhere still finds every part, and still deduplicates against v1.
+    moved = tmp_path / "elsewhere"
+    shutil.copytree(root, moved)
+    shutil.rmtree(root)
+    parts = index_parts(str(moved / "v3" / "index"), DedupeConfig())
+    assert parts == [str(moved / p) for p in ("v1/index/part-00000.parquet", "v2/index/part-00000.parquet",
+                                               "v3/index/part-00000.parquet")]
+    _, dups = run_dedupe([Document("d1", "web", texts[1] + " extra")], DedupeConfig(),
+                         index_in=str(moved / "v3" / "index"))
+    assert dups == [Duplicate("d1", "web", "b1", "near")]

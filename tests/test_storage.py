@@ -542,3 +542,21 @@ def test_kms_encrypted_s3_etags_are_not_taken_for_md5():
     FakeS3Info.extra = {"ETag": '"' + md5.hex() + '"'}
     assert _holds(fs, "/b/x", len(data), md5)
     assert not _holds(fs, "/b/x", len(data) + 1, md5)
+
+
+def test_relative_and_resolved_urls_round_trip(tmp_path):
+    from schemas.storage import relative_url, resolve_url
+
+    base = "gs://bucket/corpus/versions/v3/dedupe/index"
+    part = "gs://bucket/corpus/versions/v1/dedupe/index/part-00000.parquet"
+    rel = relative_url(base, part)
+    assert rel == "../../../v1/dedupe/index/part-00000.parquet" and resolve_url(base, rel) == part
+    # Another bucket or another store: the URL itself.
+    assert relative_url(base, "gs://other/x.parquet") == "gs://other/x.parquet"
+    assert relative_url(base, "s3://bucket/corpus/x") == "s3://bucket/corpus/x"
+    assert relative_url(str(tmp_path / "a" / "idx"), "gs://bucket/x") == "gs://bucket/x"
+    # Local paths, relative or absolute, compare as absolute paths.
+    local = relative_url(str(tmp_path / "a" / "idx"), str(tmp_path / "b" / "p.parquet"))
+    assert local == "../../b/p.parquet"
+    assert resolve_url(str(tmp_path / "a" / "idx"), local) == str(tmp_path / "b" / "p.parquet")
+    assert resolve_url(base, "s3://x/y") == "s3://x/y" and resolve_url(base, "/abs/p") == "/abs/p"

@@ -1,0 +1,222 @@
+"""Batched builds (--batch_mb): a chain of batch builds with global dedupe, resumable, deterministic."""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+import os
+import random
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pipelines.batched import PLAN_NAME, build_in_batches, plan_batches
+from pipelines.build import run_build, summarize
+from pipelines.ingest import RawFile
+from schemas.config import BuildConfig
+from schemas.errors import UserError
+from schemas.manifest import load_manifest
+from shardforge.synth import make_article
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# ------------------------------------------------------------------ the plan (no Beam)
+
+
+def _files(prefix: str, sizes: list[int]) -> list[RawFile]:
+    return [RawFile(f"/raw/{prefix}/{i:03d}.jsonl", s, None, None) for i, s in enumerate(sizes)]
+
+
+def test_batches_are_bounded_mix_sources_and_take_every_file_once() -> None:
+    rng = random.Random(0)
+    news = _files("news", [rng.randint(1, 40) for _ in range(60)])
+    stories = _files("stories", [rng.randint(1, 40) for _ in range(20)] + [500])  # one file over the limit
+    batches = plan_batches([("news", news), ("stories", stories)], batch_bytes=100)
+    seen = [f for b in batches for _, fs in b.files for f in fs]
+    assert sorted(f.url for f in seen) == sorted(f.url for f in news + stories)  # each file exactly once
+    for b in batches:
+        assert b.size <= 100 or b.count == 1  # only a file bigger than the limit makes a bigger batch
+        assert [name for name, _ in b.files] == [n for n in ("news", "stories") if n in dict(b.files)]
+    assert [b.size for b in batches if b.size > 100] == [500]
+    # Hash order, not name order: the first batch is not the alphabetically first files of one source.
+    first = dict(batches[0].files)
+    assert set(first) == {"news", "stories"} and [f.url for f in first["news"]] != [f.url for f in news[:3]]
+    assert plan_batches([("stories", stories), ("news", news)], 100)[0].files[0][0] == "stories"  # config order
+    assert plan_batches([("news", news), ("stories", stories)], 100) == batches  # deterministic
+    with pytest.raises(UserError, match="positive"):
+        plan_batches([("news", news)], 0)
+
+
+def test_build_help_lists_batch_mb() -> None:
+    res = subprocess.run([sys.executable, "-m", "pipelines.build", "--help"], capture_output=True, text=True,
+                         cwd=ROOT, timeout=120)
+    assert res.returncode == 0 and "--batch_mb" in res.stdout
+
+
+# ------------------------------------------------------------------ whole builds
+
+
+NEWS_FILES, PER_FILE = 6, 14
+
+
+def write_raw(root: Path) -> dict[str, str]:
+    """News JSONL files each holding an exact copy and a near copy of an article of the next file,
+    and a stories folder; returns the source globs."""
+    rng = random.Random(21)
+    arts = [[make_article(rng, rng.randint(8, 14)) for _ in range(PER_FILE)] for _ in range(NEWS_FILES)]
+    (root / "news").mkdir(parents=True)
+    for i in range(NEWS_FILES):
+        nxt = arts[(i + 1) % NEWS_FILES]
+        words = nxt[1].split(" ")
+        words[len(words) // 2] = "meanwhile"
+        lines = arts[i] + [nxt[0], " ".join(words)]
+        if i == 0:
+            lines.append("{not json")  # a reject, counted
+        (root / "news" / f"n{i}.jsonl").write_text(
+            "".join(json.dumps({"text": t}) + "\n" if not t.startswith("{") else t + "\n" for t in lines))
+    (root / "stories").mkdir()
+    for i in range(3):
+        (root / "stories" / f"s{i}.txt").write_text(make_article(rng, 20, story=True))
+    return {"news": str(root / "news" / "*.jsonl"), "stories": str(root / "stories" / "*.txt")}
+
+
+def config(globs: dict[str, str]) -> BuildConfig:
+    return BuildConfig.model_validate({
+        "sources": [{"name": n, "input": g} for n, g in globs.items()],
+        "clean": {"disabled_rules": ["dup_ngrams", "top_ngrams"]},
+        "tokenizer": {"vocab_size": 300},
+        "packing": {"max_seq_len": 96, "valid_fraction": 0.1},
+        "shards": {"target_samples": 16, "target_bytes": 1 << 30},
+    })
+
+
+def batch_mb(globs: dict[str, str]) -> float:
+    total = sum(os.path.getsize(p) for g in globs.values() for p in glob.glob(g))
+    return total / 3.2 / 1e6  # 4 batches or so
+
+
+@pytest.fixture(scope="module")
+def batched(tmp_path_factory) -> dict[str, Any]:
+    base = tmp_path_factory.mktemp("batched")
+    globs = write_raw(base / "raw")
+    cfg = config(globs)
+    out = str(base / "corpus")
+    m = build_in_batches(cfg, out, batch_mb(globs))
+    return {"base": base, "globs": globs, "cfg": cfg, "out": out, "manifest": m}
+
+
+
+def doc_ids_of_shards(root: str, names: list[str]) -> list[str]:
+    ids: list[str] = []
+    for name in names:
+        with tarfile.open(os.path.join(root, name)) as tar:
+            for member in tar.getmembers():
+                if member.name.endswith(".json"):
+                    ids.extend(json.load(tar.extractfile(member))["doc_ids"])  # type: ignore[arg-type]
+    return ids
+
+
+def committed_files(root: str) -> dict[str, str]:
+    """sha256 of everything that defines the corpus: manifests, shards, tokenizer, index, rejects."""
+    out = {}
+    for p in sorted(Path(root).rglob("*")):
+        rel = p.relative_to(root).as_posix()
+        if p.is_file() and not rel.startswith("ingest/ledger/") and rel != "report.html" \
+                and not rel.endswith("batch-manifest.json") and "/report" not in rel:
+            out[rel] = hashlib.sha256(p.read_bytes()).hexdigest()
+    return out
+
+
+@pytest.mark.slow
+def test_several_batches_one_corpus_same_accounting_as_one_shot(batched, tmp_path) -> None:
+    m = batched["manifest"]
+    assert m.version >= 3, "the corpus should have been cut into several batches"
+    assert load_manifest(batched["out"])[0] == m  # manifest.json is the last version
+    one = summarize(run_build(batched["cfg"], str(tmp_path / "one-shot")))
+    got = summarize(m)
+    # Planted: one exact and one near copy per news file, one bad line; every record accounted for.
+    assert got["documents_in"] == NEWS_FILES * (PER_FILE + 2) + 1 + 3
+    assert got["rejected"] == 1 and got["duplicates"] == 2 * NEWS_FILES
+    for k in ("documents_in", "kept", "filtered", "duplicates", "rejected"):
+        assert got[k] == one[k], k
+    for src, a in m.accounting.items():
+        assert a.input == a.kept + sum(a.filtered.values()) + sum(a.duplicate.values()) + \
+            sum(a.rejected.values()), src
+    # Every input file absorbed by exactly one version.
+    absorbed = [f.path for n in range(1, m.version + 1)
+                for f in load_manifest(os.path.join(batched["out"], f"manifest-v{n}.json"))[0].inputs]
+    assert sorted(absorbed) == sorted(p for g in batched["globs"].values() for p in glob.glob(g))
+
+
+@pytest.mark.slow
+def test_duplicates_are_caught_across_batches_and_no_document_is_kept_twice(batched) -> None:
+    root, m = batched["out"], batched["manifest"]
+    seen_before: set[str] = set()
+    crossing = 0
+    for n in range(1, m.version + 1):
+        v = load_manifest(os.path.join(root, f"manifest-v{n}.json"))[0]
+        prev = {s.name for s in load_manifest(os.path.join(root, f"manifest-v{n - 1}.json"))[0].shards} if n > 1 \
+            else set()
+        new_ids = doc_ids_of_shards(root, [s.name for s in v.shards if s.name not in prev])
+        assert not seen_before & set(new_ids)
+        for part in glob.glob(os.path.join(root, f"versions/v{n}/rejects/*.jsonl")):
+            for line in open(part):
+                r = json.loads(line)
+                if r.get("bucket") == "duplicate" and r["dup_of"] in seen_before:
+                    crossing += 1
+        seen_before |= set(new_ids)
+    ids = doc_ids_of_shards(root, [s.name for s in m.shards])
+    assert len(set(ids)) == m.totals["train"].documents + m.totals["valid"].documents == summarize(m)["kept"]
+    assert crossing >= 2, "copies in later batches of documents kept by earlier ones must be removed"
+
+
+@pytest.mark.slow
+def test_shards_validate_and_read_with_plain_webdataset(batched) -> None:
+    import webdataset as wds
+
+    res = subprocess.run([sys.executable, "-m", "shardforge.cli", "validate", batched["out"]], capture_output=True,
+                         text=True, cwd=ROOT, timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+    m = batched["manifest"]
+    urls = [os.path.join(batched["out"], s.name) for s in m.shards_of("train")]
+    n = sum(1 for _ in wds.WebDataset(urls, shardshuffle=False))
+    assert n == m.totals["train"].samples
+    index = json.loads(Path(batched["out"], f"versions/v{m.version}/dedupe/index/index.json").read_text())
+    assert len(index["parts"]) >= m.version and all(p.startswith("../") for p in index["parts"][:-1])
+
+
+@pytest.mark.slow
+def test_an_interrupted_build_resumes_to_byte_identical_output(batched, tmp_path, capfd) -> None:
+    out = str(tmp_path / "corpus")
+    mb = batch_mb(batched["globs"])
+    first = build_in_batches(batched["cfg"], out, mb, max_batches=1)
+    assert first.version == 1
+    capfd.readouterr()
+    final = build_in_batches(batched["cfg"], out, mb)
+    assert "resuming" in capfd.readouterr().err
+    assert final == batched["manifest"]
+    assert committed_files(out) == committed_files(batched["out"])  # another folder, the same bytes
+    # A rerun of a finished build does nothing and returns the same corpus.
+    assert build_in_batches(batched["cfg"], out, mb) == final
+
+
+@pytest.mark.slow
+def test_other_inputs_or_a_plain_corpus_are_refused_with_one_line(batched, tmp_path) -> None:
+    with pytest.raises(UserError, match="other inputs or another config"):
+        build_in_batches(batched["cfg"], batched["out"], batch_mb(batched["globs"]) / 2)
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "manifest.json").write_text("{}")
+    with pytest.raises(UserError, match="not built with --batch_mb"):
+        build_in_batches(batched["cfg"], str(plain), 1.0)
+    assert not (plain / PLAN_NAME).exists()
+    res = subprocess.run([sys.executable, "-m", "pipelines.build", "--input", "/no/such/*.jsonl", "--output",
+                          str(tmp_path / "x"), "--batch_mb", "10"], capture_output=True, text=True, cwd=ROOT,
+                         timeout=120)
+    assert res.returncode != 0 and "no files match" in res.stderr and "Traceback" not in res.stderr
