@@ -431,12 +431,23 @@ class _ResolveClusters(beam.DoFn):
 
 
 class NearDedupe(beam.PTransform):
-    """Near duplicates among Sketches (plus old Sketches): PCollection[Duplicate] of new documents."""
+    """Near duplicates among Sketches (plus an old corpus's index): PCollection[Duplicate] of new documents.
 
-    def __init__(self, cfg: DedupeConfig, old_sketches: beam.PCollection | None = None) -> None:
+    ``old_parts``: a PCollection of signature-index part URLs. Of the old
+    documents only what can change a verdict enters the shuffles, so a batch
+    costs its own size whatever the index's: per LSH bucket holding a new
+    document, the old entry with the smallest node id (the bucket's root: in
+    ``bucket_edges`` other members are only ever compared with the root, so
+    the other old entries of a bucket never make an edge), as (node,
+    signature); after the components, the full sketches (shingles) of the old
+    nodes that are in a cluster. The verdicts are those of a run with the
+    whole index.
+    """
+
+    def __init__(self, cfg: DedupeConfig, old_parts: beam.PCollection | None = None) -> None:
         super().__init__()
         self.cfg = cfg
-        self.old_sketches = old_sketches
+        self.old_parts = old_parts
 
     def expand(self, sketches: beam.PCollection) -> beam.PCollection:
         cfg = self.cfg
@@ -445,12 +456,17 @@ class NearDedupe(beam.PTransform):
         # threshold (pairs truly at the threshold estimate below it half the
         # time); the true Jaccard against the kept document decides removal.
         min_estimate = max(0.0, cfg.threshold - estimate_margin(cfg.threshold, num_perm))
-        everything = sketches
-        if self.old_sketches is not None:
-            everything = (sketches, self.old_sketches) | "WithOld" >> beam.Flatten()
+        entries = sketches | "BucketEntries" >> beam.FlatMap(_bucket_entries)
+        if self.old_parts is not None:
+            new_keys = sketches | "NewBandKeys" >> beam.FlatMap(lambda s: [s.band_keys] if s.shingles.size else [])
+            old_entries = (
+                self.old_parts
+                | "OldBucketEntries" >> beam.ParDo(_OldBucketEntries(), beam.pvalue.AsList(new_keys))
+                | "OldBucketRoot" >> beam.CombinePerKey(_SmallestNode())
+            )
+            entries = (entries, old_entries) | "WithOld" >> beam.Flatten()
         edges = (
-            everything
-            | "BucketEntries" >> beam.FlatMap(_bucket_entries)
+            entries
             | "GroupBuckets" >> beam.GroupByKey()
             | "VerifiedEdges" >> beam.ParDo(_Buckets(min_estimate))
         )
@@ -460,7 +476,12 @@ class NearDedupe(beam.PTransform):
             | "CountUnconverged" >> beam.Map(_count_unconverged)
             | "KeyRoles" >> beam.Map(lambda x: (x[0], x[1:]))
         )
-        keyed = everything | "KeyByNode" >> beam.Map(lambda s: (s.node, s))
+        clustered = sketches
+        if self.old_parts is not None:
+            old_nodes = roles | "OldNodes" >> beam.FlatMap(lambda r: [r[0][1:]] if r[0].startswith(OLD) else [])
+            old_full = self.old_parts | "ReadOldClustered" >> beam.ParDo(_OldByID(), beam.pvalue.AsList(old_nodes))
+            clustered = (sketches, old_full) | "WithOldClustered" >> beam.Flatten()
+        keyed = clustered | "KeyByNode" >> beam.Map(lambda s: (s.node, s))
         return (
             {"sketch": keyed, "role": roles}
             | "JoinRoles" >> beam.CoGroupByKey()
@@ -804,50 +825,124 @@ def _row_hits(lists, keys: np.ndarray) -> np.ndarray:
     return (hit[ends] - hit[ends - lengths]) > 0
 
 
-def read_index_matches(url: str, *, hashes: set[str] | None = None,
-                       band_keys: np.ndarray | None = None) -> Iterator[Sketch]:
-    """The entries of one index part that can matter to a batch of new documents.
+def _string_hits(column, wanted: set[str]) -> np.ndarray:
+    return np.fromiter((v in wanted for v in column.to_pylist()), bool, len(column))
 
-    An entry is read (as an old Sketch) if its exact hash is in ``hashes`` or it
-    shares a band key with ``band_keys`` (sorted unique int64). The others
-    cannot take part: exact groups without a new document and LSH buckets
-    without a new document produce nothing (``bucket_edges``), so the verdicts
-    are the same as with the whole index. Memory: one row group at a time.
+
+def read_index_matches(url: str, *, hashes: set[str] | None = None, band_keys: np.ndarray | None = None,
+                       doc_ids: set[str] | None = None) -> Iterator[Sketch]:
+    """The entries of one index part that can matter to a batch of new documents, as old Sketches.
+
+    An entry is read if its exact hash is in ``hashes``, it shares a band key
+    with ``band_keys`` (sorted unique int64) or its doc_id is in ``doc_ids``.
+    Only the probe columns of every row group are read, and the full rows of
+    the groups holding a match. Memory: one row group at a time.
     """
     import pyarrow.parquet as pq
 
-    probe = (["exact_hash"] if hashes is not None else []) + (["band_keys"] if band_keys is not None else [])
+    probe = ((["exact_hash"] if hashes is not None else []) + (["band_keys"] if band_keys is not None else [])
+             + (["doc_id"] if doc_ids is not None else []))
     with open_read(url) as f:
         pf = pq.ParquetFile(f)
         for g in range(pf.num_row_groups):
             t = pf.read_row_group(g, columns=probe)
             mask = np.zeros(t.num_rows, dtype=bool)
             if hashes is not None:
-                mask |= np.fromiter((h in hashes for h in t.column("exact_hash").to_pylist()), bool, t.num_rows)
+                mask |= _string_hits(t.column("exact_hash"), hashes)
             if band_keys is not None:
                 mask |= _row_hits(t.column("band_keys").combine_chunks(), band_keys)
+            if doc_ids is not None:
+                mask |= _string_hits(t.column("doc_id"), doc_ids)
             rows = np.flatnonzero(mask)
             if rows.size:
                 yield from _table_sketches(pf.read_row_group(g).take(rows))
 
 
+def index_bucket_entries(url: str, band_keys: np.ndarray) -> Iterator[tuple[int, tuple[str, np.ndarray]]]:
+    """``(band key, (old node, signature))`` for every band key of ``band_keys`` an entry of one part holds.
+
+    What the LSH step needs of the old documents sharing a bucket with a new
+    one: no shingles, no text (those are fetched later, only for the old
+    documents that end up in a cluster).
+    """
+    import pyarrow.parquet as pq
+
+    with open_read(url) as f:
+        pf = pq.ParquetFile(f)
+        for g in range(pf.num_row_groups):
+            t = pf.read_row_group(g, columns=["band_keys"])
+            rows = np.flatnonzero(_row_hits(t.column("band_keys").combine_chunks(), band_keys))
+            if not rows.size:
+                continue
+            hit = pf.read_row_group(g, columns=["doc_id", "signature", "band_keys"]).take(rows)
+            ids, sigs, keys = (hit.column(c) for c in ("doc_id", "signature", "band_keys"))
+            for i in range(hit.num_rows):
+                sig = sigs[i].values.to_numpy(zero_copy_only=False).astype(np.uint32)
+                node = OLD + ids[i].as_py()
+                row_keys = keys[i].values.to_numpy(zero_copy_only=False).astype(np.int64)
+                for k in row_keys[np.isin(row_keys, band_keys)].tolist():
+                    yield k, (node, sig)
+
+
 class _OldHashes(beam.DoFn):
     """(exact_hash, doc_id) of the index entries of one part whose hash is among the new ones."""
+
+    def __init__(self) -> None:
+        self.read = Metrics.counter(_NS, "index_exact_entries_read")
 
     def process(self, url: str, new_hashes: list[str]) -> Iterator[tuple[str, str]]:
         wanted = set(new_hashes)
         if wanted:
             for s in read_index_matches(url, hashes=wanted):
+                self.read.inc()
                 yield s.exact_hash, s.doc_id
 
 
-class _OldSketches(beam.DoFn):
-    """Old Sketches of one index part sharing a band key with a new document."""
+class _OldBucketEntries(beam.DoFn):
+    """Bucket entries of the old documents of one part that share an LSH bucket with a new document."""
 
-    def process(self, url: str, new_keys: list[np.ndarray]) -> Iterator[Sketch]:
+    def __init__(self) -> None:
+        self.read = Metrics.counter(_NS, "index_bucket_entries_read")
+
+    def process(self, url: str, new_keys: list[np.ndarray]) -> Iterator[tuple[int, tuple[str, np.ndarray]]]:
         if new_keys:
             keys = np.unique(np.concatenate(new_keys).astype(np.int64))
-            yield from read_index_matches(url, band_keys=keys)
+            for entry in index_bucket_entries(url, keys):
+                self.read.inc()
+                yield entry
+
+
+class _OldByID(beam.DoFn):
+    """Full old Sketches (shingles included) of the given doc_ids, from one part."""
+
+    def __init__(self) -> None:
+        self.read = Metrics.counter(_NS, "index_clustered_entries_read")
+
+    def process(self, url: str, doc_ids: list[str]) -> Iterator[Sketch]:
+        if doc_ids:
+            for s in read_index_matches(url, doc_ids=set(doc_ids)):
+                self.read.inc()
+                yield s
+
+
+class _SmallestNode(beam.CombineFn):
+    """The bucket entry with the smallest node id (the only old entry of a bucket that can matter)."""
+
+    def create_accumulator(self):
+        return None
+
+    def add_input(self, acc, entry):
+        return entry if acc is None or entry[0] < acc[0] else acc
+
+    def merge_accumulators(self, accs):
+        best = None
+        for a in accs:
+            if a is not None and (best is None or a[0] < best[0]):
+                best = a
+        return best
+
+    def extract_output(self, acc):
+        return acc
 
 
 def index_parts(index_url: str, cfg: DedupeConfig) -> list[str]:
@@ -974,13 +1069,7 @@ class Deduplicate(beam.PTransform):
                 | "Batch" >> beam.BatchElements(min_batch_size=SIGNATURE_BATCH[0], max_batch_size=SIGNATURE_BATCH[1])
                 | "Sketch" >> beam.ParDo(_SketchBatch(_hasher(cfg)))
             )
-            old = None
-            if part_urls is not None:
-                # Only the old entries sharing an LSH bucket with a new document are read.
-                new_keys = sketches | "NewBandKeys" >> beam.FlatMap(
-                    lambda s: [s.band_keys] if s.shingles.size else [])
-                old = part_urls | "ReadIndex" >> beam.ParDo(_OldSketches(), beam.pvalue.AsList(new_keys))
-            near = sketches | "Near" >> NearDedupe(cfg, old)
+            near = sketches | "Near" >> NearDedupe(cfg, part_urls)
             groups = {
                 "doc": kept | "DocByID" >> beam.Map(lambda d: (d.doc_id, d)),
                 "dup": near | "DupByID" >> beam.Map(lambda d: (d.doc_id, d)),

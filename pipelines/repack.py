@@ -83,7 +83,7 @@ class Parent:
     manifest: Manifest
     manifest_url: str  # absolute URL of the parent's manifest.json
     root: str
-    tokenized: str  # URL of its tokenized intermediate folder
+    tokenized: str  # URL of its tokenized intermediate folder (the latest version's, for a versioned corpus)
     parts: tuple[str, ...]  # the Parquet part files
     model_url: str
     model: bytes
@@ -103,6 +103,22 @@ def _same(a: str, b: str) -> bool:
     return absolute(a).rstrip("/") == absolute(b).rstrip("/")
 
 
+def _tokenized_folders(root: str, manifest: Manifest) -> list[str]:
+    """The tokenized intermediate folder(s) of a corpus: one for a plain build; for a versioned corpus
+    (``pipelines.serve`` / ``--batch_mb``: version N lists the shards of versions 1..N) each version's."""
+    chain = [manifest]
+    while chain[-1].version > 1 and chain[-1].parent == f"manifest-v{chain[-1].version - 1}.json":
+        chain.append(load_manifest(join(root, chain[-1].parent))[0])
+    folders = []
+    for m in reversed(chain):
+        rel = m.intermediates.get("tokenized")
+        if not rel:
+            raise UserError(f"corpus {root} (version {m.version}) has no tokenized intermediate (built with "
+                            "write_intermediates: false?); rebuild it with intermediates to repack")
+        folders.append(resolve_path(root, rel))
+    return folders
+
+
 def resolve_parent(url: str) -> Parent:
     """Find the parent manifest, its tokenized parts and its tokenizer from any of the accepted URLs."""
     url = absolute(url.rstrip("/"))
@@ -117,17 +133,18 @@ def resolve_parent(url: str) -> Parent:
                             "(its manifest names the tokenizer, the accounting and the config)")
         manifest, root = load_manifest(root)
         given_folder = url
-    rel = manifest.intermediates.get("tokenized")
-    if not rel:
-        raise UserError(f"corpus {root} has no tokenized intermediate (built with write_intermediates: false?); "
-                        "rebuild it with intermediates to repack")
-    tokenized = resolve_path(root, rel)
+    folders = _tokenized_folders(root, manifest)
+    tokenized = folders[-1]
     if given_folder is not None and not _same(given_folder, tokenized):
         raise UserError(f"{given_folder} is not the tokenized intermediate of {root} "
                         f"(its manifest names {tokenized})")
-    parts = tuple(expand_glob(join(tokenized, PART_GLOB)))
-    if not parts:
-        raise UserError(f"no {PART_GLOB} under {tokenized}: the tokenized intermediate is missing")
+    parts: list[str] = []
+    for folder in folders:
+        found = expand_glob(join(folder, PART_GLOB))
+        if not found:
+            raise UserError(f"no {PART_GLOB} under {folder}: the tokenized intermediate is missing")
+        parts += found
+    parts = tuple(parts)
     model_url = resolve_path(root, manifest.tokenizer.path)
     model = load_model(model_url)
     if sha256_bytes(model) != manifest.tokenizer.sha256:

@@ -220,3 +220,15 @@ def test_other_inputs_or_a_plain_corpus_are_refused_with_one_line(batched, tmp_p
                           str(tmp_path / "x"), "--batch_mb", "10"], capture_output=True, text=True, cwd=ROOT,
                          timeout=120)
     assert res.returncode != 0 and "no files match" in res.stderr and "Traceback" not in res.stderr
+
+
+@pytest.mark.slow
+def test_a_batched_corpus_repacks_from_every_versions_intermediate(batched, tmp_path) -> None:
+    from pipelines.repack import run_repack
+
+    m = batched["manifest"]
+    new = run_repack(batched["out"], str(tmp_path / "doc"), rule="doc_sentences")
+    assert new.packing_rule == "doc_sentences" and new.accounting == m.accounting
+    assert new.counters["repack_parts"] >= m.version  # at least one part per version
+    old_ids = set(doc_ids_of_shards(batched["out"], [s.name for s in m.shards]))
+    assert set(doc_ids_of_shards(str(tmp_path / "doc"), [s.name for s in new.shards])) == old_ids

@@ -591,6 +591,16 @@ def test_index_lookup_reads_exactly_the_entries_that_can_match(tmp_path: Path, m
         assert np.array_equal(g.signature, w.signature) and np.array_equal(g.shingles, w.shingles)
     assert list(read_index_matches(str(part), hashes=set(), band_keys=np.empty(0, np.int64))) == []
     assert [s.doc_id for s in read_index_matches(str(part), hashes={"no-such-hash"})] == []
+    assert [s.doc_id for s in read_index_matches(str(part), doc_ids={"d21", "d03", "nope"})] == ["d03", "d21"]
+    # The LSH step's view: (band key, (old node, signature)) for the hit keys only, no shingles.
+    from pipelines.dedupe import index_bucket_entries
+
+    got_entries = list(index_bucket_entries(str(part), keys))
+    want_entries = [(k, s.node) for s in everything for k in s.band_keys.tolist() if k in set(keys.tolist())]
+    assert [(k, node) for k, (node, _) in got_entries] == want_entries
+    assert len(want_entries) >= 2 and all(node.startswith("0") for _, (node, _) in got_entries)
+    by_node = {s.node: s for s in everything}
+    assert all(np.array_equal(sig, by_node[node].signature) for _, (node, sig) in got_entries)
 
 
 def test_index_is_append_only_and_moves_with_its_corpus(tmp_path: Path) -> None:

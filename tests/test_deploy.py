@@ -257,6 +257,11 @@ def test_flex_template_metadata_matches_build_options(demo_corpus):
     _, cfg, out, _ = make_pipeline([f"--input=ccnews={demo_corpus['ccnews']}", "--output=/tmp/unused-corpus",
                                     "--rule=sop", "--max_seq_len=256", "--runner=FnApiRunner"])
     assert cfg.packing.rule == "sop" and cfg.packing.max_seq_len == 256 and cfg.sources[0].name == "ccnews"
+    # A batched build is a local driver's loop, not one job: refused with one line.
+    from schemas.errors import UserError
+
+    with pytest.raises(UserError, match="batch_mb"):
+        make_pipeline([f"--input={demo_corpus['ccnews']}", "--output=/tmp/unused-corpus", "--batch_mb=64"])
 
 
 # ------------------------------------------------------------------ scale-out determinism (local runner)

@@ -36,6 +36,9 @@ def make_pipeline(argv: list[str], runner: beam.runners.PipelineRunner | None = 
     o = opts.view_as(BuildOptions)
     if not o.output:
         raise UserError("--output URL is required")
+    if o.batch_mb is not None:
+        raise UserError("--batch_mb runs a chain of jobs from a driver that waits for each: use "
+                        "`python -m pipelines.build --batch_mb …` (Dataflow's workers need no batching)")
     cfg = build_config_from_options(opts)
     p = beam.Pipeline(runner=runner or opts.view_as(StandardOptions).runner, options=opts)
     build_pipeline(p, cfg, o.output)
