@@ -180,7 +180,7 @@ def _dump(items: list, path: str) -> None:
 
 
 def run_dedupe(docs: list[Document], cfg=None, index_in: str | None = None,
-               index_out: str | None = None) -> tuple[list[Document], list[Duplicate]]:
+               index_out: str | None = None, index_root: str | None = None) -> tuple[list[Document], list[Duplicate]]:
     """Run the Beam Deduplicate transform on FnApiRunner; (kept, duplicates), each sorted by doc_id.
 
     Outputs travel through files: FnApiRunner pickles DoFns, so appending to a
@@ -203,7 +203,7 @@ def run_dedupe(docs: list[Document], cfg=None, index_in: str | None = None,
                 p
                 | "Read" >> beam.io.ReadFromText(in_path)
                 | "Parse" >> beam.Map(lambda line: Document(**json.loads(line)))
-                | Deduplicate(cfg, index_in=index_in, index_out=index_out)
+                | Deduplicate(cfg, index_in=index_in, index_out=index_out, index_root=index_root)
             )
             _ = out["kept"] | "ListKept" >> beam.combiners.ToList() | "DumpKept" >> beam.Map(_dump, kept_path)
             _ = out["duplicates"] | "ListDups" >> beam.combiners.ToList() | "DumpDups" >> beam.Map(_dump, dups_path)

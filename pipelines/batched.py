@@ -32,6 +32,7 @@ import hashlib
 import html
 import json
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -49,6 +50,11 @@ from schemas.config import BuildConfig, SourceConfig
 from schemas.errors import UserError
 from schemas.manifest import Manifest
 from schemas.storage import exists, join, read_text, redact_url, write_text_atomic
+
+
+def absolute(url: str) -> str:
+    """Local paths made absolute (to compare with listed URLs); URLs unchanged."""
+    return url if "://" in url else os.path.abspath(url) + ("/" if url.endswith("/") else "")
 
 log = logging.getLogger("shardforge.batched")
 
@@ -172,10 +178,18 @@ def build_in_batches(cfg: BuildConfig, output: str, batch_mb: float, beam_args: 
     batch_bytes = int(batch_mb * 1e6)
     sources: dict[str, SourceConfig] = {s.name: s for s in cfg.sources}
     listing = []
+    owner: dict[str, str] = {}
+    inside = output.rstrip("/") + "/"
     for src in cfg.sources:
-        files = list_raw_files(src.input)
+        # The corpus's own files never count as input (an output folder under the input glob).
+        files = [f for f in list_raw_files(src.input) if not absolute(f.url).startswith(absolute(inside))]
         if not files:
             raise UserError(f"source {src.name}: no files match {redact_url(src.input)}")
+        for f in files:
+            if f.url in owner:
+                raise UserError(f"{redact_url(f.url)} matches the inputs of sources {owner[f.url]} and {src.name}: "
+                                "each file must belong to one source")
+            owner[f.url] = src.name
         listing.append((src.name, files))
     batches = plan_batches(listing, batch_bytes)
     done = _start_or_resume(output, _plan_json(cfg, batch_bytes, batches), batches)

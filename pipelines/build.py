@@ -101,7 +101,8 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig, output: str, *,
     rejects = (read_rejects, cleaned.rejects) | "AllRejects" >> beam.Flatten()
 
     dedupe = cleaned.documents | "Dedupe" >> Deduplicate(
-        cfg.dedupe, index_in=cfg.dedupe.index, index_out=join(output, DEDUPE_INDEX_DIR))
+        cfg.dedupe, index_in=cfg.dedupe.index, index_out=join(output, DEDUPE_INDEX_DIR),
+        index_root=append.corpus if append is not None else output)
     kept, duplicates = dedupe["kept"], dedupe["duplicates"]
 
     sentenced = kept | "SplitSentences" >> beam.Map(to_sentences)

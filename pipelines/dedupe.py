@@ -68,6 +68,7 @@ from schemas.storage import (
     read_text,
     relative_url,
     resolve_url,
+    scheme_path,
     write_text_atomic,
 )
 
@@ -145,10 +146,13 @@ def resolve_exact_group(docs: Iterable[Document], old_ids: Iterable[str] = ()) -
     """One exact-hash group -> the kept document (smallest doc_id) and Duplicates of it.
 
     If the group matches documents of an existing corpus (``old_ids``), every
-    new document is a duplicate of the smallest old doc_id. Iterates ``docs``
-    twice (Beam's grouped iterables allow it) so only one document is held.
+    new document is a duplicate of the smallest old doc_id, even one with that
+    very doc_id (the same record read again: it is in the old corpus already).
+    Iterates ``docs`` twice (Beam's grouped iterables allow it) so only one
+    document is held.
     """
     target = min(old_ids, default=None)
+    old = target is not None
     if target is None:
         keep: Document | None = None
         for d in docs:
@@ -159,7 +163,7 @@ def resolve_exact_group(docs: Iterable[Document], old_ids: Iterable[str] = ()) -
         yield keep
         target = keep.doc_id
     for d in docs:
-        if d.doc_id != target:
+        if old or d.doc_id != target:
             yield Duplicate(doc_id=d.doc_id, source=d.source, dup_of=target, kind="exact")
 
 
@@ -188,6 +192,8 @@ class ExactDedupe(beam.PTransform):
 
     def __init__(self, old_hashes: beam.PCollection | None = None, old_parts: beam.PCollection | None = None) -> None:
         super().__init__()
+        if old_hashes is not None and old_parts is not None:
+            raise ValueError("ExactDedupe: give old_hashes or old_parts, not both")
         self.old_hashes = old_hashes
         self.old_parts = old_parts
 
@@ -440,7 +446,7 @@ class NearDedupe(beam.PTransform):
     ``bucket_edges`` other members are only ever compared with the root, so
     the other old entries of a bucket never make an edge), as (node,
     signature); after the components, the full sketches (shingles) of the old
-    nodes that are in a cluster. The verdicts are those of a run with the
+    nodes that are cluster roots. The verdicts are those of a run with the
     whole index.
     """
 
@@ -478,7 +484,9 @@ class NearDedupe(beam.PTransform):
         )
         clustered = sketches
         if self.old_parts is not None:
-            old_nodes = roles | "OldNodes" >> beam.FlatMap(lambda r: [r[0][1:]] if r[0].startswith(OLD) else [])
+            # Old nodes matter only as cluster roots (resolve_cluster never removes an old member).
+            old_nodes = roles | "OldRoots" >> beam.FlatMap(
+                lambda r: [r[0][1:]] if r[0].startswith(OLD) and r[1][1] else [])
             old_full = self.old_parts | "ReadOldClustered" >> beam.ParDo(_OldByID(), beam.pvalue.AsList(old_nodes))
             clustered = (sketches, old_full) | "WithOldClustered" >> beam.Flatten()
         keyed = clustered | "KeyByNode" >> beam.Map(lambda s: (s.node, s))
@@ -884,18 +892,46 @@ def index_bucket_entries(url: str, band_keys: np.ndarray) -> Iterator[tuple[int,
                     yield k, (node, sig)
 
 
+def index_exact_matches(url: str, hashes: set[str]) -> Iterator[tuple[str, str]]:
+    """``(exact_hash, doc_id)`` of the entries of one part whose hash is in ``hashes`` (two columns read)."""
+    import pyarrow.parquet as pq
+
+    with open_read(url) as f:
+        pf = pq.ParquetFile(f)
+        for g in range(pf.num_row_groups):
+            t = pf.read_row_group(g, columns=["exact_hash", "doc_id"])
+            rows = np.flatnonzero(_string_hits(t.column("exact_hash"), hashes))
+            if rows.size:
+                hit = t.take(rows)
+                yield from zip(hit.column("exact_hash").to_pylist(), hit.column("doc_id").to_pylist(), strict=True)
+
+
+class _PerBatch:
+    """Memo of a value derived from a side input: computed once, not once per index part."""
+
+    def __init__(self) -> None:
+        self._src: Any = None
+        self._value: Any = None
+
+    def get(self, side: Any, derive: Any) -> Any:
+        if side is not self._src:
+            self._src, self._value = side, derive(side)
+        return self._value
+
+
 class _OldHashes(beam.DoFn):
     """(exact_hash, doc_id) of the index entries of one part whose hash is among the new ones."""
 
     def __init__(self) -> None:
         self.read = Metrics.counter(_NS, "index_exact_entries_read")
+        self.wanted = _PerBatch()
 
     def process(self, url: str, new_hashes: list[str]) -> Iterator[tuple[str, str]]:
-        wanted = set(new_hashes)
+        wanted = self.wanted.get(new_hashes, set)
         if wanted:
-            for s in read_index_matches(url, hashes=wanted):
+            for pair in index_exact_matches(url, wanted):
                 self.read.inc()
-                yield s.exact_hash, s.doc_id
+                yield pair
 
 
 class _OldBucketEntries(beam.DoFn):
@@ -903,10 +939,11 @@ class _OldBucketEntries(beam.DoFn):
 
     def __init__(self) -> None:
         self.read = Metrics.counter(_NS, "index_bucket_entries_read")
+        self.keys = _PerBatch()
 
     def process(self, url: str, new_keys: list[np.ndarray]) -> Iterator[tuple[int, tuple[str, np.ndarray]]]:
         if new_keys:
-            keys = np.unique(np.concatenate(new_keys).astype(np.int64))
+            keys = self.keys.get(new_keys, lambda ks: np.unique(np.concatenate(ks).astype(np.int64)))
             for entry in index_bucket_entries(url, keys):
                 self.read.inc()
                 yield entry
@@ -917,10 +954,11 @@ class _OldByID(beam.DoFn):
 
     def __init__(self) -> None:
         self.read = Metrics.counter(_NS, "index_clustered_entries_read")
+        self.ids = _PerBatch()
 
     def process(self, url: str, doc_ids: list[str]) -> Iterator[Sketch]:
         if doc_ids:
-            for s in read_index_matches(url, doc_ids=set(doc_ids)):
+            for s in read_index_matches(url, doc_ids=self.ids.get(doc_ids, set)):
                 self.read.inc()
                 yield s
 
@@ -962,18 +1000,26 @@ def index_parts(index_url: str, cfg: DedupeConfig) -> list[str]:
     return expand_glob(join(index_url, "part-*.parquet"))
 
 
+def _inside(url: str, folder: str) -> bool:
+    """Whether url is folder itself or under it (local paths compared as absolute paths)."""
+    (us, up), (fs, fp) = scheme_path(url), scheme_path(folder)
+    up, fp = up.rstrip("/"), fp.rstrip("/")
+    return us == fs and (up == fp or up.startswith(fp + "/"))
+
+
 class _WriteIndex(beam.PTransform):
     """Write this run's entries as new parts; index.json lists the old parts (by reference) and the new.
 
     The index is append-only: a run costs its own entries, not the size of the
-    corpus before it. Old parts are referenced relative to this index's folder
-    when they are on the same store, so a corpus can be moved as a whole.
+    corpus before it. Old parts inside ``root`` (the corpus both indexes belong
+    to) are referenced relative to this index's folder, so the corpus can be
+    moved as a whole; parts elsewhere (another corpus's index) by full URL.
     """
 
-    def __init__(self, url: str, cfg: DedupeConfig, old_parts: Sequence[str] = ()) -> None:
+    def __init__(self, url: str, cfg: DedupeConfig, old_parts: Sequence[str] = (), root: str | None = None) -> None:
         super().__init__()
         self.url, self.cfg = url, cfg
-        self.old_refs = [relative_url(url, p) for p in old_parts]
+        self.old_refs = [relative_url(url, p) if root is not None and _inside(p, root) else p for p in old_parts]
 
     def expand(self, sketches: beam.PCollection) -> beam.PCollection:
         from pipelines.files import WriteParts
@@ -1038,13 +1084,17 @@ class Deduplicate(beam.PTransform):
     the index holds no spans).
     """
 
-    def __init__(self, cfg: DedupeConfig, index_in: str | None = None, index_out: str | None = None) -> None:
+    def __init__(self, cfg: DedupeConfig, index_in: str | None = None, index_out: str | None = None,
+                 index_root: str | None = None) -> None:
         super().__init__()
         self.cfg = cfg
         self.index_in = index_in if index_in is not None else cfg.index
         self.index_out = index_out
-        if self.index_in and self.index_out and self.index_in.rstrip("/") == self.index_out.rstrip("/"):
-            raise UserError("dedupe index_in and index_out must differ (the index is rewritten as a whole)")
+        self.index_root = index_root
+        if self.index_in and self.index_out and (_inside(self.index_out, self.index_in)
+                                                 or _inside(self.index_in, self.index_out)):
+            raise UserError("dedupe index_in and index_out must be separate folders (the new index lists the "
+                            "old one's parts, which must stay as they are)")
 
     def expand(self, docs: beam.PCollection) -> dict[str, beam.PCollection]:
         cfg = self.cfg
@@ -1121,7 +1171,7 @@ class Deduplicate(beam.PTransform):
                 )
 
         if self.index_out:
-            _ = new_index | "WriteIndex" >> _WriteIndex(self.index_out, cfg, old_parts)
+            _ = new_index | "WriteIndex" >> _WriteIndex(self.index_out, cfg, old_parts, self.index_root)
 
         if dup_parts:
             duplicates = dup_parts | "AllDuplicates" >> beam.Flatten()

@@ -31,6 +31,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import os
 import posixpath
 import re
 import time
@@ -378,6 +379,9 @@ def batch_config(state: CorpusState, source: SourceConfig | Sequence[SourceConfi
         if new_corpus_cfg is None:
             raise UserError(f"{state.root} has no corpus yet: give a build config for version 1")
         data = new_corpus_cfg.model_dump()
+        tok = data["tokenizer"].get("model_url")
+        if tok and not _is_url(tok):  # a relative local model: absolute, or later batches look in versions/v1/
+            data["tokenizer"] = {**data["tokenizer"], "model_url": os.path.abspath(tok)}
     else:
         data = dict(state.latest.config)
         tok = state.latest.tokenizer.path

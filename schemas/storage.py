@@ -505,7 +505,7 @@ def storage_options_safe(opts: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in opts.items() if not any(b in k.lower() for b in bad)}
 
 
-def _scheme_path(url: str) -> tuple[str, str]:
+def scheme_path(url: str) -> tuple[str, str]:
     """("gs", "bucket/a/b") for gs://bucket/a/b; ("", "/abs/a/b") for a local path."""
     if "://" in url:
         scheme, path = url.split("://", 1)
@@ -521,8 +521,8 @@ def relative_url(base: str, url: str) -> str:
     What a file records about its siblings (e.g. an index listing parts in other
     folders of the same corpus), so the corpus can be moved or copied as a whole.
     """
-    bs, bp = _scheme_path(base)
-    us, up = _scheme_path(url)
+    bs, bp = scheme_path(base)
+    us, up = scheme_path(url)
     if bs != us or (bs and bp.split("/", 1)[0] != up.split("/", 1)[0]):
         return url
     return posixpath.relpath(up, bp)

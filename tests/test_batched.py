@@ -232,3 +232,29 @@ def test_a_batched_corpus_repacks_from_every_versions_intermediate(batched, tmp_
     assert new.counters["repack_parts"] >= m.version  # at least one part per version
     old_ids = set(doc_ids_of_shards(batched["out"], [s.name for s in m.shards]))
     assert set(doc_ids_of_shards(str(tmp_path / "doc"), [s.name for s in new.shards])) == old_ids
+
+
+def test_a_file_in_two_sources_or_the_corpus_under_the_input_glob(tmp_path) -> None:
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    (raw / "a.jsonl").write_text(json.dumps({"text": "x"}) + "\n")
+    both = BuildConfig.model_validate({"sources": [{"name": "news", "input": str(raw / "*.jsonl")},
+                                                   {"name": "web", "input": str(raw / "a.*")}]})
+    with pytest.raises(UserError, match="sources news and web"):
+        build_in_batches(both, str(tmp_path / "out"), 1.0)
+    # Files of the corpus being built (here: under the input folder) are never input.
+    (raw / "corpus" / "ingest").mkdir(parents=True)
+    (raw / "corpus" / "stale.jsonl").write_text("{}\n")
+    only_corpus = BuildConfig.model_validate({"sources": [{"name": "news", "input": str(raw / "corpus")}]})
+    with pytest.raises(UserError, match="no files match"):
+        build_in_batches(only_corpus, str(raw / "corpus"), 1.0)
+
+
+def test_a_relative_tokenizer_path_stays_valid_for_later_batches(tmp_path, monkeypatch) -> None:
+    from pipelines.ingest import CorpusState, batch_config
+
+    monkeypatch.chdir(tmp_path)
+    cfg = BuildConfig.model_validate({"sources": [{"name": "news", "input": "raw/*.jsonl"}],
+                                      "tokenizer": {"model_url": "models/spm.model"}})
+    first = batch_config(CorpusState(str(tmp_path / "corpus"), [], None), cfg.sources, cfg)
+    assert first.tokenizer.model_url == str(tmp_path / "models" / "spm.model")

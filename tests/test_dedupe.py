@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import random
 import sys
 import tempfile
@@ -289,8 +290,10 @@ def test_incremental_index(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="other parameters"):
         Deduplicate(DedupeConfig(bands=10), index_in=idx1).expand(beam.Pipeline(runner="FnApiRunner")
                                                                   | beam.Create([]))
-    with pytest.raises(UserError, match="must differ"):
+    with pytest.raises(UserError, match="separate folders"):
         Deduplicate(DedupeConfig(), index_in=idx1, index_out=idx1 + "/")
+    with pytest.raises(UserError, match="separate folders"):  # the same folder spelled another way
+        Deduplicate(DedupeConfig(), index_in=os.path.relpath(idx1), index_out=idx1 + "/sub")
 
 
 def test_quality_metric_counts_pairs() -> None:
@@ -612,11 +615,12 @@ def test_index_is_append_only_and_moves_with_its_corpus(tmp_path: Path) -> None:
     texts = [" ".join(_words(rng, 150)) for _ in range(4)]
     root = tmp_path / "corpus"
     idx = [str(root / f"v{n}" / "index") for n in (1, 2, 3)]
-    run_dedupe([Document("a1", "web", texts[0])], DedupeConfig(), index_out=idx[0])
-    run_dedupe([Document("b1", "web", texts[1])], DedupeConfig(), index_in=idx[0], index_out=idx[1])
+    run_dedupe([Document("a1", "web", texts[0])], DedupeConfig(), index_out=idx[0], index_root=str(root))
+    run_dedupe([Document("b1", "web", texts[1])], DedupeConfig(), index_in=idx[0], index_out=idx[1],
+               index_root=str(root))
     part_v1 = (root / "v1" / "index" / "part-00000.parquet").read_bytes()
     kept, dups = run_dedupe([Document("c1", "web", texts[2]), Document("c2", "web", texts[0])], DedupeConfig(),
-                            index_in=idx[1], index_out=idx[2])
+                            index_in=idx[1], index_out=idx[2], index_root=str(root))
     assert [d.doc_id for d in kept] == ["c1"] and dups == [Duplicate("c2", "web", "a1", "exact")]
     # Earlier parts are referenced, never rewritten; references are relative to the index.
     meta = json.loads((root / "v3" / "index" / "index.json").read_text())
@@ -633,3 +637,14 @@ def test_index_is_append_only_and_moves_with_its_corpus(tmp_path: Path) -> None:
     _, dups = run_dedupe([Document("d1", "web", texts[1] + " extra")], DedupeConfig(),
                          index_in=str(moved / "v3" / "index"))
     assert dups == [Duplicate("d1", "web", "b1", "near")]
+    # Another corpus's index is referenced by its full URL: moving this corpus cannot break it.
+    other = str(tmp_path / "mine" / "index")
+    run_dedupe([Document("e1", "web", texts[3])], DedupeConfig(), index_in=str(moved / "v3" / "index"),
+               index_out=other, index_root=str(tmp_path / "mine"))
+    refs = json.loads(Path(other, "index.json").read_text())["parts"]
+    assert refs[:3] == parts and refs[3] == "part-00000.parquet"
+    # A document read again (same doc_id as an indexed one) is a duplicate of the indexed document.
+    kept, dups = run_dedupe([Document("a1", "web", texts[0]), Document("zz", "web", texts[2])], DedupeConfig(),
+                            index_in=other)
+    assert [d.doc_id for d in kept] == [] and dups == [Duplicate("a1", "web", "a1", "exact"),
+                                                       Duplicate("zz", "web", "c1", "exact")]
