@@ -883,13 +883,18 @@ def index_bucket_entries(url: str, band_keys: np.ndarray) -> Iterator[tuple[int,
             if not rows.size:
                 continue
             hit = pf.read_row_group(g, columns=["doc_id", "signature", "band_keys"]).take(rows)
-            ids, sigs, keys = (hit.column(c) for c in ("doc_id", "signature", "band_keys"))
-            for i in range(hit.num_rows):
-                sig = sigs[i].values.to_numpy(zero_copy_only=False).astype(np.uint32)
-                node = OLD + ids[i].as_py()
-                row_keys = keys[i].values.to_numpy(zero_copy_only=False).astype(np.int64)
-                for k in row_keys[np.isin(row_keys, band_keys)].tolist():
-                    yield k, (node, sig)
+            nodes = [OLD + d for d in hit.column("doc_id").to_pylist()]
+            sig_col = hit.column("signature").combine_chunks()
+            sigs = sig_col.flatten().to_numpy(zero_copy_only=False).astype(np.uint32)
+            sig_len = sig_col.value_lengths().to_numpy(zero_copy_only=False).astype(np.int64)
+            sig_start = np.concatenate([[0], np.cumsum(sig_len)])
+            key_col = hit.column("band_keys").combine_chunks()
+            values = key_col.flatten().to_numpy(zero_copy_only=False).astype(np.int64)
+            row_of = np.repeat(np.arange(hit.num_rows), key_col.value_lengths().to_numpy(zero_copy_only=False))
+            pos = np.minimum(np.searchsorted(band_keys, values), band_keys.size - 1)
+            for j in np.flatnonzero(band_keys[pos] == values).tolist():
+                r = int(row_of[j])
+                yield int(values[j]), (nodes[r], sigs[sig_start[r]:sig_start[r + 1]].copy())
 
 
 def index_exact_matches(url: str, hashes: set[str]) -> Iterator[tuple[str, str]]:
