@@ -34,8 +34,11 @@ import json
 import logging
 import os
 import sys
+import time
+import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from pipelines.ingest import (
     INGEST_DIR,
@@ -168,12 +171,53 @@ def _write_index_page(output: str, m: Manifest, timings: dict[int, float]) -> No
     write_text_atomic(join(output, "report.html"), page)
 
 
+def _batch_child(output: str, batch_files: list[tuple[SourceConfig, tuple[RawFile, ...]]], cfg: BuildConfig,
+                 beam_args: list[str], conn: Any) -> None:
+    """One batch in a fresh process: everything it allocated goes back to the OS when it exits."""
+    from schemas.errors import find_user_error
+
+    try:
+        res = ingest_sources(recover(output, clean_orphans=False), batch_files, cfg, beam_args)
+        conn.send(("ok", res.version, res.new_shards))
+    except BaseException as e:  # reported to the parent, which raises it there
+        user = find_user_error(e)
+        conn.send(("user", str(user)) if user is not None else ("error", traceback.format_exc()))
+    finally:
+        conn.close()
+
+
+def _run_isolated(output: str, batch_files: list[tuple[SourceConfig, tuple[RawFile, ...]]], cfg: BuildConfig,
+                  beam_args: Sequence[str]) -> tuple[int, int]:
+    """Run one batch in a spawned child; (version, new shards)."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    recv, send = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_batch_child, args=(output, batch_files, cfg, list(beam_args), send),
+                       name="shardforge-batch")
+    proc.start()
+    send.close()
+    try:
+        msg = recv.recv()
+    except EOFError:
+        msg = ("error", "the batch process died without a word (killed? out of memory?)")
+    finally:
+        proc.join()
+    if msg[0] == "user":
+        raise UserError(msg[1])
+    if msg[0] != "ok":
+        raise RuntimeError(f"batch failed (exit code {proc.exitcode}):\n{msg[1]}")
+    return msg[1], msg[2]
+
+
 def build_in_batches(cfg: BuildConfig, output: str, batch_mb: float, beam_args: Sequence[str] = (),
-                     max_batches: int | None = None) -> Manifest:
+                     max_batches: int | None = None, isolate: bool = True) -> Manifest:
     """Run the build as batches of at most ``batch_mb`` MB of input; returns the final manifest.
 
     ``max_batches``: stop after that many batches of this run (the rest is
-    left for a rerun, which resumes).
+    left for a rerun, which resumes). ``isolate``: run each batch in a fresh
+    process (the default), so memory one batch leaves fragmented in the
+    allocator is not carried into the next; False runs them in this process.
     """
     batch_bytes = int(batch_mb * 1e6)
     sources: dict[str, SourceConfig] = {s.name: s for s in cfg.sources}
@@ -206,11 +250,18 @@ def build_in_batches(cfg: BuildConfig, output: str, batch_mb: float, beam_args: 
         if max_batches is not None and ran >= max_batches:
             break
         b = batches[i]
-        res = ingest_sources(state, [(sources[name], fs) for name, fs in b.files], cfg, beam_args)
-        timings[res.version] = res.seconds
+        batch_files = [(sources[name], fs) for name, fs in b.files]
+        t0 = time.monotonic()
+        if isolate:
+            version, new_shards = _run_isolated(output, batch_files, cfg, beam_args)
+            state = recover(output, clean_orphans=False)
+        else:
+            res = ingest_sources(state, batch_files, cfg, beam_args)
+            version, new_shards = res.version, res.new_shards
+        timings[version] = time.monotonic() - t0
         ran += 1
-        print(f"[batch {i + 1}/{len(batches)}] {b.count} files, {b.size / 1e6:.3g} MB -> v{res.version}: "
-              f"+{res.new_shards} shards in {res.seconds:.1f} s", file=sys.stderr, flush=True)
+        print(f"[batch {i + 1}/{len(batches)}] {b.count} files, {b.size / 1e6:.3g} MB -> v{version}: "
+              f"+{new_shards} shards in {timings[version]:.1f} s", file=sys.stderr, flush=True)
     if state.latest is None:
         raise UserError(f"{output}: no batch was built")
     _write_index_page(output, state.latest, timings)

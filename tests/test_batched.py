@@ -258,3 +258,13 @@ def test_a_relative_tokenizer_path_stays_valid_for_later_batches(tmp_path, monke
                                       "tokenizer": {"model_url": "models/spm.model"}})
     first = batch_config(CorpusState(str(tmp_path / "corpus"), [], None), cfg.sources, cfg)
     assert first.tokenizer.model_url == str(tmp_path / "models" / "spm.model")
+
+
+@pytest.mark.slow
+def test_a_failing_batch_process_reports_the_users_error_and_commits_nothing(batched, tmp_path) -> None:
+    bad = batched["cfg"].model_copy(update={"tokenizer": batched["cfg"].tokenizer.model_copy(
+        update={"model_url": str(tmp_path / "no-such.model")})})
+    out = tmp_path / "corpus"
+    with pytest.raises(UserError, match="no-such.model"):
+        build_in_batches(bad, str(out), batch_mb(batched["globs"]))
+    assert not (out / "manifest.json").exists() and not list(out.glob("manifest-v*.json"))
