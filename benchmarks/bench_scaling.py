@@ -64,7 +64,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repo root
 
-from benchmarks.common import ROOT, bench_parser, machine, scratch_dir, write_results  # noqa: E402
+from benchmarks.common import ROOT, bench_parser, command_line, machine, scratch_dir, write_results  # noqa: E402
 
 CONFIGS = ("default", "capped", "capped-mp", "runner", "runner-fused", "batched")
 MP_ARGS = ["--direct_running_mode", "multi_processing", "--direct_num_workers", "2"]
@@ -600,8 +600,7 @@ def main() -> int:
         "",
         f"Machine: {machine('apache-beam', load=True)}.",
         "",
-        f"Command: `python benchmarks/bench_scaling.py --sizes {args.sizes} --configs {','.join(configs)}"
-        f"{' --no-near-dedupe' if not near else ''}` (caps: --group-tokens {args.group_tokens} "
+        f"Command: `{command_line()}` (caps: --group-tokens {args.group_tokens} "
         f"--sample-docs {args.sample_docs} --input-sentence-size {args.input_sentence_size})",
         "",
         "Full build (`run_build`: clean, exact"
@@ -633,6 +632,10 @@ def main() -> int:
                       f"throughput largest/smallest {f['throughput_ratio']:.2f}x). Peak RSS ~ size^**"
                       f"{f['mem_exp']:.2f}** (RSS = {f['mem0']:.0f} MB + **{f['mem_per_mb']:.1f} MB per input MB**)."]
         big = rows[-1]
+        if config == "batched":
+            lines += ["", "Stages run in the spawned batch processes, which this process's stage watcher does "
+                      "not see: no per-stage attribution.", ""]
+            continue
         lines += ["", f"Fused stages during which the process-tree RSS rose most, at {big['megabytes']:.0f} MB "
                   "(rise from the RSS at the stage's start, and the peak reached):", ""]
         lines += [f"- +{rise:.0f} MB (to {peak:.0f} MB): `{name}`" for name, rise, peak in big["stages"][:4]]
