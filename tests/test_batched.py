@@ -187,6 +187,10 @@ def test_shards_validate_and_read_with_plain_webdataset(batched) -> None:
     urls = [os.path.join(batched["out"], s.name) for s in m.shards_of("train")]
     n = sum(1 for _ in wds.WebDataset(urls, shardshuffle=False))
     assert n == m.totals["train"].samples
+    page = Path(batched["out"], "report.html").read_text()
+    assert f"{m.version} batches" in page
+    for n in range(1, m.version + 1):  # the root page links every batch's own report, which exists
+        assert f'href="versions/v{n}/report.html"' in page and Path(batched["out"], f"versions/v{n}/report.html").exists()
     index = json.loads(Path(batched["out"], f"versions/v{m.version}/dedupe/index/index.json").read_text())
     assert len(index["parts"]) >= m.version and all(p.startswith("../") for p in index["parts"][:-1])
 
