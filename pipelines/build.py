@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import apache_beam as beam
+from apache_beam.options.pipeline_options import StandardOptions
 
 from pipelines import progress
 from pipelines.accounting import build_accounts, duplicate_outcome, reject_outcome
@@ -29,7 +30,13 @@ from pipelines.files import (
     rejects_to_jsonl,
     tokenized_to_parquet,
 )
-from pipelines.options import BuildOptions, build_config_from_options, finalize_options, quiet_beam
+from pipelines.options import (
+    LOCAL_RUNNER,
+    BuildOptions,
+    build_config_from_options,
+    finalize_options,
+    quiet_beam,
+)
 from pipelines.records import SentencedDocument
 from pipelines.report import WriteReport
 from pipelines.sentences import split_sentences
@@ -178,6 +185,28 @@ def run_build(cfg: BuildConfig, output: str, beam_args: list[str] | None = None,
     return manifest
 
 
+# A one-shot build on the local runner needs about this much RSS per input byte
+# (benchmarks/results/scaling.md: 25-36 MB per MB); above the threshold, say so.
+LOCAL_RSS_PER_INPUT_BYTE = 35
+HINT_INPUT_BYTES = 256_000_000
+
+
+def batching_hint(cfg: BuildConfig) -> str | None:
+    """A warning for a one-shot local build of a big input, or None."""
+    from pipelines.ingest import list_raw_files
+
+    try:
+        total = sum(f.size for src in cfg.sources for f in list_raw_files(src.input))
+    except Exception:  # the build itself reports unreadable inputs properly
+        return None
+    if total < HINT_INPUT_BYTES:
+        return None
+    need_gb = total * LOCAL_RSS_PER_INPUT_BYTE / 1e9
+    return (f"note: {total / 1e6:,.0f} MB of input; a one-shot build on the local runner needs about "
+            f"{need_gb:,.0f} GB of RAM (Beam's FnApiRunner holds every stage's output). Pass --batch_mb 64 "
+            "to build in batches with bounded memory (docs/scaling.md), or run on Dataflow.")
+
+
 def summarize(m: Manifest) -> dict[str, Any]:
     acc = m.accounting
     return {
@@ -212,6 +241,11 @@ def main(argv: list[str] | None = None) -> int:
             raise UserError("--output URL is required")
         cfg = build_config_from_options(opts)
         _, beam_args = parser.parse_known_args(argv)
+        if o.batch_mb is None and finalize_options(BuildOptions(beam_args)).view_as(
+                StandardOptions).runner == LOCAL_RUNNER:
+            hint = batching_hint(cfg)
+            if hint:
+                print(hint, file=sys.stderr)
         summary = summarize(run_build(cfg, o.output, beam_args, batch_mb=o.batch_mb))
         summary["manifest"] = join(o.output, "manifest.json")
         summary["report"] = join(o.output, "report.html")

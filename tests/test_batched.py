@@ -272,3 +272,16 @@ def test_a_failing_batch_process_reports_the_users_error_and_commits_nothing(bat
     with pytest.raises(UserError, match="no-such.model"):
         build_in_batches(bad, str(out), batch_mb(batched["globs"]))
     assert not (out / "manifest.json").exists() and not list(out.glob("manifest-v*.json"))
+
+
+def test_a_big_one_shot_local_build_suggests_batching(tmp_path, monkeypatch) -> None:
+    from pipelines import build
+
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    (raw / "a.jsonl").write_bytes(b"x" * 3000)
+    cfg = BuildConfig.model_validate({"sources": [{"name": "news", "input": str(raw / "*.jsonl")}]})
+    assert build.batching_hint(cfg) is None
+    monkeypatch.setattr(build, "HINT_INPUT_BYTES", 2000)
+    hint = build.batching_hint(cfg)
+    assert hint is not None and "--batch_mb" in hint and "0 MB of input" in hint
