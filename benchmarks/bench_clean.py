@@ -110,7 +110,11 @@ def naive_top_ngram(text: str, n: int) -> float:
 
 
 def naive_dup_ngram(text: str, n: int) -> float:
-    words = naive_words(text)
+    return naive_dup_ngram_frac(naive_words(text), n)
+
+
+def naive_dup_ngram_frac(words: list[str], n: int) -> float:
+    """Gopher's duplicated n-gram character share, by its definition (also the tests' reference)."""
     total = sum(len(w) for w in words)
     if not total:
         return 0.0

@@ -32,7 +32,6 @@ import hashlib
 import html
 import json
 import logging
-import os
 import sys
 import time
 import traceback
@@ -52,12 +51,7 @@ from pipelines.ingest import (
 from schemas.config import BuildConfig, SourceConfig
 from schemas.errors import UserError
 from schemas.manifest import Manifest
-from schemas.storage import exists, join, read_text, redact_url, write_text_atomic
-
-
-def absolute(url: str) -> str:
-    """Local paths made absolute (to compare with listed URLs); URLs unchanged."""
-    return url if "://" in url else os.path.abspath(url) + ("/" if url.endswith("/") else "")
+from schemas.storage import exists, is_within, join, read_text, redact_url, write_text_atomic
 
 log = logging.getLogger("shardforge.batched")
 
@@ -223,10 +217,9 @@ def build_in_batches(cfg: BuildConfig, output: str, batch_mb: float, beam_args: 
     sources: dict[str, SourceConfig] = {s.name: s for s in cfg.sources}
     listing = []
     owner: dict[str, str] = {}
-    inside = output.rstrip("/") + "/"
     for src in cfg.sources:
         # The corpus's own files never count as input (an output folder under the input glob).
-        files = [f for f in list_raw_files(src.input) if not absolute(f.url).startswith(absolute(inside))]
+        files = [f for f in list_raw_files(src.input) if not is_within(f.url, output)]
         if not files:
             raise UserError(f"source {src.name}: no files match {redact_url(src.input)}")
         for f in files:
@@ -245,23 +238,21 @@ def build_in_batches(cfg: BuildConfig, output: str, batch_mb: float, beam_args: 
     if done:
         print(f"resuming {output}: {done} of {len(batches)} batches committed", file=sys.stderr)
     timings: dict[int, float] = {}
-    ran = 0
-    for i in range(done, len(batches)):
-        if max_batches is not None and ran >= max_batches:
-            break
+    stop = len(batches) if max_batches is None else min(len(batches), done + max_batches)
+    for i in range(done, stop):
         b = batches[i]
         batch_files = [(sources[name], fs) for name, fs in b.files]
         t0 = time.monotonic()
         if isolate:
             version, new_shards = _run_isolated(output, batch_files, cfg, beam_args)
-            state = recover(output, clean_orphans=False)
         else:
             res = ingest_sources(state, batch_files, cfg, beam_args)
             version, new_shards = res.version, res.new_shards
         timings[version] = time.monotonic() - t0
-        ran += 1
         print(f"[batch {i + 1}/{len(batches)}] {b.count} files, {b.size / 1e6:.3g} MB -> v{version}: "
               f"+{new_shards} shards in {timings[version]:.1f} s", file=sys.stderr, flush=True)
+    if isolate and stop > done:  # the batches committed in their own processes
+        state = recover(output, clean_orphans=False)
     if state.latest is None:
         raise UserError(f"{output}: no batch was built")
     _write_index_page(output, state.latest, timings)

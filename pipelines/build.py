@@ -241,8 +241,7 @@ def main(argv: list[str] | None = None) -> int:
             raise UserError("--output URL is required")
         cfg = build_config_from_options(opts)
         _, beam_args = parser.parse_known_args(argv)
-        if o.batch_mb is None and finalize_options(BuildOptions(beam_args)).view_as(
-                StandardOptions).runner == LOCAL_RUNNER:
+        if o.batch_mb is None and opts.view_as(StandardOptions).runner in (None, LOCAL_RUNNER):
             hint = batching_hint(cfg)
             if hint:
                 print(hint, file=sys.stderr)

@@ -63,12 +63,12 @@ from schemas.errors import UserError
 from schemas.storage import (
     exists,
     expand_glob,
+    is_within,
     join,
     open_read,
     read_text,
     relative_url,
     resolve_url,
-    scheme_path,
     write_text_atomic,
 )
 
@@ -203,7 +203,8 @@ class ExactDedupe(beam.PTransform):
         old = self.old_hashes
         if self.old_parts is not None:
             new_hashes = keyed | "NewHashes" >> beam.Keys()
-            old = self.old_parts | "OldHashes" >> beam.ParDo(_OldHashes(), beam.pvalue.AsList(new_hashes))
+            old = self.old_parts | "OldHashes" >> beam.ParDo(
+                _IndexLookup("index_exact_entries_read", set, index_exact_matches), beam.pvalue.AsList(new_hashes))
         if old is not None:
             groups["old"] = old
         res = (
@@ -467,7 +468,9 @@ class NearDedupe(beam.PTransform):
             new_keys = sketches | "NewBandKeys" >> beam.FlatMap(lambda s: [s.band_keys] if s.shingles.size else [])
             old_entries = (
                 self.old_parts
-                | "OldBucketEntries" >> beam.ParDo(_OldBucketEntries(), beam.pvalue.AsList(new_keys))
+                | "OldBucketEntries" >> beam.ParDo(
+                    _IndexLookup("index_bucket_entries_read", _unique_keys, index_bucket_entries),
+                    beam.pvalue.AsList(new_keys))
                 | "OldBucketRoot" >> beam.CombinePerKey(_SmallestNode())
             )
             entries = (entries, old_entries) | "WithOld" >> beam.Flatten()
@@ -487,7 +490,8 @@ class NearDedupe(beam.PTransform):
             # Old nodes matter only as cluster roots (resolve_cluster never removes an old member).
             old_nodes = roles | "OldRoots" >> beam.FlatMap(
                 lambda r: [r[0][1:]] if r[0].startswith(OLD) and r[1][1] else [])
-            old_full = self.old_parts | "ReadOldClustered" >> beam.ParDo(_OldByID(), beam.pvalue.AsList(old_nodes))
+            old_full = self.old_parts | "ReadOldClustered" >> beam.ParDo(
+                _IndexLookup("index_clustered_entries_read", set, _sketches_by_id), beam.pvalue.AsList(old_nodes))
             clustered = (sketches, old_full) | "WithOldClustered" >> beam.Flatten()
         keyed = clustered | "KeyByNode" >> beam.Map(lambda s: (s.node, s))
         return (
@@ -882,13 +886,13 @@ def index_bucket_entries(url: str, band_keys: np.ndarray) -> Iterator[tuple[int,
             rows = np.flatnonzero(_row_hits(t.column("band_keys").combine_chunks(), band_keys))
             if not rows.size:
                 continue
-            hit = pf.read_row_group(g, columns=["doc_id", "signature", "band_keys"]).take(rows)
+            hit = pf.read_row_group(g, columns=["doc_id", "signature"]).take(rows)
             nodes = [OLD + d for d in hit.column("doc_id").to_pylist()]
             sig_col = hit.column("signature").combine_chunks()
             sigs = sig_col.flatten().to_numpy(zero_copy_only=False).astype(np.uint32)
             sig_len = sig_col.value_lengths().to_numpy(zero_copy_only=False).astype(np.int64)
             sig_start = np.concatenate([[0], np.cumsum(sig_len)])
-            key_col = hit.column("band_keys").combine_chunks()
+            key_col = t.column("band_keys").combine_chunks().take(rows)
             values = key_col.flatten().to_numpy(zero_copy_only=False).astype(np.int64)
             row_of = np.repeat(np.arange(hit.num_rows), key_col.value_lengths().to_numpy(zero_copy_only=False))
             pos = np.minimum(np.searchsorted(band_keys, values), band_keys.size - 1)
@@ -911,61 +915,36 @@ def index_exact_matches(url: str, hashes: set[str]) -> Iterator[tuple[str, str]]
                 yield from zip(hit.column("exact_hash").to_pylist(), hit.column("doc_id").to_pylist(), strict=True)
 
 
-class _PerBatch:
-    """Memo of a value derived from a side input: computed once, not once per index part."""
-
-    def __init__(self) -> None:
-        self._src: Any = None
-        self._value: Any = None
-
-    def get(self, side: Any, derive: Any) -> Any:
-        if side is not self._src:
-            self._src, self._value = side, derive(side)
-        return self._value
+def _unique_keys(key_arrays: list[np.ndarray]) -> np.ndarray:
+    return np.unique(np.concatenate(key_arrays).astype(np.int64))
 
 
-class _OldHashes(beam.DoFn):
-    """(exact_hash, doc_id) of the index entries of one part whose hash is among the new ones."""
-
-    def __init__(self) -> None:
-        self.read = Metrics.counter(_NS, "index_exact_entries_read")
-        self.wanted = _PerBatch()
-
-    def process(self, url: str, new_hashes: list[str]) -> Iterator[tuple[str, str]]:
-        wanted = self.wanted.get(new_hashes, set)
-        if wanted:
-            for pair in index_exact_matches(url, wanted):
-                self.read.inc()
-                yield pair
+def _sketches_by_id(url: str, doc_ids: set[str]) -> Iterator[Sketch]:
+    return read_index_matches(url, doc_ids=doc_ids)
 
 
-class _OldBucketEntries(beam.DoFn):
-    """Bucket entries of the old documents of one part that share an LSH bucket with a new document."""
+class _IndexLookup(beam.DoFn):
+    """``lookup(part_url, derive(side input))`` for each index part, counting what it reads.
 
-    def __init__(self) -> None:
-        self.read = Metrics.counter(_NS, "index_bucket_entries_read")
-        self.keys = _PerBatch()
+    ``derive`` turns the batch's side input (new hashes, band keys, doc_ids)
+    into the probe once per side input, not once per part. An empty side
+    input reads nothing.
+    """
 
-    def process(self, url: str, new_keys: list[np.ndarray]) -> Iterator[tuple[int, tuple[str, np.ndarray]]]:
-        if new_keys:
-            keys = self.keys.get(new_keys, lambda ks: np.unique(np.concatenate(ks).astype(np.int64)))
-            for entry in index_bucket_entries(url, keys):
-                self.read.inc()
-                yield entry
+    def __init__(self, counter: str, derive: Any, lookup: Any) -> None:
+        self.read = Metrics.counter(_NS, counter)
+        self.derive, self.lookup = derive, lookup
+        self._side: Any = None
+        self._probe: Any = None
 
-
-class _OldByID(beam.DoFn):
-    """Full old Sketches (shingles included) of the given doc_ids, from one part."""
-
-    def __init__(self) -> None:
-        self.read = Metrics.counter(_NS, "index_clustered_entries_read")
-        self.ids = _PerBatch()
-
-    def process(self, url: str, doc_ids: list[str]) -> Iterator[Sketch]:
-        if doc_ids:
-            for s in read_index_matches(url, doc_ids=self.ids.get(doc_ids, set)):
-                self.read.inc()
-                yield s
+    def process(self, url: str, side: list[Any]) -> Iterator[Any]:
+        if not side:
+            return
+        if side is not self._side:
+            self._side, self._probe = side, self.derive(side)
+        for item in self.lookup(url, self._probe):
+            self.read.inc()
+            yield item
 
 
 class _SmallestNode(beam.CombineFn):
@@ -1005,13 +984,6 @@ def index_parts(index_url: str, cfg: DedupeConfig) -> list[str]:
     return expand_glob(join(index_url, "part-*.parquet"))
 
 
-def _inside(url: str, folder: str) -> bool:
-    """Whether url is folder itself or under it (local paths compared as absolute paths)."""
-    (us, up), (fs, fp) = scheme_path(url), scheme_path(folder)
-    up, fp = up.rstrip("/"), fp.rstrip("/")
-    return us == fs and (up == fp or up.startswith(fp + "/"))
-
-
 class _WriteIndex(beam.PTransform):
     """Write this run's entries as new parts; index.json lists the old parts (by reference) and the new.
 
@@ -1024,7 +996,7 @@ class _WriteIndex(beam.PTransform):
     def __init__(self, url: str, cfg: DedupeConfig, old_parts: Sequence[str] = (), root: str | None = None) -> None:
         super().__init__()
         self.url, self.cfg = url, cfg
-        self.old_refs = [relative_url(url, p) if root is not None and _inside(p, root) else p for p in old_parts]
+        self.old_refs = [relative_url(url, p) if root is not None and is_within(p, root) else p for p in old_parts]
 
     def expand(self, sketches: beam.PCollection) -> beam.PCollection:
         from pipelines.files import WriteParts
@@ -1096,8 +1068,8 @@ class Deduplicate(beam.PTransform):
         self.index_in = index_in if index_in is not None else cfg.index
         self.index_out = index_out
         self.index_root = index_root
-        if self.index_in and self.index_out and (_inside(self.index_out, self.index_in)
-                                                 or _inside(self.index_in, self.index_out)):
+        if self.index_in and self.index_out and (is_within(self.index_out, self.index_in)
+                                                 or is_within(self.index_in, self.index_out)):
             raise UserError("dedupe index_in and index_out must be separate folders (the new index lists the "
                             "old one's parts, which must stay as they are)")
 

@@ -56,6 +56,7 @@ from schemas.storage import (
     full_url,
     get_fs,
     invalidate,
+    is_within,
     join,
     list_names,
     read_text,
@@ -445,7 +446,7 @@ def merge_version(parent: Manifest | None, batch: Manifest, n: int, inputs: list
     for sect, key in (("tokenizer", "model_url"), ("dedupe", "index")):
         value = config.get(sect, {}).get(key)
         if value:
-            inside = root is not None and value.startswith(root.rstrip("/") + "/")
+            inside = root is not None and is_within(value, root)
             config[sect] = {**config[sect], key: relative_url(root, value) if inside else redact_url(value)}
     return Manifest(
         version=n,

@@ -515,6 +515,13 @@ def scheme_path(url: str) -> tuple[str, str]:
     return "", os.path.abspath(url)
 
 
+def is_within(url: str, folder: str) -> bool:
+    """Whether url is folder itself or under it (local paths compared as absolute paths)."""
+    (us, up), (fs, fp) = scheme_path(url), scheme_path(folder)
+    up, fp = up.rstrip("/"), fp.rstrip("/")
+    return us == fs and (up == fp or up.startswith(fp + "/"))
+
+
 def relative_url(base: str, url: str) -> str:
     """`url` as a path relative to the folder `base` when both are on the same store, else `url` itself.
 

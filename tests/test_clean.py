@@ -170,20 +170,11 @@ def test_unknown_disabled_rule_is_an_error():
     CleanDocuments(CleanConfig(disabled_rules=sorted(RULE_NAMES)))
 
 
-def naive_dup_ngram_frac(words: list[str], n: int) -> float:
-    grams = collections.Counter(tuple(words[i:i + n]) for i in range(len(words) - n + 1))
-    covered = [False] * len(words)
-    for i in range(len(words) - n + 1):
-        if grams[tuple(words[i:i + n])] > 1:
-            for j in range(i, i + n):
-                covered[j] = True
-    total = sum(len(w) for w in words)
-    return sum(len(w) for w, c in zip(words, covered, strict=True) if c) / total if total else 0.0
-
-
 @settings(max_examples=150, deadline=None)
 @given(st.lists(st.sampled_from(["a", "bb", "ccc", "dddd", "e", "ff"]), min_size=0, max_size=60))
 def test_dup_ngram_fast_path_matches_definition(ws):
+    from benchmarks.bench_clean import naive_dup_ngram_frac
+
     stats = DocStats(" ".join(ws))
     fast = stats.dup_ngram_fracs
     for n in range(5, 11):
