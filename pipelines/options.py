@@ -109,10 +109,94 @@ def build_config_from_options(opts: BuildOptions) -> BuildConfig:
     return parse_config(BuildConfig, data, what="build config")
 
 
-def finalize_options(opts: PipelineOptions) -> PipelineOptions:
-    """Default to the local FnApiRunner; keep the main session off (our DoFns are module-level)."""
+def finalize_options(opts: PipelineOptions, *, check_runner: bool = True) -> PipelineOptions:
+    """Default to the local FnApiRunner; keep the main session off (our DoFns are module-level).
+
+    check_runner: fail fast if the chosen runner cannot start here (see
+    `check_runner_ready`); the offline Dataflow translation check drives the
+    runner itself and turns it off.
+    """
     std = opts.view_as(StandardOptions)
     if not std.runner:
         std.runner = LOCAL_RUNNER
     opts.view_as(SetupOptions).save_main_session = False
+    if check_runner:
+        check_runner_ready(opts)
     return opts
+
+
+# ---------------------------------------------------------------- runner readiness
+# `--runner DataflowRunner` needs apache-beam[gcp] (our [dataflow] extra), which the
+# default install leaves out. Without it Beam constructs the pipeline anyway, probes GCS
+# for minutes and fails at submission with a long traceback: check first, in no time.
+
+DATAFLOW_RUNNERS = frozenset({"dataflow", "testdataflow"})
+# What DataflowRunner imports to stage and submit a job (apache_beam.runners.dataflow.internal.apiclient).
+DATAFLOW_MODULES = ("google.cloud.dataflow", "google.cloud.storage", "google.api_core", "google.auth")
+DATAFLOW_INSTALL = "pip install -c constraints.txt 'shardforge[dataflow]'"
+
+
+def is_dataflow_runner(runner: Any) -> bool:
+    """True for DataflowRunner by any of the names Beam accepts (DataflowRunner, dataflow, a dotted path)."""
+    if runner is None:
+        return False
+    name = runner if isinstance(runner, str) else type(runner).__name__
+    name = name.rsplit(".", 1)[-1].lower()
+    return name.removesuffix("runner") in DATAFLOW_RUNNERS
+
+
+def missing_modules(modules: tuple[str, ...]) -> list[str]:
+    """The modules of `modules` that cannot be imported here (found without importing them)."""
+    import importlib.util
+
+    missing = []
+    for m in modules:
+        try:
+            found = importlib.util.find_spec(m) is not None
+        except ImportError:  # a parent package is missing
+            found = False
+        if not found:
+            missing.append(m)
+    return missing
+
+
+def dataflow_option_errors(opts: PipelineOptions) -> list[str]:
+    """Beam's own Dataflow option checks (project, region, job name, gs:// locations, worker options), offline.
+
+    Runs Beam's validator on a copy in dry-run mode (which skips its GCS soft-delete
+    probe); when neither temp nor staging location is a valid gs:// path, reports
+    that instead of letting Beam try to create a default bucket over the network.
+    """
+    from apache_beam.options.pipeline_options import GoogleCloudOptions, TestOptions
+    from apache_beam.options.pipeline_options_validator import PipelineOptionsValidator
+    from apache_beam.runners.dataflow.dataflow_runner import DataflowRunner
+
+    copy = PipelineOptions.from_dictionary(opts.get_all_options(drop_default=True))
+    copy.view_as(TestOptions).dry_run = True
+    runner = DataflowRunner()
+    gco = copy.view_as(GoogleCloudOptions)
+    validator = PipelineOptionsValidator(copy, runner)
+    locations = [k for k in ("temp_location", "staging_location") if getattr(gco, k)]
+    if not locations:
+        return ["--temp_location gs://BUCKET/PATH is required (Beam's temp and staging files)"]
+    errors = [e for k in locations for e in validator.validate_gcs_path(gco, k)]
+    if len(errors) == len(locations):  # no usable location: Beam would create a bucket online
+        return errors
+    return validator.validate()
+
+
+def check_runner_ready(opts: PipelineOptions) -> None:
+    """Raise a one-line UserError if the chosen runner cannot run from here (no network touched).
+
+    For DataflowRunner: the Dataflow options must pass Beam's validation and
+    the client libraries of apache-beam[gcp] must be installed.
+    """
+    if not is_dataflow_runner(opts.view_as(StandardOptions).runner):
+        return
+    errors = dataflow_option_errors(opts)
+    if errors:
+        raise UserError("invalid Dataflow options: " + "; ".join(" ".join(str(e).split()) for e in errors))
+    missing = missing_modules(DATAFLOW_MODULES)
+    if missing:
+        raise UserError(f"--runner DataflowRunner needs apache-beam[gcp], which is not installed here "
+                        f"(missing {', '.join(missing)}): {DATAFLOW_INSTALL}")

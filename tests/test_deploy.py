@@ -200,6 +200,7 @@ def test_translation_catches_unpicklable_closures_and_stray_modules():
 
 def test_translation_requires_worker_image_and_valid_locations(demo_corpus):
     from deploy.dataflow.dryrun import translate
+    from schemas.errors import UserError
 
     env = dataflow_env(f"ccnews={demo_corpus['ccnews']}")
     args = script_lines(["bash", "deploy/dataflow/dataflow.sh", "print"], env)
@@ -207,8 +208,123 @@ def test_translation_requires_worker_image_and_valid_locations(demo_corpus):
     with pytest.raises(ValueError, match="sdk_container_image"):
         translate(args[:i] + args[i + 2:])
     bad = script_lines(["bash", "deploy/dataflow/dataflow.sh", "print"], {**env, "BUCKET": "b"})
-    with pytest.raises(ValueError, match="temp_location"):
+    with pytest.raises(UserError, match="temp_location"):
         translate(bad)
+
+
+# ------------------------------------------------------------------ Dataflow from a machine without GCP access
+
+# Runs a module as `python -m` would, with an audit hook that reports every attempt to
+# resolve or connect to a host other than loopback: proof that a command touched no network.
+NETGUARD = """
+import ipaddress, runpy, sys
+def loopback(h):
+    if h in (None, "localhost", b"localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(h.decode() if isinstance(h, bytes) else h).is_loopback
+    except ValueError:
+        return False
+def hook(event, args):
+    if event == "socket.getaddrinfo" and not loopback(args[0]):
+        sys.stderr.write(f"NETWORK getaddrinfo {args[0]}\\n")
+    elif event == "socket.connect" and isinstance(args[1], tuple) and not loopback(args[1][0]):
+        sys.stderr.write(f"NETWORK connect {args[1]}\\n")
+sys.addaudithook(hook)
+sys.argv = sys.argv[1:]
+runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
+"""
+# Beam prints this at import on every command (issue item 15, the CLI's business): not ours to count.
+BEAM_IMPORT_NOISE = "WARNING:root:apitools not found"
+
+
+def run_offline(module: str, args: list[str], timeout: float) -> tuple[subprocess.CompletedProcess, float, list[str]]:
+    """Run `python -m module args` as a user without GCP access would: no emulator in the environment.
+
+    Returns the process, its wall time, and its stderr lines (Beam's import
+    warning left out); fails if the command tried to reach any host but loopback.
+    """
+    import time
+
+    env = {k: v for k, v in os.environ.items() if k not in ("STORAGE_EMULATOR_HOST", "FSSPEC_GS_TOKEN")}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    t0 = time.monotonic()
+    res = subprocess.run([sys.executable, "-c", NETGUARD, module, *args], env=env, capture_output=True,
+                         text=True, cwd=ROOT, timeout=timeout)
+    wall = time.monotonic() - t0
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip() and not ln.startswith(BEAM_IMPORT_NOISE)]
+    assert not [ln for ln in lines if ln.startswith("NETWORK")], lines
+    return res, wall, lines
+
+
+DATAFLOW_FLAGS = ["--runner", "DataflowRunner", "--project", "my-project", "--region", "us-central1",
+                  "--temp_location", "gs://my-bucket/beam/tmp"]
+
+
+def test_dataflow_run_without_gcp_extra_fails_at_once_in_one_line(demo_corpus):
+    from pipelines.options import DATAFLOW_MODULES, missing_modules
+
+    # The test environment deliberately lacks apache-beam[gcp] (ENVIRONMENT.md: its auth stack
+    # retries for credentials on every offline gs:// access); this is the user's situation.
+    assert missing_modules(DATAFLOW_MODULES), "apache-beam[gcp] is installed in the test environment"
+    # Before: 4 m 36 s of GCS retries, then a 45-line traceback. A 60 s limit proves the difference.
+    res, wall, lines = run_offline("pipelines.build", [
+        "--input", f"ccnews={demo_corpus['ccnews']}", "--output", "gs://my-corpora/en-v1", *DATAFLOW_FLAGS],
+        timeout=60)
+    assert res.returncode == 2, res.stderr
+    assert len(lines) == 1, lines
+    assert "apache-beam[gcp]" in lines[0] and "shardforge[dataflow]" in lines[0], lines
+    assert "Traceback" not in res.stderr and res.stdout == ""
+    assert wall < 30, wall
+    # The extra the message names exists, at the Beam version the job is built with.
+    extra = pyproject()["optional-dependencies"]["dataflow"]
+    assert extra == [f"apache-beam[gcp]=={pin_of(pyproject()['optional-dependencies']['pipelines'], 'apache-beam')}"]
+
+
+def test_dataflow_option_mistakes_are_one_line(demo_corpus):
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from pipelines.options import check_runner_ready, dataflow_option_errors
+    from schemas.errors import UserError
+
+    for flags, expect in [(["--project", "p"], "Invalid Project ID (p)"),
+                          (["--temp_location", "gs://b/tmp"], "Invalid GCS bucket (gs://b/tmp)")]:
+        argv = list(DATAFLOW_FLAGS)
+        argv[argv.index(flags[0]) + 1] = flags[1]
+        res, wall, lines = run_offline("pipelines.build", [
+            "--input", demo_corpus["ccnews"], "--output", "gs://my-corpora/en-v1", *argv], timeout=60)
+        assert res.returncode == 2 and len(lines) == 1, (flags, res.stderr)
+        assert lines[0].startswith("error: invalid Dataflow options: ") and expect in lines[0], lines
+        assert wall < 30, wall
+    # Beam's other Dataflow checks, offline and without Beam creating a default bucket.
+    ok = PipelineOptions(DATAFLOW_FLAGS[2:])
+    assert dataflow_option_errors(ok) == []
+    assert dataflow_option_errors(PipelineOptions(["--project", "my-project", "--temp_location",
+                                                   "gs://my-bucket/t"])) == ["Missing required option: region."]
+    assert "required" in dataflow_option_errors(PipelineOptions(["--project", "my-project", "--region", "r"]))[0]
+    bad_job = PipelineOptions([*DATAFLOW_FLAGS, "--job_name", "Bad_Name"])
+    with pytest.raises(UserError, match="Invalid job_name"):
+        check_runner_ready(bad_job)
+    check_runner_ready(PipelineOptions(["--runner", "FnApiRunner", "--project", "p"]))  # not Dataflow: no check
+
+
+def test_offline_check_translates_gs_inputs_without_network():
+    args = [*DATAFLOW_FLAGS, "--sdk_container_image", IMAGE, "--sdk_location", "container",
+            "--input", "ccnews=gs://my-raw/ccnews/*.jsonl.gz", "--output", "gs://my-corpora/en-v1"]
+    # Before: the glob was listed at construction: 3 m 44 s of retries, then a DNS error.
+    res, wall, lines = run_offline("deploy.dataflow.dryrun", args, timeout=120)
+    assert res.returncode == 0, res.stderr
+    summary = json.loads(res.stdout)
+    assert summary["images"] == [IMAGE] and summary["pickled_fns"] > 20 and lines == []
+    assert wall < 90, wall
+    # What constructing the build would read remotely is refused in one line, not fetched.
+    for extra, name in [(["--config", "gs://my-bucket/build.yaml"], "--config"),
+                        (["--tokenizer", "gs://my-bucket/spm.model"], "tokenizer.model_url"),
+                        (["--dedupe_index", "s3://my-bucket/index"], "dedupe.index")]:
+        res, wall, lines = run_offline("deploy.dataflow.dryrun", [*args, *extra], timeout=60)
+        assert res.returncode == 2 and len(lines) == 1, (extra, res.stderr)
+        assert name in lines[0] and "offline" in lines[0], lines
+        assert wall < 30, wall
 
 
 def test_dataflow_dockerfile():

@@ -72,6 +72,8 @@ from apache_beam.transforms.display import DisplayData
 from google.protobuf.struct_pb2 import Struct
 
 from deploy.dataflow.main import make_pipeline
+from pipelines.options import dataflow_option_errors
+from schemas.errors import UserError
 
 # Top-level modules the Dataflow workers must never need: the trainer half,
 # test code, or anything pickled from a script's main session.
@@ -279,18 +281,15 @@ def translate(argv: list[str]) -> Translation:
         raise ValueError(f"flags no pipeline option defines (Beam would drop them): {unknown}")
     # --dry_run makes Beam's validator skip the GCS soft-delete probe (a network call).
     argv = [*argv, "--dry_run=True"]
+    # Beam's Dataflow option checks, offline (a bad project, region or gs:// location is one line,
+    # and no default bucket is created over the network when both locations are bad).
+    errors = dataflow_option_errors(PipelineOptions(argv))
+    if errors:
+        raise UserError("invalid Dataflow options: " + "; ".join(" ".join(str(e).split()) for e in errors))
     runner = DataflowRunner()
-    # When both GCS locations are invalid Beam falls back to creating a default
-    # bucket over the network (a 120 s retry offline): check them first, with Beam's rule.
-    from apache_beam.options.pipeline_options_validator import PipelineOptionsValidator
-
-    gco = PipelineOptions(argv).view_as(GoogleCloudOptions)
-    validator = PipelineOptionsValidator(gco, runner)
-    errors = [e for k in ("temp_location", "staging_location") if getattr(gco, k)
-              for e in validator.validate_gcs_path(gco, k)]
-    if errors or not (gco.temp_location or gco.staging_location):
-        raise ValueError(f"Dataflow needs a valid gs://bucket/path temp_location: {errors or 'none given'}")
-    p, _, _, options = make_pipeline(argv, runner=runner)  # runs Beam's Dataflow options validator
+    # offline: nothing remote is listed or read while the graph is built (gs:// input globs stand
+    # for their files); Pipeline() runs Beam's Dataflow options validator again.
+    p, _, _, options = make_pipeline(argv, runner=runner, offline=True)
     return translate_pipeline(p, options, runner)
 
 
@@ -361,13 +360,16 @@ def translate_pipeline(p: Pipeline, options: PipelineOptions, runner: DataflowRu
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Translate and print a JSON summary; exit 1 with the reason if the job would not build."""
+    """Translate and print a JSON summary; exit 2 on a user error, 1 if the job would not build, one line each."""
     from pipelines.options import quiet_beam
 
     quiet_beam()
     argv = sys.argv[1:] if argv is None else argv
     try:
         t = translate(argv)
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     except Exception as e:  # noqa: BLE001 - report any translation failure as one line
         print(f"dataflow translation failed: {type(e).__name__}: {e}", file=sys.stderr)
         return 1

@@ -23,26 +23,56 @@ from pipelines.build import build_pipeline
 from pipelines.options import BuildOptions, build_config_from_options, finalize_options, quiet_beam
 from schemas.config import BuildConfig
 from schemas.errors import UserError
+from schemas.storage import redact_url
 
 
-def make_pipeline(argv: list[str], runner: beam.runners.PipelineRunner | None = None
+def make_pipeline(argv: list[str], runner: beam.runners.PipelineRunner | None = None, *, offline: bool = False
                   ) -> tuple[beam.Pipeline, BuildConfig, str, PipelineOptions]:
     """Parse build flags + Beam options and construct (not run) the whole build pipeline.
 
     `runner` overrides the runner named by --runner (the translation check
-    passes a DataflowRunner instance it drives itself).
+    passes a DataflowRunner instance it drives itself, so the check that the
+    runner's client libraries are installed is skipped then).
+    offline: construct without reading anything remote (the translation
+    check): input globs are not listed (each source's pattern stands for its
+    files in the graph), and a remote config, tokenizer or dedupe index,
+    which construction would read, is refused with one line.
     """
-    opts = finalize_options(BuildOptions(argv))
+    opts = finalize_options(BuildOptions(argv), check_runner=runner is None)
     o = opts.view_as(BuildOptions)
     if not o.output:
         raise UserError("--output URL is required")
     if o.batch_mb is not None:
         raise UserError("--batch_mb runs a chain of jobs from a driver that waits for each: use "
                         "`python -m pipelines.build --batch_mb …` (Dataflow's workers need no batching)")
+    if offline:
+        refuse_remote_reads(o)
     cfg = build_config_from_options(opts)
+    if offline:
+        refuse_remote_reads(cfg)
     p = beam.Pipeline(runner=runner or opts.view_as(StandardOptions).runner, options=opts)
-    build_pipeline(p, cfg, o.output)
+    files = {src.name: [src.input] for src in cfg.sources} if offline else None
+    build_pipeline(p, cfg, o.output, files=files)
     return p, cfg, o.output, opts
+
+
+def is_remote(url: str | None) -> bool:
+    """True for a URL with a scheme other than the local file system (gs://, s3://, http://, ...)."""
+    if not url or "://" not in url:
+        return False
+    return url.split("://", 1)[0].lower() not in ("file", "local")
+
+
+def refuse_remote_reads(what: BuildOptions | BuildConfig) -> None:
+    """Refuse, in one line, the remote files that constructing the build reads (offline checks only)."""
+    if isinstance(what, BuildConfig):
+        urls = {"tokenizer.model_url": what.tokenizer.model_url, "dedupe.index": what.dedupe.index}
+    else:
+        urls = {"--config": what.config}
+    for name, url in urls.items():
+        if is_remote(url):
+            raise UserError(f"the offline check reads nothing remote, but constructing the build reads {name} "
+                            f"{redact_url(url)}: check with a local copy, or without it")
 
 
 def main(argv: list[str] | None = None) -> int:
