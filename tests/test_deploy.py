@@ -69,6 +69,86 @@ def pin_of(reqs: list[str], name: str) -> str:
     raise AssertionError(f"{name} is not pinned with == in {reqs}")
 
 
+def dockerfile_args(instrs: list[tuple[str, str]]) -> dict[str, str]:
+    """ARG defaults (NAME=value) of a Dockerfile."""
+    return {a.split("=", 1)[0]: a.split("=", 1)[1] for k, a in instrs if k == "ARG" and "=" in a}
+
+
+def base_images(instrs: list[tuple[str, str]]) -> dict[str, str]:
+    """Every stage's base image with ARG defaults substituted, by stage alias ("" for an unnamed stage)."""
+    args = dockerfile_args(instrs)
+    out = {}
+    for k, a in instrs:
+        if k == "FROM":
+            image, _, alias = re.sub(r"\$\{(\w+)\}", lambda m: args[m.group(1)], a).partition(" AS ")
+            out[alias.strip()] = image.strip()
+    return out
+
+
+def constraints() -> dict[str, str]:
+    """constraints.txt as {canonical name: pinned version}; every line must be an exact pin."""
+    from packaging.utils import canonicalize_name
+
+    pins: dict[str, str] = {}
+    for line in (ROOT / "constraints.txt").read_text().splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        m = re.fullmatch(r"([A-Za-z0-9][A-Za-z0-9._-]*)==([A-Za-z0-9.!+_-]+)", line.strip())
+        assert m, f"constraints.txt: not an exact pin: {line!r}"
+        name = str(canonicalize_name(m.group(1)))
+        assert name not in pins, f"constraints.txt pins {name} twice"
+        pins[name] = m.group(2)
+    return pins
+
+
+def lock_python() -> str:
+    """The Python minor version constraints.txt was resolved with (from its header)."""
+    m = re.search(r"\(Python (\d+\.\d+)\.\d+", (ROOT / "constraints.txt").read_text())
+    assert m, "constraints.txt header names no Python version"
+    return m.group(1)
+
+
+def check_image_hygiene(dockerfile: Path, extras: list[str]) -> None:
+    """Pinned bases, dependencies from constraints.txt in a layer before the code, a non-root user."""
+    from deploy.requirements import requirements
+
+    instrs = dockerfile_instructions(dockerfile)
+    # Every base image has a release tag (or a digest), never :latest or no tag at all.
+    for alias, image in base_images(instrs).items():
+        m = re.fullmatch(r"[\w.\-/]+(:(?P<tag>[\w][\w.\-]*))?(@sha256:[0-9a-f]{64})?", image)
+        assert m and (m.group("tag") or "@sha256:" in image), (alias, image)
+        assert m.group("tag") != "latest", (alias, image)
+    stage = final_stage(instrs)
+    runs = [a for k, a in stage if k == "RUN"]
+    # Every pip install resolves against constraints.txt, or resolves nothing (--no-deps).
+    for run in runs:
+        for cmd in re.split(r"&&|;", run):
+            if "pip install" in cmd:
+                assert "-c constraints.txt" in cmd or "--no-deps" in cmd, cmd
+    # The dependency layer comes before any source is copied: code edits do not re-resolve.
+    deps = next(i for i, (k, a) in enumerate(stage) if k == "RUN" and "-r /tmp/requirements.txt" in a)
+    assert f"requirements.py {' '.join(extras)}" in stage[deps][1]
+    before = [a.split()[:-1] for k, a in stage[:deps] if k == "COPY" and not a.startswith("--from")]
+    assert sorted(f for files in before for f in files) == ["constraints.txt", "deploy/requirements.py",
+                                                           "pyproject.toml"], before
+    code = [i for i, (k, a) in enumerate(stage) if k == "COPY" and a.split()[0] in ("schemas/", "pipelines/",
+                                                                                   "trainer/", "shardforge/")]
+    assert code and min(code) > deps
+    assert any("pip install --no-deps" in stage[i][1] for i in range(max(code), len(stage)) if stage[i][0] == "RUN")
+    # The requirements the image installs are pyproject's (read by the same script).
+    proj = pyproject()
+    want = [*proj["dependencies"], *(r for e in extras for r in proj["optional-dependencies"][e])]
+    assert set(want) <= set(requirements(extras))
+    # It runs as an unprivileged user that the image creates: USER uid:gid, last, before the entrypoint.
+    users = [i for i, (k, _) in enumerate(stage) if k == "USER"]
+    assert users, f"{dockerfile}: no USER (runs as root)"
+    uid, _, gid = stage[users[-1]][1].partition(":")
+    assert uid.isdigit() and int(uid) > 0 and gid.isdigit(), stage[users[-1]]
+    assert users[-1] < next(i for i, (k, _) in enumerate(stage) if k == "ENTRYPOINT")
+    assert not [a for k, a in stage[users[-1]:] if k == "RUN"], "RUN after USER: installs must be root's"
+    assert any(f"useradd --uid {uid} " in a for a in runs)
+
+
 def script_lines(cmd: list[str], env: dict[str, str]) -> list[str]:
     res = subprocess.run(cmd, env={**os.environ, **env}, capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert res.returncode == 0, res.stderr
@@ -330,24 +410,29 @@ def test_offline_check_translates_gs_inputs_without_network():
 def test_dataflow_dockerfile():
     instrs = dockerfile_instructions(DEPLOY / "dataflow" / "Dockerfile")
     stage = final_stage(instrs)
+    images = base_images(instrs)
     beam_version = pin_of(pyproject()["optional-dependencies"]["pipelines"], "apache-beam")
-    assert stage[0] == ("FROM", f"apache/beam_python3.11_sdk:{beam_version}")
+    # Beam's boot binary comes from the Beam image of the pinned version; Python is the lock's minor.
+    assert images["beam"] == f"apache/beam_python3.11_sdk:{beam_version}"
+    assert images[""].startswith(f"python:{lock_python()}.") and "-slim" in images[""], images
     import apache_beam
 
     assert apache_beam.__version__ == beam_version
+    assert any(a.startswith("--from=beam") and "/opt/apache/beam" in a for k, a in stage if k == "COPY")
     runs = " ".join(a for k, a in stage if k == "RUN")
-    assert '".[pipelines]"' in runs
-    assert "[trainer]" not in runs and "pip install torch" not in runs
+    assert "requirements.py pipelines dataflow" in runs
+    assert "trainer" not in runs.replace("torch must not", "") and "pip install torch" not in runs
     copies = [a.split()[0] for k, a in stage if k == "COPY" and not a.startswith("--from")]
     assert "trainer/" not in copies and "schemas/" in copies and "pipelines/" in copies
     assert json.loads(dict(stage)["ENTRYPOINT"]) == ["/opt/apache/beam/boot"]
-    env = dict(a.split("=", 1) for k, a in stage if k == "ENV")
+    env = dict(a.split("=", 1) for k, a in stage if k == "ENV" and "=" in a and " " not in a.split("=", 1)[0])
     py_file = env["FLEX_TEMPLATE_PYTHON_PY_FILE"]
     copied = {f"/opt/shardforge/{a.split()[1]}": a.split()[0] for k, a in stage if k == "COPY" and "deploy/" in a}
     assert copied[py_file] == "deploy/dataflow/main.py" and (ROOT / copied[py_file]).exists()
     assert any(a.startswith("--from=launcher") and "python_template_launcher" in a for k, a in stage if k == "COPY")
     ignored = (DEPLOY / "dataflow" / "Dockerfile.dockerignore").read_text().split()
-    assert "trainer" in ignored and ".venv" in ignored
+    assert "trainer" in ignored and ".venv" in ignored and "constraints.txt" not in ignored
+    check_image_hygiene(DEPLOY / "dataflow" / "Dockerfile", ["pipelines", "dataflow"])
 
 
 def test_flex_template_metadata_matches_build_options(demo_corpus):
@@ -418,26 +503,98 @@ def test_multi_process_build_is_byte_identical(demo_corpus, tmp_path):
 
 def test_trainer_dockerfile():
     instrs = dockerfile_instructions(DEPLOY / "trainer" / "Dockerfile")
-    args = {a.split("=", 1)[0]: a.split("=", 1)[1] for k, a in instrs if k == "ARG" and "=" in a}
-    base = instrs[[k for k, _ in instrs].index("FROM")][1]
-    base = re.sub(r"\$\{(\w+)\}", lambda m: args[m.group(1)], base)
-    assert re.match(r"(nvidia/cuda:[\d.]+-(cudnn-)?runtime|pytorch/pytorch:[\d.]+-cuda)", base), base
+    args = dockerfile_args(instrs)
+    base = base_images(instrs)[""]
+    assert base.startswith(f"python:{lock_python()}.") and "-slim" in base, base
     torch_pin = pin_of(pyproject()["optional-dependencies"]["trainer"], "torch")
-    assert args["TORCH_VERSION"] == torch_pin
+    assert args["TORCH_VERSION"] == torch_pin == constraints()["torch"]
     runs = [a for k, a in instrs if k == "RUN"]
     torch_run = next(i for i, a in enumerate(runs) if "torch==${TORCH_VERSION}" in a)
-    extra_run = next(i for i, a in enumerate(runs) if '".[trainer]"' in a)
+    extra_run = next(i for i, a in enumerate(runs) if "requirements.py trainer" in a)
     assert torch_run < extra_run, "CUDA torch must be installed before the extra (which pins torch)"
     assert "--index-url" in runs[torch_run] and "cu" in args["TORCH_INDEX_URL"].rsplit("/", 1)[-1]
+    assert "-c constraints.txt" in runs[torch_run]
     text = " ".join(runs)
-    assert "pipelines]" not in text and "apache-beam" not in text
+    assert "pipelines" not in text and "apache-beam" not in text and "dataflow" not in text
     copies = [a.split()[0] for k, a in instrs if k == "COPY"]
     assert "pipelines/" not in copies and "trainer/" in copies
     entry = json.loads(dict(instrs)["ENTRYPOINT"])
     assert entry == ["bash", "/opt/shardforge/deploy/trainer/launch.sh"]
     assert any(a.split() == ["deploy/trainer/launch.sh", "deploy/trainer/launch.sh"] for k, a in instrs if k == "COPY")
     ignored = (DEPLOY / "trainer" / "Dockerfile.dockerignore").read_text().split()
-    assert "pipelines" in ignored
+    assert "pipelines" in ignored and "constraints.txt" not in ignored
+    check_image_hygiene(DEPLOY / "trainer" / "Dockerfile", ["trainer"])
+
+
+# ------------------------------------------------------------------ one set of versions: constraints.txt
+
+def test_constraints_pin_every_requirement_of_every_extra():
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+    from packaging.version import Version
+
+    from deploy.requirements import requirements
+
+    pins = constraints()
+    text = (ROOT / "constraints.txt").read_text()
+    assert "bash scripts/lock.sh" in text  # the regeneration command is in the file itself
+    extras = sorted(pyproject()["optional-dependencies"])
+    assert {"pipelines", "trainer", "dev", "dataflow"} <= set(extras)
+    for r in requirements(extras):
+        req = Requirement(r)
+        name = str(canonicalize_name(req.name))
+        assert name in pins, f"{r} is not in constraints.txt: run bash scripts/lock.sh"
+        assert req.specifier.contains(Version(pins[name]), prereleases=True), (r, pins[name])
+    # DataflowRunner's client ([dataflow] = apache-beam[gcp]) is locked too, not only its name.
+    assert {"google-cloud-dataflow-client", "google-cloud-storage", "google-auth"} <= set(pins)
+    # torch without a local label, so the GPU image's 2.13.0+cu128 satisfies the same pin as CPU's +cpu.
+    assert "+" not in pins["torch"]
+    assert re.fullmatch(r"\d+\.\d+", lock_python())
+
+
+def test_test_environment_is_the_locked_one():
+    """The tests run on the versions the images and scripts/setup.sh install (else: run scripts/lock.sh)."""
+    import importlib.metadata as md
+
+    from packaging.utils import canonicalize_name
+
+    pins = constraints()
+    differ = {}
+    for dist in md.distributions():
+        name = str(canonicalize_name(dist.metadata["Name"]))
+        if name in pins and name != "shardforge" and dist.version.split("+")[0] != pins[name]:
+            differ[name] = (dist.version, pins[name])
+    assert not differ, f"installed != constraints.txt (installed, locked): {differ}"
+
+
+def test_setup_script_installs_from_the_constraints():
+    setup = (ROOT / "scripts" / "setup.sh").read_text()
+    installs = [ln for ln in setup.splitlines() if "pip install" in ln and not ln.lstrip().startswith("#")]
+    assert len(installs) >= 3, installs
+    assert all("-c constraints.txt" in ln for ln in installs), installs
+    # torch first, at the lock's pin; then the extras the tests need. Never [dataflow] (its auth
+    # stack makes every offline gs:// access retry for credentials).
+    torch_line = next(i for i, ln in enumerate(installs) if "torch_pin" in ln)
+    extras_line = next(i for i, ln in enumerate(installs) if '-e ".[' in ln)
+    assert torch_line < extras_line
+    assert "grep -m1 -E '^torch==' constraints.txt" in setup
+    assert '".[pipelines,trainer,dev]"' in installs[extras_line] and "dataflow" not in installs[extras_line]
+    # The reinstall stamp changes when either file does.
+    stamp = next(ln for ln in setup.splitlines() if ln.startswith("want="))
+    assert "pyproject.toml" in stamp and "constraints.txt" in stamp
+    # The lock script resolves exactly the extras the images and setup.sh use, and pins torch without label.
+    lock = (ROOT / "scripts" / "lock.sh").read_text()
+    assert '".[pipelines,trainer,dev,dataflow]"' in lock and "freeze --all" in lock and "+.*/\\1/" in lock
+
+
+def test_kubernetes_runs_the_image_user():
+    docs = k8s_docs()
+    c = docs["Job"]["spec"]["template"]["spec"]["containers"][0]
+    instrs = final_stage(dockerfile_instructions(DEPLOY / "trainer" / "Dockerfile"))
+    uid, _, gid = [a for k, a in instrs if k == "USER"][-1].partition(":")
+    sc = c["securityContext"]
+    assert sc["runAsNonRoot"] is True and sc["allowPrivilegeEscalation"] is False
+    assert (sc["runAsUser"], sc["runAsGroup"]) == (int(uid), int(gid))
 
 
 def test_kubernetes_manifest_structure():
@@ -504,6 +661,8 @@ def test_launcher_single_node_defaults_and_required_urls(trainer_flags):
 
 
 def test_deploy_scripts_pass_bash_syntax_check():
-    for script in sorted(glob.glob(str(DEPLOY / "**" / "*.sh"), recursive=True)):
+    scripts = sorted(glob.glob(str(DEPLOY / "**" / "*.sh"), recursive=True) + glob.glob(str(ROOT / "scripts" / "*.sh")))
+    assert any(s.endswith("lock.sh") for s in scripts)
+    for script in scripts:
         res = subprocess.run(["bash", "-n", script], capture_output=True, text=True)
         assert res.returncode == 0, (script, res.stderr)

@@ -13,7 +13,8 @@
 #   BUCKET                bucket for Beam temp/staging files and the template spec
 #   IMAGE                 worker image (default REGION-docker.pkg.dev/PROJECT/shardforge/build:VERSION)
 #   INPUT                 one raw source, NAME=URL or URL (gs:// glob); CONFIG for several
-#   CONFIG                build config (YAML/JSON) on GCS
+#   CONFIG                build config (YAML/JSON): gs:// for launch; run reads it where it runs;
+#                         check reads nothing remote: give it a local copy
 #   OUTPUT                corpus folder, gs://…
 #   MACHINE_TYPE          worker machine type (default n2-standard-4)
 #   MAX_WORKERS           autoscaling ceiling (default 32)
@@ -100,7 +101,7 @@ case "$cmd" in
       --parameters "$params"
     ;;
   *)
-    sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'
     [[ -z "$cmd" || "$cmd" == -h || "$cmd" == --help ]] || exit 2
     ;;
 esac
