@@ -36,17 +36,18 @@ class _M(BaseModel):
 # Readers never open other manifest values (config, inputs, parent URLs): they are records.
 _SEGMENT = re.compile(r"^[A-Za-z0-9._-]+$")
 MAX_NAME_LEN = 1024
-PATH_RULE = ("a manifest may name only plain relative paths inside the corpus: '/'-separated "
-             "[A-Za-z0-9._-] segments, no scheme, no absolute path, no '.' or '..' segment, no backslash")
+NOT_INSIDE = "not a plain relative path inside the corpus"
+PATH_RULE = ("a manifest names only plain relative paths inside the corpus: '/'-separated [A-Za-z0-9._-] "
+             "segments, no scheme, no absolute path, no '.' or '..' segment, no backslash (docs/storage.md)")
 
 
 def check_corpus_name(name: str) -> str:
     """name if it is a plain relative path inside the corpus (the path rule); else ValueError saying why."""
     shown = name[:80] + ("…" if len(name) > 80 else "")
     if not name or len(name) > MAX_NAME_LEN:
-        raise ValueError(f"{shown!r} is empty or too long; {PATH_RULE}")
+        raise ValueError(f"name {shown!r} is empty or longer than {MAX_NAME_LEN} characters, {NOT_INSIDE}")
     if any(seg in ("", ".", "..") or not _SEGMENT.match(seg) for seg in name.split("/")):
-        raise ValueError(f"unsafe name {shown!r}: {PATH_RULE}")
+        raise ValueError(f"unsafe name {shown!r}, {NOT_INSIDE}")
     return name
 
 
@@ -191,7 +192,9 @@ def parse_manifest(text: str, where: str = "manifest") -> Manifest:
     try:
         return Manifest.model_validate(data)
     except ValidationError as e:
-        raise UserError(f"{where} is not a valid shardforge manifest: {format_validation_error(e)}") from None
+        why = format_validation_error(e).replace("Value error, ", "")
+        rule = f"; {PATH_RULE}" if NOT_INSIDE in why else ""
+        raise UserError(f"{where} is not a valid shardforge manifest: {why}{rule}") from None
 
 
 def load_manifest(url: str) -> tuple[Manifest, str]:

@@ -83,7 +83,8 @@ def load_latest_checkpoint(run: str) -> tuple[str, dict[str, Any]] | None:
         try:
             state = load_checkpoint(url)
         except UserError as e:
-            log.warning("skipping checkpoint %s: it does not load (%s)", url, str(e).removeprefix(url).strip())
+            why = str(e).removeprefix(f"{url} is not a loadable shardforge checkpoint: ")
+            log.warning("skipping checkpoint %s: it does not load (%s)", url, why)
             skipped.append(url)
             continue
         if not isinstance(state, dict):

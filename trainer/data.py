@@ -309,8 +309,10 @@ class _Ctx:
 
     def corrupt(self, e: _ShardCorrupt, shard: int) -> None:
         if self.policy == "fail":
-            raise UserError(f"corrupt shard {e.shard}: {e.reason} (set corrupt_policy='skip' to skip it)") from e
+            raise UserError(f"corrupt shard {e.shard}: {e.reason} (train with corrupt_shards=skip to skip "
+                            "it)") from e
         if shard not in self.skipped:
+            log.warning("corrupt shard %s: %s", e.shard, e.reason)  # why; the main process says it skips it
             self.skipped.add(shard)
             self.new.append(self.plan.names[shard])
 
