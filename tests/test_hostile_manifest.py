@@ -284,11 +284,12 @@ def test_a_token_id_past_the_vocabulary_is_a_corrupt_shard_under_either_policy(c
 # ---------------------------------------------------------------- 10: checksum before use
 
 def _flip_payload_byte(path: str) -> None:
-    """One token byte of the first sample: the tar stays well-formed, its sha256 does not match."""
+    """The low byte of the first sample's second token (id +- 1, still in the vocabulary): the tar stays
+    well-formed and every sample check passes; only the sha256 tells."""
     with open(path, "r+b") as f:
-        f.seek(512 + 128 + 3)
+        f.seek(512 + 128 + 2)
         b = f.read(1)
-        f.seek(512 + 128 + 3)
+        f.seek(512 + 128 + 2)
         f.write(bytes([b[0] ^ 0x01]))
 
 
