@@ -179,7 +179,7 @@ def latest_manifest_url(root: str) -> str:
         name = read_text(join(root, LATEST_NAME)).strip()
     except FileNotFoundError:
         return join(root, MANIFEST_NAME)
-    if not name or "/" in name or not name.endswith(".json"):
+    if not _SEGMENT.match(name) or not name.endswith(".json"):  # one plain segment: the path rule holds
         raise UserError(f"{join(root, LATEST_NAME)} does not name a manifest: {name[:80]!r}")
     return join(root, name)
 
