@@ -41,7 +41,7 @@ from pipelines.records import SentencedDocument
 from pipelines.report import WriteReport
 from pipelines.sentences import split_sentences
 from pipelines.sources import ReadSource
-from pipelines.tokenizer import MODEL_PATH, Tokenize, TrainTokenizer, load_model
+from pipelines.tokenizer import MODEL_PATH, Tokenize, TrainTokenizer, load_model, store_model
 from schemas.config import BuildConfig
 from schemas.errors import UserError, run_cli
 from schemas.intermediate import CLEAN_DIR, TOKENIZED_DIR
@@ -114,11 +114,13 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig, output: str, *,
 
     sentenced = kept | "SplitSentences" >> beam.Map(to_sentences)
     if cfg.tokenizer.model_url:
-        model = p | "ReuseTokenizer" >> beam.Create([load_model(cfg.tokenizer.model_url)])
-        tokenizer_path = cfg.tokenizer.model_url
+        # Read now (a relative path means the caller's working directory) and copied into the
+        # corpus: its manifest then names the copy, like a trained model (the path rule).
+        model = (p | "ReuseTokenizer" >> beam.Create([load_model(cfg.tokenizer.model_url)])
+                 | "CopyTokenizer" >> beam.Map(store_model, output))
     else:
         model = sentenced | "TrainTokenizer" >> TrainTokenizer(cfg.tokenizer, cfg.seed, output)
-        tokenizer_path = MODEL_PATH
+    tokenizer_path = MODEL_PATH
     tokenized_all = sentenced | "Tokenize" >> Tokenize(model, cfg.tokenizer.encode_batch, cfg.tokenizer.encode_threads)
     tokenized = tokenized_all | "HasTokens" >> beam.Filter(lambda d: d.num_tokens > 0)
 

@@ -225,7 +225,7 @@ class WriteCorpus(beam.PTransform):
     def expand(self, tokenized):
         cfg, output = self.cfg, self.output
         AsSingleton = beam.pvalue.AsSingleton
-        vocab = self.model | "VocabSize" >> beam.Map(lambda m: tokenizer_info(m, cfg.tokenizer, "").vocab_size)
+        vocab = self.model | "VocabSize" >> beam.Map(lambda m: tokenizer_info(m, cfg.tokenizer, MODEL_PATH).vocab_size)
 
         def route(d: TokenizedDocument, groups: int):
             split = split_of(d.doc_id, cfg.seed, cfg.packing.valid_fraction)

@@ -34,7 +34,7 @@ from pipelines.tokenizer import MODEL_PATH, load_model
 from schemas.config import BuildConfig, parse_config
 from schemas.errors import UserError, run_cli
 from schemas.intermediate import TOKENIZED_SCHEMA
-from schemas.manifest import MANIFEST_NAME, Manifest, SourceAccount, load_manifest
+from schemas.manifest import MANIFEST_NAME, Manifest, SourceAccount, load_manifest, tokenizer_url
 from schemas.storage import exists, expand_glob, join, open_read, sha256_bytes, write_bytes_atomic
 
 PART_GLOB = "part-*.parquet"
@@ -70,7 +70,7 @@ class RepackOptions(PipelineOptions):
         add("--shard_samples", type=int, default=None, help="Target shard size in samples (default: the parent's).")
         add("--groups", type=int, default=None, help="Packing groups (default: from the token count).")
         add("--tokenizer_ref", action="store_true", default=False,
-            help="Reference the parent's tokenizer by URL instead of copying it into the new corpus.")
+            help="Refused: a manifest names only files inside its corpus, so the tokenizer is always copied.")
 
 
 # ------------------------------------------------------------------ the parent
@@ -94,11 +94,6 @@ def absolute(url: str) -> str:
     return url if "://" in url else os.path.abspath(url)
 
 
-def resolve_path(root: str, path: str) -> str:
-    """A manifest path: relative to the corpus root, or already an absolute URL/path (the trainer's rule)."""
-    return path if "://" in path or path.startswith("/") else join(root, path)
-
-
 def _same(a: str, b: str) -> bool:
     return absolute(a).rstrip("/") == absolute(b).rstrip("/")
 
@@ -111,11 +106,17 @@ def _tokenized_folders(root: str, manifest: Manifest) -> list[str]:
         chain.append(load_manifest(join(root, chain[-1].parent))[0])
     folders = []
     for m in reversed(chain):
-        rel = m.intermediates.get("tokenized")
+        rel = m.intermediates.get("tokenized")  # a plain relative name (the manifest path rule)
+        if not rel and m.parent and m.version == 1 and "/" in m.parent:
+            # A repack's documents stay with the corpus it was repacked from; its manifest records that
+            # corpus but a reader never opens what a manifest names outside the corpus (docs/storage.md).
+            origin = m.parent.rsplit("/", 1)[0]
+            raise UserError(f"corpus {root} is a repack of {origin} and holds no tokenized intermediate of its "
+                            f"own: repack {origin} instead (--tokenized {origin})")
         if not rel:
             raise UserError(f"corpus {root} (version {m.version}) has no tokenized intermediate (built with "
                             "write_intermediates: false?); rebuild it with intermediates to repack")
-        folders.append(resolve_path(root, rel))
+        folders.append(join(root, rel))
     return folders
 
 
@@ -145,7 +146,7 @@ def resolve_parent(url: str) -> Parent:
             raise UserError(f"no {PART_GLOB} under {folder}: the tokenized intermediate is missing")
         parts += found
     parts = tuple(parts)
-    model_url = resolve_path(root, manifest.tokenizer.path)
+    model_url = tokenizer_url(manifest, root)
     model = load_model(model_url)
     if sha256_bytes(model) != manifest.tokenizer.sha256:
         raise UserError(f"tokenizer {model_url} does not match the parent manifest's sha256 "
@@ -252,8 +253,7 @@ def carry_accounts(counts: list[tuple[str, int]], parent: dict[str, SourceAccoun
 # ------------------------------------------------------------------ the job
 
 
-def repack_pipeline(p: beam.Pipeline, parent: Parent, cfg: BuildConfig, output: str,
-                    copy_tokenizer: bool = True) -> None:
+def repack_pipeline(p: beam.Pipeline, parent: Parent, cfg: BuildConfig, output: str) -> None:
     """Add the repack to pipeline p: read the parent's intermediate, pack by cfg, write a corpus."""
     docs = p | "ReadTokenized" >> ReadTokenized(parent.parts)
 
@@ -275,12 +275,11 @@ def repack_pipeline(p: beam.Pipeline, parent: Parent, cfg: BuildConfig, output: 
         | "Groups" >> beam.Map(count_groups, cfg)
     )
     model = p | "ParentTokenizer" >> beam.Create([parent.model])
-    # The parent's intermediates stay where they are; absolute URLs let a repack of this repack find them.
-    intermediates = {k: resolve_path(parent.root, v) for k, v in parent.manifest.intermediates.items()}
-    tokenizer_path = MODEL_PATH if copy_tokenizer else parent.model_url
+    # The parent's intermediates stay where they are and are not listed: a manifest names only files
+    # inside its corpus (docs/storage.md); `parent` records where the documents came from.
     _ = docs | "WriteCorpus" >> WriteCorpus(
         cfg, output, model=model, accounts=accounts, groups=groups, parent=parent.manifest_url,
-        tokenizer_path=tokenizer_path, intermediates=intermediates, extra_counters=extra)
+        tokenizer_path=MODEL_PATH, intermediates={}, extra_counters=extra)
 
 
 def run_repack(tokenized: str, output: str, *, copy_tokenizer: bool = True,
@@ -290,17 +289,19 @@ def run_repack(tokenized: str, output: str, *, copy_tokenizer: bool = True,
     overrides: rule, max_seq_len, short_seq_prob, seed, valid_fraction,
     shard_bytes, shard_samples, groups (see repack_config).
     """
+    if not copy_tokenizer:
+        raise UserError("--tokenizer_ref is no longer supported: a manifest names only files inside its corpus "
+                        "(docs/storage.md, manifest paths), so repack copies the parent's tokenizer; drop the flag")
     parent = resolve_parent(tokenized)
     output = absolute(output.rstrip("/"))
     if _same(output, parent.root) or _same(output, parent.tokenized):
         raise UserError(f"--output {output} is the parent corpus; write the new version elsewhere")
     cfg = repack_config(parent.manifest, model_url=parent.model_url, **overrides)
-    if copy_tokenizer:
-        # Written before the pipeline; the manifest (written last) still commits the corpus.
-        write_bytes_atomic(join(output, MODEL_PATH), parent.model)
+    # Written before the pipeline; the manifest (written last) still commits the corpus.
+    write_bytes_atomic(join(output, MODEL_PATH), parent.model)
     opts = finalize_options(RepackOptions(beam_args or []))
     with progress.local_bars(opts), beam.Pipeline(options=opts) as p:
-        repack_pipeline(p, parent, cfg, output, copy_tokenizer)
+        repack_pipeline(p, parent, cfg, output)
     manifest, _ = load_manifest(output)
     return manifest
 

@@ -290,3 +290,14 @@ def load_model(url: str) -> bytes:
     except UserError as e:
         raise UserError(f"{e} [model {url}]") from None
     return model
+
+
+def store_model(model: bytes, output: str) -> bytes:
+    """Copy a reused model into the corpus at MODEL_PATH and pass it on.
+
+    A manifest names only files inside its corpus (docs/storage.md), so a
+    corpus built with ``--tokenizer URL`` carries its own copy: it trains
+    wherever it is read from, whatever the working directory was.
+    """
+    write_bytes_atomic(f"{output.rstrip('/')}/{MODEL_PATH}", model)
+    return model

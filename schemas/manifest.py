@@ -7,10 +7,12 @@ the same input and config give a byte-identical manifest.
 
 from __future__ import annotations
 
+import hashlib
 import json
-from typing import Any, Literal
+import re
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from schemas import SCHEMA_VERSION, SPECIAL_TOKENS
 from schemas.config import PackingRule, format_validation_error
@@ -24,8 +26,36 @@ class _M(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+# ---------------------------------------------------------------- the path rule
+# Every name in a manifest that a reader opens (shard names, the tokenizer path,
+# intermediates) is a plain relative path inside the corpus: '/'-separated
+# segments of letters, digits, '.', '_' and '-', no segment '.' or '..'. That
+# rules out schemes (gs://, http://, file:), absolute paths, drive letters,
+# backslashes, '~', glob and percent escapes: a manifest from anywhere can then
+# only make a reader open objects under the corpus root it was given.
+# Readers never open other manifest values (config, inputs, parent URLs): they are records.
+_SEGMENT = re.compile(r"^[A-Za-z0-9._-]+$")
+MAX_NAME_LEN = 1024
+NOT_INSIDE = "not a plain relative path inside the corpus"
+PATH_RULE = ("a manifest names only plain relative paths inside the corpus: '/'-separated [A-Za-z0-9._-] "
+             "segments, no scheme, no absolute path, no '.' or '..' segment, no backslash (docs/storage.md)")
+
+
+def check_corpus_name(name: str) -> str:
+    """name if it is a plain relative path inside the corpus (the path rule); else ValueError saying why."""
+    shown = name[:80] + ("…" if len(name) > 80 else "")
+    if not name or len(name) > MAX_NAME_LEN:
+        raise ValueError(f"name {shown!r} is empty or longer than {MAX_NAME_LEN} characters, {NOT_INSIDE}")
+    if any(seg in ("", ".", "..") or not _SEGMENT.match(seg) for seg in name.split("/")):
+        raise ValueError(f"unsafe name {shown!r}, {NOT_INSIDE}")
+    return name
+
+
+CorpusName = Annotated[str, AfterValidator(check_corpus_name)]
+
+
 class ShardInfo(_M):
-    name: str  # path relative to the corpus root, e.g. "train-000000.tar"
+    name: CorpusName  # path relative to the corpus root, e.g. "train-000000.tar"
     split: Split
     samples: int = Field(ge=0)
     tokens: int = Field(ge=0)
@@ -34,7 +64,7 @@ class ShardInfo(_M):
 
 
 class TokenizerInfo(_M):
-    path: str  # relative to the corpus root (or an absolute URL when reused)
+    path: CorpusName  # relative to the corpus root; a reused model is copied into the corpus at build time
     sha256: str
     model_type: str
     vocab_size: int
@@ -88,7 +118,9 @@ class Manifest(_M):
     schema_version: int = SCHEMA_VERSION
     kind: Literal["shardforge-corpus"] = "shardforge-corpus"
     version: int = 1
-    parent: str | None = None  # URL of the manifest this one was derived from (repack, ingest)
+    # The manifest this one was derived from: a sibling "manifest-v{N}.json" (serve, ingest; opened
+    # only in that form) or, for a repack, the parent's URL (a record, never opened by a reader).
+    parent: str | None = None
     config: dict[str, Any]  # the full build config that produced this corpus
     packing_rule: PackingRule
     max_seq_len: int
@@ -99,7 +131,7 @@ class Manifest(_M):
     totals: dict[str, SplitTotals]
     accounting: dict[str, SourceAccount]
     counters: dict[str, int] = {}  # other stage counters (e.g. split_long_sentences)
-    intermediates: dict[str, str] = {}  # name -> relative path (clean, tokenized, dedupe index)
+    intermediates: dict[str, CorpusName] = {}  # name -> relative path (clean, tokenized, dedupe index)
     # Continuous ingest: the raw files this version absorbed (only this version's; the
     # parent chain holds the earlier ones). Empty for a plain build.
     inputs: list[InputFile] = []
@@ -147,7 +179,7 @@ def latest_manifest_url(root: str) -> str:
         name = read_text(join(root, LATEST_NAME)).strip()
     except FileNotFoundError:
         return join(root, MANIFEST_NAME)
-    if not name or "/" in name or not name.endswith(".json"):
+    if not _SEGMENT.match(name) or not name.endswith(".json"):  # one plain segment: the path rule holds
         raise UserError(f"{join(root, LATEST_NAME)} does not name a manifest: {name[:80]!r}")
     return join(root, name)
 
@@ -160,7 +192,9 @@ def parse_manifest(text: str, where: str = "manifest") -> Manifest:
     try:
         return Manifest.model_validate(data)
     except ValidationError as e:
-        raise UserError(f"{where} is not a valid shardforge manifest: {format_validation_error(e)}") from None
+        why = format_validation_error(e).replace("Value error, ", "")
+        rule = f"; {PATH_RULE}" if NOT_INSIDE in why else ""
+        raise UserError(f"{where} is not a valid shardforge manifest: {why}{rule}") from None
 
 
 def load_manifest(url: str) -> tuple[Manifest, str]:
@@ -176,3 +210,56 @@ def load_manifest(url: str) -> tuple[Manifest, str]:
     except IsADirectoryError:
         raise UserError(f"{murl} is a directory, not a manifest") from None
     return parse_manifest(text, murl), corpus_root(murl)
+
+
+# ---------------------------------------------------------------- the corpus's tokenizer
+# One way to open a corpus's tokenizer, shared by validate, inspect, export and the
+# trainer: a corpus that validates can then always be trained.
+
+
+def tokenizer_url(m: Manifest, root: str) -> str:
+    """The URL of the corpus's tokenizer model: always under the corpus root (the path rule)."""
+    from schemas.storage import join
+
+    return join(root, m.tokenizer.path)
+
+
+def read_tokenizer_model(m: Manifest, root: str) -> bytes:
+    """The corpus's tokenizer model bytes, checked against the manifest's sha256; one clear error."""
+    from schemas.storage import read_bytes
+
+    url = tokenizer_url(m, root)
+    try:
+        data = read_bytes(url)
+    except FileNotFoundError:
+        raise UserError(f"tokenizer model {url} named by the manifest does not exist") from None
+    except OSError as e:  # a directory, a permission problem
+        raise UserError(f"tokenizer model {url} cannot be read: {type(e).__name__}: {e}") from None
+    got = hashlib.sha256(data).hexdigest()
+    if got != m.tokenizer.sha256:
+        raise UserError(f"tokenizer model {url} has sha256 {got[:12]}…, the manifest says "
+                        f"{m.tokenizer.sha256[:12]}…: it changed after the build")
+    return data
+
+
+def open_tokenizer(m: Manifest, root: str) -> Any:
+    """A SentencePieceProcessor for the corpus, exactly as the trainer loads it.
+
+    Checks the model's sha256, that it parses, that its size is the manifest's
+    vocab_size and that every special id is inside it; UserError otherwise.
+    """
+    import sentencepiece as spm
+
+    data = read_tokenizer_model(m, root)
+    sp = spm.SentencePieceProcessor()
+    try:
+        sp.LoadFromSerializedProto(data)
+    except Exception as e:  # noqa: BLE001 - sentencepiece raises plain RuntimeError/OSError
+        raise UserError(f"tokenizer model {tokenizer_url(m, root)} is not a SentencePiece model: {e}") from None
+    n = sp.get_piece_size()
+    if n != m.tokenizer.vocab_size:
+        raise UserError(f"tokenizer model has {n} pieces, the manifest says vocab_size {m.tokenizer.vocab_size}")
+    bad = {k: v for k, v in m.tokenizer.special_ids.items() if not 0 <= v < n}
+    if bad:
+        raise UserError(f"manifest special_ids {bad} are outside the tokenizer's vocabulary of {n}")
+    return sp

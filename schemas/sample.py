@@ -164,15 +164,45 @@ def iter_tar_samples(fileobj: IO[bytes], source: str = "<shard>") -> Iterator[tu
         yield key, members
 
 
+def load_npy_1d(payload: bytes, what: str) -> np.ndarray:
+    """A 1-D array from .npy bytes, its header checked against the payload before anything is allocated.
+
+    ``np.load`` trusts the header: a 100-byte member declaring shape (2**40,)
+    makes it allocate terabytes. Here the declared shape and dtype must account
+    for exactly the bytes that follow the header, else ShardFormatError. Never
+    unpickles (object dtypes are refused).
+    """
+    f = io.BytesIO(payload)
+    try:
+        version = np.lib.format.read_magic(f)
+        if version == (1, 0):
+            shape, _, dtype = np.lib.format.read_array_header_1_0(f)
+        elif version in ((2, 0), (3, 0)):
+            shape, _, dtype = np.lib.format.read_array_header_2_0(f)
+        else:
+            raise ShardFormatError(f"{what}: unsupported .npy version {version}")
+    except ValueError as e:
+        raise ShardFormatError(f"{what}: not a valid .npy header ({e})") from None
+    if dtype.hasobject:
+        raise ShardFormatError(f"{what}: object dtype (a pickle) refused")
+    if len(shape) != 1:
+        raise ShardFormatError(f"{what}: shape {shape} is not 1-D")
+    data = len(payload) - f.tell()
+    if shape[0] * dtype.itemsize != data:
+        raise ShardFormatError(f"{what}: header declares shape {shape} of {dtype} "
+                               f"({shape[0] * dtype.itemsize} bytes) but {data} bytes follow it")
+    return np.frombuffer(payload, dtype=dtype, count=shape[0], offset=f.tell()).copy()
+
+
 def decode_sample(key: str, members: dict[str, bytes]) -> dict[str, Any]:
-    """Decode one sample's members; never unpickles."""
+    """Decode one sample's members; never unpickles, never trusts a header's size."""
     if INPUT_IDS not in members:
         raise ShardFormatError(f"sample {key!r} has no {INPUT_IDS}")
     out: dict[str, Any] = {"__key__": key}
     try:
-        out["input_ids"] = np.load(io.BytesIO(members[INPUT_IDS]), allow_pickle=False)
+        out["input_ids"] = load_npy_1d(members[INPUT_IDS], f"sample {key!r} {INPUT_IDS}")
         if TOKEN_TYPE_IDS in members:
-            out["token_type_ids"] = np.load(io.BytesIO(members[TOKEN_TYPE_IDS]), allow_pickle=False)
+            out["token_type_ids"] = load_npy_1d(members[TOKEN_TYPE_IDS], f"sample {key!r} {TOKEN_TYPE_IDS}")
         if LABEL in members:
             out["label"] = int(members[LABEL].decode("ascii"))
         if META in members:

@@ -20,34 +20,26 @@ from typing import Any
 import numpy as np
 
 from schemas.errors import UserError
-from schemas.manifest import Manifest, load_manifest
-from schemas.sample import decode_sample, iter_tar_samples
-from schemas.storage import join, open_read, read_bytes
+from schemas.manifest import Manifest, load_manifest, open_tokenizer
+from schemas.sample import ShardFormatError, decode_sample, iter_tar_samples
+from schemas.storage import join, open_read
 
 BAR_WIDTH = 40
 
 
-def tokenizer_url(m: Manifest, root: str) -> str:
-    """The SentencePiece model's URL: manifest.tokenizer.path is relative to the root unless absolute."""
-    path = m.tokenizer.path
-    if "://" in path or path.startswith("/"):
-        return path
-    return join(root, path)
+def load_tokenizer(m: Manifest, root: str) -> tuple[Any | None, str | None]:
+    """(SentencePieceProcessor, None), or (None, why) when the model cannot be opened (text then omitted).
 
-
-def load_tokenizer(m: Manifest, root: str) -> Any | None:
-    """A SentencePieceProcessor for the corpus, or None when the model cannot be read (text then omitted)."""
+    Opened exactly as the trainer opens it (schemas.manifest.open_tokenizer).
+    """
     try:
-        import sentencepiece as spm
+        import sentencepiece  # noqa: F401
     except ImportError:
-        return None
+        return None, "sentencepiece is not installed"
     try:
-        model = read_bytes(tokenizer_url(m, root))
-    except FileNotFoundError:
-        return None
-    sp = spm.SentencePieceProcessor()
-    sp.LoadFromSerializedProto(model)
-    return sp
+        return open_tokenizer(m, root), None
+    except UserError as e:
+        return None, str(e)
 
 
 def manifest_summary(m: Manifest) -> dict[str, Any]:
@@ -87,13 +79,16 @@ def inspect_corpus(url: str, split: str = "train", samples: int = 3, max_shards:
     shards = m.shards_of(split)  # type: ignore[arg-type]
     if not shards and m.shards:
         raise UserError(f"split {split!r} has no shards (splits: {', '.join(sorted(m.totals))})")
-    sp = load_tokenizer(m, root)
+    sp, tok_problem = load_tokenizer(m, root)
     decoded: list[dict[str, Any]] = []
     lengths: list[int] = []
     for info in shards[:max_shards]:
         with open_read(join(root, info.name)) as f:
             for key, members in iter_tar_samples(f, info.name):
-                s = decode_sample(key, members)
+                try:
+                    s = decode_sample(key, members)
+                except ShardFormatError as e:
+                    raise ShardFormatError(f"{info.name}: {e} (shardforge validate lists every problem)") from None
                 ids = s["input_ids"]
                 lengths.append(len(ids))
                 if len(decoded) < samples:
@@ -122,6 +117,7 @@ def inspect_corpus(url: str, split: str = "train", samples: int = 3, max_shards:
             "histogram": length_histogram(lengths, m.max_seq_len, bins) if lengths else [],
         },
         "tokenizer_loaded": sp is not None,
+        "tokenizer_problem": tok_problem,
     }
 
 
@@ -150,7 +146,7 @@ def render(r: dict[str, Any]) -> str:
             text = d["text"] if len(d["text"]) <= 300 else d["text"][:300] + " …"
             out.append(f"    text: {text}")
     if not r["tokenizer_loaded"]:
-        out.append("  (tokenizer model not readable: text omitted)")
+        out.append(f"  (tokenizer not opened, text omitted: {r.get('tokenizer_problem')})")
     lens = r["lengths"]
     out.append(f"\nsequence lengths (tokens; {lens['sequences']} sequences from {lens['shards_read']} shards, "
                f"mean {lens['mean']}, max {lens['max']}):")

@@ -8,8 +8,11 @@ the checks cost one read per shard. Checked per shard: present, size, sha256,
 a well-formed tar whose members follow the sample spec (names, no pickles, no
 unsafe paths), every sample decodes, input_ids dtype matches the manifest,
 lengths <= max_seq_len, ids < vocab size, sample and token counts match the
-manifest. Across the corpus: unique sample keys, split totals, and no stray
-objects under shard names the manifest does not list.
+manifest. Across the corpus: unique sample keys, split totals, no stray
+objects under shard names the manifest does not list, and the tokenizer
+opens exactly as the trainer opens it (sha256, parses, vocab size). A manifest
+naming anything but plain relative paths inside the corpus is refused before
+anything is opened (docs/storage.md, "Manifest paths").
 """
 
 from __future__ import annotations
@@ -26,7 +29,15 @@ from typing import IO, Any
 
 import numpy as np
 
-from schemas.manifest import Manifest, ShardInfo, SplitTotals, load_manifest
+from schemas.errors import UserError
+from schemas.manifest import (
+    Manifest,
+    ShardInfo,
+    SplitTotals,
+    load_manifest,
+    open_tokenizer,
+    read_tokenizer_model,
+)
 from schemas.sample import (
     LABEL,
     TOKEN_TYPE_IDS,
@@ -199,10 +210,26 @@ def _check_strays(root: str, m: Manifest, rep: ValidationReport) -> None:
             rep.warnings.append(f"{n}: a leftover temporary from an interrupted write (safe to delete)")
 
 
+def _check_tokenizer(root: str, m: Manifest, rep: ValidationReport) -> None:
+    """Open the tokenizer exactly as the trainer will (schemas.manifest.open_tokenizer)."""
+    try:
+        import sentencepiece  # noqa: F401 - only to know whether the model can be parsed here
+    except ImportError:
+        rep.warnings.append("sentencepiece is not installed: the tokenizer's bytes are checked, not parsed")
+        opener = read_tokenizer_model
+    else:
+        opener = open_tokenizer
+    try:
+        opener(m, root)
+    except UserError as e:
+        rep.errors.append(f"tokenizer: {e}")
+
+
 def validate_corpus(url: str, jobs: int = 4, progress: bool = False) -> ValidationReport:
     """Validate every shard of the corpus at url (root or manifest URL) against its manifest."""
-    m, root = load_manifest(url)
+    m, root = load_manifest(url)  # the path rule is checked here, before anything it names is opened
     rep = ValidationReport(url=url, shards=len(m.shards))
+    _check_tokenizer(root, m, rep)
     _check_totals(m, rep)
     _check_strays(root, m, rep)
     bar = None

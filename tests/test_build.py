@@ -111,6 +111,9 @@ def test_reused_tokenizer_by_url(built, demo_corpus, tmp_path):
     data["tokenizer"]["model_url"] = os.path.join(out, "tokenizer", "spm.model")
     m2 = run_build(BuildConfig.model_validate(data), str(tmp_path / "reuse"))
     assert m2.tokenizer.sha256 == m.tokenizer.sha256
+    assert m2.tokenizer.path == "tokenizer/spm.model"  # copied into the corpus
+    with open(tmp_path / "reuse" / "tokenizer" / "spm.model", "rb") as f:
+        assert hashlib.sha256(f.read()).hexdigest() == m.tokenizer.sha256
     assert [s.sha256 for s in m2.shards] == [s.sha256 for s in m.shards]
 
 
@@ -147,9 +150,11 @@ def test_manifest_redacts_credentials_in_every_recorded_url(built):
     data["tokenizer"]["model_url"] = secret_tok
     data["dedupe"]["index"] = "s3://idx/v1?X-Amz-Signature=hunter2"
     data["sources"][0]["input"] = "https://bob:hunter2@raw.example/*.jsonl"
-    m2 = assemble_manifest([], [], model, m.accounting, BuildConfig.model_validate(data), secret_tok,
+    # A reused model is copied into the corpus (the manifest path rule): the path is the copy's,
+    # the URL it came from is only recorded in the config.
+    m2 = assemble_manifest([], [], model, m.accounting, BuildConfig.model_validate(data), "tokenizer/spm.model",
                            None, {}, {})
     text = m2.to_json()
     assert "hunter2" not in text
-    assert m2.tokenizer.path == "https://models.example/spm.model?v=3"
+    assert m2.config["tokenizer"]["model_url"] == "https://models.example/spm.model?v=3"
     assert m2.config["dedupe"]["index"] == "s3://idx/v1"

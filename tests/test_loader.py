@@ -394,6 +394,19 @@ def test_corrupt_shard_skipped_with_token_budget_resumes_exactly(tmp_path: Path,
         assert same_batches(head + take(b), full), k
 
 
+@pytest.mark.parametrize("k", [1, 8, 1000])
+def test_no_sample_of_a_changed_shard_is_released_whatever_the_shuffle_buffer(tmp_path: Path, k: int) -> None:
+    """The checksum is verified before a shard's first sample, not after its last (issue #15 item 10)."""
+    url = make_corpus(tmp_path / "c", UNEVEN)
+    _flip(url.parent / "train-000002.tar")
+    ld = ShardLoader(str(url), batch_size=4, shuffle_buffer=k, partitions=4, epochs=1, corrupt_policy="skip")
+    ids = real_ids(take(ld))
+    bad = shard_gids(UNEVEN, 2)
+    assert not set(ids) & bad
+    assert sorted(ids) == sorted(set(split_gids(UNEVEN)) - bad)
+    assert ld.skipped_shards == ["train-000002.tar"]
+
+
 def test_all_shards_corrupt_is_an_error_not_a_hang(tmp_path: Path) -> None:
     url = make_corpus(tmp_path / "c", [5, 3])
     for p in url.parent.glob("*.tar"):

@@ -140,23 +140,34 @@ def test_doc_sentences_from_the_tokenized_folder(parent, tmp_path):
     assert m2.totals["train"].documents + m2.totals["valid"].documents == m2.counters["repack_documents"]
 
 
-def test_sop_via_cli_from_a_repacked_corpus(parent, tmp_path, capsys):
-    """`shardforge repack` to SOP, starting from a repack (its manifest points at the original intermediate)."""
+def test_sop_via_cli_and_a_repacked_corpus_points_back_to_its_origin(parent, tmp_path, capsys):
+    """`shardforge repack` to SOP. A repack lists no intermediates of its parent (the manifest path rule):
+    repacking a repack says, in one line, to repack the corpus that holds the documents."""
     _, out, m = parent
     first = str(tmp_path / "doc")
-    run_repack(out, first, rule="doc_sentences")
+    m1 = run_repack(out, first, rule="doc_sentences")
+    assert m1.intermediates == {} and m1.parent == os.path.join(out, "manifest.json")
     sop = str(tmp_path / "sop")
-    rc = cli.main(["repack", "--tokenized", first, "--output", sop, "--rule", "sop", "--max_seq_len", "64",
-                   "--seed", "99", "--tokenizer_ref"])
+    rc = cli.main(["repack", "--tokenized", first, "--output", sop, "--rule", "sop"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and f"is a repack of {out}" in err[0] and f"--tokenized {out}" in err[0]
+    # The reference flag is refused in one line: a manifest names only files inside its corpus.
+    rc = cli.main(["repack", "--tokenized", out, "--output", sop, "--tokenizer_ref"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "--tokenizer_ref" in err[0]
+    assert not os.path.exists(sop)
+    rc = cli.main(["repack", "--tokenized", out, "--output", sop, "--rule", "sop", "--max_seq_len", "64",
+                   "--seed", "99"])
     assert rc == 0, capsys.readouterr().err
     assert json.loads(capsys.readouterr().out)["packing_rule"] == "sop"
     m2, _ = load_manifest(sop)
-    assert m2.parent == os.path.join(first, "manifest.json")
+    assert m2.parent == os.path.join(out, "manifest.json")
     assert m2.members == ["input_ids.npy", "token_type_ids.npy", "label.cls", "json"]
     assert m2.max_seq_len == 64 and m2.config["seed"] == 99
-    # Referenced, not copied: an absolute URL the trainer resolves as is.
-    assert m2.tokenizer.path == os.path.join(first, "tokenizer", "spm.model")
-    assert not os.path.exists(os.path.join(sop, "tokenizer"))
+    # Copied, never referenced: the corpus is self-contained.
+    assert m2.tokenizer.path == "tokenizer/spm.model"
+    with open(os.path.join(sop, "tokenizer", "spm.model"), "rb") as f:
+        assert hashlib.sha256(f.read()).hexdigest() == m.tokenizer.sha256
     samples = read_corpus(sop, m2)
     labels = []
     for x in samples["train"] + samples["valid"]:
@@ -257,4 +268,4 @@ def test_repack_on_object_storage(parent, gcs_bucket):
     assert m2.parent == f"{remote}/manifest.json"
     assert [(s.name, s.sha256) for s in m2.shards] == [(s.name, s.sha256) for s in m.shards]
     again, _ = load_manifest(f"{gcs_bucket}/v1-same")
-    assert again == m2 and again.intermediates["tokenized"] == f"{remote}/tokenized"
+    assert again == m2 and again.intermediates == {}  # the parent's stay with the parent

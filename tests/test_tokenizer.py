@@ -111,7 +111,7 @@ def test_model_spec_reads_the_model_itself(models):
     bpe = model_spec(models["bpe"])
     assert (bpe.model_type, bpe.byte_fallback, bpe.normalization_rule) == ("bpe", True, "nmt_nfkc")
     # A reused BPE model is recorded as BPE even if the config says unigram.
-    info = tokenizer_info(models["bpe"], TokenizerConfig(model_type="unigram"), "gs://b/spm.model")
+    info = tokenizer_info(models["bpe"], TokenizerConfig(model_type="unigram"), MODEL_PATH)  # reused models are copied in
     assert info.model_type == "bpe" and info.vocab_size == load_processor(models["bpe"]).get_piece_size()
 
 

@@ -67,3 +67,34 @@ def load_checkpoint(url: str) -> dict[str, Any]:
 def latest_checkpoint(run: str) -> str | None:
     found = list_checkpoints(run)
     return found[-1][1] if found else None
+
+
+def load_latest_checkpoint(run: str) -> tuple[str, dict[str, Any]] | None:
+    """(url, state) of the newest checkpoint of run that loads; None when the run has none.
+
+    A newer checkpoint that does not load (truncated by a full disk, damaged in
+    transit) is skipped with one warning line each, so a run resumes from the
+    last good state instead of stopping. When checkpoints exist but none loads,
+    that is an error: starting over silently would throw the run away.
+    """
+    found = list_checkpoints(run)
+    skipped: list[str] = []
+    for _, url in reversed(found):
+        try:
+            state = load_checkpoint(url)
+        except UserError as e:
+            why = str(e).removeprefix(f"{url} is not a loadable shardforge checkpoint: ")
+            log.warning("skipping checkpoint %s: it does not load (%s)", url, why)
+            skipped.append(url)
+            continue
+        if not isinstance(state, dict):
+            log.warning("skipping checkpoint %s: it holds a %s, not a checkpoint", url, type(state).__name__)
+            skipped.append(url)
+            continue
+        if skipped:
+            log.warning("resuming from %s, the newest checkpoint that loads (%d newer skipped)", url, len(skipped))
+        return url, state
+    if skipped:
+        raise UserError(f"none of the {len(skipped)} checkpoints in {checkpoint_dir(run)} loads; move them away "
+                        "to start the run over, or train into another output")
+    return None

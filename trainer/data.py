@@ -18,11 +18,14 @@ The long form is docs/loader.md; the shape in brief:
 * **Exact resume.** Batches carry the cursor of the partition they came from,
   so the main process knows exactly what was delivered (batches prefetched by
   workers do not count). State = epoch + per-partition cursors.
-* **Corrupt shards.** A shard is hashed as it streams and checked against the
-  manifest (sha256, bytes, samples, tokens) before its last sample is
-  released; a failure either raises a UserError (policy ``fail``) or turns the
-  shard's not-yet-released positions into holes (policy ``skip``), recorded in
-  the state so a resumed run skips the same shard.
+* **Corrupt shards.** A shard is read once into a local spool and its bytes
+  and sha256 checked against the manifest before its first sample is
+  released (whatever ``shuffle_buffer`` is); its samples must decode, hold
+  1..max_seq_len ids below the vocabulary size and add up to the manifest's
+  sample and token counts before its last sample is released. A failure
+  either raises a UserError (policy ``fail``) or turns the shard's
+  not-yet-released positions into holes (policy ``skip``), recorded in the
+  state so a resumed run skips the same shard.
 """
 
 from __future__ import annotations
@@ -31,9 +34,10 @@ import hashlib
 import heapq
 import json
 import logging
+import tempfile
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 import torch
@@ -52,6 +56,7 @@ STATE_VERSION = 1
 CORRUPT_POLICIES = ("fail", "skip")
 IGNORE_LABEL = -100  # sentence_labels of samples without a label.cls member
 _MASK64 = (1 << 64) - 1
+SPOOL_MEMORY = 8 << 20  # bytes of one shard held in RAM while it is verified; the rest spools to local disk
 # RNG streams, so that no two random choices share a key.
 _KEY_DEAL, _KEY_SHARD_ORDER, _KEY_WINDOW_SHIFT, _KEY_WINDOW_PERM, _KEY_GROUP_ORDER = range(1, 6)
 
@@ -125,32 +130,67 @@ class _HashingReader:
         self._f = storage.open_read(self.url)
         self._f.seek(self.pos)
 
-    def drain(self) -> None:
-        """Read to the end (tar padding after the end-of-archive marker) so the hash covers every byte."""
-        while self.read(1 << 20):
-            pass
-
     def close(self) -> None:
         self._f.close()
 
 
-def _iter_shard(url: str, name: str, info: tuple[int, int, int, str], gid_base: int, shard: int,
-                start: int) -> Iterator[_Sample]:
-    """Samples of one shard from offset ``start`` on; raises _ShardCorrupt on any failure.
+def _fetch_verified(url: str, name: str, n_bytes: int, sha: str) -> IO[bytes]:
+    """The shard's bytes, read once into a spool and checked against the manifest's size and sha256.
 
-    The whole object (sample count, tokens, bytes, sha256) is verified against
-    the manifest *before* its last sample is released: the failure point of a
-    shard is then a fixed position, which keeps the epoch exact on resume.
+    Nothing of a shard is parsed before its checksum holds, so no sample of a
+    changed shard can reach the model, whatever the shuffle buffer. Shards are
+    small; past SPOOL_MEMORY bytes the spool moves to a local temporary file.
     """
-    n_samples, n_tokens, n_bytes, sha = info
     try:
         reader = _HashingReader(url)
     except FileNotFoundError:
         raise _ShardCorrupt(name, f"missing ({url} not found)") from None
     except Exception as e:  # noqa: BLE001 - any open failure after retries makes the shard unusable
         raise _ShardCorrupt(name, f"cannot open {url}: {type(e).__name__}: {e}") from e
+    spool = tempfile.SpooledTemporaryFile(max_size=SPOOL_MEMORY)
     try:
-        it = iter_tar_samples(reader, source=name)
+        try:
+            while chunk := reader.read(1 << 20):
+                if reader.pos > n_bytes:  # stop early: a replaced object may be huge
+                    raise _ShardCorrupt(name, f"is larger than the {n_bytes} bytes the manifest says")
+                spool.write(chunk)
+        finally:
+            reader.close()
+        if reader.pos != n_bytes:
+            raise _ShardCorrupt(name, f"is {reader.pos} bytes, the manifest says {n_bytes}")
+        if reader.sha.hexdigest() != sha:
+            raise _ShardCorrupt(name, "sha256 does not match the manifest")
+    except BaseException:
+        spool.close()
+        raise
+    spool.seek(0)
+    return spool
+
+
+def _check_ids(name: str, key: str, ids: np.ndarray, vocab_size: int, max_len: int) -> None:
+    """A sample the model can take: 1..max_len ids, each in [0, vocab_size); else the shard is corrupt."""
+    if not 0 < ids.shape[0] <= max_len:
+        raise _ShardCorrupt(name, f"sample {key}: {ids.shape[0]} tokens, not in 1..max_seq_len {max_len}")
+    lo, hi = int(ids.min()), int(ids.max())
+    if lo < 0 or hi >= vocab_size:
+        raise _ShardCorrupt(name, f"sample {key}: token id {hi if hi >= vocab_size else lo} outside the "
+                                  f"vocabulary of {vocab_size}")
+
+
+def _iter_shard(plan: _Plan, s: int, start: int) -> Iterator[_Sample]:
+    """Samples of shard ``s`` of the plan from offset ``start`` on; raises _ShardCorrupt on any failure.
+
+    The shard's bytes and sha256 are verified before its first sample is
+    released (_fetch_verified); its sample and token counts before its last.
+    Either way the failure point of a shard is a fixed position, which keeps
+    the epoch exact on resume.
+    """
+    name, gid_base = plan.names[s], plan.gid_base[s]
+    n_samples, n_tokens, n_bytes, sha = plan.infos[s]
+    f: IO[bytes] | None = None
+    try:
+        f = _fetch_verified(plan.urls[s], name, n_bytes, sha)
+        it = iter_tar_samples(f, source=name)
         count = tokens = 0
         while count < n_samples:
             try:
@@ -159,6 +199,7 @@ def _iter_shard(url: str, name: str, info: tuple[int, int, int, str], gid_base: 
                 raise _ShardCorrupt(name, f"has {count} samples, the manifest says {n_samples}") from None
             d = decode_sample(key, members)
             ids = d["input_ids"]
+            _check_ids(name, key, ids, plan.vocab_size, plan.max_seq_len)
             tokens += int(ids.shape[0])
             if tokens > n_tokens:
                 raise _ShardCorrupt(name, f"has more tokens than the manifest says ({n_tokens})")
@@ -166,22 +207,18 @@ def _iter_shard(url: str, name: str, info: tuple[int, int, int, str], gid_base: 
             if count == n_samples:
                 if next(it, None) is not None:
                     raise _ShardCorrupt(name, f"has more samples than the manifest says ({n_samples})")
-                reader.drain()
-                if reader.pos != n_bytes:
-                    raise _ShardCorrupt(name, f"is {reader.pos} bytes, the manifest says {n_bytes}")
-                if reader.sha.hexdigest() != sha:
-                    raise _ShardCorrupt(name, "sha256 does not match the manifest")
                 if tokens != n_tokens:
                     raise _ShardCorrupt(name, f"has {tokens} tokens, the manifest says {n_tokens}")
             if count - 1 >= start:
                 label = d.get("label")
-                yield _Sample(gid_base + count - 1, shard, ids, d.get("token_type_ids"), label)
+                yield _Sample(gid_base + count - 1, s, ids, d.get("token_type_ids"), label)
     except _ShardCorrupt:
         raise
     except Exception as e:  # noqa: BLE001 - decode / tar / download errors all make the shard unusable
         raise _ShardCorrupt(name, f"{type(e).__name__}: {e}") from e
     finally:
-        reader.close()
+        if f is not None:
+            f.close()
 
 
 # ---------------------------------------------------------------- the static plan
@@ -211,6 +248,7 @@ class _Plan:
         self.pad_id = int(manifest.tokenizer.special_ids.get("<pad>", PAD_ID))
         self.pair = manifest.packing_rule in PAIR_RULES
         self.max_seq_len = manifest.max_seq_len
+        self.vocab_size = manifest.tokenizer.vocab_size
         self.total_samples = sum(s.samples for s in shards)
         self.fingerprint = hashlib.sha256(json.dumps(
             [split, [(s.name, s.samples, s.tokens, s.sha256) for s in shards]]).encode()).hexdigest()[:16]
@@ -271,8 +309,10 @@ class _Ctx:
 
     def corrupt(self, e: _ShardCorrupt, shard: int) -> None:
         if self.policy == "fail":
-            raise UserError(f"corrupt shard {e.shard}: {e.reason} (set corrupt_policy='skip' to skip it)") from e
+            raise UserError(f"corrupt shard {e.shard}: {e.reason} (train with corrupt_shards=skip to skip "
+                            "it)") from e
         if shard not in self.skipped:
+            log.warning("corrupt shard %s: %s", e.shard, e.reason)  # why; the main process says it skips it
             self.skipped.add(shard)
             self.new.append(self.plan.names[shard])
 
@@ -307,8 +347,7 @@ class _PositionReader:
             if self.gen is None or self.gen_k != self.k or self.gen_next != q:
                 self._close()
                 plan = self.plan
-                self.gen = _iter_shard(plan.urls[s], plan.names[s], plan.infos[s], plan.gid_base[s], s,
-                                       q - self.starts[self.k])
+                self.gen = _iter_shard(plan, s, q - self.starts[self.k])
                 self.gen_k, self.gen_next = self.k, q
             try:
                 sample = next(self.gen)

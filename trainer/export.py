@@ -423,8 +423,8 @@ def export_checkpoint(ckpt: str, out_dir: str, tokenizer: str | None = None) -> 
     """Export a training checkpoint (file, or run folder: its latest) to a Hugging Face folder."""
     from schemas.config import TrainConfig
     from schemas.errors import UserError
-    from schemas.manifest import load_manifest
-    from schemas.storage import join, local_copy
+    from schemas.manifest import load_manifest, tokenizer_url
+    from schemas.storage import local_copy
     from trainer.checkpoint import latest_checkpoint, load_checkpoint
 
     url = ckpt if ckpt.endswith(".pt") else latest_checkpoint(ckpt)
@@ -434,8 +434,7 @@ def export_checkpoint(ckpt: str, out_dir: str, tokenizer: str | None = None) -> 
     cfg = TrainConfig.model_validate(state["config"])
     if tokenizer is None:
         manifest, root = load_manifest(cfg.data)
-        path = manifest.tokenizer.path
-        tokenizer = path if "://" in path or path.startswith("/") else join(root, path)
+        tokenizer = tokenizer_url(manifest, root)  # the path rule: always inside the corpus
     from schemas.storage import read_bytes, sha256_bytes
 
     trained_with = state.get("manifest")  # the sha256 of the tokenizer the run trained with

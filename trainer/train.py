@@ -27,9 +27,9 @@ import torch.distributed as dist
 from schemas import MASK_ID, PAD_ID
 from schemas.config import PAIR_RULES, TrainConfig, load_config, parse_config
 from schemas.errors import UserError, run_cli
-from schemas.manifest import Manifest, load_manifest
-from schemas.storage import join, local_copy
-from trainer.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from schemas.manifest import Manifest, load_manifest, open_tokenizer
+from schemas.storage import join
+from trainer.checkpoint import load_latest_checkpoint, save_checkpoint
 from trainer.data import ShardLoader, gather_state_dict
 from trainer.masking import Masker, word_start_table
 from trainer.metrics import MetricsLogger, StarvationMonitor, device_peak_flops, progress_bar
@@ -72,13 +72,8 @@ def pick_device(cfg: TrainConfig, local_rank: int) -> torch.device:
 
 def vocab_tables(manifest: Manifest, root: str) -> tuple[int, torch.Tensor]:
     """(vocab size, word-start table) from the corpus's SentencePiece model."""
-    import sentencepiece as spm
-
     tok = manifest.tokenizer
-    url = tok.path if "://" in tok.path or tok.path.startswith("/") else join(root, tok.path)
-    sp = spm.SentencePieceProcessor()
-    with local_copy(url) as path:
-        sp.Load(path)
+    sp = open_tokenizer(manifest, root)  # the same opener validate uses: a valid corpus trains
     pieces = [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
     return len(pieces), word_start_table(pieces, tok.special_ids.values())
 
@@ -318,9 +313,9 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
                             world_size=dd.world_size, shuffle_buffer=1, epochs=1)
 
     step = 0
-    ckpt = latest_checkpoint(cfg.output) if cfg.resume else None
-    if ckpt:
-        state = load_checkpoint(ckpt)
+    found = load_latest_checkpoint(cfg.output) if cfg.resume else None
+    if found:
+        ckpt, state = found
         raw_model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
