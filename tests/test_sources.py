@@ -130,7 +130,18 @@ def test_language_field_filter(tmp_path):
 def test_iter_lines_caps_long_lines():
     data = b"short\n" + b"x" * 100 + b"\nlast"
     got = list(iter_lines(io.BytesIO(data), cap=10))
-    assert got == [(b"short", 5), (b"x" * 10, 100), (b"last", 4)]
+    assert got == [(b"short", 5, 0), (b"x" * 10, 100, 0), (b"last", 4, 0)]
+
+
+def test_iter_lines_cuts_blank_runs_in_bulk_and_joins_back():
+    data = b"a\n\n \n\t\r\nb\n\n" + b"\n" * 5000 + b"c \n  "
+    got = list(iter_lines(io.BytesIO(data), cap=16))
+    assert got == [(b"a", 1, 0), (b"\n \n\t\r", 5, 3), (b"b", 1, 0), (b"\n" * 16, 5000, 5001),
+                   (b"c ", 2, 0), (b"  ", 2, 0)]
+    # Joining the items with newlines restores the input (the delimited text reader relies on it).
+    uncapped = list(iter_lines(io.BytesIO(data), cap=1 << 20))
+    assert b"\n".join(raw for raw, _, _ in uncapped) == data
+    assert sum(max(blank, 1) for _, _, blank in uncapped) == data.count(b"\n") + 1
 
 
 # ------------------------------------------------------------------ Parquet
