@@ -12,6 +12,8 @@ import io
 import json
 import lzma
 import os
+import subprocess
+import sys
 import tarfile
 import time
 import tracemalloc
@@ -536,3 +538,109 @@ def test_read_counts_are_counted_by_the_framers(tmp_path):
     for name, expected in (("a.jsonl", 3), ("e.jsonl", 1), ("b.bin", 1), ("t.tar", 2)):
         recs, n_read = count_read(tmp_path / name)
         assert n_read == len(recs) == expected, name
+
+
+# ------------------------------------------------------------------ the catalogue through the real CLI
+
+def non_blank_lines(path) -> int:
+    return sum(1 for line in open(path, "rb") if line.strip())
+
+
+def hostile_folder(root, demo_corpus) -> tuple[str, int]:
+    """Every hostile kind of issue 15 next to two good CC-News files; returns (glob, records read)."""
+    import shutil
+
+    raw = root / "raw"
+    raw.mkdir()
+    demo = os.path.dirname(demo_corpus["ccnews"])
+    # good file 1, rewritten: lone surrogates / invalid bytes in every title and url, a record
+    # Python's json cannot hold half way, and runs of blank lines
+    lines = []
+    for line in open(os.path.join(demo, "part-0.jsonl"), "rb").read().splitlines():
+        try:
+            ok = isinstance(json.loads(line), dict)
+        except ValueError:
+            ok = False
+        lines.append(line[:-1] + b', "title": "T \\ud800", "url": "https://x/\xff"}' if ok else line)
+    lines[len(lines) // 2:len(lines) // 2] = [b'{"text": "big", "n": ' + BIG_INT + b"}", b"", b"  ", b""]
+    (raw / "part-0.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+    shutil.copy(os.path.join(demo, "part-1.jsonl"), raw / "part-1.jsonl")
+    (raw / "sub.jsonl").mkdir()  # a directory matching the glob
+    with open(os.path.join(os.fsencode(raw), b"caf\xe9-latin1.jsonl"), "wb") as f:  # not UTF-8
+        f.write(b'{"text": "never read"}\n')
+    os.symlink(root / "nowhere", raw / "gone.jsonl")  # dangling: unreadable
+    os.mkfifo(raw / "pipe.jsonl")  # opening it would block forever
+    newline_bomb = gzip.compress(b"\n" * (40 << 20) + b'{"text": "never reached"}\n', 9)
+    (raw / "bomb.jsonl.gz").write_bytes(newline_bomb)
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as t:
+        for name, kind in (("d", tarfile.DIRTYPE), ("sym", tarfile.SYMTYPE), ("hard", tarfile.LNKTYPE),
+                           ("tty", tarfile.CHRTYPE), ("pipe", tarfile.FIFOTYPE)):
+            info = tarfile.TarInfo(name)
+            info.type = kind
+            t.addfile(info)
+        data = article(1).encode()
+        info = tarfile.TarInfo("a.txt")
+        info.size = len(data)
+        t.addfile(info, io.BytesIO(data))
+    (raw / "members.tar").write_bytes(buf.getvalue())
+    (raw / "story.txt").write_bytes(("Once upon a time. " * 20).encode("utf-16"))
+    good = non_blank_lines(raw / "part-0.jsonl") + non_blank_lines(raw / "part-1.jsonl")
+    # + directory, bad name, dangling link, fifo, bomb (one each), 6 tar members, the UTF-16 story
+    return str(raw / "*"), good + 5 + 6 + 1
+
+
+@pytest.mark.slow
+def test_cli_build_survives_the_hostile_catalogue_and_counts_every_input(tmp_path, demo_corpus):
+    from shardforge.demo import demo_build_config
+
+    pattern, expected_input = hostile_folder(tmp_path, demo_corpus)
+    cfg = demo_build_config({"ccnews": pattern, "openwebtext": demo_corpus["openwebtext"],
+                             "stories": demo_corpus["stories"]}).model_dump()
+    cfg["tokenizer"]["vocab_size"] = 400
+    (tmp_path / "cfg.json").write_text(json.dumps(cfg))
+    out = tmp_path / "corpus"
+    r = subprocess.run([sys.executable, "-m", "pipelines.build", "--config", str(tmp_path / "cfg.json"),
+                        "--output", str(out)], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "Traceback" not in r.stderr
+    acct = json.loads((out / "manifest.json").read_text())["accounting"]["ccnews"]
+    assert acct["input"] == expected_input
+    assert acct["input"] == acct["kept"] + sum(acct["filtered"].values()) + sum(acct["duplicate"].values()) \
+        + sum(acct["rejected"].values())
+    rejected = acct["rejected"]
+    assert (rejected["parse_error"], rejected["invalid_file_name"], rejected["unreadable"],
+            rejected["max_expansion_ratio"], rejected["not_a_file"]) == (1, 1, 1, 1, 1 + 1 + 5)
+    assert "binary" not in rejected  # the UTF-16 story was decoded
+    # kept documents carry their metadata as valid UTF-8 (WriteClean wrote it)
+    clean = pa.concat_tables([pq.read_table(p) for p in sorted((out / "clean").glob("part-*.parquet"))])
+    ours = [(t, u) for t, u in zip(clean.column("title").to_pylist(), clean.column("url").to_pylist(), strict=True)
+            if u and u.startswith("https://x/")]
+    assert ours and set(ours) == {("T \ufffd", "https://x/\ufffd")}
+    rows = [json.loads(line) for p in sorted((out / "rejects").glob("part-*.jsonl"))
+            for line in p.read_text(encoding="utf-8").splitlines()]
+    assert any(r["reason"] == "invalid_file_name" and "caf\\xe9-latin1.jsonl" in r["snippet"] for r in rows)
+
+
+@pytest.mark.slow
+def test_a_reader_that_loses_records_fails_the_accounting_identity(tmp_path, demo_corpus, monkeypatch):
+    """The input count is what the framers read, so records lost after reading cannot balance."""
+    import pipelines.sources as sources
+    from pipelines.build import run_build
+    from shardforge.demo import demo_build_config
+
+    cfg = demo_build_config(demo_corpus).model_dump()
+    cfg["tokenizer"]["vocab_size"] = 400
+    real = sources.read_input
+
+    def lossy(entry, source, tally):  # a defective reader: every 7th document vanishes after being read
+        for i, rec in enumerate(real(entry, source, tally)):
+            if i % 7 != 3:
+                yield rec
+
+    monkeypatch.setattr(sources, "read_input", lossy)
+    from schemas.config import BuildConfig
+
+    with pytest.raises(Exception, match="accounting identity failed"):
+        run_build(BuildConfig.model_validate(cfg), str(tmp_path / "corpus"))
+    assert not (tmp_path / "corpus" / "manifest.json").exists()
