@@ -2,14 +2,19 @@
 
 Stages emit *outcomes* ``(source, bucket, reason)`` as data (not only as Beam
 metrics, which runners may report as attempted rather than committed), the
-readers emit per-source input counts, and the manifest step checks
-input == kept + filtered + duplicate + rejected per source, failing the job
-with a clear message otherwise.
+readers emit per file how many records they *read* (lines, array items, rows,
+members, documents, plus one per unreadable part, counted before any parsing),
+and the manifest step checks input == kept + filtered + duplicate + rejected
+per source, failing the job with a clear message otherwise. Because the input
+count does not come from the records that came out of the reader, a reader (or
+any later stage) that loses a record it read unbalances the books.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+
+import apache_beam as beam
 
 from pipelines.records import Duplicate, Reject
 from schemas.errors import UserError
@@ -24,6 +29,17 @@ def reject_outcome(r: Reject) -> Outcome:
 
 def duplicate_outcome(d: Duplicate) -> Outcome:
     return (d.source, "duplicate", d.kind)
+
+
+class CountInputs(beam.PTransform):
+    """Per-file ``(source, records read)`` -> a singleton list of ``(source, total)``."""
+
+    def expand(self, counts):
+        return (
+            counts
+            | "SumPerSource" >> beam.CombinePerKey(sum)
+            | "InputList" >> beam.combiners.ToList()
+        )
 
 
 def build_accounts(inputs: Iterable[tuple[str, int]], outcomes: Iterable[tuple[Outcome, int]]) -> dict[str, SourceAccount]:

@@ -19,7 +19,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import StandardOptions
 
 from pipelines import progress
-from pipelines.accounting import build_accounts, duplicate_outcome, reject_outcome
+from pipelines.accounting import CountInputs, build_accounts, duplicate_outcome, reject_outcome
 from pipelines.clean import CleanDocuments
 from pipelines.corpus import WriteCorpus, count_groups
 from pipelines.dedupe import Deduplicate
@@ -84,25 +84,19 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig, output: str, *,
     files: read exactly these URLs per source name instead of each source's glob.
     append: write the shards into an existing corpus (see AppendTo).
     """
-    docs_by_source, rejects_by_source = [], []
+    docs_by_source, rejects_by_source, counts_by_source = [], [], []
     for src in cfg.sources:
         reader = ReadSource(src, None if files is None else files.get(src.name, []))
         read = p | f"Read[{src.name}]" >> reader
         docs_by_source.append(read.documents)
         rejects_by_source.append(read.rejects)
+        counts_by_source.append(read.read_counts)
     raw_docs = docs_by_source | "AllDocuments" >> beam.Flatten()
     read_rejects = rejects_by_source | "AllReadRejects" >> beam.Flatten()
 
-    # Accounting starts at the reader: one input per record, good or bad.
-    inputs = (
-        (
-            (raw_docs | "DocSource" >> beam.Map(lambda d: d.source)),
-            (read_rejects | "RejectSource" >> beam.Map(lambda r: r.source)),
-        )
-        | "AllInputs" >> beam.Flatten()
-        | "CountInputs" >> beam.combiners.Count.PerElement()
-        | "InputList" >> beam.combiners.ToList()
-    )
+    # Accounting starts at the reader: the records it read per file (counted before parsing,
+    # independent of what the records became), summed per source.
+    inputs = counts_by_source | "AllReadCounts" >> beam.Flatten() | "CountInputs" >> CountInputs()
 
     cleaned = raw_docs | "Clean" >> CleanDocuments(cfg.clean, cfg.sources)
     rejects = (read_rejects, cleaned.rejects) | "AllRejects" >> beam.Flatten()

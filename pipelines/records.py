@@ -60,7 +60,8 @@ class TokenizedDocument:
 
 def make_doc_id(source: str, path: str, index: int) -> str:
     """Stable id: source, a short hash of the path, and the record index in that file."""
-    h = hashlib.blake2b(path.encode("utf-8"), digest_size=6).hexdigest()
+    # surrogateescape: a path holding undecodable bytes (a tar member name) hashes to its bytes
+    h = hashlib.blake2b(path.encode("utf-8", "surrogateescape"), digest_size=6).hexdigest()
     return f"{source}-{h}-{index:08d}"
 
 

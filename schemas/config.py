@@ -40,6 +40,13 @@ class SourceConfig(Strict):
     # Readers stop reading one record (JSON line, array item, archive member, text document)
     # past this many bytes and filter it as max_doc_bytes: memory stays bounded on huge inputs.
     max_record_bytes: int = Field(4_000_000, ge=1024)
+    # Bounded work per input file (decompression bombs, docs/cleaning.md): once a file has
+    # decompressed 16 MiB, it may not produce more than this many bytes per byte read from it
+    # (every level of nesting together; gzip tops out near 1032:1, text compresses 3-15:1) ...
+    max_expansion_ratio: float | None = Field(100.0, gt=1)
+    # ... nor more than this many decompressed bytes in all (None: no limit). Over either limit
+    # the rest of the file is rejected (reason max_expansion_ratio / max_decompressed_bytes).
+    max_decompressed_bytes: int | None = Field(64 << 30, ge=1 << 20)
     # Keep only records whose news-please `language` field is one of these (when the field is
     # present); None: ignore the field (the English filter in cleaning still applies).
     languages: list[str] | None = None

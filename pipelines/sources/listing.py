@@ -1,0 +1,80 @@
+"""Which inputs a source names: its glob expanded, each match judged before anything opens it.
+
+A match that cannot be read as a file is not dropped and does not crash the build: it becomes
+an ``Input`` with a skip reason, and the reader turns it into one counted Reject
+(``not_a_file`` for a directory, ``invalid_file_name`` for a name that is not valid UTF-8: such a
+name cannot travel through the pipeline, the manifest or the reject log).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterable
+
+from pipelines.sources.readers import R_INVALID_FILE_NAME, R_NOT_A_FILE, R_UNREADABLE
+from schemas.storage import full_url, get_fs, invalidate, protocol_of, retry
+
+Input = tuple[str, "str | None"]  # (URL, or the escaped name when it is invalid; skip reason or None)
+
+
+def printable_name(url: str) -> str:
+    """A file name as valid UTF-8: undecodable bytes (kept by Python as surrogates) as \\xNN."""
+    return url.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+def is_valid_name(url: str) -> bool:
+    try:
+        url.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def judge(url: str, kind: str | None = None) -> Input:
+    """One match -> (URL, None) to read, or (printable name, reason) to count as skipped."""
+    if not is_valid_name(url):
+        return printable_name(url), R_INVALID_FILE_NAME
+    if kind == "directory":
+        return url, R_NOT_A_FILE
+    return url, None
+
+
+def list_inputs(pattern: str) -> list[Input]:
+    """Every match of a glob (or the files under a folder URL, or the URL itself), sorted, judged."""
+    fs, path = get_fs(pattern)
+    invalidate(fs)
+    if any(c in path for c in "*?["):
+        found = retry(lambda: fs.glob(path, detail=True), f"glob {pattern}")
+    elif not retry(lambda: fs.exists(path), f"exists {pattern}"):
+        found = {}
+    elif retry(lambda: fs.isdir(path), f"isdir {pattern}"):
+        found = retry(lambda: fs.find(path, detail=True), f"find {pattern}")
+    else:
+        found = {path: {"type": "file"}}
+    return sorted((judge(full_url(fs, p), info.get("type")) for p, info in found.items()), key=lambda e: e[0])
+
+
+def judge_urls(urls: Iterable[str]) -> list[Input]:
+    """Explicitly given URLs (one ingest batch), judged by name only."""
+    return [judge(u) for u in urls]
+
+
+def local_file_problem(url: str) -> tuple[str, str] | None:
+    """For a local path: (reason, detail) when it is not a readable regular file, else None.
+
+    Checked before opening: opening a FIFO would block the worker forever, a directory raises.
+    Remote stores hold only objects (their 'directories' are caught by list_inputs).
+    """
+    fs, path = get_fs(url)
+    if protocol_of(fs) not in ("file", "local"):
+        return None
+    try:
+        mode = os.stat(path).st_mode  # follows links: a dangling or looping link fails here
+    except OSError as e:
+        return R_UNREADABLE, f"{type(e).__name__}: {e.strerror}"
+    if stat.S_ISREG(mode):
+        return None
+    kind = "directory" if stat.S_ISDIR(mode) else "fifo" if stat.S_ISFIFO(mode) else \
+        "socket" if stat.S_ISSOCK(mode) else "device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "special file"
+    return R_NOT_A_FILE, kind

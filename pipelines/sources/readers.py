@@ -1,0 +1,511 @@
+"""Record readers: one framer per layout cuts records out of a stream, one guarded parse per record.
+
+The two halves are kept apart on purpose. A *framer* (lines, JSON array items, Parquet rows,
+tar members, text documents) yields one ``Frame`` per record it read and never parses; the
+driver (``read_stream``) counts every frame into the file's ``Tally`` *before* parsing it, then
+runs the frame's parse inside a guard: whatever a parse raises becomes a ``parse_error`` Reject
+and reading carries on with the next frame. The tally is the build's input count, so a reader
+that loses a record after reading it breaks the accounting identity instead of balancing it.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import lzma
+import posixpath
+import tarfile
+import zlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, BinaryIO
+
+from pipelines.records import Document, Reject, make_doc_id
+from pipelines.sources.streams import (
+    CHUNK,
+    SNIFF,
+    Budget,
+    CorruptData,
+    ExpansionLimit,
+    Prefixed,
+    TailTracker,
+    Transcoded,
+    bom_encoding,
+    decode,
+    decompress,
+    iter_json_array,
+    iter_lines,
+    looks_binary,
+    read_up_to,
+    safe_snippet,
+    skip_ws,
+    split_compression,
+    valid_unicode,
+)
+from schemas.config import SourceConfig
+from schemas.storage import is_transient
+
+TAR_SUFFIXES = (".tar", ".tgz", ".tbz2", ".txz")
+MAX_ARCHIVE_DEPTH = 3  # openwebtext.tar.xz > urlsf_subset*.xz > *.txt needs 2
+TAR_TRAILER_LIMIT = 1 << 20  # padding after a tar's end marker is at most a record (10 KiB) in practice
+
+# Reasons a reader gives (bucket "rejected" unless noted).
+R_MALFORMED_JSON = "malformed_json"
+R_PARSE_ERROR = "parse_error"  # any other exception while parsing one record
+R_MISSING_TEXT = "missing_text_field"
+R_TOO_LARGE = "max_doc_bytes"  # bucket "filtered": same reason the cleaning rule uses
+R_LANGUAGE_FIELD = "language_field"  # bucket "filtered": news-please `language` not in SourceConfig.languages
+R_BINARY = "binary"
+R_EMPTY_FILE = "empty_file"
+R_TRUNCATED = "truncated"  # a compressed stream that ends early
+R_TRUNCATED_ARCHIVE = "truncated_archive"
+R_CORRUPT_COMPRESSED = "corrupt_compressed"
+R_CORRUPT_ARCHIVE = "corrupt_archive"
+R_CORRUPT_PARQUET = "corrupt_parquet"
+R_UNREADABLE = "unreadable"
+R_NOT_A_FILE = "not_a_file"  # a directory / link / device matching the glob, or such a tar member
+R_INVALID_FILE_NAME = "invalid_file_name"  # a file name that is not valid UTF-8
+
+# Field names by layout: the first present one wins (news-please writes `maintext`).
+TEXT_FIELDS = ("maintext", "text")
+URL_FIELDS = ("url",)
+TITLE_FIELDS = ("title",)
+DATE_FIELDS = ("date_publish", "date", "date_modify", "date_download")
+
+Record = Document | Reject
+
+
+@dataclass
+class Tally:
+    """What was read from one input file, counted by the framers, independent of what parsed.
+
+    ``read``: records cut from the file (lines, items, rows, members, documents), plus one for
+    each part that could not be read at all (an unreadable file, a corrupt or truncated rest).
+    """
+
+    read: int = 0
+
+
+@dataclass(slots=True)
+class Frame:
+    """One record as read, not yet parsed: ``parse(*args)`` makes its Document or Reject."""
+
+    doc_id: str
+    parse: Callable[..., Record]
+    args: tuple
+
+
+Item = Frame | Record  # framers yield frames, and the already-counted records of nested streams
+
+
+# ------------------------------------------------------------------ formats
+
+def format_by_name(name: str) -> str | None:
+    """The record layout an (uncompressed) file name announces, or None when it does not say."""
+    lower = name.lower()
+    if lower.endswith((".jsonl", ".ndjson", ".jsonlines")):
+        return "jsonl"
+    if lower.endswith(".json"):
+        return "json"
+    if lower.endswith((".parquet", ".pq")):
+        return "parquet"
+    if lower.endswith(TAR_SUFFIXES):
+        return "tar"
+    if lower.endswith((".txt", ".text", ".md")):
+        return "text"
+    return None
+
+
+def detect_format(url: str, source: SourceConfig) -> str | None:
+    """jsonl | json | parquet | tar | text from the config or the extension; None: sniff the content.
+
+    ``ccnews`` and ``openwebtext`` formats pick by extension like ``auto`` (their field names are
+    handled by every reader), so a source may mix JSON, JSONL, Parquet and archives.
+    """
+    if source.format in ("jsonl", "json", "parquet", "text"):
+        return source.format
+    base, _ = split_compression(posixpath.basename(url))
+    if base.lower().endswith(".tar"):  # .tar.gz, .tar.xz, ...
+        return "tar"
+    return format_by_name(base)
+
+
+# ------------------------------------------------------------------ parsing one record
+
+def _first(obj: dict[str, Any], names: tuple[str, ...]) -> Any:
+    for n in names:
+        v = obj.get(n)
+        if v is not None:
+            return v
+    return None
+
+
+def meta_str(v: Any) -> str | None:
+    """A kept metadata field as valid Unicode (lone surrogates -> U+FFFD; other types as str)."""
+    if v is None:
+        return None
+    return valid_unicode(v if isinstance(v, str) else str(v))
+
+
+def text_fields(source: SourceConfig) -> tuple[str, ...]:
+    """Field names tried for the text: the configured one; for the default, news-please's too."""
+    if source.text_field in TEXT_FIELDS:
+        return (source.text_field, *(f for f in TEXT_FIELDS if f != source.text_field))
+    return (source.text_field,)
+
+
+def record_from_object(obj: Any, doc_id: str, source: SourceConfig, raw: str) -> Record:
+    """A parsed JSON object (news-please or plain) -> Document, or a Reject saying what is missing."""
+    if not isinstance(obj, dict):
+        return Reject(doc_id, source.name, "rejected", R_MISSING_TEXT, safe_snippet(raw))
+    text = _first(obj, text_fields(source))
+    if not isinstance(text, str):
+        return Reject(doc_id, source.name, "rejected", R_MISSING_TEXT, safe_snippet(raw))
+    if source.languages is not None:
+        lang = obj.get("language")
+        if isinstance(lang, str) and lang.lower() not in source.languages:
+            return Reject(doc_id, source.name, "filtered", R_LANGUAGE_FIELD, safe_snippet(text))
+    return Document(doc_id, source.name, text, url=meta_str(_first(obj, URL_FIELDS)),
+                    title=meta_str(_first(obj, TITLE_FIELDS)), date=meta_str(_first(obj, DATE_FIELDS)))
+
+
+def too_large(doc_id: str, source: SourceConfig, head: bytes) -> Reject:
+    return Reject(doc_id, source.name, "filtered", R_TOO_LARGE, safe_snippet(head))
+
+
+def parse_json(raw: bytes, length: int, doc_id: str, source: SourceConfig, cap: int) -> Record:
+    """One JSON line / array item -> Document or Reject (other exceptions: the driver's guard)."""
+    if length > cap:
+        return too_large(doc_id, source, raw)
+    line = decode(raw)
+    try:
+        obj = json.loads(line)
+    except (json.JSONDecodeError, RecursionError):  # RecursionError: absurdly nested input
+        return Reject(doc_id, source.name, "rejected", R_MALFORMED_JSON, safe_snippet(line))
+    return record_from_object(obj, doc_id, source, line)
+
+
+def parse_text(data: bytes, doc_id: str, source: SourceConfig, cap: int) -> Record:
+    """A text document of a text file (already sniffed for binary data and re-encoded) -> Document."""
+    if len(data) > cap:
+        return too_large(doc_id, source, data)
+    return Document(doc_id, source.name, decode(data))
+
+
+def parse_document(data: bytes, doc_id: str, source: SourceConfig, cap: int) -> Record:
+    """A whole text document (a file, a delimited part, a tar member) -> Document or Reject."""
+    if len(data) > cap:
+        return too_large(doc_id, source, data)
+    enc = bom_encoding(data[:4])
+    if enc is not None:  # UTF-16/32 text: NUL bytes are part of the encoding, not binary junk
+        return Document(doc_id, source.name, data.decode(enc, errors="replace"))
+    if looks_binary(data[:SNIFF]):
+        return Reject(doc_id, source.name, "rejected", R_BINARY, safe_snippet(data[:200]))
+    return Document(doc_id, source.name, decode(data))
+
+
+def not_a_file(doc_id: str, source: SourceConfig, what: str) -> Reject:
+    return Reject(doc_id, source.name, "rejected", R_NOT_A_FILE, what)
+
+
+# ------------------------------------------------------------------ framers
+
+def frame_jsonl(stream: BinaryIO, path: str, source: SourceConfig, cap: int) -> Iterator[Frame]:
+    """One JSON object per line; whitespace-only lines are not records. doc_id index = line number."""
+    lineno = 0
+    for raw, length, blank in iter_lines(stream, cap):
+        if blank:
+            lineno += blank
+            continue
+        i = lineno
+        lineno += 1
+        if length <= cap and not raw.strip():
+            continue
+        doc_id = make_doc_id(source.name, path, i)
+        yield Frame(doc_id, parse_json, (raw.rstrip(b"\r"), length, doc_id, source, cap))
+
+
+def frame_json(stream: BinaryIO, path: str, source: SourceConfig, cap: int) -> Iterator[Frame]:
+    """news-please JSON: one object per file, a JSON array of objects, or (misnamed) JSONL."""
+    head = skip_ws(stream)
+    if not head:
+        return
+    if head.startswith(b"["):
+        for i, (raw, length) in enumerate(iter_json_array(Prefixed(head[1:], stream), cap)):
+            doc_id = make_doc_id(source.name, path, i)
+            yield Frame(doc_id, parse_json, (raw, length, doc_id, source, cap))
+        return
+    data = head + read_up_to(stream, cap + 1 - len(head)) if len(head) <= cap else head
+    doc_id = make_doc_id(source.name, path, 0)
+    if len(data) <= cap:
+        if _parses_as_one_value(data):
+            yield Frame(doc_id, parse_json, (data, len(data), doc_id, source, cap))
+        else:
+            yield from frame_jsonl(Prefixed(data, stream), path, source, cap)
+        return
+    # Over the cap: JSONL if its first line is a value by itself, else one huge object.
+    if _parses_as_one_value(data.split(b"\n", 1)[0]):
+        yield from frame_jsonl(Prefixed(data, stream), path, source, cap)
+    else:
+        yield Frame(doc_id, too_large, (doc_id, source, data))
+
+
+def _parses_as_one_value(data: bytes) -> bool:
+    """Whether the bytes are one JSON value; valid JSON that Python cannot hold (a 5,000-digit
+    integer, nesting past the recursion limit) counts as one value whose parse will fail."""
+    try:
+        json.loads(decode(data))
+    except json.JSONDecodeError:
+        return False
+    except (ValueError, RecursionError):
+        return True
+    return True
+
+
+def frame_text(stream: BinaryIO, path: str, source: SourceConfig, cap: int) -> Iterator[Frame]:
+    """Plain text: one document per file, or several separated by `source.delimiter` lines."""
+    if source.delimiter is None:
+        data = read_up_to(stream, cap + 1)
+        if len(data) > cap or data.strip():
+            doc_id = make_doc_id(source.name, path, 0)
+            yield Frame(doc_id, parse_text, (data, doc_id, source, cap))
+        return
+    delim = source.delimiter.strip().encode("utf-8")
+    parts: list[bytes] = []
+    size = 0
+    index = 0
+
+    def flush() -> Iterator[Frame]:
+        nonlocal parts, size, index
+        if size > cap or any(p.strip() for p in parts):
+            doc_id = make_doc_id(source.name, path, index)
+            index += 1
+            if size > cap:  # the parts hold only the head of this document
+                yield Frame(doc_id, too_large, (doc_id, source, b"\n".join(parts)))
+            else:
+                yield Frame(doc_id, parse_text, (b"\n".join(parts), doc_id, source, cap))
+        parts, size = [], 0
+
+    for raw, length, _ in iter_lines(stream, cap):
+        if length <= cap and raw.strip() == delim:
+            yield from flush()
+            continue
+        if size + length + 1 <= cap:
+            parts.append(raw)
+        size += length + 1
+    yield from flush()
+
+
+def parse_parquet_row(cols: dict[str, list] | None, batch: Any, j: int, doc_id: str, source: SourceConfig,
+                      cap: int, text_col: str, meta: dict[str, str | None], lang_col: str | None) -> Record:
+    """Row j of a record batch (already converted to Python as `cols`, or None: convert this row)."""
+    if cols is None:  # the batch as a whole did not convert: convert this row alone (it may raise)
+        cols = {k: [v] for k, v in batch.slice(j, 1).to_pylist()[0].items()}
+        j = 0
+    text = cols[text_col][j]
+    if not isinstance(text, str):
+        return Reject(doc_id, source.name, "rejected", R_MISSING_TEXT, "")
+    if len(text) > cap:  # characters <= bytes: a cheap first check; cleaning checks bytes
+        return too_large(doc_id, source, text[:cap].encode("utf-8", "surrogatepass"))
+    if lang_col and isinstance(cols[lang_col][j], str) and cols[lang_col][j].lower() not in source.languages:
+        return Reject(doc_id, source.name, "filtered", R_LANGUAGE_FIELD, safe_snippet(text))
+    return Document(doc_id, source.name, text,
+                    url=meta_str(cols[meta["url"]][j]) if meta["url"] else None,
+                    title=meta_str(cols[meta["title"]][j]) if meta["title"] else None,
+                    date=meta_str(cols[meta["date"]][j]) if meta["date"] else None)
+
+
+def _missing_column(doc_id: str, source: SourceConfig, names: list[str]) -> Reject:
+    return Reject(doc_id, source.name, "rejected", R_MISSING_TEXT,
+                  f"no column {source.text_field!r} in {names}"[:200])
+
+
+def frame_parquet(stream: BinaryIO, path: str, source: SourceConfig, cap: int,
+                  budget: Budget | None = None) -> Iterator[Frame]:
+    """Parquet in record batches: text (or maintext), title, url, date (or date_publish) columns.
+
+    The Arrow bytes of every batch are charged to the file's budget (a small file can decode
+    to gigabytes of repeated strings through dictionary encoding).
+    """
+    import pyarrow.parquet as pq
+
+    pf = pq.ParquetFile(stream)  # type: ignore[arg-type]  # needs a seekable file: fsspec's is
+    names = set(pf.schema_arrow.names)
+    text_col = next((c for c in text_fields(source) if c in names), None)
+    if text_col is None:
+        for i in range(pf.metadata.num_rows):
+            doc_id = make_doc_id(source.name, path, i)
+            yield Frame(doc_id, _missing_column, (doc_id, source, sorted(names)))
+        return
+    meta = {"url": next((c for c in URL_FIELDS if c in names), None),
+            "title": next((c for c in TITLE_FIELDS if c in names), None),
+            "date": next((c for c in DATE_FIELDS if c in names), None)}
+    lang_col = "language" if source.languages is not None and "language" in names else None
+    columns = sorted({text_col, *(c for c in meta.values() if c), *([lang_col] if lang_col else [])})
+    i = 0
+    for batch in pf.iter_batches(batch_size=256, columns=columns):
+        if budget is not None:
+            budget.add_inflated(batch.nbytes)
+        try:
+            cols: dict[str, list] | None = batch.to_pydict()
+        except Exception:  # noqa: BLE001 - e.g. invalid UTF-8 in a string column: convert row by row
+            cols = None
+        for j in range(batch.num_rows):
+            doc_id = make_doc_id(source.name, path, i)
+            i += 1
+            yield Frame(doc_id, parse_parquet_row, (cols, batch, j, doc_id, source, cap, text_col, meta, lang_col))
+
+
+def check_tar_end(tracked: TailTracker) -> None:
+    """Raise if a tar stream did not end with its zero-block end marker.
+
+    tarfile's stream mode stops quietly at a cut header, so a tar truncated between members would
+    lose its remaining members without a trace; a complete archive ends with zero blocks and a
+    length that is a multiple of 512.
+    """
+    drained = 0
+    while drained <= TAR_TRAILER_LIMIT:
+        b = tracked.read(CHUNK)
+        if not b:
+            break
+        drained += len(b)
+    else:
+        raise tarfile.ReadError("data after the end of the archive (corrupt member header)")
+    if tracked.total % 512 or tracked.tail.strip(b"\x00"):
+        raise tarfile.ReadError("unexpected end of data: no end-of-archive marker (truncated)")
+
+
+def member_kind(member: tarfile.TarInfo) -> str:
+    """What a non-regular tar member is, in words (for the not_a_file snippet)."""
+    for test, word in ((member.isdir, "directory"), (member.issym, "symlink"), (member.islnk, "hard link"),
+                       (member.ischr, "character device"), (member.isblk, "block device"), (member.isfifo, "fifo")):
+        if test():
+            return word
+    return f"tar type {member.type!r}"
+
+
+def frame_tar(stream: BinaryIO, path: str, source: SourceConfig, cap: int, depth: int, tally: Tally,
+              budget: Budget | None) -> Iterator[Item]:
+    """A streamed tar: each regular member is a document (bounded read), or a nested archive /
+    JSON(L) file read with its own reader; every other member (directory, link, device) is one
+    `not_a_file` record. doc_id: archive path + member index (non-files: their own index)."""
+    tracked = TailTracker(stream)
+    with tarfile.open(fileobj=tracked, mode="r|") as tar:  # type: ignore[call-overload]
+        index = 0
+        others = 0
+        for member in tar:
+            name = member.name
+            if not member.isfile():
+                doc_id = make_doc_id(source.name, f"{path}!not_a_file", others)
+                others += 1
+                yield Frame(doc_id, not_a_file, (doc_id, source, f"{member_kind(member)}: {name}"[:200]))
+                continue
+            f = tar.extractfile(member)
+            inner_path = f"{path}!{name}"
+            base, comp = split_compression(posixpath.basename(name))
+            fmt = format_by_name(base)
+            if comp is not None or fmt in ("tar", "jsonl", "json"):
+                # Nested archive or record file: its records are indexed (and counted) inside it.
+                yield from read_stream(f, inner_path, source, cap, fmt, comp, depth + 1, tally, budget)
+                continue
+            doc_id = make_doc_id(source.name, path, index)
+            index += 1
+            yield Frame(doc_id, parse_document, (read_up_to(f, cap + 1), doc_id, source, cap))
+    check_tar_end(tracked)
+
+
+FRAMERS: dict[str, Callable[[BinaryIO, str, SourceConfig, int], Iterator[Frame]]] = {
+    "jsonl": frame_jsonl, "json": frame_json, "text": frame_text}
+
+
+# ------------------------------------------------------------------ the driver
+
+def failure_reason(exc: BaseException, archive: bool) -> str:
+    """Name why a stream could not be read to its end."""
+    if isinstance(exc, ExpansionLimit):
+        return exc.reason
+    if isinstance(exc, EOFError):
+        return R_TRUNCATED_ARCHIVE if archive else R_TRUNCATED
+    if isinstance(exc, tarfile.ReadError):
+        text = str(exc).lower()
+        return R_TRUNCATED_ARCHIVE if "unexpected end" in text or "truncated" in text else R_CORRUPT_ARCHIVE
+    if isinstance(exc, tarfile.TarError):
+        return R_CORRUPT_ARCHIVE
+    if isinstance(exc, (gzip.BadGzipFile, lzma.LZMAError, zlib.error, CorruptData)):
+        return R_CORRUPT_COMPRESSED
+    if isinstance(exc, OSError) and "invalid data stream" in str(exc).lower():  # bz2
+        return R_CORRUPT_COMPRESSED
+    if "arrow" in type(exc).__module__.lower():
+        return R_CORRUPT_PARQUET
+    return R_UNREADABLE
+
+
+def parse_guarded(frame: Frame, source: SourceConfig) -> Record:
+    """The frame's record; any exception from its parse rejects this record alone."""
+    try:
+        return frame.parse(*frame.args)
+    except Exception as e:  # noqa: BLE001 - one bad record must never end the file or the build
+        return Reject(frame.doc_id, source.name, "rejected", R_PARSE_ERROR, safe_snippet(f"{type(e).__name__}: {e}"))
+
+
+def read_stream(raw: BinaryIO, path: str, source: SourceConfig, cap: int, fmt: str | None,
+                compression: str | None, depth: int = 0, tally: Tally | None = None,
+                budget: Budget | None = None) -> Iterator[Record]:
+    """Records of one (possibly compressed) stream; never raises on bad data.
+
+    Every frame is counted into `tally` before it is parsed. A stream that yields no record
+    gives one `empty_file` Reject; a stream that breaks part way (or exceeds its `budget`) gives
+    one Reject for its unread rest, after the records read; each of these counts as one read.
+    """
+    tally = tally if tally is not None else Tally()
+    emitted = 0
+    failure_id = make_doc_id(source.name, f"{path}!error", 0)
+    archive = fmt == "tar"
+    try:
+        stream = decompress(raw, compression, budget)
+        if fmt == "parquet":
+            items: Iterator[Item] = frame_parquet(stream, path, source, cap, budget)
+        else:
+            head = read_up_to(stream, SNIFF)
+            enc = bom_encoding(head[:4]) if fmt != "tar" else None
+            if enc is not None:  # UTF-16/32 text with a byte-order mark: read it as UTF-8
+                stream = Transcoded(Prefixed(head, stream), enc)  # type: ignore[assignment]
+                head = read_up_to(stream, SNIFF)
+            if fmt is None or fmt == "tar":
+                # tar headers carry "ustar" at byte 257; otherwise guess from the first byte.
+                if head[257:262] == b"ustar":
+                    fmt = "tar"
+                elif fmt is None:
+                    fmt = "json" if head.lstrip()[:1] in (b"{", b"[") else "text"
+            archive = fmt == "tar"
+            if fmt == "tar" and depth >= MAX_ARCHIVE_DEPTH:
+                tally.read += 1
+                yield Reject(failure_id, source.name, "rejected", R_CORRUPT_ARCHIVE, f"archives nested deeper than {depth}")
+                return
+            if fmt != "tar" and looks_binary(head):
+                tally.read += 1
+                yield Reject(failure_id, source.name, "rejected", R_BINARY, safe_snippet(head[:200]))
+                return
+            stream = Prefixed(head, stream)  # type: ignore[assignment]
+            if fmt == "tar":
+                items = frame_tar(stream, path, source, cap, depth, tally, budget)
+            else:
+                items = FRAMERS[fmt](stream, path, source, cap)
+        for item in items:
+            if type(item) is Frame:
+                tally.read += 1
+                item = parse_guarded(item, source)
+            emitted += 1
+            yield item  # type: ignore[misc]
+    except Exception as e:  # noqa: BLE001 - any unreadable input becomes one Reject, never a crash
+        if is_transient(e):
+            raise  # a dropped connection is not bad data: fail the bundle so the runner retries it
+        if isinstance(e, ExpansionLimit) and depth > 0:
+            raise  # the budget is the whole file's: reject the rest of the file, not one member
+        tally.read += 1
+        reason = failure_reason(e, archive)
+        yield Reject(failure_id, source.name, "rejected", reason, safe_snippet(f"{type(e).__name__}: {e}"))
+        return
+    if emitted == 0:
+        tally.read += 1
+        yield Reject(failure_id, source.name, "rejected", R_EMPTY_FILE, "")
