@@ -36,7 +36,7 @@ from pipelines.clean import (  # noqa: E402
     has_invalid_utf8,
     normalize_text,
 )
-from pipelines.langid import is_english  # noqa: E402
+from pipelines.langid import identify  # noqa: E402
 from pipelines.records import Document, Reject  # noqa: E402
 from pipelines.sentences import split_sentences  # noqa: E402
 from schemas.config import CleanConfig  # noqa: E402
@@ -196,8 +196,11 @@ def naive_clean(doc: Document, c: CleanConfig) -> str:
         return "dup_ngrams"
     if len(split_sentences(text)) < c.min_sentences:
         return "min_sentences"
-    if c.english_only and not is_english(text, c.min_english_score):
-        return "english"
+    if c.english_only and c.languages:
+        guess = identify(text, c.language_id)
+        least = c.min_english_score if c.language_id == "stopwords" else c.min_language_score
+        if guess.code not in c.languages or guess.score < least:
+            return "language"
     return "kept"
 
 

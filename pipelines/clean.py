@@ -11,7 +11,8 @@ Per document, in this order (the first failing rule names the reason):
    with fewer than ``line_min_words`` words, or without terminal punctuation are removed;
 5. Gopher rules on what is left: word count, mean word length, symbol/word ratio, bullet and
    ellipsis lines, alphabetic words, stop words, duplicate lines / paragraphs (count and chars),
-   top 2-4-gram shares, duplicated 5-10-gram shares; then C4's ``min_sentences`` and ``english``.
+   top 2-4-gram shares, duplicated 5-10-gram shares; then C4's ``min_sentences`` and ``language``
+   (pipelines/langid.py: CLD2 by default; the kept document records its language and score).
 
 Each rule is a named function of a lazily computed ``DocStats``; thresholds live in ``CleanConfig``;
 ``disabled_rules`` switches rules (and line rules) off by name. A filtered document becomes
@@ -20,6 +21,7 @@ Each rule is a named function of a lazily computed ``DocStats``; thresholds live
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import string
 import unicodedata
@@ -31,7 +33,7 @@ import apache_beam as beam
 from apache_beam import pvalue
 from apache_beam.metrics import Metrics
 
-from pipelines.langid import is_english
+from pipelines.langid import LanguageGuess, Method, identify, known_codes
 from pipelines.records import Document, Reject, snippet
 from pipelines.sentences import split_sentences
 from schemas.config import CleanConfig, SourceConfig
@@ -47,10 +49,13 @@ _TAG = re.compile(r"<[^<>\n]{1,400}>")
 # A whitespace-delimited token none of whose characters is a letter ([^\W\d_] is "a letter").
 _NO_LETTER_TOKEN = re.compile(r"(?<!\S)(?:(?![^\W\d_])\S)+(?!\S)")
 
-# C4 (c4_utils.py): boilerplate phrases, terminal marks. We also accept typographic closing quotes.
+# C4 (c4_utils.py): boilerplate phrases, end marks. C4 keeps a line only if it ends in one of
+# . ? ! " (straight quote) and not in "..." (CleanConfig.line_end_marks="c4", the default);
+# "typographic" also accepts closing curly quotes and keeps lines ending in "...".
 POLICY_PHRASES = ("terms of use", "privacy policy", "cookie policy", "uses cookies", "use of cookies",
                   "use cookies")
-TERMINAL = (".", "?", "!", '"', "\u201d", "\u2019")
+C4_END_MARKS = (".", "?", "!", '"')
+TERMINAL = {"c4": C4_END_MARKS, "typographic": (*C4_END_MARKS, "\u201d", "\u2019")}
 # Gopher's stop words (a document needs at least `min_stop_words` of them).
 GOPHER_STOP_WORDS = frozenset(["the", "be", "to", "of", "and", "that", "have", "with"])
 BULLETS = ("\u2022", "\u2023", "\u25e6", "\u2043", "\u25aa", "\u25cf", "\u00b7", "-", "*", "\u2013")
@@ -101,6 +106,11 @@ def line_rules_for(source: str, sources: Iterable[SourceConfig] = (), cfg: Clean
     return not any(n in source for n in NARRATIVE_SOURCES)
 
 
+def has_end_mark(line: str, marks: str = "c4") -> bool:
+    """C4's line test: the line ends in an end mark and (with "c4") not in an ellipsis."""
+    return line.endswith(TERMINAL[marks]) and not (marks == "c4" and line.endswith("..."))
+
+
 def filter_lines(text: str, cfg: CleanConfig, disabled: frozenset[str] = frozenset()) -> tuple[str, Counter]:
     """Apply C4's line rules; returns the kept text and how many lines each rule removed.
 
@@ -124,7 +134,7 @@ def filter_lines(text: str, cfg: CleanConfig, disabled: frozenset[str] = frozens
             removed["long_word"] += 1
         elif "min_line_words" not in disabled and len(words) < cfg.line_min_words:
             removed["min_line_words"] += 1
-        elif "terminal_punct" not in disabled and not line.endswith(TERMINAL):
+        elif "terminal_punct" not in disabled and not has_end_mark(line, cfg.line_end_marks):
             removed["terminal_punct"] += 1
         else:
             kept.append(line)
@@ -136,8 +146,14 @@ def filter_lines(text: str, cfg: CleanConfig, disabled: frozenset[str] = frozens
 class DocStats:
     """Everything the document rules look at, computed once and only when a rule asks."""
 
-    def __init__(self, text: str):
+    def __init__(self, text: str, language_id: Method = "cld2"):
         self.text = text
+        self.language_id = language_id
+
+    @cached_property
+    def language(self) -> LanguageGuess:
+        """The detected language (pipelines/langid.py), computed once for the rule and the record."""
+        return identify(self.text, self.language_id)
 
     @cached_property
     def raw_words(self) -> list[str]:
@@ -297,17 +313,42 @@ DOC_RULES: list[tuple[str, Rule]] = [
     ("top_ngrams", _top_ngrams),
     ("dup_ngrams", _dup_ngrams),
     ("min_sentences", lambda s, c: len(split_sentences(s.text)) < c.min_sentences),
-    ("english", lambda s, c: c.english_only and not is_english(s.text, c.min_english_score)),
+    ("language", lambda s, c: c.english_only and not accepts_language(s.language, c)),
 ]
 GUARD_RULES = ("empty", "max_doc_bytes", "invalid_utf8", "empty_after_line_rules")
-RULE_NAMES = frozenset(GUARD_RULES + LINE_RULES) | {n for n, _ in PAGE_RULES + WEB_PAGE_RULES + DOC_RULES}
+# Old rule names still accepted in disabled_rules.
+RULE_ALIASES = {"english": "language"}
+RULE_NAMES = (frozenset(GUARD_RULES + LINE_RULES) | {n for n, _ in PAGE_RULES + WEB_PAGE_RULES + DOC_RULES}
+              | set(RULE_ALIASES))
+
+
+def accepts_language(guess: LanguageGuess, cfg: CleanConfig) -> bool:
+    """The language rule: the detected language is one the user keeps, with enough of the text in it.
+
+    An empty ``cfg.languages`` keeps every language. The score bound is ``min_language_score``
+    for CLD2 (share of the text) and ``min_english_score`` for the stop-word method.
+    """
+    if not cfg.languages:
+        return True
+    least = cfg.min_english_score if cfg.language_id == "stopwords" else cfg.min_language_score
+    return guess.code in cfg.languages and guess.score >= least
+
+
+def disabled_rules(cfg: CleanConfig) -> frozenset[str]:
+    """cfg.disabled_rules with old names mapped to the current ones."""
+    return frozenset(RULE_ALIASES.get(n, n) for n in cfg.disabled_rules)
 
 
 def check_rule_names(cfg: CleanConfig) -> None:
-    """A misspelled name in disabled_rules must not silently keep a rule on."""
+    """A misspelled name in disabled_rules or languages must not silently change the rules."""
     unknown = sorted(set(cfg.disabled_rules) - RULE_NAMES)
     if unknown:
         raise UserError(f"clean.disabled_rules: unknown rule(s) {unknown}; known: {sorted(RULE_NAMES)}")
+    codes = known_codes(cfg.language_id)
+    bad = sorted(set(cfg.languages) - codes)
+    if bad:
+        raise UserError(f"clean.languages: unknown code(s) {bad} for language_id={cfg.language_id!r}; "
+                        f"use ISO 639-1 codes such as {sorted(codes)[:12]}...")
 
 
 def clean_document(doc: Document, cfg: CleanConfig, line_rules: bool = True,
@@ -317,7 +358,7 @@ def clean_document(doc: Document, cfg: CleanConfig, line_rules: bool = True,
     line_rules: apply C4's line rules (web/news). line_counts, if given, is incremented with the
     number of lines each line rule removed.
     """
-    disabled = frozenset(cfg.disabled_rules)
+    disabled = disabled_rules(cfg)
 
     def filtered(reason: str, text: str) -> Reject:
         return Reject(doc.doc_id, doc.source, "filtered", reason, safe(text))
@@ -335,7 +376,7 @@ def clean_document(doc: Document, cfg: CleanConfig, line_rules: bool = True,
     text = normalize_text(text)
     if not text:
         return filtered("empty", text)
-    stats = DocStats(text)
+    stats = DocStats(text, cfg.language_id)
     page_rules = PAGE_RULES + (WEB_PAGE_RULES if line_rules else [])
     for name, rule in page_rules:
         if name not in disabled and rule(stats, cfg):
@@ -348,11 +389,13 @@ def clean_document(doc: Document, cfg: CleanConfig, line_rules: bool = True,
             return filtered("empty_after_line_rules", text)
         if removed:
             text = _BLANK_LINES.sub("\n\n", kept)
-            stats = DocStats(text)
+            stats = DocStats(text, cfg.language_id)
     for name, rule in DOC_RULES:
         if name not in disabled and rule(stats, cfg):
-            return filtered(name, text)
-    return Document(doc.doc_id, doc.source, text, doc.url, doc.title, doc.date)
+            out = filtered(name, text)
+            return dataclasses.replace(out, language=stats.language.code) if name == "language" else out
+    guess = stats.language
+    return dataclasses.replace(doc, text=text, language=guess.code, language_score=guess.score)
 
 
 class _Clean(beam.DoFn):

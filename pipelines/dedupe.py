@@ -33,6 +33,7 @@ first and otherwise the smallest doc_id.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import heapq
 import io
@@ -611,7 +612,7 @@ def apply_span_losses(doc: Document, losses: Iterable[tuple[int, str]], n: int) 
 
 def replace_text(doc: Document, text: str) -> Document:
     """doc with another text (same id, source and metadata)."""
-    return Document(doc.doc_id, doc.source, text, doc.url, doc.title, doc.date)
+    return dataclasses.replace(doc, text=text)
 
 
 class _ResolveSpans(beam.DoFn):

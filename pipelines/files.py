@@ -144,6 +144,8 @@ def rejects_to_jsonl(rejects: list[Any]) -> bytes:
     rows = []
     for r in rejects:
         row = dataclasses.asdict(r)
+        if row.get("language", "") is None:  # only language rejects carry a code
+            del row["language"]
         if not isinstance(r, Reject):
             row["bucket"] = "duplicate"
         rows.append(row)

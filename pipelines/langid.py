@@ -1,23 +1,28 @@
-"""English filter without downloads: a stop-word share heuristic.
+"""Language identification for the clean stage: CLD2 by default, a stop-word heuristic by name.
 
-Function words make up a large, stable share of running text in every language, and the sets
-barely overlap between languages. A text is English when
+``identify(text, method)`` returns a ``LanguageGuess`` (code, score) for one document:
 
-* the share of its word tokens that are English stop words is at least a threshold
-  (``CleanConfig.min_english_score``), and
-* that share is at least the share of stop words of each other language we know
-  (German, French, Spanish, Dutch, Italian, Portuguese), which settles the few shared words
-  ("in", "a", "was", "die", "also").
-
-No model file, no network, ~1 µs per word. Accuracy on the labelled sample shipped in
-``tests/data/langid_sample.jsonl`` is measured by ``tests/test_clean.py`` and reported in
-docs/cleaning.md. It is meant for filtering crawls that are mostly English; it cannot name
-languages outside the list (they simply score low on English).
+* ``cld2`` (default): Google's Compact Language Detector 2 through ``pycld2``. Its n-gram tables
+  are compiled into the extension module, so the wheel *is* the model: nothing is downloaded or
+  read from disk at run time, and the result is a pure function of the text (deterministic). It
+  names 165 languages with ISO 639-1 style codes ("en", "de", "zh", "zh-Hant", ...; "un" when the
+  text carries no evidence). The score is the share of the text's letters that CLD2 attributes to
+  the top language (0..1). Measured by ``benchmarks/bench_langid.py`` on the Universal Declaration
+  of Human Rights in 447 languages: 0.6% of non-English 20-word windows called English (most of
+  them Scots and English-based creoles), 99.9% of real English 20-word windows called English.
+* ``stopwords``: the earlier English filter, kept as a named option for comparison: the share of
+  English stop words, which must be at least ``CleanConfig.min_english_score`` and at least the
+  stop-word share of German, French, Spanish, Dutch, Italian and Portuguese. It cannot tell other
+  languages apart (Polish, Finnish, Danish... often score as English at 10-20 words).
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
+from typing import Literal
+
+import pycld2
 
 ENGLISH = frozenset("""
 a about above after again against all am an and any are as at be because been before being below
@@ -105,6 +110,52 @@ def is_english(text: str, min_score: float) -> bool:
 
 def guess_language(text: str) -> str:
     """The language with the highest stop-word share ('en', 'de', ...); 'unknown' with no evidence."""
+    code = identify_stopwords(text).code
+    return "unknown" if code == UNKNOWN else code
+
+
+# ------------------------------------------------------------------ identifiers
+
+Method = Literal["cld2", "stopwords"]
+UNKNOWN = "un"  # CLD2's code for "no evidence"; the stop-word method returns it too
+
+
+@dataclass(frozen=True)
+class LanguageGuess:
+    """A document's language: code (ISO 639-1 style, CLD2's spelling) and score in [0, 1]."""
+
+    code: str
+    score: float
+
+
+def known_codes(method: Method = "cld2") -> frozenset[str]:
+    """Codes the method can return (to reject a misspelled ``CleanConfig.languages`` entry)."""
+    if method == "stopwords":
+        return frozenset(("en", *OTHER))
+    return frozenset(code for _, code in pycld2.LANGUAGES) - {UNKNOWN}
+
+
+def identify_cld2(text: str) -> LanguageGuess:
+    """CLD2's top language and the share of the text it covers.
+
+    isPlainText: our text is already plain (CLD2 would otherwise skip anything between < and >).
+    Text CLD2 refuses (it validates UTF-8 strictly, e.g. noncharacters) counts as unknown.
+    """
+    try:
+        _, _, details = pycld2.detect(text, isPlainText=True)
+    except pycld2.error:
+        return LanguageGuess(UNKNOWN, 0.0)
+    _, code, percent, _ = details[0]
+    return LanguageGuess(code, percent / 100.0)
+
+
+def identify_stopwords(text: str) -> LanguageGuess:
+    """The stop-word heuristic: the language with the highest stop-word share, and that share."""
     shares = stopword_shares(words_of(text))
     best = max(shares, key=lambda k: (shares[k], k == "en"))
-    return best if shares[best] > 0 else "unknown"
+    return LanguageGuess(best, shares[best]) if shares[best] > 0 else LanguageGuess(UNKNOWN, 0.0)
+
+
+def identify(text: str, method: Method = "cld2") -> LanguageGuess:
+    """The document's language by the named method."""
+    return identify_stopwords(text) if method == "stopwords" else identify_cld2(text)

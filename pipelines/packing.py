@@ -88,7 +88,9 @@ class PackStats:
     split_for_pair: int = 0  # single-segment pairs made by cutting one segment in two
     dropped_tokens: int = 0  # home tokens that could not form any sequence (1-token pair leftovers)
     short_targets: int = 0  # sequences whose target length was shortened (short_seq_prob)
-    truncated_pairs: int = 0  # pairs cut down to max_seq_len
+    pairs: int = 0  # pair sequences (SEGMENT-PAIR, SENTENCE-PAIR, SOP)
+    truncated_pairs: int = 0  # pairs cut down to max_seq_len (cut rate = truncated_pairs / pairs)
+    cut_segments: int = 0  # A/B segments starting or ending mid-sentence (truncation, split_for_pair)
     truncated_tokens: int = 0  # home tokens removed by truncation
     truncated_borrowed_tokens: int = 0  # borrowed (random-next) tokens removed by truncation
     real_next: int = 0  # NSP label 0 (fallback_real_next included)
@@ -336,11 +338,18 @@ def _pack_segment_pairs(
 ) -> list[PackedSequence]:
     """BERT's create_instances_from_document (and ALBERT's SOP variant), keyed.
 
-    Segments accumulate into a chunk until it reaches the target length (or the
-    document ends); a keyed split point divides the chunk into A and B. One
-    deliberate difference: the short target is drawn per chunk (BERT draws it
-    once per document, so 10% of documents were all short instead of 10% of
-    sequences).
+    Segments accumulate into a chunk up to the target length (or the document's end); a keyed
+    split point divides the chunk into A and B. Two deliberate differences from BERT:
+
+    * a chunk closes at the last sentence boundary *before* the target (BERT closes once it has
+      reached it, so the last sentence overshoots and BERT's truncation cuts 70-75% of pairs
+      mid-sentence). A chunk of one segment still takes the next one (two pieces always fit:
+      each is at most half the budget), so a pair is cut only when its sentences cannot fit;
+      truncation stays as the fallback for that (counted in ``truncated_pairs``). A document's
+      last sentence joins the chunk before it when the sequence can hold it, rather than
+      being cut in two (SOP) or sent off with a forced random next (NSP);
+    * the short target is drawn per chunk (BERT draws it once per document, so 10% of
+      documents were all short instead of 10% of sequences).
     """
     max_tokens = cfg.max_seq_len - 3
     p = cfg.effective_short_seq_prob
@@ -348,23 +357,26 @@ def _pack_segment_pairs(
     for own, (doc_id, segs) in enumerate(pool):
         n = len(segs)
         i = 0
-        start = 0
-        chunk_len = 0
-        target = max_tokens
         while i < n:
-            if chunk_len == 0:
-                start = i
-                target = _target(seed, doc_id, start, max_tokens, p, stats)
-            chunk_len += len(segs[i])
-            if i == n - 1 or chunk_len >= target:
-                chunk = segs[start : i + 1]
-                if sop:
-                    _sop_pair(out, chunk, doc_id, start, max_tokens, seed, stats)
-                else:
-                    # Random next puts the unused B-side segments back.
-                    i -= _nsp_pair(out, pool, own, chunk, start, target, max_tokens, seed, stats)
-                chunk_len = 0
+            start = i
+            target = _target(seed, doc_id, start, max_tokens, p, stats)
+            chunk_len = len(segs[i])
             i += 1
+            # Take whole sentences while they fit the target (the second one whatever its length).
+            while i < n and (i - start < 2 or chunk_len + len(segs[i]) <= target):
+                chunk_len += len(segs[i])
+                i += 1
+            # A document's last sentence left alone would have to be cut in two (SOP) or get
+            # a forced random next: it joins this chunk when the sequence can hold it.
+            if i == n - 1 and chunk_len + len(segs[i]) <= max_tokens:
+                chunk_len += len(segs[i])
+                i += 1
+            chunk = segs[start:i]
+            if sop:
+                _sop_pair(out, chunk, doc_id, start, max_tokens, seed, stats)
+            else:
+                # Random next puts the unused B-side segments back.
+                i -= _nsp_pair(out, pool, own, chunk, start, target, max_tokens, seed, stats)
     return out
 
 
@@ -374,6 +386,7 @@ def _split_single(seg: Segment, stats: PackStats) -> tuple[list[int], list[int]]
         stats.dropped_tokens += len(seg)
         return None
     stats.split_for_pair += 1
+    stats.cut_segments += 2  # A ends and B starts mid-sentence
     mid = len(seg) // 2
     return list(seg[:mid]), list(seg[mid:])
 
@@ -397,15 +410,15 @@ def _nsp_pair(
     if r is not None:
         a = _concat(chunk[:a_end])
         other_id, other = pool[r]
-        # BERT: B starts at a random segment of the other document and grows
-        # until it reaches the space A left (at least one segment).
+        # BERT: B starts at a random segment of the other document and grows until it
+        # reaches the space A left. Ours stops before a sentence that would not fit the
+        # sequence (at least one segment), so B ends at a sentence boundary.
         j = _randint(0, len(other) - 1, seed, doc_id, _S_NSP_START, start)
-        b: list[int] = []
-        while j < len(other):
+        b: list[int] = list(other[j])
+        j += 1
+        while j < len(other) and len(b) < target - len(a) and len(a) + len(b) + len(other[j]) <= max_tokens:
             b.extend(other[j])
             j += 1
-            if len(b) >= target - len(a):
-                break
         label, doc_ids, put_back = 1, (doc_id, other_id), len(chunk) - a_end
         stats.random_next += 1
         stats.forced_random_next += int(len(chunk) == 1)
@@ -457,6 +470,8 @@ def _sop_pair(
 
 
 def _account_pair(stats: PackStats, a: list[int], b: list[int], ra: int, rb: int, borrowed_b: bool) -> None:
+    stats.pairs += 1
+    stats.cut_segments += int(ra > 0) + int(rb > 0)
     stats.home_tokens += len(a)
     stats.truncated_tokens += ra
     if borrowed_b:

@@ -20,6 +20,9 @@ class Document:
     url: str | None = None
     title: str | None = None
     date: str | None = None
+    # Set by the clean stage (pipelines/langid.py): detected language code and its score in [0, 1].
+    language: str | None = None
+    language_score: float | None = None
 
 
 @dataclass(frozen=True)
@@ -31,6 +34,8 @@ class Reject:
     bucket: Literal["filtered", "rejected"]
     reason: str
     snippet: str = ""
+    # The detected language code of a document filtered by the language rule (else None).
+    language: str | None = None
 
 
 @dataclass(frozen=True)

@@ -75,12 +75,26 @@ class CleanConfig(Strict):
     max_dup_ngram_frac: dict[int, float] = {5: 0.15, 6: 0.14, 7: 0.13, 8: 0.12, 9: 0.11, 10: 0.10}
     line_rules: bool = True
     line_min_words: int = 5
+    # "c4": C4's reference end marks (. ? ! and a straight "), lines ending in "..." dropped;
+    # "typographic": also closing curly quotes, and "..." lines kept (shardforge before #17).
+    line_end_marks: Literal["c4", "typographic"] = "c4"
     # C4 drops lines holding a "word" longer than this (minified code, base64 blobs).
     line_max_word_chars: int = 1000
     # Ours (not C4/Gopher): pages whose characters are mostly inside <tags> are HTML, not text.
     max_markup_frac: float = 0.2
     min_sentences: int = 3
+    # The language rule (reason "language"; "english" is accepted as its old name in
+    # disabled_rules). english_only=False switches it off; the language is still recorded.
     english_only: bool = True
+    # Documents whose detected language is in this list are kept (codes as CLD2 spells them:
+    # "en", "de", "zh", "zh-Hant", ...); an empty list keeps every language.
+    languages: list[str] = ["en"]
+    # "cld2": pycld2 (model inside the wheel, 165 languages); "stopwords": the older English
+    # stop-word heuristic (it can only tell en/de/fr/es/nl/it/pt apart).
+    language_id: Literal["cld2", "stopwords"] = "cld2"
+    # cld2: least share of the text in the detected language (see docs/cleaning.md).
+    min_language_score: float = Field(0.5, ge=0, le=1)
+    # stopwords: least English stop-word share.
     min_english_score: float = 0.05
     # Rules named here are switched off (e.g. ["min_words"] for a toy corpus).
     disabled_rules: list[str] = []

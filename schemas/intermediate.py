@@ -20,7 +20,10 @@ CLEAN_SCHEMA = pa.schema([
     pa.field("url", pa.string()),
     pa.field("title", pa.string()),
     pa.field("date", pa.string()),
-], metadata={"shardforge.schema": "clean/1"})
+    # Added in clean/2 (additive): the language the clean stage detected and its score in [0, 1].
+    pa.field("language", pa.string()),
+    pa.field("language_score", pa.float64()),
+], metadata={"shardforge.schema": "clean/2"})
 
 TOKENIZED_SCHEMA = pa.schema([
     pa.field("doc_id", pa.string(), nullable=False),

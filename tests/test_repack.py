@@ -177,6 +177,10 @@ def test_sop_via_cli_and_a_repacked_corpus_points_back_to_its_origin(parent, tmp
         assert (ids == EOS_ID).sum() == 2 and ids[0] == BOS_ID
         labels.append(x["label"])
     assert set(labels) == {0, 1}
+    # The cut rate is in the manifest: SOP chunks close at sentence boundaries, so no pair is cut.
+    assert m2.counters["pack_pairs"] == len(samples["train"]) + len(samples["valid"])
+    assert m2.counters["pack_truncated_pairs"] == 0
+    assert m2.counters["pack_cut_segments"] == 2 * m2.counters["pack_split_for_pair"]
     split_docs = docs_by_split(samples)
     assert not split_docs["train"] & split_docs["valid"]
 

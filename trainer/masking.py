@@ -262,18 +262,25 @@ class Masker:
         n_maskable = maskable.sum(dim=1)
         # Probabilistic rounding keeps the expected budget exactly rate × maskable.
         u_budget = _u32(_mix(self._row_keys(sids, seed, epoch, _S_BUDGET)))
-        budget = (n_maskable * self._rate + u_budget) >> 32
+        target = n_maskable * self._rate  # 32-bit fixed point
+        ustart = ulen = None
+        if scheme in ("span", "ngram"):
+            ustart = torch.cummax(torch.where(unit_start, pos, -1), dim=1).values.clamp_(min=0)
+            ulen = torch.zeros_like(ids).scatter_add_(1, ustart, member.long())
+            target = (target - self._expected_overshoot(ulen, unit_start)).clamp_(min=0)
+        budget = (target + u_budget) >> 32
         prio = torch.where(
             unit_start, self._hash(self._row_keys(sids, seed, epoch, _S_PRIO), pos), _INT64_MAX
         )
         if scheme == "token":
-            ustart = ulen = None
             selected = self._take_by_priority(prio, maskable.long(), budget)
         else:
             # Every member token points at its unit's first position (units are contiguous runs).
-            ustart = torch.cummax(torch.where(unit_start, pos, -1), dim=1).values.clamp_(min=0)
-            ulen = torch.zeros_like(ids).scatter_add_(1, ustart, member.long())
-            chosen = self._take_by_priority(prio, ulen, budget)
+            if scheme == "whole_word":
+                ustart = torch.cummax(torch.where(unit_start, pos, -1), dim=1).values.clamp_(min=0)
+                ulen = torch.zeros_like(ids).scatter_add_(1, ustart, member.long())
+            assert ustart is not None and ulen is not None
+            chosen = self._take_by_priority(prio, ulen, budget, whole_crossing=scheme != "whole_word")
             selected = member & chosen.gather(1, ustart)
 
         # 80/10/10: per span for SpanBERT (as its paper does), per token otherwise.
@@ -303,12 +310,19 @@ class Masker:
 
     # ------------------------------------------------------------- steps
 
-    def _take_by_priority(self, prio: torch.Tensor, length: torch.Tensor, budget: torch.Tensor) -> torch.Tensor:
+    def _take_by_priority(self, prio: torch.Tensor, length: torch.Tensor, budget: torch.Tensor,
+                          whole_crossing: bool = False) -> torch.Tensor:
         """Take units in priority order while the budget holds; bool [B, L] indexed like prio.
 
-        A unit is taken when less than half of it would overshoot the budget, so
-        the expected total is close to the budget whatever the unit lengths; the
-        first unit is always taken when the budget is positive.
+        Default (tokens, whole words): a unit is taken when less than half of it would
+        overshoot the budget, so the expected total is close to the budget whatever the unit
+        lengths; the first unit is always taken when the budget is positive.
+
+        whole_crossing (spans, n-grams): units are taken while the total is below the budget,
+        the unit that crosses it included. The number taken is then a stopping time of the
+        random order, so by Wald's identity the taken units follow the candidates' length law
+        exactly (the half rule drops long crossing units more often: SpanBERT lengths 8-10 came
+        out 10-13% under the law). The caller lowers the budget by the expected overshoot.
         """
         L = prio.shape[1]
         # Taken units are a prefix of the priority order no longer than the largest
@@ -322,8 +336,22 @@ class Masker:
         ls = length.gather(1, order)
         before = torch.cumsum(ls, dim=1) - ls
         b = budget[:, None]
-        take = (ls > 0) & ((2 * before + ls < 2 * b) | ((before == 0) & (b > 0)))
+        if whole_crossing:
+            take = (ls > 0) & (before < b)
+        else:
+            take = (ls > 0) & ((2 * before + ls < 2 * b) | ((before == 0) & (b > 0)))
         return torch.zeros_like(prio, dtype=torch.bool).scatter_(1, order, take)
+
+    @staticmethod
+    def _expected_overshoot(ulen: torch.Tensor, unit_start: torch.Tensor) -> torch.Tensor:
+        """Expected tokens past the budget when the crossing unit is taken whole, per row, in
+        32-bit fixed point: (E[X²] - E[X]) / (2 E[X]) over the row's candidate unit lengths X
+        (the mean overshoot of a renewal process on the integers). Integer arithmetic only, so
+        it is identical on every device."""
+        x = torch.where(unit_start, ulen, 0)
+        sx = x.sum(dim=1)
+        sxx = (x * x).sum(dim=1)
+        return ((sxx - sx) << 32) // (2 * sx).clamp(min=1)
 
     def _tile_spans(
         self,
