@@ -9,7 +9,6 @@ This file only wires stages together; each stage lives in its own module.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from dataclasses import dataclass, field
@@ -34,7 +33,10 @@ from pipelines.options import (
     LOCAL_RUNNER,
     BuildOptions,
     build_config_from_options,
+    check_beam_args,
+    command_parser,
     finalize_options,
+    handle_help,
     quiet_beam,
 )
 from pipelines.records import SentencedDocument
@@ -46,7 +48,7 @@ from schemas.config import BuildConfig
 from schemas.errors import UserError, run_cli
 from schemas.intermediate import CLEAN_DIR, TOKENIZED_DIR
 from schemas.manifest import Manifest
-from schemas.storage import join
+from schemas.storage import join, redact_url
 
 REJECTS_DIR = "rejects"
 DEDUPE_INDEX_DIR = "dedupe/index"
@@ -222,20 +224,16 @@ def summarize(m: Manifest) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """CLI entry (`python -m pipelines.build`, `shardforge build`); 2 with one line on user errors."""
     quiet_beam()
     argv = sys.argv[1:] if argv is None else argv
-    opts = BuildOptions(argv)
-    parser = argparse.ArgumentParser(prog="python -m pipelines.build", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    BuildOptions._add_argparse_args(parser)
-    if "-h" in argv or "--help" in argv:
-        parser.print_help()
-        print("\nAll standard Beam pipeline options (--runner, --project, --region, --temp_location, "
-              "--sdk_container_image, --direct_num_workers, ...) are accepted too. Without --runner the "
-              "job runs locally on Beam's FnApiRunner (nothing is downloaded).")
+    parser = command_parser("python -m pipelines.build", __doc__, BuildOptions._add_argparse_args)
+    if handle_help(parser, argv):
         return 0
 
     def body() -> int:
+        check_beam_args(argv)  # Beam would silently drop a flag no option knows (a typo, --vocab-size)
+        opts = BuildOptions(argv)
         o = opts.view_as(BuildOptions)
         if not o.output:
             raise UserError("--output URL is required")
@@ -246,8 +244,8 @@ def main(argv: list[str] | None = None) -> int:
             if hint:
                 print(hint, file=sys.stderr)
         summary = summarize(run_build(cfg, o.output, beam_args, batch_mb=o.batch_mb))
-        summary["manifest"] = join(o.output, "manifest.json")
-        summary["report"] = join(o.output, "report.html")
+        summary["manifest"] = redact_url(join(o.output, "manifest.json"))
+        summary["report"] = redact_url(join(o.output, "report.html"))
         print(json.dumps(summary, indent=1))
         return 0
 
