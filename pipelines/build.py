@@ -249,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(summary, indent=1))
         return 0
 
-    return run_cli(body)
+    return run_cli(body, argv)
 
 
 if __name__ == "__main__":

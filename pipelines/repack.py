@@ -328,7 +328,7 @@ def main(argv: list[str] | None = None) -> int:
                           "shards": len(manifest.shards), "totals": totals}, indent=1))
         return 0
 
-    return run_cli(body)
+    return run_cli(body, argv)
 
 
 __all__ = ["RepackOptions", "ReadTokenized", "Parent", "iter_tokenized", "repack_config", "repack_pipeline",

@@ -215,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if handle_help(_parser(), argv):
         return 0
-    return run_cli(lambda: run(argv))
+    return run_cli(lambda: run(argv), argv)
 
 
 if __name__ == "__main__":

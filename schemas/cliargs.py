@@ -17,7 +17,7 @@ import sys
 from collections.abc import Iterable, Sequence
 from typing import Any, NoReturn
 
-from schemas.errors import user_error_line
+from schemas.errors import register_secrets, user_error_line
 
 _invoked_as: str | None = None
 
@@ -69,6 +69,10 @@ class ArgumentParser(argparse.ArgumentParser):
     def __init__(self, *args: Any, prog: str | None = None, **kwargs: Any) -> None:
         kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, prog=invoked_as(prog) if prog else None, **kwargs)
+
+    def parse_known_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:  # type: ignore[override]
+        register_secrets(list(sys.argv[1:] if args is None else args))  # before any error can echo them
+        return super().parse_known_args(args, namespace)
 
     def parse_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:  # type: ignore[override]
         ns, extra = self.parse_known_args(args, namespace)

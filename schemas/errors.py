@@ -23,19 +23,66 @@ class UserError(Exception):
 _URL_IN_TEXT = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>`\]\[)(]+")
 
 
+# Parameter names that carry credentials (the rule of schemas.storage.redact_url).
+_SECRET_PARAM = re.compile(r"token|secret|key|sig|password|credential", re.IGNORECASE)
+# Credentials seen on this process's command line: libraries quote them outside any URL
+# (botocore: 'Invalid bucket name "KEY:SECRET@bucket"'), so they are masked wherever they appear.
+_secrets: set[str] = set()
+MASK = "***"
+
+
+def register_secrets(args: list[str]) -> None:
+    """Remember the credentials inside URL arguments (userinfo, credential query values) to mask them."""
+    from urllib.parse import parse_qsl, unquote, urlsplit
+
+    for arg in args:
+        for m in _URL_IN_TEXT.finditer(arg):
+            try:
+                parts = urlsplit(m.group(0))
+            except ValueError:
+                continue
+            if "@" in parts.netloc:
+                userinfo = parts.netloc.rsplit("@", 1)[0]
+                _secrets.update(s for part in userinfo.split(":", 1) for s in (part, unquote(part)))
+            _secrets.update(v for k, v in parse_qsl(parts.query, keep_blank_values=True) if _SECRET_PARAM.search(k))
+    _secrets.discard("")
+
+
+# Object stores whose filesystems take no credentials from the URL: s3fs / gcsfs read
+# 's3://KEY:SECRET@bucket' as a bucket named 'KEY:SECRET@bucket' (and botocore quotes it back).
+_NO_URL_CREDENTIALS = ("s3", "s3a", "gs", "gcs", "az", "abfs", "abfss")
+
+
+def refuse_url_credentials(args: list[str]) -> None:
+    """UserError for an object-store URL argument carrying user:password@ (never accepted; never echoed)."""
+    for arg in args:
+        for m in _URL_IN_TEXT.finditer(arg):
+            scheme, _, rest = m.group(0).partition("://")
+            if scheme.lower() in _NO_URL_CREDENTIALS and "@" in rest.split("/", 1)[0]:
+                raise UserError(
+                    f"{redact_text(m.group(0))}: credentials inside a {scheme}:// URL are not supported (the "
+                    f"part before @ would be taken as the bucket name); give them through the environment "
+                    "(AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or AWS_PROFILE; GOOGLE_APPLICATION_CREDENTIALS)")
+
+
 def redact_text(text: str) -> str:
-    """text with every URL in it redacted (credentials dropped), the rest unchanged."""
-    if "://" not in text:
-        return text
-    from schemas.storage import redact_url  # schemas.storage imports this module
+    """text with every URL in it redacted (credentials dropped) and every known credential masked."""
+    if "://" in text:
+        from schemas.storage import redact_url  # schemas.storage imports this module
 
-    def one(m: re.Match[str]) -> str:
-        try:
-            return redact_url(m.group(0))
-        except ValueError:  # not parseable as a URL (e.g. a bad port): drop what could be userinfo
-            return re.sub(r"://[^/@]*@", "://", m.group(0))
+        def one(m: re.Match[str]) -> str:
+            url = m.group(0)
+            tail = url[len(url.rstrip(".,;:!?")):]  # sentence punctuation after a URL stays outside it
+            try:
+                return redact_url(url[:len(url) - len(tail)]) + tail
+            except ValueError:  # not parseable as a URL (e.g. a bad port): drop what could be userinfo
+                return re.sub(r"://[^/@]*@", "://", url)
 
-    return _URL_IN_TEXT.sub(one, text)
+        text = _URL_IN_TEXT.sub(one, text)
+    for secret in sorted(_secrets, key=len, reverse=True):
+        if len(secret) >= 3:  # masking 1-2 characters everywhere would garble the message, not protect it
+            text = text.replace(secret, MASK)
+    return text
 
 
 class RedactFilter(logging.Filter):
@@ -95,14 +142,18 @@ def user_error_line(message: str) -> str:
     return f"error: {redact_text(message)}"
 
 
-def run_cli(body: Callable[[], int]) -> int:
+def run_cli(body: Callable[[], int], argv: list[str] | None = None) -> int:
     """Run a command's body: a user error (also one a runner re-raised wrapped) prints one line, exit 2.
 
     Any other exception is a bug or an infrastructure failure: its traceback is
-    printed with credentials redacted, exit 1.
+    printed with credentials redacted, exit 1. argv: the command's arguments when
+    they are not this process's (an in-process call), for their credentials to be masked.
     """
     install_log_redaction()
+    args = sys.argv[1:] + list(argv or [])
+    register_secrets(args)
     try:
+        refuse_url_credentials(args)
         return body()
     except Exception as e:  # noqa: BLE001 - Beam wraps errors raised inside stages
         user = find_user_error(e)

@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     set_invoked_as(f"shardforge {name}")  # usage lines say what the user typed
     try:
-        return run_cli(lambda: int(_entry(name)(rest) or 0))
+        return run_cli(lambda: int(_entry(name)(rest) or 0), rest)
     finally:
         set_invoked_as(None)
 
