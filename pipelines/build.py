@@ -9,7 +9,6 @@ This file only wires stages together; each stage lives in its own module.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from dataclasses import dataclass, field
@@ -34,7 +33,10 @@ from pipelines.options import (
     LOCAL_RUNNER,
     BuildOptions,
     build_config_from_options,
+    check_beam_args,
+    command_parser,
     finalize_options,
+    handle_help,
     quiet_beam,
 )
 from pipelines.records import SentencedDocument
@@ -46,7 +48,7 @@ from schemas.config import BuildConfig
 from schemas.errors import UserError, run_cli
 from schemas.intermediate import CLEAN_DIR, TOKENIZED_DIR
 from schemas.manifest import Manifest
-from schemas.storage import join
+from schemas.storage import join, redact_url
 
 REJECTS_DIR = "rejects"
 DEDUPE_INDEX_DIR = "dedupe/index"
@@ -181,26 +183,120 @@ def run_build(cfg: BuildConfig, output: str, beam_args: list[str] | None = None,
     return manifest
 
 
-# A one-shot build on the local runner needs about this much RSS per input byte
-# (benchmarks/results/scaling.md: 25-36 MB per MB); above the threshold, say so.
-LOCAL_RSS_PER_INPUT_BYTE = 35
-HINT_INPUT_BYTES = 256_000_000
+# What a one-shot build on the local runner holds: Beam's FnApiRunner keeps each stage's whole
+# output until the next stage has run, and from the first shuffle on that output is the text that
+# survived cleaning. benchmarks/results/scaling.md measured RSS = ~370 MB + ~35 MB per MB of input
+# on synthetic English that cleaning almost entirely keeps: so ~35 MB per MB of *kept* text. Input
+# that cleaning mostly drops needs far less (an 836 MB crawl, most of it filtered, peaked at 347 MB).
+LOCAL_RSS_PER_KEPT_BYTE = 35
+LOCAL_RSS_BASE = 370_000_000
+HINT_INPUT_BYTES = 100_000_000  # below this, no sampling and no hint (even all kept: < 4 GB)
+HINT_RSS_BYTES = 4_000_000_000  # warn from this estimate on
+SAMPLE_FILES = 4  # per source, spread over its file list
+SAMPLE_RECORDS = 500  # per sampled file
+SAMPLE_BYTES = 4_000_000  # decompressed bytes read to measure a compressed file's expansion
+
+
+@dataclass(frozen=True)
+class InputSample:
+    """What a cheap look at the input found: its stored size and how much of its text cleaning keeps."""
+
+    stored_bytes: int  # total stored size of every input file
+    text_bytes: float  # estimated decompressed size of the whole input
+    kept_share: float  # share of the sampled records' text that passed cleaning
+    records: int
+    files: int
+
+
+def _spread(items: list[Any], k: int) -> list[Any]:
+    """k items evenly spread over a list (its first, last and in between)."""
+    if len(items) <= k:
+        return items
+    return [items[round(i * (len(items) - 1) / (k - 1))] for i in range(k)]
+
+
+def _expansion(url: str, compression: str | None) -> float:
+    """Decompressed bytes per stored byte, from the first SAMPLE_BYTES of the file (1.0 when not compressed)."""
+    from pipelines.sources import decompress, read_up_to
+    from schemas.storage import open_read
+
+    if compression is None:
+        return 1.0
+    with open_read(url) as raw:
+        data = read_up_to(decompress(raw, compression), SAMPLE_BYTES)
+        consumed = raw.tell()
+    return len(data) / consumed if consumed else 1.0
+
+
+def _compression(url: str) -> str | None:
+    from pipelines.sources import split_compression
+
+    return split_compression(url.rsplit("/", 1)[-1])[1]
+
+
+def sample_input(cfg: BuildConfig, listed: dict[str, list[Any]]) -> InputSample:
+    """Clean a small sample of the input (the first SAMPLE_RECORDS records of a few files per source).
+
+    listed: each source's files (``pipelines.ingest.list_raw_files``).
+    """
+    from itertools import islice
+
+    from pipelines.clean import clean_document, line_rules_for
+    from pipelines.records import Document
+    from pipelines.sources import read_file
+
+    stored = text = 0.0
+    seen = kept = records = files = 0
+    for src in cfg.sources:
+        on = line_rules_for(src.name, cfg.sources, cfg.clean)
+        ratios = []
+        for f in _spread(listed[src.name], SAMPLE_FILES):
+            files += 1
+            ratios.append(_expansion(f.url, _compression(f.url)))
+            for rec in islice(read_file(f.url, src), SAMPLE_RECORDS):
+                records += 1
+                if isinstance(rec, Document):
+                    seen += len(rec.text)
+                    out = clean_document(rec, cfg.clean, on)
+                    kept += len(out.text) if isinstance(out, Document) else 0
+        size = sum(f.size for f in listed[src.name])
+        stored += size
+        text += size * (sum(ratios) / len(ratios) if ratios else 1.0)
+    return InputSample(int(stored), text, kept / seen if seen else 1.0, records, files)
 
 
 def batching_hint(cfg: BuildConfig) -> str | None:
-    """A warning for a one-shot local build of a big input, or None."""
+    """A warning for a one-shot local build whose estimated memory is large, or None.
+
+    The estimate scales the measured RSS per kept byte by the input's
+    (decompressed) size and by the share of a small sample's text that passes
+    cleaning; the message says so, and gives the all-kept bound next to it.
+    """
     from pipelines.ingest import list_raw_files
 
     try:
-        total = sum(f.size for src in cfg.sources for f in list_raw_files(src.input))
-    except Exception:  # the build itself reports unreadable inputs properly
+        listed = {src.name: list_raw_files(src.input) for src in cfg.sources}
+        files = [f for fs in listed.values() for f in fs]
+        # Compressed input may be far bigger than it is stored: then always look (a sample is cheap).
+        if sum(f.size for f in files) < HINT_INPUT_BYTES and not any(_compression(f.url) for f in files):
+            return None
+        sample = sample_input(cfg, listed)
+    except Exception:  # noqa: BLE001 - the build itself reports unreadable inputs properly
         return None
-    if total < HINT_INPUT_BYTES:
+    estimate = LOCAL_RSS_BASE + LOCAL_RSS_PER_KEPT_BYTE * sample.text_bytes * sample.kept_share
+    if estimate < HINT_RSS_BYTES:
         return None
-    need_gb = total * LOCAL_RSS_PER_INPUT_BYTE / 1e9
-    return (f"note: {total / 1e6:,.0f} MB of input; a one-shot build on the local runner needs about "
-            f"{need_gb:,.0f} GB of RAM (Beam's FnApiRunner holds every stage's output). Pass --batch_mb 64 "
-            "to build in batches with bounded memory (docs/scaling.md), or run on Dataflow.")
+    bound = LOCAL_RSS_BASE + LOCAL_RSS_PER_KEPT_BYTE * sample.text_bytes
+    size = f"{sample.stored_bytes / 1e6:,.0f} MB of input"
+    if abs(sample.text_bytes - sample.stored_bytes) > 0.05 * sample.stored_bytes:
+        size += f" (~{sample.text_bytes / 1e6:,.0f} MB decompressed)"
+    return (f"note: {size}. A one-shot build on the local runner holds the text that survives cleaning in "
+            f"memory (Beam's FnApiRunner keeps each stage's output): about {LOCAL_RSS_PER_KEPT_BYTE} MB of RAM "
+            f"per MB kept, measured on synthetic English (benchmarks/results/scaling.md). In a sample of "
+            f"{sample.records:,} records from {sample.files} file(s), {100 * sample.kept_share:.0f}% of the text "
+            f"passed cleaning, so expect roughly {estimate / 1e9:,.1f} GB (a rough estimate from that sample; "
+            f"{bound / 1e9:,.0f} GB if everything were kept). Pass --batch_mb 64 to build in batches with "
+            "bounded memory (docs/scaling.md), or run on Dataflow.")
 
 
 def summarize(m: Manifest) -> dict[str, Any]:
@@ -218,20 +314,16 @@ def summarize(m: Manifest) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """CLI entry (`python -m pipelines.build`, `shardforge build`); 2 with one line on user errors."""
     quiet_beam()
     argv = sys.argv[1:] if argv is None else argv
-    opts = BuildOptions(argv)
-    parser = argparse.ArgumentParser(prog="python -m pipelines.build", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    BuildOptions._add_argparse_args(parser)
-    if "-h" in argv or "--help" in argv:
-        parser.print_help()
-        print("\nAll standard Beam pipeline options (--runner, --project, --region, --temp_location, "
-              "--sdk_container_image, --direct_num_workers, ...) are accepted too. Without --runner the "
-              "job runs locally on Beam's FnApiRunner (nothing is downloaded).")
+    parser = command_parser("python -m pipelines.build", __doc__, BuildOptions._add_argparse_args)
+    if handle_help(parser, argv):
         return 0
 
     def body() -> int:
+        check_beam_args(argv)  # Beam would silently drop a flag no option knows (a typo, --vocab-size)
+        opts = BuildOptions(argv)
         o = opts.view_as(BuildOptions)
         if not o.output:
             raise UserError("--output URL is required")
@@ -242,12 +334,12 @@ def main(argv: list[str] | None = None) -> int:
             if hint:
                 print(hint, file=sys.stderr)
         summary = summarize(run_build(cfg, o.output, beam_args, batch_mb=o.batch_mb))
-        summary["manifest"] = join(o.output, "manifest.json")
-        summary["report"] = join(o.output, "report.html")
+        summary["manifest"] = redact_url(join(o.output, "manifest.json"))
+        summary["report"] = redact_url(join(o.output, "report.html"))
         print(json.dumps(summary, indent=1))
         return 0
 
-    return run_cli(body)
+    return run_cli(body, argv)
 
 
 if __name__ == "__main__":

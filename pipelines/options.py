@@ -9,16 +9,20 @@ the Prism runner from the internet, which fails (slowly) offline.
 
 from __future__ import annotations
 
+import argparse
 import logging
 import warnings
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, NoReturn
 
 from apache_beam.options.pipeline_options import (
     PipelineOptions,
     SetupOptions,
     StandardOptions,
+    _BeamArgumentParser,
 )
 
+from schemas.cliargs import ArgumentParser, option_strings, unknown_args_message
 from schemas.config import BuildConfig, SourceConfig, load_config, parse_config
 from schemas.errors import UserError
 
@@ -26,7 +30,8 @@ LOCAL_RUNNER = "FnApiRunner"
 
 
 def quiet_beam() -> None:
-    """Silence Beam's import-time noise (the harmless 'apitools not found' warning)."""
+    """Keep Beam's own logging to errors (its 'apitools not found' import warning is dropped
+    earlier, in ``pipelines/__init__.py``, before Beam is imported)."""
     logging.getLogger("apache_beam").setLevel(logging.ERROR)
     logging.getLogger().setLevel(logging.WARNING)
     warnings.filterwarnings("ignore", module="apache_beam")
@@ -200,3 +205,79 @@ def check_runner_ready(opts: PipelineOptions) -> None:
     if missing:
         raise UserError(f"--runner DataflowRunner needs apache-beam[gcp], which is not installed here "
                         f"(missing {', '.join(missing)}): {DATAFLOW_INSTALL}")
+
+
+class _BeamFlagParser(_BeamArgumentParser):
+    """Beam's parser (it knows ValueProvider options), raising a UserError instead of exiting."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UserError(message)
+
+
+def beam_parser() -> argparse.ArgumentParser:
+    """A parser that knows every flag Beam itself would parse (ours included).
+
+    Beam parses argv with every registered ``PipelineOptions`` subclass (its
+    direct subclasses: StandardOptions, GoogleCloudOptions, WorkerOptions,
+    DebugOptions, … and ours) and drops what none of them knows, with a
+    warning nobody sees. This parser knows exactly the same flags, so what it
+    cannot parse Beam would have dropped.
+    """
+    parser = _BeamFlagParser(allow_abbrev=False, add_help=False)
+    classes: dict[str, type[PipelineOptions]] = {}
+    for cls in PipelineOptions.__subclasses__():  # what PipelineOptions.get_all_options walks
+        classes.setdefault(str(cls), cls)
+    for cls in classes.values():
+        try:
+            cls._add_argparse_args(parser)
+        except argparse.ArgumentError:
+            pass  # a class registered twice (re-imported module): its flags are already there
+    return parser
+
+
+def check_beam_args(argv: Sequence[str], also_known: Iterable[str] = ()) -> None:
+    """UserError naming every flag in argv that no Beam option (ours included) knows.
+
+    also_known: the command's other flags, only to suggest from (they were parsed already).
+    """
+    parser = beam_parser()
+    _, extra = parser.parse_known_args(list(argv))
+    if extra:
+        raise UserError(unknown_args_message(extra, [*option_strings(parser), *also_known]))
+
+
+def beam_options_help() -> str:
+    """The help text of every Beam pipeline option (``--help_beam``)."""
+    parser = beam_parser()
+    parser.usage = argparse.SUPPRESS
+    parser.description = "Apache Beam pipeline options (every registered PipelineOptions class), accepted by " \
+                         "pipelines.build, pipelines.repack and pipelines.serve:"
+    return parser.format_help()
+
+
+def command_parser(prog: str, description: str | None,
+                   add: Callable[[argparse.ArgumentParser], None]) -> ArgumentParser:
+    """The --help parser of a Beam command: its own flags plus --help_beam."""
+    parser = ArgumentParser(prog=prog, description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add(parser)
+    parser.add_argument("--help_beam", action="store_true",
+                        help="List every Apache Beam pipeline option (--runner, --project, --region, …) and exit.")
+    return parser
+
+
+BEAM_HELP_NOTE = (
+    "\nEvery standard Beam pipeline option (--runner, --project, --region, --temp_location, "
+    "--sdk_container_image, --direct_num_workers, ...) is accepted too (--help_beam lists them); any other "
+    "flag is an error. Without --runner the job runs locally on Beam's FnApiRunner (nothing is downloaded).")
+
+
+def handle_help(parser: argparse.ArgumentParser, argv: Sequence[str]) -> bool:
+    """Print --help (with the Beam note) or --help_beam if asked; True when the command should exit."""
+    if "--help_beam" in argv:
+        print(beam_options_help())
+        return True
+    if "-h" in argv or "--help" in argv:
+        parser.print_help()
+        print(BEAM_HELP_NOTE)
+        return True
+    return False

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -28,14 +27,15 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import progress
 from pipelines.corpus import WriteCorpus, count_groups
-from pipelines.options import finalize_options, quiet_beam
+from pipelines.options import check_beam_args, command_parser, finalize_options, handle_help, quiet_beam
 from pipelines.records import TokenizedDocument
 from pipelines.tokenizer import MODEL_PATH, load_model
+from schemas.cliargs import absolute
 from schemas.config import BuildConfig, parse_config
 from schemas.errors import UserError, run_cli
 from schemas.intermediate import TOKENIZED_SCHEMA
 from schemas.manifest import MANIFEST_NAME, Manifest, SourceAccount, load_manifest, tokenizer_url
-from schemas.storage import exists, expand_glob, join, open_read, sha256_bytes, write_bytes_atomic
+from schemas.storage import exists, expand_glob, join, open_read, redact_url, sha256_bytes, write_bytes_atomic
 
 PART_GLOB = "part-*.parquet"
 READ_BATCH_ROWS = 2048
@@ -89,9 +89,6 @@ class Parent:
     model: bytes
 
 
-def absolute(url: str) -> str:
-    """Local paths made absolute (a manifest outlives the working directory); URLs unchanged."""
-    return url if "://" in url else os.path.abspath(url)
 
 
 def _same(a: str, b: str) -> bool:
@@ -307,10 +304,7 @@ def run_repack(tokenized: str, output: str, *, copy_tokenizer: bool = True,
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="shardforge repack", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    RepackOptions._add_argparse_args(parser)
-    return parser
+    return command_parser("python -m pipelines.repack", __doc__, RepackOptions._add_argparse_args)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -318,13 +312,11 @@ def main(argv: list[str] | None = None) -> int:
     quiet_beam()
     argv = sys.argv[1:] if argv is None else argv
     parser = _parser()
-    if "-h" in argv or "--help" in argv:
-        parser.print_help()
-        print("\nAll standard Beam pipeline options (--runner, --project, --region, --temp_location, ...) "
-              "are accepted too. Without --runner the job runs locally on Beam's FnApiRunner.")
+    if handle_help(parser, argv):
         return 0
 
     def body() -> int:
+        check_beam_args(argv)  # Beam would silently drop a flag no option knows
         o, beam_args = parser.parse_known_args(argv)
         if not o.tokenized or not o.output:
             raise UserError("--tokenized URL (the parent corpus) and --output URL are required")
@@ -334,11 +326,12 @@ def main(argv: list[str] | None = None) -> int:
             valid_fraction=o.valid_fraction, shard_bytes=o.shard_bytes, shard_samples=o.shard_samples,
             groups=o.groups)
         totals = {split: t.model_dump() for split, t in manifest.totals.items()}
-        print(json.dumps({"parent": manifest.parent, "packing_rule": manifest.packing_rule,
+        parent = redact_url(manifest.parent) if manifest.parent else None
+        print(json.dumps({"parent": parent, "packing_rule": manifest.packing_rule,
                           "shards": len(manifest.shards), "totals": totals}, indent=1))
         return 0
 
-    return run_cli(body)
+    return run_cli(body, argv)
 
 
 __all__ = ["RepackOptions", "ReadTokenized", "Parent", "iter_tokenized", "repack_config", "repack_pipeline",

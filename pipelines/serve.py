@@ -36,12 +36,25 @@ from pipelines.ingest import (
     recover,
     scan,
 )
-from pipelines.options import BuildOptions, build_config_from_options, quiet_beam
+from pipelines.options import (
+    BuildOptions,
+    build_config_from_options,
+    check_beam_args,
+    command_parser,
+    handle_help,
+    quiet_beam,
+)
+from schemas.cliargs import option_strings
 from schemas.config import BuildConfig, SourceConfig
 from schemas.errors import UserError, run_cli
 from schemas.storage import join, read_text, redact_url, write_text_atomic
 
 log = logging.getLogger("shardforge.serve")
+
+SERVE_HELP_NOTE = """
+Build flags of `python -m pipelines.build` (--config, --rule, --max_seq_len,
+--vocab_size, --tokenizer, …; not --input/--output) shape version 1.
+"""
 
 
 class Stopper:
@@ -78,9 +91,8 @@ class Stopper:
             time.sleep(min(0.2, max(0.0, end - time.monotonic())))
 
 
-def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
-    p = argparse.ArgumentParser(prog="python -m pipelines.serve", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+def _parser() -> argparse.ArgumentParser:
+    p = command_parser("python -m pipelines.serve", __doc__ + SERVE_HELP_NOTE, lambda _: None)
     p.add_argument("--watch", default=None,
                    help="Glob or folder URL of raw files to ingest (default: the one recorded in the corpus).")
     p.add_argument("--corpus", required=True, help="Corpus root URL (created at the first batch).")
@@ -92,7 +104,15 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     p.add_argument("--max_files", type=int, default=256, help="Most files per batch (= per version).")
     p.add_argument("--once", action="store_true", help="Ingest what is pending now, then exit.")
     p.add_argument("--log_level", default="INFO")
-    return p.parse_known_args(argv)
+    return p
+
+
+def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    """(serve's own flags, the rest); the rest must be build flags or Beam options (UserError otherwise)."""
+    p = _parser()
+    args, rest = p.parse_known_args(argv)
+    check_beam_args(rest, also_known=option_strings(p))
+    return args, rest
 
 
 def serve_state(corpus: str) -> dict:
@@ -112,7 +132,7 @@ def run(argv: list[str], stopper: Stopper | None = None) -> int:
     """The serve loop; returns the process exit code."""
     args, rest = parse_args(argv)
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s", force=True)
-    bparser = argparse.ArgumentParser(add_help=False)
+    bparser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     BuildOptions._add_argparse_args(bparser)
     build_known, beam_args = bparser.parse_known_args(rest)
     if build_known.input or build_known.output:
@@ -190,9 +210,12 @@ def _loop(args: argparse.Namespace, corpus: str, watch: str, source: SourceConfi
 
 
 def main(argv: list[str] | None = None) -> int:
+    """CLI entry (`python -m pipelines.serve`); 2 with one line on user errors."""
     quiet_beam()
     argv = sys.argv[1:] if argv is None else argv
-    return run_cli(lambda: run(argv))
+    if handle_help(_parser(), argv):
+        return 0
+    return run_cli(lambda: run(argv), argv)
 
 
 if __name__ == "__main__":

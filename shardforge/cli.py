@@ -7,6 +7,9 @@
     shardforge validate URL         check every shard against the manifest
     shardforge plot RUN             loss / lr / throughput curves to PNG
     shardforge export CKPT OUT      Hugging Face folder from a checkpoint
+    shardforge repack ...           = python -m pipelines.repack ...
+    shardforge status URL           versions, pending files and lag of a served corpus
+    shardforge --version
 
 Each subcommand imports only the half it needs, so `build` never loads torch
 and `train` never loads Beam.
@@ -15,12 +18,15 @@ and `train` never loads Beam.
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import os
 import sys
 from collections.abc import Callable
 
+from schemas.cliargs import set_invoked_as
 from schemas.errors import run_cli
+from shardforge import __version__
 
 # name -> (module, function, one-line help); modules are imported on use.
 COMMANDS: dict[str, tuple[str, str, str]] = {
@@ -42,20 +48,33 @@ def _entry(name: str) -> Callable[[list[str]], int]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """`shardforge COMMAND ...`: dispatch to the command's own main (which parses the rest strictly)."""
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(
-        prog="shardforge", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("command", choices=sorted(COMMANDS), help="subcommand (see above)")
+        prog="shardforge", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False)
+    parser.add_argument("--version", action="version", version=f"shardforge {__version__}")
+    parser.add_argument("command", choices=sorted(COMMANDS), help="subcommand (see above); COMMAND --help for its flags")
     if not argv or argv[0] in ("-h", "--help"):
         parser.print_help()
         return 0
+    if argv[0] == "--version":
+        print(f"shardforge {__version__}")
+        return 0
     name, rest = argv[0], argv[1:]
     if name not in COMMANDS:
-        parser.print_usage(sys.stderr)
-        print(f"shardforge: unknown command {name!r} (choose from {', '.join(sorted(COMMANDS))})", file=sys.stderr)
+        what = "flag" if name.startswith("-") else "command"
+        close = difflib.get_close_matches(name, [*COMMANDS, "--version", "--help"], n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        print(f"error: unknown {what} {name!r}{hint}; commands: {', '.join(sorted(COMMANDS))} "
+              "(see shardforge --help)", file=sys.stderr)
         return 2
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    return run_cli(lambda: int(_entry(name)(rest) or 0))
+    set_invoked_as(f"shardforge {name}")  # usage lines say what the user typed
+    try:
+        return run_cli(lambda: int(_entry(name)(rest) or 0), rest)
+    finally:
+        set_invoked_as(None)
 
 
 if __name__ == "__main__":

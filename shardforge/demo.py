@@ -15,6 +15,7 @@ import os
 import shutil
 import time
 
+from schemas.cliargs import ArgumentParser
 from schemas.config import BuildConfig, SourceConfig, TrainConfig
 
 DEMO_SOURCES = ("ccnews", "openwebtext", "stories")
@@ -33,8 +34,8 @@ def demo_build_config(globs: dict[str, str]) -> BuildConfig:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="shardforge demo", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ArgumentParser(prog="shardforge demo", description=__doc__,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--output", default="demo-output", help="Local folder for raw data, corpus and run.")
     p.add_argument("--docs", type=int, default=80, help="Documents per generated source.")
     p.add_argument("--steps", type=int, default=40, help="Training steps (CPU).")

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from schemas.cliargs import ArgumentParser
 from schemas.errors import UserError
 from schemas.manifest import Manifest, load_manifest, open_tokenizer
 from schemas.sample import ShardFormatError, decode_sample, iter_tar_samples
@@ -158,8 +159,8 @@ def render(r: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="shardforge inspect", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ArgumentParser(prog="shardforge inspect", description=__doc__,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("url", help="Corpus root or manifest URL (local folder, gs://, s3://, memory://).")
     p.add_argument("--split", default="train", choices=["train", "valid"], help="Split to sample (train).")
     p.add_argument("--samples", type=int, default=3, help="Decoded samples to show (3).")

@@ -28,8 +28,9 @@ from pipelines.ingest import (
     read_ledger,
     scan,
 )
-from schemas.errors import UserError
-from schemas.manifest import MANIFEST_NAME, Manifest
+from schemas.cliargs import ArgumentParser
+from schemas.errors import UserError, redact_text
+from schemas.manifest import MANIFEST_NAME, Manifest, load_manifest
 from schemas.storage import exists, join, read_text
 
 
@@ -39,13 +40,31 @@ def _sums(m: Manifest | None) -> dict[str, int]:
     return {k: sum(getattr(t, k) for t in m.totals.values()) for k in ("documents", "tokens", "samples", "shards")}
 
 
+def manifest_summary(m: Manifest) -> dict[str, Any]:
+    """What one manifest says about its corpus: rule, tokenizer, totals per split, the accounting."""
+    acc = m.accounting.values()
+    return {
+        "version": m.version, "parent": m.parent, "packing_rule": m.packing_rule, "max_seq_len": m.max_seq_len,
+        "tokenizer": {"path": m.tokenizer.path, "vocab_size": m.tokenizer.vocab_size},
+        "splits": {split: t.model_dump() for split, t in sorted(m.totals.items())},
+        "totals": _sums(m),
+        "accounting": {"input": sum(a.input for a in acc), "kept": sum(a.kept for a in acc),
+                       "filtered": sum(sum(a.filtered.values()) for a in acc),
+                       "duplicate": sum(sum(a.duplicate.values()) for a in acc),
+                       "rejected": sum(sum(a.rejected.values()) for a in acc)},
+    }
+
+
 def corpus_status(root: str, watch: str | None = None, now: float | None = None) -> dict[str, Any]:
     """Everything `shardforge status` prints, as a dict (no side effects: nothing is repaired)."""
     now = time.time() if now is None else now
     root = root.rstrip("/")
     versions = committed_versions(root)
-    if not versions and not exists(join(root, MANIFEST_NAME)):
-        raise UserError(f"no corpus at {root} (no manifest-v*.json, no manifest.json)")
+    if not versions:
+        if not exists(join(root, MANIFEST_NAME)):
+            raise UserError(f"no corpus at {root} (no manifest-v*.json, no manifest.json)")
+        manifest, _ = load_manifest(root)
+        return {"corpus": root, "served": False, "manifest": manifest_summary(manifest)}
     ledger = read_ledger(root, versions)
     rows: list[dict[str, Any]] = []
     prev: Manifest | None = None
@@ -71,7 +90,7 @@ def corpus_status(root: str, watch: str | None = None, now: float | None = None)
         state = {}
     watch = watch or state.get("watch")
     out: dict[str, Any] = {
-        "corpus": root, "latest": read_latest_pointer(root), "latest_committed": versions[-1] if versions else None,
+        "corpus": root, "served": True, "latest": read_latest_pointer(root), "latest_committed": versions[-1] if versions else None,
         "versions": rows, "totals": _sums(prev), "files_absorbed": len(ledger), "watch": watch,
         "pending": [], "changed": [], "oldest_pending_age_s": None,
     }
@@ -93,8 +112,27 @@ def _fmt_s(s: float | None) -> str:
     return "-" if s is None else f"{s:.1f}s"
 
 
+def render_plain(st: dict[str, Any]) -> str:
+    """The report on a corpus that is not served (one manifest.json, from a build or a repack)."""
+    m, acc = st["manifest"], st["manifest"]["accounting"]
+    lines = [f"corpus   {st['corpus']}",
+             "not a served corpus: it has one manifest.json (a build or repack), no versions, pending files or "
+             "ingest lag (those come from `pipelines.serve`)",
+             f"rule     {m['packing_rule']}, max_seq_len {m['max_seq_len']}; tokenizer {m['tokenizer']['path']} "
+             f"(vocab {m['tokenizer']['vocab_size']})" + (f"; parent {m['parent']}" if m["parent"] else ""),
+             f"input    {acc['input']} documents: {acc['kept']} kept, {acc['filtered']} filtered, "
+             f"{acc['duplicate']} duplicate, {acc['rejected']} rejected"]
+    for split, t in m["splits"].items():
+        lines.append(f"{split:8} {t['documents']} documents, {t['samples']} samples, {t['tokens']} tokens, "
+                     f"{t['shards']} shards, {t['bytes']} bytes")
+    lines.append("(shardforge inspect shows its samples; shardforge validate checks its shards)")
+    return "\n".join(lines)
+
+
 def render(st: dict[str, Any]) -> str:
     """The human-readable report."""
+    if not st.get("served", True):
+        return render_plain(st)
     lines = [f"corpus   {st['corpus']}",
              f"latest   v{st['latest']}" + ("" if st["latest"] == st["latest_committed"]
                                             else f"  (v{st['latest_committed']} committed; {LATEST} not yet moved)"),
@@ -122,14 +160,14 @@ def render(st: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    p = argparse.ArgumentParser(prog="shardforge status", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ArgumentParser(prog="shardforge status", description=__doc__,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("corpus", help="Corpus root URL.")
     p.add_argument("--watch", default=None, help="Watch glob (default: the one recorded by serve).")
     p.add_argument("--json", action="store_true", help="Print JSON instead of the table.")
     args = p.parse_args(argv)
     st = corpus_status(args.corpus, args.watch)
-    print(json.dumps(st, indent=1, sort_keys=True) if args.json else render(st))
+    print(redact_text(json.dumps(st, indent=1, sort_keys=True) if args.json else render(st)))
     return 0
 
 

@@ -29,6 +29,7 @@ from typing import IO, Any
 
 import numpy as np
 
+from schemas.cliargs import ArgumentParser
 from schemas.errors import UserError
 from schemas.manifest import (
     Manifest,
@@ -260,8 +261,8 @@ def validate_corpus(url: str, jobs: int = 4, progress: bool = False) -> Validati
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="shardforge validate", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ArgumentParser(prog="shardforge validate", description=__doc__,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("url", help="Corpus root or manifest URL (local folder, gs://, s3://, memory://).")
     p.add_argument("--jobs", type=int, default=4, help="Shards read in parallel (default 4).")
     p.add_argument("--json", action="store_true", help="Print the result as JSON.")

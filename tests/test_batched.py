@@ -283,5 +283,8 @@ def test_a_big_one_shot_local_build_suggests_batching(tmp_path, monkeypatch) -> 
     cfg = BuildConfig.model_validate({"sources": [{"name": "news", "input": str(raw / "*.jsonl")}]})
     assert build.batching_hint(cfg) is None
     monkeypatch.setattr(build, "HINT_INPUT_BYTES", 2000)
+    assert build.batching_hint(cfg) is None  # big enough to sample, but the estimate is small
+    monkeypatch.setattr(build, "HINT_RSS_BYTES", 0)
     hint = build.batching_hint(cfg)
     assert hint is not None and "--batch_mb" in hint and "0 MB of input" in hint
+    assert "sample of 1 records from 1 file(s)" in hint and "if everything were kept" in hint

@@ -38,6 +38,7 @@ transformers does for added tokens, so ``"the <mask> sat"`` gives
 from __future__ import annotations
 
 import json
+import os
 import struct
 from dataclasses import dataclass
 from typing import Any
@@ -424,7 +425,7 @@ def export_checkpoint(ckpt: str, out_dir: str, tokenizer: str | None = None) -> 
     from schemas.config import TrainConfig
     from schemas.errors import UserError
     from schemas.manifest import load_manifest, tokenizer_url
-    from schemas.storage import local_copy
+    from schemas.storage import exists, local_copy
     from trainer.checkpoint import latest_checkpoint, load_checkpoint
 
     url = ckpt if ckpt.endswith(".pt") else latest_checkpoint(ckpt)
@@ -433,6 +434,11 @@ def export_checkpoint(ckpt: str, out_dir: str, tokenizer: str | None = None) -> 
     state = load_checkpoint(url)
     cfg = TrainConfig.model_validate(state["config"])
     if tokenizer is None:
+        if "://" not in cfg.data and not os.path.isabs(cfg.data) and not exists(cfg.data):
+            # Runs before corpus paths were stored absolute recorded them relative to where they started.
+            raise UserError(f"this checkpoint records its corpus as the relative path {cfg.data!r}, which is not "
+                            f"under the current directory; run export from the directory the run was started in, "
+                            f"or pass --tokenizer URL (the corpus's tokenizer)")
         manifest, root = load_manifest(cfg.data)
         tokenizer = tokenizer_url(manifest, root)  # the path rule: always inside the corpus
     from schemas.storage import read_bytes, sha256_bytes
@@ -450,14 +456,15 @@ def export_checkpoint(ckpt: str, out_dir: str, tokenizer: str | None = None) -> 
 
 
 def main(argv: list[str] | None = None) -> int:
-    import argparse
+    from schemas.cliargs import ArgumentParser
+    from schemas.errors import redact_text
 
-    p = argparse.ArgumentParser(prog="shardforge export",
-                                description="Write a Hugging Face folder (config.json, model.safetensors, "
-                                            "tokenizer files) from a shardforge checkpoint.")
+    p = ArgumentParser(prog="shardforge export",
+                       description="Write a Hugging Face folder (config.json, model.safetensors, "
+                                   "tokenizer files) from a shardforge checkpoint.")
     p.add_argument("checkpoint", help="ckpt-NNNNNNNN.pt, or a run folder (its latest checkpoint)")
     p.add_argument("out", help="output folder (local or fsspec URL)")
     p.add_argument("--tokenizer", help="SentencePiece model URL (default: the corpus's, from the manifest)")
     args = p.parse_args(argv)
-    print(export_checkpoint(args.checkpoint, args.out, args.tokenizer))
+    print(redact_text(export_checkpoint(args.checkpoint, args.out, args.tokenizer)))
     return 0

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import argparse
 import os
 
+from schemas.cliargs import ArgumentParser
 from schemas.errors import UserError
 from trainer.metrics import read_metrics
 
@@ -65,7 +65,7 @@ def plot_run(run: str, out: str | None = None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="shardforge plot", description=__doc__)
+    p = ArgumentParser(prog="shardforge plot", description=__doc__)
     p.add_argument("run", help="Run folder (local or fsspec URL) holding metrics.jsonl")
     p.add_argument("--out", help="PNG path (default RUN/plots.png)")
     args = p.parse_args(argv)

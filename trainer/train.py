@@ -15,6 +15,7 @@ import contextlib
 import logging
 import math
 import os
+import posixpath
 import signal
 import sys
 import time
@@ -25,7 +26,8 @@ import torch
 import torch.distributed as dist
 
 from schemas import MASK_ID, PAD_ID
-from schemas.config import PAIR_RULES, TrainConfig, load_config, parse_config
+from schemas.cliargs import ArgumentParser, absolute
+from schemas.config import PAIR_RULES, ModelConfig, TrainConfig, load_config, parse_config
 from schemas.errors import UserError, run_cli
 from schemas.manifest import Manifest, load_manifest, open_tokenizer
 from schemas.storage import join
@@ -91,6 +93,39 @@ def check_heads(cfg: TrainConfig, manifest: Manifest) -> None:
                         rule, want.upper())
         elif head != want:
             log.warning("model.sentence_head=%s on a %s corpus: the labels mean %s", head, rule, want.upper())
+
+
+def describe_model(model: ModelConfig, vocab_size: int) -> str:
+    """A model's shape in one phrase: size, layers, hidden, heads, vocabulary and the options that add tensors."""
+    d = resolve_dims(model, vocab_size)
+    extras = [f"{name}={value}" for name, value, default in (
+        ("embedding_size", d.embedding_size, d.hidden), ("share", d.share, "none"),
+        ("sentence_head", d.sentence_head, "none"), ("span_boundary", d.span_boundary, False),
+        ("max_positions", d.max_positions, ModelConfig().max_positions)) if value != default]
+    return (f"size={model.size}: {d.layers} layers, hidden {d.hidden}, {d.heads} heads, "
+            f"intermediate {d.intermediate}, vocab {d.vocab_size}" + "".join(f", {e}" for e in extras))
+
+
+def check_same_model(model: torch.nn.Module, state: dict[str, Any], ckpt: str, cfg: TrainConfig,
+                     vocab_size: int) -> None:
+    """UserError (what the run folder holds, how to start fresh) when a checkpoint has another model shape.
+
+    Without it, resuming into a run folder of a different model is a 57-line
+    size-mismatch traceback from ``load_state_dict``.
+    """
+    mine, theirs = model.state_dict(), state["model"]
+    differ = set(mine) ^ set(theirs) or {k for k in mine if tuple(mine[k].shape) != tuple(theirs[k].shape)}
+    if not differ:
+        return
+    try:
+        held = describe_model(ModelConfig.model_validate(state["config"]["model"]), int(state["vocab_size"]))
+    except Exception:  # noqa: BLE001 - an older or foreign checkpoint: say what can be said
+        held = f"a model of {len(theirs)} tensors"
+    raise UserError(
+        f"run folder {cfg.output} holds another model: {posixpath.basename(ckpt)} (step {int(state['step'])}) is "
+        f"{held}; this run asks for {describe_model(cfg.model, vocab_size)}. To start fresh, train into a new "
+        f"--output folder (or delete {join(cfg.output, 'checkpoints')}); to continue that run, give its model "
+        "settings (and its corpus)")
 
 
 def micro_batches_per_step(cfg: TrainConfig, world: int, max_len: int) -> int:
@@ -316,6 +351,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     found = load_latest_checkpoint(cfg.output) if cfg.resume else None
     if found:
         ckpt, state = found
+        check_same_model(raw_model, state, ckpt, cfg, vocab_size)
         raw_model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
@@ -445,6 +481,8 @@ def build_train_config(args: argparse.Namespace, overrides: list[str]) -> TrainC
         node[parts[-1]] = _parse_value(value)
     if "data" not in data:
         raise UserError("--data URL (the corpus or its manifest.json) is required")
+    # Checkpoints record the config: a relative corpus path would only resolve from this directory.
+    data["data"] = absolute(str(data["data"]))
     return parse_config(TrainConfig, data, what="train config")
 
 
@@ -458,8 +496,8 @@ def _parse_value(v: str) -> Any:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m trainer.train", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ArgumentParser(prog="python -m trainer.train", description=__doc__,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", help="Corpus URL or its manifest.json (local, gs://, s3://).")
     p.add_argument("--output", help="Run folder URL: metrics, checkpoints (default runs/run).")
     p.add_argument("--config", help="Train config YAML/JSON (flags override it).")

@@ -1,0 +1,341 @@
+"""User mistakes through the real entry points: one clear line, never silence or a traceback (issue 15, 13-17).
+
+Every test runs the command the user runs (`python -m pipelines.build`, `python -m shardforge.cli …`) in a
+subprocess and reads what it printed.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import logging
+import os
+import random
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+ENV = {**os.environ, "PYTHONPATH": str(REPO)}
+
+
+def run(*args: str, cwd: Path | str = REPO, timeout: float = 300) -> subprocess.CompletedProcess:
+    """Run `python ARGS` as the user would; the repo on PYTHONPATH so any cwd works."""
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=cwd, env=ENV, timeout=timeout)
+
+
+def one_line_error(res: subprocess.CompletedProcess) -> str:
+    """The single stderr line of a command that failed on a user error (exit 2, no traceback)."""
+    lines = res.stderr.strip().splitlines()
+    assert res.returncode == 2, res.stderr
+    assert len(lines) == 1 and lines[0].startswith("error: "), res.stderr
+    assert "Traceback" not in res.stderr and "apitools" not in res.stderr
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def small_input(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("raw")
+    (d / "a.jsonl").write_text(json.dumps({"text": "A short document about nothing much at all."}) + "\n")
+    return d / "a.jsonl"
+
+
+@pytest.fixture(scope="module")
+def corpus(demo_corpus, tmp_path_factory) -> Path:
+    """A small ordinary (non-served) corpus, built in-process."""
+    from pipelines.build import run_build
+    from tests.test_build import small_config
+
+    out = tmp_path_factory.mktemp("cli-corpus") / "corpus"
+    run_build(small_config(demo_corpus), str(out))
+    return out
+
+
+# ------------------------------------------------------------------ 13: unknown flags, abbreviations
+
+
+def test_build_refuses_unknown_flags_naming_them_with_a_close_match(small_input, tmp_path) -> None:
+    out = tmp_path / "out"
+    res = run("-m", "pipelines.build", "--input", str(small_input), "--output", str(out),
+              "--max_seq_length", "128", "--vocab-size", "500")
+    line = one_line_error(res)
+    assert "--max_seq_length (did you mean --max_seq_len?)" in line
+    assert "--vocab-size (did you mean --vocab_size?)" in line
+    assert not out.exists()  # nothing ran
+
+
+@pytest.mark.parametrize("args, flag, suggestion", [
+    (["-m", "pipelines.repack", "--tokenized", "p", "--output", "o", "--max_seq_lenn", "64"], "--max_seq_lenn",
+     "--max_seq_len"),
+    (["-m", "pipelines.serve", "--corpus", "CORPUS", "--watch", "w/*.jsonl", "--once", "--polll", "1"], "--polll",
+     "--poll"),
+    (["-m", "trainer.train", "--data", "d", "--stpes", "3"], "--stpes", "--steps"),
+    (["-m", "trainer.train", "--data", "d", "--step", "3"], "--step", "--steps"),  # no abbreviations
+    (["-m", "shardforge.cli", "build", "--input", "x", "--output", "o", "--vocab-size", "9"], "--vocab-size",
+     "--vocab_size"),
+    (["-m", "shardforge.cli", "repack", "--tokenized", "p", "--output", "o", "--rulee", "sop"], "--rulee", "--rule"),
+    (["-m", "shardforge.cli", "train", "--data", "d", "--batch-size", "2"], "--batch-size", "--batch_size"),
+    (["-m", "shardforge.cli", "validate", "c", "--jobz", "2"], "--jobz", "--jobs"),
+    (["-m", "shardforge.cli", "inspect", "c", "--sampels", "2"], "--sampels", "--samples"),
+    (["-m", "shardforge.cli", "status", "c", "--jsn"], "--jsn", "--json"),
+    (["-m", "shardforge.cli", "export", "ck", "out", "--tokeniser", "t"], "--tokeniser", "--tokenizer"),
+    (["-m", "shardforge.cli", "plot", "run", "--outt", "p.png"], "--outt", "--out"),
+    (["-m", "shardforge.cli", "demo", "--stepz", "1"], "--stepz", "--steps"),
+])
+def test_every_entry_point_refuses_unknown_flags(args, flag, suggestion, tmp_path) -> None:
+    args = [a.replace("CORPUS", str(tmp_path / "corpus")) for a in args]
+    line = one_line_error(run(*args, cwd=tmp_path))
+    assert f"{flag} (did you mean {suggestion}?)" in line
+    assert not (tmp_path / "corpus").exists() and not (tmp_path / "o").exists()
+
+
+def test_serve_set_is_not_taken_as_settle(tmp_path) -> None:
+    """`--set x=y` used to be read as an abbreviation of --settle."""
+    corpus = tmp_path / "corpus"
+    res = run("-m", "pipelines.serve", "--corpus", str(corpus), "--watch", str(tmp_path / "*.jsonl"), "--once",
+              "--set", "x=y")
+    assert "unknown flag: --set" in one_line_error(res)
+    assert not corpus.exists()
+
+
+def test_real_beam_options_still_pass(small_input, tmp_path) -> None:
+    """Every kind of Beam flag gets through the check; the build then fails on the (deliberately) missing
+    tokenizer, which proves the flags were accepted without running a whole build."""
+    beam_flags = ["--runner", "FnApiRunner", "--project", "p", "--region", "europe-west4",
+                  "--temp_location", str(tmp_path / "tmp"), "--staging_location", str(tmp_path / "stage"),
+                  "--direct_num_workers", "1", "--direct_running_mode", "in_memory",
+                  "--sdk_container_image", "example/img:1", "--job_name", "j", "--experiments", "a",
+                  "--experiments=b", "--max_num_workers", "3", "--machine_type", "n1-standard-2",
+                  "--setup_file", "./setup.py", "--save_main_session", "--no_use_public_ips",
+                  "--dataflow_service_options", "x=y", "--environment_type", "LOOPBACK"]
+    res = run("-m", "pipelines.build", "--input", str(small_input), "--output", str(tmp_path / "o"),
+              "--tokenizer", str(tmp_path / "missing.model"), *beam_flags)
+    assert "tokenizer model not found" in one_line_error(res)
+    res = run("-m", "shardforge.cli", "repack", "--tokenized", str(tmp_path / "nothing"), "--output",
+              str(tmp_path / "o2"), *beam_flags)
+    assert "unknown flag" not in one_line_error(res)
+    res = run("-m", "pipelines.serve", "--corpus", str(tmp_path / "served"), "--watch", str(tmp_path / "w/*.jsonl"),
+              "--once", "--vocab_size", "300", *beam_flags)
+    assert res.returncode == 0, res.stderr
+
+
+def test_beam_flag_values_are_checked_in_one_line(small_input, tmp_path) -> None:
+    res = run("-m", "pipelines.build", "--input", str(small_input), "--output", str(tmp_path / "o"),
+              "--direct_num_workers", "two")
+    assert "--direct_num_workers: invalid int value: 'two'" in one_line_error(res)
+
+
+def test_unknown_shardforge_command_suggests_one() -> None:
+    res = run("-m", "shardforge.cli", "buidl")
+    assert "unknown command 'buidl' (did you mean build?)" in one_line_error(res)
+
+
+# ------------------------------------------------------------------ 15: help texts, noise, --version
+
+
+@pytest.mark.parametrize("args, usage", [
+    (["-m", "pipelines.build", "--help"], "usage: python -m pipelines.build "),
+    (["-m", "pipelines.repack", "--help"], "usage: python -m pipelines.repack "),
+    (["-m", "pipelines.serve", "--help"], "usage: python -m pipelines.serve "),
+    (["-m", "trainer.train", "--help"], "usage: python -m trainer.train "),
+    (["-m", "shardforge.cli", "build", "--help"], "usage: shardforge build "),
+    (["-m", "shardforge.cli", "repack", "--help"], "usage: shardforge repack "),
+    (["-m", "shardforge.cli", "train", "--help"], "usage: shardforge train "),
+    (["-m", "shardforge.cli", "status", "--help"], "usage: shardforge status "),
+])
+def test_help_names_the_command_as_the_user_ran_it(args, usage) -> None:
+    res = run(*args)
+    assert res.returncode == 0 and res.stdout.startswith(usage), res.stdout[:200]
+    assert res.stderr == ""  # no 'apitools not found' warning, nothing else
+    if "pipelines" in args[1] or args[2:3] in (["build"], ["repack"]):
+        assert "Every standard Beam pipeline option" in res.stdout and "--help_beam" in res.stdout
+
+
+def test_help_beam_lists_beams_own_options() -> None:
+    res = run("-m", "pipelines.build", "--help_beam")
+    assert res.returncode == 0 and res.stderr == ""
+    for flag in ("--runner", "--project", "--region", "--temp_location", "--sdk_container_image",
+                 "--direct_num_workers"):
+        assert flag in res.stdout
+
+
+def test_beam_commands_print_no_import_warning(corpus) -> None:
+    res = run("-m", "shardforge.cli", "status", str(corpus))  # imports Beam (pipelines.ingest)
+    assert res.returncode == 0 and "apitools" not in res.stderr and res.stderr == "", res.stderr
+
+
+def test_version() -> None:
+    from shardforge import __version__
+
+    res = run("-m", "shardforge.cli", "--version")
+    assert res.returncode == 0 and res.stdout.strip() == f"shardforge {__version__}"
+
+
+# ------------------------------------------------------------------ 14: run folders, export, status
+
+
+def test_status_of_an_ordinary_corpus_summarizes_its_manifest(corpus) -> None:
+    from schemas.manifest import load_manifest
+
+    manifest, _ = load_manifest(str(corpus))
+    res = run("-m", "shardforge.cli", "status", str(corpus))
+    assert res.returncode == 0, res.stderr
+    assert "not a served corpus" in res.stdout and "vNone" not in res.stdout
+    train = manifest.totals["train"]
+    assert f"train    {train.documents} documents, {train.samples} samples, {train.tokens} tokens" in res.stdout
+    kept = sum(a.kept for a in manifest.accounting.values())
+    assert f"{kept} kept" in res.stdout and manifest.packing_rule in res.stdout
+    res = run("-m", "shardforge.cli", "status", str(corpus), "--json")
+    st = json.loads(res.stdout)
+    assert st["served"] is False and st["manifest"]["totals"]["tokens"] == sum(t.tokens for t in manifest.totals.values())
+
+
+TRAIN = ["--steps", "2", "--batch_size", "4", "--device", "cpu", "--set", "model.size=tiny",
+         "--set", "model.dropout=0.0", "--set", "shuffle_buffer=8"]
+
+
+@pytest.mark.slow
+def test_training_into_a_run_of_another_model_shape_says_what_it_holds(corpus, tmp_path) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    os.symlink(corpus, work / "corpus")
+    # Trained with a relative corpus path, from `work`.
+    first = run("-m", "trainer.train", "--data", "corpus", "--output", "run", *TRAIN, cwd=work)
+    assert first.returncode == 0, first.stderr
+    res = run("-m", "trainer.train", "--data", "corpus", "--output", "run", *TRAIN, "--steps", "4",
+              "--set", "model.layers=3", "--set", "model.hidden=96", cwd=work)
+    line = one_line_error(res)
+    assert "run folder run holds another model: ckpt-00000002.pt (step 2) is size=tiny" in line
+    assert "this run asks for size=tiny: 3 layers, hidden 96" in line
+    assert "new --output folder" in line and "checkpoints" in line
+    # The checkpoint recorded the corpus as an absolute path: export works from any directory.
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    res = run("-m", "shardforge.cli", "export", str(work / "run"), "hf", cwd=elsewhere)
+    assert res.returncode == 0, res.stderr
+    assert (elsewhere / "hf" / "config.json").exists() and (elsewhere / "hf" / "model.safetensors").exists()
+
+
+# ------------------------------------------------------------------ 16: credentials never echoed
+
+SECRETS = ("AKIAEXAMPLEKEY", "wJalrSECRETvalue", "TOKEN123abc", "SIGNATURE456def", "PASSWORD789")
+
+
+def assert_no_secret(res: subprocess.CompletedProcess) -> None:
+    for s in SECRETS:
+        assert s not in res.stderr and s not in res.stdout, (s, res.stderr)
+
+
+def test_object_store_url_with_credentials_is_refused_without_echoing_them(tmp_path) -> None:
+    res = run("-m", "shardforge.cli", "build", "--input", "s3://AKIAEXAMPLEKEY:wJalrSECRETvalue@bucket/raw/*.jsonl",
+              "--output", str(tmp_path / "o"))
+    line = one_line_error(res)
+    assert_no_secret(res)
+    assert "s3://bucket/raw/*.jsonl: credentials inside a s3:// URL are not supported" in line
+    res = run("-m", "trainer.train", "--data", "gs://AKIAEXAMPLEKEY:wJalrSECRETvalue@bucket/corpus")
+    assert "gs://bucket/corpus" in one_line_error(res)
+    assert_no_secret(res)
+
+
+@pytest.mark.parametrize("args", [
+    ["-m", "pipelines.build", "--input", "IN", "--output", "OUT",
+     "--config", "http://127.0.0.1:9/c.yaml?token=TOKEN123abc&X-Goog-Signature=SIGNATURE456def"],
+    ["-m", "shardforge.cli", "inspect", "http://user:PASSWORD789@127.0.0.1:9/corpus?sig=SIGNATURE456def"],
+    ["-m", "shardforge.cli", "validate", "https://127.0.0.1:9/corpus?X-Goog-Signature=SIGNATURE456def"],
+    ["-m", "trainer.train", "--data", "http://127.0.0.1:9/corpus?token=TOKEN123abc"],
+    ["-m", "trainer.train", "--data", "corpus", "--steps", "s3://bucket/x?token=TOKEN123abc"],  # argparse's own error
+])
+def test_failing_urls_with_credentials_are_redacted(args, small_input, tmp_path) -> None:
+    args = [a.replace("IN", str(small_input)).replace("OUT", str(tmp_path / "o")) for a in args]
+    res = run(*args)
+    one_line_error(res)
+    assert_no_secret(res)
+    assert "127.0.0.1:9" in res.stderr or "s3://bucket/x" in res.stderr  # the URL itself is still named
+
+
+def test_tracebacks_and_log_lines_are_redacted(capsys, caplog) -> None:
+    """The two other ways a message leaves a process: an unexpected error's traceback, and logging."""
+    from schemas.errors import install_log_redaction, register_secrets, run_cli
+
+    register_secrets(["s3://AKIAEXAMPLEKEY:wJalrSECRETvalue@bucket/x"])
+
+    def boom() -> int:
+        raise RuntimeError('Invalid bucket name "AKIAEXAMPLEKEY:wJalrSECRETvalue@bucket" '
+                           "(https://h/o?X-Goog-Signature=SIGNATURE456def&a=1)")
+
+    assert run_cli(boom) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" in err and 'Invalid bucket name "***:***@bucket"' in err and "https://h/o?a=1" in err
+    assert all(s not in err for s in SECRETS)
+
+    install_log_redaction()
+    log = logging.getLogger("shardforge.test")
+    with caplog.at_level(logging.INFO):
+        log.info("reading %s", "gs://b/x?token=TOKEN123abc&sig=SIGNATURE456def")
+        try:
+            raise ValueError("http://u:PASSWORD789@h/p")
+        except ValueError:
+            log.exception("failed")
+    text = caplog.text
+    assert "reading gs://b/x" in text and "ValueError: http://h/p" in text
+    assert all(s not in text for s in SECRETS)
+
+
+# ------------------------------------------------------------------ 17: the big-input hint
+
+
+def _jsonl_of(texts: list[str]) -> bytes:
+    return ("\n".join(json.dumps({"text": t}) for t in texts) + "\n").encode()
+
+
+@pytest.fixture(scope="module")
+def big_inputs(tmp_path_factory) -> dict[str, Path]:
+    """~120 MB of text that cleaning keeps (gzip, 13 MB stored) and ~110 MB that it drops (plain and gzip)."""
+    from shardforge.synth import make_article
+
+    d = tmp_path_factory.mktemp("big")
+    rng = random.Random(3)
+    good = _jsonl_of([make_article(rng, 16) for _ in range(300)])
+    junk = _jsonl_of(["buy now cheap deals click here"] * 2000)
+    paths = {"kept.jsonl.gz": d / "kept.jsonl.gz", "dropped.jsonl": d / "dropped.jsonl",
+             "dropped.jsonl.gz": d / "dropped.jsonl.gz"}
+    with gzip.open(paths["kept.jsonl.gz"], "wb", compresslevel=1) as f:
+        for _ in range(120_000_000 // len(good)):
+            f.write(good)
+    with open(paths["dropped.jsonl"], "wb") as f:
+        for _ in range(120_000_000 // len(junk)):
+            f.write(junk)
+    with gzip.open(paths["dropped.jsonl.gz"], "wb", compresslevel=1) as f:
+        for _ in range(120_000_000 // len(junk)):
+            f.write(junk)
+    for name, p in paths.items():
+        cfg = tmp_path_factory.mktemp("cfg") / "build.yaml"
+        # Gopher's dup_ngrams rule off: the synthetic template text repeats n-grams (as in the benchmarks).
+        cfg.write_text(f"sources:\n  - {{name: news, input: '{p}'}}\nclean:\n  disabled_rules: [dup_ngrams]\n")
+        paths[name] = cfg
+    return paths
+
+
+def _hint_run(cfg: Path, tmp_path: Path) -> str:
+    """The build's stderr; a missing tokenizer stops it right after the hint, before any input is read."""
+    res = run("-m", "pipelines.build", "--config", str(cfg), "--output", str(tmp_path / "o"),
+              "--tokenizer", str(tmp_path / "missing.model"))
+    assert res.returncode == 2 and res.stderr.strip().splitlines()[-1].startswith("error: tokenizer model not found")
+    return res.stderr
+
+
+@pytest.mark.slow
+def test_big_input_hint_estimates_from_what_cleaning_keeps(big_inputs, tmp_path) -> None:
+    err = _hint_run(big_inputs["kept.jsonl.gz"], tmp_path)
+    assert err.startswith("note: ")
+    decompressed = re.search(r"\(~(\d+) MB decompressed\)", err)  # measured on the first 4 MB: within 10%
+    assert decompressed and 108 <= int(decompressed.group(1)) <= 132, err
+    assert "100% of the text passed cleaning, so expect roughly 4." in err and "rough estimate" in err
+    assert "35 MB of RAM per MB kept" in err and "--batch_mb 64" in err
+    # Input that cleaning drops (the issue's 836 MB crawl peaked at 347 MB): no claim of gigabytes.
+    for name in ("dropped.jsonl", "dropped.jsonl.gz"):
+        err = _hint_run(big_inputs[name], tmp_path)
+        assert "note:" not in err and len(err.strip().splitlines()) == 1
