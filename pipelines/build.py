@@ -217,7 +217,7 @@ def _spread(items: list[Any], k: int) -> list[Any]:
 
 def _expansion(url: str, compression: str | None) -> float:
     """Decompressed bytes per stored byte, from the first SAMPLE_BYTES of the file (1.0 when not compressed)."""
-    from pipelines.sources import decompress, read_up_to
+    from pipelines.sources.streams import decompress, read_up_to
     from schemas.storage import open_read
 
     if compression is None:
