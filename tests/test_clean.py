@@ -322,7 +322,8 @@ def test_clean_documents_in_beam():
     docs += [Document("s1", "stories", GOOD + "\nShe said hi\n"),  # no line rules: kept with its last line
              Document("w1", "web", GOOD + "\nThe function returns {value: 1} when it is done."),
              Document("x1", "ccnews", "short"),
-             Document("u1", "ccnews", GOOD + "\udcff")]
+             Document("u1", "ccnews", GOOD + "\udcff"),
+             Document("g1", "stories", RULE_CASES["language"])]
     srcs = [SourceConfig(name="ccnews", input="a"), SourceConfig(name="stories", input="b"),
             SourceConfig(name="web", input="c")]
     with TestPipeline(runner="FnApiRunner") as p:
@@ -331,7 +332,11 @@ def test_clean_documents_in_beam():
                     equal_to([f"n{i}" for i in range(5)] + ["s1"]), label="kept")
         assert_that(out.rejects | beam.Map(lambda r: (r.doc_id, r.bucket, r.reason)),
                     equal_to([("w1", "filtered", "curly_braces"), ("x1", "filtered", "empty_after_line_rules"),
-                              ("u1", "rejected", "invalid_utf8")]), label="rejects")
+                              ("u1", "rejected", "invalid_utf8"), ("g1", "filtered", "language")]), label="rejects")
+        assert_that(out.documents | beam.Map(lambda d: (d.language, d.language_score >= 0.9)),
+                    equal_to([("en", True)] * 6), label="languages")
+        assert_that(out.rejects | beam.Map(lambda r: (r.doc_id, r.language)),
+                    equal_to([("w1", None), ("x1", None), ("u1", None), ("g1", "de")]), label="codes")
     out = clean_document(docs[5], CFG, line_rules=False)
     assert isinstance(out, Document) and out.text.endswith("She said hi")
     assert isinstance(clean_document(docs[5], CFG, line_rules=True), Document)
@@ -373,3 +378,13 @@ def test_c4_end_marks_follow_the_reference_code():
         typo = CleanConfig(line_end_marks="typographic")
         kept_typo = filter_lines(text, typo)[0] == text
         assert kept_typo == (end not in ("\u2026", "")), end
+
+
+def test_reject_records_carry_the_language_code_only_when_filtered_by_language():
+    from pipelines.files import rejects_to_jsonl
+
+    rows = [json.loads(x) for x in rejects_to_jsonl([
+        Reject("a", "s", "filtered", "language", "Der Hund", language="de"),
+        Reject("b", "s", "filtered", "min_words", "short")]).decode().splitlines()]
+    assert rows[0]["language"] == "de" and rows[0]["reason"] == "language"
+    assert "language" not in rows[1]

@@ -118,6 +118,20 @@ def test_same_rule_gives_byte_identical_shards(parent, tmp_path):
     assert m2.counters["repack_parts"] == 3
 
 
+def test_clean_intermediate_records_language(parent):
+    """The clean stage records each kept document's language code and score (schema clean/2),
+    also with the language rule switched off (english_only: false)."""
+    import pyarrow.parquet as pq
+
+    _, out, m = parent
+    parts = sorted(glob.glob(os.path.join(out, "clean", "part-*.parquet")))
+    assert parts
+    table = pq.read_table(parts[0])
+    assert table.schema.metadata[b"shardforge.schema"] == b"clean/2"
+    rows = table.to_pylist()
+    assert rows and all(r["language"] == "en" and 0.5 <= r["language_score"] <= 1.0 for r in rows)
+
+
 def test_doc_sentences_from_the_tokenized_folder(parent, tmp_path):
     cfg, out, m = parent
     new = str(tmp_path / "doc")
