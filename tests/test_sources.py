@@ -647,3 +647,15 @@ def test_a_reader_that_loses_records_fails_the_accounting_identity(tmp_path, dem
     with pytest.raises(Exception, match="accounting identity failed"):
         run_build(BuildConfig.model_validate(cfg), str(tmp_path / "corpus"))
     assert not (tmp_path / "corpus" / "manifest.json").exists()
+
+
+def test_parquet_whose_batches_decode_far_past_the_file_size_is_rejected(tmp_path):
+    # one 100 kB string, dictionary-encoded for 2,000 rows: a ~100 kB file that decodes to 200 MB
+    big = "word " * 20_000
+    col = pa.DictionaryArray.from_arrays(pa.array([0] * 2000, pa.int32()), pa.array([big]))
+    pq.write_table(pa.table({"text": col}), tmp_path / "bomb.parquet")
+    assert os.path.getsize(tmp_path / "bomb.parquet") < 200_000
+    recs, n_read = count_read(tmp_path / "bomb.parquet")
+    out = outcome(recs)
+    assert out[-1] == "rejected:max_expansion_ratio" and set(out[:-1]) <= {"doc"} and len(out) < 2000
+    assert n_read == len(recs)
