@@ -53,7 +53,6 @@ from schemas.manifest import (
 )
 from schemas.storage import (
     exists,
-    full_url,
     get_fs,
     invalidate,
     is_within,
@@ -144,6 +143,8 @@ def list_raw_files(pattern: str) -> list[RawFile]:
     Hidden names (a leading '.') are skipped: writers' temporary files and our own
     atomic-write temporaries must never be ingested half written.
     """
+    from pipelines.sources.listing import judge_listing  # lazy: the package imports apache_beam
+
     fs, path = get_fs(pattern)
     invalidate(fs)
     if any(c in path for c in "*?["):
@@ -154,9 +155,12 @@ def list_raw_files(pattern: str) -> list[RawFile]:
         found = retry(lambda: fs.find(path, detail=True), f"find {pattern}")
     out = []
     for p, info in sorted(found.items()):
-        if info.get("type", "file") != "file" or posixpath.basename(p).startswith("."):
+        if posixpath.basename(p).startswith("."):
             continue
-        out.append(RawFile(full_url(fs, p), int(info.get("size") or 0), _mtime_of(info), _checksum_of(info)))
+        # Matches that are not readable files (directories, FIFOs, dangling links, undecodable
+        # names) stay listed, never opened here: the reader counts each as one rejected input.
+        url, size, skip = judge_listing(fs, p, info)
+        out.append(RawFile(url, size, _mtime_of(info), f"skipped:{skip}" if skip else _checksum_of(info)))
     return out
 
 

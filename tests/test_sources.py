@@ -591,7 +591,9 @@ def hostile_folder(root, demo_corpus) -> tuple[str, int]:
 
 
 @pytest.mark.slow
-def test_cli_build_survives_the_hostile_catalogue_and_counts_every_input(tmp_path, demo_corpus):
+@pytest.mark.parametrize("batched", [False, True], ids=["one-shot", "batched"])
+def test_cli_build_survives_the_hostile_catalogue_and_counts_every_input(tmp_path, demo_corpus, batched):
+    """Both listings (the one-shot glob, and the ledger listing of --batch_mb / serve) count every match."""
     from shardforge.demo import demo_build_config
 
     pattern, expected_input = hostile_folder(tmp_path, demo_corpus)
@@ -601,7 +603,8 @@ def test_cli_build_survives_the_hostile_catalogue_and_counts_every_input(tmp_pat
     (tmp_path / "cfg.json").write_text(json.dumps(cfg))
     out = tmp_path / "corpus"
     r = subprocess.run([sys.executable, "-m", "pipelines.build", "--config", str(tmp_path / "cfg.json"),
-                        "--output", str(out)], capture_output=True, text=True, timeout=600)
+                        "--output", str(out), *(["--batch_mb", "1"] if batched else [])],
+                       capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "Traceback" not in r.stderr
     acct = json.loads((out / "manifest.json").read_text())["accounting"]["ccnews"]
@@ -613,13 +616,13 @@ def test_cli_build_survives_the_hostile_catalogue_and_counts_every_input(tmp_pat
             rejected["max_expansion_ratio"], rejected["not_a_file"]) == (1, 1, 1, 1, 1 + 1 + 5)
     assert "binary" not in rejected  # the UTF-16 story was decoded
     # kept documents carry their metadata as valid UTF-8 (WriteClean wrote it)
-    clean = pa.concat_tables([pq.read_table(p) for p in sorted((out / "clean").glob("part-*.parquet"))])
+    clean = pa.concat_tables([pq.read_table(p) for p in sorted(out.glob("**/clean/part-*.parquet"))])
     ours = [(t, u) for t, u in zip(clean.column("title").to_pylist(), clean.column("url").to_pylist(), strict=True)
             if u and u.startswith("https://x/")]
     assert ours and set(ours) == {("T \ufffd", "https://x/\ufffd")}
-    rows = [json.loads(line) for p in sorted((out / "rejects").glob("part-*.jsonl"))
+    rows = [json.loads(line) for p in sorted(out.glob("**/rejects/part-*.jsonl"))
             for line in p.read_text(encoding="utf-8").splitlines()]
-    assert any(r["reason"] == "invalid_file_name" and "caf\\xe9-latin1.jsonl" in r["snippet"] for r in rows)
+    assert any(r.get("reason") == "invalid_file_name" and "caf\\xe9-latin1.jsonl" in r["snippet"] for r in rows)
 
 
 @pytest.mark.slow
@@ -644,3 +647,15 @@ def test_a_reader_that_loses_records_fails_the_accounting_identity(tmp_path, dem
     with pytest.raises(Exception, match="accounting identity failed"):
         run_build(BuildConfig.model_validate(cfg), str(tmp_path / "corpus"))
     assert not (tmp_path / "corpus" / "manifest.json").exists()
+
+
+def test_parquet_whose_batches_decode_far_past_the_file_size_is_rejected(tmp_path):
+    # one 100 kB string, dictionary-encoded for 2,000 rows: a ~100 kB file that decodes to 200 MB
+    big = "word " * 20_000
+    col = pa.DictionaryArray.from_arrays(pa.array([0] * 2000, pa.int32()), pa.array([big]))
+    pq.write_table(pa.table({"text": col}), tmp_path / "bomb.parquet")
+    assert os.path.getsize(tmp_path / "bomb.parquet") < 200_000
+    recs, n_read = count_read(tmp_path / "bomb.parquet")
+    out = outcome(recs)
+    assert out[-1] == "rejected:max_expansion_ratio" and set(out[:-1]) <= {"doc"} and len(out) < 2000
+    assert n_read == len(recs)

@@ -112,7 +112,11 @@ def read_file(url: str, source: SourceConfig, tally: Tally | None = None) -> Ite
     budget = budget_for(source)
     with f:
         if fmt == "parquet":  # pyarrow needs the seekable file itself: its size is what was read
-            budget.raw = getattr(f, "size", None) or 0
+            size = getattr(f, "size", None)
+            if not isinstance(size, int):
+                size = f.seek(0, 2)
+                f.seek(0)
+            budget.raw = size
             yield from read_stream(f, url, source, source.max_record_bytes, fmt, comp, tally=tally, budget=budget)
         else:
             yield from read_stream(RawCounter(f, budget), url, source, source.max_record_bytes, fmt, comp,  # type: ignore[arg-type]

@@ -9,8 +9,11 @@ name cannot travel through the pipeline, the manifest or the reject log).
 from __future__ import annotations
 
 import os
+import re
 import stat
 from collections.abc import Iterable
+
+from fsspec import AbstractFileSystem
 
 from pipelines.sources.readers import R_INVALID_FILE_NAME, R_NOT_A_FILE, R_UNREADABLE
 from schemas.storage import full_url, get_fs, invalidate, protocol_of, retry
@@ -55,9 +58,46 @@ def list_inputs(pattern: str) -> list[Input]:
     return sorted((judge(full_url(fs, p), info.get("type")) for p, info in found.items()), key=lambda e: e[0])
 
 
+def _unescape(name: str) -> str:
+    """Inverse of printable_name: \\xNN back to the surrogate Python uses for that byte."""
+    return re.sub(r"\\x([0-9a-f]{2})", lambda m: chr(0xDC00 + int(m[1], 16)), name)
+
+
 def judge_urls(urls: Iterable[str]) -> list[Input]:
-    """Explicitly given URLs (one ingest batch), judged by name only."""
-    return [judge(u) for u in urls]
+    """Explicitly given URLs (one ingest batch), judged by name: a printable name that
+    ``judge_listing`` made for an undecodable local file name is recognised again."""
+    out = []
+    for u in urls:
+        entry = judge(u)
+        if entry[1] is None and "\\x" in u and _is_local(u) and not os.path.lexists(u) \
+                and os.path.lexists(_unescape(u)):
+            entry = (u, R_INVALID_FILE_NAME)
+        out.append(entry)
+    return out
+
+
+def _is_local(url: str) -> bool:
+    fs, _ = get_fs(url)
+    return protocol_of(fs) in ("file", "local")
+
+
+def judge_listing(fs: AbstractFileSystem, path: str, info: dict) -> tuple[str, int, str | None]:
+    """One entry of a detailed listing -> (URL or printable name, size, skip reason or None).
+
+    For listings that must name every match (the ingest ledger): a link to a regular file is a
+    file of its target's size; a directory, FIFO, device, dangling link or undecodable name is
+    kept with its reason (size 0), so the reader counts it as one rejected input.
+    """
+    url = full_url(fs, path)
+    url, skip = judge(url, info.get("type"))
+    size = int(info.get("size") or 0)
+    if skip is None and info.get("type", "file") != "file":
+        problem = local_file_problem(url) if _is_local(url) else (R_NOT_A_FILE, str(info.get("type")))
+        if problem is None:
+            size = os.stat(path).st_size
+        else:
+            skip = problem[0]
+    return url, (0 if skip else size), skip
 
 
 def local_file_problem(url: str) -> tuple[str, str] | None:

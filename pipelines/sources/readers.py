@@ -324,8 +324,8 @@ def frame_parquet(stream: BinaryIO, path: str, source: SourceConfig, cap: int,
                   budget: Budget | None = None) -> Iterator[Frame]:
     """Parquet in record batches: text (or maintext), title, url, date (or date_publish) columns.
 
-    The Arrow bytes of every batch are charged to the file's budget (a small file can decode
-    to gigabytes of repeated strings through dictionary encoding).
+    Every batch's size (its Arrow bytes, or its decoded text if larger) is charged to the file's
+    budget: a small file can decode to gigabytes of repeated strings through dictionary encoding.
     """
     import pyarrow.parquet as pq
 
@@ -344,12 +344,13 @@ def frame_parquet(stream: BinaryIO, path: str, source: SourceConfig, cap: int,
     columns = sorted({text_col, *(c for c in meta.values() if c), *([lang_col] if lang_col else [])})
     i = 0
     for batch in pf.iter_batches(batch_size=256, columns=columns):
-        if budget is not None:
-            budget.add_inflated(batch.nbytes)
         try:
             cols: dict[str, list] | None = batch.to_pydict()
         except Exception:  # noqa: BLE001 - e.g. invalid UTF-8 in a string column: convert row by row
             cols = None
+        if budget is not None:  # dictionary-encoded columns are small in Arrow, not once decoded
+            texts = cols[text_col] if cols is not None else ()
+            budget.add_inflated(max(batch.nbytes, sum(len(t) for t in texts if isinstance(t, str))))
         for j in range(batch.num_rows):
             doc_id = make_doc_id(source.name, path, i)
             i += 1
