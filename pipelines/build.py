@@ -41,7 +41,7 @@ from pipelines.records import SentencedDocument
 from pipelines.report import WriteReport
 from pipelines.sentences import split_sentences
 from pipelines.sources import ReadSource
-from pipelines.tokenizer import MODEL_PATH, Tokenize, TrainTokenizer, load_model
+from pipelines.tokenizer import Tokenize, TrainTokenizer, load_model, model_path
 from schemas.config import BuildConfig
 from schemas.errors import UserError, run_cli
 from schemas.intermediate import CLEAN_DIR, TOKENIZED_DIR
@@ -118,7 +118,7 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig, output: str, *,
         tokenizer_path = cfg.tokenizer.model_url
     else:
         model = sentenced | "TrainTokenizer" >> TrainTokenizer(cfg.tokenizer, cfg.seed, output)
-        tokenizer_path = MODEL_PATH
+        tokenizer_path = model_path(cfg.tokenizer.model_type)
     tokenized_all = sentenced | "Tokenize" >> Tokenize(model, cfg.tokenizer.encode_batch, cfg.tokenizer.encode_threads)
     tokenized = tokenized_all | "HasTokens" >> beam.Filter(lambda d: d.num_tokens > 0)
 

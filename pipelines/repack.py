@@ -30,7 +30,7 @@ from pipelines import progress
 from pipelines.corpus import WriteCorpus, count_groups
 from pipelines.options import finalize_options, quiet_beam
 from pipelines.records import TokenizedDocument
-from pipelines.tokenizer import MODEL_PATH, load_model
+from pipelines.tokenizer import load_model, stored_path
 from schemas.config import BuildConfig, parse_config
 from schemas.errors import UserError, run_cli
 from schemas.intermediate import TOKENIZED_SCHEMA
@@ -277,7 +277,7 @@ def repack_pipeline(p: beam.Pipeline, parent: Parent, cfg: BuildConfig, output: 
     model = p | "ParentTokenizer" >> beam.Create([parent.model])
     # The parent's intermediates stay where they are; absolute URLs let a repack of this repack find them.
     intermediates = {k: resolve_path(parent.root, v) for k, v in parent.manifest.intermediates.items()}
-    tokenizer_path = MODEL_PATH if copy_tokenizer else parent.model_url
+    tokenizer_path = stored_path(parent.model) if copy_tokenizer else parent.model_url
     _ = docs | "WriteCorpus" >> WriteCorpus(
         cfg, output, model=model, accounts=accounts, groups=groups, parent=parent.manifest_url,
         tokenizer_path=tokenizer_path, intermediates=intermediates, extra_counters=extra)
@@ -297,7 +297,7 @@ def run_repack(tokenized: str, output: str, *, copy_tokenizer: bool = True,
     cfg = repack_config(parent.manifest, model_url=parent.model_url, **overrides)
     if copy_tokenizer:
         # Written before the pipeline; the manifest (written last) still commits the corpus.
-        write_bytes_atomic(join(output, MODEL_PATH), parent.model)
+        write_bytes_atomic(join(output, stored_path(parent.model)), parent.model)
     opts = finalize_options(RepackOptions(beam_args or []))
     with progress.local_bars(opts), beam.Pipeline(options=opts) as p:
         repack_pipeline(p, parent, cfg, output, copy_tokenizer)

@@ -36,7 +36,9 @@ class ShardInfo(_M):
 class TokenizerInfo(_M):
     path: str  # relative to the corpus root (or an absolute URL when reused)
     sha256: str
-    model_type: str
+    # File kind (schemas.tokenizer_files): "sentencepiece" (spm.model) or "byte_bpe" (tokenizers JSON).
+    kind: Literal["sentencepiece", "byte_bpe"] = "sentencepiece"
+    model_type: str  # unigram | bpe (SentencePiece) | byte_bpe
     vocab_size: int
     special_ids: dict[str, int] = dict(SPECIAL_TOKENS)
     normalization_rule: str

@@ -6,7 +6,7 @@
 
 The summary comes from the manifest alone (splits, shards, samples, tokens,
 packing rule, tokenizer); samples are decoded from the first shard(s) of the
-split (token ids, and text through the corpus's own SentencePiece model), and
+split (token ids, and text through the corpus's own tokenizer), and
 the length histogram covers up to --max-shards shards of the split.
 """
 
@@ -28,7 +28,7 @@ BAR_WIDTH = 40
 
 
 def tokenizer_url(m: Manifest, root: str) -> str:
-    """The SentencePiece model's URL: manifest.tokenizer.path is relative to the root unless absolute."""
+    """The tokenizer file's URL: manifest.tokenizer.path is relative to the root unless absolute."""
     path = m.tokenizer.path
     if "://" in path or path.startswith("/"):
         return path
@@ -36,18 +36,14 @@ def tokenizer_url(m: Manifest, root: str) -> str:
 
 
 def load_tokenizer(m: Manifest, root: str) -> Any | None:
-    """A SentencePieceProcessor for the corpus, or None when the model cannot be read (text then omitted)."""
+    """The corpus's tokenizer (SentencePiece or byte-level BPE, schemas.tokenizer_files), or None when
+    it cannot be read or its library is not installed (text then omitted)."""
+    from schemas.tokenizer_files import load_tokenizer as load_file
+
     try:
-        import sentencepiece as spm
-    except ImportError:
+        return load_file(read_bytes(tokenizer_url(m, root)))
+    except (FileNotFoundError, ImportError):
         return None
-    try:
-        model = read_bytes(tokenizer_url(m, root))
-    except FileNotFoundError:
-        return None
-    sp = spm.SentencePieceProcessor()
-    sp.LoadFromSerializedProto(model)
-    return sp
 
 
 def manifest_summary(m: Manifest) -> dict[str, Any]:
@@ -61,7 +57,7 @@ def manifest_summary(m: Manifest) -> dict[str, Any]:
         "max_seq_len": m.max_seq_len,
         "ids_dtype": m.ids_dtype,
         "members": m.members,
-        "tokenizer": {"path": m.tokenizer.path, "model_type": m.tokenizer.model_type,
+        "tokenizer": {"path": m.tokenizer.path, "kind": m.tokenizer.kind, "model_type": m.tokenizer.model_type,
                       "vocab_size": m.tokenizer.vocab_size, "sha256": m.tokenizer.sha256,
                       "special_ids": m.tokenizer.special_ids},
         "splits": {k: v.model_dump() for k, v in m.totals.items()},

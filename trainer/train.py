@@ -28,7 +28,8 @@ from schemas import MASK_ID, PAD_ID
 from schemas.config import PAIR_RULES, TrainConfig, load_config, parse_config
 from schemas.errors import UserError, run_cli
 from schemas.manifest import Manifest, load_manifest
-from schemas.storage import join, local_copy
+from schemas.storage import join, read_bytes
+from schemas.tokenizer_files import WORD_START_MARKERS, load_tokenizer
 from trainer.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from trainer.data import ShardLoader, gather_state_dict
 from trainer.masking import Masker, word_start_table
@@ -71,16 +72,12 @@ def pick_device(cfg: TrainConfig, local_rank: int) -> torch.device:
 
 
 def vocab_tables(manifest: Manifest, root: str) -> tuple[int, torch.Tensor]:
-    """(vocab size, word-start table) from the corpus's SentencePiece model."""
-    import sentencepiece as spm
-
-    tok = manifest.tokenizer
-    url = tok.path if "://" in tok.path or tok.path.startswith("/") else join(root, tok.path)
-    sp = spm.SentencePieceProcessor()
-    with local_copy(url) as path:
-        sp.Load(path)
-    pieces = [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
-    return len(pieces), word_start_table(pieces, tok.special_ids.values())
+    """(vocab size, word-start table) from the corpus's tokenizer file (SentencePiece or byte-level BPE)."""
+    info = manifest.tokenizer
+    url = info.path if "://" in info.path or info.path.startswith("/") else join(root, info.path)
+    tok = load_tokenizer(read_bytes(url))
+    pieces = tok.pieces()
+    return len(pieces), word_start_table(pieces, info.special_ids.values(), WORD_START_MARKERS[tok.kind])
 
 
 def check_heads(cfg: TrainConfig, manifest: Manifest) -> None:
