@@ -467,7 +467,10 @@ def export_hf(model: Encoder, cfg: ModelConfig, spm_model_path: str, out_dir: st
                                "clean_up_tokenization_spaces": False, **specials}
     if byte_bpe:
         # The corpus encodes every sentence with a leading space (pipelines.tokenizer.train_byte_bpe).
-        tok_cfg.update(tokenizer_class="RobertaTokenizer", add_prefix_space=True, trim_offsets=True)
+        # transformers' RobertaTokenizer always applies RoBERTa's pair template, so an ALBERT export
+        # (segment ids) names the generic class, which follows tokenizer.json's template.
+        tok_cfg.update(add_prefix_space=True, trim_offsets=True,
+                       tokenizer_class="RobertaTokenizer" if arch == XLM_ROBERTA else "PreTrainedTokenizerFast")
     write_text_atomic(join(out_dir, "tokenizer_config.json"), json.dumps(tok_cfg, indent=2) + "\n")
     write_text_atomic(join(out_dir, "special_tokens_map.json"), json.dumps(specials, indent=2) + "\n")
     if not byte_bpe:
