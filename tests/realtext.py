@@ -7,7 +7,8 @@ article per line. ``gensim`` is in the ``dev`` extra, so ``scripts/setup.sh``
 installs it; nothing is downloaded at run time and gensim itself is never
 imported (its files are found through the installed distribution's metadata).
 
-    from tests.realtext import news_documents
+    from realtext import news_documents   # in tests (pytest puts tests/ on sys.path)
+    # from tests.realtext import ...       # in benchmarks, run from the repository root
     docs = news_documents()          # 343 distinct articles, ~1.1k characters (~190 words) each
     docs = news_documents(limit=40)  # the first 40
 
