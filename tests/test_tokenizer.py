@@ -510,3 +510,43 @@ def test_byte_bpe_export_loads_in_roberta_tokenizer_fast_with_the_shards_ids(byt
     # Special tokens and a pair come out as RoBERTa's.
     enc = hf("Hello there.", "General Kenobi.")["input_ids"]
     assert enc[0] == 0 and enc[-1] == 2 and enc.count(2) == 3
+
+
+@pytest.mark.slow
+def test_byte_bpe_corpus_trains_with_whole_word_masking_and_exports_through_the_cli(byte_bpe_corpus, tmp_path):
+    """The trainer reads the byte-level BPE corpus (its word-start table from tokenizer.json), trains
+    with whole-word masking, and `shardforge export` writes a folder transformers loads and runs."""
+    import torch
+    from transformers import AutoModelForMaskedLM, RobertaTokenizerFast
+
+    from schemas.config import TrainConfig
+    from shardforge.cli import main as cli
+    from trainer.train import train
+
+    out, m = byte_bpe_corpus
+    run, hf_dir = str(tmp_path / "run"), str(tmp_path / "hf")
+    res = train(TrainConfig.model_validate({
+        "data": out, "output": run, "steps": 3, "batch_size": 4, "device": "cpu", "log_every": 1,
+        "shuffle_buffer": 16, "model": {"size": "tiny"}, "masking": {"scheme": "whole_word"}}))
+    assert res["steps"] == 3 and res["last_loss"] == res["last_loss"]  # finite
+    assert cli(["export", run, hf_dir]) == 0
+    tok = RobertaTokenizerFast.from_pretrained(hf_dir)
+    model = AutoModelForMaskedLM.from_pretrained(hf_dir).eval()
+    assert model.config.vocab_size == m.tokenizer.vocab_size == len(tok)
+    enc = tok(["The council approved a <mask> for 1977."], return_tensors="pt")
+    assert SPECIAL_TOKENS["<mask>"] in enc["input_ids"][0].tolist()
+    with torch.no_grad():
+        assert torch.isfinite(model(**enc).logits).all()
+
+
+@pytest.mark.slow
+def test_repack_of_a_byte_bpe_corpus_copies_its_tokenizer_json(byte_bpe_corpus, tmp_path):
+    from pipelines.repack import run_repack
+
+    out, m = byte_bpe_corpus
+    new = str(tmp_path / "doc")
+    m2 = run_repack(out, new, rule="doc_sentences")
+    assert (m2.tokenizer.kind, m2.tokenizer.path, m2.tokenizer.sha256) == (BYTE_BPE, BYTE_BPE_PATH, m.tokenizer.sha256)
+    assert open(os.path.join(new, BYTE_BPE_PATH), "rb").read() == open(os.path.join(out, BYTE_BPE_PATH), "rb").read()
+    assert not os.path.exists(os.path.join(new, MODEL_PATH))
+    assert sum(t.tokens for t in m2.totals.values()) > 0
