@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
 
 from schemas import SPECIAL_TOKENS
 from schemas.errors import UserError
@@ -58,7 +57,7 @@ class LoadedTokenizer:
         raise NotImplementedError
 
     def decode(self, ids: Sequence[int]) -> str:
-        """Text of the ids (special tokens kept as their names)."""
+        """Text of the ids (SentencePiece drops <s> </s> <pad>; tokenizers keeps every special token)."""
         raise NotImplementedError
 
     def pieces(self) -> list[str]:
@@ -66,8 +65,9 @@ class LoadedTokenizer:
         raise NotImplementedError
 
 
-
 class SentencePieceTokenizer(LoadedTokenizer):
+    """A SentencePiece model (unigram or BPE, byte fallback or not)."""
+
     kind = SENTENCEPIECE
 
     def __init__(self, data: bytes):
@@ -97,6 +97,8 @@ class SentencePieceTokenizer(LoadedTokenizer):
 
 
 class ByteBPETokenizer(LoadedTokenizer):
+    """A byte-level BPE in the tokenizers JSON format (pipelines.tokenizer.train_byte_bpe)."""
+
     kind = BYTE_BPE
 
     def __init__(self, data: bytes):
@@ -117,7 +119,6 @@ class ByteBPETokenizer(LoadedTokenizer):
                 raise UserError(f"tokenizer: {piece} has id {got}, shardforge needs {want} "
                                 f"(special ids must be {SPECIAL_TOKENS}; train with pipelines.tokenizer)")
         self.tok = tok
-        self.spec: dict[str, Any] = spec
         self.vocab_size = tok.get_vocab_size(with_added_tokens=True)
 
     def encode(self, sentences: Sequence[str], num_threads: int = 1) -> list[list[int]]:
