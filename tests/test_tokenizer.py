@@ -550,3 +550,23 @@ def test_repack_of_a_byte_bpe_corpus_copies_its_tokenizer_json(byte_bpe_corpus, 
     assert open(os.path.join(new, BYTE_BPE_PATH), "rb").read() == open(os.path.join(out, BYTE_BPE_PATH), "rb").read()
     assert not os.path.exists(os.path.join(new, MODEL_PATH))
     assert sum(t.tokens for t in m2.totals.values()) > 0
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_words_with_byte_pieces_stay_whole_for_masking(models, kind):
+    """Byte pieces (<0xNN>, or byte-level symbols) never start a word: "1977" or "∑x²" is one word."""
+    from schemas.tokenizer_files import WORD_START_MARKERS
+    from trainer.masking import word_start_table
+
+    tok = load_tokenizer(models[kind])
+    starts = word_start_table(tok.pieces(), SPECIAL_TOKENS.values(), WORD_START_MARKERS[tok.kind])
+    text = "In 1977 ∑x² cost ¥5 and 漢字 too"
+    ids = tok.encode([text])[0]
+    words: list[list[int]] = []
+    for i in ids:
+        if starts[i] or not words:
+            words.append([])
+        words[-1].append(i)
+    decoded = [tok.decode(w).strip() for w in words]
+    want = text.split() if kind == "byte_bpe" else unicodedata.normalize("NFKC", text).split()
+    assert decoded == want
