@@ -43,7 +43,7 @@ from pipelines.records import SentencedDocument
 from pipelines.report import WriteReport
 from pipelines.sentences import split_sentences
 from pipelines.sources import ReadSource
-from pipelines.tokenizer import MODEL_PATH, Tokenize, TrainTokenizer, load_model, store_model
+from pipelines.tokenizer import Tokenize, TrainTokenizer, load_model, model_path, store_model, stored_path
 from schemas.config import BuildConfig
 from schemas.errors import UserError, run_cli
 from schemas.intermediate import CLEAN_DIR, TOKENIZED_DIR
@@ -112,11 +112,13 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig, output: str, *,
     if cfg.tokenizer.model_url:
         # Read now (a relative path means the caller's working directory) and copied into the
         # corpus: its manifest then names the copy, like a trained model (the path rule).
-        model = (p | "ReuseTokenizer" >> beam.Create([load_model(cfg.tokenizer.model_url)])
+        reused = load_model(cfg.tokenizer.model_url)
+        model = (p | "ReuseTokenizer" >> beam.Create([reused])
                  | "CopyTokenizer" >> beam.Map(store_model, output))
+        tokenizer_path = stored_path(reused)
     else:
         model = sentenced | "TrainTokenizer" >> TrainTokenizer(cfg.tokenizer, cfg.seed, output)
-    tokenizer_path = MODEL_PATH
+        tokenizer_path = model_path(cfg.tokenizer.model_type)
     tokenized_all = sentenced | "Tokenize" >> Tokenize(model, cfg.tokenizer.encode_batch, cfg.tokenizer.encode_threads)
     tokenized = tokenized_all | "HasTokens" >> beam.Filter(lambda d: d.num_tokens > 0)
 

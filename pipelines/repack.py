@@ -29,7 +29,7 @@ from pipelines import progress
 from pipelines.corpus import WriteCorpus, count_groups
 from pipelines.options import check_beam_args, command_parser, finalize_options, handle_help, quiet_beam
 from pipelines.records import TokenizedDocument
-from pipelines.tokenizer import MODEL_PATH, load_model
+from pipelines.tokenizer import load_model, stored_path
 from schemas.cliargs import absolute
 from schemas.config import BuildConfig, parse_config
 from schemas.errors import UserError, run_cli
@@ -276,7 +276,7 @@ def repack_pipeline(p: beam.Pipeline, parent: Parent, cfg: BuildConfig, output: 
     # inside its corpus (docs/storage.md); `parent` records where the documents came from.
     _ = docs | "WriteCorpus" >> WriteCorpus(
         cfg, output, model=model, accounts=accounts, groups=groups, parent=parent.manifest_url,
-        tokenizer_path=MODEL_PATH, intermediates={}, extra_counters=extra)
+        tokenizer_path=stored_path(parent.model), intermediates={}, extra_counters=extra)
 
 
 def run_repack(tokenized: str, output: str, *, copy_tokenizer: bool = True,
@@ -295,7 +295,7 @@ def run_repack(tokenized: str, output: str, *, copy_tokenizer: bool = True,
         raise UserError(f"--output {output} is the parent corpus; write the new version elsewhere")
     cfg = repack_config(parent.manifest, model_url=parent.model_url, **overrides)
     # Written before the pipeline; the manifest (written last) still commits the corpus.
-    write_bytes_atomic(join(output, MODEL_PATH), parent.model)
+    write_bytes_atomic(join(output, stored_path(parent.model)), parent.model)
     opts = finalize_options(RepackOptions(beam_args or []))
     with progress.local_bars(opts), beam.Pipeline(options=opts) as p:
         repack_pipeline(p, parent, cfg, output)

@@ -1,10 +1,15 @@
-"""SentencePiece: train on a deterministic sample of the clean corpus, encode in batches.
+"""The tokenizer job: train on a deterministic sample of the clean corpus, encode in batches.
 
-Special tokens have fixed ids (``schemas.SPECIAL_TOKENS``): <s>=0 <pad>=1
-</s>=2 <unk>=3 <mask>=4. Training uses one thread and an unshuffled input in
-a content-keyed order, because SentencePiece's output differs across thread
-counts and its own sampling is not seeded: the same sample then gives the
-same model bytes.
+Kinds (``tokenizer.model_type``): SentencePiece ``unigram`` / ``bpe``
+(``tokenizer/spm.model``) and a byte-level BPE, ``byte_bpe`` (RoBERTa / GPT-2
+style, trained with Hugging Face ``tokenizers``, ``tokenizer/tokenizer.json``);
+``schemas.tokenizer_files`` reads either. Special tokens have fixed ids
+(``schemas.SPECIAL_TOKENS``): <s>=0 <pad>=1 </s>=2 <unk>=3 <mask>=4.
+SentencePiece trains with one thread on an unshuffled input in a
+content-keyed order, because its output differs across thread counts and its
+own sampling is not seeded: the same sample then gives the same model bytes.
+The byte-level BPE trainer gives the same bytes whatever its thread count
+(tested).
 """
 
 from __future__ import annotations
@@ -24,13 +29,96 @@ from schemas.config import TokenizerConfig
 from schemas.errors import UserError
 from schemas.manifest import TokenizerInfo
 from schemas.storage import read_bytes, sha256_bytes, write_bytes_atomic
+from schemas.tokenizer_files import (
+    BYTE_BPE,
+    MODEL_PATHS,
+    SENTENCEPIECE,
+    WORD_START_RULES,
+    SentencePieceTokenizer,
+    kind_of_model_type,
+    load_tokenizer,
+    tokenizer_kind,
+)
 
-MODEL_PATH = "tokenizer/spm.model"
+MODEL_PATH = MODEL_PATHS[SENTENCEPIECE]
+BYTE_BPE_PATH = MODEL_PATHS[BYTE_BPE]
 MAX_SENTENCE_CHARS = 8192
+# Byte-level BPE: pairs seen fewer times are never merged (the tokenizers / RoBERTa default is 2).
+BYTE_BPE_MIN_FREQUENCY = 2
+
+
+def model_path(model_type: str) -> str:
+    """Where a build writes the tokenizer it trains for this model_type, relative to the corpus root."""
+    return MODEL_PATHS[kind_of_model_type(model_type)]
+
+
+def stored_path(model: bytes) -> str:
+    """Where a corpus keeps a copy of this tokenizer file (by its kind), relative to the corpus root."""
+    return MODEL_PATHS[tokenizer_kind(model)]
+
+
+def train_tokenizer(sentences: Sequence[str], cfg: TokenizerConfig) -> bytes:
+    """Train the configured kind on the sentences (in the given order); returns the file's bytes."""
+    if cfg.model_type == BYTE_BPE:
+        return train_byte_bpe(sentences, cfg)
+    return train_sentencepiece(sentences, cfg)
+
+
+def train_byte_bpe(sentences: Iterable[str], cfg: TokenizerConfig) -> bytes:
+    """Train a byte-level BPE (RoBERTa / GPT-2 style) with `tokenizers`; returns tokenizer.json bytes.
+
+    All 256 byte symbols are in the initial alphabet, so no text ever becomes
+    <unk>. Sentences are encoded with a leading space (``add_prefix_space``):
+    every sentence's first word is then the ``Ġword`` token it is in running
+    text, and starts a word for whole-word masking. No normalization (as
+    RoBERTa). The trainer counts and merges deterministically (ties broken by
+    symbol ids), so the same sentences give the same bytes with any thread count.
+    """
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+    if cfg.vocab_size < len(SPECIAL_TOKENS) + 256:
+        raise UserError(f"tokenizer: byte_bpe needs vocab_size >= {len(SPECIAL_TOKENS) + 256} "
+                        f"(5 special tokens + 256 byte symbols), got {cfg.vocab_size}")
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
+    tok.decoder = decoders.ByteLevel()
+    # <mask> absorbs the space before it, as RoBERTa's does ("the <mask>" -> Ġthe <mask>).
+    specials = [AddedToken(t, special=True, lstrip=t == "<mask>", normalized=False) for t in SPECIAL_TOKENS]
+    trainer = trainers.BpeTrainer(vocab_size=cfg.vocab_size, min_frequency=BYTE_BPE_MIN_FREQUENCY,
+                                  special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  show_progress=False)
+    tok.train_from_iterator(sentences, trainer=trainer)
+    tok.post_processor = processors.RobertaProcessing(("</s>", SPECIAL_TOKENS["</s>"]), ("<s>", SPECIAL_TOKENS["<s>"]),
+                                                      trim_offsets=True, add_prefix_space=True)
+    data = tok.to_str(pretty=False).encode("utf-8")
+    load_tokenizer(data)  # special ids as trained
+    return data
+
+
+def _required_pieces_error(e: RuntimeError, cfg: TokenizerConfig) -> UserError | None:
+    """One clear line for SentencePiece's 'vocabulary smaller than required characters' check."""
+    msg = str(e)
+    if "Vocabulary size is smaller than required_chars" not in msg:
+        return None
+    need = msg.split(" vs ", 1)[1].split(".", 1)[0].strip() if " vs " in msg else "more"
+    return UserError(f"tokenizer: vocab_size {cfg.vocab_size} is smaller than the {need} pieces the model must "
+                     f"hold (special tokens, {'256 byte pieces, ' if cfg.byte_fallback else ''}and every "
+                     f"character kept at character_coverage {cfg.character_coverage}); raise vocab_size"
+                     f"{' or set byte_fallback: false' if cfg.byte_fallback else ''}")
 
 
 def train_sentencepiece(sentences: Iterable[str], cfg: TokenizerConfig) -> bytes:
     """Train a SentencePiece model on the sentences (in the given order); returns the model bytes."""
+    try:
+        return _train_sentencepiece(sentences, cfg)
+    except RuntimeError as e:
+        err = _required_pieces_error(e, cfg)
+        if err is None:
+            raise
+        raise err from None
+
+
+def _train_sentencepiece(sentences: Iterable[str], cfg: TokenizerConfig) -> bytes:
     import sentencepiece as spm
 
     buf = io.BytesIO()
@@ -56,19 +144,7 @@ def train_sentencepiece(sentences: Iterable[str], cfg: TokenizerConfig) -> bytes
 
 def load_processor(model: bytes):
     """A SentencePieceProcessor for the model bytes; UserError unless the special ids are shardforge's."""
-    import sentencepiece as spm
-
-    sp = spm.SentencePieceProcessor()
-    try:
-        sp.LoadFromSerializedProto(model)
-    except (RuntimeError, OSError, ValueError) as e:
-        raise UserError(f"tokenizer: not a SentencePiece model ({e})") from None
-    for piece, want in SPECIAL_TOKENS.items():
-        got = sp.piece_to_id(piece)
-        if got != want or sp.id_to_piece(want) != piece:
-            raise UserError(f"tokenizer: {piece} has id {got}, shardforge needs {want} "
-                            f"(special ids must be {SPECIAL_TOKENS}; train with pipelines.tokenizer)")
-    return sp
+    return SentencePieceTokenizer(model).sp
 
 
 # ---------------------------------------------------------------- model spec
@@ -142,13 +218,18 @@ def model_spec(model: bytes) -> ModelSpec:
 
 
 def tokenizer_info(model: bytes, cfg: TokenizerConfig, path: str) -> TokenizerInfo:
-    """The manifest's tokenizer entry; type and normalization come from the model itself (a reused
-    model may differ from the config's defaults), falling back to the config."""
-    sp = load_processor(model)
-    spec = model_spec(model)
-    return TokenizerInfo(path=path, sha256=sha256_bytes(model), model_type=spec.model_type or cfg.model_type,
-                         vocab_size=sp.get_piece_size(),
-                         normalization_rule=spec.normalization_rule or cfg.normalization_rule)
+    """The manifest's tokenizer entry; kind, type and normalization come from the file itself (a
+    reused model may differ from the config's defaults), falling back to the config."""
+    tok = load_tokenizer(model)
+    if tok.kind == BYTE_BPE:
+        model_type, normalization = BYTE_BPE, "none"  # trained without a normalizer, as RoBERTa
+    else:
+        spec = model_spec(model)
+        model_type = spec.model_type or cfg.model_type
+        normalization = spec.normalization_rule or cfg.normalization_rule
+    return TokenizerInfo(path=path, sha256=sha256_bytes(model), kind=tok.kind, model_type=model_type,
+                         vocab_size=tok.vocab_size, normalization_rule=normalization,
+                         word_start_rule=WORD_START_RULES[tok.kind])
 
 
 def sample_key(seed: int, doc_id: str) -> int:
@@ -156,7 +237,7 @@ def sample_key(seed: int, doc_id: str) -> int:
 
 
 class TrainTokenizer(beam.PTransform):
-    """Sentenced documents -> a one-element PCollection with the trained model bytes.
+    """Sentenced documents -> a one-element PCollection with the trained tokenizer file's bytes.
 
     The sample is the `sample_docs` documents with the smallest content hash
     (a distributed bottom-k: Top.Smallest combines per worker, then merges),
@@ -176,15 +257,15 @@ class TrainTokenizer(beam.PTransform):
             sentences = [s[:MAX_SENTENCE_CHARS] for _, sents in sample for s in sents]
             if not sentences:
                 raise UserError("tokenizer: the clean corpus is empty, nothing to train on")
-            model = train_sentencepiece(sentences[: cfg.input_sentence_size], cfg)
-            write_bytes_atomic(f"{output.rstrip('/')}/{MODEL_PATH}", model)
+            model = train_tokenizer(sentences[: cfg.input_sentence_size], cfg)
+            write_bytes_atomic(f"{output.rstrip('/')}/{model_path(cfg.model_type)}", model)
             return model
 
         return (
             docs
             | "KeyForSample" >> beam.Map(lambda d: (sample_key(seed, d.doc_id), d.sentences))
             | "BottomK" >> beam.combiners.Top.Smallest(cfg.sample_docs)
-            | "TrainSentencePiece" >> beam.Map(train)
+            | "Train" >> beam.Map(train)
         )
 
 
@@ -203,15 +284,16 @@ class _Encode(beam.DoFn):
 
     SentencePiece encodes a list on `num_threads` C++ threads (the GIL is
     released), the parallelism that helps on a worker (ENVIRONMENT.md: Beam's
-    multi-process mode does not, on 2 cores). Encoding does not depend on the
-    thread count, so this setting never changes the corpus.
+    multi-process mode does not, on 2 cores); `tokenizers` (byte_bpe) uses its
+    own thread pool. Encoding does not depend on the thread count, so this
+    setting never changes the corpus.
     """
 
     def __init__(self, batch_docs: int, num_threads: int = 0):
         self.batch_docs = batch_docs
         self.num_threads = num_threads
         self._threads = 1
-        self._sp = None
+        self._tok = None
         self._model_sha: str | None = None
         self._model_ref: bytes | None = None
         self.empty = Metrics.counter("tokenize", "empty_documents")
@@ -220,22 +302,22 @@ class _Encode(beam.DoFn):
     def setup(self) -> None:
         self._threads = resolve_threads(self.num_threads)
 
-    def _processor(self, model: bytes):
+    def _tokenizer(self, model: bytes):
         # The side input is usually the same object batch after batch: skip hashing it then.
-        if self._sp is not None and model is self._model_ref:
-            return self._sp
+        if self._tok is not None and model is self._model_ref:
+            return self._tok
         sha = sha256_bytes(model)
-        if self._sp is None or sha != self._model_sha:
-            self._sp, self._model_sha = load_processor(model), sha
+        if self._tok is None or sha != self._model_sha:
+            self._tok, self._model_sha = load_tokenizer(model), sha
         self._model_ref = model
-        return self._sp
+        return self._tok
 
     def process(self, batch: Sequence[SentencedDocument], model: bytes):
-        sp = self._processor(model)
+        tok = self._tokenizer(model)
         flat = [s for d in batch for s in d.sentences]
         # One thread per ~64 sentences at most: tiny batches are not worth the thread start-up.
         threads = max(1, min(self._threads, len(flat) // 64))
-        ids = sp.encode(flat, out_type=int, num_threads=threads) if flat else []
+        ids = tok.encode(flat, num_threads=threads)
         self.sentences.inc(len(flat))
         progress.tick("tokenize documents", len(batch), unit="doc")
         pos = 0
@@ -280,24 +362,24 @@ class Tokenize(beam.PTransform):
 
 
 def load_model(url: str) -> bytes:
-    """Read and validate a SentencePiece model to reuse (special ids checked); one clear error."""
+    """Read and validate a tokenizer file to reuse (either kind; special ids checked); one clear error."""
     try:
         model = read_bytes(url)
     except (FileNotFoundError, IsADirectoryError):
         raise UserError(f"tokenizer model not found: {url}") from None
     try:
-        load_processor(model)  # validates ids
+        load_tokenizer(model)  # validates ids
     except UserError as e:
         raise UserError(f"{e} [model {url}]") from None
     return model
 
 
 def store_model(model: bytes, output: str) -> bytes:
-    """Copy a reused model into the corpus at MODEL_PATH and pass it on.
+    """Copy a reused model into the corpus (at ``stored_path(model)``) and pass it on.
 
     A manifest names only files inside its corpus (docs/storage.md), so a
     corpus built with ``--tokenizer URL`` carries its own copy: it trains
     wherever it is read from, whatever the working directory was.
     """
-    write_bytes_atomic(f"{output.rstrip('/')}/{MODEL_PATH}", model)
+    write_bytes_atomic(f"{output.rstrip('/')}/{stored_path(model)}", model)
     return model

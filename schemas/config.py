@@ -123,14 +123,18 @@ class DedupeConfig(Strict):
 
 
 class TokenizerConfig(Strict):
-    model_url: str | None = None  # reuse an existing spm model instead of training
-    model_type: Literal["unigram", "bpe"] = "unigram"
+    model_url: str | None = None  # reuse an existing tokenizer file (spm.model or tokenizer.json) instead of training
+    # unigram / bpe: SentencePiece; byte_bpe: byte-level BPE (RoBERTa / GPT-2) trained with `tokenizers`.
+    model_type: Literal["unigram", "bpe", "byte_bpe"] = "unigram"
     vocab_size: int = Field(8000, ge=64, le=1 << 20)
     sample_docs: int = Field(200_000, ge=1)
-    # Sentences SentencePiece trains on at most (the first of the sample); it requires > 100.
+    # Sentences the tokenizer trains on at most (the first of the sample); SentencePiece requires > 100.
     input_sentence_size: int = Field(2_000_000, gt=100)
-    character_coverage: float = 0.9995
-    byte_fallback: bool = False
+    # SentencePiece only. Coverage 1.0 gives every character of the sample a piece (English: ~100
+    # characters); byte fallback spells any other character as <0xNN> byte pieces, so no text
+    # becomes <unk>. Lower the coverage (0.9995) for scripts with thousands of characters (CJK).
+    character_coverage: float = Field(1.0, gt=0, le=1)
+    byte_fallback: bool = True
     normalization_rule: str = "nmt_nfkc"
     # SentencePiece output differs across thread counts: 1 keeps builds byte-identical.
     num_threads: int = 1

@@ -66,7 +66,9 @@ class ShardInfo(_M):
 class TokenizerInfo(_M):
     path: CorpusName  # relative to the corpus root; a reused model is copied into the corpus at build time
     sha256: str
-    model_type: str
+    # File kind (schemas.tokenizer_files): "sentencepiece" (spm.model) or "byte_bpe" (tokenizers JSON).
+    kind: Literal["sentencepiece", "byte_bpe"] = "sentencepiece"
+    model_type: str  # unigram | bpe (SentencePiece) | byte_bpe
     vocab_size: int
     special_ids: dict[str, int] = dict(SPECIAL_TOKENS)
     normalization_rule: str
@@ -243,23 +245,26 @@ def read_tokenizer_model(m: Manifest, root: str) -> bytes:
 
 
 def open_tokenizer(m: Manifest, root: str) -> Any:
-    """A SentencePieceProcessor for the corpus, exactly as the trainer loads it.
+    """The corpus's tokenizer (``schemas.tokenizer_files``: SentencePiece or byte-level BPE), as the trainer loads it.
 
-    Checks the model's sha256, that it parses, that its size is the manifest's
-    vocab_size and that every special id is inside it; UserError otherwise.
+    Checks the file's sha256, that it parses as the kind the manifest records,
+    that its size is the manifest's vocab_size and that every special id is
+    inside it; UserError otherwise. ImportError when the kind's library is missing.
     """
-    import sentencepiece as spm
+    from schemas.tokenizer_files import load_tokenizer
 
     data = read_tokenizer_model(m, root)
-    sp = spm.SentencePieceProcessor()
     try:
-        sp.LoadFromSerializedProto(data)
-    except Exception as e:  # noqa: BLE001 - sentencepiece raises plain RuntimeError/OSError
-        raise UserError(f"tokenizer model {tokenizer_url(m, root)} is not a SentencePiece model: {e}") from None
-    n = sp.get_piece_size()
+        tok = load_tokenizer(data)
+    except UserError as e:
+        raise UserError(f"tokenizer model {tokenizer_url(m, root)}: {e}") from None
+    if tok.kind != m.tokenizer.kind:
+        raise UserError(f"tokenizer model {tokenizer_url(m, root)} is a {tok.kind} file, the manifest says "
+                        f"{m.tokenizer.kind}")
+    n = tok.vocab_size
     if n != m.tokenizer.vocab_size:
         raise UserError(f"tokenizer model has {n} pieces, the manifest says vocab_size {m.tokenizer.vocab_size}")
     bad = {k: v for k, v in m.tokenizer.special_ids.items() if not 0 <= v < n}
     if bad:
         raise UserError(f"manifest special_ids {bad} are outside the tokenizer's vocabulary of {n}")
-    return sp
+    return tok

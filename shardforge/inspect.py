@@ -6,7 +6,7 @@
 
 The summary comes from the manifest alone (splits, shards, samples, tokens,
 packing rule, tokenizer); samples are decoded from the first shard(s) of the
-split (token ids, and text through the corpus's own SentencePiece model), and
+split (token ids, and text through the corpus's own tokenizer), and
 the length histogram covers up to --max-shards shards of the split.
 """
 
@@ -29,16 +29,14 @@ BAR_WIDTH = 40
 
 
 def load_tokenizer(m: Manifest, root: str) -> tuple[Any | None, str | None]:
-    """(SentencePieceProcessor, None), or (None, why) when the model cannot be opened (text then omitted).
+    """(tokenizer, None), or (None, why) when it cannot be opened (text then omitted).
 
     Opened exactly as the trainer opens it (schemas.manifest.open_tokenizer).
     """
     try:
-        import sentencepiece  # noqa: F401
-    except ImportError:
-        return None, "sentencepiece is not installed"
-    try:
         return open_tokenizer(m, root), None
+    except ImportError as e:
+        return None, f"the tokenizer's library is not installed ({e})"
     except UserError as e:
         return None, str(e)
 
@@ -54,7 +52,7 @@ def manifest_summary(m: Manifest) -> dict[str, Any]:
         "max_seq_len": m.max_seq_len,
         "ids_dtype": m.ids_dtype,
         "members": m.members,
-        "tokenizer": {"path": m.tokenizer.path, "model_type": m.tokenizer.model_type,
+        "tokenizer": {"path": m.tokenizer.path, "kind": m.tokenizer.kind, "model_type": m.tokenizer.model_type,
                       "vocab_size": m.tokenizer.vocab_size, "sha256": m.tokenizer.sha256,
                       "special_ids": m.tokenizer.special_ids},
         "splits": {k: v.model_dump() for k, v in m.totals.items()},

@@ -214,14 +214,13 @@ def _check_strays(root: str, m: Manifest, rep: ValidationReport) -> None:
 def _check_tokenizer(root: str, m: Manifest, rep: ValidationReport) -> None:
     """Open the tokenizer exactly as the trainer will (schemas.manifest.open_tokenizer)."""
     try:
-        import sentencepiece  # noqa: F401 - only to know whether the model can be parsed here
-    except ImportError:
-        rep.warnings.append("sentencepiece is not installed: the tokenizer's bytes are checked, not parsed")
-        opener = read_tokenizer_model
-    else:
-        opener = open_tokenizer
-    try:
-        opener(m, root)
+        open_tokenizer(m, root)
+    except ImportError as e:
+        rep.warnings.append(f"the tokenizer's library is not installed ({e}): its bytes are checked, not parsed")
+        try:
+            read_tokenizer_model(m, root)
+        except UserError as e2:
+            rep.errors.append(f"tokenizer: {e2}")
     except UserError as e:
         rep.errors.append(f"tokenizer: {e}")
 

@@ -377,3 +377,70 @@ def test_other_user_defined_pieces_are_matched_whole(tmp_path: Path) -> None:
     # Whole, not byte fallback; without sentencepiece's lone "\u2581" before it (see test_mask_splits_the_text).
     assert tok.encode("東京", add_special_tokens=False).ids == [sp.piece_to_id("東京")]
     assert sp.encode("東京") == [sp.piece_to_id("\u2581"), sp.piece_to_id("東京")]
+
+
+# ================================================================= the build's default tokenizers (issue #17)
+
+
+@pytest.mark.parametrize("model_type", ["unigram", "bpe"])
+def test_default_byte_fallback_models_export_with_sentencepiece_ids_on_real_text(model_type: str) -> None:
+    """What a build trains by default (byte fallback on, coverage 1.0): trained on half of the real
+    articles, the exported tokenizer gives sentencepiece's ids on the other half, byte pieces included."""
+    from realtext import news_documents
+    from tokenizers import Tokenizer
+
+    from pipelines.sentences import split_sentences
+    from pipelines.tokenizer import train_sentencepiece
+    from schemas.config import TokenizerConfig
+
+    docs = news_documents()
+    train = [s for d in docs[::2] for s in split_sentences(d)]
+    held_out = [s for d in docs[1::2] for s in split_sentences(d)] + BPE_TEXTS
+    data = train_sentencepiece(train, TokenizerConfig(model_type=model_type, vocab_size=2000))
+    sp = spm.SentencePieceProcessor(model_proto=data)
+    tok = Tokenizer.from_str(build_tokenizer_json(data))
+    bytes_seen = 0
+    for text in held_out:
+        want = sp.encode(text)
+        assert tok.encode(text, add_special_tokens=False).ids == want, text
+        assert SPECIAL_TOKENS["<unk>"] not in want
+        bytes_seen += sum(sp.is_byte(i) for i in want)
+        assert tok.decode(want) == sp.decode(want)
+    assert bytes_seen > 0  # characters the model never saw went through byte fallback, in both
+
+
+def test_byte_bpe_tokenizer_is_exported_as_roberta(tmp_path: Path) -> None:
+    """A byte-level BPE tokenizer.json (pipelines' byte_bpe kind) exports as a RoBERTa tokenizer folder."""
+    from realtext import news_documents
+    from tokenizers import Tokenizer
+
+    from pipelines.sentences import split_sentences
+    from pipelines.tokenizer import train_byte_bpe
+    from schemas.config import TokenizerConfig
+
+    sents = [s for d in news_documents(120) for s in split_sentences(d)]
+    data = train_byte_bpe(sents, TokenizerConfig(model_type="byte_bpe", vocab_size=1000))
+    path = tmp_path / "tokenizer.json"
+    path.write_bytes(data)
+    vocab = Tokenizer.from_str(data.decode()).get_vocab_size()
+    raw = Tokenizer.from_str(data.decode())
+    one_two, three = raw.encode("one two", add_special_tokens=False).ids, raw.encode("three", add_special_tokens=False).ids
+    for arch in ("xlm-roberta", "albert"):
+        out = tmp_path / arch
+        cfg = ModelConfig() if arch == "xlm-roberta" else ModelConfig(embedding_size=16)
+        export_hf(Encoder(cfg, vocab), cfg, str(path), str(out))
+        assert {"tokenizer.json", "vocab.json", "merges.txt"} <= set(os.listdir(out))
+        fast = transformers.RobertaTokenizerFast.from_pretrained(str(out))
+        auto = transformers.AutoTokenizer.from_pretrained(str(out))
+        for text in sents[:50] + ["A <mask> in 1977 cost $5 & 30% of £3."]:
+            ids = fast(text)["input_ids"]
+            assert ids == auto(text)["input_ids"]
+            assert ids[1:-1] == raw.encode(text, add_special_tokens=False).ids
+        pair = auto("one two", "three", return_token_type_ids=True)
+        if arch == "xlm-roberta":  # RoBERTa: <s> A </s></s> B </s>
+            assert pair["input_ids"] == [0, *one_two, 2, 2, *three, 2]
+        else:  # ALBERT: <s> A </s> B </s>, segment B has type 1
+            assert pair["input_ids"] == [0, *one_two, 2, *three, 2]
+            assert pair["token_type_ids"] == [0] * (len(one_two) + 2) + [1] * (len(three) + 1)
+    with pytest.raises(ValueError, match="pieces"):
+        export_hf(Encoder(ModelConfig(), vocab + 3), ModelConfig(), str(path), str(tmp_path / "bad"))

@@ -1,4 +1,10 @@
-"""The tokenizer job and the Tokenize stage: determinism, special ids, model types, reuse errors."""
+"""The tokenizer job and the Tokenize stage: determinism, special ids, model types, reuse errors.
+
+Kinds: SentencePiece unigram / BPE (byte fallback on by default) and byte-level
+BPE (``byte_bpe``, tokenizers). Real text (tests/realtext.py) checks that the
+defaults never emit <unk> and that the byte-level BPE corpus exports to a
+folder RobertaTokenizerFast loads with the shards' ids.
+"""
 
 from __future__ import annotations
 
@@ -14,10 +20,12 @@ import numpy as np
 import pytest
 from apache_beam.testing import test_pipeline
 from apache_beam.testing.util import assert_that, equal_to
+from realtext import news_documents, write_jsonl
 
 from pipelines.records import SentencedDocument, TokenizedDocument
 from pipelines.sentences import split_sentences
 from pipelines.tokenizer import (
+    BYTE_BPE_PATH,
     MODEL_PATH,
     Tokenize,
     TrainTokenizer,
@@ -27,16 +35,23 @@ from pipelines.tokenizer import (
     model_spec,
     sample_key,
     tokenizer_info,
+    train_byte_bpe,
     train_sentencepiece,
+    train_tokenizer,
 )
 from schemas import SPECIAL_TOKENS, UNK_ID
 from schemas.config import BuildConfig, TokenizerConfig
 from schemas.errors import UserError
+from schemas.tokenizer_files import BYTE_BPE, SENTENCEPIECE, load_tokenizer
 from shardforge.synth import make_article
 
-UNIGRAM = TokenizerConfig(model_type="unigram", vocab_size=300)
+UNIGRAM = TokenizerConfig(model_type="unigram", vocab_size=300)  # the defaults: byte fallback, coverage 1.0
 BPE = TokenizerConfig(model_type="bpe", vocab_size=400, byte_fallback=True)
+BYTE_LEVEL = TokenizerConfig(model_type="byte_bpe", vocab_size=400)
+# The defaults before issue #17: characters outside 99.95% coverage became <unk>.
+LEGACY = TokenizerConfig(model_type="unigram", vocab_size=300, character_coverage=0.9995, byte_fallback=False)
 UNSEEN = "Zoë's café: 漢字 and emoji 🦊 — ∑x² ≠ ¥"
+KINDS = ["unigram", "bpe", "byte_bpe"]
 
 
 def make_docs(n: int, seed: int = 5) -> list[SentencedDocument]:
@@ -54,17 +69,30 @@ def docs() -> list[SentencedDocument]:
 @pytest.fixture(scope="module")
 def models(docs) -> dict[str, bytes]:
     sents = [s for d in docs for s in d.sentences]
-    return {"unigram": train_sentencepiece(sents, UNIGRAM), "bpe": train_sentencepiece(sents, BPE)}
+    return {"unigram": train_sentencepiece(sents, UNIGRAM), "bpe": train_sentencepiece(sents, BPE),
+            "byte_bpe": train_byte_bpe(sents, BYTE_LEVEL), "legacy": train_sentencepiece(sents, LEGACY)}
 
 
 def train_in_beam(docs: list[SentencedDocument], cfg: TokenizerConfig, seed: int, out: str) -> bytes:
     with test_pipeline.TestPipeline(runner="FnApiRunner") as p:
         _ = p | beam.Create(docs) | TrainTokenizer(cfg, seed, out)
-    return open(os.path.join(out, MODEL_PATH), "rb").read()
+    return open(os.path.join(out, BYTE_BPE_PATH if cfg.model_type == "byte_bpe" else MODEL_PATH), "rb").read()
 
 
-def test_same_sample_gives_same_model_bytes(docs, tmp_path):
-    cfg = UNIGRAM.model_copy(update={"sample_docs": 50})
+def library_ids(model: bytes, sentence: str) -> list[int]:
+    """One sentence through the library itself (sentencepiece / tokenizers), no shardforge code."""
+    if model[:1] == b"{":
+        from tokenizers import Tokenizer
+
+        return Tokenizer.from_str(model.decode()).encode(sentence, add_special_tokens=False).ids
+    import sentencepiece as spm
+
+    return spm.SentencePieceProcessor(model_proto=model).encode(sentence)
+
+
+@pytest.mark.parametrize("base", [UNIGRAM, BYTE_LEVEL], ids=["unigram", "byte_bpe"])
+def test_same_sample_gives_same_model_bytes(docs, tmp_path, base):
+    cfg = base.model_copy(update={"sample_docs": 50})
     a = train_in_beam(docs, cfg, 11, str(tmp_path / "a"))
     shuffled = list(docs)
     random.Random(0).shuffle(shuffled)
@@ -72,7 +100,7 @@ def test_same_sample_gives_same_model_bytes(docs, tmp_path):
     assert a == b  # input order (bundling) does not matter
     # The sample is the sample_docs documents with the smallest content hash, in hash order.
     chosen = sorted(docs, key=lambda d: sample_key(11, d.doc_id))[:50]
-    assert a == train_sentencepiece([s for d in chosen for s in d.sentences], cfg)
+    assert a == train_tokenizer([s for d in chosen for s in d.sentences], cfg)
     # A different seed picks a different sample, hence (here) a different model: the check can fail.
     c = train_in_beam(docs, cfg, 12, str(tmp_path / "c"))
     assert c != a
@@ -93,17 +121,63 @@ def test_special_ids_are_fixed(models, kind):
     # <mask> is a user-defined symbol: text containing it encodes to the id, never to pieces of it.
     assert SPECIAL_TOKENS["<mask>"] in sp.encode("the <mask> opened")
     info = tokenizer_info(models[kind], TokenizerConfig(), MODEL_PATH)
-    assert info.special_ids == SPECIAL_TOKENS
+    assert info.special_ids == SPECIAL_TOKENS and info.kind == SENTENCEPIECE
 
 
-def test_bpe_byte_fallback_encodes_unseen_characters(models):
-    bpe = load_processor(models["bpe"])
-    ids = bpe.encode(UNSEEN)
+def test_byte_bpe_special_ids_and_manifest_entry(models):
+    tok = load_tokenizer(models["byte_bpe"])
+    assert tok.kind == BYTE_BPE
+    assert tok.pieces()[:5] == list(SPECIAL_TOKENS)
+    assert tok.encode(["the <mask> opened"])[0].count(SPECIAL_TOKENS["<mask>"]) == 1
+    info = tokenizer_info(models["byte_bpe"], TokenizerConfig(), BYTE_BPE_PATH)
+    assert (info.kind, info.model_type, info.path, info.normalization_rule) == (BYTE_BPE, BYTE_BPE, BYTE_BPE_PATH,
+                                                                                 "none")
+    assert info.special_ids == SPECIAL_TOKENS and info.vocab_size == tok.vocab_size <= BYTE_LEVEL.vocab_size
+    assert "U+0120" in info.word_start_rule
+    # Every sentence starts with a space token (Ġ): its first word starts a word in running text too.
+    pieces = tok.pieces()
+    first = [pieces[s[0]] for s in tok.encode(["Council met today.", "It rained."])]
+    assert all(p.startswith("\u0120") for p in first)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_unseen_characters_never_become_unk(models, kind):
+    tok = load_tokenizer(models[kind])
+    ids = tok.encode([UNSEEN])[0]
     assert UNK_ID not in ids
-    # Lossless up to the recorded normalization (NFKC turns ² into 2), emoji and CJK included.
-    assert bpe.decode(ids) == unicodedata.normalize("NFKC", UNSEEN)
-    # Without byte fallback the same text hits <unk> (so the check above means something).
-    assert UNK_ID in load_processor(models["unigram"]).encode(UNSEEN)
+    # Lossless up to the recorded normalization (SentencePiece's NFKC turns ² into 2; byte-level has
+    # none, and keeps the space it puts before every sentence).
+    want = " " + UNSEEN if kind == "byte_bpe" else unicodedata.normalize("NFKC", UNSEEN)
+    assert tok.decode(ids) == want
+    # The pre-#17 defaults hit <unk> on the same text (so the check above means something).
+    assert UNK_ID in load_processor(models["legacy"]).encode(UNSEEN)
+
+
+def real_sentences(docs: list[str]) -> list[str]:
+    return [s for d in docs for s in split_sentences(d)]
+
+
+def test_defaults_give_no_unk_on_held_out_real_text():
+    """Train on half of the real articles, encode the other half: the defaults emit no <unk>."""
+    real = news_documents()
+    train, held_out = real_sentences(real[::2]), real_sentences(real[1::2])
+    rates = {}
+    for name, cfg in {"legacy": LEGACY.model_copy(update={"vocab_size": 8000}), "default": TokenizerConfig(),
+                      "bpe": TokenizerConfig(model_type="bpe"), "byte_bpe": TokenizerConfig(model_type="byte_bpe")}.items():
+        tok = load_tokenizer(train_tokenizer(train, cfg))
+        ids = [i for s in tok.encode(held_out) for i in s]
+        rates[name] = sum(i == UNK_ID for i in ids) / len(ids)
+    assert rates["legacy"] > 0.0005  # 0.16% measured: the defaults' zero below is not for want of rare characters
+    assert rates["default"] == rates["bpe"] == rates["byte_bpe"] == 0.0
+
+
+def test_vocab_too_small_for_byte_fallback_is_one_clear_error():
+    sents = real_sentences(news_documents(40))
+    with pytest.raises(UserError, match=r"vocab_size 200 is smaller than the \d+ pieces .*256 byte pieces.*"
+                                        r"raise vocab_size or set byte_fallback: false"):
+        train_sentencepiece(sents, TokenizerConfig(vocab_size=200))
+    with pytest.raises(UserError, match="byte_bpe needs vocab_size >= 261"):
+        train_byte_bpe(sents, TokenizerConfig(model_type="byte_bpe", vocab_size=200))
 
 
 def test_model_spec_reads_the_model_itself(models):
@@ -115,14 +189,13 @@ def test_model_spec_reads_the_model_itself(models):
     assert info.model_type == "bpe" and info.vocab_size == load_processor(models["bpe"]).get_piece_size()
 
 
-@pytest.mark.parametrize("kind", ["unigram", "bpe"])
-def test_tokenize_stage_matches_sentencepiece(docs, models, kind):
-    sp = load_processor(models[kind])
+@pytest.mark.parametrize("kind", KINDS)
+def test_tokenize_stage_matches_the_library(docs, models, kind):
     extra = [SentencedDocument("empty-1", "news", ()), SentencedDocument("unseen-1", "news", (UNSEEN, "  ", "ok."))]
     inputs = docs[:40] + extra
     expected = []
     for d in inputs:
-        sents = tuple(tuple(sp.encode(s)) for s in d.sentences)  # the library, one sentence at a time
+        sents = tuple(tuple(library_ids(models[kind], s)) for s in d.sentences)  # one sentence at a time
         sents = tuple(s for s in sents if s)
         expected.append(TokenizedDocument(d.doc_id, d.source, sents, sum(map(len, sents))))
     assert expected[-2].num_tokens == 0 and expected[-1].num_tokens > 0
@@ -132,12 +205,38 @@ def test_tokenize_stage_matches_sentencepiece(docs, models, kind):
         assert_that(out, equal_to(expected))
 
 
-def test_encode_threads_do_not_change_ids(docs, models):
-    one = encode_documents(docs, models["unigram"], num_threads=1)
-    two = encode_documents(docs, models["unigram"], num_threads=2)
-    auto = encode_documents(docs, models["unigram"], num_threads=0)
+@pytest.mark.parametrize("kind", ["unigram", "byte_bpe"])
+def test_encode_threads_do_not_change_ids(docs, models, kind):
+    one = encode_documents(docs, models[kind], num_threads=1)
+    two = encode_documents(docs, models[kind], num_threads=2)
+    auto = encode_documents(docs, models[kind], num_threads=0)
     assert one == two == auto
     assert sum(d.num_tokens for d in one) > 1000
+
+
+TRAIN_IN_SUBPROCESS = """
+import hashlib, sys
+from pipelines.sentences import split_sentences
+from pipelines.tokenizer import train_byte_bpe
+from schemas.config import TokenizerConfig
+from realtext import news_documents
+sents = [s for d in news_documents(120) for s in split_sentences(d)]
+sys.stdout.write(hashlib.sha256(train_byte_bpe(sents, TokenizerConfig(model_type="byte_bpe", vocab_size=1500))).hexdigest())
+"""
+
+
+def test_byte_bpe_training_is_the_same_with_any_thread_count():
+    """tokenizers trains on a thread pool: its file must not depend on the pool's size or the process."""
+    import hashlib
+
+    sents = real_sentences(news_documents(120))
+    here = hashlib.sha256(train_byte_bpe(sents, TokenizerConfig(model_type="byte_bpe", vocab_size=1500))).hexdigest()
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for env in ({"RAYON_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}, {"RAYON_NUM_THREADS": "2"},
+                {"RAYON_NUM_THREADS": "4", "TOKENIZERS_PARALLELISM": "true"}):
+        r = subprocess.run([sys.executable, "-c", TRAIN_IN_SUBPROCESS], capture_output=True, text=True, cwd=root,
+                           env={**os.environ, "PYTHONPATH": os.pathsep.join([root, os.path.join(root, "tests")]), **env}, check=True)
+        assert r.stdout == here, env
 
 
 def spm_default_ids_model(docs) -> bytes:
@@ -161,6 +260,10 @@ def test_bad_reused_model_is_a_clear_user_error(docs, tmp_path):
     junk.write_bytes(b"not a model at all")
     with pytest.raises(UserError, match="not a SentencePiece model"):
         load_model(str(junk))
+    junk_json = tmp_path / "tokenizer.json"
+    junk_json.write_text('{"not": "a tokenizer"}')
+    with pytest.raises(UserError, match="not a tokenizers JSON file"):
+        load_model(str(junk_json))
     with pytest.raises(UserError, match="tokenizer model not found"):
         load_model(str(tmp_path / "missing.model"))
 
@@ -187,15 +290,27 @@ def quality_rules_off() -> dict:
             "min_words": 1}
 
 
+def shard_ids(out: str, m) -> list[np.ndarray]:
+    """Every sample's input_ids, shard by shard in manifest order."""
+    from schemas.sample import decode_sample, iter_tar_samples
+
+    ids = []
+    for s in m.shards:
+        with open(os.path.join(out, s.name), "rb") as f:
+            ids += [decode_sample(k, mem)["input_ids"] for k, mem in iter_tar_samples(f)]
+    return ids
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("tok", [
-    {"model_type": "unigram", "vocab_size": 300},
+    {"model_type": "unigram", "vocab_size": 500},
     {"model_type": "bpe", "vocab_size": 420, "byte_fallback": True, "sample_docs": 40,
      "input_sentence_size": 400},
+    {"model_type": "bpe", "vocab_size": 300, "byte_fallback": False, "character_coverage": 0.9995},
+    {"model_type": "byte_bpe", "vocab_size": 500},
 ])
-def test_build_trains_and_encodes_both_model_types(tmp_path, tok):
+def test_build_trains_and_encodes_every_model_type(tmp_path, tok):
     from pipelines.build import run_build
-    from schemas.sample import decode_sample, iter_tar_samples
 
     rng = random.Random(9)
     raw = tmp_path / "raw.jsonl"
@@ -206,19 +321,252 @@ def test_build_trains_and_encodes_both_model_types(tmp_path, tok):
         "packing": {"max_seq_len": 64, "valid_fraction": 0.1}, "shards": {"target_samples": 50}})
     out = str(tmp_path / "corpus")
     m = run_build(cfg, out)
-    model = open(os.path.join(out, MODEL_PATH), "rb").read()
-    sp = load_processor(model)
-    assert m.tokenizer.model_type == tok["model_type"]
-    assert m.tokenizer.vocab_size == sp.get_piece_size() <= tok["vocab_size"]
-    assert m.tokenizer.special_ids == SPECIAL_TOKENS and m.tokenizer.normalization_rule == "nmt_nfkc"
+    byte_level = tok["model_type"] == "byte_bpe"
+    path = BYTE_BPE_PATH if byte_level else MODEL_PATH
+    assert m.tokenizer.path == path and not os.path.exists(os.path.join(out, BYTE_BPE_PATH if not byte_level
+                                                                        else MODEL_PATH))
+    model = open(os.path.join(out, path), "rb").read()
+    t = load_tokenizer(model)
+    assert (m.tokenizer.kind, m.tokenizer.model_type) == (t.kind, tok["model_type"])
+    assert m.tokenizer.vocab_size == t.vocab_size <= tok["vocab_size"]
+    assert m.tokenizer.special_ids == SPECIAL_TOKENS
+    assert m.tokenizer.normalization_rule == ("none" if byte_level else "nmt_nfkc")
     assert m.config["tokenizer"] == {**TokenizerConfig().model_dump(), **tok}
-    ids = []
+    flat = np.concatenate(shard_ids(out, m))
+    assert flat.max() < t.vocab_size
+    assert "the council" in t.decode([int(i) for i in flat if i > 4]).lower()
+    unk = int((flat == UNK_ID).sum())
+    if tok.get("byte_fallback", True):
+        assert unk == 0  # the emoji / CJK document is encoded byte by byte
+    else:
+        assert unk > 0  # without byte fallback it is not (so the zero above means something)
+
+
+# ------------------------------------------------------------------ real text through the build
+
+def real_build_config(raw: str, tok: dict) -> BuildConfig:
+    """Real articles, quality rules off (every article kept), small shards; the tokenizer trains on
+    100 of the 343 articles, so the rest has characters it never saw."""
+    return BuildConfig.model_validate({
+        "sources": [{"name": "news", "input": raw}], "clean": quality_rules_off(),
+        "tokenizer": {"sample_docs": 100, **tok},
+        "packing": {"max_seq_len": 128, "valid_fraction": 0.1}, "shards": {"target_samples": 200}})
+
+
+@pytest.fixture(scope="module")
+def real_raw(tmp_path_factory) -> str:
+    return write_jsonl(str(tmp_path_factory.mktemp("real") / "news.jsonl"), news_documents())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tok", [{}, {"model_type": "bpe"}], ids=["defaults", "bpe"])
+def test_real_text_build_has_no_unk_in_any_shard(real_raw, tmp_path, tok):
+    from pipelines.build import run_build
+
+    out = str(tmp_path / "corpus")
+    m = run_build(real_build_config(real_raw, tok), out)
+    sp = load_processor(open(os.path.join(out, MODEL_PATH), "rb").read())
+    assert m.accounting["news"].kept >= len(news_documents()) - 2  # the corpus has one near duplicate
+    for shard_samples in shard_ids(out, m):
+        assert UNK_ID not in shard_samples
+    flat = np.concatenate(shard_ids(out, m))
+    # Characters outside the tokenizer's sample were spelled as byte pieces (so the zero is not luck).
+    assert any(sp.is_byte(int(i)) for i in np.unique(flat))
+
+
+@pytest.fixture(scope="module")
+def byte_bpe_corpus(real_raw, tmp_path_factory) -> tuple[str, object]:
+    """The real articles built with the byte-level BPE kind."""
+    from pipelines.build import run_build
+
+    out = str(tmp_path_factory.mktemp("bbpe") / "corpus")
+    return out, run_build(real_build_config(real_raw, {"model_type": "byte_bpe", "vocab_size": 2000}), out)
+
+
+@pytest.mark.slow
+def test_byte_bpe_build_records_its_tokenizer_and_has_no_unk(byte_bpe_corpus):
+    from schemas.storage import sha256_bytes
+
+    out, m = byte_bpe_corpus
+    data = open(os.path.join(out, BYTE_BPE_PATH), "rb").read()
+    assert (m.tokenizer.kind, m.tokenizer.model_type, m.tokenizer.path) == (BYTE_BPE, BYTE_BPE, BYTE_BPE_PATH)
+    assert m.tokenizer.sha256 == sha256_bytes(data) and m.tokenizer.special_ids == SPECIAL_TOKENS
+    assert not os.path.exists(os.path.join(out, MODEL_PATH))
+    flat = np.concatenate(shard_ids(out, m))
+    assert UNK_ID not in flat and flat.max() < m.tokenizer.vocab_size == 2000
+    assert m.ids_dtype == "uint16"
+
+
+@pytest.mark.slow
+def test_byte_bpe_build_is_byte_identical_across_processes_and_threads(byte_bpe_corpus, real_raw, tmp_path):
+    """The same input and config through the build CLI in another process with one tokenizers
+    thread: the same tokenizer file, shards and manifest."""
+    out, m = byte_bpe_corpus
+    cfg_path = tmp_path / "cfg.json"
+    cfg_path.write_text(real_build_config(real_raw, {"model_type": "byte_bpe", "vocab_size": 2000}).model_dump_json())
+    again = str(tmp_path / "again")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    r = subprocess.run([sys.executable, "-m", "pipelines.build", "--config", str(cfg_path), "--output", again],
+                       capture_output=True, text=True, cwd=root,
+                       env={**os.environ, "PYTHONPATH": root, "RAYON_NUM_THREADS": "1",
+                            "TOKENIZERS_PARALLELISM": "false"})
+    assert r.returncode == 0, r.stderr[-2000:]
+    for name in [BYTE_BPE_PATH, "manifest.json"] + [s.name for s in m.shards]:
+        with open(os.path.join(out, name), "rb") as a, open(os.path.join(again, name), "rb") as b:
+            assert a.read() == b.read(), name
+
+
+@pytest.mark.slow
+def test_byte_bpe_corpus_validates_and_inspects(byte_bpe_corpus):
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out, m = byte_bpe_corpus
+    env = {**os.environ, "PYTHONPATH": root}
+    r = subprocess.run([sys.executable, "-m", "shardforge.cli", "validate", out], capture_output=True, text=True,
+                       cwd=root, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = subprocess.run([sys.executable, "-m", "shardforge.cli", "inspect", out, "--json", "--samples", "2"],
+                       capture_output=True, text=True, cwd=root, env=env)
+    assert r.returncode == 0, r.stderr
+    report = json.loads(r.stdout)
+    assert report["tokenizer_loaded"] and report["summary"]["tokenizer"]["kind"] == BYTE_BPE
+    # Decoded through the byte-level BPE: real words, no byte-level symbols (Ġ) left in the text.
+    text = report["samples"][0]["text"]
+    assert text.startswith("<s>") and "\u0120" not in text and len(text.split()) > 20
+
+
+@pytest.mark.slow
+def test_byte_bpe_word_starts_for_whole_word_masking(byte_bpe_corpus):
+    """The trainer's word-start table: a token starts a word when it begins with Ġ or is special."""
+    from schemas.manifest import load_manifest
+    from trainer.train import vocab_tables
+
+    out, _ = byte_bpe_corpus
+    m, root = load_manifest(out)
+    vocab, starts = vocab_tables(m, root)
+    tok = load_tokenizer(open(os.path.join(out, BYTE_BPE_PATH), "rb").read())
+    pieces = tok.pieces()
+    assert vocab == len(pieces) == m.tokenizer.vocab_size
+    assert all(bool(starts[i]) == (p.startswith("\u0120") or i < len(SPECIAL_TOKENS)) for i, p in enumerate(pieces))
+    # "Hundreds of people have been forced": every word's first token starts a word, no other token does.
+    ids = tok.encode(["Hundreds of people have been forced to vacate their homes"])[0]
+    words = [[]]
+    for i in ids:
+        if starts[i] and words[-1]:
+            words.append([])
+        words[-1].append(i)
+    assert [tok.decode(w).strip() for w in words] == "Hundreds of people have been forced to vacate their homes".split()
+
+
+@pytest.mark.slow
+def test_byte_bpe_export_loads_in_roberta_tokenizer_fast_with_the_shards_ids(byte_bpe_corpus, tmp_path):
+    """Export a model trained on the byte-level BPE corpus; RobertaTokenizerFast from the folder gives
+    exactly the ids in the shards, sentence by sentence, for every kept article."""
+    import pyarrow.parquet as pq
+    import torch
+    from transformers import AutoTokenizer, RobertaTokenizerFast
+
+    from schemas.config import ModelConfig
+    from trainer.export import export_hf
+    from trainer.model import Encoder
+
+    out, m = byte_bpe_corpus
+    cfg = ModelConfig()
+    torch.manual_seed(0)
+    hf_dir = str(tmp_path / "hf")
+    export_hf(Encoder(cfg, m.tokenizer.vocab_size), cfg, os.path.join(out, BYTE_BPE_PATH), hf_dir)
+    assert {"tokenizer.json", "vocab.json", "merges.txt", "tokenizer_config.json"} <= set(os.listdir(hf_dir))
+    assert not os.path.exists(os.path.join(hf_dir, "spm.model"))
+    hf = RobertaTokenizerFast.from_pretrained(hf_dir)
+    assert type(AutoTokenizer.from_pretrained(hf_dir)).__name__.startswith("RobertaTokenizer")
+    assert hf.mask_token_id == SPECIAL_TOKENS["<mask>"] and hf.pad_token_id == SPECIAL_TOKENS["<pad>"]
+
+    # The kept articles' text as the build saw it (the clean intermediate), through the exported tokenizer.
+    clean = pq.read_table(os.path.join(out, "clean")).to_pydict()
+    expected: dict[str, list[int]] = {}
+    for doc_id, text in zip(clean["doc_id"], clean["text"], strict=True):
+        sents = split_sentences(text)
+        ids = hf(sents, add_special_tokens=False)["input_ids"]
+        expected[doc_id] = [i for s in ids for i in s]
+    as_text = {k: "," + ",".join(map(str, v)) + "," for k, v in expected.items()}
+    assert len(expected) == m.accounting["news"].kept > 300
+    # Each packed sample is <s> doc-piece </s> doc-piece ... </s>; each piece must be a contiguous run of
+    # its article's exported ids, and together the pieces hold every exported token exactly once.
+    from schemas.sample import decode_sample, iter_tar_samples
+
+    covered = 0
     for s in m.shards:
         with open(os.path.join(out, s.name), "rb") as f:
-            ids += [decode_sample(k, mem)["input_ids"] for k, mem in iter_tar_samples(f)]
-    flat = np.concatenate(ids)
-    assert flat.max() < sp.get_piece_size()
-    assert "the council" in sp.decode([int(i) for i in flat if i > 4]).lower()
-    unk = int((flat == UNK_ID).sum())
-    if tok.get("byte_fallback"):
-        assert unk == 0  # the emoji / CJK document is encoded byte by byte
+            for key, mem in iter_tar_samples(f):
+                sample = decode_sample(key, mem)
+                ids = sample["input_ids"].astype(np.int64)
+                assert ids[0] == SPECIAL_TOKENS["<s>"] and ids[-1] == SPECIAL_TOKENS["</s>"]
+                pieces = np.split(ids[1:-1], np.flatnonzero(ids[1:-1] == SPECIAL_TOKENS["</s>"]))
+                pieces = [pieces[0]] + [p[1:] for p in pieces[1:]]  # drop each separator
+                assert len(pieces) == len(sample["meta"]["doc_ids"])
+                for piece, doc_id in zip(pieces, sample["meta"]["doc_ids"], strict=True):
+                    assert "," + ",".join(map(str, piece.tolist())) + "," in as_text[doc_id], (key, doc_id)
+                    covered += len(piece)
+    assert covered == sum(len(v) for v in expected.values())
+    # Special tokens and a pair come out as RoBERTa's.
+    enc = hf("Hello there.", "General Kenobi.")["input_ids"]
+    assert enc[0] == 0 and enc[-1] == 2 and enc.count(2) == 3
+
+
+@pytest.mark.slow
+def test_byte_bpe_corpus_trains_with_whole_word_masking_and_exports_through_the_cli(byte_bpe_corpus, tmp_path):
+    """The trainer reads the byte-level BPE corpus (its word-start table from tokenizer.json), trains
+    with whole-word masking, and `shardforge export` writes a folder transformers loads and runs."""
+    import torch
+    from transformers import AutoModelForMaskedLM, RobertaTokenizerFast
+
+    from schemas.config import TrainConfig
+    from shardforge.cli import main as cli
+    from trainer.train import train
+
+    out, m = byte_bpe_corpus
+    run, hf_dir = str(tmp_path / "run"), str(tmp_path / "hf")
+    res = train(TrainConfig.model_validate({
+        "data": out, "output": run, "steps": 3, "batch_size": 4, "device": "cpu", "log_every": 1,
+        "shuffle_buffer": 16, "model": {"size": "tiny"}, "masking": {"scheme": "whole_word"}}))
+    assert res["steps"] == 3 and res["last_loss"] == res["last_loss"]  # finite
+    assert cli(["export", run, hf_dir]) == 0
+    tok = RobertaTokenizerFast.from_pretrained(hf_dir)
+    model = AutoModelForMaskedLM.from_pretrained(hf_dir).eval()
+    assert model.config.vocab_size == m.tokenizer.vocab_size == len(tok)
+    enc = tok(["The council approved a <mask> for 1977."], return_tensors="pt")
+    assert SPECIAL_TOKENS["<mask>"] in enc["input_ids"][0].tolist()
+    with torch.no_grad():
+        assert torch.isfinite(model(**enc).logits).all()
+
+
+@pytest.mark.slow
+def test_repack_of_a_byte_bpe_corpus_copies_its_tokenizer_json(byte_bpe_corpus, tmp_path):
+    from pipelines.repack import run_repack
+
+    out, m = byte_bpe_corpus
+    new = str(tmp_path / "doc")
+    m2 = run_repack(out, new, rule="doc_sentences")
+    assert (m2.tokenizer.kind, m2.tokenizer.path, m2.tokenizer.sha256) == (BYTE_BPE, BYTE_BPE_PATH, m.tokenizer.sha256)
+    assert open(os.path.join(new, BYTE_BPE_PATH), "rb").read() == open(os.path.join(out, BYTE_BPE_PATH), "rb").read()
+    assert not os.path.exists(os.path.join(new, MODEL_PATH))
+    assert sum(t.tokens for t in m2.totals.values()) > 0
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_words_with_byte_pieces_stay_whole_for_masking(models, kind):
+    """Byte pieces (<0xNN>, or byte-level symbols) never start a word: "1977" or "∑x²" is one word."""
+    from schemas.tokenizer_files import WORD_START_MARKERS
+    from trainer.masking import word_start_table
+
+    tok = load_tokenizer(models[kind])
+    starts = word_start_table(tok.pieces(), SPECIAL_TOKENS.values(), WORD_START_MARKERS[tok.kind])
+    text = "In 1977 ∑x² cost ¥5 and 漢字 too"
+    ids = tok.encode([text])[0]
+    words: list[list[int]] = []
+    for i in ids:
+        if starts[i] or not words:
+            words.append([])
+        words[-1].append(i)
+    decoded = [tok.decode(w).strip() for w in words]
+    want = text.split() if kind == "byte_bpe" else unicodedata.normalize("NFKC", text).split()
+    assert decoded == want

@@ -2,7 +2,9 @@
 
 The folder holds ``config.json``, ``model.safetensors``, the tokenizer
 (``tokenizer.json``, ``tokenizer_config.json``, ``special_tokens_map.json``)
-and a copy of the SentencePiece model (``spm.model``). ``transformers`` loads
+and a copy of the SentencePiece model (``spm.model``), or for a byte-level BPE
+corpus ``vocab.json`` + ``merges.txt`` beside its ``tokenizer.json`` (loadable
+by ``RobertaTokenizerFast`` and ``AutoTokenizer``). ``transformers`` loads
 it as:
 
 - ``XLMRobertaForMaskedLM`` for the RoBERTa variant (E = H, no sharing): our
@@ -28,6 +30,11 @@ tokenizers ``BPE`` whose merge rules replay SentencePiece's (see
 ``bpe_merges``), so ids equal sentencepiece's. Models the export cannot
 reproduce (pieces spanning whitespace, BPE unused pieces, char/word models)
 are refused with a ValueError.
+
+A byte-level BPE corpus's tokenizer is already a tokenizers file: it is
+written as trained (RoBERTa's ``<s> A </s></s> B </s>`` template; ALBERT's
+``<s> A </s> B </s>`` with segment ids 0 and 1 for an ALBERT export), with
+``add_prefix_space`` on, so ids equal the corpus's.
 
 One deliberate difference: ``<mask>`` (and any other user-defined piece) is
 matched first and the text on each side is encoded on its own, as
@@ -314,7 +321,7 @@ def build_tokenizer_json(model_bytes: bytes, arch: str = XLM_ROBERTA) -> str:
     (see bpe_merges). ValueError for a model it cannot reproduce.
     """
     import sentencepiece as spm
-    from tokenizers import AddedToken, Tokenizer, decoders, normalizers, pre_tokenizers, processors
+    from tokenizers import AddedToken, Tokenizer, decoders, normalizers, pre_tokenizers
     from tokenizers.models import BPE, Unigram
 
     sp = spm.SentencePieceProcessor(model_proto=model_bytes)
@@ -357,15 +364,45 @@ def build_tokenizer_json(model_bytes: bytes, arch: str = XLM_ROBERTA) -> str:
     # does; left in the vocabulary alone, the model would only ever spell them out.
     tok.add_tokens([AddedToken(p.piece, special=False, normalized=True) for p in pieces
                     if p.type == PIECE_USER_DEFINED and p.piece not in SPECIAL_TOKENS])
+    tok.post_processor = _pair_template(arch)
+    return tok.to_str(pretty=True)
+
+
+def _pair_template(arch: str) -> Any:
+    """The post-processor: RoBERTa's <s> A </s> </s> B </s> (one segment type) or BERT/ALBERT's with type 1."""
+    from tokenizers import processors
+
     bos, eos = "<s>", "</s>"
-    if arch == XLM_ROBERTA:  # RoBERTa: <s> A </s> </s> B </s>, one segment type
+    if arch == XLM_ROBERTA:
         pair = f"{bos} $A {eos} {eos} $B {eos}"
-    else:  # BERT/ALBERT: segment B gets type 1
+    else:
         pair = f"{bos}:0 $A:0 {eos}:0 $B:1 {eos}:1"
-    tok.post_processor = processors.TemplateProcessing(
+    return processors.TemplateProcessing(
         single=f"{bos} $A {eos}", pair=pair,
         special_tokens=[(bos, SPECIAL_TOKENS[bos]), (eos, SPECIAL_TOKENS[eos])])
-    return tok.to_str(pretty=True)
+
+
+def build_byte_bpe_files(data: bytes, arch: str = XLM_ROBERTA) -> dict[str, str]:
+    """tokenizer.json, vocab.json and merges.txt of a byte-level BPE corpus tokenizer (schemas.tokenizer_files).
+
+    The trained file is kept (its RobertaProcessing already gives RoBERTa's pair
+    template); an ALBERT export gets segment ids for the pair. vocab.json and
+    merges.txt are the GPT-2 files that RobertaTokenizer (slow) reads too.
+    """
+    from tokenizers import Tokenizer
+
+    from schemas.tokenizer_files import ByteBPETokenizer
+
+    ByteBPETokenizer(data)  # special ids and byte-level BPE checked
+    tok = Tokenizer.from_str(data.decode("utf-8"))
+    if arch != XLM_ROBERTA:
+        tok.post_processor = _pair_template(arch)
+    spec = json.loads(tok.to_str())
+    vocab = dict(sorted(spec["model"]["vocab"].items(), key=lambda kv: kv[1]))
+    merges = [m if isinstance(m, str) else " ".join(m) for m in spec["model"]["merges"]]
+    return {"tokenizer.json": tok.to_str(pretty=True),
+            "vocab.json": json.dumps(vocab, ensure_ascii=False) + "\n",
+            "merges.txt": "#version: 0.2\n" + "".join(m + "\n" for m in merges)}
 
 
 def _special_tokens_map() -> dict[str, str]:
@@ -379,6 +416,9 @@ def _special_tokens_map() -> dict[str, str]:
 def export_hf(model: Encoder, cfg: ModelConfig, spm_model_path: str, out_dir: str,
               architecture: str | None = None) -> None:
     """Write a Hugging Face folder (config, safetensors weights, tokenizer) to out_dir (any fsspec URL).
+
+    spm_model_path: the corpus's tokenizer file, a SentencePiece model or a
+    byte-level BPE tokenizer.json (told apart by content).
 
     architecture: "xlm-roberta" or "albert" (default: chosen from the model's
     shape by choose_architecture). XLM-RoBERTa cannot express a factorized
@@ -397,11 +437,21 @@ def export_hf(model: Encoder, cfg: ModelConfig, spm_model_path: str, out_dir: st
     if arch == XLM_ROBERTA and dims.factorized:
         raise ValueError("a factorized embedding (E != H) can only be exported as ALBERT")
 
+    from schemas.tokenizer_files import BYTE_BPE, tokenizer_kind
+
     spm_bytes = read_bytes(spm_model_path)
-    tokenizer_json = build_tokenizer_json(spm_bytes, arch)  # validates special ids before writing anything
-    n_pieces = len(json.loads(tokenizer_json)["model"]["vocab"])
+    byte_bpe = tokenizer_kind(spm_bytes) == BYTE_BPE
+    # Built (and special ids validated) before anything is written.
+    if byte_bpe:
+        tok_files = build_byte_bpe_files(spm_bytes, arch)
+        from tokenizers import Tokenizer
+
+        n_pieces = Tokenizer.from_str(tok_files["tokenizer.json"]).get_vocab_size(with_added_tokens=True)
+    else:
+        tok_files = {"tokenizer.json": build_tokenizer_json(spm_bytes, arch)}
+        n_pieces = len(json.loads(tok_files["tokenizer.json"])["model"]["vocab"])
     if n_pieces != dims.vocab_size:
-        raise ValueError(f"the SentencePiece model has {n_pieces} pieces but the model has "
+        raise ValueError(f"the tokenizer has {n_pieces} pieces but the model has "
                          f"vocab_size {dims.vocab_size}")
 
     tensors = _roberta_tensors(model) if arch == XLM_ROBERTA else _albert_tensors(model)
@@ -411,13 +461,21 @@ def export_hf(model: Encoder, cfg: ModelConfig, spm_model_path: str, out_dir: st
     makedirs(out_dir)
     write_text_atomic(join(out_dir, "config.json"), json.dumps(hf_config(dims, arch), indent=2) + "\n")
     write_bytes_atomic(join(out_dir, "model.safetensors"), save_safetensors(tensors, metadata={"format": "pt"}))
-    write_text_atomic(join(out_dir, "tokenizer.json"), tokenizer_json)
+    for name, text in tok_files.items():
+        write_text_atomic(join(out_dir, name), text)
     specials = _special_tokens_map()
-    tok_cfg = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": dims.max_seq_len,
-               "clean_up_tokenization_spaces": False, **specials}
+    tok_cfg: dict[str, Any] = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": dims.max_seq_len,
+                               "clean_up_tokenization_spaces": False, **specials}
+    if byte_bpe:
+        # The corpus encodes every sentence with a leading space (pipelines.tokenizer.train_byte_bpe).
+        # transformers' RobertaTokenizer always applies RoBERTa's pair template, so an ALBERT export
+        # (segment ids) names the generic class, which follows tokenizer.json's template.
+        tok_cfg.update(add_prefix_space=True, trim_offsets=True,
+                       tokenizer_class="RobertaTokenizer" if arch == XLM_ROBERTA else "PreTrainedTokenizerFast")
     write_text_atomic(join(out_dir, "tokenizer_config.json"), json.dumps(tok_cfg, indent=2) + "\n")
     write_text_atomic(join(out_dir, "special_tokens_map.json"), json.dumps(specials, indent=2) + "\n")
-    write_bytes_atomic(join(out_dir, "spm.model"), spm_bytes)
+    if not byte_bpe:
+        write_bytes_atomic(join(out_dir, "spm.model"), spm_bytes)
 
 
 def export_checkpoint(ckpt: str, out_dir: str, tokenizer: str | None = None) -> str:
@@ -464,7 +522,8 @@ def main(argv: list[str] | None = None) -> int:
                                    "tokenizer files) from a shardforge checkpoint.")
     p.add_argument("checkpoint", help="ckpt-NNNNNNNN.pt, or a run folder (its latest checkpoint)")
     p.add_argument("out", help="output folder (local or fsspec URL)")
-    p.add_argument("--tokenizer", help="SentencePiece model URL (default: the corpus's, from the manifest)")
+    p.add_argument("--tokenizer", help="tokenizer file URL: spm.model or a byte-level BPE tokenizer.json "
+                                       "(default: the corpus's, from the manifest)")
     args = p.parse_args(argv)
     print(redact_text(export_checkpoint(args.checkpoint, args.out, args.tokenizer)))
     return 0

@@ -109,9 +109,10 @@ def _lookup(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     return table.index_select(0, index.reshape(-1)).view(index.shape)
 
 
-def word_start_table(pieces: Sequence[str], special_ids: Iterable[int]) -> torch.Tensor:
-    """bool [V]: True where a SentencePiece piece starts a word ("\u2581"...) or is special/control."""
-    table = torch.tensor([p.startswith(WORD_START) for p in pieces], dtype=torch.bool)
+def word_start_table(pieces: Sequence[str], special_ids: Iterable[int], marker: str = WORD_START) -> torch.Tensor:
+    """bool [V]: True where a piece starts a word (begins with `marker`: "\u2581" for SentencePiece,
+    "\u0120" for byte-level BPE, schemas.tokenizer_files.WORD_START_MARKERS) or is special/control."""
+    table = torch.tensor([p.startswith(marker) for p in pieces], dtype=torch.bool)
     for i in special_ids:
         if 0 <= i < len(pieces):
             table[i] = True

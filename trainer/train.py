@@ -31,6 +31,7 @@ from schemas.config import PAIR_RULES, ModelConfig, TrainConfig, load_config, pa
 from schemas.errors import UserError, run_cli
 from schemas.manifest import Manifest, load_manifest, open_tokenizer
 from schemas.storage import join
+from schemas.tokenizer_files import WORD_START_MARKERS
 from trainer.checkpoint import load_latest_checkpoint, save_checkpoint
 from trainer.data import ShardLoader, gather_state_dict
 from trainer.masking import Masker, word_start_table
@@ -73,11 +74,11 @@ def pick_device(cfg: TrainConfig, local_rank: int) -> torch.device:
 
 
 def vocab_tables(manifest: Manifest, root: str) -> tuple[int, torch.Tensor]:
-    """(vocab size, word-start table) from the corpus's SentencePiece model."""
-    tok = manifest.tokenizer
-    sp = open_tokenizer(manifest, root)  # the same opener validate uses: a valid corpus trains
-    pieces = [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
-    return len(pieces), word_start_table(pieces, tok.special_ids.values())
+    """(vocab size, word-start table) from the corpus's tokenizer file (SentencePiece or byte-level BPE)."""
+    info = manifest.tokenizer
+    tok = open_tokenizer(manifest, root)  # the same opener validate uses: a valid corpus trains
+    pieces = tok.pieces()
+    return len(pieces), word_start_table(pieces, info.special_ids.values(), WORD_START_MARKERS[tok.kind])
 
 
 def check_heads(cfg: TrainConfig, manifest: Manifest) -> None:
