@@ -252,9 +252,21 @@ def carry_accounts(counts: list[tuple[str, int]], parent: dict[str, SourceAccoun
 # ------------------------------------------------------------------ the job
 
 
+def repack_tag(parent: Parent, cfg: BuildConfig, copy_tokenizer: bool) -> str:
+    """The attempt tag of a repack (pipelines.commit): its config and the parent manifest's bytes."""
+    from pipelines.commit import tag_for
+    from schemas.storage import read_text
+
+    return tag_for(1, cfg.model_dump(mode="json"), [], read_text(parent.manifest_url),
+                   {"repack": True, "copy_tokenizer": copy_tokenizer})
+
+
 def repack_pipeline(p: beam.Pipeline, parent: Parent, cfg: BuildConfig, output: str,
-                    copy_tokenizer: bool = True) -> None:
+                    copy_tokenizer: bool = True, tag: str | None = None) -> None:
     """Add the repack to pipeline p: read the parent's intermediate, pack by cfg, write a corpus."""
+    from schemas.naming import work_dir
+
+    tag = tag or repack_tag(parent, cfg, copy_tokenizer)
     docs = p | "ReadTokenized" >> ReadTokenized(parent.parts)
 
     counts = (
@@ -277,10 +289,10 @@ def repack_pipeline(p: beam.Pipeline, parent: Parent, cfg: BuildConfig, output: 
     model = p | "ParentTokenizer" >> beam.Create([parent.model])
     # The parent's intermediates stay where they are; absolute URLs let a repack of this repack find them.
     intermediates = {k: resolve_path(parent.root, v) for k, v in parent.manifest.intermediates.items()}
-    tokenizer_path = MODEL_PATH if copy_tokenizer else parent.model_url
+    tokenizer_path = f"{work_dir(tag)}/{MODEL_PATH}" if copy_tokenizer else parent.model_url
     _ = docs | "WriteCorpus" >> WriteCorpus(
         cfg, output, model=model, accounts=accounts, groups=groups, parent=parent.manifest_url,
-        tokenizer_path=tokenizer_path, intermediates=intermediates, extra_counters=extra)
+        tokenizer_path=tokenizer_path, intermediates=intermediates, extra_counters=extra, tag=tag)
 
 
 def run_repack(tokenized: str, output: str, *, copy_tokenizer: bool = True,
@@ -295,12 +307,17 @@ def run_repack(tokenized: str, output: str, *, copy_tokenizer: bool = True,
     if _same(output, parent.root) or _same(output, parent.tokenized):
         raise UserError(f"--output {output} is the parent corpus; write the new version elsewhere")
     cfg = repack_config(parent.manifest, model_url=parent.model_url, **overrides)
+    from pipelines.build import check_output
+    from schemas.naming import work_dir
+
+    tag = repack_tag(parent, cfg, copy_tokenizer)
+    check_output(output, tag)
     if copy_tokenizer:
-        # Written before the pipeline; the manifest (written last) still commits the corpus.
-        write_bytes_atomic(join(output, MODEL_PATH), parent.model)
+        # Written before the pipeline, under the attempt's folder; the manifest (written last) commits it.
+        write_bytes_atomic(join(output, work_dir(tag), MODEL_PATH), parent.model)
     opts = finalize_options(RepackOptions(beam_args or []))
     with progress.local_bars(opts), beam.Pipeline(options=opts) as p:
-        repack_pipeline(p, parent, cfg, output, copy_tokenizer)
+        repack_pipeline(p, parent, cfg, output, copy_tokenizer, tag)
     manifest, _ = load_manifest(output)
     return manifest
 

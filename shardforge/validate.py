@@ -18,7 +18,6 @@ import argparse
 import hashlib
 import json
 import posixpath
-import re
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -27,6 +26,7 @@ from typing import IO, Any
 import numpy as np
 
 from schemas.manifest import Manifest, ShardInfo, SplitTotals, load_manifest
+from schemas.naming import SHARD_NAME_RE  # tagged and untagged shard names
 from schemas.sample import (
     LABEL,
     TOKEN_TYPE_IDS,
@@ -36,7 +36,6 @@ from schemas.sample import (
 )
 from schemas.storage import READ_BLOCK_SIZE, get_fs, invalidate, is_tmp_name, join, open_read, retry
 
-SHARD_NAME_RE = re.compile(r"^(train|valid)-\d{6}\.tar$")
 MAX_PROBLEMS_PER_SHARD = 20
 
 
