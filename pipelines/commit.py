@@ -96,12 +96,10 @@ def tag_for(version: int, config: dict[str, Any], inputs: Sequence[Sequence[Any]
 
 
 def manifest_tag(m: Manifest) -> str | None:
-    """The tag of the attempt that committed ``m`` (from its intermediates' folder), or None (untagged)."""
-    for rel in [*m.intermediates.values(), m.tokenizer.path]:
-        tag = path_tag(rel)
-        if tag is not None and tag_version(tag) == m.version:
-            return tag
-    return None
+    """The tag of the attempt that committed ``m`` (its folder, else its shards' names), or None (untagged)."""
+    tags = [path_tag(rel) for rel in [*m.intermediates.values(), m.tokenizer.path]]
+    tags += [shard_tag(s.name) for s in reversed(m.shards)]  # a version's own shards come last
+    return next((t for t in tags if t is not None and tag_version(t) == m.version), None)
 
 
 def committed_tags(root: str, names: Sequence[str] | None = None) -> dict[int, str]:

@@ -244,8 +244,11 @@ def recover(root: str, clean_orphans: bool = True) -> CorpusState:
     """Bring the derived state in line with the committed manifest chain (idempotent).
 
     Repairs what a crash after a commit can leave behind: a missing or short
-    ledger file, a stale ``latest`` or ``manifest.json``. With clean_orphans,
-    deletes shards no committed version lists (left by an abandoned batch).
+    ledger file, a stale ``latest`` or ``manifest.json`` (only ever moved forward:
+    another writer may commit a newer version meanwhile). With clean_orphans,
+    removes what can never be committed (``pipelines.commit.clean_after_commit``:
+    dead attempts of versions up to the latest, stale temporaries), never an
+    attempt at a later version (it may be another writer's, running now).
     A plain-build corpus (manifest.json, no versions) is adopted as version 1.
     """
     versions = committed_versions(root)
@@ -288,14 +291,16 @@ def recover(root: str, clean_orphans: bool = True) -> CorpusState:
     if versions:
         n = versions[-1]
         text = read_text(join(root, version_manifest_name(n)))
-        if read_latest_pointer(root) != n:
+        pointer = read_latest_pointer(root)
+        newer = pointer is not None and pointer > n and pointer in committed_versions(root)
+        if pointer != n and not newer:
             write_text_atomic(join(root, LATEST), version_manifest_name(n) + "\n")
             repaired.append(f"latest -> v{n}")
         try:
             current = read_text(join(root, MANIFEST_NAME))
         except FileNotFoundError:
             current = None
-        if current != text:
+        if current != text and not newer:
             write_text_atomic(join(root, MANIFEST_NAME), text)
             repaired.append(f"manifest.json = v{n}")
     if clean_orphans and latest is not None:

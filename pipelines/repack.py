@@ -35,6 +35,7 @@ from schemas.config import BuildConfig, parse_config
 from schemas.errors import UserError, run_cli
 from schemas.intermediate import TOKENIZED_SCHEMA
 from schemas.manifest import MANIFEST_NAME, Manifest, SourceAccount, load_manifest
+from schemas.naming import TAG_RE, VERSIONS_DIR
 from schemas.storage import exists, expand_glob, join, open_read, sha256_bytes, write_bytes_atomic
 
 PART_GLOB = "part-*.parquet"
@@ -126,8 +127,12 @@ def resolve_parent(url: str) -> Parent:
         manifest, root = load_manifest(url)
         given_folder = None
     else:
-        # The tokenized folder itself: its corpus is the folder above it.
+        # The tokenized folder itself: its corpus is the folder above it, or above its
+        # attempt folder (`ROOT/versions/{tag}/tokenized`, pipelines.commit).
         root = url.rsplit("/", 1)[0] or "/"
+        parent_dir, tag = root.rsplit("/", 1) if "/" in root else ("", root)
+        if TAG_RE.match(tag) and parent_dir.endswith(f"/{VERSIONS_DIR}"):
+            root = parent_dir[: -len(VERSIONS_DIR) - 1] or "/"
         if not exists(join(root, MANIFEST_NAME)):
             raise UserError(f"no corpus manifest at {url} or at {root}: repack needs the parent corpus "
                             "(its manifest names the tokenizer, the accounting and the config)")
