@@ -221,8 +221,16 @@ def run_build(cfg: BuildConfig, output: str, beam_args: list[str] | None = None,
     tag = one_shot_tag(cfg)
     check_output(output, tag)
     opts = finalize_options(BuildOptions(beam_args or []))
-    with progress.local_bars(opts), beam.Pipeline(options=opts) as p:
-        build_pipeline(p, cfg, output, tag=tag)
+    try:
+        with progress.local_bars(opts), beam.Pipeline(options=opts) as p:
+            build_pipeline(p, cfg, output, tag=tag)
+    except Exception as e:
+        from pipelines.commit import LostCommit, raise_if_lost
+        from schemas.errors import find_user_error
+
+        if not isinstance(find_user_error(e), LostCommit):  # another build may have committed meanwhile
+            raise_if_lost(output, MANIFEST_NAME, tag)
+        raise
     manifest, _ = load_manifest(output)
     return manifest
 

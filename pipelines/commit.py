@@ -124,17 +124,29 @@ class LostCommit(UserError):
     """Another attempt committed this version first; this attempt's objects were removed."""
 
 
+def _remove(root: str, rel: str, removed: list[str]) -> None:
+    """Best-effort removal of one object or folder (cleanup must never fail a commit: the next one retries)."""
+    try:
+        if rel.endswith("/"):
+            remove_tree(join(root, rel.rstrip("/")))
+            removed.append(rel)
+        elif remove_object(join(root, rel)):
+            removed.append(rel)
+    except Exception as e:  # noqa: BLE001 - e.g. a dead writer still creating files in the folder
+        log.warning("cleanup %s: could not remove %s (%s: %s); the next commit retries",
+                    redact_url(root), rel, type(e).__name__, e)
+
+
 def remove_attempt(root: str, tag: str, committed: Manifest | None) -> list[str]:
     """Delete one attempt's objects (its shards and work folder) that ``committed`` does not reference."""
     listed = {s.name for s in committed.shards} if committed is not None else set()
     keep_dir = committed is not None and manifest_tag(committed) == tag
-    removed = []
+    removed: list[str] = []
     for name in list_names(root):
-        if shard_tag(name) == tag and name not in listed and remove_object(join(root, name)):
-            removed.append(name)
+        if shard_tag(name) == tag and name not in listed:
+            _remove(root, name, removed)
     if not keep_dir and tag in list_names(join(root, VERSIONS_DIR)):
-        remove_tree(join(root, work_dir(tag)))
-        removed.append(work_dir(tag) + "/")
+        _remove(root, work_dir(tag) + "/", removed)
     return removed
 
 
@@ -144,14 +156,30 @@ def commit_manifest(root: str, name: str, text: str, tag: str) -> str:
     A loser (the name holds another manifest) removes its own attempt and raises
     LostCommit with one line saying why.
     """
-    url = join(root, name)
-    outcome = create_if_absent(url, text.encode("utf-8"))
+    outcome = create_if_absent(join(root, name), text.encode("utf-8"))
     if outcome != "taken":
         return outcome
+    raise_if_lost(root, name, tag)
+    raise LostCommit(f"{redact_url(join(root, name))} holds another manifest of this attempt's tag {tag}")
+
+
+def raise_if_lost(root: str, name: str, tag: str) -> None:
+    """If ``root/name`` was committed by another attempt: remove this attempt's objects, raise LostCommit.
+
+    Also called when an attempt fails before its commit (the winner's cleanup may
+    have removed the loser's objects under it): the real reason is then the loss.
+    """
+    url = join(root, name)
     try:
-        winner: Manifest | None = parse_manifest(read_text(url), url)
+        text = read_text(url)
+    except FileNotFoundError:
+        return
+    try:
+        winner: Manifest | None = parse_manifest(text, url)
     except (UserError, ValueError):
         winner = None
+    if winner is not None and manifest_tag(winner) == tag:
+        return
     removed = remove_attempt(root, tag, winner)
     raise LostCommit(
         f"{redact_url(url)} was committed by another writer (attempt {manifest_tag(winner) if winner else '?'}) "
@@ -179,16 +207,19 @@ def clean_after_commit(root: str, version: int, committed: Manifest) -> list[str
     for name in names:
         m = SHARD_NAME_RE.match(name)
         if m and name not in listed and (m.group("tag") is None or dead(m.group("tag"))):
-            if remove_object(join(root, name)):
-                removed.append(name)
+            _remove(root, name, removed)
     for sub in list_names(join(root, VERSIONS_DIR)):
         if dead(path_tag(f"{VERSIONS_DIR}/{sub}")):
-            remove_tree(join(root, VERSIONS_DIR, sub))
-            removed.append(f"{VERSIONS_DIR}/{sub}/")
-    removed += remove_stale_tmps(root, also=lambda target: dead(shard_tag(target)))
+            _remove(root, f"{VERSIONS_DIR}/{sub}/", removed)
     own = tags.get(version)
-    for folder in ([work_dir(own)] if own else []) + ["ingest"]:
-        removed += [posixpath.join(folder, r) for r in remove_stale_tmps(join(root, folder), recursive=True)]
+    for folder in ["", *([work_dir(own)] if own else []), "ingest"]:
+        try:
+            found = remove_stale_tmps(join(root, folder) if folder else root, recursive=bool(folder),
+                                      also=lambda target: dead(shard_tag(target)))
+        except Exception as e:  # noqa: BLE001 - best effort, as above
+            log.warning("cleanup %s: could not sweep temporaries of %s (%s)", redact_url(root), folder or "/", e)
+            continue
+        removed += [posixpath.join(folder, r) if folder else r for r in found]
     for r in removed:
         log.info("cleanup %s: removed %s", redact_url(root), r)
     return removed

@@ -518,14 +518,22 @@ def ingest_sources(state: CorpusState, batch_files: Sequence[tuple[SourceConfig,
     opts = finalize_options(BuildOptions(list(beam_args)))
     append = AppendTo(corpus=root, shard_offsets=next_shard_offsets(state.latest), key_prefix=key_prefix(n),
                       tag=tag)
-    with beam.Pipeline(options=opts) as p:
-        build_pipeline(p, cfg, work, files={src.name: [f.url for f in fs] for src, fs in batch_files},
-                       append=append)
-    batch_url = join(work, BATCH_MANIFEST_NAME)
-    batch = parse_manifest(read_text(batch_url), batch_url)
-    index = batch.intermediates.get("dedupe_index")
-    if index and not exists(join(work, index, "index.json")):
-        raise RuntimeError(f"batch {n}: dedupe index incomplete; not committing")
+    try:
+        with beam.Pipeline(options=opts) as p:
+            build_pipeline(p, cfg, work, files={src.name: [f.url for f in fs] for src, fs in batch_files},
+                           append=append)
+        batch_url = join(work, BATCH_MANIFEST_NAME)
+        batch = parse_manifest(read_text(batch_url), batch_url)
+        index = batch.intermediates.get("dedupe_index")
+        if index and not exists(join(work, index, "index.json")):
+            raise RuntimeError(f"batch {n}: dedupe index incomplete; not committing")
+    except Exception:
+        # Another writer may have committed version n meanwhile (and removed this attempt's
+        # objects as dead): then that is the reason to report.
+        from pipelines.commit import raise_if_lost
+
+        raise_if_lost(root, version_manifest_name(n), tag)
+        raise
     inputs = [InputFile(path=redact_url(f.url), source=source_of[f.url], size=f.size, fingerprint=prints[f.url])
               for f in files]
     m = merge_version(state.latest, batch, n, inputs, root, tag)

@@ -24,7 +24,7 @@ from test_serve import SOURCE, articles, small_config
 
 from pipelines.commit import manifest_tag
 from pipelines.ingest import committed_versions, load_version
-from schemas.manifest import MANIFEST_NAME, load_manifest
+from schemas.manifest import load_manifest
 from schemas.naming import SHARD_NAME_RE, shard_tag
 from schemas.storage import get_fs, invalidate, is_tmp_name, join, list_names, tmp_name
 
@@ -307,8 +307,8 @@ def test_stale_temporaries_of_killed_writers_go_with_the_next_commit_live_ones_s
     assert_clean_committed_corpus(str(out), store["env"], "v1-0000000000000000")
 
 
-def test_tmp_names_round_trip() -> None:
-    t = tmp_name("corpus/train-000001-v1-0123456789abcdef.tar")
-    base = os.path.basename(t)
+def test_a_temporary_names_its_target_and_tags_are_parsed() -> None:
+    base = os.path.basename(tmp_name("corpus/train-000001-v1-0123456789abcdef.tar"))
     assert is_tmp_name(base) and shard_tag(base[1:-4].rsplit(".", 1)[0]) == "v1-0123456789abcdef"
-    assert MANIFEST_NAME == "manifest.json"
+    assert shard_tag("train-000001.tar") is None and shard_tag("train-000001-v1-0123.tar") is None
+    assert SHARD_NAME_RE.match("valid-000012-v3-0123456789abcdef.tar").group("index") == "000012"
