@@ -220,17 +220,16 @@ def run_build(cfg: BuildConfig, output: str, beam_args: list[str] | None = None,
         return build_in_batches(cfg, output, batch_mb, beam_args or [])
     tag = one_shot_tag(cfg)
     check_output(output, tag)
+    from pipelines.commit import raise_if_lost
+
     opts = finalize_options(BuildOptions(beam_args or []))
     try:
         with progress.local_bars(opts), beam.Pipeline(options=opts) as p:
             build_pipeline(p, cfg, output, tag=tag)
-    except Exception as e:
-        from pipelines.commit import LostCommit, raise_if_lost
-        from schemas.errors import find_user_error
-
-        if not isinstance(find_user_error(e), LostCommit):  # another build may have committed meanwhile
-            raise_if_lost(output, MANIFEST_NAME, tag)
+    except Exception:
+        raise_if_lost(output, MANIFEST_NAME, tag)  # another build committed meanwhile: that is the reason
         raise
+    raise_if_lost(output, MANIFEST_NAME, tag)  # the commit step lost: say so (its objects are gone)
     manifest, _ = load_manifest(output)
     return manifest
 

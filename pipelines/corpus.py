@@ -11,6 +11,7 @@ the commit marker of the corpus.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
@@ -210,7 +211,8 @@ class WriteCorpus(beam.PTransform):
     ``commit=True`` (a whole corpus) the manifest is committed by a conditional
     create (``pipelines.commit.commit_manifest``): a loser removes its own
     attempt and fails; with False (a batch of ``pipelines.ingest``, whose driver
-    commits) it is simply written.
+    commits) it is simply written. Emits the committed manifest (as a dict), or
+    nothing when another attempt committed first (the driver raises then).
     """
 
     def __init__(self, cfg: BuildConfig, output: str, model, accounts, groups, parent: str | None = None,
@@ -259,9 +261,15 @@ class WriteCorpus(beam.PTransform):
             check_balanced(accounts)
             m = assemble_manifest(shard_list, plan_list_, model, accounts, cfg, tok_path, parent, extra, inter)
             if conditional:
-                from pipelines.commit import clean_after_commit, commit_manifest
+                from pipelines.commit import LostCommit, clean_after_commit, commit_manifest
 
-                commit_manifest(output, manifest_name, m.to_json(), tag)
+                try:
+                    commit_manifest(output, manifest_name, m.to_json(), tag)
+                except LostCommit as e:
+                    # Cleaned up already; the driver says why in one line (raise_if_lost). Not
+                    # raised here: a runner would log it with a traceback, and retry the bundle.
+                    logging.getLogger("shardforge.commit").warning("%s", e)
+                    return None
                 clean_after_commit(output, m.version, m)
             else:
                 write_text_atomic(join(output, manifest_name), m.to_json())
@@ -276,4 +284,5 @@ class WriteCorpus(beam.PTransform):
             | "CollectShards" >> beam.combiners.ToList()
             | "CommitManifest" >> beam.Map(commit, AsSingleton(plan_list), AsSingleton(self.model),
                                            AsSingleton(self.accounts), AsSingleton(extra), *waits)
+            | "Committed" >> beam.Filter(lambda m: m is not None)  # a lost commit writes no report
         )

@@ -323,6 +323,9 @@ def run_repack(tokenized: str, output: str, *, copy_tokenizer: bool = True,
     opts = finalize_options(RepackOptions(beam_args or []))
     with progress.local_bars(opts), beam.Pipeline(options=opts) as p:
         repack_pipeline(p, parent, cfg, output, copy_tokenizer, tag)
+    from pipelines.commit import raise_if_lost
+
+    raise_if_lost(output, MANIFEST_NAME, tag)  # another writer committed first: one line
     manifest, _ = load_manifest(output)
     return manifest
 
