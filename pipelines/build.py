@@ -89,11 +89,17 @@ def one_shot_tag(cfg: BuildConfig, files: dict[str, list[str]] | None = None) ->
     from pipelines.ingest import fingerprint, list_raw_files
     from schemas.storage import sha256_url
 
+    def print_of(f) -> str:
+        try:
+            return fingerprint(f)
+        except OSError:  # unreadable: the reader rejects it with a reason; its listing still identifies it
+            return f"unreadable:{f.size}:{f.mtime}"
+
     inputs = []
     for src in cfg.sources:
         urls = None if files is None else set(files.get(src.name, []))
         listed = list_raw_files(src.input) if urls is None else [f for u in sorted(urls) for f in list_raw_files(u)]
-        inputs += [(src.name, *i) for i in input_identity((f.url, f.size, fingerprint(f)) for f in listed)]
+        inputs += [(src.name, *i) for i in input_identity((f.url, f.size, print_of(f)) for f in listed)]
     extra: dict[str, Any] = {}
     if cfg.tokenizer.model_url:
         extra["tokenizer"] = sha256_url(cfg.tokenizer.model_url)[0]
