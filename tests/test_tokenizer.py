@@ -206,7 +206,7 @@ def test_build_trains_and_encodes_both_model_types(tmp_path, tok):
         "packing": {"max_seq_len": 64, "valid_fraction": 0.1}, "shards": {"target_samples": 50}})
     out = str(tmp_path / "corpus")
     m = run_build(cfg, out)
-    model = open(os.path.join(out, MODEL_PATH), "rb").read()
+    model = open(os.path.join(out, m.tokenizer.path), "rb").read()  # under the attempt folder
     sp = load_processor(model)
     assert m.tokenizer.model_type == tok["model_type"]
     assert m.tokenizer.vocab_size == sp.get_piece_size() <= tok["vocab_size"]
