@@ -46,12 +46,20 @@ from pipelines.ingest import (
     ingest_sources,
     list_raw_files,
     recover,
-    version_dir,
 )
 from schemas.config import BuildConfig, SourceConfig
 from schemas.errors import UserError
 from schemas.manifest import Manifest
-from schemas.storage import exists, is_within, join, read_text, redact_url, write_text_atomic
+from schemas.naming import work_dir
+from schemas.storage import (
+    create_if_absent,
+    exists,
+    is_within,
+    join,
+    read_text,
+    redact_url,
+    write_text_atomic,
+)
 
 log = logging.getLogger("shardforge.batched")
 
@@ -135,16 +143,22 @@ def _start_or_resume(output: str, plan: str, batches: Sequence[Batch]) -> int:
     if exists(join(output, "manifest.json")) or committed_versions(output):
         raise UserError(f"{output} already holds a corpus that was not built with --batch_mb: "
                         "remove it or choose another --output")
-    write_text_atomic(url, plan)
+    if create_if_absent(url, plan.encode("utf-8")) == "taken":  # another batched build started at once
+        raise UserError(f"{output}: another batched build of other inputs or config started into it "
+                        f"(see {PLAN_NAME}): choose another --output")
     return 0
 
 
 def _write_index_page(output: str, m: Manifest, timings: dict[int, float]) -> None:
     """report.html at the root: corpus totals and a link to each batch's own report."""
+    from pipelines.commit import committed_tags
+
+    tags = committed_tags(output)
     rows = []
     for n in range(1, m.version + 1):
         secs = f"{timings[n]:.1f}" if n in timings else ""
-        rows.append(f'<tr><td>v{n}</td><td><a href="{version_dir(n)}/report.html">report</a></td>'
+        folder = work_dir(tags[n]) if n in tags else f"versions/v{n}"
+        rows.append(f'<tr><td>v{n}</td><td><a href="{folder}/report.html">report</a></td>'
                     f"<td>{secs}</td></tr>")
     acc = "".join(
         f"<tr><td>{html.escape(s)}</td><td>{a.input}</td><td>{a.kept}</td><td>{sum(a.filtered.values())}</td>"

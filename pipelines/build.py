@@ -47,7 +47,8 @@ from pipelines.tokenizer import Tokenize, TrainTokenizer, load_model, model_path
 from schemas.config import BuildConfig
 from schemas.errors import UserError, run_cli
 from schemas.intermediate import CLEAN_DIR, TOKENIZED_DIR
-from schemas.manifest import Manifest
+from schemas.manifest import MANIFEST_NAME, Manifest
+from schemas.naming import work_dir
 from schemas.storage import join, redact_url
 
 REJECTS_DIR = "rejects"
@@ -73,19 +74,60 @@ class AppendTo:
     corpus: str
     shard_offsets: dict[str, int] = field(default_factory=dict)
     key_prefix: str = ""
+    tag: str = ""  # the attempt tag every shard name carries (pipelines.commit)
 
 
 def to_sentences(doc) -> SentencedDocument:
     return SentencedDocument(doc.doc_id, doc.source, tuple(split_sentences(doc.text)))
 
 
+def one_shot_tag(cfg: BuildConfig, files: dict[str, list[str]] | None = None) -> str:
+    """The attempt tag of a one-shot build (version 1): config + every input file's size and fingerprint.
+
+    Costs one listing per source, plus a sha256 of each local input file (object
+    stores report a checksum in the listing), and of a tokenizer / index given by URL.
+    """
+    from pipelines.commit import input_identity, tag_for
+    from pipelines.ingest import fingerprint, list_raw_files
+    from schemas.storage import sha256_url
+
+    def print_of(f) -> str:
+        try:
+            return fingerprint(f)
+        except OSError:  # unreadable: the reader rejects it with a reason; its listing still identifies it
+            return f"unreadable:{f.size}:{f.mtime}"
+
+    inputs = []
+    for src in cfg.sources:
+        urls = None if files is None else set(files.get(src.name, []))
+        listed = list_raw_files(src.input) if urls is None else [f for u in sorted(urls) for f in list_raw_files(u)]
+        inputs += [(src.name, *i) for i in input_identity((f.url, f.size, print_of(f)) for f in listed)]
+    extra: dict[str, Any] = {}
+    if cfg.tokenizer.model_url:
+        extra["tokenizer"] = sha256_url(cfg.tokenizer.model_url)[0]
+    if cfg.dedupe.index:
+        extra["index"] = sha256_url(join(cfg.dedupe.index, "index.json"))[0]
+    return tag_for(1, cfg.model_dump(mode="json"), inputs, None, extra)
+
+
 def build_pipeline(p: beam.Pipeline, cfg: BuildConfig, output: str, *,
-                   files: dict[str, list[str]] | None = None, append: AppendTo | None = None) -> None:
+                   files: dict[str, list[str]] | None = None, append: AppendTo | None = None,
+                   tag: str | None = None) -> None:
     """Add the whole build to pipeline p.
 
     files: read exactly these URLs per source name instead of each source's glob.
-    append: write the shards into an existing corpus (see AppendTo).
+    append: write the shards into an existing corpus (see AppendTo); ``output`` is
+    then the batch's own folder and the ingest driver commits.
+    tag: the attempt tag of a one-shot build (default: ``one_shot_tag``). Shards
+    carry it; everything else goes under ``output/versions/{tag}/``; the manifest
+    is committed by a conditional create (docs/architecture.md, "Commit protocol").
     """
+    root = output
+    if append is None:
+        tag = tag or one_shot_tag(cfg, files)
+        output = join(root, work_dir(tag))
+    else:
+        tag = append.tag
     docs_by_source, rejects_by_source, counts_by_source = [], [], []
     for src in cfg.sources:
         reader = ReadSource(src, None if files is None else files.get(src.name, []))
@@ -105,7 +147,7 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig, output: str, *,
 
     dedupe = cleaned.documents | "Dedupe" >> Deduplicate(
         cfg.dedupe, index_in=cfg.dedupe.index, index_out=join(output, DEDUPE_INDEX_DIR),
-        index_root=append.corpus if append is not None else output)
+        index_root=append.corpus if append is not None else root)
     kept, duplicates = dedupe["kept"], dedupe["duplicates"]
 
     sentenced = kept | "SplitSentences" >> beam.Map(to_sentences)
@@ -158,12 +200,16 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig, output: str, *,
     append_args: dict[str, Any] = {}
     if append is not None:
         append_args = {"shard_root": append.corpus, "shard_offsets": append.shard_offsets,
-                       "key_prefix": append.key_prefix, "manifest_name": BATCH_MANIFEST_NAME}
+                       "key_prefix": append.key_prefix, "manifest_name": BATCH_MANIFEST_NAME, "commit": False}
+    else:  # the manifest at the root names the attempt's objects relative to the root
+        # (a reused tokenizer is copied into the attempt folder like a trained one: the path rule)
+        intermediates = {k: f"{work_dir(tag)}/{v}" for k, v in intermediates.items()}
+        tokenizer_path = f"{work_dir(tag)}/{tokenizer_path}"
     manifest = tokenized | "WriteCorpus" >> WriteCorpus(
-        cfg, output, model=model, accounts=accounts, groups=groups, tokenizer_path=tokenizer_path,
-        intermediates=intermediates, after=written, **append_args)
+        cfg, root if append is None else output, model=model, accounts=accounts, groups=groups,
+        tokenizer_path=tokenizer_path, intermediates=intermediates, after=written, tag=tag, **append_args)
     # The report (report.html / report.json) comes right after the manifest commits.
-    _ = manifest | "Report" >> WriteReport(output, before=raw_docs, after=kept)
+    _ = manifest | "Report" >> WriteReport(root if append is None else output, before=raw_docs, after=kept)
 
 
 def run_build(cfg: BuildConfig, output: str, beam_args: list[str] | None = None,
@@ -178,11 +224,45 @@ def run_build(cfg: BuildConfig, output: str, beam_args: list[str] | None = None,
         from pipelines.batched import build_in_batches
 
         return build_in_batches(cfg, output, batch_mb, beam_args or [])
+    tag = one_shot_tag(cfg)
+    check_output(output, tag)
+    from pipelines.commit import raise_if_lost
+
     opts = finalize_options(BuildOptions(beam_args or []))
-    with progress.local_bars(opts), beam.Pipeline(options=opts) as p:
-        build_pipeline(p, cfg, output)
+    try:
+        with progress.local_bars(opts), beam.Pipeline(options=opts) as p:
+            build_pipeline(p, cfg, output, tag=tag)
+    except Exception:
+        raise_if_lost(output, MANIFEST_NAME, tag)  # another build committed meanwhile: that is the reason
+        raise
+    raise_if_lost(output, MANIFEST_NAME, tag)  # the commit step lost: say so (its objects are gone)
     manifest, _ = load_manifest(output)
     return manifest
+
+
+def check_output(output: str, tag: str) -> None:
+    """Refuse (one line) to build into a folder holding a committed corpus, unless it is this very build.
+
+    A committed corpus is immutable: a build of other inputs or config must go
+    elsewhere. The same build again (same tag) is an idempotent rerun: it rewrites
+    the same bytes under the same names and finds the identical manifest.
+    """
+    from pipelines.commit import manifest_tag
+    from schemas.manifest import parse_manifest
+    from schemas.storage import exists, read_text, redact_url
+
+    url = join(output, MANIFEST_NAME)
+    if not exists(url):
+        return
+    try:
+        committed = manifest_tag(parse_manifest(read_text(url), url))
+    except (UserError, ValueError):
+        committed = None
+    if committed != tag:
+        raise UserError(f"{redact_url(output)} already holds a committed corpus of other inputs or config "
+                        f"({committed or 'untagged'}; this build is {tag}); a committed corpus is never "
+                        "overwritten: choose another --output, or remove that folder first")
+
 
 
 # What a one-shot build on the local runner holds: Beam's FnApiRunner keeps each stage's whole

@@ -11,6 +11,7 @@ the commit marker of the corpus.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
@@ -25,6 +26,7 @@ from pipelines.records import TokenizedDocument
 from pipelines.tokenizer import MODEL_PATH, tokenizer_info
 from schemas.config import PAIR_RULES, BuildConfig
 from schemas.manifest import MANIFEST_NAME, Manifest, ShardInfo, SourceAccount, SplitTotals
+from schemas.naming import shard_name
 from schemas.sample import (
     INPUT_IDS,
     LABEL,
@@ -111,10 +113,11 @@ class _WriteGroup(beam.DoFn):
     """Pass 2: pack the group again and stream its shards to storage."""
 
     def __init__(self, cfg: BuildConfig, output: str, base_offsets: dict[str, int] | None = None,
-                 key_prefix: str = ""):
+                 key_prefix: str = "", tag: str = ""):
         self.cfg, self.output = cfg, output
         self.base_offsets = dict(base_offsets or {})
         self.key_prefix = key_prefix
+        self.tag = tag
 
     def process(self, kv, vocab_size: int, offsets: dict[GroupKey, int]):
         (split, group, groups), docs = kv
@@ -125,7 +128,7 @@ class _WriteGroup(beam.DoFn):
         # Appending to an existing corpus: this split's shard names continue after its last shard.
         first = offsets[(split, group, groups)] + self.base_offsets.get(split, 0)
         for j, (a, b) in enumerate(chunks):
-            name = f"{split}-{first + j:06d}.tar"
+            name = shard_name(split, first + j, self.tag)  # the attempt's tag: no other attempt writes it
             part = enc[a:b]
             sha, size = write_stream_atomic(join(self.output, name),
                                             lambda f, part=part: write_tar(f, ((k, m) for k, m, _ in part)))
@@ -203,14 +206,22 @@ class WriteCorpus(beam.PTransform):
     index per split, ``key_prefix`` a prefix of every sample key, and
     ``manifest_name`` the file (under ``output``) the manifest of this batch's
     shards is written to.
+
+    ``tag``: the attempt tag (``pipelines.commit``) every shard name carries. With
+    ``commit=True`` (a whole corpus) the manifest is committed by a conditional
+    create (``pipelines.commit.commit_manifest``): a loser removes its own
+    attempt and fails; with False (a batch of ``pipelines.ingest``, whose driver
+    commits) it is simply written. Emits the committed manifest (as a dict), or
+    nothing when another attempt committed first (the driver raises then).
     """
 
     def __init__(self, cfg: BuildConfig, output: str, model, accounts, groups, parent: str | None = None,
                  tokenizer_path: str = MODEL_PATH, intermediates: dict[str, str] | None = None,
                  after: Sequence[Any] = (), extra_counters: Any = None, shard_root: str | None = None,
                  shard_offsets: dict[str, int] | None = None, key_prefix: str = "",
-                 manifest_name: str = MANIFEST_NAME):
+                 manifest_name: str = MANIFEST_NAME, tag: str = "", commit: bool = True):
         super().__init__()
+        self.tag, self.commit = tag, commit
         self.shard_root = shard_root or output
         self.shard_offsets = dict(shard_offsets or {})
         self.key_prefix = key_prefix
@@ -240,16 +251,28 @@ class WriteCorpus(beam.PTransform):
         plan_list = plans | "CollectPlans" >> beam.combiners.ToList()
         offsets = plan_list | "Offsets" >> beam.Map(shard_offsets)
         shards = grouped | "WriteShards" >> beam.ParDo(
-            _WriteGroup(cfg, self.shard_root, self.shard_offsets, self.key_prefix),
+            _WriteGroup(cfg, self.shard_root, self.shard_offsets, self.key_prefix, self.tag),
             AsSingleton(vocab), AsSingleton(offsets))
 
         parent, tok_path, inter = self.parent, self.tokenizer_path, self.intermediates
-        manifest_name = self.manifest_name
+        manifest_name, tag, conditional = self.manifest_name, self.tag, self.commit
 
         def commit(shard_list, plan_list_, model, accounts, extra, *_after):
             check_balanced(accounts)
             m = assemble_manifest(shard_list, plan_list_, model, accounts, cfg, tok_path, parent, extra, inter)
-            write_text_atomic(join(output, manifest_name), m.to_json())
+            if conditional:
+                from pipelines.commit import LostCommit, clean_after_commit, commit_manifest
+
+                try:
+                    commit_manifest(output, manifest_name, m.to_json(), tag)
+                except LostCommit as e:
+                    # Cleaned up already; the driver says why in one line (raise_if_lost). Not
+                    # raised here: a runner would log it with a traceback, and retry the bundle.
+                    logging.getLogger("shardforge.commit").warning("%s", e)
+                    return None
+                clean_after_commit(output, m.version, m)
+            else:
+                write_text_atomic(join(output, manifest_name), m.to_json())
             return m.model_dump(mode="json")
 
         extra = self.extra_counters
@@ -261,4 +284,5 @@ class WriteCorpus(beam.PTransform):
             | "CollectShards" >> beam.combiners.ToList()
             | "CommitManifest" >> beam.Map(commit, AsSingleton(plan_list), AsSingleton(self.model),
                                            AsSingleton(self.accounts), AsSingleton(extra), *waits)
+            | "Committed" >> beam.Filter(lambda m: m is not None)  # a lost commit writes no report
         )

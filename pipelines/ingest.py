@@ -11,19 +11,25 @@ A served corpus is a chain of immutable manifest versions under one root::
     ingest/serve.json         what is watched (glob, source), for `shardforge status`
     ingest/ledger/v{N}.jsonl  files absorbed by version N, with timings (derived, repairable)
 
-Commit protocol of version N (the only writer is one serve process):
+Commit protocol of version N (docs/serve.md; any number of writers, one wins):
 
-1. clear ``versions/v{N}/``; run the batch build (``pipelines.build.build_pipeline``
-   with ``files=`` and ``append=``) writing shards straight to their final,
-   not-yet-referenced names and everything else under ``versions/v{N}/``;
-2. after the pipeline has finished (index complete), write ``manifest-v{N}.json``
-   atomically: THE commit point. It names the input files it absorbed;
-3. write ``ingest/ledger/v{N}.jsonl``, then ``latest``, then ``manifest.json``.
+1. the attempt's tag ``v{N}-{hash}`` (``pipelines.commit``) is a hash of the batch's
+   config, its files (URL, size, fingerprint), the parent manifest and N; run the
+   batch build (``pipelines.build.build_pipeline`` with ``files=`` and ``append=``)
+   writing shards as ``{split}-{index:06d}-{tag}.tar`` and everything else under
+   ``versions/{tag}/``: names no other attempt can produce (an attempt that can
+   produce them writes the same bytes);
+2. after the pipeline has finished (index complete), conditionally create
+   ``manifest-v{N}.json``: THE commit point. It names the input files it
+   absorbed. A loser (another manifest is there) removes its own objects and
+   fails with one line; one that finds its own bytes there has succeeded;
+3. write ``ingest/ledger/v{N}.jsonl``, then ``latest``, then ``manifest.json``;
+   remove dead attempts' objects and stale temporaries.
 
-A crash before 2 leaves only unreferenced objects (overwritten or deleted on the
-next attempt); a crash after 2 is repaired by ``recover`` from the manifest chain,
-which is the source of truth for what was absorbed. So every file is absorbed by
-exactly one committed version.
+A crash before 2 leaves only unreferenced objects (reused by a rerun with the same
+tag, removed once another attempt commits version N); a crash after 2 is repaired
+by ``recover`` from the manifest chain, which is the source of truth for what was
+absorbed. So every file is absorbed by exactly one committed version.
 """
 
 from __future__ import annotations
@@ -33,11 +39,9 @@ import json
 import logging
 import os
 import posixpath
-import re
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from datetime import datetime
 from typing import Any
 
 from schemas.config import BuildConfig, SourceConfig
@@ -51,9 +55,11 @@ from schemas.manifest import (
     SplitTotals,
     parse_manifest,
 )
+from schemas.naming import SHARD_NAME_RE, VERSION_MANIFEST_RE, VERSIONS_DIR, work_dir
 from schemas.storage import (
     exists,
     get_fs,
+    info_mtime,
     invalidate,
     is_within,
     join,
@@ -61,7 +67,6 @@ from schemas.storage import (
     read_text,
     redact_url,
     relative_url,
-    remove_tree,
     retry,
     sha256_url,
     write_text_atomic,
@@ -70,20 +75,15 @@ from schemas.storage import (
 log = logging.getLogger("shardforge.ingest")
 
 LATEST = LATEST_NAME
-VERSIONS_DIR = "versions"
 INGEST_DIR = "ingest"
 LEDGER_DIR = "ingest/ledger"
 SERVE_STATE = "ingest/serve.json"
-VERSION_RE = re.compile(r"^manifest-v(\d+)\.json$")
-SHARD_RE = re.compile(r"^(train|valid)-(\d{6,})\.tar$")
+VERSION_RE = VERSION_MANIFEST_RE
+SHARD_RE = SHARD_NAME_RE
 
 
 def version_manifest_name(n: int) -> str:
     return f"manifest-v{n}.json"
-
-
-def version_dir(n: int) -> str:
-    return f"{VERSIONS_DIR}/v{n}"
 
 
 def key_prefix(n: int) -> str:
@@ -102,23 +102,6 @@ class RawFile:
     size: int
     mtime: float | None
     checksum: str | None  # from the listing (md5 / crc32c / etag); None on local disks
-
-
-def _mtime_of(info: dict[str, Any]) -> float | None:
-    for k in ("mtime", "updated", "LastModified", "last_modified", "timeCreated", "created"):
-        v = info.get(k)
-        if v is None:
-            continue
-        if isinstance(v, (int, float)):
-            return float(v)
-        if isinstance(v, datetime):
-            return v.timestamp()
-        if isinstance(v, str):
-            try:
-                return datetime.fromisoformat(v.replace("Z", "+00:00")).timestamp()
-            except ValueError:
-                continue
-    return None
 
 
 def _checksum_of(info: dict[str, Any]) -> str | None:
@@ -160,7 +143,7 @@ def list_raw_files(pattern: str) -> list[RawFile]:
         # Matches that are not readable files (directories, FIFOs, dangling links, undecodable
         # names) stay listed, never opened here: the reader counts each as one rejected input.
         url, size, skip = judge_listing(fs, p, info)
-        out.append(RawFile(url, size, _mtime_of(info), f"skipped:{skip}" if skip else _checksum_of(info)))
+        out.append(RawFile(url, size, info_mtime(info), f"skipped:{skip}" if skip else _checksum_of(info)))
     return out
 
 
@@ -265,8 +248,11 @@ def recover(root: str, clean_orphans: bool = True) -> CorpusState:
     """Bring the derived state in line with the committed manifest chain (idempotent).
 
     Repairs what a crash after a commit can leave behind: a missing or short
-    ledger file, a stale ``latest`` or ``manifest.json``. With clean_orphans,
-    deletes shards no committed version lists (left by an abandoned batch).
+    ledger file, a stale ``latest`` or ``manifest.json`` (only ever moved forward:
+    another writer may commit a newer version meanwhile). With clean_orphans,
+    removes what can never be committed (``pipelines.commit.clean_after_commit``:
+    dead attempts of versions up to the latest, stale temporaries), never an
+    attempt at a later version (it may be another writer's, running now).
     A plain-build corpus (manifest.json, no versions) is adopted as version 1.
     """
     versions = committed_versions(root)
@@ -280,7 +266,9 @@ def recover(root: str, clean_orphans: bool = True) -> CorpusState:
             # The build's files count as absorbed by version 1 (as they are now): were they
             # ingested again, their doc_ids would equal the indexed ones.
             m = m.model_copy(update={"inputs": _adopted_inputs(m)})
-        write_text_atomic(join(root, version_manifest_name(1)), m.to_json())
+        from pipelines.commit import commit_manifest
+
+        commit_manifest(root, version_manifest_name(1), m.to_json(), "")
         versions = [1]
         repaired.append("adopted manifest.json as version 1")
     ledger: dict[str, LedgerEntry] = {}
@@ -307,18 +295,22 @@ def recover(root: str, clean_orphans: bool = True) -> CorpusState:
     if versions:
         n = versions[-1]
         text = read_text(join(root, version_manifest_name(n)))
-        if read_latest_pointer(root) != n:
+        pointer = read_latest_pointer(root)
+        newer = pointer is not None and pointer > n and pointer in committed_versions(root)
+        if pointer != n and not newer:
             write_text_atomic(join(root, LATEST), version_manifest_name(n) + "\n")
             repaired.append(f"latest -> v{n}")
         try:
             current = read_text(join(root, MANIFEST_NAME))
         except FileNotFoundError:
             current = None
-        if current != text:
+        if current != text and not newer:
             write_text_atomic(join(root, MANIFEST_NAME), text)
             repaired.append(f"manifest.json = v{n}")
-    if clean_orphans:
-        repaired += _remove_orphan_shards(root, latest)
+    if clean_orphans and latest is not None:
+        from pipelines.commit import clean_after_commit
+
+        repaired += [f"removed {r}" for r in clean_after_commit(root, latest.version, latest)]
     for r in repaired:
         log.warning("recover %s: %s", root, r)
     return CorpusState(root, versions, latest, ledger, repaired)
@@ -338,21 +330,6 @@ def _adopted_inputs(m: Manifest) -> list[InputFile]:
     return out
 
 
-def _remove_orphan_shards(root: str, latest: Manifest | None) -> list[str]:
-    """Delete shard-named objects that no committed version lists (a crashed batch's output)."""
-    listed = {s.name for s in latest.shards} if latest else set()
-    fs, _ = get_fs(root)
-    removed = []
-    for base in list_names(root):
-        if SHARD_RE.match(base) and base not in listed:
-            _, path = get_fs(join(root, base))
-            retry(lambda path=path: fs.rm(path), f"remove {base}")
-            removed.append(f"removed orphan shard {base}")
-    if removed:
-        invalidate(fs)
-    return removed
-
-
 # ------------------------------------------------------------------ one batch -> one version
 
 
@@ -362,7 +339,7 @@ def next_shard_offsets(m: Manifest | None) -> dict[str, int]:
     for s in m.shards if m else []:
         match = SHARD_RE.match(s.name)
         if match:
-            out[s.split] = max(out[s.split], int(match.group(2)) + 1)
+            out[s.split] = max(out[s.split], int(match.group("index")) + 1)
         else:
             out[s.split] = max(out[s.split], len(m.shards_of(s.split)))  # type: ignore[union-attr]
     return out
@@ -410,13 +387,14 @@ def _sum_accounts(a: SourceAccount, b: SourceAccount) -> SourceAccount:
 
 
 def merge_version(parent: Manifest | None, batch: Manifest, n: int, inputs: list[InputFile],
-                  root: str | None = None) -> Manifest:
+                  root: str | None = None, tag: str = "") -> Manifest:
     """Version n = the parent's shards (unchanged, first) + the batch's new shards; totals summed.
 
     root: the corpus URL; the recorded config names the corpus's own tokenizer and index
     relative to it, so a corpus's manifests do not depend on where it was built.
+    tag: the attempt's tag; the batch's own objects are under ``versions/{tag}/``.
     """
-    vdir = version_dir(n)
+    vdir = work_dir(tag) if tag else f"{VERSIONS_DIR}/v{n}"
     tokenizer = batch.tokenizer
     if parent is None:
         if not _is_url(tokenizer.path):  # trained by this batch, under its version folder
@@ -470,20 +448,36 @@ def merge_version(parent: Manifest | None, batch: Manifest, n: int, inputs: list
     )
 
 
-def commit_version(root: str, m: Manifest, entries: Sequence[LedgerEntry]) -> None:
-    """Commit version m.version: manifest-v{N} (the commit point), then ledger, latest, manifest.json."""
+def commit_version(root: str, m: Manifest, entries: Sequence[LedgerEntry], tag: str) -> None:
+    """Commit version m.version: manifest-v{N} by a conditional create (the commit point), then ledger,
+    latest, manifest.json, then cleanup. Raises ``pipelines.commit.LostCommit`` (after removing this
+    attempt's objects) if another writer committed version N first."""
+    from pipelines.commit import clean_after_commit, commit_manifest
+
     n = m.version
-    url = join(root, version_manifest_name(n))
-    if exists(url):  # a second writer got here first: never overwrite a committed version
-        raise UserError(f"{url} already exists: is another serve process writing to {root}?")
     text = m.to_json()
-    write_text_atomic(url, text)
+    commit_manifest(root, version_manifest_name(n), text, tag)
     now = time.time()
     for e in entries:
         e.committed_at = now
     write_ledger(root, n, entries)
-    write_text_atomic(join(root, LATEST), version_manifest_name(n) + "\n")
-    write_text_atomic(join(root, MANIFEST_NAME), text)
+    # The pointers are derived (recover repairs them): never move them back to an older version.
+    if (read_latest_pointer(root) or 0) <= n:
+        write_text_atomic(join(root, LATEST), version_manifest_name(n) + "\n")
+        write_text_atomic(join(root, MANIFEST_NAME), text)
+    clean_after_commit(root, n, m)
+
+
+def batch_tag(state: CorpusState, n: int, cfg: BuildConfig, files: Sequence[tuple[str, str, int, str]]) -> str:
+    """The attempt tag of version n: batch config, files (source, URL, size, fingerprint), parent manifest."""
+    from pipelines.commit import config_identity, input_identity, tag_for
+
+    parent = read_text(join(state.root, version_manifest_name(n - 1))) if state.latest is not None else None
+    by_source: dict[str, list[tuple[str, int, str]]] = {}
+    for src, url, size, fp in files:
+        by_source.setdefault(src, []).append((url, size, fp))
+    inputs = [[src, *i] for src in sorted(by_source) for i in input_identity(by_source[src])]
+    return tag_for(n, config_identity(cfg.model_dump(mode="json"), state.root), inputs, parent)
 
 
 @dataclass
@@ -521,26 +515,37 @@ def ingest_sources(state: CorpusState, batch_files: Sequence[tuple[SourceConfig,
     n = state.version + 1
     cfg = batch_config(state, [src for src, _ in batch_files], new_corpus_cfg)
     prints = {f.url: fingerprint(f) for f in files}
-    work = join(root, version_dir(n))
-    remove_tree(work)  # leftovers of an abandoned attempt (e.g. stale index parts) must not leak in
+    tag = batch_tag(state, n, cfg, [(source_of[f.url], f.url, f.size, prints[f.url]) for f in files])
+    # The attempt's own folder: an earlier attempt with the same tag wrote the same bytes there,
+    # so its leftovers are reused, never cleared (a concurrent identical attempt may be using them).
+    work = join(root, work_dir(tag))
     opts = finalize_options(BuildOptions(list(beam_args)))
-    append = AppendTo(corpus=root, shard_offsets=next_shard_offsets(state.latest), key_prefix=key_prefix(n))
-    with beam.Pipeline(options=opts) as p:
-        build_pipeline(p, cfg, work, files={src.name: [f.url for f in fs] for src, fs in batch_files},
-                       append=append)
-    batch_url = join(work, BATCH_MANIFEST_NAME)
-    batch = parse_manifest(read_text(batch_url), batch_url)
-    index = batch.intermediates.get("dedupe_index")
-    if index and not exists(join(work, index, "index.json")):
-        raise RuntimeError(f"batch {n}: dedupe index incomplete; not committing")
+    append = AppendTo(corpus=root, shard_offsets=next_shard_offsets(state.latest), key_prefix=key_prefix(n),
+                      tag=tag)
+    try:
+        with beam.Pipeline(options=opts) as p:
+            build_pipeline(p, cfg, work, files={src.name: [f.url for f in fs] for src, fs in batch_files},
+                           append=append)
+        batch_url = join(work, BATCH_MANIFEST_NAME)
+        batch = parse_manifest(read_text(batch_url), batch_url)
+        index = batch.intermediates.get("dedupe_index")
+        if index and not exists(join(work, index, "index.json")):
+            raise RuntimeError(f"batch {n}: dedupe index incomplete; not committing")
+    except Exception:
+        # Another writer may have committed version n meanwhile (and removed this attempt's
+        # objects as dead): then that is the reason to report.
+        from pipelines.commit import raise_if_lost
+
+        raise_if_lost(root, version_manifest_name(n), tag)
+        raise
     inputs = [InputFile(path=redact_url(f.url), source=source_of[f.url], size=f.size, fingerprint=prints[f.url])
               for f in files]
-    m = merge_version(state.latest, batch, n, inputs, root)
+    m = merge_version(state.latest, batch, n, inputs, root, tag)
     seen = seen_at or {}
     entries = [LedgerEntry(path=i.path, source=i.source, size=i.size, fingerprint=i.fingerprint, version=n,
                            mtime=f.mtime, landed_at=f.mtime, seen_at=seen.get(f.url))
                for i, f in zip(inputs, files, strict=True)]
-    commit_version(root, m, entries)
+    commit_version(root, m, entries, tag)
     state.versions.append(n)
     state.latest = m
     for e in entries:

@@ -35,6 +35,7 @@ from schemas.config import BuildConfig, parse_config
 from schemas.errors import UserError, run_cli
 from schemas.intermediate import TOKENIZED_SCHEMA
 from schemas.manifest import MANIFEST_NAME, Manifest, SourceAccount, load_manifest, tokenizer_url
+from schemas.naming import TAG_RE, VERSIONS_DIR
 from schemas.storage import exists, expand_glob, join, open_read, redact_url, sha256_bytes, write_bytes_atomic
 
 PART_GLOB = "part-*.parquet"
@@ -124,8 +125,12 @@ def resolve_parent(url: str) -> Parent:
         manifest, root = load_manifest(url)
         given_folder = None
     else:
-        # The tokenized folder itself: its corpus is the folder above it.
+        # The tokenized folder itself: its corpus is the folder above it, or above its
+        # attempt folder (`ROOT/versions/{tag}/tokenized`, pipelines.commit).
         root = url.rsplit("/", 1)[0] or "/"
+        parent_dir, tag = root.rsplit("/", 1) if "/" in root else ("", root)
+        if TAG_RE.match(tag) and parent_dir.endswith(f"/{VERSIONS_DIR}"):
+            root = parent_dir[: -len(VERSIONS_DIR) - 1] or "/"
         if not exists(join(root, MANIFEST_NAME)):
             raise UserError(f"no corpus manifest at {url} or at {root}: repack needs the parent corpus "
                             "(its manifest names the tokenizer, the accounting and the config)")
@@ -250,8 +255,20 @@ def carry_accounts(counts: list[tuple[str, int]], parent: dict[str, SourceAccoun
 # ------------------------------------------------------------------ the job
 
 
-def repack_pipeline(p: beam.Pipeline, parent: Parent, cfg: BuildConfig, output: str) -> None:
+def repack_tag(parent: Parent, cfg: BuildConfig) -> str:
+    """The attempt tag of a repack (pipelines.commit): its config and the parent manifest's bytes."""
+    from pipelines.commit import tag_for
+    from schemas.storage import read_text
+
+    return tag_for(1, cfg.model_dump(mode="json"), [], read_text(parent.manifest_url), {"repack": True})
+
+
+def repack_pipeline(p: beam.Pipeline, parent: Parent, cfg: BuildConfig, output: str,
+                    tag: str | None = None) -> None:
     """Add the repack to pipeline p: read the parent's intermediate, pack by cfg, write a corpus."""
+    from schemas.naming import work_dir
+
+    tag = tag or repack_tag(parent, cfg)
     docs = p | "ReadTokenized" >> ReadTokenized(parent.parts)
 
     counts = (
@@ -276,7 +293,8 @@ def repack_pipeline(p: beam.Pipeline, parent: Parent, cfg: BuildConfig, output: 
     # inside its corpus (docs/storage.md); `parent` records where the documents came from.
     _ = docs | "WriteCorpus" >> WriteCorpus(
         cfg, output, model=model, accounts=accounts, groups=groups, parent=parent.manifest_url,
-        tokenizer_path=stored_path(parent.model), intermediates={}, extra_counters=extra)
+        tokenizer_path=f"{work_dir(tag)}/{stored_path(parent.model)}", intermediates={}, extra_counters=extra,
+        tag=tag)
 
 
 def run_repack(tokenized: str, output: str, *, copy_tokenizer: bool = True,
@@ -294,11 +312,18 @@ def run_repack(tokenized: str, output: str, *, copy_tokenizer: bool = True,
     if _same(output, parent.root) or _same(output, parent.tokenized):
         raise UserError(f"--output {output} is the parent corpus; write the new version elsewhere")
     cfg = repack_config(parent.manifest, model_url=parent.model_url, **overrides)
-    # Written before the pipeline; the manifest (written last) still commits the corpus.
-    write_bytes_atomic(join(output, stored_path(parent.model)), parent.model)
+    from pipelines.build import check_output
+    from pipelines.commit import raise_if_lost
+    from schemas.naming import work_dir
+
+    tag = repack_tag(parent, cfg)
+    check_output(output, tag)
+    # Written before the pipeline, under the attempt's folder; the manifest (written last) commits it.
+    write_bytes_atomic(join(output, work_dir(tag), stored_path(parent.model)), parent.model)
     opts = finalize_options(RepackOptions(beam_args or []))
     with progress.local_bars(opts), beam.Pipeline(options=opts) as p:
-        repack_pipeline(p, parent, cfg, output)
+        repack_pipeline(p, parent, cfg, output, tag)
+    raise_if_lost(output, MANIFEST_NAME, tag)  # another writer committed first: one line
     manifest, _ = load_manifest(output)
     return manifest
 

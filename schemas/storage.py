@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import errno
+import fcntl
 import hashlib
 import logging
 import os
@@ -20,7 +21,8 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import IO, Any, TypeVar
+from datetime import datetime
+from typing import IO, Any, Literal, TypeVar
 
 import fsspec
 from fsspec.core import url_to_fs
@@ -36,6 +38,12 @@ RETRY_BASE_DELAY = float(os.environ.get("SHARDFORGE_RETRY_BASE_DELAY", "0.2"))
 RETRY_MAX_DELAY = float(os.environ.get("SHARDFORGE_RETRY_MAX_DELAY", "30"))
 TMP_PREFIX = "."
 TMP_SUFFIX = ".tmp"
+# A temporary is stale (safe to delete) when no writer can still be using it: on local
+# disk, no process holds its lock and it is older than this (the lock is taken right
+# after the file is created); on object stores (where a temporary is visible only between
+# its upload and its copy to the final name) when it is older than the object grace.
+STALE_TMP_LOCAL_S = float(os.environ.get("SHARDFORGE_STALE_TMP_LOCAL_S", "10"))
+STALE_TMP_OBJECT_S = float(os.environ.get("SHARDFORGE_STALE_TMP_OBJECT_S", "3600"))
 
 
 def join(url: str, *parts: str) -> str:
@@ -395,7 +403,7 @@ def write_stream_atomic(url: str, produce: Callable[[IO[bytes]], None]) -> tuple
         try:
             if local:
                 os.makedirs(parent or ".", exist_ok=True)
-                with open(tmp, "wb") as raw:
+                with _open_locked_tmp(tmp) as raw:
                     w = _HashingWriter(raw)
                     produce(w)  # type: ignore[arg-type]
                     raw.flush()
@@ -437,6 +445,164 @@ def write_stream_atomic(url: str, produce: Callable[[IO[bytes]], None]) -> tuple
 
 def write_text_atomic(url: str, text: str) -> None:
     write_bytes_atomic(url, text.encode("utf-8"))
+
+
+def _open_locked_tmp(tmp: str) -> IO[bytes]:
+    """Create a local temporary exclusively and hold an flock on it while it is written.
+
+    The lock tells a cleaner (``tmp_is_stale``) that a live process still owns the
+    file; it goes away with the process, so a killed writer's leftovers are provably
+    stale.
+    """
+    f = open(tmp, "xb")  # noqa: SIM115 - returned to the caller's with-block
+    try:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        pass  # a filesystem without flock: staleness then rests on the age alone
+    return f
+
+
+CreateOutcome = Literal["created", "identical", "taken"]
+
+
+def create_if_absent(url: str, data: bytes) -> CreateOutcome:
+    """Create the object at url with data only if no object has that name: the commit primitive.
+
+    One atomic conditional create, so that of several writers exactly one wins:
+    local disk: the bytes go to a complete, fsynced temporary which is hard-linked to
+    the name (``link`` fails if the name exists; readers never see a partial file);
+    GCS: an upload with ``ifGenerationMatch=0``; S3: ``PutObject`` with
+    ``If-None-Match: *``; other filesystems: fsspec's ``mode="create"`` (an
+    exists-check, not atomic: not for concurrent writers).
+
+    Returns "created"; "identical" when the name already holds exactly these bytes
+    (an identical rerun, or a retried request whose first attempt landed); "taken"
+    when it holds other bytes (another writer won).
+    """
+    fs, path = get_fs(url)
+    parent = posixpath.dirname(path)
+
+    def _create() -> None:
+        if _is_local(fs):
+            os.makedirs(parent or ".", exist_ok=True)
+            tmp = tmp_name(path)
+            try:
+                with _open_locked_tmp(tmp) as f:
+                    f.write(data)
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.link(tmp, path)  # FileExistsError if another writer got there first
+                _fsync_dir(parent)
+            finally:
+                with contextlib.suppress(OSError):
+                    os.remove(tmp)
+        else:
+            fs.pipe_file(path, data, mode="create")
+
+    try:
+        retry(_create, f"create {url}")
+    except FileExistsError:
+        invalidate(fs, parent)
+        try:
+            current = read_bytes(url)
+        except FileNotFoundError:  # created and removed again between the two calls: treat as taken
+            return "taken"
+        return "identical" if current == data else "taken"
+    invalidate(fs, parent)
+    md5 = hashlib.md5(data, usedforsecurity=False).digest()
+    if not _holds(fs, path, len(data), md5):
+        raise IncompleteWriteError(f"{url}: the stored object is not the {len(data)} bytes written")
+    return "created"
+
+
+def info_mtime(info: dict[str, Any]) -> float | None:
+    """Modification time (epoch s) from an fsspec info/listing entry, whatever the store calls it."""
+    for k in ("mtime", "updated", "LastModified", "last_modified", "timeCreated", "created"):
+        v = info.get(k)
+        if v is None:
+            continue
+        if isinstance(v, (int, float)):
+            return float(v)
+        if isinstance(v, datetime):
+            return v.timestamp()
+        if isinstance(v, str):
+            try:
+                return datetime.fromisoformat(v.replace("Z", "+00:00")).timestamp()
+            except ValueError:
+                continue
+    return None
+
+
+def tmp_is_stale(fs: fsspec.AbstractFileSystem, path: str, info: dict[str, Any] | None = None) -> bool:
+    """Whether a temporary (``is_tmp_name``) can be deleted without hurting a live writer.
+
+    Local disk: nobody holds its lock (the writer's process is gone) and it is older
+    than ``STALE_TMP_LOCAL_S``. Object stores: older than ``STALE_TMP_OBJECT_S``.
+    """
+    now = time.time()
+    if _is_local(fs):
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            return False
+        try:
+            if now - os.fstat(fd).st_mtime < STALE_TMP_LOCAL_S:
+                return False
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return False  # a live writer holds it
+            except OSError:
+                pass  # no flock here: the age decides
+            return True
+        finally:
+            os.close(fd)
+    mtime = info_mtime(info) if info is not None else None
+    return mtime is not None and now - mtime >= STALE_TMP_OBJECT_S
+
+
+def remove_stale_tmps(url: str, recursive: bool = False,
+                      also: Callable[[str], bool] | None = None) -> list[str]:
+    """Delete the stale temporaries under a folder URL; returns their names (relative to url).
+
+    ``also(target_name)`` marks temporaries as stale whatever their age (e.g. those
+    of a writer that can no longer commit); it gets the final name the temporary
+    was for (its basename without the hidden prefix and the '.<uuid>.tmp' suffix).
+    """
+    fs, path = get_fs(url)
+    invalidate(fs)
+    try:
+        found = retry(lambda: fs.find(path, detail=True) if recursive else fs.ls(path, detail=True),
+                      f"list {url}")
+    except FileNotFoundError:
+        return []
+    entries = found.items() if isinstance(found, dict) else ((e["name"], e) for e in found)
+    removed = []
+    for p, info in sorted(entries):
+        base = posixpath.basename(p.rstrip("/"))
+        if info.get("type", "file") != "file" or not is_tmp_name(base):
+            continue
+        target = base[len(TMP_PREFIX):-len(TMP_SUFFIX)].rsplit(".", 1)[0]
+        if (also is not None and also(target)) or tmp_is_stale(fs, p, info):
+            _remove_quietly(fs, p)
+            removed.append(posixpath.relpath(p, path))
+    if removed:
+        invalidate(fs)
+    return removed
+
+
+def remove_object(url: str) -> bool:
+    """Delete one object (retried); False if it was not there."""
+    fs, path = get_fs(url)
+
+    def _rm() -> bool:
+        try:
+            fs.rm_file(path)
+            return True
+        except FileNotFoundError:
+            return False
+
+    return retry(_rm, f"remove {url}")
 
 
 def makedirs(url: str) -> None:

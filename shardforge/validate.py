@@ -21,7 +21,6 @@ import argparse
 import hashlib
 import json
 import posixpath
-import re
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -39,6 +38,7 @@ from schemas.manifest import (
     open_tokenizer,
     read_tokenizer_model,
 )
+from schemas.naming import SHARD_NAME_RE  # tagged and untagged shard names
 from schemas.sample import (
     LABEL,
     TOKEN_TYPE_IDS,
@@ -48,7 +48,6 @@ from schemas.sample import (
 )
 from schemas.storage import READ_BLOCK_SIZE, get_fs, invalidate, is_tmp_name, join, open_read, retry
 
-SHARD_NAME_RE = re.compile(r"^(train|valid)-\d{6}\.tar$")
 MAX_PROBLEMS_PER_SHARD = 20
 
 

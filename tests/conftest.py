@@ -76,8 +76,9 @@ def stop_server(proc: subprocess.Popen) -> None:
 def gcs_emulator() -> Iterator[str]:
     """A gcp-storage-emulator on 127.0.0.1; gcsfs (token anon) talks to it. Yields its URL."""
     port = free_port()
-    exe = shutil.which("gcp-storage-emulator", path=str(BIN)) or "gcp-storage-emulator"
-    proc = start_server([exe, "start", "--host", "127.0.0.1", "--port", str(port), "--in-memory"], port)
+    # Through tests/gcs_emulator.py: the emulator plus GCS's ifGenerationMatch=0 rule (the commit primitive).
+    exe = [sys.executable, str(Path(__file__).with_name("gcs_emulator.py"))]
+    proc = start_server([*exe, "start", "--host", "127.0.0.1", "--port", str(port), "--in-memory"], port)
     url = f"http://127.0.0.1:{port}"
     os.environ["STORAGE_EMULATOR_HOST"] = url
     yield url

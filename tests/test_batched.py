@@ -17,6 +17,7 @@ import pytest
 
 from pipelines.batched import PLAN_NAME, build_in_batches, plan_batches
 from pipelines.build import run_build, summarize
+from pipelines.commit import committed_tags
 from pipelines.ingest import RawFile
 from schemas.config import BuildConfig
 from schemas.errors import UserError
@@ -165,7 +166,7 @@ def test_duplicates_are_caught_across_batches_and_no_document_is_kept_twice(batc
             else set()
         new_ids = doc_ids_of_shards(root, [s.name for s in v.shards if s.name not in prev])
         assert not seen_before & set(new_ids)
-        for part in glob.glob(os.path.join(root, f"versions/v{n}/rejects/*.jsonl")):
+        for part in glob.glob(os.path.join(root, f"versions/v{n}-*/rejects/*.jsonl")):
             for line in open(part):
                 r = json.loads(line)
                 if r.get("bucket") == "duplicate" and r["dup_of"] in seen_before:
@@ -189,9 +190,11 @@ def test_shards_validate_and_read_with_plain_webdataset(batched) -> None:
     assert n == m.totals["train"].samples
     page = Path(batched["out"], "report.html").read_text()
     assert f"{m.version} batches" in page
+    tags = committed_tags(batched["out"])
     for n in range(1, m.version + 1):  # the root page links every batch's own report, which exists
-        assert f'href="versions/v{n}/report.html"' in page and Path(batched["out"], f"versions/v{n}/report.html").exists()
-    index = json.loads(Path(batched["out"], f"versions/v{m.version}/dedupe/index/index.json").read_text())
+        folder = f"versions/{tags[n]}"
+        assert f'href="{folder}/report.html"' in page and Path(batched["out"], folder, "report.html").exists()
+    index = json.loads(Path(batched["out"], f"versions/{tags[m.version]}/dedupe/index/index.json").read_text())
     assert len(index["parts"]) >= m.version and all(p.startswith("../") for p in index["parts"][:-1])
 
 

@@ -15,9 +15,11 @@ import numpy as np
 import pytest
 
 from pipelines.build import run_build, summarize
+from pipelines.commit import manifest_tag
 from schemas import BOS_ID, EOS_ID
 from schemas.config import BuildConfig
 from schemas.manifest import load_manifest
+from schemas.naming import shard_name
 from shardforge.demo import demo_build_config
 
 pytestmark = pytest.mark.slow
@@ -54,7 +56,12 @@ def test_manifest_lists_every_shard_with_true_sizes_and_hashes(built):
         assert hashlib.sha256(data).hexdigest() == s.sha256
     assert m.totals["train"].samples == sum(s.samples for s in m.shards_of("train"))
     assert m.shards_of("valid"), "valid split is empty"
-    assert [s.name for s in m.shards_of("train")] == [f"train-{i:06d}.tar" for i in range(len(m.shards_of("train")))]
+    # Contiguous per split, every name carrying the one attempt tag that committed the corpus.
+    tag = manifest_tag(m)
+    assert tag is not None and tag.startswith("v1-")
+    assert [s.name for s in m.shards_of("train")] == [shard_name("train", i, tag)
+                                                      for i in range(len(m.shards_of("train")))]
+    assert all(v.startswith(f"versions/{tag}/") for v in [*m.intermediates.values(), m.tokenizer.path])
 
 
 def test_accounting_identity_and_demo_junk(built, demo_corpus):
@@ -108,7 +115,7 @@ def test_rebuild_is_byte_identical(built, demo_corpus, tmp_path):
 def test_reused_tokenizer_by_url(built, demo_corpus, tmp_path):
     cfg, out, m = built
     data = cfg.model_dump()
-    data["tokenizer"]["model_url"] = os.path.join(out, "tokenizer", "spm.model")
+    data["tokenizer"]["model_url"] = os.path.join(out, m.tokenizer.path)
     m2 = run_build(BuildConfig.model_validate(data), str(tmp_path / "reuse"))
     assert m2.tokenizer.sha256 == m.tokenizer.sha256
     assert m2.tokenizer.path == "tokenizer/spm.model"  # copied into the corpus
@@ -143,7 +150,7 @@ def test_manifest_redacts_credentials_in_every_recorded_url(built):
     from pipelines.corpus import assemble_manifest
 
     cfg, out, m = built
-    with open(os.path.join(out, "tokenizer", "spm.model"), "rb") as f:
+    with open(os.path.join(out, m.tokenizer.path), "rb") as f:
         model = f.read()
     secret_tok = "https://alice:hunter2@models.example/spm.model?token=hunter2&v=3"
     data = cfg.model_dump()

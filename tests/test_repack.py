@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import shutil
 
 import apache_beam as beam
@@ -27,6 +28,7 @@ from schemas import BOS_ID, EOS_ID
 from schemas.config import BuildConfig
 from schemas.errors import UserError
 from schemas.manifest import Manifest, load_manifest
+from schemas.naming import SHARD_NAME_RE
 from schemas.sample import decode_sample, iter_tar_samples
 from shardforge import cli
 from shardforge.synth import make_article
@@ -93,25 +95,35 @@ def docs_by_split(samples: dict[str, list[dict]]) -> dict[str, set[str]]:
     return {split: {d for x in xs for d in x["meta"]["doc_ids"]} for split, xs in samples.items()}
 
 
-def shard_digests(root: str) -> dict[str, str]:
-    return {os.path.basename(p): hashlib.sha256(open(p, "rb").read()).hexdigest()
-            for p in sorted(glob.glob(os.path.join(root, "*.tar")))}
+def shard_digests(root: str) -> dict[tuple[str, int], str]:
+    """(split, index) -> sha256: shard names also carry the writing attempt's tag (pipelines.commit)."""
+    out = {}
+    for p in sorted(glob.glob(os.path.join(root, "*.tar"))):
+        name = SHARD_NAME_RE.match(os.path.basename(p))
+        out[(name.group("split"), int(name.group("index")))] = hashlib.sha256(open(p, "rb").read()).hexdigest()
+    return out
+
+
+def untagged(shards):
+    """The manifest's shard entries without their names (same bytes, counts and order)."""
+    return [s.model_copy(update={"name": ""}) for s in shards]
 
 
 def test_same_rule_gives_byte_identical_shards(parent, tmp_path):
     """The intermediate is lossless: repacking with the parent's own settings reproduces its shards."""
     cfg, out, m = parent
-    assert len(glob.glob(os.path.join(out, "tokenized", "part-*.parquet"))) == 3
+    assert len(glob.glob(os.path.join(out, m.intermediates["tokenized"], "part-*.parquet"))) == 3
     assert m.accounting["news"].kept == 70 and m.accounting["news"].duplicate == {"exact": 3}
     again = str(tmp_path / "same")
     m2 = run_repack(out, again)
     assert shard_digests(again) == shard_digests(out)
-    assert m2.shards == m.shards and m2.totals == m.totals
+    assert untagged(m2.shards) == untagged(m.shards) and m2.totals == m.totals
     assert m2.parent == os.path.join(out, "manifest.json")
     assert m2.accounting == m.accounting
-    assert m2.tokenizer.sha256 == m.tokenizer.sha256 and m2.tokenizer.path == "tokenizer/spm.model"
-    assert open(os.path.join(again, "tokenizer", "spm.model"), "rb").read() == \
-        open(os.path.join(out, "tokenizer", "spm.model"), "rb").read()
+    assert m2.tokenizer.sha256 == m.tokenizer.sha256
+    assert m2.tokenizer.path.startswith("versions/v1-") and m2.tokenizer.path.endswith("/tokenizer/spm.model")
+    assert open(os.path.join(again, m2.tokenizer.path), "rb").read() == \
+        open(os.path.join(out, m.tokenizer.path), "rb").read()
     # Packing counters are the new run's; the repack's own say what it read.
     assert {k: v for k, v in m2.counters.items() if k.startswith("pack_")} == m.counters
     assert m2.counters["repack_documents"] == sum(a.kept for a in m.accounting.values())
@@ -135,7 +147,7 @@ def test_clean_intermediate_records_language(parent):
 def test_doc_sentences_from_the_tokenized_folder(parent, tmp_path):
     cfg, out, m = parent
     new = str(tmp_path / "doc")
-    m2 = run_repack(os.path.join(out, "tokenized"), new, rule="doc_sentences", shard_samples=25)
+    m2 = run_repack(os.path.join(out, m.intermediates["tokenized"]), new, rule="doc_sentences", shard_samples=25)
     assert m2.packing_rule == "doc_sentences" and m2.config["packing"]["rule"] == "doc_sentences"
     assert m2.parent == os.path.join(out, "manifest.json")
     assert m2.accounting == m.accounting
@@ -178,9 +190,9 @@ def test_sop_via_cli_and_a_repacked_corpus_points_back_to_its_origin(parent, tmp
     assert m2.parent == os.path.join(out, "manifest.json")
     assert m2.members == ["input_ids.npy", "token_type_ids.npy", "label.cls", "json"]
     assert m2.max_seq_len == 64 and m2.config["seed"] == 99
-    # Copied, never referenced: the corpus is self-contained.
-    assert m2.tokenizer.path == "tokenizer/spm.model"
-    with open(os.path.join(sop, "tokenizer", "spm.model"), "rb") as f:
+    # Copied, never referenced: the corpus is self-contained (under its attempt folder).
+    assert re.fullmatch(r"versions/v1-[0-9a-f]{16}/tokenizer/spm\.model", m2.tokenizer.path)
+    with open(os.path.join(sop, m2.tokenizer.path), "rb") as f:
         assert hashlib.sha256(f.read()).hexdigest() == m.tokenizer.sha256
     samples = read_corpus(sop, m2)
     labels = []
@@ -222,8 +234,8 @@ def test_repack_graph_has_no_clean_dedupe_or_tokenize(parent, tmp_path):
 def test_iter_tokenized_matches_the_build_tokens(parent):
     _, out, m = parent
     tokens = 0
-    sp = load_processor(open(os.path.join(out, "tokenizer", "spm.model"), "rb").read())
-    for part in sorted(glob.glob(os.path.join(out, "tokenized", "part-*.parquet"))):
+    sp = load_processor(open(os.path.join(out, m.tokenizer.path), "rb").read())
+    for part in sorted(glob.glob(os.path.join(out, m.intermediates["tokenized"], "part-*.parquet"))):
         for d in iter_tokenized(part, batch_rows=7):  # small batches: offsets across batch boundaries
             assert d.num_tokens == sum(len(s) for s in d.sentences) > 0
             assert all(0 <= t < sp.get_piece_size() for s in d.sentences for t in s)
@@ -232,7 +244,7 @@ def test_iter_tokenized_matches_the_build_tokens(parent):
 
 
 def test_repack_errors_are_one_clear_line(parent, tmp_path, capsys):
-    _, out, _ = parent
+    _, out, m = parent
     # No corpus at all.
     assert cli.main(["repack", "--tokenized", str(tmp_path / "nothing"), "--output", str(tmp_path / "o")]) == 2
     assert "no corpus manifest" in capsys.readouterr().err
@@ -250,14 +262,14 @@ def test_repack_errors_are_one_clear_line(parent, tmp_path, capsys):
     # A missing part file: the documents no longer match the parent's accounting.
     broken = str(tmp_path / "broken")
     shutil.copytree(out, broken)
-    os.remove(sorted(glob.glob(os.path.join(broken, "tokenized", "part-*.parquet")))[0])
+    os.remove(sorted(glob.glob(os.path.join(broken, m.intermediates["tokenized"], "part-*.parquet")))[0])
     rc = cli.main(["repack", "--tokenized", broken, "--output", str(tmp_path / "o2"), "--rule", "doc_sentences"])
     err = capsys.readouterr().err
     assert rc == 2 and "does not match the parent's accounting" in err and "Traceback" not in err
     assert not os.path.exists(os.path.join(tmp_path, "o2", "manifest.json"))
     # A folder that is not the corpus's tokenized intermediate.
     with pytest.raises(UserError, match="is not the tokenized intermediate"):
-        resolve_parent(os.path.join(out, "clean"))
+        resolve_parent(os.path.join(out, m.intermediates["clean"]))
 
 
 def test_options_coexist_with_build_options():
@@ -284,6 +296,6 @@ def test_repack_on_object_storage(parent, gcs_bucket):
     fs.invalidate_cache()
     m2 = run_repack(remote, f"{gcs_bucket}/v1-same")
     assert m2.parent == f"{remote}/manifest.json"
-    assert [(s.name, s.sha256) for s in m2.shards] == [(s.name, s.sha256) for s in m.shards]
+    assert [s.sha256 for s in m2.shards] == [s.sha256 for s in m.shards]
     again, _ = load_manifest(f"{gcs_bucket}/v1-same")
     assert again == m2 and again.intermediates == {}  # the parent's stay with the parent

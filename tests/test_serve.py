@@ -35,6 +35,7 @@ from pipelines.ingest import (
 )
 from pipelines.records import make_doc_id
 from schemas.manifest import Manifest, latest_manifest_url
+from schemas.naming import SHARD_NAME_RE
 from shardforge.synth import make_article
 
 pytestmark = pytest.mark.slow
@@ -143,7 +144,7 @@ def served(tmp_path_factory) -> dict[str, Any]:
         out["exact_v1"] = (str(raw / "b2-1.jsonl"), DOCS_PER_FILE)
         out["files"] += [drop(raw, "b2-0.jsonl", b2_file0), drop(raw, "b2-1.jsonl", b2[DOCS_PER_FILE:] + [b1[7]])]
         # Kill it in the middle of batch 2: its work folder exists, its version is not committed.
-        wait_for(lambda: os.path.exists(os.path.join(corpus, "versions", "v2", "dedupe")), 120, proc,
+        wait_for(lambda: bool(glob.glob(os.path.join(corpus, "versions", "v2-*", "dedupe"))), 120, proc,
                  "batch 2 to be under way")
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
@@ -214,7 +215,7 @@ def test_manifests_chain_and_old_versions_never_change(served):
     # Names continue per split; everything on disk is listed (the killed batch's orphans were cleaned up).
     for split in ("train", "valid"):
         names = [s.name for s in latest.shards_of(split)]
-        assert names == [f"{split}-{i:06d}.tar" for i in range(len(names))]
+        assert [int(SHARD_NAME_RE.match(n).group("index")) for n in names] == list(range(len(names)))
     on_disk = sorted(os.path.basename(p) for p in glob.glob(os.path.join(corpus, "*.tar")))
     assert on_disk == sorted(s.name for s in latest.shards)
     for s in latest.shards:

@@ -8,6 +8,7 @@ folder RobertaTokenizerFast loads with the shards' ids.
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import random
@@ -322,10 +323,10 @@ def test_build_trains_and_encodes_every_model_type(tmp_path, tok):
     out = str(tmp_path / "corpus")
     m = run_build(cfg, out)
     byte_level = tok["model_type"] == "byte_bpe"
-    path = BYTE_BPE_PATH if byte_level else MODEL_PATH
-    assert m.tokenizer.path == path and not os.path.exists(os.path.join(out, BYTE_BPE_PATH if not byte_level
-                                                                        else MODEL_PATH))
-    model = open(os.path.join(out, path), "rb").read()
+    path, other = (BYTE_BPE_PATH, MODEL_PATH) if byte_level else (MODEL_PATH, BYTE_BPE_PATH)
+    work = os.path.dirname(os.path.dirname(m.tokenizer.path))  # the attempt folder (versions/<tag>)
+    assert m.tokenizer.path == f"{work}/{path}" and not os.path.exists(os.path.join(out, work, other))
+    model = open(os.path.join(out, m.tokenizer.path), "rb").read()
     t = load_tokenizer(model)
     assert (m.tokenizer.kind, m.tokenizer.model_type) == (t.kind, tok["model_type"])
     assert m.tokenizer.vocab_size == t.vocab_size <= tok["vocab_size"]
@@ -365,7 +366,7 @@ def test_real_text_build_has_no_unk_in_any_shard(real_raw, tmp_path, tok):
 
     out = str(tmp_path / "corpus")
     m = run_build(real_build_config(real_raw, tok), out)
-    sp = load_processor(open(os.path.join(out, MODEL_PATH), "rb").read())
+    sp = load_processor(open(os.path.join(out, m.tokenizer.path), "rb").read())
     assert m.accounting["news"].kept >= len(news_documents()) - 2  # the corpus has one near duplicate
     for shard_samples in shard_ids(out, m):
         assert UNK_ID not in shard_samples
@@ -388,10 +389,11 @@ def test_byte_bpe_build_records_its_tokenizer_and_has_no_unk(byte_bpe_corpus):
     from schemas.storage import sha256_bytes
 
     out, m = byte_bpe_corpus
-    data = open(os.path.join(out, BYTE_BPE_PATH), "rb").read()
-    assert (m.tokenizer.kind, m.tokenizer.model_type, m.tokenizer.path) == (BYTE_BPE, BYTE_BPE, BYTE_BPE_PATH)
+    data = open(os.path.join(out, m.tokenizer.path), "rb").read()
+    assert (m.tokenizer.kind, m.tokenizer.model_type) == (BYTE_BPE, BYTE_BPE)
+    assert m.tokenizer.path.startswith("versions/v1-") and m.tokenizer.path.endswith("/" + BYTE_BPE_PATH)
     assert m.tokenizer.sha256 == sha256_bytes(data) and m.tokenizer.special_ids == SPECIAL_TOKENS
-    assert not os.path.exists(os.path.join(out, MODEL_PATH))
+    assert not glob.glob(os.path.join(out, "versions", "*", MODEL_PATH))
     flat = np.concatenate(shard_ids(out, m))
     assert UNK_ID not in flat and flat.max() < m.tokenizer.vocab_size == 2000
     assert m.ids_dtype == "uint16"
@@ -411,7 +413,7 @@ def test_byte_bpe_build_is_byte_identical_across_processes_and_threads(byte_bpe_
                        env={**os.environ, "PYTHONPATH": root, "RAYON_NUM_THREADS": "1",
                             "TOKENIZERS_PARALLELISM": "false"})
     assert r.returncode == 0, r.stderr[-2000:]
-    for name in [BYTE_BPE_PATH, "manifest.json"] + [s.name for s in m.shards]:
+    for name in [m.tokenizer.path, "manifest.json"] + [s.name for s in m.shards]:
         with open(os.path.join(out, name), "rb") as a, open(os.path.join(again, name), "rb") as b:
             assert a.read() == b.read(), name
 
@@ -443,7 +445,7 @@ def test_byte_bpe_word_starts_for_whole_word_masking(byte_bpe_corpus):
     out, _ = byte_bpe_corpus
     m, root = load_manifest(out)
     vocab, starts = vocab_tables(m, root)
-    tok = load_tokenizer(open(os.path.join(out, BYTE_BPE_PATH), "rb").read())
+    tok = load_tokenizer(open(os.path.join(out, m.tokenizer.path), "rb").read())
     pieces = tok.pieces()
     assert vocab == len(pieces) == m.tokenizer.vocab_size
     assert all(bool(starts[i]) == (p.startswith("\u0120") or i < len(SPECIAL_TOKENS)) for i, p in enumerate(pieces))
@@ -473,7 +475,7 @@ def test_byte_bpe_export_loads_in_roberta_tokenizer_fast_with_the_shards_ids(byt
     cfg = ModelConfig()
     torch.manual_seed(0)
     hf_dir = str(tmp_path / "hf")
-    export_hf(Encoder(cfg, m.tokenizer.vocab_size), cfg, os.path.join(out, BYTE_BPE_PATH), hf_dir)
+    export_hf(Encoder(cfg, m.tokenizer.vocab_size), cfg, os.path.join(out, m.tokenizer.path), hf_dir)
     assert {"tokenizer.json", "vocab.json", "merges.txt", "tokenizer_config.json"} <= set(os.listdir(hf_dir))
     assert not os.path.exists(os.path.join(hf_dir, "spm.model"))
     hf = RobertaTokenizerFast.from_pretrained(hf_dir)
@@ -546,9 +548,10 @@ def test_repack_of_a_byte_bpe_corpus_copies_its_tokenizer_json(byte_bpe_corpus, 
     out, m = byte_bpe_corpus
     new = str(tmp_path / "doc")
     m2 = run_repack(out, new, rule="doc_sentences")
-    assert (m2.tokenizer.kind, m2.tokenizer.path, m2.tokenizer.sha256) == (BYTE_BPE, BYTE_BPE_PATH, m.tokenizer.sha256)
-    assert open(os.path.join(new, BYTE_BPE_PATH), "rb").read() == open(os.path.join(out, BYTE_BPE_PATH), "rb").read()
-    assert not os.path.exists(os.path.join(new, MODEL_PATH))
+    assert (m2.tokenizer.kind, m2.tokenizer.sha256) == (BYTE_BPE, m.tokenizer.sha256)
+    assert m2.tokenizer.path.endswith("/" + BYTE_BPE_PATH)
+    assert open(os.path.join(new, m2.tokenizer.path), "rb").read() == open(os.path.join(out, m.tokenizer.path), "rb").read()
+    assert not glob.glob(os.path.join(new, "versions", "*", MODEL_PATH))
     assert sum(t.tokens for t in m2.totals.values()) > 0
 
 
