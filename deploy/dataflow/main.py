@@ -21,7 +21,13 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 
 from pipelines.build import build_pipeline, check_output, one_shot_tag
 from pipelines.commit import tag_for
-from pipelines.options import BuildOptions, build_config_from_options, check_beam_args, finalize_options, quiet_beam
+from pipelines.options import (
+    BuildOptions,
+    build_config_from_options,
+    check_beam_args,
+    finalize_options,
+    quiet_beam,
+)
 from schemas.config import BuildConfig
 from schemas.errors import UserError
 from schemas.storage import redact_url
