@@ -29,6 +29,7 @@ import sys  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Iterator  # noqa: E402
 from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
 
 import pytest  # noqa: E402
 
@@ -131,3 +132,23 @@ def demo_corpus(tmp_path_factory) -> dict[str, str]:
 
     root = tmp_path_factory.mktemp("raw")
     return write_demo_corpus(str(root), docs_per_source=40, seed=7)
+
+
+@pytest.fixture(scope="session")
+def small_corpus(demo_corpus, tmp_path_factory) -> tuple[str, Any]:
+    """(root, manifest) of the demo corpus built with small shards; shared read-only (tamper with a copy)."""
+    from test_storage import store_config
+
+    from pipelines.build import run_build
+
+    out = str(tmp_path_factory.mktemp("small") / "corpus")
+    return out, run_build(store_config(demo_corpus, target_samples=32), out)
+
+
+@pytest.fixture
+def corpus_copy(small_corpus, tmp_path) -> str:
+    """A private copy of `small_corpus` to tamper with."""
+    dst = str(tmp_path / "copy")
+    shutil.copytree(small_corpus[0], dst)
+    return dst
+

@@ -76,21 +76,14 @@ def metric_rows(run_dir: str) -> int:
     return sum(1 for _ in open(path)) if os.path.exists(path) else 0
 
 
-@pytest.fixture(scope="module")
-def corpus(demo_corpus, tmp_path_factory) -> tuple[str, Any]:
-    from test_storage import store_config
-
-    from pipelines.build import run_build
-
-    out = str(tmp_path_factory.mktemp("hostile") / "corpus")
-    return out, run_build(store_config(demo_corpus, target_samples=32), out)
+@pytest.fixture
+def corpus(small_corpus) -> tuple[str, Any]:
+    return small_corpus  # conftest: built once per test process, read-only
 
 
 @pytest.fixture
-def copy(corpus, tmp_path) -> str:
-    dst = str(tmp_path / "copy")
-    shutil.copytree(corpus[0], dst)
-    return dst
+def copy(corpus_copy) -> str:
+    return corpus_copy
 
 
 @pytest.fixture

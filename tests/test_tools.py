@@ -25,21 +25,14 @@ from shardforge.validate import validate_corpus
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def corpus(demo_corpus, tmp_path_factory) -> tuple[str, Manifest]:
-    from test_storage import store_config
-
-    from pipelines.build import run_build
-
-    out = str(tmp_path_factory.mktemp("tools") / "corpus")
-    return out, run_build(store_config(demo_corpus, target_samples=32), out)
+@pytest.fixture
+def corpus(small_corpus) -> tuple[str, Manifest]:
+    return small_corpus  # conftest: built once per test process, read-only
 
 
 @pytest.fixture
-def copy(corpus, tmp_path) -> str:
-    dst = str(tmp_path / "copy")
-    shutil.copytree(corpus[0], dst)
-    return dst
+def copy(corpus_copy) -> str:
+    return corpus_copy
 
 
 def raw_tar(members: list[tuple[str, bytes]]) -> bytes:
