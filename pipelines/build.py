@@ -14,6 +14,11 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
+from pipelines.preflight import exit_if_unrunnable
+
+if __name__ == "__main__":  # before Beam's ~1.3 s import: a missing [dataflow] extra is one line at once
+    exit_if_unrunnable(sys.argv[1:])
+
 import apache_beam as beam
 from apache_beam.options.pipeline_options import StandardOptions
 

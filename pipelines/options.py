@@ -22,6 +22,13 @@ from apache_beam.options.pipeline_options import (
     _BeamArgumentParser,
 )
 
+from pipelines.preflight import (  # noqa: F401 - re-exported: the runner checks live together
+    DATAFLOW_INSTALL,
+    DATAFLOW_MODULES,
+    dataflow_client_missing,
+    is_dataflow_runner,
+    missing_modules,
+)
 from schemas.cliargs import ArgumentParser, option_strings, unknown_args_message
 from schemas.config import BuildConfig, SourceConfig, load_config, parse_config
 from schemas.errors import UserError
@@ -135,36 +142,6 @@ def finalize_options(opts: PipelineOptions, *, check_runner: bool = True) -> Pip
 # default install leaves out. Without it Beam constructs the pipeline anyway, probes GCS
 # for minutes and fails at submission with a long traceback: check first, in no time.
 
-DATAFLOW_RUNNERS = frozenset({"dataflow", "testdataflow"})
-# What DataflowRunner imports to stage and submit a job (apache_beam.runners.dataflow.internal.apiclient).
-DATAFLOW_MODULES = ("google.cloud.dataflow", "google.cloud.storage", "google.api_core", "google.auth")
-DATAFLOW_INSTALL = "pip install -c constraints.txt 'shardforge[dataflow]'"
-
-
-def is_dataflow_runner(runner: Any) -> bool:
-    """True for DataflowRunner by any of the names Beam accepts (DataflowRunner, dataflow, a dotted path)."""
-    if runner is None:
-        return False
-    name = runner if isinstance(runner, str) else type(runner).__name__
-    name = name.rsplit(".", 1)[-1].lower()
-    return name.removesuffix("runner") in DATAFLOW_RUNNERS
-
-
-def missing_modules(modules: tuple[str, ...]) -> list[str]:
-    """The modules of `modules` that cannot be imported here (found without importing them)."""
-    import importlib.util
-
-    missing = []
-    for m in modules:
-        try:
-            found = importlib.util.find_spec(m) is not None
-        except ImportError:  # a parent package is missing
-            found = False
-        if not found:
-            missing.append(m)
-    return missing
-
-
 def dataflow_option_errors(opts: PipelineOptions) -> list[str]:
     """Beam's own Dataflow option checks (project, region, job name, gs:// locations, worker options), offline.
 
@@ -201,10 +178,9 @@ def check_runner_ready(opts: PipelineOptions) -> None:
     errors = dataflow_option_errors(opts)
     if errors:
         raise UserError("invalid Dataflow options: " + "; ".join(" ".join(str(e).split()) for e in errors))
-    missing = missing_modules(DATAFLOW_MODULES)
-    if missing:
-        raise UserError(f"--runner DataflowRunner needs apache-beam[gcp], which is not installed here "
-                        f"(missing {', '.join(missing)}): {DATAFLOW_INSTALL}")
+    problem = dataflow_client_missing()
+    if problem:
+        raise UserError(problem)
 
 
 class _BeamFlagParser(_BeamArgumentParser):

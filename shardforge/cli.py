@@ -70,6 +70,10 @@ def main(argv: list[str] | None = None) -> int:
               "(see shardforge --help)", file=sys.stderr)
         return 2
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    if COMMANDS[name][0].startswith("pipelines."):  # before Beam is imported (~1.3 s)
+        from pipelines.preflight import exit_if_unrunnable
+
+        exit_if_unrunnable(rest)
     set_invoked_as(f"shardforge {name}")  # usage lines say what the user typed
     try:
         return run_cli(lambda: int(_entry(name)(rest) or 0), rest)

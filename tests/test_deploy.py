@@ -361,19 +361,46 @@ def test_dataflow_run_without_gcp_extra_fails_at_once_in_one_line(demo_corpus):
     assert extra == [f"apache-beam[gcp]=={pin_of(pyproject()['optional-dependencies']['pipelines'], 'apache-beam')}"]
 
 
-def test_dataflow_option_mistakes_are_one_line(demo_corpus):
+@pytest.mark.parametrize("entry", [["-m", "pipelines.build", "--input", "x.jsonl", "--output", "o"],
+                                   ["-m", "pipelines.repack", "--tokenized", "c", "--output", "o"],
+                                   ["-m", "pipelines.serve", "--watch", "x", "--corpus", "c"],
+                                   ["-m", "shardforge.cli", "build", "--input", "x.jsonl", "--output", "o"]],
+                         ids=["build", "repack", "serve", "shardforge-build"])
+def test_missing_dataflow_client_is_reported_before_beam_is_imported(entry):
+    """Under a second: the check runs before Apache Beam's own ~1.3 s import (pipelines/preflight.py)."""
+    code = ("import runpy, sys\n"
+            f"sys.argv = ['x', *{entry[2:]!r}, '--runner=DataflowRunner', '--project', 'p']\n"
+            "try:\n"
+            f"    runpy.run_module({entry[1]!r}, run_name='__main__', alter_sys=True)\n"
+            "except SystemExit as e:\n"
+            "    print('exit', e.code, 'apache_beam' in sys.modules)\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert res.stdout.strip() == "exit 2 False", res.stdout + res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and "shardforge[dataflow]" in lines[0], lines
+
+
+def test_dataflow_option_mistakes_are_one_line(demo_corpus, capsys):
+    import time
+
     from apache_beam.options.pipeline_options import PipelineOptions
 
+    from pipelines.build import main as build_main
     from pipelines.options import check_runner_ready, dataflow_option_errors
     from schemas.errors import UserError
 
+    # The build's main() as the CLI runs it once the client check (pipelines/preflight.py, which needs
+    # the [dataflow] extra this environment lacks) has passed: Beam's option checks, offline.
     for flags, expect in [(["--project", "p"], "Invalid Project ID (p)"),
                           (["--temp_location", "gs://b/tmp"], "Invalid GCS bucket (gs://b/tmp)")]:
         argv = list(DATAFLOW_FLAGS)
         argv[argv.index(flags[0]) + 1] = flags[1]
-        res, wall, lines = run_offline("pipelines.build", [
-            "--input", demo_corpus["ccnews"], "--output", "gs://my-corpora/en-v1", *argv], timeout=60)
-        assert res.returncode == 2 and len(lines) == 1, (flags, res.stderr)
+        start = time.monotonic()
+        rc = build_main(["--input", demo_corpus["ccnews"], "--output", "gs://my-corpora/en-v1", *argv])
+        wall = time.monotonic() - start
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert rc == 2 and len(lines) == 1, (flags, lines)
         assert lines[0].startswith("error: invalid Dataflow options: ") and expect in lines[0], lines
         assert wall < 30, wall
     # Beam's other Dataflow checks, offline and without Beam creating a default bucket.
