@@ -46,6 +46,8 @@ class Duplicate:
     source: str
     dup_of: str
     kind: Literal["exact", "near", "span"]
+    # Near duplicates: the verified similarity to dup_of (shingle Jaccard) that removed it; else None.
+    similarity: float | None = None
 
 
 @dataclass(frozen=True)
