@@ -47,7 +47,8 @@ class Duplicate:
     dup_of: str
     kind: Literal["exact", "near", "span"]
     # Near duplicates: the verified similarity to dup_of (shingle Jaccard) that removed it; else None.
-    similarity: float | None = None
+    # A measurement about the record, not its identity: equality ignores it.
+    similarity: float | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)

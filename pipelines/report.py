@@ -567,12 +567,17 @@ def _table(header: list[str], rows: list[list[Any]]) -> str:
             + "".join("<tr>" + "".join(f"<td>{v}</td>" for v in r) + "</tr>" for r in esc) + "</table>")
 
 
+def _warnings(report: dict[str, Any]) -> str:
+    """The warnings block (top of the page), or nothing."""
+    if not report["warnings"]:
+        return ""
+    return ("<h2>Warnings</h2><ul class=warn>"
+            + "".join(f"<li>{html.escape(w)}</li>" for w in report["warnings"]) + "</ul>")
+
+
 def _sections(report: dict[str, Any], img) -> str:
-    """The #17 sections of the page: warnings, rules, examples, dedupe, tokens, packing, config."""
+    """The #17 sections of the page: rules, examples, dedupe, tokens, packing, config."""
     parts = []
-    if report["warnings"]:
-        parts.append("<h2>Warnings</h2><ul class=warn>"
-                     + "".join(f"<li>{html.escape(w)}</li>" for w in report["warnings"]) + "</ul>")
     sources = sorted(report["sources"])
     rc = report["rule_counts"]
     parts.append("<h2>Records removed per rule and source</h2>"
@@ -648,6 +653,7 @@ img {{ max-width: 100%; display: block; margin: 1em 0; }}
 <h1>shardforge build report</h1>
 <p>Every input record ends in exactly one bucket: input = kept + filtered + duplicate + rejected.
 Data: <a href="{REPORT_JSON}">{REPORT_JSON}</a>; reject log with reasons and snippets: <code>{html.escape(report["reject_log"] or "rejects")}/part-*.jsonl</code>.</p>
+{_warnings(report)}
 <h2>Records per source</h2>
 <table><tr><th>source</th><th>input</th><th>kept</th><th>filtered</th><th>duplicate</th><th>rejected</th>
 <th>balanced</th><th>reasons</th></tr>

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import html
 import json
 import os
 import re
@@ -320,8 +321,11 @@ def test_real_build_report_html_links_existing_pngs(real_builds):
 
 @pytest.mark.slow
 def test_cli_warns_when_a_rule_removes_most_of_a_source_or_the_vocabulary_is_small(real_builds):
-    _, m, report, _, stderr = real_builds["bad"]
+    out, m, report, _, stderr = real_builds["bad"]
     warnings = [line for line in stderr.splitlines() if line.startswith("warning:")]
+    page = (out / REPORT_HTML).read_text()
+    assert page.index("<h2>Warnings") < page.index("<h2>Records per source")
+    assert all(html.escape(w) in page for w in warnings)
     briefs = m["accounting"]["briefs"]
     assert briefs["filtered"]["min_words"] > briefs["input"] / 2
     assert warnings == report["warnings"] and len(warnings) == 2
