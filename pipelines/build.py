@@ -90,7 +90,8 @@ def one_shot_tag(cfg: BuildConfig, files: dict[str, list[str]] | None = None) ->
     """
     from pipelines.commit import input_identity, tag_for
     from pipelines.ingest import fingerprint, list_raw_files
-    from schemas.storage import sha256_url
+    from pipelines.tokenizer import load_model
+    from schemas.storage import sha256_bytes, sha256_url
 
     def print_of(f) -> str:
         try:
@@ -105,9 +106,12 @@ def one_shot_tag(cfg: BuildConfig, files: dict[str, list[str]] | None = None) ->
         inputs += [(src.name, *i) for i in input_identity((f.url, f.size, print_of(f)) for f in listed)]
     extra: dict[str, Any] = {}
     if cfg.tokenizer.model_url:
-        extra["tokenizer"] = sha256_url(cfg.tokenizer.model_url)[0]
+        extra["tokenizer"] = sha256_bytes(load_model(cfg.tokenizer.model_url))  # one line if missing or invalid
     if cfg.dedupe.index:
-        extra["index"] = sha256_url(join(cfg.dedupe.index, "index.json"))[0]
+        try:
+            extra["index"] = sha256_url(join(cfg.dedupe.index, "index.json"))[0]
+        except FileNotFoundError:
+            raise UserError(f"dedupe index not found: {redact_url(cfg.dedupe.index)} has no index.json") from None
     return tag_for(1, cfg.model_dump(mode="json"), inputs, None, extra)
 
 
@@ -235,13 +239,13 @@ def run_build(cfg: BuildConfig, output: str, beam_args: list[str] | None = None,
         m = build_in_batches(cfg, output, batch_mb, beam_args or [])
         timings["batched"] = time.monotonic() - start
         return m
-    tag = one_shot_tag(cfg)
-    check_output(output, tag)
     from pipelines.commit import raise_if_lost
 
+    opts = finalize_options(BuildOptions(beam_args or []))  # first: a runner that cannot run says so at once
+    tag = one_shot_tag(cfg)
+    check_output(output, tag)
     timings["tag"] = time.monotonic() - start
     start = time.monotonic()
-    opts = finalize_options(BuildOptions(beam_args or []))
     try:
         with progress.local_bars(opts), beam.Pipeline(options=opts) as p:
             build_pipeline(p, cfg, output, tag=tag)

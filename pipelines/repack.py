@@ -316,11 +316,11 @@ def run_repack(tokenized: str, output: str, *, copy_tokenizer: bool = True,
     from pipelines.commit import raise_if_lost
     from schemas.naming import work_dir
 
+    opts = finalize_options(RepackOptions(beam_args or []))  # before any write: a runner that cannot run says so
     tag = repack_tag(parent, cfg)
     check_output(output, tag)
     # Written before the pipeline, under the attempt's folder; the manifest (written last) commits it.
     write_bytes_atomic(join(output, work_dir(tag), stored_path(parent.model)), parent.model)
-    opts = finalize_options(RepackOptions(beam_args or []))
     with progress.local_bars(opts), beam.Pipeline(options=opts) as p:
         repack_pipeline(p, parent, cfg, output, tag)
     raise_if_lost(output, MANIFEST_NAME, tag)  # another writer committed first: one line

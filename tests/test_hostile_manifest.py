@@ -12,6 +12,7 @@ import http.server
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -95,7 +96,7 @@ def copy(corpus, tmp_path) -> str:
 @pytest.fixture
 def http_server(corpus) -> Iterator[dict[str, Any]]:
     """A loopback HTTP server that serves anything (the real tokenizer model) and counts every request."""
-    model = open(os.path.join(corpus[0], "tokenizer", "spm.model"), "rb").read()
+    model = open(os.path.join(corpus[0], corpus[1].tokenizer.path), "rb").read()
     seen: list[str] = []
 
     class Handler(http.server.BaseHTTPRequestHandler):
@@ -172,7 +173,7 @@ def test_every_reader_refuses_a_name_outside_the_corpus_before_opening_anything(
     _, m = corpus
     outside = tmp_path / "outside"
     outside.mkdir()
-    src = {"shard": m.shards[0].name, "tokenizer": "tokenizer/spm.model", "intermediate": "tokenized"}[where]
+    src = {"shard": m.shards[0].name, "tokenizer": m.tokenizer.path, "intermediate": m.intermediates["tokenized"]}[where]
     dst = outside / os.path.basename(src)
     (shutil.copytree if os.path.isdir(os.path.join(copy, src)) else shutil.copy)(os.path.join(copy, src), dst)
     target = {"relative": f"../outside/{dst.name}", "absolute": str(dst),
@@ -323,13 +324,15 @@ def test_a_relative_tokenizer_is_copied_in_and_validate_opens_it_as_the_trainer_
     cfg = store_config(demo_corpus, target_samples=32).model_dump(mode="json")
     (work / "build.json").write_text(json.dumps(cfg))
     out = str(tmp_path / "reused")
-    b = run("pipelines.build", "--config", "build.json", "--output", out, "--tokenizer", "base/tokenizer/spm.model",
+    b = run("pipelines.build", "--config", "build.json", "--output", out, "--tokenizer", f"base/{m.tokenizer.path}",
             cwd=str(work), timeout=600)
     assert b.returncode == 0, b.stderr[-4000:]
     with open(os.path.join(out, "manifest.json")) as f:
         tok = json.load(f)["tokenizer"]
-    assert tok["path"] == "tokenizer/spm.model" and tok["sha256"] == m.tokenizer.sha256
-    with open(os.path.join(out, "tokenizer", "spm.model"), "rb") as f:
+    # The copy sits in the build's attempt folder, inside the corpus (the path rule).
+    assert re.fullmatch(r"versions/v1-[0-9a-f]{16}/tokenizer/spm\.model", tok["path"]), tok["path"]
+    assert tok["sha256"] == m.tokenizer.sha256
+    with open(os.path.join(out, tok["path"]), "rb") as f:
         assert hashlib.sha256(f.read()).hexdigest() == m.tokenizer.sha256
     shutil.rmtree(work / "base")  # the original is gone: the corpus must not need it
     v = run("shardforge.cli", "validate", out, "--no-progress", cwd=str(elsewhere))
@@ -338,7 +341,7 @@ def test_a_relative_tokenizer_is_copied_in_and_validate_opens_it_as_the_trainer_
     assert t.returncode == 0 and "trained to step 2" in t.stdout, t.stderr[-4000:]
 
     # Tampered: validate and the trainer say the same thing, through the same opener.
-    model = os.path.join(out, "tokenizer", "spm.model")
+    model = os.path.join(out, tok["path"])
     os.remove(model)
     v = run("shardforge.cli", "validate", out, "--no-progress", cwd=str(elsewhere))
     assert v.returncode == 1 and "tokenizer: tokenizer model" in v.stdout and "does not exist" in v.stdout

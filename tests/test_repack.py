@@ -136,7 +136,7 @@ def test_clean_intermediate_records_language(parent):
     import pyarrow.parquet as pq
 
     _, out, m = parent
-    parts = sorted(glob.glob(os.path.join(out, "clean", "part-*.parquet")))
+    parts = sorted(glob.glob(os.path.join(out, m.intermediates["clean"], "part-*.parquet")))
     assert parts
     table = pq.read_table(parts[0])
     assert table.schema.metadata[b"shardforge.schema"] == b"clean/2"

@@ -483,7 +483,7 @@ def test_byte_bpe_export_loads_in_roberta_tokenizer_fast_with_the_shards_ids(byt
     assert hf.mask_token_id == SPECIAL_TOKENS["<mask>"] and hf.pad_token_id == SPECIAL_TOKENS["<pad>"]
 
     # The kept articles' text as the build saw it (the clean intermediate), through the exported tokenizer.
-    clean = pq.read_table(os.path.join(out, "clean")).to_pydict()
+    clean = pq.read_table(os.path.join(out, m.intermediates["clean"])).to_pydict()
     expected: dict[str, list[int]] = {}
     for doc_id, text in zip(clean["doc_id"], clean["text"], strict=True):
         sents = split_sentences(text)

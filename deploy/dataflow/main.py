@@ -19,8 +19,15 @@ import sys
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-from pipelines.build import build_pipeline
-from pipelines.options import BuildOptions, build_config_from_options, finalize_options, quiet_beam
+from pipelines.build import build_pipeline, check_output, one_shot_tag
+from pipelines.commit import tag_for
+from pipelines.options import (
+    BuildOptions,
+    build_config_from_options,
+    check_beam_args,
+    finalize_options,
+    quiet_beam,
+)
 from schemas.config import BuildConfig
 from schemas.errors import UserError
 from schemas.storage import redact_url
@@ -51,8 +58,14 @@ def make_pipeline(argv: list[str], runner: beam.runners.PipelineRunner | None = 
     if offline:
         refuse_remote_reads(cfg)
     p = beam.Pipeline(runner=runner or opts.view_as(StandardOptions).runner, options=opts)
-    files = {src.name: [src.input] for src in cfg.sources} if offline else None
-    build_pipeline(p, cfg, o.output, files=files)
+    if offline:  # nothing listed: each source's pattern stands for its files, and the tag for the attempt
+        files = {src.name: [src.input] for src in cfg.sources}
+        tag = tag_for(1, cfg.model_dump(mode="json"), [], None, {"offline_translation_check": True})
+    else:  # the commit protocol's attempt tag (docs/storage.md); a committed corpus is never overwritten
+        files = None
+        tag = one_shot_tag(cfg)
+        check_output(o.output, tag)
+    build_pipeline(p, cfg, o.output, files=files, tag=tag)
     return p, cfg, o.output, opts
 
 
@@ -80,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     quiet_beam()
     argv = sys.argv[1:] if argv is None else argv
     try:
+        check_beam_args(argv)  # Beam would silently drop a flag no option knows
         p, _, output, _ = make_pipeline(argv)
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
