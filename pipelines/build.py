@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,7 +46,7 @@ from pipelines.options import (
     quiet_beam,
 )
 from pipelines.records import SentencedDocument
-from pipelines.report import WriteReport
+from pipelines.report import WriteReport, build_warnings
 from pipelines.sentences import split_sentences
 from pipelines.sources import ReadSource
 from pipelines.tokenizer import Tokenize, TrainTokenizer, load_model, model_path, store_model, stored_path
@@ -214,36 +215,49 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig, output: str, *,
         # (a reused tokenizer is copied into the attempt folder like a trained one: the path rule)
         intermediates = {k: f"{work_dir(tag)}/{v}" for k, v in intermediates.items()}
         tokenizer_path = f"{work_dir(tag)}/{tokenizer_path}"
-    manifest = tokenized | "WriteCorpus" >> WriteCorpus(
+    corpus = WriteCorpus(
         cfg, root if append is None else output, model=model, accounts=accounts, groups=groups,
         tokenizer_path=tokenizer_path, intermediates=intermediates, after=written, tag=tag, **append_args)
+    manifest = tokenized | "WriteCorpus" >> corpus
     # The report (report.html / report.json) comes right after the manifest commits.
-    _ = manifest | "Report" >> WriteReport(root if append is None else output, before=raw_docs, after=kept)
+    _ = manifest | "Report" >> WriteReport(root if append is None else output, before=raw_docs, after=kept,
+                                           reject_log=reject_log, duplicates=duplicates, tokenized=tokenized_all,
+                                           plans=corpus.plans)
 
 
 def run_build(cfg: BuildConfig, output: str, beam_args: list[str] | None = None,
-              batch_mb: float | None = None) -> Manifest:
+              batch_mb: float | None = None, timings: dict[str, float] | None = None) -> Manifest:
     """Run the build on the configured runner and return the committed manifest.
 
     batch_mb: build in batches of that much input (``pipelines.batched``).
+    timings: filled with the driver's wall time per phase, in seconds: ``tag`` (listing and
+    fingerprinting the inputs), ``pipeline`` (the Beam run: every stage, the commit and the
+    report), or ``batched`` for a batched build.
     """
     from schemas.manifest import load_manifest
 
+    timings = {} if timings is None else timings
+    start = time.monotonic()
     if batch_mb is not None:
         from pipelines.batched import build_in_batches
 
-        return build_in_batches(cfg, output, batch_mb, beam_args or [])
+        m = build_in_batches(cfg, output, batch_mb, beam_args or [])
+        timings["batched"] = time.monotonic() - start
+        return m
     from pipelines.commit import raise_if_lost
 
     opts = finalize_options(BuildOptions(beam_args or []))  # first: a runner that cannot run says so at once
     tag = one_shot_tag(cfg)
     check_output(output, tag)
+    timings["tag"] = time.monotonic() - start
+    start = time.monotonic()
     try:
         with progress.local_bars(opts), beam.Pipeline(options=opts) as p:
             build_pipeline(p, cfg, output, tag=tag)
     except Exception:
         raise_if_lost(output, MANIFEST_NAME, tag)  # another build committed meanwhile: that is the reason
         raise
+    timings["pipeline"] = time.monotonic() - start
     raise_if_lost(output, MANIFEST_NAME, tag)  # the commit step lost: say so (its objects are gone)
     manifest, _ = load_manifest(output)
     return manifest
@@ -390,9 +404,12 @@ def batching_hint(cfg: BuildConfig) -> str | None:
             "bounded memory (docs/scaling.md), or run on Dataflow.")
 
 
-def summarize(m: Manifest) -> dict[str, Any]:
+def summarize(m: Manifest, report: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The CLI's summary of a committed build: counts from the manifest, digests from report.json."""
+    from pipelines.report import rule_counts
+
     acc = m.accounting
-    return {
+    out: dict[str, Any] = {
         "documents_in": sum(a.input for a in acc.values()),
         "kept": sum(a.kept for a in acc.values()),
         "filtered": sum(sum(a.filtered.values()) for a in acc.values()),
@@ -401,7 +418,30 @@ def summarize(m: Manifest) -> dict[str, Any]:
         "shards": len(m.shards),
         "samples": sum(t.samples for t in m.totals.values()),
         "tokens": sum(t.tokens for t in m.totals.values()),
+        # {bucket:reason: {source: records, "(all)": records}}: the manifest's accounting per rule
+        "rules": rule_counts(m.model_dump(mode="json")),
+        "disabled_rules": m.config.get("clean", {}).get("disabled_rules", []),
     }
+    if report:
+        t = report["tokenizer"]
+        out["tokenizer"] = {k: round(t[k], 6) if isinstance(t[k], float) else t[k]
+                            for k in ("kind", "model_type", "requested_vocab_size", "vocab_size", "unk_rate",
+                                      "tokens_per_word")}
+        out["token_share"] = {k: round(v["share"], 4) for k, v in report["token_share"].items()}
+        out["fill_rate"] = {k: round(v["fill_rate"], 4) for k, v in report["packing"]["splits"].items()}
+        sizes = report["dedupe"]["cluster_sizes"]
+        out["dedupe_clusters"] = {"clusters": sum(sizes.values()),
+                                  "largest": max((int(k) for k in sizes), default=0)}
+    return out
+
+
+def read_report(output: str) -> dict[str, Any] | None:
+    """The build's report.json, or None where this build wrote none (a batched build)."""
+    from pipelines.report import REPORT_JSON
+    from schemas.storage import exists, read_text
+
+    url = join(output, REPORT_JSON)
+    return json.loads(read_text(url)) if exists(url) else None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -424,7 +464,15 @@ def main(argv: list[str] | None = None) -> int:
             hint = batching_hint(cfg)
             if hint:
                 print(hint, file=sys.stderr)
-        summary = summarize(run_build(cfg, o.output, beam_args, batch_mb=o.batch_mb))
+        timings: dict[str, float] = {}
+        manifest = run_build(cfg, o.output, beam_args, batch_mb=o.batch_mb, timings=timings)
+        report = read_report(o.output)
+        summary = summarize(manifest, report)
+        # Wall time of what this driver process saw, in seconds (not per-stage compute: on the local
+        # runner the stages overlap inside one pipeline run, whose time includes writing the report).
+        summary["wall_seconds"] = {k: round(v, 2) for k, v in timings.items()}
+        for w in build_warnings(manifest.model_dump(mode="json")):
+            print(w, file=sys.stderr)
         summary["manifest"] = redact_url(join(o.output, "manifest.json"))
         summary["report"] = redact_url(join(o.output, "report.html"))
         print(json.dumps(summary, indent=1))

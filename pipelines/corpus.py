@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
@@ -95,6 +96,8 @@ class _PlanGroup(beam.DoFn):
             "shards": len(chunks),
             "documents": len(ordered),
             "stats": stats.as_dict(),
+            # length -> sequences (at most max_seq_len entries): the report's length histogram
+            "seq_lengths": dict(sorted(Counter(len(s.input_ids) for s in seqs).items())),
         }
 
 
@@ -232,6 +235,7 @@ class WriteCorpus(beam.PTransform):
         # PCollections that must be complete before the manifest commits (intermediates, rejects).
         self.after = list(after)
         self.extra_counters = extra_counters
+        self.plans = None  # set by expand: the packing plans (singleton list), for the report
 
     def expand(self, tokenized):
         cfg, output = self.cfg, self.output
@@ -249,6 +253,7 @@ class WriteCorpus(beam.PTransform):
         )
         plans = grouped | "PlanShards" >> beam.ParDo(_PlanGroup(cfg), AsSingleton(vocab))
         plan_list = plans | "CollectPlans" >> beam.combiners.ToList()
+        self.plans = plan_list  # the packing plans (singleton list), for the report
         offsets = plan_list | "Offsets" >> beam.Map(shard_offsets)
         shards = grouped | "WriteShards" >> beam.ParDo(
             _WriteGroup(cfg, self.shard_root, self.shard_offsets, self.key_prefix, self.tag),

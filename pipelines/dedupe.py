@@ -393,16 +393,18 @@ def resolve_cluster(
         if e[0] != "member" or not e[1].startswith(NEW):
             continue
         _, node, source, shingles = e
-        if jaccard(root_shingles, shingles) < threshold:
+        sim = jaccard(root_shingles, shingles)
+        if sim < threshold:
             failed += 1
             continue
         if len(verified) < max_members:
-            heapq.heappush(verified, _Desc(node, source))  # type: ignore[arg-type]
+            heapq.heappush(verified, _Desc(node, source, sim))  # type: ignore[arg-type]
         else:
             over += 1
-            heapq.heappushpop(verified, _Desc(node, source))  # type: ignore[arg-type]
+            heapq.heappushpop(verified, _Desc(node, source, sim))  # type: ignore[arg-type]
     dups = sorted(
-        (Duplicate(doc_id=d.node[1:], source=d.source, dup_of=root[1:], kind="near") for d in verified),  # type: ignore[attr-defined]
+        (Duplicate(doc_id=d.node[1:], source=d.source, dup_of=root[1:], kind="near",  # type: ignore[attr-defined]
+                   similarity=round(float(d.similarity), 6)) for d in verified),  # type: ignore[attr-defined]
         key=lambda d: d.doc_id,
     )
     return dups, failed, over
@@ -414,6 +416,7 @@ class _Desc:
 
     node: str
     source: str
+    similarity: float = 0.0  # the verified Jaccard with the root (recorded on the Duplicate)
 
     def __lt__(self, other: _Desc) -> bool:
         return self.node > other.node

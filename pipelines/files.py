@@ -146,6 +146,8 @@ def rejects_to_jsonl(rejects: list[Any]) -> bytes:
         row = dataclasses.asdict(r)
         if row.get("language", "") is None:  # only language rejects carry a code
             del row["language"]
+        if row.get("similarity", "") is None:  # only near duplicates carry a verified similarity
+            del row["similarity"]
         if not isinstance(r, Reject):
             row["bucket"] = "duplicate"
         rows.append(row)

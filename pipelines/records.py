@@ -46,6 +46,9 @@ class Duplicate:
     source: str
     dup_of: str
     kind: Literal["exact", "near", "span"]
+    # Near duplicates: the verified similarity to dup_of (shingle Jaccard) that removed it; else None.
+    # A measurement about the record, not its identity: equality ignores it.
+    similarity: float | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)

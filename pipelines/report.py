@@ -5,7 +5,14 @@ Written at the corpus root right after the manifest commits:
 * ``report.json``: per-source accounting (input / kept / filtered / duplicate / rejected, with
   reasons), reason totals, and document-length histograms before and after cleaning;
 * ``report.html``: the same as tables plus two plots, self-contained (PNGs embedded as base64);
-* ``report-reasons.png``, ``report-lengths.png``: the plots as files.
+* ``report-reasons.png``, ``report-lengths.png``, ``report-dedupe.png``, ``report-tokens.png``,
+  ``report-packing.png``: the plots as files (the HTML embeds them and links each file).
+
+Since #17 the report also holds: examples of filtered / duplicate / rejected records per reason,
+per-rule counts per source, the dedupe cluster-size and similarity histograms, tokenizer stats
+(requested vs actual vocabulary, ``<unk>`` rate, tokens per word), token share per source, the
+packed sequence length histogram and fill rate, the effective config with each rule on or off, and
+warnings (a rule removing more than half of a source; a vocabulary smaller than asked).
 
 Length histograms are computed inside the pipeline by a CombineFn over fixed log-scale bins of
 word counts (combinable, tiny accumulators): no stage ever collects documents.
@@ -23,13 +30,21 @@ from typing import Any
 
 import apache_beam as beam
 
-from pipelines.records import Document
+from pipelines.records import Document, Duplicate, Reject, TokenizedDocument
+from schemas import UNK_ID
 from schemas.storage import join, write_bytes_atomic, write_text_atomic
 
 REPORT_JSON = "report.json"
 REPORT_HTML = "report.html"
 REASONS_PNG = "report-reasons.png"
 LENGTHS_PNG = "report-lengths.png"
+DEDUPE_PNG = "report-dedupe.png"
+TOKENS_PNG = "report-tokens.png"
+PACKING_PNG = "report-packing.png"
+EXAMPLES_PER_REASON = 3
+SIMILARITY_BINS = 20  # [0, 0.05), [0.05, 0.1), ... [0.95, 1.0]
+PACKED_BINS = 32  # equal-width bins of sequence length over [0, max_seq_len]
+WARN_RULE_SHARE = 0.5  # a rule removing more than this share of a source's input is worth a look
 ALL = "(all)"
 
 # Bin 0 holds empty documents; bin k >= 1 holds [10**((k-1)/BINS_PER_DECADE), 10**(k/BINS_PER_DECADE)) words.
@@ -86,10 +101,261 @@ class LengthHistogram(beam.CombineFn):
         return dict(sorted(acc.items()))
 
 
+def _merge_dicts(accs: Iterable[dict[str, Any]], merge) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for acc in accs:
+        for k, v in acc.items():
+            out[k] = merge(out[k], v) if k in out else v
+    return out
+
+
+def _add_counts(a: dict[str, int], b: dict[str, int]) -> dict[str, int]:
+    return {k: a.get(k, 0) + b.get(k, 0) for k in sorted(set(a) | set(b))}
+
+
+def reason_key(r: Reject | Duplicate) -> str:
+    """The report's name of a record's reason: ``bucket:reason`` (``duplicate:kind`` for duplicates)."""
+    return f"duplicate:{r.kind}" if isinstance(r, Duplicate) else f"{r.bucket}:{r.reason}"
+
+
+def example_of(r: Reject | Duplicate) -> dict[str, Any]:
+    """What the report shows of one record that left the corpus."""
+    ex: dict[str, Any] = {"doc_id": r.doc_id, "source": r.source}
+    if isinstance(r, Duplicate):
+        ex["dup_of"] = r.dup_of
+        if r.similarity is not None:
+            ex["similarity"] = r.similarity
+    else:
+        ex["snippet"] = r.snippet
+        if r.language is not None:
+            ex["language"] = r.language
+    return ex
+
+
+class RejectExamples(beam.CombineFn):
+    """Reject log -> {bucket:reason: the EXAMPLES_PER_REASON examples of smallest doc_id}.
+
+    Smallest doc_id, not first seen: the same build gives the same examples on any runner.
+    """
+
+    def __init__(self, k: int = EXAMPLES_PER_REASON):
+        self.k = k
+
+    def create_accumulator(self) -> dict[str, list[dict[str, Any]]]:
+        return {}
+
+    def _keep(self, examples: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return sorted(examples, key=lambda e: e["doc_id"])[: self.k]
+
+    def add_input(self, acc, r):
+        key = reason_key(r)
+        acc[key] = self._keep(acc.get(key, []) + [example_of(r)])
+        return acc
+
+    def merge_accumulators(self, accs):
+        return _merge_dicts(accs, lambda a, b: self._keep(a + b))
+
+    def extract_output(self, acc):
+        return dict(sorted(acc.items()))
+
+
+class TokenCounts(beam.CombineFn):
+    """Tokenized documents -> {source: {documents, tokens, unk}} (document tokens, before packing)."""
+
+    def create_accumulator(self) -> dict[str, dict[str, int]]:
+        return {}
+
+    def add_input(self, acc, d: TokenizedDocument):
+        c = acc.setdefault(d.source, {"documents": 0, "tokens": 0, "unk": 0})
+        c["documents"] += 1
+        c["tokens"] += d.num_tokens
+        c["unk"] += sum(s.count(UNK_ID) for s in d.sentences)
+        return acc
+
+    def merge_accumulators(self, accs):
+        return _merge_dicts(accs, _add_counts)
+
+    def extract_output(self, acc):
+        return dict(sorted(acc.items()))
+
+
+class WordCounts(beam.CombineFn):
+    """Documents -> {source: whitespace-separated words} (the unit of the length histograms)."""
+
+    def create_accumulator(self) -> dict[str, int]:
+        return {}
+
+    def add_input(self, acc, doc: Document):
+        acc[doc.source] = acc.get(doc.source, 0) + count_words(doc.text)
+        return acc
+
+    def merge_accumulators(self, accs):
+        return _merge_dicts(accs, lambda a, b: a + b)
+
+    def extract_output(self, acc):
+        return dict(sorted(acc.items()))
+
+
+def similarity_bin(sim: float) -> int:
+    return min(SIMILARITY_BINS - 1, max(0, int(math.floor(sim * SIMILARITY_BINS + 1e-9))))
+
+
+class SimilarityHistogram(beam.CombineFn):
+    """Near duplicates -> counts per similarity bin (the verified Jaccard with the kept document)."""
+
+    def create_accumulator(self) -> list[int]:
+        return [0] * SIMILARITY_BINS
+
+    def add_input(self, acc, d: Duplicate):
+        if d.similarity is not None:
+            acc[similarity_bin(d.similarity)] += 1
+        return acc
+
+    def merge_accumulators(self, accs):
+        out = [0] * SIMILARITY_BINS
+        for acc in accs:
+            out = [a + b for a, b in zip(out, acc, strict=True)]
+        return out
+
+    def extract_output(self, acc):
+        return acc
+
+
+class DedupeStats(beam.PTransform):
+    """Duplicates -> {"cluster_sizes": {size: clusters}, "similarity": [counts per bin]}.
+
+    A cluster is one kept document and the duplicates that point at it (``dup_of``), so its
+    size is removed + 1; a kept document with no duplicate is not a cluster.
+    """
+
+    def expand(self, duplicates):
+        sizes = (
+            duplicates
+            | "ByTarget" >> beam.Map(lambda d: (d.dup_of, 1))
+            | "Removed" >> beam.CombinePerKey(sum)
+            | "Size" >> beam.Map(lambda kv: (str(kv[1] + 1), 1))
+            | "Clusters" >> beam.CombinePerKey(sum)
+            | "SizeList" >> beam.combiners.ToList()
+        )
+        sims = (duplicates | "Near" >> beam.Filter(lambda d: d.kind == "near")
+                | "Similarity" >> beam.CombineGlobally(SimilarityHistogram()))
+        return sizes | "DedupeStats" >> beam.Map(
+            lambda s, h: {"cluster_sizes": dict(sorted(s, key=lambda kv: int(kv[0]))), "similarity": h},
+            beam.pvalue.AsSingleton(sims))
+
+
+def packed_lengths(plans: list[tuple[Any, dict[str, Any]]]) -> dict[str, dict[str, int]]:
+    """Packing plans (``pipelines.corpus``) -> {split: {length: sequences}} (lengths as strings)."""
+    out: dict[str, dict[int, int]] = {}
+    for key, plan in plans:
+        mine = out.setdefault(key[0], {})
+        for n, c in plan.get("seq_lengths", {}).items():
+            mine[int(n)] = mine.get(int(n), 0) + c
+    return {split: {str(n): c for n, c in sorted(d.items())} for split, d in sorted(out.items())}
+
+
 # ------------------------------------------------------------------ report content
 
-def build_report(manifest: dict[str, Any], before: dict[str, list[int]], after: dict[str, list[int]]) -> dict[str, Any]:
-    """The report as plain JSON-able data (deterministic: sorted keys, no wall-clock fields)."""
+def rule_counts(manifest: dict[str, Any]) -> dict[str, dict[str, int]]:
+    """{bucket:reason: {source: records, ALL: records}} straight from the manifest's accounting."""
+    out: dict[str, dict[str, int]] = {}
+    for name, a in sorted(manifest.get("accounting", {}).items()):
+        for bucket in ("filtered", "duplicate", "rejected"):
+            for reason, n in a.get(bucket, {}).items():
+                row = out.setdefault(f"{bucket}:{reason}", {ALL: 0})
+                row[name] = n
+                row[ALL] += n
+    return dict(sorted(out.items()))
+
+
+def rules_enabled(config: dict[str, Any]) -> dict[str, bool]:
+    """Every cleaning rule of the effective config, on (True) or off (False)."""
+    from pipelines.clean import LINE_RULES, RULE_ALIASES, RULE_NAMES, disabled_rules
+    from schemas.config import CleanConfig
+
+    clean = CleanConfig.model_validate(config.get("clean", {}))
+    off = set(disabled_rules(clean))
+    if not clean.line_rules:
+        off |= set(LINE_RULES)
+    if not clean.english_only:
+        off.add("language")
+    return {name: name not in off for name in sorted(RULE_NAMES - set(RULE_ALIASES))}
+
+
+def build_warnings(manifest: dict[str, Any]) -> list[str]:
+    """One line per thing a user should look at: a rule removing most of a source, a small vocabulary."""
+    out = []
+    for name, a in sorted(manifest.get("accounting", {}).items()):
+        n_in = a.get("input", 0)
+        for bucket in ("filtered", "duplicate"):
+            for reason, n in sorted(a.get(bucket, {}).items()):
+                if n_in and n > WARN_RULE_SHARE * n_in:
+                    out.append(f"warning: {bucket} rule '{reason}' removed {n} of {n_in} documents "
+                               f"({100 * n / n_in:.0f}%) of source '{name}'")
+    tok = manifest.get("tokenizer", {})
+    asked = manifest.get("config", {}).get("tokenizer", {})
+    if not asked.get("model_url") and tok.get("vocab_size", 0) < asked.get("vocab_size", 0):
+        out.append(f"warning: the tokenizer's vocabulary came out at {tok['vocab_size']} pieces, "
+                   f"smaller than the {asked['vocab_size']} asked (too little text or too few distinct words)")
+    return out
+
+
+def token_stats(manifest: dict[str, Any], tokens: dict[str, dict[str, int]], words: dict[str, int]) -> dict[str, Any]:
+    """Tokenizer section: requested vs actual vocabulary, <unk> rate, tokens per word."""
+    tok = manifest.get("tokenizer", {})
+    asked = manifest.get("config", {}).get("tokenizer", {})
+    n_tok = sum(c["tokens"] for c in tokens.values())
+    n_unk = sum(c["unk"] for c in tokens.values())
+    n_words = sum(words.values())
+    return {
+        "kind": tok.get("kind"), "model_type": tok.get("model_type"),
+        "reused": bool(asked.get("model_url")),
+        "requested_vocab_size": asked.get("vocab_size"), "vocab_size": tok.get("vocab_size"),
+        "tokens": n_tok, "unk_tokens": n_unk, "unk_rate": n_unk / n_tok if n_tok else 0.0,
+        "words": n_words, "tokens_per_word": n_tok / n_words if n_words else 0.0,
+        "unit": "document tokens before packing (no special tokens); words split on whitespace",
+    }
+
+
+def token_share(tokens: dict[str, dict[str, int]]) -> dict[str, dict[str, float]]:
+    """{source: {tokens, share}}: each source's part of the document tokens."""
+    total = sum(c["tokens"] for c in tokens.values())
+    return {s: {"tokens": c["tokens"], "share": c["tokens"] / total if total else 0.0}
+            for s, c in sorted(tokens.items())}
+
+
+def packing_stats(manifest: dict[str, Any], lengths: dict[str, dict[str, int]]) -> dict[str, Any]:
+    """Packed sequence length histogram (PACKED_BINS equal-width bins) and fill rate, per split and overall."""
+    max_len = int(manifest.get("max_seq_len", 0)) or 1
+    width = max(1, math.ceil(max_len / PACKED_BINS))
+    nbins = max_len // width + 1  # bin i holds [i*width, (i+1)*width); max_seq_len itself is in the last
+    splits: dict[str, Any] = {}
+    every: dict[str, int] = {}
+    for split, d in list(sorted(lengths.items())) + [(ALL, None)]:
+        d = every if d is None else d
+        if split != ALL:
+            for n, c in d.items():
+                every[n] = every.get(n, 0) + c
+        counts = [0] * nbins
+        for n, c in d.items():
+            counts[min(nbins - 1, int(n) // width)] += c
+        seqs = sum(d.values())
+        toks = sum(int(n) * c for n, c in d.items())
+        splits[split] = {"sequences": seqs, "tokens": toks,
+                         "fill_rate": toks / (seqs * max_len) if seqs else 0.0, "counts": counts}
+    return {"max_seq_len": max_len, "bin_width": width,
+            "bin_lower_edges": [i * width for i in range(nbins)], "splits": splits,
+            "unit": "ids per sequence, special tokens included; fill = ids / (sequences x max_seq_len)"}
+
+
+def build_report(manifest: dict[str, Any], before: dict[str, list[int]], after: dict[str, list[int]],
+                 extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The report as plain JSON-able data (deterministic: sorted keys, no wall-clock fields).
+
+    extra: what the pipeline combined besides the length histograms (``WriteReport``):
+    examples, dedupe, tokens, words, packed_lengths; a missing part gives an empty section.
+    """
+    extra = extra or {}
     sources: dict[str, Any] = {}
     reasons: dict[str, int] = {}
     for name, a in sorted(manifest.get("accounting", {}).items()):
@@ -116,6 +382,21 @@ def build_report(manifest: dict[str, Any], before: dict[str, list[int]], after: 
         "shards": len(manifest.get("shards", [])),
         "totals_by_split": manifest.get("totals", {}),
         "counters": manifest.get("counters", {}),
+        "reject_log": manifest.get("intermediates", {}).get("rejects", ""),
+        "rule_counts": rule_counts(manifest),
+        "examples": extra.get("examples", {}),
+        "dedupe": {
+            "cluster_sizes": extra.get("dedupe", {}).get("cluster_sizes", {}),
+            "similarity": {"bin_lower_edges": [i / SIMILARITY_BINS for i in range(SIMILARITY_BINS)],
+                           "counts": extra.get("dedupe", {}).get("similarity", [0] * SIMILARITY_BINS),
+                           "unit": "verified shingle Jaccard of each removed near duplicate with its kept document"},
+        },
+        "tokenizer": token_stats(manifest, extra.get("tokens", {}), extra.get("words", {})),
+        "token_share": token_share(extra.get("tokens", {})),
+        "packing": packing_stats(manifest, extra.get("packed_lengths", {})),
+        "config": manifest.get("config", {}),
+        "rules_enabled": rules_enabled(manifest.get("config", {})),
+        "warnings": build_warnings(manifest),
     }
 
 
@@ -199,10 +480,147 @@ def plot_lengths(report: dict[str, Any]) -> bytes:
     return _png(fig)
 
 
-def render_html(report: dict[str, Any], reasons_png: bytes, lengths_png: bytes) -> str:
-    """One self-contained HTML page (inline CSS, PNGs as data URIs)."""
-    def img(data: bytes, alt: str) -> str:
-        return f'<img alt="{alt}" src="data:image/png;base64,{base64.b64encode(data).decode("ascii")}">'
+def _empty(ax, text: str) -> None:
+    ax.text(0.5, 0.5, text, ha="center", va="center")
+    ax.set_axis_off()
+
+
+def plot_dedupe(report: dict[str, Any]) -> bytes:
+    """Two bar charts: clusters per size (kept + removed), near duplicates per verified similarity."""
+    from matplotlib.ticker import MaxNLocator
+
+    fig = _figure(11, 3.4)
+    d = report["dedupe"]
+    ax = fig.add_subplot(1, 2, 1)
+    sizes = d["cluster_sizes"]
+    if sizes:
+        xs = [int(k) for k in sizes]
+        ax.bar(xs, list(sizes.values()), width=0.8, color="#56b4e9")
+        ax.set_xlim(min(xs) - 1, max(xs) + 1)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_xlabel("documents per cluster (1 kept + removed)")
+        ax.set_ylabel("clusters")
+        ax.set_title(f"Duplicate clusters ({sum(sizes.values())})")
+    else:
+        _empty(ax, "no duplicates removed")
+    ax = fig.add_subplot(1, 2, 2)
+    sim = d["similarity"]
+    if sum(sim["counts"]):
+        w = 1 / SIMILARITY_BINS
+        ax.bar(sim["bin_lower_edges"], sim["counts"], width=w, align="edge", color="#0072b2")
+        ax.set_xlim(0, 1)
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_xlabel("verified similarity with the kept document")
+        ax.set_ylabel("near duplicates")
+        ax.set_title(f"Removed near duplicates ({sum(sim['counts'])})")
+    else:
+        _empty(ax, "no near duplicates removed")
+    fig.tight_layout()
+    return _png(fig)
+
+
+def plot_tokens(report: dict[str, Any]) -> bytes:
+    """Horizontal bars: each source's share of the document tokens."""
+    share = report["token_share"]
+    fig = _figure(8, max(2.0, 0.4 * len(share) + 1.2))
+    ax = fig.add_subplot(1, 1, 1)
+    if not share:
+        _empty(ax, "no tokens")
+        return _png(fig)
+    names = list(share)[::-1]
+    vals = [100 * share[n]["share"] for n in names]
+    bars = ax.barh(range(len(names)), vals, color="#009e73")
+    ax.set_yticks(range(len(names)), labels=names, fontsize=9)
+    for bar, n in zip(bars, names, strict=True):
+        ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2,
+                f" {100 * share[n]['share']:.1f}% ({share[n]['tokens']})", va="center", fontsize=8)
+    ax.set_xlim(0, 115)
+    ax.set_xlabel("% of document tokens")
+    ax.set_title("Token share per source")
+    fig.tight_layout()
+    return _png(fig)
+
+
+def plot_packing(report: dict[str, Any]) -> bytes:
+    """Packed sequence length histogram per split, with its fill rate."""
+    pk = report["packing"]
+    splits = [k for k in pk["splits"] if k != ALL]
+    fig = _figure(11, 3.4)
+    if not splits:
+        _empty(fig.add_subplot(1, 1, 1), "no sequences")
+        return _png(fig)
+    for i, split in enumerate(splits):
+        ax = fig.add_subplot(1, len(splits), i + 1)
+        sp = pk["splits"][split]
+        ax.bar(pk["bin_lower_edges"], sp["counts"], width=pk["bin_width"], align="edge", color="#cc79a7")
+        ax.set_xlabel(f"ids per sequence (max_seq_len {pk['max_seq_len']})")
+        ax.set_ylabel("sequences")
+        ax.set_title(f"{split}: {sp['sequences']} sequences, fill {100 * sp['fill_rate']:.1f}%")
+    fig.tight_layout()
+    return _png(fig)
+
+
+def _table(header: list[str], rows: list[list[Any]]) -> str:
+    esc = [["" if v is None else html.escape(str(v)) for v in r] for r in rows]
+    return ("<table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in header) + "</tr>"
+            + "".join("<tr>" + "".join(f"<td>{v}</td>" for v in r) + "</tr>" for r in esc) + "</table>")
+
+
+def _warnings(report: dict[str, Any]) -> str:
+    """The warnings block (top of the page), or nothing."""
+    if not report["warnings"]:
+        return ""
+    return ("<h2>Warnings</h2><ul class=warn>"
+            + "".join(f"<li>{html.escape(w)}</li>" for w in report["warnings"]) + "</ul>")
+
+
+def _sections(report: dict[str, Any], img) -> str:
+    """The #17 sections of the page: rules, examples, dedupe, tokens, packing, config."""
+    parts = []
+    sources = sorted(report["sources"])
+    rc = report["rule_counts"]
+    parts.append("<h2>Records removed per rule and source</h2>"
+                 + (_table(["rule"] + sources + ["all"], [[k] + [v.get(s, 0) for s in sources] + [v[ALL]]
+                                                         for k, v in rc.items()]) if rc else "<p>none</p>"))
+    ex_rows = []
+    for key, exs in report["examples"].items():
+        for e in exs:
+            what = e.get("snippet")
+            if what is None:
+                what = f"duplicate of {e['dup_of']}" + (f" (similarity {e['similarity']:.3f})"
+                                                        if "similarity" in e else "")
+            ex_rows.append([key, e["source"], e["doc_id"], what])
+    parts.append(f"<h2>Examples per reason</h2><p>The {EXAMPLES_PER_REASON} smallest doc_ids per reason; "
+                 "every record is in the reject log.</p>"
+                 + (_table(["reason", "source", "doc_id", "snippet / kept document"], ex_rows)
+                    if ex_rows else "<p>none</p>"))
+    parts.append("<h2>Dedupe clusters and similarity</h2>" + img(DEDUPE_PNG, "dedupe cluster sizes and similarity"))
+    t = report["tokenizer"]
+    parts.append("<h2>Tokenizer</h2>" + _table(
+        ["kind", "model type", "requested vocabulary", "actual vocabulary", "tokens", "<unk> tokens",
+         "<unk> rate", "tokens per word"],
+        [[t["kind"], t["model_type"], "reused model" if t["reused"] else t["requested_vocab_size"], t["vocab_size"],
+          t["tokens"], t["unk_tokens"], f"{100 * t['unk_rate']:.4f}%", f"{t['tokens_per_word']:.3f}"]])
+        + f"<p>{html.escape(t['unit'])}.</p>")
+    parts.append("<h2>Token share per source</h2>" + img(TOKENS_PNG, "token share per source"))
+    pk = report["packing"]
+    parts.append("<h2>Packed sequences</h2>" + _table(
+        ["split", "sequences", "ids", "fill rate"],
+        [[k, v["sequences"], v["tokens"], f"{100 * v['fill_rate']:.2f}%"] for k, v in pk["splits"].items()])
+        + img(PACKING_PNG, "packed sequence length histogram"))
+    off = [r for r, on in report["rules_enabled"].items() if not on]
+    parts.append("<h2>Effective config</h2><p>Rules switched off: "
+                 + (html.escape(", ".join(off)) if off else "none") + "</p><pre>"
+                 + html.escape(json.dumps(report["config"], sort_keys=True, indent=1)) + "</pre>")
+    return "\n".join(parts)
+
+
+def render_html(report: dict[str, Any], pngs: dict[str, bytes]) -> str:
+    """One self-contained HTML page (inline CSS, PNGs as data URIs, each linking its file)."""
+    def img(name: str, alt: str) -> str:
+        data = base64.b64encode(pngs[name]).decode("ascii")
+        return f'<a href="{name}"><img alt="{alt}" src="data:image/png;base64,{data}"></a>'
 
     def cell(v: Any) -> str:
         return f"<td>{html.escape(str(v))}</td>"
@@ -228,11 +646,14 @@ table {{ border-collapse: collapse; margin: 1em 0; }}
 td, th {{ border: 1px solid #ccc; padding: 4px 8px; text-align: right; }}
 td:first-child, td:last-child {{ text-align: left; }}
 tr.total td {{ font-weight: bold; }}
+ul.warn {{ color: #a00; }}
+pre {{ background: #f6f6f6; padding: 1em; font-size: 85%; }}
 img {{ max-width: 100%; display: block; margin: 1em 0; }}
 </style></head><body>
 <h1>shardforge build report</h1>
 <p>Every input record ends in exactly one bucket: input = kept + filtered + duplicate + rejected.
-Data: <a href="{REPORT_JSON}">{REPORT_JSON}</a>; reject log with reasons and snippets: <code>rejects/part-*.jsonl</code>.</p>
+Data: <a href="{REPORT_JSON}">{REPORT_JSON}</a>; reject log with reasons and snippets: <code>{html.escape(report["reject_log"] or "rejects")}/part-*.jsonl</code>.</p>
+{_warnings(report)}
 <h2>Records per source</h2>
 <table><tr><th>source</th><th>input</th><th>kept</th><th>filtered</th><th>duplicate</th><th>rejected</th>
 <th>balanced</th><th>reasons</th></tr>
@@ -240,24 +661,26 @@ Data: <a href="{REPORT_JSON}">{REPORT_JSON}</a>; reject log with reasons and sni
 </table>
 <ul>{splits}</ul>
 <h2>Why records were not kept</h2>
-{img(reasons_png, "records per filter / reject reason")}
+{img(REASONS_PNG, "records per filter / reject reason")}
 <h2>Document lengths before and after cleaning</h2>
 <p>Log-scale bins of {BINS_PER_DECADE} per decade of words; "after" counts the documents that reach the shards.</p>
-{img(lengths_png, "document length histograms")}
+{img(LENGTHS_PNG, "document length histograms")}
+{_sections(report, img)}
 </body></html>
 """
 
 
 def write_report(manifest: dict[str, Any], before: dict[str, list[int]], after: dict[str, list[int]],
-                 output: str) -> str:
+                 output: str, extra: dict[str, Any] | None = None) -> str:
     """Write report.json, the PNGs and report.html under `output`; returns the HTML's URL."""
-    report = build_report(manifest, before, after)
-    reasons_png, lengths_png = plot_reasons(report), plot_lengths(report)
+    report = build_report(manifest, before, after, extra)
+    pngs = {REASONS_PNG: plot_reasons(report), LENGTHS_PNG: plot_lengths(report), DEDUPE_PNG: plot_dedupe(report),
+            TOKENS_PNG: plot_tokens(report), PACKING_PNG: plot_packing(report)}
     write_text_atomic(join(output, REPORT_JSON), json.dumps(report, sort_keys=True, indent=1) + "\n")
-    write_bytes_atomic(join(output, REASONS_PNG), reasons_png)
-    write_bytes_atomic(join(output, LENGTHS_PNG), lengths_png)
+    for name, data in pngs.items():
+        write_bytes_atomic(join(output, name), data)
     url = join(output, REPORT_HTML)
-    write_text_atomic(url, render_html(report, reasons_png, lengths_png))
+    write_text_atomic(url, render_html(report, pngs))
     return url
 
 
@@ -265,17 +688,36 @@ class WriteReport(beam.PTransform):
     """Committed manifest dict (singleton PCollection) -> report files; emits the report.html URL.
 
     before / after: Document PCollections (pre-clean and kept); only their length histograms,
-    combined in the pipeline, reach the writer.
+    combined in the pipeline, reach the writer. The optional PCollections feed the #17 sections,
+    each combined to a small summary first: reject_log (Reject / Duplicate: examples per reason),
+    duplicates (cluster sizes, similarity), tokenized (TokenizedDocument: tokens, <unk> per source)
+    and plans (the packing plans' singleton list from ``WriteCorpus.plans``: sequence lengths).
     """
 
-    def __init__(self, output: str, before, after):
+    def __init__(self, output: str, before, after, reject_log=None, duplicates=None, tokenized=None, plans=None):
         super().__init__()
         self.output, self.before, self.after = output, before, after
+        self.optional = {"reject_log": reject_log, "duplicates": duplicates, "tokenized": tokenized, "plans": plans}
 
     def expand(self, manifest):
         hist_before = self.before | "LengthsBefore" >> beam.CombineGlobally(LengthHistogram())
         hist_after = self.after | "LengthsAfter" >> beam.CombineGlobally(LengthHistogram())
+        parts = {"words": self.after | "Words" >> beam.CombineGlobally(WordCounts())}
+        o = self.optional
+        if o["reject_log"] is not None:
+            parts["examples"] = o["reject_log"] | "Examples" >> beam.CombineGlobally(RejectExamples())
+        if o["duplicates"] is not None:
+            parts["dedupe"] = o["duplicates"] | "DedupeStats" >> DedupeStats()
+        if o["tokenized"] is not None:
+            parts["tokens"] = o["tokenized"] | "TokenCounts" >> beam.CombineGlobally(TokenCounts())
+        if o["plans"] is not None:
+            parts["packed_lengths"] = o["plans"] | "PackedLengths" >> beam.Map(packed_lengths)
+        names = sorted(parts)
         output = self.output
+
+        def write(m, b, a, *values):
+            return write_report(m, b, a, output, dict(zip(names, values, strict=True)))
+
         return manifest | "WriteReport" >> beam.Map(
-            lambda m, b, a: write_report(m, b, a, output),
-            beam.pvalue.AsSingleton(hist_before), beam.pvalue.AsSingleton(hist_after))
+            write, beam.pvalue.AsSingleton(hist_before), beam.pvalue.AsSingleton(hist_after),
+            *(beam.pvalue.AsSingleton(parts[n]) for n in names))

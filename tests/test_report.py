@@ -3,24 +3,38 @@
 from __future__ import annotations
 
 import base64
+import html
 import json
+import os
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import apache_beam as beam
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
+from realtext import news_documents, write_jsonl
 
-from pipelines.records import Document
+from pipelines.records import Document, Duplicate, Reject
 from pipelines.report import (
     ALL,
     NUM_BINS,
     REPORT_HTML,
     REPORT_JSON,
+    SIMILARITY_BINS,
+    DedupeStats,
     LengthHistogram,
+    RejectExamples,
     WriteReport,
     bin_edges,
     length_bin,
+    similarity_bin,
     write_report,
 )
+from schemas import UNK_ID
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -76,10 +90,14 @@ def test_report_files(tmp_path):
     assert report["lengths"]["before_clean"] == before and report["lengths"]["after_clean"] == after
     html = (tmp_path / REPORT_HTML).read_text()
     images = re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', html)
-    assert len(images) == 2 and all(base64.b64decode(i).startswith(PNG_MAGIC) for i in images)
+    assert len(images) == 5 and all(base64.b64decode(i).startswith(PNG_MAGIC) for i in images)
     assert "ccnews" in html and "stories" in html and "malformed_json 2" in html
-    for png in ("report-reasons.png", "report-lengths.png"):
+    for png in ("report-reasons.png", "report-lengths.png", "report-dedupe.png", "report-tokens.png",
+                "report-packing.png"):
         assert (tmp_path / png).read_bytes().startswith(PNG_MAGIC)
+    # without the pipeline's summaries the new sections are empty, never invented
+    assert report["examples"] == {} and report["token_share"] == {} and report["dedupe"]["cluster_sizes"] == {}
+    assert report["rule_counts"]["filtered:min_words"] == {ALL: 2, "ccnews": 2}
     # deterministic: the same inputs give the same bytes
     first = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
     write_report(MANIFEST, before, after, str(tmp_path))
@@ -105,3 +123,224 @@ def test_write_report_transform(tmp_path):
     assert sum(report["lengths"]["before_clean"][ALL]) == 6
     assert sum(report["lengths"]["after_clean"][ALL]) == 3
     assert report["lengths"]["before_clean"][ALL][0] == 1  # the empty document
+
+
+# ------------------------------------------------------------------ the #17 sections, combined in Beam
+
+def test_examples_are_the_smallest_doc_ids_per_reason_on_any_split():
+    recs = [Reject(f"s-{i:03d}", "s", "filtered", "min_words", f"text {i}") for i in range(10)]
+    recs += [Duplicate("s-900", "s", "s-001", "near", 0.91), Reject("t-1", "t", "rejected", "bad", "x")]
+    fn = RejectExamples(3)
+    whole = fn.extract_output(fn.merge_accumulators([
+        fn.add_input(fn.create_accumulator(), r) for r in reversed(recs)]))
+    halves = []
+    for part in (recs[::2], recs[1::2]):
+        acc = fn.create_accumulator()
+        for r in part:
+            acc = fn.add_input(acc, r)
+        halves.append(acc)
+    assert fn.extract_output(fn.merge_accumulators(halves)) == whole
+    assert [e["doc_id"] for e in whole["filtered:min_words"]] == ["s-000", "s-001", "s-002"]
+    assert whole["filtered:min_words"][1]["snippet"] == "text 1"
+    assert whole["duplicate:near"] == [{"doc_id": "s-900", "source": "s", "dup_of": "s-001", "similarity": 0.91}]
+    assert list(whole) == ["duplicate:near", "filtered:min_words", "rejected:bad"]
+
+
+def test_dedupe_stats_in_beam(tmp_path):
+    dups = [Duplicate("a2", "x", "a1", "exact"), Duplicate("a3", "x", "a1", "near", 0.93),
+            Duplicate("b2", "y", "b1", "near", 0.71), Duplicate("c2", "y", "c1", "span")]
+    out = tmp_path / "stats.json"
+    with TestPipeline(runner="FnApiRunner") as p:
+        _ = p | beam.Create(dups) | DedupeStats() | beam.Map(lambda s: out.write_text(json.dumps(s)))
+    stats = json.loads(out.read_text())
+    assert stats["cluster_sizes"] == {"2": 2, "3": 1}
+    want = [0] * SIMILARITY_BINS
+    want[similarity_bin(0.93)] += 1
+    want[similarity_bin(0.71)] += 1
+    assert stats["similarity"] == want and sum(want) == 2 and similarity_bin(1.0) == SIMILARITY_BINS - 1
+
+
+# ------------------------------------------------------------------ a real build through the CLI
+
+def _cli_build(config: dict, tmp: Path, name: str) -> tuple[Path, dict, dict, dict, str]:
+    """Run `python -m pipelines.build --config` in a second process: (out, manifest, report, summary, stderr)."""
+    cfg_path = tmp / f"{name}.json"
+    cfg_path.write_text(json.dumps(config))
+    out = tmp / name
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "PYTHONPATH": f"{root}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    proc = subprocess.run([sys.executable, "-m", "pipelines.build", "--config", str(cfg_path), "--output", str(out)],
+                          capture_output=True, text=True, env=env, cwd=root, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return (out, json.loads((out / "manifest.json").read_text()), json.loads((out / REPORT_JSON).read_text()),
+            json.loads(proc.stdout), proc.stderr)
+
+
+@pytest.fixture(scope="module")
+def real_builds(tmp_path_factory):
+    """Two builds of real news (tests/realtext.py) through the CLI.
+
+    normal: sources news and wire; wire repeats four news articles exactly (one of them twice, a
+    cluster of 3), holds two near copies and one malformed line; the "javascript" rule is off.
+    bad: the same plus "briefs", mostly one-sentence articles (min_words removes 40 of 50), and a
+    vocabulary far larger than the text supports, trained without byte fallback (so some <unk>).
+    """
+    tmp = tmp_path_factory.mktemp("realreport")
+    docs = news_documents()
+    news = docs[:120]
+    wire = docs[120:180] + docs[:4] + [docs[0], docs[5].replace(" the ", " a ", 2), docs[6] + " Reuters."]
+    write_jsonl(str(tmp / "news.jsonl"), news)
+    with open(tmp / "wire.jsonl", "w", encoding="utf-8") as f:
+        f.writelines(json.dumps({"text": t}) + "\n" for t in wire)
+        f.write("{not json\n")
+    write_jsonl(str(tmp / "briefs.jsonl"), [d.split(". ")[0] + "." for d in docs[200:240]] + docs[240:250])
+    config = {"sources": [{"name": "news", "input": str(tmp / "news.jsonl")},
+                          {"name": "wire", "input": str(tmp / "wire.jsonl")}],
+              "clean": {"disabled_rules": ["javascript"]},
+              "tokenizer": {"vocab_size": 2000}, "packing": {"max_seq_len": 128, "valid_fraction": 0.1},
+              "shards": {"target_samples": 200}, "write_intermediates": True}
+    normal = _cli_build(config, tmp, "normal")
+    config["sources"].append({"name": "briefs", "input": str(tmp / "briefs.jsonl")})
+    # no byte fallback: characters outside the coverage become <unk> (the report must count them)
+    config["tokenizer"] = {"vocab_size": 20000, "byte_fallback": False, "character_coverage": 0.995}
+    bad = _cli_build(config, tmp, "bad")
+    return {"normal": normal, "bad": bad}
+
+
+def _reject_log(out: Path, m: dict) -> list[dict]:
+    rows = []
+    for part in sorted((out / m["intermediates"]["rejects"]).glob("part-*.jsonl")):
+        rows += [json.loads(line) for line in part.read_text().splitlines() if line]
+    return rows
+
+
+def _shard_ids(out: Path, m: dict) -> list[np.ndarray]:
+    from schemas.sample import decode_sample, iter_tar_samples
+
+    ids = []
+    for s in m["shards"]:
+        with open(out / s["name"], "rb") as f:
+            ids += [decode_sample(key, members)["input_ids"] for key, members in iter_tar_samples(f)]
+    return ids
+
+
+@pytest.mark.slow
+def test_real_build_report_sections_hold_the_true_numbers(real_builds):
+    out, m, report, summary, stderr = real_builds["normal"]
+    # per-rule counts are the manifest's accounting, per source and in all
+    for name, a in m["accounting"].items():
+        for bucket in ("filtered", "duplicate", "rejected"):
+            for reason, n in a[bucket].items():
+                assert report["rule_counts"][f"{bucket}:{reason}"][name] == n
+    assert {k: v[ALL] for k, v in report["rule_counts"].items()} == report["reasons"]
+    assert summary["rules"] == report["rule_counts"]
+    assert report["rule_counts"]["duplicate:exact"] == {ALL: 5, "wire": 5}
+    assert report["rule_counts"]["rejected:malformed_json"] == {ALL: 1, "wire": 1}
+
+    # examples: the smallest doc_ids of each reason, as the reject log holds them
+    log = {r["doc_id"]: r for r in _reject_log(out, m)}
+    assert len(log) == sum(v[ALL] for v in report["rule_counts"].values())
+    for key, exs in report["examples"].items():
+        bucket, reason = key.split(":", 1)
+        ids = sorted(d for d, r in log.items() if r["bucket"] == bucket and r.get("reason", r.get("kind")) == reason)
+        assert [e["doc_id"] for e in exs] == ids[:3]
+        for e in exs:
+            row = log[e["doc_id"]]
+            assert e["source"] == row["source"]
+            assert e.get("snippet", e.get("dup_of")) == row.get("snippet", row.get("dup_of"))
+    assert set(report["examples"]) == set(report["rule_counts"])
+    assert report["examples"]["rejected:malformed_json"][0]["snippet"] == "{not json"
+
+    # dedupe: a cluster is the kept document and its removed copies; near copies carry their similarity
+    sizes = {int(k): v for k, v in report["dedupe"]["cluster_sizes"].items()}
+    assert sum((k - 1) * v for k, v in sizes.items()) == sum(report["rule_counts"].get(f"duplicate:{k}", {}).get(
+        ALL, 0) for k in ("exact", "near", "span"))
+    assert sizes[3] == 1  # news article 0 and its two exact copies
+    near = [r for r in log.values() if r.get("kind") == "near"]
+    assert len(near) == 2 and all(m["config"]["dedupe"]["threshold"] <= r["similarity"] <= 1 for r in near)
+    sims = report["dedupe"]["similarity"]["counts"]
+    assert sum(sims) == len(near)
+    assert sorted(i for i, c in enumerate(sims) for _ in range(c)) == sorted(similarity_bin(r["similarity"])
+                                                                           for r in near)
+
+    # tokenizer: document tokens are the packer's input tokens; words those of the clean intermediate
+    t = report["tokenizer"]
+    assert (t["requested_vocab_size"], t["vocab_size"]) == (2000, m["tokenizer"]["vocab_size"])
+    assert t["tokens"] == m["counters"]["pack_input_tokens"]
+    clean_words = sum(len(text.split()) for part in sorted((out / m["intermediates"]["clean"]).glob("*.parquet"))
+                      for text in pq.read_table(part, columns=["text"]).column("text").to_pylist())
+    assert t["words"] == clean_words and t["tokens_per_word"] == pytest.approx(t["tokens"] / clean_words)
+    assert 1.0 < t["tokens_per_word"] < 3.0
+    ids = _shard_ids(out, m)
+    assert m["counters"]["pack_truncated_tokens"] == m["counters"]["pack_dropped_tokens"] == 0
+    assert t["unk_tokens"] == sum(int((a == UNK_ID).sum()) for a in ids) and t["unk_rate"] == 0.0
+
+    # token share per source
+    share = report["token_share"]
+    assert set(share) == {"news", "wire"} and sum(s["share"] for s in share.values()) == pytest.approx(1.0)
+    assert sum(s["tokens"] for s in share.values()) == t["tokens"]
+    assert share["news"]["share"] > share["wire"]["share"] > 0
+
+    # packed lengths: one count per sample, ids as the shards hold them
+    pk = report["packing"]
+    for split, tot in m["totals"].items():
+        sp = pk["splits"][split]
+        assert sum(sp["counts"]) == sp["sequences"] == tot["samples"]
+        assert sp["tokens"] == tot["tokens"]
+        assert sp["fill_rate"] == pytest.approx(tot["tokens"] / (tot["samples"] * m["max_seq_len"]))
+    assert pk["splits"][ALL]["sequences"] == len(ids)
+    lengths = np.array([len(a) for a in ids])
+    hist = np.bincount(lengths // pk["bin_width"], minlength=len(pk["bin_lower_edges"]))
+    assert hist.tolist() == pk["splits"][ALL]["counts"]
+
+    # effective config, with the disabled rule off and the others on
+    assert report["config"] == m["config"]
+    assert report["rules_enabled"]["javascript"] is False
+    assert all(on for r, on in report["rules_enabled"].items() if r != "javascript")
+
+    # a normal build warns about nothing
+    assert report["warnings"] == [] and "warning:" not in stderr
+    assert set(summary["wall_seconds"]) == {"tag", "pipeline"} and summary["wall_seconds"]["pipeline"] > 0
+    assert summary["token_share"] == {k: round(v["share"], 4) for k, v in share.items()}
+
+
+@pytest.mark.slow
+def test_real_build_report_html_links_existing_pngs(real_builds):
+    out, _, report, _, _ = real_builds["normal"]
+    page = (out / REPORT_HTML).read_text()
+    links = re.findall(r'<a href="([^"]+\.png)"><img', page)
+    assert len(links) == 5
+    for name in links:
+        assert (out / name).read_bytes().startswith(PNG_MAGIC)
+    for heading in ("Records removed per rule and source", "Examples per reason", "Dedupe clusters",
+                    "Tokenizer", "Token share per source", "Packed sequences", "Effective config"):
+        assert f"<h2>{heading}" in page
+    assert "{not json" in page and "Rules switched off: javascript" in page
+    assert report["reject_log"] in page and "<h2>Warnings" not in page
+
+
+@pytest.mark.slow
+def test_cli_warns_when_a_rule_removes_most_of_a_source_or_the_vocabulary_is_small(real_builds):
+    out, m, report, _, stderr = real_builds["bad"]
+    warnings = [line for line in stderr.splitlines() if line.startswith("warning:")]
+    page = (out / REPORT_HTML).read_text()
+    assert page.index("<h2>Warnings") < page.index("<h2>Records per source")
+    assert all(html.escape(w) in page for w in warnings)
+    briefs = m["accounting"]["briefs"]
+    assert briefs["filtered"]["min_words"] > briefs["input"] / 2
+    assert warnings == report["warnings"] and len(warnings) == 2
+    assert "'min_words' removed 40 of 50 documents (80%) of source 'briefs'" in warnings[0]
+    vocab = m["tokenizer"]["vocab_size"]
+    assert vocab < 20000 and f"came out at {vocab} pieces, smaller than the 20000 asked" in warnings[1]
+    assert report["tokenizer"]["requested_vocab_size"] == 20000
+
+
+@pytest.mark.slow
+def test_real_build_unk_rate_counts_the_unk_in_the_shards(real_builds):
+    out, m, report, summary, _ = real_builds["bad"]
+    t = report["tokenizer"]
+    assert m["counters"]["pack_truncated_tokens"] == m["counters"]["pack_dropped_tokens"] == 0
+    unk = sum(int((a == UNK_ID).sum()) for a in _shard_ids(out, m))
+    assert unk > 0 and t["unk_tokens"] == unk
+    assert t["unk_rate"] == pytest.approx(unk / m["counters"]["pack_input_tokens"])
+    assert summary["tokenizer"]["unk_rate"] == round(t["unk_rate"], 6)
