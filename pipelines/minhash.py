@@ -245,3 +245,50 @@ def lsh_threshold(bands: int, rows: int) -> float:
 def estimate_margin(threshold: float, num_perm: int, sigmas: float = 2.0) -> float:
     """``sigmas`` standard errors of a num_perm-value Jaccard estimate at ``threshold``."""
     return sigmas * math.sqrt(threshold * (1.0 - threshold) / num_perm)
+
+
+def overlap(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
+    """(Jaccard, overlap coefficient |A&B| / min(|A|, |B|)) of two sorted-unique shingle arrays.
+
+    Two empty sets are identical (1.0, 1.0); one empty set overlaps nothing.
+    """
+    if a.size == 0 and b.size == 0:
+        return 1.0, 1.0
+    if a.size == 0 or b.size == 0:
+        return 0.0, 0.0
+    inter = np.intersect1d(a, b, assume_unique=True).size
+    return inter / (a.size + b.size - inter), inter / min(a.size, b.size)
+
+
+@dataclass(frozen=True)
+class NearRule:
+    """When two shingle sets are near duplicates: true similarity, never LSH collisions alone.
+
+    Jaccard >= ``threshold``, or (when ``containment`` is set) overlap
+    coefficient >= ``containment`` with Jaccard >= ``min_jaccard`` and the
+    smaller set holding >= ``min_shingles`` shingles: a copy that adds or drops
+    a paragraph keeps nearly all of the smaller document's shingles while its
+    Jaccard falls with the paragraph's share. The two guards keep a short
+    snippet (few shingles) or a lead paragraph quoted inside a long article
+    (low Jaccard) from counting as a copy.
+    """
+
+    threshold: float
+    containment: float | None = None
+    min_jaccard: float = 0.5
+    min_shingles: int = 50
+
+    @property
+    def floor(self) -> float:
+        """The lowest Jaccard this rule can accept (what LSH candidates must be screened against)."""
+        if self.containment is None:
+            return self.threshold
+        return min(self.threshold, self.min_jaccard)
+
+    def accepts(self, a: np.ndarray, b: np.ndarray) -> bool:
+        """True if the sorted-unique shingle arrays ``a`` and ``b`` are near duplicates."""
+        j, c = overlap(a, b)
+        if j >= self.threshold:
+            return True
+        return (self.containment is not None and c >= self.containment and j >= self.min_jaccard
+                and min(a.size, b.size) >= self.min_shingles)
