@@ -171,7 +171,7 @@ class MinHasher:
         """(len(shingles), num_perm) uint32 MinHash signatures; an empty set gets all 0xFFFFFFFF."""
         a, b = _perms_cached(self.seed, self.num_perm)
         n = len(shingles)
-        sig = np.full((n, self.num_perm), 0xFFFFFFFF, dtype=np.uint64)
+        sig = np.full((n, self.num_perm), 0xFFFFFFFFFFFFFFFF, dtype=np.uint64)
         lens = np.fromiter((len(s) for s in shingles), dtype=np.int64, count=n)
         if lens.sum() == 0:
             return sig.astype(np.uint32)
@@ -183,13 +183,15 @@ class MinHasher:
             blk = block[: hi - lo]
             np.multiply(x[lo:hi, None], a[None, :], out=blk)
             blk += b[None, :]
-            blk >>= _U64(32)
+            # No ">> 32" here: the shift is monotone, so min(h) >> 32 == min(h >> 32);
+            # it is applied once to the (docs x permutations) result below.
             d = doc[lo:hi]
             # Segment starts of the documents inside this chunk (doc is sorted).
             seg = np.concatenate(([0], np.nonzero(d[1:] != d[:-1])[0] + 1))
             mins = np.minimum.reduceat(blk, seg, axis=0)
             ids = d[seg]
             sig[ids] = np.minimum(sig[ids], mins)
+        sig >>= _U64(32)  # all-ones (an empty set) becomes 0xFFFFFFFF
         return sig.astype(np.uint32)
 
     def band_keys(self, sig: np.ndarray) -> np.ndarray:
