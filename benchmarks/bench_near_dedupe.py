@@ -340,6 +340,7 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     articles = news_documents()
     lines = ["# Near-duplicate dedupe on real text (bench_near_dedupe.py)", "",
+             "Command: `PYTHONPATH=$PWD python -m benchmarks.bench_near_dedupe`",
              f"{platform.platform()}, Python {platform.python_version()}, 1 process. Lee news corpus (gensim).",
              "Columns: same-article recall, precision (false/removed), negatives merged, recall per edit family, "
              "seconds.", ""]
