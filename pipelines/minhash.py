@@ -34,9 +34,9 @@ import numpy as np
 _PUNCT_RE = re.compile(r"[^\w\s]+")
 _U64 = np.uint64
 _MASK32 = _U64(0xFFFFFFFF)
-# Rows of the (shingles x permutations) block processed at once: ~4 MB of uint64
+# Rows of the (shingles x permutations) block processed at once: ~1.8 MB of uint64
 # at 112 permutations, small enough to stay in cache, large enough to amortize numpy calls.
-_CHUNK_ROWS = 4096
+_CHUNK_ROWS = 2048
 # Bound on the per-process word-hash memo (a Zipfian vocabulary hits it constantly).
 _WORD_CACHE_MAX = 1 << 20
 _word_cache: dict[str, int] = {}
