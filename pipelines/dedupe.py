@@ -49,10 +49,10 @@ from apache_beam.metrics import Metrics
 
 from pipelines.minhash import (
     MinHasher,
+    NearRule,
     estimate_margin,
     estimated_jaccard,
     hash_normalized,
-    jaccard,
     normalize_text,
     normalized_text_hash,
     shingle_sets,
@@ -76,12 +76,14 @@ from schemas.storage import (
 __all__ = [
     "ConnectedComponents",
     "Deduplicate",
+    "EdgeScreen",
     "ExactDedupe",
     "NearDedupe",
     "Sketch",
     "SpanDedupe",
     "apply_span_losses",
     "large_star",
+    "near_rule",
     "normalized_text_hash",
     "remove_sentences",
     "resolve_exact_group",
@@ -123,6 +125,11 @@ class Sketch:
     @property
     def old(self) -> bool:
         return self.node.startswith(OLD)
+
+
+def near_rule(cfg: DedupeConfig) -> NearRule:
+    """The verification rule of a config (Jaccard threshold, containment and its guards)."""
+    return NearRule(cfg.threshold, cfg.containment, cfg.containment_min_jaccard, cfg.containment_min_shingles)
 
 
 def _hasher(cfg: DedupeConfig) -> MinHasher:
@@ -308,48 +315,93 @@ class _SketchBatch(beam.DoFn):
         yield from sketch_documents(batch, self.hasher)
 
 
-def bucket_edges(members: Iterable[tuple[str, np.ndarray]], min_estimate: float) -> Iterator[tuple[str, str]]:
+@dataclass(frozen=True)
+class EdgeScreen:
+    """Which LSH candidates become edges, judged on signatures (2 sigma below what ``NearRule`` accepts).
+
+    A candidate passes if its estimated Jaccard reaches ``jaccard``, or (the
+    containment path) its estimated Jaccard reaches ``containment_jaccard`` and
+    the overlap coefficient derived from it and the two set sizes,
+    ``J (|A| + |B|) / ((1 + J) min(|A|, |B|))``, reaches ``containment``. Screening
+    containment on its own estimate (not on a lowered Jaccard bar) keeps
+    components tight: loose edges chain a family into one cluster whose kept
+    document is far from most members, which then fail verification.
+    """
+
+    jaccard: float
+    containment: float | None = None
+    containment_jaccard: float = 0.0
+    min_shingles: int = 1
+
+    @classmethod
+    def of(cls, rule: NearRule, num_perm: int) -> EdgeScreen:
+        """The screen of a verification rule for signatures of ``num_perm`` values."""
+        def lo(t: float) -> float:
+            return max(0.0, t - estimate_margin(t, num_perm))
+
+        if rule.containment is None:
+            return cls(lo(rule.threshold))
+        return cls(lo(rule.threshold), lo(rule.containment), lo(rule.min_jaccard), rule.min_shingles)
+
+    def passes(self, sig_a: np.ndarray, n_a: int | None, sig_b: np.ndarray, n_b: int | None) -> bool:
+        """True if the pair (signatures, shingle counts; None: unknown) may be a near duplicate."""
+        j = estimated_jaccard(sig_a, sig_b)
+        if j >= self.jaccard:
+            return True
+        if self.containment is None or n_a is None or n_b is None or j < self.containment_jaccard:
+            return False
+        small = min(n_a, n_b)
+        return small >= self.min_shingles and j * (n_a + n_b) / ((1.0 + j) * small) >= self.containment
+
+
+def bucket_edges(members: Iterable[tuple[Any, ...]], screen: EdgeScreen | float) -> Iterator[tuple[str, str]]:
     """Verified candidate edges of one LSH bucket: (bucket's smallest node, member).
 
-    Each member is compared with the bucket's smallest node only (a star, not a
-    clique: linear in the bucket size, and components connect the rest) and
-    kept if the signature-estimated Jaccard reaches ``min_estimate``. Buckets
-    of old documents only produce nothing (old documents are never removed).
+    Members are ``(node, signature, shingle count)`` (or ``(node, signature)``:
+    count unknown, Jaccard path only). Each member is compared with the
+    bucket's smallest node only (a star, not a clique: linear in the bucket
+    size, and components connect the rest) and kept if it passes ``screen``
+    (an ``EdgeScreen``, or a float: the minimum estimated Jaccard). Buckets of
+    old documents only produce nothing (old documents are never removed).
     """
-    root: tuple[str, np.ndarray] | None = None
+    if not isinstance(screen, EdgeScreen):
+        screen = EdgeScreen(screen)
+    root: tuple[Any, ...] | None = None
     any_new = False
-    for node, sig in members:
-        any_new = any_new or node.startswith(NEW)
-        if root is None or node < root[0]:
-            root = (node, sig)
+    for m in members:
+        any_new = any_new or m[0].startswith(NEW)
+        if root is None or m[0] < root[0]:
+            root = m
     if root is None or not any_new:
         return
-    for node, sig in members:
-        if node != root[0] and node.startswith(NEW) and estimated_jaccard(sig, root[1]) >= min_estimate:
-            yield (root[0], node)
+    root_n = root[2] if len(root) > 2 else None
+    for m in members:
+        if m[0] != root[0] and m[0].startswith(NEW) and screen.passes(
+                m[1], m[2] if len(m) > 2 else None, root[1], root_n):
+            yield (root[0], m[0])
 
 
 class _Buckets(beam.DoFn):
-    def __init__(self, min_estimate: float) -> None:
-        self.min_estimate = min_estimate
+    def __init__(self, screen: EdgeScreen) -> None:
+        self.screen = screen
         self.candidates = Metrics.counter(_NS, "near_candidate_pairs")
         self.edges = Metrics.counter(_NS, "near_verified_edges")
 
     def process(self, element: tuple[int, Iterable[tuple[str, np.ndarray]]]) -> Iterator[tuple[str, str]]:
         _, members = element
         n = 0
-        for edge in bucket_edges(members, self.min_estimate):
+        for edge in bucket_edges(members, self.screen):
             n += 1
             yield edge
         if n:
             self.edges.inc(n)
 
 
-def _bucket_entries(s: Sketch) -> Iterator[tuple[int, tuple[str, np.ndarray]]]:
+def _bucket_entries(s: Sketch) -> Iterator[tuple[int, tuple[str, np.ndarray, int]]]:
     if s.shingles.size == 0:  # empty documents are left to exact dedupe
         return
     for key in s.band_keys.tolist():
-        yield key, (s.node, s.signature)
+        yield key, (s.node, s.signature, int(s.shingles.size))
 
 
 def _route_to_root(element: tuple[str, dict[str, Any]]) -> Iterator[tuple[str, tuple[Any, ...]]]:
@@ -370,14 +422,19 @@ def _route_to_root(element: tuple[str, dict[str, Any]]) -> Iterator[tuple[str, t
 
 
 def resolve_cluster(
-    root: str, entries: Iterable[tuple[Any, ...]], threshold: float, max_members: int
+    root: str, entries: Iterable[tuple[Any, ...]], rule: NearRule | float, max_members: int
 ) -> tuple[list[Duplicate], int, int]:
     """(duplicates, failed verification, over the cap) for one cluster.
 
-    Every new member whose true shingle Jaccard with the root reaches
-    ``threshold`` is a near duplicate of the root, up to ``max_members`` of
-    them (the smallest doc_ids; the rest are kept). Old members never are.
+    Every new member whose true shingle sets with the root pass ``rule``
+    (``NearRule``: Jaccard, or containment with its guards; a float is a plain
+    Jaccard threshold) is a near duplicate of the root, up to ``max_members``
+    of them (the smallest doc_ids; the rest are kept). Old members never are.
+    Verification is against the root, never a neighbor: that is what stops
+    transitive closure from chaining unrelated documents.
     """
+    if not isinstance(rule, NearRule):
+        rule = NearRule(rule)
     root_shingles: np.ndarray | None = None
     for e in entries:
         if e[0] == "root":
@@ -393,8 +450,8 @@ def resolve_cluster(
         if e[0] != "member" or not e[1].startswith(NEW):
             continue
         _, node, source, shingles = e
-        sim = jaccard(root_shingles, shingles)
-        if sim < threshold:
+        ok, sim = rule.judge(root_shingles, shingles)
+        if not ok:
             failed += 1
             continue
         if len(verified) < max_members:
@@ -423,8 +480,8 @@ class _Desc:
 
 
 class _ResolveClusters(beam.DoFn):
-    def __init__(self, threshold: float, max_members: int) -> None:
-        self.threshold, self.max_members = threshold, max_members
+    def __init__(self, rule: NearRule, max_members: int) -> None:
+        self.rule, self.max_members = rule, max_members
         self.dups = Metrics.counter(_NS, "near_duplicates")
         self.failed = Metrics.counter(_NS, "near_failed_root_verification")
         self.over = Metrics.counter(_NS, "near_over_cluster_cap")
@@ -432,7 +489,7 @@ class _ResolveClusters(beam.DoFn):
 
     def process(self, element: tuple[str, Iterable[tuple[Any, ...]]]) -> Iterator[Duplicate]:
         root, entries = element
-        dups, failed, over = resolve_cluster(root, entries, self.threshold, self.max_members)
+        dups, failed, over = resolve_cluster(root, entries, self.rule, self.max_members)
         self.failed.inc(failed)
         self.over.inc(over)
         if dups:
@@ -463,10 +520,11 @@ class NearDedupe(beam.PTransform):
     def expand(self, sketches: beam.PCollection) -> beam.PCollection:
         cfg = self.cfg
         num_perm = cfg.bands * cfg.rows
-        # Edges pass on the signature estimate with a 2-sigma margin below the
-        # threshold (pairs truly at the threshold estimate below it half the
-        # time); the true Jaccard against the kept document decides removal.
-        min_estimate = max(0.0, cfg.threshold - estimate_margin(cfg.threshold, num_perm))
+        # Edges pass on signature estimates with a 2-sigma margin below what the
+        # rule accepts (pairs truly there estimate below it half the time); the
+        # true similarity against the kept document decides.
+        rule = near_rule(cfg)
+        screen = EdgeScreen.of(rule, num_perm)
         entries = sketches | "BucketEntries" >> beam.FlatMap(_bucket_entries)
         if self.old_parts is not None:
             new_keys = sketches | "NewBandKeys" >> beam.FlatMap(lambda s: [s.band_keys] if s.shingles.size else [])
@@ -481,7 +539,7 @@ class NearDedupe(beam.PTransform):
         edges = (
             entries
             | "GroupBuckets" >> beam.GroupByKey()
-            | "VerifiedEdges" >> beam.ParDo(_Buckets(min_estimate))
+            | "VerifiedEdges" >> beam.ParDo(_Buckets(screen))
         )
         roles = (
             edges
@@ -503,7 +561,7 @@ class NearDedupe(beam.PTransform):
             | "JoinRoles" >> beam.CoGroupByKey()
             | "RouteToRoot" >> beam.FlatMap(_route_to_root)
             | "GroupClusters" >> beam.GroupByKey()
-            | "ResolveClusters" >> beam.ParDo(_ResolveClusters(cfg.threshold, cfg.max_cluster_size))
+            | "ResolveClusters" >> beam.ParDo(_ResolveClusters(rule, cfg.max_cluster_size))
         )
 
 
@@ -778,6 +836,9 @@ def index_schema():
         pa.field("signature", pa.list_(pa.uint32()), nullable=False),
         pa.field("band_keys", pa.list_(pa.int64()), nullable=False),
         pa.field("shingles", pa.large_list(pa.uint32()), nullable=False),
+        # Shingle-set size, so the LSH step can screen containment without reading shingles.
+        # Absent from parts written before it; readers fall back to the shingles column.
+        pa.field("num_shingles", pa.int32(), nullable=False),
     ], metadata={"shardforge.schema": f"dedupe-index/{INDEX_VERSION}"})
 
 
@@ -799,6 +860,7 @@ def _sketches_to_parquet(rows: list[Sketch]) -> bytes:
         "signature": pa.array([s.signature for s in rows], pa.list_(pa.uint32())),
         "band_keys": pa.array([s.band_keys for s in rows], pa.list_(pa.int64())),
         "shingles": pa.array([s.shingles for s in rows], pa.large_list(pa.uint32())),
+        "num_shingles": pa.array([s.shingles.size for s in rows], pa.int32()),
     }
     buf = io.BytesIO()
     # Small row groups: a lookup reads the probe columns of every group but the
@@ -890,8 +952,11 @@ def index_bucket_entries(url: str, band_keys: np.ndarray) -> Iterator[tuple[int,
             rows = np.flatnonzero(_row_hits(t.column("band_keys").combine_chunks(), band_keys))
             if not rows.size:
                 continue
-            hit = pf.read_row_group(g, columns=["doc_id", "signature"]).take(rows)
+            size_col = "num_shingles" if "num_shingles" in pf.schema_arrow.names else "shingles"
+            hit = pf.read_row_group(g, columns=["doc_id", "signature", size_col]).take(rows)
             nodes = [OLD + d for d in hit.column("doc_id").to_pylist()]
+            sizes = (hit.column(size_col).to_pylist() if size_col == "num_shingles" else
+                     hit.column(size_col).combine_chunks().value_lengths().to_pylist())
             sig_col = hit.column("signature").combine_chunks()
             sigs = sig_col.flatten().to_numpy(zero_copy_only=False).astype(np.uint32)
             sig_len = sig_col.value_lengths().to_numpy(zero_copy_only=False).astype(np.int64)
@@ -902,7 +967,7 @@ def index_bucket_entries(url: str, band_keys: np.ndarray) -> Iterator[tuple[int,
             pos = np.minimum(np.searchsorted(band_keys, values), band_keys.size - 1)
             for j in np.flatnonzero(band_keys[pos] == values).tolist():
                 r = int(row_of[j])
-                yield int(values[j]), (nodes[r], sigs[sig_start[r]:sig_start[r + 1]].copy())
+                yield int(values[j]), (nodes[r], sigs[sig_start[r]:sig_start[r + 1]].copy(), int(sizes[r]))
 
 
 def index_exact_matches(url: str, hashes: set[str]) -> Iterator[tuple[str, str]]:

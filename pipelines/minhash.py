@@ -34,9 +34,9 @@ import numpy as np
 _PUNCT_RE = re.compile(r"[^\w\s]+")
 _U64 = np.uint64
 _MASK32 = _U64(0xFFFFFFFF)
-# Rows of the (shingles x permutations) block processed at once: ~4 MB of uint64
+# Rows of the (shingles x permutations) block processed at once: ~1.8 MB of uint64
 # at 112 permutations, small enough to stay in cache, large enough to amortize numpy calls.
-_CHUNK_ROWS = 4096
+_CHUNK_ROWS = 2048
 # Bound on the per-process word-hash memo (a Zipfian vocabulary hits it constantly).
 _WORD_CACHE_MAX = 1 << 20
 _word_cache: dict[str, int] = {}
@@ -171,7 +171,7 @@ class MinHasher:
         """(len(shingles), num_perm) uint32 MinHash signatures; an empty set gets all 0xFFFFFFFF."""
         a, b = _perms_cached(self.seed, self.num_perm)
         n = len(shingles)
-        sig = np.full((n, self.num_perm), 0xFFFFFFFF, dtype=np.uint64)
+        sig = np.full((n, self.num_perm), 0xFFFFFFFFFFFFFFFF, dtype=np.uint64)
         lens = np.fromiter((len(s) for s in shingles), dtype=np.int64, count=n)
         if lens.sum() == 0:
             return sig.astype(np.uint32)
@@ -183,13 +183,15 @@ class MinHasher:
             blk = block[: hi - lo]
             np.multiply(x[lo:hi, None], a[None, :], out=blk)
             blk += b[None, :]
-            blk >>= _U64(32)
+            # No ">> 32" here: the shift is monotone, so min(h) >> 32 == min(h >> 32);
+            # it is applied once to the (docs x permutations) result below.
             d = doc[lo:hi]
             # Segment starts of the documents inside this chunk (doc is sorted).
             seg = np.concatenate(([0], np.nonzero(d[1:] != d[:-1])[0] + 1))
             mins = np.minimum.reduceat(blk, seg, axis=0)
             ids = d[seg]
             sig[ids] = np.minimum(sig[ids], mins)
+        sig >>= _U64(32)  # all-ones (an empty set) becomes 0xFFFFFFFF
         return sig.astype(np.uint32)
 
     def band_keys(self, sig: np.ndarray) -> np.ndarray:
@@ -245,3 +247,55 @@ def lsh_threshold(bands: int, rows: int) -> float:
 def estimate_margin(threshold: float, num_perm: int, sigmas: float = 2.0) -> float:
     """``sigmas`` standard errors of a num_perm-value Jaccard estimate at ``threshold``."""
     return sigmas * math.sqrt(threshold * (1.0 - threshold) / num_perm)
+
+
+def overlap(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
+    """(Jaccard, overlap coefficient |A&B| / min(|A|, |B|)) of two sorted-unique shingle arrays.
+
+    Two empty sets are identical (1.0, 1.0); one empty set overlaps nothing.
+    """
+    if a.size == 0 and b.size == 0:
+        return 1.0, 1.0
+    if a.size == 0 or b.size == 0:
+        return 0.0, 0.0
+    inter = np.intersect1d(a, b, assume_unique=True).size
+    return inter / (a.size + b.size - inter), inter / min(a.size, b.size)
+
+
+@dataclass(frozen=True)
+class NearRule:
+    """When two shingle sets are near duplicates: true similarity, never LSH collisions alone.
+
+    Jaccard >= ``threshold``, or (when ``containment`` is set) overlap
+    coefficient >= ``containment`` with Jaccard >= ``min_jaccard`` and the
+    smaller set holding >= ``min_shingles`` shingles: a copy that adds or drops
+    a paragraph keeps nearly all of the smaller document's shingles while its
+    Jaccard falls with the paragraph's share. The two guards keep a short
+    snippet (few shingles) or a lead paragraph quoted inside a long article
+    (low Jaccard) from counting as a copy.
+    """
+
+    threshold: float
+    containment: float | None = None
+    min_jaccard: float = 0.5
+    min_shingles: int = 50
+
+    @property
+    def floor(self) -> float:
+        """The lowest Jaccard this rule can accept (what LSH candidates must be screened against)."""
+        if self.containment is None:
+            return self.threshold
+        return min(self.threshold, self.min_jaccard)
+
+    def accepts(self, a: np.ndarray, b: np.ndarray) -> bool:
+        """True if the sorted-unique shingle arrays ``a`` and ``b`` are near duplicates."""
+        return self.judge(a, b)[0]
+
+    def judge(self, a: np.ndarray, b: np.ndarray) -> tuple[bool, float]:
+        """(near duplicates?, their true Jaccard) for sorted-unique shingle arrays ``a`` and ``b``."""
+        j, c = overlap(a, b)
+        if j >= self.threshold:
+            return True, j
+        ok = (self.containment is not None and c >= self.containment and j >= self.min_jaccard
+              and min(a.size, b.size) >= self.min_shingles)
+        return ok, j

@@ -172,3 +172,31 @@ def test_lsh_catches_near_duplicates_empirically() -> None:
         total += 1
         hits += bool(np.any(keys[0] == keys[1]))
     assert hits / total >= 0.9
+
+
+def test_near_rule_paths_and_guards() -> None:
+    """Jaccard path, containment path, and the two guards that keep snippets and shared leads apart."""
+    from pipelines.dedupe import EdgeScreen
+    from pipelines.minhash import NearRule, overlap
+
+    rule = NearRule(0.7, 0.9, min_jaccard=0.5, min_shingles=50)
+    base = np.arange(1000, dtype=np.uint32)
+    assert overlap(base, base[:600]) == (0.6, 1.0)
+    assert rule.accepts(base, base[:750])  # Jaccard 0.75
+    assert rule.accepts(base, base[:600])  # dropped 40%: Jaccard 0.6, containment 1.0
+    assert not rule.accepts(base, base[:450])  # Jaccard 0.45 < min_jaccard: a shared first half
+    assert not NearRule(0.7).accepts(base, base[:600])  # Jaccard only
+    small = np.arange(40, dtype=np.uint32)
+    assert not rule.accepts(small, small[:25])  # 25 shingles < min_shingles, Jaccard 0.625
+    assert NearRule(0.7, 0.9, 0.5, 20).accepts(small, small[:25])
+    assert overlap(np.empty(0, np.uint32), base) == (0.0, 0.0)
+    assert rule.floor == 0.5 and NearRule(0.7).floor == 0.7
+    # The screen on real signatures: a dropped-48% pair (Jaccard 0.52) passes on estimated containment, a pair
+    # sharing 30% does not; without shingle counts only the Jaccard path is open.
+    h = MinHasher(ngram=1, bands=28, rows=4, seed=42)
+    other = np.arange(5000, 5700, dtype=np.uint32)
+    sig = h.signatures([base, base[:520], np.union1d(base[:300], other)])
+    screen = EdgeScreen.of(rule, h.num_perm)
+    assert screen.passes(sig[0], 1000, sig[1], 520)
+    assert not screen.passes(sig[0], None, sig[1], 520)
+    assert not screen.passes(sig[0], 1000, sig[2], 1000)
