@@ -257,7 +257,11 @@ def test_real_build_report_sections_hold_the_true_numbers(real_builds):
         ALL, 0) for k in ("exact", "near", "span"))
     assert sizes[3] == 1  # news article 0 and its two exact copies
     near = [r for r in log.values() if r.get("kind") == "near"]
-    assert len(near) == 2 and all(m["config"]["dedupe"]["threshold"] <= r["similarity"] <= 1 for r in near)
+    # the two planted copies, and two near copies the Lee corpus itself holds (articles 59/72 and 98/107,
+    # the second contained whole in a longer report); the recorded similarity is the verified Jaccard,
+    # at least the containment path's floor
+    assert len(near) == 4 and all(m["config"]["dedupe"]["containment_min_jaccard"] <= r["similarity"] <= 1
+                                  for r in near)
     sims = report["dedupe"]["similarity"]["counts"]
     assert sum(sims) == len(near)
     assert sorted(i for i, c in enumerate(sims) for _ in range(c)) == sorted(similarity_bin(r["similarity"])

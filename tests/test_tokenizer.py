@@ -367,7 +367,8 @@ def test_real_text_build_has_no_unk_in_any_shard(real_raw, tmp_path, tok):
     out = str(tmp_path / "corpus")
     m = run_build(real_build_config(real_raw, tok), out)
     sp = load_processor(open(os.path.join(out, m.tokenizer.path), "rb").read())
-    assert m.accounting["news"].kept >= len(news_documents()) - 2  # the corpus has one near duplicate
+    # the corpus holds three near copies (articles 228/236, 59/72 and 98/107: one contained in a longer report)
+    assert m.accounting["news"].kept >= len(news_documents()) - 3
     for shard_samples in shard_ids(out, m):
         assert UNK_ID not in shard_samples
     flat = np.concatenate(shard_ids(out, m))
