@@ -4,10 +4,10 @@
     python benchmarks/bench_storage.py --shards 8 --shard-mb 16
 
 Ours, write: samples -> deterministic tar (schemas.sample.write_tar) streamed
-through schemas.storage.write_stream_atomic (hashing, temporary name, fsync or
+through storage.write_stream_atomic (hashing, temporary name, fsync or
 server-side copy, size/MD5 check). Baseline: the finished tar bytes written
 with one plain fsspec ``open(path, "wb").write``.
-Ours, read: schemas.storage.open_read (one readahead buffer) -> tar parse ->
+Ours, read: storage.open_read (one readahead buffer) -> tar parse ->
 decode every sample (no pickle); also read_bytes (I/O only). Baseline:
 ``fs.cat_file``.
 Ratios are ours / baseline throughput (1.0 = no overhead). Results go to
@@ -36,7 +36,7 @@ set_gcsfs_env()  # before anything imports gcsfs
 
 import numpy as np  # noqa: E402
 
-from schemas import storage  # noqa: E402
+import storage  # noqa: E402
 from schemas.sample import decode_sample, encode_sample, iter_tar_samples, tar_bytes, write_tar  # noqa: E402
 
 

@@ -51,7 +51,7 @@ from schemas.config import BuildConfig, SourceConfig
 from schemas.errors import UserError
 from schemas.manifest import Manifest
 from schemas.naming import work_dir
-from schemas.storage import (
+from storage import (
     create_if_absent,
     exists,
     is_within,

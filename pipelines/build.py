@@ -35,6 +35,7 @@ from pipelines.files import (
     rejects_to_jsonl,
     tokenized_to_parquet,
 )
+from pipelines.intermediate import CLEAN_DIR, TOKENIZED_DIR
 from pipelines.options import (
     LOCAL_RUNNER,
     BuildOptions,
@@ -52,10 +53,9 @@ from pipelines.sources import ReadSource
 from pipelines.tokenizer import Tokenize, TrainTokenizer, load_model, model_path, store_model, stored_path
 from schemas.config import BuildConfig
 from schemas.errors import UserError, run_cli
-from schemas.intermediate import CLEAN_DIR, TOKENIZED_DIR
 from schemas.manifest import MANIFEST_NAME, Manifest
 from schemas.naming import work_dir
-from schemas.storage import join, redact_url
+from storage import join, redact_url
 
 REJECTS_DIR = "rejects"
 DEDUPE_INDEX_DIR = "dedupe/index"
@@ -96,7 +96,7 @@ def one_shot_tag(cfg: BuildConfig, files: dict[str, list[str]] | None = None) ->
     from pipelines.commit import input_identity, tag_for
     from pipelines.ingest import fingerprint, list_raw_files
     from pipelines.tokenizer import load_model
-    from schemas.storage import sha256_bytes, sha256_url
+    from storage import sha256_bytes, sha256_url
 
     def print_of(f) -> str:
         try:
@@ -272,7 +272,7 @@ def check_output(output: str, tag: str) -> None:
     """
     from pipelines.commit import manifest_tag
     from schemas.manifest import parse_manifest
-    from schemas.storage import exists, read_text, redact_url
+    from storage import exists, read_text, redact_url
 
     url = join(output, MANIFEST_NAME)
     if not exists(url):
@@ -323,7 +323,7 @@ def _spread(items: list[Any], k: int) -> list[Any]:
 def _expansion(url: str, compression: str | None) -> float:
     """Decompressed bytes per stored byte, from the first SAMPLE_BYTES of the file (1.0 when not compressed)."""
     from pipelines.sources.streams import decompress, read_up_to
-    from schemas.storage import open_read
+    from storage import open_read
 
     if compression is None:
         return 1.0
@@ -438,7 +438,7 @@ def summarize(m: Manifest, report: dict[str, Any] | None = None) -> dict[str, An
 def read_report(output: str) -> dict[str, Any] | None:
     """The build's report.json, or None where this build wrote none (a batched build)."""
     from pipelines.report import REPORT_JSON
-    from schemas.storage import exists, read_text
+    from storage import exists, read_text
 
     url = join(output, REPORT_JSON)
     return json.loads(read_text(url)) if exists(url) else None

@@ -10,7 +10,7 @@
    ``versions/{tag}/``. Two attempts that can produce the same name produce the
    same bytes, so no attempt can damage another's (or a committed) object.
 3. It commits by a conditional create of the manifest
-   (``schemas.storage.create_if_absent``: O_EXCL-style link locally, GCS
+   (``storage.create_if_absent``: O_EXCL-style link locally, GCS
    ``ifGenerationMatch=0``, S3 ``If-None-Match: *``). Of several attempts
    exactly one creates it. One whose manifest equals the committed bytes has
    in fact succeeded (an identical rerun). Any other loser deletes its own
@@ -19,7 +19,7 @@
 4. After a commit, the committer removes what provably can never be committed:
    objects tagged for a version <= the committed one by another attempt (those
    attempts can only lose), and stale hidden temporaries (``.NAME.<uuid>.tmp``)
-   of this corpus (``schemas.storage.tmp_is_stale``: no live writer holds them).
+   of this corpus (``storage.tmp_is_stale``: no live writer holds them).
    Objects of attempts for later versions are never touched: they may be live.
 """
 
@@ -43,7 +43,7 @@ from schemas.naming import (
     tag_version,
     work_dir,
 )
-from schemas.storage import (
+from storage import (
     create_if_absent,
     join,
     list_names,
@@ -71,7 +71,7 @@ def config_identity(config: dict[str, Any], root: str) -> dict[str, Any]:
     So the tag does not depend on where the corpus is (a resumed build in another
     folder gives the same names); their contents enter the tag via the parent manifest.
     """
-    from schemas.storage import is_within, relative_url
+    from storage import is_within, relative_url
 
     out = {k: (dict(v) if isinstance(v, dict) else v) for k, v in config.items()}
     for sect, key in (("tokenizer", "model_url"), ("dedupe", "index")):

@@ -38,7 +38,7 @@ from schemas.sample import (
     sample_tar_size,
     write_tar,
 )
-from schemas.storage import join, redact_url, write_stream_atomic, write_text_atomic
+from storage import join, redact_url, write_stream_atomic, write_text_atomic
 
 GroupKey = tuple[str, int, int]  # (split, group, number of groups)
 

@@ -61,7 +61,7 @@ from pipelines.records import Document, Duplicate
 from pipelines.sentences import split_sentences
 from schemas.config import DedupeConfig
 from schemas.errors import UserError
-from schemas.storage import (
+from storage import (
     exists,
     expand_glob,
     is_within,

@@ -18,7 +18,7 @@ from typing import Any
 import apache_beam as beam
 
 from pipelines.records import Reject, TokenizedDocument, stable_hash
-from schemas.storage import join, write_bytes_atomic
+from storage import join, write_bytes_atomic
 
 
 def part_name(index: int, ext: str) -> str:
@@ -101,7 +101,7 @@ class WriteParts(beam.PTransform):
 
 
 def documents_to_parquet(docs: list[Any]) -> bytes:
-    from schemas.intermediate import CLEAN_SCHEMA
+    from pipelines.intermediate import CLEAN_SCHEMA
 
     return parquet_bytes([dataclasses.asdict(d) for d in docs], CLEAN_SCHEMA)
 
@@ -116,7 +116,7 @@ def tokenized_to_parquet(docs: list[TokenizedDocument]) -> bytes:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from schemas.intermediate import TOKENIZED_SCHEMA
+    from pipelines.intermediate import TOKENIZED_SCHEMA
 
     per_doc = np.fromiter((len(d.sentences) for d in docs), dtype=np.int64, count=len(docs))
     per_sent = np.fromiter((len(s) for d in docs for s in d.sentences), dtype=np.int64, count=int(per_doc.sum()))
@@ -158,7 +158,7 @@ def read_tokenized_parquet(url: str) -> list[TokenizedDocument]:
     """Rows of one tokenized part file."""
     import pyarrow.parquet as pq
 
-    from schemas.storage import open_read
+    from storage import open_read
 
     with open_read(url) as f:
         table = pq.read_table(f)

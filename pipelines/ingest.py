@@ -56,7 +56,7 @@ from schemas.manifest import (
     parse_manifest,
 )
 from schemas.naming import SHARD_NAME_RE, VERSION_MANIFEST_RE, VERSIONS_DIR, work_dir
-from schemas.storage import (
+from storage import (
     exists,
     get_fs,
     info_mtime,

@@ -32,16 +32,16 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import progress
 from pipelines.corpus import WriteCorpus, count_groups
+from pipelines.intermediate import TOKENIZED_SCHEMA
 from pipelines.options import check_beam_args, command_parser, finalize_options, handle_help, quiet_beam
 from pipelines.records import TokenizedDocument
 from pipelines.tokenizer import load_model, stored_path
 from schemas.cliargs import absolute
 from schemas.config import BuildConfig, parse_config
 from schemas.errors import UserError, run_cli
-from schemas.intermediate import TOKENIZED_SCHEMA
 from schemas.manifest import MANIFEST_NAME, Manifest, SourceAccount, load_manifest, tokenizer_url
 from schemas.naming import TAG_RE, VERSIONS_DIR
-from schemas.storage import exists, expand_glob, join, open_read, redact_url, sha256_bytes, write_bytes_atomic
+from storage import exists, expand_glob, join, open_read, redact_url, sha256_bytes, write_bytes_atomic
 
 PART_GLOB = "part-*.parquet"
 READ_BATCH_ROWS = 2048
@@ -263,7 +263,7 @@ def carry_accounts(counts: list[tuple[str, int]], parent: dict[str, SourceAccoun
 def repack_tag(parent: Parent, cfg: BuildConfig) -> str:
     """The attempt tag of a repack (pipelines.commit): its config and the parent manifest's bytes."""
     from pipelines.commit import tag_for
-    from schemas.storage import read_text
+    from storage import read_text
 
     return tag_for(1, cfg.model_dump(mode="json"), [], read_text(parent.manifest_url), {"repack": True})
 

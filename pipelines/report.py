@@ -32,7 +32,7 @@ import apache_beam as beam
 
 from pipelines.records import Document, Duplicate, Reject, TokenizedDocument
 from schemas import UNK_ID
-from schemas.storage import join, write_bytes_atomic, write_text_atomic
+from storage import join, write_bytes_atomic, write_text_atomic
 
 REPORT_JSON = "report.json"
 REPORT_HTML = "report.html"

@@ -52,7 +52,7 @@ from pipelines.options import (
 from schemas.cliargs import option_strings
 from schemas.config import BuildConfig, SourceConfig
 from schemas.errors import UserError, run_cli
-from schemas.storage import join, read_text, redact_url, write_text_atomic
+from storage import join, read_text, redact_url, write_text_atomic
 
 log = logging.getLogger("shardforge.serve")
 

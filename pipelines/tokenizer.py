@@ -28,7 +28,6 @@ from schemas import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, UNK_ID
 from schemas.config import TokenizerConfig
 from schemas.errors import UserError
 from schemas.manifest import TokenizerInfo
-from schemas.storage import read_bytes, sha256_bytes, write_bytes_atomic
 from schemas.tokenizer_files import (
     BYTE_BPE,
     MODEL_PATHS,
@@ -39,6 +38,7 @@ from schemas.tokenizer_files import (
     load_tokenizer,
     tokenizer_kind,
 )
+from storage import read_bytes, sha256_bytes, write_bytes_atomic
 
 MODEL_PATH = MODEL_PATHS[SENTENCEPIECE]
 BYTE_BPE_PATH = MODEL_PATHS[BYTE_BPE]

@@ -302,7 +302,7 @@ def parse_config(cls: type[M], data: dict[str, Any], what: str = "config") -> M:
 
 def load_config(cls: type[M], url: str) -> M:
     """Read a YAML/JSON config from any fsspec URL into cls, with one clear error."""
-    from schemas.storage import read_text
+    from storage import read_text
 
     try:
         text = read_text(url)

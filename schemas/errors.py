@@ -3,7 +3,7 @@
 Every message and log line of a CLI goes through `redact_text`: a URL that
 carries credentials (``s3://KEY:SECRET@bucket``, ``?token=…``,
 ``?X-Goog-Signature=…``, ``sig=…``) is printed the way manifests record it
-(`schemas.storage.redact_url`: userinfo and credential parameters dropped).
+(`storage.redact_url`: userinfo and credential parameters dropped).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ class UserError(Exception):
 _URL_IN_TEXT = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>`\]\[)(]+")
 
 
-# Parameter names that carry credentials (the rule of schemas.storage.redact_url).
+# Parameter names that carry credentials (the rule of storage.redact_url).
 _SECRET_PARAM = re.compile(r"token|secret|key|sig|password|credential", re.IGNORECASE)
 # Credentials seen on this process's command line: libraries quote them outside any URL
 # (botocore: 'Invalid bucket name "KEY:SECRET@bucket"'), so they are masked wherever they appear.
@@ -68,7 +68,7 @@ def refuse_url_credentials(args: list[str]) -> None:
 def redact_text(text: str) -> str:
     """text with every URL in it redacted (credentials dropped) and every known credential masked."""
     if "://" in text:
-        from schemas.storage import redact_url  # schemas.storage imports this module
+        from storage import redact_url  # storage imports this module
 
         def one(m: re.Match[str]) -> str:
             url = m.group(0)

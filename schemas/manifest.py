@@ -174,7 +174,7 @@ def latest_manifest_url(root: str) -> str:
     versions, each listing all shards up to N (older shards first, unchanged);
     a follower re-reads this to find new versions.
     """
-    from schemas.storage import join, read_text
+    from storage import join, read_text
 
     root = root.rstrip("/")
     try:
@@ -201,7 +201,7 @@ def parse_manifest(text: str, where: str = "manifest") -> Manifest:
 
 def load_manifest(url: str) -> tuple[Manifest, str]:
     """(manifest, corpus root URL) from a corpus root or manifest URL; one clear error."""
-    from schemas.storage import read_text
+    from storage import read_text
 
     murl = manifest_url(url)
     try:
@@ -221,14 +221,14 @@ def load_manifest(url: str) -> tuple[Manifest, str]:
 
 def tokenizer_url(m: Manifest, root: str) -> str:
     """The URL of the corpus's tokenizer model: always under the corpus root (the path rule)."""
-    from schemas.storage import join
+    from storage import join
 
     return join(root, m.tokenizer.path)
 
 
 def read_tokenizer_model(m: Manifest, root: str) -> bytes:
     """The corpus's tokenizer model bytes, checked against the manifest's sha256; one clear error."""
-    from schemas.storage import read_bytes
+    from storage import read_bytes
 
     url = tokenizer_url(m, root)
     try:

@@ -23,7 +23,7 @@ from schemas.cliargs import ArgumentParser
 from schemas.errors import UserError
 from schemas.manifest import Manifest, load_manifest, open_tokenizer
 from schemas.sample import ShardFormatError, decode_sample, iter_tar_samples
-from schemas.storage import join, open_read
+from storage import join, open_read
 
 BAR_WIDTH = 40
 

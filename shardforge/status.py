@@ -31,7 +31,7 @@ from pipelines.ingest import (
 from schemas.cliargs import ArgumentParser
 from schemas.errors import UserError, redact_text
 from schemas.manifest import MANIFEST_NAME, Manifest, load_manifest
-from schemas.storage import exists, join, read_text
+from storage import exists, join, read_text
 
 
 def _sums(m: Manifest | None) -> dict[str, int]:

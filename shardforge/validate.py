@@ -46,7 +46,7 @@ from schemas.sample import (
     decode_sample,
     iter_tar_samples,
 )
-from schemas.storage import READ_BLOCK_SIZE, get_fs, invalidate, is_tmp_name, join, open_read, retry
+from storage import READ_BLOCK_SIZE, get_fs, invalidate, is_tmp_name, join, open_read, retry
 
 MAX_PROBLEMS_PER_SHARD = 20
 

@@ -2,7 +2,7 @@
 
 Real GCS answers 412 Precondition Failed to an upload with ``ifGenerationMatch=0``
 when the object already exists; that is how a corpus manifest is committed
-(``schemas.storage.create_if_absent`` via gcsfs ``pipe_file(mode="create")``).
+(``storage.create_if_absent`` via gcsfs ``pipe_file(mode="create")``).
 gcp-storage-emulator 2026.7 ignores the parameter (it never reads it), so the
 tests run it through this wrapper, which adds exactly that rule: any upload
 (media, multipart, or the last request of a resumable one, which carries the

@@ -40,3 +40,11 @@ def test_schemas_import_neither():
 
     mods = imported_after(modules_of(schemas))
     assert not any(m.split(".")[0] in ("torch", "apache_beam") for m in mods)
+
+
+def test_storage_imports_neither():
+    import storage
+
+    mods = imported_after(modules_of(storage))
+    assert "fsspec" in mods  # the check itself works
+    assert not any(m.split(".")[0] in ("torch", "apache_beam") for m in mods)

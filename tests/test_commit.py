@@ -26,7 +26,7 @@ from pipelines.commit import manifest_tag
 from pipelines.ingest import committed_versions, load_version
 from schemas.manifest import load_manifest
 from schemas.naming import SHARD_NAME_RE, shard_tag
-from schemas.storage import get_fs, invalidate, is_tmp_name, join, list_names, tmp_name
+from storage import get_fs, invalidate, is_tmp_name, join, list_names, tmp_name
 
 ROOT = Path(__file__).resolve().parents[1]
 LOST = re.compile(r"committed by another writer .*while this one \((v\d+-[0-9a-f]{16})\) was building")
@@ -78,7 +78,7 @@ def validate(url: str, env: dict[str, str]) -> subprocess.CompletedProcess:
 
 RACER = textwrap.dedent("""
     import sys, time
-    from schemas.storage import create_if_absent
+    from storage import create_if_absent
     url, me, start = sys.argv[1], sys.argv[2], float(sys.argv[3])
     time.sleep(max(0.0, start - time.time()))  # all racers go at the same instant
     print(create_if_absent(url, (me * 1000).encode()))
@@ -94,12 +94,12 @@ def test_create_if_absent_has_exactly_one_winner_among_processes(store) -> None:
     assert all(p.returncode == 0 for p in procs), [e for _, e in outs]
     results = [o.strip() for o, _ in outs]
     assert sorted(results) == ["created"] + ["taken"] * 5, results
-    from schemas.storage import read_bytes
+    from storage import read_bytes
 
     winner = results.index("created")
     assert read_bytes(url) == f"writer{winner}".encode() * 1000
     # The same bytes again: an identical rerun (or a retried request that landed) has succeeded.
-    from schemas.storage import create_if_absent
+    from storage import create_if_absent
 
     assert create_if_absent(url, f"writer{winner}".encode() * 1000) == "identical"
     assert not [n for n in list_names(store["base"]) if is_tmp_name(n)]
@@ -249,7 +249,7 @@ def test_a_build_into_a_committed_corpus_is_refused_unless_identical(tmp_path) -
 
 HOLDER = textwrap.dedent("""
     import sys, time
-    from schemas.storage import write_stream_atomic
+    from storage import write_stream_atomic
     def produce(f):
         f.write(b"x" * 1000)
         print("writing", flush=True)

@@ -131,7 +131,7 @@ def check_image_hygiene(dockerfile: Path, extras: list[str]) -> None:
     before = [a.split()[:-1] for k, a in stage[:deps] if k == "COPY" and not a.startswith("--from")]
     assert sorted(f for files in before for f in files) == ["constraints.txt", "deploy/requirements.py",
                                                            "pyproject.toml"], before
-    code = [i for i, (k, a) in enumerate(stage) if k == "COPY" and a.split()[0] in ("schemas/", "pipelines/",
+    code = [i for i, (k, a) in enumerate(stage) if k == "COPY" and a.split()[0] in ("storage/", "schemas/", "pipelines/",
                                                                                    "trainer/", "shardforge/")]
     assert code and min(code) > deps
     assert any("pip install --no-deps" in stage[i][1] for i in range(max(code), len(stage)) if stage[i][0] == "RUN")
@@ -450,7 +450,7 @@ def test_dataflow_dockerfile():
     assert "requirements.py pipelines dataflow" in runs
     assert "trainer" not in runs.replace("torch must not", "") and "pip install torch" not in runs
     copies = [a.split()[0] for k, a in stage if k == "COPY" and not a.startswith("--from")]
-    assert "trainer/" not in copies and "schemas/" in copies and "pipelines/" in copies
+    assert "trainer/" not in copies and "storage/" in copies and "schemas/" in copies and "pipelines/" in copies
     assert json.loads(dict(stage)["ENTRYPOINT"]) == ["/opt/apache/beam/boot"]
     env = dict(a.split("=", 1) for k, a in stage if k == "ENV" and "=" in a and " " not in a.split("=", 1)[0])
     py_file = env["FLEX_TEMPLATE_PYTHON_PY_FILE"]

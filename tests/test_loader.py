@@ -19,7 +19,7 @@ from schemas import PAD_ID
 from schemas.errors import UserError
 from schemas.manifest import Manifest, ShardInfo, TokenizerInfo
 from schemas.sample import encode_sample, tar_bytes
-from schemas.storage import sha256_bytes
+from storage import sha256_bytes
 from trainer.data import ShardLoader
 
 VOCAB = 1000

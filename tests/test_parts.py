@@ -61,8 +61,8 @@ def test_tokenized_parquet_is_byte_identical_to_row_conversion(tmp_path: Path):
     import random
 
     from pipelines.files import parquet_bytes, read_tokenized_parquet, tokenized_to_parquet
+    from pipelines.intermediate import TOKENIZED_SCHEMA
     from pipelines.records import TokenizedDocument
-    from schemas.intermediate import TOKENIZED_SCHEMA
 
     rng = random.Random(3)
     docs = [TokenizedDocument(f"web-{i:04d}", "web" if i % 3 else "news",

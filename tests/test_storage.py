@@ -29,8 +29,8 @@ from typing import IO
 import pytest
 from faultproxy import FaultProxy
 
+import storage
 from pipelines.commit import manifest_tag
-from schemas import storage
 from schemas.config import BuildConfig
 from schemas.manifest import Manifest
 from schemas.naming import shard_name
@@ -175,7 +175,7 @@ def test_failed_producer_leaves_nothing_on_every_backend(store_url):
 KILLED_WRITER = textwrap.dedent("""
     import os, signal, sys
     sys.path.insert(0, {root!r})
-    from schemas.storage import write_stream_atomic
+    from storage import write_stream_atomic
 
     def produce(f):
         # more than one gcsfs / s3fs upload block, so parts are really sent before the kill
@@ -255,7 +255,7 @@ def s3_through(endpoint: str, **options: object) -> Iterator[None]:
 @pytest.fixture(params=["client_retries", "ours_only"])
 def s3_retry_stack(request, monkeypatch) -> tuple[dict[str, object], float]:
     """(fsspec options for s3fs, fault rate): s3fs's and botocore's own retries as shipped, or both
-    off so that schemas.storage.retry alone absorbs every fault (and classifies what s3fs raises).
+    off so that storage.retry alone absorbs every fault (and classifies what s3fs raises).
 
     Alone, our loop retries whole operations (a multipart write is ~9 requests, each of which
     may fail), so it gets a lower fault rate: at 30% almost no whole attempt would get through.
@@ -525,7 +525,7 @@ def test_kms_encrypted_s3_etags_are_not_taken_for_md5():
 
     from fsspec.implementations.memory import MemoryFileSystem
 
-    from schemas.storage import _holds
+    from storage.writes import _holds
 
     data = b"shard bytes"
     md5 = _hashlib.md5(data).digest()
@@ -548,7 +548,7 @@ def test_kms_encrypted_s3_etags_are_not_taken_for_md5():
 
 
 def test_relative_and_resolved_urls_round_trip(tmp_path):
-    from schemas.storage import relative_url, resolve_url
+    from storage import relative_url, resolve_url
 
     base = "gs://bucket/corpus/versions/v3/dedupe/index"
     part = "gs://bucket/corpus/versions/v1/dedupe/index/part-00000.parquet"

@@ -387,7 +387,7 @@ def byte_bpe_corpus(real_raw, tmp_path_factory) -> tuple[str, object]:
 
 @pytest.mark.slow
 def test_byte_bpe_build_records_its_tokenizer_and_has_no_unk(byte_bpe_corpus):
-    from schemas.storage import sha256_bytes
+    from storage import sha256_bytes
 
     out, m = byte_bpe_corpus
     data = open(os.path.join(out, m.tokenizer.path), "rb").read()

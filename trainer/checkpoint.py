@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from schemas.errors import UserError
-from schemas.storage import get_fs, join, list_names, read_bytes, retry, write_bytes_atomic
+from storage import get_fs, join, list_names, read_bytes, retry, write_bytes_atomic
 
 log = logging.getLogger(__name__)
 CKPT_DIR = "checkpoints"

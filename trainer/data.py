@@ -43,7 +43,8 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from schemas import PAD_ID, storage
+import storage
+from schemas import PAD_ID
 from schemas.config import PAIR_RULES
 from schemas.errors import UserError
 from schemas.manifest import corpus_root, latest_manifest_url, load_manifest

@@ -54,7 +54,7 @@ import torch
 
 from schemas import SPECIAL_TOKENS
 from schemas.config import ModelConfig
-from schemas.storage import join, makedirs, read_bytes, write_bytes_atomic, write_text_atomic
+from storage import join, makedirs, read_bytes, write_bytes_atomic, write_text_atomic
 from trainer.model import Encoder, ModelDims, resolve_dims
 
 XLM_ROBERTA = "xlm-roberta"
@@ -483,7 +483,7 @@ def export_checkpoint(ckpt: str, out_dir: str, tokenizer: str | None = None) -> 
     from schemas.config import TrainConfig
     from schemas.errors import UserError
     from schemas.manifest import load_manifest, tokenizer_url
-    from schemas.storage import exists, local_copy
+    from storage import exists, local_copy
     from trainer.checkpoint import latest_checkpoint, load_checkpoint
 
     url = ckpt if ckpt.endswith(".pt") else latest_checkpoint(ckpt)
@@ -499,7 +499,7 @@ def export_checkpoint(ckpt: str, out_dir: str, tokenizer: str | None = None) -> 
                             f"or pass --tokenizer URL (the corpus's tokenizer)")
         manifest, root = load_manifest(cfg.data)
         tokenizer = tokenizer_url(manifest, root)  # the path rule: always inside the corpus
-    from schemas.storage import read_bytes, sha256_bytes
+    from storage import read_bytes, sha256_bytes
 
     trained_with = state.get("manifest")  # the sha256 of the tokenizer the run trained with
     if trained_with and sha256_bytes(read_bytes(tokenizer)) != trained_with:

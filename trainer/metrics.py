@@ -14,7 +14,7 @@ import sys
 from collections import deque
 from typing import Any
 
-from schemas.storage import get_fs, join, protocol_of
+from storage import get_fs, join, protocol_of
 
 log = logging.getLogger(__name__)
 METRICS_FILE = "metrics.jsonl"
@@ -108,7 +108,7 @@ class MetricsLogger:
 
 
 def read_metrics(run: str) -> list[dict[str, Any]]:
-    from schemas.storage import read_text
+    from storage import read_text
 
     return [json.loads(line) for line in read_text(join(run, METRICS_FILE)).splitlines() if line.strip()]
 

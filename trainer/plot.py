@@ -53,7 +53,7 @@ def plot_run(run: str, out: str | None = None) -> str:
     if "://" in path:
         import io
 
-        from schemas.storage import write_bytes_atomic
+        from storage import write_bytes_atomic
 
         buf = io.BytesIO()
         fig.savefig(buf, dpi=110)

@@ -79,7 +79,7 @@ from schemas.errors import UserError
 # test code, or anything pickled from a script's main session.
 FORBIDDEN_MODULES = frozenset({"torch", "trainer", "tests", "__main__", "deploy", "conftest", "pytest"})
 # Our packages that the build image installs (deploy/dataflow/Dockerfile).
-OWN_PACKAGES = frozenset({"schemas", "pipelines", "shardforge"})
+OWN_PACKAGES = frozenset({"storage", "schemas", "pipelines", "shardforge"})
 # Dataflow rejects job requests over 10 MB (the graph plus pickled DoFns).
 MAX_JOB_BYTES = 10 * 1024 * 1024
 

@@ -30,7 +30,7 @@ from pipelines.options import (
 )
 from schemas.config import BuildConfig
 from schemas.errors import UserError
-from schemas.storage import redact_url
+from storage import redact_url
 
 
 def make_pipeline(argv: list[str], runner: beam.runners.PipelineRunner | None = None, *, offline: bool = False

@@ -64,7 +64,7 @@ from pipelines.sources.streams import (
 )
 from schemas.config import SourceConfig
 from schemas.errors import UserError
-from schemas.storage import is_transient, open_read
+from storage import is_transient, open_read
 
 __all__ = ["REJECTS", "READ_COUNTS", "ReadSource", "Tally", "decode", "detect_format", "failure_reason",
            "format_by_name", "iter_json_array", "iter_lines", "read_file", "read_input", "read_stream",

@@ -1,41 +1,28 @@
-"""Object-storage helpers over fsspec, shared by the data job and the trainer.
-
-One place for: URL joining, retrying transient object-store errors with
-backoff, atomic (all-or-nothing) writes, and reads with a readahead cache
-(gcsfs's default cache issues many small range GETs per shard).
-"""
+"""Atomic (all-or-nothing) writes, conditional creates and stale-temporary cleanup."""
 
 from __future__ import annotations
 
 import base64
 import contextlib
-import errno
 import fcntl
 import hashlib
 import logging
 import os
 import posixpath
-import random
-import re
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from datetime import datetime
-from typing import IO, Any, Literal, TypeVar
+from typing import IO, Any, Literal
 
 import fsspec
-from fsspec.core import url_to_fs
 
-from schemas.errors import UserError
+from storage.reads import read_bytes
+from storage.retry import IncompleteWriteError, invalidate, is_transient_or_lost, retry
+from storage.urls import full_url, get_fs, protocol_of
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
-READ_BLOCK_SIZE = 8 * 1024 * 1024
-RETRY_ATTEMPTS = int(os.environ.get("SHARDFORGE_RETRY_ATTEMPTS", "6"))
-RETRY_BASE_DELAY = float(os.environ.get("SHARDFORGE_RETRY_BASE_DELAY", "0.2"))
-RETRY_MAX_DELAY = float(os.environ.get("SHARDFORGE_RETRY_MAX_DELAY", "30"))
 TMP_PREFIX = "."
 TMP_SUFFIX = ".tmp"
 # A temporary is stale (safe to delete) when no writer can still be using it: on local
@@ -44,216 +31,6 @@ TMP_SUFFIX = ".tmp"
 # its upload and its copy to the final name) when it is older than the object grace.
 STALE_TMP_LOCAL_S = float(os.environ.get("SHARDFORGE_STALE_TMP_LOCAL_S", "10"))
 STALE_TMP_OBJECT_S = float(os.environ.get("SHARDFORGE_STALE_TMP_OBJECT_S", "3600"))
-
-
-def join(url: str, *parts: str) -> str:
-    """Join URL path parts with '/', keeping the scheme (gs://b/x + y -> gs://b/x/y)."""
-    out = url.rstrip("/")
-    for p in parts:
-        out = f"{out}/{p.strip('/')}"
-    return out
-
-
-def get_fs(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
-    """(filesystem, path) for a URL, with a clear error for unknown schemes."""
-    try:
-        return url_to_fs(url)
-    except (ValueError, ImportError) as e:
-        raise UserError(f"cannot open {url!r}: {e}") from e
-
-
-def protocol_of(fs: fsspec.AbstractFileSystem) -> str:
-    p = fs.protocol
-    return p[0] if isinstance(p, (tuple, list)) else p
-
-
-def full_url(fs: fsspec.AbstractFileSystem, path: str) -> str:
-    """Inverse of get_fs: a URL that get_fs maps back to (fs, path)."""
-    proto = protocol_of(fs)
-    if proto in ("file", "local"):
-        return path
-    return fs.unstrip_protocol(path)
-
-
-# ---------------------------------------------------------------- retries
-
-# Exception class names (anywhere in the MRO) that mean "the connection or the
-# server hiccupped": aiohttp (gcsfs), requests (gcsfs auth / 502 ProxyError),
-# botocore (s3fs), http.client and urllib3. Matched by name so that this module
-# needs none of those libraries installed.
-_TRANSIENT_NAMES = frozenset({
-    # aiohttp
-    "ClientConnectionError", "ClientConnectorError", "ServerDisconnectedError", "ClientOSError",
-    "ClientPayloadError", "ServerTimeoutError", "ConnectionTimeoutError", "SocketTimeoutError",
-    # requests / urllib3 / http.client
-    "ProxyError", "ChunkedEncodingError", "ConnectTimeout", "ReadTimeout", "Timeout",
-    "ProtocolError", "RemoteDisconnected", "IncompleteRead", "ReadTimeoutError", "NewConnectionError",
-    # botocore
-    "EndpointConnectionError", "ConnectionClosedError", "ConnectTimeoutError", "HTTPClientError",
-    "ResponseStreamingError",
-    # fsspec
-    "FSTimeoutError",
-    # aiohttp body framing
-    "TransferEncodingError", "ContentLengthError",
-})
-# S3 / GCS error codes (botocore ClientError.response["Error"]["Code"]) worth retrying.
-_TRANSIENT_CODES = frozenset({"SlowDown", "ServiceUnavailable", "InternalError", "RequestTimeout",
-                              "RequestTimeTooSkewed", "Throttling", "ThrottlingException", "503", "500"})
-# errno values of connection-level failures, and the ones s3fs maps 5xx / SlowDown to.
-_TRANSIENT_ERRNOS = frozenset(getattr(errno, n) for n in (
-    "ETIMEDOUT", "ECONNRESET", "ECONNABORTED", "ECONNREFUSED", "EPIPE", "EAGAIN", "EBUSY", "EREMOTEIO",
-    "ENETUNREACH", "EHOSTUNREACH") if hasattr(errno, n))
-# Only used for errors that carry nothing structured (e.g. a bare RuntimeError
-# with the server's reply as text). Word boundaries keep "train-000503.tar" out.
-_TRANSIENT_TEXT = re.compile(r"\b(500|502|503|504)\b|Internal Server Error|Service Unavailable|SlowDown|"
-                             r"reset by peer|timed out|Connection aborted")
-
-
-class IncompleteWriteError(OSError):
-    """An object that landed with the wrong size: retried like any transient error."""
-
-
-def http_status(exc: BaseException) -> int | None:
-    """The HTTP status an object-store error carries (gcsfs .code, aiohttp .status, botocore .response)."""
-    for attr in ("code", "status", "status_code"):
-        v = getattr(exc, attr, None)
-        if isinstance(v, int) and 100 <= v < 600:
-            return v
-    resp = getattr(exc, "response", None)
-    if isinstance(resp, dict):
-        v = resp.get("ResponseMetadata", {}).get("HTTPStatusCode")
-        if isinstance(v, int):
-            return v
-    return None
-
-
-def _is_transient_one(exc: BaseException) -> bool | None:
-    """True / False when exc alone decides; None to look at its cause."""
-    if isinstance(exc, (FileNotFoundError, FileExistsError, PermissionError, IsADirectoryError,
-                        NotADirectoryError)):
-        return False
-    if isinstance(exc, (TimeoutError, ConnectionError, IncompleteWriteError)):
-        return True
-    status = http_status(exc)
-    if status is not None:
-        # 501 Not Implemented is permanent (the emulator answers it for moveTo).
-        return (status >= 500 and status != 501) or status in (408, 429)
-    resp = getattr(exc, "response", None)
-    if isinstance(resp, dict) and resp.get("Error", {}).get("Code") in _TRANSIENT_CODES:
-        return True
-    if any(t.__name__ in _TRANSIENT_NAMES for t in type(exc).__mro__):
-        return True
-    if isinstance(exc, OSError) and exc.errno in _TRANSIENT_ERRNOS:
-        return True
-    if not isinstance(exc, (ValueError, TypeError, KeyError)) and _TRANSIENT_TEXT.search(str(exc)):
-        return True
-    return None
-
-
-def is_transient(exc: BaseException) -> bool:
-    """True for errors worth retrying: 5xx / 408 / 429, timeouts, dropped connections.
-
-    Looks through the chain of causes too: s3fs re-raises botocore errors as
-    plain OSError with the original as ``__cause__``.
-    """
-    seen: set[int] = set()
-    e: BaseException | None = exc
-    while e is not None and id(e) not in seen:
-        seen.add(id(e))
-        verdict = _is_transient_one(e)
-        if verdict is not None:
-            return verdict
-        e = e.__cause__ or e.__context__
-    return False
-
-
-def is_transient_or_lost(exc: BaseException) -> bool:
-    """is_transient, or a FileNotFoundError (a retried request whose first attempt already landed)."""
-    return is_transient(exc) or isinstance(exc, FileNotFoundError)
-
-
-def retry(fn: Callable[[], T], what: str, attempts: int | None = None, on_retry: Callable[[], None] | None = None) -> T:
-    """Call fn(), retrying transient errors with jittered exponential backoff.
-
-    gcsfs and s3fs already retry single HTTP requests; this outer loop retries
-    whole operations (an upload + move, a full read) after their retries gave
-    up, and covers errors they do not retry (a stream cut mid-body, a 502).
-    """
-    attempts = attempts or RETRY_ATTEMPTS
-    for i in range(attempts):
-        try:
-            return fn()
-        except Exception as e:  # noqa: BLE001 - classified below
-            if i == attempts - 1 or not is_transient(e):
-                raise
-            delay = min(RETRY_MAX_DELAY, RETRY_BASE_DELAY * (2**i)) * (0.5 + random.random())
-            log.warning("transient error on %s (%s: %s); retry %d/%d in %.2fs",
-                        what, type(e).__name__, e, i + 1, attempts - 1, delay)
-            if on_retry is not None:
-                on_retry()
-            time.sleep(delay)
-    raise AssertionError("unreachable")
-
-
-def invalidate(fs: fsspec.AbstractFileSystem, path: str | None = None) -> None:
-    try:
-        fs.invalidate_cache(path)
-    except Exception:  # noqa: BLE001 - best effort; some filesystems lack it
-        pass
-
-
-# ---------------------------------------------------------------- reads
-
-def read_bytes(url: str) -> bytes:
-    fs, path = get_fs(url)
-
-    def _read() -> bytes:
-        with fs.open(path, "rb", block_size=READ_BLOCK_SIZE, cache_type="readahead") as f:
-            return f.read()
-
-    return retry(_read, f"read {url}")
-
-
-def read_text(url: str) -> str:
-    return read_bytes(url).decode("utf-8")
-
-
-def exists(url: str) -> bool:
-    fs, path = get_fs(url)
-    invalidate(fs, path)
-    return bool(retry(lambda: fs.exists(path), f"exists {url}"))
-
-
-def open_read(url: str) -> IO[bytes]:
-    """A streaming binary reader with one large readahead buffer."""
-    fs, path = get_fs(url)
-    return retry(lambda: fs.open(path, "rb", block_size=READ_BLOCK_SIZE, cache_type="readahead"),
-                 f"open {url}")
-
-
-def list_names(url: str) -> list[str]:
-    """Names (basenames) directly under a folder URL, freshly listed; [] if it does not exist."""
-    fs, path = get_fs(url)
-    invalidate(fs)
-    try:
-        found = retry(lambda: fs.ls(path, detail=False), f"list {url}")
-    except FileNotFoundError:
-        return []
-    return sorted(posixpath.basename(p.rstrip("/")) for p in found)
-
-
-def expand_glob(pattern: str) -> list[str]:
-    """Sorted URLs matching a glob (or the URL itself if it has no wildcard)."""
-    fs, path = get_fs(pattern)
-    invalidate(fs)
-    if any(c in path for c in "*?["):
-        found = retry(lambda: fs.glob(path), f"glob {pattern}")
-    else:
-        found = [path] if retry(lambda: fs.exists(path), f"exists {pattern}") else []
-        if found and retry(lambda: fs.isdir(path), f"isdir {pattern}"):
-            found = [p for p in retry(lambda: fs.find(path), f"find {pattern}")]
-    return sorted(full_url(fs, p) for p in found)
-
 
 # ---------------------------------------------------------------- writes
 
@@ -616,96 +393,3 @@ def remove_tree(url: str) -> None:
     invalidate(fs)
     if fs.exists(path):
         fs.rm(path, recursive=True)
-
-
-def sha256_bytes(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def sha256_url(url: str) -> tuple[str, int]:
-    """(sha256 hex, size) of an object, streamed."""
-    def _hash() -> tuple[str, int]:
-        h = hashlib.sha256()
-        n = 0
-        with open_read(url) as f:
-            while chunk := f.read(READ_BLOCK_SIZE):
-                h.update(chunk)
-                n += len(chunk)
-        return h.hexdigest(), n
-
-    return retry(_hash, f"hash {url}")
-
-
-@contextmanager
-def local_copy(url: str) -> Iterator[str]:
-    """A local file path holding the object's bytes (for libraries that need a path)."""
-    import tempfile
-
-    fs, path = get_fs(url)
-    if protocol_of(fs) in ("file", "local"):
-        yield path
-        return
-    with tempfile.TemporaryDirectory() as d:
-        local = os.path.join(d, posixpath.basename(path))
-        with open(local, "wb") as f:
-            f.write(read_bytes(url))
-        yield local
-
-
-def redact_url(url: str) -> str:
-    """Drop user:password@ and credential-looking query parameters from a URL."""
-    from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
-
-    if "://" not in url:
-        return url
-    parts = urlsplit(url)
-    netloc = parts.netloc.rsplit("@", 1)[-1]
-    query = urlencode([(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True)
-                       if not any(b in k.lower() for b in ("token", "secret", "key", "sig", "password", "credential"))])
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
-
-
-def storage_options_safe(opts: dict[str, Any]) -> dict[str, Any]:
-    """Drop anything that looks like a credential before recording options."""
-    bad = ("token", "secret", "key", "password", "credential")
-    return {k: v for k, v in opts.items() if not any(b in k.lower() for b in bad)}
-
-
-def scheme_path(url: str) -> tuple[str, str]:
-    """("gs", "bucket/a/b") for gs://bucket/a/b; ("", "/abs/a/b") for a local path."""
-    if "://" in url:
-        scheme, path = url.split("://", 1)
-        return scheme, path
-    if url.startswith("file:"):
-        return "", os.path.abspath(url[len("file:"):])
-    return "", os.path.abspath(url)
-
-
-def is_within(url: str, folder: str) -> bool:
-    """Whether url is folder itself or under it (local paths compared as absolute paths)."""
-    (us, up), (fs, fp) = scheme_path(url), scheme_path(folder)
-    up, fp = up.rstrip("/"), fp.rstrip("/")
-    return us == fs and (up == fp or up.startswith(fp + "/"))
-
-
-def relative_url(base: str, url: str) -> str:
-    """`url` as a path relative to the folder `base` when both are on the same store, else `url` itself.
-
-    What a file records about its siblings (e.g. an index listing parts in other
-    folders of the same corpus), so the corpus can be moved or copied as a whole.
-    """
-    bs, bp = scheme_path(base)
-    us, up = scheme_path(url)
-    if bs != us or (bs and bp.split("/", 1)[0] != up.split("/", 1)[0]):
-        return url
-    return posixpath.relpath(up, bp)
-
-
-def resolve_url(base: str, ref: str) -> str:
-    """Inverse of relative_url: `ref` (relative to the folder `base`, or a full URL/absolute path) as a URL."""
-    if "://" in ref or ref.startswith("/"):
-        return ref
-    if "://" in base:
-        scheme, path = base.split("://", 1)
-        return f"{scheme}://{posixpath.normpath(posixpath.join(path, ref))}"
-    return posixpath.normpath(posixpath.join(base, ref))

@@ -1,0 +1,148 @@
+"""Retrying transient object-store errors with capped, jittered backoff."""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import random
+import re
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+import fsspec
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+READ_BLOCK_SIZE = 8 * 1024 * 1024
+RETRY_ATTEMPTS = int(os.environ.get("SHARDFORGE_RETRY_ATTEMPTS", "6"))
+RETRY_BASE_DELAY = float(os.environ.get("SHARDFORGE_RETRY_BASE_DELAY", "0.2"))
+RETRY_MAX_DELAY = float(os.environ.get("SHARDFORGE_RETRY_MAX_DELAY", "30"))
+
+# ---------------------------------------------------------------- retries
+
+# Exception class names (anywhere in the MRO) that mean "the connection or the
+# server hiccupped": aiohttp (gcsfs), requests (gcsfs auth / 502 ProxyError),
+# botocore (s3fs), http.client and urllib3. Matched by name so that this module
+# needs none of those libraries installed.
+_TRANSIENT_NAMES = frozenset({
+    # aiohttp
+    "ClientConnectionError", "ClientConnectorError", "ServerDisconnectedError", "ClientOSError",
+    "ClientPayloadError", "ServerTimeoutError", "ConnectionTimeoutError", "SocketTimeoutError",
+    # requests / urllib3 / http.client
+    "ProxyError", "ChunkedEncodingError", "ConnectTimeout", "ReadTimeout", "Timeout",
+    "ProtocolError", "RemoteDisconnected", "IncompleteRead", "ReadTimeoutError", "NewConnectionError",
+    # botocore
+    "EndpointConnectionError", "ConnectionClosedError", "ConnectTimeoutError", "HTTPClientError",
+    "ResponseStreamingError",
+    # fsspec
+    "FSTimeoutError",
+    # aiohttp body framing
+    "TransferEncodingError", "ContentLengthError",
+})
+# S3 / GCS error codes (botocore ClientError.response["Error"]["Code"]) worth retrying.
+_TRANSIENT_CODES = frozenset({"SlowDown", "ServiceUnavailable", "InternalError", "RequestTimeout",
+                              "RequestTimeTooSkewed", "Throttling", "ThrottlingException", "503", "500"})
+# errno values of connection-level failures, and the ones s3fs maps 5xx / SlowDown to.
+_TRANSIENT_ERRNOS = frozenset(getattr(errno, n) for n in (
+    "ETIMEDOUT", "ECONNRESET", "ECONNABORTED", "ECONNREFUSED", "EPIPE", "EAGAIN", "EBUSY", "EREMOTEIO",
+    "ENETUNREACH", "EHOSTUNREACH") if hasattr(errno, n))
+# Only used for errors that carry nothing structured (e.g. a bare RuntimeError
+# with the server's reply as text). Word boundaries keep "train-000503.tar" out.
+_TRANSIENT_TEXT = re.compile(r"\b(500|502|503|504)\b|Internal Server Error|Service Unavailable|SlowDown|"
+                             r"reset by peer|timed out|Connection aborted")
+
+
+class IncompleteWriteError(OSError):
+    """An object that landed with the wrong size: retried like any transient error."""
+
+
+def http_status(exc: BaseException) -> int | None:
+    """The HTTP status an object-store error carries (gcsfs .code, aiohttp .status, botocore .response)."""
+    for attr in ("code", "status", "status_code"):
+        v = getattr(exc, attr, None)
+        if isinstance(v, int) and 100 <= v < 600:
+            return v
+    resp = getattr(exc, "response", None)
+    if isinstance(resp, dict):
+        v = resp.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        if isinstance(v, int):
+            return v
+    return None
+
+
+def _is_transient_one(exc: BaseException) -> bool | None:
+    """True / False when exc alone decides; None to look at its cause."""
+    if isinstance(exc, (FileNotFoundError, FileExistsError, PermissionError, IsADirectoryError,
+                        NotADirectoryError)):
+        return False
+    if isinstance(exc, (TimeoutError, ConnectionError, IncompleteWriteError)):
+        return True
+    status = http_status(exc)
+    if status is not None:
+        # 501 Not Implemented is permanent (the emulator answers it for moveTo).
+        return (status >= 500 and status != 501) or status in (408, 429)
+    resp = getattr(exc, "response", None)
+    if isinstance(resp, dict) and resp.get("Error", {}).get("Code") in _TRANSIENT_CODES:
+        return True
+    if any(t.__name__ in _TRANSIENT_NAMES for t in type(exc).__mro__):
+        return True
+    if isinstance(exc, OSError) and exc.errno in _TRANSIENT_ERRNOS:
+        return True
+    if not isinstance(exc, (ValueError, TypeError, KeyError)) and _TRANSIENT_TEXT.search(str(exc)):
+        return True
+    return None
+
+
+def is_transient(exc: BaseException) -> bool:
+    """True for errors worth retrying: 5xx / 408 / 429, timeouts, dropped connections.
+
+    Looks through the chain of causes too: s3fs re-raises botocore errors as
+    plain OSError with the original as ``__cause__``.
+    """
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        verdict = _is_transient_one(e)
+        if verdict is not None:
+            return verdict
+        e = e.__cause__ or e.__context__
+    return False
+
+
+def is_transient_or_lost(exc: BaseException) -> bool:
+    """is_transient, or a FileNotFoundError (a retried request whose first attempt already landed)."""
+    return is_transient(exc) or isinstance(exc, FileNotFoundError)
+
+
+def retry(fn: Callable[[], T], what: str, attempts: int | None = None, on_retry: Callable[[], None] | None = None) -> T:
+    """Call fn(), retrying transient errors with jittered exponential backoff.
+
+    gcsfs and s3fs already retry single HTTP requests; this outer loop retries
+    whole operations (an upload + move, a full read) after their retries gave
+    up, and covers errors they do not retry (a stream cut mid-body, a 502).
+    """
+    attempts = attempts or RETRY_ATTEMPTS
+    for i in range(attempts):
+        try:
+            return fn()
+        except Exception as e:  # noqa: BLE001 - classified below
+            if i == attempts - 1 or not is_transient(e):
+                raise
+            delay = min(RETRY_MAX_DELAY, RETRY_BASE_DELAY * (2**i)) * (0.5 + random.random())
+            log.warning("transient error on %s (%s: %s); retry %d/%d in %.2fs",
+                        what, type(e).__name__, e, i + 1, attempts - 1, delay)
+            if on_retry is not None:
+                on_retry()
+            time.sleep(delay)
+    raise AssertionError("unreachable")
+
+
+def invalidate(fs: fsspec.AbstractFileSystem, path: str | None = None) -> None:
+    try:
+        fs.invalidate_cache(path)
+    except Exception:  # noqa: BLE001 - best effort; some filesystems lack it
+        pass
