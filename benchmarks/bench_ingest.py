@@ -64,8 +64,9 @@ def write_file(folder: Path, name: str, seed: int, docs: int) -> Path:
 
 def bench_trickle(work: Path, files: int, interval: float, docs: int, seed_docs: int) -> dict:
     from pipelines.build import run_build
-    from pipelines.ingest import committed_versions, read_ledger
+    from pipelines.ingest import read_ledger
     from schemas.config import BuildConfig
+    from schemas.manifest import committed_versions
 
     raw, corpus = work / "incoming", work / "corpus"
     raw.mkdir(parents=True)

@@ -42,14 +42,13 @@ from typing import Any
 from pipelines.ingest import (
     INGEST_DIR,
     RawFile,
-    committed_versions,
     ingest_sources,
     list_raw_files,
     recover,
 )
 from schemas.config import BuildConfig, SourceConfig
 from schemas.errors import UserError
-from schemas.manifest import Manifest
+from schemas.manifest import Manifest, committed_versions
 from schemas.naming import work_dir
 from storage import (
     create_if_absent,
@@ -182,7 +181,7 @@ def _write_index_page(output: str, m: Manifest, timings: dict[int, float]) -> No
 def _batch_child(output: str, batch_files: list[tuple[SourceConfig, tuple[RawFile, ...]]], cfg: BuildConfig,
                  beam_args: list[str], conn: Any) -> None:
     """One batch in a fresh process: everything it allocated goes back to the OS when it exits."""
-    from schemas.errors import find_user_error
+    from shardforge.clirun import find_user_error
 
     try:
         res = ingest_sources(recover(output, clean_orphans=False), batch_files, cfg, beam_args)

@@ -52,9 +52,10 @@ from pipelines.sentences import split_sentences
 from pipelines.sources import ReadSource
 from pipelines.tokenizer import Tokenize, TrainTokenizer, load_model, model_path, store_model, stored_path
 from schemas.config import BuildConfig
-from schemas.errors import UserError, run_cli
+from schemas.errors import UserError
 from schemas.manifest import MANIFEST_NAME, Manifest
 from schemas.naming import work_dir
+from shardforge.clirun import run_cli
 from storage import join, redact_url
 
 REJECTS_DIR = "rejects"

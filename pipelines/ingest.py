@@ -53,9 +53,12 @@ from schemas.manifest import (
     Manifest,
     SourceAccount,
     SplitTotals,
+    committed_versions,
+    load_version,
     parse_manifest,
+    read_latest_pointer,
 )
-from schemas.naming import SHARD_NAME_RE, VERSION_MANIFEST_RE, VERSIONS_DIR, work_dir
+from schemas.naming import SHARD_NAME_RE, VERSIONS_DIR, version_key_prefix, version_manifest_name, work_dir
 from storage import (
     exists,
     get_fs,
@@ -63,7 +66,6 @@ from storage import (
     invalidate,
     is_within,
     join,
-    list_names,
     read_text,
     redact_url,
     relative_url,
@@ -74,21 +76,9 @@ from storage import (
 
 log = logging.getLogger("shardforge.ingest")
 
-LATEST = LATEST_NAME
 INGEST_DIR = "ingest"
 LEDGER_DIR = "ingest/ledger"
 SERVE_STATE = "ingest/serve.json"
-VERSION_RE = VERSION_MANIFEST_RE
-SHARD_RE = SHARD_NAME_RE
-
-
-def version_manifest_name(n: int) -> str:
-    return f"manifest-v{n}.json"
-
-
-def key_prefix(n: int) -> str:
-    """Sample-key prefix of version n: keys stay unique across appended versions."""
-    return f"v{n:06d}-"
 
 
 # ------------------------------------------------------------------ raw files
@@ -206,24 +196,6 @@ def write_ledger(root: str, n: int, entries: Sequence[LedgerEntry]) -> None:
 # ------------------------------------------------------------------ the version chain
 
 
-def committed_versions(root: str) -> list[int]:
-    """Version numbers with a committed manifest-v{N}.json, ascending."""
-    return sorted(int(m.group(1)) for m in map(VERSION_RE.match, list_names(root)) if m)
-
-
-def load_version(root: str, n: int) -> Manifest:
-    url = join(root, version_manifest_name(n))
-    return parse_manifest(read_text(url), url)
-
-
-def read_latest_pointer(root: str) -> int | None:
-    try:
-        m = VERSION_RE.match(read_text(join(root, LATEST)).strip())
-    except FileNotFoundError:
-        return None
-    return int(m.group(1)) if m else None
-
-
 @dataclass
 class CorpusState:
     """What recover() found: the latest committed version and the files absorbed so far."""
@@ -298,7 +270,7 @@ def recover(root: str, clean_orphans: bool = True) -> CorpusState:
         pointer = read_latest_pointer(root)
         newer = pointer is not None and pointer > n and pointer in committed_versions(root)
         if pointer != n and not newer:
-            write_text_atomic(join(root, LATEST), version_manifest_name(n) + "\n")
+            write_text_atomic(join(root, LATEST_NAME), version_manifest_name(n) + "\n")
             repaired.append(f"latest -> v{n}")
         try:
             current = read_text(join(root, MANIFEST_NAME))
@@ -337,7 +309,7 @@ def next_shard_offsets(m: Manifest | None) -> dict[str, int]:
     """First free shard index per split after the given version's shards."""
     out: dict[str, int] = {"train": 0, "valid": 0}
     for s in m.shards if m else []:
-        match = SHARD_RE.match(s.name)
+        match = SHARD_NAME_RE.match(s.name)
         if match:
             out[s.split] = max(out[s.split], int(match.group("index")) + 1)
         else:
@@ -463,7 +435,7 @@ def commit_version(root: str, m: Manifest, entries: Sequence[LedgerEntry], tag: 
     write_ledger(root, n, entries)
     # The pointers are derived (recover repairs them): never move them back to an older version.
     if (read_latest_pointer(root) or 0) <= n:
-        write_text_atomic(join(root, LATEST), version_manifest_name(n) + "\n")
+        write_text_atomic(join(root, LATEST_NAME), version_manifest_name(n) + "\n")
         write_text_atomic(join(root, MANIFEST_NAME), text)
     clean_after_commit(root, n, m)
 
@@ -520,7 +492,7 @@ def ingest_sources(state: CorpusState, batch_files: Sequence[tuple[SourceConfig,
     # so its leftovers are reused, never cleared (a concurrent identical attempt may be using them).
     work = join(root, work_dir(tag))
     opts = finalize_options(BuildOptions(list(beam_args)))
-    append = AppendTo(corpus=root, shard_offsets=next_shard_offsets(state.latest), key_prefix=key_prefix(n),
+    append = AppendTo(corpus=root, shard_offsets=next_shard_offsets(state.latest), key_prefix=version_key_prefix(n),
                       tag=tag)
     try:
         with beam.Pipeline(options=opts) as p:

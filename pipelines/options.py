@@ -29,9 +29,9 @@ from pipelines.preflight import (  # noqa: F401 - re-exported: the runner checks
     is_dataflow_runner,
     missing_modules,
 )
-from schemas.cliargs import ArgumentParser, option_strings, unknown_args_message
 from schemas.config import BuildConfig, SourceConfig, load_config, parse_config
 from schemas.errors import UserError
+from shardforge.cliargs import ArgumentParser, option_strings, unknown_args_message
 
 LOCAL_RUNNER = "FnApiRunner"
 

@@ -36,12 +36,21 @@ from pipelines.intermediate import TOKENIZED_SCHEMA
 from pipelines.options import check_beam_args, command_parser, finalize_options, handle_help, quiet_beam
 from pipelines.records import TokenizedDocument
 from pipelines.tokenizer import load_model, stored_path
-from schemas.cliargs import absolute
 from schemas.config import BuildConfig, parse_config
-from schemas.errors import UserError, run_cli
+from schemas.errors import UserError
 from schemas.manifest import MANIFEST_NAME, Manifest, SourceAccount, load_manifest, tokenizer_url
-from schemas.naming import TAG_RE, VERSIONS_DIR
-from storage import exists, expand_glob, join, open_read, redact_url, sha256_bytes, write_bytes_atomic
+from schemas.naming import TAG_RE, VERSIONS_DIR, version_manifest_name
+from shardforge.clirun import run_cli
+from storage import (
+    absolute,
+    exists,
+    expand_glob,
+    join,
+    open_read,
+    redact_url,
+    sha256_bytes,
+    write_bytes_atomic,
+)
 
 PART_GLOB = "part-*.parquet"
 READ_BATCH_ROWS = 2048
@@ -105,7 +114,7 @@ def _tokenized_folders(root: str, manifest: Manifest) -> list[str]:
     """The tokenized intermediate folder(s) of a corpus: one for a plain build; for a versioned corpus
     (``pipelines.serve`` / ``--batch_mb``: version N lists the shards of versions 1..N) each version's."""
     chain = [manifest]
-    while chain[-1].version > 1 and chain[-1].parent == f"manifest-v{chain[-1].version - 1}.json":
+    while chain[-1].version > 1 and chain[-1].parent == version_manifest_name(chain[-1].version - 1):
         chain.append(load_manifest(join(root, chain[-1].parent))[0])
     folders = []
     for m in reversed(chain):

@@ -49,9 +49,10 @@ from pipelines.options import (
     handle_help,
     quiet_beam,
 )
-from schemas.cliargs import option_strings
 from schemas.config import BuildConfig, SourceConfig
-from schemas.errors import UserError, run_cli
+from schemas.errors import UserError
+from shardforge.cliargs import option_strings
+from shardforge.clirun import run_cli
 from storage import join, read_text, redact_url, write_text_atomic
 
 log = logging.getLogger("shardforge.serve")

@@ -17,6 +17,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from schemas import SCHEMA_VERSION, SPECIAL_TOKENS
 from schemas.config import PackingRule, format_validation_error
 from schemas.errors import UserError
+from schemas.naming import manifest_version, version_manifest_name
 
 MANIFEST_NAME = "manifest.json"
 Split = Literal["train", "valid"]
@@ -184,6 +185,36 @@ def latest_manifest_url(root: str) -> str:
     if not _SEGMENT.match(name) or not name.endswith(".json"):  # one plain segment: the path rule holds
         raise UserError(f"{join(root, LATEST_NAME)} does not name a manifest: {name[:80]!r}")
     return join(root, name)
+
+
+# ---------------------------------------------------------------- the version chain of a served corpus
+# Version N is committed as manifest-v{N}.json (schemas.naming.version_manifest_name) and lists
+# every shard of versions 1..N; `latest` names the newest one readers should follow.
+
+
+def committed_versions(root: str) -> list[int]:
+    """Version numbers with a committed ``manifest-v{N}.json`` under root, ascending (one listing)."""
+    from storage import list_names
+
+    return sorted(n for n in map(manifest_version, list_names(root)) if n is not None)
+
+
+def load_version(root: str, n: int) -> Manifest:
+    """Version n's manifest (``manifest-v{n}.json``); UserError when it is not a valid manifest."""
+    from storage import join, read_text
+
+    url = join(root, version_manifest_name(n))
+    return parse_manifest(read_text(url), url)
+
+
+def read_latest_pointer(root: str) -> int | None:
+    """The version the ``latest`` pointer names, or None (no pointer, or it names no version manifest)."""
+    from storage import join, read_text
+
+    try:
+        return manifest_version(read_text(join(root, LATEST_NAME)).strip())
+    except FileNotFoundError:
+        return None
 
 
 def parse_manifest(text: str, where: str = "manifest") -> Manifest:

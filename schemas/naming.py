@@ -11,7 +11,15 @@ write over a committed version's objects.
     train-000000-v1-0123456789abcdef.tar      a shard ({split}-{index:06d}-{tag}.tar)
     versions/v1-0123456789abcdef/…            the attempt's other objects (tokenizer, rejects, index, …)
 
-Shared by the writers (pipelines) and the readers that look for strays (validate).
+A versioned corpus (``pipelines.serve``, batched builds) also holds one
+manifest per committed version, and its samples' keys carry the version:
+
+    manifest-v3.json                          version 3's manifest (`version_manifest_name`)
+    v000003-train-00000-00000000              a sample key of version 3 (`version_key_prefix` + the key)
+
+Shared by the writers (pipelines), the readers of the version chain
+(`schemas.manifest.committed_versions`, repack, status) and the readers that
+look for strays (validate).
 """
 
 from __future__ import annotations
@@ -26,7 +34,7 @@ TAG_PATTERN = r"v(?P<version>\d+)-[0-9a-f]{16}"
 TAG_RE = re.compile(rf"^{TAG_PATTERN}$")
 # Untagged names (`train-000000.tar`) are corpora written before attempt tags existed.
 SHARD_NAME_RE = re.compile(rf"^(?P<split>train|valid)-(?P<index>\d{{6,}})(?:-(?P<tag>{TAG_PATTERN}))?\.tar$")
-VERSION_MANIFEST_RE = re.compile(r"^manifest-v(\d+)\.json$")
+VERSION_MANIFEST_RE = re.compile(r"^manifest-v(?P<version>\d+)\.json$")
 WORK_DIR_RE = re.compile(rf"^{VERSIONS_DIR}/(?P<tag>{TAG_PATTERN})(?:/|$)")
 
 
@@ -65,3 +73,19 @@ def path_tag(relpath: str) -> str | None:
     """The attempt tag of a path under ``versions/{tag}/``, or None."""
     m = WORK_DIR_RE.match(relpath)
     return m.group("tag") if m else None
+
+
+def version_manifest_name(version: int) -> str:
+    """``manifest-v{N}.json``: the name a versioned corpus commits version N under."""
+    return f"manifest-v{version}.json"
+
+
+def manifest_version(name: str) -> int | None:
+    """N of a ``manifest-v{N}.json`` name, or None for any other name."""
+    m = VERSION_MANIFEST_RE.match(name)
+    return int(m.group("version")) if m else None
+
+
+def version_key_prefix(version: int) -> str:
+    """The prefix of every sample key of version N (``v{N:06d}-``): keys stay unique across appended versions."""
+    return f"v{version:06d}-"

@@ -24,9 +24,9 @@ import os
 import sys
 from collections.abc import Callable
 
-from schemas.cliargs import set_invoked_as
-from schemas.errors import run_cli
 from shardforge import __version__
+from shardforge.cliargs import set_invoked_as
+from shardforge.clirun import run_cli
 
 # name -> (module, function, one-line help); modules are imported on use.
 COMMANDS: dict[str, tuple[str, str, str]] = {

@@ -15,8 +15,8 @@ import os
 import shutil
 import time
 
-from schemas.cliargs import ArgumentParser
 from schemas.config import BuildConfig, SourceConfig, TrainConfig
+from shardforge.cliargs import ArgumentParser
 
 DEMO_SOURCES = ("ccnews", "openwebtext", "stories")
 

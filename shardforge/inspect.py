@@ -19,10 +19,10 @@ from typing import Any
 
 import numpy as np
 
-from schemas.cliargs import ArgumentParser
 from schemas.errors import UserError
 from schemas.manifest import Manifest, load_manifest, open_tokenizer
 from schemas.sample import ShardFormatError, decode_sample, iter_tar_samples
+from shardforge.cliargs import ArgumentParser
 from storage import join, open_read
 
 BAR_WIDTH = 40

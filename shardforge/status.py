@@ -19,18 +19,19 @@ import sys
 import time
 from typing import Any
 
-from pipelines.ingest import (
-    LATEST,
-    SERVE_STATE,
+from pipelines.ingest import SERVE_STATE, read_ledger, scan
+from schemas.errors import UserError
+from schemas.manifest import (
+    LATEST_NAME,
+    MANIFEST_NAME,
+    Manifest,
     committed_versions,
+    load_manifest,
     load_version,
     read_latest_pointer,
-    read_ledger,
-    scan,
 )
-from schemas.cliargs import ArgumentParser
-from schemas.errors import UserError, redact_text
-from schemas.manifest import MANIFEST_NAME, Manifest, load_manifest
+from shardforge.cliargs import ArgumentParser
+from shardforge.redact import redact_text
 from storage import exists, join, read_text
 
 
@@ -135,7 +136,7 @@ def render(st: dict[str, Any]) -> str:
         return render_plain(st)
     lines = [f"corpus   {st['corpus']}",
              f"latest   v{st['latest']}" + ("" if st["latest"] == st["latest_committed"]
-                                            else f"  (v{st['latest_committed']} committed; {LATEST} not yet moved)"),
+                                            else f"  (v{st['latest_committed']} committed; {LATEST_NAME} not yet moved)"),
              f"totals   {st['totals']['documents']} documents, {st['totals']['tokens']} tokens, "
              f"{st['totals']['shards']} shards; {st['files_absorbed']} files absorbed", ""]
     lines.append(f"{'version':>7} {'files':>5} {'docs':>7} {'tokens':>10} {'shards':>6} {'dups':>5}  "

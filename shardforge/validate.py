@@ -28,7 +28,6 @@ from typing import IO, Any
 
 import numpy as np
 
-from schemas.cliargs import ArgumentParser
 from schemas.errors import UserError
 from schemas.manifest import (
     Manifest,
@@ -46,6 +45,7 @@ from schemas.sample import (
     decode_sample,
     iter_tar_samples,
 )
+from shardforge.cliargs import ArgumentParser
 from storage import READ_BLOCK_SIZE, get_fs, invalidate, is_tmp_name, join, open_read, retry
 
 MAX_PROBLEMS_PER_SHARD = 20

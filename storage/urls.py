@@ -40,6 +40,14 @@ def full_url(fs: fsspec.AbstractFileSystem, path: str) -> str:
     return fs.unstrip_protocol(path)
 
 
+def absolute(url: str) -> str:
+    """A local path made absolute (what a run or manifest records outlives the working directory); URLs unchanged."""
+    if "://" in url:
+        return url
+    if url.startswith("file:"):
+        url = url[len("file:"):]
+    return os.path.abspath(url)
+
 
 def redact_url(url: str) -> str:
     """Drop user:password@ and credential-looking query parameters from a URL."""

@@ -258,7 +258,8 @@ def test_failing_urls_with_credentials_are_redacted(args, small_input, tmp_path)
 
 def test_tracebacks_and_log_lines_are_redacted(capsys, caplog) -> None:
     """The two other ways a message leaves a process: an unexpected error's traceback, and logging."""
-    from schemas.errors import install_log_redaction, register_secrets, run_cli
+    from shardforge.clirun import run_cli
+    from shardforge.redact import install_log_redaction, register_secrets
 
     register_secrets(["s3://AKIAEXAMPLEKEY:wJalrSECRETvalue@bucket/x"])
 

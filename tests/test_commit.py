@@ -23,8 +23,7 @@ import pytest
 from test_serve import SOURCE, articles, small_config
 
 from pipelines.commit import manifest_tag
-from pipelines.ingest import committed_versions, load_version
-from schemas.manifest import load_manifest
+from schemas.manifest import committed_versions, load_manifest, load_version
 from schemas.naming import SHARD_NAME_RE, shard_tag
 from storage import get_fs, invalidate, is_tmp_name, join, list_names, tmp_name
 

@@ -11,7 +11,18 @@ import pytest
 
 from schemas.config import BuildConfig, TrainConfig, load_config, parse_config
 from schemas.errors import UserError
-from schemas.manifest import Manifest, ShardInfo, TokenizerInfo, load_manifest, parse_manifest
+from schemas.manifest import (
+    LATEST_NAME,
+    Manifest,
+    ShardInfo,
+    TokenizerInfo,
+    committed_versions,
+    load_manifest,
+    load_version,
+    parse_manifest,
+    read_latest_pointer,
+)
+from schemas.naming import manifest_version, version_key_prefix, version_manifest_name
 from schemas.sample import (
     ShardFormatError,
     decode_sample,
@@ -42,6 +53,26 @@ def test_manifest_round_trip_is_canonical(tmp_path):
     (tmp_path / "manifest.json").write_text(text)
     loaded, root = load_manifest(str(tmp_path))
     assert loaded == m and root == str(tmp_path)
+
+
+def test_version_names_round_trip_and_the_chain_is_read_from_them(tmp_path):
+    """One place names a version's manifest; the chain readers find exactly those names."""
+    assert [version_manifest_name(n) for n in (1, 12)] == ["manifest-v1.json", "manifest-v12.json"]
+    assert [manifest_version(version_manifest_name(n)) for n in (1, 7, 123)] == [1, 7, 123]
+    assert [manifest_version(x) for x in ("manifest.json", "manifest-v1.json.tmp", ".manifest-v2.json.x.tmp",
+                                          "manifest-v.json", "latest")] == [None] * 5
+    assert version_key_prefix(3) == "v000003-"
+    assert committed_versions(str(tmp_path)) == [] and read_latest_pointer(str(tmp_path)) is None
+    for n in (2, 10, 1):  # numeric, not lexical, order
+        (tmp_path / version_manifest_name(n)).write_text(tiny_manifest(version=n).to_json())
+    (tmp_path / "manifest.json").write_text(tiny_manifest().to_json())
+    (tmp_path / ".manifest-v11.json.0a1b.tmp").write_text("half written")
+    assert committed_versions(str(tmp_path)) == [1, 2, 10]
+    assert load_version(str(tmp_path), 10).version == 10
+    (tmp_path / LATEST_NAME).write_text(version_manifest_name(10) + "\n")
+    assert read_latest_pointer(str(tmp_path)) == 10
+    (tmp_path / LATEST_NAME).write_text("manifest.json\n")  # not a version: no pointer
+    assert read_latest_pointer(str(tmp_path)) is None
 
 
 def test_missing_manifest_is_one_clear_error(tmp_path):

@@ -25,16 +25,16 @@ from typing import Any
 
 import pytest
 
-from pipelines.ingest import (
-    LATEST,
+from pipelines.ingest import read_ledger, recover
+from pipelines.records import make_doc_id
+from schemas.manifest import (
+    LATEST_NAME,
+    Manifest,
     committed_versions,
+    latest_manifest_url,
     load_version,
     read_latest_pointer,
-    read_ledger,
-    recover,
 )
-from pipelines.records import make_doc_id
-from schemas.manifest import Manifest, latest_manifest_url
 from schemas.naming import SHARD_NAME_RE
 from shardforge.synth import make_article
 
@@ -270,7 +270,7 @@ def test_recover_repairs_every_crash_window_after_the_commit(served, tmp_path):
     shutil.copytree(served["corpus"], corpus)
     want = read_ledger(corpus, [1, 2, 3])
     os.remove(os.path.join(corpus, "ingest", "ledger", "v3.jsonl"))
-    Path(corpus, LATEST).write_text("manifest-v2.json\n")
+    Path(corpus, LATEST_NAME).write_text("manifest-v2.json\n")
     shutil.copy(os.path.join(corpus, "manifest-v2.json"), os.path.join(corpus, "manifest.json"))
     Path(corpus, "train-009999.tar").write_bytes(b"orphan of an abandoned batch")
     state = recover(corpus)
@@ -312,7 +312,7 @@ def test_once_on_the_gcs_emulator(gcs_bucket, tmp_path):
     ledger = read_ledger(corpus, [1, 2])
     assert sorted(ledger) == [f"{gcs_bucket}/raw/a.jsonl", f"{gcs_bucket}/raw/b.jsonl"]
     fs.invalidate_cache()
-    assert fs.cat_file(f"{bucket}/corpus/{LATEST}").decode().strip() == "manifest-v2.json"
+    assert fs.cat_file(f"{bucket}/corpus/{LATEST_NAME}").decode().strip() == "manifest-v2.json"
     for s in m2.shards:
         data = fs.cat_file(f"{bucket}/corpus/{s.name}")
         assert hashlib.sha256(data).hexdigest() == s.sha256

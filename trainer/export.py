@@ -514,8 +514,8 @@ def export_checkpoint(ckpt: str, out_dir: str, tokenizer: str | None = None) -> 
 
 
 def main(argv: list[str] | None = None) -> int:
-    from schemas.cliargs import ArgumentParser
-    from schemas.errors import redact_text
+    from shardforge.cliargs import ArgumentParser
+    from shardforge.redact import redact_text
 
     p = ArgumentParser(prog="shardforge export",
                        description="Write a Hugging Face folder (config.json, model.safetensors, "

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 
-from schemas.cliargs import ArgumentParser
 from schemas.errors import UserError
+from shardforge.cliargs import ArgumentParser
 from trainer.metrics import read_metrics
 
 PANELS = [

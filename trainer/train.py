@@ -26,12 +26,13 @@ import torch
 import torch.distributed as dist
 
 from schemas import MASK_ID, PAD_ID
-from schemas.cliargs import ArgumentParser, absolute
 from schemas.config import PAIR_RULES, ModelConfig, TrainConfig, load_config, parse_config
-from schemas.errors import UserError, run_cli
+from schemas.errors import UserError
 from schemas.manifest import Manifest, load_manifest, open_tokenizer
 from schemas.tokenizer_files import WORD_START_MARKERS
-from storage import join
+from shardforge.cliargs import ArgumentParser
+from shardforge.clirun import run_cli
+from storage import absolute, join
 from trainer.checkpoint import load_latest_checkpoint, save_checkpoint
 from trainer.data import ShardLoader, gather_state_dict
 from trainer.masking import Masker, word_start_table

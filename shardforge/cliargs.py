@@ -17,7 +17,8 @@ import sys
 from collections.abc import Iterable, Sequence
 from typing import Any, NoReturn
 
-from schemas.errors import register_secrets, user_error_line
+from shardforge.clirun import user_error_line
+from shardforge.redact import register_secrets
 
 _invoked_as: str | None = None
 
@@ -90,13 +91,3 @@ def fail(message: str, prog: str) -> NoReturn:
     print(f"{user_error_line(message)} (see {prog} --help)", file=sys.stderr)
     sys.exit(2)
 
-
-def absolute(url: str) -> str:
-    """A local path made absolute (what a run or manifest records outlives the working directory); URLs unchanged."""
-    import os
-
-    if "://" in url:
-        return url
-    if url.startswith("file:"):
-        url = url[len("file:"):]
-    return os.path.abspath(url)
