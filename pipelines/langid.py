@@ -95,12 +95,6 @@ def stopword_shares(words: list[str]) -> dict[str, float]:
     return {k: (v / n if n else 0.0) for k, v in counts.items()}
 
 
-def english_score(text: str) -> float:
-    """Share of English stop words among the text's word tokens (0 for no words)."""
-    words = words_of(text)
-    return sum(1 for w in words if w in ENGLISH) / len(words) if words else 0.0
-
-
 def is_english(text: str, min_score: float) -> bool:
     """English stop-word share >= min_score and >= every other language's share."""
     shares = stopword_shares(words_of(text))

@@ -32,7 +32,6 @@ ALLOWED_MEMBERS = (INPUT_IDS, TOKEN_TYPE_IDS, LABEL, META)
 FORBIDDEN_SUFFIXES = ("pyd", "pickle", "pkl", "pth", "pt", "npz", "mp", "msgpack")
 KEY_RE = re.compile(r"^[A-Za-z0-9_-]{1,200}$")
 TAR_BLOCK = 512
-TAR_RECORD = 20 * TAR_BLOCK
 
 
 class ShardFormatError(UserError):
