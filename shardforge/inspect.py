@@ -23,6 +23,7 @@ from schemas.errors import UserError
 from schemas.manifest import Manifest, load_manifest, open_tokenizer
 from schemas.sample import ShardFormatError, decode_sample, iter_tar_samples
 from shardforge.cliargs import ArgumentParser
+from shardforge.clirun import run_cli
 from storage import join, open_read
 
 BAR_WIDTH = 40
@@ -173,4 +174,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_cli(main))

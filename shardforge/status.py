@@ -31,6 +31,7 @@ from schemas.manifest import (
     read_latest_pointer,
 )
 from shardforge.cliargs import ArgumentParser
+from shardforge.clirun import run_cli
 from shardforge.redact import redact_text
 from storage import exists, join, read_text
 
@@ -173,4 +174,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_cli(main))

@@ -174,6 +174,36 @@ def test_version() -> None:
     assert res.returncode == 0 and res.stdout.strip() == f"shardforge {__version__}"
 
 
+# Every module a user can run (`python -m X`) and the dispatcher's subcommands.
+ENTRY_PACKAGES = ("pipelines", "trainer", "shardforge")
+
+
+def test_every_main_module_runs_through_run_cli() -> None:
+    """Each `if __name__ == "__main__"` of pipelines/trainer/shardforge reaches run_cli (statically)."""
+    import ast
+
+    missing = []
+    for pkg in ENTRY_PACKAGES:
+        for path in sorted((REPO / pkg).rglob("*.py")):
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            mains = [n for n in tree.body if isinstance(n, ast.If) and "__main__" in ast.unparse(n.test)]
+            if not mains:
+                continue
+            names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+            imported = {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)
+                        and n.module == "shardforge.clirun" for a in n.names}
+            if "run_cli" not in names or "run_cli" not in imported:
+                missing.append(str(path.relative_to(REPO)))
+    assert not missing, f"entry points not run through shardforge.clirun.run_cli: {missing}"
+
+
+@pytest.mark.parametrize("module", ["shardforge.inspect", "shardforge.status"])
+def test_tool_modules_run_directly_print_one_line(module, tmp_path) -> None:
+    """`python -m shardforge.inspect MISSING` (not only `shardforge inspect`) is one line, exit 2, no traceback."""
+    line = one_line_error(run("-m", module, str(tmp_path / "nope")))
+    assert str(tmp_path / "nope") in line
+
+
 # ------------------------------------------------------------------ 14: run folders, export, status
 
 
