@@ -210,7 +210,7 @@ def test_every_evaluation_sees_the_same_valid_batches(tmp_path):
 
     from schemas.config import MaskingConfig, ModelConfig
     from tests.test_loader import VOCAB, make_corpus
-    from trainer.data import ShardLoader
+    from trainer.loader import ShardLoader
     from trainer.masking import Masker
     from trainer.model import Encoder
     from trainer.train import evaluate

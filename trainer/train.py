@@ -33,7 +33,7 @@ from schemas.manifest import Manifest, load_manifest, open_tokenizer
 from schemas.tokenizer_files import WORD_START_MARKERS
 from storage import join
 from trainer.checkpoint import load_latest_checkpoint, save_checkpoint
-from trainer.data import ShardLoader, gather_state_dict
+from trainer.loader import ShardLoader, gather_state_dict
 from trainer.masking import Masker, word_start_table
 from trainer.metrics import MetricsLogger, StarvationMonitor, device_peak_flops, progress_bar
 from trainer.model import Encoder, flops_per_token, resolve_dims
