@@ -213,7 +213,7 @@ def test_every_evaluation_sees_the_same_valid_batches(tmp_path):
     from trainer.loader import ShardLoader
     from trainer.masking import Masker
     from trainer.model import Encoder
-    from trainer.train import evaluate
+    from trainer.evaluate import evaluate
 
     url = str(make_corpus(tmp_path / "c", [20, 20], valid=[9, 4]))  # 13 valid samples: 4 batches of 4
     c = cfg(url, str(tmp_path / "run"), eval_batches=2, batch_size=4)
