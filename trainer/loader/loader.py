@@ -281,14 +281,21 @@ class ShardLoader:
         self._pads = {}
 
 
+def _collective_device(group: Any = None) -> torch.device:
+    """Where the group's collective tensors live: this rank's GPU under NCCL, else the CPU."""
+    import torch.distributed as dist
+
+    return torch.device("cuda", torch.cuda.current_device()) if dist.get_backend(group) == "nccl" \
+        else torch.device("cpu")
+
+
 def _agree_on(value: str) -> str:
     """Rank 0's value on every rank (a collective when torch.distributed is initialized)."""
     import torch.distributed as dist
 
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
         return value
-    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" \
-        else torch.device("cpu")
+    device = _collective_device()
     data = value.encode("utf-8")
     size = torch.tensor([len(data)], dtype=torch.int64, device=device)
     dist.broadcast(size, src=0)  # UTF-8 bytes in uint8 tensors: nothing is pickled
@@ -310,8 +317,7 @@ def gather_state_dict(loader: ShardLoader, group: Any = None) -> dict[str, Any]:
     local = loader.state_dict()
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size(group) == 1:
         return local
-    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend(group) == "nccl" \
-        else torch.device("cpu")
+    device = _collective_device(group)
     data = torch.tensor(list(json.dumps(local).encode("utf-8")), dtype=torch.uint8, device=device)
     n = dist.get_world_size(group)
     sizes = [torch.zeros(1, dtype=torch.int64, device=device) for _ in range(n)]

@@ -32,6 +32,7 @@ def keyed_rng(*key: int) -> np.random.Generator:
 
 
 def ceil_div(a: int, b: int) -> int:
+    """ceil(a / b) in integers."""
     return -(-a // b)
 
 
@@ -91,6 +92,7 @@ class Plan:
         return [sorted(ps) for ps in parts]
 
     def shard_order(self, epoch: int, p: int) -> list[int]:
+        """The order partition p reads its shards in, in this epoch (keyed by seed, epoch, p)."""
         order = list(self.part_shards[p])
         keyed_rng(self.seed, KEY_SHARD_ORDER, epoch, p).shuffle(order)
         return order
@@ -100,6 +102,7 @@ class Plan:
         return int(keyed_rng(self.seed, KEY_WINDOW_SHIFT, epoch, p).integers(1, self.K + 1))
 
     def unit_parts(self, world_size: int, num_units: int, rank: int, unit: int) -> list[int]:
+        """The partitions of unit (rank, worker): rank r owns p % world_size == r, dealt over its units."""
         return [p for p in range(self.P) if p % world_size == rank][unit::num_units]
 
     def segment_batches(self, world_size: int, num_units: int, remaining: Callable[[int], int]) -> int:

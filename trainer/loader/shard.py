@@ -59,6 +59,7 @@ class HashingReader:
         self._f = storage.open_read(url)
 
     def read(self, n: int = -1) -> bytes:
+        """Up to n bytes (all with -1), hashed; a transient error reopens at the same offset."""
         attempts = storage.RETRY_ATTEMPTS
         for i in range(attempts):
             try:
@@ -83,6 +84,7 @@ class HashingReader:
         self._f.seek(self.pos)
 
     def close(self) -> None:
+        """Close the underlying file."""
         self._f.close()
 
 

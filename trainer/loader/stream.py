@@ -27,6 +27,7 @@ class UnitCtx:
         self.new: list[str] = []  # skipped since the last batch left the unit
 
     def corrupt(self, e: ShardCorrupt, shard: int) -> None:
+        """Handle a failed shard: UserError under policy fail, else record it as skipped (once)."""
         if self.policy == "fail":
             raise UserError(f"corrupt shard {e.shard}: {e.reason} (train with corrupt_shards=skip to skip "
                             "it)") from e
@@ -50,6 +51,7 @@ class PositionReader:
         self.gen_next = -1  # position the open generator yields next
 
     def read(self, lo: int, hi: int) -> list[Sample | None]:
+        """Samples at positions lo..hi-1 of the epoch stream; None where a shard is skipped."""
         out: list[Sample | None] = []
         q = lo
         while q < hi:
@@ -119,6 +121,7 @@ class PartitionStream:
         self._group_tokens = 0
 
     def cursor(self) -> Cursor:
+        """Where the stream stands: [batches_done, pos, tokens_before_pos, batches_done_in_group]."""
         return [self.b, self.pos, self.tok, self.skip]
 
     def _bounds(self, j: int) -> tuple[int, int]:
@@ -137,6 +140,7 @@ class PartitionStream:
         return [e if e is not None and e.shard not in sk else None for e in entries]
 
     def next_batch(self) -> list[Sample] | None:
+        """The partition's next batch in this epoch; None when it is done."""
         if self.done:
             return None
         out = self._next_fixed() if self.plan.T is None else self._next_tokens()

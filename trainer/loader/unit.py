@@ -59,6 +59,7 @@ class Replay:
         self.yielded = 0
 
     def next(self) -> list[Sample]:
+        """The next pad batch."""
         for _ in range(3):
             got = interleave(self.streams)
             if got is not None:
@@ -132,10 +133,12 @@ class UnitDataset(IterableDataset):
 
 
 def identity_collate(x: Any) -> Any:
+    """The DataLoader's collate_fn: keep the packed numpy batch as it is (see collate.pack)."""
     return x
 
 
 def worker_init(_: int) -> None:
+    """Per DataLoader worker: one intra-op thread."""
     # Decoding is numpy-bound and single-threaded; intra-op threads only oversubscribe the cores.
     torch.set_num_threads(1)
 
