@@ -40,6 +40,7 @@ from pipelines.langid import identify  # noqa: E402
 from pipelines.records import Document, Reject  # noqa: E402
 from pipelines.sentences import split_sentences  # noqa: E402
 from schemas.config import CleanConfig  # noqa: E402
+from tests.reference import naive_dup_ngram_frac  # noqa: E402
 
 PUNCT = string.punctuation + "\u2018\u2019\u201c\u201d\u2026\u2013\u2014\u00ab\u00bb"
 
@@ -111,20 +112,6 @@ def naive_top_ngram(text: str, n: int) -> float:
 
 def naive_dup_ngram(text: str, n: int) -> float:
     return naive_dup_ngram_frac(naive_words(text), n)
-
-
-def naive_dup_ngram_frac(words: list[str], n: int) -> float:
-    """Gopher's duplicated n-gram character share, by its definition (also the tests' reference)."""
-    total = sum(len(w) for w in words)
-    if not total:
-        return 0.0
-    counts = collections.Counter(tuple(words[i:i + n]) for i in range(len(words) - n + 1))
-    covered = [False] * len(words)
-    for i in range(len(words) - n + 1):
-        if counts[tuple(words[i:i + n])] > 1:
-            for j in range(i, i + n):
-                covered[j] = True
-    return sum(len(w) for w, c in zip(words, covered, strict=True) if c) / total
 
 
 def naive_dups(items: list[str]) -> tuple[float, float]:

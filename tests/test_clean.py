@@ -173,7 +173,7 @@ def test_unknown_disabled_rule_is_an_error():
 @settings(max_examples=150, deadline=None)
 @given(st.lists(st.sampled_from(["a", "bb", "ccc", "dddd", "e", "ff"]), min_size=0, max_size=60))
 def test_dup_ngram_fast_path_matches_definition(ws):
-    from benchmarks.bench_clean import naive_dup_ngram_frac
+    from tests.reference import naive_dup_ngram_frac
 
     stats = DocStats(" ".join(ws))
     fast = stats.dup_ngram_fracs

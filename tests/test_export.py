@@ -1,4 +1,4 @@
-"""trainer.export: the exported folder loads in transformers and computes what our model computes."""
+"""trainer.export (+ trainer.hf_tokenizer): the exported folder loads in transformers and computes what our model computes."""
 
 from __future__ import annotations
 
@@ -15,11 +15,10 @@ import torch  # noqa: E402
 
 from schemas import SPECIAL_TOKENS  # noqa: E402
 from schemas.config import ModelConfig  # noqa: E402
-from trainer.export import (  # noqa: E402
+from trainer.export import choose_architecture, export_hf  # noqa: E402
+from trainer.hf_tokenizer import (  # noqa: E402
     bpe_merges,
     build_tokenizer_json,
-    choose_architecture,
-    export_hf,
     spm_model_type,
     spm_normalizer_spec,
     spm_pieces,

@@ -1,4 +1,4 @@
-"""The streaming shard loader (trainer/data.py): coverage, shuffling, workers,
+"""The streaming shard loader (trainer/loader/): coverage, shuffling, workers,
 exact and elastic resume, equal steps on uneven shards, token budgets, pair
 rules and the corrupt-shard policy. Corpora are written directly with the
 sample spec (no Beam), with deliberately uneven shard sizes."""
@@ -20,7 +20,7 @@ from schemas.errors import UserError
 from schemas.manifest import Manifest, ShardInfo, TokenizerInfo
 from schemas.sample import encode_sample, tar_bytes
 from storage import sha256_bytes
-from trainer.data import ShardLoader
+from trainer.loader import ShardLoader
 
 VOCAB = 1000
 UNEVEN = [37, 5, 60, 1, 23, 14, 0, 41]  # includes an empty and a one-sample shard
@@ -353,7 +353,7 @@ def test_corrupt_shard_skipped_counted_and_remembered(tmp_path: Path, corrupt: A
     corrupt(url.parent / "train-000002.tar")
     kw = dict(batch_size=4, shuffle_buffer=8, partitions=4, epochs=2, corrupt_policy="skip",
               num_workers=workers)
-    with caplog.at_level(logging.WARNING, logger="trainer.data"):
+    with caplog.at_level(logging.WARNING, logger="trainer.loader"):
         ld = ShardLoader(str(url), **kw)
         full = take(ld)
     assert ld.skipped_shards == ["train-000002.tar"]

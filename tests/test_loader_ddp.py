@@ -23,7 +23,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from test_loader import UNEVEN, make_corpus, real_ids, shard_gids, split_gids, take
 
-from trainer.data import ShardLoader, gather_state_dict
+from trainer.loader import ShardLoader, gather_state_dict
 
 WORLD = 2
 DEADLINE_S = 240

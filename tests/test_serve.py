@@ -324,7 +324,7 @@ def test_a_following_loader_adopts_new_shards_at_the_epoch_boundary_and_resumes_
     import torch
 
     from pipelines.serve import run
-    from trainer.data import ShardLoader
+    from trainer.loader import ShardLoader
 
     raw, corpus = tmp_path / "raw", str(tmp_path / "corpus")
     raw.mkdir()

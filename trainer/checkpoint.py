@@ -5,19 +5,29 @@ A checkpoint is one ``torch.save`` blob ``ckpt-{step:08d}.pt`` under
 so a crash mid-write never leaves a torn file under a real name. Everything in
 it is tensors and plain Python containers, so it loads with
 ``torch.load(weights_only=True)`` — nothing is unpickled.
+
+``CheckpointManager`` (torchtitan's shape) is handed the run's stateful
+objects and owns what is saved (model, optimizer, schedule, loader position,
+every rank's RNG state, the config), when (``save(step, force)``), what is
+kept (the newest ``keep_last``) and how a run resumes (``load()``).
 """
 
 from __future__ import annotations
 
 import io
 import logging
+import posixpath
 import re
 from typing import Any
 
 import torch
 
+from schemas.config import ModelConfig, TrainConfig
 from schemas.errors import UserError
 from storage import get_fs, join, list_names, read_bytes, retry, write_bytes_atomic
+from trainer.distributed import Dist, gather_rng, restore_rng
+from trainer.loader import ShardLoader, gather_state_dict
+from trainer.model import resolve_dims
 
 log = logging.getLogger(__name__)
 CKPT_DIR = "checkpoints"
@@ -98,3 +108,89 @@ def load_latest_checkpoint(run: str) -> tuple[str, dict[str, Any]] | None:
         raise UserError(f"none of the {len(skipped)} checkpoints in {checkpoint_dir(run)} loads; move them away "
                         "to start the run over, or train into another output")
     return None
+
+
+# ------------------------------------------------------------------ the manager
+
+class CheckpointManager:
+    """Saves and restores a run: handed the stateful objects, it decides what is saved and when.
+
+    Every rank calls ``save`` and ``load`` (saving gathers every rank's loader
+    position and RNG state, both collectives); only the main rank writes.
+    """
+
+    def __init__(self, cfg: TrainConfig, dd: Dist, *, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                 scheduler: Any, loader: ShardLoader, vocab_size: int, tokenizer_sha256: str):
+        self.cfg, self.dd = cfg, dd
+        self.model, self.optimizer, self.scheduler, self.loader = model, optimizer, scheduler, loader
+        self.vocab_size, self.tokenizer_sha256 = vocab_size, tokenizer_sha256
+
+    def load(self) -> int:
+        """Restore the newest checkpoint that loads (when cfg.resume); the step to continue from (0: none)."""
+        found = load_latest_checkpoint(self.cfg.output) if self.cfg.resume else None
+        if not found:
+            return 0
+        url, state = found
+        check_same_model(self.model, state, url, self.cfg, self.vocab_size)
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.loader.load_state_dict(state["loader"])
+        step = int(state["step"])
+        restore_rng(state["rng"], self.dd, self.cfg.seed + self.dd.rank + step)
+        if self.dd.main:
+            log.info("resumed from %s at step %d", url, step)
+        return step
+
+    def due(self, step: int) -> bool:
+        """Whether step is a checkpoint_every step."""
+        every = self.cfg.checkpoint_every
+        return bool(every) and step % every == 0
+
+    def save(self, step: int, force: bool = False) -> str | None:
+        """Checkpoint step when it is due (or force); the URL written on the main rank, else None."""
+        if not (force or self.due(step)):
+            return None
+        loader_state = gather_state_dict(self.loader)  # a collective: every rank's partitions, for elastic resume
+        rng = gather_rng(self.dd)  # a collective too: one RNG state per rank (dropout differs by rank)
+        if not self.dd.main:
+            return None
+        return save_checkpoint(self.cfg.output, step, {
+            "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(), "loader": loader_state, "rng": rng, "step": step,
+            "config": self.cfg.model_dump(mode="json"), "vocab_size": self.vocab_size,
+            "manifest": self.tokenizer_sha256,
+        }, self.cfg.keep_last)
+
+
+def describe_model(model: ModelConfig, vocab_size: int) -> str:
+    """A model's shape in one phrase: size, layers, hidden, heads, vocabulary and the options that add tensors."""
+    d = resolve_dims(model, vocab_size)
+    extras = [f"{name}={value}" for name, value, default in (
+        ("embedding_size", d.embedding_size, d.hidden), ("share", d.share, "none"),
+        ("sentence_head", d.sentence_head, "none"), ("span_boundary", d.span_boundary, False),
+        ("max_positions", d.max_positions, ModelConfig().max_positions)) if value != default]
+    return (f"size={model.size}: {d.layers} layers, hidden {d.hidden}, {d.heads} heads, "
+            f"intermediate {d.intermediate}, vocab {d.vocab_size}" + "".join(f", {e}" for e in extras))
+
+
+def check_same_model(model: torch.nn.Module, state: dict[str, Any], ckpt: str, cfg: TrainConfig,
+                     vocab_size: int) -> None:
+    """UserError (what the run folder holds, how to start fresh) when a checkpoint has another model shape.
+
+    Without it, resuming into a run folder of a different model is a 57-line
+    size-mismatch traceback from ``load_state_dict``.
+    """
+    mine, theirs = model.state_dict(), state["model"]
+    differ = set(mine) ^ set(theirs) or {k for k in mine if tuple(mine[k].shape) != tuple(theirs[k].shape)}
+    if not differ:
+        return
+    try:
+        held = describe_model(ModelConfig.model_validate(state["config"]["model"]), int(state["vocab_size"]))
+    except Exception:  # noqa: BLE001 - an older or foreign checkpoint: say what can be said
+        held = f"a model of {len(theirs)} tensors"
+    raise UserError(
+        f"run folder {cfg.output} holds another model: {posixpath.basename(ckpt)} (step {int(state['step'])}) is "
+        f"{held}; this run asks for {describe_model(cfg.model, vocab_size)}. To start fresh, train into a new "
+        f"--output folder (or delete {join(cfg.output, 'checkpoints')}); to continue that run, give its model "
+        "settings (and its corpus)")

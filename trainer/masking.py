@@ -24,6 +24,8 @@ import torch
 
 from schemas.config import MaskingConfig
 
+# The label of a position (or a row's sentence label) that carries no loss: PyTorch's
+# cross_entropy default. The one definition: the loader, the loop and the model import it.
 IGNORE_INDEX = -100
 WORD_START = "\u2581"  # SentencePiece's word-boundary marker
 

@@ -1,8 +1,10 @@
-"""Training metrics: JSONL (any fsspec URL), TensorBoard (local runs), a progress bar.
+"""Training metrics: the step record, JSONL (any fsspec URL), TensorBoard (local runs), a progress bar.
 
 Per step we log loss, learning rate, tokens/s, model FLOPs utilization and the
 share of step time spent waiting for data; a sustained data wait above a
-threshold is warned about (the GPU is starving).
+threshold is warned about (the GPU is starving). ``StepStats`` sums a step's
+micro-batch outputs on the device; ``TrainMetrics`` turns them into the step
+record (``step_record``), writes it, and prints the log line and progress text.
 """
 
 from __future__ import annotations
@@ -11,12 +13,16 @@ import json
 import logging
 import os
 import sys
+import time
 from collections import deque
 from typing import Any
+
+import torch
 
 from storage import get_fs, join, protocol_of
 
 log = logging.getLogger(__name__)
+train_log = logging.getLogger("shardforge.train")  # the step lines, under the trainer's name
 METRICS_FILE = "metrics.jsonl"
 
 
@@ -118,3 +124,110 @@ def progress_bar(total: int, initial: int, enabled: bool):
 
     return tqdm(total=total, initial=initial, disable=not enabled, unit="step", dynamic_ncols=True,
                 file=sys.stderr, mininterval=1.0)
+
+
+class StepStats:
+    """Sums of a step's micro-batch outputs, kept on the device: one host sync per step, not per micro-batch."""
+
+    KEYS = ("mlm_correct", "mlm_count", "sentence_correct", "sentence_count")
+
+    def __init__(self) -> None:
+        self._sums: dict[str, torch.Tensor] = {}
+        self.tokens = 0
+
+    def add(self, out: dict[str, torch.Tensor], tokens: int, scale: float) -> None:
+        """Add one micro-batch's outputs (its loss weighted by scale) and its real token count."""
+        self._acc("loss", out["loss"].detach().float() * scale)
+        for k in self.KEYS:
+            if k in out:
+                self._acc(k, out[k].detach().float())
+        self.tokens += tokens
+
+    def _acc(self, key: str, value: torch.Tensor) -> None:
+        self._sums[key] = self._sums[key] + value if key in self._sums else value
+
+    def values(self) -> dict[str, float]:
+        """Host values (the one sync); missing keys are 0."""
+        keys = list(self._sums)
+        host = torch.stack([self._sums[k].reshape(()) for k in keys]).cpu().tolist() if keys else []
+        vals = dict.fromkeys(("loss", *self.KEYS), 0.0)
+        vals.update(zip(keys, host, strict=True))
+        return vals
+
+
+def step_record(step: int, v: dict[str, float], tokens: int, lr: float, dt: float, wait: float, epoch: int,
+                flops_per_token: float, peak_flops: float | None) -> dict[str, Any]:
+    """The metrics record of one optimizer step.
+
+    v: StepStats values; tokens: real tokens of the step over all ranks; dt and
+    wait: the step's wall time and the part of it spent waiting for data;
+    flops_per_token: the model's FLOPs per token; peak_flops: the peak FLOP/s of
+    all ranks together (None when unknown, e.g. on CPUs: no MFU).
+    """
+    record = {"step": step, "loss": v["loss"], "lr": lr,
+              "mlm_acc": v["mlm_correct"] / max(v["mlm_count"], 1.0), "tokens_per_s": tokens / dt,
+              "step_time": dt, "data_wait_share": wait / dt, "epoch": epoch}
+    if v["sentence_count"]:
+        record["sentence_acc"] = v["sentence_correct"] / v["sentence_count"]
+    if peak_flops:
+        record["mfu"] = flops_per_token * tokens / dt / peak_flops
+    return record
+
+
+def progress_postfix(record: dict[str, Any]) -> dict[str, str]:
+    """The progress bar's text for a step record."""
+    postfix = {"loss": f"{record['loss']:.3f}", "tok/s": f"{record['tokens_per_s']:.0f}",
+               "wait": f"{100 * record['data_wait_share']:.0f}%"}
+    if "mfu" in record:
+        postfix["mfu"] = f"{100 * record['mfu']:.0f}%"
+    return postfix
+
+
+class TrainMetrics:
+    """What the loop reports per step: the record (JSONL + TensorBoard), the log line, the bar, starvation.
+
+    Only the main rank writes; every rank builds records (their values are
+    this rank's, the token rate is scaled to the world).
+    """
+
+    def __init__(self, run: str, *, enabled: bool, total_steps: int, start_step: int, log_every: int,
+                 world_size: int, flops_per_token: float, peak_flops: float | None, show_bar: bool):
+        self.enabled, self.total_steps, self.log_every, self.world_size = enabled, total_steps, log_every, world_size
+        self.flops_per_token = flops_per_token
+        self.peak_flops = peak_flops * world_size if peak_flops else None
+        self.logger = MetricsLogger(run, enabled=enabled)
+        self.starvation = StarvationMonitor()
+        self.bar = progress_bar(total_steps, start_step, enabled=enabled and show_bar)
+        self.first_loss: float | None = None
+        self.last_loss: float | None = None
+
+    def record(self, step: int, stats: StepStats, lr: float, started: float, wait: float,
+               epoch: int) -> dict[str, Any]:
+        """The record of a step that began at ``started`` (perf_counter); watches data wait and the loss.
+
+        The step's one host sync (``stats.values()``) happens here, inside the step's time.
+        """
+        v = stats.values()
+        dt = time.perf_counter() - started
+        record = step_record(step, v, stats.tokens * self.world_size, lr, dt, wait, epoch,
+                             self.flops_per_token, self.peak_flops)
+        self.starvation.update(record["data_wait_share"])
+        self.first_loss = v["loss"] if self.first_loss is None else self.first_loss
+        self.last_loss = v["loss"]
+        return record
+
+    def log(self, record: dict[str, Any]) -> None:
+        """Write the record; every log_every steps (and the last) flush and print a line; move the bar."""
+        step = record["step"]
+        self.logger.log(record)
+        if self.enabled and (step % self.log_every == 0 or step == self.total_steps):
+            self.logger.flush()
+            train_log.info("step %d loss %.4f lr %.2e tok/s %.0f wait %.0f%%", step, record["loss"], record["lr"],
+                           record["tokens_per_s"], 100 * record["data_wait_share"])
+        self.bar.set_postfix(progress_postfix(record))
+        self.bar.update(1)
+
+    def close(self) -> None:
+        """Close the bar and flush what is buffered."""
+        self.bar.close()
+        self.logger.close()

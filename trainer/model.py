@@ -26,8 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from schemas.config import ModelConfig
-
-IGNORE_INDEX = -100
+from trainer.masking import IGNORE_INDEX
 
 # Named sizes. tiny is for tests; small is BERT-Small (Turc et al. 2019);
 # base and large are BERT/RoBERTa's.

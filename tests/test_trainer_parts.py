@@ -1,0 +1,162 @@
+"""The trainer's components alone: the CheckpointManager (what, when, keep-last, load), the step record
+and progress text, the batch's way into the model, and the single-process distributed setup.
+tests/test_train.py runs them together through train(); here each is driven on its own, with a real
+tiny model, a real optimizer and a real ShardLoader over a small corpus."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+
+import pytest
+import torch
+
+from schemas.config import MaskingConfig, ModelConfig, TrainConfig
+from schemas.errors import UserError
+from tests.test_loader import VOCAB, make_corpus
+from trainer import distributed
+from trainer.batch import drop_padding_rows, masked_forward, real_tokens
+from trainer.checkpoint import CheckpointManager, list_checkpoints, load_checkpoint
+from trainer.distributed import Dist
+from trainer.loader import ShardLoader
+from trainer.masking import IGNORE_INDEX, Masker
+from trainer.metrics import StepStats, TrainMetrics, progress_postfix, read_metrics, step_record
+from trainer.model import Encoder
+from trainer.optim import build_optimizer, linear_schedule
+
+
+def parts(url: str, out: str, **kw) -> tuple[TrainConfig, CheckpointManager]:
+    """A config and a manager over fresh model, optimizer, schedule and loader objects."""
+    cfg = TrainConfig.model_validate({"data": url, "output": out, "steps": 10, "batch_size": 4, "device": "cpu",
+                                      "model": {"size": "tiny", "max_positions": 64}, **kw})
+    model = Encoder(cfg.model, VOCAB)
+    optimizer = build_optimizer(model, cfg.optim)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, linear_schedule(cfg.optim.warmup_steps, cfg.steps))
+    loader = ShardLoader(url, "train", batch_size=4, seed=0, shuffle_buffer=8)
+    return cfg, CheckpointManager(cfg, Dist(), model=model, optimizer=optimizer, scheduler=scheduler,
+                                  loader=loader, vocab_size=VOCAB, tokenizer_sha256="0" * 64)
+
+
+def one_step(m: CheckpointManager) -> None:
+    """An optimizer step on one batch, so that model, optimizer, schedule and loader all move."""
+    batch = next(iter(m.loader))
+    out = m.model(batch["input_ids"], batch["attention_mask"], labels=batch["input_ids"])
+    out["loss"].backward()
+    m.optimizer.step()
+    m.scheduler.step()
+    m.optimizer.zero_grad()
+
+
+def test_checkpoint_manager_saves_when_due_or_forced_and_keeps_the_last_k(tmp_path):
+    url = str(make_corpus(tmp_path / "c", [20, 12]))
+    run = str(tmp_path / "run")
+    _, m = parts(url, run, checkpoint_every=3, keep_last=2)
+    saved = {step: m.save(step, force=step == 7) for step in range(1, 9)}
+    assert [s for s, u in saved.items() if u] == [3, 6, 7]
+    assert [s for s, _ in list_checkpoints(run)] == [6, 7]  # keep_last=2: step 3 removed
+    state = load_checkpoint(saved[7])
+    assert set(state) == {"model", "optimizer", "scheduler", "loader", "rng", "step", "config", "vocab_size",
+                          "manifest"}
+    assert state["step"] == 7 and state["config"]["checkpoint_every"] == 3 and len(state["rng"]["cpu"]) == 1
+    # checkpoint_every=0: only forced saves.
+    _, never = parts(url, str(tmp_path / "run2"))
+    assert never.save(5) is None and never.save(5, force=True) is not None
+
+
+def test_checkpoint_manager_load_restores_every_object_and_the_rng(tmp_path):
+    url = str(make_corpus(tmp_path / "c", [20, 12]))
+    run = str(tmp_path / "run")
+    torch.manual_seed(0)
+    _, a = parts(url, run)
+    one_step(a)
+    a.save(1, force=True)
+    want_draw = torch.rand(4)  # the stream continues from the saved RNG state
+    want_batch = next(iter(a.loader))
+
+    torch.manual_seed(123)  # another state: load must replace it
+    _, b = parts(url, run)
+    assert b.load() == 1
+    assert torch.equal(torch.rand(4), want_draw)
+    assert all(torch.equal(x, y) for x, y in zip(a.model.state_dict().values(), b.model.state_dict().values(),
+                                                 strict=True))
+    assert b.scheduler.state_dict() == a.scheduler.state_dict()
+    assert b.optimizer.state_dict()["state"].keys() == a.optimizer.state_dict()["state"].keys()
+    got_batch = next(iter(b.loader))
+    assert torch.equal(got_batch["sample_ids"], want_batch["sample_ids"])  # exact loader resume
+    _, fresh = parts(url, run, resume=False)
+    assert fresh.load() == 0
+
+
+def test_checkpoint_manager_refuses_another_model_shape_in_one_line(tmp_path):
+    url = str(make_corpus(tmp_path / "c", [20]))
+    run = str(tmp_path / "run")
+    _, small = parts(url, run)
+    small.save(2, force=True)
+    _, other = parts(url, run, model={"size": "tiny", "max_positions": 64, "hidden": 32, "heads": 2})
+    with pytest.raises(UserError, match=r"holds another model: ckpt-00000002.pt \(step 2\) is size=tiny"):
+        other.load()
+
+
+def test_step_record_and_progress_text():
+    v = {"loss": 2.5, "mlm_correct": 30.0, "mlm_count": 120.0, "sentence_correct": 0.0, "sentence_count": 0.0}
+    r = step_record(7, v, tokens=4000, lr=1e-3, dt=0.5, wait=0.1, epoch=1, flops_per_token=1e6, peak_flops=None)
+    assert r == {"step": 7, "loss": 2.5, "lr": 1e-3, "mlm_acc": 0.25, "tokens_per_s": 8000.0, "step_time": 0.5,
+                 "data_wait_share": pytest.approx(0.2), "epoch": 1}
+    assert progress_postfix(r) == {"loss": "2.500", "tok/s": "8000", "wait": "20%"}
+    v |= {"sentence_correct": 3.0, "sentence_count": 4.0}
+    r = step_record(7, v, tokens=4000, lr=1e-3, dt=0.5, wait=0.1, epoch=1, flops_per_token=1e6, peak_flops=1.6e10)
+    assert r["sentence_acc"] == 0.75 and r["mfu"] == pytest.approx(0.5)  # 8000 tok/s * 1e6 / 1.6e10
+    assert progress_postfix(r)["mfu"] == "50%"
+
+
+def test_train_metrics_sums_micro_batches_and_writes_records(tmp_path):
+    run = str(tmp_path / "run")
+    metrics = TrainMetrics(run, enabled=True, total_steps=2, start_step=0, log_every=1, world_size=2,
+                           flops_per_token=1.0, peak_flops=None, show_bar=False)
+    s = StepStats()
+    for loss, correct in [(2.0, 1.0), (4.0, 3.0)]:  # two micro-batches of an accumulated step
+        s.add({"loss": torch.tensor(loss), "mlm_correct": torch.tensor(correct), "mlm_count": torch.tensor(4.0)},
+              tokens=10, scale=0.5)
+    rec = metrics.record(1, s, lr=0.1, started=0.0, wait=0.0, epoch=0)
+    assert rec["loss"] == 3.0 and rec["mlm_acc"] == 0.5 and math.isfinite(rec["tokens_per_s"])
+    assert metrics.first_loss == metrics.last_loss == 3.0
+    metrics.log(rec)
+    metrics.close()
+    assert [r["step"] for r in read_metrics(run)] == [1]
+
+
+def test_padding_rows_carry_no_loss_and_no_tokens():
+    host = {"input_ids": torch.tensor([[0, 7, 8, 2], [0, 9, 2, 1]]), "attention_mask": torch.tensor([[1, 1, 1, 1],
+            [1, 1, 1, 0]]), "sample_ids": torch.tensor([3, 4]), "is_pad": torch.tensor([False, True]),
+            "sentence_labels": torch.tensor([1, 0])}
+    assert real_tokens(host) == 4  # the repeated row is not counted
+    masked = {"labels": torch.tensor([[-100, 7, -100, -100], [-100, 9, -100, -100]])}
+    batch = dict(host)
+    drop_padding_rows(batch, masked)
+    assert masked["labels"][1].eq(IGNORE_INDEX).all() and masked["labels"][0, 1] == 7
+    assert batch["sentence_labels"].tolist() == [1, IGNORE_INDEX]
+
+    model = Encoder(ModelConfig(size="tiny", dropout=0.0, max_positions=64), VOCAB)
+    masker = Masker(MaskingConfig(), VOCAB, [0, 1, 2, 3, 4], mask_id=4, pad_id=1)
+    host.pop("sentence_labels")
+    out, tokens = masked_forward(model, masker, host, torch.device("cpu"), contextlib.nullcontext, epoch=0, seed=0)
+    assert tokens == 4 and math.isfinite(out["loss"].item())
+
+
+def test_single_process_setup_decides_the_device_once(monkeypatch):
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    dd = distributed.setup("cpu")
+    assert (dd.rank, dd.world_size, dd.main, dd.device.type) == (0, 1, True, "cpu")
+    assert dd.any(True) and not dd.any(False)  # one process: the collectives are the identity
+    t = torch.arange(3)
+    assert dd.all_gather(t)[0] is t
+    rng = distributed.gather_rng(dd)
+    want = torch.rand(3)
+    distributed.restore_rng(rng, dd, fallback_seed=0)
+    assert torch.equal(torch.rand(3), want)
+    # A rank the checkpoint did not have (the world grew) starts a seeded stream.
+    distributed.restore_rng(rng, Dist(rank=1, world_size=2), fallback_seed=5)
+    torch.manual_seed(5)
+    want = torch.rand(3)
+    distributed.restore_rng(rng, Dist(rank=1, world_size=2), fallback_seed=5)
+    assert torch.equal(torch.rand(3), want)

@@ -1,0 +1,119 @@
+"""The process group, this rank's device, the few collectives the loop needs, and RNG state per rank.
+
+torchrun sets RANK / WORLD_SIZE / LOCAL_RANK; without them a run is one
+process and every collective here is the identity. The device is decided
+once, in ``setup``: the process group's backend, the loader's pinning and the
+collectives all follow from it.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass
+class Dist:
+    """This process's place in the run: rank, world size, local rank and its device."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+
+    @property
+    def main(self) -> bool:
+        """Rank 0: the one that writes checkpoints, metrics and logs."""
+        return self.rank == 0
+
+    @property
+    def collective_device(self) -> torch.device:
+        """Where collective tensors live: the GPU under NCCL, else the CPU (gloo)."""
+        return self.device if self.device.type == "cuda" else torch.device("cpu")
+
+    def all_gather(self, t: torch.Tensor) -> list[torch.Tensor]:
+        """Every rank's copy of a same-shaped tensor (on the CPU)."""
+        if self.world_size == 1:
+            return [t]
+        dev = self.collective_device
+        parts = [torch.empty_like(t, device=dev) for _ in range(self.world_size)]
+        dist.all_gather(parts, t.to(dev))
+        return [p.cpu() for p in parts]
+
+    def any(self, flag: bool) -> bool:
+        """True on every rank when it is true on one (ranks may see SIGTERM at different steps)."""
+        if self.world_size == 1:
+            return flag
+        t = torch.tensor([int(flag)], device=self.device)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return bool(t.item())
+
+    def barrier(self) -> None:
+        """Wait for every rank (no-op in one process)."""
+        if self.world_size > 1:
+            dist.barrier()
+
+
+def pick_device(requested: str, local_rank: int) -> torch.device:
+    """The device of this rank: cfg.device, or with "auto" the rank's GPU when there is one, else the CPU."""
+    if requested != "auto":
+        return torch.device(requested)
+    if torch.cuda.is_available():
+        return torch.device("cuda", local_rank)
+    return torch.device("cpu")
+
+
+def setup(requested_device: str) -> Dist:
+    """Decide the device once, join the process group (NCCL on GPUs, gloo on CPUs) and bind the GPU."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0")) if world > 1 else 0
+    device = pick_device(requested_device, local_rank)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    if world == 1:
+        return Dist(device=device)
+    if not dist.is_initialized():
+        dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
+    return Dist(dist.get_rank(), dist.get_world_size(), local_rank, device)
+
+
+def all_reduce_sum(values: list[float], device: torch.device) -> list[float]:
+    """Element-wise sums over ranks in float64 (the values themselves without a process group)."""
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return values
+    dev = device if device.type == "cuda" else torch.device("cpu")
+    total = torch.tensor(values, dtype=torch.float64, device=dev)
+    dist.all_reduce(total)
+    return total.cpu().tolist()
+
+
+# ------------------------------------------------------------------ RNG state per rank
+
+def gather_rng(dd: Dist) -> dict[str, list[torch.Tensor]]:
+    """The generator states of all ranks (index = rank); uint8 tensors, safe for weights_only loading.
+
+    A collective: every rank calls it (dropout draws differ by rank, so each
+    rank's stream is saved).
+    """
+    rng = {"cpu": dd.all_gather(torch.get_rng_state())}
+    if dd.device.type == "cuda":
+        rng["cuda"] = dd.all_gather(torch.cuda.get_rng_state(dd.device))
+    return rng
+
+
+def restore_rng(rng: dict[str, Any], dd: Dist, fallback_seed: int) -> None:
+    """This rank's saved generator state; a new rank (the world grew) gets a fresh seeded stream."""
+    cpu = rng["cpu"] if isinstance(rng["cpu"], list) else [rng["cpu"]]
+    if dd.rank < len(cpu):
+        torch.set_rng_state(cpu[dd.rank])
+        cuda = rng.get("cuda")
+        if dd.device.type == "cuda" and cuda is not None:
+            cuda = cuda if isinstance(cuda, list) else [cuda]
+            if dd.rank < len(cuda):
+                torch.cuda.set_rng_state(cuda[dd.rank], dd.device)
+    else:
+        torch.manual_seed(fallback_seed)

@@ -1,0 +1,112 @@
+"""The static plan of a split: shards dealt into partitions, per-epoch orders and windows, keyed RNG.
+
+Everything here is a pure function of the manifest and the loader's
+arguments (seed, partitions, shuffle buffer, batching): no I/O beyond reading
+the manifest once, picklable, the same on every rank and worker.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+import json
+from collections.abc import Callable
+
+import numpy as np
+
+import storage
+from schemas import PAD_ID
+from schemas.config import PAIR_RULES
+from schemas.manifest import load_manifest
+
+_MASK64 = (1 << 64) - 1
+# RNG streams, so that no two random choices share a key.
+KEY_DEAL, KEY_SHARD_ORDER, KEY_WINDOW_SHIFT, KEY_WINDOW_PERM, KEY_GROUP_ORDER = range(1, 6)
+
+Cursor = list[int]  # [batches_done, pos, tokens_before_pos, batches_done_in_group]
+
+
+def keyed_rng(*key: int) -> np.random.Generator:
+    """A generator keyed by integers: the same key gives the same stream on every machine."""
+    return np.random.default_rng([k & _MASK64 for k in key])
+
+
+def ceil_div(a: int, b: int) -> int:
+    """ceil(a / b) in integers."""
+    return -(-a // b)
+
+
+class Plan:
+    """Everything derived from the manifest and the loader's arguments (picklable, no I/O)."""
+
+    def __init__(self, manifest_url: str, split: str, seed: int, partitions: int, shuffle_buffer: int,
+                 batch_size: int | None, tokens_per_batch: int | None):
+        manifest, root = load_manifest(manifest_url)
+        gid_base: dict[str, int] = {}
+        total = 0
+        for s in manifest.shards:  # global ids run over all splits in manifest order
+            gid_base[s.name] = total
+            total += s.samples
+        shards = manifest.shards_of(split)  # type: ignore[arg-type]
+        self.split = split
+        self.names = [s.name for s in shards]
+        self.urls = [storage.join(root, s.name) for s in shards]
+        self.infos = [(s.samples, s.tokens, s.bytes, s.sha256) for s in shards]
+        self.gid_base = [gid_base[s.name] for s in shards]
+        self.seed = seed
+        self.P = partitions
+        self.K = shuffle_buffer
+        self.B = batch_size
+        self.T = tokens_per_batch
+        self.pad_id = int(manifest.tokenizer.special_ids.get("<pad>", PAD_ID))
+        self.pair = manifest.packing_rule in PAIR_RULES
+        self.max_seq_len = manifest.max_seq_len
+        self.vocab_size = manifest.tokenizer.vocab_size
+        self.total_samples = sum(s.samples for s in shards)
+        self.fingerprint = hashlib.sha256(json.dumps(
+            [split, [(s.name, s.samples, s.tokens, s.sha256) for s in shards]]).encode()).hexdigest()[:16]
+        self.part_shards = self._deal([s.samples for s in shards])
+        self.part_samples = [sum(self.infos[i][0] for i in ps) for ps in self.part_shards]
+        self.part_tokens = [sum(self.infos[i][1] for i in ps) for ps in self.part_shards]
+        if self.T is not None:
+            self.part_batches = [ceil_div(x, self.T) for x in self.part_tokens]
+        else:
+            assert self.B is not None
+            self.part_batches = [ceil_div(n, self.B) for n in self.part_samples]
+
+    def _deal(self, samples: list[int]) -> list[list[int]]:
+        """Shards -> partitions, balanced by sample count (largest first to the lightest partition).
+
+        Keyed by seed only, not by epoch: partition sizes, and so steps_per_epoch,
+        stay the same every epoch. Ties are broken by a seeded shuffle.
+        """
+        order = list(range(len(samples)))
+        keyed_rng(self.seed, KEY_DEAL).shuffle(order)
+        order.sort(key=lambda i: -samples[i])  # stable: equal sizes keep the seeded order
+        heap = [(0, p) for p in range(self.P)]
+        parts: list[list[int]] = [[] for _ in range(self.P)]
+        for i in order:
+            load, p = heapq.heappop(heap)
+            parts[p].append(i)
+            heapq.heappush(heap, (load + samples[i], p))
+        return [sorted(ps) for ps in parts]
+
+    def shard_order(self, epoch: int, p: int) -> list[int]:
+        """The order partition p reads its shards in, in this epoch (keyed by seed, epoch, p)."""
+        order = list(self.part_shards[p])
+        keyed_rng(self.seed, KEY_SHARD_ORDER, epoch, p).shuffle(order)
+        return order
+
+    def window_shift(self, epoch: int, p: int) -> int:
+        """Size of window 0 (1..K): block boundaries move every epoch so blocks mix differently."""
+        return int(keyed_rng(self.seed, KEY_WINDOW_SHIFT, epoch, p).integers(1, self.K + 1))
+
+    def unit_parts(self, world_size: int, num_units: int, rank: int, unit: int) -> list[int]:
+        """The partitions of unit (rank, worker): rank r owns p % world_size == r, dealt over its units."""
+        return [p for p in range(self.P) if p % world_size == rank][unit::num_units]
+
+    def segment_batches(self, world_size: int, num_units: int, remaining: Callable[[int], int]) -> int:
+        """Batches every unit yields in an epoch segment: the largest unit's count."""
+        return max(sum(remaining(p) for p in self.unit_parts(world_size, num_units, r, u))
+                   for r in range(world_size) for u in range(num_units))
+
