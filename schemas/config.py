@@ -251,8 +251,25 @@ class OptimConfig(Strict):
     clip_norm: float | None = 1.0
 
 
+class MixSource(Strict):
+    """One corpus of a weighted mix: a token share (`weight`) or an upsampling factor (`repeat`)."""
+
+    data: str  # manifest URL or corpus root
+    weight: float | None = Field(None, gt=0)  # share of training tokens (normalized over the mix)
+    repeat: float | None = Field(None, gt=0)  # fairseq-style upsampling: share ∝ repeat × train tokens
+    name: str | None = Field(None, pattern=r"^[A-Za-z0-9_.-]{1,40}$")  # for logs (default: folder name)
+
+    @model_validator(mode="after")
+    def _one_weight(self) -> MixSource:
+        if (self.weight is None) == (self.repeat is None):
+            raise ValueError(f"mix source {self.data!r}: give exactly one of weight or repeat")
+        return self
+
+
 class TrainConfig(Strict):
-    data: str  # manifest URL (or corpus root holding manifest.json)
+    data: str  # manifest URL (or corpus root holding manifest.json); with `mix`, the first source
+    # Several corpora mixed by weight (trainer/mixing.py); empty: train on `data` alone.
+    mix: list[MixSource] = []
     output: str = "runs/run"  # run folder: metrics, checkpoints (any fsspec URL)
     steps: int = Field(100, ge=1)  # total optimizer steps of the run (the LR schedule spans these)
     # Stop (with a checkpoint) once this step is reached, e.g. before a scheduled preemption.
@@ -280,6 +297,23 @@ class TrainConfig(Strict):
     compile: bool = False
     corrupt_shards: Literal["fail", "skip"] = "fail"
     follow: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _data_from_mix(cls, values: Any) -> Any:
+        if isinstance(values, dict) and values.get("mix") and not values.get("data"):
+            first = values["mix"][0]
+            values = {**values, "data": first.get("data") if isinstance(first, dict) else first.data}
+        return values
+
+    @model_validator(mode="after")
+    def _check_mix(self) -> TrainConfig:
+        if self.mix:
+            if self.data not in [m.data for m in self.mix]:
+                raise ValueError("give either data (one corpus) or mix (several), not both")
+            if self.follow:
+                raise ValueError("follow (a served corpus) cannot be combined with mix")
+        return self
 
 
 M = TypeVar("M", bound=BaseModel)

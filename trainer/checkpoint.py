@@ -26,7 +26,8 @@ from schemas.config import ModelConfig, TrainConfig
 from schemas.errors import UserError
 from storage import get_fs, join, list_names, read_bytes, retry, write_bytes_atomic
 from trainer.distributed import Dist, gather_rng, restore_rng
-from trainer.loader import ShardLoader, gather_state_dict
+from trainer.loader import ShardLoader
+from trainer.mixing import MixedLoader, gather_loader_state
 from trainer.model import resolve_dims
 
 log = logging.getLogger(__name__)
@@ -120,7 +121,7 @@ class CheckpointManager:
     """
 
     def __init__(self, cfg: TrainConfig, dd: Dist, *, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                 scheduler: Any, loader: ShardLoader, vocab_size: int, tokenizer_sha256: str):
+                 scheduler: Any, loader: ShardLoader | MixedLoader, vocab_size: int, tokenizer_sha256: str):
         self.cfg, self.dd = cfg, dd
         self.model, self.optimizer, self.scheduler, self.loader = model, optimizer, scheduler, loader
         self.vocab_size, self.tokenizer_sha256 = vocab_size, tokenizer_sha256
@@ -151,7 +152,7 @@ class CheckpointManager:
         """Checkpoint step when it is due (or force); the URL written on the main rank, else None."""
         if not (force or self.due(step)):
             return None
-        loader_state = gather_state_dict(self.loader)  # a collective: every rank's partitions, for elastic resume
+        loader_state = gather_loader_state(self.loader)  # a collective: every rank's partitions, for elastic resume
         rng = gather_rng(self.dd)  # a collective too: one RNG state per rank (dropout differs by rank)
         if not self.dd.main:
             return None

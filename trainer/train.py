@@ -39,6 +39,7 @@ from trainer.evaluate import evaluate
 from trainer.loader import ShardLoader
 from trainer.masking import Masker, word_start_table
 from trainer.metrics import StepStats, TrainMetrics, device_peak_flops
+from trainer.mixing import MixedLoader, describe, mix_record, mixed_loader, parse_mix_arg
 from trainer.model import Encoder, flops_per_token, resolve_dims
 from trainer.optim import build_optimizer, linear_schedule
 
@@ -134,14 +135,26 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     def autocast():
         return torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16)
 
-    loader = ShardLoader(cfg.data, "train", batch_size=None if cfg.tokens_per_batch else cfg.batch_size,
-                         tokens_per_batch=cfg.tokens_per_batch, seed=cfg.seed, rank=dd.rank,
-                         world_size=dd.world_size, num_workers=cfg.num_workers, shuffle_buffer=cfg.shuffle_buffer,
-                         corrupt_policy=cfg.corrupt_shards, pin_memory=device.type == "cuda", follow=cfg.follow)
-    valid = None
+    def train_loader(url: str) -> ShardLoader:
+        return ShardLoader(url, "train", batch_size=None if cfg.tokens_per_batch else cfg.batch_size,
+                           tokens_per_batch=cfg.tokens_per_batch, seed=cfg.seed, rank=dd.rank,
+                           world_size=dd.world_size, num_workers=cfg.num_workers, shuffle_buffer=cfg.shuffle_buffer,
+                           corrupt_policy=cfg.corrupt_shards, pin_memory=device.type == "cuda", follow=cfg.follow)
+
+    def valid_loader(url: str) -> ShardLoader:
+        return ShardLoader(url, "valid", batch_size=cfg.batch_size, seed=cfg.seed, rank=dd.rank,
+                           world_size=dd.world_size, shuffle_buffer=1, epochs=1)
+
+    # Several corpora: a deterministic weighted schedule over one loader per corpus (trainer/mixing.py).
+    loader: ShardLoader | MixedLoader = train_loader(cfg.data) if not cfg.mix else mixed_loader(
+        cfg.mix, "train", train_loader, batch_size=None if cfg.tokens_per_batch else cfg.batch_size,
+        tokens_per_batch=cfg.tokens_per_batch)
+    if isinstance(loader, MixedLoader) and dd.main:
+        log.info("mixing %s", describe(loader.plan))
+    valid: ShardLoader | MixedLoader | None = None
     if cfg.eval_every and manifest.shards_of("valid"):
-        valid = ShardLoader(cfg.data, "valid", batch_size=cfg.batch_size, seed=cfg.seed, rank=dd.rank,
-                            world_size=dd.world_size, shuffle_buffer=1, epochs=1)
+        valid = valid_loader(cfg.data) if not cfg.mix else mixed_loader(
+            cfg.mix, "valid", valid_loader, batch_size=cfg.batch_size, tokens_per_batch=None)
 
     checkpoints = CheckpointManager(cfg, dd, model=raw_model, optimizer=optimizer, scheduler=scheduler,
                                     loader=loader, vocab_size=vocab_size,
@@ -184,6 +197,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
             if device.type == "cuda":
                 torch.cuda.synchronize()
             record = metrics.record(step, s, scheduler.get_last_lr()[0], t0, wait, epoch)
+            record.update(mix_record(loader))
             if valid is not None and step % cfg.eval_every == 0:
                 record.update(evaluate(model, valid, masker, cfg, device, autocast))
             metrics.log(record)
@@ -212,6 +226,10 @@ def build_train_config(args: argparse.Namespace, overrides: list[str]) -> TrainC
         v = getattr(args, k)
         if v is not None:
             data[k] = v
+    if getattr(args, "mix", None):
+        data["mix"] = [parse_mix_arg(m) for m in args.mix]
+        if args.data is None:  # a config file's corpus gives way to the mix given on the command line
+            data.pop("data", None)
     for item in overrides:  # --set model.size=base --set masking.scheme=span
         if "=" not in item:
             raise UserError(f"--set expects key=value, got {item!r}")
@@ -221,9 +239,13 @@ def build_train_config(args: argparse.Namespace, overrides: list[str]) -> TrainC
         for p in parts[:-1]:
             node = node.setdefault(p, {})
         node[parts[-1]] = _parse_value(value)
-    if "data" not in data:
+    if "data" not in data and not data.get("mix"):
         raise UserError("--data URL (the corpus or its manifest.json) is required")
     # Checkpoints record the config: a relative corpus path would only resolve from this directory.
+    for m in data.get("mix") or []:
+        m["data"] = absolute(str(m["data"]))
+    if data.get("mix") and "data" not in data:
+        data["data"] = data["mix"][0]["data"]
     data["data"] = absolute(str(data["data"]))
     return parse_config(TrainConfig, data, what="train config")
 
@@ -241,6 +263,9 @@ def main(argv: list[str] | None = None) -> int:
     p = ArgumentParser(prog="python -m trainer.train", description=__doc__,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", help="Corpus URL or its manifest.json (local, gs://, s3://).")
+    p.add_argument("--mix", action="append", metavar="URL=WEIGHT",
+                   help="Mix several corpora (repeat the flag): URL=0.7 is a share of the training tokens, "
+                        "URL=x2 repeats a corpus twice as often as its size gives (fairseq upsampling).")
     p.add_argument("--output", help="Run folder URL: metrics, checkpoints (default runs/run).")
     p.add_argument("--config", help="Train config YAML/JSON (flags override it).")
     p.add_argument("--steps", type=int, help="Optimizer steps to train to.")

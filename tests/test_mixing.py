@@ -1,0 +1,187 @@
+"""Mixing corpora by weight: the schedule, the plan, realized shares and exact resume (trainer/mixing.py)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from schemas.config import MixSource, TrainConfig
+from schemas.errors import UserError
+from schemas.manifest import load_manifest, tokenizer_url
+from trainer.mixing import MixedLoader, WeightedSchedule, parse_mix_arg, plan_mix, source_names
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+# ------------------------------------------------------------------ schedule and plan (no data)
+
+@pytest.mark.parametrize("weights", [[0.7, 0.3], [1, 1, 1], [0.05, 0.9, 0.05], [3, 0, 1]])
+def test_schedule_tracks_its_weights_within_one_pick(weights):
+    s = WeightedSchedule(weights)
+    total = sum(weights)
+    for n in range(1, 2001):
+        s.next()
+        for i, w in enumerate(weights):
+            assert abs(s.picks[i] - n * w / total) <= 1.0 + 1e-9, (n, s.picks)
+    assert s.picks[weights.index(0)] == 0 if 0 in weights else True
+
+
+def test_schedule_is_deterministic_and_resumes_exactly():
+    a = WeightedSchedule([0.2, 0.5, 0.3])
+    first = [a.next() for _ in range(37)]
+    state = a.state_dict()
+    rest = [a.next() for _ in range(100)]
+    b = WeightedSchedule([0.2, 0.5, 0.3])
+    assert [b.next() for _ in range(37)] == first
+    c = WeightedSchedule([0.2, 0.5, 0.3])
+    c.load_state_dict(state)
+    assert [c.next() for _ in range(100)] == rest
+    with pytest.raises(UserError, match="same --mix"):
+        WeightedSchedule([0.5, 0.5, 0.0]).load_state_dict(state)
+
+
+def test_schedule_refuses_bad_weights():
+    for bad in ([], [0, 0], [-1, 2], [float("nan"), 1]):
+        with pytest.raises(UserError):
+            WeightedSchedule(bad)
+
+
+def test_mix_arguments_and_config():
+    assert parse_mix_arg("gs://b/news=0.7") == {"data": "gs://b/news", "weight": 0.7}
+    assert parse_mix_arg("/data/books=x2.5") == {"data": "/data/books", "repeat": 2.5}
+    for bad in ("gs://b/news", "=0.5", "a=heavy"):
+        with pytest.raises(UserError):
+            parse_mix_arg(bad)
+    cfg = TrainConfig.model_validate({"mix": [{"data": "a", "weight": 1}, {"data": "b", "repeat": 2}]})
+    assert cfg.data == "a"  # the first source stands for the run's corpus (tokenizer, heads)
+    with pytest.raises(ValueError, match="exactly one of weight or repeat"):
+        MixSource(data="a", weight=1, repeat=2)
+    with pytest.raises(ValueError, match="not both"):
+        TrainConfig.model_validate({"data": "z", "mix": [{"data": "a", "weight": 1}]})
+    assert source_names([MixSource(data="gs://b/news/", weight=1), MixSource(data="/x/news/manifest.json", weight=1),
+                         MixSource(data="/y", weight=1, name="books")]) == ["news", "news_2", "books"]
+
+
+# ------------------------------------------------------------------ two real corpora with one tokenizer
+
+@pytest.fixture(scope="module")
+def two_corpora(small_corpus, demo_corpus, tmp_path_factory):
+    """The shared small corpus, and a second one built from one demo source with the first one's tokenizer."""
+    from test_storage import store_config
+
+    from pipelines.build import run_build
+
+    root_a, m_a = small_corpus
+    cfg = store_config(demo_corpus, target_samples=32).model_dump()
+    cfg["sources"] = [s for s in cfg["sources"] if s["name"] == cfg["sources"][-1]["name"]]
+    cfg["tokenizer"]["model_url"] = tokenizer_url(m_a, root_a)
+    out = str(tmp_path_factory.mktemp("mix") / "second")
+    from schemas.config import BuildConfig
+
+    run_build(BuildConfig.model_validate(cfg), out)
+    return root_a, out
+
+
+def loader_pair(a: str, b: str, weights: tuple[float, float], batch_size: int = 4) -> MixedLoader:
+    from trainer.data import ShardLoader
+
+    entries = [MixSource(data=a, weight=weights[0]), MixSource(data=b, weight=weights[1])]
+    plan = plan_mix(entries, [load_manifest(a)[0], load_manifest(b)[0]], batch_size=batch_size,
+                    tokens_per_batch=None)
+    return MixedLoader([ShardLoader(e.data, "train", batch_size=batch_size, seed=3, shuffle_buffer=16)
+                        for e in entries], plan)
+
+
+def test_a_weighted_mix_realizes_its_token_shares_within_two_percent(two_corpora):
+    a, b = two_corpora
+    for weights in ((0.7, 0.3), (0.25, 0.75)):
+        mix = loader_pair(a, b, weights)
+        it = iter(mix)
+        for _ in range(600):
+            next(it)
+        it.close()
+        got = mix.realized_shares()
+        names = list(got)
+        assert abs(got[names[0]] - weights[0]) <= 0.02, (weights, got)
+        assert abs(sum(got.values()) - 1) < 1e-9
+
+
+def test_repeat_factors_follow_corpus_sizes(two_corpora):
+    a, b = two_corpora
+    ma, mb = load_manifest(a)[0], load_manifest(b)[0]
+    plan = plan_mix([MixSource(data=a, repeat=1), MixSource(data=b, repeat=3)], [ma, mb], batch_size=4,
+                    tokens_per_batch=None)
+    ta, tb = ma.totals["train"].tokens, 3 * mb.totals["train"].tokens
+    assert plan.token_shares == pytest.approx((ta / (ta + tb), tb / (ta + tb)))
+
+
+def test_corpora_with_different_tokenizers_are_refused(small_corpus, tmp_path):
+    import shutil
+
+    root, m = small_corpus
+    other = str(tmp_path / "other")
+    shutil.copytree(root, other)
+    from schemas.manifest import MANIFEST_NAME
+
+    path = os.path.join(other, MANIFEST_NAME)
+    text = open(path).read().replace(m.tokenizer.sha256, "0" * 64)
+    open(path, "w").write(text)
+    with pytest.raises(UserError, match="tokenizer"):
+        plan_mix([MixSource(data=root, weight=1), MixSource(data=other, weight=1)],
+                 [m, load_manifest(other)[0]], batch_size=4, tokens_per_batch=None)
+
+
+def take(mix: MixedLoader, it) -> tuple[str, list[int]]:
+    ids = next(it)["sample_ids"].tolist()
+    return mix.last_source, ids
+
+
+def test_mixed_loader_state_resumes_on_exactly_the_same_batches(two_corpora):
+    a, b = two_corpora
+    mix = loader_pair(a, b, (0.6, 0.4))
+    it = iter(mix)
+    for _ in range(13):
+        next(it)
+    state = mix.state_dict()
+    after = [take(mix, it) for _ in range(20)]
+    it.close()
+    again = loader_pair(a, b, (0.6, 0.4))
+    again.load_state_dict(state)
+    it = iter(again)
+    assert [take(again, it) for _ in range(20)] == after
+    it.close()
+
+
+@pytest.mark.slow
+def test_mixed_training_run_logs_shares_and_resumes_exactly(two_corpora, tmp_path):
+    from trainer.metrics import read_metrics
+
+    a, b = two_corpora
+    full, part = str(tmp_path / "full"), str(tmp_path / "part")
+    base = [sys.executable, "-m", "trainer.train", "--mix", f"{a}=0.7", "--mix", f"{b}=0.3", "--steps", "10",
+            "--batch_size", "4", "--device", "cpu", "--set", "model.size=tiny", "--set", "log_every=1",
+            "--set", "eval_every=5", "--set", "eval_batches=3"]
+    env = {**os.environ, "PYTHONPATH": REPO, "OMP_NUM_THREADS": "1"}
+    for out, extra in ((full, []), (part, ["--set", "stop_at=4"]), (part, [])):
+        r = subprocess.run([*base, "--output", out, *extra], env=env, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    x, y = read_metrics(full), read_metrics(part)
+    assert [r["step"] for r in y] == list(range(1, 11))
+    for rx, ry in zip(x, y, strict=True):
+        assert abs(rx["loss"] - ry["loss"]) <= 1e-6, (rx["step"], rx["loss"], ry["loss"])
+        assert {k: v for k, v in rx.items() if k.startswith("share/")} == \
+            {k: v for k, v in ry.items() if k.startswith("share/")}
+        assert ("eval_loss" in rx) == (rx["step"] % 5 == 0) and rx.get("eval_loss") == ry.get("eval_loss")
+    shares = {k: v for k, v in x[-1].items() if k.startswith("share/")}
+    assert len(shares) == 2 and abs(sum(shares.values()) - 1) < 1e-9
+
+
+def test_a_bad_mix_flag_is_one_clear_line(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "trainer.train", "--mix", "somewhere=heavy", "--output",
+                        str(tmp_path / "r")], env={**os.environ, "PYTHONPATH": REPO}, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode != 0
+    assert "Traceback" not in r.stderr and "--mix 'somewhere=heavy'" in r.stderr
