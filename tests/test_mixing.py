@@ -86,7 +86,7 @@ def two_corpora(small_corpus, demo_corpus, tmp_path_factory):
 
 
 def loader_pair(a: str, b: str, weights: tuple[float, float], batch_size: int = 4) -> MixedLoader:
-    from trainer.data import ShardLoader
+    from trainer.loader import ShardLoader
 
     entries = [MixSource(data=a, weight=weights[0]), MixSource(data=b, weight=weights[1])]
     plan = plan_mix(entries, [load_manifest(a)[0], load_manifest(b)[0]], batch_size=batch_size,
