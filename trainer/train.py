@@ -36,8 +36,9 @@ from trainer.checkpoint import load_latest_checkpoint, save_checkpoint
 from trainer.data import ShardLoader, gather_state_dict
 from trainer.masking import Masker, word_start_table
 from trainer.metrics import MetricsLogger, StarvationMonitor, device_peak_flops, progress_bar
-from trainer.model import Encoder, flops_per_token, resolve_dims
+from trainer.model import Encoder, attention_inputs, flops_per_token, resolve_dims
 from trainer.optim import build_optimizer, linear_schedule
+from trainer.precision import Precision, maybe_compile
 
 log = logging.getLogger("shardforge.train")
 
@@ -270,13 +271,14 @@ def evaluate(model: torch.nn.Module, loader: ShardLoader, masker: Masker, cfg: T
     start = loader.state_dict()
     it = iter(loader)
     try:
-        for batch in it:
-            tokens = real_tokens(batch)  # on the host batch: no device sync
-            batch = to_device(batch, device)
+        for host in it:
+            tokens = real_tokens(host)  # on the host batch: no device sync
+            batch = to_device(host, device)
             masked = masker(batch["input_ids"], batch["sample_ids"], epoch=0, seed=cfg.seed + 1)
             drop_padding_rows(batch, masked)
-            with autocast():
-                out = model(**model_inputs(batch, masked))
+            with autocast():  # [#19 hook] attention path picked from the host mask
+                out = model(**attention_inputs(model_inputs(batch, masked), host["attention_mask"], device,
+                                               cfg.unpad))
             s.add(out, tokens, 1.0)
             n += 1
             if n >= cfg.eval_batches:
@@ -325,8 +327,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     model = Encoder(cfg.model, vocab_size, pad_id=pad_id).to(device)
     dims = resolve_dims(cfg.model, vocab_size)
     raw_model = model
-    if cfg.compile:
-        model = torch.compile(model)  # type: ignore[assignment]
+    model = maybe_compile(model, cfg.compile, device)  # [#19 hook] trainer/precision.py
     if dd.world_size > 1:
         model = torch.nn.parallel.DistributedDataParallel(
             model, device_ids=[device.index] if device.type == "cuda" else None)
@@ -334,10 +335,8 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, linear_schedule(cfg.optim.warmup_steps, cfg.steps))
     masker = Masker(cfg.masking, vocab_size, special.values(), mask_id=mask_id, pad_id=pad_id,
                     word_starts=word_starts).to(device)
-    use_bf16 = cfg.precision == "bf16" or (cfg.precision == "auto" and device.type == "cuda")
-
-    def autocast():
-        return torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16)
+    prec = Precision(cfg.precision, device)  # [#19 hook] autocast + fp16 loss scaler
+    autocast = prec.autocast
 
     loader = ShardLoader(cfg.data, "train", batch_size=None if cfg.tokens_per_batch else cfg.batch_size,
                          tokens_per_batch=cfg.tokens_per_batch, seed=cfg.seed, rank=dd.rank,
@@ -359,6 +358,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
         loader.load_state_dict(state["loader"])
         step = int(state["step"])
         restore_rng(state["rng"], dd, device, cfg.seed + dd.rank + step)
+        prec.load_state_dict(state.get("scaler"))  # [#19 hook]
         if dd.main:
             log.info("resumed from %s at step %d", ckpt, step)
 
@@ -371,7 +371,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
             "model": raw_model.state_dict(), "optimizer": optimizer.state_dict(),
             "scheduler": scheduler.state_dict(), "loader": loader_state, "rng": rng, "step": step,
             "config": cfg.model_dump(mode="json"), "vocab_size": vocab_size,
-            "manifest": manifest.tokenizer.sha256,
+            "manifest": manifest.tokenizer.sha256, "scaler": prec.state_dict(),  # [#19 hook] scaler
         }, cfg.keep_last)
 
     accum = micro_batches_per_step(cfg, dd.world_size, manifest.max_seq_len)
@@ -403,13 +403,12 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
                 if dd.world_size > 1 and micro < accum - 1:
                     sync = model.no_sync()  # type: ignore[operator]
                 with sync:  # no gradient all-reduce until the last micro-batch
-                    with autocast():
-                        out = model(**model_inputs(batch, masked))
-                    (out["loss"] / accum).backward()
+                    with autocast():  # [#19 hook] attention path picked from the host mask
+                        out = model(**attention_inputs(model_inputs(batch, masked), host["attention_mask"],
+                                                       device, cfg.unpad))
+                    prec.backward(out["loss"] / accum)  # [#19 hook] scaled under fp16
                 s.add(out, tokens, 1.0 / accum)
-            if cfg.optim.clip_norm:
-                torch.nn.utils.clip_grad_norm_(raw_model.parameters(), cfg.optim.clip_norm)
-            optimizer.step()
+            prec.step(optimizer, raw_model.parameters(), cfg.optim.clip_norm)  # [#19 hook] clip + step (fp16: unscale)
             scheduler.step()
             optimizer.zero_grad(set_to_none=True)
             step += 1
