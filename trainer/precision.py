@@ -21,11 +21,14 @@ The trainer calls ``Precision.autocast()`` around the forward pass,
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Iterable
 from typing import Any, Literal
 
 import torch
 from torch import nn
+
+log = logging.getLogger("shardforge.precision")
 
 PrecisionName = Literal["auto", "fp32", "bf16", "fp16"]
 CompileSetting = bool | Literal["auto"]
@@ -94,7 +97,10 @@ class Precision:
         self.scaler.step(optimizer)  # skipped when an unscaled gradient is inf / NaN
         self.scaler.update()  # halves the scale after an overflow; grows it after growth_interval good steps
         stepped = self.scaler.get_scale() >= before
-        self.skipped_steps += not stepped
+        if not stepped:  # normal while the scale settles in the first steps; often later means trouble
+            self.skipped_steps += 1
+            log.info("fp16: gradients overflowed at loss scale %g: step skipped, scale now %g (%d skipped so far)",
+                     before, self.scaler.get_scale(), self.skipped_steps)
         return stepped
 
     def state_dict(self) -> dict[str, Any]:
