@@ -31,20 +31,43 @@ from benchmarks.common import (  # noqa: E402
 set_gcsfs_env()  # before anything imports gcsfs
 
 
-def run(data: str, out: str, size: str, steps: int, workers: int, batch: int) -> dict[str, float]:
+def run(data: str, out: str, size: str, steps: int, workers: int, batch: int, device: str = "cpu",
+        **overrides: object) -> dict[str, float]:
+    """Train `steps` steps and summarize the logged data-wait share (``overrides``: more TrainConfig fields)."""
     from schemas.config import TrainConfig
     from trainer.metrics import read_metrics
     from trainer.train import train
 
     train(TrainConfig.model_validate({
-        "data": data, "output": out, "steps": steps, "batch_size": batch, "device": "cpu", "resume": False,
+        "data": data, "output": out, "steps": steps, "batch_size": batch, "device": device, "resume": False,
         "num_workers": workers, "model": {"size": size}, "log_every": steps, "shuffle_buffer": 256,
+        **overrides,
     }))
     rows = read_metrics(out)[2:]  # skip warm-up steps (worker start, first shard fetch)
     return {"wait_share": statistics.mean(r["data_wait_share"] for r in rows),
             "max_wait_share": max(r["data_wait_share"] for r in rows),
             "step_s": statistics.median(r["step_time"] for r in rows),
             "tokens_per_s": statistics.median(r["tokens_per_s"] for r in rows)}
+
+
+def corpus_on_emulator(tmp: str, docs_per_source: int = 120, max_seq_len: int = 512) -> tuple[str, str]:
+    """Build the demo corpus under ``tmp`` and upload it to the running GCS emulator: (local path, gs:// URL)."""
+    import gcsfs
+
+    from pipelines.build import run_build
+    from shardforge.demo import demo_build_config
+    from shardforge.synth import write_demo_corpus
+
+    globs = write_demo_corpus(os.path.join(tmp, "raw"), docs_per_source=docs_per_source)
+    cfg = demo_build_config(globs).model_copy(deep=True)
+    cfg.packing.max_seq_len = max_seq_len
+    cfg.shards.target_samples = 32
+    local = os.path.join(tmp, "corpus")
+    run_build(cfg, local)
+    fs = gcsfs.GCSFileSystem(token="anon")
+    fs.mkdir("bench")
+    fs.put(local, "bench/corpus", recursive=True)
+    return local, "gs://bench/corpus"
 
 
 def main() -> int:
@@ -55,26 +78,12 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=2)
     args = ap.parse_args()
 
-    import gcsfs
-
-    from pipelines.build import run_build
-    from shardforge.demo import demo_build_config
-    from shardforge.synth import write_demo_corpus
-
     with scratch_dir("sf-datawait-") as work, gcs_emulator():
         tmp = str(work)
-        globs = write_demo_corpus(os.path.join(tmp, "raw"), docs_per_source=120)
-        cfg = demo_build_config(globs).model_copy(deep=True)
-        cfg.packing.max_seq_len = 512
-        cfg.shards.target_samples = 32
-        local = os.path.join(tmp, "corpus")
-        run_build(cfg, local)
-        fs = gcsfs.GCSFileSystem(token="anon")
-        fs.mkdir("bench")
-        fs.put(local, "bench/corpus", recursive=True)
+        local, remote = corpus_on_emulator(tmp)
         rows = []
         for size in args.sizes:
-            for where, data in (("local disk", local), ("GCS emulator", "gs://bench/corpus")):
+            for where, data in (("local disk", local), ("GCS emulator", remote)):
                 r = run(data, os.path.join(tmp, f"run-{size}-{where[:3]}"), size, args.steps, args.workers,
                         args.batch)
                 rows.append((size, where, r))

@@ -14,6 +14,8 @@ L=512 with bf16 autocast (ours masked-only, ours full head, HF): tokens/s and
 MFU against the H100's dense bf16 peak (989 TFLOPS).
 
 Ratios are ours / HF step time (the project's target: <= 1.0).
+The full GPU matrix (base and large, eager and compile, FULL- and
+DOC-SENTENCES, masking share, data wait) is ``bash benchmarks/gpu.sh``.
 Writes benchmarks/results/model.md.
 Run: ``python benchmarks/bench_model.py [--size small] [--batch 4] [--length 128] [--vocab 8000] [--threads 1]``.
 """

@@ -293,8 +293,11 @@ class TrainConfig(Strict):
     keep_last: int = 3
     resume: bool = True
     device: str = "auto"
-    precision: Literal["auto", "fp32", "bf16"] = "auto"
-    compile: bool = False
+    # auto: bf16 on a CUDA GPU with bf16, fp16 (+ loss scaler) on one without, fp32 on CPU (trainer/precision.py).
+    precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
+    compile: bool | Literal["auto"] = "auto"  # torch.compile; auto: on CUDA only
+    # Ragged batches run unpadded (real tokens only, varlen attention); full-length ones always drop the mask.
+    unpad: bool = True
     corrupt_shards: Literal["fail", "skip"] = "fail"
     follow: bool = False
 

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from trainer.masking import IGNORE_INDEX, Masker
+from trainer.model import attention_inputs
 
 
 def model_inputs(batch: dict[str, torch.Tensor], masked: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -53,16 +54,17 @@ def to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str,
 
 def masked_forward(model: torch.nn.Module, masker: Masker, host: dict[str, torch.Tensor], device: torch.device,
                    autocast: Callable[[], AbstractContextManager[Any]], *, epoch: int,
-                   seed: int) -> tuple[dict[str, torch.Tensor], int]:
+                   seed: int, unpad: bool = True) -> tuple[dict[str, torch.Tensor], int]:
     """(model outputs, real tokens) of one host batch: copy, mask on the device, forward under autocast.
 
-    The token count is read from the host batch: reading it after the copy
-    would sync the device.
+    The token count and the attention path (no mask for a full-length batch,
+    the unpadded varlen layout for a ragged one when ``unpad``) are read from
+    the host batch: reading them after the copy would sync the device.
     """
     tokens = real_tokens(host)
     batch = to_device(host, device)
     masked = masker(batch["input_ids"], batch["sample_ids"], epoch=epoch, seed=seed)
     drop_padding_rows(batch, masked)
     with autocast():
-        out = model(**model_inputs(batch, masked))
+        out = model(**attention_inputs(model_inputs(batch, masked), host["attention_mask"], device, unpad))
     return out, tokens

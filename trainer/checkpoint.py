@@ -121,10 +121,12 @@ class CheckpointManager:
     """
 
     def __init__(self, cfg: TrainConfig, dd: Dist, *, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                 scheduler: Any, loader: ShardLoader | MixedLoader, vocab_size: int, tokenizer_sha256: str):
+                 scheduler: Any, loader: ShardLoader | MixedLoader, vocab_size: int, tokenizer_sha256: str,
+                 precision: Any = None):
         self.cfg, self.dd = cfg, dd
         self.model, self.optimizer, self.scheduler, self.loader = model, optimizer, scheduler, loader
         self.vocab_size, self.tokenizer_sha256 = vocab_size, tokenizer_sha256
+        self.precision = precision  # trainer.precision.Precision: the fp16 loss scaler's state
 
     def load(self) -> int:
         """Restore the newest checkpoint that loads (when cfg.resume); the step to continue from (0: none)."""
@@ -139,6 +141,8 @@ class CheckpointManager:
         self.loader.load_state_dict(state["loader"])
         step = int(state["step"])
         restore_rng(state["rng"], self.dd, self.cfg.seed + self.dd.rank + step)
+        if self.precision is not None:
+            self.precision.load_state_dict(state.get("scaler"))
         if self.dd.main:
             log.info("resumed from %s at step %d", url, step)
         return step
@@ -161,6 +165,7 @@ class CheckpointManager:
             "scheduler": self.scheduler.state_dict(), "loader": loader_state, "rng": rng, "step": step,
             "config": self.cfg.model_dump(mode="json"), "vocab_size": self.vocab_size,
             "manifest": self.tokenizer_sha256,
+            **({"scaler": self.precision.state_dict()} if self.precision is not None else {}),
         }, self.cfg.keep_last)
 
 

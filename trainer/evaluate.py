@@ -36,7 +36,8 @@ def evaluate(model: torch.nn.Module, loader: ShardLoader, masker: Masker, cfg: T
     try:
         for host in it:
             # Masks keyed by seed + 1: never the positions the training steps mask.
-            out, tokens = masked_forward(model, masker, host, device, autocast, epoch=0, seed=cfg.seed + 1)
+            out, tokens = masked_forward(model, masker, host, device, autocast, epoch=0, seed=cfg.seed + 1,
+                                         unpad=cfg.unpad)
             s.add(out, tokens, 1.0)
             n += 1
             if n >= cfg.eval_batches:

@@ -15,11 +15,22 @@ then the parts named after the papers (``Embeddings``, ``SelfAttention``,
 - Masked-only LM head: the vocabulary projection runs only at predicted
   positions (about 15% of tokens), which is where most of a small model's
   head FLOPs and activation memory go.
+
+Attention paths (all give the same losses and gradients; docs/models.md):
+- masked: ``attention_mask`` [B, L]; SDPA with a boolean mask (the plain path);
+- no mask: ``attention_mask=None`` for full-length batches, so SDPA may pick
+  the flash kernel (a mask rules it out);
+- unpadded: ``unpadded=unpad(attention_mask)`` for ragged batches. Every
+  layer runs on the T real tokens only ([T, H], no padding FLOPs) and
+  attention goes through a nested (jagged) tensor built from the cumulative
+  sequence lengths: on CUDA SDPA runs flash / memory-efficient varlen
+  kernels on it; on CPU the same code runs per sequence, exactly.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -113,7 +124,6 @@ class Embeddings(nn.Module):
     def __init__(self, d: ModelDims):
         super().__init__()
         self.pad_id = d.pad_id
-        self.max_seq_len = d.max_seq_len
         self.word = nn.Embedding(d.vocab_size, d.embedding_size, padding_idx=d.pad_id)
         self.position = nn.Embedding(d.max_positions, d.embedding_size, padding_idx=d.pad_id)
         self.token_type = nn.Embedding(d.type_vocab_size, d.embedding_size)
@@ -129,17 +139,81 @@ class Embeddings(nn.Module):
         mask = attention_mask.to(torch.long)
         return torch.cumsum(mask, dim=1) * mask + self.pad_id
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
+    def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor,
                 token_type_ids: torch.Tensor | None) -> torch.Tensor:
-        if input_ids.shape[1] > self.max_seq_len:
-            raise ValueError(f"sequence length {input_ids.shape[1]} exceeds the model's {self.max_seq_len}")
-        x = self.word(input_ids) + self.position(self.position_ids(input_ids, attention_mask))
+        """Embeddings of tokens of any shape ([B, L] padded or [T] packed), with their positions."""
+        x = self.word(input_ids) + self.position(position_ids)
         if token_type_ids is None:
             x = x + self.token_type.weight[0]  # all segment A, without materializing zeros
         else:
             x = x + self.token_type(token_type_ids.to(torch.long))
         x = self.drop(self.ln(x))
         return self.project(x) if self.project is not None else x
+
+
+class Unpadded(NamedTuple):
+    """Where the real tokens of a padded [B, L] batch are: the layout of the unpadded path.
+
+    Build it with ``unpad(attention_mask)`` (on the host: no device sync) and
+    move it with ``.to(device)``.
+    """
+
+    indices: torch.Tensor  # [T] int64: flat positions (in B*L) of the real tokens, row-major
+    offsets: torch.Tensor  # [B+1] int64: cumulative sequence lengths (cu_seqlens)
+    max_seqlen: int  # longest row, in real tokens
+    packed_index: torch.Tensor  # [B*L] int64: each position's row in the packed [T] tokens, -1 at padding
+
+    def to(self, device: torch.device | str) -> Unpadded:
+        """The same layout on another device."""
+        return Unpadded(self.indices.to(device, non_blocking=True), self.offsets.to(device, non_blocking=True),
+                        self.max_seqlen, self.packed_index.to(device, non_blocking=True))
+
+
+def unpad(attention_mask: torch.Tensor) -> Unpadded:
+    """The packed layout of a [B, L] mask (1 = real token). Every row must hold at least one real token."""
+    mask = attention_mask.to(torch.bool)
+    lengths = mask.sum(1)
+    if bool((lengths == 0).any()):
+        raise ValueError("unpad: a row has no real tokens")
+    flat = mask.reshape(-1)
+    indices = flat.nonzero().squeeze(1)
+    offsets = torch.zeros(mask.shape[0] + 1, dtype=torch.long, device=mask.device)
+    offsets[1:] = torch.cumsum(lengths, 0)
+    packed_index = torch.full_like(flat, -1, dtype=torch.long)
+    packed_index[indices] = torch.arange(indices.numel(), device=mask.device)
+    return Unpadded(indices, offsets, int(lengths.max()), packed_index)
+
+
+def attention_inputs(kw: dict, host_mask: torch.Tensor, device: torch.device, unpadded: bool = True) -> dict:
+    """Pick the fastest exact attention path for a batch, from its mask on the host (no device sync).
+
+    Full-length batches drop the mask (SDPA may then use the flash kernel);
+    ragged ones get the unpadded layout when ``unpadded`` is set, else keep
+    the mask. ``kw`` holds the model's keyword arguments; a new dict is returned.
+    """
+    kw = dict(kw)
+    if bool(host_mask.all()):
+        kw["attention_mask"] = None
+    elif unpadded:
+        kw["unpadded"] = unpad(host_mask).to(device)
+    return kw
+
+
+def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: Unpadded,
+                     dropout_p: float) -> torch.Tensor:
+    """Bidirectional attention within each packed sequence: q, k, v [T, heads, D] -> [T, heads, D].
+
+    Nested (jagged) tensors share the layout's offsets, so SDPA sees
+    [B, heads, ragged, D]: on CUDA it runs the flash / memory-efficient
+    kernels with cumulative sequence lengths (dropout included); on CPU it
+    falls back to exact attention per sequence.
+    """
+    def nested(t: torch.Tensor) -> torch.Tensor:
+        return torch.nested.nested_tensor_from_jagged(t, layout.offsets, max_seqlen=layout.max_seqlen,
+                                                      min_seqlen=1).transpose(1, 2)
+
+    a = F.scaled_dot_product_attention(nested(q), nested(k), nested(v), dropout_p=dropout_p)
+    return a.transpose(1, 2).values()
 
 
 class SelfAttention(nn.Module):
@@ -154,12 +228,19 @@ class SelfAttention(nn.Module):
         self.drop = nn.Dropout(d.dropout)
         self.ln = nn.LayerNorm(d.hidden, eps=d.layer_norm_eps)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-        B, L, H = x.shape
-        q, k, v = self.qkv(x).view(B, L, 3, self.heads, H // self.heads).permute(2, 0, 3, 1, 4)
-        a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
-                                           dropout_p=self.dropout if self.training else 0.0)
-        a = a.transpose(1, 2).reshape(B, L, H)
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | Unpadded | None) -> torch.Tensor:
+        """x [B, L, H] with a boolean key mask (or None: no padding), or x [T, H] packed with its layout."""
+        p = self.dropout if self.training else 0.0
+        if isinstance(mask, Unpadded):
+            T, H = x.shape
+            # Nested tensors need contiguous values: one copy of q, k, v into [3, T, heads, D].
+            q, k, v = self.qkv(x).view(T, 3, self.heads, H // self.heads).transpose(0, 1).contiguous()
+            a = varlen_attention(q, k, v, mask, p).reshape(T, H)
+        else:
+            B, L, H = x.shape
+            q, k, v = self.qkv(x).view(B, L, 3, self.heads, H // self.heads).permute(2, 0, 3, 1, 4)
+            a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
+            a = a.transpose(1, 2).reshape(B, L, H)
         return self.ln(x + self.drop(self.out(a)))
 
 
@@ -200,8 +281,9 @@ class SentenceHead(nn.Module):
         self.drop = nn.Dropout(d.dropout)
         self.classifier = nn.Linear(d.hidden, 2)
 
-    def forward(self, h: torch.Tensor) -> torch.Tensor:
-        return self.classifier(self.drop(torch.tanh(self.pooler(h[:, 0]))))
+    def forward(self, cls: torch.Tensor) -> torch.Tensor:
+        """Logits [B, 2] from the <s> states [B, H]."""
+        return self.classifier(self.drop(torch.tanh(self.pooler(cls))))
 
 
 class SpanBoundaryHead(nn.Module):
@@ -275,11 +357,31 @@ class Encoder(nn.Module):
                     m.weight[m.padding_idx].zero_()
 
     def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-               token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
-        """Final hidden states [B, L, H]. attention_mask None means no padding."""
-        h = self.embed(input_ids, attention_mask, token_type_ids)
-        # SDPA boolean mask: True = may attend. Broadcast over heads and queries.
-        mask = attention_mask[:, None, None, :].to(torch.bool) if attention_mask is not None else None
+               token_type_ids: torch.Tensor | None = None, unpadded: Unpadded | None = None) -> torch.Tensor:
+        """Final hidden states: [B, L, H], or [T, H] for the real tokens only when ``unpadded`` is given.
+
+        attention_mask None means no padding. With ``unpadded`` (from
+        ``unpad(attention_mask)``), the mask is still needed for the positions.
+        """
+        if input_ids.shape[1] > self.dims.max_seq_len:
+            raise ValueError(f"sequence length {input_ids.shape[1]} exceeds the model's {self.dims.max_seq_len}")
+        positions = self.embed.position_ids(input_ids, attention_mask)
+        mask: torch.Tensor | Unpadded | None
+        if unpadded is None:
+            h = self.embed(input_ids, positions, token_type_ids)
+            # SDPA boolean mask: True = may attend. Broadcast over heads and queries.
+            mask = attention_mask[:, None, None, :].to(torch.bool) if attention_mask is not None else None
+        else:
+            if attention_mask is None:
+                raise ValueError("unpadded needs the attention_mask it was built from (for the positions)")
+            idx = unpadded.indices
+
+            def pack(t: torch.Tensor) -> torch.Tensor:
+                return t.reshape(-1).index_select(0, idx)
+
+            h = self.embed(pack(input_ids), pack(positions), pack(token_type_ids) if token_type_ids is not None
+                           else None)
+            mask = unpadded
         for i in range(self.dims.layers):
             h = self.attn[i % len(self.attn)](h, mask)
             h = self.ffn[i % len(self.ffn)](h)
@@ -288,39 +390,58 @@ class Encoder(nn.Module):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 labels: torch.Tensor | None = None, token_type_ids: torch.Tensor | None = None,
                 sentence_labels: torch.Tensor | None = None, span_left: torch.Tensor | None = None,
-                span_right: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+                span_right: torch.Tensor | None = None, unpadded: Unpadded | None = None) -> dict[str, torch.Tensor]:
         """Losses and detached stats when labels are given; otherwise logits.
 
         labels: int64 [B, L], -100 where not predicted. sentence_labels: [B]
         (NSP: 1 = random next; SOP: 1 = swapped, as the data job writes them).
         span_left / span_right: [B, L] positions of the boundary tokens of the
         span each predicted token belongs to (-1 where there is no span).
+        unpadded: the packed layout of attention_mask (``unpad``): every layer
+        then runs on real tokens only; same losses (``attention_inputs`` picks).
         """
-        h = self.encode(input_ids, attention_mask, token_type_ids)
+        h = self.encode(input_ids, attention_mask, token_type_ids, unpadded)
+        B, L = input_ids.shape
+        H = h.shape[-1]
         word = self.embed.word.weight
+        if unpadded is None:
+            flat_h = h.reshape(B * L, H)
+
+            def rows(flat_idx: torch.Tensor) -> torch.Tensor:
+                return flat_idx
+        else:
+            flat_h = h  # [T, H]: padded flat positions map through packed_index
+
+            def rows(flat_idx: torch.Tensor) -> torch.Tensor:
+                # clamp: a (never produced) boundary on padding must not index out of range
+                return unpadded.packed_index.index_select(0, flat_idx).clamp(min=0)
+
         out: dict[str, torch.Tensor] = {}
+        firsts = torch.arange(B, device=h.device) * L  # flat index of each row's <s>
         if labels is None:
-            out["logits"] = self.lm_head(h, word)
+            if unpadded is not None:  # back to [B, L, H]; padding states are zeros
+                flat_h = flat_h.new_zeros(B * L, H).index_copy(0, unpadded.indices, flat_h)
+            out["logits"] = self.lm_head(flat_h, word).view(B, L, -1)
             if self.sentence_head is not None:
-                out["sentence_logits"] = self.sentence_head(h)
+                out["sentence_logits"] = self.sentence_head(flat_h.index_select(0, firsts))
             return out
 
-        B, L, H = h.shape
-        flat_h = h.reshape(B * L, H)
         flat_labels = labels.reshape(B * L)
         if self.dims.masked_only_head:
             # Gather the predicted positions first: the vocabulary projection then
             # costs (#masked x E x V) instead of (B x L x E x V).
             idx = (flat_labels != IGNORE_INDEX).nonzero().squeeze(1)
-            mlm_loss, correct, count = _masked_ce(self.lm_head(flat_h.index_select(0, idx), word),
+            mlm_loss, correct, count = _masked_ce(self.lm_head(flat_h.index_select(0, rows(idx)), word),
                                                   flat_labels.index_select(0, idx))
         else:
-            mlm_loss, correct, count = _masked_ce(self.lm_head(flat_h, word), flat_labels)
+            head_labels = flat_labels if unpadded is None else flat_labels.index_select(0, unpadded.indices)
+            mlm_loss, correct, count = _masked_ce(self.lm_head(flat_h, word), head_labels)
         loss = mlm_loss
         out.update(mlm_loss=mlm_loss.detach(), mlm_correct=correct, mlm_count=count)
 
         if self.sentence_head is not None and sentence_labels is not None:
-            s_loss, s_correct, s_count = _masked_ce(self.sentence_head(h), sentence_labels.reshape(-1).long())
+            s_loss, s_correct, s_count = _masked_ce(self.sentence_head(flat_h.index_select(0, rows(firsts))),
+                                                    sentence_labels.reshape(-1).long())
             loss = loss + s_loss
             out.update(sentence_loss=s_loss.detach(), sentence_correct=s_correct, sentence_count=s_count)
 
@@ -331,7 +452,8 @@ class Encoder(nn.Module):
             # Clamp: a boundary outside the row must not index another row (or fault on GPU).
             l_pos = left.index_select(0, idx).clamp(0, L - 1)
             r_pos = right.index_select(0, idx).clamp(0, L - 1)
-            logits = self.sbo_head(flat_h.index_select(0, row + l_pos), flat_h.index_select(0, row + r_pos),
+            logits = self.sbo_head(flat_h.index_select(0, rows(row + l_pos)),
+                                   flat_h.index_select(0, rows(row + r_pos)),
                                    idx - row - l_pos, word)  # position within the span: i - span_left
             sbo_loss, sbo_correct, sbo_count = _masked_ce(logits, flat_labels.index_select(0, idx))
             loss = loss + sbo_loss

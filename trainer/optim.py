@@ -3,7 +3,9 @@
 - AdamW (Loshchilov & Hutter) with RoBERTa's settings (beta2 0.98, eps 1e-6,
   weight decay 0.01: the OptimConfig defaults); fused kernel on CUDA.
 - LAMB (You et al. 2019, "Large Batch Optimization for Deep Learning"), our
-  own implementation of Algorithm 2 with per-tensor trust ratio.
+  own implementation of Algorithm 2 with per-tensor trust ratio; on CUDA the
+  multi-tensor (``torch._foreach_*``) form updates every tensor of a group in
+  a few kernel launches instead of ~12 per tensor (same result: tested).
 - Linear warmup then linear decay to 0 (BERT / RoBERTa).
 
 Biases and LayerNorm parameters (every tensor with fewer than 2 dims) get no
@@ -37,7 +39,8 @@ def build_optimizer(model: nn.Module, cfg: OptimConfig) -> torch.optim.Optimizer
     groups = param_groups(model, cfg.weight_decay)
     betas = (cfg.beta1, cfg.beta2)
     if cfg.name == "lamb":
-        return Lamb(groups, lr=cfg.lr, betas=betas, eps=cfg.eps, weight_decay=cfg.weight_decay)
+        on_cuda = all(p.is_cuda for g in groups for p in g["params"])
+        return Lamb(groups, lr=cfg.lr, betas=betas, eps=cfg.eps, weight_decay=cfg.weight_decay, foreach=on_cuda)
     on_cuda = all(p.is_cuda for g in groups for p in g["params"])
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=betas, eps=cfg.eps, weight_decay=cfg.weight_decay,
                              fused=True if on_cuda else None)
@@ -57,15 +60,19 @@ class Lamb(torch.optim.Optimizer):
     biases would otherwise never move). phi is the identity. Bias correction
     scales Adam's direction by a per-tensor constant that the trust ratio
     divides out, so it matters only through eps and the weight-decay mix.
+
+    ``foreach=True`` runs the same arithmetic on all tensors of a group at
+    once with torch's multi-tensor ops (one launch per op per group on CUDA);
+    ``False`` loops over tensors (the reference form).
     """
 
     def __init__(self, params: Iterable[torch.Tensor] | Iterable[dict[str, Any]], lr: float = 1e-3,
                  betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-6, weight_decay: float = 0.0,
-                 bias_correction: bool = True):
+                 bias_correction: bool = True, foreach: bool = False):
         if lr <= 0 or eps < 0 or weight_decay < 0 or not (0 <= betas[0] < 1 and 0 <= betas[1] < 1):
             raise ValueError(f"invalid LAMB hyperparameters lr={lr} betas={betas} eps={eps} wd={weight_decay}")
         defaults = {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay,
-                    "bias_correction": bias_correction}
+                    "bias_correction": bias_correction, "foreach": foreach}
         super().__init__(params, defaults)
 
     @torch.no_grad()
@@ -76,6 +83,9 @@ class Lamb(torch.optim.Optimizer):
             with torch.enable_grad():
                 loss = closure()
         for group in self.param_groups:
+            if group.get("foreach"):
+                self._foreach_step(group)
+                continue
             b1, b2 = group["betas"]
             for p in group["params"]:
                 if p.grad is None:
@@ -105,6 +115,51 @@ class Lamb(torch.optim.Optimizer):
                 trust = torch.where((w_norm > 0) & (r_norm > 0), w_norm / r_norm, torch.ones_like(w_norm))
                 p.add_(r.mul_(trust), alpha=-group["lr"])
         return loss
+
+    def _foreach_step(self, group: dict[str, Any]) -> None:
+        """The loop of ``step`` for one group, as multi-tensor ops (same formulas, same order)."""
+        b1, b2 = group["betas"]
+        params = [p for p in group["params"] if p.grad is not None]
+        if not params:
+            return
+        grads = [p.grad for p in params]
+        if any(g.is_sparse for g in grads):
+            raise RuntimeError("LAMB does not support sparse gradients")
+        for p in params:
+            state = self.state[p]
+            if not state:
+                state["step"] = 0
+                state["exp_avg"] = torch.zeros_like(p)
+                state["exp_avg_sq"] = torch.zeros_like(p)
+            state["step"] += 1
+        # Parameters of a group may have different step counts (one added later): bucket by step.
+        by_step: dict[int, list[int]] = {}
+        for i, p in enumerate(params):
+            by_step.setdefault(self.state[p]["step"], []).append(i)
+        for t, idx in by_step.items():
+            ps = [params[i] for i in idx]
+            gs = [grads[i] for i in idx]
+            ms = [self.state[p]["exp_avg"] for p in ps]
+            vs = [self.state[p]["exp_avg_sq"] for p in ps]
+            torch._foreach_mul_(ms, b1)
+            torch._foreach_add_(ms, gs, alpha=1 - b1)
+            torch._foreach_mul_(vs, b2)
+            torch._foreach_addcmul_(vs, gs, gs, value=1 - b2)
+            if group["bias_correction"]:
+                m_hat = torch._foreach_div(ms, 1 - b1**t)
+                v_hat = torch._foreach_div(vs, 1 - b2**t)
+            else:
+                m_hat, v_hat = ms, vs
+            denom = torch._foreach_sqrt(v_hat)
+            torch._foreach_add_(denom, group["eps"])
+            r = torch._foreach_div(m_hat, denom)
+            if group["weight_decay"]:
+                torch._foreach_add_(r, ps, alpha=group["weight_decay"])
+            w_norm = torch.stack(torch._foreach_norm(ps))
+            r_norm = torch.stack(torch._foreach_norm(r))
+            trust = torch.where((w_norm > 0) & (r_norm > 0), w_norm / r_norm, torch.ones_like(w_norm))
+            torch._foreach_mul_(r, list(trust.unbind()))
+            torch._foreach_add_(ps, r, alpha=-group["lr"])
 
 
 def linear_schedule(warmup_steps: int, total_steps: int) -> Callable[[int], float]:

@@ -42,6 +42,7 @@ from trainer.metrics import StepStats, TrainMetrics, device_peak_flops
 from trainer.mixing import MixedLoader, describe, mix_record, mixed_loader, parse_mix_arg
 from trainer.model import Encoder, flops_per_token, resolve_dims
 from trainer.optim import build_optimizer, linear_schedule
+from trainer.precision import Precision, maybe_compile
 
 log = logging.getLogger("shardforge.train")
 
@@ -121,8 +122,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     model = Encoder(cfg.model, vocab_size, pad_id=pad_id).to(device)
     dims = resolve_dims(cfg.model, vocab_size)
     raw_model = model
-    if cfg.compile:
-        model = torch.compile(model)  # type: ignore[assignment]
+    model = maybe_compile(model, cfg.compile, device)  # [#19 hook] trainer/precision.py
     if dd.world_size > 1:
         model = torch.nn.parallel.DistributedDataParallel(
             model, device_ids=[device.index] if device.type == "cuda" else None)
@@ -130,10 +130,8 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, linear_schedule(cfg.optim.warmup_steps, cfg.steps))
     masker = Masker(cfg.masking, vocab_size, special.values(), mask_id=mask_id, pad_id=pad_id,
                     word_starts=word_starts).to(device)
-    use_bf16 = cfg.precision == "bf16" or (cfg.precision == "auto" and device.type == "cuda")
-
-    def autocast():
-        return torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16)
+    prec = Precision(cfg.precision, device)  # [#19 hook] autocast + fp16 loss scaler
+    autocast = prec.autocast
 
     def train_loader(url: str) -> ShardLoader:
         return ShardLoader(url, "train", batch_size=None if cfg.tokens_per_batch else cfg.batch_size,
@@ -158,7 +156,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
 
     checkpoints = CheckpointManager(cfg, dd, model=raw_model, optimizer=optimizer, scheduler=scheduler,
                                     loader=loader, vocab_size=vocab_size,
-                                    tokenizer_sha256=manifest.tokenizer.sha256)
+                                    tokenizer_sha256=manifest.tokenizer.sha256, precision=prec)
     step = checkpoints.load()
 
     accum = micro_batches_per_step(cfg, dd.world_size, manifest.max_seq_len)
@@ -185,12 +183,11 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
                 if dd.world_size > 1 and micro < accum - 1:
                     sync = model.no_sync()  # type: ignore[operator]
                 with sync:  # no gradient all-reduce until the last micro-batch
-                    out, tokens = masked_forward(model, masker, host, device, autocast, epoch=epoch, seed=cfg.seed)
-                    (out["loss"] / accum).backward()
+                    out, tokens = masked_forward(model, masker, host, device, autocast, epoch=epoch, seed=cfg.seed,
+                                                 unpad=cfg.unpad)
+                    prec.backward(out["loss"] / accum)  # scaled under fp16
                 s.add(out, tokens, 1.0 / accum)
-            if cfg.optim.clip_norm:
-                torch.nn.utils.clip_grad_norm_(raw_model.parameters(), cfg.optim.clip_norm)
-            optimizer.step()
+            prec.step(optimizer, raw_model.parameters(), cfg.optim.clip_norm)  # [#19 hook] clip + step (fp16: unscale)
             scheduler.step()
             optimizer.zero_grad(set_to_none=True)
             step += 1

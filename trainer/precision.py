@@ -1,0 +1,135 @@
+"""The trainer's speed switches in one place: autocast precision, the fp16 loss scaler, torch.compile.
+
+- ``precision``: ``bf16`` (autocast to bfloat16: the default on CUDA when
+  the GPU has it), ``fp16`` (autocast to float16 with a dynamic loss scaler,
+  for GPUs without bf16: V100, T4; ``auto`` picks it there), ``fp32`` (no
+  autocast: the default on CPU).
+- The scaler (fp16 only) multiplies the loss before backward, unscales the
+  gradients before clipping, skips the optimizer step when any gradient is
+  inf/NaN and lowers the scale; otherwise it raises the scale every
+  ``growth_interval`` steps. With bf16 / fp32 it is disabled and
+  ``Precision.step`` is a plain clip + step.
+- ``compile``: ``auto`` compiles the model with ``torch.compile`` on CUDA
+  and runs eager on CPU (where compiling a model costs a minute or more and
+  gains little); ``true`` / ``false`` force it.
+
+The trainer calls ``Precision.autocast()`` around the forward pass,
+``Precision.backward(loss)`` and ``Precision.step(optimizer, params, clip)``
+(see docs/models.md, "Fast paths and precision").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterable
+from typing import Any, Literal
+
+import torch
+from torch import nn
+
+log = logging.getLogger("shardforge.precision")
+
+PrecisionName = Literal["auto", "fp32", "bf16", "fp16"]
+CompileSetting = bool | Literal["auto"]
+
+
+def resolve_dtype(precision: PrecisionName, device: torch.device) -> torch.dtype | None:
+    """The autocast dtype for a precision setting on a device (None: fp32, no autocast).
+
+    ``auto``: bf16 on a CUDA GPU that supports it, fp16 on one that does not,
+    fp32 on CPU.
+    """
+    if precision == "fp32":
+        return None
+    if precision == "bf16":
+        return torch.bfloat16
+    if precision == "fp16":
+        return torch.float16
+    if device.type == "cuda":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    return None
+
+
+class Precision:
+    """Autocast context, loss scaling and the optimizer step for one precision setting on one device."""
+
+    def __init__(self, precision: PrecisionName, device: torch.device, init_scale: float = 2.0**16,
+                 growth_interval: int = 2000):
+        self.dtype = resolve_dtype(precision, device)
+        self.device_type = device.type
+        # Only fp16 needs a scaler: its 5-bit exponent underflows small gradients; bf16 has fp32's range.
+        self.scaler = torch.amp.GradScaler(device.type, init_scale=init_scale, growth_interval=growth_interval,
+                                           enabled=self.dtype == torch.float16)
+        self.skipped_steps = 0
+
+    @property
+    def name(self) -> str:
+        """bf16 | fp16 | fp32: what actually runs."""
+        return {torch.bfloat16: "bf16", torch.float16: "fp16", None: "fp32"}[self.dtype]
+
+    def autocast(self) -> contextlib.AbstractContextManager:
+        """The forward pass's autocast context (a no-op for fp32)."""
+        if self.dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device_type, dtype=self.dtype)
+
+    def backward(self, loss: torch.Tensor) -> None:
+        """loss.backward(), on the scaled loss under fp16."""
+        self.scaler.scale(loss).backward()
+
+    def step(self, optimizer: torch.optim.Optimizer, params: Iterable[torch.Tensor],
+             clip_norm: float | None) -> bool:
+        """Unscale (fp16), clip, then step; False when fp16 gradients overflowed and the step was skipped.
+
+        Under fp16 this reads the scale back (one host sync per step; the
+        trainer syncs once per step anyway).
+        """
+        if not self.scaler.is_enabled():
+            if clip_norm:
+                nn.utils.clip_grad_norm_(params, clip_norm)
+            optimizer.step()
+            return True
+        self.scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
+        if clip_norm:
+            nn.utils.clip_grad_norm_(params, clip_norm)
+        before = self.scaler.get_scale()
+        self.scaler.step(optimizer)  # skipped when an unscaled gradient is inf / NaN
+        self.scaler.update()  # halves the scale after an overflow; grows it after growth_interval good steps
+        stepped = self.scaler.get_scale() >= before
+        if not stepped:  # normal while the scale settles in the first steps; often later means trouble
+            self.skipped_steps += 1
+            log.info("fp16: gradients overflowed at loss scale %g: step skipped, scale now %g (%d skipped so far)",
+                     before, self.scaler.get_scale(), self.skipped_steps)
+        return stepped
+
+    def state_dict(self) -> dict[str, Any]:
+        """The scaler's state (empty when not fp16), for checkpoints."""
+        return self.scaler.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any] | None) -> None:
+        """Restore the scale from a checkpoint (nothing to do for bf16 / fp32 or an older checkpoint)."""
+        if state and self.scaler.is_enabled():
+            self.scaler.load_state_dict(state)
+
+
+def compile_enabled(setting: CompileSetting, device: torch.device) -> bool:
+    """``auto`` compiles on CUDA only; ``True`` / ``False`` force it."""
+    if setting == "auto":
+        return device.type == "cuda"
+    return bool(setting)
+
+
+def maybe_compile(model: nn.Module, setting: CompileSetting, device: torch.device,
+                  backend: str = "inductor") -> nn.Module:
+    """``torch.compile(model)`` when the setting asks for it on this device, else the model itself.
+
+    The compiled wrapper shares the model's parameters: save and load the
+    original module's state_dict (no ``_orig_mod.`` prefix). Batch shapes vary
+    (token-budget batches, the unpadded path's token count), so dynamic
+    shapes are left to torch's automatic detection: a shape that changes
+    once is recompiled as dynamic, not once per value.
+    """
+    if not compile_enabled(setting, device):
+        return model
+    return torch.compile(model, backend=backend)  # type: ignore[return-value]
