@@ -30,11 +30,11 @@ from schemas.cliargs import ArgumentParser, absolute
 from schemas.config import PAIR_RULES, ModelConfig, TrainConfig, load_config, parse_config
 from schemas.errors import UserError, run_cli
 from schemas.manifest import Manifest, load_manifest, open_tokenizer
-from schemas.tokenizer_files import WORD_START_MARKERS
 from storage import join
 from trainer.checkpoint import load_latest_checkpoint, save_checkpoint
 from trainer.data import ShardLoader, gather_state_dict
-from trainer.masking import Masker, word_start_table
+from trainer.hf_init import load_init, resolve_init
+from trainer.masking import Masker
 from trainer.metrics import MetricsLogger, StarvationMonitor, device_peak_flops, progress_bar
 from trainer.model import Encoder, flops_per_token, resolve_dims
 from trainer.optim import build_optimizer, linear_schedule
@@ -74,11 +74,13 @@ def pick_device(cfg: TrainConfig, local_rank: int) -> torch.device:
 
 
 def vocab_tables(manifest: Manifest, root: str) -> tuple[int, torch.Tensor]:
-    """(vocab size, word-start table) from the corpus's tokenizer file (SentencePiece or byte-level BPE)."""
+    """(vocab size, word-start table) from the corpus's tokenizer file (any kind: schemas.tokenizer_files)."""
     info = manifest.tokenizer
     tok = open_tokenizer(manifest, root)  # the same opener validate uses: a valid corpus trains
-    pieces = tok.pieces()
-    return len(pieces), word_start_table(pieces, info.special_ids.values(), WORD_START_MARKERS[tok.kind])
+    # hfinit (#20.2): each kind says which tokens start a word (WordPiece: the inverse rule).
+    table = torch.tensor(tok.word_starts(), dtype=torch.bool)
+    table[[i for i in info.special_ids.values() if 0 <= i < len(table)]] = True
+    return len(table), table
 
 
 def check_heads(cfg: TrainConfig, manifest: Manifest) -> None:
@@ -313,6 +315,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     if device.type == "cuda":
         torch.cuda.set_device(device)
     torch.manual_seed(cfg.seed + dd.rank)
+    cfg = resolve_init(cfg)  # hfinit (#20.2): --init fixes the model's shape (trainer/hf_init.py)
 
     manifest, root = load_manifest(cfg.data)
     if not manifest.shards_of("train"):
@@ -323,6 +326,8 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     pad_id, mask_id = special.get("<pad>", PAD_ID), special.get("<mask>", MASK_ID)
 
     model = Encoder(cfg.model, vocab_size, pad_id=pad_id).to(device)
+    if cfg.init:  # hfinit (#20.2): start from the Hugging Face weights (a resumed run loads its checkpoint after)
+        load_init(model, cfg, manifest, vocab_size)
     dims = resolve_dims(cfg.model, vocab_size)
     raw_model = model
     if cfg.compile:
@@ -372,6 +377,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
             "scheduler": scheduler.state_dict(), "loader": loader_state, "rng": rng, "step": step,
             "config": cfg.model_dump(mode="json"), "vocab_size": vocab_size,
             "manifest": manifest.tokenizer.sha256,
+            "pad_id": pad_id,  # hfinit (#20.2): export rebuilds the model with it (BERT's is 0)
         }, cfg.keep_last)
 
     accum = micro_batches_per_step(cfg, dd.world_size, manifest.max_seq_len)
@@ -467,7 +473,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
 def build_train_config(args: argparse.Namespace, overrides: list[str]) -> TrainConfig:
     data: dict[str, Any] = load_config(TrainConfig, args.config).model_dump() if args.config else {}
     for k in ("data", "output", "steps", "batch_size", "seed", "num_workers", "tokens_per_batch", "device",
-              "follow"):
+              "follow", "init"):
         v = getattr(args, k)
         if v is not None:
             data[k] = v
@@ -484,6 +490,8 @@ def build_train_config(args: argparse.Namespace, overrides: list[str]) -> TrainC
         raise UserError("--data URL (the corpus or its manifest.json) is required")
     # Checkpoints record the config: a relative corpus path would only resolve from this directory.
     data["data"] = absolute(str(data["data"]))
+    if data.get("init"):  # hfinit (#20.2): recorded absolute too (export and resume outlive the directory)
+        data["init"] = absolute(str(data["init"]))
     return parse_config(TrainConfig, data, what="train config")
 
 
@@ -510,6 +518,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--follow", action="store_true", default=None,
                    help="Follow a served corpus: adopt its latest version at every epoch boundary.")
     p.add_argument("--device", help="auto | cpu | cuda | cuda:N")
+    p.add_argument("--init", help="Continue pretraining a Hugging Face model folder (Roberta/XLMRoberta/Bert/"
+                                  "AlbertForMaskedLM): its shape and weights (docs/continued-pretraining.md).")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="Override any config field, e.g. --set model.size=base --set masking.scheme=span")
     args = p.parse_args(argv)
