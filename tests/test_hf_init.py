@@ -461,9 +461,13 @@ def test_init_with_a_corpus_of_another_tokenizer_is_one_line(tmp_path):
     """--init on a corpus built with shardforge's own tokenizer (other vocabulary): exit 2, one line."""
     docs = news_documents(limit=20)
     raw = write_jsonl(str(tmp_path / "news.jsonl"), docs)
+    from pipelines.build import run_build
+    from schemas.config import BuildConfig
+
     corpus = str(tmp_path / "corpus")
-    _run("-m", "pipelines.build", "--input", raw, "--output", corpus, "--vocab_size", "300",
-         "--max_seq_len", "64", "--min_words", "1")
+    run_build(BuildConfig.model_validate({
+        "sources": [{"name": "news", "input": raw}], "clean": {"min_words": 1, "english_only": False},
+        "tokenizer": {"vocab_size": 500}, "packing": {"max_seq_len": 64}}), corpus)
     init = tmp_path / "bert"
     save_hf(str(init), "bert")
     env = {**os.environ, "PYTHONPATH": ROOT}
@@ -471,4 +475,4 @@ def test_init_with_a_corpus_of_another_tokenizer_is_one_line(tmp_path):
                         "--output", str(tmp_path / "run"), "--device", "cpu"], capture_output=True, text=True,
                        cwd=ROOT, env=env)
     assert r.returncode == 2 and "Traceback" not in r.stderr
-    assert "the model has vocab_size 120, the corpus's tokenizer 300" in r.stderr.strip().splitlines()[-1]
+    assert "the model has vocab_size 120, the corpus's tokenizer 500" in r.stderr.strip().splitlines()[-1]
