@@ -17,8 +17,8 @@ import sys
 import numpy as np
 import pytest
 import torch
-
 from realtext import news_documents, write_jsonl
+
 from schemas.errors import UserError
 from schemas.tokenizer_files import HF_JSON, HFJsonTokenizer, load_tokenizer, tokenizer_kind
 
@@ -122,7 +122,13 @@ def test_the_checks_can_fail(tmp_path):
     one row off (RoBERTa's offset rule applied to a model numbered from 0), give other logits.
     (LayerNorm eps 1e-5 vs 1e-12 moves them only ~1e-5 here: set exactly, but not what this test detects.)"""
     from schemas.config import ModelConfig
-    from trainer.hf_init import hf_architecture, init_model_config, load_hf_weights, read_hf_config, read_hf_weights
+    from trainer.hf_init import (
+        hf_architecture,
+        init_model_config,
+        load_hf_weights,
+        read_hf_config,
+        read_hf_weights,
+    )
     from trainer.model import Encoder
 
     hf = save_hf(str(tmp_path), "albert")
@@ -294,8 +300,8 @@ def test_packing_writes_the_tokenizers_own_ends():
 
 def test_wordpiece_whole_word_masking_masks_whole_words():
     """WordPiece marks continuations (##), not starts: the inverse rule gives the masker whole words."""
-    from trainer.masking import Masker
     from schemas.config import MaskingConfig
+    from trainer.masking import Masker
 
     tok = load_tokenizer(wordpiece_json(_texts(60)))
     pieces = tok.pieces()

@@ -565,7 +565,8 @@ def export_checkpoint(ckpt: str, out_dir: str, tokenizer: str | None = None) -> 
         export_hf(model, cfg.model, spm_path, out_dir)
     from trainer.model_card import write_model_card  # hfinit (#20.2): README.md, the model card
 
-    write_model_card(out_dir, cfg, state, url)
+    arch = cfg.model.architecture if cfg.model.architecture != "auto" else choose_architecture(model.dims)
+    write_model_card(out_dir, cfg, state, url, arch)
     return out_dir
 
 

@@ -171,6 +171,9 @@ def resolve_init(cfg: TrainConfig) -> TrainConfig:
              for k in _SHAPE_FIELDS if k in cfg.model.model_fields_set and getattr(cfg.model, k) != getattr(want, k)]
     if clash:
         raise UserError(f"--init {cfg.init} fixes the model's shape; drop {'; '.join(clash)}")
+    if cfg.model.sentence_head != "none" and (want.type_vocab_size or 1) < 2:
+        raise UserError(f"--init {cfg.init}: model.sentence_head={cfg.model.sentence_head} needs two token types "
+                        f"(segment B); this model has {want.type_vocab_size}")
     model = want.model_copy()
     model.__pydantic_fields_set__.update(_SHAPE_FIELDS)  # explicit from now on: a resumed run keeps them
     return cfg.model_copy(update={"model": model})

@@ -87,18 +87,14 @@ def model_card(cfg: TrainConfig, state: dict[str, Any], run: str, architecture: 
     return "\n".join(lines)
 
 
-def write_model_card(out_dir: str, cfg: TrainConfig, state: dict[str, Any], checkpoint_url: str) -> None:
+def write_model_card(out_dir: str, cfg: TrainConfig, state: dict[str, Any], checkpoint_url: str,
+                     arch: str) -> None:
     """Write README.md into the export folder; the corpus manifest is read when it is still reachable."""
     from schemas.errors import UserError
     from schemas.manifest import load_manifest
-    from trainer.export import choose_architecture
-    from trainer.model import resolve_dims
 
     try:
         manifest = load_manifest(cfg.data)[0].model_dump(mode="json")
     except (UserError, OSError):
         manifest = None  # the card says what the checkpoint knows
-    arch = cfg.model.architecture
-    if arch == "auto":
-        arch = choose_architecture(resolve_dims(cfg.model, int(state["vocab_size"]), int(state.get("pad_id", 1))))
     write_text_atomic(join(out_dir, "README.md"), model_card(cfg, state, run_folder_of(checkpoint_url), arch, manifest))
