@@ -62,8 +62,11 @@ def _is_json(data: bytes) -> bool:
 
 
 def _is_own_byte_bpe(spec: dict) -> bool:
-    """A byte-level BPE whose special tokens have shardforge's fixed ids (pipelines.tokenizer.train_byte_bpe)."""
-    if (spec.get("model") or {}).get("type") != "BPE" or "ByteLevel" not in json.dumps(spec.get("pre_tokenizer")):
+    """A byte-level BPE whose special tokens have shardforge's fixed ids and that adds the prefix space
+    (pipelines.tokenizer.train_byte_bpe); any other is an existing model's (hf_json)."""
+    pre = json.dumps(spec.get("pre_tokenizer"))
+    if (spec.get("model") or {}).get("type") != "BPE" or "ByteLevel" not in pre \
+            or '"add_prefix_space": true' not in pre:
         return False
     added = {t.get("content"): t.get("id") for t in spec.get("added_tokens") or []}
     return all(added.get(name) == want for name, want in SPECIAL_TOKENS.items())

@@ -272,6 +272,32 @@ def test_hf_json_kind_finds_each_models_special_ids():
     assert b.word_starts()[first[0]]
 
 
+def albert_unigram_json(texts: list[str]) -> bytes:
+    """An ALBERT-style SentencePiece-based tokenizer.json: Unigram + Metaspace, <pad>=0 <unk>=1 [CLS]=2 [SEP]=3
+    [MASK]=4, a template post-processor (as transformers converts albert-base-v2's spm model)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors, trainers
+
+    tok = Tokenizer(models.Unigram())
+    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Metaspace()])
+    tok.train_from_iterator(texts, trainers.UnigramTrainer(
+        vocab_size=300, special_tokens=["<pad>", "<unk>", "[CLS]", "[SEP]", "[MASK]"], unk_token="<unk>",
+        show_progress=False))
+    tok.post_processor = processors.TemplateProcessing(single="[CLS]:0 $A:0 [SEP]:0",
+                                                       pair="[CLS]:0 $A:0 [SEP]:0 $B:1 [SEP]:1",
+                                                       special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
+    return tok.to_str().encode()
+
+
+def test_sentencepiece_based_tokenizer_json_gives_albert_ids_and_metaspace_word_starts():
+    tok = load_tokenizer(albert_unigram_json(_texts(30)))
+    assert tok.kind == HF_JSON
+    assert tok.special_ids == {"<s>": 2, "</s>": 3, "<pad>": 0, "<unk>": 1, "<mask>": 4}
+    pieces, starts = tok.pieces(), tok.word_starts()
+    ids = tok.encode(["The council approved the plan"])[0]
+    assert [starts[i] for i in ids].count(True) == 5  # five words, each starting at one ▁ piece
+    assert all(starts[i] == pieces[i].startswith("\u2581") for i in range(len(pieces)))
+
+
 def test_hf_json_without_a_mask_token_is_one_clear_error():
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
