@@ -216,6 +216,16 @@ def test_init_fixes_the_shape_and_refuses_a_contradiction(tmp_path):
     assert resolve_init(cfg) == cfg  # idempotent (train() resolves on every start and resume)
     with pytest.raises(UserError, match=r"drop model.hidden=64 \(the model has 32\)"):
         resolve_init(TrainConfig.model_validate({"data": "x", "init": str(tmp_path), "model": {"hidden": 64}}))
+    # A config file holds every field at its default (what `build_train_config` loads): not a contradiction.
+    import argparse
+
+    from trainer.train import build_train_config
+
+    cfg_file = tmp_path / "train.json"
+    cfg_file.write_text(TrainConfig.model_validate({"data": "x"}).model_dump_json())
+    args = argparse.Namespace(config=str(cfg_file), data=None, output=None, steps=None, batch_size=None, seed=None,
+                              num_workers=None, tokens_per_batch=None, device=None, follow=None, init=str(tmp_path))
+    assert resolve_init(build_train_config(args, [])).model == m
 
 
 # ------------------------------------------------------------------ tokenizers of existing models

@@ -162,21 +162,21 @@ _SHAPE_FIELDS = ("hidden", "layers", "heads", "intermediate", "embedding_size", 
 def resolve_init(cfg: TrainConfig) -> TrainConfig:
     """The run config with ``cfg.init``'s model shape (unchanged without --init). Idempotent.
 
-    UserError when the config sets a shape field to another value than the model's.
+    UserError when the config sets a shape field to another value than the model's (a field at its
+    default counts as not set: a config file dumps every field).
     """
     if not cfg.init:
         return cfg
     want = init_model_config(cfg.init, cfg.model)
-    clash = [f"model.{k}={getattr(cfg.model, k)!r} (the model has {getattr(want, k)!r})"
-             for k in _SHAPE_FIELDS if k in cfg.model.model_fields_set and getattr(cfg.model, k) != getattr(want, k)]
+    fields = ModelConfig.model_fields
+    clash = [f"model.{k}={getattr(cfg.model, k)!r} (the model has {getattr(want, k)!r})" for k in _SHAPE_FIELDS
+             if getattr(cfg.model, k) not in (fields[k].default, getattr(want, k))]
     if clash:
         raise UserError(f"--init {cfg.init} fixes the model's shape; drop {'; '.join(clash)}")
     if cfg.model.sentence_head != "none" and (want.type_vocab_size or 1) < 2:
         raise UserError(f"--init {cfg.init}: model.sentence_head={cfg.model.sentence_head} needs two token types "
                         f"(segment B); this model has {want.type_vocab_size}")
-    model = want.model_copy()
-    model.__pydantic_fields_set__.update(_SHAPE_FIELDS)  # explicit from now on: a resumed run keeps them
-    return cfg.model_copy(update={"model": model})
+    return cfg.model_copy(update={"model": want})
 
 
 # ---------------------------------------------------------------- weights
