@@ -440,7 +440,7 @@ def test_roberta_tokenizer_json_drives_a_build_training_from_init_and_export(tmp
         assert torch.isfinite(model(**enc).logits).all()
     card = open(os.path.join(hf, "README.md")).read()
     tokens = sum(r["tokens_per_s"] * r["step_time"] for r in records)
-    assert f"started from: {init}" in card and "- steps: 3" in card
+    assert f"started from: {init}" in card and "- steps: 3" in card and "exported as: RobertaForMaskedLM" in card
     assert f"tokens seen: {round(tokens)}" in card and f"final eval loss: {records[-1]['eval_loss']:.4f}" in card
     assert m.tokenizer.sha256 in card and '"scheme": "whole_word"' in card
 
@@ -495,7 +495,7 @@ def test_bert_wordpiece_corpus_continues_a_bert_and_exports_bert(tmp_path):
         got = ours(b["input_ids"], attention_mask=b["attention_mask"], labels=b["labels"],
                    token_type_ids=b["token_type_ids"])["loss"].item()
     assert abs(got - want) < 1e-4
-    assert "# bert continued with shardforge" in open(os.path.join(hf, "README.md")).read()
+    assert "# BertForMaskedLM continued with shardforge" in open(os.path.join(hf, "README.md")).read()
 
 
 @pytest.mark.slow
@@ -518,3 +518,27 @@ def test_init_with_a_corpus_of_another_tokenizer_is_one_line(tmp_path):
                        cwd=ROOT, env=env)
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert "the model has vocab_size 120, the corpus's tokenizer 500" in r.stderr.strip().splitlines()[-1]
+
+
+def test_model_card_counts_each_step_once_and_says_what_was_not_recorded(tmp_path):
+    """A resumed run repeats the steps after its last checkpoint in metrics.jsonl: the card counts the last
+    record of each step, ignores a torn last line and steps after the checkpoint, and names what is missing."""
+    from schemas.config import TrainConfig
+    from trainer.model_card import model_card, read_metrics, run_folder_of
+
+    run = tmp_path / "run"
+    run.mkdir()
+    recs = [{"step": 1, "tokens_per_s": 100.0, "step_time": 1.0}, {"step": 2, "tokens_per_s": 100.0, "step_time": 1.0},
+            {"step": 3, "tokens_per_s": 100.0, "step_time": 1.0, "eval_loss": 5.0},
+            {"step": 2, "tokens_per_s": 50.0, "step_time": 1.0}, {"step": 3, "tokens_per_s": 30.0, "step_time": 1.0,
+                                                                  "eval_loss": 4.25},
+            {"step": 4, "tokens_per_s": 1e9, "step_time": 1.0}]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs) + '{"step": 5, "tok')
+    assert run_folder_of(str(run / "checkpoints" / "ckpt-00000003.pt")) == str(run)
+    assert read_metrics(str(run), 3) == {"tokens_seen": 180, "eval_loss": 4.25, "eval_step": 3}
+    cfg = TrainConfig.model_validate({"data": "gs://user:secret@bucket/corpus", "init": "/models/bert"})
+    card = model_card(cfg, {"step": 3}, str(run), "bert", None)
+    assert "tokens seen: 180" in card and "final eval loss: 4.2500 (step 3)" in card
+    assert "secret" not in card and "# BertForMaskedLM continued with shardforge" in card
+    empty = model_card(cfg, {"step": 3}, str(tmp_path / "nowhere"), "bert", None)
+    assert "tokens seen: not recorded" in empty and "final eval loss: not recorded" in empty

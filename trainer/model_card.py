@@ -19,6 +19,10 @@ from schemas.config import TrainConfig
 from storage import join, read_text, redact_url, write_text_atomic
 from trainer.metrics import METRICS_FILE
 
+# Our architecture names (trainer.export) -> the transformers class the folder loads as.
+CLASS_NAMES = {"roberta": "RobertaForMaskedLM", "xlm-roberta": "XLMRobertaForMaskedLM", "bert": "BertForMaskedLM",
+               "albert": "AlbertForMaskedLM"}
+
 
 def run_folder_of(checkpoint_url: str) -> str:
     """run/checkpoints/ckpt-N.pt -> run."""
@@ -58,11 +62,12 @@ def model_card(cfg: TrainConfig, state: dict[str, Any], run: str, architecture: 
     """README.md text of an export (pure: everything it says is passed in)."""
     step = int(state.get("step", 0))
     m = read_metrics(run, step)
+    cls = CLASS_NAMES.get(architecture, architecture)
     lines = ["---", "library_name: transformers", "tags: [fill-mask, shardforge]", "---", "",
-             f"# {architecture} continued with shardforge" if cfg.init else f"# {architecture} trained with shardforge",
+             f"# {cls} continued with shardforge" if cfg.init else f"# {cls} trained with shardforge",
              "", "## Run", "",
              f"- started from: {redact_url(cfg.init) if cfg.init else 'random initialization'}",
-             f"- exported as: {architecture}",
+             f"- exported as: {cls}",
              f"- steps: {step}",
              f"- tokens seen: {m['tokens_seen'] if m['tokens_seen'] is not None else 'not recorded'}",
              "- final eval loss: " + (f"{m['eval_loss']:.4f} (step {m['eval_step']})" if m["eval_loss"] is not None
