@@ -9,7 +9,9 @@ SentencePiece trains with one thread on an unshuffled input in a
 content-keyed order, because its output differs across thread counts and its
 own sampling is not seeded: the same sample then gives the same model bytes.
 The byte-level BPE trainer gives the same bytes whatever its thread count
-(tested).
+(tested). An existing model's ``tokenizer.json`` can be reused instead
+(``--tokenizer``, kind ``hf_json``): it keeps its own special ids, which the
+manifest records (docs/continued-pretraining.md).
 """
 
 from __future__ import annotations
