@@ -214,6 +214,9 @@ def test_init_fixes_the_shape_and_refuses_a_contradiction(tmp_path):
     assert (m.hidden, m.layers, m.heads, m.intermediate, m.architecture) == (32, 2, 4, 64, "bert")
     assert (m.layer_norm_eps, m.type_vocab_size, m.max_positions) == (1e-12, 2, 40 + 0 + 1)
     assert resolve_init(cfg) == cfg  # idempotent (train() resolves on every start and resume)
+    assert m.dropout == 0.1  # the model's hidden_dropout_prob; a run's own dropout wins:
+    no_drop = TrainConfig.model_validate({"data": "x", "init": str(tmp_path), "model": {"dropout": 0.0}})
+    assert resolve_init(no_drop).model.dropout == 0.0
     with pytest.raises(UserError, match=r"drop model.hidden=64 \(the model has 32\)"):
         resolve_init(TrainConfig.model_validate({"data": "x", "init": str(tmp_path), "model": {"hidden": 64}}))
     # A config file holds every field at its default (what `build_train_config` loads): not a contradiction.

@@ -107,9 +107,16 @@ def _activation(config: dict[str, Any], path: str) -> str:
 def init_model_config(path: str, base: ModelConfig | None = None) -> ModelConfig:
     """``base`` (default ModelConfig()) with the shape and options of the model at ``path``.
 
-    UserError for what our Encoder cannot compute exactly (see the module doc).
+    UserError for what our Encoder cannot compute exactly (see the module doc), or a config.json
+    that lacks a field of the shape. Dropout is the model's unless ``base`` sets its own.
     """
-    c = read_hf_config(path)
+    try:
+        return _init_model_config(read_hf_config(path), path, base or ModelConfig())
+    except KeyError as e:
+        raise UserError(f"--init {path}: config.json has no {e.args[0]!r}") from None
+
+
+def _init_model_config(c: dict[str, Any], path: str, base: ModelConfig) -> ModelConfig:
     arch = hf_architecture(c, path)
     if c.get("position_embedding_type", "absolute") != "absolute":
         raise UserError(f"--init {path}: position_embedding_type={c['position_embedding_type']!r}; "
@@ -124,7 +131,6 @@ def init_model_config(path: str, base: ModelConfig | None = None) -> ModelConfig
     fields: dict[str, Any] = {
         "hidden": int(c["hidden_size"]), "layers": int(c["num_hidden_layers"]),
         "heads": int(c["num_attention_heads"]), "intermediate": int(c["intermediate_size"]),
-        "dropout": float(c.get("hidden_dropout_prob", 0.1)),
         "layer_norm_eps": float(c.get("layer_norm_eps", 1e-12)),
         "type_vocab_size": int(c.get("type_vocab_size", 2)),
         "hidden_act": act,
@@ -139,7 +145,9 @@ def init_model_config(path: str, base: ModelConfig | None = None) -> ModelConfig
         fields.update(max_positions=mpe + pad + 1, lm_head_act=act)
     if arch == ALBERT:
         fields.update(_albert_fields(c, path))
-    cfg = (base or ModelConfig()).model_copy(update=fields)
+    if base.dropout == ModelConfig.model_fields["dropout"].default:  # a run's own dropout wins
+        fields["dropout"] = float(c.get("hidden_dropout_prob", base.dropout))
+    cfg = base.model_copy(update=fields)
     return ModelConfig.model_validate(cfg.model_dump())  # validated: the copy above is not
 
 
