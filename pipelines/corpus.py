@@ -25,6 +25,7 @@ from pipelines.accounting import check_balanced
 from pipelines.packing import PackedSequence, group_of, pack_group, split_of
 from pipelines.records import TokenizedDocument
 from pipelines.tokenizer import MODEL_PATH, tokenizer_info
+from schemas import BOS_ID, EOS_ID
 from schemas.config import PAIR_RULES, BuildConfig
 from schemas.manifest import MANIFEST_NAME, Manifest, ShardInfo, SourceAccount, SplitTotals
 from schemas.naming import shard_name
@@ -38,6 +39,7 @@ from schemas.sample import (
     sample_tar_size,
     write_tar,
 )
+from schemas.tokenizer_files import load_tokenizer
 from storage import join, redact_url, write_stream_atomic, write_text_atomic
 
 GroupKey = tuple[str, int, int]  # (split, group, number of groups)
@@ -72,10 +74,11 @@ def chunk_samples(sizes: Iterable[int], target_bytes: int, target_samples: int |
     return chunks
 
 
-def pack_sorted(docs: Iterable[TokenizedDocument], cfg: BuildConfig, group: int, groups: int):
+def pack_sorted(docs: Iterable[TokenizedDocument], cfg: BuildConfig, group: int, groups: int,
+                ends: tuple[int, int] = (BOS_ID, EOS_ID)):
     ordered = sorted(docs, key=lambda d: d.doc_id)
     packing = cfg.packing.model_copy(update={"groups": groups})
-    seqs, stats = pack_group(ordered, packing, cfg.seed, group)
+    seqs, stats = pack_group(ordered, packing, cfg.seed, group, ends)
     return ordered, seqs, stats
 
 
@@ -85,9 +88,10 @@ class _PlanGroup(beam.DoFn):
     def __init__(self, cfg: BuildConfig):
         self.cfg = cfg
 
-    def process(self, kv: tuple[GroupKey, Iterable[TokenizedDocument]], vocab_size: int):
+    def process(self, kv: tuple[GroupKey, Iterable[TokenizedDocument]], vocab_size: int,
+                ends: tuple[int, int] = (BOS_ID, EOS_ID)):
         (split, group, groups), docs = kv
-        ordered, seqs, stats = pack_sorted(docs, self.cfg, group, groups)
+        ordered, seqs, stats = pack_sorted(docs, self.cfg, group, groups, tuple(ends))
         enc = list(encoded_samples(split, group, seqs, vocab_size))
         chunks = chunk_samples((sample_tar_size(m) for _, m, _ in enc), self.cfg.shards.target_bytes,
                                self.cfg.shards.target_samples)
@@ -122,9 +126,9 @@ class _WriteGroup(beam.DoFn):
         self.key_prefix = key_prefix
         self.tag = tag
 
-    def process(self, kv, vocab_size: int, offsets: dict[GroupKey, int]):
+    def process(self, kv, vocab_size: int, offsets: dict[GroupKey, int], ends: tuple[int, int] = (BOS_ID, EOS_ID)):
         (split, group, groups), docs = kv
-        _, seqs, _ = pack_sorted(docs, self.cfg, group, groups)
+        _, seqs, _ = pack_sorted(docs, self.cfg, group, groups, tuple(ends))
         enc = list(encoded_samples(split, group, seqs, vocab_size, self.key_prefix))
         chunks = chunk_samples((sample_tar_size(m) for _, m, _ in enc), self.cfg.shards.target_bytes,
                                self.cfg.shards.target_samples)
@@ -139,6 +143,12 @@ class _WriteGroup(beam.DoFn):
             progress.tick("write shards", unit="shard")
             yield ShardInfo(name=name, split=split, samples=len(part), tokens=sum(t for _, _, t in part),
                             bytes=size, sha256=sha).model_dump()
+
+
+def packing_ends(model: bytes) -> tuple[int, int]:
+    """The ids packing writes for ``<s>`` and ``</s>``: the tokenizer file's (schemas.tokenizer_files)."""
+    ids = load_tokenizer(model).special_ids
+    return ids["<s>"], ids["</s>"]
 
 
 def members_of(cfg: BuildConfig) -> list[str]:
@@ -241,6 +251,8 @@ class WriteCorpus(beam.PTransform):
         cfg, output = self.cfg, self.output
         AsSingleton = beam.pvalue.AsSingleton
         vocab = self.model | "VocabSize" >> beam.Map(lambda m: tokenizer_info(m, cfg.tokenizer, MODEL_PATH).vocab_size)
+        # hfinit (#20.2): <s> / </s> ids from the tokenizer (an existing model's may differ from ours).
+        ends = self.model | "EndIds" >> beam.Map(packing_ends)
 
         def route(d: TokenizedDocument, groups: int):
             split = split_of(d.doc_id, cfg.seed, cfg.packing.valid_fraction)
@@ -251,13 +263,13 @@ class WriteCorpus(beam.PTransform):
             | "Route" >> beam.Map(route, AsSingleton(self.groups))
             | "GroupForPacking" >> beam.GroupByKey()
         )
-        plans = grouped | "PlanShards" >> beam.ParDo(_PlanGroup(cfg), AsSingleton(vocab))
+        plans = grouped | "PlanShards" >> beam.ParDo(_PlanGroup(cfg), AsSingleton(vocab), AsSingleton(ends))
         plan_list = plans | "CollectPlans" >> beam.combiners.ToList()
         self.plans = plan_list  # the packing plans (singleton list), for the report
         offsets = plan_list | "Offsets" >> beam.Map(shard_offsets)
         shards = grouped | "WriteShards" >> beam.ParDo(
             _WriteGroup(cfg, self.shard_root, self.shard_offsets, self.key_prefix, self.tag),
-            AsSingleton(vocab), AsSingleton(offsets))
+            AsSingleton(vocab), AsSingleton(offsets), AsSingleton(ends))
 
         parent, tok_path, inter = self.parent, self.tokenizer_path, self.intermediates
         manifest_name, tag, conditional = self.manifest_name, self.tag, self.commit

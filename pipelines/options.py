@@ -60,7 +60,9 @@ class BuildOptions(PipelineOptions):
                        help="Packing rule: full_sentences | doc_sentences | segment_pair_nsp | sentence_pair_nsp | sop.")
         g.add_argument("--max_seq_len", type=int, default=None, help="Max tokens per sequence, specials included (512).")
         g.add_argument("--vocab_size", type=int, default=None, help="SentencePiece vocabulary size to train.")
-        g.add_argument("--tokenizer", default=None, help="Reuse an existing SentencePiece model (URL) instead of training.")
+        g.add_argument("--tokenizer", default=None, help="Reuse an existing tokenizer instead of training: an spm.model, a "
+                       "tokenizer.json (ours, or an existing model's: docs/continued-pretraining.md) or "
+                       "a Hugging Face model folder holding one.")
         g.add_argument("--valid_fraction", type=float, default=None, help="Share of documents in the valid split.")
         g.add_argument("--shard_bytes", type=int, default=None, help="Target shard size in bytes (256 MB).")
         g.add_argument("--shard_samples", type=int, default=None, help="Target shard size in samples.")

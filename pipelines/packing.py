@@ -137,7 +137,8 @@ def group_of(doc_id: str, seed: int, groups: int) -> int:
 
 
 def pack_group(
-    docs: Sequence[TokenizedDocument], cfg: PackingConfig, seed: int, group: int
+    docs: Sequence[TokenizedDocument], cfg: PackingConfig, seed: int, group: int,
+    ends: tuple[int, int] = (BOS_ID, EOS_ID),
 ) -> tuple[list[PackedSequence], PackStats]:
     """Pack all documents of one split of one group by ``cfg.rule``.
 
@@ -145,6 +146,9 @@ def pack_group(
     independent of bundle order). Every document must belong to ``group``
     (``group_of(doc_id, seed, cfg.groups)``): NSP negatives are drawn from the
     group, so a wiring mistake would silently change the corpus.
+
+    ``ends``: the ids of ``<s>`` and ``</s>``: shardforge's fixed ones, or an
+    existing model's (BERT's [CLS] and [SEP]), from the manifest's ``special_ids``.
     """
     for d in docs:
         g = group_of(d.doc_id, seed, cfg.groups)
@@ -160,13 +164,13 @@ def pack_group(
     cap = max(1, (cfg.max_seq_len - 3) // 2) if pair else cfg.max_seq_len - 2
     pool = [d for d in (_segments(doc, cap, stats) for doc in ordered) if d[1]]
     if cfg.rule == "full_sentences":
-        out = _pack_contiguous(pool, cfg, seed, stats, cross_docs=True)
+        out = _pack_contiguous(pool, cfg, seed, stats, ends, cross_docs=True)
     elif cfg.rule == "doc_sentences":
-        out = _pack_contiguous(pool, cfg, seed, stats, cross_docs=False)
+        out = _pack_contiguous(pool, cfg, seed, stats, ends, cross_docs=False)
     elif cfg.rule == "sentence_pair_nsp":
-        out = _pack_sentence_pairs(pool, cfg, seed, stats)
+        out = _pack_sentence_pairs(pool, cfg, seed, stats, ends)
     else:
-        out = _pack_segment_pairs(pool, cfg, seed, stats, sop=cfg.rule == "sop")
+        out = _pack_segment_pairs(pool, cfg, seed, stats, ends, sop=cfg.rule == "sop")
     return out, stats
 
 
@@ -262,10 +266,11 @@ def _trim(seg: list[int], r: int, key: tuple[object, ...]) -> list[int]:
 
 
 def _pair_sequence(
-    a: Sequence[int], b: Sequence[int], doc_ids: tuple[str, ...], label: int
+    a: Sequence[int], b: Sequence[int], doc_ids: tuple[str, ...], label: int, ends: tuple[int, int]
 ) -> PackedSequence:
     """``<s> A </s> B </s>`` with token types 0 for the first part and 1 for ``B </s>``."""
-    ids = (BOS_ID, *a, EOS_ID, *b, EOS_ID)
+    bos, eos = ends
+    ids = (bos, *a, eos, *b, eos)
     types = (0,) * (len(a) + 2) + (1,) * (len(b) + 1)
     return PackedSequence(input_ids=ids, doc_ids=doc_ids, token_type_ids=types, label=label)
 
@@ -289,7 +294,7 @@ def _emit(out: list[PackedSequence], seq: PackedSequence, stats: PackStats) -> N
 
 
 def _pack_contiguous(
-    pool: list[_Doc], cfg: PackingConfig, seed: int, stats: PackStats, cross_docs: bool
+    pool: list[_Doc], cfg: PackingConfig, seed: int, stats: PackStats, ends: tuple[int, int], cross_docs: bool
 ) -> list[PackedSequence]:
     """``<s> d1 ... </s> d2 ... </s>``: whole segments, one ``</s>`` between documents.
 
@@ -305,7 +310,7 @@ def _pack_contiguous(
 
     def close() -> None:
         if ids:
-            _emit(out, PackedSequence(input_ids=(BOS_ID, *ids, EOS_ID), doc_ids=tuple(members)), stats)
+            _emit(out, PackedSequence(input_ids=(ends[0], *ids, ends[1]), doc_ids=tuple(members)), stats)
             ids.clear()
             members.clear()
 
@@ -319,7 +324,7 @@ def _pack_contiguous(
                 # Keyed by the block's first segment, so each block draws once.
                 target = _target(seed, doc_id, k, cap, p, stats)
             if sep:
-                ids.append(EOS_ID)
+                ids.append(ends[1])
             ids.extend(seg)
             stats.home_tokens += len(seg)
             if not members or members[-1] != doc_id:
@@ -334,7 +339,7 @@ def _pack_contiguous(
 
 
 def _pack_segment_pairs(
-    pool: list[_Doc], cfg: PackingConfig, seed: int, stats: PackStats, sop: bool
+    pool: list[_Doc], cfg: PackingConfig, seed: int, stats: PackStats, ends: tuple[int, int], sop: bool
 ) -> list[PackedSequence]:
     """BERT's create_instances_from_document (and ALBERT's SOP variant), keyed.
 
@@ -373,10 +378,10 @@ def _pack_segment_pairs(
                 i += 1
             chunk = segs[start:i]
             if sop:
-                _sop_pair(out, chunk, doc_id, start, max_tokens, seed, stats)
+                _sop_pair(out, chunk, doc_id, start, max_tokens, seed, stats, ends)
             else:
                 # Random next puts the unused B-side segments back.
-                i -= _nsp_pair(out, pool, own, chunk, start, target, max_tokens, seed, stats)
+                i -= _nsp_pair(out, pool, own, chunk, start, target, max_tokens, seed, stats, ends)
     return out
 
 
@@ -401,6 +406,7 @@ def _nsp_pair(
     max_tokens: int,
     seed: int,
     stats: PackStats,
+    ends: tuple[int, int],
 ) -> int:
     """Emit one NSP pair from a chunk; returns how many chunk segments were put back."""
     doc_id = pool[own][0]
@@ -435,7 +441,7 @@ def _nsp_pair(
         stats.fallback_real_next += int(want_random)
     a, b, ra, rb = _truncate_pair(a, b, max_tokens, (seed, doc_id, _S_TRUNC, start))
     _account_pair(stats, a, b, ra, rb, borrowed_b=label == 1)
-    _emit(out, _pair_sequence(a, b, doc_ids, label), stats)
+    _emit(out, _pair_sequence(a, b, doc_ids, label, ends), stats)
     return put_back
 
 
@@ -447,6 +453,7 @@ def _sop_pair(
     max_tokens: int,
     seed: int,
     stats: PackStats,
+    ends: tuple[int, int],
 ) -> None:
     """ALBERT SOP: A and B are consecutive parts of the chunk, swapped by a keyed coin."""
     if len(chunk) >= 2:
@@ -466,7 +473,7 @@ def _sop_pair(
     # ALBERT swaps first, then truncates.
     a, b, ra, rb = _truncate_pair(a, b, max_tokens, (seed, doc_id, _S_TRUNC, start))
     _account_pair(stats, a, b, ra, rb, borrowed_b=False)
-    _emit(out, _pair_sequence(a, b, (doc_id,), label), stats)
+    _emit(out, _pair_sequence(a, b, (doc_id,), label, ends), stats)
 
 
 def _account_pair(stats: PackStats, a: list[int], b: list[int], ra: int, rb: int, borrowed_b: bool) -> None:
@@ -487,7 +494,7 @@ def _account_pair(stats: PackStats, a: list[int], b: list[int], ra: int, rb: int
 
 
 def _pack_sentence_pairs(
-    pool: list[_Doc], cfg: PackingConfig, seed: int, stats: PackStats
+    pool: list[_Doc], cfg: PackingConfig, seed: int, stats: PackStats, ends: tuple[int, int]
 ) -> list[PackedSequence]:
     """A is one sentence; B is the next sentence (label 0) or a random sentence of another document (1).
 
@@ -529,5 +536,5 @@ def _pack_sentence_pairs(
             # Cannot trigger with half-budget pieces; kept so the length bound never rests on that.
             a, b, ra, rb = _truncate_pair(a, b, max_tokens, (seed, doc_id, _S_TRUNC, idx))
             _account_pair(stats, a, b, ra, rb, borrowed_b=label == 1)
-            _emit(out, _pair_sequence(a, b, doc_ids, label), stats)
+            _emit(out, _pair_sequence(a, b, doc_ids, label, ends), stats)
     return out

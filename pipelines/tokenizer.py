@@ -9,12 +9,15 @@ SentencePiece trains with one thread on an unshuffled input in a
 content-keyed order, because its output differs across thread counts and its
 own sampling is not seeded: the same sample then gives the same model bytes.
 The byte-level BPE trainer gives the same bytes whatever its thread count
-(tested).
+(tested). An existing model's ``tokenizer.json`` can be reused instead
+(``--tokenizer``, kind ``hf_json``): it keeps its own special ids, which the
+manifest records (docs/continued-pretraining.md).
 """
 
 from __future__ import annotations
 
 import io
+import json
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -30,6 +33,7 @@ from schemas.errors import UserError
 from schemas.manifest import TokenizerInfo
 from schemas.tokenizer_files import (
     BYTE_BPE,
+    HF_JSON,
     MODEL_PATHS,
     SENTENCEPIECE,
     WORD_START_RULES,
@@ -221,6 +225,14 @@ def tokenizer_info(model: bytes, cfg: TokenizerConfig, path: str) -> TokenizerIn
     """The manifest's tokenizer entry; kind, type and normalization come from the file itself (a
     reused model may differ from the config's defaults), falling back to the config."""
     tok = load_tokenizer(model)
+    if tok.kind == HF_JSON:
+        # An existing model's tokenizer: its own model, normalizer and special ids.
+        spec = json.loads(model)
+        return TokenizerInfo(path=path, sha256=sha256_bytes(model), kind=HF_JSON,
+                             model_type=str((spec.get("model") or {}).get("type", "unknown")).lower(),
+                             vocab_size=tok.vocab_size, special_ids=tok.special_ids,
+                             special_tokens=tok.special_tokens, normalization_rule="tokenizer.json",
+                             word_start_rule=tok.word_start_rule)
     if tok.kind == BYTE_BPE:
         model_type, normalization = BYTE_BPE, "none"  # trained without a normalizer, as RoBERTa
     else:
@@ -362,10 +374,15 @@ class Tokenize(beam.PTransform):
 
 
 def load_model(url: str) -> bytes:
-    """Read and validate a tokenizer file to reuse (either kind; special ids checked); one clear error."""
+    """Read and validate a tokenizer file to reuse (any kind; special ids checked); one clear error.
+
+    A folder (a Hugging Face model's) means its ``tokenizer.json``."""
     try:
-        model = read_bytes(url)
-    except (FileNotFoundError, IsADirectoryError):
+        try:
+            model = read_bytes(url)
+        except IsADirectoryError:
+            model = read_bytes(f"{url.rstrip('/')}/tokenizer.json")
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
         raise UserError(f"tokenizer model not found: {url}") from None
     try:
         load_tokenizer(model)  # validates ids

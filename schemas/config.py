@@ -222,6 +222,13 @@ class ModelConfig(Strict):
     sentence_head: Literal["none", "nsp", "sop"] = "none"
     span_boundary: bool = False  # SpanBERT SBO head
     masked_only_head: bool = True  # project to the vocabulary only at masked positions
+    # --- what an existing model (--init, trainer/hf_init.py) may differ in; defaults are RoBERTa's.
+    type_vocab_size: int | None = Field(None, ge=1)  # None: 2 with a sentence head, else 1
+    layer_norm_eps: float = Field(1e-5, gt=0)  # BERT / ALBERT: 1e-12
+    hidden_act: Literal["gelu", "gelu_new"] = "gelu"  # FFN: exact (erf) GELU, or ALBERT's tanh form
+    lm_head_act: Literal["gelu", "gelu_new"] = "gelu"  # RoBERTa's head is always erf GELU; BERT/ALBERT's hidden_act
+    # The Hugging Face class export writes (auto: XLM-RoBERTa, or ALBERT for factorized / shared models).
+    architecture: Literal["auto", "roberta", "xlm-roberta", "bert", "albert"] = "auto"
 
 
 class MaskingConfig(Strict):
@@ -300,6 +307,8 @@ class TrainConfig(Strict):
     unpad: bool = True
     corrupt_shards: Literal["fail", "skip"] = "fail"
     follow: bool = False
+    # Continue pretraining a Hugging Face model folder (trainer/hf_init.py): its shape and weights.
+    init: str | None = None
 
     @model_validator(mode="before")
     @classmethod

@@ -67,11 +67,16 @@ class ShardInfo(_M):
 class TokenizerInfo(_M):
     path: CorpusName  # relative to the corpus root; a reused model is copied into the corpus at build time
     sha256: str
-    # File kind (schemas.tokenizer_files): "sentencepiece" (spm.model) or "byte_bpe" (tokenizers JSON).
-    kind: Literal["sentencepiece", "byte_bpe"] = "sentencepiece"
-    model_type: str  # unigram | bpe (SentencePiece) | byte_bpe
+    # File kind (schemas.tokenizer_files): "sentencepiece" (spm.model), "byte_bpe" (tokenizers JSON) or
+    # "hf_json" (an existing model's tokenizer.json, its own special ids).
+    kind: Literal["sentencepiece", "byte_bpe", "hf_json"] = "sentencepiece"
+    model_type: str  # unigram | bpe (SentencePiece) | byte_bpe | hf_json's model: wordpiece, bpe, unigram
     vocab_size: int
+    # Role (<s> </s> <pad> <unk> <mask>) -> id. shardforge's fixed ids for its own tokenizers; an hf_json
+    # tokenizer's own (BERT: <s> is [CLS] = 101), which packing, loader and masking follow.
     special_ids: dict[str, int] = dict(SPECIAL_TOKENS)
+    # Role -> token string, for an hf_json tokenizer (e.g. "<s>": "[CLS]"); None for shardforge's own.
+    special_tokens: dict[str, str] | None = None
     normalization_rule: str
     # Whole-word / span / n-gram masking need to know which ids start a word;
     # the trainer derives that table from the model file by this rule.

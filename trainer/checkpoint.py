@@ -122,11 +122,12 @@ class CheckpointManager:
 
     def __init__(self, cfg: TrainConfig, dd: Dist, *, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                  scheduler: Any, loader: ShardLoader | MixedLoader, vocab_size: int, tokenizer_sha256: str,
-                 precision: Any = None):
+                 precision: Any = None, pad_id: int | None = None):
         self.cfg, self.dd = cfg, dd
         self.model, self.optimizer, self.scheduler, self.loader = model, optimizer, scheduler, loader
         self.vocab_size, self.tokenizer_sha256 = vocab_size, tokenizer_sha256
         self.precision = precision  # trainer.precision.Precision: the fp16 loss scaler's state
+        self.pad_id = pad_id  # recorded: export rebuilds the model with it (BERT's is 0)
 
     def load(self) -> int:
         """Restore the newest checkpoint that loads (when cfg.resume); the step to continue from (0: none)."""
@@ -166,6 +167,7 @@ class CheckpointManager:
             "config": self.cfg.model_dump(mode="json"), "vocab_size": self.vocab_size,
             "manifest": self.tokenizer_sha256,
             **({"scaler": self.precision.state_dict()} if self.precision is not None else {}),
+            **({"pad_id": self.pad_id} if self.pad_id is not None else {}),
         }, self.cfg.keep_last)
 
 

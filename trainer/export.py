@@ -37,6 +37,12 @@ from storage import join, makedirs, read_bytes, write_bytes_atomic, write_text_a
 from trainer.hf_tokenizer import ALBERT, XLM_ROBERTA, tokenizer_files
 from trainer.model import Encoder, ModelDims, resolve_dims
 
+# hfinit (#20.2): the architectures a run started from a Hugging Face model (--init) is exported as.
+ROBERTA = "roberta"
+BERT = "bert"
+ARCHITECTURES = (XLM_ROBERTA, ROBERTA, BERT, ALBERT)
+
+
 # ================================================================= weights
 
 
@@ -84,6 +90,35 @@ def _roberta_tensors(model: Encoder) -> dict[str, torch.Tensor]:
     return t
 
 
+# hfinit (#20.2): BERT's names, from RoBERTa's (trainer/hf_init.py loads through the same mapping).
+_BERT_HEAD = {"lm_head.dense.": "cls.predictions.transform.dense.",
+              "lm_head.layer_norm.": "cls.predictions.transform.LayerNorm.",
+              "lm_head.decoder.": "cls.predictions.decoder.", "lm_head.bias": "cls.predictions.bias"}
+
+
+def _bert_tensors(model: Encoder) -> dict[str, torch.Tensor]:
+    """RoBERTa's layers under ``bert.``, the LM head under ``cls.predictions``, positions numbered from 0
+    (as ALBERT's: the table is ours shifted by pad_id+1 rows)."""
+    out = {}
+    for name, t in _roberta_tensors(model).items():
+        if name.startswith("roberta."):
+            name = "bert." + name[len("roberta."):]
+        else:
+            old = next(o for o in _BERT_HEAD if name.startswith(o))
+            name = _BERT_HEAD[old] + name[len(old):]
+        out[name] = t
+    out["bert.embeddings.position_embeddings.weight"] = model.embed.position.weight[model.dims.pad_id + 1:]
+    return out
+
+
+def hf_tensors(model: Encoder, arch: str) -> dict[str, torch.Tensor]:
+    """Hugging Face name -> our tensor (a parameter or a view of one) for the architecture: the one
+    mapping both the export and the import of a Hugging Face model (trainer/hf_init.py) use."""
+    if arch in (XLM_ROBERTA, ROBERTA):
+        return _roberta_tensors(model)
+    return _bert_tensors(model) if arch == BERT else _albert_tensors(model)
+
+
 def _albert_tensors(model: Encoder) -> dict[str, torch.Tensor]:
     d, e, p = model.dims, model.embed, "albert.embeddings."
     t = {
@@ -124,29 +159,34 @@ def _albert_tensors(model: Encoder) -> dict[str, torch.Tensor]:
     return t
 
 
-def hf_config(dims: ModelDims, arch: str) -> dict[str, Any]:
-    """config.json contents for the chosen architecture."""
+def hf_config(dims: ModelDims, arch: str, special_ids: dict[str, int] | None = None) -> dict[str, Any]:
+    """config.json contents for the chosen architecture (special_ids: the tokenizer's, default ours)."""
+    special_ids = special_ids or SPECIAL_TOKENS
     common = {
         "vocab_size": dims.vocab_size,
         "hidden_size": dims.hidden,
         "num_hidden_layers": dims.layers,
         "num_attention_heads": dims.heads,
         "intermediate_size": dims.intermediate,
-        "hidden_act": "gelu",  # exact (erf) GELU, as F.gelu
+        "hidden_act": dims.hidden_act,  # "gelu": exact (erf), as F.gelu; "gelu_new": tanh form
         "hidden_dropout_prob": dims.dropout,
         "attention_probs_dropout_prob": dims.dropout,
         "type_vocab_size": dims.type_vocab_size,
         "initializer_range": 0.02,
         "layer_norm_eps": dims.layer_norm_eps,
         "pad_token_id": dims.pad_id,
-        "bos_token_id": SPECIAL_TOKENS["<s>"],
-        "eos_token_id": SPECIAL_TOKENS["</s>"],
+        "bos_token_id": special_ids["<s>"],
+        "eos_token_id": special_ids["</s>"],
         "tie_word_embeddings": True,
         "dtype": "float32",
     }
-    if arch == XLM_ROBERTA:
-        return {"architectures": ["XLMRobertaForMaskedLM"], "model_type": "xlm-roberta", **common,
+    if arch in (XLM_ROBERTA, ROBERTA):
+        cls = "XLMRobertaForMaskedLM" if arch == XLM_ROBERTA else "RobertaForMaskedLM"
+        return {"architectures": [cls], "model_type": arch, **common,
                 "max_position_embeddings": dims.max_positions, "position_embedding_type": "absolute"}
+    if arch == BERT:  # positions from 0, as ALBERT's
+        return {"architectures": ["BertForMaskedLM"], "model_type": "bert", **common,
+                "max_position_embeddings": dims.max_seq_len, "position_embedding_type": "absolute"}
     return {"architectures": ["AlbertForMaskedLM"], "model_type": "albert", **common,
             "embedding_size": dims.embedding_size,
             "max_position_embeddings": dims.max_seq_len,
@@ -176,23 +216,27 @@ def export_hf(model: Encoder, cfg: ModelConfig, spm_model_path: str, out_dir: st
         raise ValueError("model and its dims disagree on the vocabulary size")
     if resolve_dims(cfg, dims.vocab_size, dims.pad_id) != dims:
         raise ValueError("cfg does not describe this model (its resolved dims differ)")
-    arch = architecture or choose_architecture(dims)
-    if arch not in (XLM_ROBERTA, ALBERT):
-        raise ValueError(f"unknown architecture {arch!r}; use {XLM_ROBERTA!r} or {ALBERT!r}")
-    if arch == XLM_ROBERTA and dims.factorized:
+    # hfinit (#20.2): a run started from a Hugging Face model records its architecture in the config.
+    arch = architecture or (cfg.architecture if cfg.architecture != "auto" else choose_architecture(dims))
+    if arch not in ARCHITECTURES:
+        raise ValueError(f"unknown architecture {arch!r}; use one of {', '.join(ARCHITECTURES)}")
+    if arch != ALBERT and dims.factorized:
         raise ValueError("a factorized embedding (E != H) can only be exported as ALBERT")
+    from trainer.hf_files import check_exportable
+
+    check_exportable(dims, arch)
 
     tok = tokenizer_files(read_bytes(spm_model_path), arch, dims.max_seq_len)
     if tok.vocab_size != dims.vocab_size:
         raise ValueError(f"the tokenizer has {tok.vocab_size} pieces but the model has "
                          f"vocab_size {dims.vocab_size}")
 
-    tensors = _roberta_tensors(model) if arch == XLM_ROBERTA else _albert_tensors(model)
+    tensors = hf_tensors(model, arch)
     # Own contiguous fp32 CPU copies: safetensors refuses tensors that share storage (tied weights).
     tensors = {k: v.detach().to("cpu", torch.float32).clone().contiguous() for k, v in tensors.items()}
 
     makedirs(out_dir)
-    write_text_atomic(join(out_dir, "config.json"), json.dumps(hf_config(dims, arch), indent=2) + "\n")
+    write_text_atomic(join(out_dir, "config.json"), json.dumps(hf_config(dims, arch, tok.special_ids), indent=2) + "\n")
     write_bytes_atomic(join(out_dir, "model.safetensors"), save_safetensors(tensors, metadata={"format": "pt"}))
     for name, content in tok.files.items():
         if isinstance(content, bytes):
@@ -228,11 +272,16 @@ def export_checkpoint(ckpt: str, out_dir: str, tokenizer: str | None = None) -> 
     if trained_with and sha256_bytes(read_bytes(tokenizer)) != trained_with:
         raise UserError(f"tokenizer {tokenizer} is not the one this checkpoint was trained with "
                         f"(sha256 {trained_with[:12]}…); pass the right one with --tokenizer")
-    model = Encoder(cfg.model, int(state["vocab_size"]))
+    # hfinit (#20.2): an existing model's pad id (BERT: 0) is recorded by runs that know it.
+    model = Encoder(cfg.model, int(state["vocab_size"]), pad_id=int(state.get("pad_id", 1)))
     model.load_state_dict(state["model"])
     model.eval()
     with local_copy(tokenizer) as spm_path:
         export_hf(model, cfg.model, spm_path, out_dir)
+    from trainer.model_card import write_model_card  # hfinit (#20.2): README.md, the model card
+
+    arch = cfg.model.architecture if cfg.model.architecture != "auto" else choose_architecture(model.dims)
+    write_model_card(out_dir, cfg, state, url, arch)
     return out_dir
 
 

@@ -276,18 +276,27 @@ class TokenizerFiles:
 
     files: dict[str, str | bytes]
     vocab_size: int
+    special_ids: dict[str, int] | None = None  # an hf_json tokenizer's own ids (None: shardforge's)
 
 
 def tokenizer_files(data: bytes, arch: str, max_seq_len: int) -> TokenizerFiles:
-    """Every tokenizer file of an export folder from the corpus's tokenizer file (SentencePiece or byte-level BPE).
+    """Every tokenizer file of an export folder from the corpus's tokenizer file (any kind).
 
     Built (and special ids validated) before anything is written. A
     SentencePiece model is converted to tokenizer.json and copied as spm.model;
-    a byte-level BPE tokenizer.json is kept, with vocab.json and merges.txt.
+    a byte-level BPE tokenizer.json is kept, with vocab.json and merges.txt; a
+    foreign tokenizer.json (hf_json) is kept as it is, with its own special ids.
     """
-    from schemas.tokenizer_files import BYTE_BPE, tokenizer_kind
+    from schemas.tokenizer_files import BYTE_BPE, HF_JSON, load_tokenizer, tokenizer_kind
 
-    byte_bpe = tokenizer_kind(data) == BYTE_BPE
+    kind = tokenizer_kind(data)
+    if kind == HF_JSON:  # an existing model's tokenizer.json (--init, #20.2): written as it is
+        from trainer.hf_files import hf_json_tokenizer_files
+
+        foreign = load_tokenizer(data)
+        return TokenizerFiles(dict(hf_json_tokenizer_files(data, max_seq_len)), foreign.vocab_size,
+                              foreign.special_ids)
+    byte_bpe = kind == BYTE_BPE
     files: dict[str, str | bytes]
     if byte_bpe:
         from tokenizers import Tokenizer

@@ -68,6 +68,8 @@ class ModelDims:
     masked_only_head: bool = True
     pad_id: int = 1
     layer_norm_eps: float = 1e-5
+    hidden_act: str = "gelu"
+    lm_head_act: str = "gelu"
 
     @property
     def head_dim(self) -> int:
@@ -98,14 +100,19 @@ def resolve_dims(cfg: ModelConfig, vocab_size: int, pad_id: int = 1) -> ModelDim
         embedding_size=cfg.embedding_size or hidden,
         max_positions=cfg.max_positions,
         # BERT/ALBERT give segment B its own embedding; RoBERTa has one type.
-        type_vocab_size=2 if cfg.sentence_head != "none" else 1,
+        type_vocab_size=cfg.type_vocab_size or (2 if cfg.sentence_head != "none" else 1),
         share=cfg.share,
         dropout=cfg.dropout,
         sentence_head=cfg.sentence_head,
         span_boundary=cfg.span_boundary,
         masked_only_head=cfg.masked_only_head,
         pad_id=pad_id,
+        layer_norm_eps=cfg.layer_norm_eps,
+        hidden_act=cfg.hidden_act,
+        lm_head_act=cfg.lm_head_act,
     )
+    if dims.sentence_head != "none" and dims.type_vocab_size < 2:
+        raise ValueError("a sentence head needs type_vocab_size >= 2 (segment B has type 1)")
     if vocab_size <= pad_id:
         raise ValueError(f"vocab_size {vocab_size} must exceed pad_id {pad_id}")
     if dims.hidden % dims.heads:
@@ -116,6 +123,13 @@ def resolve_dims(cfg: ModelConfig, vocab_size: int, pad_id: int = 1) -> ModelDim
 
 
 # ================================================================= parts
+
+
+def activation(name: str):  # noqa: ANN201 - a tensor -> tensor function
+    """GELU as a model names it: "gelu" exact (erf), "gelu_new" the tanh approximation (ALBERT, GPT-2)."""
+    if name == "gelu_new":
+        return lambda x: F.gelu(x, approximate="tanh")
+    return F.gelu
 
 
 class Embeddings(nn.Module):
@@ -253,9 +267,10 @@ class FeedForward(nn.Module):
         self.fc2 = nn.Linear(d.intermediate, d.hidden)
         self.drop = nn.Dropout(d.dropout)
         self.ln = nn.LayerNorm(d.hidden, eps=d.layer_norm_eps)
+        self.act = activation(d.hidden_act)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.ln(x + self.drop(self.fc2(F.gelu(self.fc1(x)))))
+        return self.ln(x + self.drop(self.fc2(self.act(self.fc1(x)))))
 
 
 class LMHead(nn.Module):
@@ -266,10 +281,11 @@ class LMHead(nn.Module):
         self.dense = nn.Linear(d.hidden, d.embedding_size)  # H -> E, so ALBERT's E < H ties too
         self.ln = nn.LayerNorm(d.embedding_size, eps=d.layer_norm_eps)
         self.bias = nn.Parameter(torch.zeros(d.vocab_size))
+        self.act = activation(d.lm_head_act)
 
     def forward(self, h: torch.Tensor, word_weight: torch.Tensor) -> torch.Tensor:
         # The decoder is the word embedding itself (passed in, so it is registered once).
-        return F.linear(self.ln(F.gelu(self.dense(h))), word_weight, self.bias)
+        return F.linear(self.ln(self.act(self.dense(h))), word_weight, self.bias)
 
 
 class SentenceHead(nn.Module):

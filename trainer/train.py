@@ -28,7 +28,6 @@ from schemas import MASK_ID, PAD_ID
 from schemas.config import PAIR_RULES, TrainConfig, load_config, parse_config
 from schemas.errors import UserError
 from schemas.manifest import Manifest, load_manifest, open_tokenizer
-from schemas.tokenizer_files import WORD_START_MARKERS
 from shardforge.cliargs import ArgumentParser
 from shardforge.clirun import run_cli
 from storage import absolute, join
@@ -36,8 +35,9 @@ from trainer import distributed
 from trainer.batch import masked_forward
 from trainer.checkpoint import CheckpointManager
 from trainer.evaluate import evaluate
+from trainer.hf_init import load_init, resolve_init
 from trainer.loader import ShardLoader
-from trainer.masking import Masker, word_start_table
+from trainer.masking import Masker
 from trainer.metrics import StepStats, TrainMetrics, device_peak_flops
 from trainer.mixing import MixedLoader, describe, mix_record, mixed_loader, parse_mix_arg
 from trainer.model import Encoder, flops_per_token, resolve_dims
@@ -50,11 +50,13 @@ log = logging.getLogger("shardforge.train")
 # ------------------------------------------------------------------ setup helpers
 
 def vocab_tables(manifest: Manifest, root: str) -> tuple[int, torch.Tensor]:
-    """(vocab size, word-start table) from the corpus's tokenizer file (SentencePiece or byte-level BPE)."""
+    """(vocab size, word-start table) from the corpus's tokenizer file (any kind: schemas.tokenizer_files)."""
     info = manifest.tokenizer
     tok = open_tokenizer(manifest, root)  # the same opener validate uses: a valid corpus trains
-    pieces = tok.pieces()
-    return len(pieces), word_start_table(pieces, info.special_ids.values(), WORD_START_MARKERS[tok.kind])
+    # hfinit (#20.2): each kind says which tokens start a word (WordPiece: the inverse rule).
+    table = torch.tensor(tok.word_starts(), dtype=torch.bool)
+    table[[i for i in info.special_ids.values() if 0 <= i < len(table)]] = True
+    return len(table), table
 
 
 def check_heads(cfg: TrainConfig, manifest: Manifest) -> None:
@@ -110,6 +112,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     dd = distributed.setup(cfg.device)  # the device is decided here, once
     device = dd.device
     torch.manual_seed(cfg.seed + dd.rank)
+    cfg = resolve_init(cfg)  # hfinit (#20.2): --init fixes the model's shape (trainer/hf_init.py)
 
     manifest, root = load_manifest(cfg.data)
     if not manifest.shards_of("train"):
@@ -120,6 +123,8 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     pad_id, mask_id = special.get("<pad>", PAD_ID), special.get("<mask>", MASK_ID)
 
     model = Encoder(cfg.model, vocab_size, pad_id=pad_id).to(device)
+    if cfg.init:  # hfinit (#20.2): start from the Hugging Face weights (a resumed run loads its checkpoint after)
+        load_init(model, cfg, manifest, vocab_size)
     dims = resolve_dims(cfg.model, vocab_size)
     raw_model = model
     model = maybe_compile(model, cfg.compile, device)  # [#19 hook] trainer/precision.py
@@ -156,7 +161,8 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
 
     checkpoints = CheckpointManager(cfg, dd, model=raw_model, optimizer=optimizer, scheduler=scheduler,
                                     loader=loader, vocab_size=vocab_size,
-                                    tokenizer_sha256=manifest.tokenizer.sha256, precision=prec)
+                                    tokenizer_sha256=manifest.tokenizer.sha256, precision=prec,
+                                    pad_id=pad_id)
     step = checkpoints.load()
 
     accum = micro_batches_per_step(cfg, dd.world_size, manifest.max_seq_len)
@@ -219,7 +225,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
 def build_train_config(args: argparse.Namespace, overrides: list[str]) -> TrainConfig:
     data: dict[str, Any] = load_config(TrainConfig, args.config).model_dump() if args.config else {}
     for k in ("data", "output", "steps", "batch_size", "seed", "num_workers", "tokens_per_batch", "device",
-              "follow"):
+              "follow", "init"):
         v = getattr(args, k)
         if v is not None:
             data[k] = v
@@ -244,6 +250,8 @@ def build_train_config(args: argparse.Namespace, overrides: list[str]) -> TrainC
     if data.get("mix") and "data" not in data:
         data["data"] = data["mix"][0]["data"]
     data["data"] = absolute(str(data["data"]))
+    if data.get("init"):  # hfinit (#20.2): recorded absolute too (export and resume outlive the directory)
+        data["init"] = absolute(str(data["init"]))
     return parse_config(TrainConfig, data, what="train config")
 
 
@@ -273,6 +281,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--follow", action="store_true", default=None,
                    help="Follow a served corpus: adopt its latest version at every epoch boundary.")
     p.add_argument("--device", help="auto | cpu | cuda | cuda:N")
+    p.add_argument("--init", help="Continue pretraining a Hugging Face model folder (Roberta/XLMRoberta/Bert/"
+                                  "AlbertForMaskedLM): its shape and weights (docs/continued-pretraining.md).")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="Override any config field, e.g. --set model.size=base --set masking.scheme=span")
     args = p.parse_args(argv)
