@@ -202,7 +202,7 @@ def test_deterministic_whatever_order_and_batching(quality_run, monkeypatch: pyt
     docs, _, kept, dups = quality_run
     shuffled = list(docs)
     random.Random(9).shuffle(shuffled)
-    monkeypatch.setattr(dedupe, "SIGNATURE_BATCH", (1, 7))
+    monkeypatch.setattr(dedupe.deduplicate, "SIGNATURE_BATCH", (1, 7))
     kept2, dups2 = run_dedupe(shuffled, DedupeConfig())
     assert kept2 == kept and dups2 == dups
 
@@ -574,7 +574,7 @@ def test_index_lookup_reads_exactly_the_entries_that_can_match(tmp_path: Path, m
 
     from pipelines.dedupe import _sketches_to_parquet, read_index_matches, read_index_part, sketch_documents
 
-    monkeypatch.setattr(dedupe, "INDEX_ROW_GROUP", 4)  # several row groups in one part
+    monkeypatch.setattr(dedupe.index, "INDEX_ROW_GROUP", 4)  # several row groups in one part
     rng = random.Random(3)
     docs = [Document(f"d{i:02d}", "web", " ".join(_words(rng, 60))) for i in range(23)]
     sketches = sketch_documents(docs, dedupe._hasher(DedupeConfig()))
