@@ -53,7 +53,14 @@ from pipelines.dedupe.index import (
     read_index_matches,
     read_index_part,
 )
-from pipelines.dedupe.near import EdgeScreen, NearDedupe, bucket_edges, resolve_cluster
+from pipelines.dedupe.near import (
+    EdgeScreen,
+    NearDedupe,
+    bucket_candidates,
+    bucket_edges,
+    resolve_cluster,
+    screen_at_member,
+)
 from pipelines.dedupe.sketch import NEW, OLD, Sketch, _hasher, near_rule, sketch_documents
 from pipelines.dedupe.spans import (
     SPAN_POINTER_ROUNDS,
@@ -87,6 +94,7 @@ __all__ = [
     "_hasher",
     "_sketches_to_parquet",
     "apply_span_losses",
+    "bucket_candidates",
     "bucket_edges",
     "index_bucket_entries",
     "index_exact_matches",
@@ -102,6 +110,7 @@ __all__ = [
     "resolve_cluster",
     "resolve_exact_group",
     "resolve_span_group",
+    "screen_at_member",
     "sketch_documents",
     "small_star",
     "span_key",

@@ -6,12 +6,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import apache_beam as beam
-import numpy as np
 
 from pipelines.dedupe.exact import ExactDedupe
-from pipelines.dedupe.index import _WriteIndex, index_parts
+from pipelines.dedupe.index import IndexRow, _WriteIndex, index_parts, index_row
 from pipelines.dedupe.near import NearDedupe, _SketchBatch
-from pipelines.dedupe.sketch import NEW, Sketch, _hasher
+from pipelines.dedupe.sketch import _hasher
 from pipelines.dedupe.spans import SpanDedupe
 from pipelines.minhash import (
     normalized_text_hash,
@@ -33,7 +32,7 @@ def _repoint_to_kept(element: tuple[str, dict[str, Any]]) -> Iterator[Duplicate]
         yield d if not span else Duplicate(d.doc_id, d.source, span[0].dup_of, d.kind)
 
 
-def _drop_removed(element: tuple[str, dict[str, Any]]) -> Iterator[Sketch]:
+def _drop_removed(element: tuple[str, dict[str, Any]]) -> Iterator[IndexRow]:
     _, g = element
     if not list(g["removed"]):
         yield from g["entry"]
@@ -62,9 +61,9 @@ def _repoint_exact(element: tuple[str, dict[str, Any]]) -> Iterator[Duplicate]:
         yield d if not near else Duplicate(d.doc_id, d.source, near[0].dup_of, d.kind)
 
 
-def _exact_only_sketch(d: Document) -> Sketch:
-    empty = np.empty(0, dtype=np.uint32)
-    return Sketch(NEW + d.doc_id, d.source, normalized_text_hash(d.text), empty, np.empty(0, np.int64), empty)
+def _exact_only_row(d: Document) -> IndexRow:
+    """The index entry of a document when near dedupe is off: its exact hash, no signature."""
+    return (d.doc_id, d.source, normalized_text_hash(d.text), b"", b"", b"")
 
 
 class Deduplicate(beam.PTransform):
@@ -123,7 +122,7 @@ class Deduplicate(beam.PTransform):
                 "dup": near | "DupByID" >> beam.Map(lambda d: (d.doc_id, d)),
             }
             if self.index_out:
-                groups["sketch"] = sketches | "SketchByID" >> beam.Map(lambda s: (s.doc_id, s))
+                groups["sketch"] = sketches | "IndexRowByID" >> beam.Map(lambda s: (s.doc_id, index_row(s)))
             split = (
                 groups
                 | "JoinVerdicts" >> beam.CoGroupByKey()
@@ -142,7 +141,7 @@ class Deduplicate(beam.PTransform):
             dup_parts.append(split.duplicates)
             new_index = split.index
         else:
-            new_index = kept | "ExactOnlyIndex" >> beam.Map(_exact_only_sketch)
+            new_index = kept | "ExactOnlyIndex" >> beam.Map(_exact_only_row)
 
         if cfg.repeated_spans:
             spans = kept | "Spans" >> SpanDedupe(cfg.span_sentences)
@@ -162,7 +161,7 @@ class Deduplicate(beam.PTransform):
                 # Emptied documents leave the corpus, so they leave the index; trimmed
                 # ones stay with their untrimmed sketch (spans are within-batch only).
                 new_index = (
-                    {"entry": new_index | "EntryByID" >> beam.Map(lambda s: (s.doc_id, s)),
+                    {"entry": new_index | "EntryByID" >> beam.Map(lambda row: (row[0], row)),
                      "removed": span_dups | "RemovedByID" >> beam.Map(lambda d: (d.doc_id, None))}
                     | "JoinRemoved" >> beam.CoGroupByKey()
                     | "DropRemoved" >> beam.FlatMap(_drop_removed)

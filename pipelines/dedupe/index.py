@@ -57,24 +57,59 @@ def index_params(cfg: DedupeConfig) -> dict[str, Any]:
             "seed": cfg.seed, "near": cfg.near}
 
 
-def _sketches_to_parquet(rows: list[Sketch]) -> bytes:
+# One index entry as it crosses a shuffle: (doc_id, source, exact_hash, signature,
+# band_keys, shingles), the arrays as the raw bytes of uint32 / int64 / uint32 values
+# (Beam's native coder writes this tuple without pickle).
+IndexRow = tuple[str, str, str, bytes, bytes, bytes]
+
+
+def index_row(s: Sketch) -> IndexRow:
+    """The index entry of a (new) document's sketch."""
+    return (s.doc_id, s.source, s.exact_hash, s.signature.tobytes(), s.band_keys.tobytes(), s.shingles.tobytes())
+
+
+def _row_doc_id(row: IndexRow) -> str:
+    return row[0]
+
+
+def _list_column(chunks: list[bytes], dtype: type, large: bool = False):
+    """A list<dtype> Arrow column from the raw bytes of each row's array: one concatenation, no per-row objects."""
+    import pyarrow as pa
+
+    width = np.dtype(dtype).itemsize
+    lens = np.fromiter((len(c) // width for c in chunks), dtype=np.int64, count=len(chunks))
+    offsets = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64 if large else np.int32)
+    values = pa.array(np.frombuffer(b"".join(chunks), dtype=dtype))
+    return (pa.LargeListArray if large else pa.ListArray).from_arrays(pa.array(offsets), values)
+
+
+def _sketches_to_parquet(rows: Sequence[Sketch]) -> bytes:
+    """One index part file of sketches (tests and tools; the pipeline writes ``IndexRow`` tuples)."""
+    return _index_rows_to_parquet([index_row(s) if isinstance(s, Sketch) else s for s in rows])
+
+
+def _index_rows_to_parquet(rows: Sequence[IndexRow]) -> bytes:
+    """One index part file. The array columns are built from offsets and one buffer each (a
+    list of numpy arrays made pyarrow allocate ~1 GB for the shingles column at 10 MB of text)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    schema = index_schema()
+    doc_id, source, exact_hash, signature, band_keys, shingles = (list(c) for c in zip(*rows, strict=True)) \
+        if rows else ([], [], [], [], [], [])
     cols = {
-        "doc_id": pa.array([s.doc_id for s in rows], pa.string()),
-        "source": pa.array([s.source for s in rows], pa.string()),
-        "exact_hash": pa.array([s.exact_hash for s in rows], pa.string()),
-        "signature": pa.array([s.signature for s in rows], pa.list_(pa.uint32())),
-        "band_keys": pa.array([s.band_keys for s in rows], pa.list_(pa.int64())),
-        "shingles": pa.array([s.shingles for s in rows], pa.large_list(pa.uint32())),
-        "num_shingles": pa.array([s.shingles.size for s in rows], pa.int32()),
+        "doc_id": pa.array(doc_id, pa.string()),
+        "source": pa.array(source, pa.string()),
+        "exact_hash": pa.array(exact_hash, pa.string()),
+        "signature": _list_column(signature, np.uint32),
+        "band_keys": _list_column(band_keys, np.int64),
+        "shingles": _list_column(shingles, np.uint32, large=True),
+        "num_shingles": pa.array([len(c) // 4 for c in shingles], pa.int32()),
     }
+    del signature, band_keys, shingles
     buf = io.BytesIO()
     # Small row groups: a lookup reads the probe columns of every group but the
     # full rows (shingles) only of the groups holding a match.
-    pq.write_table(pa.table(cols, schema=schema), buf, compression="zstd", row_group_size=INDEX_ROW_GROUP)
+    pq.write_table(pa.table(cols, schema=index_schema()), buf, compression="zstd", row_group_size=INDEX_ROW_GROUP)
     return buf.getvalue()
 
 
@@ -193,8 +228,10 @@ def index_exact_matches(url: str, hashes: set[str]) -> Iterator[tuple[str, str]]
                 yield from zip(hit.column("exact_hash").to_pylist(), hit.column("doc_id").to_pylist(), strict=True)
 
 
-def _unique_keys(key_arrays: list[np.ndarray]) -> np.ndarray:
-    return np.unique(np.concatenate(key_arrays).astype(np.int64))
+def _unique_keys(key_arrays: list[bytes | np.ndarray]) -> np.ndarray:
+    """Sorted unique int64 band keys of a batch (arrays, or their raw bytes as they cross a side input)."""
+    return np.unique(np.concatenate([np.frombuffer(k, dtype=np.int64) if isinstance(k, bytes) else k
+                                     for k in key_arrays]).astype(np.int64))
 
 
 def _sketches_by_id(url: str, doc_ids: set[str]) -> Iterator[Sketch]:
@@ -277,6 +314,7 @@ class _WriteIndex(beam.PTransform):
         self.old_refs = [relative_url(url, p) if root is not None and is_within(p, root) else p for p in old_parts]
 
     def expand(self, sketches: beam.PCollection) -> beam.PCollection:
+        """``sketches``: PCollection[IndexRow], this run's entries."""
         from pipelines.files import WriteParts
 
         parts = (
@@ -284,7 +322,8 @@ class _WriteIndex(beam.PTransform):
             | "Count" >> beam.combiners.Count.Globally()
             | "Parts" >> beam.Map(lambda n: max(1, math.ceil(n / INDEX_ENTRIES_PER_PART)))
         )
-        written = sketches | "WriteParts" >> WriteParts(self.url, "parquet", _sketches_to_parquet, parts)
+        written = sketches | "WriteParts" >> WriteParts(self.url, "parquet", _index_rows_to_parquet, parts,
+                                                         doc_id=_row_doc_id)
         params, old_refs, url = index_params(self.cfg), self.old_refs, self.url
 
         def write_meta(names: list[str]) -> None:

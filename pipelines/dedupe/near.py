@@ -77,19 +77,30 @@ class EdgeScreen:
         return small >= self.min_shingles and j * (n_a + n_b) / ((1.0 + j) * small) >= self.containment
 
 
-def bucket_edges(members: Iterable[tuple[Any, ...]], screen: EdgeScreen | float) -> Iterator[tuple[str, str]]:
-    """Verified candidate edges of one LSH bucket: (bucket's smallest node, member).
+# What crosses the near step's shuffles is plain tuples of str, int and bytes, which
+# Beam's FastPrimitivesCoder writes natively (no pickle): node ids as str (their
+# order decides the kept document), shingle counts as int, signatures and shingle
+# sets as the raw bytes of their uint32 arrays. Signatures travel only through the
+# two screening joins, once per document each; shingles only to verification.
+BucketEntry = tuple[str, int] | tuple[str, int, bytes]  # (node, shingle count[, signature: old roots only])
 
-    Members are ``(node, signature, shingle count)`` (or ``(node, signature)``:
-    count unknown, Jaccard path only). Each member is compared with the
-    bucket's smallest node only (a star, not a clique: linear in the bucket
-    size, and components connect the rest) and kept if it passes ``screen``
-    (an ``EdgeScreen``, or a float: the minimum estimated Jaccard). Buckets of
-    old documents only produce nothing (old documents are never removed).
+
+def _u32(raw: bytes | np.ndarray) -> np.ndarray:
+    """A uint32 array from the bytes that crossed a shuffle (arrays pass through)."""
+    return raw if isinstance(raw, np.ndarray) else np.frombuffer(raw, dtype=np.uint32)
+
+
+def bucket_candidates(members: Iterable[BucketEntry]) -> Iterator[tuple[str, tuple[str, int, int, bytes]]]:
+    """LSH candidates of one bucket: ``(member, (root, member count, root count, root signature))``.
+
+    The root is the bucket's smallest node; every other new member is a
+    candidate with the root only (a star, not a clique: linear in the bucket
+    size; components connect the rest). The root's signature comes along only
+    for an old root (from the index; new signatures are joined later, once per
+    document rather than once per bucket), else it is ``b""``. Buckets of old
+    documents only produce nothing (old documents are never removed).
     """
-    if not isinstance(screen, EdgeScreen):
-        screen = EdgeScreen(screen)
-    root: tuple[Any, ...] | None = None
+    root: BucketEntry | None = None
     any_new = False
     for m in members:
         any_new = any_new or m[0].startswith(NEW)
@@ -97,34 +108,105 @@ def bucket_edges(members: Iterable[tuple[Any, ...]], screen: EdgeScreen | float)
             root = m
     if root is None or not any_new:
         return
-    root_n = root[2] if len(root) > 2 else None
+    root_sig = root[2] if len(root) > 2 else b""
     for m in members:
-        if m[0] != root[0] and m[0].startswith(NEW) and screen.passes(
-                m[1], m[2] if len(m) > 2 else None, root[1], root_n):
-            yield (root[0], m[0])
+        if m[0] != root[0] and m[0].startswith(NEW):
+            yield m[0], (root[0], m[1], root[1], root_sig)
 
 
-class _Buckets(beam.DoFn):
+def screen_at_member(member: str, member_sig: bytes, candidates: Iterable[tuple[str, int, int, bytes]],
+                     screen: EdgeScreen) -> Iterator[tuple[str, str] | tuple[str, tuple[str, bytes, int, int]]]:
+    """One new node's distinct candidate roots: ``("edge", (root, member))`` for old roots that pass
+    ``screen`` (their signature came with the bucket), ``(root, (member, signature, counts))`` for new
+    roots, whose signature is joined next. A pair shared by many buckets is screened once."""
+    seen: set[str] = set()
+    for root, n_m, n_r, root_sig in candidates:
+        if root in seen:
+            continue
+        seen.add(root)
+        if root_sig:
+            if screen.passes(_u32(member_sig), n_m, _u32(root_sig), n_r):
+                yield "edge", (root, member)
+        else:
+            yield root, (member, member_sig, n_m, n_r)
+
+
+def bucket_edges(members: Iterable[BucketEntry | tuple[str, np.ndarray, int]], screen: EdgeScreen | float,
+                 ) -> Iterator[tuple[str, str]]:
+    """Screened edges of one bucket whose members carry signatures: (bucket's smallest node, member).
+
+    The reference for what the three-step pipeline (``bucket_candidates``,
+    ``screen_at_member``, the root's join) computes, in one place: members are
+    ``(node, signature, shingle count)``; each is compared with the bucket's
+    smallest node only and kept if it passes ``screen`` (an ``EdgeScreen``, or
+    a float: the minimum estimated Jaccard).
+    """
+    if not isinstance(screen, EdgeScreen):
+        screen = EdgeScreen(screen)
+    members = list(members)
+    sig = {m[0]: m[1] for m in members}
+    for member, (root, n_m, n_r, _) in bucket_candidates([(m[0], m[2]) for m in members]):
+        if screen.passes(_u32(sig[member]), n_m, _u32(sig[root]), n_r):
+            yield (root, member)
+
+
+class _ScreenAtMember(beam.DoFn):
     def __init__(self, screen: EdgeScreen) -> None:
         self.screen = screen
         self.candidates = Metrics.counter(_NS, "near_candidate_pairs")
         self.edges = Metrics.counter(_NS, "near_verified_edges")
 
-    def process(self, element: tuple[int, Iterable[tuple[str, np.ndarray]]]) -> Iterator[tuple[str, str]]:
-        _, members = element
-        n = 0
-        for edge in bucket_edges(members, self.screen):
-            n += 1
-            yield edge
-        if n:
-            self.edges.inc(n)
+    def process(self, element: tuple[str, dict[str, Any]]) -> Iterator[Any]:
+        member, g = element
+        sigs = list(g["sig"])
+        if not sigs:
+            return
+        for out in screen_at_member(member, sigs[0], g["cand"], self.screen):
+            self.candidates.inc()
+            if out[0] == "edge":
+                self.edges.inc()
+                yield out[1]
+            else:
+                yield beam.pvalue.TaggedOutput("at_root", out)
 
 
-def _bucket_entries(s: Sketch) -> Iterator[tuple[int, tuple[str, np.ndarray, int]]]:
+class _ScreenAtRoot(beam.DoFn):
+    def __init__(self, screen: EdgeScreen) -> None:
+        self.screen = screen
+        self.edges = Metrics.counter(_NS, "near_verified_edges")
+
+    def process(self, element: tuple[str, dict[str, Any]]) -> Iterator[tuple[str, str]]:
+        root, g = element
+        sigs = list(g["sig"])
+        if not sigs:
+            return
+        root_sig = _u32(sigs[0])
+        for member, member_sig, n_m, n_r in g["req"]:
+            if self.screen.passes(_u32(member_sig), n_m, root_sig, n_r):
+                self.edges.inc()
+                yield (root, member)
+
+
+def _bucket_entries(s: Sketch) -> Iterator[tuple[int, tuple[str, int]]]:
     if s.shingles.size == 0:  # empty documents are left to exact dedupe
         return
+    entry = (s.node, int(s.shingles.size))
     for key in s.band_keys.tolist():
-        yield key, (s.node, s.signature, int(s.shingles.size))
+        yield key, entry
+
+
+def _signature_by_node(s: Sketch) -> list[tuple[str, bytes]]:
+    return [(s.node, s.signature.tobytes())] if s.shingles.size else []
+
+
+def _shingles_by_node(s: Sketch) -> list[tuple[str, tuple[str, bytes]]]:
+    """What verification needs of a document: its source and shingle set (documents with shingles only)."""
+    return [(s.node, (s.source, s.shingles.tobytes()))] if s.shingles.size else []
+
+
+def _old_bucket_entries(url: str, band_keys: np.ndarray) -> Iterator[tuple[int, tuple[str, int, bytes]]]:
+    for key, (node, sig, n) in index_bucket_entries(url, band_keys):
+        yield key, (node, n, sig.tobytes())
 
 
 def _route_to_root(element: tuple[str, dict[str, Any]]) -> Iterator[tuple[str, tuple[Any, ...]]]:
@@ -133,15 +215,15 @@ def _route_to_root(element: tuple[str, dict[str, Any]]) -> Iterator[tuple[str, t
     sketches, roles = list(groups["sketch"]), list(groups["role"])
     if not sketches or not roles:
         return
-    s: Sketch = sketches[0]
+    source, shingles = sketches[0]
     label, is_root, _converged = roles[0]
     if label is not None:
-        yield label, ("member", node, s.source, s.shingles)
+        yield label, ("member", node, source, shingles)
     if is_root:
         # A root that also has a parent (rounds ran out before convergence)
         # removes nothing: it may be removed itself, and a duplicate must point
         # at a kept document. Its members stay (recall lost, never precision).
-        yield node, ("root", label is None, s.shingles)
+        yield node, ("root", label is None, shingles)
 
 
 def resolve_cluster(
@@ -163,7 +245,7 @@ def resolve_cluster(
         if e[0] == "root":
             if not e[1]:
                 return [], 0, 0
-            root_shingles = e[2]
+            root_shingles = _u32(e[2])
     if root_shingles is None:
         return [], 0, 0
     failed = 0
@@ -173,7 +255,7 @@ def resolve_cluster(
         if e[0] != "member" or not e[1].startswith(NEW):
             continue
         _, node, source, shingles = e
-        ok, sim = rule.judge(root_shingles, shingles)
+        ok, sim = rule.judge(root_shingles, _u32(shingles))
         if not ok:
             failed += 1
             continue
@@ -228,11 +310,16 @@ class NearDedupe(beam.PTransform):
     documents only what can change a verdict enters the shuffles, so a batch
     costs its own size whatever the index's: per LSH bucket holding a new
     document, the old entry with the smallest node id (the bucket's root: in
-    ``bucket_edges`` other members are only ever compared with the root, so
-    the other old entries of a bucket never make an edge), as (node,
-    signature); after the components, the full sketches (shingles) of the old
-    nodes that are cluster roots. The verdicts are those of a run with the
-    whole index.
+    ``bucket_candidates`` other members are only ever compared with the root,
+    so the other old entries of a bucket never make an edge), as (node, count,
+    signature); after the components, the shingles of the old nodes that are
+    cluster roots. The verdicts are those of a run with the whole index.
+
+    Shuffles: LSH buckets of (node, count) only; two joins that bring the
+    signatures of each distinct candidate pair together (at the member, then at
+    the root); the connected components; the join of roles with shingle sets
+    and the cluster groups. Everything crossing them is tuples of str, int and
+    bytes (Beam's native coder, no pickle).
     """
 
     def __init__(self, cfg: DedupeConfig, old_parts: beam.PCollection | None = None) -> None:
@@ -250,37 +337,52 @@ class NearDedupe(beam.PTransform):
         screen = EdgeScreen.of(rule, num_perm)
         entries = sketches | "BucketEntries" >> beam.FlatMap(_bucket_entries)
         if self.old_parts is not None:
-            new_keys = sketches | "NewBandKeys" >> beam.FlatMap(lambda s: [s.band_keys] if s.shingles.size else [])
+            new_keys = sketches | "NewBandKeys" >> beam.FlatMap(
+                lambda s: [s.band_keys.tobytes()] if s.shingles.size else [])
             old_entries = (
                 self.old_parts
                 | "OldBucketEntries" >> beam.ParDo(
-                    _IndexLookup("index_bucket_entries_read", _unique_keys, index_bucket_entries),
+                    _IndexLookup("index_bucket_entries_read", _unique_keys, _old_bucket_entries),
                     beam.pvalue.AsList(new_keys))
                 | "OldBucketRoot" >> beam.CombinePerKey(_SmallestNode())
             )
             entries = (entries, old_entries) | "WithOld" >> beam.Flatten()
-        edges = (
-            entries
-            | "GroupBuckets" >> beam.GroupByKey()
-            | "VerifiedEdges" >> beam.ParDo(_Buckets(screen))
+        # Screening needs both signatures of a candidate pair: joined at the member,
+        # then at the root (signatures cross each join once per document, not once per bucket).
+        signatures = sketches | "SignatureByNode" >> beam.FlatMap(_signature_by_node)
+        at_member = (
+            {"cand": entries | "GroupBuckets" >> beam.GroupByKey() | "Candidates" >> beam.FlatMapTuple(
+                lambda _, members: bucket_candidates(members)),
+             "sig": signatures}
+            | "JoinMemberSignature" >> beam.CoGroupByKey()
+            | "ScreenAtMember" >> beam.ParDo(_ScreenAtMember(screen)).with_outputs("at_root", main="edges")
         )
+        at_root = (
+            {"req": at_member.at_root, "sig": signatures}
+            | "JoinRootSignature" >> beam.CoGroupByKey()
+            | "ScreenAtRoot" >> beam.ParDo(_ScreenAtRoot(screen))
+        )
+        edges = (at_member.edges, at_root) | "Edges" >> beam.Flatten()
         roles = (
             edges
             | "Components" >> ConnectedComponents(cfg.components_rounds)
             | "CountUnconverged" >> beam.Map(_count_unconverged)
             | "KeyRoles" >> beam.Map(lambda x: (x[0], x[1:]))
         )
-        clustered = sketches
+        shingles = sketches | "ShinglesByNode" >> beam.FlatMap(_shingles_by_node)
         if self.old_parts is not None:
             # Old nodes matter only as cluster roots (resolve_cluster never removes an old member).
             old_nodes = roles | "OldRoots" >> beam.FlatMap(
                 lambda r: [r[0][1:]] if r[0].startswith(OLD) and r[1][1] else [])
-            old_full = self.old_parts | "ReadOldClustered" >> beam.ParDo(
-                _IndexLookup("index_clustered_entries_read", set, _sketches_by_id), beam.pvalue.AsList(old_nodes))
-            clustered = (sketches, old_full) | "WithOldClustered" >> beam.Flatten()
-        keyed = clustered | "KeyByNode" >> beam.Map(lambda s: (s.node, s))
+            old_shingles = (
+                self.old_parts
+                | "ReadOldClustered" >> beam.ParDo(
+                    _IndexLookup("index_clustered_entries_read", set, _sketches_by_id), beam.pvalue.AsList(old_nodes))
+                | "OldShinglesByNode" >> beam.Map(lambda s: (s.node, (s.source, s.shingles.tobytes())))
+            )
+            shingles = (shingles, old_shingles) | "WithOldClustered" >> beam.Flatten()
         return (
-            {"sketch": keyed, "role": roles}
+            {"sketch": shingles, "role": roles}
             | "JoinRoles" >> beam.CoGroupByKey()
             | "RouteToRoot" >> beam.FlatMap(_route_to_root)
             | "GroupClusters" >> beam.GroupByKey()
