@@ -372,6 +372,44 @@ def signature_speed(texts: list[str], repeat: int = 3) -> dict[str, float]:
     return out
 
 
+def near_shuffle_bytes(texts: list[str], cfg: DedupeConfig | None = None) -> dict[str, float]:
+    """Bytes per document that the near step hands to its shuffles, encoded with the coder Beam uses for them.
+
+    The elements are those ``NearDedupe`` and ``Deduplicate`` emit (bucket
+    entries, signatures for the two screening joins, shingle sets for
+    verification, index rows), encoded by ``FastPrimitivesCoder`` with a
+    fallback that refuses to pickle: what crosses a shuffle of the local and
+    the Dataflow runner alike.
+    """
+    import apache_beam as beam
+
+    from pipelines.dedupe import index_row, sketch_documents
+    from pipelines.dedupe.near import _bucket_entries, _shingles_by_node, _signature_by_node
+    from pipelines.dedupe.sketch import _hasher
+
+    class _Refuse(beam.coders.Coder):
+        def encode(self, value):
+            raise TypeError(f"{type(value).__name__} would be pickled")
+
+        def decode(self, encoded):
+            raise TypeError("never")
+
+    coder = beam.coders.FastPrimitivesCoder(fallback_coder=_Refuse())
+    docs = [Document(doc_id=f"doc-{i:07d}", source="bench", text=t) for i, t in enumerate(texts)]
+    sketches = sketch_documents(docs, _hasher(cfg or DedupeConfig()))
+    parts = {
+        "bucket entries": [e for s in sketches for e in _bucket_entries(s)],
+        "signatures (x2 joins)": [e for s in sketches for e in _signature_by_node(s)] * 2,
+        "shingle sets": [e for s in sketches for e in _shingles_by_node(s)],
+        "index rows": [(s.doc_id, index_row(s)) for s in sketches],
+    }
+    out = {name: sum(len(coder.encode(e)) for e in els) / len(docs) for name, els in parts.items()}
+    out["bucket entries per document"] = len(parts["bucket entries"]) / len(docs)
+    out["bytes per bucket entry"] = out["bucket entries"] / max(1.0, out["bucket entries per document"])
+    out["text bytes per document"] = sum(len(t.encode()) for t in texts) / len(docs)
+    return out
+
+
 def s_curve(bands: int, rows: int, points=(0.3, 0.4, 0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9)) -> list[float]:
     """P(candidate) at each Jaccard of ``points`` for bands x rows."""
     return [1 - (1 - s ** rows) ** bands for s in points]
@@ -456,6 +494,10 @@ def main(argv: list[str] | None = None) -> None:
     ref = next((v for k, v in sp.items() if k.startswith("rensa")), None)
     for k, v in sp.items():
         lines.append(f"| {k} | {v:.0f} | {v / ref:.2f}x |" if ref else f"| {k} | {v:.0f} | - |")
+    sb = near_shuffle_bytes(texts)
+    lines += ["", "## What the near step shuffles, per document (FastPrimitivesCoder, no pickle fallback)", "",
+              "| element | bytes per document |", "|---|---|"]
+    lines += [f"| {k} | {v:.1f} |" for k, v in sb.items()]
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     with open(args.out, "w") as f:
         f.write("\n".join(lines) + "\n")
