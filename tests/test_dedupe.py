@@ -772,3 +772,35 @@ def test_index_part_bytes_equal_those_of_per_row_arrays(monkeypatch) -> None:
     assert any(s.shingles.size == 0 for s in rows)
     assert _sketches_to_parquet(rows) == buf.getvalue()
     assert _sketches_to_parquet([]) == _sketches_to_parquet([])
+
+
+def test_bucket_candidates_pair_new_members_with_the_smallest_node_once() -> None:
+    """A bucket pairs each new member with its smallest node; an old root's signature rides along;
+    a pair met in many buckets is screened once; buckets of old documents only give nothing."""
+    import numpy as np
+
+    from pipelines.dedupe import bucket_candidates, bucket_edges, screen_at_member
+    from pipelines.dedupe.near import EdgeScreen
+
+    same = np.arange(112, dtype=np.uint32)
+    other = same + 1000
+    old_sig = same.tobytes()
+    bucket = [("1b", 60), ("0a", 60, old_sig), ("1c", 60), ("1d", 60)]
+    cands = list(bucket_candidates(bucket))
+    assert cands == [("1b", ("0a", 60, 60, old_sig)), ("1c", ("0a", 60, 60, old_sig)),
+                     ("1d", ("0a", 60, 60, old_sig))]
+    assert list(bucket_candidates([("0a", 5, old_sig), ("0b", 5, old_sig)])) == []
+    assert list(bucket_candidates([("1x", 5)])) == []
+    # At the member: the old root is screened here (its signature came along), each pair once.
+    screen = EdgeScreen(0.9)
+    out = list(screen_at_member("1c", same.tobytes(), [c for m, c in cands + cands if m == "1c"], screen))
+    assert out == [("edge", ("0a", "1c"))]
+    assert list(screen_at_member("1d", other.tobytes(), [cands[2][1]], screen)) == []
+    # A new root: a request to join the root's signature, carrying the member's.
+    new_cands = list(bucket_candidates([("1q", 70), ("1p", 80)]))
+    assert new_cands == [("1q", ("1p", 70, 80, b""))]
+    assert list(screen_at_member("1q", other.tobytes(), [new_cands[0][1]], screen)) == [
+        ("1p", ("1q", other.tobytes(), 70, 80))]
+    # The one-function reference agrees: star on the smallest node, screened on signatures.
+    members = [("1b", same, 60), ("0a", same, 60), ("1c", same, 60), ("1d", other, 60)]
+    assert list(bucket_edges(members, 0.9)) == [("0a", "1b"), ("0a", "1c")]
