@@ -3,6 +3,7 @@
 Run from the repository root:
 
     PYTHONPATH=$PWD python -m benchmarks.bench_near_dedupe [--quick] [--out benchmarks/results/near_dedupe.md]
+    PYTHONPATH=$PWD python -m benchmarks.bench_near_dedupe --stage   # CPU-s and peak RSS of Deduplicate only
 
 Text: the Lee news corpus that gensim ships (``tests/realtext.py``: 343 ABC
 news articles of ~200 words nobody here wrote). Base documents are runs of
@@ -41,7 +42,9 @@ default config and with the old defaults (ngram 5, 14x8, threshold 0.8, no
 containment); datasketch 2.0 ``MinHashLSH`` (112 permutations, 14x8 bands,
 word 5-grams, no verification: a document is dropped when a query finds an
 earlier one, the usual streaming use); rensa ``RMinHashLSH`` the same way;
-datatrove is not run (see the note in the results).
+datatrove 0.10 ``MinhashDedup*`` stages with its default ``MinhashConfig``
+(5-gram, 14 buckets x 8 hashes, no verification; it needs ``spacy`` for its
+English word tokenizer). Peers that are not installed are reported as such.
 """
 
 from __future__ import annotations
@@ -270,10 +273,64 @@ def run_rensa(items: list[Item]) -> dict[str, str] | None:
     return _stream(items, qi)
 
 
+def run_datatrove(items: list[Item]) -> dict[str, str] | None:
+    """datatrove's MinHash dedup with its default ``MinhashConfig`` (None: not installed).
+
+    Its four file-based stages (signatures, buckets, clusters; the filter's
+    ``.remove`` list read directly), one task each except the buckets (one per
+    bucket, as its docs run them), in a temporary folder. A removed document's
+    ``dup_of`` is the document its cluster keeps (the union-find root).
+    """
+    try:
+        from datatrove.data import Document as DTDocument
+        from datatrove.executor import LocalPipelineExecutor
+        from datatrove.pipeline.dedup.minhash import (
+            MinhashConfig,
+            MinhashDedupBuckets,
+            MinhashDedupCluster,
+            MinhashDedupSignature,
+        )
+    except ImportError:
+        return None
+    import struct
+    import tempfile
+
+    import datatrove.utils.hashes.xxhash as dt_xxhash
+    import xxhash
+
+    # datatrove 0.10.1 hands str to xxhash, which xxhash >= 4 refuses; xxhash 3 hashed
+    # the UTF-8 bytes, so this is the same default hash function.
+    dt_xxhash.xxhash64 = lambda data: xxhash.xxh64_intdigest(data.encode() if isinstance(data, str) else data)
+    ordered = sorted(items, key=lambda x: x.doc_id)
+    docs = [DTDocument(text=it.text, id=it.doc_id) for it in ordered]
+    cfg = MinhashConfig()
+    with tempfile.TemporaryDirectory() as tmp:
+        def run(steps: list, tasks: int, name: str) -> None:
+            LocalPipelineExecutor(pipeline=steps, tasks=tasks, workers=1, logging_dir=f"{tmp}/logs/{name}").run()
+
+        run([docs, MinhashDedupSignature(output_folder=f"{tmp}/sigs", config=cfg)], 1, "sigs")
+        run([MinhashDedupBuckets(input_folder=f"{tmp}/sigs", output_folder=f"{tmp}/buckets", config=cfg)],
+            cfg.num_buckets, "buckets")
+        run([MinhashDedupCluster(input_folder=f"{tmp}/buckets", output_folder=f"{tmp}/remove", config=cfg,
+                                 save_cluster_id=True)], 1, "clusters")
+
+        def tuples(path: str, fmt: str) -> list[tuple[int, ...]]:
+            if not os.path.exists(path):
+                return []
+            with open(path, "rb") as f:
+                data = f.read()
+            return list(struct.iter_unpack(fmt, data))
+
+        removed = {i for (i,) in tuples(f"{tmp}/remove/000000.remove", "<I")}
+        clusters = tuples(f"{tmp}/remove/000000.clusters", "<2I")
+    keeper = {c: i for i, c in clusters if i not in removed}
+    return {ordered[i].doc_id: ordered[keeper[c]].doc_id for i, c in clusters if i in removed}
+
+
 # ------------------------------------------------------------------ speed
 
-def signature_speed(texts: list[str], repeat: int = 3) -> dict[str, float]:
-    """Documents per second per core of signatures (112 permutations, word shingles) on the same texts."""
+def signature_speed(texts: list[str], repeat: int = 5) -> dict[str, float]:
+    """Documents per CPU-second (one core) of signatures (112 permutations, word shingles) on the same texts."""
     out: dict[str, float] = {}
     hasher = MinHasher(ngram=3, bands=28, rows=4)
 
@@ -306,14 +363,78 @@ def signature_speed(texts: list[str], repeat: int = 3) -> dict[str, float]:
             m.update_batch(_word_shingles(t, 3))
 
     runs["datasketch MinHash (3-gram)"] = ds_run
-    for name, fn in runs.items():
-        best = float("inf")
-        for _ in range(repeat):
-            t0 = time.perf_counter()
+    # CPU time of this process (per core, whatever else the machine runs), best of
+    # `repeat`, the methods interleaved so that a busy spell hits them alike.
+    best = dict.fromkeys(runs, float("inf"))
+    for _ in range(repeat):
+        for name, fn in runs.items():
+            t0 = time.process_time()
             fn()
-            best = min(best, time.perf_counter() - t0)
-        out[name] = len(texts) / best
+            best[name] = min(best[name], time.process_time() - t0)
+    for name in runs:
+        out[name] = len(texts) / best[name]
     return out
+
+
+def near_shuffle_bytes(texts: list[str], cfg: DedupeConfig | None = None) -> dict[str, float]:
+    """Bytes per document that the near step hands to its shuffles, encoded with the coder Beam uses for them.
+
+    The elements are those ``NearDedupe`` and ``Deduplicate`` emit (bucket
+    entries, signatures for the two screening joins, shingle sets for
+    verification, index rows), encoded by ``FastPrimitivesCoder`` with a
+    fallback that refuses to pickle: what crosses a shuffle of the local and
+    the Dataflow runner alike.
+    """
+    import apache_beam as beam
+
+    from pipelines.dedupe import index_row, sketch_documents
+    from pipelines.dedupe.near import _bucket_entries, _shingles_by_node, _signature_by_node
+    from pipelines.dedupe.sketch import _hasher
+
+    class _Refuse(beam.coders.Coder):
+        def encode(self, value):
+            raise TypeError(f"{type(value).__name__} would be pickled")
+
+        def decode(self, encoded):
+            raise TypeError("never")
+
+    coder = beam.coders.FastPrimitivesCoder(fallback_coder=_Refuse())
+    docs = [Document(doc_id=f"doc-{i:07d}", source="bench", text=t) for i, t in enumerate(texts)]
+    sketches = sketch_documents(docs, _hasher(cfg or DedupeConfig()))
+    parts = {
+        "bucket entries": [e for s in sketches for e in _bucket_entries(s)],
+        "signatures (x2 joins)": [e for s in sketches for e in _signature_by_node(s)] * 2,
+        "shingle sets": [e for s in sketches for e in _shingles_by_node(s)],
+        "index rows": [(s.doc_id, index_row(s)) for s in sketches],
+    }
+    out = {name: sum(len(coder.encode(e)) for e in els) / len(docs) for name, els in parts.items()}
+    out["bucket entries per document"] = len(parts["bucket entries"]) / len(docs)
+    out["bytes per bucket entry"] = out["bucket entries"] / max(1.0, out["bucket entries per document"])
+    out["text bytes per document"] = sum(len(t.encode()) for t in texts) / len(docs)
+    return out
+
+
+def stage_cost(items: list[Item], cfg: DedupeConfig | None = None) -> dict[str, float]:
+    """CPU seconds and peak RSS of the real Beam ``Deduplicate`` on ``items`` (one process, FnApiRunner).
+
+    Run it in a fresh process to read peak RSS as the stage's (``--stage``).
+    """
+    import resource
+
+    docs = [Document(doc_id=it.doc_id, source="bench", text=it.text) for it in items]
+    from benchmarks.dedupe_corpus import run_dedupe
+
+    run_dedupe(docs[:20], cfg)  # imports and the runner's first start, not the stage
+
+    def cpu() -> float:
+        r = resource.getrusage(resource.RUSAGE_SELF)
+        return r.ru_utime + r.ru_stime
+
+    c0, t0 = cpu(), time.perf_counter()
+    _, dups = run_dedupe(docs, cfg)
+    return {"documents": len(docs), "MB": sum(len(d.text.encode()) for d in docs) / 1e6, "duplicates": len(dups),
+            "cpu_s": cpu() - c0, "wall_s": time.perf_counter() - t0,
+            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
 def s_curve(bands: int, rows: int, points=(0.3, 0.4, 0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9)) -> list[float]:
@@ -337,17 +458,23 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer bases (a smoke run)")
     ap.add_argument("--out", default="benchmarks/results/near_dedupe.md")
+    ap.add_argument("--stage", action="store_true",
+                    help="only the CPU time and peak RSS of Deduplicate on both corpora (run in a fresh process)")
     args = ap.parse_args(argv)
     articles = news_documents()
+    if args.stage:
+        items = build_corpus(articles, LENGTHS["full"], copies=2) + build_corpus(articles, LENGTHS["news"], copies=1)
+        print(stage_cost(items))
+        return
     lines = ["# Near-duplicate dedupe on real text (bench_near_dedupe.py)", "",
              "Command: `PYTHONPATH=$PWD python -m benchmarks.bench_near_dedupe`",
              f"{platform.platform()}, Python {platform.python_version()}, 1 process. Lee news corpus (gensim).",
              "Columns: same-article recall, precision (false/removed), negatives merged, recall per edit family, "
              "seconds.", ""]
-    dt_note = ("datatrove: not run. It installs quickly (datatrove 0.10.1 + humanize + loguru), but its MinHash "
-               "dedupe is a four-stage file pipeline (signatures, buckets, clusters, filter) that was not wired "
-               "into this script in the time available; its default is 5-gram shingles, 14x8 buckets and no "
-               "verification, the same LSH as the datasketch row.")
+    dt_note = ("datatrove: its default MinhashConfig (5-gram shingles of its spaCy word tokenizer, 14 buckets x 8 "
+               "hashes, xxhash64) through its own signature, bucket and cluster stages (LocalPipelineExecutor); "
+               "a removed document's dup_of is the document its cluster keeps. No verification, like the "
+               "datasketch and rensa rows.")
     for label, words in LENGTHS.items():
         copies = 1 if label == "news" else 2
         items = build_corpus(articles, words, copies=copies, max_bases=(12 if args.quick else None))
@@ -360,7 +487,8 @@ def main(argv: list[str] | None = None) -> None:
         methods = [("shardforge (default: 3-gram, 28x4, J>=0.7 or C>=0.9)", lambda i: run_shardforge(i, DedupeConfig())),
                    ("shardforge old default (5-gram, 14x8, J>=0.8)", lambda i: run_shardforge(i, OLD_DEFAULTS)),
                    ("datasketch 2.0 MinHashLSH 14x8, 5-gram, no verification", run_datasketch),
-                   ("rensa RMinHashLSH 14 bands, 5-gram, no verification", run_rensa)]
+                   ("rensa RMinHashLSH 14 bands, 5-gram, no verification", run_rensa),
+                   ("datatrove 0.10 MinHash dedup, default config (5-gram, 14x8, no verification)", run_datatrove)]
         for name, fn in methods:
             t0 = time.perf_counter()
             res = fn(items)
@@ -399,6 +527,10 @@ def main(argv: list[str] | None = None) -> None:
     ref = next((v for k, v in sp.items() if k.startswith("rensa")), None)
     for k, v in sp.items():
         lines.append(f"| {k} | {v:.0f} | {v / ref:.2f}x |" if ref else f"| {k} | {v:.0f} | - |")
+    sb = near_shuffle_bytes(texts)
+    lines += ["", "## What the near step shuffles, per document (FastPrimitivesCoder, no pickle fallback)", "",
+              "| element | bytes per document |", "|---|---|"]
+    lines += [f"| {k} | {v:.1f} |" for k, v in sb.items()]
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     with open(args.out, "w") as f:
         f.write("\n".join(lines) + "\n")

@@ -68,26 +68,34 @@ class PartCount(beam.PTransform):
         )
 
 
+def _doc_id_attr(rec: Any) -> str:
+    return rec.doc_id
+
+
 class WriteParts(beam.PTransform):
     """Write records to `{prefix}/part-NNNNN.{ext}`: `parts` files, each sorted by doc_id.
 
     `parts` may be an int or a singleton side input (PCollection) holding one.
-    Emits the written file names.
+    `doc_id` gets a record's doc_id (default: its `.doc_id`; records that are
+    plain tuples cross the shuffle with Beam's native coder). Emits the written
+    file names.
     """
 
-    def __init__(self, prefix: str, ext: str, to_bytes: Callable[[list[Any]], bytes], parts: Any):
+    def __init__(self, prefix: str, ext: str, to_bytes: Callable[[list[Any]], bytes], parts: Any,
+                 doc_id: Callable[[Any], str] | None = None):
         super().__init__()
         self.prefix, self.ext, self.to_bytes, self.parts = prefix, ext, to_bytes, parts
+        self.doc_id = doc_id if doc_id is not None else _doc_id_attr
 
     def expand(self, records):
-        prefix, ext, to_bytes = self.prefix, self.ext, self.to_bytes
+        prefix, ext, to_bytes, doc_id = self.prefix, self.ext, self.to_bytes, self.doc_id
 
         def key(rec: Any, parts: int) -> tuple[int, Any]:
-            return stable_hash("part", rec.doc_id) % parts, rec
+            return stable_hash("part", doc_id(rec)) % parts, rec
 
         def write(kv: tuple[int, Iterable[Any]]) -> str:
             index, recs = kv
-            ordered = sorted(recs, key=lambda r: r.doc_id)
+            ordered = sorted(recs, key=doc_id)
             name = part_name(index, ext)
             write_bytes_atomic(join(prefix, name), to_bytes(ordered))
             return name

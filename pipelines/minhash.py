@@ -8,14 +8,18 @@ signature on every machine, runner and batch size.
 Pipeline per batch of documents:
 
 1. ``normalize_text``: NFKC, lowercase, punctuation removed, whitespace collapsed.
-2. words -> stable 64-bit word hashes (blake2b, memoized per process).
+2. words -> stable 64-bit word hashes (blake2b, memoized per process); the
+   split and a dictionary encoding of the batch run in Arrow, so only distinct
+   words become Python strings.
 3. word n-gram shingles -> 64-bit rolling combination of the n word hashes,
    finalized with the splitmix64 mixer and truncated to 32 bits, then made
    unique per document (one global sort of ``doc_index << 32 | shingle``).
 4. MinHash: for each of P = bands x rows permutations, min over the document's
    shingles of ``((a * x + b) mod 2**64) >> 32`` (Dietzfelbinger's
    multiply-add-shift: a strongly universal family for 32-bit keys that needs
-   no division, so it runs in three wrap-around uint64 passes).
+   no division, so it runs in three wrap-around uint64 passes over a block
+   that stays in L2; a document's min is a plain ``min(axis=0)``, runs of
+   short documents share a block and a ``reduceat``).
 5. LSH: each band's ``rows`` values are mixed into one 64-bit band key.
 """
 
@@ -34,9 +38,11 @@ import numpy as np
 _PUNCT_RE = re.compile(r"[^\w\s]+")
 _U64 = np.uint64
 _MASK32 = _U64(0xFFFFFFFF)
-# Rows of the (shingles x permutations) block processed at once: ~1.8 MB of uint64
-# at 112 permutations, small enough to stay in cache, large enough to amortize numpy calls.
-_CHUNK_ROWS = 2048
+# Rows of the (shingles x permutations) block processed at once: ~460 KB of uint64
+# at 112 permutations, small enough to stay in L2, large enough to amortize numpy calls.
+_CHUNK_ROWS = 512
+# Documents with at least this many shingles get their own min (no reduceat).
+_SMALL_DOC = 64
 # Bound on the per-process word-hash memo (a Zipfian vocabulary hits it constantly).
 _WORD_CACHE_MAX = 1 << 20
 _word_cache: dict[str, int] = {}
@@ -81,6 +87,27 @@ def _word_hashes(words: list[str]) -> np.ndarray:
     return np.array(hs, dtype=np.uint64)
 
 
+def _split_hashed(normalized: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """(words per text, uint64 hash of every word in order) of texts already normalized.
+
+    The split and a dictionary encoding run in Arrow's C++ (no Python string
+    per word); only the batch's distinct words reach the Python memo. Splitting
+    on " " is ``str.split()`` here: ``normalize_text`` leaves single spaces
+    and no other whitespace.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    lens = np.fromiter((t.count(" ") + 1 if t else 0 for t in normalized), dtype=np.int64, count=len(normalized))
+    nonempty = [t for t in normalized if t]
+    if not nonempty:
+        return lens, np.empty(0, dtype=np.uint64)
+    words = pc.split_pattern(pa.array(nonempty, pa.large_string()), " ").flatten()
+    enc = words.dictionary_encode()
+    uniq = _word_hashes(enc.dictionary.to_pylist())
+    return lens, uniq[enc.indices.to_numpy(zero_copy_only=False)]
+
+
 def _fmix64(h: np.ndarray) -> np.ndarray:
     """splitmix64's finalizer, in place on a uint64 array (full avalanche)."""
     h ^= h >> _U64(30)
@@ -91,6 +118,18 @@ def _fmix64(h: np.ndarray) -> np.ndarray:
     return h
 
 
+def _affine(x: np.ndarray, a: np.ndarray, b: np.ndarray, block: np.ndarray) -> np.ndarray:
+    """``(a * x + b) mod 2**64`` for every shingle of ``x`` (rows) and permutation (columns), into ``block``.
+
+    No ">> 32" here: the shift is monotone, so min(h) >> 32 == min(h >> 32); it
+    is applied once to the (docs x permutations) result.
+    """
+    blk = block[: x.size]
+    np.multiply(x[:, None], a[None, :], out=blk)
+    blk += b[None, :]
+    return blk
+
+
 def shingle_sets(texts: Sequence[str], ngram: int, normalized: bool = False) -> list[np.ndarray]:
     """Per text, the sorted unique uint32 hashes of its word n-gram shingles.
 
@@ -99,12 +138,10 @@ def shingle_sets(texts: Sequence[str], ngram: int, normalized: bool = False) -> 
     of all its words; an empty text has no shingles. Computed for the whole
     batch at once.
     """
-    words = [(t if normalized else normalize_text(t)).split() for t in texts]
-    lens = np.fromiter((len(w) for w in words), dtype=np.int64, count=len(words))
+    lens, wh = _split_hashed([t if normalized else normalize_text(t) for t in texts])
     total = int(lens.sum())
     if total == 0:
         return [np.empty(0, dtype=np.uint32) for _ in texts]
-    wh = _word_hashes([w for ws in words for w in ws])
     starts = np.concatenate(([0], np.cumsum(lens)[:-1]))
     doc_of_word = np.repeat(np.arange(len(texts), dtype=np.uint64), lens)
 
@@ -114,15 +151,23 @@ def shingle_sets(texts: Sequence[str], ngram: int, normalized: bool = False) -> 
     with np.errstate(over="ignore"):
         if n_win > 0:
             h = wh[:n_win].copy()
+            rot = np.empty_like(h)
             for k in range(1, ngram):
-                h = (h << _U64(23)) | (h >> _U64(41))  # rotate so word order matters
+                np.left_shift(h, _U64(23), out=rot)  # rotate so word order matters
+                h >>= _U64(41)
+                h |= rot
                 h ^= wh[k : k + n_win]
                 h *= _U64(0x9E3779B97F4A7C15)
             h = _fmix64(h)
-            pos = np.arange(n_win, dtype=np.int64)
-            doc = doc_of_word[:n_win]
-            valid = pos + ngram <= (starts + lens)[doc.astype(np.int64)]
-            keys = (doc[valid] << _U64(32)) | (h[valid] & _MASK32)
+            # A window is valid unless it starts in the last ngram - 1 words of its document.
+            valid = np.ones(n_win, dtype=bool)
+            ends = starts + lens
+            for k in range(1, ngram):
+                pos = ends - k
+                valid[pos[(pos >= starts) & (pos < n_win)]] = False
+            keys = doc_of_word[:n_win][valid]
+            keys <<= _U64(32)
+            keys |= h[valid] & _MASK32
         else:
             keys = np.empty(0, dtype=np.uint64)
         # Short documents (fewer than ngram words, at least one): one shingle of all words.
@@ -176,21 +221,29 @@ class MinHasher:
         if lens.sum() == 0:
             return sig.astype(np.uint32)
         x = np.concatenate([np.asarray(s, dtype=np.uint64) for s in shingles])
-        doc = np.repeat(np.arange(n, dtype=np.int64), lens)
+        ends = np.cumsum(lens)
+        starts = ends - lens
         block = np.empty((_CHUNK_ROWS, self.num_perm), dtype=np.uint64)
-        for lo in range(0, x.size, _CHUNK_ROWS):
-            hi = min(lo + _CHUNK_ROWS, x.size)
-            blk = block[: hi - lo]
-            np.multiply(x[lo:hi, None], a[None, :], out=blk)
-            blk += b[None, :]
-            # No ">> 32" here: the shift is monotone, so min(h) >> 32 == min(h >> 32);
-            # it is applied once to the (docs x permutations) result below.
-            d = doc[lo:hi]
-            # Segment starts of the documents inside this chunk (doc is sorted).
-            seg = np.concatenate(([0], np.nonzero(d[1:] != d[:-1])[0] + 1))
-            mins = np.minimum.reduceat(blk, seg, axis=0)
-            ids = d[seg]
-            sig[ids] = np.minimum(sig[ids], mins)
+        i = 0
+        while i < n:
+            if lens[i] >= min(_SMALL_DOC, _CHUNK_ROWS):
+                # One document: a plain min over its rows (much faster than reduceat),
+                # in cache-sized pieces.
+                for lo in range(starts[i], ends[i], _CHUNK_ROWS):
+                    blk = _affine(x[lo:min(lo + _CHUNK_ROWS, ends[i])], a, b, block)
+                    np.minimum(sig[i], blk.min(axis=0), out=sig[i])
+                i += 1
+                continue
+            # A run of small documents in one block: min per document segment.
+            j, rows = i, 0
+            while j < n and lens[j] < min(_SMALL_DOC, _CHUNK_ROWS) and rows + lens[j] <= _CHUNK_ROWS:
+                rows += lens[j]
+                j += 1
+            docs = np.arange(i, j)[lens[i:j] > 0]  # empty sets keep all-ones
+            if docs.size:
+                blk = _affine(x[starts[i]:ends[j - 1]], a, b, block)
+                sig[docs] = np.minimum.reduceat(blk, starts[docs] - starts[i], axis=0)
+            i = j
         sig >>= _U64(32)  # all-ones (an empty set) becomes 0xFFFFFFFF
         return sig.astype(np.uint32)
 

@@ -202,7 +202,7 @@ def test_deterministic_whatever_order_and_batching(quality_run, monkeypatch: pyt
     docs, _, kept, dups = quality_run
     shuffled = list(docs)
     random.Random(9).shuffle(shuffled)
-    monkeypatch.setattr(dedupe, "SIGNATURE_BATCH", (1, 7))
+    monkeypatch.setattr(dedupe.deduplicate, "SIGNATURE_BATCH", (1, 7))
     kept2, dups2 = run_dedupe(shuffled, DedupeConfig())
     assert kept2 == kept and dups2 == dups
 
@@ -574,7 +574,7 @@ def test_index_lookup_reads_exactly_the_entries_that_can_match(tmp_path: Path, m
 
     from pipelines.dedupe import _sketches_to_parquet, read_index_matches, read_index_part, sketch_documents
 
-    monkeypatch.setattr(dedupe, "INDEX_ROW_GROUP", 4)  # several row groups in one part
+    monkeypatch.setattr(dedupe.index, "INDEX_ROW_GROUP", 4)  # several row groups in one part
     rng = random.Random(3)
     docs = [Document(f"d{i:02d}", "web", " ".join(_words(rng, 60))) for i in range(23)]
     sketches = sketch_documents(docs, dedupe._hasher(DedupeConfig()))
@@ -695,3 +695,112 @@ def test_real_text_edit_families_with_default_rule() -> None:
     _, dups_j = run_dedupe(docs, DedupeConfig(containment=None))
     q_j = score(items, {d.doc_id: d.dup_of for d in dups_j})
     assert q_j["recall"]["block_delete"] == 0.0 and q_j["recall"]["para_delete"] == 1.0, q_j
+
+
+# ------------------------------------------------------------------ what crosses the shuffles (#16)
+
+class _NoPickle(beam.coders.Coder):
+    """A fallback coder that refuses: FastPrimitivesCoder reaches it only for types it cannot write natively."""
+
+    def encode(self, value):
+        raise AssertionError(f"would be pickled: {type(value).__name__}")
+
+    def decode(self, encoded):
+        raise AssertionError("never")
+
+
+def test_near_step_elements_need_no_pickle() -> None:
+    """Bucket entries, candidate requests, signatures, shingle sets and index rows are plain tuples."""
+    import numpy as np
+
+    from pipelines.dedupe import bucket_candidates, index_row, screen_at_member, sketch_documents
+    from pipelines.dedupe.near import EdgeScreen, _bucket_entries, _shingles_by_node, _signature_by_node
+
+    rng = random.Random(8)
+    base = _words(rng, 200)
+    docs = [Document(f"d{i}", "web", " ".join(base if i < 3 else _words(rng, 200))) for i in range(5)]
+    sketches = sketch_documents(docs, dedupe._hasher(DedupeConfig()))
+    coder = beam.coders.FastPrimitivesCoder(fallback_coder=_NoPickle())
+    elements: list = []
+    for s in sketches:
+        elements += list(_bucket_entries(s)) + _signature_by_node(s) + _shingles_by_node(s)
+        elements.append((s.doc_id, index_row(s)))
+    buckets = defaultdict(list)
+    for key, entry in (e for s in sketches for e in _bucket_entries(s)):
+        buckets[key].append(entry)
+    cands = [c for members in buckets.values() for c in bucket_candidates(members)]
+    assert cands  # three identical documents share every bucket
+    elements += cands
+    sig = {s.node: s.signature.tobytes() for s in sketches}
+    by_member = defaultdict(list)
+    for member, c in cands:
+        by_member[member].append(c)
+    requests = [r for m, cs in by_member.items() for r in screen_at_member(m, sig[m], cs, EdgeScreen(0.5))]
+    assert requests and len(requests) == len(by_member)  # one request per distinct pair, not per bucket
+    elements += requests
+    for e in elements:
+        assert coder.decode(coder.encode(e)) == e
+    # The bytes are the arrays: nothing lost on the way.
+    s = sketches[0]
+    assert np.array_equal(np.frombuffer(index_row(s)[5], np.uint32), s.shingles)
+
+
+def test_index_part_bytes_equal_those_of_per_row_arrays(monkeypatch) -> None:
+    """The one-buffer column build writes the same Parquet bytes as pyarrow's list-of-arrays conversion."""
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from pipelines.dedupe import _sketches_to_parquet, index_schema, sketch_documents
+
+    monkeypatch.setattr(dedupe.index, "INDEX_ROW_GROUP", 5)
+    rng = random.Random(4)
+    docs = [Document(f"d{i:02d}", "web", " ".join(_words(rng, rng.choice([0, 1, 2, 40, 300])))) for i in range(13)]
+    rows = sketch_documents(docs, dedupe._hasher(DedupeConfig()))
+    cols = {
+        "doc_id": pa.array([s.doc_id for s in rows], pa.string()),
+        "source": pa.array([s.source for s in rows], pa.string()),
+        "exact_hash": pa.array([s.exact_hash for s in rows], pa.string()),
+        "signature": pa.array([s.signature for s in rows], pa.list_(pa.uint32())),
+        "band_keys": pa.array([s.band_keys for s in rows], pa.list_(pa.int64())),
+        "shingles": pa.array([s.shingles for s in rows], pa.large_list(pa.uint32())),
+        "num_shingles": pa.array([s.shingles.size for s in rows], pa.int32()),
+    }
+    buf = io.BytesIO()
+    pq.write_table(pa.table(cols, schema=index_schema()), buf, compression="zstd", row_group_size=5)
+    assert any(s.shingles.size == 0 for s in rows)
+    assert _sketches_to_parquet(rows) == buf.getvalue()
+    assert _sketches_to_parquet([]) == _sketches_to_parquet([])
+
+
+def test_bucket_candidates_pair_new_members_with_the_smallest_node_once() -> None:
+    """A bucket pairs each new member with its smallest node; an old root's signature rides along;
+    a pair met in many buckets is screened once; buckets of old documents only give nothing."""
+    import numpy as np
+
+    from pipelines.dedupe import bucket_candidates, bucket_edges, screen_at_member
+    from pipelines.dedupe.near import EdgeScreen
+
+    same = np.arange(112, dtype=np.uint32)
+    other = same + 1000
+    old_sig = same.tobytes()
+    bucket = [("1b", 60), ("0a", 60, old_sig), ("1c", 60), ("1d", 60)]
+    cands = list(bucket_candidates(bucket))
+    assert cands == [("1b", ("0a", 60, 60, old_sig)), ("1c", ("0a", 60, 60, old_sig)),
+                     ("1d", ("0a", 60, 60, old_sig))]
+    assert list(bucket_candidates([("0a", 5, old_sig), ("0b", 5, old_sig)])) == []
+    assert list(bucket_candidates([("1x", 5)])) == []
+    # At the member: the old root is screened here (its signature came along), each pair once.
+    screen = EdgeScreen(0.9)
+    out = list(screen_at_member("1c", same.tobytes(), [c for m, c in cands + cands if m == "1c"], screen))
+    assert out == [("edge", ("0a", "1c"))]
+    assert list(screen_at_member("1d", other.tobytes(), [cands[2][1]], screen)) == []
+    # A new root: a request to join the root's signature, carrying the member's.
+    new_cands = list(bucket_candidates([("1q", 70), ("1p", 80)]))
+    assert new_cands == [("1q", ("1p", 70, 80, b""))]
+    assert list(screen_at_member("1q", other.tobytes(), [new_cands[0][1]], screen)) == [
+        ("1p", ("1q", other.tobytes(), 70, 80))]
+    # The one-function reference agrees: star on the smallest node, screened on signatures.
+    members = [("1b", same, 60), ("0a", same, 60), ("1c", same, 60), ("1d", other, 60)]
+    assert list(bucket_edges(members, 0.9)) == [("0a", "1b"), ("0a", "1c")]

@@ -129,6 +129,8 @@ def test_signature_chunking_across_documents(monkeypatch: pytest.MonkeyPatch) ->
     ref = h.signatures(sh)
     monkeypatch.setattr(minhash, "_CHUNK_ROWS", 7)  # chunks split documents everywhere
     assert np.array_equal(h.signatures(sh), ref)
+    monkeypatch.setattr(minhash, "_SMALL_DOC", 10**9)  # runs of "small" documents (reduceat) wherever they fit
+    assert np.array_equal(h.signatures(sh), ref)
     # Brute force: min over the shingles of the multiply-add-shift permutations.
     a, b = h.permutations()
     with np.errstate(over="ignore"):
@@ -200,3 +202,28 @@ def test_near_rule_paths_and_guards() -> None:
     assert screen.passes(sig[0], 1000, sig[1], 520)
     assert not screen.passes(sig[0], None, sig[1], 520)
     assert not screen.passes(sig[0], 1000, sig[2], 1000)
+
+
+@pytest.mark.parametrize(("ngram", "bands", "rows", "digest"), [
+    (3, 28, 4, "3ba5cc22ceaabbb849a3387a77e0981de05180d6fa7b8cb143e1ade205720bde"),
+    (5, 14, 8, "245ab196bdf26175c58d64a4567bb4a185f408c2e7011d1dc413837704e634f7"),
+])
+def test_shingles_signatures_and_band_keys_are_frozen(ngram: int, bands: int, rows: int, digest: str,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The index stores signatures and band keys: they must never change (digests from before #16's rewrite).
+
+    Real text (gensim's Lee news), empty and one-word documents and a Unicode
+    space; the per-document and run-of-small-documents paths both taken.
+    """
+    import hashlib
+
+    from tests.realtext import news_documents
+
+    texts = news_documents(40) + ["", "one", "two words", "a\u2003b  c"]
+    for small_doc in (minhash._SMALL_DOC, 1, minhash._CHUNK_ROWS + 1):  # both paths of MinHasher.signatures for every document
+        monkeypatch.setattr(minhash, "_SMALL_DOC", small_doc)
+        sh = shingle_sets(texts, ngram)
+        h = MinHasher(ngram=ngram, bands=bands, rows=rows)
+        sig = h.signatures(sh)
+        got = hashlib.sha256(b"".join(s.tobytes() for s in sh) + sig.tobytes() + h.band_keys(sig).tobytes())
+        assert got.hexdigest() == digest

@@ -1,0 +1,90 @@
+"""Exact duplicates: documents grouped by the hash of their normalized text."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import apache_beam as beam
+from apache_beam.metrics import Metrics
+
+from pipelines.dedupe.index import _IndexLookup, index_exact_matches
+from pipelines.dedupe.sketch import _NS
+from pipelines.minhash import (
+    normalized_text_hash,
+)
+from pipelines.records import Document, Duplicate
+
+
+def resolve_exact_group(docs: Iterable[Document], old_ids: Iterable[str] = ()) -> Iterator[Document | Duplicate]:
+    """One exact-hash group -> the kept document (smallest doc_id) and Duplicates of it.
+
+    If the group matches documents of an existing corpus (``old_ids``), every
+    new document is a duplicate of the smallest old doc_id, even one with that
+    very doc_id (the same record read again: it is in the old corpus already).
+    Iterates ``docs`` twice (Beam's grouped iterables allow it) so only one
+    document is held.
+    """
+    target = min(old_ids, default=None)
+    old = target is not None
+    if target is None:
+        keep: Document | None = None
+        for d in docs:
+            if keep is None or d.doc_id < keep.doc_id:
+                keep = d
+        if keep is None:
+            return
+        yield keep
+        target = keep.doc_id
+    for d in docs:
+        if old or d.doc_id != target:
+            yield Duplicate(doc_id=d.doc_id, source=d.source, dup_of=target, kind="exact")
+
+
+class _ResolveExact(beam.DoFn):
+    def __init__(self) -> None:
+        self.dups = Metrics.counter(_NS, "exact_duplicates")
+
+    def process(self, element: tuple[str, dict[str, Any]]) -> Iterator[Any]:
+        _, groups = element
+        for out in resolve_exact_group(groups["new"], groups.get("old", ())):
+            if isinstance(out, Duplicate):
+                self.dups.inc()
+                yield beam.pvalue.TaggedOutput("duplicates", out)
+            else:
+                yield out
+
+
+class ExactDedupe(beam.PTransform):
+    """Exact duplicates by normalized-text hash, optionally against an old corpus's hashes.
+
+    ``old_hashes``: PCollection[(exact_hash, doc_id)] of an old corpus, or
+    ``old_parts``: a PCollection of signature-index part URLs, from which only
+    the entries whose hash occurs among this run's documents are read (so the
+    old corpus never passes through the shuffle, whatever its size).
+    """
+
+    def __init__(self, old_hashes: beam.PCollection | None = None, old_parts: beam.PCollection | None = None) -> None:
+        super().__init__()
+        if old_hashes is not None and old_parts is not None:
+            raise ValueError("ExactDedupe: give old_hashes or old_parts, not both")
+        self.old_hashes = old_hashes
+        self.old_parts = old_parts
+
+    def expand(self, docs: beam.PCollection) -> dict[str, beam.PCollection]:
+        keyed = docs | "KeyByHash" >> beam.Map(lambda d: (normalized_text_hash(d.text), d))
+        groups: dict[str, beam.PCollection] = {"new": keyed}
+        old = self.old_hashes
+        if self.old_parts is not None:
+            new_hashes = keyed | "NewHashes" >> beam.Keys()
+            old = self.old_parts | "OldHashes" >> beam.ParDo(
+                _IndexLookup("index_exact_entries_read", set, index_exact_matches), beam.pvalue.AsList(new_hashes))
+        if old is not None:
+            groups["old"] = old
+        res = (
+            groups
+            | "Group" >> beam.CoGroupByKey()
+            # Hashes seen only in the old corpus have no new documents: nothing is emitted.
+            | "Resolve" >> beam.ParDo(_ResolveExact()).with_outputs("duplicates", main="kept")
+        )
+        return {"kept": res.kept, "duplicates": res.duplicates}

@@ -1,0 +1,334 @@
+"""The persistent, append-only dedupe index: Parquet parts of Sketches, lookups that read only what can match."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import apache_beam as beam
+import numpy as np
+from apache_beam.metrics import Metrics
+
+from pipelines.dedupe.sketch import _NS, OLD, Sketch
+from schemas.config import DedupeConfig
+from schemas.errors import UserError
+from storage import (
+    exists,
+    expand_glob,
+    is_within,
+    join,
+    open_read,
+    read_text,
+    relative_url,
+    resolve_url,
+    write_text_atomic,
+)
+
+INDEX_META = "index.json"
+INDEX_VERSION = 1
+# Index part files hold about this many entries (each about the size of its text).
+INDEX_ENTRIES_PER_PART = 50_000
+INDEX_ROW_GROUP = 2_000  # entries per Parquet row group of an index part (the unit a lookup reads)
+
+
+def index_schema():
+    """Arrow schema of the signature index's Parquet parts."""
+    import pyarrow as pa
+
+    return pa.schema([
+        pa.field("doc_id", pa.string(), nullable=False),
+        pa.field("source", pa.string(), nullable=False),
+        pa.field("exact_hash", pa.string(), nullable=False),
+        pa.field("signature", pa.list_(pa.uint32()), nullable=False),
+        pa.field("band_keys", pa.list_(pa.int64()), nullable=False),
+        pa.field("shingles", pa.large_list(pa.uint32()), nullable=False),
+        # Shingle-set size, so the LSH step can screen containment without reading shingles.
+        # Absent from parts written before it; readers fall back to the shingles column.
+        pa.field("num_shingles", pa.int32(), nullable=False),
+    ], metadata={"shardforge.schema": f"dedupe-index/{INDEX_VERSION}"})
+
+
+def index_params(cfg: DedupeConfig) -> dict[str, Any]:
+    """What must match for an index to be comparable with this config."""
+    return {"version": INDEX_VERSION, "ngram": cfg.ngram, "bands": cfg.bands, "rows": cfg.rows,
+            "seed": cfg.seed, "near": cfg.near}
+
+
+# One index entry as it crosses a shuffle: (doc_id, source, exact_hash, signature,
+# band_keys, shingles), the arrays as the raw bytes of uint32 / int64 / uint32 values
+# (Beam's native coder writes this tuple without pickle).
+IndexRow = tuple[str, str, str, bytes, bytes, bytes]
+
+
+def index_row(s: Sketch) -> IndexRow:
+    """The index entry of a (new) document's sketch."""
+    return (s.doc_id, s.source, s.exact_hash, s.signature.tobytes(), s.band_keys.tobytes(), s.shingles.tobytes())
+
+
+def _row_doc_id(row: IndexRow) -> str:
+    return row[0]
+
+
+def _list_column(chunks: list[bytes], dtype: type, large: bool = False):
+    """A list<dtype> Arrow column from the raw bytes of each row's array: one concatenation, no per-row objects."""
+    import pyarrow as pa
+
+    width = np.dtype(dtype).itemsize
+    lens = np.fromiter((len(c) // width for c in chunks), dtype=np.int64, count=len(chunks))
+    offsets = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64 if large else np.int32)
+    values = pa.array(np.frombuffer(b"".join(chunks), dtype=dtype))
+    return (pa.LargeListArray if large else pa.ListArray).from_arrays(pa.array(offsets), values)
+
+
+def _sketches_to_parquet(rows: Sequence[Sketch]) -> bytes:
+    """One index part file of sketches (tests and tools; the pipeline writes ``IndexRow`` tuples)."""
+    return _index_rows_to_parquet([index_row(s) if isinstance(s, Sketch) else s for s in rows])
+
+
+def _index_rows_to_parquet(rows: Sequence[IndexRow]) -> bytes:
+    """One index part file. The array columns are built from offsets and one buffer each (a
+    list of numpy arrays made pyarrow allocate ~1 GB for the shingles column at 10 MB of text)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    doc_id, source, exact_hash, signature, band_keys, shingles = (list(c) for c in zip(*rows, strict=True)) \
+        if rows else ([], [], [], [], [], [])
+    cols = {
+        "doc_id": pa.array(doc_id, pa.string()),
+        "source": pa.array(source, pa.string()),
+        "exact_hash": pa.array(exact_hash, pa.string()),
+        "signature": _list_column(signature, np.uint32),
+        "band_keys": _list_column(band_keys, np.int64),
+        "shingles": _list_column(shingles, np.uint32, large=True),
+        "num_shingles": pa.array([len(c) // 4 for c in shingles], pa.int32()),
+    }
+    del signature, band_keys, shingles
+    buf = io.BytesIO()
+    # Small row groups: a lookup reads the probe columns of every group but the
+    # full rows (shingles) only of the groups holding a match.
+    pq.write_table(pa.table(cols, schema=index_schema()), buf, compression="zstd", row_group_size=INDEX_ROW_GROUP)
+    return buf.getvalue()
+
+
+def read_index_part(url: str) -> Iterator[Sketch]:
+    """Sketches (as old documents) of one index part file."""
+    import pyarrow.parquet as pq
+
+    with open_read(url) as f:
+        table = pq.read_table(f)
+    yield from _table_sketches(table)
+
+
+def _table_sketches(table) -> Iterator[Sketch]:
+    cols = {name: table.column(name) for name in table.column_names}
+    for i in range(table.num_rows):
+        yield Sketch(
+            OLD + cols["doc_id"][i].as_py(),
+            cols["source"][i].as_py(),
+            cols["exact_hash"][i].as_py(),
+            cols["signature"][i].values.to_numpy(zero_copy_only=False).astype(np.uint32),
+            cols["band_keys"][i].values.to_numpy(zero_copy_only=False).astype(np.int64),
+            cols["shingles"][i].values.to_numpy(zero_copy_only=False).astype(np.uint32),
+        )
+
+
+def _row_hits(lists, keys: np.ndarray) -> np.ndarray:
+    """bool[rows]: which rows of a list<int64> column hold at least one of the sorted unique `keys`."""
+    lengths = lists.value_lengths().fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+    values = lists.flatten().to_numpy(zero_copy_only=False).astype(np.int64)
+    if values.size == 0 or keys.size == 0:
+        return np.zeros(len(lengths), dtype=bool)
+    pos = np.minimum(np.searchsorted(keys, values), keys.size - 1)
+    hit = np.concatenate([[0], np.cumsum(keys[pos] == values)])
+    ends = np.cumsum(lengths)
+    return (hit[ends] - hit[ends - lengths]) > 0
+
+
+def _string_hits(column, wanted: set[str]) -> np.ndarray:
+    return np.fromiter((v in wanted for v in column.to_pylist()), bool, len(column))
+
+
+def read_index_matches(url: str, *, hashes: set[str] | None = None, band_keys: np.ndarray | None = None,
+                       doc_ids: set[str] | None = None) -> Iterator[Sketch]:
+    """The entries of one index part that can matter to a batch of new documents, as old Sketches.
+
+    An entry is read if its exact hash is in ``hashes``, it shares a band key
+    with ``band_keys`` (sorted unique int64) or its doc_id is in ``doc_ids``.
+    Only the probe columns of every row group are read, and the full rows of
+    the groups holding a match. Memory: one row group at a time.
+    """
+    import pyarrow.parquet as pq
+
+    probe = ((["exact_hash"] if hashes is not None else []) + (["band_keys"] if band_keys is not None else [])
+             + (["doc_id"] if doc_ids is not None else []))
+    with open_read(url) as f:
+        pf = pq.ParquetFile(f)
+        for g in range(pf.num_row_groups):
+            t = pf.read_row_group(g, columns=probe)
+            mask = np.zeros(t.num_rows, dtype=bool)
+            if hashes is not None:
+                mask |= _string_hits(t.column("exact_hash"), hashes)
+            if band_keys is not None:
+                mask |= _row_hits(t.column("band_keys").combine_chunks(), band_keys)
+            if doc_ids is not None:
+                mask |= _string_hits(t.column("doc_id"), doc_ids)
+            rows = np.flatnonzero(mask)
+            if rows.size:
+                yield from _table_sketches(pf.read_row_group(g).take(rows))
+
+
+def index_bucket_entries(url: str, band_keys: np.ndarray) -> Iterator[tuple[int, tuple[str, np.ndarray]]]:
+    """``(band key, (old node, signature))`` for every band key of ``band_keys`` an entry of one part holds.
+
+    What the LSH step needs of the old documents sharing a bucket with a new
+    one: no shingles, no text (those are fetched later, only for the old
+    documents that end up in a cluster).
+    """
+    import pyarrow.parquet as pq
+
+    with open_read(url) as f:
+        pf = pq.ParquetFile(f)
+        for g in range(pf.num_row_groups):
+            t = pf.read_row_group(g, columns=["band_keys"])
+            rows = np.flatnonzero(_row_hits(t.column("band_keys").combine_chunks(), band_keys))
+            if not rows.size:
+                continue
+            size_col = "num_shingles" if "num_shingles" in pf.schema_arrow.names else "shingles"
+            hit = pf.read_row_group(g, columns=["doc_id", "signature", size_col]).take(rows)
+            nodes = [OLD + d for d in hit.column("doc_id").to_pylist()]
+            sizes = (hit.column(size_col).to_pylist() if size_col == "num_shingles" else
+                     hit.column(size_col).combine_chunks().value_lengths().to_pylist())
+            sig_col = hit.column("signature").combine_chunks()
+            sigs = sig_col.flatten().to_numpy(zero_copy_only=False).astype(np.uint32)
+            sig_len = sig_col.value_lengths().to_numpy(zero_copy_only=False).astype(np.int64)
+            sig_start = np.concatenate([[0], np.cumsum(sig_len)])
+            key_col = t.column("band_keys").combine_chunks().take(rows)
+            values = key_col.flatten().to_numpy(zero_copy_only=False).astype(np.int64)
+            row_of = np.repeat(np.arange(hit.num_rows), key_col.value_lengths().to_numpy(zero_copy_only=False))
+            pos = np.minimum(np.searchsorted(band_keys, values), band_keys.size - 1)
+            for j in np.flatnonzero(band_keys[pos] == values).tolist():
+                r = int(row_of[j])
+                yield int(values[j]), (nodes[r], sigs[sig_start[r]:sig_start[r + 1]].copy(), int(sizes[r]))
+
+
+def index_exact_matches(url: str, hashes: set[str]) -> Iterator[tuple[str, str]]:
+    """``(exact_hash, doc_id)`` of the entries of one part whose hash is in ``hashes`` (two columns read)."""
+    import pyarrow.parquet as pq
+
+    with open_read(url) as f:
+        pf = pq.ParquetFile(f)
+        for g in range(pf.num_row_groups):
+            t = pf.read_row_group(g, columns=["exact_hash", "doc_id"])
+            rows = np.flatnonzero(_string_hits(t.column("exact_hash"), hashes))
+            if rows.size:
+                hit = t.take(rows)
+                yield from zip(hit.column("exact_hash").to_pylist(), hit.column("doc_id").to_pylist(), strict=True)
+
+
+def _unique_keys(key_arrays: list[bytes | np.ndarray]) -> np.ndarray:
+    """Sorted unique int64 band keys of a batch (arrays, or their raw bytes as they cross a side input)."""
+    return np.unique(np.concatenate([np.frombuffer(k, dtype=np.int64) if isinstance(k, bytes) else k
+                                     for k in key_arrays]).astype(np.int64))
+
+
+def _sketches_by_id(url: str, doc_ids: set[str]) -> Iterator[Sketch]:
+    return read_index_matches(url, doc_ids=doc_ids)
+
+
+class _IndexLookup(beam.DoFn):
+    """``lookup(part_url, derive(side input))`` for each index part, counting what it reads.
+
+    ``derive`` turns the batch's side input (new hashes, band keys, doc_ids)
+    into the probe once per side input, not once per part. An empty side
+    input reads nothing.
+    """
+
+    def __init__(self, counter: str, derive: Any, lookup: Any) -> None:
+        self.read = Metrics.counter(_NS, counter)
+        self.derive, self.lookup = derive, lookup
+        self._side: Any = None
+        self._probe: Any = None
+
+    def process(self, url: str, side: list[Any]) -> Iterator[Any]:
+        if not side:
+            return
+        if side is not self._side:
+            self._side, self._probe = side, self.derive(side)
+        for item in self.lookup(url, self._probe):
+            self.read.inc()
+            yield item
+
+
+class _SmallestNode(beam.CombineFn):
+    """The bucket entry with the smallest node id (the only old entry of a bucket that can matter)."""
+
+    def create_accumulator(self):
+        return None
+
+    def add_input(self, acc, entry):
+        return entry if acc is None or entry[0] < acc[0] else acc
+
+    def merge_accumulators(self, accs):
+        best = None
+        for a in accs:
+            if a is not None and (best is None or a[0] < best[0]):
+                best = a
+        return best
+
+    def extract_output(self, acc):
+        return acc
+
+
+def index_parts(index_url: str, cfg: DedupeConfig) -> list[str]:
+    """Part files of an existing index, after checking it was built with compatible parameters."""
+    meta_url = join(index_url, INDEX_META)
+    if not exists(meta_url):
+        raise UserError(f"no dedupe index at {index_url} ({INDEX_META} missing)")
+    meta = json.loads(read_text(meta_url))
+    want = index_params(cfg)
+    diff = {k: (meta.get(k), v) for k, v in want.items() if k != "near" and meta.get(k) != v}
+    if diff:
+        raise UserError(f"dedupe index {index_url} was built with other parameters (index, config): {diff}")
+    if cfg.near and not meta.get("near"):
+        raise UserError(f"dedupe index {index_url} has no signatures (built with near=false)")
+    if "parts" in meta:  # append-only index: parts of earlier indexes are listed, not copied
+        return [resolve_url(index_url, ref) for ref in meta["parts"]]
+    return expand_glob(join(index_url, "part-*.parquet"))
+
+
+class _WriteIndex(beam.PTransform):
+    """Write this run's entries as new parts; index.json lists the old parts (by reference) and the new.
+
+    The index is append-only: a run costs its own entries, not the size of the
+    corpus before it. Old parts inside ``root`` (the corpus both indexes belong
+    to) are referenced relative to this index's folder, so the corpus can be
+    moved as a whole; parts elsewhere (another corpus's index) by full URL.
+    """
+
+    def __init__(self, url: str, cfg: DedupeConfig, old_parts: Sequence[str] = (), root: str | None = None) -> None:
+        super().__init__()
+        self.url, self.cfg = url, cfg
+        self.old_refs = [relative_url(url, p) if root is not None and is_within(p, root) else p for p in old_parts]
+
+    def expand(self, sketches: beam.PCollection) -> beam.PCollection:
+        """``sketches``: PCollection[IndexRow], this run's entries."""
+        from pipelines.files import WriteParts
+
+        parts = (
+            sketches
+            | "Count" >> beam.combiners.Count.Globally()
+            | "Parts" >> beam.Map(lambda n: max(1, math.ceil(n / INDEX_ENTRIES_PER_PART)))
+        )
+        written = sketches | "WriteParts" >> WriteParts(self.url, "parquet", _index_rows_to_parquet, parts,
+                                                         doc_id=_row_doc_id)
+        params, old_refs, url = index_params(self.cfg), self.old_refs, self.url
+
+        def write_meta(names: list[str]) -> None:
+            meta = {**params, "parts": old_refs + sorted(names)}
+            write_text_atomic(join(url, INDEX_META), json.dumps(meta, sort_keys=True) + "\n")
+
+        # index.json is written last: an index without it is incomplete.
+        return written | "AllParts" >> beam.combiners.ToList() | "WriteMeta" >> beam.Map(write_meta)

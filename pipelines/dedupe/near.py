@@ -1,0 +1,399 @@
+"""Near duplicates: LSH buckets of MinHash band keys, screened edges, components, root verification."""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import apache_beam as beam
+import numpy as np
+from apache_beam.metrics import Metrics
+
+from pipelines.dedupe.components import ConnectedComponents
+from pipelines.dedupe.index import (
+    _IndexLookup,
+    _sketches_by_id,
+    _SmallestNode,
+    _unique_keys,
+    index_bucket_entries,
+)
+from pipelines.dedupe.sketch import _NS, NEW, OLD, Sketch, near_rule, sketch_documents
+from pipelines.minhash import (
+    MinHasher,
+    NearRule,
+    estimate_margin,
+    estimated_jaccard,
+)
+from pipelines.records import Document, Duplicate
+from schemas.config import DedupeConfig
+
+
+class _SketchBatch(beam.DoFn):
+    def __init__(self, hasher: MinHasher) -> None:
+        self.hasher = hasher
+
+    def process(self, batch: list[Document]) -> Iterator[Sketch]:
+        yield from sketch_documents(batch, self.hasher)
+
+
+@dataclass(frozen=True)
+class EdgeScreen:
+    """Which LSH candidates become edges, judged on signatures (2 sigma below what ``NearRule`` accepts).
+
+    A candidate passes if its estimated Jaccard reaches ``jaccard``, or (the
+    containment path) its estimated Jaccard reaches ``containment_jaccard`` and
+    the overlap coefficient derived from it and the two set sizes,
+    ``J (|A| + |B|) / ((1 + J) min(|A|, |B|))``, reaches ``containment``. Screening
+    containment on its own estimate (not on a lowered Jaccard bar) keeps
+    components tight: loose edges chain a family into one cluster whose kept
+    document is far from most members, which then fail verification.
+    """
+
+    jaccard: float
+    containment: float | None = None
+    containment_jaccard: float = 0.0
+    min_shingles: int = 1
+
+    @classmethod
+    def of(cls, rule: NearRule, num_perm: int) -> EdgeScreen:
+        """The screen of a verification rule for signatures of ``num_perm`` values."""
+        def lo(t: float) -> float:
+            return max(0.0, t - estimate_margin(t, num_perm))
+
+        if rule.containment is None:
+            return cls(lo(rule.threshold))
+        return cls(lo(rule.threshold), lo(rule.containment), lo(rule.min_jaccard), rule.min_shingles)
+
+    def passes(self, sig_a: np.ndarray, n_a: int | None, sig_b: np.ndarray, n_b: int | None) -> bool:
+        """True if the pair (signatures, shingle counts; None: unknown) may be a near duplicate."""
+        j = estimated_jaccard(sig_a, sig_b)
+        if j >= self.jaccard:
+            return True
+        if self.containment is None or n_a is None or n_b is None or j < self.containment_jaccard:
+            return False
+        small = min(n_a, n_b)
+        return small >= self.min_shingles and j * (n_a + n_b) / ((1.0 + j) * small) >= self.containment
+
+
+# What crosses the near step's shuffles is plain tuples of str, int and bytes, which
+# Beam's FastPrimitivesCoder writes natively (no pickle): node ids as str (their
+# order decides the kept document), shingle counts as int, signatures and shingle
+# sets as the raw bytes of their uint32 arrays. Signatures travel only through the
+# two screening joins, once per document each; shingles only to verification.
+BucketEntry = tuple[str, int] | tuple[str, int, bytes]  # (node, shingle count[, signature: old roots only])
+
+
+def _u32(raw: bytes | np.ndarray) -> np.ndarray:
+    """A uint32 array from the bytes that crossed a shuffle (arrays pass through)."""
+    return raw if isinstance(raw, np.ndarray) else np.frombuffer(raw, dtype=np.uint32)
+
+
+def bucket_candidates(members: Iterable[BucketEntry]) -> Iterator[tuple[str, tuple[str, int, int, bytes]]]:
+    """LSH candidates of one bucket: ``(member, (root, member count, root count, root signature))``.
+
+    The root is the bucket's smallest node; every other new member is a
+    candidate with the root only (a star, not a clique: linear in the bucket
+    size; components connect the rest). The root's signature comes along only
+    for an old root (from the index; new signatures are joined later, once per
+    document rather than once per bucket), else it is ``b""``. Buckets of old
+    documents only produce nothing (old documents are never removed).
+    """
+    root: BucketEntry | None = None
+    any_new = False
+    for m in members:
+        any_new = any_new or m[0].startswith(NEW)
+        if root is None or m[0] < root[0]:
+            root = m
+    if root is None or not any_new:
+        return
+    root_sig = root[2] if len(root) > 2 else b""
+    for m in members:
+        if m[0] != root[0] and m[0].startswith(NEW):
+            yield m[0], (root[0], m[1], root[1], root_sig)
+
+
+def screen_at_member(member: str, member_sig: bytes, candidates: Iterable[tuple[str, int, int, bytes]],
+                     screen: EdgeScreen) -> Iterator[tuple[str, str] | tuple[str, tuple[str, bytes, int, int]]]:
+    """One new node's distinct candidate roots: ``("edge", (root, member))`` for old roots that pass
+    ``screen`` (their signature came with the bucket), ``(root, (member, signature, counts))`` for new
+    roots, whose signature is joined next. A pair shared by many buckets is screened once."""
+    seen: set[str] = set()
+    for root, n_m, n_r, root_sig in candidates:
+        if root in seen:
+            continue
+        seen.add(root)
+        if root_sig:
+            if screen.passes(_u32(member_sig), n_m, _u32(root_sig), n_r):
+                yield "edge", (root, member)
+        else:
+            yield root, (member, member_sig, n_m, n_r)
+
+
+def bucket_edges(members: Iterable[BucketEntry | tuple[str, np.ndarray, int]], screen: EdgeScreen | float,
+                 ) -> Iterator[tuple[str, str]]:
+    """Screened edges of one bucket whose members carry signatures: (bucket's smallest node, member).
+
+    The reference for what the three-step pipeline (``bucket_candidates``,
+    ``screen_at_member``, the root's join) computes, in one place: members are
+    ``(node, signature, shingle count)``; each is compared with the bucket's
+    smallest node only and kept if it passes ``screen`` (an ``EdgeScreen``, or
+    a float: the minimum estimated Jaccard).
+    """
+    if not isinstance(screen, EdgeScreen):
+        screen = EdgeScreen(screen)
+    members = list(members)
+    sig = {m[0]: m[1] for m in members}
+    for member, (root, n_m, n_r, _) in bucket_candidates([(m[0], m[2]) for m in members]):
+        if screen.passes(_u32(sig[member]), n_m, _u32(sig[root]), n_r):
+            yield (root, member)
+
+
+class _ScreenAtMember(beam.DoFn):
+    def __init__(self, screen: EdgeScreen) -> None:
+        self.screen = screen
+        self.candidates = Metrics.counter(_NS, "near_candidate_pairs")
+        self.edges = Metrics.counter(_NS, "near_verified_edges")
+
+    def process(self, element: tuple[str, dict[str, Any]]) -> Iterator[Any]:
+        member, g = element
+        sigs = list(g["sig"])
+        if not sigs:
+            return
+        for out in screen_at_member(member, sigs[0], g["cand"], self.screen):
+            self.candidates.inc()
+            if out[0] == "edge":
+                self.edges.inc()
+                yield out[1]
+            else:
+                yield beam.pvalue.TaggedOutput("at_root", out)
+
+
+class _ScreenAtRoot(beam.DoFn):
+    def __init__(self, screen: EdgeScreen) -> None:
+        self.screen = screen
+        self.edges = Metrics.counter(_NS, "near_verified_edges")
+
+    def process(self, element: tuple[str, dict[str, Any]]) -> Iterator[tuple[str, str]]:
+        root, g = element
+        sigs = list(g["sig"])
+        if not sigs:
+            return
+        root_sig = _u32(sigs[0])
+        for member, member_sig, n_m, n_r in g["req"]:
+            if self.screen.passes(_u32(member_sig), n_m, root_sig, n_r):
+                self.edges.inc()
+                yield (root, member)
+
+
+def _bucket_entries(s: Sketch) -> Iterator[tuple[int, tuple[str, int]]]:
+    if s.shingles.size == 0:  # empty documents are left to exact dedupe
+        return
+    entry = (s.node, int(s.shingles.size))
+    for key in s.band_keys.tolist():
+        yield key, entry
+
+
+def _signature_by_node(s: Sketch) -> list[tuple[str, bytes]]:
+    return [(s.node, s.signature.tobytes())] if s.shingles.size else []
+
+
+def _shingles_by_node(s: Sketch) -> list[tuple[str, tuple[str, bytes]]]:
+    """What verification needs of a document: its source and shingle set (documents with shingles only)."""
+    return [(s.node, (s.source, s.shingles.tobytes()))] if s.shingles.size else []
+
+
+def _old_bucket_entries(url: str, band_keys: np.ndarray) -> Iterator[tuple[int, tuple[str, int, bytes]]]:
+    for key, (node, sig, n) in index_bucket_entries(url, band_keys):
+        yield key, (node, n, sig.tobytes())
+
+
+def _route_to_root(element: tuple[str, dict[str, Any]]) -> Iterator[tuple[str, tuple[Any, ...]]]:
+    """Send a clustered node's shingles to its cluster root (members) or its own group (roots)."""
+    node, groups = element
+    sketches, roles = list(groups["sketch"]), list(groups["role"])
+    if not sketches or not roles:
+        return
+    source, shingles = sketches[0]
+    label, is_root, _converged = roles[0]
+    if label is not None:
+        yield label, ("member", node, source, shingles)
+    if is_root:
+        # A root that also has a parent (rounds ran out before convergence)
+        # removes nothing: it may be removed itself, and a duplicate must point
+        # at a kept document. Its members stay (recall lost, never precision).
+        yield node, ("root", label is None, shingles)
+
+
+def resolve_cluster(
+    root: str, entries: Iterable[tuple[Any, ...]], rule: NearRule | float, max_members: int
+) -> tuple[list[Duplicate], int, int]:
+    """(duplicates, failed verification, over the cap) for one cluster.
+
+    Every new member whose true shingle sets with the root pass ``rule``
+    (``NearRule``: Jaccard, or containment with its guards; a float is a plain
+    Jaccard threshold) is a near duplicate of the root, up to ``max_members``
+    of them (the smallest doc_ids; the rest are kept). Old members never are.
+    Verification is against the root, never a neighbor: that is what stops
+    transitive closure from chaining unrelated documents.
+    """
+    if not isinstance(rule, NearRule):
+        rule = NearRule(rule)
+    root_shingles: np.ndarray | None = None
+    for e in entries:
+        if e[0] == "root":
+            if not e[1]:
+                return [], 0, 0
+            root_shingles = _u32(e[2])
+    if root_shingles is None:
+        return [], 0, 0
+    failed = 0
+    verified: list[tuple[str, str]] = []  # max-heap of the smallest max_members (node, source), by negation
+    over = 0
+    for e in entries:
+        if e[0] != "member" or not e[1].startswith(NEW):
+            continue
+        _, node, source, shingles = e
+        ok, sim = rule.judge(root_shingles, _u32(shingles))
+        if not ok:
+            failed += 1
+            continue
+        if len(verified) < max_members:
+            heapq.heappush(verified, _Desc(node, source, sim))  # type: ignore[arg-type]
+        else:
+            over += 1
+            heapq.heappushpop(verified, _Desc(node, source, sim))  # type: ignore[arg-type]
+    dups = sorted(
+        (Duplicate(doc_id=d.node[1:], source=d.source, dup_of=root[1:], kind="near",  # type: ignore[attr-defined]
+                   similarity=round(float(d.similarity), 6)) for d in verified),  # type: ignore[attr-defined]
+        key=lambda d: d.doc_id,
+    )
+    return dups, failed, over
+
+
+@dataclass(frozen=True)
+class _Desc:
+    """Heap item ordered by descending node id, so heapq keeps the smallest ids."""
+
+    node: str
+    source: str
+    similarity: float = 0.0  # the verified Jaccard with the root (recorded on the Duplicate)
+
+    def __lt__(self, other: _Desc) -> bool:
+        return self.node > other.node
+
+
+class _ResolveClusters(beam.DoFn):
+    def __init__(self, rule: NearRule, max_members: int) -> None:
+        self.rule, self.max_members = rule, max_members
+        self.dups = Metrics.counter(_NS, "near_duplicates")
+        self.failed = Metrics.counter(_NS, "near_failed_root_verification")
+        self.over = Metrics.counter(_NS, "near_over_cluster_cap")
+        self.clusters = Metrics.counter(_NS, "near_clusters")
+
+    def process(self, element: tuple[str, Iterable[tuple[Any, ...]]]) -> Iterator[Duplicate]:
+        root, entries = element
+        dups, failed, over = resolve_cluster(root, entries, self.rule, self.max_members)
+        self.failed.inc(failed)
+        self.over.inc(over)
+        if dups:
+            self.clusters.inc()
+            self.dups.inc(len(dups))
+        yield from dups
+
+
+class NearDedupe(beam.PTransform):
+    """Near duplicates among Sketches (plus an old corpus's index): PCollection[Duplicate] of new documents.
+
+    ``old_parts``: a PCollection of signature-index part URLs. Of the old
+    documents only what can change a verdict enters the shuffles, so a batch
+    costs its own size whatever the index's: per LSH bucket holding a new
+    document, the old entry with the smallest node id (the bucket's root: in
+    ``bucket_candidates`` other members are only ever compared with the root,
+    so the other old entries of a bucket never make an edge), as (node, count,
+    signature); after the components, the shingles of the old nodes that are
+    cluster roots. The verdicts are those of a run with the whole index.
+
+    Shuffles: LSH buckets of (node, count) only; two joins that bring the
+    signatures of each distinct candidate pair together (at the member, then at
+    the root); the connected components; the join of roles with shingle sets
+    and the cluster groups. Everything crossing them is tuples of str, int and
+    bytes (Beam's native coder, no pickle).
+    """
+
+    def __init__(self, cfg: DedupeConfig, old_parts: beam.PCollection | None = None) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.old_parts = old_parts
+
+    def expand(self, sketches: beam.PCollection) -> beam.PCollection:
+        cfg = self.cfg
+        num_perm = cfg.bands * cfg.rows
+        # Edges pass on signature estimates with a 2-sigma margin below what the
+        # rule accepts (pairs truly there estimate below it half the time); the
+        # true similarity against the kept document decides.
+        rule = near_rule(cfg)
+        screen = EdgeScreen.of(rule, num_perm)
+        entries = sketches | "BucketEntries" >> beam.FlatMap(_bucket_entries)
+        if self.old_parts is not None:
+            new_keys = sketches | "NewBandKeys" >> beam.FlatMap(
+                lambda s: [s.band_keys.tobytes()] if s.shingles.size else [])
+            old_entries = (
+                self.old_parts
+                | "OldBucketEntries" >> beam.ParDo(
+                    _IndexLookup("index_bucket_entries_read", _unique_keys, _old_bucket_entries),
+                    beam.pvalue.AsList(new_keys))
+                | "OldBucketRoot" >> beam.CombinePerKey(_SmallestNode())
+            )
+            entries = (entries, old_entries) | "WithOld" >> beam.Flatten()
+        # Screening needs both signatures of a candidate pair: joined at the member,
+        # then at the root (signatures cross each join once per document, not once per bucket).
+        signatures = sketches | "SignatureByNode" >> beam.FlatMap(_signature_by_node)
+        at_member = (
+            {"cand": entries | "GroupBuckets" >> beam.GroupByKey() | "Candidates" >> beam.FlatMapTuple(
+                lambda _, members: bucket_candidates(members)),
+             "sig": signatures}
+            | "JoinMemberSignature" >> beam.CoGroupByKey()
+            | "ScreenAtMember" >> beam.ParDo(_ScreenAtMember(screen)).with_outputs("at_root", main="edges")
+        )
+        at_root = (
+            {"req": at_member.at_root, "sig": signatures}
+            | "JoinRootSignature" >> beam.CoGroupByKey()
+            | "ScreenAtRoot" >> beam.ParDo(_ScreenAtRoot(screen))
+        )
+        edges = (at_member.edges, at_root) | "Edges" >> beam.Flatten()
+        roles = (
+            edges
+            | "Components" >> ConnectedComponents(cfg.components_rounds)
+            | "CountUnconverged" >> beam.Map(_count_unconverged)
+            | "KeyRoles" >> beam.Map(lambda x: (x[0], x[1:]))
+        )
+        shingles = sketches | "ShinglesByNode" >> beam.FlatMap(_shingles_by_node)
+        if self.old_parts is not None:
+            # Old nodes matter only as cluster roots (resolve_cluster never removes an old member).
+            old_nodes = roles | "OldRoots" >> beam.FlatMap(
+                lambda r: [r[0][1:]] if r[0].startswith(OLD) and r[1][1] else [])
+            old_shingles = (
+                self.old_parts
+                | "ReadOldClustered" >> beam.ParDo(
+                    _IndexLookup("index_clustered_entries_read", set, _sketches_by_id), beam.pvalue.AsList(old_nodes))
+                | "OldShinglesByNode" >> beam.Map(lambda s: (s.node, (s.source, s.shingles.tobytes())))
+            )
+            shingles = (shingles, old_shingles) | "WithOldClustered" >> beam.Flatten()
+        return (
+            {"sketch": shingles, "role": roles}
+            | "JoinRoles" >> beam.CoGroupByKey()
+            | "RouteToRoot" >> beam.FlatMap(_route_to_root)
+            | "GroupClusters" >> beam.GroupByKey()
+            | "ResolveClusters" >> beam.ParDo(_ResolveClusters(rule, cfg.max_cluster_size))
+        )
+
+
+_unconverged = Metrics.counter(_NS, "components_unconverged_nodes")
+
+
+def _count_unconverged(x: tuple[str, str | None, bool, bool]) -> tuple[str, str | None, bool, bool]:
+    if not x[3]:
+        _unconverged.inc()
+    return x
