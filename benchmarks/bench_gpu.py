@@ -76,6 +76,8 @@ class Setup:
     datawait_batch: int
     datawait_steps: int
     docs_per_source: int
+    full_batches: int = 4  # distinct batches cycled per configuration
+    doc_batches: int = 8
 
 
 GPU = Setup(sizes=("base", "large"), seq=512, batch=32, tokens=16384, vocab=50265, warmup=3, steps=10,
@@ -83,7 +85,7 @@ GPU = Setup(sizes=("base", "large"), seq=512, batch=32, tokens=16384, vocab=5026
             datawait_steps=20, docs_per_source=120)
 SMOKE = Setup(sizes=("tiny",), seq=64, batch=4, tokens=256, vocab=1000, warmup=1, steps=2,
               compile_backend="eager", workers=(1, 2), datawait_size="tiny", datawait_batch=4,
-              datawait_steps=4, docs_per_source=20)
+              datawait_steps=4, docs_per_source=20, full_batches=2, doc_batches=3)
 
 
 # ------------------------------------------------------------------ batches
@@ -265,7 +267,7 @@ def throughput(s: Setup, dev: torch.device, deadline: float, mode: str, enabled:
     from trainer.precision import maybe_compile
 
     peak = device_peak_flops(torch.cuda.get_device_name(dev) if dev.type == "cuda" else None)
-    kinds = {"FULL-SENTENCES": full_batches(s, 4), "DOC-SENTENCES": doc_batches(s, 8)}
+    kinds = {"FULL-SENTENCES": full_batches(s, s.full_batches), "DOC-SENTENCES": doc_batches(s, s.doc_batches)}
     heads = ("masked-only", "full head", "HF") if mode == "eager" else ("masked-only", "full head")
     rows: list[Row] = []
     for size, kind, head in [(size, kind, head) for size in s.sizes for kind in kinds for head in heads]:
