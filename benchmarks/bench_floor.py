@@ -49,11 +49,12 @@ FLOOR_STAGES = ("parse", "clean", "exact hash", "minhash+bands", "sentences", "t
 # (accounting, intermediates, rejects, report, dedupe resolution outside the sketching) do work
 # the floor does not: they are reported as "pipeline only".
 BUILD_STAGE_OF = {
-    "Read": "parse", "AllDocuments": "parse",
+    "ReadSources": "parse", "Read": "parse", "AllDocuments": "parse",
     "Clean": "clean",
     "Dedupe": "exact hash+minhash+bands (and resolution)",
     "SplitSentences": "sentences",
-    "TrainTokenizer": "tokenizer train", "ReuseTokenizer": "tokenizer train", "CopyTokenizer": "tokenizer train",
+    "TrainTokenizer": "tokenizer train", "Tokenizer": "tokenizer train", "ReuseTokenizer": "tokenizer train",
+    "CopyTokenizer": "tokenizer train",
     "Tokenize": "encode", "HasTokens": "encode",
     "WriteCorpus": "packing+tar encoding",
 }

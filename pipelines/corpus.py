@@ -197,6 +197,22 @@ def count_groups(total_tokens: int, cfg: BuildConfig) -> int:
     return max(1, math.ceil(total_tokens / cfg.packing.group_tokens))
 
 
+class TokenGroups(beam.PTransform):
+    """Tokenized documents -> a singleton with the number of packing groups (from the token total)."""
+
+    def __init__(self, cfg: BuildConfig):
+        super().__init__()
+        self.cfg = cfg
+
+    def expand(self, tokenized):
+        return (
+            tokenized
+            | "Tokens" >> beam.Map(lambda d: d.num_tokens)
+            | "TotalTokens" >> beam.CombineGlobally(sum)
+            | "Count" >> beam.Map(count_groups, self.cfg)
+        )
+
+
 class WriteCorpus(beam.PTransform):
     """Tokenized documents -> shards + manifest.json under `output`.
 

@@ -31,7 +31,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import progress
-from pipelines.corpus import WriteCorpus, count_groups
+from pipelines.corpus import TokenGroups, WriteCorpus
 from pipelines.intermediate import TOKENIZED_SCHEMA
 from pipelines.options import check_beam_args, command_parser, finalize_options, handle_help, quiet_beam
 from pipelines.records import TokenizedDocument
@@ -287,12 +287,7 @@ def repack_pipeline(p: beam.Pipeline, parent: Parent, cfg: BuildConfig, output: 
     extra = counts | "RepackCounters" >> beam.Map(
         lambda c: {**carried, "repack_documents": sum(n for _, n in c), "repack_parts": len(parent.parts)})
 
-    groups = (
-        docs
-        | "Tokens" >> beam.Map(lambda d: d.num_tokens)
-        | "TotalTokens" >> beam.CombineGlobally(sum)
-        | "Groups" >> beam.Map(count_groups, cfg)
-    )
+    groups = docs | "Groups" >> TokenGroups(cfg)
     model = p | "ParentTokenizer" >> beam.Create([parent.model])
     # The parent's intermediates stay where they are and are not listed: a manifest names only files
     # inside its corpus (docs/storage.md); `parent` records where the documents came from.
@@ -317,8 +312,7 @@ def run_repack(tokenized: str, output: str, *, copy_tokenizer: bool = True,
     if _same(output, parent.root) or _same(output, parent.tokenized):
         raise UserError(f"--output {output} is the parent corpus; write the new version elsewhere")
     cfg = repack_config(parent.manifest, model_url=parent.model_url, **overrides)
-    from pipelines.build import check_output
-    from pipelines.commit import raise_if_lost
+    from pipelines.commit import check_output, raise_if_lost
     from schemas.naming import work_dir
 
     opts = finalize_options(RepackOptions(beam_args or []))  # before any write: a runner that cannot run says so
