@@ -33,7 +33,14 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from pipelines import progress
 from pipelines.corpus import TokenGroups, WriteCorpus
 from pipelines.intermediate import TOKENIZED_SCHEMA
-from pipelines.options import check_beam_args, command_parser, finalize_options, handle_help, quiet_beam
+from pipelines.options import (
+    CachedViews,
+    check_beam_args,
+    command_parser,
+    finalize_options,
+    handle_help,
+    quiet_beam,
+)
 from pipelines.records import TokenizedDocument
 from pipelines.tokenizer import load_model, stored_path
 from schemas.cliargs import absolute
@@ -48,7 +55,7 @@ READ_BATCH_ROWS = 2048
 _SCHEMA_KEY = b"shardforge.schema"
 
 
-class RepackOptions(PipelineOptions):
+class RepackOptions(CachedViews, PipelineOptions):
     """Options of `python -m pipelines.repack` / `shardforge repack` (run with --help to list them)."""
 
     @classmethod
