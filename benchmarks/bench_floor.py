@@ -175,7 +175,11 @@ def _category(unique_name: str) -> str:
     return BUILD_STAGE_OF.get(top, PIPELINE_ONLY)
 
 
-def watch_stage_cpu(totals: dict[str, float], sampling_ms: int = 5) -> None:
+def _step(unique_name: str) -> str:
+    return "/".join(unique_name.split("/")[:2])
+
+
+def watch_stage_cpu(totals: dict[str, float], steps: dict[str, float], sampling_ms: int = 5) -> None:
     """Accumulate process CPU per build stage.
 
     Around each bundle the runner executes, the process CPU it took is split among the stages
@@ -197,11 +201,17 @@ def watch_stage_cpu(totals: dict[str, float], sampling_ms: int = 5) -> None:
         cpu = _cpu() - start
         names = {tid: t.unique_name for tid, t in bundle_manager.process_bundle_descriptor.transforms.items()}
         share: dict[str, float] = defaultdict(float)
+        by_step: dict[str, float] = defaultdict(float)
         for info in result.process_bundle.monitoring_infos:
             if info.urn in msec_urns:
                 name = names.get(info.labels.get("PTRANSFORM", ""), "")
-                share[_category(name)] += mi.extract_counter_value(info)
+                ms = mi.extract_counter_value(info)
+                share[_category(name)] += ms
+                by_step[_step(name)] += ms
         seen = sum(share.values())
+        for step, ms in by_step.items():
+            if seen > 0:
+                steps[step] = steps.get(step, 0.0) + cpu * ms / seen
         if seen <= 0:  # too short to be sampled: its first real transform's stage takes it
             real = [n for n in names.values() if n and not n.startswith("ref_")]
             share = {_category(real[0]) if real else PIPELINE_ONLY: 1.0}
@@ -253,7 +263,8 @@ def run_build_child(raw: str, out: str, vocab_size: int, beam_args: list[str]) -
     quiet_beam()
     stages: dict[str, float] = {}
     fixed: dict[str, float] = {}
-    watch_stage_cpu(stages)
+    steps: dict[str, float] = {}
+    watch_stage_cpu(stages, steps)
     watch_fixed_costs(fixed)
     cfg = bench_config(raw, vocab_size)
     timings: dict[str, float] = {}
@@ -261,7 +272,7 @@ def run_build_child(raw: str, out: str, vocab_size: int, beam_args: list[str]) -
     manifest = run_build(cfg, out, beam_args, timings=timings)
     total = _cpu() - c0
     s = summarize(manifest)
-    return {"imports": imports, "total": total, "fixed": fixed, "wall": time.perf_counter() - w0, "timings": timings,
+    return {"imports": imports, "total": total, "fixed": fixed, "steps": steps, "wall": time.perf_counter() - w0, "timings": timings,
             "stages": stages,
             "documents": s["documents_in"], "kept": s["kept"], "duplicates": s["duplicates"],
             "filtered": s["filtered"], "tokens": s["tokens"],
@@ -349,7 +360,10 @@ def main() -> int:
         f"{head['build_wall']:.1f} s ({head['build_wall_mb_s']:.2f} MB/s); peak RSS floor "
         f"{floor['peak_rss_mb']:.0f} MB, build {build['peak_rss_mb']:.0f} MB.",
     ]
-    text = "\n".join(summary + [""] + lines)
+    top = sorted(build["steps"].items(), key=lambda kv: -kv[1])[:15]
+    steps = ["", "The build's 15 costliest steps (CPU-s/MB; a step is a top-level transform and its first part):",
+             ""] + [f"- `{name}`: {cpu / mb:.3f}" for name, cpu in top]
+    text = "\n".join(summary + [""] + lines + steps)
     print(text)
     header = [f"# Build vs its floor ({mb:.0f} MB)", "", f"`{command_line()}`", "", machine("apache-beam", load=True),
               ""] + ([f"Change measured: {args.label}", ""] if args.label else [])
