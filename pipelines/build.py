@@ -21,7 +21,6 @@ from pipelines.preflight import exit_if_unrunnable
 if __name__ == "__main__":  # before Beam's ~1.3 s import: a missing [dataflow] extra is one line at once
     exit_if_unrunnable(sys.argv[1:])
 
-import apache_beam as beam
 from apache_beam.options.pipeline_options import StandardOptions
 
 from pipelines import progress
@@ -35,6 +34,7 @@ from pipelines.options import (
     command_parser,
     finalize_options,
     handle_help,
+    make_pipeline,
     quiet_beam,
 )
 from pipelines.report import build_warnings
@@ -71,7 +71,7 @@ def run_build(cfg: BuildConfig, output: str, beam_args: list[str] | None = None,
     timings["tag"] = time.monotonic() - start
     start = time.monotonic()
     try:
-        with progress.local_bars(opts), beam.Pipeline(options=opts) as p:
+        with progress.local_bars(opts), make_pipeline(opts) as p:
             build_pipeline(p, cfg, output, tag=tag)
     except Exception:
         raise_if_lost(output, MANIFEST_NAME, tag)  # another build committed meanwhile: that is the reason

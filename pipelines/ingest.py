@@ -430,10 +430,9 @@ def ingest_sources(state: CorpusState, batch_files: Sequence[tuple[SourceConfig,
                    new_corpus_cfg: BuildConfig | None = None, beam_args: Sequence[str] = (),
                    seen_at: dict[str, float] | None = None) -> BatchResult:
     """Absorb files of one or more sources (none absorbed yet) as the next version; updates `state`."""
-    import apache_beam as beam
 
     from pipelines.graph import BATCH_MANIFEST_NAME, AppendTo, build_pipeline
-    from pipelines.options import BuildOptions, finalize_options
+    from pipelines.options import BuildOptions, finalize_options, make_pipeline
 
     t0 = time.monotonic()
     root = state.root
@@ -453,7 +452,7 @@ def ingest_sources(state: CorpusState, batch_files: Sequence[tuple[SourceConfig,
     append = AppendTo(corpus=root, shard_offsets=next_shard_offsets(state.latest), key_prefix=key_prefix(n),
                       tag=tag)
     try:
-        with beam.Pipeline(options=opts) as p:
+        with make_pipeline(opts) as p:
             build_pipeline(p, cfg, work, files={src.name: [f.url for f in fs] for src, fs in batch_files},
                            append=append)
         batch_url = join(work, BATCH_MANIFEST_NAME)

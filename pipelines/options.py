@@ -185,6 +185,33 @@ def use_worker_processes(opts: PipelineOptions) -> None:
         direct.direct_running_mode = "multi_processing"
 
 
+WORKER_COMMAND = "{python} -m pipelines.worker"
+
+
+def make_pipeline(opts: PipelineOptions):
+    """``beam.Pipeline`` for finalized options; a local build's worker processes run ``pipelines.worker``.
+
+    Beam's multi-process mode starts its stock worker command, which prints Beam's import and
+    start-up logs once per worker; the same FnApiRunner with a subprocess environment of our
+    entry point runs the same harness quietly (the running mode is then ``in_memory`` with that
+    environment, which is exactly what ``multi_processing`` sets up).
+    """
+    import sys
+
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import DirectOptions
+
+    direct = opts.view_as(DirectOptions)
+    if opts.view_as(StandardOptions).runner != LOCAL_RUNNER or direct.direct_running_mode != "multi_processing":
+        return beam.Pipeline(options=opts)
+    from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+    from apache_beam.transforms.environments import SubprocessSDKEnvironment
+
+    direct.direct_running_mode = "in_memory"  # else the runner replaces the environment with Beam's command
+    env = SubprocessSDKEnvironment.from_command_string(WORKER_COMMAND.format(python=sys.executable))
+    return beam.Pipeline(runner=FnApiRunner(default_environment=env), options=opts)
+
+
 # ---------------------------------------------------------------- runner readiness
 # `--runner DataflowRunner` needs apache-beam[gcp] (our [dataflow] extra), which the
 # default install leaves out. Without it Beam constructs the pipeline anyway, probes GCS

@@ -39,6 +39,7 @@ from pipelines.options import (
     command_parser,
     finalize_options,
     handle_help,
+    make_pipeline,
     quiet_beam,
 )
 from pipelines.records import TokenizedDocument
@@ -327,7 +328,7 @@ def run_repack(tokenized: str, output: str, *, copy_tokenizer: bool = True,
     check_output(output, tag)
     # Written before the pipeline, under the attempt's folder; the manifest (written last) commits it.
     write_bytes_atomic(join(output, work_dir(tag), stored_path(parent.model)), parent.model)
-    with progress.local_bars(opts), beam.Pipeline(options=opts) as p:
+    with progress.local_bars(opts), make_pipeline(opts) as p:
         repack_pipeline(p, parent, cfg, output, tag)
     raise_if_lost(output, MANIFEST_NAME, tag)  # another writer committed first: one line
     manifest, _ = load_manifest(output)

@@ -193,3 +193,26 @@ def test_two_worker_processes_through_the_cli_are_byte_identical(built, tmp_path
                           "--direct_num_workers", "2"], capture_output=True, text=True, timeout=900)
     assert res.returncode == 0, res.stderr[-3000:]
     assert files_digest(str(two)) == files_digest(out)
+
+
+def test_worker_processes_run_bundles_quietly(tmp_path):
+    """make_pipeline with --direct_num_workers 2 (as the drivers run it): bundles run in two
+    `pipelines.worker` processes (not the driver), and stderr carries none of Beam's start-up logs."""
+    code = f"""
+import os
+from pipelines.options import BuildOptions, finalize_options, make_pipeline, quiet_beam  # before Beam, as the CLI
+import apache_beam as beam
+quiet_beam()
+opts = finalize_options(BuildOptions(["--direct_num_workers", "2"]))
+with make_pipeline(opts) as p:
+    _ = (p | beam.Create(range(64)) | beam.Reshuffle()
+         | beam.Map(lambda x: open(os.path.join({str(tmp_path)!r}, str(os.getpid())), "a").write(f"{{x}}\\n")))
+print("driver", os.getpid())
+"""
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    driver = int(res.stdout.split()[-1])
+    workers = {int(n) for n in os.listdir(tmp_path)}
+    assert len(workers) == 2 and driver not in workers, workers
+    assert sum(len(open(tmp_path / str(w)).read().split()) for w in workers) == 64
+    assert "apitools" not in res.stderr and "INFO:" not in res.stderr, res.stderr[-2000:]
