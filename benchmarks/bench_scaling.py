@@ -28,6 +28,7 @@ Configurations (``--configs``, comma-separated; each runs at every size):
 * ``runner``: no shardforge code: ReadFromText -> parse -> GroupByKey (1024 keys)
   -> sum of lengths on the same input, to show what the runner itself holds.
 * ``runner-fused``: the same without the GroupByKey (one streaming stage).
+* ``workers2``: ``default`` with ``--direct_num_workers 2`` (which selects two worker processes).
 * ``batched``: the default build with ``--batch_mb`` (``--batch-mb``, 20 MB):
   a chain of batch builds, each deduplicated against the index of the ones
   before (``pipelines.batched``). The input is written as files of
@@ -66,7 +67,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script:
 
 from benchmarks.common import ROOT, bench_parser, command_line, machine, scratch_dir, write_results  # noqa: E402
 
-CONFIGS = ("default", "capped", "capped-mp", "runner", "runner-fused", "batched")
+CONFIGS = ("default", "capped", "capped-mp", "runner", "runner-fused", "batched", "workers2")
+WORKERS2_ARGS = ["--direct_num_workers", "2"]  # pipelines.options: N != 1 means N worker processes
 MP_ARGS = ["--direct_running_mode", "multi_processing", "--direct_num_workers", "2"]
 
 
@@ -276,7 +278,7 @@ def child(megabytes: float, near: bool, config: str, caps: dict[str, int], batch
     quiet_beam()
     sampler = TreeSampler()
     watch_stages(sampler)
-    beam_args = MP_ARGS if config == "capped-mp" else []
+    beam_args = MP_ARGS if config == "capped-mp" else WORKERS2_ARGS if config == "workers2" else []
     with scratch_dir("sf-scaling-") as work:
         batched = config == "batched"
         raw = work / ("raw" if batched else "raw.jsonl")
@@ -290,7 +292,7 @@ def child(megabytes: float, near: bool, config: str, caps: dict[str, int], batch
             counts = run_runner_baseline(raw, beam_args, group=config == "runner")
         else:
             source = raw / "*.jsonl" if batched else raw
-            cfg = build_config(source, near, None if config in ("default", "batched") else caps)
+            cfg = build_config(source, near, None if config in ("default", "batched", "workers2") else caps)
             manifest = run_build(cfg, str(work / "corpus"), beam_args, batch_mb=batch_mb if batched else None)
             s = summarize(manifest)
             counts = {"kept": s["kept"], "duplicates": s["duplicates"], "tokens": s["tokens"],
@@ -438,6 +440,7 @@ def config_label(config: str, caps: dict[str, int]) -> str:
                    "whole-corpus tokenizer sample",
         "capped": f"small caps ({caps_txt}): several packing groups, capped sample",
         "capped-mp": f"small caps, `{' '.join(MP_ARGS)}`",
+        "workers2": f"pipeline defaults, `{' '.join(WORKERS2_ARGS)}` (two SDK worker processes)",
         "runner": "runner only: ReadFromText -> parse -> GroupByKey (1024 keys) -> sum of lengths; "
                   "no shardforge stage",
         "batched": f"pipeline defaults, `--batch_mb {caps['batch_mb']:g}`, input as files of {caps['file_mb']:g} MB "

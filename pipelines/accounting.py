@@ -16,7 +16,7 @@ from collections.abc import Iterable
 
 import apache_beam as beam
 
-from pipelines.records import Duplicate, Reject
+from pipelines.records import Duplicate, Reject, TokenizedDocument
 from schemas.errors import UserError
 from schemas.manifest import SourceAccount
 
@@ -31,6 +31,13 @@ def duplicate_outcome(d: Duplicate) -> Outcome:
     return (d.source, "duplicate", d.kind)
 
 
+def tokens_outcome(d: TokenizedDocument) -> Outcome:
+    return (d.source, "kept", "") if d.num_tokens > 0 else (d.source, "filtered", "no_tokens")
+
+
+INPUT = "input"  # the tally key's bucket for records read
+
+
 class CountInputs(beam.PTransform):
     """Per-file ``(source, records read)`` -> a singleton list of ``(source, total)``."""
 
@@ -42,6 +49,53 @@ class CountInputs(beam.PTransform):
         )
 
 
+class _Tally(beam.CombineFn):
+    """Sums ``((source, bucket, reason), n)`` pairs into one dict (pre-combined on every worker)."""
+
+    def create_accumulator(self) -> dict[Outcome, int]:
+        return {}
+
+    def add_input(self, acc: dict[Outcome, int], element: tuple[Outcome, int]) -> dict[Outcome, int]:
+        key, n = element
+        acc[key] = acc.get(key, 0) + n
+        return acc
+
+    def merge_accumulators(self, accs: Iterable[dict[Outcome, int]]) -> dict[Outcome, int]:
+        out: dict[Outcome, int] = {}
+        for acc in accs:
+            for k, n in acc.items():
+                out[k] = out.get(k, 0) + n
+        return out
+
+    def extract_output(self, acc: dict[Outcome, int]) -> dict[str, SourceAccount]:
+        inputs = [(k[0], n) for k, n in acc.items() if k[1] == INPUT]
+        outcomes = [(k, n) for k, n in acc.items() if k[1] != INPUT]
+        return build_accounts(inputs, outcomes)
+
+
+class Account(beam.PTransform):
+    """The books of a build: a singleton ``{source: SourceAccount}``.
+
+    Applied to the readers' per-file ``(source, records read)``; ``rejects``,
+    ``duplicates`` and ``tokenized`` (every tokenized document, empty ones
+    included) are the outcomes. One global combine, pre-combined per bundle:
+    one shuffle of a few small dicts, whatever the corpus size.
+    """
+
+    def __init__(self, rejects, duplicates, tokenized):
+        super().__init__()
+        self.rejects, self.duplicates, self.tokenized = rejects, duplicates, tokenized
+
+    def expand(self, read_counts):
+        tallies = (
+            (read_counts | "InputTally" >> beam.Map(lambda sc: ((sc[0], INPUT, ""), sc[1]))),
+            (self.rejects | "RejectOutcome" >> beam.Map(lambda r: (reject_outcome(r), 1))),
+            (self.duplicates | "DuplicateOutcome" >> beam.Map(lambda d: (duplicate_outcome(d), 1))),
+            (self.tokenized | "TokenOutcome" >> beam.Map(lambda d: (tokens_outcome(d), 1))),
+        )
+        return tallies | "AllTallies" >> beam.Flatten() | "Books" >> beam.CombineGlobally(_Tally())
+
+
 def build_accounts(inputs: Iterable[tuple[str, int]], outcomes: Iterable[tuple[Outcome, int]]) -> dict[str, SourceAccount]:
     """Fold per-source input counts and counted outcomes into SourceAccounts."""
     accounts: dict[str, SourceAccount] = {}
@@ -51,7 +105,7 @@ def build_accounts(inputs: Iterable[tuple[str, int]], outcomes: Iterable[tuple[O
 
     for source, n in inputs:
         acct(source).input += n
-    for (source, bucket, reason), n in outcomes:
+    for (source, bucket, reason), n in sorted(outcomes):  # reasons in a fixed order, however they came
         a = acct(source)
         if bucket == "kept":
             a.kept += n

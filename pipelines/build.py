@@ -4,7 +4,8 @@
     python -m pipelines.build --input ccnews=gs://raw/cc/*.jsonl.gz --output gs://corpus/v1 \\
         --runner DataflowRunner --project P --region R --temp_location gs://tmp/beam
 
-This file only wires stages together; each stage lives in its own module.
+The driver of a one-shot build: options, the attempt tag, one run of the graph
+(``pipelines.graph``), the summary. ``--batch_mb`` hands the build to ``pipelines.batched``.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from pipelines.preflight import exit_if_unrunnable
@@ -20,22 +21,11 @@ from pipelines.preflight import exit_if_unrunnable
 if __name__ == "__main__":  # before Beam's ~1.3 s import: a missing [dataflow] extra is one line at once
     exit_if_unrunnable(sys.argv[1:])
 
-import apache_beam as beam
 from apache_beam.options.pipeline_options import StandardOptions
 
 from pipelines import progress
-from pipelines.accounting import CountInputs, build_accounts, duplicate_outcome, reject_outcome
-from pipelines.clean import CleanDocuments
-from pipelines.corpus import WriteCorpus, count_groups
-from pipelines.dedupe import Deduplicate
-from pipelines.files import (
-    PartCount,
-    WriteParts,
-    documents_to_parquet,
-    rejects_to_jsonl,
-    tokenized_to_parquet,
-)
-from pipelines.intermediate import CLEAN_DIR, TOKENIZED_DIR
+from pipelines.commit import check_output, one_shot_tag
+from pipelines.graph import build_pipeline
 from pipelines.options import (
     LOCAL_RUNNER,
     BuildOptions,
@@ -44,186 +34,15 @@ from pipelines.options import (
     command_parser,
     finalize_options,
     handle_help,
+    make_pipeline,
     quiet_beam,
 )
-from pipelines.records import SentencedDocument
-from pipelines.report import WriteReport, build_warnings
-from pipelines.sentences import split_sentences
-from pipelines.sources import ReadSource
-from pipelines.tokenizer import Tokenize, TrainTokenizer, load_model, model_path, store_model, stored_path
+from pipelines.report import build_warnings
 from schemas.config import BuildConfig
 from schemas.errors import UserError
 from schemas.manifest import MANIFEST_NAME, Manifest
-from schemas.naming import work_dir
 from shardforge.clirun import run_cli
 from storage import join, redact_url
-
-REJECTS_DIR = "rejects"
-DEDUPE_INDEX_DIR = "dedupe/index"
-# Records per reject-log part file: a part is written by one worker holding all of its records
-# (~1.4 KB each while its JSONL is built, snippet included), so the part count grows with the
-# rejects instead of being fixed: a worker holds ~140 MB, whatever the corpus size.
-REJECTS_PER_PART = 100_000
-BATCH_MANIFEST_NAME = "batch-manifest.json"
-
-
-@dataclass(frozen=True)
-class AppendTo:
-    """Append this build's shards to an existing corpus (incremental ingest, ``pipelines.ingest``).
-
-    Shards go to ``corpus`` (not to the build's output folder) under names that
-    continue each split's index from ``shard_offsets``; every sample key starts
-    with ``key_prefix``. The build's own manifest, listing only the new shards
-    (names relative to ``corpus``), is written as ``batch-manifest.json`` in the
-    output folder: the ingest driver merges it into the next corpus version.
-    """
-
-    corpus: str
-    shard_offsets: dict[str, int] = field(default_factory=dict)
-    key_prefix: str = ""
-    tag: str = ""  # the attempt tag every shard name carries (pipelines.commit)
-
-
-def to_sentences(doc) -> SentencedDocument:
-    return SentencedDocument(doc.doc_id, doc.source, tuple(split_sentences(doc.text)))
-
-
-def one_shot_tag(cfg: BuildConfig, files: dict[str, list[str]] | None = None) -> str:
-    """The attempt tag of a one-shot build (version 1): config + every input file's size and fingerprint.
-
-    Costs one listing per source, plus a sha256 of each local input file (object
-    stores report a checksum in the listing), and of a tokenizer / index given by URL.
-    """
-    from pipelines.commit import input_identity, tag_for
-    from pipelines.ingest import fingerprint, list_raw_files
-    from pipelines.tokenizer import load_model
-    from storage import sha256_bytes, sha256_url
-
-    def print_of(f) -> str:
-        try:
-            return fingerprint(f)
-        except OSError:  # unreadable: the reader rejects it with a reason; its listing still identifies it
-            return f"unreadable:{f.size}:{f.mtime}"
-
-    inputs = []
-    for src in cfg.sources:
-        urls = None if files is None else set(files.get(src.name, []))
-        listed = list_raw_files(src.input) if urls is None else [f for u in sorted(urls) for f in list_raw_files(u)]
-        inputs += [(src.name, *i) for i in input_identity((f.url, f.size, print_of(f)) for f in listed)]
-    extra: dict[str, Any] = {}
-    if cfg.tokenizer.model_url:
-        extra["tokenizer"] = sha256_bytes(load_model(cfg.tokenizer.model_url))  # one line if missing or invalid
-    if cfg.dedupe.index:
-        try:
-            extra["index"] = sha256_url(join(cfg.dedupe.index, "index.json"))[0]
-        except FileNotFoundError:
-            raise UserError(f"dedupe index not found: {redact_url(cfg.dedupe.index)} has no index.json") from None
-    return tag_for(1, cfg.model_dump(mode="json"), inputs, None, extra)
-
-
-def build_pipeline(p: beam.Pipeline, cfg: BuildConfig, output: str, *,
-                   files: dict[str, list[str]] | None = None, append: AppendTo | None = None,
-                   tag: str | None = None) -> None:
-    """Add the whole build to pipeline p.
-
-    files: read exactly these URLs per source name instead of each source's glob.
-    append: write the shards into an existing corpus (see AppendTo); ``output`` is
-    then the batch's own folder and the ingest driver commits.
-    tag: the attempt tag of a one-shot build (default: ``one_shot_tag``). Shards
-    carry it; everything else goes under ``output/versions/{tag}/``; the manifest
-    is committed by a conditional create (docs/architecture.md, "Commit protocol").
-    """
-    root = output
-    if append is None:
-        tag = tag or one_shot_tag(cfg, files)
-        output = join(root, work_dir(tag))
-    else:
-        tag = append.tag
-    docs_by_source, rejects_by_source, counts_by_source = [], [], []
-    for src in cfg.sources:
-        reader = ReadSource(src, None if files is None else files.get(src.name, []))
-        read = p | f"Read[{src.name}]" >> reader
-        docs_by_source.append(read.documents)
-        rejects_by_source.append(read.rejects)
-        counts_by_source.append(read.read_counts)
-    raw_docs = docs_by_source | "AllDocuments" >> beam.Flatten()
-    read_rejects = rejects_by_source | "AllReadRejects" >> beam.Flatten()
-
-    # Accounting starts at the reader: the records it read per file (counted before parsing,
-    # independent of what the records became), summed per source.
-    inputs = counts_by_source | "AllReadCounts" >> beam.Flatten() | "CountInputs" >> CountInputs()
-
-    cleaned = raw_docs | "Clean" >> CleanDocuments(cfg.clean, cfg.sources)
-    rejects = (read_rejects, cleaned.rejects) | "AllRejects" >> beam.Flatten()
-
-    dedupe = cleaned.documents | "Dedupe" >> Deduplicate(
-        cfg.dedupe, index_in=cfg.dedupe.index, index_out=join(output, DEDUPE_INDEX_DIR),
-        index_root=append.corpus if append is not None else root)
-    kept, duplicates = dedupe["kept"], dedupe["duplicates"]
-
-    sentenced = kept | "SplitSentences" >> beam.Map(to_sentences)
-    if cfg.tokenizer.model_url:
-        # Read now (a relative path means the caller's working directory) and copied into the
-        # corpus: its manifest then names the copy, like a trained model (the path rule).
-        reused = load_model(cfg.tokenizer.model_url)
-        model = (p | "ReuseTokenizer" >> beam.Create([reused])
-                 | "CopyTokenizer" >> beam.Map(store_model, output))
-        tokenizer_path = stored_path(reused)
-    else:
-        model = sentenced | "TrainTokenizer" >> TrainTokenizer(cfg.tokenizer, cfg.seed, output)
-        tokenizer_path = model_path(cfg.tokenizer.model_type)
-    tokenized_all = sentenced | "Tokenize" >> Tokenize(model, cfg.tokenizer.encode_batch, cfg.tokenizer.encode_threads)
-    tokenized = tokenized_all | "HasTokens" >> beam.Filter(lambda d: d.num_tokens > 0)
-
-    outcomes = (
-        (
-            (rejects | "RejectOutcome" >> beam.Map(reject_outcome)),
-            (duplicates | "DuplicateOutcome" >> beam.Map(duplicate_outcome)),
-            (tokenized_all | "TokenOutcome" >> beam.Map(
-                lambda d: (d.source, "kept", "") if d.num_tokens > 0 else (d.source, "filtered", "no_tokens"))),
-        )
-        | "AllOutcomes" >> beam.Flatten()
-        | "CountOutcomes" >> beam.combiners.Count.PerElement()
-        | "OutcomeList" >> beam.combiners.ToList()
-    )
-    accounts = inputs | "Accounts" >> beam.Map(build_accounts, beam.pvalue.AsSingleton(outcomes))
-
-    groups = (
-        tokenized
-        | "Tokens" >> beam.Map(lambda d: d.num_tokens)
-        | "TotalTokens" >> beam.CombineGlobally(sum)
-        | "Groups" >> beam.Map(count_groups, cfg)
-    )
-
-    reject_log = (rejects, duplicates) | "RejectLog" >> beam.Flatten()
-    reject_parts = reject_log | "RejectParts" >> PartCount(REJECTS_PER_PART)
-    written = [
-        reject_log | "WriteRejects" >> WriteParts(join(output, REJECTS_DIR), "jsonl", rejects_to_jsonl, reject_parts)
-    ]
-    intermediates: dict[str, str] = {"rejects": REJECTS_DIR, "dedupe_index": DEDUPE_INDEX_DIR}
-    if cfg.write_intermediates:
-        written.append(kept | "WriteClean" >> WriteParts(join(output, CLEAN_DIR), "parquet",
-                                                          documents_to_parquet, groups))
-        written.append(tokenized | "WriteTokenized" >> WriteParts(join(output, TOKENIZED_DIR), "parquet",
-                                                                   tokenized_to_parquet, groups))
-        intermediates.update(clean=CLEAN_DIR, tokenized=TOKENIZED_DIR)
-
-    append_args: dict[str, Any] = {}
-    if append is not None:
-        append_args = {"shard_root": append.corpus, "shard_offsets": append.shard_offsets,
-                       "key_prefix": append.key_prefix, "manifest_name": BATCH_MANIFEST_NAME, "commit": False}
-    else:  # the manifest at the root names the attempt's objects relative to the root
-        # (a reused tokenizer is copied into the attempt folder like a trained one: the path rule)
-        intermediates = {k: f"{work_dir(tag)}/{v}" for k, v in intermediates.items()}
-        tokenizer_path = f"{work_dir(tag)}/{tokenizer_path}"
-    corpus = WriteCorpus(
-        cfg, root if append is None else output, model=model, accounts=accounts, groups=groups,
-        tokenizer_path=tokenizer_path, intermediates=intermediates, after=written, tag=tag, **append_args)
-    manifest = tokenized | "WriteCorpus" >> corpus
-    # The report (report.html / report.json) comes right after the manifest commits.
-    _ = manifest | "Report" >> WriteReport(root if append is None else output, before=raw_docs, after=kept,
-                                           reject_log=reject_log, duplicates=duplicates, tokenized=tokenized_all,
-                                           plans=corpus.plans)
 
 
 def run_build(cfg: BuildConfig, output: str, beam_args: list[str] | None = None,
@@ -253,7 +72,7 @@ def run_build(cfg: BuildConfig, output: str, beam_args: list[str] | None = None,
     timings["tag"] = time.monotonic() - start
     start = time.monotonic()
     try:
-        with progress.local_bars(opts), beam.Pipeline(options=opts) as p:
+        with progress.local_bars(opts), make_pipeline(opts) as p:
             build_pipeline(p, cfg, output, tag=tag)
     except Exception:
         raise_if_lost(output, MANIFEST_NAME, tag)  # another build committed meanwhile: that is the reason
@@ -262,31 +81,6 @@ def run_build(cfg: BuildConfig, output: str, beam_args: list[str] | None = None,
     raise_if_lost(output, MANIFEST_NAME, tag)  # the commit step lost: say so (its objects are gone)
     manifest, _ = load_manifest(output)
     return manifest
-
-
-def check_output(output: str, tag: str) -> None:
-    """Refuse (one line) to build into a folder holding a committed corpus, unless it is this very build.
-
-    A committed corpus is immutable: a build of other inputs or config must go
-    elsewhere. The same build again (same tag) is an idempotent rerun: it rewrites
-    the same bytes under the same names and finds the identical manifest.
-    """
-    from pipelines.commit import manifest_tag
-    from schemas.manifest import parse_manifest
-    from storage import exists, read_text, redact_url
-
-    url = join(output, MANIFEST_NAME)
-    if not exists(url):
-        return
-    try:
-        committed = manifest_tag(parse_manifest(read_text(url), url))
-    except (UserError, ValueError):
-        committed = None
-    if committed != tag:
-        raise UserError(f"{redact_url(output)} already holds a committed corpus of other inputs or config "
-                        f"({committed or 'untagged'}; this build is {tag}); a committed corpus is never "
-                        "overwritten: choose another --output, or remove that folder first")
-
 
 
 # What a one-shot build on the local runner holds: Beam's FnApiRunner keeps each stage's whole
@@ -343,7 +137,7 @@ def _compression(url: str) -> str | None:
 def sample_input(cfg: BuildConfig, listed: dict[str, list[Any]]) -> InputSample:
     """Clean a small sample of the input (the first SAMPLE_RECORDS records of a few files per source).
 
-    listed: each source's files (``pipelines.ingest.list_raw_files``).
+    listed: each source's files (``pipelines.rawfiles.list_raw_files``).
     """
     from itertools import islice
 
@@ -378,7 +172,7 @@ def batching_hint(cfg: BuildConfig) -> str | None:
     (decompressed) size and by the share of a small sample's text that passes
     cleaning; the message says so, and gives the all-kept bound next to it.
     """
-    from pipelines.ingest import list_raw_files
+    from pipelines.rawfiles import list_raw_files
 
     try:
         listed = {src.name: list_raw_files(src.input) for src in cfg.sources}

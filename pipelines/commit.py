@@ -31,6 +31,7 @@ import posixpath
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from schemas.config import BuildConfig
 from schemas.errors import UserError
 from schemas.manifest import MANIFEST_NAME, Manifest, parse_manifest
 from schemas.naming import (
@@ -223,3 +224,60 @@ def clean_after_commit(root: str, version: int, committed: Manifest) -> list[str
     for r in removed:
         log.info("cleanup %s: removed %s", redact_url(root), r)
     return removed
+
+
+# ------------------------------------------------------------------ one-shot builds
+
+
+def one_shot_tag(cfg: BuildConfig, files: dict[str, list[str]] | None = None) -> str:
+    """The attempt tag of a one-shot build (version 1): config + every input file's size and fingerprint.
+
+    Costs one listing per source, plus a sha256 of each local input file (object
+    stores report a checksum in the listing), and of a tokenizer / index given by URL.
+    """
+    from pipelines.rawfiles import fingerprint, list_raw_files
+    from pipelines.tokenizer import load_model
+    from storage import join, redact_url, sha256_bytes, sha256_url
+
+    def print_of(f) -> str:
+        try:
+            return fingerprint(f)
+        except OSError:  # unreadable: the reader rejects it with a reason; its listing still identifies it
+            return f"unreadable:{f.size}:{f.mtime}"
+
+    inputs = []
+    for src in cfg.sources:
+        urls = None if files is None else set(files.get(src.name, []))
+        listed = list_raw_files(src.input) if urls is None else [f for u in sorted(urls) for f in list_raw_files(u)]
+        inputs += [(src.name, *i) for i in input_identity((f.url, f.size, print_of(f)) for f in listed)]
+    extra: dict[str, Any] = {}
+    if cfg.tokenizer.model_url:
+        extra["tokenizer"] = sha256_bytes(load_model(cfg.tokenizer.model_url))  # one line if missing or invalid
+    if cfg.dedupe.index:
+        try:
+            extra["index"] = sha256_url(join(cfg.dedupe.index, "index.json"))[0]
+        except FileNotFoundError:
+            raise UserError(f"dedupe index not found: {redact_url(cfg.dedupe.index)} has no index.json") from None
+    return tag_for(1, cfg.model_dump(mode="json"), inputs, None, extra)
+
+
+def check_output(output: str, tag: str) -> None:
+    """Refuse (one line) to build into a folder holding a committed corpus, unless it is this very build.
+
+    A committed corpus is immutable: a build of other inputs or config must go
+    elsewhere. The same build again (same tag) is an idempotent rerun: it rewrites
+    the same bytes under the same names and finds the identical manifest.
+    """
+    from storage import exists, join, read_text, redact_url
+
+    url = join(output, MANIFEST_NAME)
+    if not exists(url):
+        return
+    try:
+        committed = manifest_tag(parse_manifest(read_text(url), url))
+    except (UserError, ValueError):
+        committed = None
+    if committed != tag:
+        raise UserError(f"{redact_url(output)} already holds a committed corpus of other inputs or config "
+                        f"({committed or 'untagged'}; this build is {tag}); a committed corpus is never "
+                        "overwritten: choose another --output, or remove that folder first")

@@ -3,7 +3,7 @@
 Shared by the full build and by repack. Packing runs per deterministic group
 of documents (split × group, by doc hash), in parallel. Shard names are
 global and contiguous per split (`train-000000.tar` …): a first pass plans
-each group's shard count from the exact encoded sizes, a tiny side input
+each group's shard count from the exact encoded sizes (computed, not encoded), a tiny side input
 turns the counts into index offsets, and a second pass packs again and
 streams each shard to storage atomically. The manifest, written last, is
 the commit marker of the corpus.
@@ -11,6 +11,9 @@ the commit marker of the corpus.
 
 from __future__ import annotations
 
+import functools
+import io
+import json
 import logging
 import math
 from collections import Counter
@@ -18,6 +21,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import apache_beam as beam
+import numpy as np
 from apache_beam.metrics import Metrics
 
 from pipelines import progress
@@ -36,6 +40,7 @@ from schemas.sample import (
     TOKEN_TYPE_IDS,
     encode_sample,
     ids_dtype,
+    member_tar_size,
     sample_tar_size,
     write_tar,
 )
@@ -56,6 +61,33 @@ def encoded_samples(split: str, group: int, seqs: Sequence[PackedSequence], voca
     for i, s in enumerate(seqs):
         members = encode_sample(s.input_ids, vocab_size, s.token_type_ids, s.label, {"doc_ids": list(s.doc_ids)})
         yield sample_key(split, group, i, key_prefix), members, len(s.input_ids)
+
+
+def _meta_json(seq: PackedSequence) -> bytes:
+    return json.dumps({"doc_ids": list(seq.doc_ids)}, sort_keys=True, separators=(",", ":")).encode("utf-8")
+
+
+@functools.lru_cache(maxsize=8192)
+def _npy_len(length: int, dtype: str) -> int:
+    """Bytes of a 1-D ``.npy`` of that length and dtype (header included): measured once per pair."""
+    buf = io.BytesIO()
+    np.save(buf, np.zeros(length, dtype=dtype), allow_pickle=False)
+    return buf.tell()
+
+
+def planned_tar_size(seq: PackedSequence, vocab_size: int) -> int:
+    """``sample_tar_size(encode_sample(...))`` of a packed sequence, without encoding it.
+
+    The plan pass needs only each sample's size in the tar (to cut shards); the members
+    are made once, by the write pass. tests/test_packing.py checks it against the encoding.
+    """
+    n = len(seq.input_ids)
+    size = member_tar_size(_npy_len(n, ids_dtype(vocab_size).str))
+    if seq.token_type_ids is not None:
+        size += member_tar_size(_npy_len(n, "|u1"))
+    if seq.label is not None:
+        size += member_tar_size(len(str(int(seq.label))))
+    return size + member_tar_size(len(_meta_json(seq)))
 
 
 def chunk_samples(sizes: Iterable[int], target_bytes: int, target_samples: int | None) -> list[tuple[int, int]]:
@@ -92,8 +124,7 @@ class _PlanGroup(beam.DoFn):
                 ends: tuple[int, int] = (BOS_ID, EOS_ID)):
         (split, group, groups), docs = kv
         ordered, seqs, stats = pack_sorted(docs, self.cfg, group, groups, tuple(ends))
-        enc = list(encoded_samples(split, group, seqs, vocab_size))
-        chunks = chunk_samples((sample_tar_size(m) for _, m, _ in enc), self.cfg.shards.target_bytes,
+        chunks = chunk_samples((planned_tar_size(s, vocab_size) for s in seqs), self.cfg.shards.target_bytes,
                                self.cfg.shards.target_samples)
         Metrics.counter("pack", f"{split}_sequences").inc(len(seqs))
         yield (split, group, groups), {
@@ -205,6 +236,22 @@ def count_groups(total_tokens: int, cfg: BuildConfig) -> int:
     if cfg.packing.groups:
         return cfg.packing.groups
     return max(1, math.ceil(total_tokens / cfg.packing.group_tokens))
+
+
+class TokenGroups(beam.PTransform):
+    """Tokenized documents -> a singleton with the number of packing groups (from the token total)."""
+
+    def __init__(self, cfg: BuildConfig):
+        super().__init__()
+        self.cfg = cfg
+
+    def expand(self, tokenized):
+        return (
+            tokenized
+            | "Tokens" >> beam.Map(lambda d: d.num_tokens)
+            | "TotalTokens" >> beam.CombineGlobally(sum)
+            | "Count" >> beam.Map(count_groups, self.cfg)
+        )
 
 
 class WriteCorpus(beam.PTransform):

@@ -109,9 +109,18 @@ class WriteParts(beam.PTransform):
 
 
 def documents_to_parquet(docs: list[Any]) -> bytes:
+    """One clean part file, built column by column: no per-document dict copies of the text
+    (``dataclasses.asdict`` deep-copies every field of every row); the same table, the same bytes."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     from pipelines.intermediate import CLEAN_SCHEMA
 
-    return parquet_bytes([dataclasses.asdict(d) for d in docs], CLEAN_SCHEMA)
+    table = pa.Table.from_arrays([pa.array([getattr(d, f.name) for d in docs], f.type) for f in CLEAN_SCHEMA],
+                                 schema=CLEAN_SCHEMA)
+    buf = io.BytesIO()
+    pq.write_table(table, buf, compression="zstd")
+    return buf.getvalue()
 
 
 def tokenized_to_parquet(docs: list[TokenizedDocument]) -> bytes:
@@ -175,3 +184,44 @@ def read_tokenized_parquet(url: str) -> list[TokenizedDocument]:
         sents = tuple(tuple(s) for s in row["sentences"])
         out.append(TokenizedDocument(row["doc_id"], row["source"], sents, int(row["num_tokens"])))
     return out
+
+
+# Records per reject-log part file: a part is written by one worker holding all of its records
+# (~1.4 KB each while its JSONL is built, snippet included), so the part count grows with the
+# rejects instead of being fixed: a worker holds ~140 MB, whatever the corpus size.
+REJECTS_PER_PART = 100_000
+
+
+class WriteRejectLog(beam.PTransform):
+    """Rejects and duplicates -> ``{prefix}/part-NNNNN.jsonl`` (as many parts as ``per_part`` needs)."""
+
+    def __init__(self, prefix: str, per_part: int = REJECTS_PER_PART):
+        super().__init__()
+        self.prefix, self.per_part = prefix, per_part
+
+    def expand(self, records):
+        parts = records | "RejectParts" >> PartCount(self.per_part)
+        return records | "Write" >> WriteParts(self.prefix, "jsonl", rejects_to_jsonl, parts)
+
+
+class WriteIntermediates(beam.PTransform):
+    """``(kept documents, tokenized documents)`` -> the clean and tokenized Parquet parts under ``output``.
+
+    ``parts``: a singleton PCollection with the part count (the packing groups, so a tokenized
+    part holds one group). Returns the two PCollections of written names (to wait on).
+    """
+
+    def __init__(self, output: str, parts: Any):
+        super().__init__()
+        self.output, self.parts = output, parts
+
+    def expand(self, pcolls):
+        from pipelines.intermediate import CLEAN_DIR, TOKENIZED_DIR
+
+        kept, tokenized = pcolls
+        return [
+            kept | "WriteClean" >> WriteParts(join(self.output, CLEAN_DIR), "parquet", documents_to_parquet,
+                                              self.parts),
+            tokenized | "WriteTokenized" >> WriteParts(join(self.output, TOKENIZED_DIR), "parquet",
+                                                       tokenized_to_parquet, self.parts),
+        ]

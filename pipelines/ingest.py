@@ -34,16 +34,14 @@ absorbed. So every file is absorbed by exactly one committed version.
 
 from __future__ import annotations
 
-import base64
 import json
 import logging
 import os
-import posixpath
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
 
+from pipelines.rawfiles import RawFile, fingerprint, list_raw_files
 from schemas.config import BuildConfig, SourceConfig
 from schemas.errors import UserError
 from schemas.manifest import (
@@ -61,16 +59,11 @@ from schemas.manifest import (
 from schemas.naming import SHARD_NAME_RE, VERSIONS_DIR, version_key_prefix, version_manifest_name, work_dir
 from storage import (
     exists,
-    get_fs,
-    info_mtime,
-    invalidate,
     is_within,
     join,
     read_text,
     redact_url,
     relative_url,
-    retry,
-    sha256_url,
     write_text_atomic,
 )
 
@@ -79,69 +72,6 @@ log = logging.getLogger("shardforge.ingest")
 INGEST_DIR = "ingest"
 LEDGER_DIR = "ingest/ledger"
 SERVE_STATE = "ingest/serve.json"
-
-
-# ------------------------------------------------------------------ raw files
-
-
-@dataclass(frozen=True)
-class RawFile:
-    """One raw file as listed: URL, size, modification time (epoch s) and a cheap store checksum."""
-
-    url: str
-    size: int
-    mtime: float | None
-    checksum: str | None  # from the listing (md5 / crc32c / etag); None on local disks
-
-
-def _checksum_of(info: dict[str, Any]) -> str | None:
-    """The store's content checksum from a listing entry, as 'kind:hex' (None if it has none)."""
-    md5 = info.get("md5Hash")
-    if md5:
-        try:
-            return "md5:" + base64.b64decode(md5).hex()
-        except ValueError:
-            return "md5:" + str(md5)
-    if info.get("crc32c"):
-        return f"crc32c:{info['crc32c']}"
-    etag = info.get("ETag") or info.get("etag") or info.get("e_tag")
-    if etag:
-        return "etag:" + str(etag).strip('"')
-    return None
-
-
-def list_raw_files(pattern: str) -> list[RawFile]:
-    """Files matching a glob (or under a folder URL), with size, mtime and checksum, in one listing.
-
-    Hidden names (a leading '.') are skipped: writers' temporary files and our own
-    atomic-write temporaries must never be ingested half written.
-    """
-    from pipelines.sources.listing import judge_listing  # lazy: the package imports apache_beam
-
-    fs, path = get_fs(pattern)
-    invalidate(fs)
-    if any(c in path for c in "*?["):
-        found = retry(lambda: fs.glob(path, detail=True), f"glob {pattern}")
-    elif retry(lambda: fs.isfile(path), f"isfile {pattern}"):
-        found = {path: retry(lambda: fs.info(path), f"info {pattern}")}
-    else:  # a folder: everything under it
-        found = retry(lambda: fs.find(path, detail=True), f"find {pattern}")
-    out = []
-    for p, info in sorted(found.items()):
-        if posixpath.basename(p).startswith("."):
-            continue
-        # Matches that are not readable files (directories, FIFOs, dangling links, undecodable
-        # names) stay listed, never opened here: the reader counts each as one rejected input.
-        url, size, skip = judge_listing(fs, p, info)
-        out.append(RawFile(url, size, info_mtime(info), f"skipped:{skip}" if skip else _checksum_of(info)))
-    return out
-
-
-def fingerprint(f: RawFile) -> str:
-    """The identity of a file's content: the store's checksum, else sha256 of the bytes."""
-    if f.checksum:
-        return f.checksum
-    return "sha256:" + sha256_url(f.url)[0]
 
 
 # ------------------------------------------------------------------ ledger
@@ -472,10 +402,9 @@ def ingest_sources(state: CorpusState, batch_files: Sequence[tuple[SourceConfig,
                    new_corpus_cfg: BuildConfig | None = None, beam_args: Sequence[str] = (),
                    seen_at: dict[str, float] | None = None) -> BatchResult:
     """Absorb files of one or more sources (none absorbed yet) as the next version; updates `state`."""
-    import apache_beam as beam
 
-    from pipelines.build import BATCH_MANIFEST_NAME, AppendTo, build_pipeline
-    from pipelines.options import BuildOptions, finalize_options
+    from pipelines.graph import BATCH_MANIFEST_NAME, AppendTo, build_pipeline
+    from pipelines.options import BuildOptions, finalize_options, make_pipeline
 
     t0 = time.monotonic()
     root = state.root
@@ -495,7 +424,7 @@ def ingest_sources(state: CorpusState, batch_files: Sequence[tuple[SourceConfig,
     append = AppendTo(corpus=root, shard_offsets=next_shard_offsets(state.latest), key_prefix=version_key_prefix(n),
                       tag=tag)
     try:
-        with beam.Pipeline(options=opts) as p:
+        with make_pipeline(opts) as p:
             build_pipeline(p, cfg, work, files={src.name: [f.url for f in fs] for src, fs in batch_files},
                            append=append)
         batch_url = join(work, BATCH_MANIFEST_NAME)

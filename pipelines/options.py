@@ -44,7 +44,34 @@ def quiet_beam() -> None:
     warnings.filterwarnings("ignore", module="apache_beam")
 
 
-class BuildOptions(PipelineOptions):
+class CachedViews:
+    """A mixin for PipelineOptions subclasses: ``view_as`` views are made once per class.
+
+    Beam calls ``options.view_as(...)`` a few times for every transform it applies
+    (1,600 calls for the build graph), and each call builds an argparse parser and parses
+    the flags again: 40% of the graph's construction time. A view shares its values with
+    the options it came from (``_all_options`` is one dict), so reusing it changes nothing.
+    A mixin, not a PipelineOptions subclass: Beam finds option classes among the *direct*
+    subclasses of PipelineOptions, so ``class X(CachedViews, PipelineOptions)`` stays one.
+    """
+
+    def view_as(self, cls):  # type: ignore[override]
+        cache = self.__dict__.get("_views")
+        if cache is None:
+            cache = {}
+            object.__setattr__(self, "_views", cache)
+        view = cache.get(cls)
+        if view is None:
+            view = cache[cls] = super().view_as(cls)  # type: ignore[misc]
+        return view
+
+    def __getstate__(self):
+        state = dict(super().__getstate__())  # type: ignore[misc]
+        state.pop("_views", None)  # rebuilt on demand; never shipped with the options
+        return state
+
+
+class BuildOptions(CachedViews, PipelineOptions):
     """Options of `python -m pipelines.build` (run with --help to list them)."""
 
     @classmethod
@@ -133,10 +160,58 @@ def finalize_options(opts: PipelineOptions, *, check_runner: bool = True) -> Pip
     std = opts.view_as(StandardOptions)
     if not std.runner:
         std.runner = LOCAL_RUNNER
+    use_worker_processes(opts)
     opts.view_as(SetupOptions).save_main_session = False
     if check_runner:
         check_runner_ready(opts)
     return opts
+
+
+def use_worker_processes(opts: PipelineOptions) -> None:
+    """``--direct_num_workers N`` (N != 1) on the local runner means N worker processes.
+
+    Beam's default ``--direct_running_mode in_memory`` runs every bundle in the driver
+    process whatever N says (it only warns), and ``multi_threading`` shares one GIL, so
+    asking for N workers would use one core. Unless a running mode is given explicitly,
+    N != 1 selects ``multi_processing``: N SDK worker processes, each running its share of
+    every stage's bundles. Output does not depend on it (tests/test_build.py).
+    """
+    from apache_beam.options.pipeline_options import DirectOptions
+
+    if opts.view_as(StandardOptions).runner != LOCAL_RUNNER:
+        return
+    direct = opts.view_as(DirectOptions)
+    flags = opts._flags or []  # what the user typed: Beam's default mode cannot be told from a given one
+    given = any(f == "--direct_running_mode" or f.startswith("--direct_running_mode=") for f in flags)
+    if direct.direct_num_workers != 1 and not given:
+        direct.direct_running_mode = "multi_processing"
+
+
+WORKER_COMMAND = "{python} -m pipelines.worker"
+
+
+def make_pipeline(opts: PipelineOptions):
+    """``beam.Pipeline`` for finalized options; a local build's worker processes run ``pipelines.worker``.
+
+    Beam's multi-process mode starts its stock worker command, which prints Beam's import and
+    start-up logs once per worker; the same FnApiRunner with a subprocess environment of our
+    entry point runs the same harness quietly (the running mode is then ``in_memory`` with that
+    environment, which is exactly what ``multi_processing`` sets up).
+    """
+    import sys
+
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import DirectOptions
+
+    direct = opts.view_as(DirectOptions)
+    if opts.view_as(StandardOptions).runner != LOCAL_RUNNER or direct.direct_running_mode != "multi_processing":
+        return beam.Pipeline(options=opts)
+    from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+    from apache_beam.transforms.environments import SubprocessSDKEnvironment
+
+    direct.direct_running_mode = "in_memory"  # else the runner replaces the environment with Beam's command
+    env = SubprocessSDKEnvironment.from_command_string(WORKER_COMMAND.format(python=sys.executable))
+    return beam.Pipeline(runner=FnApiRunner(default_environment=env), options=opts)
 
 
 # ---------------------------------------------------------------- runner readiness

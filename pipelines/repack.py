@@ -31,9 +31,17 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import progress
-from pipelines.corpus import WriteCorpus, count_groups
+from pipelines.corpus import TokenGroups, WriteCorpus
 from pipelines.intermediate import TOKENIZED_SCHEMA
-from pipelines.options import check_beam_args, command_parser, finalize_options, handle_help, quiet_beam
+from pipelines.options import (
+    CachedViews,
+    check_beam_args,
+    command_parser,
+    finalize_options,
+    handle_help,
+    make_pipeline,
+    quiet_beam,
+)
 from pipelines.records import TokenizedDocument
 from pipelines.tokenizer import load_model, stored_path
 from schemas.config import BuildConfig, parse_config
@@ -57,7 +65,7 @@ READ_BATCH_ROWS = 2048
 _SCHEMA_KEY = b"shardforge.schema"
 
 
-class RepackOptions(PipelineOptions):
+class RepackOptions(CachedViews, PipelineOptions):
     """Options of `python -m pipelines.repack` / `shardforge repack` (run with --help to list them)."""
 
     @classmethod
@@ -296,12 +304,7 @@ def repack_pipeline(p: beam.Pipeline, parent: Parent, cfg: BuildConfig, output: 
     extra = counts | "RepackCounters" >> beam.Map(
         lambda c: {**carried, "repack_documents": sum(n for _, n in c), "repack_parts": len(parent.parts)})
 
-    groups = (
-        docs
-        | "Tokens" >> beam.Map(lambda d: d.num_tokens)
-        | "TotalTokens" >> beam.CombineGlobally(sum)
-        | "Groups" >> beam.Map(count_groups, cfg)
-    )
+    groups = docs | "Groups" >> TokenGroups(cfg)
     model = p | "ParentTokenizer" >> beam.Create([parent.model])
     # The parent's intermediates stay where they are and are not listed: a manifest names only files
     # inside its corpus (docs/storage.md); `parent` records where the documents came from.
@@ -326,8 +329,7 @@ def run_repack(tokenized: str, output: str, *, copy_tokenizer: bool = True,
     if _same(output, parent.root) or _same(output, parent.tokenized):
         raise UserError(f"--output {output} is the parent corpus; write the new version elsewhere")
     cfg = repack_config(parent.manifest, model_url=parent.model_url, **overrides)
-    from pipelines.build import check_output
-    from pipelines.commit import raise_if_lost
+    from pipelines.commit import check_output, raise_if_lost
     from schemas.naming import work_dir
 
     opts = finalize_options(RepackOptions(beam_args or []))  # before any write: a runner that cannot run says so
@@ -335,7 +337,7 @@ def run_repack(tokenized: str, output: str, *, copy_tokenizer: bool = True,
     check_output(output, tag)
     # Written before the pipeline, under the attempt's folder; the manifest (written last) commits it.
     write_bytes_atomic(join(output, work_dir(tag), stored_path(parent.model)), parent.model)
-    with progress.local_bars(opts), beam.Pipeline(options=opts) as p:
+    with progress.local_bars(opts), make_pipeline(opts) as p:
         repack_pipeline(p, parent, cfg, output, tag)
     raise_if_lost(output, MANIFEST_NAME, tag)  # another writer committed first: one line
     manifest, _ = load_manifest(output)

@@ -422,3 +422,20 @@ def test_pairs_are_rarely_cut_on_real_sentence_lengths(rule, max_len):
     # every real pair is made of whole sentences unless a lone sentence had to be split
     assert stats.cut_segments <= 2 * stats.split_for_pair + 2 * stats.truncated_pairs
 
+
+
+@pytest.mark.parametrize("rule", RULES)
+@pytest.mark.parametrize("vocab_size", [60_000, 70_000])  # uint16 and int32 ids
+def test_planned_tar_size_is_the_encoded_size(rule, vocab_size):
+    """The plan pass sizes samples without encoding them: exactly what encoding them gives."""
+    from pipelines.corpus import planned_tar_size
+    from pipelines.packing import pack_group
+    from schemas.sample import encode_sample, sample_tar_size
+
+    rng = random.Random(5)
+    docs, _ = make_docs(random_shape(rng, 40, max_len=60))
+    seqs, _ = pack_group(docs, cfg_for(rule, 130, 0.3), 11, 0)
+    assert len(seqs) > 20
+    for s in seqs:
+        members = encode_sample(s.input_ids, vocab_size, s.token_type_ids, s.label, {"doc_ids": list(s.doc_ids)})
+        assert planned_tar_size(s, vocab_size) == sample_tar_size(members)

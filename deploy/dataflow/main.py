@@ -5,7 +5,7 @@
         --sdk_container_image REGION-docker.pkg.dev/P/shardforge/build:0.1.0 --sdk_location container
 
 It takes exactly the flags of `python -m pipelines.build` (plus every Beam
-option) and builds the same pipeline with `pipelines.build.build_pipeline`.
+option) and builds the same pipeline with `pipelines.graph.build_pipeline`.
 The one difference: it submits the job and returns without waiting. A flex
 template's launcher VM must exit once the job is created; `python -m
 pipelines.build` waits for the job to finish and then prints the manifest
@@ -19,8 +19,8 @@ import sys
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-from pipelines.build import build_pipeline, check_output, one_shot_tag
-from pipelines.commit import tag_for
+from pipelines.commit import check_output, one_shot_tag, tag_for
+from pipelines.graph import build_pipeline
 from pipelines.options import (
     BuildOptions,
     build_config_from_options,

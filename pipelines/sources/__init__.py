@@ -66,7 +66,7 @@ from schemas.config import SourceConfig
 from schemas.errors import UserError
 from storage import is_transient, open_read
 
-__all__ = ["REJECTS", "READ_COUNTS", "ReadSource", "Tally", "decode", "detect_format", "failure_reason",
+__all__ = ["REJECTS", "READ_COUNTS", "ReadSource", "ReadSources", "Tally", "decode", "detect_format", "failure_reason",
            "format_by_name", "iter_json_array", "iter_lines", "read_file", "read_input", "read_stream",
            "record_from_object", "split_compression"]
 
@@ -182,3 +182,35 @@ class ReadSource(beam.PTransform):
         )
 
 
+
+
+class ReadSources(beam.PTransform):
+    """Read every configured source: a ``pvalue.DoOutputsTuple``-like result with ``documents``,
+    ``rejects`` and ``read_counts`` of all sources together (each source read by ``Read[name]``).
+
+    files: read exactly these URLs per source name (an ingest batch) instead of each glob.
+    """
+
+    def __init__(self, sources: Sequence[SourceConfig], files: dict[str, list[str]] | None = None):
+        super().__init__()
+        # Listing (and its one-line errors) happens here, at construction, as ReadSource does.
+        self.readers = [(src.name, ReadSource(src, None if files is None else files.get(src.name, [])))
+                        for src in sources]
+
+    def expand(self, pbegin):
+        reads = [pbegin | f"Read[{name}]" >> reader for name, reader in self.readers]
+        return _SourceOutputs(
+            documents=[r.documents for r in reads] | "AllDocuments" >> beam.Flatten(),
+            rejects=[r.rejects for r in reads] | "AllReadRejects" >> beam.Flatten(),
+            read_counts=[r.read_counts for r in reads] | "AllReadCounts" >> beam.Flatten(),
+        )
+
+
+class _SourceOutputs(dict):
+    """The three outputs of ReadSources, by attribute or by key (Beam accepts a dict of PCollections)."""
+
+    def __getattr__(self, name: str):
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None

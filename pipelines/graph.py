@@ -1,0 +1,114 @@
+"""The build graph: raw text -> clean -> dedupe -> sentences -> tokenizer -> tokenize -> pack -> shards.
+
+Only wiring: every step is a named composite transform from the module that owns the stage.
+The drivers (``pipelines.build`` one-shot, ``pipelines.ingest`` one batch of a versioned corpus,
+which ``pipelines.batched`` and ``pipelines.serve`` run, ``deploy/dataflow/main.py``) construct it
+with ``build_pipeline``; this module imports no driver.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import apache_beam as beam
+
+from pipelines.accounting import Account
+from pipelines.clean import CleanDocuments
+from pipelines.corpus import TokenGroups, WriteCorpus
+from pipelines.dedupe import Deduplicate
+from pipelines.files import WriteIntermediates, WriteRejectLog
+from pipelines.intermediate import CLEAN_DIR, TOKENIZED_DIR
+from pipelines.report import WriteReport
+from pipelines.sources import ReadSources
+from pipelines.stages import DropEmpty, SplitSentences, tokenizer_model
+from pipelines.tokenizer import Tokenize
+from schemas.config import BuildConfig
+from schemas.naming import work_dir
+from storage import join
+
+REJECTS_DIR = "rejects"
+DEDUPE_INDEX_DIR = "dedupe/index"
+BATCH_MANIFEST_NAME = "batch-manifest.json"
+
+
+@dataclass(frozen=True)
+class AppendTo:
+    """Append this build's shards to an existing corpus (incremental ingest, ``pipelines.ingest``).
+
+    Shards go to ``corpus`` (not to the build's output folder) under names that
+    continue each split's index from ``shard_offsets``; every sample key starts
+    with ``key_prefix``. The build's own manifest, listing only the new shards
+    (names relative to ``corpus``), is written as ``batch-manifest.json`` in the
+    output folder: the ingest driver merges it into the next corpus version.
+    """
+
+    corpus: str
+    shard_offsets: dict[str, int] = field(default_factory=dict)
+    key_prefix: str = ""
+    tag: str = ""  # the attempt tag every shard name carries (pipelines.commit)
+
+
+def build_pipeline(p: beam.Pipeline, cfg: BuildConfig, output: str, *,
+                   files: dict[str, list[str]] | None = None, append: AppendTo | None = None,
+                   tag: str | None = None) -> None:
+    """Add the whole build to pipeline p.
+
+    files: read exactly these URLs per source name instead of each source's glob.
+    append: write the shards into an existing corpus (see AppendTo); ``output`` is
+    then the batch's own folder and the ingest driver commits.
+    tag: the attempt tag of a one-shot build (default: ``pipelines.commit.one_shot_tag``). Shards
+    carry it; everything else goes under ``output/versions/{tag}/``; the manifest
+    is committed by a conditional create (docs/architecture.md, "Commit protocol").
+    """
+    root = output
+    if append is None:
+        if tag is None:
+            from pipelines.commit import one_shot_tag
+
+            tag = one_shot_tag(cfg, files)
+        output = join(root, work_dir(tag))
+    else:
+        tag = append.tag
+
+    read = p | "ReadSources" >> ReadSources(cfg.sources, files)
+    cleaned = read.documents | "Clean" >> CleanDocuments(cfg.clean, cfg.sources)
+    rejects = (read.rejects, cleaned.rejects) | "AllRejects" >> beam.Flatten()
+    dedupe = cleaned.documents | "Dedupe" >> Deduplicate(
+        cfg.dedupe, index_in=cfg.dedupe.index, index_out=join(output, DEDUPE_INDEX_DIR),
+        index_root=append.corpus if append is not None else root)
+    kept, duplicates = dedupe["kept"], dedupe["duplicates"]
+
+    sentenced = kept | "SplitSentences" >> SplitSentences()
+    model, tokenizer_path = tokenizer_model(p, sentenced, cfg, output)
+    tokenized_all = sentenced | "Tokenize" >> Tokenize(model, cfg.tokenizer.encode_batch,
+                                                       cfg.tokenizer.encode_threads)
+    tokenized = tokenized_all | "HasTokens" >> DropEmpty()
+
+    # Accounting starts at the reader: the records it read per file (counted before parsing).
+    accounts = read.read_counts | "Account" >> Account(rejects, duplicates, tokenized_all)
+    groups = tokenized | "Groups" >> TokenGroups(cfg)
+
+    reject_log = (rejects, duplicates) | "RejectLog" >> beam.Flatten()
+    written = [reject_log | "WriteRejects" >> WriteRejectLog(join(output, REJECTS_DIR))]
+    intermediates: dict[str, str] = {"rejects": REJECTS_DIR, "dedupe_index": DEDUPE_INDEX_DIR}
+    if cfg.write_intermediates:
+        written.extend((kept, tokenized) | "WriteIntermediates" >> WriteIntermediates(output, groups))
+        intermediates.update(clean=CLEAN_DIR, tokenized=TOKENIZED_DIR)
+
+    append_args: dict[str, Any] = {}
+    if append is not None:
+        append_args = {"shard_root": append.corpus, "shard_offsets": append.shard_offsets,
+                       "key_prefix": append.key_prefix, "manifest_name": BATCH_MANIFEST_NAME, "commit": False}
+    else:  # the manifest at the root names the attempt's objects relative to the root
+        # (a reused tokenizer is copied into the attempt folder like a trained one: the path rule)
+        intermediates = {k: f"{work_dir(tag)}/{v}" for k, v in intermediates.items()}
+        tokenizer_path = f"{work_dir(tag)}/{tokenizer_path}"
+    corpus = WriteCorpus(
+        cfg, root if append is None else output, model=model, accounts=accounts, groups=groups,
+        tokenizer_path=tokenizer_path, intermediates=intermediates, after=written, tag=tag, **append_args)
+    manifest = tokenized | "WriteCorpus" >> corpus
+    # The report (report.html / report.json) comes right after the manifest commits.
+    _ = manifest | "Report" >> WriteReport(root if append is None else output, before=read.documents, after=kept,
+                                           reject_log=reject_log, duplicates=duplicates, tokenized=tokenized_all,
+                                           plans=corpus.plans)

@@ -1,0 +1,37 @@
+"""Entry point of a local SDK worker process (``--direct_num_workers N``): Beam's own worker, quiet.
+
+``python -m apache_beam.runners.worker.sdk_worker_main``, which Beam's multi-process mode
+starts, imports Beam before anything of ours (so its ``apitools not found`` warning is printed
+once per worker) and logs its start-up at INFO on stderr. This module installs the apitools
+filter first (``import pipelines``), keeps Beam's own records below ERROR off stderr and asks
+the harness for WARNING, then runs the same ``sdk_worker_main.main``.
+``pipelines.options.make_pipeline`` points the local runner's worker processes here.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+
+import pipelines  # noqa: F401 - installs the apitools filter before Beam is imported
+
+
+def _quiet(record: logging.LogRecord) -> bool:
+    return record.levelno >= logging.ERROR or not record.name.startswith(("apache_beam", "__main__"))
+
+
+def main() -> None:
+    """Run Beam's SDK harness with start-up noise filtered."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.addFilter(_quiet)
+    logging.getLogger().addHandler(handler)
+    os.environ.setdefault("PIPELINE_OPTIONS", json.dumps({"options": {"default_sdk_harness_log_level": "WARNING"}}))
+    from apache_beam.runners.worker import sdk_worker_main
+
+    sdk_worker_main.main(sys.argv)
+
+
+if __name__ == "__main__":
+    main()
