@@ -168,8 +168,11 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig, output: str, *,
         model = (p | "ReuseTokenizer" >> beam.Create([reused])
                  | "CopyTokenizer" >> beam.Map(store_model, output))
         tokenizer_path = stored_path(reused)
+        training = None
     else:
-        model = sentenced | "TrainTokenizer" >> TrainTokenizer(cfg.tokenizer, cfg.seed, output)
+        trainer = TrainTokenizer(cfg.tokenizer, cfg.seed, output)
+        model = sentenced | "TrainTokenizer" >> trainer
+        training = trainer.stats  # the training's cost, for the report (#16)
         tokenizer_path = model_path(cfg.tokenizer.model_type)
     tokenized_all = sentenced | "Tokenize" >> Tokenize(model, cfg.tokenizer.encode_batch, cfg.tokenizer.encode_threads)
     tokenized = tokenized_all | "HasTokens" >> beam.Filter(lambda d: d.num_tokens > 0)
@@ -222,7 +225,7 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig, output: str, *,
     # The report (report.html / report.json) comes right after the manifest commits.
     _ = manifest | "Report" >> WriteReport(root if append is None else output, before=raw_docs, after=kept,
                                            reject_log=reject_log, duplicates=duplicates, tokenized=tokenized_all,
-                                           plans=corpus.plans)
+                                           plans=corpus.plans, training=training)
 
 
 def run_build(cfg: BuildConfig, output: str, beam_args: list[str] | None = None,
