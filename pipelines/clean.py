@@ -26,13 +26,15 @@ import functools
 import re
 import string
 import unicodedata
+from bisect import bisect_right
 from collections import Counter
 from collections.abc import Iterable
 from functools import cached_property
 from itertools import compress, repeat
-from operator import mul
+from operator import add, mul
 
 import apache_beam as beam
+import numpy as np
 from apache_beam import pvalue
 from apache_beam.metrics import Metrics
 
@@ -268,22 +270,26 @@ class NGrams:
             return dict.fromkeys(range(5, 11), 0.0)
         out: dict[int, float] = {}
         size, words = self.size, self.words
-        grams5 = self.grams(5)
-        counts5 = Counter(grams5)
-        starts = list(compress(range(len(grams5)), map((1).__lt__, map(counts5.__getitem__, grams5))))
+        keys: list = self.grams(5)
+        counts = Counter(keys)
+        starts = list(range(len(keys)))
+        lens = np.array(self.lens, dtype=np.int64)
         for n in range(5, 11):
-            if n > 5:  # only where the (n-1)-gram repeated
-                grams = [(i, tuple(words[i:i + n])) for i in starts if i + n <= size]
-                counts = Counter(g for _, g in grams)
-                starts = [i for i, g in grams if counts[g] > 1]
-            covered = bytearray(size)
-            for i in starts:
-                covered[i:i + n] = b"\x01" * n
-            out[n] = sum(compress(self.lens, covered)) / self.word_chars if starts else 0.0
+            if n > 5:  # only where the (n-1)-gram repeated: its key and the next word (all in C)
+                starts = starts[:bisect_right(starts, size - n)]
+                keys = list(zip(keys, map(words.__getitem__, map(add, starts, repeat(n - 1))), strict=False))
+                counts = Counter(keys)
+            repeated = list(map((1).__lt__, map(counts.__getitem__, keys)))
+            starts = list(compress(starts, repeated))
             if not starts:
-                for m in range(n + 1, 11):
+                for m in range(n, 11):
                     out[m] = 0.0
                 break
+            keys = list(compress(keys, repeated))
+            # words covered by some repeated n-gram: +1 where one starts, -1 where it ends
+            at = np.array(starts, dtype=np.int64)
+            depth = np.cumsum(np.bincount(at, minlength=size + n) - np.bincount(at + n, minlength=size + n))
+            out[n] = int(lens[depth[:size] > 0].sum()) / self.word_chars
         return out
 
 
