@@ -14,9 +14,12 @@ Per document, in this order (the first failing rule names the reason):
    top 2-4-gram shares, duplicated 5-10-gram shares; then C4's ``min_sentences`` and ``language``
    (pipelines/langid.py: CLD2 by default; the kept document records its language and score).
 
-Each rule is a named function of a lazily computed ``DocStats``; thresholds live in ``CleanConfig``;
-``disabled_rules`` switches rules (and line rules) off by name. A filtered document becomes
-``Reject(bucket="filtered", reason=<rule>)``.
+The document rules run in ``document_reason``, in the order of ``DOC_RULE_NAMES``: each statistic is
+computed once, when the first rule that reads it runs, with the per-word work in C; n-grams are
+counted only where a bound or a uniqueness proof does not settle the rule (``NGrams``). The stage
+before #16 is frozen in tests/reference_clean.py, and tests/test_clean_equivalence.py holds this one
+to its records. Thresholds live in ``CleanConfig``; ``disabled_rules`` switches rules (and line
+rules) off by name. A filtered document becomes ``Reject(bucket="filtered", reason=<rule>)``.
 """
 
 from __future__ import annotations
