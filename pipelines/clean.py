@@ -31,7 +31,7 @@ import string
 import unicodedata
 from bisect import bisect_right
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from functools import cached_property
 from itertools import compress, repeat
 from operator import add, mul
@@ -262,16 +262,21 @@ class NGrams:
         return sum(map(len, gram)) * count / self.word_chars
 
     def dup_fracs(self) -> dict[int, float]:
-        """Gopher: share of word characters inside n-grams that occur more than once, n = 5..10.
+        """Gopher: share of word characters inside n-grams that occur more than once, n = 5..10."""
+        return dict(self.dup_frac_steps()) if self.word_chars else {}
+
+    def dup_frac_steps(self) -> Iterator[tuple[int, float]]:
+        """(n, duplicated n-gram share) for n = 5..10, in order, each computed only when asked.
 
         A duplicated (n+1)-gram starts with a duplicated n-gram, so each larger n only looks at
-        the positions where the smaller one repeated (usually few; none in clean prose).
+        the positions where the smaller one repeated (usually few; none in clean prose). The
+        shares never grow with n: every word a repeated (n+1)-gram covers, its repeated n-gram
+        prefix or suffix covers.
         """
-        if not self.word_chars:
-            return {}
-        if not self.may_repeat(5):
-            return dict.fromkeys(range(5, 11), 0.0)
-        out: dict[int, float] = {}
+        if not self.word_chars or not self.may_repeat(5):
+            for n in range(5, 11):
+                yield n, 0.0
+            return
         size, words = self.size, self.words
         keys: list = self.grams(5)
         counts = Counter(keys)
@@ -286,14 +291,13 @@ class NGrams:
             starts = list(compress(starts, repeated))
             if not starts:
                 for m in range(n, 11):
-                    out[m] = 0.0
-                break
+                    yield m, 0.0
+                return
             keys = list(compress(keys, repeated))
             # words covered by some repeated n-gram: +1 where one starts, -1 where it ends
             at = np.array(starts, dtype=np.int64)
             depth = np.cumsum(np.bincount(at, minlength=size + n) - np.bincount(at + n, minlength=size + n))
-            out[n] = int(lens[depth[:size] > 0].sum()) / self.word_chars
-        return out
+            yield n, int(lens[depth[:size] > 0].sum()) / self.word_chars
 
 
 def dup_fractions(items: list[str]) -> tuple[float, float]:
@@ -469,10 +473,8 @@ def document_reason(text: str, c: CleanConfig, disabled: frozenset[str],
         grams = NGrams(words, lens)
         if "top_ngrams" not in disabled and _top_ngrams_fail(grams, c.max_top_ngram_frac):
             return "top_ngrams", None
-        if "dup_ngrams" not in disabled:
-            fr = grams.dup_fracs()
-            if any(fr.get(n, 0.0) > t for n, t in sorted(c.max_dup_ngram_frac.items())):
-                return "dup_ngrams", None
+        if "dup_ngrams" not in disabled and _dup_ngrams_fail(grams, c.max_dup_ngram_frac):
+            return "dup_ngrams", None
     if "min_sentences" not in disabled and count_sentences(text, c.min_sentences) < c.min_sentences:
         return "min_sentences", None
     if "language" not in disabled and c.english_only:
@@ -512,6 +514,27 @@ def _top_ngrams_fail(grams: NGrams, limits: dict[int, float]) -> bool:
             continue  # share <= bound / word characters <= t
         if grams.top_frac(n) > t:
             return True
+    return False
+
+
+def _dup_ngrams_fail(grams: NGrams, limits: dict[int, float]) -> bool:
+    """Gopher's duplicated n-gram rule: for some n the share of characters in repeated n-grams
+    exceeds its limit (n outside 5..10 has share 0, as in Gopher's definition here).
+
+    The shares never grow with n, so once a share is within every later limit the larger n are
+    not computed (prose with a few repeated phrases stops at n = 5).
+    """
+    if any(0.0 > t for n, t in limits.items() if not 5 <= n <= 10):
+        return True
+    inside = {n: t for n, t in limits.items() if 5 <= n <= 10}
+    if not inside:
+        return False
+    for n, frac in grams.dup_frac_steps():
+        if n in inside and frac > inside[n]:
+            return True
+        later = [t for m, t in inside.items() if m > n]
+        if not later or frac <= min(later):
+            return False
     return False
 
 

@@ -137,6 +137,8 @@ def variant_configs() -> list[CleanConfig]:
         CleanConfig(max_top_ngram_frac={1: 0.3, 2: 0.05, 3: 0.04, 4: 0.03, 6: 0.02},
                     max_dup_ngram_frac={4: 0.1, 5: 0.02, 7: 0.01, 10: 0.0}),
         CleanConfig(line_min_words=1, line_max_word_chars=12, min_words=5, min_sentences=1),
+        CleanConfig(max_dup_ngram_frac={3: -0.1}, max_top_ngram_frac={2: 0.5, 5: -0.1}, languages=[]),
+        CleanConfig(max_dup_ngram_frac={10: 0.2, 6: 0.01}, max_top_ngram_frac={}),
         CleanConfig(line_min_words=0, line_max_word_chars=-1, max_bullet_lines=0.1, max_ellipsis_lines=0.05,
                     max_symbol_word_ratio=0.01, min_alpha_words=0.95, max_dup_line_frac=0.05),
         CleanConfig(disabled_rules=["javascript", "policy", "long_word", "min_line_words", "terminal_punct",
