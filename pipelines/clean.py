@@ -33,8 +33,8 @@ from bisect import bisect_right
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from functools import cached_property
-from itertools import compress, repeat
-from operator import add, mul
+from itertools import accumulate, compress, repeat
+from operator import add, mul, sub
 
 import apache_beam as beam
 import numpy as np
@@ -203,9 +203,10 @@ class NGrams:
 
     An n-gram is the tuple of its words (zip over slices, in C). Two facts spare most counting:
 
-    * an n-gram occurs at most as often as each of its words, so (characters x count) of any
-      n-gram is at most n * max over words of (length x count): where that bound is within
-      Gopher's limit (ordinary prose, for 2- and 3-grams at least) the n-grams are not counted;
+    * an n-gram occurs at most as often as each of its words, so its (characters x count) is at
+      most the sum of (length x count) of its words, hence at most the largest such sum over n
+      consecutive words (prefix sums, in C): where that is within Gopher's limit (ordinary prose,
+      for 2- to 4-grams) the n-grams are not counted;
     * once no m-gram repeats, no longer n-gram does (its m-gram prefix would repeat): then its
       share and its duplicated characters are 0 (most prose has no repeated 5-gram).
     """
@@ -216,7 +217,9 @@ class NGrams:
         self.lens = list(map(len, words)) if lens is None else lens
         self.word_chars = sum(self.lens)
         self._unique_from: int | None = None  # the least n known to have no repeated n-gram
-        self._word_bound: int | None = None
+        self._prefix: list[int] | None = None
+        self._freq: Counter | None = None
+        self._most = 0
 
     def grams(self, n: int) -> list[tuple[str, ...]]:
         """The n-grams as tuples of words, position by position."""
@@ -239,12 +242,19 @@ class NGrams:
             return False
         return True
 
-    def top_bound(self, n: int) -> int:
-        """An upper bound on (characters x count) of any n-gram, n >= 1 (see the class)."""
-        if self._word_bound is None:
-            freq = Counter(self.words)
-            self._word_bound = max(map(mul, map(len, freq), freq.values()), default=0)
-        return n * self._word_bound
+    def top_bound(self, n: int, enough: float = 0.0) -> int:
+        """An upper bound on (characters x count) of any n-gram, n >= 1 (see the class): n times the
+        largest (length x count) of a word where that is at most `enough`, else the largest sum of
+        (length x count) over n consecutive words (tighter, one more pass)."""
+        if self._freq is None:
+            self._freq = Counter(self.words)
+            self._most = max(map(mul, map(len, self._freq), self._freq.values()), default=0)
+        if n * self._most <= enough:
+            return n * self._most
+        if self._prefix is None:
+            self._prefix = [0, *accumulate(map(mul, self.lens, map(self._freq.__getitem__, self.words)))]
+        prefix = self._prefix
+        return max(map(sub, prefix[n:], prefix[:-n]), default=0)
 
     def top_frac(self, n: int) -> float:
         """Gopher: characters of the most frequent n-gram times its count, over all word characters.
@@ -510,7 +520,7 @@ def _top_ngrams_fail(grams: NGrams, limits: dict[int, float]) -> bool:
     the share <= bound / word characters <= the limit.
     """
     for n, t in sorted(limits.items()):
-        if n >= 1 and grams.word_chars and grams.top_bound(n) / grams.word_chars <= t:
+        if n >= 1 and grams.word_chars and grams.top_bound(n, t * grams.word_chars) / grams.word_chars <= t:
             continue  # share <= bound / word characters <= t
         if grams.top_frac(n) > t:
             return True

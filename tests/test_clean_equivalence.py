@@ -87,3 +87,16 @@ def test_sentence_count_stops_early_and_agrees(parts, at_most):
     text = "".join(parts)
     assert split_sentences(text) == ref.split_sentences(text)
     assert (count_sentences(text, at_most) < at_most) == (len(ref.split_sentences(text)) < at_most)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(["a", "bb", "ccc", "dddd", "e", "the", "of"]), min_size=0, max_size=80),
+       st.sampled_from([0.0, 1e9]))
+def test_top_ngram_bounds_are_upper_bounds(ws, enough):
+    """The bounds that spare the top n-gram counting are never below the true characters x count."""
+    from pipelines.clean import NGrams
+
+    grams = NGrams(ws)
+    for n in range(1, 7):
+        true = grams.top_frac(n) * grams.word_chars
+        assert grams.top_bound(n, enough) >= true - 1e-6, n
