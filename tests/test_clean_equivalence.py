@@ -2,7 +2,7 @@
 decisions of the stage it replaced (tests/reference_clean.py, frozen at b5124a0): the same kept
 text, language and score, the same reject bucket, reason, snippet and language, and the same
 lines removed per line rule, on every document of a large sample of real and hostile text
-(tests/clean_sample.py), under the default configuration and a dozen others that move every
+(tests/clean_sample.py), under the default configuration and 16 others that move every
 threshold. Every rule must fire somewhere in the sample, so no rule goes unchecked.
 """
 
