@@ -14,40 +14,53 @@ Per document, in this order (the first failing rule names the reason):
    top 2-4-gram shares, duplicated 5-10-gram shares; then C4's ``min_sentences`` and ``language``
    (pipelines/langid.py: CLD2 by default; the kept document records its language and score).
 
-Each rule is a named function of a lazily computed ``DocStats``; thresholds live in ``CleanConfig``;
-``disabled_rules`` switches rules (and line rules) off by name. A filtered document becomes
-``Reject(bucket="filtered", reason=<rule>)``.
+The document rules run in ``document_reason``, in the order of ``DOC_RULE_NAMES``: each statistic is
+computed once, when the first rule that reads it runs, with the per-word work in C; n-grams are
+counted only where a bound or a uniqueness proof does not settle the rule (``NGrams``). The stage
+before #16 is frozen in tests/reference_clean.py, and tests/test_clean_equivalence.py holds this one
+to its records. Thresholds live in ``CleanConfig``; ``disabled_rules`` switches rules (and line
+rules) off by name. A filtered document becomes ``Reject(bucket="filtered", reason=<rule>)``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 import string
 import unicodedata
+from bisect import bisect_right
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable, Iterator
 from functools import cached_property
+from itertools import accumulate, compress, repeat
+from operator import add, mul, sub
 
 import apache_beam as beam
+import numpy as np
 from apache_beam import pvalue
 from apache_beam.metrics import Metrics
 
 from pipelines.langid import LanguageGuess, Method, identify, known_codes
 from pipelines.records import Document, Reject, snippet
-from pipelines.sentences import split_sentences
+from pipelines.sentences import count_sentences
 from schemas.config import CleanConfig, SourceConfig
 from schemas.errors import UserError
 
 REJECTS = "rejects"
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u200b-\u200d\u2060\ufeff]")
-_SPACES = re.compile(r"[ \t\u00a0\u1680\u2000-\u200a\u202f\u205f\u3000]+")
+# A run of spaces that normalization changes: two or more, or any that is not a plain " " (a
+# lone plain space stays, so the common case is no replacement at all).
+_SPACE = "\t\u00a0\u1680\u2000-\u200a\u202f\u205f\u3000"  # collapsed to " ", with " " itself
+_SPACES = re.compile(f" [ {_SPACE}]+|[{_SPACE}][ {_SPACE}]*")
 _BLANK_LINES = re.compile(r"\n{3,}")
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
 _TAG = re.compile(r"<[^<>\n]{1,400}>")
 # A whitespace-delimited token none of whose characters is a letter ([^\W\d_] is "a letter").
 _NO_LETTER_TOKEN = re.compile(r"(?<!\S)(?:(?![^\W\d_])\S)+(?!\S)")
+# ASCII characters that are neither letters nor whitespace (str.split's), for str.translate.
+_ASCII_NON_LETTERS = {c: None for c in range(128) if not chr(c).isalpha() and not chr(c).isspace()}
 
 # C4 (c4_utils.py): boilerplate phrases, end marks. C4 keeps a line only if it ends in one of
 # . ? ! " (straight quote) and not in "..." (CleanConfig.line_end_marks="c4", the default);
@@ -71,16 +84,24 @@ NARRATIVE_SOURCES = ("stories", "story", "book")
 def normalize_text(text: str) -> str:
     """NFC, control characters stripped, runs of spaces collapsed, lines trimmed."""
     text = unicodedata.normalize("NFC", text)
-    text = text.replace("\r\n", "\n").replace("\r", "\n")
-    text = _CONTROL.sub("", text)
-    text = _SPACES.sub(" ", text)
-    text = "\n".join(line.strip() for line in text.split("\n"))
-    return _BLANK_LINES.sub("\n\n", text).strip()
+    if "\r" in text:
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
+    # ASCII text without control characters (isprintable: no \t \n either) nor double spaces
+    # needs neither substitution: two C scans instead of two regular-expression passes.
+    if not (text.isascii() and text.isprintable() and "  " not in text):
+        text = _CONTROL.sub("", text)
+        text = _SPACES.sub(" ", text)
+    if "\n" not in text:  # one line: trimming it is the whole job
+        return text.strip()
+    text = "\n".join(map(str.strip, text.split("\n")))
+    if "\n\n\n" in text:
+        text = _BLANK_LINES.sub("\n\n", text)
+    return text.strip()
 
 
 def has_invalid_utf8(text: str) -> bool:
     """True if the text holds lone surrogates: undecodable bytes kept by the reader."""
-    return _SURROGATE.search(text) is not None
+    return not text.isascii() and _SURROGATE.search(text) is not None
 
 
 def repair_utf8(text: str) -> str:
@@ -116,138 +137,184 @@ def filter_lines(text: str, cfg: CleanConfig, disabled: frozenset[str] = frozens
 
     Blank lines (paragraph breaks) are kept so paragraphs survive for the repetition rules.
     """
+    return _filter_lines(text, text.lower(), cfg, disabled)
+
+
+def _filter_lines(text: str, lower: str, cfg: CleanConfig, disabled: frozenset[str]) -> tuple[str, Counter]:
+    """filter_lines with the text's lower-case form given (the page rules computed it already).
+
+    The boilerplate phrases are looked for in the whole page first: a page without any (most)
+    never lower-cases a line. Lower-casing keeps every newline, so a phrase in a line's
+    lower-case form is in the page's.
+    """
     removed: Counter = Counter()
     kept: list[str] = []
+    javascript = "javascript" not in disabled and "javascript" in lower
+    policy = "policy" not in disabled and any(p in lower for p in POLICY_PHRASES)
+    long_word = "long_word" not in disabled
+    max_chars = cfg.line_max_word_chars
+    min_words = cfg.line_min_words if "min_line_words" not in disabled else 0
+    terminal = "terminal_punct" not in disabled
+    ends = TERMINAL[cfg.line_end_marks]
+    no_ellipsis = cfg.line_end_marks == "c4"
     for line in text.split("\n"):
         if not line:
             if kept and kept[-1]:
                 kept.append(line)
             continue
-        lower = line.lower()
-        words = line.split()
-        if "javascript" in lower and "javascript" not in disabled:
-            removed["javascript"] += 1
-        elif "policy" not in disabled and any(p in lower for p in POLICY_PHRASES):
-            removed["policy"] += 1
-        elif ("long_word" not in disabled and len(line) > cfg.line_max_word_chars
-              and any(len(w) > cfg.line_max_word_chars for w in words)):
+        if javascript or policy:
+            low = line.lower()
+            if javascript and "javascript" in low:
+                removed["javascript"] += 1
+                continue
+            if policy and any(p in low for p in POLICY_PHRASES):
+                removed["policy"] += 1
+                continue
+        if long_word and len(line) > max_chars and _long_token(max_chars).search(line):
             removed["long_word"] += 1
-        elif "min_line_words" not in disabled and len(words) < cfg.line_min_words:
+            continue
+        # maxsplit: counting up to min_words tokens is enough
+        few = min_words > 0 and len(line.split(None, min_words - 1)) < min_words
+        if few:
             removed["min_line_words"] += 1
-        elif "terminal_punct" not in disabled and not has_end_mark(line, cfg.line_end_marks):
+        elif terminal and not (line.endswith(ends) and not (no_ellipsis and line.endswith("..."))):
             removed["terminal_punct"] += 1
         else:
             kept.append(line)
     return "\n".join(kept).strip(), removed
 
 
+@functools.lru_cache(maxsize=8)
+def _long_token(max_chars: int) -> re.Pattern[str]:
+    """A whitespace token longer than max_chars (one regular-expression search per long line)."""
+    return re.compile(rf"\S{{{max(max_chars, 0) + 1}}}")
+
+
 # ------------------------------------------------------------------ document statistics
 
-class DocStats:
-    """Everything the document rules look at, computed once and only when a rule asks."""
+def words_of(text: str) -> list[str]:
+    """Gopher's words: lower-cased whitespace tokens with surrounding punctuation stripped (empty
+    ones dropped). map/filter keep the per-word work in C."""
+    return list(filter(None, map(str.strip, text.lower().split(), repeat(_PUNCT))))
 
-    def __init__(self, text: str, language_id: Method = "cld2"):
-        self.text = text
-        self.language_id = language_id
 
-    @cached_property
-    def language(self) -> LanguageGuess:
-        """The detected language (pipelines/langid.py), computed once for the rule and the record."""
-        return identify(self.text, self.language_id)
+class NGrams:
+    """Gopher's n-gram statistics of one document's words, exact, counting as little as possible.
 
-    @cached_property
-    def raw_words(self) -> list[str]:
-        return self.text.split()
+    An n-gram is the tuple of its words (zip over slices, in C). Two facts spare most counting:
 
-    @cached_property
-    def words(self) -> list[str]:
-        """Lower-cased words with surrounding punctuation stripped (empty ones dropped)."""
-        stripped = (w.strip(_PUNCT) for w in self.text.lower().split())
-        return [w for w in stripped if w]
+    * an n-gram occurs at most as often as each of its words, so its (characters x count) is at
+      most the sum of (length x count) of its words, hence at most the largest such sum over n
+      consecutive words (prefix sums, in C): where that is within Gopher's limit (ordinary prose,
+      for 2- to 4-grams) the n-grams are not counted;
+    * once no m-gram repeats, no longer n-gram does (its m-gram prefix would repeat): then its
+      share and its duplicated characters are 0 (most prose has no repeated 5-gram).
+    """
 
-    @cached_property
-    def lines(self) -> list[str]:
-        return [ln for ln in self.text.split("\n") if ln.strip()]
+    def __init__(self, words: list[str], lens: list[int] | None = None):
+        self.words = words
+        self.size = len(words)
+        self.lens = list(map(len, words)) if lens is None else lens
+        self.word_chars = sum(self.lens)
+        self._unique_from: int | None = None  # the least n known to have no repeated n-gram
+        self._prefix: list[int] | None = None
+        self._freq: Counter | None = None
+        self._most = 0
 
-    @cached_property
-    def paragraphs(self) -> list[str]:
-        return [p.strip() for p in re.split(r"\n\s*\n", self.text) if p.strip()]
+    def grams(self, n: int) -> list[tuple[str, ...]]:
+        """The n-grams as tuples of words, position by position."""
+        return list(zip(*(self.words[i:] for i in range(n)), strict=False))
 
-    @cached_property
-    def non_alpha_words(self) -> int:
-        """Whitespace tokens without a single letter (numbers, symbols)."""
-        return len(_NO_LETTER_TOKEN.findall(self.text))
+    def _mark_unique(self, n: int) -> None:
+        if self._unique_from is None or n < self._unique_from:
+            self._unique_from = n
 
-    @cached_property
-    def word_chars(self) -> int:
-        return sum(map(len, self.words))
+    def may_repeat(self, n: int) -> bool:
+        """False when no n-gram (n >= 1) occurs twice."""
+        if self._unique_from is not None and n >= self._unique_from:
+            return False
+        count = self.size - n + 1
+        if count < 2:
+            return False
+        grams = zip(*(self.words[i:] for i in range(n)), strict=False)
+        if len(set(grams)) == count:
+            self._mark_unique(n)
+            return False
+        return True
 
-    @cached_property
-    def word_ids(self) -> list[int]:
-        """Words as small ints (equal words, equal ids): cheap n-gram keys."""
-        vocab: dict[str, int] = {}
-        return [vocab.setdefault(w, len(vocab)) for w in self.words]
+    def top_bound(self, n: int, enough: float = 0.0) -> int:
+        """An upper bound on (characters x count) of any n-gram, n >= 1 (see the class): n times the
+        largest (length x count) of a word where that is at most `enough`, else the largest sum of
+        (length x count) over n consecutive words (tighter, one more pass)."""
+        if self._freq is None:
+            self._freq = Counter(self.words)
+            self._most = max(map(mul, map(len, self._freq), self._freq.values()), default=0)
+        if n * self._most <= enough:
+            return n * self._most
+        if self._prefix is None:
+            self._prefix = [0, *accumulate(map(mul, self.lens, map(self._freq.__getitem__, self.words)))]
+        prefix = self._prefix
+        return max(map(sub, prefix[n:], prefix[:-n]), default=0)
 
-    @cached_property
-    def line_dups(self) -> tuple[float, float]:
-        """dup_fractions of the lines (two rules read it: computed once)."""
-        return dup_fractions(self.lines)
+    def top_frac(self, n: int) -> float:
+        """Gopher: characters of the most frequent n-gram times its count, over all word characters.
 
-    @cached_property
-    def paragraph_dups(self) -> tuple[float, float]:
-        """dup_fractions of the paragraphs (two rules read it: computed once)."""
-        return dup_fractions(self.paragraphs)
-
-    def top_ngram_frac(self, n: int) -> float:
-        """Gopher: characters of the most frequent n-gram times its count, over all word characters."""
-        ids = self.word_ids
-        if len(ids) < n or not self.word_chars:
+        Ties go to the n-gram seen first (``Counter.most_common``'s order)."""
+        if self.size < n or not self.word_chars:
             return 0.0
-        counts = Counter(zip(*(ids[i:] for i in range(n)), strict=False))
-        gram, count = counts.most_common(1)[0]
+        if n >= 1 and self._unique_from is not None and n >= self._unique_from:
+            return 0.0
+        gram, count = Counter(zip(*(self.words[i:] for i in range(n)), strict=False)).most_common(1)[0]
         if count <= 1:
+            if n >= 1:
+                self._mark_unique(n)
             return 0.0
-        first = next(i for i in range(len(ids) - n + 1) if tuple(ids[i:i + n]) == gram)
-        chars = sum(len(w) for w in self.words[first:first + n])
-        return chars * count / self.word_chars
+        return sum(map(len, gram)) * count / self.word_chars
 
-    @cached_property
-    def dup_ngram_fracs(self) -> dict[int, float]:
-        """Gopher: share of word characters inside n-grams that occur more than once, n = 5..10.
+    def dup_fracs(self) -> dict[int, float]:
+        """Gopher: share of word characters inside n-grams that occur more than once, n = 5..10."""
+        return dict(self.dup_frac_steps()) if self.word_chars else {}
+
+    def dup_frac_steps(self) -> Iterator[tuple[int, float]]:
+        """(n, duplicated n-gram share) for n = 5..10, in order, each computed only when asked.
 
         A duplicated (n+1)-gram starts with a duplicated n-gram, so each larger n only looks at
-        the positions where the smaller one repeated (usually few; none in clean prose).
+        the positions where the smaller one repeated (usually few; none in clean prose). The
+        shares never grow with n: every word a repeated (n+1)-gram covers, its repeated n-gram
+        prefix or suffix covers.
         """
-        ids, words = self.word_ids, self.words
-        total = self.word_chars
-        out: dict[int, float] = {}
-        if not total:
-            return out
-        lens = [len(w) for w in words]
-        # Fast path: no repeated 5-gram (the usual case) means no repeated longer n-gram either.
-        fives = Counter(zip(*(ids[i:] for i in range(5)), strict=False))
-        if not fives or max(fives.values()) == 1:
-            return {n: 0.0 for n in range(5, 11)}
-        starts = range(len(ids))
+        if not self.word_chars or not self.may_repeat(5):
+            for n in range(5, 11):
+                yield n, 0.0
+            return
+        size, words = self.size, self.words
+        keys: list = self.grams(5)
+        counts = Counter(keys)
+        starts = list(range(len(keys)))
+        lens = np.array(self.lens, dtype=np.int64)
         for n in range(5, 11):
-            grams = [(i, tuple(ids[i:i + n])) for i in starts if i + n <= len(ids)]
-            counts = Counter(g for _, g in grams)
-            dup_starts = [i for i, g in grams if counts[g] > 1]
-            covered = bytearray(len(ids))
-            for i in dup_starts:
-                covered[i:i + n] = b"\x01" * n
-            out[n] = sum(lens[i] for i in range(len(ids)) if covered[i]) / total if dup_starts else 0.0
-            starts = dup_starts
+            if n > 5:  # only where the (n-1)-gram repeated: its key and the next word (all in C)
+                starts = starts[:bisect_right(starts, size - n)]
+                keys = list(zip(keys, map(words.__getitem__, map(add, starts, repeat(n - 1))), strict=False))
+                counts = Counter(keys)
+            repeated = list(map((1).__lt__, map(counts.__getitem__, keys)))
+            starts = list(compress(starts, repeated))
             if not starts:
-                for m in range(n + 1, 11):
-                    out[m] = 0.0
-                break
-        return out
+                for m in range(n, 11):
+                    yield m, 0.0
+                return
+            keys = list(compress(keys, repeated))
+            # words covered by some repeated n-gram: +1 where one starts, -1 where it ends
+            at = np.array(starts, dtype=np.int64)
+            depth = np.cumsum(np.bincount(at, minlength=size + n) - np.bincount(at + n, minlength=size + n))
+            yield n, int(lens[depth[:size] > 0].sum()) / self.word_chars
 
 
 def dup_fractions(items: list[str]) -> tuple[float, float]:
     """(share of items that repeat an earlier one, share of characters in those repeats)."""
     if not items:
+        return 0.0, 0.0
+    if len(set(items)) == len(items):  # no repeat (the usual case): nothing to add up
         return 0.0, 0.0
     seen: set[str] = set()
     dup = dup_chars = total_chars = 0
@@ -261,64 +328,56 @@ def dup_fractions(items: list[str]) -> tuple[float, float]:
     return dup / len(items), (dup_chars / total_chars if total_chars else 0.0)
 
 
+class DocStats:
+    """Everything the document rules look at, for one text, each computed once when asked.
+
+    For inspection and tests; ``clean_document`` computes the same values inline, in rule order.
+    """
+
+    def __init__(self, text: str, language_id: Method = "cld2"):
+        self.text = text
+        self.language_id = language_id
+
+    @cached_property
+    def language(self) -> LanguageGuess:
+        """The detected language (pipelines/langid.py)."""
+        return identify(self.text, self.language_id)
+
+    @cached_property
+    def words(self) -> list[str]:
+        """Lower-cased words with surrounding punctuation stripped (empty ones dropped)."""
+        return words_of(self.text)
+
+    @cached_property
+    def word_chars(self) -> int:
+        return sum(map(len, self.words))
+
+    @cached_property
+    def ngrams(self) -> NGrams:
+        return NGrams(self.words)
+
+    def top_ngram_frac(self, n: int) -> float:
+        """Gopher: characters of the most frequent n-gram times its count, over all word characters."""
+        return self.ngrams.top_frac(n)
+
+    @cached_property
+    def dup_ngram_fracs(self) -> dict[int, float]:
+        """Gopher: share of word characters inside repeated n-grams, n = 5..10."""
+        return self.ngrams.dup_fracs()
+
+
 # ------------------------------------------------------------------ rules
 
-Rule = Callable[[DocStats, CleanConfig], bool]  # True: the document fails the rule
-
-
-def _mean_word_len(s: DocStats) -> float:
-    return s.word_chars / len(s.words) if s.words else 0.0
-
-
-def _markup(s: DocStats, c: CleanConfig) -> bool:
-    if "<" not in s.text:
-        return False
-    return sum(len(m) for m in _TAG.findall(s.text)) > c.max_markup_frac * len(s.text)
-
-
-def _top_ngrams(s: DocStats, c: CleanConfig) -> bool:
-    return any(s.top_ngram_frac(n) > t for n, t in sorted(c.max_top_ngram_frac.items()))
-
-
-def _dup_ngrams(s: DocStats, c: CleanConfig) -> bool:
-    fr = s.dup_ngram_fracs
-    return any(fr.get(n, 0.0) > t for n, t in sorted(c.max_dup_ngram_frac.items()))
-
-
-def _share(lines: list[str], pred: Callable[[str], bool]) -> float:
-    return sum(1 for ln in lines if pred(ln)) / len(lines) if lines else 0.0
-
-
-PAGE_RULES: list[tuple[str, Rule]] = [
-    ("markup", _markup),
-    ("lorem_ipsum", lambda s, c: "lorem ipsum" in s.text.lower()),
-]
-WEB_PAGE_RULES: list[tuple[str, Rule]] = [
-    ("curly_braces", lambda s, c: "{" in s.text),
-]
-DOC_RULES: list[tuple[str, Rule]] = [
-    ("min_words", lambda s, c: len(s.words) < c.min_words),
-    ("max_words", lambda s, c: len(s.words) > c.max_words),
-    ("mean_word_len", lambda s, c: not c.min_mean_word_len <= _mean_word_len(s) <= c.max_mean_word_len),
-    ("symbol_word_ratio", lambda s, c: (s.text.count("#") + s.text.count("...") + s.text.count("\u2026"))
-     > c.max_symbol_word_ratio * len(s.words)),
-    ("bullet_lines", lambda s, c: _share(s.lines, lambda ln: ln.lstrip().startswith(BULLETS)) > c.max_bullet_lines),
-    ("ellipsis_lines", lambda s, c: _share(s.lines, lambda ln: ln.rstrip().endswith(ELLIPSES)) > c.max_ellipsis_lines),
-    ("alpha_words", lambda s, c: len(s.raw_words) - s.non_alpha_words < c.min_alpha_words * len(s.raw_words)),
-    ("stop_words", lambda s, c: sum(1 for w in s.words if w in GOPHER_STOP_WORDS) < c.min_stop_words),
-    ("dup_lines", lambda s, c: s.line_dups[0] > c.max_dup_line_frac),
-    ("dup_line_chars", lambda s, c: s.line_dups[1] > c.max_dup_line_char_frac),
-    ("dup_paragraphs", lambda s, c: s.paragraph_dups[0] > c.max_dup_para_frac),
-    ("dup_paragraph_chars", lambda s, c: s.paragraph_dups[1] > c.max_dup_para_char_frac),
-    ("top_ngrams", _top_ngrams),
-    ("dup_ngrams", _dup_ngrams),
-    ("min_sentences", lambda s, c: len(split_sentences(s.text)) < c.min_sentences),
-    ("language", lambda s, c: c.english_only and not accepts_language(s.language, c)),
-]
+PAGE_RULE_NAMES = ("markup", "lorem_ipsum")
+WEB_PAGE_RULE_NAMES = ("curly_braces",)
+# The document rules in the order they run (the first failing one names the reason).
+DOC_RULE_NAMES = ("min_words", "max_words", "mean_word_len", "symbol_word_ratio", "bullet_lines", "ellipsis_lines",
+                  "alpha_words", "stop_words", "dup_lines", "dup_line_chars", "dup_paragraphs",
+                  "dup_paragraph_chars", "top_ngrams", "dup_ngrams", "min_sentences", "language")
 GUARD_RULES = ("empty", "max_doc_bytes", "invalid_utf8", "empty_after_line_rules")
 # Old rule names still accepted in disabled_rules.
 RULE_ALIASES = {"english": "language"}
-RULE_NAMES = (frozenset(GUARD_RULES + LINE_RULES) | {n for n, _ in PAGE_RULES + WEB_PAGE_RULES + DOC_RULES}
+RULE_NAMES = (frozenset(GUARD_RULES + LINE_RULES + PAGE_RULE_NAMES + WEB_PAGE_RULE_NAMES + DOC_RULE_NAMES)
               | set(RULE_ALIASES))
 
 
@@ -351,6 +410,144 @@ def check_rule_names(cfg: CleanConfig) -> None:
                         f"use ISO 639-1 codes such as {sorted(codes)[:12]}...")
 
 
+def page_reason(text: str, lower: str, c: CleanConfig, disabled: frozenset[str], web: bool) -> str | None:
+    """The first page rule the normalized text fails (markup, lorem_ipsum, curly_braces), or None."""
+    if ("markup" not in disabled and "<" in text
+            and sum(map(len, _TAG.findall(text))) > c.max_markup_frac * len(text)):
+        return "markup"
+    if "lorem_ipsum" not in disabled and "lorem ipsum" in lower:
+        return "lorem_ipsum"
+    if web and "curly_braces" not in disabled and "{" in text:
+        return "curly_braces"
+    return None
+
+
+def document_reason(text: str, c: CleanConfig, disabled: frozenset[str],
+                    lower: str | None = None) -> tuple[str | None, LanguageGuess | None]:
+    """The first Gopher / C4 document rule the text fails (None: it passes), and the language
+    where it was identified on the way.
+
+    text is normalized (pipelines.clean.normalize_text, then the line rules): lines are trimmed
+    and at most one blank line separates paragraphs, so lines and paragraphs are plain splits.
+    lower: text.lower(), where the caller has it. Each statistic is computed once, when the first
+    rule that reads it runs, with the per-word work in C (str methods through map / filter, one
+    Counter of the words); the rules and their order are DOC_RULE_NAMES.
+    """
+    if lower is None:
+        lower = text.lower()
+    tokens = lower.split()  # lower-casing changes no whitespace: the same tokens as text.split()
+    words = list(filter(None, map(str.strip, tokens, repeat(_PUNCT))))
+    n_words = len(words)
+    if "min_words" not in disabled and n_words < c.min_words:
+        return "min_words", None
+    if "max_words" not in disabled and n_words > c.max_words:
+        return "max_words", None
+    lens = list(map(len, words))
+    word_chars = sum(lens)
+    if "mean_word_len" not in disabled:
+        mean = word_chars / n_words if n_words else 0.0
+        if not c.min_mean_word_len <= mean <= c.max_mean_word_len:
+            return "mean_word_len", None
+    if ("symbol_word_ratio" not in disabled
+            and text.count("#") + text.count("...") + text.count("\u2026") > c.max_symbol_word_ratio * n_words):
+        return "symbol_word_ratio", None
+    lines: list[str] | None = None
+    if "bullet_lines" not in disabled or "ellipsis_lines" not in disabled:
+        lines = _lines(text)
+        if ("bullet_lines" not in disabled
+                and sum(map(str.startswith, lines, repeat(BULLETS))) / len(lines) > c.max_bullet_lines):
+            return "bullet_lines", None
+        if ("ellipsis_lines" not in disabled
+                and sum(map(str.endswith, lines, repeat(ELLIPSES))) / len(lines) > c.max_ellipsis_lines):
+            return "ellipsis_lines", None
+    if "alpha_words" not in disabled:
+        raw = len(tokens)
+        if raw - _no_letter_tokens(text, raw) < c.min_alpha_words * raw:
+            return "alpha_words", None
+    if ("stop_words" not in disabled
+            and sum(map(GOPHER_STOP_WORDS.__contains__, words)) < c.min_stop_words):
+        return "stop_words", None
+    if "dup_lines" not in disabled or "dup_line_chars" not in disabled:
+        frac, chars = dup_fractions(_lines(text) if lines is None else lines)
+        if "dup_lines" not in disabled and frac > c.max_dup_line_frac:
+            return "dup_lines", None
+        if "dup_line_chars" not in disabled and chars > c.max_dup_line_char_frac:
+            return "dup_line_chars", None
+    if "dup_paragraphs" not in disabled or "dup_paragraph_chars" not in disabled:
+        frac, chars = dup_fractions(text.split("\n\n"))
+        if "dup_paragraphs" not in disabled and frac > c.max_dup_para_frac:
+            return "dup_paragraphs", None
+        if "dup_paragraph_chars" not in disabled and chars > c.max_dup_para_char_frac:
+            return "dup_paragraph_chars", None
+    if "top_ngrams" not in disabled or "dup_ngrams" not in disabled:
+        grams = NGrams(words, lens)
+        if "top_ngrams" not in disabled and _top_ngrams_fail(grams, c.max_top_ngram_frac):
+            return "top_ngrams", None
+        if "dup_ngrams" not in disabled and _dup_ngrams_fail(grams, c.max_dup_ngram_frac):
+            return "dup_ngrams", None
+    if "min_sentences" not in disabled and count_sentences(text, c.min_sentences) < c.min_sentences:
+        return "min_sentences", None
+    if "language" not in disabled and c.english_only:
+        guess = identify(text, c.language_id)
+        if not accepts_language(guess, c):
+            return "language", guess
+        return None, guess
+    return None, None
+
+
+def _lines(text: str) -> list[str]:
+    """The non-blank lines of a normalized text (its blank lines are empty: lines are trimmed)."""
+    lines = text.split("\n")
+    return list(filter(None, lines)) if "" in lines else lines
+
+
+def _no_letter_tokens(text: str, tokens: int) -> int:
+    """How many of the text's `tokens` whitespace tokens hold no letter ([^\\W\\d_], as _NO_LETTER_TOKEN).
+
+    ASCII text: delete every character that is neither a letter nor whitespace (one translate in
+    C); a token without a letter then vanishes, the others keep a letter and their separators.
+    Other text: the regular expression.
+    """
+    if text.isascii():
+        return tokens - len(text.translate(_ASCII_NON_LETTERS).split())
+    return len(_NO_LETTER_TOKEN.findall(text))
+
+
+def _top_ngrams_fail(grams: NGrams, limits: dict[int, float]) -> bool:
+    """Gopher's top n-gram rule: for some n the most frequent n-gram holds more than its share.
+
+    Where NGrams.top_bound is within the limit (ordinary prose: 3- and 4-grams) nothing is counted:
+    the share <= bound / word characters <= the limit.
+    """
+    for n, t in sorted(limits.items()):
+        if n >= 1 and grams.word_chars and grams.top_bound(n, t * grams.word_chars) / grams.word_chars <= t:
+            continue  # share <= bound / word characters <= t
+        if grams.top_frac(n) > t:
+            return True
+    return False
+
+
+def _dup_ngrams_fail(grams: NGrams, limits: dict[int, float]) -> bool:
+    """Gopher's duplicated n-gram rule: for some n the share of characters in repeated n-grams
+    exceeds its limit (n outside 5..10 has share 0, as in Gopher's definition here).
+
+    The shares never grow with n, so once a share is within every later limit the larger n are
+    not computed (prose with a few repeated phrases stops at n = 5).
+    """
+    if any(0.0 > t for n, t in limits.items() if not 5 <= n <= 10):
+        return True
+    inside = {n: t for n, t in limits.items() if 5 <= n <= 10}
+    if not inside:
+        return False
+    for n, frac in grams.dup_frac_steps():
+        if n in inside and frac > inside[n]:
+            return True
+        later = [t for m, t in inside.items() if m > n]
+        if not later or frac <= min(later):
+            return False
+    return False
+
+
 def clean_document(doc: Document, cfg: CleanConfig, line_rules: bool = True,
                    line_counts: Counter | None = None) -> Document | Reject:
     """Normalize a document and apply the enabled rules; the first failing rule names the reason.
@@ -376,25 +573,25 @@ def clean_document(doc: Document, cfg: CleanConfig, line_rules: bool = True,
     text = normalize_text(text)
     if not text:
         return filtered("empty", text)
-    stats = DocStats(text, cfg.language_id)
-    page_rules = PAGE_RULES + (WEB_PAGE_RULES if line_rules else [])
-    for name, rule in page_rules:
-        if name not in disabled and rule(stats, cfg):
-            return filtered(name, text)
+    lower: str | None = text.lower()
+    reason = page_reason(text, lower, cfg, disabled, line_rules)
+    if reason is not None:
+        return filtered(reason, text)
     if line_rules:
-        kept, removed = filter_lines(text, cfg, disabled)
+        kept, removed = _filter_lines(text, lower, cfg, disabled)
         if line_counts is not None:
             line_counts.update(removed)
         if not kept:
             return filtered("empty_after_line_rules", text)
         if removed:
             text = _BLANK_LINES.sub("\n\n", kept)
-            stats = DocStats(text, cfg.language_id)
-    for name, rule in DOC_RULES:
-        if name not in disabled and rule(stats, cfg):
-            out = filtered(name, text)
-            return dataclasses.replace(out, language=stats.language.code) if name == "language" else out
-    guess = stats.language
+            lower = None
+    reason, guess = document_reason(text, cfg, disabled, lower)
+    if reason is not None:
+        out = filtered(reason, text)
+        return dataclasses.replace(out, language=guess.code) if reason == "language" and guess else out
+    if guess is None:
+        guess = identify(text, cfg.language_id)
     return dataclasses.replace(doc, text=text, language=guess.code, language_score=guess.score)
 
 

@@ -80,7 +80,7 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig, output: str, *,
     kept, duplicates = dedupe["kept"], dedupe["duplicates"]
 
     sentenced = kept | "SplitSentences" >> SplitSentences()
-    model, tokenizer_path = tokenizer_model(p, sentenced, cfg, output)
+    model, tokenizer_path, training = tokenizer_model(p, sentenced, cfg, output)
     tokenized_all = sentenced | "Tokenize" >> Tokenize(model, cfg.tokenizer.encode_batch,
                                                        cfg.tokenizer.encode_threads)
     tokenized = tokenized_all | "HasTokens" >> DropEmpty()
@@ -111,4 +111,4 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig, output: str, *,
     # The report (report.html / report.json) comes right after the manifest commits.
     _ = manifest | "Report" >> WriteReport(root if append is None else output, before=read.documents, after=kept,
                                            reject_log=reject_log, duplicates=duplicates, tokenized=tokenized_all,
-                                           plans=corpus.plans)
+                                           plans=corpus.plans, training=training)

@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass
 from typing import Literal
 
@@ -86,12 +87,12 @@ def stopword_shares(words: list[str]) -> dict[str, float]:
     """Share of tokens that are stop words, per language ('en' plus OTHER)."""
     n = len(words)
     counts = dict.fromkeys(("en", *OTHER), 0)
-    get = _LANGS_OF.get
-    for w in words:
-        langs = get(w)
-        if langs:
-            for lang in langs:
-                counts[lang] += 1
+    # Count each distinct word once (Counter is C), then visit only the stop words among them.
+    freq = Counter(words)
+    for w in _LANGS_OF.keys() & freq.keys():
+        k = freq[w]
+        for lang in _LANGS_OF[w]:
+            counts[lang] += k
     return {k: (v / n if n else 0.0) for k, v in counts.items()}
 
 

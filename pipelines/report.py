@@ -300,8 +300,11 @@ def build_warnings(manifest: dict[str, Any]) -> list[str]:
     return out
 
 
-def token_stats(manifest: dict[str, Any], tokens: dict[str, dict[str, int]], words: dict[str, int]) -> dict[str, Any]:
-    """Tokenizer section: requested vs actual vocabulary, <unk> rate, tokens per word."""
+def token_stats(manifest: dict[str, Any], tokens: dict[str, dict[str, int]], words: dict[str, int],
+                training: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Tokenizer section: requested vs actual vocabulary, <unk> rate, tokens per word, and the
+    training's cost (``training``: documents, sentences and bytes sampled, the bound that cut the
+    sample, seconds; None for a reused model)."""
     tok = manifest.get("tokenizer", {})
     asked = manifest.get("config", {}).get("tokenizer", {})
     n_tok = sum(c["tokens"] for c in tokens.values())
@@ -314,6 +317,7 @@ def token_stats(manifest: dict[str, Any], tokens: dict[str, dict[str, int]], wor
         "tokens": n_tok, "unk_tokens": n_unk, "unk_rate": n_unk / n_tok if n_tok else 0.0,
         "words": n_words, "tokens_per_word": n_tok / n_words if n_words else 0.0,
         "unit": "document tokens before packing (no special tokens); words split on whitespace",
+        "training": training,
     }
 
 
@@ -350,7 +354,8 @@ def packing_stats(manifest: dict[str, Any], lengths: dict[str, dict[str, int]]) 
 
 def build_report(manifest: dict[str, Any], before: dict[str, list[int]], after: dict[str, list[int]],
                  extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The report as plain JSON-able data (deterministic: sorted keys, no wall-clock fields).
+    """The report as plain JSON-able data (deterministic: sorted keys, no wall-clock fields except
+    ``tokenizer.training.seconds``, the measured training cost).
 
     extra: what the pipeline combined besides the length histograms (``WriteReport``):
     examples, dedupe, tokens, words, packed_lengths; a missing part gives an empty section.
@@ -391,7 +396,7 @@ def build_report(manifest: dict[str, Any], before: dict[str, list[int]], after: 
                            "counts": extra.get("dedupe", {}).get("similarity", [0] * SIMILARITY_BINS),
                            "unit": "verified shingle Jaccard of each removed near duplicate with its kept document"},
         },
-        "tokenizer": token_stats(manifest, extra.get("tokens", {}), extra.get("words", {})),
+        "tokenizer": token_stats(manifest, extra.get("tokens", {}), extra.get("words", {}), extra.get("training")),
         "token_share": token_share(extra.get("tokens", {})),
         "packing": packing_stats(manifest, extra.get("packed_lengths", {})),
         "config": manifest.get("config", {}),
@@ -602,7 +607,7 @@ def _sections(report: dict[str, Any], img) -> str:
          "<unk> rate", "tokens per word"],
         [[t["kind"], t["model_type"], "reused model" if t["reused"] else t["requested_vocab_size"], t["vocab_size"],
           t["tokens"], t["unk_tokens"], f"{100 * t['unk_rate']:.4f}%", f"{t['tokens_per_word']:.3f}"]])
-        + f"<p>{html.escape(t['unit'])}.</p>")
+        + f"<p>{html.escape(t['unit'])}.</p>" + _training_html(t.get("training")))
     parts.append("<h2>Token share per source</h2>" + img(TOKENS_PNG, "token share per source"))
     pk = report["packing"]
     parts.append("<h2>Packed sequences</h2>" + _table(
@@ -614,6 +619,16 @@ def _sections(report: dict[str, Any], img) -> str:
                  + (html.escape(", ".join(off)) if off else "none") + "</p><pre>"
                  + html.escape(json.dumps(report["config"], sort_keys=True, indent=1)) + "</pre>")
     return "\n".join(parts)
+
+
+def _training_html(training: dict[str, Any] | None) -> str:
+    """One line on the tokenizer's training sample and cost (nothing for a reused model)."""
+    if not training:
+        return ""
+    cut = f", cut by the {training['bounded_by']} bound" if training.get("bounded_by") else ""
+    return html.escape(f"Trained on {training['sentences']:,} sentences ({training['bytes'] / 1e6:,.1f} MB) "
+                       f"from {training['documents']:,} documents{cut} in {training['seconds']:.1f} s.").join(
+        ("<p>", "</p>"))
 
 
 def render_html(report: dict[str, Any], pngs: dict[str, bytes]) -> str:
@@ -691,13 +706,16 @@ class WriteReport(beam.PTransform):
     combined in the pipeline, reach the writer. The optional PCollections feed the #17 sections,
     each combined to a small summary first: reject_log (Reject / Duplicate: examples per reason),
     duplicates (cluster sizes, similarity), tokenized (TokenizedDocument: tokens, <unk> per source)
-    and plans (the packing plans' singleton list from ``WriteCorpus.plans``: sequence lengths).
+    and plans (the packing plans' singleton list from ``WriteCorpus.plans``: sequence lengths), and
+    training (``TrainTokenizer.stats``: the tokenizer sample and training seconds).
     """
 
-    def __init__(self, output: str, before, after, reject_log=None, duplicates=None, tokenized=None, plans=None):
+    def __init__(self, output: str, before, after, reject_log=None, duplicates=None, tokenized=None, plans=None,
+                 training=None):
         super().__init__()
         self.output, self.before, self.after = output, before, after
-        self.optional = {"reject_log": reject_log, "duplicates": duplicates, "tokenized": tokenized, "plans": plans}
+        self.optional = {"reject_log": reject_log, "duplicates": duplicates, "tokenized": tokenized, "plans": plans,
+                         "training": training}
 
     def expand(self, manifest):
         hist_before = self.before | "LengthsBefore" >> beam.CombineGlobally(LengthHistogram())
@@ -712,6 +730,8 @@ class WriteReport(beam.PTransform):
             parts["tokens"] = o["tokenized"] | "TokenCounts" >> beam.CombineGlobally(TokenCounts())
         if o["plans"] is not None:
             parts["packed_lengths"] = o["plans"] | "PackedLengths" >> beam.Map(packed_lengths)
+        if o["training"] is not None:
+            parts["training"] = o["training"]  # already one small dict (TrainTokenizer.stats)
         names = sorted(parts)
         output = self.output
 

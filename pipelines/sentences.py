@@ -12,6 +12,8 @@ Phys. Rev., Proc. Natl. Acad. Sci.), single letters (initials) and dotted forms 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from itertools import islice
 
 # Case-insensitive: never (or hardly ever) a sentence's last word in running text.
 _ABBREV = frozenset("""
@@ -49,9 +51,8 @@ def is_abbreviation(word: str, next_char: str) -> bool:
     return "." in lower and all(part.isalpha() and len(part) <= 3 for part in lower.split("."))
 
 
-def split_sentences(text: str) -> list[str]:
-    """Split a document into sentences (paragraph breaks always end a sentence)."""
-    out: list[str] = []
+def iter_sentences(text: str) -> Iterator[str]:
+    """The sentences of a document in order (paragraph breaks always end a sentence)."""
     for para in text.split("\n"):
         para = para.strip()
         if not para:
@@ -59,13 +60,25 @@ def split_sentences(text: str) -> list[str]:
         start = 0
         for m in _BOUNDARY.finditer(para):
             end = m.end(1)
-            word = para[start:end].rsplit(None, 1)[-1].rstrip(_CLOSERS).lstrip(_OPENERS)
-            nxt = para[m.end():m.end() + 2].lstrip(_OPENERS)[:1]
-            if m.group(1).startswith(".") and not m.group(1).startswith("..") and is_abbreviation(word, nxt):
-                continue
-            out.append(para[start:end].strip())
+            mark = m.group(1)
+            # Only a single period can follow an abbreviation ("!", "?" and ".." always end).
+            if mark[0] == "." and not mark.startswith(".."):
+                word = para[start:end].rsplit(None, 1)[-1].rstrip(_CLOSERS).lstrip(_OPENERS)
+                nxt = para[m.end():m.end() + 2].lstrip(_OPENERS)[:1]
+                if is_abbreviation(word, nxt):
+                    continue
+            yield para[start:end].strip()
             start = m.end()
         tail = para[start:].strip()
         if tail:
-            out.append(tail)
-    return out
+            yield tail
+
+
+def split_sentences(text: str) -> list[str]:
+    """Split a document into sentences (paragraph breaks always end a sentence)."""
+    return list(iter_sentences(text))
+
+
+def count_sentences(text: str, at_most: int) -> int:
+    """min(at_most, the number of sentences): a threshold needs only the first few."""
+    return sum(1 for _ in islice(iter_sentences(text), max(0, at_most)))

@@ -56,9 +56,11 @@ class ReuseTokenizer(beam.PTransform):
 
 
 def tokenizer_model(p: beam.Pipeline, sentenced, cfg: BuildConfig, output: str):
-    """(singleton PCollection of the model bytes, its path under ``output``): reused or trained."""
+    """(singleton PCollection of the model bytes, its path under ``output``, the training's cost
+    as a singleton PCollection for the report, or None for a reused model)."""
     if cfg.tokenizer.model_url:
         reuse = ReuseTokenizer(cfg.tokenizer.model_url, output)
-        return p | "Tokenizer" >> reuse, reuse.path
-    trained = sentenced | "TrainTokenizer" >> TrainTokenizer(cfg.tokenizer, cfg.seed, output)
-    return trained, model_path(cfg.tokenizer.model_type)
+        return p | "Tokenizer" >> reuse, reuse.path, None
+    trainer = TrainTokenizer(cfg.tokenizer, cfg.seed, output)
+    trained = sentenced | "TrainTokenizer" >> trainer
+    return trained, model_path(cfg.tokenizer.model_type), trainer.stats

@@ -19,6 +19,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -248,37 +249,161 @@ def sample_key(seed: int, doc_id: str) -> int:
     return stable_hash(seed, "tokenizer-sample", doc_id)
 
 
+# One document of the training sample: (sample key, sentences cut at MAX_SENTENCE_CHARS, their UTF-8 bytes).
+SampleEntry = tuple[int, tuple[str, ...], int]
+
+
+def sample_entry(seed: int, doc: SentencedDocument) -> SampleEntry:
+    """A document's entry in the training sample (its key, its sentences as training reads them, their bytes)."""
+    sents = tuple(s[:MAX_SENTENCE_CHARS] for s in doc.sentences)
+    return sample_key(seed, doc.doc_id), sents, len("".join(sents).encode("utf-8", "surrogatepass"))
+
+
+@dataclass(frozen=True)
+class SampleBounds:
+    """The training sample's bounds: documents, sentences and UTF-8 bytes (TokenizerConfig)."""
+
+    documents: int
+    sentences: int
+    bytes: int
+
+    @classmethod
+    def of(cls, cfg: TokenizerConfig) -> SampleBounds:
+        return cls(cfg.sample_docs, cfg.input_sentence_size, cfg.sample_bytes)
+
+    def needed(self, entries: list[SampleEntry]) -> list[SampleEntry]:
+        """The entries (sorted by key) that can contribute a sentence: each one before which fewer
+        than the bounds' documents, sentences and bytes come. On any subset of a corpus this keeps
+        every entry the whole corpus's sample needs (its prefix sums are no larger), so it can trim
+        partial accumulators: memory stays bounded by the sample, not the corpus."""
+        entries.sort()
+        out: list[SampleEntry] = []
+        sents = nbytes = 0
+        for e in entries:
+            if len(out) >= self.documents or sents >= self.sentences or nbytes >= self.bytes:
+                break
+            out.append(e)
+            sents += len(e[1])
+            nbytes += e[2]
+        return out
+
+
+class BoundedSample(beam.CombineFn):
+    """The smallest-key documents of the corpus, as many as the sample bounds need (a bottom-k that
+    counts documents, sentences and bytes). Associative and order-free: the same sample on every
+    runner, bundling and retry."""
+
+    def __init__(self, bounds: SampleBounds):
+        self.bounds = bounds
+
+    def create_accumulator(self) -> list:
+        return [[], 0, 0]  # entries, sentences, bytes (since the last trim)
+
+    def _add(self, acc: list, entries: Iterable[SampleEntry]) -> list:
+        for e in entries:
+            acc[0].append(e)
+            acc[1] += len(e[1])
+            acc[2] += e[2]
+        b = self.bounds
+        # Trim once twice the bounds are held: amortized O(log n) per document.
+        if len(acc[0]) >= 2 * b.documents or acc[1] >= 2 * b.sentences or acc[2] >= 2 * b.bytes:
+            kept = b.needed(acc[0])
+            acc = [kept, sum(len(e[1]) for e in kept), sum(e[2] for e in kept)]
+        return acc
+
+    def add_input(self, acc: list, entry: SampleEntry) -> list:
+        return self._add(acc, (entry,))
+
+    def merge_accumulators(self, accs: Iterable[list]) -> list:
+        out = self.create_accumulator()
+        for a in accs:
+            out = self._add(out, a[0])
+        return out
+
+    def extract_output(self, acc: list) -> list[SampleEntry]:
+        return self.bounds.needed(acc[0])
+
+
+def training_sentences(sample: list[SampleEntry], bounds: SampleBounds) -> tuple[list[str], dict[str, object]]:
+    """The sentences the tokenizer trains on, in sample order, and what was taken.
+
+    The longest run of the sample's sentences (documents in key order) within the sentence and
+    byte bounds. Returns (sentences, stats): documents, sentences and bytes taken, and the bound
+    the sample reached (``bounded_by``: "sentences", "bytes", "documents" (``sample_docs``
+    documents sampled) or None: the whole corpus).
+    """
+    sample = sorted(sample)
+    out: list[str] = []
+    nbytes = docs = 0
+    bounded_by: str | None = "documents" if len(sample) >= bounds.documents else None
+    for _, sents, doc_bytes in sample:
+        if len(out) + len(sents) <= bounds.sentences and nbytes + doc_bytes <= bounds.bytes:
+            out.extend(sents)  # the whole document fits (the usual case): no per-sentence work
+            nbytes += doc_bytes
+            docs += 1 if sents else 0
+            continue
+        taken = 0
+        for s in sents:
+            size = len(s.encode("utf-8", "surrogatepass"))
+            if len(out) >= bounds.sentences:
+                bounded_by = "sentences"
+                break
+            if nbytes + size > bounds.bytes:
+                bounded_by = "bytes"
+                break
+            out.append(s)
+            nbytes += size
+            taken += 1
+        docs += 1 if taken else 0
+        if bounded_by in ("sentences", "bytes"):
+            break
+    else:  # every document fitted whole: a bound may still be reached exactly at a document's end
+        if len(out) >= bounds.sentences:
+            bounded_by = "sentences"
+        elif nbytes >= bounds.bytes:
+            bounded_by = "bytes"
+    return out, {"documents": docs, "sentences": len(out), "bytes": nbytes, "bounded_by": bounded_by}
+
+
 class TrainTokenizer(beam.PTransform):
     """Sentenced documents -> a one-element PCollection with the trained tokenizer file's bytes.
 
-    The sample is the `sample_docs` documents with the smallest content hash
-    (a distributed bottom-k: Top.Smallest combines per worker, then merges),
-    so it is the same on every runner; training itself runs on one worker,
-    bounded by `input_sentence_size`.
+    The sample is the documents with the smallest content hash, as many as its bounds need
+    (``sample_docs`` documents, ``input_sentence_size`` sentences, ``sample_bytes`` UTF-8 bytes;
+    ``BoundedSample``: a distributed bottom-k that combines per worker, then merges, trimming as
+    it goes), so it is the same on every runner and its memory is bounded whatever the corpus
+    size; training runs on one worker on the first sentences of the sample within the bounds.
+    After expansion, ``stats`` is a one-element PCollection with the training's cost: documents,
+    sentences and bytes sampled, the bound that cut the sample, and the training seconds.
     """
 
     def __init__(self, cfg: TokenizerConfig, seed: int, output: str):
         super().__init__()
         self.cfg, self.seed, self.output = cfg, seed, output
+        self.stats = None
 
     def expand(self, docs):
         seed, cfg, output = self.seed, self.cfg, self.output
+        bounds = SampleBounds.of(cfg)
 
-        def train(sample: list[tuple[int, tuple[str, ...]]]) -> bytes:
-            sample = sorted(sample)
-            sentences = [s[:MAX_SENTENCE_CHARS] for _, sents in sample for s in sents]
+        def train(sample: list[SampleEntry]) -> tuple[bytes, dict[str, object]]:
+            sentences, stats = training_sentences(sample, bounds)
             if not sentences:
                 raise UserError("tokenizer: the clean corpus is empty, nothing to train on")
-            model = train_tokenizer(sentences[: cfg.input_sentence_size], cfg)
+            start = time.monotonic()
+            model = train_tokenizer(sentences, cfg)
+            stats["seconds"] = round(time.monotonic() - start, 3)  # the report's one measured field
             write_bytes_atomic(f"{output.rstrip('/')}/{model_path(cfg.model_type)}", model)
-            return model
+            return model, stats
 
-        return (
+        trained = (
             docs
-            | "KeyForSample" >> beam.Map(lambda d: (sample_key(seed, d.doc_id), d.sentences))
-            | "BottomK" >> beam.combiners.Top.Smallest(cfg.sample_docs)
+            | "KeyForSample" >> beam.Map(lambda d: sample_entry(seed, d))
+            | "BoundedSample" >> beam.CombineGlobally(BoundedSample(bounds))
             | "Train" >> beam.Map(train)
         )
+        self.stats = trained | "TrainingStats" >> beam.Map(lambda t: t[1])
+        return trained | "Model" >> beam.Map(lambda t: t[0])
 
 
 def resolve_threads(num_threads: int) -> int:

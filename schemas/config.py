@@ -140,6 +140,10 @@ class TokenizerConfig(Strict):
     sample_docs: int = Field(200_000, ge=1)
     # Sentences the tokenizer trains on at most (the first of the sample); SentencePiece requires > 100.
     input_sentence_size: int = Field(2_000_000, gt=100)
+    # UTF-8 bytes of sentences the tokenizer trains on at most (the first of the sample, like
+    # input_sentence_size): training time and memory stay bounded whatever the corpus size. At
+    # least 32 KiB, so the longest sentence (8192 characters) always fits.
+    sample_bytes: int = Field(256_000_000, ge=32_768)
     # SentencePiece only. Coverage 1.0 gives every character of the sample a piece (English: ~100
     # characters); byte fallback spells any other character as <0xNN> byte pieces, so no text
     # becomes <unk>. Lower the coverage (0.9995) for scripts with thousands of characters (CJK).

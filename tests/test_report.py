@@ -348,3 +348,24 @@ def test_real_build_unk_rate_counts_the_unk_in_the_shards(real_builds):
     assert unk > 0 and t["unk_tokens"] == unk
     assert t["unk_rate"] == pytest.approx(unk / m["counters"]["pack_input_tokens"])
     assert summary["tokenizer"]["unk_rate"] == round(t["unk_rate"], 6)
+
+
+@pytest.mark.slow
+def test_real_build_reports_the_tokenizer_training_cost(real_builds):
+    """report.json's tokenizer section says what the tokenizer trained on and how long it took:
+    here (the sample bounds far above the corpus) every sentence of every kept document."""
+    import pyarrow.parquet as pq
+
+    from pipelines.sentences import split_sentences
+
+    out, m, report, _, _ = real_builds["normal"]
+    texts = pq.read_table(str(out / m["intermediates"]["clean"])).column("text").to_pylist()
+    sentences = [s[:8192] for t in texts for s in split_sentences(t)]
+    training = report["tokenizer"]["training"]
+    assert training["documents"] == len(texts) > 100
+    assert training["sentences"] == len(sentences)
+    assert training["bytes"] == sum(len(s.encode("utf-8")) for s in sentences)
+    assert training["bounded_by"] is None
+    assert 0 < training["seconds"] < 300
+    html_text = (out / "report.html").read_text()
+    assert f"Trained on {len(sentences):,} sentences" in html_text

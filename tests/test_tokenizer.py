@@ -28,17 +28,21 @@ from pipelines.sentences import split_sentences
 from pipelines.tokenizer import (
     BYTE_BPE_PATH,
     MODEL_PATH,
+    BoundedSample,
+    SampleBounds,
     Tokenize,
     TrainTokenizer,
     encode_documents,
     load_model,
     load_processor,
     model_spec,
+    sample_entry,
     sample_key,
     tokenizer_info,
     train_byte_bpe,
     train_sentencepiece,
     train_tokenizer,
+    training_sentences,
 )
 from schemas import SPECIAL_TOKENS, UNK_ID
 from schemas.config import BuildConfig, TokenizerConfig
@@ -111,6 +115,79 @@ def test_input_sentence_size_bounds_training(docs):
     sents = [s for d in docs for s in d.sentences]
     small = UNIGRAM.model_copy(update={"input_sentence_size": 200})
     assert train_sentencepiece(sents, small) == train_sentencepiece(sents[:200], small)
+
+
+def test_bounded_sample_is_the_same_however_the_corpus_is_split(docs):
+    """The sample combine (BoundedSample) gives the same entries for any partition and order of
+    the corpus: it only ever drops entries the whole corpus's sample cannot need."""
+    bounds = SampleBounds(documents=60, sentences=400, bytes=40_000)
+    entries = [sample_entry(5, d) for d in docs]
+    whole = bounds.needed(list(entries))
+    assert 0 < len(whole) < len(docs)
+    fn = BoundedSample(bounds)
+    rng = random.Random(3)
+    for _ in range(5):
+        shuffled = list(entries)
+        rng.shuffle(shuffled)
+        accs = []
+        for part in np.array_split(np.arange(len(shuffled)), rng.randint(1, 9)):
+            acc = fn.create_accumulator()
+            for i in part:
+                acc = fn.add_input(acc, shuffled[i])
+            accs.append(acc)
+        assert fn.extract_output(fn.merge_accumulators(accs)) == whole
+
+
+@pytest.mark.parametrize("bound", ["bytes", "sentences"])
+def test_training_on_a_corpus_larger_than_the_bound_reads_exactly_the_bounded_sample(docs, tmp_path, bound):
+    """A corpus over sample_bytes (or input_sentence_size) trains on the first sentences of the
+    sample within the bound, the same model for any input order; the cost reaches TrainingStats."""
+    total = sum(len(s.encode()) for d in docs for s in d.sentences)
+    update = {"sample_bytes": 40_000} if bound == "bytes" else {"input_sentence_size": 300}
+    cfg = UNIGRAM.model_copy(update=update)
+    assert (total > 40_000) if bound == "bytes" else (sum(len(d.sentences) for d in docs) > 300)
+    # Independently: documents in sample-key order, sentences while both bounds hold.
+    want: list[str] = []
+    size = 0
+    for d in sorted(docs, key=lambda d: sample_key(11, d.doc_id)):
+        for s in d.sentences:
+            if len(want) >= cfg.input_sentence_size or size + len(s.encode()) > cfg.sample_bytes:
+                break
+            want.append(s)
+            size += len(s.encode())
+        else:
+            continue
+        break
+    assert 100 < len(want) < sum(len(d.sentences) for d in docs)
+
+    models, stats = [], []
+    for order, name in ((docs, "a"), (list(reversed(docs)), "b")):
+        out = str(tmp_path / name)
+        with test_pipeline.TestPipeline(runner="FnApiRunner") as p:
+            trainer = TrainTokenizer(cfg, 11, out)
+            _ = p | beam.Create(order) | trainer
+            _ = trainer.stats | beam.Map(lambda st, path=os.path.join(out, "stats.json"):
+                                         open(path, "w").write(json.dumps(st)))
+        models.append(open(os.path.join(out, MODEL_PATH), "rb").read())
+        stats.append(json.loads(open(os.path.join(out, "stats.json")).read()))
+    assert models[0] == models[1] == train_tokenizer(want, cfg)
+    for st in stats:
+        assert {k: st[k] for k in ("sentences", "bytes", "bounded_by")} == {
+            "sentences": len(want), "bytes": size, "bounded_by": bound}
+        assert st["seconds"] >= 0 and 0 < st["documents"] < len(docs)
+
+
+def test_below_the_bounds_the_sample_is_the_whole_bottom_k(docs):
+    """Defaults far above a small corpus: every sentence of the sample_docs smallest-key documents,
+    in key order, exactly what training read before the byte bound existed."""
+    cfg = UNIGRAM.model_copy(update={"sample_docs": 50})
+    bounds = SampleBounds.of(cfg)
+    sample = bounds.needed([sample_entry(11, d) for d in docs])
+    sentences, stats = training_sentences(sample, bounds)
+    chosen = sorted(docs, key=lambda d: sample_key(11, d.doc_id))[:50]
+    assert sentences == [s for d in chosen for s in d.sentences]
+    assert stats == {"documents": 50, "sentences": len(sentences), "bytes": sum(len(s.encode()) for s in sentences),
+                     "bounded_by": "documents"}
 
 
 @pytest.mark.parametrize("kind", ["unigram", "bpe"])
