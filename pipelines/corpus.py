@@ -133,7 +133,16 @@ class _PlanGroup(beam.DoFn):
             "stats": stats.as_dict(),
             # length -> sequences (at most max_seq_len entries): the report's length histogram
             "seq_lengths": dict(sorted(Counter(len(s.input_ids) for s in seqs).items())),
+            # source -> document tokens (specials excluded): the manifest's per-source tokens
+            "source_tokens": dict(sorted(_source_tokens(ordered).items())),
         }
+
+
+def _source_tokens(docs: Iterable[TokenizedDocument]) -> Counter[str]:
+    counts: Counter[str] = Counter()
+    for d in docs:
+        counts[d.source] += d.num_tokens
+    return counts
 
 
 def shard_offsets(plans: list[tuple[GroupKey, dict[str, Any]]]) -> dict[GroupKey, int]:
@@ -226,10 +235,19 @@ def assemble_manifest(shards: list[dict[str, Any]], plans: list[tuple[GroupKey, 
         tokenizer=tok,
         shards=infos,
         totals=dict(sorted(totals.items())),
-        accounting=accounts,
+        accounting=_with_tokens(accounts, plans),
         counters=dict(sorted(counters.items())),
         intermediates=intermediates,
     )
+
+
+def _with_tokens(accounts: dict[str, SourceAccount],
+                 plans: list[tuple[GroupKey, dict[str, Any]]]) -> dict[str, SourceAccount]:
+    """The accounts with each source's document tokens in this build (what mixing weights are planned on)."""
+    tokens: Counter[str] = Counter()
+    for _, plan in plans:
+        tokens.update(plan.get("source_tokens", {}))
+    return {name: a.model_copy(update={"tokens": tokens.get(name, 0)}) for name, a in accounts.items()}
 
 
 def count_groups(total_tokens: int, cfg: BuildConfig) -> int:

@@ -285,7 +285,8 @@ def _sum_accounts(a: SourceAccount, b: SourceAccount) -> SourceAccount:
         return {k: x.get(k, 0) + y.get(k, 0) for k in sorted(set(x) | set(y))}
 
     return SourceAccount(input=a.input + b.input, kept=a.kept + b.kept, filtered=add(a.filtered, b.filtered),
-                         duplicate=add(a.duplicate, b.duplicate), rejected=add(a.rejected, b.rejected))
+                         duplicate=add(a.duplicate, b.duplicate), rejected=add(a.rejected, b.rejected),
+                         tokens=a.tokens + b.tokens)
 
 
 def merge_version(parent: Manifest | None, batch: Manifest, n: int, inputs: list[InputFile],

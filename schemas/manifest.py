@@ -91,6 +91,9 @@ class SourceAccount(_M):
     filtered: dict[str, int] = {}
     duplicate: dict[str, int] = {}  # exact | near | span
     rejected: dict[str, int] = {}
+    # Tokens of the kept documents (specials excluded, train and valid): what a mix of sources is
+    # planned on (trainer --mix, docs/loader.md). Not part of the accounting identity.
+    tokens: int = 0
 
     @property
     def total_out(self) -> int:

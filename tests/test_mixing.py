@@ -185,3 +185,11 @@ def test_a_bad_mix_flag_is_one_clear_line(tmp_path):
                        text=True, timeout=120)
     assert r.returncode != 0
     assert "Traceback" not in r.stderr and "--mix 'somewhere=heavy'" in r.stderr
+
+
+def test_the_manifest_records_tokens_per_source(two_corpora):
+    """Per-source tokens (kept documents, specials excluded) add up to what packing took in."""
+    for root in two_corpora:
+        m = load_manifest(root)[0]
+        assert m.accounting and all(a.tokens > 0 for a in m.accounting.values() if a.kept)
+        assert sum(a.tokens for a in m.accounting.values()) == m.counters["pack_input_tokens"]
