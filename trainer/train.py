@@ -26,18 +26,20 @@ import torch
 import torch.distributed as dist
 
 from schemas import MASK_ID, PAD_ID
-from schemas.cliargs import ArgumentParser, absolute
-from schemas.config import PAIR_RULES, ModelConfig, TrainConfig, load_config, parse_config
+from schemas.cliargs import ArgumentParser
+from schemas.config import PAIR_RULES, ModelConfig, TrainConfig
 from schemas.errors import UserError, run_cli
 from schemas.manifest import Manifest, load_manifest, open_tokenizer
 from schemas.tokenizer_files import WORD_START_MARKERS
 from storage import join
 from trainer.checkpoint import load_latest_checkpoint, save_checkpoint
 from trainer.data import ShardLoader, gather_state_dict
+from trainer.loggers import RunCounters, open_loggers
 from trainer.masking import Masker, word_start_table
-from trainer.metrics import MetricsLogger, StarvationMonitor, device_peak_flops, progress_bar
+from trainer.metrics import StarvationMonitor, device_peak_flops, progress_bar
 from trainer.model import Encoder, flops_per_token, resolve_dims
 from trainer.optim import build_optimizer, linear_schedule
+from trainer.recipes import check_packing, config_yaml, resolve_train_config
 
 log = logging.getLogger("shardforge.train")
 
@@ -155,6 +157,10 @@ class StepStats:
             if k in out:
                 self._acc(k, out[k].detach().float())
         self.tokens += tokens
+
+    def add_value(self, key: str, value: torch.Tensor) -> None:
+        """A device scalar read back with the step's one sync (e.g. the gradient norm)."""
+        self._acc(key, value.detach().float())
 
     def _acc(self, key: str, value: torch.Tensor) -> None:
         self._sums[key] = self._sums[key] + value if key in self._sums else value
@@ -317,6 +323,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     manifest, root = load_manifest(cfg.data)
     if not manifest.shards_of("train"):
         raise UserError(f"corpus {root} has no train shards")
+    check_packing(cfg, manifest.packing_rule, root)  # recipes (#20): the rule the recipe trains on
     check_heads(cfg, manifest)
     vocab_size, word_starts = vocab_tables(manifest, root)
     special = manifest.tokenizer.special_ids
@@ -349,6 +356,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
                             world_size=dd.world_size, shuffle_buffer=1, epochs=1)
 
     step = 0
+    counters = RunCounters(cfg.trackers.loss_smoothing)  # tokens seen, smoothed loss (#20)
     found = load_latest_checkpoint(cfg.output) if cfg.resume else None
     if found:
         ckpt, state = found
@@ -358,6 +366,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
         scheduler.load_state_dict(state["scheduler"])
         loader.load_state_dict(state["loader"])
         step = int(state["step"])
+        counters.load_state_dict(state.get("counters", {}))
         restore_rng(state["rng"], dd, device, cfg.seed + dd.rank + step)
         if dd.main:
             log.info("resumed from %s at step %d", ckpt, step)
@@ -371,7 +380,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
             "model": raw_model.state_dict(), "optimizer": optimizer.state_dict(),
             "scheduler": scheduler.state_dict(), "loader": loader_state, "rng": rng, "step": step,
             "config": cfg.model_dump(mode="json"), "vocab_size": vocab_size,
-            "manifest": manifest.tokenizer.sha256,
+            "manifest": manifest.tokenizer.sha256, "counters": counters.state_dict(),
         }, cfg.keep_last)
 
     accum = micro_batches_per_step(cfg, dd.world_size, manifest.max_seq_len)
@@ -379,7 +388,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     flops_tok = flops_per_token(dims, manifest.max_seq_len,
                                 lm_head_fraction=cfg.masking.rate if cfg.model.masked_only_head else 1.0)
     peak = device_peak_flops(torch.cuda.get_device_name(device) if device.type == "cuda" else None)
-    metrics = MetricsLogger(cfg.output, enabled=dd.main)
+    metrics = open_loggers(cfg, enabled=dd.main)  # metrics.jsonl, TensorBoard, W&B / MLflow (#20)
     starvation = StarvationMonitor()
     first_loss = last_loss = None
     it = iter(loader)
@@ -407,8 +416,9 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
                         out = model(**model_inputs(batch, masked))
                     (out["loss"] / accum).backward()
                 s.add(out, tokens, 1.0 / accum)
-            if cfg.optim.clip_norm:
-                torch.nn.utils.clip_grad_norm_(raw_model.parameters(), cfg.optim.clip_norm)
+            # The norm is logged every step; with no clipping (RoBERTa) an infinite max leaves the gradients as they are.
+            grad_norm = torch.nn.utils.clip_grad_norm_(raw_model.parameters(), cfg.optim.clip_norm or math.inf)
+            s.add_value("grad_norm", grad_norm)
             optimizer.step()
             scheduler.step()
             optimizer.zero_grad(set_to_none=True)
@@ -420,7 +430,8 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
             tokens = s.tokens * dd.world_size
             record = {"step": step, "loss": v["loss"], "lr": scheduler.get_last_lr()[0],
                       "mlm_acc": v["mlm_correct"] / max(v["mlm_count"], 1.0), "tokens_per_s": tokens / dt,
-                      "step_time": dt, "data_wait_share": wait / dt, "epoch": epoch}
+                      "step_time": dt, "data_wait_share": wait / dt, "epoch": epoch, "grad_norm": v["grad_norm"]}
+            record.update(counters.update(v["loss"], tokens))
             if v["sentence_count"]:
                 record["sentence_acc"] = v["sentence_correct"] / v["sentence_count"]
             if peak:
@@ -464,36 +475,11 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
 
 # ------------------------------------------------------------------ CLI
 
-def build_train_config(args: argparse.Namespace, overrides: list[str]) -> TrainConfig:
-    data: dict[str, Any] = load_config(TrainConfig, args.config).model_dump() if args.config else {}
-    for k in ("data", "output", "steps", "batch_size", "seed", "num_workers", "tokens_per_batch", "device",
-              "follow"):
-        v = getattr(args, k)
-        if v is not None:
-            data[k] = v
-    for item in overrides:  # --set model.size=base --set masking.scheme=span
-        if "=" not in item:
-            raise UserError(f"--set expects key=value, got {item!r}")
-        key, value = item.split("=", 1)
-        node = data
-        parts = key.split(".")
-        for p in parts[:-1]:
-            node = node.setdefault(p, {})
-        node[parts[-1]] = _parse_value(value)
-    if "data" not in data:
-        raise UserError("--data URL (the corpus or its manifest.json) is required")
-    # Checkpoints record the config: a relative corpus path would only resolve from this directory.
-    data["data"] = absolute(str(data["data"]))
-    return parse_config(TrainConfig, data, what="train config")
-
-
-def _parse_value(v: str) -> Any:
-    import json
-
-    try:
-        return json.loads(v)
-    except json.JSONDecodeError:
-        return v
+def build_train_config(args: argparse.Namespace, overrides: list[str], require_data: bool = True) -> TrainConfig:
+    """Recipe -> --config -> flags -> --set (trainer/recipes)."""
+    flags = {k: getattr(args, k) for k in ("data", "output", "steps", "batch_size", "seed", "num_workers",
+                                           "tokens_per_batch", "device", "follow")}
+    return resolve_train_config(getattr(args, "recipe", None), args.config, flags, overrides, require_data)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -501,7 +487,11 @@ def main(argv: list[str] | None = None) -> int:
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", help="Corpus URL or its manifest.json (local, gs://, s3://).")
     p.add_argument("--output", help="Run folder URL: metrics, checkpoints (default runs/run).")
+    p.add_argument("--recipe", help="Named recipe of a paper (roberta-base, albert-large, spanbert-base, cpu, ...: "
+                                    "docs/recipes.md); --config, flags and --set override it.")
     p.add_argument("--config", help="Train config YAML/JSON (flags override it).")
+    p.add_argument("--print-config", action="store_true",
+                   help="Print the resolved config (recipe + config + flags + --set) as YAML and exit.")
     p.add_argument("--steps", type=int, help="Optimizer steps to train to.")
     p.add_argument("--batch_size", type=int, help="Sequences per micro-batch per rank.")
     p.add_argument("--tokens_per_batch", type=int, help="Token budget per micro-batch (DOC-SENTENCES).")
@@ -518,6 +508,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    if args.print_config:
+        print(config_yaml(build_train_config(args, args.set, require_data=False)), end="")
+        return 0
     summary = train(build_train_config(args, args.set))
     if int(os.environ.get("RANK", "0")) == 0:
         if summary["first_loss"] is None:
