@@ -12,6 +12,7 @@ import math
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -58,13 +59,27 @@ def wandb_history(run_dir: Path) -> tuple[dict[int, dict[str, float]], dict[str,
     assert paths, f"no offline wandb run under {run_dir}"
     history: dict[int, dict[str, float]] = {}
     config: dict[str, Any] = {}
-    for rec in (r for path in paths for r in wandb_records(path)):
+    def items(entries: Any) -> dict[str, Any]:
+        return {(i.key or ".".join(i.nested_key)): json.loads(i.value_json) for i in entries}
+
+    records: list[Any] = []
+    for path in paths:
+        # wandb's service process writes the file: finish() can return before the last records land.
+        deadline = time.monotonic() + 60
+        while True:
+            recs = wandb_records(path)
+            if any(r.WhichOneof("record_type") == "exit" for r in recs):
+                break
+            assert time.monotonic() < deadline, f"{path} has no exit record"
+            time.sleep(0.2)
+        records.extend(recs)
+    for rec in records:
         kind = rec.WhichOneof("record_type")
         if kind == "history":
-            items = {i.key: json.loads(i.value_json) for i in rec.history.item}
-            history[int(items.pop("_step"))] = {k: v for k, v in items.items() if not k.startswith("_")}
-        elif kind == "config":
-            config.update({i.key: json.loads(i.value_json) for i in rec.config.update})
+            row = items(rec.history.item)
+            history[int(row.pop("_step"))] = {k: v for k, v in row.items() if not k.startswith("_")}
+        elif kind == "run":  # the run record carries the config
+            config.update(items(rec.run.config.update))
     return history, config
 
 

@@ -40,9 +40,10 @@ def ema(values: list[float], smooth: float) -> list[float]:
 
 
 def x_axis(rows: list[dict[str, Any]], x: str = "auto") -> tuple[str, dict[int, float]]:
-    """(label, step -> x): tokens seen when every row has them (x auto or tokens), else the step."""
-    if x in ("auto", "tokens") and rows and all("tokens_seen" in r for r in rows):
-        return "tokens seen", {r["step"]: float(r["tokens_seen"]) for r in rows}
+    """(label, step -> x): tokens seen when the run logged them (x auto or tokens), else the step."""
+    seen = {r["step"]: float(r["tokens_seen"]) for r in rows if "tokens_seen" in r}
+    if x in ("auto", "tokens") and seen:
+        return "tokens seen", seen
     if x == "tokens":
         raise UserError("this run did not log tokens_seen (trained before it existed): use --x step")
     return "step", {r["step"]: float(r["step"]) for r in rows}
@@ -50,8 +51,8 @@ def x_axis(rows: list[dict[str, Any]], x: str = "auto") -> tuple[str, dict[int, 
 
 def series(rows: list[dict[str, Any]], key: str, xs: dict[int, float],
            smooth: float) -> tuple[list[float], list[float], list[float] | None]:
-    """(x, y, smoothed y or None) of one metric; eval rows carry tokens of the step they follow."""
-    pts = [(xs.get(r["step"], float(r["step"])), float(r[key])) for r in rows if key in r]
+    """(x, y, smoothed y or None) of one metric; a row is placed by its step's x (none: left out)."""
+    pts = [(xs[r["step"]], float(r[key])) for r in rows if key in r and r.get("step") in xs]
     x, y = [p[0] for p in pts], [p[1] for p in pts]
     return x, y, ema(y, smooth) if smooth and key in NOISY and len(y) > 1 else None
 
