@@ -9,7 +9,8 @@
    split's token frequencies (add-0.5 smoothed), over the tokens MLM predicts (every
    non-special token). A model that ignores context can do no better than this.
 3. ``python -m trainer.train --recipe cpu`` as a subprocess (the real CLI), with
-   ``OMP_NUM_THREADS=2``; its CPU time (user + sys of the child, every thread) comes
+   ``OMP_NUM_THREADS=2`` (and ``OMP_WAIT_POLICY=PASSIVE``: on a shared machine, threads that spin
+   while waiting for a descheduled sibling would bill CPU time for nothing); its CPU time (user + sys of the child, every thread) comes
    from ``getrusage(RUSAGE_CHILDREN)``: the machine is shared, so wall time means little.
 4. Prints the valid MLM loss at every evaluation against the unigram baseline, and
    checks the target: the last valid loss at least 1 nat under the baseline with at
@@ -114,7 +115,7 @@ def unigram_baseline(corpus: str) -> dict[str, float]:
 
 def train_cpu_recipe(corpus: str, run: Path, overrides: list[str]) -> tuple[float, float]:
     """Run the cpu recipe through the real CLI; returns (CPU seconds of the child, wall seconds)."""
-    env = {**os.environ, "OMP_NUM_THREADS": "2", "MKL_NUM_THREADS": "2",
+    env = {**os.environ, "OMP_NUM_THREADS": "2", "MKL_NUM_THREADS": "2", "OMP_WAIT_POLICY": "PASSIVE",
            "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1]),
                                           os.environ.get("PYTHONPATH", "")])}
     cmd = [sys.executable, "-m", "trainer.train", "--recipe", "cpu", "--data", corpus, "--output", str(run)]
@@ -145,7 +146,7 @@ def main() -> int:
               f"unigram cross-entropy {base['valid_cross_entropy']:.3f} nats", flush=True)
         if args.prepare_only:
             return 0
-        run = work / f"run-{int(time.time())}"
+        run = work / f"run-{int(time.time())}-{os.getpid()}"  # parallel runs get their own folders
         cpu, wall = train_cpu_recipe(corpus, run, args.set)
         rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
     evals = [r for r in rows if "eval_loss" in r]

@@ -52,7 +52,7 @@ PAPERS: dict[str, dict[str, Any]] = {
     # Lan et al. 2020, Table 1 and section 4.1.
     "albert-base": {**ALBERT, **shape(768, 12, 12, 3072)},
     "albert-large": {**ALBERT, **shape(1024, 24, 16, 4096)},
-    "albert-xlarge": {**ALBERT, **shape(2048, 24, 16, 8192)},
+    "albert-xlarge": {**ALBERT, **shape(2048, 24, 32, 8192)},
     "albert-xxlarge": {**ALBERT, **shape(4096, 12, 64, 16384)},
     # Joshi et al. 2020, sections 3 and 4.1.
     "spanbert-base": {**SPANBERT, **shape(768, 12, 12, 3072)},
