@@ -277,6 +277,24 @@ class MixSource(Strict):
         return self
 
 
+class TrackersConfig(Strict):
+    """Experiment trackers besides metrics.jsonl (trainer/loggers.py); each is an optional extra."""
+
+    tensorboard: bool = True  # TensorBoard event files in {output}/tb (local run folders)
+    # Weights & Biases (pip install 'shardforge[wandb]'); mode None: WANDB_MODE or wandb's own default.
+    wandb: bool = False
+    wandb_project: str = "shardforge"
+    wandb_entity: str | None = None
+    wandb_mode: Literal["online", "offline", "disabled"] | None = None
+    # MLflow (pip install 'shardforge[mlflow]'); tracking_uri None: MLFLOW_TRACKING_URI or ./mlruns.
+    mlflow: bool = False
+    mlflow_tracking_uri: str | None = None
+    mlflow_experiment: str = "shardforge"
+    run_name: str | None = None  # None: the run folder's name
+    # Exponential moving average of the training loss (loss_smooth), debiased: weight of the past.
+    loss_smoothing: float = Field(0.98, ge=0, lt=1)
+
+
 class TrainConfig(Strict):
     data: str  # manifest URL (or corpus root holding manifest.json); with `mix`, the first source
     # Several corpora mixed by weight (trainer/mixing.py); empty: train on `data` alone.
@@ -313,6 +331,11 @@ class TrainConfig(Strict):
     follow: bool = False
     # Continue pretraining a Hugging Face model folder (trainer/hf_init.py): its shape and weights.
     init: str | None = None
+    # Recipes (trainer/recipes/*.yaml, docs/recipes.md): the recipe this config started from, and
+    # the packing rule(s) the corpus must have (checked against the manifest; None: any rule).
+    recipe: str | None = None
+    packing_rules: list[PackingRule] | None = None
+    trackers: TrackersConfig = TrackersConfig()
 
     @model_validator(mode="before")
     @classmethod

@@ -2,7 +2,8 @@
 
 1. writes a small synthetic multi-source raw corpus (with duplicates and junk),
 2. builds it with the Beam job on the local FnApiRunner (nothing downloaded),
-3. trains a tiny RoBERTa-style encoder for a few CPU steps on the shards,
+3. trains a small RoBERTa-style encoder on the shards with the `cpu` recipe
+   (trainer/recipes/cpu.yaml: fewer steps than its full run, so the demo stays short),
 4. prints a summary: documents in / kept / duplicates / rejected, shards, tokens, loss.
 """
 
@@ -15,7 +16,7 @@ import os
 import shutil
 import time
 
-from schemas.config import BuildConfig, SourceConfig, TrainConfig
+from schemas.config import BuildConfig, SourceConfig
 from shardforge.cliargs import ArgumentParser
 
 DEMO_SOURCES = ("ccnews", "openwebtext", "stories")
@@ -38,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--output", default="demo-output", help="Local folder for raw data, corpus and run.")
     p.add_argument("--docs", type=int, default=80, help="Documents per generated source.")
-    p.add_argument("--steps", type=int, default=40, help="Training steps (CPU).")
+    p.add_argument("--steps", type=int, default=60, help="Training steps of the cpu recipe (its full run: 900).")
     p.add_argument("--keep", action="store_true", help="Do not clear the output folder first.")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
@@ -61,14 +62,15 @@ def main(argv: list[str] | None = None) -> int:
     built = summarize(manifest)
     t1 = time.perf_counter()
 
+    from trainer.recipes import resolve_train_config
     from trainer.train import train
 
-    print(f"[3/3] training a tiny encoder for {args.steps} CPU steps in {run}")
-    result = train(TrainConfig.model_validate({
-        "data": corpus, "output": run, "steps": args.steps, "batch_size": 8, "device": "cpu",
-        "optim": {"lr": 2e-3, "warmup_steps": 4}, "log_every": 10, "eval_every": args.steps, "eval_batches": 4,
-        "model": {"size": "tiny"}, "resume": False,
-    }))
+    print(f"[3/3] training with the cpu recipe for {args.steps} steps in {run}")
+    # The recipe's warmup is for its full run: a short demo warms up over its first tenth.
+    warmup = max(1, min(100, args.steps // 10))
+    result = train(resolve_train_config("cpu", None, {"data": corpus, "output": run, "steps": args.steps}, [
+        f"optim.warmup_steps={warmup}", "log_every=10", f"eval_every={args.steps}", "eval_batches=4",
+        "resume=false"]))
     t2 = time.perf_counter()
     summary = {
         **built,

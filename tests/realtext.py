@@ -72,3 +72,82 @@ def write_jsonl(path: str, docs: list[str]) -> str:
         for text in docs:
             f.write(json.dumps({"text": text}) + "\n")
     return path
+
+
+# ------------------------------------------------------------------ Wikipedia articles (bigger)
+
+WIKI_FILE = "gensim/test/test_data/enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
+
+
+def _strip_nested(text: str, open_: str, close: str) -> str:
+    """Drop every (possibly nested) open_ ... close span, e.g. {{templates}} and {| tables |}."""
+    import re
+
+    out, depth, last = [], 0, 0
+    for m in re.finditer(re.escape(open_) + "|" + re.escape(close), text):
+        if m.group() == open_:
+            if depth == 0:
+                out.append(text[last:m.start()])
+            depth += 1
+        elif depth:
+            depth -= 1
+            if depth == 0:
+                last = m.end()
+    if depth == 0:
+        out.append(text[last:])
+    return "".join(out)
+
+
+def wiki_to_text(wikitext: str) -> str:
+    """Plain prose paragraphs from one article's wikitext (templates, tables, refs, files, lists dropped)."""
+    import html
+    import re
+
+    t = html.unescape(wikitext)
+    t = re.sub(r"<!--.*?-->", "", t, flags=re.S)
+    t = re.sub(r"<ref[^>/]*/>", "", t)
+    t = re.sub(r"<ref[^>]*>.*?</ref>", "", t, flags=re.S)
+    t = re.sub(r"<(math|gallery|table|timeline|code|source|syntaxhighlight)[^>]*>.*?</\1>", "", t, flags=re.S)
+    t = _strip_nested(_strip_nested(t, "{{", "}}"), "{|", "|}")
+    t = re.sub(r"\[\[(?:File|Image|Category|[a-z\-]{2,12}):[^\[\]]*(?:\[\[[^\]]*\]\][^\[\]]*)*\]\]", "", t)
+    t = re.sub(r"\[\[(?:[^|\]]*\|)?([^\]]*)\]\]", r"\1", t)  # [[target|label]] -> label
+    t = re.sub(r"\[https?://\S+ ([^\]]*)\]", r"\1", t)
+    t = re.sub(r"\[https?://\S+\]", "", t)
+    t = re.sub(r"<[^>]+>", "", t)
+    t = re.sub(r"'{2,}", "", t)
+    paragraphs = []
+    for line in t.split("\n"):
+        line = " ".join(line.split())
+        # Prose lines only: headings, lists, indents and leftovers of markup are not sentences.
+        if len(line) < 80 or line[0] in "=*#:;|!{}[" or line[-1] not in ".!?\"'":
+            continue
+        paragraphs.append(line)
+    return "\n".join(paragraphs)
+
+
+@functools.lru_cache(maxsize=1)
+def _wiki_articles() -> tuple[str, ...]:
+    import bz2
+    import re
+
+    with bz2.open(_path(WIKI_FILE), "rt", encoding="utf-8") as f:
+        xml = f.read()
+    out = []
+    for m in re.finditer(r"<text[^>]*>(.*?)</text>", xml, flags=re.S):
+        body = m.group(1)
+        if body.lstrip().upper().startswith("#REDIRECT"):
+            continue
+        text = wiki_to_text(body)
+        if len(text) >= 500:
+            out.append(text)
+    return tuple(out)
+
+
+def wiki_documents(limit: int | None = None) -> list[str]:
+    """Prose of the English Wikipedia articles gensim ships as test data (~4.3 MB), in file order.
+
+    The dump (``enwiki-...-shortened.bz2``, 6 MB of wikitext, April 2016) is stripped of
+    templates, tables, references, files and lists; paragraphs are kept with newlines between them.
+    """
+    docs = _wiki_articles()
+    return list(docs if limit is None else docs[:limit])

@@ -122,11 +122,12 @@ class CheckpointManager:
 
     def __init__(self, cfg: TrainConfig, dd: Dist, *, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                  scheduler: Any, loader: ShardLoader | MixedLoader, vocab_size: int, tokenizer_sha256: str,
-                 precision: Any = None, pad_id: int | None = None):
+                 precision: Any = None, pad_id: int | None = None, counters: Any = None):
         self.cfg, self.dd = cfg, dd
         self.model, self.optimizer, self.scheduler, self.loader = model, optimizer, scheduler, loader
         self.vocab_size, self.tokenizer_sha256 = vocab_size, tokenizer_sha256
         self.precision = precision  # trainer.precision.Precision: the fp16 loss scaler's state
+        self.counters = counters  # trainer.loggers.RunCounters: tokens seen, smoothed loss
         self.pad_id = pad_id  # recorded: export rebuilds the model with it (BERT's is 0)
 
     def load(self) -> int:
@@ -144,6 +145,8 @@ class CheckpointManager:
         restore_rng(state["rng"], self.dd, self.cfg.seed + self.dd.rank + step)
         if self.precision is not None:
             self.precision.load_state_dict(state.get("scaler"))
+        if self.counters is not None:
+            self.counters.load_state_dict(state.get("counters", {}))
         if self.dd.main:
             log.info("resumed from %s at step %d", url, step)
         return step
@@ -168,6 +171,7 @@ class CheckpointManager:
             "manifest": self.tokenizer_sha256,
             **({"scaler": self.precision.state_dict()} if self.precision is not None else {}),
             **({"pad_id": self.pad_id} if self.pad_id is not None else {}),
+            **({"counters": self.counters.state_dict()} if self.counters is not None else {}),
         }, self.cfg.keep_last)
 
 

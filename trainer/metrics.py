@@ -143,6 +143,10 @@ class StepStats:
                 self._acc(k, out[k].detach().float())
         self.tokens += tokens
 
+    def add_value(self, key: str, value: torch.Tensor) -> None:
+        """A device scalar read back with the step's one sync (e.g. the gradient norm)."""
+        self._acc(key, value.detach().float())
+
     def _acc(self, key: str, value: torch.Tensor) -> None:
         self._sums[key] = self._sums[key] + value if key in self._sums else value
 
@@ -169,6 +173,8 @@ def step_record(step: int, v: dict[str, float], tokens: int, lr: float, dt: floa
               "step_time": dt, "data_wait_share": wait / dt, "epoch": epoch}
     if v["sentence_count"]:
         record["sentence_acc"] = v["sentence_correct"] / v["sentence_count"]
+    if "grad_norm" in v:
+        record["grad_norm"] = v["grad_norm"]
     if peak_flops:
         record["mfu"] = flops_per_token * tokens / dt / peak_flops
     return record
@@ -190,12 +196,13 @@ class TrainMetrics:
     this rank's, the token rate is scaled to the world).
     """
 
-    def __init__(self, run: str, *, enabled: bool, total_steps: int, start_step: int, log_every: int,
+    def __init__(self, run: str | Any, *, enabled: bool, total_steps: int, start_step: int, log_every: int,
                  world_size: int, flops_per_token: float, peak_flops: float | None, show_bar: bool):
         self.enabled, self.total_steps, self.log_every, self.world_size = enabled, total_steps, log_every, world_size
         self.flops_per_token = flops_per_token
         self.peak_flops = peak_flops * world_size if peak_flops else None
-        self.logger = MetricsLogger(run, enabled=enabled)
+        # A run folder (metrics.jsonl + TensorBoard) or a logger fan-out (trainer.loggers.open_loggers).
+        self.logger = MetricsLogger(run, enabled=enabled) if isinstance(run, str) else run
         self.starvation = StarvationMonitor()
         self.bar = progress_bar(total_steps, start_step, enabled=enabled and show_bar)
         self.first_loss: float | None = None

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 from collections.abc import Iterable
 from typing import Any, Literal
 
@@ -62,6 +63,7 @@ class Precision:
         self.scaler = torch.amp.GradScaler(device.type, init_scale=init_scale, growth_interval=growth_interval,
                                            enabled=self.dtype == torch.float16)
         self.skipped_steps = 0
+        self.grad_norm: torch.Tensor | None = None  # the last step's gradient norm (before clipping), on the device
 
     @property
     def name(self) -> str:
@@ -85,14 +87,14 @@ class Precision:
         Under fp16 this reads the scale back (one host sync per step; the
         trainer syncs once per step anyway).
         """
+        # The norm is measured every step (logged as grad_norm); with no clipping (RoBERTa) an infinite
+        # max leaves the gradients as they are. It stays on the device: read with the step's one sync.
         if not self.scaler.is_enabled():
-            if clip_norm:
-                nn.utils.clip_grad_norm_(params, clip_norm)
+            self.grad_norm = nn.utils.clip_grad_norm_(params, clip_norm or math.inf)
             optimizer.step()
             return True
         self.scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
-        if clip_norm:
-            nn.utils.clip_grad_norm_(params, clip_norm)
+        self.grad_norm = nn.utils.clip_grad_norm_(params, clip_norm or math.inf)
         before = self.scaler.get_scale()
         self.scaler.step(optimizer)  # skipped when an unscaled gradient is inf / NaN
         self.scaler.update()  # halves the scale after an overflow; grows it after growth_interval good steps

@@ -25,24 +25,26 @@ from typing import Any
 import torch
 
 from schemas import MASK_ID, PAD_ID
-from schemas.config import PAIR_RULES, TrainConfig, load_config, parse_config
+from schemas.config import PAIR_RULES, TrainConfig
 from schemas.errors import UserError
 from schemas.manifest import Manifest, load_manifest, open_tokenizer
 from shardforge.cliargs import ArgumentParser
 from shardforge.clirun import run_cli
-from storage import absolute, join
+from storage import join
 from trainer import distributed
 from trainer.batch import masked_forward
 from trainer.checkpoint import CheckpointManager
 from trainer.evaluate import evaluate
 from trainer.hf_init import load_init, resolve_init
 from trainer.loader import ShardLoader
+from trainer.loggers import RunCounters, open_loggers
 from trainer.masking import Masker
 from trainer.metrics import StepStats, TrainMetrics, device_peak_flops
 from trainer.mixing import MixedLoader, describe, mix_record, mixed_loader, parse_mix_arg
 from trainer.model import Encoder, flops_per_token, resolve_dims
 from trainer.optim import build_optimizer, linear_schedule
 from trainer.precision import Precision, maybe_compile
+from trainer.recipes import check_packing, config_yaml, resolve_train_config
 
 log = logging.getLogger("shardforge.train")
 
@@ -117,6 +119,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     manifest, root = load_manifest(cfg.data)
     if not manifest.shards_of("train"):
         raise UserError(f"corpus {root} has no train shards")
+    check_packing(cfg, manifest.packing_rule, root)  # the rule the recipe trains on (trainer/recipes)
     check_heads(cfg, manifest)
     vocab_size, word_starts = vocab_tables(manifest, root)
     special = manifest.tokenizer.special_ids
@@ -159,15 +162,16 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
         valid = valid_loader(cfg.data) if not cfg.mix else mixed_loader(
             cfg.mix, "valid", valid_loader, batch_size=cfg.batch_size, tokens_per_batch=None)
 
+    counters = RunCounters(cfg.trackers.loss_smoothing)  # tokens seen, smoothed loss (trainer/loggers.py)
     checkpoints = CheckpointManager(cfg, dd, model=raw_model, optimizer=optimizer, scheduler=scheduler,
                                     loader=loader, vocab_size=vocab_size,
                                     tokenizer_sha256=manifest.tokenizer.sha256, precision=prec,
-                                    pad_id=pad_id)
+                                    pad_id=pad_id, counters=counters)
     step = checkpoints.load()
 
     accum = micro_batches_per_step(cfg, dd.world_size, manifest.max_seq_len)
     metrics = TrainMetrics(
-        cfg.output, enabled=dd.main, total_steps=cfg.steps, start_step=step, log_every=cfg.log_every,
+        open_loggers(cfg, enabled=dd.main), enabled=dd.main, total_steps=cfg.steps, start_step=step, log_every=cfg.log_every,
         world_size=dd.world_size, show_bar=sys.stderr.isatty(),
         # The masked-only head projects to the vocabulary only at predicted positions: count what runs.
         flops_per_token=flops_per_token(dims, manifest.max_seq_len,
@@ -193,13 +197,15 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
                                                  unpad=cfg.unpad)
                     prec.backward(out["loss"] / accum)  # scaled under fp16
                 s.add(out, tokens, 1.0 / accum)
-            prec.step(optimizer, raw_model.parameters(), cfg.optim.clip_norm)  # [#19 hook] clip + step (fp16: unscale)
+            prec.step(optimizer, raw_model.parameters(), cfg.optim.clip_norm)  # clip + step (fp16: unscale)
+            s.add_value("grad_norm", prec.grad_norm)
             scheduler.step()
             optimizer.zero_grad(set_to_none=True)
             step += 1
             if device.type == "cuda":
                 torch.cuda.synchronize()
             record = metrics.record(step, s, scheduler.get_last_lr()[0], t0, wait, epoch)
+            record.update(counters.update(record["loss"], s.tokens * dd.world_size))
             record.update(mix_record(loader))
             if valid is not None and step % cfg.eval_every == 0:
                 record.update(evaluate(model, valid, masker, cfg, device, autocast))
@@ -222,46 +228,13 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
 
 # ------------------------------------------------------------------ CLI
 
-def build_train_config(args: argparse.Namespace, overrides: list[str]) -> TrainConfig:
-    data: dict[str, Any] = load_config(TrainConfig, args.config).model_dump() if args.config else {}
-    for k in ("data", "output", "steps", "batch_size", "seed", "num_workers", "tokens_per_batch", "device",
-              "follow", "init"):
-        v = getattr(args, k)
-        if v is not None:
-            data[k] = v
+def build_train_config(args: argparse.Namespace, overrides: list[str], require_data: bool = True) -> TrainConfig:
+    """Recipe -> --config -> flags -> --set (trainer/recipes); --mix and --init as flags."""
+    flags = {k: getattr(args, k, None) for k in ("data", "output", "steps", "batch_size", "seed", "num_workers",
+                                                 "tokens_per_batch", "device", "follow", "init")}
     if getattr(args, "mix", None):
-        data["mix"] = [parse_mix_arg(m) for m in args.mix]
-        if args.data is None:  # a config file's corpus gives way to the mix given on the command line
-            data.pop("data", None)
-    for item in overrides:  # --set model.size=base --set masking.scheme=span
-        if "=" not in item:
-            raise UserError(f"--set expects key=value, got {item!r}")
-        key, value = item.split("=", 1)
-        node = data
-        parts = key.split(".")
-        for p in parts[:-1]:
-            node = node.setdefault(p, {})
-        node[parts[-1]] = _parse_value(value)
-    if "data" not in data and not data.get("mix"):
-        raise UserError("--data URL (the corpus or its manifest.json) is required")
-    # Checkpoints record the config: a relative corpus path would only resolve from this directory.
-    for m in data.get("mix") or []:
-        m["data"] = absolute(str(m["data"]))
-    if data.get("mix") and "data" not in data:
-        data["data"] = data["mix"][0]["data"]
-    data["data"] = absolute(str(data["data"]))
-    if data.get("init"):  # hfinit (#20.2): recorded absolute too (export and resume outlive the directory)
-        data["init"] = absolute(str(data["init"]))
-    return parse_config(TrainConfig, data, what="train config")
-
-
-def _parse_value(v: str) -> Any:
-    import json
-
-    try:
-        return json.loads(v)
-    except json.JSONDecodeError:
-        return v
+        flags["mix"] = [parse_mix_arg(m) for m in args.mix]
+    return resolve_train_config(getattr(args, "recipe", None), args.config, flags, overrides, require_data)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -272,7 +245,11 @@ def main(argv: list[str] | None = None) -> int:
                    help="Mix several corpora (repeat the flag): URL=0.7 is a share of the training tokens, "
                         "URL=x2 repeats a corpus twice as often as its size gives (fairseq upsampling).")
     p.add_argument("--output", help="Run folder URL: metrics, checkpoints (default runs/run).")
+    p.add_argument("--recipe", help="Named recipe of a paper (roberta-base, albert-large, spanbert-base, cpu, ...: "
+                                    "docs/recipes.md); --config, flags and --set override it.")
     p.add_argument("--config", help="Train config YAML/JSON (flags override it).")
+    p.add_argument("--print-config", action="store_true",
+                   help="Print the resolved config (recipe + config + flags + --set) as YAML and exit.")
     p.add_argument("--steps", type=int, help="Optimizer steps to train to.")
     p.add_argument("--batch_size", type=int, help="Sequences per micro-batch per rank.")
     p.add_argument("--tokens_per_batch", type=int, help="Token budget per micro-batch (DOC-SENTENCES).")
@@ -291,6 +268,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    if args.print_config:
+        print(config_yaml(build_train_config(args, args.set, require_data=False)), end="")
+        return 0
     summary = train(build_train_config(args, args.set))
     if int(os.environ.get("RANK", "0")) == 0:
         if summary["first_loss"] is None:
