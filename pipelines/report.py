@@ -304,7 +304,7 @@ def token_stats(manifest: dict[str, Any], tokens: dict[str, dict[str, int]], wor
                 training: dict[str, Any] | None = None) -> dict[str, Any]:
     """Tokenizer section: requested vs actual vocabulary, <unk> rate, tokens per word, and the
     training's cost (``training``: documents, sentences and bytes sampled, the bound that cut the
-    sample, seconds; None for a reused model)."""
+    sample; None for a reused model)."""
     tok = manifest.get("tokenizer", {})
     asked = manifest.get("config", {}).get("tokenizer", {})
     n_tok = sum(c["tokens"] for c in tokens.values())
@@ -354,8 +354,8 @@ def packing_stats(manifest: dict[str, Any], lengths: dict[str, dict[str, int]]) 
 
 def build_report(manifest: dict[str, Any], before: dict[str, list[int]], after: dict[str, list[int]],
                  extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The report as plain JSON-able data (deterministic: sorted keys, no wall-clock fields except
-    ``tokenizer.training.seconds``, the measured training cost).
+    """The report as plain JSON-able data (deterministic: sorted keys, no wall-clock fields; the
+    tokenizer's training time is logged by the build, its sample size is here).
 
     extra: what the pipeline combined besides the length histograms (``WriteReport``):
     examples, dedupe, tokens, words, packed_lengths; a missing part gives an empty section.
@@ -627,7 +627,7 @@ def _training_html(training: dict[str, Any] | None) -> str:
         return ""
     cut = f", cut by the {training['bounded_by']} bound" if training.get("bounded_by") else ""
     return html.escape(f"Trained on {training['sentences']:,} sentences ({training['bytes'] / 1e6:,.1f} MB) "
-                       f"from {training['documents']:,} documents{cut} in {training['seconds']:.1f} s.").join(
+                       f"from {training['documents']:,} documents{cut}.").join(
         ("<p>", "</p>"))
 
 

@@ -176,6 +176,8 @@ def test_version() -> None:
 
 # Every module a user can run (`python -m X`) and the dispatcher's subcommands.
 ENTRY_PACKAGES = ("pipelines", "trainer", "shardforge")
+# Entry points no user runs: Beam starts pipelines/worker.py as its SDK worker (errors are Beam's to report).
+NOT_USER_ENTRY_POINTS = {"pipelines/worker.py"}
 
 
 def test_every_main_module_runs_through_run_cli() -> None:
@@ -187,7 +189,7 @@ def test_every_main_module_runs_through_run_cli() -> None:
         for path in sorted((REPO / pkg).rglob("*.py")):
             tree = ast.parse(path.read_text(encoding="utf-8"))
             mains = [n for n in tree.body if isinstance(n, ast.If) and "__main__" in ast.unparse(n.test)]
-            if not mains:
+            if not mains or str(path.relative_to(REPO)) in NOT_USER_ENTRY_POINTS:
                 continue
             names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
             imported = {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)

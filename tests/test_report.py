@@ -366,6 +366,6 @@ def test_real_build_reports_the_tokenizer_training_cost(real_builds):
     assert training["sentences"] == len(sentences)
     assert training["bytes"] == sum(len(s.encode("utf-8")) for s in sentences)
     assert training["bounded_by"] is None
-    assert 0 < training["seconds"] < 300
+    assert "seconds" not in training  # the report is deterministic: the time is logged
     html_text = (out / "report.html").read_text()
     assert f"Trained on {len(sentences):,} sentences" in html_text
