@@ -286,11 +286,22 @@ def describe(plan: MixPlan) -> str:
 
 
 def mixed_loader(entries: Sequence[MixSource], split: str, make: Callable[[str], Any], *,
-                 batch_size: int | None, tokens_per_batch: int | None) -> MixedLoader:
-    """A MixedLoader over `entries`, each source's loader built by `make(url)` (a ShardLoader)."""
+                 batch_size: int | None, tokens_per_batch: int | None) -> MixedLoader | None:
+    """A MixedLoader over `entries`, each source's loader built by `make(url)` (a ShardLoader).
+
+    For the valid split, a source without valid samples sits out (evaluation mixes the others;
+    None when no source has any); for the train split it is an error.
+    """
     from schemas.manifest import load_manifest
 
     manifests = [load_manifest(e.data)[0] for e in entries]
+    if split != "train":
+        have = [i for i, m in enumerate(manifests) if m.totals.get(split) and m.totals[split].samples]
+        for i in sorted(set(range(len(entries))) - set(have)):
+            log.warning("mix: %s has no %r samples; evaluation mixes the other sources", entries[i].data, split)
+        if not have:
+            return None
+        entries, manifests = [entries[i] for i in have], [manifests[i] for i in have]
     plan = plan_mix(entries, manifests, split=split, batch_size=batch_size, tokens_per_batch=tokens_per_batch)
     return MixedLoader([make(e.data) for e in entries], plan)
 
