@@ -45,9 +45,11 @@ from schemas.sample import (
     write_tar,
 )
 from schemas.tokenizer_files import load_tokenizer
-from storage import join, redact_url, write_stream_atomic, write_text_atomic
+from storage import TemporaryRemoved, join, redact_url, write_stream_atomic, write_text_atomic
 
 GroupKey = tuple[str, int, int]  # (split, group, number of groups)
+LOST_SHARD = "lost_shard"  # a _WriteGroup output naming a shard whose temporary another writer removed
+
 
 
 def sample_key(split: str, group: int, index: int, prefix: str = "") -> str:
@@ -177,8 +179,18 @@ class _WriteGroup(beam.DoFn):
         for j, (a, b) in enumerate(chunks):
             name = shard_name(split, first + j, self.tag)  # the attempt's tag: no other attempt writes it
             part = enc[a:b]
-            sha, size = write_stream_atomic(join(self.output, name),
-                                            lambda f, part=part: write_tar(f, ((k, m) for k, m, _ in part)))
+            try:
+                sha, size = write_stream_atomic(join(self.output, name),
+                                                lambda f, part=part: write_tar(f, ((k, m) for k, m, _ in part)))
+            except TemporaryRemoved as e:
+                # Another writer committed this corpus and swept this attempt's temporaries:
+                # this attempt cannot commit. Not raised (a runner logs a raised error with a
+                # trace and retries the bundle); the commit step sees the lost shard and
+                # stops, the driver says why in one line (pipelines.commit.raise_if_lost).
+                logging.getLogger("shardforge.commit").warning("shard %s lost: %s", name, e)
+                Metrics.counter("write", "lost_shards").inc()
+                yield {LOST_SHARD: name}
+                continue
             Metrics.counter("write", "shards").inc()
             progress.tick("write shards", unit="shard")
             yield ShardInfo(name=name, split=split, samples=len(part), tokens=sum(t for _, _, t in part),
@@ -340,6 +352,12 @@ class WriteCorpus(beam.PTransform):
         manifest_name, tag, conditional = self.manifest_name, self.tag, self.commit
 
         def commit(shard_list, plan_list_, model, accounts, extra, *_after):
+            lost = sorted(s[LOST_SHARD] for s in shard_list if LOST_SHARD in s)
+            if lost:
+                logging.getLogger("shardforge.commit").warning(
+                    "not committing %s: %d shard(s) of this attempt were removed while it wrote them (%s)",
+                    redact_url(join(output, manifest_name)), len(lost), ", ".join(lost[:3]))
+                return None
             check_balanced(accounts)
             m = assemble_manifest(shard_list, plan_list_, model, accounts, cfg, tok_path, parent, extra, inter)
             if conditional:

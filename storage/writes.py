@@ -34,6 +34,15 @@ STALE_TMP_OBJECT_S = float(os.environ.get("SHARDFORGE_STALE_TMP_OBJECT_S", "3600
 
 # ---------------------------------------------------------------- writes
 
+class TemporaryRemoved(FileNotFoundError):
+    """A writer's own temporary vanished before it was published.
+
+    Only another process removes it: a writer that committed this corpus sweeps the
+    temporaries of attempts that can no longer commit (pipelines.commit). The
+    writer that gets this has lost; it says so instead of failing with a trace.
+    """
+
+
 def tmp_name(path: str) -> str:
     """A unique hidden sibling of path: '.name.<uuid>.tmp' (never listed by a manifest)."""
     parent, base = posixpath.split(path)
@@ -185,7 +194,12 @@ def write_stream_atomic(url: str, produce: Callable[[IO[bytes]], None]) -> tuple
                     produce(w)  # type: ignore[arg-type]
                     raw.flush()
                     os.fsync(raw.fileno())  # data on disk before the rename publishes it
-                os.replace(tmp, path)
+                try:
+                    os.replace(tmp, path)
+                except FileNotFoundError as e:
+                    if not os.path.exists(tmp):
+                        raise TemporaryRemoved(f"{tmp}: removed before it was published") from e
+                    raise
                 _fsync_dir(parent)
             else:
                 produced = False
@@ -202,7 +216,12 @@ def write_stream_atomic(url: str, produce: Callable[[IO[bytes]], None]) -> tuple
                         raise
                     log.warning("upload of %s reported %s: %s, but the object is complete; continuing",
                                 full_url(fs, tmp), type(e).__name__, e)
-                _commit(fs, tmp, path, w.bytes, w.md5)
+                try:
+                    _commit(fs, tmp, path, w.bytes, w.md5)
+                except FileNotFoundError as e:
+                    if not retry(lambda: fs.exists(tmp), f"stat {tmp}"):
+                        raise TemporaryRemoved(f"{full_url(fs, tmp)}: removed before it was published") from e
+                    raise
         except BaseException:
             # A failed or interrupted attempt: drop its temporary (a partial
             # object under a hidden name; fsspec commits a half-written file

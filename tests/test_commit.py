@@ -217,6 +217,54 @@ def test_two_builds_into_one_output_one_commits_the_loser_cleans_up(store, tmp_p
     assert load_manifest(out)[0].config["seed"] == winner_seed
 
 
+SWEPT_BUILD = textwrap.dedent("""
+    import os, runpy, sys
+    sys.path.insert(0, {root!r})
+    import pipelines.corpus as corpus
+    from storage import create_if_absent, is_tmp_name
+
+    winner, out = sys.argv[1], sys.argv[2]
+    real = corpus.write_stream_atomic
+
+    def swept(url, produce):
+        # The winner commits while this build writes its first shard, and its cleanup
+        # sweeps this attempt's temporaries (what test_two_builds_... hits by chance).
+        def produce_then_swept(f):
+            produce(f)
+            create_if_absent(os.path.join(out, "manifest.json"), open(winner, "rb").read())
+            for name in os.listdir(out):
+                if is_tmp_name(name):
+                    os.remove(os.path.join(out, name))
+        return real(url, produce_then_swept)
+
+    corpus.write_stream_atomic = swept
+    sys.argv = ["pipelines.build", *sys.argv[3:]]
+    runpy.run_module("pipelines.build", run_name="__main__")
+""")
+
+
+def test_a_build_whose_temporaries_a_winner_swept_loses_in_one_line(tmp_path) -> None:
+    store = {"kind": "local", "base": str(tmp_path / "store"), "env": env_for("local")}
+    glob = drop_raw(store, 1)
+    cfgs = []
+    for seed in (1, 2):
+        c = tmp_path / f"config{seed}.json"
+        c.write_text(json.dumps({**small_config(), "seed": seed}))
+        cfgs.append(c)
+    winner = str(tmp_path / "winner")
+    first = subprocess.run(build_cmd(glob, winner, cfgs[0]), env=store["env"], capture_output=True, text=True,
+                           timeout=600)
+    assert first.returncode == 0, first.stderr
+    out = str(tmp_path / "corpus")
+    res = subprocess.run([sys.executable, "-c", SWEPT_BUILD.format(root=str(ROOT)), join(winner, "manifest.json"),
+                          out, *build_cmd(glob, out, cfgs[1])[3:]],
+                         env=store["env"], capture_output=True, text=True, timeout=600)
+    assert res.returncode == 2, res.stderr
+    lost = one_line_loss(res.stderr)
+    assert "lost" in res.stderr  # the shard writer said what happened, as a warning
+    assert not [o for o in every_object(out) if lost.group(1) in o or is_tmp_name(os.path.basename(o))]
+
+
 def test_a_build_into_a_committed_corpus_is_refused_unless_identical(tmp_path) -> None:
     store = {"kind": "local", "base": str(tmp_path / "store"), "env": env_for("local")}
     glob = drop_raw(store, 1)

@@ -172,6 +172,35 @@ def test_failed_producer_leaves_nothing_on_every_backend(store_url):
     assert not storage.exists(storage.join(store_url, "train-000000.tar"))
 
 
+def test_a_temporary_removed_under_its_writer_is_named_as_such(store_url, monkeypatch):
+    """Another writer's cleanup took this writer's temporary: TemporaryRemoved, not a bare
+    FileNotFoundError, so a pipeline step can say "lost" instead of failing with a trace."""
+    import storage.writes as writes
+
+    fs, _ = storage.get_fs(store_url)
+    if writes._is_local(fs):
+        def produce(f) -> None:
+            f.write(b"x" * 1000)
+            for name in os.listdir(store_url):
+                if storage.is_tmp_name(name):
+                    os.remove(os.path.join(store_url, name))
+    else:
+        real = writes._commit
+
+        def sweep_then_commit(fs, tmp, path, size, md5):
+            fs.rm(tmp)
+            real(fs, tmp, path, size, md5)
+
+        monkeypatch.setattr(writes, "_commit", sweep_then_commit)
+
+        def produce(f) -> None:
+            f.write(b"x" * 1000)
+
+    with pytest.raises(storage.TemporaryRemoved):
+        storage.write_stream_atomic(storage.join(store_url, "train-000001.tar"), produce)
+    assert listing(store_url) == []
+
+
 KILLED_WRITER = textwrap.dedent("""
     import os, signal, sys
     sys.path.insert(0, {root!r})
