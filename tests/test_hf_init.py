@@ -21,6 +21,7 @@ from realtext import news_documents, write_jsonl
 
 from schemas.errors import UserError
 from schemas.tokenizer_files import HF_JSON, HFJsonTokenizer, load_tokenizer, tokenizer_kind
+from trainer.masking import IGNORE_INDEX
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VOCAB = 120
@@ -77,7 +78,7 @@ def batch(pad: int, two_types: bool, seed: int = 0) -> dict[str, torch.Tensor]:
     if two_types:
         tt[:, 7:] = 1
         tt[1, 9:] = 0
-    labels = torch.full_like(ids, -100)
+    labels = torch.full_like(ids, IGNORE_INDEX)
     sel = (torch.rand(ids.shape, generator=g) < 0.3) & att.bool()
     sel[0, 2] = sel[1, 8] = True
     labels[sel] = ids[sel]
@@ -354,7 +355,7 @@ def test_wordpiece_whole_word_masking_masks_whole_words():
     masker = Masker(MaskingConfig(scheme="whole_word", rate=0.3), len(pieces), sp.values(), mask_id=sp["<mask>"],
                     pad_id=sp["<pad>"], word_starts=starts)
     out = masker(ids, torch.arange(len(rows)), epoch=0, seed=3)
-    predicted = out["labels"] != -100
+    predicted = out["labels"] != IGNORE_INDEX
     split_words = 0
     for r in range(len(rows)):
         row, pred = ids[r].tolist(), predicted[r].tolist()

@@ -8,6 +8,7 @@ import torch.nn.functional as F
 
 from schemas import PAD_ID
 from schemas.config import ModelConfig
+from trainer.masking import IGNORE_INDEX
 from trainer.model import SIZES, Encoder, ModelDims, flops_per_token, resolve_dims
 
 V = 120
@@ -36,7 +37,7 @@ def _batch(seed: int = 1, B: int = 3, L: int = 24) -> dict[str, torch.Tensor]:
     picked = (torch.rand(B, L, generator=g) < 0.2) & (mask == 1)
     picked[:, 0] = False
     picked[0, 5] = picked[0, 7] = True
-    labels = torch.where(picked, ids, torch.full_like(ids, -100))
+    labels = torch.where(picked, ids, torch.full_like(ids, IGNORE_INDEX))
     pos = torch.arange(L).expand(B, L)
     left = (pos - 1 - torch.randint(0, 3, (B, L), generator=g)).clamp(min=0)
     right = (pos + 1 + torch.randint(0, 3, (B, L), generator=g)).clamp(max=L - 1)
@@ -135,7 +136,7 @@ def test_mlm_loss_and_stats_match_reference(masked_only: bool) -> None:
     m = _model(masked_only_head=masked_only)
     out = m(**b)
     logits = m(b["input_ids"], b["attention_mask"])["logits"]
-    sel = b["labels"] != -100
+    sel = b["labels"] != IGNORE_INDEX
     ref = F.cross_entropy(logits[sel], b["labels"][sel])
     torch.testing.assert_close(out["mlm_loss"], ref, atol=1e-5, rtol=0)
     assert out["mlm_count"].item() == int(sel.sum())
@@ -147,7 +148,7 @@ def test_mlm_loss_and_stats_match_reference(masked_only: bool) -> None:
 def test_no_predicted_tokens_gives_zero_loss() -> None:
     b = _batch()
     m = _model(span_boundary=True)
-    out = m(b["input_ids"], b["attention_mask"], labels=torch.full_like(b["labels"], -100),
+    out = m(b["input_ids"], b["attention_mask"], labels=torch.full_like(b["labels"], IGNORE_INDEX),
             span_left=b["span_left"], span_right=b["span_right"])
     assert out["loss"].item() == 0.0 and out["mlm_count"].item() == 0
     out["loss"].backward()  # still a valid graph
@@ -181,13 +182,13 @@ def test_span_boundary_objective_uses_boundary_states() -> None:
     for r in range(B):
         for i in range(L):
             lab, lft, rgt = int(b["labels"][r, i]), int(b["span_left"][r, i]), int(b["span_right"][r, i])
-            if lab == -100 or lft < 0:
+            if lab == IGNORE_INDEX or lft < 0:
                 continue
             logits = m.sbo_head(h[r, lft][None], h[r, rgt][None], torch.tensor([i - lft]), word)
             losses.append(F.cross_entropy(logits, torch.tensor([lab])))
     ref = torch.stack(losses).mean()
     torch.testing.assert_close(out["sbo_loss"], ref, atol=1e-5, rtol=0)
-    assert out["sbo_count"].item() == len(losses) == int((b["labels"] != -100).sum()) - 1
+    assert out["sbo_count"].item() == len(losses) == int((b["labels"] != IGNORE_INDEX).sum()) - 1
     torch.testing.assert_close(out["loss"], out["mlm_loss"] + out["sbo_loss"])
     # Without span boundaries the SBO term is simply absent.
     assert "sbo_loss" not in m(b["input_ids"], b["attention_mask"], labels=b["labels"])

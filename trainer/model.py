@@ -503,11 +503,3 @@ def flops_per_token(dims: ModelDims, seq_len: int, lm_head_fraction: float = 1.0
     if dims.factorized:
         n += e * h
     return 6.0 * n + 12.0 * dims.layers * h * seq_len
-
-
-def describe(dims: ModelDims) -> str:
-    """One line naming the model's shape, for logs."""
-    shape = f"H={dims.hidden} L={dims.layers} A={dims.heads} I={dims.intermediate} E={dims.embedding_size}"
-    return f"{shape} V={dims.vocab_size} share={dims.share} head_dim={dims.head_dim}"
-
-
