@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from itertools import combinations
 from pathlib import Path
 
-from pipelines.minhash import normalize_text
 from pipelines.records import Document, Duplicate, make_doc_id
+from tests.reference import true_jaccard, true_near  # noqa: F401 (benchmarks and tests score with them)
 
 EDIT_RATES = (0.01, 0.02, 0.05, 0.10, 0.15, 0.20)
 SOURCES = ("ccnews", "openwebtext", "stories")
@@ -108,39 +108,6 @@ def make_corpus(families: int, unrelated: int, words: int = 300, exact_per_famil
 
 
 # ------------------------------------------------------------------ quality
-
-def _shingle_set(text: str, n: int) -> set[tuple[str, ...]]:
-    w = normalize_text(text).split()
-    if len(w) < n:
-        return {tuple(w)} if w else set()
-    return {tuple(w[i : i + n]) for i in range(len(w) - n + 1)}
-
-
-def true_jaccard(a: str, b: str, n: int) -> float:
-    """Exact word n-gram Jaccard (Python sets of word tuples, independent of our hashing)."""
-    sa, sb = _shingle_set(a, n), _shingle_set(b, n)
-    if not sa and not sb:
-        return 1.0
-    return len(sa & sb) / len(sa | sb)
-
-
-def true_near(a: str, b: str, cfg) -> bool:
-    """The verification rule of a DedupeConfig, recomputed on Python sets of word tuples.
-
-    Jaccard >= threshold, or overlap coefficient >= containment with Jaccard >=
-    containment_min_jaccard and the smaller set >= containment_min_shingles.
-    """
-    sa, sb = _shingle_set(a, cfg.ngram), _shingle_set(b, cfg.ngram)
-    if not sa and not sb:
-        return True
-    inter = len(sa & sb)
-    j = inter / len(sa | sb)
-    if j >= cfg.threshold:
-        return True
-    small = min(len(sa), len(sb))
-    return (cfg.containment is not None and small >= cfg.containment_min_shingles and j >= cfg.containment_min_jaccard
-            and inter / small >= cfg.containment)
-
 
 def evaluate(docs: list[Document], truth: dict[str, Truth], duplicates: list[Duplicate], ngram: int = 5,
              threshold: float = 0.8, recall_at: float = 0.85, cfg=None) -> dict[str, object]:

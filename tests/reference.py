@@ -26,3 +26,39 @@ def naive_dup_ngram_frac(words: list[str], n: int) -> float:
             for j in range(i, i + n):
                 covered[j] = True
     return sum(len(w) for w, c in zip(words, covered, strict=True) if c) / total
+
+
+def shingle_set(text: str, n: int) -> set[tuple[str, ...]]:
+    """The word n-grams of the normalized text, as Python tuples (a text shorter than n is one n-gram)."""
+    from pipelines.minhash import normalize_text
+
+    w = normalize_text(text).split()
+    if len(w) < n:
+        return {tuple(w)} if w else set()
+    return {tuple(w[i : i + n]) for i in range(len(w) - n + 1)}
+
+
+def true_jaccard(a: str, b: str, n: int) -> float:
+    """Exact word n-gram Jaccard (Python sets of word tuples, independent of our hashing)."""
+    sa, sb = shingle_set(a, n), shingle_set(b, n)
+    if not sa and not sb:
+        return 1.0
+    return len(sa & sb) / len(sa | sb)
+
+
+def true_near(a: str, b: str, cfg) -> bool:
+    """The verification rule of a DedupeConfig, recomputed on Python sets of word tuples.
+
+    Jaccard >= threshold, or overlap coefficient >= containment with Jaccard >=
+    containment_min_jaccard and the smaller set >= containment_min_shingles.
+    """
+    sa, sb = shingle_set(a, cfg.ngram), shingle_set(b, cfg.ngram)
+    if not sa and not sb:
+        return True
+    inter = len(sa & sb)
+    j = inter / len(sa | sb)
+    if j >= cfg.threshold:
+        return True
+    small = min(len(sa), len(sb))
+    return (cfg.containment is not None and small >= cfg.containment_min_shingles and j >= cfg.containment_min_jaccard
+            and inter / small >= cfg.containment)

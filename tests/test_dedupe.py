@@ -41,7 +41,8 @@ from schemas.config import DedupeConfig
 from schemas.errors import UserError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.dedupe_corpus import evaluate, make_corpus, run_dedupe, true_jaccard, true_near  # noqa: E402
+from benchmarks.dedupe_corpus import evaluate, make_corpus, run_dedupe  # noqa: E402
+from tests.reference import true_jaccard, true_near  # noqa: E402
 
 VOCAB = [f"tok{i}" for i in range(5000)]
 
