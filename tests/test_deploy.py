@@ -588,6 +588,10 @@ def test_test_environment_is_the_locked_one():
     pins = constraints()
     differ = {}
     for dist in md.distributions():
+        # Importing setuptools (torch's cpp_extension does) puts its _vendor folder on sys.path:
+        # its private copies (platformdirs, zipp, wheel...) are not installed packages.
+        if "_vendor" in Path(str(getattr(dist, "_path", ""))).parts:
+            continue
         name = str(canonicalize_name(dist.metadata["Name"]))
         if name in pins and name != "shardforge" and dist.version.split("+")[0] != pins[name]:
             differ[name] = (dist.version, pins[name])
