@@ -15,6 +15,14 @@ any descendant. The sampler also notes which fused stage was running at each
 sample (by wrapping FnApiRunner's private ``_execute_bundle``; diagnostics only),
 so the results name the stages at which memory peaks.
 
+Every configuration of one size builds the SAME input file, written once by the parent at one
+path: document ids hash the input path (``pipelines.records.make_doc_id``), so the same text at
+two paths is two different corpora (another train/valid split, other packing groups, another
+tokenizer sample order) and their token counts differ. Each row records the sha256 of its
+manifest (which lists every shard's sha256), and the results say whether the configurations
+that must give the same bytes did (``MUST_MATCH``: ``workers2`` = ``default``, ``capped-mp`` =
+``capped``).
+
 Configurations (``--configs``, comma-separated; each runs at every size):
 
 * ``default``: the pipeline's default packing groups and tokenizer sample
@@ -70,6 +78,8 @@ from benchmarks.common import ROOT, bench_parser, command_line, machine, scratch
 CONFIGS = ("default", "capped", "capped-mp", "runner", "runner-fused", "batched", "workers2")
 WORKERS2_ARGS = ["--direct_num_workers", "2"]  # pipelines.options: N != 1 means N worker processes
 MP_ARGS = ["--direct_running_mode", "multi_processing", "--direct_num_workers", "2"]
+# Pairs of configurations that differ only in how the runner executes: byte-identical corpora.
+MUST_MATCH = (("default", "workers2"), ("capped", "capped-mp"))
 
 
 def write_corpus(path: Path, megabytes: float, seed: int = 11, file_mb: float | None = None) -> tuple[int, int]:
@@ -101,6 +111,35 @@ def write_corpus(path: Path, megabytes: float, seed: int = 11, file_mb: float | 
         if f is not None:
             f.close()
     return docs, size
+
+
+def corpus_stats(path: Path) -> tuple[int, int]:
+    """(records, bytes) of a JSONL corpus: one file, or a folder of ``*.jsonl`` files."""
+    files = sorted(path.glob("*.jsonl")) if path.is_dir() else [path]
+    docs = size = 0
+    for f in files:
+        data = f.read_bytes()
+        docs += data.count(b"\n")
+        size += len(data)
+    return docs, size
+
+
+def input_path(inputs: Path, megabytes: float, batched: bool) -> Path:
+    """Where the parent writes the input of one size: a file, or for ``batched`` a folder of files.
+
+    One path per size and layout for every configuration: document ids hash the path, so
+    configurations that must agree (``MUST_MATCH``) must read the same one.
+    """
+    return inputs / (f"raw-{megabytes:g}mb" + ("" if batched else ".jsonl"))
+
+
+def manifest_digest(corpus: Path) -> str:
+    """sha256 of a committed corpus's manifest.json (it lists every shard's sha256)."""
+    import hashlib
+
+    from schemas.manifest import MANIFEST_NAME
+
+    return hashlib.sha256((corpus / MANIFEST_NAME).read_bytes()).hexdigest()
 
 
 # ------------------------------------------------------------------ memory sampling
@@ -242,17 +281,17 @@ def build_config(raw: Path, near: bool, caps: dict[str, int] | None):
     })
 
 
-def run_runner_baseline(raw: Path, beam_args: list[str], group: bool) -> dict[str, Any]:
+def run_runner_baseline(raw: Path, beam_args: list[str], group: bool, out: Path) -> dict[str, Any]:
     """No shardforge stage: read, parse, [group by 1024 keys,] sum the text lengths.
 
     With ``group`` the texts cross a GroupByKey (a stage boundary with data); without it
     everything fuses into one streaming stage (CombineGlobally pre-combines per bundle).
+    The total goes to the file ``out``.
     """
     import apache_beam as beam
 
     from pipelines.options import BuildOptions, finalize_options
 
-    out = raw.parent / "count.txt"
     opts = finalize_options(BuildOptions(beam_args))
     with beam.Pipeline(options=opts) as p:
         texts = p | "Read" >> beam.io.ReadFromText(str(raw)) | "Parse" >> beam.Map(lambda ln: json.loads(ln)["text"])
@@ -270,8 +309,12 @@ def run_runner_baseline(raw: Path, beam_args: list[str], group: bool) -> dict[st
 
 
 def child(megabytes: float, near: bool, config: str, caps: dict[str, int], batch_mb: float = 20.0,
-          file_mb: float = 2.0) -> dict[str, Any]:
-    """Run one build (in this process) and report time, memory and output counts."""
+          file_mb: float = 2.0, raw: Path | None = None) -> dict[str, Any]:
+    """Run one build (in this process) and report time, memory, output counts and the manifest's sha256.
+
+    raw: the input (a JSONL file, or for ``batched`` a folder of them), as the parent wrote it
+    with ``input_path``; None: write it into this run's scratch folder.
+    """
     from pipelines.build import run_build, summarize
     from pipelines.options import quiet_beam
 
@@ -281,22 +324,25 @@ def child(megabytes: float, near: bool, config: str, caps: dict[str, int], batch
     beam_args = MP_ARGS if config == "capped-mp" else WORKERS2_ARGS if config == "workers2" else []
     with scratch_dir("sf-scaling-") as work:
         batched = config == "batched"
-        raw = work / ("raw" if batched else "raw.jsonl")
-        docs, nbytes = write_corpus(raw, megabytes, file_mb=file_mb if batched else None)
+        if raw is None:
+            raw = work / ("raw" if batched else "raw.jsonl")
+            write_corpus(raw, megabytes, file_mb=file_mb if batched else None)
+        docs, nbytes = corpus_stats(raw)
         base_kb = _status_kb(os.getpid()).get("VmRSS", 0)
         sampler.sample()  # the starting RSS, from which the first stage's rise counts
         sampler.enter("(pipeline setup)")
         sampler.start()
         t0 = time.perf_counter()
         if config.startswith("runner"):
-            counts = run_runner_baseline(raw, beam_args, group=config == "runner")
+            counts = run_runner_baseline(raw, beam_args, group=config == "runner", out=work / "count.txt")
+            counts["manifest_sha256"] = None
         else:
             source = raw / "*.jsonl" if batched else raw
             cfg = build_config(source, near, None if config in ("default", "batched", "workers2") else caps)
             manifest = run_build(cfg, str(work / "corpus"), beam_args, batch_mb=batch_mb if batched else None)
             s = summarize(manifest)
             counts = {"kept": s["kept"], "duplicates": s["duplicates"], "tokens": s["tokens"],
-                      "shards": s["shards"]}
+                      "shards": s["shards"], "manifest_sha256": manifest_digest(work / "corpus")}
         wall = time.perf_counter() - t0
         sampler.stop()
     self_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -523,6 +569,44 @@ def conclusion(results: dict[str, list[dict[str, Any]]], pack: list[dict[str, fl
     return out
 
 
+def run_size(config: str, mb: float, args: argparse.Namespace, near: bool, inputs: Path) -> dict[str, Any] | None:
+    """One configuration at one size in a fresh child process, on the size's shared input
+    (written here the first time); its result row, or None (its stderr printed) if it failed."""
+    batched = config == "batched"
+    raw = input_path(inputs, mb, batched)
+    if not raw.exists():
+        write_corpus(raw, mb, file_mb=args.file_mb if batched else None)
+    cmd = [sys.executable, __file__, "--child", str(mb), "--child-config", config, "--child-input", str(raw),
+           "--group-tokens", str(args.group_tokens), "--sample-docs", str(args.sample_docs),
+           "--input-sentence-size", str(args.input_sentence_size), "--batch-mb", str(args.batch_mb),
+           "--file-mb", str(args.file_mb)]
+    cmd += ["--no-near-dedupe"] if not near else []
+    res = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    if res.returncode != 0:
+        print(res.stderr[-3000:], file=sys.stderr)
+        return None
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def identity_lines(results: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """A "Determinism" section: for each ``MUST_MATCH`` pair that ran at a size, whether the two
+    manifests (and so every shard) are byte-identical."""
+    out = ["## Determinism", ""]
+    for a, b in MUST_MATCH:
+        by_size = {round(r["megabytes"], 3): r for r in results.get(b, [])}
+        for ra in results.get(a, []):
+            rb = by_size.get(round(ra["megabytes"], 3))
+            if rb is None:
+                continue
+            same = ra["manifest_sha256"] == rb["manifest_sha256"]
+            out.append(f"- {ra['megabytes']:.1f} MB, `{b}` vs `{a}` (same input file): "
+                       + ("**byte-identical** manifest and shards" if same else
+                          f"**DIFFERENT** manifests ({ra['tokens']:,} vs {rb['tokens']:,} tokens): a determinism "
+                          "defect, localize it with benchmarks/check_determinism.py")
+                       + f" (manifest sha256 {ra['manifest_sha256'][:12]}...)")
+    return out + [""] if len(out) > 2 else []
+
+
 def main() -> int:
     ap = bench_parser(__doc__, "scaling")
     ap.add_argument("--sizes", default="5,10,20", help="Input sizes in MB, comma-separated.")
@@ -544,12 +628,14 @@ def main() -> int:
     ap.add_argument("--pack-child", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--spm-child", type=float, help=argparse.SUPPRESS)
     ap.add_argument("--child-config", default="default", help=argparse.SUPPRESS)
+    ap.add_argument("--child-input", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     near = not args.no_near_dedupe
     caps = {"group_tokens": args.group_tokens, "sample_docs": args.sample_docs,
             "input_sentence_size": args.input_sentence_size, "batch_mb": args.batch_mb, "file_mb": args.file_mb}
     if args.child is not None:
-        print(json.dumps(child(args.child, near, args.child_config, caps, args.batch_mb, args.file_mb)))
+        raw = Path(args.child_input) if args.child_input else None
+        print(json.dumps(child(args.child, near, args.child_config, caps, args.batch_mb, args.file_mb, raw)))
         return 0
     if args.pack_child is not None:
         print(json.dumps(measure_pack_group(args.pack_child)))
@@ -564,31 +650,28 @@ def main() -> int:
     if unknown:
         ap.error(f"unknown configs {unknown}; known: {CONFIGS}")
     results: dict[str, list[dict[str, Any]]] = {}
-    for config in configs:
-        rows = results[config] = []
-        for mb in sizes:
-            if config != "batched" and args.one_shot_max is not None and mb > args.one_shot_max:
-                continue
-            cmd = [sys.executable, __file__, "--child", str(mb), "--child-config", config,
-                   "--group-tokens", str(args.group_tokens), "--sample-docs", str(args.sample_docs),
-                   "--input-sentence-size", str(args.input_sentence_size), "--batch-mb", str(args.batch_mb),
-                   "--file-mb", str(args.file_mb)]
-            cmd += ["--no-near-dedupe"] if not near else []
-            res = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
-            if res.returncode != 0:
-                print(res.stderr[-3000:], file=sys.stderr)
-                return 1
-            row = json.loads(res.stdout.strip().splitlines()[-1])
-            rows.append(row)
-            print(f"[{config}] {row['megabytes']:.1f} MB ({row['docs']} docs): {row['wall_s']:.1f} s, "
-                  f"peak tree RSS {row['tree_peak_mb']:.0f} MB (self {row['self_peak_mb']:.0f}, "
-                  f"largest worker {row['worker_peak_mb']:.0f}, start {row['base_rss_mb']:.0f})", flush=True)
-            for name, rise, peak in row["stages"][:3]:
-                print(f"    +{rise:5.0f} MB (to {peak:.0f}) during {name}", flush=True)
-        if len(rows) > 1:
-            f = summarize_config(rows)
-            print(f"[{config}] time ~ size^{f['time_exp']:.2f}, peak RSS ~ size^{f['mem_exp']:.2f} "
-                  f"({f['mem_per_mb']:.1f} MB RSS per input MB)", flush=True)
+    with scratch_dir("sf-scaling-inputs-") as inputs:  # one input per size, shared by every config
+        for config in configs:
+            rows = results[config] = []
+            for mb in sizes:
+                if config != "batched" and args.one_shot_max is not None and mb > args.one_shot_max:
+                    continue
+                row = run_size(config, mb, args, near, inputs)
+                if row is None:
+                    return 1
+                rows.append(row)
+                print(f"[{config}] {row['megabytes']:.1f} MB ({row['docs']} docs): {row['wall_s']:.1f} s, "
+                      f"peak tree RSS {row['tree_peak_mb']:.0f} MB (self {row['self_peak_mb']:.0f}, "
+                      f"largest worker {row['worker_peak_mb']:.0f}, start {row['base_rss_mb']:.0f})", flush=True)
+                for name, rise, peak in row["stages"][:3]:
+                    print(f"    +{rise:5.0f} MB (to {peak:.0f}) during {name}", flush=True)
+            if len(rows) > 1:
+                f = summarize_config(rows)
+                print(f"[{config}] time ~ size^{f['time_exp']:.2f}, peak RSS ~ size^{f['mem_exp']:.2f} "
+                      f"({f['mem_per_mb']:.1f} MB RSS per input MB)", flush=True)
+    identity = identity_lines(results)
+    for line in identity[2:]:
+        print(line, flush=True)
 
     pack, spm = ([], []) if args.no_bounds else measure_bounds()
     for r in pack:
@@ -613,12 +696,12 @@ def main() -> int:
         "`shardforge.synth.make_article` (Gopher's `dup_ngrams` rule disabled: template text repeats "
         "n-grams far more than prose). **Peak RSS** is the peak of the sum of RSS over the child and its "
         "live descendants (sampled every 50 ms, and never below the child's ru_maxrss); \"start\" is the "
-        "child's RSS before the pipeline (interpreter, imports, corpus written). Token counts differ slightly "
-        "between runs of the same size: document ids hash the input path, a fresh temporary folder each run, "
-        "so the split, group and tokenizer-sample hashes differ (a build of one fixed path is deterministic).",
+        "child's RSS before the pipeline (interpreter, imports, input counted). Every configuration of a size "
+        "builds the same input file (written once, at one path: document ids hash the path).",
         "",
     ]
     lines += conclusion(results, pack, spm)
+    lines += identity
     for config, rows in results.items():
         lines += [f"## {config}: {config_label(config, caps)}", "",
                   "| input MB | documents | tokens | shards | wall s | MB/s | start MB | peak RSS MB "
