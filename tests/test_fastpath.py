@@ -23,6 +23,7 @@ import torch.nn.functional as F
 
 from schemas import PAD_ID
 from schemas.config import ModelConfig, OptimConfig
+from trainer.masking import IGNORE_INDEX
 from trainer.model import Encoder, Unpadded, attention_inputs, unpad
 from trainer.optim import Lamb, build_optimizer
 from trainer.precision import Precision, compile_enabled, maybe_compile, resolve_dtype
@@ -58,7 +59,7 @@ def batch(lengths: tuple[int, ...] = LENGTHS, seed: int = 1, pair: bool = True) 
     picked = (torch.rand(B, L, generator=g) < 0.2) & (mask == 1)
     picked[:, 0] = False
     picked[0, 5] = True
-    labels = torch.where(picked, ids, torch.full_like(ids, -100))
+    labels = torch.where(picked, ids, torch.full_like(ids, IGNORE_INDEX))
     pos = torch.arange(L).expand(B, L)
     last = (torch.tensor(lengths) - 1)[:, None]
     left = (pos - 1 - torch.randint(0, 3, (B, L), generator=g)).clamp(min=0)
@@ -177,7 +178,7 @@ def test_padding_changes_nothing_on_the_unpadded_path() -> None:
     """The same rows with extra padding columns: identical packed computation, identical loss."""
     b = batch(pair=False)
     extra = {k: F.pad(v, (0, 6), value=(PAD_ID if k == "input_ids" else -1 if k.startswith("span") else
-                                        -100 if k == "labels" else 0)) for k, v in b.items()}
+                                        IGNORE_INDEX if k == "labels" else 0)) for k, v in b.items()}
     m = model("spanbert")
     a = m(**b, unpadded=unpad(b["attention_mask"]))
     c = m(**extra, unpadded=unpad(extra["attention_mask"]))

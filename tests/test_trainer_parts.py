@@ -130,7 +130,8 @@ def test_padding_rows_carry_no_loss_and_no_tokens():
             [1, 1, 1, 0]]), "sample_ids": torch.tensor([3, 4]), "is_pad": torch.tensor([False, True]),
             "sentence_labels": torch.tensor([1, 0])}
     assert real_tokens(host) == 4  # the repeated row is not counted
-    masked = {"labels": torch.tensor([[-100, 7, -100, -100], [-100, 9, -100, -100]])}
+    ig = IGNORE_INDEX
+    masked = {"labels": torch.tensor([[ig, 7, ig, ig], [ig, 9, ig, ig]])}
     batch = dict(host)
     drop_padding_rows(batch, masked)
     assert masked["labels"][1].eq(IGNORE_INDEX).all() and masked["labels"][0, 1] == 7

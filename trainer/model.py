@@ -333,7 +333,7 @@ class SpanBoundaryHead(nn.Module):
 
 
 def _masked_ce(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(mean loss over targets != -100, correct count, target count); 0 loss when nothing is predicted."""
+    """(mean loss over targets != IGNORE_INDEX, correct count, target count); 0 loss when nothing is predicted."""
     active = targets != IGNORE_INDEX
     count = active.sum()
     # Sum / max(count, 1) instead of a mean: a batch with no predictions gives 0, not NaN.
@@ -409,7 +409,7 @@ class Encoder(nn.Module):
                 span_right: torch.Tensor | None = None, unpadded: Unpadded | None = None) -> dict[str, torch.Tensor]:
         """Losses and detached stats when labels are given; otherwise logits.
 
-        labels: int64 [B, L], -100 where not predicted. sentence_labels: [B]
+        labels: int64 [B, L], IGNORE_INDEX (-100) where not predicted. sentence_labels: [B]
         (NSP: 1 = random next; SOP: 1 = swapped, as the data job writes them).
         span_left / span_right: [B, L] positions of the boundary tokens of the
         span each predicted token belongs to (-1 where there is no span).
