@@ -285,8 +285,8 @@ def main(argv: list[str] | None = None) -> int:
         manifest = run_build(cfg, o.output, beam_args, batch_mb=o.batch_mb, timings=timings)
         report = read_report(o.output)
         summary = summarize(manifest, report)
-        # Wall time of what this driver process saw, in seconds (not per-stage compute: on the local
-        # runner the stages overlap inside one pipeline run, whose time includes writing the report).
+        # Wall time this driver process saw per phase, in seconds (the pipeline's includes writing
+        # the report); where the time went inside the pipeline is stage_seconds, below.
         summary["wall_seconds"] = {k: round(v, 2) for k, v in timings.items()}
         # Seconds per stage as Beam measured them (None where the runner returns none): timings.json.
         stage_doc = read_timings(o.output)

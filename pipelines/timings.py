@@ -166,7 +166,10 @@ def measure(result: Any, runner: Runner, wall: float) -> RunTimings:
     infos = getattr(result, "monitoring_infos", None)
     if not callable(infos):
         return RunTimings(runner, wall, None, unavailable_line(runner.name))
-    msecs = transform_msecs(infos())
+    try:
+        msecs = transform_msecs(infos())
+    except Exception as e:  # noqa: BLE001 - a diagnostic never fails a committed build
+        return RunTimings(runner, wall, None, f"per-stage timings unavailable: reading them failed ({e})")
     if not msecs:
         return RunTimings(runner, wall, None, unavailable_line(runner.name))
     return RunTimings(runner, wall, seconds_by_stage(msecs))
@@ -212,7 +215,8 @@ class BuildTimings:
             # In-process, bundles run one at a time: the rest of the pipeline's wall time is the
             # runner's own (graph construction, planning, moving data between stages). With worker
             # processes the stages overlap, so there is no such difference.
-            "outside_stages_seconds": round(wall - total, 3) if total is not None and workers == 1 else None,
+            "outside_stages_seconds": (round(wall - total, 3) if total is not None and workers == 1
+                                       and self.unavailable() is None else None),
             "unavailable": self.unavailable(),
             "stage_help": STAGES,
         }
@@ -227,10 +231,14 @@ def summary_line(doc: dict[str, Any]) -> str:
     if stages is None:
         return f"stage timings: {doc['unavailable']}; pipeline {doc['pipeline_seconds']:.1f} s"
     parts = ", ".join(f"{k} {v:.2f}" for k, v in stages.items() if v > 0 or k != OTHER)
-    where = (f"summed over {doc['worker_processes']} worker processes" if doc["worker_processes"] > 1
-             else f"outside the stages {doc['outside_stages_seconds']:.1f}")
+    if doc["worker_processes"] > 1:
+        parts += f"; summed over {doc['worker_processes']} worker processes"
+    elif doc["outside_stages_seconds"] is not None:
+        parts += f"; outside the stages {doc['outside_stages_seconds']:.1f}"
+    if doc["unavailable"]:
+        parts += f"; {doc['unavailable']}"
     batches = f" over {len(doc['runs'])} batches" if len(doc.get("runs", [])) > 1 else ""
-    return (f"stage timings (s{batches}): {parts}; {where}; pipeline {doc['pipeline_seconds']:.1f} s "
+    return (f"stage timings (s{batches}): {parts}; pipeline {doc['pipeline_seconds']:.1f} s "
             f"(run-dependent: {TIMINGS_JSON})")
 
 
@@ -270,7 +278,9 @@ def timings_table(doc: dict[str, Any]) -> str:
         rows.append(["outside the stages", f"{doc['outside_stages_seconds']:.2f}", "",
                      "graph construction, planning, moving data between stages"])
     note = (f"<p>Seconds of bundle processing, summed over {doc['worker_processes']} worker processes that ran "
-            "at once: the stages add up to more than the wall time.</p>" if doc["worker_processes"] > 1 else "")
+            "at once: the stages can add up to more than the wall time.</p>" if doc["worker_processes"] > 1 else "")
+    if doc["unavailable"]:
+        note += f"<p>{html.escape(doc['unavailable'])}.</p>"
     return head + note + _table(["stage", "seconds", "share", "what it covers"], rows) + driver
 
 

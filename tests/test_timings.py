@@ -182,3 +182,23 @@ def test_batched_build_sums_the_stage_timings_of_its_batches(demo_corpus, tmp_pa
     assert summary["stage_seconds"] == {k: round(v, 2) for k, v in doc["stages"].items()}
     index = (out / REPORT_HTML).read_text()  # the batched root page (run-dependent itself) shows the sum
     assert "<h2>Stage timings" in index and "<tr><td>dedupe</td>" in index
+
+
+def test_batches_some_unmeasured_sum_what_was_measured_and_say_what_was_not():
+    """A batched build whose batches ran on runners with and without per-transform times (a rerun
+    with other Beam flags): the measured batches are summed, the rest named, nothing made up."""
+    from pipelines.timings import BuildTimings, Runner, RunTimings, summary_line, timings_table
+
+    measured = RunTimings(Runner("FnApiRunner, in-process", 1), 2.0, dict.fromkeys(STAGES, 0.1))
+    blind = RunTimings(Runner("BundleBasedDirectRunner", 1), 3.0, None, "per-stage timings unavailable on this runner")
+    doc = BuildTimings({"batched": 6.0}, [("v1", measured), ("v2", blind)]).to_json()
+    assert doc["stages"] == dict.fromkeys(STAGES, 0.1) and doc["pipeline_seconds"] == 5.0
+    assert doc["unavailable"].startswith("1 of 2 runs unmeasured (per-stage timings unavailable")
+    assert doc["outside_stages_seconds"] is None  # the wall of an unmeasured batch is no runner overhead
+    assert [r["label"] for r in doc["runs"]] == ["v1", "v2"] and doc["runs"][1]["stages"] is None
+    line = summary_line(doc)
+    assert "over 2 batches" in line and "1 of 2 runs unmeasured" in line and "outside the stages" not in line
+    assert "1 of 2 runs unmeasured" in timings_table(doc)
+    none = BuildTimings({"batched": 0.1}, []).to_json()  # a rerun of a finished batched build
+    assert none["stages"] is None and "no pipeline ran" in summary_line(none) and "no pipeline ran" in \
+        timings_table(none)
