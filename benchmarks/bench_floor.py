@@ -14,7 +14,8 @@ in a fresh child process so that imports count the same way:
 * **build**: ``pipelines.build.run_build`` on the local FnApiRunner (in-process). The process CPU
   of every bundle the runner executes is split among the build stages whose transforms that
   fused stage holds, in proportion to the time Beam's own state sampler (every 5 ms) saw each
-  transform run (a private FnApiRunner method is wrapped: diagnostics only). Each build stage is
+  transform run (a private FnApiRunner method is wrapped: diagnostics only; the transforms' times
+  and their stages come from ``pipelines.timings``, as in the build's own timings.json). Each build stage is
   compared with the floor stages that do its work (``Dedupe`` with exact hash + MinHash, its
   resolution and index included; ``WriteCorpus`` with packing + tar encoding, its two passes
   included); what the floor does not do at all is one "pipeline only" row.
@@ -45,18 +46,17 @@ from benchmarks.common import ROOT, command_line, machine, scratch_dir, write_re
 
 FLOOR_STAGES = ("parse", "clean", "exact hash", "minhash+bands", "sentences", "tokenizer train", "encode",
                 "packing", "tar encoding")
-# The build's top-level transform names -> the floor stage whose work they do. Names not listed
-# (accounting, intermediates, rejects, report, dedupe resolution outside the sketching) do work
-# the floor does not: they are reported as "pipeline only".
+# The build's stages (``pipelines.timings.stage_of``, the same split the build's timings.json
+# shows) -> the floor stage whose work they do. Stages not listed (accounting, intermediates,
+# reject log, report) do work the floor does not: they are reported as "pipeline only".
 BUILD_STAGE_OF = {
-    "ReadSources": "parse", "Read": "parse", "AllDocuments": "parse",
-    "Clean": "clean",
-    "Dedupe": "exact hash+minhash+bands (and resolution)",
-    "SplitSentences": "sentences",
-    "TrainTokenizer": "tokenizer train", "Tokenizer": "tokenizer train", "ReuseTokenizer": "tokenizer train",
-    "CopyTokenizer": "tokenizer train",
-    "Tokenize": "encode", "HasTokens": "encode",
-    "WriteCorpus": "packing+tar encoding",
+    "read": "parse",
+    "clean": "clean",
+    "dedupe": "exact hash+minhash+bands (and resolution)",
+    "sentences": "sentences",
+    "tokenizer training": "tokenizer train",
+    "encode": "encode",
+    "packing": "packing+tar encoding", "shard writing": "packing+tar encoding",
 }
 FLOOR_OF_BUILD = {"exact hash+minhash+bands (and resolution)": ("exact hash", "minhash+bands"),
                   "packing+tar encoding": ("packing", "tar encoding")}
@@ -171,12 +171,9 @@ def run_floor(raw: str, vocab_size: int) -> dict[str, Any]:
 
 
 def _category(unique_name: str) -> str:
-    top = unique_name.split("/")[0].split("[")[0]
-    return BUILD_STAGE_OF.get(top, PIPELINE_ONLY)
+    from pipelines.timings import stage_of
 
-
-def _step(unique_name: str) -> str:
-    return "/".join(unique_name.split("/")[:2])
+    return BUILD_STAGE_OF.get(stage_of(unique_name), PIPELINE_ONLY)
 
 
 def watch_stage_cpu(totals: dict[str, float], steps: dict[str, float], sampling_ms: int = 5) -> None:
@@ -187,12 +184,12 @@ def watch_stage_cpu(totals: dict[str, float], steps: dict[str, float], sampling_
     each transform run (its per-transform ``process_bundle_msecs``, sampled every
     ``sampling_ms``). Wraps a private FnApiRunner method: diagnostics only.
     """
-    from apache_beam.metrics import monitoring_infos as mi
     from apache_beam.runners.portability.fn_api_runner import fn_runner
     from apache_beam.runners.worker import statesampler
 
+    from pipelines.timings import step_of, transform_msecs
+
     statesampler.StateSampler.__init__.__defaults__ = (sampling_ms,)
-    msec_urns = {mi.PROCESS_BUNDLE_MSECS_URN, mi.START_BUNDLE_MSECS_URN, mi.FINISH_BUNDLE_MSECS_URN}
     orig = fn_runner.FnApiRunner._execute_bundle
 
     def wrapped(self, ctx, bundle_manager, bundle_input):
@@ -202,12 +199,9 @@ def watch_stage_cpu(totals: dict[str, float], steps: dict[str, float], sampling_
         names = {tid: t.unique_name for tid, t in bundle_manager.process_bundle_descriptor.transforms.items()}
         share: dict[str, float] = defaultdict(float)
         by_step: dict[str, float] = defaultdict(float)
-        for info in result.process_bundle.monitoring_infos:
-            if info.urn in msec_urns:
-                name = names.get(info.labels.get("PTRANSFORM", ""), "")
-                ms = mi.extract_counter_value(info)
-                share[_category(name)] += ms
-                by_step[_step(name)] += ms
+        for name, ms in transform_msecs(result.process_bundle.monitoring_infos, names).items():
+            share[_category(name)] += ms
+            by_step[step_of(name)] += ms
         seen = sum(share.values())
         for step, ms in by_step.items():
             if seen > 0:

@@ -46,6 +46,7 @@ from pipelines.ingest import (
     list_raw_files,
     recover,
 )
+from pipelines.timings import TIMINGS_HTML, BuildTimings, RunTimings, timings_table, write_timings
 from schemas.config import BuildConfig, SourceConfig
 from schemas.errors import UserError
 from schemas.manifest import Manifest, committed_versions
@@ -148,8 +149,9 @@ def _start_or_resume(output: str, plan: str, batches: Sequence[Batch]) -> int:
     return 0
 
 
-def _write_index_page(output: str, m: Manifest, timings: dict[int, float]) -> None:
-    """report.html at the root: corpus totals and a link to each batch's own report."""
+def _write_index_page(output: str, m: Manifest, timings: dict[int, float], stage_timings: dict[str, Any]) -> None:
+    """report.html at the root: corpus totals, a link to each batch's own report, and the seconds per
+    stage summed over the batches this run built (``pipelines.timings``; this page is run-dependent)."""
     from pipelines.commit import committed_tags
 
     tags = committed_tags(output)
@@ -173,6 +175,8 @@ def _write_index_page(output: str, m: Manifest, timings: dict[int, float]) -> No
 <h2>Splits</h2><table><tr><th>split</th><th>shards</th><th>samples</th><th>tokens</th></tr>{totals}</table>
 <h2>Batches</h2><p>Each batch has its own report (cleaning, dedupe and length plots of that batch).</p>
 <table><tr><th>version</th><th>report</th><th>seconds (this run)</th></tr>{''.join(rows)}</table>
+{timings_table(stage_timings)}
+<p>The batches of this run, summed; each batch's own: <code>versions/&lt;tag&gt;/{TIMINGS_HTML}</code>.</p>
 </body></html>
 """
     write_text_atomic(join(output, "report.html"), page)
@@ -185,7 +189,7 @@ def _batch_child(output: str, batch_files: list[tuple[SourceConfig, tuple[RawFil
 
     try:
         res = ingest_sources(recover(output, clean_orphans=False), batch_files, cfg, beam_args)
-        conn.send(("ok", res.version, res.new_shards))
+        conn.send(("ok", res.version, res.new_shards, res.timings.to_json() if res.timings else None))
     except BaseException as e:  # reported to the parent, which raises it there
         user = find_user_error(e)
         conn.send(("user", str(user)) if user is not None else ("error", traceback.format_exc()))
@@ -194,8 +198,8 @@ def _batch_child(output: str, batch_files: list[tuple[SourceConfig, tuple[RawFil
 
 
 def _run_isolated(output: str, batch_files: list[tuple[SourceConfig, tuple[RawFile, ...]]], cfg: BuildConfig,
-                  beam_args: Sequence[str]) -> tuple[int, int]:
-    """Run one batch in a spawned child; (version, new shards)."""
+                  beam_args: Sequence[str]) -> tuple[int, int, RunTimings | None]:
+    """Run one batch in a spawned child; (version, new shards, its pipeline's timings)."""
     import multiprocessing as mp
 
     ctx = mp.get_context("spawn")
@@ -214,7 +218,7 @@ def _run_isolated(output: str, batch_files: list[tuple[SourceConfig, tuple[RawFi
         raise UserError(msg[1])
     if msg[0] != "ok":
         raise RuntimeError(f"batch failed (exit code {proc.exitcode}):\n{msg[1]}")
-    return msg[1], msg[2]
+    return msg[1], msg[2], RunTimings.from_json(msg[3]) if msg[3] is not None else None
 
 
 def build_in_batches(cfg: BuildConfig, output: str, batch_mb: float, beam_args: Sequence[str] = (),
@@ -226,6 +230,7 @@ def build_in_batches(cfg: BuildConfig, output: str, batch_mb: float, beam_args: 
     process (the default), so memory one batch leaves fragmented in the
     allocator is not carried into the next; False runs them in this process.
     """
+    started = time.monotonic()
     batch_bytes = int(batch_mb * 1e6)
     sources: dict[str, SourceConfig] = {s.name: s for s in cfg.sources}
     listing = []
@@ -251,22 +256,26 @@ def build_in_batches(cfg: BuildConfig, output: str, batch_mb: float, beam_args: 
     if done:
         print(f"resuming {output}: {done} of {len(batches)} batches committed", file=sys.stderr)
     timings: dict[int, float] = {}
+    runs: list[tuple[str, RunTimings]] = []  # each batch pipeline's seconds per stage, summed in timings.json
     stop = len(batches) if max_batches is None else min(len(batches), done + max_batches)
     for i in range(done, stop):
         b = batches[i]
         batch_files = [(sources[name], fs) for name, fs in b.files]
         t0 = time.monotonic()
         if isolate:
-            version, new_shards = _run_isolated(output, batch_files, cfg, beam_args)
+            version, new_shards, run = _run_isolated(output, batch_files, cfg, beam_args)
         else:
             res = ingest_sources(state, batch_files, cfg, beam_args)
-            version, new_shards = res.version, res.new_shards
+            version, new_shards, run = res.version, res.new_shards, res.timings
         timings[version] = time.monotonic() - t0
+        if run is not None:
+            runs.append((f"v{version}", run))
         print(f"[batch {i + 1}/{len(batches)}] {b.count} files, {b.size / 1e6:.3g} MB -> v{version}: "
               f"+{new_shards} shards in {timings[version]:.1f} s", file=sys.stderr, flush=True)
     if isolate and stop > done:  # the batches committed in their own processes
         state = recover(output, clean_orphans=False)
     if state.latest is None:
         raise UserError(f"{output}: no batch was built")
-    _write_index_page(output, state.latest, timings)
+    doc = write_timings(output, BuildTimings({"batched": time.monotonic() - started}, runs))
+    _write_index_page(output, state.latest, timings, doc)
     return state.latest

@@ -38,6 +38,14 @@ from pipelines.options import (
     quiet_beam,
 )
 from pipelines.report import build_warnings
+from pipelines.timings import (
+    TIMINGS_JSON,
+    BuildTimings,
+    describe_runner,
+    measure,
+    summary_line,
+    write_timings,
+)
 from schemas.config import BuildConfig
 from schemas.errors import UserError
 from schemas.manifest import MANIFEST_NAME, Manifest
@@ -53,6 +61,10 @@ def run_build(cfg: BuildConfig, output: str, beam_args: list[str] | None = None,
     timings: filled with the driver's wall time per phase, in seconds: ``tag`` (listing and
     fingerprinting the inputs), ``pipeline`` (the Beam run: every stage, the commit and the
     report), or ``batched`` for a batched build.
+
+    A committed build also gets ``timings.json`` / ``timings.html`` next to its report: those
+    phases and the seconds per stage Beam measured (``pipelines.timings``; run-dependent, so
+    outside report.json).
     """
     from schemas.manifest import load_manifest
 
@@ -61,12 +73,13 @@ def run_build(cfg: BuildConfig, output: str, beam_args: list[str] | None = None,
     if batch_mb is not None:
         from pipelines.batched import build_in_batches
 
-        m = build_in_batches(cfg, output, batch_mb, beam_args or [])
+        m = build_in_batches(cfg, output, batch_mb, beam_args or [])  # writes the sum over its batches
         timings["batched"] = time.monotonic() - start
         return m
     from pipelines.commit import raise_if_lost
 
     opts = finalize_options(BuildOptions(beam_args or []))  # first: a runner that cannot run says so at once
+    runner = describe_runner(opts)  # before make_pipeline, which rewrites the running mode
     tag = one_shot_tag(cfg)
     check_output(output, tag)
     timings["tag"] = time.monotonic() - start
@@ -79,6 +92,7 @@ def run_build(cfg: BuildConfig, output: str, beam_args: list[str] | None = None,
         raise
     timings["pipeline"] = time.monotonic() - start
     raise_if_lost(output, MANIFEST_NAME, tag)  # the commit step lost: say so (its objects are gone)
+    write_timings(output, BuildTimings(dict(timings), [("", measure(p.result, runner, timings["pipeline"]))]))
     manifest, _ = load_manifest(output)
     return manifest
 
@@ -239,6 +253,14 @@ def read_report(output: str) -> dict[str, Any] | None:
     return json.loads(read_text(url)) if exists(url) else None
 
 
+def read_timings(output: str) -> dict[str, Any] | None:
+    """The build's timings.json (``pipelines.timings``), or None where none was written."""
+    from storage import exists, read_text
+
+    url = join(output, TIMINGS_JSON)
+    return json.loads(read_text(url)) if exists(url) else None
+
+
 def main(argv: list[str] | None = None) -> int:
     """CLI entry (`python -m pipelines.build`, `shardforge build`); 2 with one line on user errors."""
     quiet_beam()
@@ -263,9 +285,15 @@ def main(argv: list[str] | None = None) -> int:
         manifest = run_build(cfg, o.output, beam_args, batch_mb=o.batch_mb, timings=timings)
         report = read_report(o.output)
         summary = summarize(manifest, report)
-        # Wall time of what this driver process saw, in seconds (not per-stage compute: on the local
-        # runner the stages overlap inside one pipeline run, whose time includes writing the report).
+        # Wall time this driver process saw per phase, in seconds (the pipeline's includes writing
+        # the report); where the time went inside the pipeline is stage_seconds, below.
         summary["wall_seconds"] = {k: round(v, 2) for k, v in timings.items()}
+        # Seconds per stage as Beam measured them (None where the runner returns none): timings.json.
+        stage_doc = read_timings(o.output)
+        if stage_doc is not None:
+            summary["stage_seconds"] = stage_doc["stages"] and {k: round(v, 2) for k, v in stage_doc["stages"].items()}
+            summary["timings"] = redact_url(join(o.output, TIMINGS_JSON))
+            print(summary_line(stage_doc), file=sys.stderr)
         for w in build_warnings(manifest.model_dump(mode="json")):
             print(w, file=sys.stderr)
         summary["manifest"] = redact_url(join(o.output, "manifest.json"))

@@ -40,6 +40,7 @@ import os
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
 
 from pipelines.rawfiles import RawFile, fingerprint, list_raw_files
 from schemas.config import BuildConfig, SourceConfig
@@ -66,6 +67,9 @@ from storage import (
     relative_url,
     write_text_atomic,
 )
+
+if TYPE_CHECKING:  # Beam loads only when a batch runs
+    from pipelines.timings import RunTimings
 
 log = logging.getLogger("shardforge.ingest")
 
@@ -390,6 +394,7 @@ class BatchResult:
     files: int
     new_shards: int
     seconds: float
+    timings: RunTimings | None = None  # the batch pipeline's wall and seconds per stage (pipelines.timings)
 
 
 def ingest_batch(state: CorpusState, files: Sequence[RawFile], source: SourceConfig,
@@ -406,6 +411,7 @@ def ingest_sources(state: CorpusState, batch_files: Sequence[tuple[SourceConfig,
 
     from pipelines.graph import BATCH_MANIFEST_NAME, AppendTo, build_pipeline
     from pipelines.options import BuildOptions, finalize_options, make_pipeline
+    from pipelines.timings import BuildTimings, describe_runner, measure, write_timings
 
     t0 = time.monotonic()
     root = state.root
@@ -422,12 +428,15 @@ def ingest_sources(state: CorpusState, batch_files: Sequence[tuple[SourceConfig,
     # so its leftovers are reused, never cleared (a concurrent identical attempt may be using them).
     work = join(root, work_dir(tag))
     opts = finalize_options(BuildOptions(list(beam_args)))
+    runner = describe_runner(opts)  # before make_pipeline, which rewrites the running mode
     append = AppendTo(corpus=root, shard_offsets=next_shard_offsets(state.latest), key_prefix=version_key_prefix(n),
                       tag=tag)
     try:
+        started = time.monotonic()
         with make_pipeline(opts) as p:
             build_pipeline(p, cfg, work, files={src.name: [f.url for f in fs] for src, fs in batch_files},
                            append=append)
+        run = measure(p.result, runner, time.monotonic() - started)
         batch_url = join(work, BATCH_MANIFEST_NAME)
         batch = parse_manifest(read_text(batch_url), batch_url)
         index = batch.intermediates.get("dedupe_index")
@@ -452,7 +461,9 @@ def ingest_sources(state: CorpusState, batch_files: Sequence[tuple[SourceConfig,
     state.latest = m
     for e in entries:
         state.ledger[e.path] = e
-    return BatchResult(n, m, len(files), len(batch.shards), time.monotonic() - t0)
+    # Next to the batch's report, like a one-shot build's (run-dependent: outside the commit).
+    write_timings(work, BuildTimings({"pipeline": run.wall}, [("", run)]))
+    return BatchResult(n, m, len(files), len(batch.shards), time.monotonic() - t0, run)
 
 
 # ------------------------------------------------------------------ what changed

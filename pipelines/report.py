@@ -41,6 +41,10 @@ LENGTHS_PNG = "report-lengths.png"
 DEDUPE_PNG = "report-dedupe.png"
 TOKENS_PNG = "report-tokens.png"
 PACKING_PNG = "report-packing.png"
+# Run-dependent, written by the driver after the run (pipelines.timings); this page only links them.
+TIMINGS_JSON = "timings.json"
+TIMINGS_HTML = "timings.html"
+TIMINGS_PNG = "timings.png"
 EXAMPLES_PER_REASON = 3
 SIMILARITY_BINS = 20  # [0, 0.05), [0.05, 0.1), ... [0.95, 1.0]
 PACKED_BINS = 32  # equal-width bins of sequence length over [0, max_seq_len]
@@ -631,6 +635,17 @@ def _training_html(training: dict[str, Any] | None) -> str:
         ("<p>", "</p>"))
 
 
+def _timings_link() -> str:
+    """The "Stage timings" section: a link only. Timings differ run to run and this page must not
+    (the same build gives the same bytes on every runner mode), so the driver writes them after the
+    run next to this page (``pipelines.timings``)."""
+    return ("<h2>Stage timings</h2><p>Where this build's time went, per stage (read, clean, dedupe, sentences, "
+            "tokenizer training, encode, packing, shard writing, intermediates, report), is measured by the "
+            f'run and kept out of this page: <a href="{TIMINGS_HTML}">{TIMINGS_HTML}</a> (table and plot), '
+            f'<a href="{TIMINGS_JSON}">{TIMINGS_JSON}</a>. The build driver writes them when the run has finished; '
+            "a pipeline started without it (a Dataflow template) has none.</p>")
+
+
 def render_html(report: dict[str, Any], pngs: dict[str, bytes]) -> str:
     """One self-contained HTML page (inline CSS, PNGs as data URIs, each linking its file)."""
     def img(name: str, alt: str) -> str:
@@ -681,6 +696,7 @@ Data: <a href="{REPORT_JSON}">{REPORT_JSON}</a>; reject log with reasons and sni
 <p>Log-scale bins of {BINS_PER_DECADE} per decade of words; "after" counts the documents that reach the shards.</p>
 {img(LENGTHS_PNG, "document length histograms")}
 {_sections(report, img)}
+{_timings_link()}
 </body></html>
 """
 

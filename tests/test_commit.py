@@ -265,6 +265,10 @@ def test_a_build_whose_temporaries_a_winner_swept_loses_in_one_line(tmp_path) ->
     assert not [o for o in every_object(out) if lost.group(1) in o or is_tmp_name(os.path.basename(o))]
 
 
+# Rewritten by every run that commits or reruns: the report, and the timings that measure the run.
+RUN_WRITTEN = ("report", "timings.")
+
+
 def test_a_build_into_a_committed_corpus_is_refused_unless_identical(tmp_path) -> None:
     store = {"kind": "local", "base": str(tmp_path / "store"), "env": env_for("local")}
     glob = drop_raw(store, 1)
@@ -273,11 +277,12 @@ def test_a_build_into_a_committed_corpus_is_refused_unless_identical(tmp_path) -
     cfg.write_text(json.dumps(small_config()))
     first = subprocess.run(build_cmd(glob, out, cfg), env=store["env"], capture_output=True, text=True, timeout=600)
     assert first.returncode == 0, first.stderr
-    committed = {p: (Path(out) / p).read_bytes() for p in every_object(out) if not p.startswith("report")}
+    committed = {p: (Path(out) / p).read_bytes() for p in every_object(out) if not p.startswith(RUN_WRITTEN)}
     # The same build again: an idempotent rerun, exit 0, the same bytes.
     again = subprocess.run(build_cmd(glob, out, cfg), env=store["env"], capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr
-    assert {p: (Path(out) / p).read_bytes() for p in every_object(out) if not p.startswith("report")} == committed
+    assert {p: (Path(out) / p).read_bytes() for p in every_object(out) if not p.startswith(RUN_WRITTEN)} == committed
+    before = {p: (Path(out) / p).read_bytes() for p in every_object(out)}
     # Another config into it: one line, before any work, and nothing changed.
     other = tmp_path / "other.json"
     other.write_text(json.dumps({**small_config(), "seed": 7}))
@@ -289,7 +294,7 @@ def test_a_build_into_a_committed_corpus_is_refused_unless_identical(tmp_path) -
     assert len(err) == 1 and "already holds a committed corpus" in err[0] and "another --output" in err[0], err
     assert "Traceback" not in refused.stderr
     assert time.monotonic() - t0 < 60
-    assert {p: (Path(out) / p).read_bytes() for p in every_object(out) if not p.startswith("report")} == committed
+    assert {p: (Path(out) / p).read_bytes() for p in every_object(out)} == before  # not even the report or timings
 
 
 # ---------------------------------------------------------------- leftovers of killed writers (item 7)
