@@ -16,6 +16,10 @@ The order is fixed (``lee_background.cor`` then ``lee.cor``, file order) and
 exact repeats are dropped (``lee.cor`` holds a few), so every call returns the
 same list. Raw text as shipped: ASCII news prose with digits, ``$ % & / < > ;``,
 and ``£`` (``lee.cor`` is Latin-1).
+
+More of it, further down: ``wiki_documents()`` (English Wikipedia articles, also from gensim's
+test data) and ``aws_documents()`` (the AWS API reference prose that the ``botocore`` wheel
+ships; botocore comes with s3fs). Together ~6 MB: the corpus of ``bench_cpu_recipe.py``.
 """
 
 from __future__ import annotations
