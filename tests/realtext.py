@@ -222,10 +222,11 @@ def aws_documents(per_service_chars: int = 24000) -> list[str]:
 
     A document is the reference text of consecutive operations of one service (the overview first),
     at least ``AWS_DOC_CHARS`` characters where the service has them: each ``documentation`` HTML cut into
-    paragraphs, markup dropped, paragraphs of >= 20 words ending in a sentence mark kept, exact
-    repeats across the whole set dropped. Services in name order, the newest API version of each,
-    about ``per_service_chars`` characters per service so that every service contributes (the
-    default gives ~3.0 MB from botocore 1.43's 400+ services). Written by Amazon's technical writers:
+    paragraphs, markup dropped, paragraphs of >= 20 words ending in a sentence mark kept, a
+    paragraph that an earlier operation or service already had dropped (boilerplate shared across
+    services; repeats inside one operation's text stay, as written). Services in name order, the
+    newest API version of each, about ``per_service_chars`` characters per service so that every
+    service contributes (the default gives ~3.0 MB from botocore 1.43's 400+ services). Written by Amazon's technical writers:
     real English prose of another register than the Wikipedia and news text above.
     """
     return list(_aws_documents(per_service_chars))
