@@ -16,6 +16,10 @@ The order is fixed (``lee_background.cor`` then ``lee.cor``, file order) and
 exact repeats are dropped (``lee.cor`` holds a few), so every call returns the
 same list. Raw text as shipped: ASCII news prose with digits, ``$ % & / < > ;``,
 and ``£`` (``lee.cor`` is Latin-1).
+
+More of it, further down: ``wiki_documents()`` (English Wikipedia articles, also from gensim's
+test data) and ``aws_documents()`` (the AWS API reference prose that the ``botocore`` wheel
+ships; botocore comes with s3fs). Together ~6 MB: the corpus of ``bench_cpu_recipe.py``.
 """
 
 from __future__ import annotations
@@ -151,3 +155,78 @@ def wiki_documents(limit: int | None = None) -> list[str]:
     """
     docs = _wiki_articles()
     return list(docs if limit is None else docs[:limit])
+
+
+# ------------------------------------------------------------------ AWS API reference prose (more)
+
+AWS_PACKAGE = "botocore"
+AWS_DOC_CHARS = 2000
+
+
+def _aws_paragraphs(html_doc: str) -> list[str]:
+    """Prose paragraphs of one botocore ``documentation`` string (HTML): code, notes' markup, links dropped."""
+    import html
+    import re
+
+    out = []
+    for block in re.split(r"</p>|<p>|</li>|<li>|<br\s*/?>", html_doc):
+        text = " ".join(html.unescape(re.sub(r"<[^>]+>", " ", block)).split())
+        text = re.sub(r"\s+([.,;:)])", r"\1", text)  # "<code>x</code> ." left a space before the mark
+        # Whole sentences of some length only: one-line field captions are not prose.
+        if len(text.split()) >= 20 and text[-1] in ".!?":
+            out.append(text)
+    return out
+
+
+@functools.lru_cache(maxsize=4)
+def _aws_documents(per_service_chars: int) -> tuple[str, ...]:
+    import glob
+    import gzip
+
+    try:
+        dist = importlib.metadata.distribution(AWS_PACKAGE)
+    except importlib.metadata.PackageNotFoundError:
+        raise RealTextMissing(f"the AWS prose needs the '{AWS_PACKAGE}' package (s3fs brings it)") from None
+    root = str(dist.locate_file("botocore/data"))
+    services = sorted({os.path.dirname(os.path.dirname(p))
+                       for p in glob.glob(os.path.join(root, "*", "*", "service-2.json.gz"))})
+    seen: set[str] = set()
+    out: list[str] = []
+    for service in services:
+        # The newest API version of each service (its folder names are dates, so they sort).
+        path = sorted(glob.glob(os.path.join(service, "*", "service-2.json.gz")))[-1]
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            spec = json.load(f)
+        docs = [spec.get("documentation", "")] + [op.get("documentation", "") for _, op in
+                                                  sorted(spec.get("operations", {}).items())]
+        budget, chunk = per_service_chars, []
+        for doc in docs:
+            paragraphs = [p for p in _aws_paragraphs(doc) if p not in seen]
+            if not paragraphs or budget <= 0:
+                continue
+            seen.update(paragraphs)
+            chunk += paragraphs
+            budget -= sum(len(p) for p in paragraphs)
+            # Operations' texts are short (most under the 50 words a clean page needs): a document
+            # is a run of consecutive operations of one service, like a page of its reference.
+            if sum(len(p) for p in chunk) >= AWS_DOC_CHARS:
+                out.append("\n".join(chunk))
+                chunk = []
+        if chunk:
+            out.append("\n".join(chunk))
+    return tuple(out)
+
+
+def aws_documents(per_service_chars: int = 24000) -> list[str]:
+    """Prose of the AWS API reference that the ``botocore`` wheel ships (its ``service-2.json.gz`` files).
+
+    A document is the reference text of consecutive operations of one service (the overview first),
+    at least ``AWS_DOC_CHARS`` characters where the service has them: each ``documentation`` HTML cut into
+    paragraphs, markup dropped, paragraphs of >= 20 words ending in a sentence mark kept, a
+    paragraph that an earlier operation or service already had dropped (boilerplate shared across
+    services; repeats inside one operation's text stay, as written). Services in name order, the
+    newest API version of each, about ``per_service_chars`` characters per service so that every
+    service contributes (the default gives ~3.0 MB from botocore 1.43's 400+ services). Written by Amazon's technical writers:
+    real English prose of another register than the Wikipedia and news text above.
+    """
+    return list(_aws_documents(per_service_chars))
