@@ -99,10 +99,15 @@ def build_config(raw: Path, spans: bool) -> dict[str, Any]:
 
 
 def files_digest(root: Path) -> dict[str, str]:
-    """sha256 of every file under root, by relative path (the reports' images included)."""
+    """sha256 of every file under root, by relative path (the reports' images included; not the
+    stage timings, which measure the run)."""
+    from pipelines.report import RUN_DEPENDENT_FILES
+
     out = {}
     for dirpath, _, names in os.walk(root):
         for n in names:
+            if n in RUN_DEPENDENT_FILES:
+                continue
             p = Path(dirpath) / n
             out[p.relative_to(root).as_posix()] = hashlib.sha256(p.read_bytes()).hexdigest()
     return dict(sorted(out.items()))

@@ -45,6 +45,8 @@ PACKING_PNG = "report-packing.png"
 TIMINGS_JSON = "timings.json"
 TIMINGS_HTML = "timings.html"
 TIMINGS_PNG = "timings.png"
+# Files that measure the run (seconds): never byte-identical run to run, unlike every other output.
+RUN_DEPENDENT_FILES = frozenset({TIMINGS_JSON, TIMINGS_HTML, TIMINGS_PNG})
 EXAMPLES_PER_REASON = 3
 SIMILARITY_BINS = 20  # [0, 0.05), [0.05, 0.1), ... [0.95, 1.0]
 PACKED_BINS = 32  # equal-width bins of sequence length over [0, max_seq_len]

@@ -19,7 +19,7 @@ from pipelines.batched import PLAN_NAME, build_in_batches, plan_batches
 from pipelines.build import run_build, summarize
 from pipelines.commit import committed_tags
 from pipelines.ingest import RawFile
-from pipelines.report import TIMINGS_HTML, TIMINGS_JSON, TIMINGS_PNG
+from pipelines.report import RUN_DEPENDENT_FILES
 from schemas.config import BuildConfig
 from schemas.errors import UserError
 from schemas.manifest import load_manifest
@@ -131,7 +131,7 @@ def committed_files(root: str) -> dict[str, str]:
         rel = p.relative_to(root).as_posix()
         if p.is_file() and not rel.startswith("ingest/ledger/") and rel != "report.html" \
                 and not rel.endswith("batch-manifest.json") and "/report" not in rel \
-                and p.name not in (TIMINGS_JSON, TIMINGS_HTML, TIMINGS_PNG):  # they measure the run
+                and p.name not in RUN_DEPENDENT_FILES:  # they measure the run
             out[rel] = hashlib.sha256(p.read_bytes()).hexdigest()
     return out
 

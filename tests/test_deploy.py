@@ -500,7 +500,7 @@ def test_multi_process_build_is_byte_identical(demo_corpus, tmp_path):
 
     from pipelines.build import build_pipeline, run_build
     from pipelines.options import BuildOptions, finalize_options
-    from pipelines.report import TIMINGS_HTML, TIMINGS_JSON, TIMINGS_PNG
+    from pipelines.report import RUN_DEPENDENT_FILES
     from shardforge.demo import demo_build_config
 
     cfg = demo_build_config(demo_corpus)
@@ -521,7 +521,7 @@ def test_multi_process_build_is_byte_identical(demo_corpus, tmp_path):
     def digest(root: Path) -> dict[str, str]:
         # timings.* (run_build's, not the bare pipeline's) measure the run: never the same twice
         return {str(f.relative_to(root)): hashlib.sha256(f.read_bytes()).hexdigest()
-                for f in sorted(root.rglob("*")) if f.is_file() and f.name not in (TIMINGS_JSON, TIMINGS_HTML, TIMINGS_PNG)}
+                for f in sorted(root.rglob("*")) if f.is_file() and f.name not in RUN_DEPENDENT_FILES}
 
     a, b = digest(one), digest(two)
     assert any(n.endswith(".tar") for n in a) and "manifest.json" in a
