@@ -116,6 +116,9 @@ def test_cpu_recipe_resolves_to_a_small_model_that_fits_a_laptop() -> None:
     assert cfg.device == "cpu" and cfg.optim.warmup_steps > 0 and cfg.eval_every > 0
     params = Encoder(cfg.model, 8000).num_params()
     assert params < 5_000_000, params
+    # Its corpora are FULL-SENTENCES (ragged rows): on CPU the unpadded path's nested-tensor
+    # attention costs ~1.6x the padded one per step (BENCHMARKS.md, #20.5), so the recipe pads.
+    assert cfg.unpad is False
 
 
 # ------------------------------------------------------------------ overrides and errors
