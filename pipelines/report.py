@@ -47,6 +47,24 @@ TIMINGS_HTML = "timings.html"
 TIMINGS_PNG = "timings.png"
 # Files that measure the run (seconds): never byte-identical run to run, unlike every other output.
 RUN_DEPENDENT_FILES = frozenset({TIMINGS_JSON, TIMINGS_HTML, TIMINGS_PNG})
+
+
+def page_head(title: str) -> str:
+    """The opening of a report page (report.html, timings.html): one style for both, up to its <h1>."""
+    t = html.escape(title)
+    return f"""<!doctype html>
+<html><head><meta charset="utf-8"><title>{t}</title>
+<style>
+body {{ font-family: system-ui, sans-serif; margin: 2em; color: #222; }}
+table {{ border-collapse: collapse; margin: 1em 0; }}
+td, th {{ border: 1px solid #ccc; padding: 4px 8px; text-align: right; }}
+td:first-child, td:last-child {{ text-align: left; }}
+tr.total td {{ font-weight: bold; }}
+ul.warn {{ color: #a00; }}
+pre {{ background: #f6f6f6; padding: 1em; font-size: 85%; }}
+img {{ max-width: 100%; display: block; margin: 1em 0; }}
+</style></head><body>
+<h1>{t}</h1>"""
 EXAMPLES_PER_REASON = 3
 SIMILARITY_BINS = 20  # [0, 0.05), [0.05, 0.1), ... [0.95, 1.0]
 PACKED_BINS = 32  # equal-width bins of sequence length over [0, max_seq_len]
@@ -670,19 +688,7 @@ def render_html(report: dict[str, Any], pngs: dict[str, bytes]) -> str:
     splits = "".join(f"<li>{html.escape(k)}: {v.get('documents', 0)} documents, {v.get('samples', 0)} samples, "
                      f"{v.get('tokens', 0)} tokens in {v.get('shards', 0)} shards</li>"
                      for k, v in sorted(report["totals_by_split"].items()))
-    return f"""<!doctype html>
-<html><head><meta charset="utf-8"><title>shardforge build report</title>
-<style>
-body {{ font-family: system-ui, sans-serif; margin: 2em; color: #222; }}
-table {{ border-collapse: collapse; margin: 1em 0; }}
-td, th {{ border: 1px solid #ccc; padding: 4px 8px; text-align: right; }}
-td:first-child, td:last-child {{ text-align: left; }}
-tr.total td {{ font-weight: bold; }}
-ul.warn {{ color: #a00; }}
-pre {{ background: #f6f6f6; padding: 1em; font-size: 85%; }}
-img {{ max-width: 100%; display: block; margin: 1em 0; }}
-</style></head><body>
-<h1>shardforge build report</h1>
+    return f"""{page_head("shardforge build report")}
 <p>Every input record ends in exactly one bucket: input = kept + filtered + duplicate + rejected.
 Data: <a href="{REPORT_JSON}">{REPORT_JSON}</a>; reject log with reasons and snippets: <code>{html.escape(report["reject_log"] or "rejects")}/part-*.jsonl</code>.</p>
 {_warnings(report)}

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipelines.report import TIMINGS_HTML, TIMINGS_JSON, TIMINGS_PNG, _empty, _figure, _png, _table
+from pipelines.report import TIMINGS_HTML, TIMINGS_JSON, TIMINGS_PNG, _empty, _figure, _png, _table, page_head
 from storage import join, write_bytes_atomic, write_text_atomic
 
 OTHER = "other"
@@ -287,16 +287,7 @@ def timings_table(doc: dict[str, Any]) -> str:
 def render_timings_html(doc: dict[str, Any], png: bytes) -> str:
     """timings.html: the table and the bar chart (embedded, linking its file)."""
     data = base64.b64encode(png).decode("ascii")
-    return f"""<!doctype html>
-<html><head><meta charset="utf-8"><title>shardforge build timings</title>
-<style>
-body {{ font-family: system-ui, sans-serif; margin: 2em; color: #222; }}
-table {{ border-collapse: collapse; margin: 1em 0; }}
-td, th {{ border: 1px solid #ccc; padding: 4px 8px; text-align: right; }}
-td:first-child, td:last-child {{ text-align: left; }}
-img {{ max-width: 100%; display: block; margin: 1em 0; }}
-</style></head><body>
-<h1>shardforge build timings</h1>
+    return f"""{page_head("shardforge build timings")}
 <p>{html.escape(doc["about"])} The build report: <a href="report.html">report.html</a>.</p>
 {timings_table(doc)}
 <a href="{TIMINGS_PNG}"><img alt="seconds per stage" src="data:image/png;base64,{data}"></a>
