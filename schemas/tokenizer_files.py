@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from typing import Any
 
 from schemas import SPECIAL_TOKENS
 from schemas.errors import UserError
@@ -150,6 +151,16 @@ class SentencePieceTokenizer(LoadedTokenizer):
         return [self.sp.id_to_piece(i) for i in range(self.vocab_size)]
 
 
+def _parse_tokenizers_json(data: bytes) -> tuple[dict[str, Any], Any]:
+    """(the JSON spec, a ``tokenizers.Tokenizer``) of a tokenizer.json; a UserError if it is not one."""
+    from tokenizers import Tokenizer
+
+    try:
+        return json.loads(data), Tokenizer.from_str(data.decode("utf-8"))
+    except Exception as e:  # json's ValueError, or tokenizers' own Exception
+        raise UserError(f"tokenizer: not a tokenizers JSON file ({str(e)[:120]})") from None
+
+
 class ByteBPETokenizer(LoadedTokenizer):
     """A byte-level BPE in the tokenizers JSON format (pipelines.tokenizer.train_byte_bpe)."""
 
@@ -157,13 +168,7 @@ class ByteBPETokenizer(LoadedTokenizer):
     word_start_rule = WORD_START_RULES[BYTE_BPE]
 
     def __init__(self, data: bytes):
-        from tokenizers import Tokenizer
-
-        try:
-            spec = json.loads(data)
-            tok = Tokenizer.from_str(data.decode("utf-8"))
-        except Exception as e:  # json's ValueError, or tokenizers' own Exception
-            raise UserError(f"tokenizer: not a tokenizers JSON file ({str(e)[:120]})") from None
+        spec, tok = _parse_tokenizers_json(data)
         model_type = (spec.get("model") or {}).get("type")
         if model_type != "BPE" or "ByteLevel" not in json.dumps(spec.get("pre_tokenizer")):
             raise UserError(f"tokenizer: a tokenizers file must be a byte-level BPE (model BPE with a "
@@ -195,13 +200,7 @@ class HFJsonTokenizer(LoadedTokenizer):
     kind = HF_JSON
 
     def __init__(self, data: bytes):
-        from tokenizers import Tokenizer
-
-        try:
-            spec = json.loads(data)
-            tok = Tokenizer.from_str(data.decode("utf-8"))
-        except Exception as e:  # json's ValueError, or tokenizers' own Exception
-            raise UserError(f"tokenizer: not a tokenizers JSON file ({str(e)[:120]})") from None
+        spec, tok = _parse_tokenizers_json(data)
         self.tok = tok
         self.vocab_size = tok.get_vocab_size(with_added_tokens=True)
         self.special_tokens = _find_roles(spec, tok)
