@@ -93,12 +93,7 @@ class Lamb(torch.optim.Optimizer):
                 g = p.grad
                 if g.is_sparse:
                     raise RuntimeError("LAMB does not support sparse gradients")
-                state = self.state[p]
-                if not state:
-                    state["step"] = 0
-                    state["exp_avg"] = torch.zeros_like(p)
-                    state["exp_avg_sq"] = torch.zeros_like(p)
-                state["step"] += 1
+                state = self._advance(p)
                 t = state["step"]
                 m, v = state["exp_avg"], state["exp_avg_sq"]
                 m.mul_(b1).add_(g, alpha=1 - b1)
@@ -116,6 +111,16 @@ class Lamb(torch.optim.Optimizer):
                 p.add_(r.mul_(trust), alpha=-group["lr"])
         return loss
 
+    def _advance(self, p: torch.Tensor) -> dict[str, Any]:
+        """The parameter's state, created on its first step (zero moments), with its step counted."""
+        state = self.state[p]
+        if not state:
+            state["step"] = 0
+            state["exp_avg"] = torch.zeros_like(p)
+            state["exp_avg_sq"] = torch.zeros_like(p)
+        state["step"] += 1
+        return state
+
     def _foreach_step(self, group: dict[str, Any]) -> None:
         """The loop of ``step`` for one group, as multi-tensor ops (same formulas, same order)."""
         b1, b2 = group["betas"]
@@ -126,12 +131,7 @@ class Lamb(torch.optim.Optimizer):
         if any(g.is_sparse for g in grads):
             raise RuntimeError("LAMB does not support sparse gradients")
         for p in params:
-            state = self.state[p]
-            if not state:
-                state["step"] = 0
-                state["exp_avg"] = torch.zeros_like(p)
-                state["exp_avg_sq"] = torch.zeros_like(p)
-            state["step"] += 1
+            self._advance(p)
         # Parameters of a group may have different step counts (one added later): bucket by step.
         by_step: dict[int, list[int]] = {}
         for i, p in enumerate(params):
