@@ -26,6 +26,7 @@ from apache_beam.metrics import Metrics
 
 from pipelines import progress
 from pipelines.accounting import check_balanced
+from pipelines.coders import TokenizedDocumentCoder  # noqa: F401  (registers the coder)
 from pipelines.packing import PackedSequence, group_of, pack_group, split_of
 from pipelines.records import TokenizedDocument
 from pipelines.tokenizer import MODEL_PATH, tokenizer_info
@@ -48,6 +49,7 @@ from schemas.tokenizer_files import load_tokenizer
 from storage import TemporaryRemoved, join, redact_url, write_stream_atomic, write_text_atomic
 
 GroupKey = tuple[str, int, int]  # (split, group, number of groups)
+ROUTED = beam.typehints.Tuple[beam.typehints.Tuple[str, int, int], TokenizedDocument]  # GroupForPacking's input
 LOST_SHARD = "lost_shard"  # a _WriteGroup output naming a shard whose temporary another writer removed
 
 
@@ -337,7 +339,8 @@ class WriteCorpus(beam.PTransform):
 
         grouped = (
             tokenized
-            | "Route" >> beam.Map(route, AsSingleton(self.groups))
+            # Typed, so the shuffle uses TokenizedDocumentCoder (ids as 2-4 raw bytes each), not pickle.
+            | "Route" >> beam.Map(route, AsSingleton(self.groups)).with_output_types(ROUTED)
             | "GroupForPacking" >> beam.GroupByKey()
         )
         plans = grouped | "PlanShards" >> beam.ParDo(_PlanGroup(cfg), AsSingleton(vocab), AsSingleton(ends))

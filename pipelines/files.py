@@ -18,6 +18,7 @@ from typing import Any
 
 import apache_beam as beam
 
+from pipelines.coders import TokenizedDocumentCoder  # noqa: F401  (registers the coder)
 from pipelines.records import Reject, TokenizedDocument, stable_hash
 from storage import TemporaryRemoved, join, write_bytes_atomic
 
@@ -78,15 +79,17 @@ class WriteParts(beam.PTransform):
 
     `parts` may be an int or a singleton side input (PCollection) holding one.
     `doc_id` gets a record's doc_id (default: its `.doc_id`; records that are
-    plain tuples cross the shuffle with Beam's native coder). Emits the written
-    file names.
+    plain tuples cross the shuffle with Beam's native coder). ``record_type``: the
+    records' type, so the shuffle uses its registered coder (``pipelines.coders``)
+    instead of pickle. Emits the written file names.
     """
 
     def __init__(self, prefix: str, ext: str, to_bytes: Callable[[list[Any]], bytes], parts: Any,
-                 doc_id: Callable[[Any], str] | None = None):
+                 doc_id: Callable[[Any], str] | None = None, record_type: Any = None):
         super().__init__()
         self.prefix, self.ext, self.to_bytes, self.parts = prefix, ext, to_bytes, parts
         self.doc_id = doc_id if doc_id is not None else _doc_id_attr
+        self.record_type = record_type
 
     def expand(self, records):
         prefix, ext, to_bytes, doc_id = self.prefix, self.ext, self.to_bytes, self.doc_id
@@ -109,9 +112,12 @@ class WriteParts(beam.PTransform):
 
         parts = self.parts
         if isinstance(parts, int):
-            keyed = records | "Route" >> beam.Map(key, parts)
+            route = beam.Map(key, parts)
         else:
-            keyed = records | "Route" >> beam.Map(key, beam.pvalue.AsSingleton(parts))
+            route = beam.Map(key, beam.pvalue.AsSingleton(parts))
+        if self.record_type is not None:
+            route = route.with_output_types(beam.typehints.Tuple[int, self.record_type])
+        keyed = records | "Route" >> route
         return keyed | "Group" >> beam.GroupByKey() | "Write" >> beam.Map(write)
 
 
@@ -230,5 +236,6 @@ class WriteIntermediates(beam.PTransform):
             kept | "WriteClean" >> WriteParts(join(self.output, CLEAN_DIR), "parquet", documents_to_parquet,
                                               self.parts),
             tokenized | "WriteTokenized" >> WriteParts(join(self.output, TOKENIZED_DIR), "parquet",
-                                                       tokenized_to_parquet, self.parts),
+                                                       tokenized_to_parquet, self.parts,
+                                                       record_type=TokenizedDocument),
         ]

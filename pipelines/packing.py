@@ -30,12 +30,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, fields
 from typing import Literal
 
-from pipelines.records import TokenizedDocument, stable_hash, unit_hash
+from pipelines.records import TokenIds, TokenizedDocument, stable_hash, token_ids, unit_hash
 from schemas import BOS_ID, EOS_ID
 from schemas.config import PackingConfig
 
 Split = Literal["train", "valid"]
-Segment = tuple[int, ...]
+# A sentence (or a piece of a long one): the document's own TokenIds, or an array slice of it.
+Segment = Sequence[int]
 # One document after long sentences were split: (doc_id, non-empty segments).
 _Doc = tuple[str, list[Segment]]
 
@@ -63,9 +64,9 @@ class PackedSequence:
     label: NSP 1 = random next, 0 = real next; SOP 1 = swapped, 0 = in order.
     """
 
-    input_ids: tuple[int, ...]
+    input_ids: TokenIds
     doc_ids: tuple[str, ...]
-    token_type_ids: tuple[int, ...] | None = None
+    token_type_ids: TokenIds | None = None
     label: int | None = None
 
 
@@ -188,7 +189,7 @@ def _segments(doc: TokenizedDocument, cap: int, stats: PackStats) -> _Doc:
         stats.sentences += 1
         stats.input_tokens += n
         if n <= cap:
-            segs.append(tuple(sent))
+            segs.append(sent)  # shared, not copied: TokenIds are never changed
             continue
         stats.split_long_sentences += 1
         k = -(-n // cap)  # ceil: fewest pieces that fit
@@ -196,7 +197,7 @@ def _segments(doc: TokenizedDocument, cap: int, stats: PackStats) -> _Doc:
         pos = 0
         for j in range(k):
             size = base + (1 if j < extra else 0)
-            segs.append(tuple(sent[pos : pos + size]))
+            segs.append(sent[pos : pos + size])
             pos += size
     if not segs:
         stats.empty_documents += 1
@@ -270,8 +271,9 @@ def _pair_sequence(
 ) -> PackedSequence:
     """``<s> A </s> B </s>`` with token types 0 for the first part and 1 for ``B </s>``."""
     bos, eos = ends
-    ids = (bos, *a, eos, *b, eos)
-    types = (0,) * (len(a) + 2) + (1,) * (len(b) + 1)
+    # TokenIds, not tuples: a group's sequences are all held at once (~36 bytes an id as ints).
+    ids = token_ids((bos, *a, eos, *b, eos))
+    types = token_ids((0,) * (len(a) + 2) + (1,) * (len(b) + 1))
     return PackedSequence(input_ids=ids, doc_ids=doc_ids, token_type_ids=types, label=label)
 
 
@@ -310,7 +312,8 @@ def _pack_contiguous(
 
     def close() -> None:
         if ids:
-            _emit(out, PackedSequence(input_ids=(ends[0], *ids, ends[1]), doc_ids=tuple(members)), stats)
+            _emit(out, PackedSequence(input_ids=token_ids((ends[0], *ids, ends[1])), doc_ids=tuple(members)),
+                  stats)
             ids.clear()
             members.clear()
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+from array import array
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -58,12 +60,68 @@ class SentencedDocument:
     sentences: tuple[str, ...]
 
 
+class TokenIds(array):
+    """Token ids of one sentence (or packed sequence), stored flat: 2 bytes an id (uint16) when every
+    id fits, else 4 (int32).
+
+    A tuple of Python ints costs ~36 bytes an id (8 for the pointer, 28 for each int above 256);
+    a packing group holds 20M ids (``PackingConfig.group_tokens``), so tuples made it the largest
+    thing in a build's memory (#16.5). It behaves like the tuple it replaces for reading:
+    ``len``, indexing, slicing (a plain ``array``), iteration, ``count``, ``in``, ordering and
+    equality element by element (whatever the width), and it hashes like that tuple.
+    Treat it as immutable: it is shared between records.
+    """
+
+    __slots__ = ()
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        # Equal to the tuple of the same ids, whatever the width (an array is unhashable).
+        return hash(tuple(self))
+
+    def __repr__(self) -> str:
+        return f"TokenIds({list(self)!r})"
+
+    def __reduce_ex__(self, protocol):  # type: ignore[override]
+        # A compact pickle (typecode + raw bytes) at every protocol; array's own protocol-2 form
+        # is a list of ints. Beam's fallback coder pickles records that have no coder of their own.
+        return _token_ids_from_bytes, (self.typecode, self.tobytes())
+
+
+def _token_ids_from_bytes(typecode: str, data: bytes) -> TokenIds:
+    out = TokenIds(typecode)
+    out.frombytes(data)
+    return out
+
+
+def token_ids(ids: Iterable[int]) -> TokenIds:
+    """``ids`` as ``TokenIds``: uint16 when every id fits, else int32 (ids are never negative)."""
+    if type(ids) is TokenIds:
+        return ids
+    if not isinstance(ids, (list, tuple, array)):
+        ids = list(ids)
+    try:
+        return TokenIds("H", ids)
+    except OverflowError:
+        return TokenIds("i", ids)
+
+
 @dataclass(frozen=True)
 class TokenizedDocument:
+    """One document's token ids per sentence.
+
+    ``sentences`` is always a tuple of ``TokenIds`` (any sequences of ints given are converted):
+    compact in memory and in a shuffle (``pipelines.coders.TokenizedDocumentCoder``).
+    """
+
     doc_id: str
     source: str
-    sentences: tuple[tuple[int, ...], ...]
+    sentences: tuple[TokenIds, ...]
     num_tokens: int = field(default=0)
+
+    def __post_init__(self) -> None:
+        sents = self.sentences
+        if type(sents) is not tuple or not all(type(s) is TokenIds for s in sents):
+            object.__setattr__(self, "sentences", tuple(map(token_ids, sents)))
 
 
 def make_doc_id(source: str, path: str, index: int) -> str:

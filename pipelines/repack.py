@@ -31,6 +31,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import progress
+from pipelines.coders import TokenizedDocumentCoder  # noqa: F401  (registers the coder)
 from pipelines.corpus import TokenGroups, WriteCorpus
 from pipelines.intermediate import TOKENIZED_SCHEMA
 from pipelines.options import (
@@ -42,7 +43,7 @@ from pipelines.options import (
     make_pipeline,
     quiet_beam,
 )
-from pipelines.records import TokenizedDocument
+from pipelines.records import TokenizedDocument, token_ids
 from pipelines.tokenizer import load_model, stored_path
 from schemas.config import BuildConfig, parse_config
 from schemas.errors import UserError
@@ -238,7 +239,7 @@ def iter_tokenized(url: str, batch_rows: int = READ_BATCH_ROWS) -> Iterator[Toke
             doc_off = (doc_off - doc_off[0]).tolist()
             for i, doc_id in enumerate(doc_ids):
                 a, b = doc_off[i], doc_off[i + 1]
-                sentences = tuple(tuple(tokens[sent_off[j]: sent_off[j + 1]]) for j in range(a, b))
+                sentences = tuple(token_ids(tokens[sent_off[j]: sent_off[j + 1]]) for j in range(a, b))
                 n = sent_off[b] - sent_off[a]
                 if n != counts[i]:
                     raise UserError(f"{url}: document {doc_id} has {n} tokens but num_tokens={counts[i]}; "
@@ -259,7 +260,7 @@ class ReadTokenized(beam.PTransform):
             | "ListParts" >> beam.Create(self.parts)
             # Spread the files over workers: Create emits them all in one bundle.
             | "SpreadParts" >> beam.Reshuffle()
-            | "ReadParts" >> beam.FlatMap(iter_tokenized)
+            | "ReadParts" >> beam.FlatMap(iter_tokenized).with_output_types(TokenizedDocument)  # compact coder
         )
 
 

@@ -28,7 +28,8 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 
 from pipelines import progress
-from pipelines.records import SentencedDocument, TokenizedDocument, stable_hash
+from pipelines.coders import TokenizedDocumentCoder  # noqa: F401  (registers the coder of TokenizedDocument)
+from pipelines.records import SentencedDocument, TokenizedDocument, stable_hash, token_ids
 from schemas import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, UNK_ID
 from schemas.config import TokenizerConfig
 from schemas.errors import UserError
@@ -463,8 +464,9 @@ class _Encode(beam.DoFn):
         progress.tick("tokenize documents", len(batch), unit="doc")
         pos = 0
         for d in batch:
-            # map/filter keep the per-sentence conversion in C (it rivals the encode itself otherwise).
-            sents = tuple(filter(None, map(tuple, ids[pos: pos + len(d.sentences)])))
+            # map/filter keep the per-sentence conversion mostly in C (it rivals the encode itself
+            # otherwise); TokenIds, not int tuples, for memory (pipelines.records.TokenIds).
+            sents = tuple(filter(None, map(token_ids, ids[pos: pos + len(d.sentences)])))
             pos += len(d.sentences)
             if not sents:
                 self.empty.inc()
@@ -498,7 +500,8 @@ class Tokenize(beam.PTransform):
             docs
             | "Batch" >> beam.BatchElements(min_batch_size=min(8, self.batch_docs), max_batch_size=self.batch_docs)
             | "Encode" >> beam.ParDo(_Encode(self.batch_docs, self.num_threads),
-                                     model=beam.pvalue.AsSingleton(self.model))
+                                     model=beam.pvalue.AsSingleton(self.model)
+                                     ).with_output_types(TokenizedDocument)  # its compact coder
         )
 
 
