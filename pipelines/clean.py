@@ -25,7 +25,6 @@ rules) off by name. A filtered document becomes ``Reject(bucket="filtered", reas
 from __future__ import annotations
 
 import dataclasses
-import functools
 import re
 import string
 import unicodedata
@@ -86,14 +85,17 @@ def normalize_text(text: str) -> str:
     text = unicodedata.normalize("NFC", text)
     if "\r" in text:
         text = text.replace("\r\n", "\n").replace("\r", "\n")
-    # ASCII text without control characters (isprintable: no \t \n either) nor double spaces
-    # needs neither substitution: two C scans instead of two regular-expression passes.
-    if not (text.isascii() and text.isprintable() and "  " not in text):
+    lines = text.split("\n")
+    # Every character the two substitutions remove or collapse (controls, format characters,
+    # spaces other than " ") is non-printable: where every line is printable and no "  " occurs
+    # (most text, in any script) neither changes anything, so two C scans replace two regex passes.
+    if "  " in text or not all(map(str.isprintable, lines)):
         text = _CONTROL.sub("", text)
         text = _SPACES.sub(" ", text)
-    if "\n" not in text:  # one line: trimming it is the whole job
+        lines = text.split("\n")
+    if len(lines) == 1:  # one line: trimming it is the whole job
         return text.strip()
-    text = "\n".join(map(str.strip, text.split("\n")))
+    text = "\n".join(map(str.strip, lines))
     if "\n\n\n" in text:
         text = _BLANK_LINES.sub("\n\n", text)
     return text.strip()
@@ -101,7 +103,13 @@ def normalize_text(text: str) -> str:
 
 def has_invalid_utf8(text: str) -> bool:
     """True if the text holds lone surrogates: undecodable bytes kept by the reader."""
-    return not text.isascii() and _SURROGATE.search(text) is not None
+    if text.isascii():
+        return False
+    try:  # strict UTF-8 refuses exactly the surrogates, and encodes in C faster than a regex scans
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 def repair_utf8(text: str) -> str:
@@ -153,6 +161,7 @@ def _filter_lines(text: str, lower: str, cfg: CleanConfig, disabled: frozenset[s
     policy = "policy" not in disabled and any(p in lower for p in POLICY_PHRASES)
     long_word = "long_word" not in disabled
     max_chars = cfg.line_max_word_chars
+    longest = max(max_chars, 0)  # a token is never shorter than 0 characters
     min_words = cfg.line_min_words if "min_line_words" not in disabled else 0
     terminal = "terminal_punct" not in disabled
     ends = TERMINAL[cfg.line_end_marks]
@@ -170,7 +179,9 @@ def _filter_lines(text: str, lower: str, cfg: CleanConfig, disabled: frozenset[s
             if policy and any(p in low for p in POLICY_PHRASES):
                 removed["policy"] += 1
                 continue
-        if long_word and len(line) > max_chars and _long_token(max_chars).search(line):
+        # the longest token by str.split (linear; a regex for a run of max_chars + 1 non-spaces
+        # rescans every long token from each of its characters)
+        if long_word and len(line) > max_chars and max(map(len, line.split()), default=0) > longest:
             removed["long_word"] += 1
             continue
         # maxsplit: counting up to min_words tokens is enough
@@ -182,12 +193,6 @@ def _filter_lines(text: str, lower: str, cfg: CleanConfig, disabled: frozenset[s
         else:
             kept.append(line)
     return "\n".join(kept).strip(), removed
-
-
-@functools.lru_cache(maxsize=8)
-def _long_token(max_chars: int) -> re.Pattern[str]:
-    """A whitespace token longer than max_chars (one regular-expression search per long line)."""
-    return re.compile(rf"\S{{{max(max_chars, 0) + 1}}}")
 
 
 # ------------------------------------------------------------------ document statistics

@@ -100,3 +100,34 @@ def test_top_ngram_bounds_are_upper_bounds(ws, enough):
     for n in range(1, 7):
         true = grams.top_frac(n) * grams.word_chars
         assert grams.top_bound(n, enough) >= true - 1e-6, n
+
+
+# Every character the normalization removes or collapses, next to the ones it keeps.
+_NORMALIZE_ALPHABET = ([chr(c) for c in (*range(0x00, 0x21), *range(0x7f, 0xa1))]
+                       + list("\u1680\u2000\u2005\u200a\u200b\u200c\u200d\u2028\u2029\u202f\u205f\u2060\u3000\ufeff")
+                       + list("aZ.é\u0301ñ語") + ["\ud800", "\udfff", "  ", "\r\n", "\n\n\n"])
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.sampled_from(_NORMALIZE_ALPHABET), max_size=60))
+def test_normalization_and_utf8_guard_equal_the_reference(parts):
+    """The fast paths (printable lines skip the substitutions; strict encoding finds surrogates)
+    agree with the reference's regex passes on every character they special-case."""
+    from pipelines.clean import has_invalid_utf8, normalize_text
+
+    text = "".join(parts)
+    assert has_invalid_utf8(text) == ref.has_invalid_utf8(text)
+    if not ref.has_invalid_utf8(text):
+        assert normalize_text(text) == ref.normalize_text(text)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(["a", "\u1369" * 7, "\u1361", " ", "\u3000", ".", "word", "\n", "x" * 9]), max_size=40),
+       st.integers(min_value=-2, max_value=12))
+def test_long_word_rule_equals_the_reference(parts, max_chars):
+    """The longest-token test by str.split removes the same lines as the reference's."""
+    from pipelines.clean import filter_lines
+
+    text = "".join(parts)
+    cfg = CleanConfig(line_max_word_chars=max_chars)
+    assert filter_lines(text, cfg) == ref.filter_lines(text, cfg)
