@@ -28,12 +28,11 @@ import dataclasses
 import re
 import string
 import unicodedata
-from bisect import bisect_right
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from functools import cached_property
-from itertools import accumulate, compress, repeat
-from operator import add, mul, sub
+from itertools import accumulate, count, repeat
+from operator import mul, sub
 
 import apache_beam as beam
 import numpy as np
@@ -203,6 +202,10 @@ def words_of(text: str) -> list[str]:
     return list(filter(None, map(str.strip, text.lower().split(), repeat(_PUNCT))))
 
 
+# From this many words on, a sort of numbered 5-grams (numpy) is cheaper than a set of tuples.
+_SORT_WORDS = 2000
+
+
 class NGrams:
     """Gopher's n-gram statistics of one document's words, exact, counting as little as possible.
 
@@ -226,23 +229,22 @@ class NGrams:
         self._freq: Counter | None = None
         self._most = 0
 
-    def grams(self, n: int) -> list[tuple[str, ...]]:
-        """The n-grams as tuples of words, position by position."""
-        return list(zip(*(self.words[i:] for i in range(n)), strict=False))
-
     def _mark_unique(self, n: int) -> None:
         if self._unique_from is None or n < self._unique_from:
             self._unique_from = n
 
     def may_repeat(self, n: int) -> bool:
-        """False when no n-gram (n >= 1) occurs twice."""
+        """False when no n-gram (n >= 1) occurs twice; True when one may (a large document is not
+        checked here: the sort in ``dup_frac_steps`` settles it for less than a set of tuples)."""
         if self._unique_from is not None and n >= self._unique_from:
             return False
-        count = self.size - n + 1
-        if count < 2:
+        positions = self.size - n + 1
+        if positions < 2:
             return False
+        if self.size >= _SORT_WORDS:
+            return True
         grams = zip(*(self.words[i:] for i in range(n)), strict=False)
-        if len(set(grams)) == count:
+        if len(set(grams)) == positions:
             self._mark_unique(n)
             return False
         return True
@@ -292,27 +294,46 @@ class NGrams:
             for n in range(5, 11):
                 yield n, 0.0
             return
-        size, words = self.size, self.words
-        keys: list = self.grams(5)
-        counts = Counter(keys)
-        starts = list(range(len(keys)))
+        size = self.size
+        # Words, then n-grams, numbered by sorting (in C): an n-gram's key is its (n-1)-gram prefix's
+        # number x size + its last word's number, exact in int64 (numbers < size).
+        index: dict[str, int] = {}
+        ids = np.fromiter(map(index.setdefault, self.words, count()), dtype=np.int64, count=size)
+        pairs, _ = _dense_ids(ids[:-1] * size + ids[1:])
+        quads, _ = _dense_ids(pairs[:-2] * size + pairs[2:])
+        keys, counts = _dense_ids(quads[:-1] * size + ids[4:])
+        starts = np.flatnonzero(counts[keys] > 1)
+        keys = keys[starts]
         lens = np.array(self.lens, dtype=np.int64)
         for n in range(5, 11):
-            if n > 5:  # only where the (n-1)-gram repeated: its key and the next word (all in C)
-                starts = starts[:bisect_right(starts, size - n)]
-                keys = list(zip(keys, map(words.__getitem__, map(add, starts, repeat(n - 1))), strict=False))
-                counts = Counter(keys)
-            repeated = list(map((1).__lt__, map(counts.__getitem__, keys)))
-            starts = list(compress(starts, repeated))
-            if not starts:
+            if n > 5:  # only where the (n-1)-gram repeated: its number and the next word's
+                fits = starts <= size - n
+                starts, keys = starts[fits], keys[fits]
+                keys, counts = _dense_ids(keys * size + ids[starts + (n - 1)])
+                repeated = counts[keys] > 1
+                starts, keys = starts[repeated], keys[repeated]
+            if not len(starts):
+                if n == 5:
+                    self._mark_unique(5)
                 for m in range(n, 11):
                     yield m, 0.0
                 return
-            keys = list(compress(keys, repeated))
             # words covered by some repeated n-gram: +1 where one starts, -1 where it ends
-            at = np.array(starts, dtype=np.int64)
-            depth = np.cumsum(np.bincount(at, minlength=size + n) - np.bincount(at + n, minlength=size + n))
+            depth = np.cumsum(np.bincount(starts, minlength=size + n) - np.bincount(starts + n, minlength=size + n))
             yield n, int(lens[depth[:size] > 0].sum()) / self.word_chars
+
+
+def _dense_ids(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Equal keys numbered alike: (each key's number in 0..k-1, each number's count), by one sort."""
+    order = np.argsort(keys)
+    ordered = keys[order]
+    first = np.empty(len(keys), dtype=bool)
+    first[:1] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=first[1:])
+    group = np.cumsum(first, dtype=np.int64) - 1
+    ids = np.empty_like(group)
+    ids[order] = group
+    return ids, np.bincount(group)
 
 
 def dup_fractions(items: list[str]) -> tuple[float, float]:

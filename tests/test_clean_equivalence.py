@@ -8,7 +8,9 @@ threshold. Every rule must fire somewhere in the sample, so no rule goes uncheck
 
 from __future__ import annotations
 
+import random
 from collections import Counter
+from unittest import mock
 
 import pytest
 import reference_clean as ref
@@ -16,6 +18,7 @@ from clean_sample import sample_documents, variant_configs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pipelines import clean
 from pipelines.clean import LINE_RULES, RULE_ALIASES, RULE_NAMES, DocStats, clean_document
 from pipelines.records import Document, Reject
 from pipelines.sentences import count_sentences, split_sentences
@@ -74,10 +77,27 @@ def test_same_decisions_as_the_reference_on_real_and_hostile_text(docs):
 def test_ngram_statistics_equal_the_reference(ws):
     """Top n-gram shares (ties included) and duplicated n-gram shares, n = 1..10."""
     text = " ".join(ws)
-    new, old = DocStats(text), ref.DocStats(text)
-    for n in range(1, 11):
-        assert new.top_ngram_frac(n) == old.top_ngram_frac(n), n
-    assert new.dup_ngram_fracs == old.dup_ngram_fracs
+    old = ref.DocStats(text)
+    for sort_from in (clean._SORT_WORDS, 0):  # the set proof for short texts, and the sort alone
+        with mock.patch.object(clean, "_SORT_WORDS", sort_from):
+            new = DocStats(text)
+            for n in range(1, 11):
+                assert new.top_ngram_frac(n) == old.top_ngram_frac(n), n
+            assert new.dup_ngram_fracs == old.dup_ngram_fracs
+
+
+@pytest.mark.parametrize("vocab", [3, 40, 400, 5000])
+def test_duplicated_ngrams_of_long_texts_equal_the_reference(vocab):
+    """Long texts (numbered by sorting, no set proof): few to many distinct words, repeated
+    passages of 5 to 12 words spliced in."""
+    rng = random.Random(vocab)
+    words = [f"w{rng.randrange(vocab)}" for _ in range(3000)]
+    for _ in range(20):
+        at, size, to = rng.randrange(2900), rng.randint(5, 12), rng.randrange(2900)
+        words[to:to] = words[at:at + size]
+    text = " ".join(words)
+    assert len(text.split()) >= clean._SORT_WORDS
+    assert DocStats(text).dup_ngram_fracs == ref.DocStats(text).dup_ngram_fracs
 
 
 @settings(max_examples=200, deadline=None)
