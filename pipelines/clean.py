@@ -57,8 +57,6 @@ _SURROGATE = re.compile(r"[\ud800-\udfff]")
 _TAG = re.compile(r"<[^<>\n]{1,400}>")
 # A whitespace-delimited token none of whose characters is a letter ([^\W\d_] is "a letter").
 _NO_LETTER_TOKEN = re.compile(r"(?<!\S)(?:(?![^\W\d_])\S)+(?!\S)")
-# ASCII characters that are neither letters nor whitespace (str.split's), for str.translate.
-_ASCII_NON_LETTERS = {c: None for c in range(128) if not chr(c).isalpha() and not chr(c).isspace()}
 
 # C4 (c4_utils.py): boilerplate phrases, end marks. C4 keeps a line only if it ends in one of
 # . ? ! " (straight quote) and not in "..." (CleanConfig.line_end_marks="c4", the default);
@@ -178,9 +176,7 @@ def _filter_lines(text: str, lower: str, cfg: CleanConfig, disabled: frozenset[s
             if policy and any(p in low for p in POLICY_PHRASES):
                 removed["policy"] += 1
                 continue
-        # the longest token by str.split (linear; a regex for a run of max_chars + 1 non-spaces
-        # rescans every long token from each of its characters)
-        if long_word and len(line) > max_chars and max(map(len, line.split()), default=0) > longest:
+        if long_word and len(line) > max_chars and _has_long_token(line, longest):
             removed["long_word"] += 1
             continue
         # maxsplit: counting up to min_words tokens is enough
@@ -192,6 +188,25 @@ def _filter_lines(text: str, lower: str, cfg: CleanConfig, disabled: frozenset[s
         else:
             kept.append(line)
     return "\n".join(kept).strip(), removed
+
+
+def _has_long_token(line: str, longest: int) -> bool:
+    """Whether a whitespace-delimited token of the line (str.split's) is longer than `longest`.
+
+    Any longest + 1 consecutive characters hold exactly one position p with p % (longest + 1) ==
+    longest, so a longer token covers one of those probes. Where the only whitespace is " " (a
+    printable line: every other whitespace character is non-printable), find / rfind measure the
+    token around each probe, a few C scans of short tokens instead of splitting a long line (a
+    regex for longest + 1 non-spaces would rescan a long token from each of its characters).
+    """
+    if not line.isprintable():
+        return max(map(len, line.split()), default=0) > longest
+    for p in range(longest, len(line), longest + 1):
+        if line[p] != " ":
+            end = line.find(" ", p)
+            if (len(line) if end < 0 else end) - line.rfind(" ", 0, p) - 1 > longest:
+                return True
+    return False
 
 
 # ------------------------------------------------------------------ document statistics
@@ -487,8 +502,7 @@ def document_reason(text: str, c: CleanConfig, disabled: frozenset[str],
                 and sum(map(str.endswith, lines, repeat(ELLIPSES))) / len(lines) > c.max_ellipsis_lines):
             return "ellipsis_lines", None
     if "alpha_words" not in disabled:
-        raw = len(tokens)
-        if raw - _no_letter_tokens(text, raw) < c.min_alpha_words * raw:
+        if _letter_tokens(text, tokens) < c.min_alpha_words * len(tokens):
             return "alpha_words", None
     if ("stop_words" not in disabled
             and sum(map(GOPHER_STOP_WORDS.__contains__, words)) < c.min_stop_words):
@@ -527,16 +541,17 @@ def _lines(text: str) -> list[str]:
     return list(filter(None, lines)) if "" in lines else lines
 
 
-def _no_letter_tokens(text: str, tokens: int) -> int:
-    """How many of the text's `tokens` whitespace tokens hold no letter ([^\\W\\d_], as _NO_LETTER_TOKEN).
+def _letter_tokens(text: str, tokens: list[str]) -> int:
+    """How many whitespace tokens of the text hold a letter ([^\\W\\d_], as _NO_LETTER_TOKEN);
+    tokens: text.lower().split().
 
-    ASCII text: delete every character that is neither a letter nor whitespace (one translate in
-    C); a token without a letter then vanishes, the others keep a letter and their separators.
-    Other text: the regular expression.
+    ASCII text: every ASCII letter is cased and the tokens are lower-cased, so a token holds a
+    letter exactly when str.islower (some cased character, none upper-case): one C call per token,
+    nothing allocated. Other text: the regular expression (a non-ASCII letter may be uncased).
     """
     if text.isascii():
-        return tokens - len(text.translate(_ASCII_NON_LETTERS).split())
-    return len(_NO_LETTER_TOKEN.findall(text))
+        return sum(map(str.islower, tokens))
+    return len(tokens) - len(_NO_LETTER_TOKEN.findall(text))
 
 
 def _top_ngrams_fail(grams: NGrams, limits: dict[int, float]) -> bool:

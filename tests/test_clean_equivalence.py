@@ -151,3 +151,24 @@ def test_long_word_rule_equals_the_reference(parts, max_chars):
     text = "".join(parts)
     cfg = CleanConfig(line_max_word_chars=max_chars)
     assert filter_lines(text, cfg) == ref.filter_lines(text, cfg)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text(alphabet=st.sampled_from([chr(c) for c in range(128)] + ["\u00e9", "\u4e00", "\u00b2", "\u2170"]),
+               max_size=40))
+def test_letter_token_count_equals_the_regex(text):
+    """Tokens holding a letter: str.islower on the lower-cased ASCII tokens, the regex elsewhere."""
+    from pipelines.clean import _NO_LETTER_TOKEN, _letter_tokens
+
+    tokens = text.lower().split()
+    assert _letter_tokens(text, tokens) == len(text.split()) - len(_NO_LETTER_TOKEN.findall(text))
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.sampled_from(["a", "bcd", "x" * 7, " ", "\u3000", "\t", "\u00e9\u00e9"]), max_size=30),
+       st.integers(min_value=0, max_value=9))
+def test_long_token_probes_equal_splitting(parts, longest):
+    from pipelines.clean import _has_long_token
+
+    line = "".join(parts)
+    assert _has_long_token(line, longest) == (max(map(len, line.split()), default=0) > longest)
