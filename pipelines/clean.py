@@ -31,7 +31,7 @@ import unicodedata
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from functools import cached_property
-from itertools import accumulate, count, repeat
+from itertools import accumulate, repeat
 from operator import mul, sub
 
 import apache_beam as beam
@@ -219,12 +219,14 @@ def words_of(text: str) -> list[str]:
 
 # From this many words on, a sort of numbered 5-grams (numpy) is cheaper than a set of tuples.
 _SORT_WORDS = 2000
+_INT64_MAX = int(np.iinfo(np.int64).max)
 
 
 class NGrams:
     """Gopher's n-gram statistics of one document's words, exact, counting as little as possible.
 
-    An n-gram is the tuple of its words (zip over slices, in C). Two facts spare most counting:
+    Built on the words' Counter (the number of words, their characters and the stop words come
+    from it). Two facts spare most n-gram counting:
 
     * an n-gram occurs at most as often as each of its words, so its (characters x count) is at
       most the sum of (length x count) of its words, hence at most the largest such sum over n
@@ -232,17 +234,21 @@ class NGrams:
       for 2- to 4-grams) the n-grams are not counted;
     * once no m-gram repeats, no longer n-gram does (its m-gram prefix would repeat): then its
       share and its duplicated characters are 0 (most prose has no repeated 5-gram).
+
+    Where n-grams are counted: the 2- to 4-gram top share as tuples of words (zip over slices, in
+    C; rarely needed); the repeated 5- to 10-grams by numbering them with numpy sorts.
     """
 
-    def __init__(self, words: list[str], lens: list[int] | None = None):
+    def __init__(self, words: list[str], freq: Counter | None = None):
         self.words = words
         self.size = len(words)
-        self.lens = list(map(len, words)) if lens is None else lens
-        self.word_chars = sum(self.lens)
+        self.freq = Counter(words) if freq is None else freq
+        # characters x count of each distinct word, in the Counter's order
+        self._weights = list(map(mul, map(len, self.freq), self.freq.values()))
+        self.word_chars = sum(self._weights)
+        self._most = max(self._weights, default=0)
         self._unique_from: int | None = None  # the least n known to have no repeated n-gram
         self._prefix: list[int] | None = None
-        self._freq: Counter | None = None
-        self._most = 0
 
     def _mark_unique(self, n: int) -> None:
         if self._unique_from is None or n < self._unique_from:
@@ -268,13 +274,11 @@ class NGrams:
         """An upper bound on (characters x count) of any n-gram, n >= 1 (see the class): n times the
         largest (length x count) of a word where that is at most `enough`, else the largest sum of
         (length x count) over n consecutive words (tighter, one more pass)."""
-        if self._freq is None:
-            self._freq = Counter(self.words)
-            self._most = max(map(mul, map(len, self._freq), self._freq.values()), default=0)
         if n * self._most <= enough:
             return n * self._most
         if self._prefix is None:
-            self._prefix = [0, *accumulate(map(mul, self.lens, map(self._freq.__getitem__, self.words)))]
+            weight = dict(zip(self.freq, self._weights, strict=True))
+            self._prefix = [0, *accumulate(map(weight.__getitem__, self.words))]
         prefix = self._prefix
         return max(map(sub, prefix[n:], prefix[:-n]), default=0)
 
@@ -297,6 +301,21 @@ class NGrams:
         """Gopher: share of word characters inside n-grams that occur more than once, n = 5..10."""
         return dict(self.dup_frac_steps()) if self.word_chars else {}
 
+    def _five_gram_numbers(self, ids: np.ndarray, vocab: int) -> tuple[np.ndarray, np.ndarray]:
+        """Each 5-gram's number (equal 5-grams alike) and each number's count, from the word numbers
+        (0..vocab-1): the 5 numbers as digits base vocab where that fits int64 (one sort), else
+        pairs, then pairs of pairs, then one more word, numbered in turn (three sorts)."""
+        size = self.size
+        if vocab ** 5 <= _INT64_MAX + 1:
+            keys = ids[:size - 4].copy()
+            for i in range(1, 5):
+                keys *= vocab
+                keys += ids[i:size - 4 + i]
+            return _dense_ids(keys)
+        pairs, _ = _dense_ids(ids[:-1] * size + ids[1:])  # numbers < size: products fit int64
+        quads, _ = _dense_ids(pairs[:-2] * size + pairs[2:])
+        return _dense_ids(quads[:-1] * size + ids[4:])
+
     def dup_frac_steps(self) -> Iterator[tuple[int, float]]:
         """(n, duplicated n-gram share) for n = 5..10, in order, each computed only when asked.
 
@@ -309,17 +328,15 @@ class NGrams:
             for n in range(5, 11):
                 yield n, 0.0
             return
-        size = self.size
-        # Words, then n-grams, numbered by sorting (in C): an n-gram's key is its (n-1)-gram prefix's
-        # number x size + its last word's number, exact in int64 (numbers < size).
-        index: dict[str, int] = {}
-        ids = np.fromiter(map(index.setdefault, self.words, count()), dtype=np.int64, count=size)
-        pairs, _ = _dense_ids(ids[:-1] * size + ids[1:])
-        quads, _ = _dense_ids(pairs[:-2] * size + pairs[2:])
-        keys, counts = _dense_ids(quads[:-1] * size + ids[4:])
+        size, vocab = self.size, len(self.freq)
+        # Words numbered in the Counter's order; from 6-grams on, an n-gram's key is its (n-1)-gram
+        # prefix's number x size + its last word's number, exact in int64 (numbers < size).
+        number = dict(zip(self.freq, range(vocab), strict=True))
+        ids = np.fromiter(map(number.__getitem__, self.words), dtype=np.int64, count=size)
+        keys, counts = self._five_gram_numbers(ids, vocab)
         starts = np.flatnonzero(counts[keys] > 1)
         keys = keys[starts]
-        lens = np.array(self.lens, dtype=np.int64)
+        lens = np.fromiter(map(len, self.freq), dtype=np.int64, count=vocab)[ids]
         for n in range(5, 11):
             if n > 5:  # only where the (n-1)-gram repeated: its number and the next word's
                 fits = starts <= size - n
@@ -483,10 +500,9 @@ def document_reason(text: str, c: CleanConfig, disabled: frozenset[str],
         return "min_words", None
     if "max_words" not in disabled and n_words > c.max_words:
         return "max_words", None
-    lens = list(map(len, words))
-    word_chars = sum(lens)
+    grams = NGrams(words)  # the words' Counter: characters and stop words come from it too
     if "mean_word_len" not in disabled:
-        mean = word_chars / n_words if n_words else 0.0
+        mean = grams.word_chars / n_words if n_words else 0.0
         if not c.min_mean_word_len <= mean <= c.max_mean_word_len:
             return "mean_word_len", None
     if ("symbol_word_ratio" not in disabled
@@ -505,7 +521,7 @@ def document_reason(text: str, c: CleanConfig, disabled: frozenset[str],
         if _letter_tokens(text, tokens) < c.min_alpha_words * len(tokens):
             return "alpha_words", None
     if ("stop_words" not in disabled
-            and sum(map(GOPHER_STOP_WORDS.__contains__, words)) < c.min_stop_words):
+            and sum(map(grams.freq.get, GOPHER_STOP_WORDS, repeat(0))) < c.min_stop_words):
         return "stop_words", None
     if "dup_lines" not in disabled or "dup_line_chars" not in disabled:
         frac, chars = dup_fractions(_lines(text) if lines is None else lines)
@@ -520,7 +536,6 @@ def document_reason(text: str, c: CleanConfig, disabled: frozenset[str],
         if "dup_paragraph_chars" not in disabled and chars > c.max_dup_para_char_frac:
             return "dup_paragraph_chars", None
     if "top_ngrams" not in disabled or "dup_ngrams" not in disabled:
-        grams = NGrams(words, lens)
         if "top_ngrams" not in disabled and _top_ngrams_fail(grams, c.max_top_ngram_frac):
             return "top_ngrams", None
         if "dup_ngrams" not in disabled and _dup_ngrams_fail(grams, c.max_dup_ngram_frac):

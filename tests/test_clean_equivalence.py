@@ -86,17 +86,19 @@ def test_ngram_statistics_equal_the_reference(ws):
             assert new.dup_ngram_fracs == old.dup_ngram_fracs
 
 
-@pytest.mark.parametrize("vocab", [3, 40, 400, 5000])
-def test_duplicated_ngrams_of_long_texts_equal_the_reference(vocab):
-    """Long texts (numbered by sorting, no set proof): few to many distinct words, repeated
-    passages of 5 to 12 words spliced in."""
+@pytest.mark.parametrize(("vocab", "length"), [(3, 3000), (40, 3000), (400, 3000), (5000, 3000), (10**6, 9000)])
+def test_duplicated_ngrams_of_long_texts_equal_the_reference(vocab, length):
+    """Long texts (numbered by sorting, no set proof): few to many distinct words (over 6,208 the
+    5-grams no longer fit int64 as base-vocabulary digits), repeated passages of 5 to 12 words."""
     rng = random.Random(vocab)
-    words = [f"w{rng.randrange(vocab)}" for _ in range(3000)]
+    words = [f"w{rng.randrange(vocab)}" for _ in range(length)]
     for _ in range(20):
-        at, size, to = rng.randrange(2900), rng.randint(5, 12), rng.randrange(2900)
+        at, size, to = rng.randrange(length - 100), rng.randint(5, 12), rng.randrange(length - 100)
         words[to:to] = words[at:at + size]
     text = " ".join(words)
     assert len(text.split()) >= clean._SORT_WORDS
+    if vocab > 10**5:
+        assert len(set(words)) ** 5 > 2**63
     assert DocStats(text).dup_ngram_fracs == ref.DocStats(text).dup_ngram_fracs
 
 
