@@ -137,10 +137,11 @@ def test_normalization_and_utf8_guard_equal_the_reference(parts):
     agree with the reference's regex passes on every character they special-case."""
     from pipelines.clean import has_invalid_utf8, normalize_text
 
-    text = "".join(parts)
-    assert has_invalid_utf8(text) == ref.has_invalid_utf8(text)
-    if not ref.has_invalid_utf8(text):
-        assert normalize_text(text) == ref.normalize_text(text)
+    joined = "".join(parts)
+    for text in (joined, joined.encode("ascii", "ignore").decode()):  # and the ASCII fast path
+        assert has_invalid_utf8(text) == ref.has_invalid_utf8(text)
+        if not ref.has_invalid_utf8(text):
+            assert normalize_text(text) == ref.normalize_text(text)
 
 
 @settings(max_examples=300, deadline=None)
@@ -156,14 +157,14 @@ def test_long_word_rule_equals_the_reference(parts, max_chars):
 
 
 @settings(max_examples=500, deadline=None)
-@given(st.text(alphabet=st.sampled_from([chr(c) for c in range(128)] + ["\u00e9", "\u4e00", "\u00b2", "\u2170"]),
+@given(st.text(alphabet=st.sampled_from([chr(c) for c in range(128)] + list("\u00e9\u4e00\u00b2\u2170\u24d0\u0663\u0301\u00a0\u3000\u02b0\u00aa")),
                max_size=40))
 def test_letter_token_count_equals_the_regex(text):
     """Tokens holding a letter: str.islower on the lower-cased ASCII tokens, the regex elsewhere."""
     from pipelines.clean import _NO_LETTER_TOKEN, _letter_tokens
 
-    tokens = text.lower().split()
-    assert _letter_tokens(text, tokens) == len(text.split()) - len(_NO_LETTER_TOKEN.findall(text))
+    for t in (text, text.encode("ascii", "ignore").decode()):  # and the ASCII path
+        assert _letter_tokens(t, t.lower().split()) == len(t.split()) - len(_NO_LETTER_TOKEN.findall(t))
 
 
 @settings(max_examples=500, deadline=None)
