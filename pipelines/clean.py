@@ -87,22 +87,31 @@ def normalize_text(text: str) -> str:
     text = unicodedata.normalize("NFC", text)
     if "\r" in text:
         text = text.replace("\r\n", "\n").replace("\r", "\n")
-    lines = text.split("\n")
     # Every character the two substitutions remove or collapse (controls, format characters,
     # spaces other than " ") is non-printable: where every line is printable and no "  " occurs
-    # (most text, in any script) neither changes anything, so C scans replace two regex passes.
-    # (ASCII: deleting the control bytes from the encoded text is the faster printable test.)
-    if "  " in text or not (len(text.encode("ascii").translate(None, _ASCII_CONTROLS)) == len(text)
-                            if text.isascii() else all(map(str.isprintable, lines))):
-        text = _CONTROL.sub("", text)
-        text = _SPACES.sub(" ", text)
-        lines = text.split("\n")
-    if len(lines) == 1:  # one line: trimming it is the whole job
-        return text.strip()
-    text = "\n".join(map(str.strip, lines))
+    # (most text, in any script) neither changes anything, so C scans replace two regex passes;
+    # and then a line's only whitespace is single spaces, so a line needs trimming only where a
+    # space touches a newline.
+    if "  " in text or not _printable_lines(text):
+        text = _SPACES.sub(" ", _CONTROL.sub("", text))
+        trim = True
+    else:
+        trim = " \n" in text or "\n " in text
+    if trim and "\n" in text:
+        text = "\n".join(map(str.strip, text.split("\n")))
     if "\n\n\n" in text:
         text = _BLANK_LINES.sub("\n\n", text)
     return text.strip()
+
+
+def _printable_lines(text: str) -> bool:
+    """Whether every line of the text is printable (str.isprintable; the newlines aside).
+
+    ASCII: deleting the control bytes from the encoded text (C, a table lookup per byte) is the
+    faster test."""
+    if text.isascii():
+        return len(text.encode("ascii").translate(None, _ASCII_CONTROLS)) == len(text)
+    return all(map(str.isprintable, text.split("\n")))
 
 
 def has_invalid_utf8(text: str) -> bool:

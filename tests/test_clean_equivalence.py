@@ -145,6 +145,16 @@ def test_normalization_and_utf8_guard_equal_the_reference(parts):
 
 
 @settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(["a", "b.", " ", "\n", "\u00e9", "\u8a9e", "\u00a0", "\t"]), max_size=30))
+def test_normalization_of_mostly_printable_text_equals_the_reference(parts):
+    """Printable lines with single spaces (no substitution): spaces next to newlines are trimmed."""
+    from pipelines.clean import normalize_text
+
+    text = "".join(parts)
+    assert normalize_text(text) == ref.normalize_text(text)
+
+
+@settings(max_examples=300, deadline=None)
 @given(st.lists(st.sampled_from(["a", "\u1369" * 7, "\u1361", " ", "\u3000", ".", "word", "\n", "x" * 9]), max_size=40),
        st.integers(min_value=-2, max_value=12))
 def test_long_word_rule_equals_the_reference(parts, max_chars):
