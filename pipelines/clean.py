@@ -58,8 +58,6 @@ _TAG = re.compile(r"<[^<>\n]{1,400}>")
 # A whitespace-delimited token none of whose characters is a letter ([^\W\d_] is "a letter").
 _NO_LETTER_TOKEN = re.compile(r"(?<!\S)(?:(?![^\W\d_])\S)+(?!\S)")
 _LETTER = re.compile(r"[^\W\d_]")
-# ASCII: letters -> "a", whitespace (str.split's) -> " ", anything else deleted (_letter_tokens).
-_ASCII_LETTER_RUNS = {c: "a" if chr(c).isalpha() else " " if chr(c).isspace() else None for c in range(128)}
 # ASCII characters that are not printable, but for the newline (normalize_text).
 _ASCII_CONTROLS = bytes([*range(0x0a), *range(0x0b, 0x20), 0x7f])
 
@@ -540,7 +538,7 @@ def document_reason(text: str, c: CleanConfig, disabled: frozenset[str],
                 and sum(map(str.endswith, lines, repeat(ELLIPSES))) / len(lines) > c.max_ellipsis_lines):
             return "ellipsis_lines", None
     if "alpha_words" not in disabled:
-        if _letter_tokens(text, tokens) < c.min_alpha_words * len(tokens):
+        if _letter_words(grams.freq) < c.min_alpha_words * len(tokens):
             return "alpha_words", None
     if ("stop_words" not in disabled
             and sum(map(grams.freq.get, GOPHER_STOP_WORDS, repeat(0))) < c.min_stop_words):
@@ -578,18 +576,14 @@ def _lines(text: str) -> list[str]:
     return list(filter(None, lines)) if "" in lines else lines
 
 
-def _letter_tokens(text: str, tokens: list[str]) -> int:
-    """How many whitespace tokens of the text hold a letter ([^\\W\\d_], as _NO_LETTER_TOKEN);
-    tokens: text.lower().split() (lower-casing keeps every character's letter-ness).
-
-    ASCII text: one translate in C maps letters to "a", whitespace to " " and deletes the rest;
-    each token with a letter leaves one run of "a", a token without vanishes. Other text: a token
-    of letters only (str.isalpha) holds one; the regex looks for one in the others.
-    """
-    if text.isascii():
-        runs = text.translate(_ASCII_LETTER_RUNS)
-        return runs.count(" a") + runs.startswith("a")
-    return len(tokens) - list(map(_LETTER.search, filterfalse(str.isalpha, tokens))).count(None)
+def _letter_words(freq: Counter) -> int:
+    """How many of the counted words hold a letter ([^\\W\\d_]), which is how many of the text's
+    whitespace tokens do (the alpha_words rule, as _NO_LETTER_TOKEN counts the others): a word is
+    its lower-cased token with punctuation stripped, and neither step adds or removes a letter (a
+    token of punctuation only holds none). Only the distinct words that are not all letters
+    (str.isalpha) are searched, in C."""
+    no_letter = filterfalse(_LETTER.search, filterfalse(str.isalpha, freq))
+    return sum(freq.values()) - sum(map(freq.__getitem__, no_letter))
 
 
 def _top_ngrams_fail(grams: NGrams, limits: dict[int, float]) -> bool:
