@@ -55,8 +55,7 @@ _SPACES = re.compile(f" [ {_SPACE}]+|[{_SPACE}][ {_SPACE}]*")
 _BLANK_LINES = re.compile(r"\n{3,}")
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
 _TAG = re.compile(r"<[^<>\n]{1,400}>")
-# A whitespace-delimited token none of whose characters is a letter ([^\W\d_] is "a letter").
-_NO_LETTER_TOKEN = re.compile(r"(?<!\S)(?:(?![^\W\d_])\S)+(?!\S)")
+# A letter, as the alpha_words rule means it: a word character that is not a digit nor "_".
 _LETTER = re.compile(r"[^\W\d_]")
 # ASCII characters that are not printable, but for the newline (normalize_text).
 _ASCII_CONTROLS = bytes([*range(0x0a), *range(0x0b, 0x20), 0x7f])
@@ -577,11 +576,10 @@ def _lines(text: str) -> list[str]:
 
 
 def _letter_words(freq: Counter) -> int:
-    """How many of the counted words hold a letter ([^\\W\\d_]), which is how many of the text's
-    whitespace tokens do (the alpha_words rule, as _NO_LETTER_TOKEN counts the others): a word is
-    its lower-cased token with punctuation stripped, and neither step adds or removes a letter (a
-    token of punctuation only holds none). Only the distinct words that are not all letters
-    (str.isalpha) are searched, in C."""
+    """How many of the counted words hold a letter (_LETTER), which is how many of the text's
+    whitespace tokens do (the alpha_words rule): a word is its lower-cased token with punctuation
+    stripped, and neither step adds or removes a letter (a token of punctuation only holds none).
+    Only the distinct words that are not all letters (str.isalpha) are searched, in C."""
     no_letter = filterfalse(_LETTER.search, filterfalse(str.isalpha, freq))
     return sum(freq.values()) - sum(map(freq.__getitem__, no_letter))
 

@@ -171,10 +171,10 @@ def test_long_word_rule_equals_the_reference(parts, max_chars):
                max_size=40))
 def test_letter_token_count_equals_the_regex(text):
     """Tokens holding a letter, counted over the distinct stripped words, equal the regex's count."""
-    from pipelines.clean import _NO_LETTER_TOKEN, _letter_words, words_of
+    from pipelines.clean import _letter_words, words_of
 
     for t in (text, text.encode("ascii", "ignore").decode()):  # and ASCII text (stripped differently)
-        assert _letter_words(Counter(words_of(t))) == len(t.split()) - len(_NO_LETTER_TOKEN.findall(t))
+        assert _letter_words(Counter(words_of(t))) == len(t.split()) - len(ref._NO_LETTER_TOKEN.findall(t))
 
 
 @settings(max_examples=500, deadline=None)
