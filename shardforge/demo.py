@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--output", default="demo-output", help="Local folder for raw data, corpus and run.")
     p.add_argument("--docs", type=int, default=80, help="Documents per generated source.")
-    p.add_argument("--steps", type=int, default=60, help="Training steps of the cpu recipe (its full run: 4400).")
+    p.add_argument("--steps", type=int, default=60, help="Training steps of the cpu recipe (its full run: 4000).")
     p.add_argument("--keep", action="store_true", help="Do not clear the output folder first.")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
