@@ -1,7 +1,8 @@
 """Cleaning throughput: the clean stage against the one it replaced (#16), on real text.
 
-    python benchmarks/bench_clean.py [--corpus real|synthetic] [--rounds 3] [--beam]
+    python benchmarks/bench_clean.py [--corpus real|prose|synthetic] [--rounds 3] [--beam]
                                      [--docs 2000] [--seed 0]   # synthetic only
+                                     [--mb 5]                   # prose only
 
 ``--corpus real`` (the default) cleans tests/clean_sample.py's sample: gensim's Lee news corpus
 as shipped, as lines, as paragraphs and as web pages with boilerplate, the UDHR in 447 languages,
@@ -18,7 +19,9 @@ timing); both are timed interleaved, in chunks of 50 documents over ``--rounds``
 process CPU seconds, so load from other processes on a shared machine falls on both alike. It
 prints the speed ratio (reference time / new time). ``--beam`` adds CleanDocuments through
 Beam's FnApiRunner (pipeline start-up included). ``--corpus synthetic`` is the earlier generated
-corpus (varied English, web pages, non-English, templated spam).
+corpus (varied English, web pages, non-English, templated spam). ``--corpus prose`` cleans the
+floor benchmark's input (``benchmarks/prose.py``: real Wikipedia and ABC news paragraphs recombined
+into distinct documents, nearly all kept), ``--mb`` of it; its results go to clean-prose.md.
 
 Writes benchmarks/results/clean.md.
 """
@@ -237,6 +240,19 @@ def real_corpus() -> list[Document]:
     return sample_documents()
 
 
+def prose_corpus(megabytes: float) -> list[Document]:
+    """bench_floor.py's input (benchmarks/prose.py, its default seed), as Documents."""
+    import tempfile
+
+    from benchmarks.prose import write_prose_corpus
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "prose.jsonl"
+        write_prose_corpus(path, megabytes)
+        rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    return [Document(f"p{i}", "prose", r["text"], url=r["url"]) for i, r in enumerate(rows)]
+
+
 def reference_and_new(docs: list[Document], cfg: CleanConfig, rounds: int, chunk: int = 50) -> tuple[float, float]:
     """CPU seconds per pass of the reference (tests/reference_clean.py) and of clean_document,
     timed interleaved chunk by chunk; their records must be equal on every document."""
@@ -264,15 +280,19 @@ def reference_and_new(docs: list[Document], cfg: CleanConfig, rounds: int, chunk
 
 def main() -> int:
     ap = bench_parser(__doc__, "clean")
-    ap.add_argument("--corpus", choices=("real", "synthetic"), default="real")
+    ap.add_argument("--corpus", choices=("real", "prose", "synthetic"), default="real")
+    ap.add_argument("--mb", type=float, default=5.0, help="prose corpus size in MB")
     ap.add_argument("--docs", type=int, default=2000, help="synthetic corpus size")
     ap.add_argument("--seed", type=int, default=0, help="synthetic corpus seed")
     ap.add_argument("--rounds", "--repeat", dest="rounds", type=int, default=3)
     ap.add_argument("--beam", action="store_true", help="also time CleanDocuments on Beam's FnApiRunner")
     args = ap.parse_args()
+    if args.corpus == "prose" and args.out == ap.get_default("out"):
+        args.out = str(Path(args.out).with_name("clean-prose.md"))
 
     cfg = CleanConfig()
-    docs = real_corpus() if args.corpus == "real" else make_corpus(args.docs, args.seed)
+    docs = (real_corpus() if args.corpus == "real" else prose_corpus(args.mb) if args.corpus == "prose"
+            else make_corpus(args.docs, args.seed))
     mb = sum(len(d.text.encode("utf-8", "surrogatepass")) for d in docs) / 1e6
     t_ref, t_ours = reference_and_new(docs, cfg, args.rounds)
     t_naive, r_naive = timed(naive_clean, docs, cfg, 1)
@@ -296,11 +316,14 @@ def main() -> int:
         print(f"{name:72s} {t:7.2f} s  {mb / t:6.2f} MB/s per core  {len(docs) / t:8.0f} docs/s")
     print(f"ratio (reference time / new time): {ratio:.2f}x; without the shared CLD2 calls: {ratio_own:.2f}x")
 
-    command = ("python benchmarks/bench_clean.py" + (" --corpus synthetic" if args.corpus == "synthetic" else "")
+    command = ("python benchmarks/bench_clean.py" + (f" --corpus {args.corpus}" if args.corpus != "real" else "")
+               + (f" --mb {args.mb:g}" if args.corpus == "prose" else "")
                + f" --rounds {args.rounds}" + (" --beam" if args.beam else ""))
     corpus = (f"tests/clean_sample.py: {len(docs)} documents, {mb:.1f} MB of real and hostile text (Lee news "
               "as shipped / as lines / as paragraphs / as web pages, UDHR in 447 languages, repeats, hostile "
               "inputs, random mixtures)" if args.corpus == "real" else
+              f"benchmarks/prose.py (bench_floor.py's input): {len(docs)} documents, {mb:.1f} MB of real Wikipedia "
+              "and ABC news paragraphs recombined" if args.corpus == "prose" else
               f"{len(docs)} generated documents, {mb:.1f} MB (70% varied English articles, 15% web pages, "
               "8% non-English, 7% templated repeats)")
     lines = [
@@ -323,11 +346,14 @@ def main() -> int:
         "the CLD2 calls both make identically (the language rule's floor).",
         "",
         "The rewrite computes each statistic once, in rule order, with the per-word work in C (str "
-        "methods through map / filter, one translate for the letter test, set and Counter over zipped "
-        "slices); it counts 2- to 4-grams only where a bound (n x the largest length x count of a word) "
-        "does not already settle Gopher's limit, and 5- to 10-grams only where some 5-gram repeats; it "
-        "counts sentences only up to min_sentences. CLD2 (the language rule, once per kept document) is "
-        "the same in both and is the floor. The machine is shared with other jobs: absolute timings "
+        "methods through map / filter, one Counter of the words for their characters, stop words and "
+        "n-gram bounds, one translate for the letter test); it counts 2- to 4-grams only where a bound "
+        "(n x the largest length x count of a word) does not already settle Gopher's limit, and 5- to "
+        "10-grams (numbered by numpy sorts) only where a set of the 5-grams shows a repeat; it skips "
+        "normalization's substitutions where every line is printable, measures long tokens around "
+        "probes instead of splitting long lines, and counts sentences only up to min_sentences with a "
+        "boundary regex the engine can skip through. CLD2 (the language rule, once per kept document) "
+        "is the same in both and is the floor. The machine is shared with other jobs: absolute timings "
         "vary by +-30% between runs; the interleaved ratio much less.",
     ]
     write_results(args.out, lines)

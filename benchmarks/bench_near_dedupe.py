@@ -54,13 +54,17 @@ import math
 import os
 import platform
 import random
+import subprocess
+import sys
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
-from pipelines.minhash import MinHasher, normalize_text, overlap, shingle_sets
+from pipelines.minhash import KERNEL_AFTER, KERNEL_ENV, MinHasher, normalize_text, overlap, shingle_sets
 from pipelines.records import Document
 from pipelines.sentences import split_sentences
 from schemas.config import DedupeConfig
@@ -334,14 +338,19 @@ def signature_speed(texts: list[str], repeat: int = 5) -> dict[str, float]:
     out: dict[str, float] = {}
     hasher = MinHasher(ngram=3, bands=28, rows=4)
 
-    def ours() -> None:
-        hasher.signatures(shingle_sets(texts, hasher.ngram))
+    def ours(kernel: str) -> Callable[[], None]:
+        def run() -> None:
+            os.environ[KERNEL_ENV] = kernel
+            hasher.signatures(shingle_sets(texts, hasher.ngram))
+        return run
 
     def ours_5() -> None:
         shingle_sets(texts, 5)
         MinHasher(ngram=5, bands=14, rows=8).signatures(shingle_sets(texts, 5))
 
-    runs = {"shardforge (3-gram, 28x4)": ours}
+    before = os.environ.get(KERNEL_ENV)
+    runs = {"shardforge (3-gram, 28x4), compiled kernel (a build's path past KERNEL_AFTER)": ours("numba"),
+            "shardforge (3-gram, 28x4), numpy path (a small job's)": ours("numpy")}
     try:
         from rensa import RMinHash
 
@@ -371,9 +380,24 @@ def signature_speed(texts: list[str], repeat: int = 5) -> dict[str, float]:
             t0 = time.process_time()
             fn()
             best[name] = min(best[name], time.process_time() - t0)
+    if before is None:
+        os.environ.pop(KERNEL_ENV, None)
+    else:
+        os.environ[KERNEL_ENV] = before
     for name in runs:
         out[name] = len(texts) / best[name]
     return out
+
+
+def kernel_load_seconds() -> float:
+    """Wall seconds a fresh process spends importing numba and loading the cached MinHash kernel (median of 3)."""
+    code = ("import time, numpy as np; t = time.perf_counter(); "
+            "from pipelines.minhash_kernel import min_affine; "
+            "min_affine(np.zeros(1, np.uint32), np.array([0, 1]), np.ones(2, np.uint64), np.ones(2, np.uint64), "
+            "np.zeros((1, 2), np.uint64)); print(time.perf_counter() - t)")
+    times = [float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                                  cwd=Path(__file__).resolve().parents[1]).stdout) for _ in range(3)]
+    return sorted(times)[1]
 
 
 def near_shuffle_bytes(texts: list[str], cfg: DedupeConfig | None = None) -> dict[str, float]:
@@ -460,8 +484,17 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", default="benchmarks/results/near_dedupe.md")
     ap.add_argument("--stage", action="store_true",
                     help="only the CPU time and peak RSS of Deduplicate on both corpora (run in a fresh process)")
+    ap.add_argument("--speed", action="store_true",
+                    help="only the signature speed section (against rensa and datasketch), to --out")
     args = ap.parse_args(argv)
     articles = news_documents()
+    if args.speed:
+        lines = ["# MinHash signature speed on real text (bench_near_dedupe.py --speed)", "",
+                 f"{platform.platform()}, {platform.processor() or 'cpu'}, Python {platform.python_version()}, "
+                 f"load average {os.getloadavg()[0]:.1f} at the start. Lee news corpus (gensim)."]
+        lines += speed_section(texts_for_speed(articles, args.quick))
+        _write(args.out, lines)
+        return
     if args.stage:
         items = build_corpus(articles, LENGTHS["full"], copies=2) + build_corpus(articles, LENGTHS["news"], copies=1)
         print(stage_cost(items))
@@ -518,21 +551,39 @@ def main(argv: list[str] | None = None) -> None:
               "|---|" + "---|" * len(pts)]
     for b, r in ((28, 4), (20, 5), (14, 8)):
         lines.append(f"| {b}x{r} | " + " | ".join(f"{p:.3f}" for p in s_curve(b, r, pts)) + " |")
-    # Speed.
-    texts = [it.text for it in build_corpus(articles, 450, max_bases=(12 if args.quick else 60))]
-    sp = signature_speed(texts)
-    total_words = sum(len(t.split()) for t in texts)
-    lines += ["", f"## Signature speed, one core: {len(texts)} documents, {total_words} words (news length)", "",
-              "| implementation | docs/s | vs rensa |", "|---|---|---|"]
-    ref = next((v for k, v in sp.items() if k.startswith("rensa")), None)
-    for k, v in sp.items():
-        lines.append(f"| {k} | {v:.0f} | {v / ref:.2f}x |" if ref else f"| {k} | {v:.0f} | - |")
+    texts = texts_for_speed(articles, args.quick)
+    lines += speed_section(texts)
     sb = near_shuffle_bytes(texts)
     lines += ["", "## What the near step shuffles, per document (FastPrimitivesCoder, no pickle fallback)", "",
               "| element | bytes per document |", "|---|---|"]
     lines += [f"| {k} | {v:.1f} |" for k, v in sb.items()]
-    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-    with open(args.out, "w") as f:
+    _write(args.out, lines)
+
+
+def texts_for_speed(articles: list[str], quick: bool) -> list[str]:
+    """News-length documents (450 words) built from the real articles: the speed section's input."""
+    return [it.text for it in build_corpus(articles, 450, max_bases=(12 if quick else 60))]
+
+
+def speed_section(texts: list[str]) -> list[str]:
+    """Markdown lines: signatures per second per core of each implementation, and the kernel's load cost."""
+    sp = signature_speed(texts)
+    total_words = sum(len(t.split()) for t in texts)
+    lines = ["", f"## Signature speed, one core: {len(texts)} documents, {total_words} words (news length)", "",
+             "| implementation | docs/s | vs rensa |", "|---|---|---|"]
+    ref = next((v for k, v in sp.items() if k.startswith("rensa")), None)
+    for k, v in sp.items():
+        lines.append(f"| {k} | {v:.0f} | {v / ref:.2f}x |" if ref else f"| {k} | {v:.0f} | - |")
+    load = kernel_load_seconds()
+    lines += ["", f"The compiled kernel's one-time cost in a fresh process (numba's import and its cached code): "
+              f"{load:.2f} s wall. A build switches to it after {KERNEL_AFTER:,} shingle x permutation "
+              "products (`pipelines.minhash.KERNEL_AFTER`); the numpy path gives the same signatures."]
+    return lines
+
+
+def _write(out: str, lines: list[str]) -> None:
+    os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
+    with open(out, "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))
 

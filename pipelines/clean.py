@@ -25,16 +25,14 @@ rules) off by name. A filtered document becomes ``Reject(bucket="filtered", reas
 from __future__ import annotations
 
 import dataclasses
-import functools
 import re
 import string
 import unicodedata
-from bisect import bisect_right
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from functools import cached_property
-from itertools import accumulate, compress, repeat
-from operator import add, mul, sub
+from itertools import accumulate, filterfalse, repeat
+from operator import mul, sub
 
 import apache_beam as beam
 import numpy as np
@@ -57,10 +55,10 @@ _SPACES = re.compile(f" [ {_SPACE}]+|[{_SPACE}][ {_SPACE}]*")
 _BLANK_LINES = re.compile(r"\n{3,}")
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
 _TAG = re.compile(r"<[^<>\n]{1,400}>")
-# A whitespace-delimited token none of whose characters is a letter ([^\W\d_] is "a letter").
-_NO_LETTER_TOKEN = re.compile(r"(?<!\S)(?:(?![^\W\d_])\S)+(?!\S)")
-# ASCII characters that are neither letters nor whitespace (str.split's), for str.translate.
-_ASCII_NON_LETTERS = {c: None for c in range(128) if not chr(c).isalpha() and not chr(c).isspace()}
+# A letter, as the alpha_words rule means it: a word character that is not a digit nor "_".
+_LETTER = re.compile(r"[^\W\d_]")
+# ASCII characters that are not printable, but for the newline (normalize_text).
+_ASCII_CONTROLS = bytes([*range(0x0a), *range(0x0b, 0x20), 0x7f])
 
 # C4 (c4_utils.py): boilerplate phrases, end marks. C4 keeps a line only if it ends in one of
 # . ? ! " (straight quote) and not in "..." (CleanConfig.line_end_marks="c4", the default);
@@ -86,22 +84,42 @@ def normalize_text(text: str) -> str:
     text = unicodedata.normalize("NFC", text)
     if "\r" in text:
         text = text.replace("\r\n", "\n").replace("\r", "\n")
-    # ASCII text without control characters (isprintable: no \t \n either) nor double spaces
-    # needs neither substitution: two C scans instead of two regular-expression passes.
-    if not (text.isascii() and text.isprintable() and "  " not in text):
-        text = _CONTROL.sub("", text)
-        text = _SPACES.sub(" ", text)
-    if "\n" not in text:  # one line: trimming it is the whole job
-        return text.strip()
-    text = "\n".join(map(str.strip, text.split("\n")))
+    # Every character the two substitutions remove or collapse (controls, format characters,
+    # spaces other than " ") is non-printable: where every line is printable and no "  " occurs
+    # (most text, in any script) neither changes anything, so C scans replace two regex passes;
+    # and then a line's only whitespace is single spaces, so a line needs trimming only where a
+    # space touches a newline.
+    if "  " in text or not _printable_lines(text):
+        text = _SPACES.sub(" ", _CONTROL.sub("", text))
+        trim = True
+    else:
+        trim = " \n" in text or "\n " in text
+    if trim and "\n" in text:
+        text = "\n".join(map(str.strip, text.split("\n")))
     if "\n\n\n" in text:
         text = _BLANK_LINES.sub("\n\n", text)
     return text.strip()
 
 
+def _printable_lines(text: str) -> bool:
+    """Whether every line of the text is printable (str.isprintable; the newlines aside).
+
+    ASCII: deleting the control bytes from the encoded text (C, a table lookup per byte) is the
+    faster test."""
+    if text.isascii():
+        return len(text.encode("ascii").translate(None, _ASCII_CONTROLS)) == len(text)
+    return all(map(str.isprintable, text.split("\n")))
+
+
 def has_invalid_utf8(text: str) -> bool:
     """True if the text holds lone surrogates: undecodable bytes kept by the reader."""
-    return not text.isascii() and _SURROGATE.search(text) is not None
+    if text.isascii():
+        return False
+    try:  # strict UTF-8 refuses exactly the surrogates, and encodes in C faster than a regex scans
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 def repair_utf8(text: str) -> str:
@@ -153,6 +171,7 @@ def _filter_lines(text: str, lower: str, cfg: CleanConfig, disabled: frozenset[s
     policy = "policy" not in disabled and any(p in lower for p in POLICY_PHRASES)
     long_word = "long_word" not in disabled
     max_chars = cfg.line_max_word_chars
+    longest = max(max_chars, 0)  # a token is never shorter than 0 characters
     min_words = cfg.line_min_words if "min_line_words" not in disabled else 0
     terminal = "terminal_punct" not in disabled
     ends = TERMINAL[cfg.line_end_marks]
@@ -170,7 +189,7 @@ def _filter_lines(text: str, lower: str, cfg: CleanConfig, disabled: frozenset[s
             if policy and any(p in low for p in POLICY_PHRASES):
                 removed["policy"] += 1
                 continue
-        if long_word and len(line) > max_chars and _long_token(max_chars).search(line):
+        if long_word and len(line) > max_chars and _has_long_token(line, longest):
             removed["long_word"] += 1
             continue
         # maxsplit: counting up to min_words tokens is enough
@@ -184,10 +203,23 @@ def _filter_lines(text: str, lower: str, cfg: CleanConfig, disabled: frozenset[s
     return "\n".join(kept).strip(), removed
 
 
-@functools.lru_cache(maxsize=8)
-def _long_token(max_chars: int) -> re.Pattern[str]:
-    """A whitespace token longer than max_chars (one regular-expression search per long line)."""
-    return re.compile(rf"\S{{{max(max_chars, 0) + 1}}}")
+def _has_long_token(line: str, longest: int) -> bool:
+    """Whether a whitespace-delimited token of the line (str.split's) is longer than `longest`.
+
+    Any longest + 1 consecutive characters hold exactly one position p with p % (longest + 1) ==
+    longest, so a longer token covers one of those probes. Where the only whitespace is " " (a
+    printable line: every other whitespace character is non-printable), find / rfind measure the
+    token around each probe, a few C scans of short tokens instead of splitting a long line (a
+    regex for longest + 1 non-spaces would rescan a long token from each of its characters).
+    """
+    if not line.isprintable():
+        return max(map(len, line.split()), default=0) > longest
+    for p in range(longest, len(line), longest + 1):
+        if line[p] != " ":
+            end = line.find(" ", p)
+            if (len(line) if end < 0 else end) - line.rfind(" ", 0, p) - 1 > longest:
+                return True
+    return False
 
 
 # ------------------------------------------------------------------ document statistics
@@ -195,13 +227,25 @@ def _long_token(max_chars: int) -> re.Pattern[str]:
 def words_of(text: str) -> list[str]:
     """Gopher's words: lower-cased whitespace tokens with surrounding punctuation stripped (empty
     ones dropped). map/filter keep the per-word work in C."""
-    return list(filter(None, map(str.strip, text.lower().split(), repeat(_PUNCT))))
+    return list(filter(None, map(str.strip, text.lower().split(), repeat(_strip_chars(text)))))
+
+
+def _strip_chars(text: str) -> str:
+    """The punctuation to strip from the text's tokens: ASCII text holds none of _PUNCT's other
+    characters, and str.strip tests a shorter, one-byte set faster (str.isascii is O(1))."""
+    return string.punctuation if text.isascii() else _PUNCT
+
+
+# From this many words on, a sort of numbered 5-grams (numpy) is cheaper than a set of tuples.
+_SORT_WORDS = 2000
+_INT64_MAX = int(np.iinfo(np.int64).max)
 
 
 class NGrams:
     """Gopher's n-gram statistics of one document's words, exact, counting as little as possible.
 
-    An n-gram is the tuple of its words (zip over slices, in C). Two facts spare most counting:
+    Built on the words' Counter (the number of words, their characters and the stop words come
+    from it). Two facts spare most n-gram counting:
 
     * an n-gram occurs at most as often as each of its words, so its (characters x count) is at
       most the sum of (length x count) of its words, hence at most the largest such sum over n
@@ -209,35 +253,38 @@ class NGrams:
       for 2- to 4-grams) the n-grams are not counted;
     * once no m-gram repeats, no longer n-gram does (its m-gram prefix would repeat): then its
       share and its duplicated characters are 0 (most prose has no repeated 5-gram).
+
+    Where n-grams are counted: the 2- to 4-gram top share as tuples of words (zip over slices, in
+    C; rarely needed); the repeated 5- to 10-grams by numbering them with numpy sorts.
     """
 
-    def __init__(self, words: list[str], lens: list[int] | None = None):
+    def __init__(self, words: list[str], freq: Counter | None = None):
         self.words = words
         self.size = len(words)
-        self.lens = list(map(len, words)) if lens is None else lens
-        self.word_chars = sum(self.lens)
+        self.freq = Counter(words) if freq is None else freq
+        # characters x count of each distinct word, in the Counter's order
+        self._weights = list(map(mul, map(len, self.freq), self.freq.values()))
+        self.word_chars = sum(self._weights)
+        self._most = max(self._weights, default=0)
         self._unique_from: int | None = None  # the least n known to have no repeated n-gram
         self._prefix: list[int] | None = None
-        self._freq: Counter | None = None
-        self._most = 0
-
-    def grams(self, n: int) -> list[tuple[str, ...]]:
-        """The n-grams as tuples of words, position by position."""
-        return list(zip(*(self.words[i:] for i in range(n)), strict=False))
 
     def _mark_unique(self, n: int) -> None:
         if self._unique_from is None or n < self._unique_from:
             self._unique_from = n
 
     def may_repeat(self, n: int) -> bool:
-        """False when no n-gram (n >= 1) occurs twice."""
+        """False when no n-gram (n >= 1) occurs twice; True when one may (a large document is not
+        checked here: the sort in ``dup_frac_steps`` settles it for less than a set of tuples)."""
         if self._unique_from is not None and n >= self._unique_from:
             return False
-        count = self.size - n + 1
-        if count < 2:
+        positions = self.size - n + 1
+        if positions < 2:
             return False
+        if self.size >= _SORT_WORDS:
+            return True
         grams = zip(*(self.words[i:] for i in range(n)), strict=False)
-        if len(set(grams)) == count:
+        if len(set(grams)) == positions:
             self._mark_unique(n)
             return False
         return True
@@ -246,13 +293,11 @@ class NGrams:
         """An upper bound on (characters x count) of any n-gram, n >= 1 (see the class): n times the
         largest (length x count) of a word where that is at most `enough`, else the largest sum of
         (length x count) over n consecutive words (tighter, one more pass)."""
-        if self._freq is None:
-            self._freq = Counter(self.words)
-            self._most = max(map(mul, map(len, self._freq), self._freq.values()), default=0)
         if n * self._most <= enough:
             return n * self._most
         if self._prefix is None:
-            self._prefix = [0, *accumulate(map(mul, self.lens, map(self._freq.__getitem__, self.words)))]
+            weight = dict(zip(self.freq, self._weights, strict=True))
+            self._prefix = [0, *accumulate(map(weight.__getitem__, self.words))]
         prefix = self._prefix
         return max(map(sub, prefix[n:], prefix[:-n]), default=0)
 
@@ -275,6 +320,21 @@ class NGrams:
         """Gopher: share of word characters inside n-grams that occur more than once, n = 5..10."""
         return dict(self.dup_frac_steps()) if self.word_chars else {}
 
+    def _five_gram_numbers(self, ids: np.ndarray, vocab: int) -> tuple[np.ndarray, np.ndarray]:
+        """Each 5-gram's number (equal 5-grams alike) and each number's count, from the word numbers
+        (0..vocab-1): the 5 numbers as digits base vocab where that fits int64 (one sort), else
+        pairs, then pairs of pairs, then one more word, numbered in turn (three sorts)."""
+        size = self.size
+        if vocab ** 5 <= _INT64_MAX + 1:
+            keys = ids[:size - 4].copy()
+            for i in range(1, 5):
+                keys *= vocab
+                keys += ids[i:size - 4 + i]
+            return _dense_ids(keys)
+        pairs, _ = _dense_ids(ids[:-1] * size + ids[1:])  # numbers < size: products fit int64
+        quads, _ = _dense_ids(pairs[:-2] * size + pairs[2:])
+        return _dense_ids(quads[:-1] * size + ids[4:])
+
     def dup_frac_steps(self) -> Iterator[tuple[int, float]]:
         """(n, duplicated n-gram share) for n = 5..10, in order, each computed only when asked.
 
@@ -287,27 +347,44 @@ class NGrams:
             for n in range(5, 11):
                 yield n, 0.0
             return
-        size, words = self.size, self.words
-        keys: list = self.grams(5)
-        counts = Counter(keys)
-        starts = list(range(len(keys)))
-        lens = np.array(self.lens, dtype=np.int64)
+        size, vocab = self.size, len(self.freq)
+        # Words numbered in the Counter's order; from 6-grams on, an n-gram's key is its (n-1)-gram
+        # prefix's number x size + its last word's number, exact in int64 (numbers < size).
+        number = dict(zip(self.freq, range(vocab), strict=True))
+        ids = np.fromiter(map(number.__getitem__, self.words), dtype=np.int64, count=size)
+        keys, counts = self._five_gram_numbers(ids, vocab)
+        starts = np.flatnonzero(counts[keys] > 1)
+        keys = keys[starts]
+        lens = np.fromiter(map(len, self.freq), dtype=np.int64, count=vocab)[ids]
         for n in range(5, 11):
-            if n > 5:  # only where the (n-1)-gram repeated: its key and the next word (all in C)
-                starts = starts[:bisect_right(starts, size - n)]
-                keys = list(zip(keys, map(words.__getitem__, map(add, starts, repeat(n - 1))), strict=False))
-                counts = Counter(keys)
-            repeated = list(map((1).__lt__, map(counts.__getitem__, keys)))
-            starts = list(compress(starts, repeated))
-            if not starts:
+            if n > 5:  # only where the (n-1)-gram repeated: its number and the next word's
+                fits = starts <= size - n
+                starts, keys = starts[fits], keys[fits]
+                keys, counts = _dense_ids(keys * size + ids[starts + (n - 1)])
+                repeated = counts[keys] > 1
+                starts, keys = starts[repeated], keys[repeated]
+            if not len(starts):
+                if n == 5:
+                    self._mark_unique(5)
                 for m in range(n, 11):
                     yield m, 0.0
                 return
-            keys = list(compress(keys, repeated))
             # words covered by some repeated n-gram: +1 where one starts, -1 where it ends
-            at = np.array(starts, dtype=np.int64)
-            depth = np.cumsum(np.bincount(at, minlength=size + n) - np.bincount(at + n, minlength=size + n))
+            depth = np.cumsum(np.bincount(starts, minlength=size + n) - np.bincount(starts + n, minlength=size + n))
             yield n, int(lens[depth[:size] > 0].sum()) / self.word_chars
+
+
+def _dense_ids(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Equal keys numbered alike: (each key's number in 0..k-1, each number's count), by one sort."""
+    order = np.argsort(keys)
+    ordered = keys[order]
+    first = np.empty(len(keys), dtype=bool)
+    first[:1] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=first[1:])
+    group = np.cumsum(first, dtype=np.int64) - 1
+    ids = np.empty_like(group)
+    ids[order] = group
+    return ids, np.bincount(group)
 
 
 def dup_fractions(items: list[str]) -> tuple[float, float]:
@@ -436,16 +513,15 @@ def document_reason(text: str, c: CleanConfig, disabled: frozenset[str],
     if lower is None:
         lower = text.lower()
     tokens = lower.split()  # lower-casing changes no whitespace: the same tokens as text.split()
-    words = list(filter(None, map(str.strip, tokens, repeat(_PUNCT))))
+    words = list(filter(None, map(str.strip, tokens, repeat(_strip_chars(text)))))
     n_words = len(words)
     if "min_words" not in disabled and n_words < c.min_words:
         return "min_words", None
     if "max_words" not in disabled and n_words > c.max_words:
         return "max_words", None
-    lens = list(map(len, words))
-    word_chars = sum(lens)
+    grams = NGrams(words)  # the words' Counter: characters and stop words come from it too
     if "mean_word_len" not in disabled:
-        mean = word_chars / n_words if n_words else 0.0
+        mean = grams.word_chars / n_words if n_words else 0.0
         if not c.min_mean_word_len <= mean <= c.max_mean_word_len:
             return "mean_word_len", None
     if ("symbol_word_ratio" not in disabled
@@ -461,11 +537,10 @@ def document_reason(text: str, c: CleanConfig, disabled: frozenset[str],
                 and sum(map(str.endswith, lines, repeat(ELLIPSES))) / len(lines) > c.max_ellipsis_lines):
             return "ellipsis_lines", None
     if "alpha_words" not in disabled:
-        raw = len(tokens)
-        if raw - _no_letter_tokens(text, raw) < c.min_alpha_words * raw:
+        if _letter_words(grams.freq) < c.min_alpha_words * len(tokens):
             return "alpha_words", None
     if ("stop_words" not in disabled
-            and sum(map(GOPHER_STOP_WORDS.__contains__, words)) < c.min_stop_words):
+            and sum(map(grams.freq.get, GOPHER_STOP_WORDS, repeat(0))) < c.min_stop_words):
         return "stop_words", None
     if "dup_lines" not in disabled or "dup_line_chars" not in disabled:
         frac, chars = dup_fractions(_lines(text) if lines is None else lines)
@@ -480,7 +555,6 @@ def document_reason(text: str, c: CleanConfig, disabled: frozenset[str],
         if "dup_paragraph_chars" not in disabled and chars > c.max_dup_para_char_frac:
             return "dup_paragraph_chars", None
     if "top_ngrams" not in disabled or "dup_ngrams" not in disabled:
-        grams = NGrams(words, lens)
         if "top_ngrams" not in disabled and _top_ngrams_fail(grams, c.max_top_ngram_frac):
             return "top_ngrams", None
         if "dup_ngrams" not in disabled and _dup_ngrams_fail(grams, c.max_dup_ngram_frac):
@@ -501,16 +575,13 @@ def _lines(text: str) -> list[str]:
     return list(filter(None, lines)) if "" in lines else lines
 
 
-def _no_letter_tokens(text: str, tokens: int) -> int:
-    """How many of the text's `tokens` whitespace tokens hold no letter ([^\\W\\d_], as _NO_LETTER_TOKEN).
-
-    ASCII text: delete every character that is neither a letter nor whitespace (one translate in
-    C); a token without a letter then vanishes, the others keep a letter and their separators.
-    Other text: the regular expression.
-    """
-    if text.isascii():
-        return tokens - len(text.translate(_ASCII_NON_LETTERS).split())
-    return len(_NO_LETTER_TOKEN.findall(text))
+def _letter_words(freq: Counter) -> int:
+    """How many of the counted words hold a letter (_LETTER), which is how many of the text's
+    whitespace tokens do (the alpha_words rule): a word is its lower-cased token with punctuation
+    stripped, and neither step adds or removes a letter (a token of punctuation only holds none).
+    Only the distinct words that are not all letters (str.isalpha) are searched, in C."""
+    no_letter = filterfalse(_LETTER.search, filterfalse(str.isalpha, freq))
+    return sum(freq.values()) - sum(map(freq.__getitem__, no_letter))
 
 
 def _top_ngrams_fail(grams: NGrams, limits: dict[int, float]) -> bool:

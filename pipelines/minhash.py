@@ -19,14 +19,19 @@ Pipeline per batch of documents:
    multiply-add-shift: a strongly universal family for 32-bit keys that needs
    no division, so it runs in three wrap-around uint64 passes over a block
    that stays in L2; a document's min is a plain ``min(axis=0)``, runs of
-   short documents share a block and a ``reduceat``).
+   short documents share a block and a ``reduceat``). Once a process has hashed
+   enough (``KERNEL_AFTER``), the same arithmetic runs fused in one compiled
+   loop (``pipelines.minhash_kernel``, numba): bit-identical signatures, ~3x
+   less CPU, after a one-time load of about 1.5 s that small jobs never pay.
 5. LSH: each band's ``rows`` values are mixed into one 64-bit band key.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import math
+import os
 import re
 import unicodedata
 from collections.abc import Sequence
@@ -36,6 +41,10 @@ import numpy as np
 
 # Unicode-aware "not a word character or whitespace": punctuation and symbols.
 _PUNCT_RE = re.compile(r"[^\w\s]+")
+# The same class split in two for normalize_text: its ASCII members (as bytes to delete,
+# derived from the regex itself so the two can never disagree) and the rest.
+_ASCII_PUNCT = bytes(c for c in range(128) if _PUNCT_RE.fullmatch(chr(c)))
+_NON_ASCII_PUNCT_RE = re.compile(r"[^\x00-\x7f\w\s]+")
 _U64 = np.uint64
 _MASK32 = _U64(0xFFFFFFFF)
 # Rows of the (shingles x permutations) block processed at once: ~460 KB of uint64
@@ -47,11 +56,31 @@ _SMALL_DOC = 64
 _WORD_CACHE_MAX = 1 << 20
 _word_cache: dict[str, int] = {}
 
+# When signatures switch to the compiled kernel: after this many (shingle x permutation)
+# products in a process. The kernel saves ~1.5 ns per product and costs ~1.5 s to load
+# (numba's import and its cached code), so it pays after ~1e9 products (about 20,000
+# news-length documents at 112 permutations); smaller jobs keep numpy and start faster.
+KERNEL_AFTER = 1_000_000_000
+# "auto" (the rule above), "numba" (always; an error if numba is missing) or "numpy" (never).
+KERNEL_ENV = "SHARDFORGE_MINHASH_KERNEL"
+_log = logging.getLogger("shardforge.minhash")
+
 
 def normalize_text(text: str) -> str:
-    """NFKC, lowercase, punctuation/symbols removed, whitespace collapsed to single spaces."""
+    """NFKC, lowercase, punctuation/symbols removed, whitespace collapsed to single spaces.
+
+    The definition is ``" ".join(_PUNCT_RE.sub("", nfkc(text).lower()).split())``;
+    this computes it faster. ASCII characters are deleted by a bytes
+    translation (UTF-8 never uses bytes < 0x80 inside a multi-byte character,
+    so this touches no other character), and the regex only has to look for
+    the rarer non-ASCII punctuation. ASCII text needs neither NFKC nor the
+    regex. 4x faster on English prose (tests pin the equality).
+    """
+    if text.isascii():
+        return " ".join(text.lower().encode("ascii").translate(None, _ASCII_PUNCT).decode("ascii").split())
     text = unicodedata.normalize("NFKC", text).lower()
-    return " ".join(_PUNCT_RE.sub("", text).split())
+    text = text.encode("utf-8", "surrogatepass").translate(None, _ASCII_PUNCT).decode("utf-8", "surrogatepass")
+    return " ".join(_NON_ASCII_PUNCT_RE.sub("", text).split())
 
 
 def normalized_text_hash(text: str) -> str:
@@ -128,6 +157,45 @@ def _affine(x: np.ndarray, a: np.ndarray, b: np.ndarray, block: np.ndarray) -> n
     np.multiply(x[:, None], a[None, :], out=blk)
     blk += b[None, :]
     return blk
+
+
+class _KernelChoice:
+    """Per process: how many (shingle x permutation) products were hashed, and the kernel once loaded."""
+
+    def __init__(self) -> None:
+        self.products = 0
+        self.fn = None
+        self.unavailable = False
+
+    def for_batch(self, products: int):
+        """The compiled ``min_affine`` for a batch of ``products`` values, or None for numpy.
+
+        Loads numba once the process's count passes ``KERNEL_AFTER`` (at once
+        with ``SHARDFORGE_MINHASH_KERNEL=numba``). Without numba the numpy
+        path runs, and the log says so once.
+        """
+        mode = os.environ.get(KERNEL_ENV, "auto")
+        if mode not in ("auto", "numba", "numpy"):
+            from schemas.errors import UserError
+
+            raise UserError(f"{KERNEL_ENV}={mode!r}: expected auto, numba or numpy")
+        self.products += products
+        if mode == "numpy" or self.unavailable:
+            return None
+        if self.fn is None and (mode == "numba" or self.products >= KERNEL_AFTER):
+            try:
+                from pipelines.minhash_kernel import min_affine
+            except ImportError as e:
+                if mode == "numba":
+                    raise
+                self.unavailable = True
+                _log.warning("numba is not installed (%s): MinHash signatures stay on numpy, ~3x more CPU", e)
+                return None
+            self.fn = min_affine
+        return self.fn
+
+
+_kernel = _KernelChoice()
 
 
 def shingle_sets(texts: Sequence[str], ngram: int, normalized: bool = False) -> list[np.ndarray]:
@@ -219,6 +287,13 @@ class MinHasher:
         sig = np.full((n, self.num_perm), 0xFFFFFFFFFFFFFFFF, dtype=np.uint64)
         lens = np.fromiter((len(s) for s in shingles), dtype=np.int64, count=n)
         if lens.sum() == 0:
+            return sig.astype(np.uint32)
+        kernel = _kernel.for_batch(int(lens.sum()) * self.num_perm)
+        if kernel is not None:
+            bounds = np.zeros(n + 1, dtype=np.int64)
+            np.cumsum(lens, out=bounds[1:])
+            kernel(np.concatenate([np.asarray(s, dtype=np.uint32) for s in shingles]), bounds, a, b, sig)
+            sig >>= _U64(32)
             return sig.astype(np.uint32)
         x = np.concatenate([np.asarray(s, dtype=np.uint64) for s in shingles])
         ends = np.cumsum(lens)

@@ -311,6 +311,9 @@ class TrainConfig(Strict):
     tokens_per_batch: int | None = None
     model: ModelConfig = ModelConfig()
     masking: MaskingConfig = MaskingConfig()
+    # The masking evaluation uses (None: the training masking). A recipe that trains at another mask
+    # rate evaluates at the standard 15 % so that its valid loss compares with everyone else's.
+    eval_masking: MaskingConfig | None = None
     optim: OptimConfig = OptimConfig()
     seed: int = 0
     num_workers: int = 0

@@ -8,7 +8,9 @@ threshold. Every rule must fire somewhere in the sample, so no rule goes uncheck
 
 from __future__ import annotations
 
+import random
 from collections import Counter
+from unittest import mock
 
 import pytest
 import reference_clean as ref
@@ -16,6 +18,7 @@ from clean_sample import sample_documents, variant_configs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pipelines import clean
 from pipelines.clean import LINE_RULES, RULE_ALIASES, RULE_NAMES, DocStats, clean_document
 from pipelines.records import Document, Reject
 from pipelines.sentences import count_sentences, split_sentences
@@ -74,10 +77,29 @@ def test_same_decisions_as_the_reference_on_real_and_hostile_text(docs):
 def test_ngram_statistics_equal_the_reference(ws):
     """Top n-gram shares (ties included) and duplicated n-gram shares, n = 1..10."""
     text = " ".join(ws)
-    new, old = DocStats(text), ref.DocStats(text)
-    for n in range(1, 11):
-        assert new.top_ngram_frac(n) == old.top_ngram_frac(n), n
-    assert new.dup_ngram_fracs == old.dup_ngram_fracs
+    old = ref.DocStats(text)
+    for sort_from in (clean._SORT_WORDS, 0):  # the set proof for short texts, and the sort alone
+        with mock.patch.object(clean, "_SORT_WORDS", sort_from):
+            new = DocStats(text)
+            for n in range(1, 11):
+                assert new.top_ngram_frac(n) == old.top_ngram_frac(n), n
+            assert new.dup_ngram_fracs == old.dup_ngram_fracs
+
+
+@pytest.mark.parametrize(("vocab", "length"), [(3, 3000), (40, 3000), (400, 3000), (5000, 3000), (10**6, 9000)])
+def test_duplicated_ngrams_of_long_texts_equal_the_reference(vocab, length):
+    """Long texts (numbered by sorting, no set proof): few to many distinct words (over 6,208 the
+    5-grams no longer fit int64 as base-vocabulary digits), repeated passages of 5 to 12 words."""
+    rng = random.Random(vocab)
+    words = [f"w{rng.randrange(vocab)}" for _ in range(length)]
+    for _ in range(20):
+        at, size, to = rng.randrange(length - 100), rng.randint(5, 12), rng.randrange(length - 100)
+        words[to:to] = words[at:at + size]
+    text = " ".join(words)
+    assert len(text.split()) >= clean._SORT_WORDS
+    if vocab > 10**5:
+        assert len(set(words)) ** 5 > 2**63
+    assert DocStats(text).dup_ngram_fracs == ref.DocStats(text).dup_ngram_fracs
 
 
 @settings(max_examples=200, deadline=None)
@@ -100,3 +122,66 @@ def test_top_ngram_bounds_are_upper_bounds(ws, enough):
     for n in range(1, 7):
         true = grams.top_frac(n) * grams.word_chars
         assert grams.top_bound(n, enough) >= true - 1e-6, n
+
+
+# Every character the normalization removes or collapses, next to the ones it keeps.
+_NORMALIZE_ALPHABET = ([chr(c) for c in (*range(0x00, 0x21), *range(0x7f, 0xa1))]
+                       + list("\u1680\u2000\u2005\u200a\u200b\u200c\u200d\u2028\u2029\u202f\u205f\u2060\u3000\ufeff")
+                       + list("aZ.é\u0301ñ語") + ["\ud800", "\udfff", "  ", "\r\n", "\n\n\n"])
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.sampled_from(_NORMALIZE_ALPHABET), max_size=60))
+def test_normalization_and_utf8_guard_equal_the_reference(parts):
+    """The fast paths (printable lines skip the substitutions; strict encoding finds surrogates)
+    agree with the reference's regex passes on every character they special-case."""
+    from pipelines.clean import has_invalid_utf8, normalize_text
+
+    joined = "".join(parts)
+    for text in (joined, joined.encode("ascii", "ignore").decode()):  # and the ASCII fast path
+        assert has_invalid_utf8(text) == ref.has_invalid_utf8(text)
+        if not ref.has_invalid_utf8(text):
+            assert normalize_text(text) == ref.normalize_text(text)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(["a", "b.", " ", "\n", "\u00e9", "\u8a9e", "\u00a0", "\t"]), max_size=30))
+def test_normalization_of_mostly_printable_text_equals_the_reference(parts):
+    """Printable lines with single spaces (no substitution): spaces next to newlines are trimmed."""
+    from pipelines.clean import normalize_text
+
+    text = "".join(parts)
+    assert normalize_text(text) == ref.normalize_text(text)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(["a", "\u1369" * 7, "\u1361", " ", "\u3000", ".", "word", "\n", "x" * 9]), max_size=40),
+       st.integers(min_value=-2, max_value=12))
+def test_long_word_rule_equals_the_reference(parts, max_chars):
+    """The longest-token test by str.split removes the same lines as the reference's."""
+    from pipelines.clean import filter_lines
+
+    text = "".join(parts)
+    cfg = CleanConfig(line_max_word_chars=max_chars)
+    assert filter_lines(text, cfg) == ref.filter_lines(text, cfg)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text(alphabet=st.sampled_from([chr(c) for c in range(128)] + list("\u00e9\u4e00\u00b2\u2170\u24d0\u0663\u0301\u00a0\u3000\u02b0\u00aa")),
+               max_size=40))
+def test_letter_token_count_equals_the_regex(text):
+    """Tokens holding a letter, counted over the distinct stripped words, equal the regex's count."""
+    from pipelines.clean import _letter_words, words_of
+
+    for t in (text, text.encode("ascii", "ignore").decode()):  # and ASCII text (stripped differently)
+        assert _letter_words(Counter(words_of(t))) == len(t.split()) - len(ref._NO_LETTER_TOKEN.findall(t))
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.sampled_from(["a", "bcd", "x" * 7, " ", "\u3000", "\t", "\u00e9\u00e9"]), max_size=30),
+       st.integers(min_value=0, max_value=9))
+def test_long_token_probes_equal_splitting(parts, longest):
+    from pipelines.clean import _has_long_token
+
+    line = "".join(parts)
+    assert _has_long_token(line, longest) == (max(map(len, line.split()), default=0) > longest)

@@ -52,6 +52,37 @@ def test_normalization_ignores_case_punctuation_and_spacing() -> None:
     assert len(normalized_text_hash("x")) == 32
 
 
+def _normalize_by_definition(text: str) -> str:
+    import re
+    import unicodedata
+
+    return " ".join(re.sub(r"[^\w\s]+", "", unicodedata.normalize("NFKC", text).lower()).split())
+
+
+def test_fast_normalization_equals_its_definition() -> None:
+    """The ASCII translation + narrower regex of normalize_text give exactly the one-regex definition."""
+    import sys
+
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from tests.realtext import news_documents, wiki_documents
+
+    every_ascii = "".join(map(chr, range(128)))
+    samples = [every_ascii, every_ascii + "é", "Ｆｕｌｌ－ｗｉｄｔｈ，“curly” — dash… ½ ﬁ", "lone \ud800 surrogate!",
+               "İstanbul ǅ ß ΣΑΣ", "tab\u2003em\u00a0nbsp\u200bzwsp", ""]
+    samples += news_documents(50) + wiki_documents(50)  # mostly ASCII, mostly not
+    for t in samples:
+        assert normalize_text(t) == _normalize_by_definition(t), t[:80]
+
+    @settings(max_examples=300, deadline=None, derandomize=True)
+    @given(st.text(alphabet=st.characters(max_codepoint=sys.maxunicode), max_size=60))
+    def prop(t: str) -> None:
+        assert normalize_text(t) == _normalize_by_definition(t)
+
+    prop()
+
+
 def test_shingles_match_python_sets_and_ignore_batching() -> None:
     rng = random.Random(1)
     texts = [" ".join(_doc(rng, n)) for n in (0, 1, 3, 5, 6, 50, 200)]
@@ -208,17 +239,21 @@ def test_near_rule_paths_and_guards() -> None:
     (3, 28, 4, "3ba5cc22ceaabbb849a3387a77e0981de05180d6fa7b8cb143e1ade205720bde"),
     (5, 14, 8, "245ab196bdf26175c58d64a4567bb4a185f408c2e7011d1dc413837704e634f7"),
 ])
-def test_shingles_signatures_and_band_keys_are_frozen(ngram: int, bands: int, rows: int, digest: str,
+@pytest.mark.parametrize("kernel", ["numpy", "numba"])
+def test_shingles_signatures_and_band_keys_are_frozen(ngram: int, bands: int, rows: int, digest: str, kernel: str,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """The index stores signatures and band keys: they must never change (digests from before #16's rewrite).
 
     Real text (gensim's Lee news), empty and one-word documents and a Unicode
-    space; the per-document and run-of-small-documents paths both taken.
+    space; the per-document and run-of-small-documents paths of numpy both
+    taken, and the compiled kernel (#17) giving the same bits.
     """
     import hashlib
 
     from tests.realtext import news_documents
 
+    monkeypatch.setenv(minhash.KERNEL_ENV, kernel)
+    monkeypatch.setattr(minhash, "_kernel", minhash._KernelChoice())
     texts = news_documents(40) + ["", "one", "two words", "a\u2003b  c"]
     for small_doc in (minhash._SMALL_DOC, 1, minhash._CHUNK_ROWS + 1):  # both paths of MinHasher.signatures for every document
         monkeypatch.setattr(minhash, "_SMALL_DOC", small_doc)
@@ -227,3 +262,69 @@ def test_shingles_signatures_and_band_keys_are_frozen(ngram: int, bands: int, ro
         sig = h.signatures(sh)
         got = hashlib.sha256(b"".join(s.tobytes() for s in sh) + sig.tobytes() + h.band_keys(sig).tobytes())
         assert got.hexdigest() == digest
+
+
+def test_signatures_move_to_the_compiled_kernel_once_it_pays(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``auto``: numpy until the process has hashed KERNEL_AFTER products, then numba; the same bits either way."""
+    from tests.realtext import news_documents
+
+    monkeypatch.setenv(minhash.KERNEL_ENV, "auto")
+    choice = minhash._KernelChoice()
+    monkeypatch.setattr(minhash, "_kernel", choice)
+    sh = shingle_sets(news_documents(60) + [""], 3)
+    h = MinHasher(ngram=3, bands=28, rows=4)
+    products = sum(len(s) for s in sh) * h.num_perm
+    monkeypatch.setattr(minhash, "KERNEL_AFTER", products + 1)
+    first = h.signatures(sh)
+    assert choice.fn is None and choice.products == products
+    second = h.signatures(sh)  # the count passes KERNEL_AFTER: this batch runs compiled
+    assert choice.fn is not None
+    assert np.array_equal(first, second)
+    # Larger documents than the numpy block, and one shingle, through the kernel.
+    big = [np.arange(3 * minhash._CHUNK_ROWS, dtype=np.uint32) * np.uint32(2654435761), np.array([7], np.uint32)]
+    monkeypatch.setenv(minhash.KERNEL_ENV, "numpy")
+    ref = h.signatures(big)
+    monkeypatch.setenv(minhash.KERNEL_ENV, "numba")
+    assert np.array_equal(h.signatures(big), ref)
+
+
+def test_a_bad_kernel_setting_is_one_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    from schemas.errors import UserError
+
+    monkeypatch.setenv(minhash.KERNEL_ENV, "rust")
+    with pytest.raises(UserError, match="SHARDFORGE_MINHASH_KERNEL='rust': expected auto, numba or numpy"):
+        MinHasher().signatures([np.arange(10, dtype=np.uint32)])
+
+
+def test_without_numba_signatures_stay_on_numpy(tmp_path) -> None:
+    """A real second process where numba cannot be imported: auto warns once and gives the same signatures."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    script = """
+import sys
+sys.modules["numba"] = None  # import numba -> ImportError, as on a machine without it
+import logging, numpy as np
+logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
+from pipelines import minhash
+from tests.realtext import news_documents
+minhash.KERNEL_AFTER = 0
+sh = minhash.shingle_sets(news_documents(20), 3)
+h = minhash.MinHasher(ngram=3, bands=28, rows=4)
+a, b = h.signatures(sh), h.signatures(sh)
+assert minhash._kernel.fn is None and minhash._kernel.unavailable
+np.save(sys.argv[1], a)
+"""
+    env = {**os.environ, "PYTHONPATH": str(root), "SHARDFORGE_MINHASH_KERNEL": "auto"}
+    out = tmp_path / "sig.npy"
+    proc = subprocess.run([sys.executable, "-c", script, str(out)], env=env, cwd=root,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.count("numba is not installed") == 1, proc.stderr
+    from tests.realtext import news_documents
+
+    ref = MinHasher(ngram=3, bands=28, rows=4).signatures(shingle_sets(news_documents(20), 3))
+    assert np.array_equal(np.load(out), ref)

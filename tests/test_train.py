@@ -248,3 +248,26 @@ def test_export_refuses_a_tokenizer_the_run_did_not_train_with(corpus, tmp_path,
     other.write_bytes(buf.getvalue())
     assert cli(["export", run, str(tmp_path / "hf"), "--tokenizer", str(other)]) == 2
     assert "is not the one this checkpoint was trained with" in capsys.readouterr().err
+
+
+def test_eval_masking_keeps_the_valid_loss_at_the_standard_rate(corpus, tmp_path):
+    """Issue #20.5: a run that trains at 40 % masking evaluates at eval_masking's 15 %, not at its own 40 %.
+
+    Three one-step runs from the same seed at a negligible lr (the same weights at the evaluation):
+    training at 40 % with eval_masking 15 % evaluates exactly like training at 15 %; without
+    eval_masking it evaluates at 40 % (about 2.7x the predicted tokens).
+    """
+    def one(name: str, **kw) -> dict:
+        out = str(tmp_path / name)
+        train(cfg(corpus, out, steps=1, eval_every=1, eval_batches=2, optim={"lr": 1e-12, "warmup_steps": 0},
+                  model={"size": "tiny", "dropout": 0.0}, **kw))
+        return read_metrics(out)[-1]
+
+    standard = one("standard")
+    high_eval_std = one("high_eval_std", masking={"rate": 0.4}, eval_masking={"rate": 0.15})
+    high = one("high", masking={"rate": 0.4})
+    assert high_eval_std["eval_mlm_tokens"] == standard["eval_mlm_tokens"] > 0
+    assert high_eval_std["eval_loss"] == pytest.approx(standard["eval_loss"], abs=1e-5)
+    assert high["eval_mlm_tokens"] > 2 * standard["eval_mlm_tokens"]
+    # The training steps did mask at 40 %: their predicted-token counts differ from the 15 % run.
+    assert high_eval_std["loss"] != standard["loss"]

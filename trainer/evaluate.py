@@ -54,7 +54,9 @@ def evaluate(model: torch.nn.Module, loader: ShardLoader, masker: Masker, cfg: T
         return {}
     loss = v["loss"] / n
     res = {"eval_loss": loss, "eval_ppl": math.exp(min(loss, 50.0)),
-           "eval_mlm_acc": v["mlm_correct"] / max(v["mlm_count"], 1.0)}
+           "eval_mlm_acc": v["mlm_correct"] / max(v["mlm_count"], 1.0),
+           # How many tokens the loss averages over: shows the evaluation's mask rate (eval_masking).
+           "eval_mlm_tokens": v["mlm_count"]}
     if v["sentence_count"]:
         res["eval_sentence_acc"] = v["sentence_correct"] / v["sentence_count"]
     return res

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from schemas import MASK_ID, PAD_ID
-from schemas.config import PAIR_RULES, TrainConfig
+from schemas.config import PAIR_RULES, MaskingConfig, TrainConfig
 from schemas.errors import UserError
 from schemas.manifest import Manifest, load_manifest, open_tokenizer
 from shardforge.cliargs import ArgumentParser
@@ -136,8 +136,13 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
             model, device_ids=[device.index] if device.type == "cuda" else None)
     optimizer = build_optimizer(raw_model, cfg.optim)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, linear_schedule(cfg.optim.warmup_steps, cfg.steps))
-    masker = Masker(cfg.masking, vocab_size, special.values(), mask_id=mask_id, pad_id=pad_id,
-                    word_starts=word_starts).to(device)
+    def make_masker(masking: MaskingConfig) -> Masker:
+        return Masker(masking, vocab_size, special.values(), mask_id=mask_id, pad_id=pad_id,
+                      word_starts=word_starts).to(device)
+
+    masker = make_masker(cfg.masking)
+    # eval_masking: e.g. train at 40 % but report the valid loss at the standard 15 %.
+    eval_masker = make_masker(cfg.eval_masking) if cfg.eval_masking is not None else masker
     prec = Precision(cfg.precision, device)  # [#19 hook] autocast + fp16 loss scaler
     autocast = prec.autocast
 
@@ -208,7 +213,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
             record.update(counters.update(record["loss"], s.tokens * dd.world_size))
             record.update(mix_record(loader))
             if valid is not None and step % cfg.eval_every == 0:
-                record.update(evaluate(model, valid, masker, cfg, device, autocast))
+                record.update(evaluate(model, valid, eval_masker, cfg, device, autocast))
             metrics.log(record)
             # Ranks may see SIGTERM at different steps: they stop together.
             stopped_at = cfg.stop_at is not None and step >= cfg.stop_at
