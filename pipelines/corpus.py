@@ -286,6 +286,38 @@ class TokenGroups(beam.PTransform):
         )
 
 
+def packing_key(d: TokenizedDocument, seed: int, valid_fraction: float, groups: int) -> GroupKey:
+    """The (split, group, groups) a document is packed in."""
+    return split_of(d.doc_id, seed, valid_fraction), group_of(d.doc_id, seed, groups), groups
+
+
+class GroupForPacking(beam.PTransform):
+    """Tokenized documents -> ``((split, group, groups), documents)``: one element per packing group.
+
+    ``groups``: a singleton PCollection with the group count (``TokenGroups``). The in-process
+    runner holds a whole group decoded at once, so the documents cross this shuffle with
+    ``TokenizedDocumentCoder`` and come out holding ``TokenIds`` (2-4 bytes an id, not ~36 as
+    int tuples; tests/test_token_memory.py).
+    """
+
+    def __init__(self, cfg: BuildConfig, groups):
+        super().__init__()
+        self.cfg, self.groups = cfg, groups
+
+    def expand(self, tokenized):
+        seed, valid = self.cfg.seed, self.cfg.packing.valid_fraction
+
+        def route(d: TokenizedDocument, groups: int) -> tuple[GroupKey, TokenizedDocument]:
+            return packing_key(d, seed, valid, groups), d
+
+        return (
+            tokenized
+            # Typed, so the shuffle uses TokenizedDocumentCoder (ids as 2-4 raw bytes each), not pickle.
+            | "Route" >> beam.Map(route, beam.pvalue.AsSingleton(self.groups)).with_output_types(ROUTED)
+            | "Group" >> beam.GroupByKey()
+        )
+
+
 class WriteCorpus(beam.PTransform):
     """Tokenized documents -> shards + manifest.json under `output`.
 
@@ -333,16 +365,7 @@ class WriteCorpus(beam.PTransform):
         # hfinit (#20.2): <s> / </s> ids from the tokenizer (an existing model's may differ from ours).
         ends = self.model | "EndIds" >> beam.Map(packing_ends)
 
-        def route(d: TokenizedDocument, groups: int):
-            split = split_of(d.doc_id, cfg.seed, cfg.packing.valid_fraction)
-            return (split, group_of(d.doc_id, cfg.seed, groups), groups), d
-
-        grouped = (
-            tokenized
-            # Typed, so the shuffle uses TokenizedDocumentCoder (ids as 2-4 raw bytes each), not pickle.
-            | "Route" >> beam.Map(route, AsSingleton(self.groups)).with_output_types(ROUTED)
-            | "GroupForPacking" >> beam.GroupByKey()
-        )
+        grouped = tokenized | "GroupForPacking" >> GroupForPacking(cfg, self.groups)
         plans = grouped | "PlanShards" >> beam.ParDo(_PlanGroup(cfg), AsSingleton(vocab), AsSingleton(ends))
         plan_list = plans | "CollectPlans" >> beam.combiners.ToList()
         self.plans = plan_list  # the packing plans (singleton list), for the report

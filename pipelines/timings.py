@@ -61,7 +61,7 @@ _TOP_LEVEL: dict[str, str] = {
     "Report": "report",
 }
 # WriteCorpus's steps that plan the packing (the rest writes the shards and commits).
-_PACKING_STEPS = frozenset({"VocabSize", "EndIds", "Route", "GroupForPacking", "PlanShards", "CollectPlans",
+_PACKING_STEPS = frozenset({"VocabSize", "EndIds", "GroupForPacking", "PlanShards", "CollectPlans",
                             "Offsets"})
 ABOUT = ("Run-dependent: wall-clock measurements of the run that wrote this file, not part of the corpus "
          "(the manifest and report.json are byte-identical run to run; this file is not). 'stages' is the "
