@@ -43,6 +43,7 @@ from schemas.tokenizer_files import (
     SentencePieceTokenizer,
     kind_of_model_type,
     load_tokenizer,
+    proto_fields,
     tokenizer_kind,
 )
 from storage import read_bytes, sha256_bytes, write_bytes_atomic
@@ -172,37 +173,9 @@ _F_TRAINER, _F_NORMALIZER = 2, 3
 _F_MODEL_TYPE, _F_BYTE_FALLBACK, _F_NORM_NAME = 3, 35, 1
 
 
-def _varint(buf: bytes, i: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        if i >= len(buf):
-            raise ValueError("truncated varint")
-        b = buf[i]
-        i += 1
-        value |= (b & 0x7F) << shift
-        shift += 7
-        if b < 0x80:
-            return value, i
-
-
-def _proto_fields(buf: bytes) -> dict[int, int | bytes]:
-    """Last value of each field of one protobuf message (wire format only, no schema needed)."""
-    out: dict[int, int | bytes] = {}
-    i = 0
-    while i < len(buf):
-        key, i = _varint(buf, i)
-        field, wire = key >> 3, key & 7
-        if wire == 0:
-            out[field], i = _varint(buf, i)
-        elif wire == 2:
-            n, i = _varint(buf, i)
-            out[field], i = buf[i: i + n], i + n
-        elif wire in (1, 5):
-            n = 8 if wire == 1 else 4
-            out[field], i = buf[i: i + n], i + n
-        else:
-            raise ValueError(f"unsupported wire type {wire}")
-    return out
+def _last(fields: dict[int, list], number: int, default: object) -> object:
+    """A field's value as protobuf reads a non-repeated one: the last occurrence wins."""
+    return fields.get(number, [default])[-1]
 
 
 def model_spec(model: bytes) -> ModelSpec:
@@ -212,13 +185,13 @@ def model_spec(model: bytes) -> ModelSpec:
     module does not load under the protobuf < 7 that Beam pins.
     """
     try:
-        top = _proto_fields(model)
-        trainer = _proto_fields(top.get(_F_TRAINER, b""))  # type: ignore[arg-type]
-        norm = _proto_fields(top.get(_F_NORMALIZER, b""))  # type: ignore[arg-type]
-        mtype = int(trainer.get(_F_MODEL_TYPE, 1))  # type: ignore[arg-type]
-        name = norm.get(_F_NORM_NAME, b"")
+        top = proto_fields(model)
+        trainer = proto_fields(_last(top, _F_TRAINER, b""))  # type: ignore[arg-type]
+        norm = proto_fields(_last(top, _F_NORMALIZER, b""))  # type: ignore[arg-type]
+        mtype = int(_last(trainer, _F_MODEL_TYPE, 1))  # type: ignore[arg-type]
+        name = _last(norm, _F_NORM_NAME, b"")
         return ModelSpec(model_type=_MODEL_TYPES.get(mtype, f"type{mtype}"),
-                         byte_fallback=bool(trainer.get(_F_BYTE_FALLBACK, 0)),
+                         byte_fallback=bool(_last(trainer, _F_BYTE_FALLBACK, 0)),
                          normalization_rule=bytes(name).decode("utf-8") if isinstance(name, bytes) else "")
     except (ValueError, TypeError, UnicodeDecodeError) as e:
         raise UserError(f"tokenizer: cannot read the SentencePiece model header ({e})") from None

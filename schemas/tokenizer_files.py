@@ -58,6 +58,47 @@ ROLE_NAMES: dict[str, tuple[str, ...]] = {
 REQUIRED_ROLES = ("<s>", "</s>", "<pad>", "<mask>")  # packing and masking need these; <unk> is optional
 
 
+def _varint(buf: bytes, i: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if i >= len(buf):
+            raise ValueError("truncated varint")
+        b = buf[i]
+        i += 1
+        value |= (b & 0x7F) << shift
+        shift += 7
+        if b < 0x80:
+            return value, i
+
+
+def proto_fields(buf: bytes) -> dict[int, list[Any]]:
+    """Fields of one protobuf message: number -> its values in order (ints for varints, bytes otherwise).
+
+    Read from the wire format, no schema needed: a SentencePiece model file is a ``ModelProto``,
+    and sentencepiece 0.2.3's generated proto module does not load under the protobuf < 7 that
+    Beam pins. Raises ``ValueError`` on a truncated or unsupported message.
+    """
+    fields: dict[int, list[Any]] = {}
+    i = 0
+    while i < len(buf):
+        key, i = _varint(buf, i)
+        num, wire = key >> 3, key & 7
+        if wire == 0:
+            val, i = _varint(buf, i)
+        elif wire in (1, 2, 5):
+            if wire == 2:
+                n, i = _varint(buf, i)
+            else:
+                n = 8 if wire == 1 else 4
+            if i + n > len(buf):
+                raise ValueError("truncated field")
+            val, i = buf[i: i + n], i + n
+        else:
+            raise ValueError(f"unsupported protobuf wire type {wire}")
+        fields.setdefault(num, []).append(val)
+    return fields
+
+
 def _is_json(data: bytes) -> bool:
     return data[:64].lstrip()[:1] == b"{"
 

@@ -651,3 +651,16 @@ def test_words_with_byte_pieces_stay_whole_for_masking(models, kind):
     decoded = [tok.decode(w).strip() for w in words]
     want = text.split() if kind == "byte_bpe" else unicodedata.normalize("NFKC", text).split()
     assert decoded == want
+
+
+def test_proto_fields_reads_the_wire_format_and_refuses_truncation():
+    from schemas.tokenizer_files import proto_fields
+
+    # field 1 = varint 150, field 2 = "hi" twice (a repeated field keeps both), field 3 = fixed32
+    msg = bytes([0x08, 0x96, 0x01, 0x12, 0x02]) + b"hi" + bytes([0x12, 0x01]) + b"!" + bytes([0x1D, 1, 0, 0, 0])
+    assert proto_fields(msg) == {1: [150], 2: [b"hi", b"!"], 3: [b"\x01\x00\x00\x00"]}
+    for cut in (2, 6, len(msg) - 1):
+        with pytest.raises(ValueError, match="truncated"):
+            proto_fields(msg[:cut])
+    with pytest.raises(ValueError, match="wire type"):
+        proto_fields(bytes([0x0B]))  # wire type 3 (a group): not in SentencePiece's files

@@ -36,43 +36,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from schemas import SPECIAL_TOKENS
+from schemas.tokenizer_files import proto_fields
 
 # The two Hugging Face architectures an export targets; the tokenizer's pair template depends on it.
 XLM_ROBERTA = "xlm-roberta"
 ALBERT = "albert"
-
-
-def _varint(buf: bytes, i: int) -> tuple[int, int]:
-    out = shift = 0
-    while True:
-        b = buf[i]
-        i += 1
-        out |= (b & 0x7F) << shift
-        if b < 0x80:
-            return out, i
-        shift += 7
-
-
-def _proto_fields(buf: bytes) -> dict[int, list[Any]]:
-    """Top-level fields of a protobuf message: number -> values (ints or bytes)."""
-    fields: dict[int, list[Any]] = {}
-    i = 0
-    while i < len(buf):
-        key, i = _varint(buf, i)
-        num, wire = key >> 3, key & 7
-        if wire == 0:
-            val, i = _varint(buf, i)
-        elif wire == 1:
-            val, i = buf[i:i + 8], i + 8
-        elif wire == 2:
-            n, i = _varint(buf, i)
-            val, i = buf[i:i + n], i + n
-        elif wire == 5:
-            val, i = buf[i:i + 4], i + 4
-        else:
-            raise ValueError(f"unsupported protobuf wire type {wire}")
-        fields.setdefault(num, []).append(val)
-    return fields
 
 
 def spm_normalizer_spec(model_bytes: bytes) -> dict[str, Any]:
@@ -81,8 +49,8 @@ def spm_normalizer_spec(model_bytes: bytes) -> dict[str, Any]:
     ModelProto.normalizer_spec is field 3; in NormalizerSpec, precompiled_charsmap
     is field 2 and the two flags are fields 3 and 4 (both default true).
     """
-    spec = _proto_fields(model_bytes).get(3, [b""])[0]
-    f = _proto_fields(spec)
+    spec = proto_fields(model_bytes).get(3, [b""])[0]
+    f = proto_fields(spec)
     return {
         "precompiled_charsmap": f.get(2, [b""])[0],
         "add_dummy_prefix": bool(f.get(3, [1])[0]),
@@ -107,7 +75,7 @@ class SpmPiece:
 
 def spm_model_type(model_bytes: bytes) -> str:
     """"unigram", "bpe", "word" or "char": ModelProto.trainer_spec (field 2) .model_type (field 3)."""
-    trainer = _proto_fields(_proto_fields(model_bytes).get(2, [b""])[0])
+    trainer = proto_fields(proto_fields(model_bytes).get(2, [b""])[0])
     mtype = int(trainer.get(3, [1])[0])  # proto default: UNIGRAM
     return _MODEL_TYPES.get(mtype, f"type{mtype}")
 
@@ -117,8 +85,8 @@ def spm_pieces(model_bytes: bytes) -> list[SpmPiece]:
     type = 3 (default NORMAL). Read from the file because the sentencepiece API cannot tell a
     user-defined piece from a normal one."""
     out = []
-    for raw in _proto_fields(model_bytes).get(1, []):
-        f = _proto_fields(raw)
+    for raw in proto_fields(model_bytes).get(1, []):
+        f = proto_fields(raw)
         score = struct.unpack("<f", f[2][0])[0] if 2 in f else 0.0
         out.append(SpmPiece(bytes(f.get(1, [b""])[0]).decode("utf-8"), score, int(f.get(3, [PIECE_NORMAL])[0])))
     return out
