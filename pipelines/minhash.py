@@ -22,7 +22,7 @@ Pipeline per batch of documents:
    short documents share a block and a ``reduceat``). Once a process has hashed
    enough (``KERNEL_AFTER``), the same arithmetic runs fused in one compiled
    loop (``pipelines.minhash_kernel``, numba): bit-identical signatures, ~3x
-   less CPU, after a one-time load of about 1.5 s that small jobs never pay.
+   less CPU, after a one-time load of about 2 s (1.75-2.17 s measured) that small jobs never pay.
 5. LSH: each band's ``rows`` values are mixed into one 64-bit band key.
 """
 
@@ -57,7 +57,7 @@ _WORD_CACHE_MAX = 1 << 20
 _word_cache: dict[str, int] = {}
 
 # When signatures switch to the compiled kernel: after this many (shingle x permutation)
-# products in a process. The kernel saves ~1.5 ns per product and costs ~1.5 s to load
+# products in a process. The kernel saves ~1.5 ns per product and costs ~2 s to load
 # (numba's import and its cached code), so it pays after ~1e9 products (about 20,000
 # news-length documents at 112 permutations); smaller jobs keep numpy and start faster.
 KERNEL_AFTER = 1_000_000_000
