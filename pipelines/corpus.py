@@ -27,6 +27,7 @@ from apache_beam.metrics import Metrics
 from pipelines import progress
 from pipelines.accounting import check_balanced
 from pipelines.coders import TokenizedDocumentCoder  # noqa: F401  (registers the coder)
+from pipelines.commit import unless_swept
 from pipelines.packing import PackedSequence, group_of, pack_group, split_of
 from pipelines.records import TokenizedDocument
 from pipelines.tokenizer import MODEL_PATH, tokenizer_info
@@ -397,8 +398,9 @@ class WriteCorpus(beam.PTransform):
                     logging.getLogger("shardforge.commit").warning("%s", e)
                     return None
                 clean_after_commit(output, m.version, m)
-            else:
-                write_text_atomic(join(output, manifest_name), m.to_json())
+            elif not unless_swept(lambda: write_text_atomic(join(output, manifest_name), m.to_json()),
+                                  f"manifest {manifest_name}"):
+                return None
             return m.model_dump(mode="json")
 
         extra = self.extra_counters

@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
-import logging
 import math
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -19,8 +18,9 @@ from typing import Any
 import apache_beam as beam
 
 from pipelines.coders import TokenizedDocumentCoder  # noqa: F401  (registers the coder)
+from pipelines.commit import unless_swept
 from pipelines.records import Reject, TokenizedDocument, stable_hash
-from storage import TemporaryRemoved, join, write_bytes_atomic
+from storage import join, write_bytes_atomic
 
 
 def part_name(index: int, ext: str) -> str:
@@ -101,13 +101,7 @@ class WriteParts(beam.PTransform):
             index, recs = kv
             ordered = sorted(recs, key=doc_id)
             name = part_name(index, ext)
-            try:
-                write_bytes_atomic(join(prefix, name), to_bytes(ordered))
-            except TemporaryRemoved as e:
-                # A committed writer swept this attempt's objects: the attempt cannot commit
-                # (its manifest commit loses and says so in one line). Not raised: a runner
-                # would log a trace and retry the bundle.
-                logging.getLogger("shardforge.commit").warning("part %s lost: %s", name, e)
+            unless_swept(lambda: write_bytes_atomic(join(prefix, name), to_bytes(ordered)), f"part {name}")
             return name
 
         parts = self.parts

@@ -759,8 +759,14 @@ class WriteReport(beam.PTransform):
         names = sorted(parts)
         output = self.output
 
-        def write(m, b, a, *values):
-            return write_report(m, b, a, output, dict(zip(names, values, strict=True)))
+        def write(m, b, a, *values) -> str | None:
+            from pipelines.commit import unless_swept
+
+            url: list[str] = []
+            extra = dict(zip(names, values, strict=True))
+            # In an attempt's folder (an ingest batch) another writer's commit may sweep it meanwhile.
+            unless_swept(lambda: url.append(write_report(m, b, a, output, extra)), "report")
+            return url[0] if url else None
 
         return manifest | "WriteReport" >> beam.Map(
             write, beam.pvalue.AsSingleton(hist_before), beam.pvalue.AsSingleton(hist_after),

@@ -29,6 +29,7 @@ from apache_beam.metrics import Metrics
 
 from pipelines import progress
 from pipelines.coders import TokenizedDocumentCoder  # noqa: F401  (registers the coder of TokenizedDocument)
+from pipelines.commit import unless_swept
 from pipelines.records import SentencedDocument, TokenizedDocument, stable_hash, token_ids
 from schemas import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, UNK_ID
 from schemas.config import TokenizerConfig
@@ -371,7 +372,8 @@ class TrainTokenizer(beam.PTransform):
             logging.getLogger("shardforge.tokenizer").info(
                 "tokenizer trained on %d sentences (%.1f MB) in %.1f s", stats["sentences"],
                 stats["bytes"] / 1e6, time.monotonic() - start)
-            write_bytes_atomic(f"{output.rstrip('/')}/{model_path(cfg.model_type)}", model)
+            url = f"{output.rstrip('/')}/{model_path(cfg.model_type)}"
+            unless_swept(lambda: write_bytes_atomic(url, model), "tokenizer model")
             return model, stats
 
         trained = (
@@ -503,5 +505,5 @@ def store_model(model: bytes, output: str) -> bytes:
     corpus built with ``--tokenizer URL`` carries its own copy: it trains
     wherever it is read from, whatever the working directory was.
     """
-    write_bytes_atomic(f"{output.rstrip('/')}/{stored_path(model)}", model)
+    unless_swept(lambda: write_bytes_atomic(f"{output.rstrip('/')}/{stored_path(model)}", model), "tokenizer model")
     return model

@@ -125,6 +125,28 @@ def test_write_report_transform(tmp_path):
     assert report["lengths"]["before_clean"][ALL][0] == 1  # the empty document
 
 
+def test_a_report_swept_by_another_writers_commit_is_a_warning_not_a_failed_step(tmp_path, monkeypatch, caplog):
+    """An ingest batch writes its report into its attempt folder; a winner's cleanup may sweep it meanwhile.
+
+    The step must not raise: a runner would log the error with a traceback (and retry); the
+    driver reports the lost commit in one line (test_commit's two-serve race hits this by chance).
+    """
+    import pipelines.report as report_mod
+    from storage import TemporaryRemoved
+
+    def swept(url, data):
+        raise TemporaryRemoved(f"{url}: removed before it was published")
+
+    monkeypatch.setattr(report_mod, "write_bytes_atomic", swept)
+    monkeypatch.setattr(report_mod, "write_text_atomic", swept)
+    raw = [Document("r1", "ccnews", "word " * 10)]
+    with caplog.at_level("WARNING", logger="shardforge.commit"), TestPipeline(runner="FnApiRunner") as p:
+        docs = p | "Docs" >> beam.Create(raw)
+        _ = p | "Manifest" >> beam.Create([MANIFEST]) | WriteReport(str(tmp_path), docs, docs)
+    assert [r.getMessage() for r in caplog.records if "report lost" in r.getMessage()], caplog.text
+    assert not list(tmp_path.iterdir())
+
+
 # ------------------------------------------------------------------ the #17 sections, combined in Beam
 
 def test_examples_are_the_smallest_doc_ids_per_reason_on_any_split():

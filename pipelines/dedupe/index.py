@@ -12,6 +12,7 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.metrics import Metrics
 
+from pipelines.commit import unless_swept
 from pipelines.dedupe.sketch import _NS, OLD, Sketch
 from schemas.config import DedupeConfig
 from schemas.errors import UserError
@@ -328,7 +329,8 @@ class _WriteIndex(beam.PTransform):
 
         def write_meta(names: list[str]) -> None:
             meta = {**params, "parts": old_refs + sorted(names)}
-            write_text_atomic(join(url, INDEX_META), json.dumps(meta, sort_keys=True) + "\n")
+            text = json.dumps(meta, sort_keys=True) + "\n"
+            unless_swept(lambda: write_text_atomic(join(url, INDEX_META), text), "dedupe index")
 
         # index.json is written last: an index without it is incomplete.
         return written | "AllParts" >> beam.combiners.ToList() | "WriteMeta" >> beam.Map(write_meta)
