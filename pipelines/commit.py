@@ -28,7 +28,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import posixpath
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from schemas.config import BuildConfig
@@ -45,7 +45,6 @@ from schemas.naming import (
     work_dir,
 )
 from storage import (
-    TemporaryRemoved,
     create_if_absent,
     join,
     list_names,
@@ -163,23 +162,6 @@ def commit_manifest(root: str, name: str, text: str, tag: str) -> str:
         return outcome
     raise_if_lost(root, name, tag)
     raise LostCommit(f"{redact_url(join(root, name))} holds another manifest of this attempt's tag {tag}")
-
-
-def unless_swept(write: Callable[[], object], what: str) -> bool:
-    """Run one write of this attempt inside the pipeline; False (and one warning) if it was swept.
-
-    A temporary only disappears under its writer when another writer committed
-    this version and its cleanup swept this attempt (step 4): this attempt can no
-    longer commit, because its own conditional create loses. So the step does not raise.
-    A runner logs a raised error with a traceback and retries the bundle; the
-    driver says why in one line instead (``raise_if_lost``).
-    """
-    try:
-        write()
-    except TemporaryRemoved as e:
-        log.warning("%s lost: %s", what, e)
-        return False
-    return True
 
 
 def raise_if_lost(root: str, name: str, tag: str) -> None:

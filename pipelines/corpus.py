@@ -27,7 +27,6 @@ from apache_beam.metrics import Metrics
 from pipelines import progress
 from pipelines.accounting import check_balanced
 from pipelines.coders import TokenizedDocumentCoder  # noqa: F401  (registers the coder)
-from pipelines.commit import unless_swept
 from pipelines.packing import PackedSequence, group_of, pack_group, split_of
 from pipelines.records import TokenizedDocument
 from pipelines.tokenizer import MODEL_PATH, tokenizer_info
@@ -47,7 +46,7 @@ from schemas.sample import (
     write_tar,
 )
 from schemas.tokenizer_files import load_tokenizer
-from storage import TemporaryRemoved, join, redact_url, write_stream_atomic, write_text_atomic
+from storage import TemporaryRemoved, join, redact_url, unless_swept, write_stream_atomic, write_text_atomic
 
 GroupKey = tuple[str, int, int]  # (split, group, number of groups)
 ROUTED = beam.typehints.Tuple[beam.typehints.Tuple[str, int, int], TokenizedDocument]  # GroupForPacking's input

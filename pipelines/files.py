@@ -18,9 +18,8 @@ from typing import Any
 import apache_beam as beam
 
 from pipelines.coders import TokenizedDocumentCoder  # noqa: F401  (registers the coder)
-from pipelines.commit import unless_swept
 from pipelines.records import Reject, TokenizedDocument, stable_hash
-from storage import join, write_bytes_atomic
+from storage import join, unless_swept, write_bytes_atomic
 
 
 def part_name(index: int, ext: str) -> str:

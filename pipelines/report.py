@@ -32,7 +32,7 @@ import apache_beam as beam
 
 from pipelines.records import Document, Duplicate, Reject, TokenizedDocument
 from schemas import UNK_ID
-from storage import join, write_bytes_atomic, write_text_atomic
+from storage import join, unless_swept, write_bytes_atomic, write_text_atomic
 
 REPORT_JSON = "report.json"
 REPORT_HTML = "report.html"
@@ -760,8 +760,6 @@ class WriteReport(beam.PTransform):
         output = self.output
 
         def write(m, b, a, *values) -> str | None:
-            from pipelines.commit import unless_swept
-
             url: list[str] = []
             extra = dict(zip(names, values, strict=True))
             # In an attempt's folder (an ingest batch) another writer's commit may sweep it meanwhile.

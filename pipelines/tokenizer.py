@@ -29,7 +29,6 @@ from apache_beam.metrics import Metrics
 
 from pipelines import progress
 from pipelines.coders import TokenizedDocumentCoder  # noqa: F401  (registers the coder of TokenizedDocument)
-from pipelines.commit import unless_swept
 from pipelines.records import SentencedDocument, TokenizedDocument, stable_hash, token_ids
 from schemas import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, UNK_ID
 from schemas.config import TokenizerConfig
@@ -47,7 +46,7 @@ from schemas.tokenizer_files import (
     proto_fields,
     tokenizer_kind,
 )
-from storage import read_bytes, sha256_bytes, write_bytes_atomic
+from storage import read_bytes, sha256_bytes, unless_swept, write_bytes_atomic
 
 MODEL_PATH = MODEL_PATHS[SENTENCEPIECE]
 BYTE_BPE_PATH = MODEL_PATHS[BYTE_BPE]

@@ -43,6 +43,23 @@ class TemporaryRemoved(FileNotFoundError):
     """
 
 
+def unless_swept(write: Callable[[], object], what: str) -> bool:
+    """Run one in-pipeline write of an attempt; False (and one warning) if its temporary was swept.
+
+    A temporary only vanishes under its writer when another writer committed this
+    version and its cleanup swept this attempt (pipelines.commit, step 4): this
+    attempt can no longer commit, since its own conditional create loses. So the
+    step does not raise: a runner would log the error with a traceback and retry the
+    bundle. The driver says why in one line (``pipelines.commit.raise_if_lost``).
+    """
+    try:
+        write()
+    except TemporaryRemoved as e:
+        logging.getLogger("shardforge.commit").warning("%s lost: %s", what, e)
+        return False
+    return True
+
+
 def tmp_name(path: str) -> str:
     """A unique hidden sibling of path: '.name.<uuid>.tmp' (never listed by a manifest)."""
     parent, base = posixpath.split(path)

@@ -12,7 +12,6 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.metrics import Metrics
 
-from pipelines.commit import unless_swept
 from pipelines.dedupe.sketch import _NS, OLD, Sketch
 from schemas.config import DedupeConfig
 from schemas.errors import UserError
@@ -25,6 +24,7 @@ from storage import (
     read_text,
     relative_url,
     resolve_url,
+    unless_swept,
     write_text_atomic,
 )
 
