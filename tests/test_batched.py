@@ -100,7 +100,7 @@ def config(globs: dict[str, str]) -> BuildConfig:
 
 def batch_mb(globs: dict[str, str]) -> float:
     total = sum(os.path.getsize(p) for g in globs.values() for p in glob.glob(g))
-    return total / 3.2 / 1e6  # 4 batches or so
+    return total / 2.2 / 1e6  # 3 batches
 
 
 @pytest.fixture(scope="module")

@@ -183,8 +183,8 @@ def test_direct_num_workers_means_worker_processes():
 
 
 def test_two_worker_processes_through_the_cli_are_byte_identical(built, tmp_path):
-    """`python -m pipelines.build --direct_num_workers 2` (worker processes: the test above; that two
-    distinct processes run bundles is proven in test_deploy) writes the same bytes as in-process."""
+    """`python -m pipelines.build --direct_num_workers 2` (worker processes: that two distinct
+    processes run the bundles is the next test) writes the same bytes as in-process."""
     cfg, out, _ = built
     config = tmp_path / "config.json"
     config.write_text(cfg.model_dump_json())

@@ -149,6 +149,9 @@ def run_racers(cmds: list[list[str]], env: dict[str, str]) -> list[tuple[int, st
     return outs
 
 
+# Local and S3 (the stores whose conditional create differs most): on GCS, the same race of
+# builds (below), create_if_absent among processes and serve's own emulator test cover it.
+@pytest.mark.parametrize("store", ["local", "s3"], indirect=True)
 def test_two_serve_processes_one_commits_the_loser_cleans_up(store, tmp_path) -> None:
     """Two services ingest one corpus at once with different batches: one version 1, never a mixed one."""
     watch = drop_raw(store, 3)

@@ -167,9 +167,25 @@ def test_export_cli_gives_a_loadable_hf_folder(corpus, tmp_path):
     assert logits.shape[-1] == model.config.vocab_size and torch.isfinite(logits).all()
 
 
-def test_torch_compile_option_trains_and_checkpoints_plain_weights(corpus, tmp_path):
+def test_torch_compile_option_trains_and_checkpoints_plain_weights(corpus, tmp_path, monkeypatch):
+    """The trainer's compile switch: a compiled model trains and saves plain weights.
+
+    dynamo with the aot_eager backend (the graphs inductor would lower) keeps this at seconds;
+    inductor's generated code is checked against eager in test_fastpath.
+    """
+    import trainer.train as train_mod
+    from trainer.precision import maybe_compile
+
+    calls = []
+
+    def compile_aot_eager(model, setting, device):
+        calls.append(setting)
+        return maybe_compile(model, setting, device, backend="aot_eager")
+
+    monkeypatch.setattr(train_mod, "maybe_compile", compile_aot_eager)
     out = str(tmp_path / "compiled")
     res = train(cfg(corpus, out, steps=2, compile=True))
+    assert calls == [True]
     assert res["steps"] == 2 and math.isfinite(res["last_loss"])
     state = load_checkpoint(list_checkpoints(out)[-1][1])["model"]
     assert not any(k.startswith("_orig_mod.") for k in state)  # loadable without torch.compile
