@@ -50,7 +50,7 @@ from schemas.config import BuildConfig
 from schemas.errors import UserError
 from schemas.manifest import MANIFEST_NAME, Manifest
 from shardforge.clirun import run_cli
-from storage import join, redact_url
+from storage import exists, join, redact_url
 
 
 def run_build(cfg: BuildConfig, output: str, beam_args: list[str] | None = None,
@@ -92,6 +92,10 @@ def run_build(cfg: BuildConfig, output: str, beam_args: list[str] | None = None,
         raise
     timings["pipeline"] = time.monotonic() - start
     raise_if_lost(output, MANIFEST_NAME, tag)  # the commit step lost: say so (its objects are gone)
+    if not exists(join(output, MANIFEST_NAME)):  # the commit step found objects of this attempt removed
+        raise UserError(f"{redact_url(output)}: nothing was committed: objects of this build were removed while "
+                        "it wrote them (the warnings above name them). Run one writer per output; a rerun "
+                        "starts again.")
     write_timings(output, BuildTimings(dict(timings), [("", measure(p.result, runner, timings["pipeline"]))]))
     manifest, _ = load_manifest(output)
     return manifest

@@ -26,6 +26,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import posixpath
 from collections.abc import Iterable, Sequence
@@ -46,6 +47,7 @@ from schemas.naming import (
 )
 from storage import (
     create_if_absent,
+    exists,
     join,
     list_names,
     read_text,
@@ -162,6 +164,28 @@ def commit_manifest(root: str, name: str, text: str, tag: str) -> str:
         return outcome
     raise_if_lost(root, name, tag)
     raise LostCommit(f"{redact_url(join(root, name))} holds another manifest of this attempt's tag {tag}")
+
+
+def missing_objects(root: str, m: Manifest) -> list[str]:
+    """What ``m`` names besides shards (the tokenizer, the dedupe index's parts) that is not under ``root``.
+
+    Written inside the pipeline, where a write whose temporary another writer swept
+    only warns (``storage.unless_swept``): the commit step checks them, as it checks
+    for lost shards, so that no manifest is committed without its objects.
+    """
+    from pipelines.dedupe.index import INDEX_META
+
+    names = [m.tokenizer.path]
+    index = m.intermediates.get("dedupe_index")
+    if index is not None:
+        meta = join(root, index, INDEX_META)
+        try:
+            parts = json.loads(read_text(meta)).get("parts", [])
+        except FileNotFoundError:
+            return [f"{index}/{INDEX_META}"]
+        # This run's parts are bare names; earlier ones ("../...", or another index's URLs) are committed.
+        names += [f"{index}/{p}" for p in parts if "/" not in p]
+    return [n for n in names if not exists(join(root, n))]
 
 
 def raise_if_lost(root: str, name: str, tag: str) -> None:

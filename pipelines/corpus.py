@@ -386,6 +386,14 @@ class WriteCorpus(beam.PTransform):
                 return None
             check_balanced(accounts)
             m = assemble_manifest(shard_list, plan_list_, model, accounts, cfg, tok_path, parent, extra, inter)
+            from pipelines.commit import missing_objects
+
+            missing = missing_objects(output, m)
+            if missing:  # swept by another writer's commit (storage.unless_swept): never commit without them
+                logging.getLogger("shardforge.commit").warning(
+                    "not committing %s: %s of this attempt were removed while it wrote them",
+                    redact_url(join(output, manifest_name)), ", ".join(missing[:3]))
+                return None
             if conditional:
                 from pipelines.commit import LostCommit, clean_after_commit, commit_manifest
 

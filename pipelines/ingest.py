@@ -438,6 +438,10 @@ def ingest_sources(state: CorpusState, batch_files: Sequence[tuple[SourceConfig,
                            append=append)
         run = measure(p.result, runner, time.monotonic() - started)
         batch_url = join(work, BATCH_MANIFEST_NAME)
+        if not exists(batch_url):  # the batch's commit step found objects of this attempt removed
+            raise UserError(f"batch {n}: nothing was committed: objects of this attempt were removed while it "
+                            "wrote them (the warnings above name them). Run one writer per corpus; a rerun "
+                            "starts again.")
         batch = parse_manifest(read_text(batch_url), batch_url)
         index = batch.intermediates.get("dedupe_index")
         if index and not exists(join(work, index, "index.json")):

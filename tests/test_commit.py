@@ -268,6 +268,43 @@ def test_a_build_whose_temporaries_a_winner_swept_loses_in_one_line(tmp_path) ->
     assert not [o for o in every_object(out) if lost.group(1) in o or is_tmp_name(os.path.basename(o))]
 
 
+SWEPT_TOKENIZER = textwrap.dedent("""
+    import runpy, sys
+    sys.path.insert(0, {root!r})
+    import pipelines.tokenizer as tokenizer
+    from storage import TemporaryRemoved
+
+    real = tokenizer.write_bytes_atomic
+
+    def swept(url, data):
+        if url.endswith(".model"):  # a cleaner took the model's temporary (no other writer committed)
+            raise TemporaryRemoved(url + ": removed before it was published")
+        return real(url, data)
+
+    tokenizer.write_bytes_atomic = swept
+    sys.argv = ["pipelines.build", *sys.argv[1:]]
+    runpy.run_module("pipelines.build", run_name="__main__")
+""")
+
+
+def test_a_build_missing_a_swept_object_commits_nothing_and_says_so(tmp_path) -> None:
+    """A write inside the pipeline whose temporary vanished only warns (a winner's sweep is the
+    one way it happens); the commit step then finds the object missing and commits nothing."""
+    store = {"kind": "local", "base": str(tmp_path / "store"), "env": env_for("local")}
+    glob = drop_raw(store, 1)
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(small_config()))
+    out = str(tmp_path / "corpus")
+    res = subprocess.run([sys.executable, "-c", SWEPT_TOKENIZER.format(root=str(ROOT)),
+                          *build_cmd(glob, out, cfg)[3:]], env=store["env"], capture_output=True, text=True,
+                         timeout=600)
+    assert res.returncode == 2, res.stderr
+    errors = [line for line in res.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "nothing was committed" in errors[0] and "Traceback" not in res.stderr, res.stderr
+    assert "tokenizer model lost" in res.stderr and "not committing" in res.stderr, res.stderr
+    assert not os.path.exists(os.path.join(out, "manifest.json"))
+
+
 # Rewritten by every run that commits or reruns: the report, and the timings that measure the run.
 RUN_WRITTEN = ("report", "timings.")
 
