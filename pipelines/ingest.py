@@ -442,10 +442,7 @@ def ingest_sources(state: CorpusState, batch_files: Sequence[tuple[SourceConfig,
             raise UserError(f"batch {n}: nothing was committed: objects of this attempt were removed while it "
                             "wrote them (the warnings above name them). Run one writer per corpus; a rerun "
                             "starts again.")
-        batch = parse_manifest(read_text(batch_url), batch_url)
-        index = batch.intermediates.get("dedupe_index")
-        if index and not exists(join(work, index, "index.json")):
-            raise RuntimeError(f"batch {n}: dedupe index incomplete; not committing")
+        batch = parse_manifest(read_text(batch_url), batch_url)  # its objects are there (missing_objects)
     except Exception:
         # Another writer may have committed version n meanwhile (and removed this attempt's
         # objects as dead): then that is the reason to report.
