@@ -760,11 +760,10 @@ class WriteReport(beam.PTransform):
         output = self.output
 
         def write(m, b, a, *values) -> str | None:
-            url: list[str] = []
             extra = dict(zip(names, values, strict=True))
             # In an attempt's folder (an ingest batch) another writer's commit may sweep it meanwhile.
-            unless_swept(lambda: url.append(write_report(m, b, a, output, extra)), "report")
-            return url[0] if url else None
+            written = unless_swept(lambda: write_report(m, b, a, output, extra), "report")
+            return join(output, REPORT_HTML) if written else None
 
         return manifest | "WriteReport" >> beam.Map(
             write, beam.pvalue.AsSingleton(hist_before), beam.pvalue.AsSingleton(hist_after),
