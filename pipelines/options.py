@@ -203,6 +203,9 @@ def make_pipeline(opts: PipelineOptions):
     import apache_beam as beam
     from apache_beam.options.pipeline_options import DirectOptions
 
+    from pipelines import signatures
+
+    signatures.install()  # graph construction and in-process bundles introspect every DoFn
     direct = opts.view_as(DirectOptions)
     if opts.view_as(StandardOptions).runner != LOCAL_RUNNER or direct.direct_running_mode != "multi_processing":
         return beam.Pipeline(options=opts)

@@ -30,6 +30,9 @@ def main() -> None:
     os.environ.setdefault("PIPELINE_OPTIONS", json.dumps({"options": {"default_sdk_harness_log_level": "WARNING"}}))
     from apache_beam.runners.worker import sdk_worker_main
 
+    from pipelines import signatures
+
+    signatures.install()  # each bundle introspects its DoFns again
     sdk_worker_main.main(sys.argv)
 
 
