@@ -4,9 +4,9 @@ Written at the corpus root right after the manifest commits:
 
 * ``report.json``: per-source accounting (input / kept / filtered / duplicate / rejected, with
   reasons), reason totals, and document-length histograms before and after cleaning;
-* ``report.html``: the same as tables plus two plots, self-contained (PNGs embedded as base64);
-* ``report-reasons.png``, ``report-lengths.png``, ``report-dedupe.png``, ``report-tokens.png``,
-  ``report-packing.png``: the plots as files (the HTML embeds them and links each file).
+* ``report.html``: the same as tables plus the plots, self-contained (inline SVG, ``pipelines.charts``);
+* ``report-reasons.svg``, ``report-lengths.svg``, ``report-dedupe.svg``, ``report-tokens.svg``,
+  ``report-packing.svg``: the plots as files (the HTML inlines them and links each file).
 
 Since #17 the report also holds: examples of filtered / duplicate / rejected records per reason,
 per-rule counts per source, the dedupe cluster-size and similarity histograms, tokenizer stats
@@ -20,9 +20,7 @@ word counts (combinable, tiny accumulators): no stage ever collects documents.
 
 from __future__ import annotations
 
-import base64
 import html
-import io
 import json
 import math
 from collections.abc import Iterable
@@ -30,23 +28,24 @@ from typing import Any
 
 import apache_beam as beam
 
+from pipelines import charts
 from pipelines.records import Document, Duplicate, Reject, TokenizedDocument
 from schemas import UNK_ID
-from storage import join, unless_swept, write_bytes_atomic, write_text_atomic
+from storage import join, unless_swept, write_text_atomic
 
 REPORT_JSON = "report.json"
 REPORT_HTML = "report.html"
-REASONS_PNG = "report-reasons.png"
-LENGTHS_PNG = "report-lengths.png"
-DEDUPE_PNG = "report-dedupe.png"
-TOKENS_PNG = "report-tokens.png"
-PACKING_PNG = "report-packing.png"
+REASONS_SVG = "report-reasons.svg"
+LENGTHS_SVG = "report-lengths.svg"
+DEDUPE_SVG = "report-dedupe.svg"
+TOKENS_SVG = "report-tokens.svg"
+PACKING_SVG = "report-packing.svg"
 # Run-dependent, written by the driver after the run (pipelines.timings); this page only links them.
 TIMINGS_JSON = "timings.json"
 TIMINGS_HTML = "timings.html"
-TIMINGS_PNG = "timings.png"
+TIMINGS_SVG = "timings.svg"
 # Files that measure the run (seconds): never byte-identical run to run, unlike every other output.
-RUN_DEPENDENT_FILES = frozenset({TIMINGS_JSON, TIMINGS_HTML, TIMINGS_PNG})
+RUN_DEPENDENT_FILES = frozenset({TIMINGS_JSON, TIMINGS_HTML, TIMINGS_SVG})
 
 
 def page_head(title: str) -> str:
@@ -62,7 +61,8 @@ td:first-child, td:last-child {{ text-align: left; }}
 tr.total td {{ font-weight: bold; }}
 ul.warn {{ color: #a00; }}
 pre {{ background: #f6f6f6; padding: 1em; font-size: 85%; }}
-img {{ max-width: 100%; display: block; margin: 1em 0; }}
+figure {{ margin: 1em 0; }}
+figure svg {{ max-width: 100%; height: auto; display: block; }}
 </style></head><body>
 <h1>{t}</h1>"""
 EXAMPLES_PER_REASON = 3
@@ -429,59 +429,26 @@ def build_report(manifest: dict[str, Any], before: dict[str, list[int]], after: 
     }
 
 
-def _figure(width: float, height: float):
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(width, height), dpi=100)
-    FigureCanvasAgg(fig)
-    return fig
-
-
-def _png(fig) -> bytes:
-    buf = io.BytesIO()
-    # No Software/date metadata: the same report gives the same bytes.
-    fig.savefig(buf, format="png", metadata={"Software": None})
-    return buf.getvalue()
-
-
 BUCKET_COLORS = {"filtered": "#e69f00", "duplicate": "#56b4e9", "rejected": "#d55e00"}
 
 
-def plot_reasons(report: dict[str, Any]) -> bytes:
+def plot_reasons(report: dict[str, Any]) -> str:
     """Horizontal bars: records per bucket:reason, all sources together, largest on top."""
-    from matplotlib.ticker import MaxNLocator
-
+    title = f"Records not kept, by reason ({report['totals']['input']} in, {report['totals']['kept']} kept)"
     items = list(report["reasons"].items())
-    fig = _figure(8, max(2.0, 0.35 * len(items) + 1.2))
-    ax = fig.add_subplot(1, 1, 1)
     if not items:
-        ax.text(0.5, 0.5, "every record was kept", ha="center", va="center")
-        ax.set_axis_off()
-        return _png(fig)
-    labels = [k for k, _ in items][::-1]
-    values = [v for _, v in items][::-1]
+        return charts.message_chart(title, "every record was kept")
+    labels = [k for k, _ in items]
+    values = [v for _, v in items]
     colors = [BUCKET_COLORS.get(k.split(":", 1)[0], "gray") for k in labels]
-    bars = ax.barh(range(len(labels)), values, color=colors)
-    ax.set_yticks(range(len(labels)), labels=labels, fontsize=9)
-    for bar, v in zip(bars, values, strict=True):
-        ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2, f" {v}", va="center", fontsize=8)
-    ax.set_xlabel("records")
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_title(f"Records not kept, by reason ({report['totals']['input']} in, {report['totals']['kept']} kept)")
-    ax.margins(x=0.12)
-    fig.tight_layout()
-    return _png(fig)
+    return charts.hbar_chart(title, labels, values, colors, [str(v) for v in values], "records", integer_x=True)
 
 
-def plot_lengths(report: dict[str, Any]) -> bytes:
+def plot_lengths(report: dict[str, Any]) -> str:
     """Length histograms (log-scale word bins) before and after cleaning, per source and overall."""
     lengths = report["lengths"]
     before, after = lengths["before_clean"], lengths["after_clean"]
     keys = [ALL] + sorted(k for k in set(before) | set(after) if k != ALL)
-    cols = min(2, len(keys))
-    rows = math.ceil(len(keys) / cols)
-    fig = _figure(5.5 * cols, 3.2 * rows)
     edges = bin_edges()
     # Draw each bin [lo, hi) on a log axis; the empty-document bin is drawn at 0.5 words.
     lows = [0.5] + edges[1:]
@@ -489,105 +456,76 @@ def plot_lengths(report: dict[str, Any]) -> bytes:
     # Show the populated range (one empty bin either side), not all seven decades.
     used = [b for d in (before, after) for counts in d.values() for b, c in enumerate(counts) if c]
     x_range = (lows[max(0, min(used) - 1)], highs[min(NUM_BINS - 1, max(used) + 1)]) if used else (0.5, 10.0)
-    for i, key in enumerate(keys):
-        ax = fig.add_subplot(rows, cols, i + 1)
-        for name, data, color in (("before cleaning", before, "#999999"), ("after cleaning + dedupe", after, "#0072b2")):
-            counts = data.get(key, [0] * NUM_BINS)
-            xs, ys = [], []
-            for lo, hi, c in zip(lows, highs, counts, strict=True):
-                xs += [lo, hi]
-                ys += [c, c]
-            ax.fill_between(xs, ys, step=None, alpha=0.35 if name.startswith("before") else 0.6, color=color,
-                            label=f"{name} ({sum(counts)})")
-        ax.set_xscale("log")
-        ax.set_xlim(*x_range)
-        ax.set_xlabel("words per document")
-        ax.set_ylabel("documents")
-        ax.set_title("all sources" if key == ALL else key)
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    return _png(fig)
+    panels = []
+    for key in keys:
+        series = [("before cleaning", before.get(key, [0] * NUM_BINS), "#999999", 0.35),
+                  ("after cleaning + dedupe", after.get(key, [0] * NUM_BINS), "#0072b2", 0.6)]
+        top = max((c for _, counts, _, _ in series for c in counts), default=0) or 1
+        panels.append(charts.Panel(
+            title="all sources" if key == ALL else key, xlabel="words per document", ylabel="documents",
+            xlim=x_range, ylim=(0, top * 1.15), logx=True, integer_y=True,
+            marks=[charts.step_area(lows, highs, counts, color, op) for _, counts, color, op in series],
+            legend=[(f"{name} ({sum(counts)})", color, op) for name, counts, color, op in series]))
+    cols = min(2, len(keys))
+    return charts.figure(panels, width=550 * cols, panel_height=300, cols=cols,
+                         title="document lengths before and after cleaning")
 
 
-def _empty(ax, text: str) -> None:
-    ax.text(0.5, 0.5, text, ha="center", va="center")
-    ax.set_axis_off()
-
-
-def plot_dedupe(report: dict[str, Any]) -> bytes:
+def plot_dedupe(report: dict[str, Any]) -> str:
     """Two bar charts: clusters per size (kept + removed), near duplicates per verified similarity."""
-    from matplotlib.ticker import MaxNLocator
-
-    fig = _figure(11, 3.4)
     d = report["dedupe"]
-    ax = fig.add_subplot(1, 2, 1)
     sizes = d["cluster_sizes"]
     if sizes:
         xs = [int(k) for k in sizes]
-        ax.bar(xs, list(sizes.values()), width=0.8, color="#56b4e9")
-        ax.set_xlim(min(xs) - 1, max(xs) + 1)
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.set_xlabel("documents per cluster (1 kept + removed)")
-        ax.set_ylabel("clusters")
-        ax.set_title(f"Duplicate clusters ({sum(sizes.values())})")
+        counts = list(sizes.values())
+        left = charts.Panel(title=f"Duplicate clusters ({sum(counts)})", xlabel="documents per cluster (1 kept + removed)",
+                            ylabel="clusters", xlim=(min(xs) - 1, max(xs) + 1), ylim=(0, max(counts) * 1.1),
+                            integer_x=True, integer_y=True,
+                            marks=[charts.vbars([x - 0.4 for x in xs], counts, 0.8, "#56b4e9")])
     else:
-        _empty(ax, "no duplicates removed")
-    ax = fig.add_subplot(1, 2, 2)
+        left = charts.Panel(title="Duplicate clusters", empty="no duplicates removed")
     sim = d["similarity"]
     if sum(sim["counts"]):
-        w = 1 / SIMILARITY_BINS
-        ax.bar(sim["bin_lower_edges"], sim["counts"], width=w, align="edge", color="#0072b2")
-        ax.set_xlim(0, 1)
-        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.set_xlabel("verified similarity with the kept document")
-        ax.set_ylabel("near duplicates")
-        ax.set_title(f"Removed near duplicates ({sum(sim['counts'])})")
+        right = charts.Panel(title=f"Removed near duplicates ({sum(sim['counts'])})",
+                             xlabel="verified similarity with the kept document", ylabel="near duplicates",
+                             xlim=(0.0, 1.0), ylim=(0, max(sim["counts"]) * 1.1), integer_y=True,
+                             marks=[charts.vbars(sim["bin_lower_edges"], sim["counts"], 1 / SIMILARITY_BINS,
+                                                 "#0072b2")])
     else:
-        _empty(ax, "no near duplicates removed")
-    fig.tight_layout()
-    return _png(fig)
+        right = charts.Panel(title="Removed near duplicates", empty="no near duplicates removed")
+    return charts.figure([left, right], width=1100, panel_height=320, cols=2,
+                         title="dedupe cluster sizes and similarity")
 
 
-def plot_tokens(report: dict[str, Any]) -> bytes:
+def plot_tokens(report: dict[str, Any]) -> str:
     """Horizontal bars: each source's share of the document tokens."""
     share = report["token_share"]
-    fig = _figure(8, max(2.0, 0.4 * len(share) + 1.2))
-    ax = fig.add_subplot(1, 1, 1)
     if not share:
-        _empty(ax, "no tokens")
-        return _png(fig)
-    names = list(share)[::-1]
+        return charts.message_chart("Token share per source", "no tokens")
+    names = list(share)
     vals = [100 * share[n]["share"] for n in names]
-    bars = ax.barh(range(len(names)), vals, color="#009e73")
-    ax.set_yticks(range(len(names)), labels=names, fontsize=9)
-    for bar, n in zip(bars, names, strict=True):
-        ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2,
-                f" {100 * share[n]['share']:.1f}% ({share[n]['tokens']})", va="center", fontsize=8)
-    ax.set_xlim(0, 115)
-    ax.set_xlabel("% of document tokens")
-    ax.set_title("Token share per source")
-    fig.tight_layout()
-    return _png(fig)
+    notes = [f"{100 * share[n]['share']:.1f}% ({share[n]['tokens']})" for n in names]
+    return charts.hbar_chart("Token share per source", names, vals, ["#009e73"] * len(names), notes,
+                             "% of document tokens", xmax=115)
 
 
-def plot_packing(report: dict[str, Any]) -> bytes:
+def plot_packing(report: dict[str, Any]) -> str:
     """Packed sequence length histogram per split, with its fill rate."""
     pk = report["packing"]
     splits = [k for k in pk["splits"] if k != ALL]
-    fig = _figure(11, 3.4)
     if not splits:
-        _empty(fig.add_subplot(1, 1, 1), "no sequences")
-        return _png(fig)
-    for i, split in enumerate(splits):
-        ax = fig.add_subplot(1, len(splits), i + 1)
+        return charts.message_chart("Packed sequences", "no sequences")
+    panels = []
+    for split in splits:
         sp = pk["splits"][split]
-        ax.bar(pk["bin_lower_edges"], sp["counts"], width=pk["bin_width"], align="edge", color="#cc79a7")
-        ax.set_xlabel(f"ids per sequence (max_seq_len {pk['max_seq_len']})")
-        ax.set_ylabel("sequences")
-        ax.set_title(f"{split}: {sp['sequences']} sequences, fill {100 * sp['fill_rate']:.1f}%")
-    fig.tight_layout()
-    return _png(fig)
+        edges = pk["bin_lower_edges"]
+        panels.append(charts.Panel(
+            title=f"{split}: {sp['sequences']} sequences, fill {100 * sp['fill_rate']:.1f}%",
+            xlabel=f"ids per sequence (max_seq_len {pk['max_seq_len']})", ylabel="sequences",
+            xlim=(0, (edges[-1] + pk["bin_width"]) if edges else 1), ylim=(0, (max(sp["counts"], default=0) or 1) * 1.1),
+            integer_x=True, integer_y=True, marks=[charts.vbars(edges, sp["counts"], pk["bin_width"], "#cc79a7")]))
+    return charts.figure(panels, width=1100, panel_height=320, cols=len(panels),
+                         title="packed sequence length histogram")
 
 
 def _table(header: list[str], rows: list[list[Any]]) -> str:
@@ -624,7 +562,7 @@ def _sections(report: dict[str, Any], img) -> str:
                  "every record is in the reject log.</p>"
                  + (_table(["reason", "source", "doc_id", "snippet / kept document"], ex_rows)
                     if ex_rows else "<p>none</p>"))
-    parts.append("<h2>Dedupe clusters and similarity</h2>" + img(DEDUPE_PNG, "dedupe cluster sizes and similarity"))
+    parts.append("<h2>Dedupe clusters and similarity</h2>" + img(DEDUPE_SVG, "dedupe cluster sizes and similarity"))
     t = report["tokenizer"]
     parts.append("<h2>Tokenizer</h2>" + _table(
         ["kind", "model type", "requested vocabulary", "actual vocabulary", "tokens", "<unk> tokens",
@@ -632,12 +570,12 @@ def _sections(report: dict[str, Any], img) -> str:
         [[t["kind"], t["model_type"], "reused model" if t["reused"] else t["requested_vocab_size"], t["vocab_size"],
           t["tokens"], t["unk_tokens"], f"{100 * t['unk_rate']:.4f}%", f"{t['tokens_per_word']:.3f}"]])
         + f"<p>{html.escape(t['unit'])}.</p>" + _training_html(t.get("training")))
-    parts.append("<h2>Token share per source</h2>" + img(TOKENS_PNG, "token share per source"))
+    parts.append("<h2>Token share per source</h2>" + img(TOKENS_SVG, "token share per source"))
     pk = report["packing"]
     parts.append("<h2>Packed sequences</h2>" + _table(
         ["split", "sequences", "ids", "fill rate"],
         [[k, v["sequences"], v["tokens"], f"{100 * v['fill_rate']:.2f}%"] for k, v in pk["splits"].items()])
-        + img(PACKING_PNG, "packed sequence length histogram"))
+        + img(PACKING_SVG, "packed sequence length histogram"))
     off = [r for r, on in report["rules_enabled"].items() if not on]
     parts.append("<h2>Effective config</h2><p>Rules switched off: "
                  + (html.escape(", ".join(off)) if off else "none") + "</p><pre>"
@@ -666,11 +604,15 @@ def _timings_link() -> str:
             "a pipeline started without it (a Dataflow template) has none.</p>")
 
 
-def render_html(report: dict[str, Any], pngs: dict[str, bytes]) -> str:
-    """One self-contained HTML page (inline CSS, PNGs as data URIs, each linking its file)."""
+def figure_html(name: str, alt: str, svg: str) -> str:
+    """A chart inline in a page, linking its own file (`name`); `alt` names it for screen readers."""
+    return f'<figure><a href="{name}" aria-label="{html.escape(alt)}">{svg.rstrip()}</a></figure>'
+
+
+def render_html(report: dict[str, Any], svgs: dict[str, str]) -> str:
+    """One self-contained HTML page (inline CSS, the charts inline as SVG, each linking its file)."""
     def img(name: str, alt: str) -> str:
-        data = base64.b64encode(pngs[name]).decode("ascii")
-        return f'<a href="{name}"><img alt="{alt}" src="data:image/png;base64,{data}"></a>'
+        return figure_html(name, alt, svgs[name])
 
     def cell(v: Any) -> str:
         return f"<td>{html.escape(str(v))}</td>"
@@ -699,10 +641,10 @@ Data: <a href="{REPORT_JSON}">{REPORT_JSON}</a>; reject log with reasons and sni
 </table>
 <ul>{splits}</ul>
 <h2>Why records were not kept</h2>
-{img(REASONS_PNG, "records per filter / reject reason")}
+{img(REASONS_SVG, "records per filter / reject reason")}
 <h2>Document lengths before and after cleaning</h2>
 <p>Log-scale bins of {BINS_PER_DECADE} per decade of words; "after" counts the documents that reach the shards.</p>
-{img(LENGTHS_PNG, "document length histograms")}
+{img(LENGTHS_SVG, "document length histograms")}
 {_sections(report, img)}
 {_timings_link()}
 </body></html>
@@ -713,13 +655,13 @@ def write_report(manifest: dict[str, Any], before: dict[str, list[int]], after: 
                  output: str, extra: dict[str, Any] | None = None) -> str:
     """Write report.json, the PNGs and report.html under `output`; returns the HTML's URL."""
     report = build_report(manifest, before, after, extra)
-    pngs = {REASONS_PNG: plot_reasons(report), LENGTHS_PNG: plot_lengths(report), DEDUPE_PNG: plot_dedupe(report),
-            TOKENS_PNG: plot_tokens(report), PACKING_PNG: plot_packing(report)}
+    svgs = {REASONS_SVG: plot_reasons(report), LENGTHS_SVG: plot_lengths(report), DEDUPE_SVG: plot_dedupe(report),
+            TOKENS_SVG: plot_tokens(report), PACKING_SVG: plot_packing(report)}
     write_text_atomic(join(output, REPORT_JSON), json.dumps(report, sort_keys=True, indent=1) + "\n")
-    for name, data in pngs.items():
-        write_bytes_atomic(join(output, name), data)
+    for name, svg in svgs.items():
+        write_text_atomic(join(output, name), svg)
     url = join(output, REPORT_HTML)
-    write_text_atomic(url, render_html(report, pngs))
+    write_text_atomic(url, render_html(report, svgs))
     return url
 
 

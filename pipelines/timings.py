@@ -17,15 +17,15 @@ return these infos to the driver (Dataflow) get the driver phases only and a lin
 
 from __future__ import annotations
 
-import base64
 import html
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipelines.report import TIMINGS_HTML, TIMINGS_JSON, TIMINGS_PNG, _empty, _figure, _png, _table, page_head
-from storage import join, write_bytes_atomic, write_text_atomic
+from pipelines import charts
+from pipelines.report import TIMINGS_HTML, TIMINGS_JSON, TIMINGS_SVG, _table, figure_html, page_head
+from storage import join, write_text_atomic
 
 OTHER = "other"
 
@@ -242,25 +242,16 @@ def summary_line(doc: dict[str, Any]) -> str:
             f"(run-dependent: {TIMINGS_JSON})")
 
 
-def plot_stages(doc: dict[str, Any]) -> bytes:
-    """Horizontal bars: seconds per stage, in build order from the top."""
+def plot_stages(doc: dict[str, Any]) -> str:
+    """Horizontal bars (SVG): seconds per stage, in build order from the top."""
     stages = doc["stages"] or {}
-    fig = _figure(8, max(2.0, 0.32 * len(stages) + 1.2))
-    ax = fig.add_subplot(1, 1, 1)
     if not stages:
-        _empty(ax, doc["unavailable"] or "no stage timings")
-        return _png(fig)
-    names = list(stages)[::-1]
-    bars = ax.barh(range(len(names)), [stages[n] for n in names], color="#e69f00")
-    ax.set_yticks(range(len(names)), labels=names, fontsize=9)
-    for bar, n in zip(bars, names, strict=True):
-        ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2, f" {stages[n]:.2f}", va="center", fontsize=8)
-    ax.margins(x=0.15)
-    ax.set_xlabel("seconds" + (f" (summed over {doc['worker_processes']} worker processes)"
-                               if doc["worker_processes"] > 1 else ""))
-    ax.set_title("Stage timings")
-    fig.tight_layout()
-    return _png(fig)
+        return charts.message_chart("Stage timings", doc["unavailable"] or "no stage timings")
+    names = list(stages)
+    xlabel = "seconds" + (f" (summed over {doc['worker_processes']} worker processes)"
+                          if doc["worker_processes"] > 1 else "")
+    return charts.hbar_chart("Stage timings", names, [stages[n] for n in names], ["#e69f00"] * len(names),
+                             [f"{stages[n]:.2f}" for n in names], xlabel)
 
 
 def timings_table(doc: dict[str, Any]) -> str:
@@ -284,22 +275,21 @@ def timings_table(doc: dict[str, Any]) -> str:
     return head + note + _table(["stage", "seconds", "share", "what it covers"], rows) + driver
 
 
-def render_timings_html(doc: dict[str, Any], png: bytes) -> str:
-    """timings.html: the table and the bar chart (embedded, linking its file)."""
-    data = base64.b64encode(png).decode("ascii")
+def render_timings_html(doc: dict[str, Any], svg: str) -> str:
+    """timings.html: the table and the bar chart (inline, linking its file)."""
     return f"""{page_head("shardforge build timings")}
 <p>{html.escape(doc["about"])} The build report: <a href="report.html">report.html</a>.</p>
 {timings_table(doc)}
-<a href="{TIMINGS_PNG}"><img alt="seconds per stage" src="data:image/png;base64,{data}"></a>
+{figure_html(TIMINGS_SVG, "seconds per stage", svg)}
 </body></html>
 """
 
 
 def write_timings(output: str, timings: BuildTimings) -> dict[str, Any]:
-    """Write timings.json, timings.png and timings.html under ``output``; returns the document."""
+    """Write timings.json, timings.svg and timings.html under ``output``; returns the document."""
     doc = timings.to_json()
     write_text_atomic(join(output, TIMINGS_JSON), json.dumps(doc, indent=1) + "\n")
-    png = plot_stages(doc)
-    write_bytes_atomic(join(output, TIMINGS_PNG), png)
-    write_text_atomic(join(output, TIMINGS_HTML), render_timings_html(doc, png))
+    svg = plot_stages(doc)
+    write_text_atomic(join(output, TIMINGS_SVG), svg)
+    write_text_atomic(join(output, TIMINGS_HTML), render_timings_html(doc, svg))
     return doc

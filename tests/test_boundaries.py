@@ -1,6 +1,6 @@
 """The package boundaries hold, checked twice: statically over every import in the source, and at runtime.
 
-- pipelines/ (and the Dataflow image's deploy/dataflow/) never imports torch;
+- pipelines/ (and the Dataflow image's deploy/dataflow/) never imports torch (nor matplotlib);
   trainer/ never imports apache_beam;
 - schemas/ (the contract) and storage/ import neither, nor anything of
   pipelines/, trainer/ or shardforge/ (storage may use the contract's errors);
@@ -54,6 +54,8 @@ class Rule:
 _NEITHER_HALF = frozenset({"torch", "apache_beam", "pipelines", "trainer"})
 RULES = [
     Rule("pipelines never imports torch", ("pipelines",), frozenset({"torch"})),
+    # The report's charts are SVG text (pipelines.charts): the data job needs no plotting library.
+    Rule("pipelines never imports matplotlib", ("pipelines",), frozenset({"matplotlib"})),
     Rule("the Dataflow job (deploy/dataflow) never imports torch or the trainer", ("deploy.dataflow",),
          frozenset({"torch", "trainer"})),
     Rule("trainer never imports apache_beam", ("trainer",), frozenset({"apache_beam"})),

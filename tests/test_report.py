@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import html
 import json
 import os
@@ -10,6 +9,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from xml.etree import ElementTree
 
 import apache_beam as beam
 import numpy as np
@@ -36,7 +36,16 @@ from pipelines.report import (
 )
 from schemas import UNK_ID
 
-PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+SVG_NS = "{http://www.w3.org/2000/svg}"
+CHARTS = ("report-reasons.svg", "report-lengths.svg", "report-dedupe.svg", "report-tokens.svg",
+          "report-packing.svg")
+
+
+def svg_texts(svg: str) -> list[str]:
+    """The text nodes of a standalone SVG chart (it must parse as XML in the SVG namespace)."""
+    root = ElementTree.fromstring(svg)
+    assert root.tag == SVG_NS + "svg"
+    return [t.text or "" for t in root.iter(SVG_NS + "text")]
 
 MANIFEST = {
     "accounting": {
@@ -89,12 +98,21 @@ def test_report_files(tmp_path):
                                  "filtered:english": 1}
     assert report["lengths"]["before_clean"] == before and report["lengths"]["after_clean"] == after
     html = (tmp_path / REPORT_HTML).read_text()
-    images = re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', html)
-    assert len(images) == 5 and all(base64.b64decode(i).startswith(PNG_MAGIC) for i in images)
     assert "ccnews" in html and "stories" in html and "malformed_json 2" in html
-    for png in ("report-reasons.png", "report-lengths.png", "report-dedupe.png", "report-tokens.png",
-                "report-packing.png"):
-        assert (tmp_path / png).read_bytes().startswith(PNG_MAGIC)
+    inline = re.findall(r'<a href="(report-[a-z]+\.svg)" aria-label="[^"]+">(<svg .*?</svg>)</a>', html, re.S)
+    assert [name for name, _ in inline] == ["report-reasons.svg", "report-lengths.svg", "report-dedupe.svg",
+                                            "report-tokens.svg", "report-packing.svg"]
+    for name, svg in inline:  # each chart is inline in the page and the same bytes as its file
+        assert (tmp_path / name).read_text() == svg + "\n"
+    # The reasons chart draws one labelled bar per reason, its count at the end.
+    texts = svg_texts((tmp_path / "report-reasons.svg").read_text())
+    for reason, n in report["reasons"].items():
+        assert texts.count(reason) == 1 and str(n) in texts
+    assert "Records not kept, by reason (14 in, 8 kept)" in texts
+    lengths = svg_texts((tmp_path / "report-lengths.svg").read_text())
+    assert {"all sources", "ccnews", f"before cleaning ({NUM_BINS})", "after cleaning + dedupe (2)"} <= set(lengths)
+    assert "no duplicates removed" in svg_texts((tmp_path / "report-dedupe.svg").read_text())
+    assert "no tokens" in svg_texts((tmp_path / "report-tokens.svg").read_text())
     # without the pipeline's summaries the new sections are empty, never invented
     assert report["examples"] == {} and report["token_share"] == {} and report["dedupe"]["cluster_sizes"] == {}
     assert report["rule_counts"]["filtered:min_words"] == {ALL: 2, "ccnews": 2}
@@ -137,7 +155,6 @@ def test_a_report_swept_by_another_writers_commit_is_a_warning_not_a_failed_step
     def swept(url, data):
         raise TemporaryRemoved(f"{url}: removed before it was published")
 
-    monkeypatch.setattr(report_mod, "write_bytes_atomic", swept)
     monkeypatch.setattr(report_mod, "write_text_atomic", swept)
     raw = [Document("r1", "ccnews", "word " * 10)]
     with caplog.at_level("WARNING", logger="shardforge.commit"), TestPipeline(runner="FnApiRunner") as p:
@@ -331,13 +348,18 @@ def test_real_build_report_sections_hold_the_true_numbers(real_builds):
 
 
 @pytest.mark.slow
-def test_real_build_report_html_links_existing_pngs(real_builds):
+def test_real_build_report_html_links_existing_charts(real_builds):
     out, _, report, _, _ = real_builds["normal"]
     page = (out / REPORT_HTML).read_text()
-    links = re.findall(r'<a href="([^"]+\.png)"><img', page)
-    assert len(links) == 5
+    links = re.findall(r'<a href="([^"]+\.svg)" aria-label=', page)
+    assert tuple(links) == CHARTS
     for name in links:
-        assert (out / name).read_bytes().startswith(PNG_MAGIC)
+        assert svg_texts((out / name).read_text())
+    # The packing chart titles each split with its sequences and fill rate, as the table does.
+    packing = svg_texts((out / "report-packing.svg").read_text())
+    for split, sp in report["packing"]["splits"].items():
+        if split != ALL:
+            assert f"{split}: {sp['sequences']} sequences, fill {100 * sp['fill_rate']:.1f}%" in packing
     for heading in ("Records removed per rule and source", "Examples per reason", "Dedupe clusters",
                     "Tokenizer", "Token share per source", "Packed sequences", "Effective config"):
         assert f"<h2>{heading}" in page

@@ -17,7 +17,7 @@ from typing import Any
 import apache_beam as beam
 import pytest
 
-from pipelines.report import REPORT_HTML, REPORT_JSON, TIMINGS_HTML, TIMINGS_JSON, TIMINGS_PNG
+from pipelines.report import REPORT_HTML, REPORT_JSON, TIMINGS_HTML, TIMINGS_JSON, TIMINGS_SVG
 from pipelines.timings import OTHER, STAGES, stage_of
 from schemas.config import BuildConfig
 from shardforge.demo import demo_build_config
@@ -118,10 +118,13 @@ def test_in_process_build_writes_stage_timings_beside_the_report(in_process):
     assert "<h2>Stage timings" in report_page and f'href="{TIMINGS_HTML}"' in report_page
     assert f'href="{TIMINGS_JSON}"' in report_page
     page = (out / TIMINGS_HTML).read_text()
-    assert "<h2>Stage timings" in page and f'<a href="{TIMINGS_PNG}"><img' in page
+    assert "<h2>Stage timings" in page and f'<a href="{TIMINGS_SVG}" aria-label=' in page
     for stage, secs in doc["stages"].items():
         assert f"<tr><td>{stage}</td><td>{secs:.2f}</td>" in page
-    assert (out / TIMINGS_PNG).read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+    chart = (out / TIMINGS_SVG).read_text()
+    assert chart.startswith("<svg ") and chart.rstrip("\n") in page
+    for stage, secs in doc["stages"].items():  # one labelled bar per stage, its seconds at the end
+        assert f">{stage}</text>" in chart and f">{secs:.2f}</text>" in chart
     # Nothing run-dependent in report.json.
     assert "seconds" not in (out / REPORT_JSON).read_text()
 
