@@ -67,3 +67,39 @@ def test_the_cache_does_not_keep_functions_alive():
     del ephemeral
     gc.collect()
     assert ref() is None
+
+
+class Stateful(beam.DoFn):
+    BAG = userstate.BagStateSpec("bag", beam.coders.VarIntCoder())
+    TIMER = userstate.TimerSpec("t", beam.TimeDomain.WATERMARK)
+
+    def process(self, element, bag=beam.DoFn.StateParam(BAG), timer=beam.DoFn.TimerParam(TIMER)):
+        yield element
+
+    @userstate.on_timer(TIMER)
+    def fire(self):
+        pass
+
+
+class Helper:
+    def method(self, x, bag=beam.DoFn.StateParam(Stateful.BAG)):
+        return x
+
+
+def test_memoized_dofn_specs_equal_beams_for_stateful_shadowed_and_wrapped_dofns():
+    signatures.install()
+    specs, beams = userstate.get_dofn_specs, userstate.get_dofn_specs.__wrapped__
+    shadowed = Stateful()
+    shadowed.process = lambda element: [element]  # hides the stateful process: Beam sees no state there
+    cases = [Stateful(), Stateful(), shadowed, Tagged(), beam.Map(len).dofn, beam.Map(plain).dofn,
+             beam.Map(Helper().method).dofn, beam.Map(Helper().method).dofn]
+    for dofn in cases:
+        for _ in range(2):
+            got = specs(dofn)
+            assert got == beams(dofn), dofn
+    assert specs(cases[0]) == ({Stateful.BAG}, {Stateful.TIMER})
+    assert specs(shadowed) == (set(), set())  # a class-level cache would say BAG and TIMER here
+    first = specs(cases[0])
+    first[0].clear()  # callers own the sets they get
+    assert specs(cases[1]) == ({Stateful.BAG}, {Stateful.TIMER})
+    userstate.validate_stateful_dofn(cases[0])
