@@ -34,6 +34,7 @@ from typing import Any
 
 _lock = threading.Lock()
 _installed = False
+_originals: list[tuple[Any, str, Any]] = []  # (module, name, Beam's function), for uninstall
 
 
 def _memoized(original: Callable[[Any], Any]) -> Callable[[Any], Any]:
@@ -108,6 +109,18 @@ def install() -> None:
         fast = _memoized(decorators.get_signature)
         for module in (decorators, core, ptransform, util):
             if getattr(module, "get_signature", None) is fast.__wrapped__:  # type: ignore[attr-defined]
+                _originals.append((module, "get_signature", module.get_signature))
                 module.get_signature = fast  # type: ignore[attr-defined]
+        _originals.append((userstate, "get_dofn_specs", userstate.get_dofn_specs))
         userstate.get_dofn_specs = _memoized_specs(userstate.get_dofn_specs)
         _installed = True
+
+
+def uninstall() -> None:
+    """Put Beam's own functions back (benchmarks/bench_fixed.py compares the two in one process)."""
+    global _installed
+    with _lock:
+        while _originals:
+            module, name, original = _originals.pop()
+            setattr(module, name, original)
+        _installed = False

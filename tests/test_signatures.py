@@ -103,3 +103,16 @@ def test_memoized_dofn_specs_equal_beams_for_stateful_shadowed_and_wrapped_dofns
     first[0].clear()  # callers own the sets they get
     assert specs(cases[1]) == ({Stateful.BAG}, {Stateful.TIMER})
     userstate.validate_stateful_dofn(cases[0])
+
+
+def test_uninstall_puts_beams_functions_back_and_install_again_works():
+    signatures.install()
+    memo_sig, memo_specs = core.get_signature, userstate.get_dofn_specs
+    signatures.uninstall()
+    try:
+        assert core.get_signature is memo_sig.__wrapped__ and decorators.get_signature is memo_sig.__wrapped__
+        assert userstate.get_dofn_specs is memo_specs.__wrapped__
+    finally:
+        signatures.install()
+    assert getattr(core.get_signature, "__wrapped__", None) is memo_sig.__wrapped__
+    assert getattr(userstate.get_dofn_specs, "__wrapped__", None) is memo_specs.__wrapped__
