@@ -55,6 +55,7 @@ def _memoized(original: Callable[[Any], Any]) -> Callable[[Any], Any]:
             return sig
 
     get_signature.__wrapped__ = original  # type: ignore[attr-defined]
+    get_signature._shardforge_memo = True  # type: ignore[attr-defined]
     get_signature.__doc__ = original.__doc__
     return get_signature
 
@@ -91,12 +92,21 @@ def _memoized_specs(original: Callable[[Any], Any]) -> Callable[[Any], Any]:
         return set(states), set(timers)
 
     get_dofn_specs.__wrapped__ = original  # type: ignore[attr-defined]
+    get_dofn_specs._shardforge_memo = True  # type: ignore[attr-defined]
     get_dofn_specs.__doc__ = original.__doc__
     return get_dofn_specs
 
 
+def _beams(f: Any) -> Any:
+    """Beam's function under any wrapper of ours (install never wraps twice)."""
+    while getattr(f, "_shardforge_memo", False):
+        f = f.__wrapped__
+    return f
+
+
 def install() -> None:
-    """Replace ``get_signature`` in the Beam modules that imported it by name (idempotent, thread-safe)."""
+    """Memoize ``get_signature`` (in every Beam module that imported it by name) and
+    ``userstate.get_dofn_specs``; idempotent, thread-safe, never wraps twice."""
     global _installed
     if _installed:
         return
@@ -106,13 +116,13 @@ def install() -> None:
         from apache_beam.transforms import core, ptransform, userstate, util
         from apache_beam.typehints import decorators
 
-        fast = _memoized(decorators.get_signature)
+        fast = _memoized(_beams(decorators.get_signature))
         for module in (decorators, core, ptransform, util):
-            if getattr(module, "get_signature", None) is fast.__wrapped__:  # type: ignore[attr-defined]
-                _originals.append((module, "get_signature", module.get_signature))
+            if _beams(getattr(module, "get_signature", None)) is fast.__wrapped__:  # type: ignore[attr-defined]
+                _originals.append((module, "get_signature", fast.__wrapped__))  # type: ignore[attr-defined]
                 module.get_signature = fast  # type: ignore[attr-defined]
-        _originals.append((userstate, "get_dofn_specs", userstate.get_dofn_specs))
-        userstate.get_dofn_specs = _memoized_specs(userstate.get_dofn_specs)
+        _originals.append((userstate, "get_dofn_specs", _beams(userstate.get_dofn_specs)))
+        userstate.get_dofn_specs = _memoized_specs(_beams(userstate.get_dofn_specs))
         _installed = True
 
 

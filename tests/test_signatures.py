@@ -31,11 +31,13 @@ def test_make_pipeline_installs_the_memoized_signature_everywhere_beam_imported_
     original = getattr(decorators.get_signature, "__wrapped__", decorators.get_signature)
     for module in (decorators, core):  # as Beam left them (restored after the test)
         monkeypatch.setattr(module, "get_signature", original)
+    monkeypatch.setattr(userstate, "get_dofn_specs", signatures._beams(userstate.get_dofn_specs))
     monkeypatch.setattr(signatures, "_installed", False)
     make_pipeline(finalize_options(PipelineOptions([])))
     for module in (decorators, core):
         assert getattr(module.get_signature, "__wrapped__", None) is not None, module.__name__
     assert decorators.get_signature is core.get_signature
+    assert getattr(userstate.get_dofn_specs, "__wrapped__", None) is not None
 
 
 def test_memoized_signatures_equal_inspect_for_functions_methods_and_the_rest():
