@@ -116,6 +116,12 @@ def install() -> None:
         from apache_beam.transforms import core, ptransform, userstate, util
         from apache_beam.typehints import decorators
 
+        if not (callable(getattr(decorators, "get_signature", None))
+                and callable(getattr(userstate, "get_dofn_specs", None))):
+            # Another Beam than the pinned one: run it as it is (slower to start, same results);
+            # tests/test_signatures.py fails on such a Beam so that this gets looked at.
+            _installed = True
+            return
         fast = _memoized(_beams(decorators.get_signature))
         for module in (decorators, core, ptransform, util):
             if _beams(getattr(module, "get_signature", None)) is fast.__wrapped__:  # type: ignore[attr-defined]

@@ -118,3 +118,35 @@ def test_uninstall_puts_beams_functions_back_and_install_again_works():
         signatures.install()
     assert getattr(core.get_signature, "__wrapped__", None) is memo_sig.__wrapped__
     assert getattr(userstate.get_dofn_specs, "__wrapped__", None) is memo_specs.__wrapped__
+
+
+def test_a_pipeline_run_inspects_each_function_once_not_per_bundle(tmp_path):
+    """The memo takes effect on a real local run: a second run of the same graph shape makes (almost) no
+    new inspect.signature calls, where Beam alone makes them again for every bundle (guards against a
+    Beam upgrade that renames what install() patches: install would then do nothing)."""
+    signatures.install()
+    calls = {"n": 0}
+    real = inspect.signature
+
+    def counting(*a, **kw):
+        calls["n"] += 1
+        return real(*a, **kw)
+
+    def run() -> int:
+        calls["n"] = 0
+        with beam.Pipeline(options=finalize_options(PipelineOptions([]))) as p:
+            _ = (p | beam.Create(range(20)) | beam.Map(lambda x: (x % 3, x)) | beam.GroupByKey()
+                 | beam.MapTuple(lambda k, vs: (k, sum(vs))) | beam.Map(str))
+        return calls["n"]
+
+    inspect.signature = counting
+    try:
+        run()  # first run: every function inspected once
+        again = run()
+        signatures.uninstall()
+        beams = run()
+    finally:
+        inspect.signature = real
+        signatures.install()
+    assert beams > 200, beams  # Beam's own introspection, per bundle and per method
+    assert again < beams / 5, (again, beams)  # only the new lambdas of the second graph
