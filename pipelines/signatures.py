@@ -4,8 +4,9 @@ Beam's portable runner builds a fresh operator graph for every bundle, and for e
 it walks ``dir(dofn)`` and asks ``inspect.signature`` of every method, several times
 (``userstate.get_dofn_specs`` via ``is_stateful_dofn`` and ``validate_stateful_dofn``,
 ``DoFnSignature``, ``MethodWrapper``). A demo-sized build made ~64k ``inspect.signature``
-calls for a few hundred distinct functions: 1-2 s of a tiny build, the largest
-single part of its fixed cost after imports (issue #16, item 7).
+calls for a few hundred distinct functions, and memoizing them takes a demo build from 6.7
+to 3.85 CPU-s (``benchmarks/bench_fixed.py``): the largest part of a build's fixed cost after
+imports (issue #16, item 7).
 
 A signature is a pure function of the function object (its code, defaults and
 annotations), and a bound method's is its function's without the first parameter,
