@@ -101,7 +101,6 @@ class Panel:
     integer_x: bool = False
     integer_y: bool = False
     ylabels: Sequence[str] | None = None  # categorical y: one label per row, bottom row first
-    xticks: Sequence[float] | None = None
     empty: str = ""  # no data: this text in the middle, no axes
     marks: list[Callable[[Callable[[float], float], Callable[[float], float]], str]] = field(default_factory=list)
     legend: list[tuple[str, str, float]] = field(default_factory=list)  # (label, color, opacity)
@@ -119,8 +118,6 @@ class Panel:
         return nice_ticks(*self.ylim, n=5, integer=self.integer_y)
 
     def _xticks(self) -> list[float]:
-        if self.xticks is not None:
-            return [t for t in self.xticks if self.xlim[0] <= t <= self.xlim[1]]
         if self.logx:
             lo, hi = (math.floor(math.log10(v)) for v in self.xlim)
             return [10.0 ** k for k in range(lo, hi + 2) if self.xlim[0] <= 10.0 ** k <= self.xlim[1]]
@@ -204,7 +201,7 @@ def hbars(values: Sequence[float], colors: Sequence[str], notes: Sequence[str] =
     """Horizontal bars, one per row (row i centred at y=i), each with an optional note at its end."""
     def draw(sx, sy) -> str:
         parts = []
-        band = abs(sy(0) - sy(1)) if len(values) > 1 else abs(sy(0) - sy(0.5)) * 2
+        band = abs(sy(0) - sy(1))  # one row's height
         for i, (v, c) in enumerate(zip(values, colors, strict=True)):
             y, hb = sy(i), band * 0.8
             parts.append(rect(sx(0), y - hb / 2, sx(v) - sx(0), hb, c))
