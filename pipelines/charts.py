@@ -37,6 +37,14 @@ def num(v: float) -> str:
     return "0" if s in ("-0", "") else s
 
 
+MAX_LABEL = 40  # characters of a row label shown; longer ones are cut, whole in their tooltip
+
+
+def short_label(label: str) -> str:
+    """A row label cut to ``MAX_LABEL`` characters (with an ellipsis) so that it cannot squeeze the plot."""
+    return label if len(label) <= MAX_LABEL else label[: MAX_LABEL - 1] + "\u2026"
+
+
 def text_width(text: str, size: float = SMALL) -> float:
     """Estimated width of `text` in px at font `size`."""
     return len(str(text)) * size * CHAR_EM
@@ -109,7 +117,7 @@ class Panel:
         if self.empty:
             return 10.0
         if self.ylabels is not None:
-            widest = max((text_width(s) for s in self.ylabels), default=0.0)
+            widest = max((text_width(short_label(s)) for s in self.ylabels), default=0.0)
         else:
             widest = max((text_width(tick_label(t)) for t in self._yticks()), default=0.0)
         return widest + 14 + (FONT + 6 if self.ylabel else 0)
@@ -158,7 +166,11 @@ class Panel:
                     out.append(text(px - 4, sy(t), tick_label(t), anchor="end", baseline="middle"))
         else:
             for i, label in enumerate(self.ylabels):
-                out.append(text(px - 4, sy(i), label, anchor="end", baseline="middle"))
+                shown = text(px - 4, sy(i), short_label(label), anchor="end", baseline="middle")
+                if len(label) <= MAX_LABEL:
+                    out.append(shown)
+                else:  # cut: the whole label as the row's tooltip
+                    out.append(f"<g><title>{esc(label)}</title>{shown}</g>")
         out.append("<g>" + "".join(m(sx, sy) for m in self.marks) + "</g>")
         out.append(f'<rect x="{num(px)}" y="{num(py)}" width="{num(pw)}" height="{num(ph)}" fill="none" '
                    f'stroke="{AXIS}"/>')

@@ -61,3 +61,17 @@ def test_marks_stay_inside_the_frame_and_output_is_deterministic():
 def test_an_empty_chart_says_why():
     root = ElementTree.fromstring(charts.message_chart("Packed sequences", "no sequences"))
     assert [t.text for t in root.iter(SVG + "text")] == ["Packed sequences", "no sequences"]
+
+
+def test_a_long_row_label_is_cut_and_kept_whole_in_its_tooltip():
+    long = "filtered:" + "x" * 200
+    svg = charts.hbar_chart("T", [long, "short"], [3.0, 1.0], ["#111", "#222"], ["3", "1"], "n")
+    root = ElementTree.fromstring(svg)
+    texts = [t.text for t in root.iter(SVG + "text")]
+    assert "short" in texts and long not in texts
+    cut = next(t for t in texts if t.startswith("filtered:"))
+    assert len(cut) == charts.MAX_LABEL and cut.endswith("\u2026")
+    assert [t.text for t in root.iter(SVG + "title")] == ["T", long]
+    # the plot keeps most of the width
+    frame = next(r for r in root.iter(SVG + "rect") if r.get("fill") == "none")
+    assert float(frame.get("width")) > 400
