@@ -176,7 +176,7 @@ def _category(unique_name: str) -> str:
     return BUILD_STAGE_OF.get(stage_of(unique_name), PIPELINE_ONLY)
 
 
-def watch_stage_cpu(totals: dict[str, float], steps: dict[str, float], sampling_ms: int = 5) -> None:
+def watch_stage_cpu(totals: dict[str, float], steps: dict[str, float], sampling_ms: int = 5, depth: int = 2) -> None:
     """Accumulate process CPU per build stage.
 
     Around each bundle the runner executes, the process CPU it took is split among the stages
@@ -187,7 +187,7 @@ def watch_stage_cpu(totals: dict[str, float], steps: dict[str, float], sampling_
     from apache_beam.runners.portability.fn_api_runner import fn_runner
     from apache_beam.runners.worker import statesampler
 
-    from pipelines.timings import step_of, transform_msecs
+    from pipelines.timings import transform_msecs
 
     statesampler.StateSampler.__init__.__defaults__ = (sampling_ms,)
     orig = fn_runner.FnApiRunner._execute_bundle
@@ -201,7 +201,7 @@ def watch_stage_cpu(totals: dict[str, float], steps: dict[str, float], sampling_
         by_step: dict[str, float] = defaultdict(float)
         for name, ms in transform_msecs(result.process_bundle.monitoring_infos, names).items():
             share[_category(name)] += ms
-            by_step[step_of(name)] += ms
+            by_step["/".join(name.split("/")[:depth])] += ms
         seen = sum(share.values())
         for step, ms in by_step.items():
             if seen > 0:
@@ -247,7 +247,7 @@ def watch_fixed_costs(out: dict[str, float]) -> None:
     fn_runner.FnApiRunner.create_stages = timed_plan
 
 
-def run_build_child(raw: str, out: str, vocab_size: int, beam_args: list[str]) -> dict[str, Any]:
+def run_build_child(raw: str, out: str, vocab_size: int, beam_args: list[str], depth: int = 2) -> dict[str, Any]:
     """One real build; CPU per fused stage, imports, and the rest of the driver."""
     t0 = _cpu()
     from pipelines.build import run_build, summarize
@@ -258,7 +258,7 @@ def run_build_child(raw: str, out: str, vocab_size: int, beam_args: list[str]) -
     stages: dict[str, float] = {}
     fixed: dict[str, float] = {}
     steps: dict[str, float] = {}
-    watch_stage_cpu(stages, steps)
+    watch_stage_cpu(stages, steps, depth=depth)
     watch_fixed_costs(fixed)
     cfg = bench_config(raw, vocab_size)
     timings: dict[str, float] = {}
@@ -321,6 +321,9 @@ def main() -> int:
     parser.add_argument("--vocab_size", type=int, default=8000)
     parser.add_argument("--seed", type=int, default=7, help="Corpus seed.")
     parser.add_argument("--beam_args", default="", help="Extra Beam flags for the build, space-separated.")
+    parser.add_argument("--top", type=int, default=15, help="How many of the costliest steps to list.")
+    parser.add_argument("--step_depth", type=int, default=2,
+                        help="Name parts of a step in the costliest-steps list (2: Dedupe/Near; 3: one level finer).")
     parser.add_argument("--label", default="", help="A note for the results file (what changed).")
     parser.add_argument("--floor-child", nargs=2, help=argparse.SUPPRESS)
     parser.add_argument("--build-child", nargs=3, help=argparse.SUPPRESS)
@@ -330,7 +333,7 @@ def main() -> int:
         return 0
     if args.build_child:
         raw, out, vocab = args.build_child
-        print(json.dumps(run_build_child(raw, out, int(vocab), args.beam_args.split())))
+        print(json.dumps(run_build_child(raw, out, int(vocab), args.beam_args.split(), args.step_depth)))
         return 0
 
     from benchmarks.prose import write_prose_corpus
@@ -341,7 +344,8 @@ def main() -> int:
         mb = nbytes / 1e6
         floor = child("--floor-child", str(raw), str(args.vocab_size))
         build = child("--build-child", str(raw), str(work / "corpus"), str(args.vocab_size),
-                      *(["--beam_args", args.beam_args] if args.beam_args else []))
+                      *(["--beam_args", args.beam_args] if args.beam_args else []),
+                      "--step_depth", str(args.step_depth))
     lines, head = compare(floor, build, mb)
     kept_share = build["kept"] / max(1, build["documents"])
     summary = [
@@ -354,8 +358,8 @@ def main() -> int:
         f"{head['build_wall']:.1f} s ({head['build_wall_mb_s']:.2f} MB/s); peak RSS floor "
         f"{floor['peak_rss_mb']:.0f} MB, build {build['peak_rss_mb']:.0f} MB.",
     ]
-    top = sorted(build["steps"].items(), key=lambda kv: -kv[1])[:15]
-    steps = ["", "The build's 15 costliest steps (CPU-s/MB; a step is a top-level transform and its first part):",
+    top = sorted(build["steps"].items(), key=lambda kv: -kv[1])[:args.top]
+    steps = ["", f"The build's {args.top} costliest steps (CPU-s/MB; a step is a transform's first {args.step_depth} name parts):",
              ""] + [f"- `{name}`: {cpu / mb:.3f}" for name, cpu in top]
     text = "\n".join(summary + [""] + lines + steps)
     print(text)

@@ -13,6 +13,7 @@ names, USTAR) so the same samples always give the same bytes.
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import re
@@ -43,10 +44,28 @@ def ids_dtype(vocab_size: int) -> np.dtype:
     return np.dtype(np.uint16) if vocab_size <= 65536 else np.dtype(np.int32)
 
 
-def _npy_bytes(arr: np.ndarray) -> bytes:
+def _npy_save(arr: np.ndarray) -> bytes:
     buf = io.BytesIO()
     np.save(buf, np.ascontiguousarray(arr), allow_pickle=False)
     return buf.getvalue()
+
+
+@functools.lru_cache(maxsize=4096)
+def _npy_header(dtype: str, length: int) -> bytes:
+    """The ``.npy`` header ``np.save`` writes for a 1-D array of that dtype and length.
+
+    Taken from ``np.save`` itself (a zero array's file minus its data), so the bytes are numpy's
+    whatever its version; one call per (dtype, length) pair, and a shard holds few lengths.
+    """
+    dt = np.dtype(dtype)
+    return _npy_save(np.zeros(length, dtype=dt))[: -length * dt.itemsize or None]
+
+
+def _npy_bytes(arr: np.ndarray) -> bytes:
+    """``np.save`` of a 1-D array, as bytes (a cached header + the raw data: ~10x faster per sample)."""
+    if arr.ndim == 1 and arr.size and not arr.dtype.hasobject and arr.dtype.isnative:
+        return _npy_header(arr.dtype.str, arr.size) + np.ascontiguousarray(arr).tobytes()
+    return _npy_save(arr)
 
 
 def encode_sample(
@@ -84,20 +103,86 @@ def sample_tar_size(members: list[tuple[str, bytes]]) -> int:
     return sum(member_tar_size(len(p)) for _, p in members)
 
 
+def _tar_info(name: str, size: int) -> tarfile.TarInfo:
+    """The header fields of every member: regular file, read-only, owned by nobody, mtime 0."""
+    info = tarfile.TarInfo(name)
+    info.size = size
+    info.mtime = 0
+    info.mode = 0o444
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    return info
+
+
+def _tarfile_header(name: str, size: int) -> bytes:
+    """The member header exactly as ``tarfile`` writes it (``TarFile.addfile``'s own call)."""
+    return _tar_info(name, size).tobuf(tarfile.USTAR_FORMAT, tarfile.ENCODING, "surrogateescape")
+
+
+# A member header differs from member to member only in its name (bytes 0-100), its size
+# (124-136, octal) and its checksum (148-156: the sum of the header's bytes, the checksum field
+# counted as spaces). The rest is a template taken from tarfile once.
+_NAME_FIELD, _SIZE_FIELD, _CHKSUM_FIELD = (0, 100), (124, 136), (148, 156)
+_MAX_SIZE = 8**11 - 1  # 11 octal digits: larger members need tarfile's own encoding (or fail there)
+
+
+def _header_template() -> tuple[bytes, int]:
+    block = bytearray(_tarfile_header("", 0))
+    block[_CHKSUM_FIELD[0]:_CHKSUM_FIELD[1]] = b" " * 8
+    return bytes(block), sum(block)
+
+
+_TEMPLATE, _TEMPLATE_SUM = _header_template()
+_TEMPLATE_SIZE_SUM = sum(_TEMPLATE[_SIZE_FIELD[0]:_SIZE_FIELD[1]])
+
+
+def ustar_header(name: str, size: int) -> bytes:
+    """One member's 512-byte USTAR header, byte-identical to ``tarfile``'s for ``_tar_info(name, size)``.
+
+    Built from a template in ~2 us instead of tarfile's ~30; names that are not short ASCII
+    (over 100 bytes: USTAR's prefix split) and sizes past 11 octal digits go to tarfile.
+    """
+    raw = name.encode("ascii", "surrogateescape") if name.isascii() else None
+    if raw is None or len(raw) > 100 or size > _MAX_SIZE or not _FAST_HEADERS:
+        return _tarfile_header(name, size)
+    size_field = b"%011o\x00" % size
+    chksum = _TEMPLATE_SUM + sum(raw) + sum(size_field) - _TEMPLATE_SIZE_SUM
+    return b"".join((raw, _TEMPLATE[len(raw):_SIZE_FIELD[0]], size_field,
+                     _TEMPLATE[_SIZE_FIELD[1]:_CHKSUM_FIELD[0]], b"%06o\x00 " % chksum,
+                     _TEMPLATE[_CHKSUM_FIELD[1]:]))
+
+
+# The template is checked against tarfile at import: a Python whose tarfile writes another
+# header (the device fields changed in 3.9) falls back to tarfile rather than write other bytes.
+_FAST_HEADERS = True
+_FAST_HEADERS = all(ustar_header(n, k) == _tarfile_header(n, k)
+                    for n, k in (("a.json", 0), ("train-00000-00000001.input_ids.npy", 1234), ("x" * 100, _MAX_SIZE)))
+_ZEROS = bytes(tarfile.RECORDSIZE + 2 * TAR_BLOCK)  # the longest run of zeros written at once: the end
+
+
 def write_tar(fileobj: IO[bytes], samples: Iterable[tuple[str, list[tuple[str, bytes]]]]) -> None:
-    """Write samples (key, members) as a deterministic USTAR archive."""
-    with tarfile.open(fileobj=fileobj, mode="w", format=tarfile.USTAR_FORMAT) as tar:
-        for key, members in samples:
-            if not KEY_RE.match(key):
-                raise ValueError(f"invalid sample key {key!r}")
-            for suffix, payload in members:
-                info = tarfile.TarInfo(f"{key}.{suffix}")
-                info.size = len(payload)
-                info.mtime = 0
-                info.mode = 0o444
-                info.uid = info.gid = 0
-                info.uname = info.gname = ""
-                tar.addfile(info, io.BytesIO(payload))
+    """Write samples (key, members) as a deterministic USTAR archive.
+
+    The bytes are those of ``tarfile`` writing the same members (``tests/test_schemas.py`` checks
+    it): headers from ``ustar_header``, payloads padded to 512-byte blocks, two zero blocks at the
+    end and zeros up to the next 10240-byte record. One ``write`` per sample.
+    """
+    offset = 0
+    for key, members in samples:
+        if not KEY_RE.match(key):
+            raise ValueError(f"invalid sample key {key!r}")
+        parts: list[bytes] = []
+        for suffix, payload in members:
+            parts.append(ustar_header(f"{key}.{suffix}", len(payload)))
+            parts.append(payload)
+            pad = -len(payload) % TAR_BLOCK
+            if pad:
+                parts.append(_ZEROS[:pad])
+        data = b"".join(parts)
+        fileobj.write(data)
+        offset += len(data)
+    offset += 2 * TAR_BLOCK
+    fileobj.write(_ZEROS[: 2 * TAR_BLOCK + (-offset % tarfile.RECORDSIZE)])
 
 
 def tar_bytes(samples: Iterable[tuple[str, list[tuple[str, bytes]]]]) -> bytes:
