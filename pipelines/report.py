@@ -101,8 +101,12 @@ class LengthHistogram(beam.CombineFn):
         return {}
 
     def add_input(self, acc: dict[str, list[int]], doc: Document) -> dict[str, list[int]]:
-        b = length_bin(count_words(doc.text))
-        for key in (doc.source, ALL):
+        return self.add_length(acc, doc.source, count_words(doc.text))
+
+    @staticmethod
+    def add_length(acc: dict[str, list[int]], source: str, words: int) -> dict[str, list[int]]:
+        b = length_bin(words)
+        for key in (source, ALL):
             counts = acc.get(key)
             if counts is None:
                 counts = acc[key] = [0] * NUM_BINS
@@ -218,6 +222,30 @@ class WordCounts(beam.CombineFn):
 
     def extract_output(self, acc):
         return dict(sorted(acc.items()))
+
+
+class LengthsAndWords(beam.CombineFn):
+    """Documents -> (``LengthHistogram``'s output, ``WordCounts``'s output), splitting each text once."""
+
+    def __init__(self) -> None:
+        self.lengths, self.words = LengthHistogram(), WordCounts()
+
+    def create_accumulator(self) -> tuple[dict[str, list[int]], dict[str, int]]:
+        return {}, {}
+
+    def add_input(self, acc, doc: Document):
+        n = count_words(doc.text)
+        LengthHistogram.add_length(acc[0], doc.source, n)
+        acc[1][doc.source] = acc[1].get(doc.source, 0) + n
+        return acc
+
+    def merge_accumulators(self, accs):
+        accs = list(accs)
+        return (self.lengths.merge_accumulators(a[0] for a in accs),
+                self.words.merge_accumulators(a[1] for a in accs))
+
+    def extract_output(self, acc):
+        return self.lengths.extract_output(acc[0]), self.words.extract_output(acc[1])
 
 
 def similarity_bin(sim: float) -> int:
@@ -685,8 +713,9 @@ class WriteReport(beam.PTransform):
 
     def expand(self, manifest):
         hist_before = self.before | "LengthsBefore" >> beam.CombineGlobally(LengthHistogram())
-        hist_after = self.after | "LengthsAfter" >> beam.CombineGlobally(LengthHistogram())
-        parts = {"words": self.after | "Words" >> beam.CombineGlobally(WordCounts())}
+        # The kept documents' histogram and word counts in one pass: one split of each text.
+        after = self.after | "LengthsAfter" >> beam.CombineGlobally(LengthsAndWords())
+        parts: dict[str, Any] = {}
         o = self.optional
         if o["reject_log"] is not None:
             parts["examples"] = o["reject_log"] | "Examples" >> beam.CombineGlobally(RejectExamples())
@@ -701,12 +730,13 @@ class WriteReport(beam.PTransform):
         names = sorted(parts)
         output = self.output
 
-        def write(m, b, a, *values) -> str | None:
-            extra = dict(zip(names, values, strict=True))
+        def write(m, b, after_and_words, *values) -> str | None:
+            a, words = after_and_words
+            extra = {"words": words, **dict(zip(names, values, strict=True))}
             # In an attempt's folder (an ingest batch) another writer's commit may sweep it meanwhile.
             written = unless_swept(lambda: write_report(m, b, a, output, extra), "report")
             return join(output, REPORT_HTML) if written else None
 
         return manifest | "WriteReport" >> beam.Map(
-            write, beam.pvalue.AsSingleton(hist_before), beam.pvalue.AsSingleton(hist_after),
+            write, beam.pvalue.AsSingleton(hist_before), beam.pvalue.AsSingleton(after),
             *(beam.pvalue.AsSingleton(parts[n]) for n in names))

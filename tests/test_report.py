@@ -86,6 +86,27 @@ def test_histogram_combines_in_beam(tmp_path):
     assert fn.extract_output(fn.merge_accumulators([fn.create_accumulator()])) == {}
 
 
+def test_lengths_and_words_equal_the_two_combines_it_replaces(tmp_path):
+    """The kept documents' histogram and word counts come from one pass; both equal their own combines."""
+    from pipelines.report import LengthsAndWords, WordCounts
+
+    rng = __import__("random").Random(5)
+    docs = [Document(f"d{i}", rng.choice("abc"), " ".join(["w"] * rng.choice([0, 1, 3, 40, 900])) + " \n x")
+            for i in range(60)]
+    out = tmp_path / "out.json"
+    with TestPipeline(runner="FnApiRunner") as p:
+        pc = p | beam.Create(docs)
+        both = pc | "Both" >> beam.CombineGlobally(LengthsAndWords())
+        hist = pc | "Hist" >> beam.CombineGlobally(LengthHistogram())
+        words = pc | "Words" >> beam.CombineGlobally(WordCounts())
+        _ = both | beam.Map(lambda b, h, w: out.write_text(json.dumps([b, h, w])),
+                            beam.pvalue.AsSingleton(hist), beam.pvalue.AsSingleton(words))
+    (got_hist, got_words), hist, words = json.loads(out.read_text())
+    assert got_hist == hist and got_words == words and sum(words.values()) > 0
+    fn = LengthsAndWords()
+    assert fn.extract_output(fn.merge_accumulators([fn.create_accumulator()] * 2)) == ({}, {})
+
+
 def test_report_files(tmp_path):
     before = {ALL: [1] * NUM_BINS, "ccnews": [1] * NUM_BINS}
     after = {ALL: [0, 0, 0, 2] + [0] * (NUM_BINS - 4), "ccnews": [0, 0, 0, 2] + [0] * (NUM_BINS - 4)}
