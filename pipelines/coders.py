@@ -60,8 +60,16 @@ def decode_tokenized(data: bytes) -> TokenizedDocument:
     pos += count
     lengths = struct.unpack_from(f"<{count}I", data, pos)
     pos += 4 * count
-    view = memoryview(data)
     sents = []
+    if _LITTLE and count and widths.count(widths[0]) == count:
+        # One width throughout (the usual case): each sentence is its bytes slice, no per-width lookups.
+        width, typecode = widths[0], _TYPECODE[widths[0]]
+        for n in lengths:
+            end = pos + n * width
+            sents.append(TokenIds(typecode, data[pos:end]))
+            pos = end
+        return TokenizedDocument(doc_id, source, tuple(sents), num_tokens)
+    view = memoryview(data)
     for width, n in zip(widths, lengths, strict=True):
         s = TokenIds(_TYPECODE[width])
         s.frombytes(view[pos: pos + n * width])
