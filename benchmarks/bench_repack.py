@@ -146,8 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         "tokens per CPU-second is the per-core throughput. Both jobs pay the same fixed pipeline start-up "
         "(a few seconds on FnApiRunner), which a small corpus does not amortize; on real corpora (cleaning "
         "rules on, larger tokenizer samples) we expect the ratio to fall further, not measured here. "
-        "Two runs of this script on the shared machine gave wall ratios 0.25 and 0.45; the CPU ratio "
-        "(0.36-0.38) is the steadier figure.",
+        "On a shared machine the CPU ratio is the steadier figure.",
         "",
     ]
     print("\n".join(lines[6:]))
