@@ -711,11 +711,19 @@ class _NoPickle(beam.coders.Coder):
 
 
 def test_near_step_elements_need_no_pickle() -> None:
-    """Bucket entries, candidate requests, signatures, shingle sets and index rows are plain tuples."""
+    """LSH shard batches, old bucket roots, candidate requests, signatures, shingle sets and index rows
+    are plain tuples."""
     import numpy as np
 
-    from pipelines.dedupe import bucket_candidates, index_row, screen_at_member, sketch_documents
-    from pipelines.dedupe.near import EdgeScreen, _bucket_entries, _shingles_by_node, _signature_by_node
+    from pipelines.dedupe import index_row, screen_at_member, sketch_documents
+    from pipelines.dedupe.near import (
+        EdgeScreen,
+        _old_shard_entry,
+        _shingles_by_node,
+        _signature_by_node,
+        lsh_shard_batches,
+        shard_candidates,
+    )
 
     rng = random.Random(8)
     base = _words(rng, 200)
@@ -724,20 +732,25 @@ def test_near_step_elements_need_no_pickle() -> None:
     coder = beam.coders.FastPrimitivesCoder(fallback_coder=_NoPickle())
     elements: list = []
     for s in sketches:
-        elements += list(_bucket_entries(s)) + _signature_by_node(s) + _shingles_by_node(s)
+        elements += _signature_by_node(s) + _shingles_by_node(s)
         elements.append((s.doc_id, index_row(s)))
-    buckets = defaultdict(list)
-    for key, entry in (e for s in sketches for e in _bucket_entries(s)):
-        buckets[key].append(entry)
-    cands = [c for members in buckets.values() for c in bucket_candidates(members)]
+    batches = list(lsh_shard_batches(sketches))
+    old_root = _old_shard_entry((int(sketches[0].band_keys[0]), ("0old", 9, sketches[0].signature.tobytes())))
+    elements += batches + [old_root]
+    by_shard = defaultdict(list)
+    for shard, value in batches + [old_root]:
+        by_shard[shard].append(value)
+    cands = [c for values in by_shard.values() for c in shard_candidates(values)]
     assert cands  # three identical documents share every bucket
+    assert any(c[1][0] == "0old" for c in cands)
     elements += cands
     sig = {s.node: s.signature.tobytes() for s in sketches}
     by_member = defaultdict(list)
     for member, c in cands:
         by_member[member].append(c)
     requests = [r for m, cs in by_member.items() for r in screen_at_member(m, sig[m], cs, EdgeScreen(0.5))]
-    assert requests and len(requests) == len(by_member)  # one request per distinct pair, not per bucket
+    # One request or edge per distinct pair, not per bucket (the old root passes: its signature is a copy's).
+    assert requests and len(requests) == len({(m, c[0]) for m, c in cands})
     elements += requests
     for e in elements:
         assert coder.decode(coder.encode(e)) == e
@@ -773,6 +786,103 @@ def test_index_part_bytes_equal_those_of_per_row_arrays(monkeypatch) -> None:
     assert any(s.shingles.size == 0 for s in rows)
     assert _sketches_to_parquet(rows) == buf.getvalue()
     assert _sketches_to_parquet([]) == _sketches_to_parquet([])
+
+
+def _by_key_candidates(new: list[tuple[int, tuple[str, int]]], old: list[tuple[int, tuple[str, int, bytes]]]) -> list:
+    """The reference: bucket entries grouped by band key in a dict, ``bucket_candidates`` per bucket."""
+    from pipelines.dedupe import bucket_candidates
+
+    buckets = defaultdict(list)
+    for key, entry in [*new, *old]:
+        buckets[key].append(entry)
+    return sorted(c for members in buckets.values() for c in bucket_candidates(members))
+
+
+def _sharded_candidates(batches: list[tuple[int, tuple]], old: list[tuple[int, tuple[str, int, bytes]]],
+                        rng: random.Random) -> list:
+    """What the pipeline computes: shard batches and old roots grouped by shard (in any order),
+    ``shard_candidates`` per shard."""
+    from pipelines.dedupe.near import _old_shard_entry, shard_candidates
+
+    shards = defaultdict(list)
+    for shard, value in [*batches, *map(_old_shard_entry, old)]:
+        shards[shard].append(value)
+    out = []
+    for values in shards.values():
+        rng.shuffle(values)
+        out += shard_candidates(values)
+    return sorted(out)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_shard_candidates_equal_bucket_candidates_on_random_entries(seed: int) -> None:
+    """Per-shard grouping in numpy yields the candidates (with multiplicity) of per-bucket grouping:
+    multi-member buckets, a node repeated in a bucket, old roots with new members, old-only buckets,
+    keys of either sign, batches of any size, and empty input."""
+    import numpy as np
+
+    from pipelines.dedupe.near import LSH_SHARDS, lsh_shard
+
+    rng = random.Random(seed)
+    # Few distinct keys (so buckets collide), of either sign and near the int64 limits.
+    pool = [rng.randrange(-2**63, 2**63) for _ in range(40)] + [-1, 0, 1, LSH_SHARDS, -LSH_SHARDS, 2**63 - 1, -2**63]
+    nodes = [f"1n{i:02d}" for i in range(30)]
+    counts = {n: rng.randint(1, 500) for n in nodes}
+    new = [(rng.choice(pool), (n, counts[n])) for n in rng.choices(nodes, k=rng.randint(0, 300))]
+    new += [new[0]] * 2 if new else []  # the same node twice in one bucket
+    old_keys = rng.sample(pool, 12) + [rng.randrange(2**40) for _ in range(5)]  # some in no new bucket
+    old = [(k, (f"0o{rng.randrange(8)}", rng.randint(1, 500), np.full(4, i, np.uint32).tobytes()))
+           for i, k in enumerate(old_keys)]
+    old += [(old_keys[0], ("0o9", 7, b"\x01" * 16))]  # two old entries in one bucket
+
+    # New entries in shard batches, as lsh_shard_batches lays them out, cut into batches of random size.
+    batches = []
+    i = 0
+    while i < len(new):
+        size = rng.randint(1, 50)
+        chunk, i = new[i:i + size], i + size
+        by_shard = defaultdict(list)
+        for key, (node, n) in chunk:
+            by_shard[lsh_shard(key)].append((key, node, n))
+        for shard, rows in by_shard.items():
+            batches.append((shard, (np.array([r[0] for r in rows], np.int64).tobytes(),
+                                    np.array([r[2] for r in rows], np.uint32).tobytes(), tuple(r[1] for r in rows))))
+    want = _by_key_candidates(new, old)
+    assert _sharded_candidates(batches, old, rng) == want
+    if seed == 0:
+        assert any(c[1][0].startswith("0") for c in want) and any(c[1][3] == b"" for c in want)
+    assert _sharded_candidates([], [], rng) == [] == _by_key_candidates([], [])
+    assert _sharded_candidates([], old, rng) == []  # old documents only: nothing
+
+
+def test_lsh_shard_batches_hold_the_bucket_entries_of_the_batch() -> None:
+    """A batch's shard batches are its documents' bucket entries (none for an empty document), each in
+    the shard of its key, and their candidates are those of per-bucket grouping."""
+    import numpy as np
+
+    from pipelines.dedupe import sketch_documents
+    from pipelines.dedupe.near import _bucket_entries, lsh_shard, lsh_shard_batches
+
+    rng = random.Random(3)
+    base = _words(rng, 120)
+    texts = [" ".join(base), " ".join(base), "", " ".join(base[:100] + _words(rng, 20))]
+    texts += [" ".join(_words(rng, rng.choice([1, 30, 200]))) for _ in range(20)]
+    docs = [Document(f"d{i:02d}", "web", t) for i, t in enumerate(texts)]
+    sketches = sketch_documents(docs, dedupe._hasher(DedupeConfig()))
+    assert any(s.shingles.size == 0 for s in sketches)
+    entries = sorted(e for s in sketches for e in _bucket_entries(s))
+    batches = [b for cut in (sketches[:7], sketches[7:]) for b in lsh_shard_batches(cut)]
+    got = []
+    for shard, (keys, counts, nodes) in batches:
+        keys, counts = np.frombuffer(keys, np.int64), np.frombuffer(counts, np.uint32)
+        assert len(keys) == len(counts) == len(nodes) > 0
+        assert all(lsh_shard(int(k)) == shard for k in keys)
+        got += [(int(k), (node, int(n))) for k, n, node in zip(keys, counts, nodes, strict=True)]
+    assert sorted(got) == entries
+    assert list(lsh_shard_batches([s for s in sketches if s.shingles.size == 0])) == []
+    want = _by_key_candidates(entries, [])
+    assert want  # the copies share buckets
+    assert _sharded_candidates(batches, [], rng) == want
 
 
 def test_bucket_candidates_pair_new_members_with_the_smallest_node_once() -> None:

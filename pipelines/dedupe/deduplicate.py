@@ -9,7 +9,7 @@ import apache_beam as beam
 
 from pipelines.dedupe.exact import ExactDedupe
 from pipelines.dedupe.index import IndexRow, _WriteIndex, index_parts, index_row
-from pipelines.dedupe.near import NearDedupe, _SketchBatch
+from pipelines.dedupe.near import LSH_TAG, NearDedupe, _SketchBatch
 from pipelines.dedupe.sketch import _hasher
 from pipelines.dedupe.spans import SpanDedupe
 from pipelines.minhash import (
@@ -111,12 +111,13 @@ class Deduplicate(beam.PTransform):
 
         sketches = None
         if cfg.near:
-            sketches = (
+            sketched = (
                 kept
                 | "Batch" >> beam.BatchElements(min_batch_size=SIGNATURE_BATCH[0], max_batch_size=SIGNATURE_BATCH[1])
-                | "Sketch" >> beam.ParDo(_SketchBatch(_hasher(cfg)))
+                | "Sketch" >> beam.ParDo(_SketchBatch(_hasher(cfg))).with_outputs(LSH_TAG, main="sketches")
             )
-            near = sketches | "Near" >> NearDedupe(cfg, part_urls)
+            sketches = sketched.sketches
+            near = sketches | "Near" >> NearDedupe(cfg, part_urls, buckets=sketched[LSH_TAG])
             groups = {
                 "doc": kept | "DocByID" >> beam.Map(lambda d: (d.doc_id, d)),
                 "dup": near | "DupByID" >> beam.Map(lambda d: (d.doc_id, d)),

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Iterator
+from bisect import bisect_right
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,13 +30,26 @@ from pipelines.minhash import (
 from pipelines.records import Document, Duplicate
 from schemas.config import DedupeConfig
 
+# LSH buckets are grouped by shard (band key mod LSH_SHARDS), one element per (shard,
+# batch of documents): a reducer holds 1/LSH_SHARDS of the corpus's bucket entries
+# (~40 B each: key, count, node id), so on Dataflow 64 workers can share the step and
+# no key holds the whole corpus; an element is a few KB (a 512-document batch
+# has ~110 entries per shard). Changing it changes no verdict, only the grouping.
+LSH_SHARDS = 64
+LSH_TAG = "lsh"  # the Sketch step's tagged output of shard batches
+
 
 class _SketchBatch(beam.DoFn):
+    """Sketches of a batch of documents, and (tagged ``LSH_TAG``) the batch's bucket entries by LSH shard."""
+
     def __init__(self, hasher: MinHasher) -> None:
         self.hasher = hasher
 
-    def process(self, batch: list[Document]) -> Iterator[Sketch]:
-        yield from sketch_documents(batch, self.hasher)
+    def process(self, batch: list[Document]) -> Iterator[Any]:
+        sketches = sketch_documents(batch, self.hasher)
+        yield from sketches
+        for shard in lsh_shard_batches(sketches):
+            yield beam.pvalue.TaggedOutput(LSH_TAG, shard)
 
 
 @dataclass(frozen=True)
@@ -188,11 +202,103 @@ class _ScreenAtRoot(beam.DoFn):
 
 
 def _bucket_entries(s: Sketch) -> Iterator[tuple[int, tuple[str, int]]]:
+    """One document's LSH bucket entries ``(band key, (node, shingle count))`` (the per-bucket reference)."""
     if s.shingles.size == 0:  # empty documents are left to exact dedupe
         return
     entry = (s.node, int(s.shingles.size))
     for key in s.band_keys.tolist():
         yield key, entry
+
+
+# What crosses the bucket shuffle, keyed by LSH shard: a batch's entries of that shard
+# as three parallel columns (band keys as int64 bytes, shingle counts as uint32 bytes,
+# node ids), or one old bucket root from the index (band key, node, count, signature).
+ShardBatch = tuple[bytes, bytes, tuple[str, ...]]
+OldShardEntry = tuple[int, str, int, bytes]
+
+
+def lsh_shard(key: int, shards: int = LSH_SHARDS) -> int:
+    """The LSH shard of a band key (Python's ``%``: never negative, as numpy's for int64 keys)."""
+    return key % shards
+
+
+def lsh_shard_batches(sketches: Sequence[Sketch], shards: int = LSH_SHARDS) -> Iterator[tuple[int, ShardBatch]]:
+    """The bucket entries of a batch of sketches, one ``(shard, ShardBatch)`` per shard holding any.
+
+    The same entries as ``_bucket_entries`` of each sketch (documents without
+    shingles have none), as columns: one element per shard and batch instead of
+    one per band and document.
+    """
+    docs = [s for s in sketches if s.shingles.size]
+    if not docs:
+        return
+    per_doc = np.fromiter((s.band_keys.size for s in docs), dtype=np.int64, count=len(docs))
+    keys = np.concatenate([s.band_keys for s in docs]).astype(np.int64, copy=False)
+    doc_of = np.repeat(np.arange(len(docs)), per_doc)
+    counts = np.fromiter((s.shingles.size for s in docs), dtype=np.uint32, count=len(docs))[doc_of]
+    shard_of = keys % shards
+    order = np.argsort(shard_of, kind="stable")
+    sorted_shards = shard_of[order]
+    starts = np.flatnonzero(np.r_[True, sorted_shards[1:] != sorted_shards[:-1]])
+    ends = np.r_[starts[1:], order.size]
+    for start, end in zip(starts.tolist(), ends.tolist(), strict=True):
+        idx = order[start:end]
+        nodes = tuple(docs[i].node for i in doc_of[idx].tolist())
+        yield int(sorted_shards[start]), (keys[idx].tobytes(), counts[idx].tobytes(), nodes)
+
+
+def _old_shard_entry(entry: tuple[int, tuple[str, int, bytes]]) -> tuple[int, OldShardEntry]:
+    """An old bucket root (``OldBucketRoot``'s output) keyed by the shard of its band key."""
+    key, (node, n, sig) = entry
+    return lsh_shard(key), (key, node, n, sig)
+
+
+def shard_candidates(values: Iterable[ShardBatch | OldShardEntry],
+                     ) -> Iterator[tuple[str, tuple[str, int, int, bytes]]]:
+    """LSH candidates of one shard's entries: ``bucket_candidates`` of every band key held twice or more.
+
+    ``values``: the shard's batches of new entries and its old bucket roots. The
+    keys are concatenated and sorted in numpy; only the buckets with two or more
+    entries (a few, in a corpus without many duplicates) are built as Python
+    lists, so a singleton bucket, which can give no candidate, costs no Python
+    work. The candidates are those of ``bucket_candidates`` over the same
+    entries grouped by band key, bucket for bucket.
+    """
+    key_parts: list[np.ndarray] = []
+    count_parts: list[np.ndarray] = []
+    node_parts: list[tuple[str, ...]] = []
+    old: list[OldShardEntry] = []
+    for v in values:
+        if isinstance(v[0], bytes):
+            key_parts.append(np.frombuffer(v[0], dtype=np.int64))
+            count_parts.append(np.frombuffer(v[1], dtype=np.uint32))
+            node_parts.append(v[2])  # type: ignore[arg-type]
+        else:
+            old.append(v)  # type: ignore[arg-type]
+    keys = np.concatenate(key_parts + [np.fromiter((o[0] for o in old), dtype=np.int64, count=len(old))])
+    if keys.size < 2:
+        return
+    order = np.argsort(keys, kind="stable")
+    sorted_keys = keys[order]
+    same_as_next = sorted_keys[1:] == sorted_keys[:-1]
+    if not same_as_next.any():
+        return
+    starts = np.flatnonzero(np.r_[True, ~same_as_next])
+    sizes = np.diff(np.r_[starts, keys.size])
+    multi = sizes >= 2
+    counts = np.concatenate(count_parts) if count_parts else np.zeros(0, np.uint32)
+    n_new = counts.size
+    offsets = np.cumsum([0] + [len(p) for p in node_parts]).tolist()
+
+    def entry(i: int) -> BucketEntry:
+        if i >= n_new:
+            o = old[i - n_new]
+            return (o[1], o[2], o[3])
+        part = bisect_right(offsets, i) - 1
+        return (node_parts[part][i - offsets[part]], int(counts[i]))
+
+    for start, size in zip(starts[multi].tolist(), sizes[multi].tolist(), strict=True):
+        yield from bucket_candidates([entry(i) for i in order[start:start + size].tolist()])
 
 
 def _signature_by_node(s: Sketch) -> list[tuple[str, bytes]]:
@@ -315,17 +421,27 @@ class NearDedupe(beam.PTransform):
     signature); after the components, the shingles of the old nodes that are
     cluster roots. The verdicts are those of a run with the whole index.
 
-    Shuffles: LSH buckets of (node, count) only; two joins that bring the
+    ``buckets``: the sketches' bucket entries as ``(shard, ShardBatch)``
+    (``lsh_shard_batches``; ``Deduplicate`` takes them from the Sketch step's
+    batches); without it they are made here, one sketch per element.
+
+    Shuffles: LSH buckets of (node, count) only, grouped by LSH shard (band key
+    mod ``LSH_SHARDS``) in columns, one element per shard and batch of
+    documents; the old bucket roots join the same shards, and
+    ``shard_candidates`` finds the buckets of two or more entries in numpy and
+    runs ``bucket_candidates`` on those only; two joins that bring the
     signatures of each distinct candidate pair together (at the member, then at
     the root); the connected components; the join of roles with shingle sets
     and the cluster groups. Everything crossing them is tuples of str, int and
     bytes (Beam's native coder, no pickle).
     """
 
-    def __init__(self, cfg: DedupeConfig, old_parts: beam.PCollection | None = None) -> None:
+    def __init__(self, cfg: DedupeConfig, old_parts: beam.PCollection | None = None,
+                 buckets: beam.PCollection | None = None) -> None:
         super().__init__()
         self.cfg = cfg
         self.old_parts = old_parts
+        self.buckets = buckets
 
     def expand(self, sketches: beam.PCollection) -> beam.PCollection:
         cfg = self.cfg
@@ -335,7 +451,11 @@ class NearDedupe(beam.PTransform):
         # true similarity against the kept document decides.
         rule = near_rule(cfg)
         screen = EdgeScreen.of(rule, num_perm)
-        entries = sketches | "BucketEntries" >> beam.FlatMap(_bucket_entries)
+        entries = self.buckets
+        if entries is None:
+            # Standalone use: shard batches of one sketch each (Deduplicate passes the
+            # Sketch step's, made from its batches of documents).
+            entries = sketches | "ShardBatches" >> beam.FlatMap(lambda s: lsh_shard_batches([s]))
         if self.old_parts is not None:
             new_keys = sketches | "NewBandKeys" >> beam.FlatMap(
                 lambda s: [s.band_keys.tobytes()] if s.shingles.size else [])
@@ -345,14 +465,15 @@ class NearDedupe(beam.PTransform):
                     _IndexLookup("index_bucket_entries_read", _unique_keys, _old_bucket_entries),
                     beam.pvalue.AsList(new_keys))
                 | "OldBucketRoot" >> beam.CombinePerKey(_SmallestNode())
+                | "OldRootShard" >> beam.Map(_old_shard_entry)
             )
             entries = (entries, old_entries) | "WithOld" >> beam.Flatten()
         # Screening needs both signatures of a candidate pair: joined at the member,
         # then at the root (signatures cross each join once per document, not once per bucket).
         signatures = sketches | "SignatureByNode" >> beam.FlatMap(_signature_by_node)
         at_member = (
-            {"cand": entries | "GroupBuckets" >> beam.GroupByKey() | "Candidates" >> beam.FlatMapTuple(
-                lambda _, members: bucket_candidates(members)),
+            {"cand": entries | "GroupShards" >> beam.GroupByKey() | "Candidates" >> beam.FlatMapTuple(
+                lambda _, values: shard_candidates(values)),
              "sig": signatures}
             | "JoinMemberSignature" >> beam.CoGroupByKey()
             | "ScreenAtMember" >> beam.ParDo(_ScreenAtMember(screen)).with_outputs("at_root", main="edges")
