@@ -855,6 +855,30 @@ def test_shard_candidates_equal_bucket_candidates_on_random_entries(seed: int) -
     assert _sharded_candidates([], old, rng) == []  # old documents only: nothing
 
 
+def test_near_dedupe_alone_makes_its_shard_batches_per_sketch() -> None:
+    """``NearDedupe`` without the Sketch step's shard batches (one sketch per element) finds the near
+    duplicates that ``Deduplicate`` finds with them."""
+    from pipelines.dedupe import NearDedupe, sketch_documents
+
+    rng = random.Random(21)
+    base = _words(rng, 150)
+    docs = [Document("a0", "web", " ".join(base)), Document("c9", "web", "")]
+    for i in range(1, 5):  # near copies: two words changed
+        copy = list(base)
+        copy[rng.randrange(150)], copy[rng.randrange(150)] = "zebra", "quartz"
+        docs.append(Document(f"a{i}", "web", " ".join(copy)))
+    docs += [Document(f"b{i}", "web", " ".join(_words(rng, 150))) for i in range(6)]
+    cfg = DedupeConfig(exact=False)
+    want = [(f"a{i}", "a0") for i in range(1, 5)]
+    with BeamTestPipeline(runner="FnApiRunner") as p:
+        alone = (p | "Sketches" >> beam.Create(sketch_documents(docs, dedupe._hasher(cfg)))
+                 | "Alone" >> NearDedupe(cfg))
+        wired = p | "Docs" >> beam.Create(docs) | "Wired" >> Deduplicate(cfg)
+        assert_that(alone | "A" >> beam.Map(lambda d: (d.doc_id, d.dup_of)), equal_to(want), label="alone")
+        assert_that(wired["duplicates"] | "W" >> beam.Map(lambda d: (d.doc_id, d.dup_of)), equal_to(want),
+                    label="wired")
+
+
 def test_lsh_shard_batches_hold_the_bucket_entries_of_the_batch() -> None:
     """A batch's shard batches are its documents' bucket entries (none for an empty document), each in
     the shard of its key, and their candidates are those of per-bucket grouping."""
