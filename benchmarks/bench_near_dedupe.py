@@ -404,15 +404,16 @@ def near_shuffle_bytes(texts: list[str], cfg: DedupeConfig | None = None) -> dic
     """Bytes per document that the near step hands to its shuffles, encoded with the coder Beam uses for them.
 
     The elements are those ``NearDedupe`` and ``Deduplicate`` emit (bucket
-    entries, signatures for the two screening joins, shingle sets for
+    entries as LSH shard batches of ``SIGNATURE_BATCH[1]``-document batches,
+    the Sketch step's largest; signatures for the two screening joins, shingle sets for
     verification, index rows), encoded by ``FastPrimitivesCoder`` with a
     fallback that refuses to pickle: what crosses a shuffle of the local and
     the Dataflow runner alike.
     """
     import apache_beam as beam
 
-    from pipelines.dedupe import index_row, sketch_documents
-    from pipelines.dedupe.near import _bucket_entries, _shingles_by_node, _signature_by_node
+    from pipelines.dedupe import SIGNATURE_BATCH, index_row, sketch_documents
+    from pipelines.dedupe.near import _shingles_by_node, _signature_by_node, lsh_shard_batches
     from pipelines.dedupe.sketch import _hasher
 
     class _Refuse(beam.coders.Coder):
@@ -426,14 +427,17 @@ def near_shuffle_bytes(texts: list[str], cfg: DedupeConfig | None = None) -> dic
     docs = [Document(doc_id=f"doc-{i:07d}", source="bench", text=t) for i, t in enumerate(texts)]
     sketches = sketch_documents(docs, _hasher(cfg or DedupeConfig()))
     parts = {
-        "bucket entries": [e for s in sketches for e in _bucket_entries(s)],
+        "bucket entries": [e for i in range(0, len(sketches), SIGNATURE_BATCH[1])
+                           for e in lsh_shard_batches(sketches[i:i + SIGNATURE_BATCH[1]])],
         "signatures (x2 joins)": [e for s in sketches for e in _signature_by_node(s)] * 2,
         "shingle sets": [e for s in sketches for e in _shingles_by_node(s)],
         "index rows": [(s.doc_id, index_row(s)) for s in sketches],
     }
     out = {name: sum(len(coder.encode(e)) for e in els) / len(docs) for name, els in parts.items()}
-    out["bucket entries per document"] = len(parts["bucket entries"]) / len(docs)
+    entries = sum(len(nodes) for _, (_, _, nodes) in parts["bucket entries"])
+    out["bucket entries per document"] = entries / len(docs)
     out["bytes per bucket entry"] = out["bucket entries"] / max(1.0, out["bucket entries per document"])
+    out["LSH shard elements per document"] = len(parts["bucket entries"]) / len(docs)
     out["text bytes per document"] = sum(len(t.encode()) for t in texts) / len(docs)
     return out
 
