@@ -4,7 +4,10 @@
 every input document ends in exactly one of them.
 
 1. Exact: documents grouped by the hash of their normalized text; the smallest
-   doc_id of a group is kept, the others are ``Duplicate(kind="exact")``.
+   doc_id of a group is kept, the others are ``Duplicate(kind="exact")``. With
+   near dedupe on, the hash comes from each document's sketch and only
+   (hash, doc_id, source) is grouped (``ExactVerdicts``); the documents join
+   their exact and near verdicts once.
 2. Near: MinHash signatures over word n-gram shingles (``pipelines.minhash``,
    numpy over batches), LSH buckets per band, candidate pairs verified by their
    signature-estimated Jaccard, connected components of the verified edges by
@@ -38,7 +41,7 @@ persistent append-only index) and ``deduplicate`` (all of them wired together).
 
 from pipelines.dedupe.components import ConnectedComponents, large_star, small_star, star_roles
 from pipelines.dedupe.deduplicate import SIGNATURE_BATCH, Deduplicate
-from pipelines.dedupe.exact import ExactDedupe, resolve_exact_group
+from pipelines.dedupe.exact import ExactDedupe, ExactVerdicts, exact_verdicts, resolve_exact_group
 from pipelines.dedupe.index import (
     INDEX_ENTRIES_PER_PART,
     INDEX_META,
@@ -90,6 +93,7 @@ __all__ = [
     "Deduplicate",
     "EdgeScreen",
     "ExactDedupe",
+    "ExactVerdicts",
     "NearDedupe",
     "Sketch",
     "SpanDedupe",
@@ -112,6 +116,7 @@ __all__ = [
     "read_index_part",
     "remove_sentences",
     "resolve_cluster",
+    "exact_verdicts",
     "resolve_exact_group",
     "resolve_span_group",
     "screen_at_member",

@@ -7,10 +7,10 @@ from typing import Any
 
 import apache_beam as beam
 
-from pipelines.dedupe.exact import ExactDedupe
+from pipelines.dedupe.exact import ExactDedupe, ExactVerdicts, exact_entry
 from pipelines.dedupe.index import IndexRow, _WriteIndex, index_parts, index_row
 from pipelines.dedupe.near import LSH_TAG, NearDedupe, _SketchBatch
-from pipelines.dedupe.sketch import _hasher
+from pipelines.dedupe.sketch import NEW, _hasher
 from pipelines.dedupe.spans import SpanDedupe
 from pipelines.minhash import (
     normalized_text_hash,
@@ -40,10 +40,14 @@ def _drop_removed(element: tuple[str, dict[str, Any]]) -> Iterator[IndexRow]:
 
 
 def _split_final(element: tuple[str, dict[str, Any]]) -> Iterator[Any]:
-    """Join a document with its near-duplicate verdict (and its sketch, for the index)."""
+    """Join a document with its verdicts (and its sketch, for the index).
+
+    An exact duplicate's record comes from the exact step: here it only leaves the corpus
+    and the index. A near duplicate's record is emitted here.
+    """
     _, g = element
     docs, dups, sk = list(g["doc"]), list(g["dup"]), list(g.get("sketch", ()))
-    if not docs:
+    if not docs or any(True for _ in g.get("exact", ())):
         return
     if dups:
         yield beam.pvalue.TaggedOutput("duplicates", dups[0])
@@ -104,24 +108,34 @@ class Deduplicate(beam.PTransform):
 
         dup_parts: list[beam.PCollection] = []
         kept = docs
-        if cfg.exact:
+        if cfg.exact and not cfg.near:
             ex = kept | "Exact" >> ExactDedupe(old_parts=part_urls)
             kept = ex["kept"]
             dup_parts.append(ex["duplicates"])
 
         sketches = None
         if cfg.near:
+            # Every document is sketched; its exact hash comes with the sketch. The exact step
+            # groups (hash, doc_id, source) only, and the documents cross one join, with both
+            # verdicts (exact and near), instead of an exact group of whole documents first.
             sketched = (
-                kept
+                docs
                 | "Batch" >> beam.BatchElements(min_batch_size=SIGNATURE_BATCH[0], max_batch_size=SIGNATURE_BATCH[1])
                 | "Sketch" >> beam.ParDo(_SketchBatch(_hasher(cfg))).with_outputs(LSH_TAG, main="sketches")
             )
             sketches = sketched.sketches
-            near = sketches | "Near" >> NearDedupe(cfg, part_urls, buckets=sketched[LSH_TAG])
+            exact = None
+            if cfg.exact:
+                exact = sketches | "ExactEntries" >> beam.Map(exact_entry) | "Exact" >> ExactVerdicts(part_urls)
+                dup_parts.append(exact)
+            skip = None if exact is None else exact | "ExactNodes" >> beam.Map(lambda d: NEW + d.doc_id)
+            near = sketches | "Near" >> NearDedupe(cfg, part_urls, buckets=sketched[LSH_TAG], skip=skip)
             groups = {
-                "doc": kept | "DocByID" >> beam.Map(lambda d: (d.doc_id, d)),
+                "doc": docs | "DocByID" >> beam.Map(lambda d: (d.doc_id, d)),
                 "dup": near | "DupByID" >> beam.Map(lambda d: (d.doc_id, d)),
             }
+            if exact is not None:
+                groups["exact"] = exact | "ExactByID" >> beam.Map(lambda d: (d.doc_id, None))
             if self.index_out:
                 groups["sketch"] = sketches | "IndexRowByID" >> beam.Map(lambda s: (s.doc_id, index_row(s)))
             split = (

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
 from pipelines.dedupe.index import _IndexLookup, index_exact_matches
-from pipelines.dedupe.sketch import _NS
+from pipelines.dedupe.sketch import _NS, Sketch
 from pipelines.minhash import (
     normalized_text_hash,
 )
@@ -55,6 +55,12 @@ class _ResolveExact(beam.DoFn):
                 yield out
 
 
+def _old_exact_hashes(old_parts: beam.PCollection, new_hashes: beam.PCollection) -> beam.PCollection:
+    """(exact_hash, old doc_id) of the index entries whose hash occurs among ``new_hashes``."""
+    return old_parts | "OldHashes" >> beam.ParDo(
+        _IndexLookup("index_exact_entries_read", set, index_exact_matches), beam.pvalue.AsList(new_hashes))
+
+
 class ExactDedupe(beam.PTransform):
     """Exact duplicates by normalized-text hash, optionally against an old corpus's hashes.
 
@@ -76,9 +82,7 @@ class ExactDedupe(beam.PTransform):
         groups: dict[str, beam.PCollection] = {"new": keyed}
         old = self.old_hashes
         if self.old_parts is not None:
-            new_hashes = keyed | "NewHashes" >> beam.Keys()
-            old = self.old_parts | "OldHashes" >> beam.ParDo(
-                _IndexLookup("index_exact_entries_read", set, index_exact_matches), beam.pvalue.AsList(new_hashes))
+            old = _old_exact_hashes(self.old_parts, keyed | "NewHashes" >> beam.Keys())
         if old is not None:
             groups["old"] = old
         res = (
@@ -88,3 +92,55 @@ class ExactDedupe(beam.PTransform):
             | "Resolve" >> beam.ParDo(_ResolveExact()).with_outputs("duplicates", main="kept")
         )
         return {"kept": res.kept, "duplicates": res.duplicates}
+
+
+class _Member(NamedTuple):
+    """A document of an exact-hash group as ``resolve_exact_group`` reads it (never shuffled)."""
+
+    doc_id: str
+    source: str
+
+
+def exact_entry(s: Sketch) -> tuple[str, tuple[str, str]]:
+    """What the exact step needs of a sketched document: (its exact hash, (doc_id, source))."""
+    return s.exact_hash, (s.doc_id, s.source)
+
+
+def exact_verdicts(members: Iterable[tuple[str, str]], old_ids: Iterable[str] = ()) -> Iterator[Duplicate]:
+    """The Duplicates ``resolve_exact_group`` makes of one group of (doc_id, source) entries."""
+    group = [_Member(*m) for m in members]
+    for out in resolve_exact_group(group, old_ids):
+        if isinstance(out, Duplicate):
+            yield out
+
+
+class _ExactVerdicts(beam.DoFn):
+    def __init__(self) -> None:
+        self.dups = Metrics.counter(_NS, "exact_duplicates")
+
+    def process(self, element: tuple[str, dict[str, Any]]) -> Iterator[Duplicate]:
+        _, groups = element
+        for d in exact_verdicts(groups["new"], groups.get("old", ())):
+            self.dups.inc()
+            yield d
+
+
+class ExactVerdicts(beam.PTransform):
+    """Exact duplicates from ``exact_entry`` records: PCollection[Duplicate], the documents never shuffled.
+
+    The same verdicts as ``ExactDedupe`` (``resolve_exact_group``: the smallest doc_id of a hash
+    stays, or every new document is a duplicate of the smallest old doc_id matching it), grouped on
+    (hash, doc_id, source) tuples instead of whole documents. ``Deduplicate`` uses it when near
+    dedupe runs: the hash comes with each document's sketch, and the documents join their verdicts
+    once, with the near-duplicate ones. ``old_parts``: as in ``ExactDedupe``.
+    """
+
+    def __init__(self, old_parts: beam.PCollection | None = None) -> None:
+        super().__init__()
+        self.old_parts = old_parts
+
+    def expand(self, entries: beam.PCollection) -> beam.PCollection:
+        groups: dict[str, beam.PCollection] = {"new": entries}
+        if self.old_parts is not None:
+            groups["old"] = _old_exact_hashes(self.old_parts, entries | "NewHashes" >> beam.Keys())
+        return groups | "Group" >> beam.CoGroupByKey() | "Resolve" >> beam.ParDo(_ExactVerdicts())

@@ -173,7 +173,7 @@ class _ScreenAtMember(beam.DoFn):
     def process(self, element: tuple[str, dict[str, Any]]) -> Iterator[Any]:
         member, g = element
         sigs = list(g["sig"])
-        if not sigs:
+        if not sigs or any(True for _ in g.get("skip", ())):
             return
         for out in screen_at_member(member, sigs[0], g["cand"], self.screen):
             self.candidates.inc()
@@ -425,6 +425,11 @@ class NearDedupe(beam.PTransform):
     (``lsh_shard_batches``; ``Deduplicate`` takes them from the Sketch step's
     batches); without it they are made here, one sketch per element.
 
+    ``skip``: node ids (PCollection[str]) that are never a candidate member: the exact duplicates,
+    when ``Deduplicate`` sketches every document. An exact duplicate shares every band key with
+    its kept twin (or the indexed document it matches), whose node id is smaller, so it is never a
+    bucket's root either: skipping it at the member screen gives the verdicts of a run without it.
+
     Shuffles: LSH buckets of (node, count) only, grouped by LSH shard (band key
     mod ``LSH_SHARDS``) in columns, one element per shard and batch of
     documents; the old bucket roots join the same shards, and
@@ -437,11 +442,12 @@ class NearDedupe(beam.PTransform):
     """
 
     def __init__(self, cfg: DedupeConfig, old_parts: beam.PCollection | None = None,
-                 buckets: beam.PCollection | None = None) -> None:
+                 buckets: beam.PCollection | None = None, skip: beam.PCollection | None = None) -> None:
         super().__init__()
         self.cfg = cfg
         self.old_parts = old_parts
         self.buckets = buckets
+        self.skip = skip
 
     def expand(self, sketches: beam.PCollection) -> beam.PCollection:
         cfg = self.cfg
@@ -471,10 +477,15 @@ class NearDedupe(beam.PTransform):
         # Screening needs both signatures of a candidate pair: joined at the member,
         # then at the root (signatures cross each join once per document, not once per bucket).
         signatures = sketches | "SignatureByNode" >> beam.FlatMap(_signature_by_node)
-        at_member = (
-            {"cand": entries | "GroupShards" >> beam.GroupByKey() | "Candidates" >> beam.FlatMapTuple(
+        at_member_groups = {
+            "cand": entries | "GroupShards" >> beam.GroupByKey() | "Candidates" >> beam.FlatMapTuple(
                 lambda _, values: shard_candidates(values)),
-             "sig": signatures}
+            "sig": signatures,
+        }
+        if self.skip is not None:
+            at_member_groups["skip"] = self.skip | "SkipByNode" >> beam.Map(lambda node: (node, None))
+        at_member = (
+            at_member_groups
             | "JoinMemberSignature" >> beam.CoGroupByKey()
             | "ScreenAtMember" >> beam.ParDo(_ScreenAtMember(screen)).with_outputs("at_root", main="edges")
         )
