@@ -224,6 +224,37 @@ def _concat(segs: Iterable[Segment]) -> list[int]:
     return out
 
 
+def _join_ids(first: int, parts: Sequence[Segment | int], last: int) -> TokenIds:
+    """``token_ids((first, *ids of parts, last))``; parts are segments or single ids.
+
+    uint16 segments (every id of a sentence fits) are appended as memory, not id by id; anything
+    else (an int32 segment, an id past 65535) takes ``token_ids`` over every id, which picks the
+    width as before: the same ids at the same width either way.
+    """
+    out = TokenIds("H")
+    try:
+        out.append(first)
+        for part in parts:
+            if type(part) is int:
+                out.append(part)
+            elif getattr(part, "typecode", None) == "H":
+                out.extend(part)  # type: ignore[arg-type]
+            else:
+                raise OverflowError
+        out.append(last)
+        return out
+    except OverflowError:
+        return token_ids((first, *_flatten(parts), last))
+
+
+def _flatten(parts: Iterable[Segment | int]) -> Iterable[int]:
+    for part in parts:
+        if type(part) is int:
+            yield part
+        else:
+            yield from part  # type: ignore[misc]
+
+
 def _binomial_half(r: int, *key: object) -> int:
     """Number of heads in r keyed fair coin flips (popcount of r hash bits)."""
     heads = 0
@@ -306,29 +337,32 @@ def _pack_contiguous(
     cap = cfg.max_seq_len - 2
     p = cfg.effective_short_seq_prob
     out: list[PackedSequence] = []
-    ids: list[int] = []  # block content between <s> and the final </s>
+    parts: list[Segment | int] = []  # block content between <s> and the final </s>: segments and separators
+    size = 0  # tokens in parts
     members: list[str] = []
     target = cap
 
     def close() -> None:
-        if ids:
-            _emit(out, PackedSequence(input_ids=token_ids((ends[0], *ids, ends[1])), doc_ids=tuple(members)),
-                  stats)
-            ids.clear()
+        nonlocal size
+        if size:
+            _emit(out, PackedSequence(input_ids=_join_ids(ends[0], parts, ends[1]), doc_ids=tuple(members)), stats)
+            parts.clear()
             members.clear()
+            size = 0
 
     for doc_id, segs in pool:
         for k, seg in enumerate(segs):
-            sep = 1 if (ids and k == 0) else 0
-            if ids and len(ids) + sep + len(seg) > target:
+            sep = 1 if (size and k == 0) else 0
+            if size and size + sep + len(seg) > target:
                 close()
                 sep = 0
-            if not ids:
+            if not size:
                 # Keyed by the block's first segment, so each block draws once.
                 target = _target(seed, doc_id, k, cap, p, stats)
             if sep:
-                ids.append(ends[1])
-            ids.extend(seg)
+                parts.append(ends[1])
+            parts.append(seg)
+            size += sep + len(seg)
             stats.home_tokens += len(seg)
             if not members or members[-1] != doc_id:
                 members.append(doc_id)

@@ -439,3 +439,34 @@ def test_planned_tar_size_is_the_encoded_size(rule, vocab_size):
     for s in seqs:
         members = encode_sample(s.input_ids, vocab_size, s.token_type_ids, s.label, {"doc_ids": list(s.doc_ids)})
         assert planned_tar_size(s, vocab_size) == sample_tar_size(members)
+
+
+def test_join_ids_equals_token_ids_of_the_flat_ids() -> None:
+    """Blocks are joined as memory where segments are uint16; the ids and their width are those of
+    ``token_ids`` over every id, whatever mix of widths, slices and separators a block holds."""
+    import random
+    from array import array
+
+    from pipelines.packing import _join_ids
+    from pipelines.records import TokenIds, token_ids
+
+    rng = random.Random(0)
+    for _ in range(300):
+        parts: list = []
+        for _ in range(rng.randint(0, 6)):
+            kind = rng.choice(["small", "big", "int32-small", "slice", "sep", "bigsep"])
+            ids = [rng.randrange(60_000) for _ in range(rng.randint(1, 9))]
+            if kind == "small":
+                parts.append(token_ids(ids))
+            elif kind == "big":
+                parts.append(token_ids(ids + [70_000]))  # an int32 sentence
+            elif kind == "int32-small":
+                parts.append(array("i", ids))  # a piece cut from an int32 sentence: every id fits uint16
+            elif kind == "slice":
+                parts.append(token_ids(ids + ids)[: len(ids)])  # a plain array('H'), as _segments cuts
+            else:
+                parts.append(2 if kind == "sep" else 80_000)
+        first, last = rng.choice([(0, 2), (101, 102), (0, 70_001)])
+        flat = [first] + [i for p in parts for i in ([p] if isinstance(p, int) else p)] + [last]
+        got, want = _join_ids(first, parts, last), token_ids(flat)
+        assert type(got) is TokenIds and list(got) == flat and got.typecode == want.typecode
