@@ -36,12 +36,34 @@ from shardforge.cliargs import ArgumentParser, option_strings, unknown_args_mess
 LOCAL_RUNNER = "FnApiRunner"
 
 
+class _UserErrorsOnce(logging.Filter):
+    """Drops a runner's log of a user error raised inside a stage (with its traceback): the command
+    prints that error itself, in one line (``shardforge.clirun.run_cli``). Other errors pass."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from shardforge.clirun import find_user_error
+
+        exc = record.exc_info[1] if record.exc_info else None
+        return exc is None or find_user_error(exc) is None
+
+
+# Where the local runner logs an exception raised in a DoFn (each with the traceback).
+_STAGE_ERROR_LOGGERS = ("apache_beam.runners.common", "apache_beam.runners.worker.sdk_worker",
+                        "apache_beam.runners.worker.bundle_processor",
+                        "apache_beam.runners.portability.fn_api_runner.fn_runner")
+
+
 def quiet_beam() -> None:
     """Keep Beam's own logging to errors (its 'apitools not found' import warning is dropped
-    earlier, in ``pipelines/__init__.py``, before Beam is imported)."""
+    earlier, in ``pipelines/__init__.py``, before Beam is imported), and a user error raised in a
+    stage out of Beam's log: the command prints it once."""
     logging.getLogger("apache_beam").setLevel(logging.ERROR)
     logging.getLogger().setLevel(logging.WARNING)
     warnings.filterwarnings("ignore", module="apache_beam")
+    for name in _STAGE_ERROR_LOGGERS:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _UserErrorsOnce) for f in logger.filters):
+            logger.addFilter(_UserErrorsOnce())
 
 
 class CachedViews:

@@ -364,7 +364,9 @@ class TrainTokenizer(beam.PTransform):
         def train(sample: list[SampleEntry]) -> tuple[bytes, dict[str, object]]:
             sentences, stats = training_sentences(sample, bounds)
             if not sentences:
-                raise UserError("tokenizer: the clean corpus is empty, nothing to train on")
+                raise UserError("tokenizer: the clean corpus is empty, nothing to train on (every document was "
+                                "filtered, rejected or a duplicate: check the inputs, and the clean rules for "
+                                "text unlike news or web prose)")
             start = time.monotonic()
             model = train_tokenizer(sentences, cfg)
             # The time goes to the log, not the report: report.json stays byte-identical run to run.

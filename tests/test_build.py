@@ -133,6 +133,19 @@ def test_cli_bad_input_gives_one_clear_line(tmp_path):
     assert "Traceback" not in r.stderr
 
 
+def test_a_corpus_that_cleaning_empties_gives_one_clear_line(tmp_path):
+    """Every document filtered: the error is raised inside a stage (the tokenizer has nothing to
+    train on), yet the user sees one line, not Beam's log of the stage's traceback."""
+    raw = tmp_path / "tiny.jsonl"
+    raw.write_text('{"text": "hi"}\n{"text": "a short one"}\n')
+    r = subprocess.run([sys.executable, "-m", "pipelines.build", "--input", str(raw), "--output", str(tmp_path / "o")],
+                       capture_output=True, text=True)
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    assert lines[0].startswith("error: tokenizer: the clean corpus is empty") and "filtered" in lines[0]
+
+
 def test_manifest_loads(built):
     _, out, m = built
     again, root = load_manifest(out)

@@ -372,3 +372,31 @@ def test_big_input_hint_estimates_from_what_cleaning_keeps(big_inputs, tmp_path)
     for name in ("dropped.jsonl", "dropped.jsonl.gz"):
         err = _hint_run(big_inputs[name], tmp_path)
         assert "note:" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_stage_error_log_filter_drops_only_user_errors() -> None:
+    """Beam's log of a stage's exception is dropped for a user error (the command prints it in one
+    line), also one Beam re-raised wrapped; a bug's traceback is still logged."""
+    from pipelines.options import _UserErrorsOnce
+    from schemas.errors import UserError
+
+    def record(exc: BaseException | None) -> logging.LogRecord:
+        info = None
+        if exc is not None:
+            try:
+                raise exc
+            except BaseException:  # noqa: BLE001
+                info = sys.exc_info()
+        return logging.LogRecord("apache_beam.runners.common", logging.ERROR, __file__, 1, "failed", None, info)
+
+    def wrapped() -> BaseException:
+        try:
+            raise UserError("no files match")
+        except UserError as e:
+            return RuntimeError(f"UserError: {e} [while running 'Read']")
+
+    f = _UserErrorsOnce()
+    assert not f.filter(record(UserError("the clean corpus is empty")))
+    assert not f.filter(record(wrapped()))
+    assert f.filter(record(ValueError("a bug")))
+    assert f.filter(record(None))
