@@ -37,6 +37,8 @@ Configurations (``--configs``, comma-separated; each runs at every size):
   -> sum of lengths on the same input, to show what the runner itself holds.
 * ``runner-fused``: the same without the GroupByKey (one streaming stage).
 * ``workers2``: ``default`` with ``--direct_num_workers 2`` (which selects two worker processes).
+* ``inmemory``: ``default`` with ``--spill_mb -1``: the local runner as Beam ships it, every
+  stage-to-stage buffer in memory (``default`` spills past 32 MB per buffer: ``pipelines.spill``).
 * ``batched``: the default build with ``--batch_mb`` (``--batch-mb``, 20 MB):
   a chain of batch builds, each deduplicated against the index of the ones
   before (``pipelines.batched``). The input is written as files of
@@ -75,11 +77,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script:
 
 from benchmarks.common import ROOT, bench_parser, command_line, machine, scratch_dir, write_results  # noqa: E402
 
-CONFIGS = ("default", "capped", "capped-mp", "runner", "runner-fused", "batched", "workers2")
+CONFIGS = ("default", "capped", "capped-mp", "runner", "runner-fused", "batched", "workers2", "inmemory")
 WORKERS2_ARGS = ["--direct_num_workers", "2"]  # pipelines.options: N != 1 means N worker processes
 MP_ARGS = ["--direct_running_mode", "multi_processing", "--direct_num_workers", "2"]
+INMEMORY_ARGS = ["--spill_mb", "-1"]  # pipelines.spill off: Beam's runner keeps every buffer in memory
 # Pairs of configurations that differ only in how the runner executes: byte-identical corpora.
-MUST_MATCH = (("default", "workers2"), ("capped", "capped-mp"))
+MUST_MATCH = (("default", "workers2"), ("capped", "capped-mp"), ("default", "inmemory"))
 
 
 def write_corpus(path: Path, megabytes: float, seed: int = 11, file_mb: float | None = None) -> tuple[int, int]:
@@ -321,7 +324,7 @@ def child(megabytes: float, near: bool, config: str, caps: dict[str, int], batch
     quiet_beam()
     sampler = TreeSampler()
     watch_stages(sampler)
-    beam_args = MP_ARGS if config == "capped-mp" else WORKERS2_ARGS if config == "workers2" else []
+    beam_args = {"capped-mp": MP_ARGS, "workers2": WORKERS2_ARGS, "inmemory": INMEMORY_ARGS}.get(config, [])
     with scratch_dir("sf-scaling-") as work:
         batched = config == "batched"
         if raw is None:
@@ -338,7 +341,7 @@ def child(megabytes: float, near: bool, config: str, caps: dict[str, int], batch
             counts["manifest_sha256"] = None
         else:
             source = raw / "*.jsonl" if batched else raw
-            cfg = build_config(source, near, None if config in ("default", "batched", "workers2") else caps)
+            cfg = build_config(source, near, None if config in ("default", "batched", "workers2", "inmemory") else caps)
             manifest = run_build(cfg, str(work / "corpus"), beam_args, batch_mb=batch_mb if batched else None)
             s = summarize(manifest)
             counts = {"kept": s["kept"], "duplicates": s["duplicates"], "tokens": s["tokens"],
@@ -487,6 +490,7 @@ def config_label(config: str, caps: dict[str, int]) -> str:
         "capped": f"small caps ({caps_txt}): several packing groups, capped sample",
         "capped-mp": f"small caps, `{' '.join(MP_ARGS)}`",
         "workers2": f"pipeline defaults, `{' '.join(WORKERS2_ARGS)}` (two SDK worker processes)",
+        "inmemory": f"pipeline defaults, `{' '.join(INMEMORY_ARGS)}` (Beam's runner holding every buffer in memory)",
         "runner": "runner only: ReadFromText -> parse -> GroupByKey (1024 keys) -> sum of lengths; "
                   "no shardforge stage",
         "batched": f"pipeline defaults, `--batch_mb {caps['batch_mb']:g}`, input as files of {caps['file_mb']:g} MB "

@@ -34,6 +34,7 @@ from schemas.errors import UserError
 from shardforge.cliargs import ArgumentParser, option_strings, unknown_args_message
 
 LOCAL_RUNNER = "FnApiRunner"
+DEFAULT_SPILL_MB = 32
 
 
 class _UserErrorsOnce(logging.Filter):
@@ -126,6 +127,33 @@ class BuildOptions(CachedViews, PipelineOptions):
                             "see docs/scaling.md). A rerun resumes after the last committed batch.")
 
 
+class LocalRunnerOptions(CachedViews, PipelineOptions):
+    """Memory of the local runner (``pipelines.spill``): every command that runs a pipeline accepts these."""
+
+    @classmethod
+    def _add_argparse_args(cls, parser: Any) -> None:
+        g = parser.add_argument_group("local runner memory")
+        g.add_argument("--spill_mb", type=float, default=None,
+                       help="Local runner: MB of encoded data each stage-to-stage buffer keeps in memory; the rest "
+                            "goes to temporary files, and stages stream their input and output (default "
+                            f"{DEFAULT_SPILL_MB}; 0 spills everything; -1 keeps everything in memory, as Beam "
+                            "does). Output does not depend on it.")
+        g.add_argument("--spill_dir", default=None,
+                       help="Local runner: folder for the spilled data (default: the system temporary folder; "
+                            "files are unlinked at creation and gone when the build ends).")
+
+
+def spill_settings(opts: PipelineOptions):
+    """The ``pipelines.spill`` settings of a local run (None: keep everything in memory)."""
+    from pipelines.spill import SpillSettings
+
+    o = opts.view_as(LocalRunnerOptions)
+    mb = DEFAULT_SPILL_MB if o.spill_mb is None else o.spill_mb
+    if mb < 0:
+        return None
+    return SpillSettings(buffer_bytes=int(mb * (1 << 20)), directory=o.spill_dir)
+
+
 def split_input(arg: str) -> tuple[str, str]:
     """'ccnews=gs://b/x/*.jsonl' -> ('ccnews', url); an untagged URL gets the name 'other'."""
     if "=" in arg and "://" not in arg.split("=", 1)[0]:
@@ -213,7 +241,8 @@ WORKER_COMMAND = "{python} -m pipelines.worker"
 
 
 def make_pipeline(opts: PipelineOptions):
-    """``beam.Pipeline`` for finalized options; a local build's worker processes run ``pipelines.worker``.
+    """``beam.Pipeline`` for finalized options; a local build's worker processes run ``pipelines.worker``,
+    and its runner spills stage data past ``--spill_mb`` per buffer to disk (``pipelines.spill``).
 
     Beam's multi-process mode starts its stock worker command, which prints Beam's import and
     start-up logs once per worker; the same FnApiRunner with a subprocess environment of our
@@ -225,11 +254,18 @@ def make_pipeline(opts: PipelineOptions):
     import apache_beam as beam
     from apache_beam.options.pipeline_options import DirectOptions
 
-    from pipelines import signatures
+    from pipelines import signatures, spill
 
     signatures.install()  # graph construction and in-process bundles introspect every DoFn
     direct = opts.view_as(DirectOptions)
-    if opts.view_as(StandardOptions).runner != LOCAL_RUNNER or direct.direct_running_mode != "multi_processing":
+    local = opts.view_as(StandardOptions).runner == LOCAL_RUNNER
+    if local:
+        settings = spill_settings(opts)
+        if settings is None:
+            spill.uninstall()
+        else:
+            spill.install(settings)  # stage data on disk past --spill_mb per buffer, streamed through bundles
+    if not local or direct.direct_running_mode != "multi_processing":
         return beam.Pipeline(options=opts)
     from apache_beam.runners.portability.fn_api_runner import FnApiRunner
     from apache_beam.transforms.environments import SubprocessSDKEnvironment

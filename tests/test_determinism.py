@@ -1,4 +1,5 @@
-"""Byte-identical builds: one input and config, in-process or with worker processes (issue #16).
+"""Byte-identical builds: one input and config, in-process or with worker processes, spilled to disk
+or held in memory (issue #16).
 
 The stages' own order tests (dedupe, tokenizer sample, packing) feed plain functions and Beam's
 local runner shuffled input; these run whole builds in fresh processes, where Beam splits every
@@ -39,6 +40,22 @@ def test_near_duplicate_heavy_build_is_byte_identical_with_two_worker_processes(
     assert compare(tmp_path / "one", tmp_path / "two") == []
     counts = ("kept", "duplicates", "filtered", "tokens", "shards", "samples")
     assert [one[k] for k in counts] == [two[k] for k in counts]
+
+
+def test_near_duplicate_heavy_build_is_byte_identical_with_everything_spilled(tmp_path: Path) -> None:
+    """`--spill_mb 0` (every stage-to-stage buffer on disk, GroupByKeys grouped bucket by bucket:
+    pipelines.spill) writes the same bytes as Beam's runner holding everything in memory
+    (`--spill_mb -1`), every intermediate included."""
+    import json
+
+    raw = tmp_path / "raw"
+    write_dup_corpus(raw, 0.4, files=4)
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(build_config(raw, spans=True)))
+    spilled = build(config, tmp_path / "spilled", ["--spill_mb", "0", "--spill_dir", str(tmp_path)])
+    memory = build(config, tmp_path / "memory", ["--spill_mb", "-1"])
+    assert spilled["duplicates"] > 50, spilled
+    assert compare(tmp_path / "spilled", tmp_path / "memory") == []
 
 
 def test_scaling_benchmark_compares_builds_of_one_input_path(tmp_path: Path) -> None:

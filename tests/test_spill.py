@@ -1,0 +1,225 @@
+"""pipelines.spill: the local runner's stage data on disk and streamed through bundles (issue #16, item 5).
+
+Real Beam pipelines on the FnApiRunner, with everything spilled (``buffer_bytes=0``) against Beam's
+own in-memory buffers: the same results, and bytes really went to disk. The buffer tests drive
+Beam's own ``ListBuffer`` / ``GroupingBuffer`` classes, so a Beam upgrade that moves the internals
+the patches rely on fails here.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import apache_beam as beam
+import pytest
+from apache_beam.coders import coders
+from apache_beam.coders.coder_impl import create_OutputStream
+from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+from apache_beam.runners.portability.fn_api_runner.execution import GroupingBuffer, ListBuffer
+from apache_beam.transforms import window
+from apache_beam.transforms.core import Windowing
+from apache_beam.utils.windowed_value import WindowedValue
+
+from pipelines import spill
+
+
+@pytest.fixture
+def spill_all(tmp_path: Path):
+    """Everything spills into tmp_path; Beam's own methods come back afterwards."""
+    spill.install(spill.SpillSettings(buffer_bytes=0, directory=str(tmp_path)))
+    yield tmp_path
+    spill.uninstall()
+
+
+def _kv_coder() -> coders.Coder:
+    return coders.WindowedValueCoder(coders.TupleCoder([coders.StrUtf8Coder(), coders.VarIntCoder()]),
+                                     coders.GlobalWindowCoder())
+
+
+def _encoded(pairs: list[tuple[str, int]]) -> bytes:
+    out = create_OutputStream()
+    impl = _kv_coder().get_impl()
+    for kv in pairs:
+        impl.encode_to_stream(WindowedValue(kv, 0, [window.GlobalWindow()]), out, True)
+    return out.get()
+
+
+def _grouping_buffer() -> GroupingBuffer:
+    post = coders.WindowedValueCoder(
+        coders.TupleCoder([coders.StrUtf8Coder(), coders.IterableCoder(coders.VarIntCoder())]),
+        coders.GlobalWindowCoder())
+    return GroupingBuffer(_kv_coder(), post, Windowing(window.GlobalWindows()))
+
+
+def _groups(buf: GroupingBuffer, n: int = 1) -> dict[str, list[int]]:
+    """Decode a GroupingBuffer's grouped output (all its parts): key -> values in order."""
+    from apache_beam.coders.coder_impl import create_InputStream
+
+    impl = buf._post_grouped_coder.get_impl()
+    out: dict[str, list[int]] = {}
+    for part in buf.partition(n):
+        for item in part:
+            stream = create_InputStream(spill.resolve(item))
+            while stream.size() > 0:
+                key, values = impl.decode_from_stream(stream, True).value
+                assert key not in out
+                out[key] = list(values)
+    return out
+
+
+def test_every_patched_method_exists_on_this_beam() -> None:
+    """The methods the patches replace exist, and real buffers carry the attributes they read."""
+    assert len(spill._targets()) == 14
+    assert isinstance(ListBuffer(None)._inputs, list)
+    assert isinstance(_grouping_buffer()._table, dict)
+
+
+def test_a_spilled_list_buffer_reads_back_the_same_bytes(spill_all: Path) -> None:
+    buf = ListBuffer(None)
+    chunks = [bytes([i]) * (100 + i) for i in range(20)]
+    before = spill.spilled()["bytes"]
+    for c in chunks:
+        buf.append(c)
+    assert all(type(x) is spill.Chunk for x in buf._inputs)  # on disk, not in memory
+    assert spill.spilled()["bytes"] - before == sum(map(len, chunks))
+    assert list(buf) == chunks
+    copy = buf.copy()
+    assert list(copy) == chunks
+    parts = buf.partition(3)  # more chunks than parts: slices of the items, read where they are sent
+    assert sorted(b for p in parts for b in map(spill.resolve, p)) == sorted(chunks)
+    other = ListBuffer(None)
+    other.append(b"x")
+    other.extend(buf)
+    assert list(other) == [b"x", *chunks]
+    buf.clear()
+    with pytest.raises(RuntimeError):
+        list(buf)
+
+
+def test_a_list_buffer_keeps_its_first_bytes_in_memory(tmp_path: Path) -> None:
+    spill.install(spill.SpillSettings(buffer_bytes=250, directory=str(tmp_path)))
+    try:
+        buf = ListBuffer(None)
+        for i in range(5):
+            buf.append(bytes([i]) * 100)
+        kinds = [type(x).__name__ for x in buf._inputs]
+        assert kinds == ["bytes", "bytes", "Chunk", "Chunk", "Chunk"]
+        assert list(buf) == [bytes([i]) * 100 for i in range(5)]
+    finally:
+        spill.uninstall()
+
+
+def test_partition_with_fewer_chunks_than_parts_splits_elements(spill_all: Path) -> None:
+    """Beam re-encodes element by element when a buffer has fewer chunks than parts: from the bytes."""
+    buf = ListBuffer(_kv_coder().get_impl())
+    buf.append(_encoded([("a", 1), ("b", 2), ("c", 3), ("d", 4)]))
+    parts = buf.partition(2)
+    assert len(parts) == 2 and all(len(p) == 1 for p in parts)
+    assert sum(len(spill.resolve(p[0])) for p in parts) == len(_encoded([("a", 1), ("b", 2), ("c", 3), ("d", 4)]))
+
+
+def test_a_spilled_grouping_buffer_groups_like_beams(spill_all: Path) -> None:
+    pairs = [(f"k{i % 37}", i) for i in range(2000)]
+    mine = _grouping_buffer()
+    for i in range(0, len(pairs), 300):
+        mine.append(_encoded(pairs[i:i + 300]))
+    assert mine.__dict__.get("_sf_spill") not in (None, spill._NO_SPILL)
+    assert not mine._table  # nothing decoded held in memory
+    spill.uninstall()
+    beams = _grouping_buffer()
+    for i in range(0, len(pairs), 300):
+        beams.append(_encoded(pairs[i:i + 300]))
+    spill.install(spill.SpillSettings(buffer_bytes=0, directory=str(spill_all)))
+    got, want = _groups(mine, 3), _groups(beams, 1)
+    assert got == want  # every key, and each key's values in arrival order
+    assert len(got) == 37 and got["k0"] == list(range(0, 2000, 37))
+
+
+def test_a_grouping_buffer_spills_what_it_held_when_it_crosses_the_limit(tmp_path: Path) -> None:
+    first = _encoded([("a", 1), ("b", 2)])
+    spill.install(spill.SpillSettings(buffer_bytes=len(first), directory=str(tmp_path)))
+    try:
+        buf = _grouping_buffer()
+        buf.append(first)
+        assert buf._table and buf.__dict__.get("_sf_spill") is None  # under the limit: Beam's table
+        buf.append(_encoded([("a", 3), ("c", 4)]))
+        assert not buf._table  # the table went into the buckets with the rest
+        assert _groups(buf) == {"a": [1, 3], "b": [2], "c": [4]}
+    finally:
+        spill.uninstall()
+
+
+def test_extend_merges_spilled_and_unspilled_grouping_buffers(spill_all: Path) -> None:
+    a, b = _grouping_buffer(), _grouping_buffer()
+    a.append(_encoded([("x", 1), ("y", 2)]))
+    spill.uninstall()
+    b.append(_encoded([("x", 3)]))  # Beam's own table
+    spill.install(spill.SpillSettings(buffer_bytes=0, directory=str(spill_all)))
+    a.extend(b)
+    assert _groups(a) == {"x": [1, 3], "y": [2]}
+
+
+def _pipeline_results(out: Path) -> dict[str, list]:
+    """A pipeline with every kind of stage boundary: GroupByKey, CoGroupByKey, a lifted combine,
+    side inputs (singleton and list), a PCollection read by three stages, Flatten; results sorted."""
+    words = [f"w{i % 101}" for i in range(30_000)]
+    with beam.Pipeline(runner=FnApiRunner()) as p:
+        docs = p | beam.Create(list(enumerate(words)))
+        keyed = docs | "Key" >> beam.Map(lambda kv: (kv[1], kv[0]))
+        grouped = keyed | beam.GroupByKey() | "Sum" >> beam.MapTuple(lambda k, vs: (k, (sum(vs), len(list(vs)))))
+        counts = keyed | beam.combiners.Count.PerKey()
+        total = docs | "Total" >> beam.combiners.Count.Globally()
+        firsts = keyed | beam.combiners.Top.PerKey(1, key=lambda v: -v)
+        joined = ({"g": grouped, "c": counts, "f": firsts}
+                  | beam.CoGroupByKey())
+        shares = counts | beam.Map(lambda kv, n: (kv[0], kv[1] / n), beam.pvalue.AsSingleton(total))
+        seen = keyed | "Seen" >> beam.Filter(lambda kv, keys: kv[0] in keys,
+                                             beam.pvalue.AsList(counts | beam.Keys()))
+        both = (seen | "S1" >> beam.Map(lambda kv: kv[0]), shares | "S2" >> beam.Map(lambda kv: kv[0])) \
+            | beam.Flatten() | "CountAll" >> beam.combiners.Count.Globally()
+
+        def dump(name):
+            def write(items):
+                (out / name).write_text(json.dumps(sorted(map(repr, items))))
+            return write
+
+        _ = joined | "LJ" >> beam.combiners.ToList() | "WJ" >> beam.Map(dump("joined"))
+        _ = shares | "LS" >> beam.combiners.ToList() | "WS" >> beam.Map(dump("shares"))
+        _ = both | "WB" >> beam.Map(lambda n: dump("both")([n]))
+    return {n: json.loads((out / n).read_text()) for n in ("joined", "shares", "both")}
+
+
+def test_a_pipeline_gives_the_same_results_spilled_and_in_memory(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    spill.uninstall()
+    beams = _pipeline_results(tmp_path / "a")
+    spill.install(spill.SpillSettings(buffer_bytes=0, directory=str(tmp_path)))
+    try:
+        before = spill.spilled()["bytes"]
+        spilled = _pipeline_results(tmp_path / "b")
+        assert spill.spilled()["bytes"] - before > 100_000  # the stage data really went to disk
+    finally:
+        spill.uninstall()
+    assert spilled == beams
+    assert beams["both"] == ["30101"]
+
+
+def test_spill_files_are_unlinked(spill_all: Path) -> None:
+    """Spill files never show in their folder (unlinked at creation): nothing to clean up after a crash."""
+    buf = ListBuffer(None)
+    buf.append(b"x" * 1000)
+    assert list(buf) == [b"x" * 1000]
+    assert list(spill_all.iterdir()) == []
+
+
+def test_spill_options_of_the_commands() -> None:
+    """--spill_mb / --spill_dir are Beam options every command accepts; -1 turns spilling off."""
+    from pipelines.options import DEFAULT_SPILL_MB, BuildOptions, check_beam_args, spill_settings
+
+    check_beam_args(["--spill_mb", "0", "--spill_dir", "/tmp"])
+    assert spill_settings(BuildOptions([])) == spill.SpillSettings(DEFAULT_SPILL_MB << 20, None)
+    assert spill_settings(BuildOptions(["--spill_mb", "0.5", "--spill_dir", "/x"])) == \
+        spill.SpillSettings(1 << 19, "/x")
+    assert spill_settings(BuildOptions(["--spill_mb", "-1"])) is None
