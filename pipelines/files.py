@@ -19,11 +19,42 @@ import apache_beam as beam
 
 from pipelines.coders import TokenizedDocumentCoder  # noqa: F401  (registers the coder)
 from pipelines.records import Reject, TokenizedDocument, stable_hash
-from storage import join, unless_swept, write_bytes_atomic
+from storage import join, unless_swept, write_bytes_atomic, write_stream_atomic
 
 
 def part_name(index: int, ext: str) -> str:
     return f"part-{index:05d}.{ext}"
+
+
+class ParquetSink:
+    """A write-only file for ``pyarrow.parquet.ParquetWriter`` over another writer (an atomic
+    upload's stream): pyarrow closes its sink when it finishes, the stream's owner closes it."""
+
+    def __init__(self, f: Any):
+        self._f, self._n, self.closed = f, 0, False
+
+    def write(self, data: Any) -> int:
+        self._f.write(data)
+        self._n += len(data)
+        return len(data)
+
+    def tell(self) -> int:
+        return self._n
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True
+
+    def writable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return False
+
+    def readable(self) -> bool:
+        return False
 
 
 def parquet_bytes(rows: list[dict[str, Any]], schema) -> bytes:
@@ -48,25 +79,26 @@ def parts_for(count: int, per_part: int) -> int:
 
 
 class PartCount(beam.PTransform):
-    """Records -> a singleton PCollection: ``parts_for(len(records), per_part)``.
+    """Records -> a singleton PCollection: ``parts_for(total, per_part)``, where the total is the
+    record count, or with ``size`` the sum of ``size(record)`` (text bytes, tokens, ...).
 
     A part file is written by one worker holding all of its records, so a
     fixed number of parts lets that worker's memory grow with the corpus;
-    deriving the count from the record count bounds it by ``per_part``.
+    deriving the count from the total bounds it by ``per_part``.
     """
 
-    def __init__(self, per_part: int):
+    def __init__(self, per_part: int, size: Callable[[Any], int] | None = None):
         super().__init__()
         parts_for(0, per_part)  # validate early, at pipeline construction
-        self.per_part = per_part
+        self.per_part, self.size = per_part, size
 
     def expand(self, records):
         per_part = self.per_part
-        return (
-            records
-            | "Count" >> beam.combiners.Count.Globally()
-            | "Parts" >> beam.Map(lambda n: parts_for(n, per_part))
-        )
+        if self.size is None:
+            total = records | "Count" >> beam.combiners.Count.Globally()
+        else:
+            total = records | "Size" >> beam.Map(self.size) | "Total" >> beam.CombineGlobally(sum)
+        return total | "Parts" >> beam.Map(lambda n: parts_for(n, per_part))
 
 
 def _doc_id_attr(rec: Any) -> str:
@@ -80,15 +112,17 @@ class WriteParts(beam.PTransform):
     `doc_id` gets a record's doc_id (default: its `.doc_id`; records that are
     plain tuples cross the shuffle with Beam's native coder). ``record_type``: the
     records' type, so the shuffle uses its registered coder (``pipelines.coders``)
-    instead of pickle. Emits the written file names.
+    instead of pickle. ``stream``: ``to_bytes(records, file)`` writes the part into
+    the file itself (instead of returning its bytes). Emits the written file names.
     """
 
-    def __init__(self, prefix: str, ext: str, to_bytes: Callable[[list[Any]], bytes], parts: Any,
-                 doc_id: Callable[[Any], str] | None = None, record_type: Any = None):
+    def __init__(self, prefix: str, ext: str, to_bytes: Callable[..., Any], parts: Any,
+                 doc_id: Callable[[Any], str] | None = None, record_type: Any = None, stream: bool = False):
         super().__init__()
         self.prefix, self.ext, self.to_bytes, self.parts = prefix, ext, to_bytes, parts
         self.doc_id = doc_id if doc_id is not None else _doc_id_attr
         self.record_type = record_type
+        self.stream = stream
 
     def expand(self, records):
         prefix, ext, to_bytes, doc_id = self.prefix, self.ext, self.to_bytes, self.doc_id
@@ -96,11 +130,18 @@ class WriteParts(beam.PTransform):
         def key(rec: Any, parts: int) -> tuple[int, Any]:
             return stable_hash("part", doc_id(rec)) % parts, rec
 
+        stream = self.stream
+
         def write(kv: tuple[int, Iterable[Any]]) -> str:
             index, recs = kv
             ordered = sorted(recs, key=doc_id)
+            del recs
             name = part_name(index, ext)
-            unless_swept(lambda: write_bytes_atomic(join(prefix, name), to_bytes(ordered)), f"part {name}")
+            url = join(prefix, name)
+            if stream:  # to_bytes(records, file) streams the part out: no copy of it in memory
+                unless_swept(lambda: write_stream_atomic(url, lambda f: to_bytes(ordered, f)), f"part {name}")
+            else:
+                unless_swept(lambda: write_bytes_atomic(url, to_bytes(ordered)), f"part {name}")
             return name
 
         parts = self.parts
@@ -146,8 +187,11 @@ def tokenized_to_parquet(docs: list[TokenizedDocument]) -> bytes:
     total = int(per_sent.sum())
     if total >= 2**31:  # list<int32> offsets are 32-bit (from_pylist failed here too)
         raise ValueError(f"a tokenized part holds {total} tokens, more than 2**31: use more packing groups")
-    ids = np.fromiter(itertools.chain.from_iterable(s for d in docs for s in d.sentences), dtype=np.int32,
-                      count=total)
+    sents = [s for d in docs for s in d.sentences]
+    if all(s.typecode == "H" for s in sents):  # the usual case: one join of the raw uint16 buffers
+        ids = np.frombuffer(b"".join(sents), dtype=np.uint16).astype(np.int32)
+    else:
+        ids = np.fromiter(itertools.chain.from_iterable(sents), dtype=np.int32, count=total)
     doc_offsets = np.concatenate([[0], np.cumsum(per_doc)]).astype(np.int32)
     sent_offsets = np.concatenate([[0], np.cumsum(per_sent)]).astype(np.int32)
     sentences = pa.ListArray.from_arrays(pa.array(doc_offsets),
@@ -192,6 +236,20 @@ def read_tokenized_parquet(url: str) -> list[TokenizedDocument]:
     return out
 
 
+# What one intermediate part holds at most: its worker holds the part's records decoded, sorted and
+# converted to Arrow at once (~4x the text of a clean part), so parts follow the corpus's size.
+CLEAN_PART_CHARS = 8_000_000  # characters of text per clean part
+TOKENIZED_PART_TOKENS = 4_000_000  # tokens per tokenized part (int32 in Arrow: 16 MB)
+
+
+def _text_chars(doc: Any) -> int:
+    return len(doc.text)
+
+
+def _doc_tokens(doc: TokenizedDocument) -> int:
+    return doc.num_tokens
+
+
 # Records per reject-log part file: a part is written by one worker holding all of its records
 # (~1.4 KB each while its JSONL is built, snippet included), so the part count grows with the
 # rejects instead of being fixed: a worker holds ~140 MB, whatever the corpus size.
@@ -213,22 +271,25 @@ class WriteRejectLog(beam.PTransform):
 class WriteIntermediates(beam.PTransform):
     """``(kept documents, tokenized documents)`` -> the clean and tokenized Parquet parts under ``output``.
 
-    ``parts``: a singleton PCollection with the part count (the packing groups, so a tokenized
-    part holds one group). Returns the two PCollections of written names (to wait on).
+    Part counts follow the data: at most ``CLEAN_PART_CHARS`` characters of text per clean part and
+    ``TOKENIZED_PART_TOKENS`` tokens per tokenized part, so the worker writing a part holds a bounded
+    amount whatever the corpus size. Returns the two PCollections of written names (to wait on).
     """
 
-    def __init__(self, output: str, parts: Any):
+    def __init__(self, output: str):
         super().__init__()
-        self.output, self.parts = output, parts
+        self.output = output
 
     def expand(self, pcolls):
         from pipelines.intermediate import CLEAN_DIR, TOKENIZED_DIR
 
         kept, tokenized = pcolls
+        clean_parts = kept | "CleanParts" >> PartCount(CLEAN_PART_CHARS, _text_chars)
+        tokenized_parts = tokenized | "TokenizedParts" >> PartCount(TOKENIZED_PART_TOKENS, _doc_tokens)
         return [
             kept | "WriteClean" >> WriteParts(join(self.output, CLEAN_DIR), "parquet", documents_to_parquet,
-                                              self.parts),
+                                              clean_parts),
             tokenized | "WriteTokenized" >> WriteParts(join(self.output, TOKENIZED_DIR), "parquet",
-                                                       tokenized_to_parquet, self.parts,
+                                                       tokenized_to_parquet, tokenized_parts,
                                                        record_type=TokenizedDocument),
         ]

@@ -93,7 +93,7 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig, output: str, *,
     written = [reject_log | "WriteRejects" >> WriteRejectLog(join(output, REJECTS_DIR))]
     intermediates: dict[str, str] = {"rejects": REJECTS_DIR, "dedupe_index": DEDUPE_INDEX_DIR}
     if cfg.write_intermediates:
-        written.extend((kept, tokenized) | "WriteIntermediates" >> WriteIntermediates(output, groups))
+        written.extend((kept, tokenized) | "WriteIntermediates" >> WriteIntermediates(output))
         intermediates.update(clean=CLEAN_DIR, tokenized=TOKENIZED_DIR)
 
     append_args: dict[str, Any] = {}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import json
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import apache_beam as beam
@@ -30,8 +30,10 @@ from storage import (
 
 INDEX_META = "index.json"
 INDEX_VERSION = 1
-# Index part files hold about this many entries (each about the size of its text).
+# Index part files hold at most this many entries, and about this many bytes of arrays (an entry's
+# shingles are about the size of its text): the worker writing a part holds all of it at once.
 INDEX_ENTRIES_PER_PART = 50_000
+INDEX_PART_BYTES = 32_000_000
 INDEX_ROW_GROUP = 2_000  # entries per Parquet row group of an index part (the unit a lookup reads)
 
 
@@ -73,6 +75,19 @@ def _row_doc_id(row: IndexRow) -> str:
     return row[0]
 
 
+def _row_size(row: IndexRow) -> tuple[int, int]:
+    """(1, bytes of the entry's arrays): what a part's count and size add up."""
+    return 1, len(row[3]) + len(row[4]) + len(row[5])
+
+
+def _sum_pairs(pairs: Iterable[tuple[int, int]]) -> tuple[int, int]:
+    entries = size = 0
+    for n, b in pairs:
+        entries += n
+        size += b
+    return entries, size
+
+
 def _list_column(chunks: list[bytes], dtype: type, large: bool = False):
     """A list<dtype> Arrow column from the raw bytes of each row's array: one concatenation, no per-row objects."""
     import pyarrow as pa
@@ -89,11 +104,28 @@ def _sketches_to_parquet(rows: Sequence[Sketch]) -> bytes:
     return _index_rows_to_parquet([index_row(s) if isinstance(s, Sketch) else s for s in rows])
 
 
-def _index_rows_to_parquet(rows: Sequence[IndexRow]) -> bytes:
-    """One index part file. The array columns are built from offsets and one buffer each (a
-    list of numpy arrays made pyarrow allocate ~1 GB for the shingles column at 10 MB of text)."""
-    import pyarrow as pa
+def _index_rows_to_parquet(rows: Sequence[IndexRow], out: Any = None) -> bytes | None:
+    """One index part file, its bytes (or written into ``out``, a file). The array columns are built
+    from offsets and one buffer each (a list of numpy arrays made pyarrow allocate ~1 GB for the
+    shingles column at 10 MB of text), one row group at a time: a writer holds one group's columns,
+    and the same bytes as one table written with ``row_group_size=INDEX_ROW_GROUP``."""
     import pyarrow.parquet as pq
+
+    from pipelines.files import ParquetSink
+
+    buf = io.BytesIO() if out is None else None
+    schema = index_schema()
+    # Small row groups: a lookup reads the probe columns of every group but the
+    # full rows (shingles) only of the groups holding a match.
+    with pq.ParquetWriter(ParquetSink(buf if out is None else out), schema, compression="zstd") as writer:
+        for start in range(0, max(1, len(rows)), INDEX_ROW_GROUP):
+            writer.write_table(_index_table(rows[start:start + INDEX_ROW_GROUP], schema),
+                               row_group_size=INDEX_ROW_GROUP)
+    return buf.getvalue() if buf is not None else None
+
+
+def _index_table(rows: Sequence[IndexRow], schema):
+    import pyarrow as pa
 
     doc_id, source, exact_hash, signature, band_keys, shingles = (list(c) for c in zip(*rows, strict=True)) \
         if rows else ([], [], [], [], [], [])
@@ -106,12 +138,7 @@ def _index_rows_to_parquet(rows: Sequence[IndexRow]) -> bytes:
         "shingles": _list_column(shingles, np.uint32, large=True),
         "num_shingles": pa.array([len(c) // 4 for c in shingles], pa.int32()),
     }
-    del signature, band_keys, shingles
-    buf = io.BytesIO()
-    # Small row groups: a lookup reads the probe columns of every group but the
-    # full rows (shingles) only of the groups holding a match.
-    pq.write_table(pa.table(cols, schema=index_schema()), buf, compression="zstd", row_group_size=INDEX_ROW_GROUP)
-    return buf.getvalue()
+    return pa.table(cols, schema=schema)
 
 
 def read_index_part(url: str) -> Iterator[Sketch]:
@@ -320,11 +347,13 @@ class _WriteIndex(beam.PTransform):
 
         parts = (
             sketches
-            | "Count" >> beam.combiners.Count.Globally()
-            | "Parts" >> beam.Map(lambda n: max(1, math.ceil(n / INDEX_ENTRIES_PER_PART)))
+            | "Size" >> beam.Map(_row_size)
+            | "Total" >> beam.CombineGlobally(_sum_pairs)
+            | "Parts" >> beam.Map(lambda t: max(1, math.ceil(t[0] / INDEX_ENTRIES_PER_PART),
+                                                math.ceil(t[1] / INDEX_PART_BYTES)))
         )
         written = sketches | "WriteParts" >> WriteParts(self.url, "parquet", _index_rows_to_parquet, parts,
-                                                         doc_id=_row_doc_id)
+                                                         doc_id=_row_doc_id, stream=True)
         params, old_refs, url = index_params(self.cfg), self.old_refs, self.url
 
         def write_meta(names: list[str]) -> None:
