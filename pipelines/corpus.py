@@ -42,7 +42,6 @@ from schemas.sample import (
     encode_sample,
     ids_dtype,
     member_tar_size,
-    sample_tar_size,
     write_tar,
 )
 from schemas.tokenizer_files import load_tokenizer
@@ -59,10 +58,11 @@ def sample_key(split: str, group: int, index: int, prefix: str = "") -> str:
     return f"{prefix}{split}-{group:05d}-{index:08d}"
 
 
-def encoded_samples(split: str, group: int, seqs: Sequence[PackedSequence], vocab_size: int, key_prefix: str = ""
-                    ) -> Iterator[tuple[str, list[tuple[str, bytes]], int]]:
-    """(key, members, tokens) for each packed sequence, in packing order."""
-    for i, s in enumerate(seqs):
+def encoded_samples(split: str, group: int, seqs: Sequence[PackedSequence], vocab_size: int, key_prefix: str = "",
+                    start: int = 0) -> Iterator[tuple[str, list[tuple[str, bytes]], int]]:
+    """(key, members, tokens) for each packed sequence, in packing order; ``start``: the group index
+    of ``seqs[0]`` (its key's number)."""
+    for i, s in enumerate(seqs, start):
         members = encode_sample(s.input_ids, vocab_size, s.token_type_ids, s.label, {"doc_ids": list(s.doc_ids)})
         yield sample_key(split, group, i, key_prefix), members, len(s.input_ids)
 
@@ -173,17 +173,22 @@ class _WriteGroup(beam.DoFn):
     def process(self, kv, vocab_size: int, offsets: dict[GroupKey, int], ends: tuple[int, int] = (BOS_ID, EOS_ID)):
         (split, group, groups), docs = kv
         _, seqs, _ = pack_sorted(docs, self.cfg, group, groups, tuple(ends))
-        enc = list(encoded_samples(split, group, seqs, vocab_size, self.key_prefix))
-        chunks = chunk_samples((sample_tar_size(m) for _, m, _ in enc), self.cfg.shards.target_bytes,
+        del docs
+        # The plan pass's cut (planned sizes equal the encoded ones: tests/test_packing.py); each
+        # shard's samples are encoded while it streams out, so a worker holds one sample's members.
+        chunks = chunk_samples((planned_tar_size(s, vocab_size) for s in seqs), self.cfg.shards.target_bytes,
                                self.cfg.shards.target_samples)
         # Appending to an existing corpus: this split's shard names continue after its last shard.
         first = offsets[(split, group, groups)] + self.base_offsets.get(split, 0)
         for j, (a, b) in enumerate(chunks):
             name = shard_name(split, first + j, self.tag)  # the attempt's tag: no other attempt writes it
-            part = enc[a:b]
+
+            def samples(a: int = a, b: int = b) -> Iterator[tuple[str, list[tuple[str, bytes]]]]:
+                for k, members, _ in encoded_samples(split, group, seqs[a:b], vocab_size, self.key_prefix, a):
+                    yield k, members
+
             try:
-                sha, size = write_stream_atomic(join(self.output, name),
-                                                lambda f, part=part: write_tar(f, ((k, m) for k, m, _ in part)))
+                sha, size = write_stream_atomic(join(self.output, name), lambda f, s=samples: write_tar(f, s()))
             except TemporaryRemoved as e:
                 # Another writer committed this corpus and swept this attempt's temporaries:
                 # this attempt cannot commit. Not raised (a runner logs a raised error with a
@@ -195,7 +200,7 @@ class _WriteGroup(beam.DoFn):
                 continue
             Metrics.counter("write", "shards").inc()
             progress.tick("write shards", unit="shard")
-            yield ShardInfo(name=name, split=split, samples=len(part), tokens=sum(t for _, _, t in part),
+            yield ShardInfo(name=name, split=split, samples=b - a, tokens=sum(len(s.input_ids) for s in seqs[a:b]),
                             bytes=size, sha256=sha).model_dump()
 
 

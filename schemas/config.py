@@ -169,8 +169,10 @@ class PackingConfig(Strict):
     # Documents are packed within deterministic groups (by doc hash), in
     # parallel; a group's documents must fit one worker's memory. `groups`
     # fixes the count; None derives it from the corpus: ceil(tokens / group_tokens).
+    # 4M tokens (~17 MB of English text): a worker packs a group in ~250 MB, and a group's
+    # end costs one short sequence per ~8,000 of 512 tokens.
     groups: int | None = Field(None, ge=1)
-    group_tokens: int = Field(20_000_000, ge=1)
+    group_tokens: int = Field(4_000_000, ge=1)
 
     @property
     def effective_short_seq_prob(self) -> float:
