@@ -17,11 +17,13 @@ manifest records (docs/continued-pretraining.md).
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import logging
 import os
 import time
-from collections.abc import Iterable, Sequence
+from array import array
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import apache_beam as beam
@@ -224,14 +226,32 @@ def sample_key(seed: int, doc_id: str) -> int:
     return stable_hash(seed, "tokenizer-sample", doc_id)
 
 
-# One document of the training sample: (sample key, sentences cut at MAX_SENTENCE_CHARS, their UTF-8 bytes).
-SampleEntry = tuple[int, tuple[str, ...], int]
+# One document of the training sample: (sample key, its sentences (cut at MAX_SENTENCE_CHARS) joined,
+# their lengths in characters as raw uint32 bytes, their UTF-8 bytes). One string per document, not
+# one per sentence: the sample is held whole by the combine that collects it and by the training
+# step (below the byte cap, the whole corpus), and a str costs ~49 bytes beside its text.
+SampleEntry = tuple[int, str, bytes, int]
 
 
 def sample_entry(seed: int, doc: SentencedDocument) -> SampleEntry:
     """A document's entry in the training sample (its key, its sentences as training reads them, their bytes)."""
-    sents = tuple(s[:MAX_SENTENCE_CHARS] for s in doc.sentences)
-    return sample_key(seed, doc.doc_id), sents, len("".join(sents).encode("utf-8", "surrogatepass"))
+    sents = [s[:MAX_SENTENCE_CHARS] for s in doc.sentences]
+    text = "".join(sents)
+    return (sample_key(seed, doc.doc_id), text, array("I", map(len, sents)).tobytes(),
+            len(text.encode("utf-8", "surrogatepass")))
+
+
+def entry_count(entry: SampleEntry) -> int:
+    """How many sentences a sample entry holds."""
+    return len(entry[2]) // 4
+
+
+def entry_sentences(entry: SampleEntry) -> Iterator[str]:
+    """A sample entry's sentences."""
+    text, start = entry[1], 0
+    for n in array("I", entry[2]):
+        yield text[start:start + n]
+        start += n
 
 
 @dataclass(frozen=True)
@@ -258,8 +278,8 @@ class SampleBounds:
             if len(out) >= self.documents or sents >= self.sentences or nbytes >= self.bytes:
                 break
             out.append(e)
-            sents += len(e[1])
-            nbytes += e[2]
+            sents += entry_count(e)
+            nbytes += e[3]
         return out
 
 
@@ -277,13 +297,13 @@ class BoundedSample(beam.CombineFn):
     def _add(self, acc: list, entries: Iterable[SampleEntry]) -> list:
         for e in entries:
             acc[0].append(e)
-            acc[1] += len(e[1])
-            acc[2] += e[2]
+            acc[1] += entry_count(e)
+            acc[2] += e[3]
         b = self.bounds
         # Trim once twice the bounds are held: amortized O(log n) per document.
         if len(acc[0]) >= 2 * b.documents or acc[1] >= 2 * b.sentences or acc[2] >= 2 * b.bytes:
             kept = b.needed(acc[0])
-            acc = [kept, sum(len(e[1]) for e in kept), sum(e[2] for e in kept)]
+            acc = [kept, sum(entry_count(e) for e in kept), sum(e[3] for e in kept)]
         return acc
 
     def add_input(self, acc: list, entry: SampleEntry) -> list:
@@ -299,45 +319,63 @@ class BoundedSample(beam.CombineFn):
         return self.bounds.needed(acc[0])
 
 
-def training_sentences(sample: list[SampleEntry], bounds: SampleBounds) -> tuple[list[str], dict[str, object]]:
-    """The sentences the tokenizer trains on, in sample order, and what was taken.
+def training_plan(sample: list[SampleEntry], bounds: SampleBounds
+                  ) -> tuple[list[tuple[SampleEntry, int]], dict[str, object]]:
+    """What the tokenizer trains on: (entry, how many of its first sentences) in sample order, and
+    what was taken.
 
     The longest run of the sample's sentences (documents in key order) within the sentence and
-    byte bounds. Returns (sentences, stats): documents, sentences and bytes taken, and the bound
-    the sample reached (``bounded_by``: "sentences", "bytes", "documents" (``sample_docs``
-    documents sampled) or None: the whole corpus).
+    byte bounds. The stats: documents, sentences and bytes taken, and the bound the sample
+    reached (``bounded_by``: "sentences", "bytes", "documents" (``sample_docs`` documents sampled)
+    or None: the whole corpus). ``plan_sentences`` reads the sentences of a plan one at a time.
     """
     sample = sorted(sample)
-    out: list[str] = []
-    nbytes = docs = 0
+    plan: list[tuple[SampleEntry, int]] = []
+    sentences = nbytes = docs = 0
     bounded_by: str | None = "documents" if len(sample) >= bounds.documents else None
-    for _, sents, doc_bytes in sample:
-        if len(out) + len(sents) <= bounds.sentences and nbytes + doc_bytes <= bounds.bytes:
-            out.extend(sents)  # the whole document fits (the usual case): no per-sentence work
+    for entry in sample:
+        count, doc_bytes = entry_count(entry), entry[3]
+        if sentences + count <= bounds.sentences and nbytes + doc_bytes <= bounds.bytes:
+            plan.append((entry, count))  # the whole document fits (the usual case): no per-sentence work
+            sentences += count
             nbytes += doc_bytes
-            docs += 1 if sents else 0
+            docs += 1 if count else 0
             continue
         taken = 0
-        for s in sents:
+        for s in entry_sentences(entry):
             size = len(s.encode("utf-8", "surrogatepass"))
-            if len(out) >= bounds.sentences:
+            if sentences >= bounds.sentences:
                 bounded_by = "sentences"
                 break
             if nbytes + size > bounds.bytes:
                 bounded_by = "bytes"
                 break
-            out.append(s)
+            sentences += 1
             nbytes += size
             taken += 1
-        docs += 1 if taken else 0
+        if taken:
+            plan.append((entry, taken))
+            docs += 1
         if bounded_by in ("sentences", "bytes"):
             break
     else:  # every document fitted whole: a bound may still be reached exactly at a document's end
-        if len(out) >= bounds.sentences:
+        if sentences >= bounds.sentences:
             bounded_by = "sentences"
         elif nbytes >= bounds.bytes:
             bounded_by = "bytes"
-    return out, {"documents": docs, "sentences": len(out), "bytes": nbytes, "bounded_by": bounded_by}
+    return plan, {"documents": docs, "sentences": sentences, "bytes": nbytes, "bounded_by": bounded_by}
+
+
+def plan_sentences(plan: list[tuple[SampleEntry, int]]) -> Iterator[str]:
+    """The sentences of a training plan, in order, one at a time (the trainer copies what it keeps)."""
+    for entry, count in plan:
+        yield from itertools.islice(entry_sentences(entry), count)
+
+
+def training_sentences(sample: list[SampleEntry], bounds: SampleBounds) -> tuple[list[str], dict[str, object]]:
+    """``training_plan``'s sentences as a list, and its stats."""
+    plan, stats = training_plan(sample, bounds)
+    return list(plan_sentences(plan)), stats
 
 
 class TrainTokenizer(beam.PTransform):
@@ -362,13 +400,14 @@ class TrainTokenizer(beam.PTransform):
         bounds = SampleBounds.of(cfg)
 
         def train(sample: list[SampleEntry]) -> tuple[bytes, dict[str, object]]:
-            sentences, stats = training_sentences(sample, bounds)
-            if not sentences:
+            plan, stats = training_plan(sample, bounds)
+            del sample  # the plan holds what training reads; the rest of the sample can go
+            if not stats["sentences"]:
                 raise UserError("tokenizer: the clean corpus is empty, nothing to train on (every document was "
                                 "filtered, rejected or a duplicate: check the inputs, and the clean rules for "
                                 "text unlike news or web prose)")
             start = time.monotonic()
-            model = train_tokenizer(sentences, cfg)
+            model = train_tokenizer(plan_sentences(plan), cfg)
             # The time goes to the log, not the report: report.json stays byte-identical run to run.
             logging.getLogger("shardforge.tokenizer").info(
                 "tokenizer trained on %d sentences (%.1f MB) in %.1f s", stats["sentences"],
