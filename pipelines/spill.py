@@ -492,9 +492,9 @@ def _malloc_trim() -> Any:
     if not _trim_fn:
         try:
             import ctypes
-            import ctypes.util
 
-            _trim_fn.append(ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim)
+            # The process's own symbols (no ctypes.util.find_library: it forks ldconfig).
+            _trim_fn.append(ctypes.CDLL(None).malloc_trim)
         except (OSError, AttributeError):  # not glibc
             _trim_fn.append(None)
     return _trim_fn[0]
