@@ -26,8 +26,8 @@ that must give the same bytes did (``MUST_MATCH``: ``workers2`` = ``default``, `
 Configurations (``--configs``, comma-separated; each runs at every size):
 
 * ``default``: the pipeline's default packing groups and tokenizer sample
-  (``PackingConfig.group_tokens`` = 20M tokens, ``TokenizerConfig.sample_docs`` =
-  200k), which at these sizes make ONE packing group and a whole-corpus sample.
+  (``PackingConfig.group_tokens`` = 4M tokens, ``TokenizerConfig.sample_docs`` =
+  200k, ``sample_bytes`` = 256 MB), which at these sizes make a whole-corpus sample.
 * ``capped``: the same build with small caps (``--group-tokens``,
   ``--sample-docs``, ``--input-sentence-size``), so that every input size exceeds
   them: if our per-worker state were what grows, memory would flatten here.
@@ -484,9 +484,13 @@ def summarize_config(rows: list[dict[str, Any]]) -> dict[str, float]:
 def config_label(config: str, caps: dict[str, int]) -> str:
     caps_txt = (f"group_tokens={caps['group_tokens']:,}, sample_docs={caps['sample_docs']:,}, "
                 f"input_sentence_size={caps['input_sentence_size']:,}")
+    from schemas.config import PackingConfig, TokenizerConfig
+
+    pack, tok = PackingConfig(), TokenizerConfig()
     return {
-        "default": "pipeline defaults (group_tokens=20,000,000, sample_docs=200,000): one packing group, "
-                   "whole-corpus tokenizer sample",
+        "default": f"pipeline defaults (group_tokens={pack.group_tokens:,}, sample_docs={tok.sample_docs:,}, "
+                   f"sample_bytes={tok.sample_bytes:,}): whole-corpus tokenizer sample at these sizes; "
+                   "stage data past 32 MB per buffer spilled to disk (`pipelines.spill`)",
         "capped": f"small caps ({caps_txt}): several packing groups, capped sample",
         "capped-mp": f"small caps, `{' '.join(MP_ARGS)}`",
         "workers2": f"pipeline defaults, `{' '.join(WORKERS2_ARGS)}` (two SDK worker processes)",
@@ -532,13 +536,19 @@ def conclusion(results: dict[str, list[dict[str, Any]]], pack: list[dict[str, fl
     if "default" in fit and "capped" in fit:
         d, c = fit["default"], fit["capped"]
         out.append(
-            f"- **Our config-bounded state was part of the growth at these sizes:** defaults "
-            f"{d['mem_per_mb']:.1f} MB RSS per input MB (size^{d['mem_exp']:.2f}), with every cap below the input "
-            f"{c['mem_per_mb']:.1f} MB per MB (size^{c['mem_exp']:.2f}). Below `group_tokens` (20M tokens, "
-            "~45 MB of this text) the corpus is one packing group, and below `sample_docs` (200k documents, "
-            "~420 MB) the tokenizer sample is the whole corpus: both stop growing past those sizes. What remains "
-            "with the caps grows in the dedupe stages, whose per-key work streams (one document, one bucket "
-            "root, a bounded heap) but whose outputs the runner buffers.")
+            f"- **With every cap below the input the build's memory is flat:** {c['mem_per_mb']:.1f} MB RSS per "
+            f"input MB (size^{c['mem_exp']:.2f}): the runner's stage data past `--spill_mb` per buffer is on disk "
+            "and streams through the bundles (`pipelines.spill`), and what a stage holds of ours is bounded by "
+            f"config. **At the defaults it grows {d['mem_per_mb']:.1f} MB per MB** (size^{d['mem_exp']:.2f}): "
+            "below the tokenizer's sample caps (`sample_bytes` 256 MB, `sample_docs` 200k, "
+            "`input_sentence_size` 2M) the sample is the whole corpus, held once as strings and once by "
+            "SentencePiece's trainer (~20 bytes per sample byte); past the caps it stops growing.")
+    if "inmemory" in fit:
+        m = fit["inmemory"]
+        out.append(
+            f"- **Beam's runner as it ships** (`--spill_mb -1`, every stage-to-stage buffer in memory, "
+            f"GroupByKey inputs decoded to Python objects): {m['mem_per_mb']:.1f} MB per input MB "
+            f"(size^{m['mem_exp']:.2f}).")
     if "capped-mp" in fit and "capped" in results:
         mp, one = results["capped-mp"][-1], results["capped"][-1]
         out.append(
@@ -554,12 +564,15 @@ def conclusion(results: dict[str, list[dict[str, Any]]], pack: list[dict[str, fl
             f"(log-log exponent {c['time_exp']:.2f}: below 1 while the start-up is still being amortized).")
     if pack:
         r = pack[-1]
-        per_group = (r["docs_b"] + max(r["pack_b"], r["parquet_b"])) * 20e6 / 1e9
+        from schemas.config import PackingConfig
+
+        group = PackingConfig().group_tokens
+        per_group = (r["docs_b"] + max(r["pack_b"], r["parquet_b"])) * group / 1e9
         out.append(
             f"- **What a distributed runner's worker holds of ours** is bounded by config: a packing group costs "
             f"{r['docs_b']:.0f} B/token as documents plus {r['pack_b']:.0f} B/token to pack it, or "
             f"{r['parquet_b']:.0f} B/token to write its tokenized Parquet part: ~{per_group:.1f} GB at the default "
-            "20M `group_tokens`.")
+            f"{group / 1e6:g}M `group_tokens`.")
     if spm:
         r = spm[-1]
         rate = r["rise_mb"] / r["text_mb"]

@@ -11,6 +11,7 @@ The driver of a one-shot build: options, the attempt tag, one run of the graph
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -36,6 +37,7 @@ from pipelines.options import (
     handle_help,
     make_pipeline,
     quiet_beam,
+    spill_settings,
 )
 from pipelines.report import build_warnings
 from pipelines.timings import (
@@ -101,15 +103,18 @@ def run_build(cfg: BuildConfig, output: str, beam_args: list[str] | None = None,
     return manifest
 
 
-# What a one-shot build on the local runner holds: Beam's FnApiRunner keeps each stage's whole
-# output until the next stage has run, and from the first shuffle on that output is the text that
-# survived cleaning. benchmarks/results/scaling.md measured RSS = ~370 MB + ~35 MB per MB of input
-# on synthetic English that cleaning almost entirely keeps: so ~35 MB per MB of *kept* text. Input
-# that cleaning mostly drops needs far less (an 836 MB crawl, most of it filtered, peaked at 347 MB).
-LOCAL_RSS_PER_KEPT_BYTE = 35
-LOCAL_RSS_BASE = 370_000_000
+# What a one-shot build on the local runner holds (benchmarks/results/scaling-memory.md, synthetic
+# English that cleaning almost entirely keeps). With the runner's stage data spilled to disk
+# (pipelines.spill, the default) the build stays near LOCAL_RSS_BASE plus ~1 MB per MB of kept text,
+# except for the tokenizer sample: held as strings and by SentencePiece's trainer, ~22 MB per MB of
+# sample, and the sample is the kept text up to ``tokenizer.sample_bytes`` (256 MB: ~5.6 GB).
+# Without spilling (--spill_mb -1) Beam's runner holds every stage's output: ~33 MB per MB kept.
+LOCAL_RSS_BASE = 600_000_000
+LOCAL_RSS_PER_KEPT_BYTE = 1
+LOCAL_RSS_PER_SAMPLE_BYTE = 22
+LOCAL_RSS_PER_KEPT_BYTE_IN_MEMORY = 33
 HINT_INPUT_BYTES = 100_000_000  # below this, no sampling and no hint (even all kept: < 4 GB)
-HINT_RSS_BYTES = 4_000_000_000  # warn from this estimate on
+HINT_RSS_BYTES = 4_000_000_000  # warn from this estimate on (or from 80% of the machine's memory if less)
 SAMPLE_FILES = 4  # per source, spread over its file list
 SAMPLE_RECORDS = 500  # per sampled file
 SAMPLE_BYTES = 4_000_000  # decompressed bytes read to measure a compressed file's expansion
@@ -183,12 +188,29 @@ def sample_input(cfg: BuildConfig, listed: dict[str, list[Any]]) -> InputSample:
     return InputSample(int(stored), text, kept / seen if seen else 1.0, records, files)
 
 
-def batching_hint(cfg: BuildConfig) -> str | None:
+def local_rss_estimate(cfg: BuildConfig, kept_text_bytes: float, spilled: bool = True) -> float:
+    """Peak RSS of a one-shot local build that keeps this much text (the model above)."""
+    if not spilled:
+        return LOCAL_RSS_BASE + LOCAL_RSS_PER_KEPT_BYTE_IN_MEMORY * kept_text_bytes
+    sample = 0.0 if cfg.tokenizer.model_url else min(kept_text_bytes, cfg.tokenizer.sample_bytes)
+    return LOCAL_RSS_BASE + LOCAL_RSS_PER_KEPT_BYTE * kept_text_bytes + LOCAL_RSS_PER_SAMPLE_BYTE * sample
+
+
+def machine_memory() -> int | None:
+    """This machine's physical memory in bytes (None where the OS does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def batching_hint(cfg: BuildConfig, spilled: bool = True) -> str | None:
     """A warning for a one-shot local build whose estimated memory is large, or None.
 
-    The estimate scales the measured RSS per kept byte by the input's
-    (decompressed) size and by the share of a small sample's text that passes
-    cleaning; the message says so, and gives the all-kept bound next to it.
+    The estimate (``local_rss_estimate``) scales the measured RSS per kept byte and per tokenizer
+    sample byte by the input's (decompressed) size and by the share of a small sample's text that
+    passes cleaning; the message says so, and gives the all-kept bound next to it. It warns from
+    HINT_RSS_BYTES on, or from 80% of this machine's memory if that is less.
     """
     from pipelines.rawfiles import list_raw_files
 
@@ -201,20 +223,32 @@ def batching_hint(cfg: BuildConfig) -> str | None:
         sample = sample_input(cfg, listed)
     except Exception:  # noqa: BLE001 - the build itself reports unreadable inputs properly
         return None
-    estimate = LOCAL_RSS_BASE + LOCAL_RSS_PER_KEPT_BYTE * sample.text_bytes * sample.kept_share
-    if estimate < HINT_RSS_BYTES:
+    estimate = local_rss_estimate(cfg, sample.text_bytes * sample.kept_share, spilled)
+    ram = machine_memory()
+    limit = min(HINT_RSS_BYTES, 0.8 * ram) if ram else HINT_RSS_BYTES
+    if estimate < limit:
         return None
-    bound = LOCAL_RSS_BASE + LOCAL_RSS_PER_KEPT_BYTE * sample.text_bytes
+    bound = local_rss_estimate(cfg, sample.text_bytes, spilled)
     size = f"{sample.stored_bytes / 1e6:,.0f} MB of input"
     if abs(sample.text_bytes - sample.stored_bytes) > 0.05 * sample.stored_bytes:
         size += f" (~{sample.text_bytes / 1e6:,.0f} MB decompressed)"
-    return (f"note: {size}. A one-shot build on the local runner holds the text that survives cleaning in "
-            f"memory (Beam's FnApiRunner keeps each stage's output): about {LOCAL_RSS_PER_KEPT_BYTE} MB of RAM "
-            f"per MB kept, measured on synthetic English (benchmarks/results/scaling.md). In a sample of "
-            f"{sample.records:,} records from {sample.files} file(s), {100 * sample.kept_share:.0f}% of the text "
-            f"passed cleaning, so expect roughly {estimate / 1e9:,.1f} GB (a rough estimate from that sample; "
-            f"{bound / 1e9:,.0f} GB if everything were kept). Pass --batch_mb 64 to build in batches with "
-            "bounded memory (docs/scaling.md), or run on Dataflow.")
+    if spilled:
+        why = (f"A one-shot build on the local runner keeps its stage data on disk past --spill_mb, but the tokenizer "
+               f"trains in memory on a sample of the kept text of up to tokenizer.sample_bytes "
+               f"({cfg.tokenizer.sample_bytes / 1e6:,.0f} MB): about {LOCAL_RSS_PER_SAMPLE_BYTE} MB of RAM per MB "
+               "of sample")
+        fix = ("Lower tokenizer.sample_bytes, reuse a trained tokenizer (--tokenizer URL), pass --batch_mb 64 to "
+               "build in batches (docs/scaling.md), or run on Dataflow.")
+    else:
+        why = (f"A one-shot build on the local runner with --spill_mb -1 holds the text that survives cleaning in "
+               f"memory (Beam's FnApiRunner keeps each stage's output): about {LOCAL_RSS_PER_KEPT_BYTE_IN_MEMORY} "
+               "MB of RAM per MB kept")
+        fix = "Drop --spill_mb -1, pass --batch_mb 64 to build in batches (docs/scaling.md), or run on Dataflow."
+    ram_note = f" (this machine has {ram / 1e9:,.1f} GB)" if ram else ""
+    return (f"note: {size}. {why}, measured on synthetic English (benchmarks/results/scaling-memory.md). In a "
+            f"sample of {sample.records:,} records from {sample.files} file(s), {100 * sample.kept_share:.0f}% of "
+            f"the text passed cleaning, so expect roughly {estimate / 1e9:,.1f} GB{ram_note} (a rough estimate from "
+            f"that sample; {bound / 1e9:,.1f} GB if everything were kept). {fix}")
 
 
 def summarize(m: Manifest, report: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -282,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = build_config_from_options(opts)
         _, beam_args = parser.parse_known_args(argv)
         if o.batch_mb is None and opts.view_as(StandardOptions).runner in (None, LOCAL_RUNNER):
-            hint = batching_hint(cfg)
+            hint = batching_hint(cfg, spilled=spill_settings(opts) is not None)
             if hint:
                 print(hint, file=sys.stderr)
         timings: dict[str, float] = {}

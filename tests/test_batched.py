@@ -293,3 +293,23 @@ def test_a_big_one_shot_local_build_suggests_batching(tmp_path, monkeypatch) -> 
     hint = build.batching_hint(cfg)
     assert hint is not None and "--batch_mb" in hint and "0 MB of input" in hint
     assert "sample of 1 records from 1 file(s)" in hint and "if everything were kept" in hint
+    assert "tokenizer.sample_bytes" in hint and "--spill_mb" in hint
+    held = build.batching_hint(cfg, spilled=False)
+    assert held is not None and "Drop --spill_mb -1" in held
+
+
+def test_the_local_memory_estimate_follows_the_tokenizer_sample() -> None:
+    """Spilled, a one-shot build's estimate grows ~1 MB per MB kept plus ~22 per MB of tokenizer
+    sample, which stops at tokenizer.sample_bytes; Beam's runner holding everything grows ~33."""
+    from pipelines.build import LOCAL_RSS_BASE, local_rss_estimate
+
+    cfg = BuildConfig.model_validate({"sources": [{"name": "news", "input": "x.jsonl"}],
+                                      "tokenizer": {"sample_bytes": 100_000_000}})
+    gb = 1_000_000_000
+    assert local_rss_estimate(cfg, 0) == LOCAL_RSS_BASE
+    assert local_rss_estimate(cfg, 50_000_000) == LOCAL_RSS_BASE + 23 * 50_000_000
+    big, bigger = local_rss_estimate(cfg, 10 * gb), local_rss_estimate(cfg, 20 * gb)
+    assert bigger - big == 10 * gb  # past the sample cap: 1 byte per byte kept
+    reused = cfg.model_copy(update={"tokenizer": cfg.tokenizer.model_copy(update={"model_url": "spm.model"})})
+    assert local_rss_estimate(reused, 10 * gb) == LOCAL_RSS_BASE + 10 * gb
+    assert local_rss_estimate(cfg, gb, spilled=False) == LOCAL_RSS_BASE + 33 * gb
