@@ -2,11 +2,12 @@
 
 Shared by the full build and by repack. Packing runs per deterministic group
 of documents (split × group, by doc hash), in parallel. Shard names are
-global and contiguous per split (`train-000000.tar` …): a first pass plans
-each group's shard count from the exact encoded sizes (computed, not encoded), a tiny side input
-turns the counts into index offsets, and a second pass packs again and
-streams each shard to storage atomically. The manifest, written last, is
-the commit marker of the corpus.
+global and contiguous per split (`train-000000.tar` …): the packing step packs
+each group once, cuts its sequences into shards by their exact encoded sizes
+(computed, not encoded) and hands the writer the packed group (one compact blob,
+``packing.encode_packed``); a tiny side input turns every group's shard count into
+index offsets, and the writer streams each shard to storage atomically. The
+manifest, written last, is the commit marker of the corpus.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from apache_beam.metrics import Metrics
 from pipelines import progress
 from pipelines.accounting import check_balanced
 from pipelines.coders import TokenizedDocumentCoder  # noqa: F401  (registers the coder)
-from pipelines.packing import PackedSequence, group_of, pack_group, split_of
+from pipelines.packing import PackedSequence, decode_packed, encode_packed, group_of, pack_group, split_of
 from pipelines.records import TokenizedDocument
 from pipelines.tokenizer import MODEL_PATH, tokenizer_info
 from schemas import BOS_ID, EOS_ID
@@ -50,6 +51,7 @@ from storage import TemporaryRemoved, join, redact_url, unless_swept, write_stre
 GroupKey = tuple[str, int, int]  # (split, group, number of groups)
 ROUTED = beam.typehints.Tuple[beam.typehints.Tuple[str, int, int], TokenizedDocument]  # GroupForPacking's input
 LOST_SHARD = "lost_shard"  # a _WriteGroup output naming a shard whose temporary another writer removed
+PLANS = "plans"  # _PackGroup's tagged output: each group's plan
 
 
 
@@ -82,8 +84,8 @@ def _npy_len(length: int, dtype: str) -> int:
 def planned_tar_size(seq: PackedSequence, vocab_size: int) -> int:
     """``sample_tar_size(encode_sample(...))`` of a packed sequence, without encoding it.
 
-    The plan pass needs only each sample's size in the tar (to cut shards); the members
-    are made once, by the write pass. tests/test_packing.py checks it against the encoding.
+    The packing step needs only each sample's size in the tar (to cut shards); the members
+    are made once, by the writer. tests/test_packing.py checks it against the encoding.
     """
     n = len(seq.input_ids)
     size = member_tar_size(_npy_len(n, ids_dtype(vocab_size).str))
@@ -118,8 +120,10 @@ def pack_sorted(docs: Iterable[TokenizedDocument], cfg: BuildConfig, group: int,
     return ordered, seqs, stats
 
 
-class _PlanGroup(beam.DoFn):
-    """Pass 1: pack a group and count its shards; emits ((split, group), plan)."""
+class _PackGroup(beam.DoFn):
+    """Pack a group, once: its plan, tagged ``PLANS`` (``((split, group, groups), plan)``: shard count,
+    documents, counters, lengths), and its packed sequences with their shard cuts for the writer
+    (``((split, group, groups), (cuts, encode_packed(sequences)))``)."""
 
     def __init__(self, cfg: BuildConfig):
         self.cfg = cfg
@@ -128,10 +132,12 @@ class _PlanGroup(beam.DoFn):
                 ends: tuple[int, int] = (BOS_ID, EOS_ID)):
         (split, group, groups), docs = kv
         ordered, seqs, stats = pack_sorted(docs, self.cfg, group, groups, tuple(ends))
+        del docs
         chunks = chunk_samples((planned_tar_size(s, vocab_size) for s in seqs), self.cfg.shards.target_bytes,
                                self.cfg.shards.target_samples)
         Metrics.counter("pack", f"{split}_sequences").inc(len(seqs))
-        yield (split, group, groups), {
+        key = (split, group, groups)
+        yield beam.pvalue.TaggedOutput(PLANS, (key, {
             "shards": len(chunks),
             "documents": len(ordered),
             "stats": stats.as_dict(),
@@ -139,7 +145,9 @@ class _PlanGroup(beam.DoFn):
             "seq_lengths": dict(sorted(Counter(len(s.input_ids) for s in seqs).items())),
             # source -> document tokens (specials excluded): the manifest's per-source tokens
             "source_tokens": dict(sorted(_source_tokens(ordered).items())),
-        }
+        }))
+        del ordered
+        yield key, (chunks, encode_packed(seqs))
 
 
 def _source_tokens(docs: Iterable[TokenizedDocument]) -> Counter[str]:
@@ -161,7 +169,7 @@ def shard_offsets(plans: list[tuple[GroupKey, dict[str, Any]]]) -> dict[GroupKey
 
 
 class _WriteGroup(beam.DoFn):
-    """Pass 2: pack the group again and stream its shards to storage."""
+    """Stream a packed group's shards to storage, under the global names its offset gives."""
 
     def __init__(self, cfg: BuildConfig, output: str, base_offsets: dict[str, int] | None = None,
                  key_prefix: str = "", tag: str = ""):
@@ -170,19 +178,16 @@ class _WriteGroup(beam.DoFn):
         self.key_prefix = key_prefix
         self.tag = tag
 
-    def process(self, kv, vocab_size: int, offsets: dict[GroupKey, int], ends: tuple[int, int] = (BOS_ID, EOS_ID)):
-        (split, group, groups), docs = kv
-        _, seqs, _ = pack_sorted(docs, self.cfg, group, groups, tuple(ends))
-        del docs
-        # The plan pass's cut (planned sizes equal the encoded ones: tests/test_packing.py); each
-        # shard's samples are encoded while it streams out, so a worker holds one sample's members.
-        chunks = chunk_samples((planned_tar_size(s, vocab_size) for s in seqs), self.cfg.shards.target_bytes,
-                               self.cfg.shards.target_samples)
+    def process(self, kv, vocab_size: int, offsets: dict[GroupKey, int]):
+        (split, group, groups), (chunks, blob) = kv
+        seqs = decode_packed(blob)
+        del blob
         # Appending to an existing corpus: this split's shard names continue after its last shard.
         first = offsets[(split, group, groups)] + self.base_offsets.get(split, 0)
         for j, (a, b) in enumerate(chunks):
             name = shard_name(split, first + j, self.tag)  # the attempt's tag: no other attempt writes it
 
+            # Each shard's samples are encoded while it streams out: a worker holds one sample's members.
             def samples(a: int = a, b: int = b) -> Iterator[tuple[str, list[tuple[str, bytes]]]]:
                 for k, members, _ in encoded_samples(split, group, seqs[a:b], vocab_size, self.key_prefix, a):
                     yield k, members
@@ -371,13 +376,14 @@ class WriteCorpus(beam.PTransform):
         ends = self.model | "EndIds" >> beam.Map(packing_ends)
 
         grouped = tokenized | "GroupForPacking" >> GroupForPacking(cfg, self.groups)
-        plans = grouped | "PlanShards" >> beam.ParDo(_PlanGroup(cfg), AsSingleton(vocab), AsSingleton(ends))
-        plan_list = plans | "CollectPlans" >> beam.combiners.ToList()
+        packed = grouped | "Pack" >> beam.ParDo(_PackGroup(cfg), AsSingleton(vocab), AsSingleton(ends)).with_outputs(
+            PLANS, main="packed")
+        plan_list = packed[PLANS] | "CollectPlans" >> beam.combiners.ToList()
         self.plans = plan_list  # the packing plans (singleton list), for the report
         offsets = plan_list | "Offsets" >> beam.Map(shard_offsets)
-        shards = grouped | "WriteShards" >> beam.ParDo(
+        shards = packed["packed"] | "WriteShards" >> beam.ParDo(
             _WriteGroup(cfg, self.shard_root, self.shard_offsets, self.key_prefix, self.tag),
-            AsSingleton(vocab), AsSingleton(offsets), AsSingleton(ends))
+            AsSingleton(vocab), AsSingleton(offsets))
 
         parent, tok_path, inter = self.parent, self.tokenizer_path, self.intermediates
         manifest_name, tag, conditional = self.manifest_name, self.tag, self.commit

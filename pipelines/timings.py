@@ -37,8 +37,8 @@ STAGES: dict[str, str] = {
     "sentences": "sentence splitting (SplitSentences)",
     "tokenizer training": "the bounded training sample and SentencePiece / BPE training (TrainTokenizer)",
     "encode": "tokenizing the documents (Tokenize, HasTokens)",
-    "packing": "packing groups and plans: routing, grouping, planning the shards (Groups, WriteCorpus/PlanShards...)",
-    "shard writing": "packing again as each shard is written, tar encoding, writing, the commit (WriteCorpus/WriteShards...)",
+    "packing": "packing groups: routing, grouping, packing, cutting the shards (Groups, WriteCorpus/Pack...)",
+    "shard writing": "tar encoding and writing each shard, the commit (WriteCorpus/WriteShards...)",
     "intermediates": "clean and tokenized Parquet intermediates (WriteIntermediates)",
     "reject log": "the reject log with reasons and snippets (WriteRejects)",
     "accounting": "every record in one bucket, per source (Account)",
@@ -61,8 +61,7 @@ _TOP_LEVEL: dict[str, str] = {
     "Report": "report",
 }
 # WriteCorpus's steps that plan the packing (the rest writes the shards and commits).
-_PACKING_STEPS = frozenset({"VocabSize", "EndIds", "GroupForPacking", "PlanShards", "CollectPlans",
-                            "Offsets"})
+_PACKING_STEPS = frozenset({"VocabSize", "EndIds", "GroupForPacking", "Pack", "CollectPlans", "Offsets"})
 ABOUT = ("Run-dependent: wall-clock measurements of the run that wrote this file, not part of the corpus "
          "(the manifest and report.json are byte-identical run to run; this file is not). 'stages' is the "
          "time Beam's state sampler saw each stage's transforms run, summed over bundles, worker processes "

@@ -18,6 +18,8 @@ from pipelines.packing import (
     PackedSequence,
     PackStats,
     _truncate_pair,
+    decode_packed,
+    encode_packed,
     group_of,
     pack_group,
     split_of,
@@ -136,6 +138,29 @@ def test_deterministic_and_order_independent(rule, shape, max_len, seed, order):
     order.shuffle(shuffled)
     assert pack_group(shuffled, cfg, seed, 0) == first
     assert pack_group(docs, cfg, seed, 0) == first
+
+
+@pytest.mark.parametrize("rule", RULES)
+@settings(max_examples=40, deadline=None)
+@given(shape=shapes, max_len=lengths, seed=st.integers(0, 2**32), wide=st.booleans())
+def test_a_packed_group_crosses_to_the_writer_unchanged(rule, shape, max_len, seed, wide):
+    """encode_packed / decode_packed (the packing step's hand-over to the shard writer): the same
+    sequences, ids, token types, labels and doc ids, for every rule; a group with an id past uint16 too."""
+    docs, _ = make_docs(shape)
+    if wide and docs and docs[0].sentences:
+        docs[0] = TokenizedDocument(docs[0].doc_id, "src", ((70_000,) + tuple(docs[0].sentences[0]),)
+                                    + docs[0].sentences[1:], docs[0].num_tokens + 1)
+    seqs, _ = pack_group(docs, cfg_for(rule, max_len), seed, 0)
+    back = decode_packed(encode_packed(seqs))
+    assert back == seqs
+    assert [(s.doc_ids, s.label, s.token_type_ids) for s in back] == [(s.doc_ids, s.label, s.token_type_ids)
+                                                                        for s in seqs]
+
+
+def test_a_packed_blob_is_checked() -> None:
+    assert decode_packed(encode_packed([])) == []
+    with pytest.raises(ValueError, match="not a packed group"):
+        decode_packed(b"\x80\x05 pickle?")
 
 
 @pytest.mark.parametrize("rule", ["segment_pair_nsp", "sentence_pair_nsp", "sop"])
@@ -427,7 +452,7 @@ def test_pairs_are_rarely_cut_on_real_sentence_lengths(rule, max_len):
 @pytest.mark.parametrize("rule", RULES)
 @pytest.mark.parametrize("vocab_size", [60_000, 70_000])  # uint16 and int32 ids
 def test_planned_tar_size_is_the_encoded_size(rule, vocab_size):
-    """The plan pass sizes samples without encoding them: exactly what encoding them gives."""
+    """The packing step sizes samples without encoding them: exactly what encoding them gives."""
     from pipelines.corpus import planned_tar_size
     from pipelines.packing import pack_group
     from schemas.sample import encode_sample, sample_tar_size

@@ -81,7 +81,7 @@ def test_every_transform_of_the_graph_belongs_to_a_named_stage(demo_corpus, tmp_
 
 
 def test_stage_of_splits_write_corpus_into_packing_and_shard_writing():
-    assert stage_of("WriteCorpus/PlanShards") == "packing" == stage_of("WriteCorpus/GroupForPacking/Write")
+    assert stage_of("WriteCorpus/Pack") == "packing" == stage_of("WriteCorpus/GroupForPacking/Write")
     assert stage_of("WriteCorpus/WriteShards") == "shard writing" == stage_of("WriteCorpus/CommitManifest")
     assert stage_of("ReadSources/Read[ccnews]/ReadFiles") == "read"
     assert stage_of("Clean/Clean/ParDo(_Clean)") == "clean"
