@@ -46,12 +46,28 @@ from schemas.sample import (
     write_tar,
 )
 from schemas.tokenizer_files import load_tokenizer
-from storage import TemporaryRemoved, join, redact_url, unless_swept, write_stream_atomic, write_text_atomic
+from pipelines.files import part_name, tokenized_to_parquet
+from storage import (
+    TemporaryRemoved,
+    join,
+    redact_url,
+    unless_swept,
+    write_bytes_atomic,
+    write_stream_atomic,
+    write_text_atomic,
+)
 
 GroupKey = tuple[str, int, int]  # (split, group, number of groups)
 ROUTED = beam.typehints.Tuple[beam.typehints.Tuple[str, int, int], TokenizedDocument]  # GroupForPacking's input
 LOST_SHARD = "lost_shard"  # a _WriteGroup output naming a shard whose temporary another writer removed
 PLANS = "plans"  # _PackGroup's tagged output: each group's plan
+TOKENIZED_PARTS = "tokenized_parts"  # _PackGroup's tagged output: the tokenized part files it wrote
+SPLITS = ("train", "valid")
+
+
+def tokenized_part_index(split: str, group: int, groups: int) -> int:
+    """The tokenized intermediate's part number of a packing group: train's groups, then valid's."""
+    return SPLITS.index(split) * groups + group
 
 
 
@@ -125,14 +141,19 @@ class _PackGroup(beam.DoFn):
     documents, counters, lengths), and its packed sequences with their shard cuts for the writer
     (``((split, group, groups), (cuts, encode_packed(sequences)))``)."""
 
-    def __init__(self, cfg: BuildConfig):
-        self.cfg = cfg
+    def __init__(self, cfg: BuildConfig, tokenized_dir: str | None = None):
+        self.cfg, self.tokenized_dir = cfg, tokenized_dir
 
     def process(self, kv: tuple[GroupKey, Iterable[TokenizedDocument]], vocab_size: int,
                 ends: tuple[int, int] = (BOS_ID, EOS_ID)):
         (split, group, groups), docs = kv
         ordered, seqs, stats = pack_sorted(docs, self.cfg, group, groups, tuple(ends))
         del docs
+        if self.tokenized_dir is not None:  # the group's documents are the intermediate's part: sorted already
+            name = part_name(tokenized_part_index(split, group, groups), "parquet")
+            unless_swept(lambda: write_bytes_atomic(join(self.tokenized_dir, name), tokenized_to_parquet(ordered)),
+                         f"part {name}")
+            yield beam.pvalue.TaggedOutput(TOKENIZED_PARTS, name)
         chunks = chunk_samples((planned_tar_size(s, vocab_size) for s in seqs), self.cfg.shards.target_bytes,
                                self.cfg.shards.target_samples)
         Metrics.counter("pack", f"{split}_sequences").inc(len(seqs))
@@ -347,15 +368,21 @@ class WriteCorpus(beam.PTransform):
     attempt and fails; with False (a batch of ``pipelines.ingest``, whose driver
     commits) it is simply written. Emits the committed manifest (as a dict), or
     nothing when another attempt committed first (the driver raises then).
+
+    ``tokenized_dir``: where the packing step writes the tokenized intermediate, one part per packing
+    group (``tokenized_part_index``; the group's documents sorted by doc_id): the documents cross
+    one shuffle for both. None: no intermediate (repack).
     """
 
     def __init__(self, cfg: BuildConfig, output: str, model, accounts, groups, parent: str | None = None,
                  tokenizer_path: str = MODEL_PATH, intermediates: dict[str, str] | None = None,
                  after: Sequence[Any] = (), extra_counters: Any = None, shard_root: str | None = None,
                  shard_offsets: dict[str, int] | None = None, key_prefix: str = "",
-                 manifest_name: str = MANIFEST_NAME, tag: str = "", commit: bool = True):
+                 manifest_name: str = MANIFEST_NAME, tag: str = "", commit: bool = True,
+                 tokenized_dir: str | None = None):
         super().__init__()
         self.tag, self.commit = tag, commit
+        self.tokenized_dir = tokenized_dir
         self.shard_root = shard_root or output
         self.shard_offsets = dict(shard_offsets or {})
         self.key_prefix = key_prefix
@@ -376,8 +403,9 @@ class WriteCorpus(beam.PTransform):
         ends = self.model | "EndIds" >> beam.Map(packing_ends)
 
         grouped = tokenized | "GroupForPacking" >> GroupForPacking(cfg, self.groups)
-        packed = grouped | "Pack" >> beam.ParDo(_PackGroup(cfg), AsSingleton(vocab), AsSingleton(ends)).with_outputs(
-            PLANS, main="packed")
+        packed = grouped | "Pack" >> beam.ParDo(_PackGroup(cfg, self.tokenized_dir), AsSingleton(vocab),
+                                                AsSingleton(ends)).with_outputs(PLANS, TOKENIZED_PARTS, main="packed")
+        after = [*self.after, packed[TOKENIZED_PARTS]]
         plan_list = packed[PLANS] | "CollectPlans" >> beam.combiners.ToList()
         self.plans = plan_list  # the packing plans (singleton list), for the report
         offsets = plan_list | "Offsets" >> beam.Map(shard_offsets)
@@ -424,7 +452,7 @@ class WriteCorpus(beam.PTransform):
         extra = self.extra_counters
         if extra is None:
             extra = tokenized.pipeline | "NoExtraCounters" >> beam.Create([{}])
-        waits = [beam.pvalue.AsList(w) for w in self.after]
+        waits = [beam.pvalue.AsList(w) for w in after]
         return (
             shards
             | "CollectShards" >> beam.combiners.ToList()

@@ -239,15 +239,10 @@ def read_tokenized_parquet(url: str) -> list[TokenizedDocument]:
 # What one intermediate part holds at most: its worker holds the part's records decoded, sorted and
 # converted to Arrow at once (~4x the text of a clean part), so parts follow the corpus's size.
 CLEAN_PART_CHARS = 8_000_000  # characters of text per clean part
-TOKENIZED_PART_TOKENS = 4_000_000  # tokens per tokenized part (int32 in Arrow: 16 MB)
 
 
 def _text_chars(doc: Any) -> int:
     return len(doc.text)
-
-
-def _doc_tokens(doc: TokenizedDocument) -> int:
-    return doc.num_tokens
 
 
 # Records per reject-log part file: a part is written by one worker holding all of its records
@@ -268,28 +263,18 @@ class WriteRejectLog(beam.PTransform):
         return records | "Write" >> WriteParts(self.prefix, "jsonl", rejects_to_jsonl, parts)
 
 
-class WriteIntermediates(beam.PTransform):
-    """``(kept documents, tokenized documents)`` -> the clean and tokenized Parquet parts under ``output``.
-
-    Part counts follow the data: at most ``CLEAN_PART_CHARS`` characters of text per clean part and
-    ``TOKENIZED_PART_TOKENS`` tokens per tokenized part, so the worker writing a part holds a bounded
-    amount whatever the corpus size. Returns the two PCollections of written names (to wait on).
-    """
+class WriteClean(beam.PTransform):
+    """Kept documents -> the clean Parquet parts under ``output``, at most ``CLEAN_PART_CHARS`` characters of
+    text a part (the worker writing one holds a bounded amount whatever the corpus size). Returns the
+    written names (to wait on). The tokenized intermediate is written by the packing step, one part
+    per packing group (``pipelines.corpus.WriteCorpus``)."""
 
     def __init__(self, output: str):
         super().__init__()
         self.output = output
 
-    def expand(self, pcolls):
-        from pipelines.intermediate import CLEAN_DIR, TOKENIZED_DIR
+    def expand(self, kept):
+        from pipelines.intermediate import CLEAN_DIR
 
-        kept, tokenized = pcolls
-        clean_parts = kept | "CleanParts" >> PartCount(CLEAN_PART_CHARS, _text_chars)
-        tokenized_parts = tokenized | "TokenizedParts" >> PartCount(TOKENIZED_PART_TOKENS, _doc_tokens)
-        return [
-            kept | "WriteClean" >> WriteParts(join(self.output, CLEAN_DIR), "parquet", documents_to_parquet,
-                                              clean_parts),
-            tokenized | "WriteTokenized" >> WriteParts(join(self.output, TOKENIZED_DIR), "parquet",
-                                                       tokenized_to_parquet, tokenized_parts,
-                                                       record_type=TokenizedDocument),
-        ]
+        parts = kept | "CleanParts" >> PartCount(CLEAN_PART_CHARS, _text_chars)
+        return kept | "Write" >> WriteParts(join(self.output, CLEAN_DIR), "parquet", documents_to_parquet, parts)

@@ -17,7 +17,7 @@ from pipelines.accounting import Account
 from pipelines.clean import CleanDocuments
 from pipelines.corpus import TokenGroups, WriteCorpus
 from pipelines.dedupe import Deduplicate
-from pipelines.files import WriteIntermediates, WriteRejectLog
+from pipelines.files import WriteClean, WriteRejectLog
 from pipelines.intermediate import CLEAN_DIR, TOKENIZED_DIR
 from pipelines.report import WriteReport
 from pipelines.sources import ReadSources
@@ -92,8 +92,11 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig, output: str, *,
     reject_log = (rejects, duplicates) | "RejectLog" >> beam.Flatten()
     written = [reject_log | "WriteRejects" >> WriteRejectLog(join(output, REJECTS_DIR))]
     intermediates: dict[str, str] = {"rejects": REJECTS_DIR, "dedupe_index": DEDUPE_INDEX_DIR}
+    tokenized_dir = None
     if cfg.write_intermediates:
-        written.extend((kept, tokenized) | "WriteIntermediates" >> WriteIntermediates(output))
+        # The clean parts here; the tokenized ones by the packing step, one per packing group.
+        written.append(kept | "WriteIntermediates" >> WriteClean(output))
+        tokenized_dir = join(output, TOKENIZED_DIR)
         intermediates.update(clean=CLEAN_DIR, tokenized=TOKENIZED_DIR)
 
     append_args: dict[str, Any] = {}
@@ -106,7 +109,8 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig, output: str, *,
         tokenizer_path = f"{work_dir(tag)}/{tokenizer_path}"
     corpus = WriteCorpus(
         cfg, root if append is None else output, model=model, accounts=accounts, groups=groups,
-        tokenizer_path=tokenizer_path, intermediates=intermediates, after=written, tag=tag, **append_args)
+        tokenizer_path=tokenizer_path, intermediates=intermediates, after=written, tag=tag,
+        tokenized_dir=tokenized_dir, **append_args)
     manifest = tokenized | "WriteCorpus" >> corpus
     # The report (report.html / report.json) comes right after the manifest commits.
     _ = manifest | "Report" >> WriteReport(root if append is None else output, before=read.documents, after=kept,

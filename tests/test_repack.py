@@ -63,7 +63,7 @@ def parent_config(paths: dict[str, str]) -> BuildConfig:
         "sources": [{"name": n, "input": u} for n, u in sorted(paths.items())],
         "clean": quality_rules_off(),
         "tokenizer": {"vocab_size": 400},
-        # Three packing groups (and small tokenized parts, in the fixture): several part files, read in parallel.
+        # Three packing groups: a tokenized part per group and split, read in parallel.
         "packing": {"rule": "full_sentences", "max_seq_len": 96, "valid_fraction": 0.15, "groups": 3},
         "shards": {"target_samples": 40, "target_bytes": 1 << 30},
     })
@@ -71,14 +71,10 @@ def parent_config(paths: dict[str, str]) -> BuildConfig:
 
 @pytest.fixture(scope="module")
 def parent(tmp_path_factory) -> tuple[BuildConfig, str, Manifest]:
-    import pipelines.files
-
     root = tmp_path_factory.mktemp("repack")
     cfg = parent_config(write_raw(str(root / "raw")))
     out = str(root / "corpus")
-    with pytest.MonkeyPatch.context() as mp:  # parts of at most 5,000 tokens: several, as a big corpus has
-        mp.setattr(pipelines.files, "TOKENIZED_PART_TOKENS", 5_000)
-        return cfg, out, run_build(cfg, out)
+    return cfg, out, run_build(cfg, out)
 
 
 def read_corpus(root: str, m: Manifest) -> dict[str, list[dict]]:
@@ -116,9 +112,10 @@ def untagged(shards):
 def test_same_rule_gives_byte_identical_shards(parent, tmp_path):
     """The intermediate is lossless: repacking with the parent's own settings reproduces its shards."""
     cfg, out, m = parent
-    parts = glob.glob(os.path.join(out, m.intermediates["tokenized"], "part-*.parquet"))
-    tokens = sum(a.tokens for a in m.accounting.values())  # document tokens (specials excluded)
-    assert len(parts) == -(-tokens // 5_000) >= 3, (len(parts), tokens)  # the token count decides
+    parts = sorted(os.path.basename(p) for p in glob.glob(os.path.join(out, m.intermediates["tokenized"],
+                                                                        "part-*.parquet")))
+    # train's groups 0-2, then valid's 3-5 (pipelines.corpus.tokenized_part_index)
+    assert parts == [f"part-{i:05d}.parquet" for i in range(6)]
     assert m.accounting["news"].kept == 70 and m.accounting["news"].duplicate == {"exact": 3}
     again = str(tmp_path / "same")
     m2 = run_repack(out, again)
