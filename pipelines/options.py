@@ -254,9 +254,10 @@ def make_pipeline(opts: PipelineOptions):
     import apache_beam as beam
     from apache_beam.options.pipeline_options import DirectOptions
 
-    from pipelines import signatures, spill
+    from pipelines import sampler, signatures, spill
 
     signatures.install()  # graph construction and in-process bundles introspect every DoFn
+    sampler.install()  # every bundle waits for its state sampler's thread to wake
     direct = opts.view_as(DirectOptions)
     local = opts.view_as(StandardOptions).runner == LOCAL_RUNNER
     if local:

@@ -30,9 +30,10 @@ def main() -> None:
     os.environ.setdefault("PIPELINE_OPTIONS", json.dumps({"options": {"default_sdk_harness_log_level": "WARNING"}}))
     from apache_beam.runners.worker import sdk_worker_main
 
-    from pipelines import signatures
+    from pipelines import sampler, signatures
 
     signatures.install()  # each bundle introspects its DoFns again
+    sampler.install()  # each bundle joins its state sampler's thread
     sdk_worker_main.main(sys.argv)
 
 

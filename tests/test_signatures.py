@@ -150,3 +150,21 @@ def test_a_pipeline_run_inspects_each_function_once_not_per_bundle(tmp_path):
         signatures.install()
     assert beams > 200, beams  # Beam's own introspection, per bundle and per method
     assert again < beams / 5, (again, beams)  # only the new lambdas of the second graph
+
+
+def test_make_pipeline_shortens_the_state_samplers_period() -> None:
+    """A bundle ends by joining its state sampler's thread, which sleeps up to the sampling period:
+    make_pipeline sets it to pipelines.sampler.SAMPLING_PERIOD_MS (Beam's default: 200 ms)."""
+    from apache_beam.runners.worker import statesampler
+
+    from pipelines import sampler
+    from pipelines.options import BuildOptions, finalize_options, make_pipeline
+
+    sampler.uninstall()
+    assert statesampler.StateSampler("t", None).sampling_period_ms == statesampler.DEFAULT_SAMPLING_PERIOD_MS == 200
+    make_pipeline(finalize_options(BuildOptions([])))
+    assert statesampler.StateSampler("t", None).sampling_period_ms == sampler.SAMPLING_PERIOD_MS == 20
+    sampler.install()  # idempotent
+    sampler.uninstall()
+    assert statesampler.StateSampler("t", None).sampling_period_ms == 200
+    sampler.install()
