@@ -294,10 +294,8 @@ class BoundedSample(beam.CombineFn):
     def create_accumulator(self) -> list:
         return [[], 0, 0]  # entries, sentences, bytes (since the last trim)
 
-    def _add(self, acc: list, entries: Iterable[SampleEntry | None]) -> list:
+    def _add(self, acc: list, entries: Iterable[SampleEntry]) -> list:
         for e in entries:
-            if e is None:  # TrainTokenizer's key marker: no document
-                continue
             acc[0].append(e)
             acc[1] += entry_count(e)
             acc[2] += e[3]
@@ -418,16 +416,11 @@ class TrainTokenizer(beam.PTransform):
             unless_swept(lambda: write_bytes_atomic(url, model), "tokenizer model")
             return model, stats
 
-        keyed = docs | "KeyForSample" >> beam.Map(lambda d: (None, sample_entry(seed, d)))
-        # One (None, None) so that an empty corpus still reaches training (and its clear error),
-        # without CombineGlobally's default-value steps: they pass the whole sample (the corpus,
-        # below the caps) through a side input again.
-        always = docs.pipeline | "SampleKey" >> beam.Create([(None, None)])
         trained = (
-            (keyed, always)
-            | "AllEntries" >> beam.Flatten()
-            | "BoundedSample" >> beam.CombinePerKey(BoundedSample(bounds))
-            | "Train" >> beam.MapTuple(lambda _, sample: train(sample))
+            docs
+            | "KeyForSample" >> beam.Map(lambda d: sample_entry(seed, d))
+            | "BoundedSample" >> beam.CombineGlobally(BoundedSample(bounds))
+            | "Train" >> beam.Map(train)
         )
         self.stats = trained | "TrainingStats" >> beam.Map(lambda t: t[1])
         return trained | "Model" >> beam.Map(lambda t: t[0])
