@@ -19,6 +19,7 @@ from pipelines.corpus import TokenGroups, WriteCorpus
 from pipelines.dedupe import Deduplicate
 from pipelines.files import WriteClean, WriteRejectLog
 from pipelines.intermediate import CLEAN_DIR, TOKENIZED_DIR
+from pipelines.options import spreads_documents
 from pipelines.report import WriteReport
 from pipelines.sources import ReadSources
 from pipelines.stages import DropEmpty, SplitSentences, tokenizer_model
@@ -72,7 +73,10 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig, output: str, *,
         tag = append.tag
 
     read = p | "ReadSources" >> ReadSources(cfg.sources, files)
-    cleaned = read.documents | "Clean" >> CleanDocuments(cfg.clean, cfg.sources)
+    documents = read.documents
+    if spreads_documents(p.options):  # one big file would otherwise clean and sketch on one worker
+        documents = documents | "SpreadDocuments" >> beam.Reshuffle()
+    cleaned = documents | "Clean" >> CleanDocuments(cfg.clean, cfg.sources)
     rejects = (read.rejects, cleaned.rejects) | "AllRejects" >> beam.Flatten()
     dedupe = cleaned.documents | "Dedupe" >> Deduplicate(
         cfg.dedupe, index_in=cfg.dedupe.index, index_out=join(output, DEDUPE_INDEX_DIR),

@@ -237,6 +237,23 @@ def use_worker_processes(opts: PipelineOptions) -> None:
         direct.direct_running_mode = "multi_processing"
 
 
+def spreads_documents(opts: PipelineOptions) -> bool:
+    """Whether the build spreads the read documents over the workers (``SpreadDocuments``).
+
+    A file is read by one worker, and reading fuses with the per-document stages after it
+    (clean, language ID, sketching), so one big input file would keep those on one worker
+    however many there are. With several workers (the local runner with
+    ``--direct_num_workers`` != 1, or any distributed runner) a reshuffle after the read lets
+    every worker clean and sketch; a single in-process worker skips it (nothing to spread to).
+    The output does not depend on it: no step downstream depends on element order.
+    """
+    from apache_beam.options.pipeline_options import DirectOptions
+
+    if (opts.view_as(StandardOptions).runner or LOCAL_RUNNER) != LOCAL_RUNNER:
+        return True
+    return opts.view_as(DirectOptions).direct_num_workers != 1
+
+
 WORKER_COMMAND = "{python} -m pipelines.worker"
 
 

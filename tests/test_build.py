@@ -195,6 +195,29 @@ def test_direct_num_workers_means_worker_processes():
     assert mode("--direct_num_workers", "2", "--direct_running_mode", "in_memory") == "in_memory"  # as asked
 
 
+def test_several_workers_spread_the_read_documents(built, tmp_path):
+    """One big input file is read by one worker; with several workers (or a distributed runner) the
+    read documents are reshuffled so that every worker cleans and sketches; in-process, no reshuffle."""
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from pipelines.graph import build_pipeline
+    from pipelines.options import BuildOptions, finalize_options, spreads_documents
+
+    cfg, _, _ = built
+
+    def top_steps(opts) -> set[str]:
+        p = beam.Pipeline(options=opts)
+        build_pipeline(p, cfg, str(tmp_path / "graph"))
+        return {t.full_label for t in p.transforms_stack[0].parts}
+
+    one, two = (finalize_options(BuildOptions(f)) for f in ([], ["--direct_num_workers", "2"]))
+    assert not spreads_documents(one) and "SpreadDocuments" not in top_steps(one)
+    assert spreads_documents(two) and "SpreadDocuments" in top_steps(two)
+    assert spreads_documents(finalize_options(BuildOptions(["--direct_num_workers=0"])))  # one per core
+    assert spreads_documents(PipelineOptions(["--runner", "DataflowRunner"]))
+
+
 def test_two_worker_processes_through_the_cli_are_byte_identical(built, tmp_path):
     """`python -m pipelines.build --direct_num_workers 2` (worker processes: that two distinct
     processes run the bundles is the next test) writes the same bytes as in-process."""

@@ -238,7 +238,7 @@ def translation(demo_corpus):
 def test_full_build_translates_for_dataflow(translation):
     args, t = translation
     names = [tr.unique_name for tr in t.proto.components.transforms.values()]
-    for stage in ("Clean", "Dedupe", "TrainTokenizer", "Tokenize", "WriteCorpus"):
+    for stage in ("SpreadDocuments", "Clean", "Dedupe", "TrainTokenizer", "Tokenize", "WriteCorpus"):
         assert any(n.split("/")[0] == stage for n in names), stage
     assert t.images == [IMAGE]
     assert t.pickled_fns > 20
