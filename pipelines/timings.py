@@ -47,7 +47,7 @@ STAGES: dict[str, str] = {
 }
 # The graph's top-level transform names -> stage ("Read" / "AllDocuments": a ReadSource used alone).
 _TOP_LEVEL: dict[str, str] = {
-    "ReadSources": "read", "Read": "read", "AllDocuments": "read",
+    "ReadSources": "read", "Read": "read", "AllDocuments": "read", "SpreadDocuments": "read",
     "Clean": "clean",
     "Dedupe": "dedupe",
     "SplitSentences": "sentences",

@@ -68,13 +68,18 @@ def test_every_transform_of_the_graph_belongs_to_a_named_stage(demo_corpus, tmp_
     pipelines.timings (both the one-shot graph and the batch graph of --batch_mb / serve)."""
     from pipelines.graph import AppendTo, build_pipeline
 
+    from apache_beam.options.pipeline_options import PipelineOptions
+
     cfg = BuildConfig.model_validate(small_config(demo_corpus))
-    for append in (None, AppendTo(corpus=str(tmp_path / "corpus"), tag="v1-0")):
-        p = beam.Pipeline(runner="FnApiRunner")
+    two_workers = PipelineOptions(["--direct_num_workers", "2"])  # adds SpreadDocuments
+    for append, opts in ((None, None), (AppendTo(corpus=str(tmp_path / "corpus"), tag="v1-0"), None),
+                         (None, two_workers)):
+        p = beam.Pipeline(runner="FnApiRunner", options=opts)
         build_pipeline(p, cfg, str(tmp_path / "out"), append=append, tag="v1-0")
         # the leaves: the transforms that run (and that Beam's sampler times)
         names = [t.unique_name for t in p.to_runner_api().components.transforms.values() if not t.subtransforms]
         assert len(names) > 100
+        assert any(n.startswith("SpreadDocuments/") for n in names) == (opts is two_workers)
         unplaced = sorted({n.split("/")[0] for n in names if stage_of(n) == OTHER})
         assert unplaced == [], unplaced
         assert {stage_of(n) for n in names} == set(STAGES) - {OTHER}
