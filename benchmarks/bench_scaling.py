@@ -557,11 +557,23 @@ def conclusion(results: dict[str, list[dict[str, Any]]], pack: list[dict[str, fl
             f"{mp['worker_peak_mb']:.0f} MB (it gets its whole partition as one bundle, and pays its own imports), "
             f"and the process tree at {mp['tree_peak_mb']:.0f} MB vs {one['tree_peak_mb']:.0f} MB "
             f"({fit['capped-mp']['mem_per_mb']:.1f} MB per input MB).")
+    if "workers2" in results and "default" in results:
+        one = {r["megabytes"]: r for r in results["default"]}
+        pairs = [(one[r["megabytes"]], r) for r in results["workers2"] if r["megabytes"] in one]
+        if pairs:
+            out.append(
+                "- **Two SDK worker processes against one** (1 vs 2: wall s and process-tree peak MB, one run each: "
+                "alternate the order and repeat before reading a small difference): " + "; ".join(
+                    f"{a['megabytes']:.0f} MB: {a['wall_s']:.1f} vs {b['wall_s']:.1f} s "
+                    f"(speed-up {a['wall_s'] / b['wall_s']:.2f}x), {a['tree_peak_mb']:.0f} vs {b['tree_peak_mb']:.0f} MB"
+                    for a, b in pairs) + ".")
     if "capped" in fit:
         c = fit["capped"]
+        reading = ("below 1 while the start-up is still being amortized" if c["time_exp"] < 0.97 else
+                   "linear" if c["time_exp"] <= 1.03 else "above 1: the cost per MB grows with the input")
         out.append(
-            f"- **Time is linear plus a fixed start-up:** t = {c['t0']:.1f} s + {c['s_per_mb']:.2f} s/MB with caps "
-            f"(log-log exponent {c['time_exp']:.2f}: below 1 while the start-up is still being amortized).")
+            f"- **Time against input size, with caps:** t = {c['t0']:.1f} s + {c['s_per_mb']:.2f} s/MB "
+            f"(log-log exponent {c['time_exp']:.2f}: {reading}).")
     if pack:
         r = pack[-1]
         from schemas.config import PackingConfig
