@@ -400,7 +400,9 @@ def command_parser(prog: str, description: str | None,
 BEAM_HELP_NOTE = (
     "\nEvery standard Beam pipeline option (--runner, --project, --region, --temp_location, "
     "--sdk_container_image, --direct_num_workers, ...) is accepted too (--help_beam lists them); any other "
-    "flag is an error. Without --runner the job runs locally on Beam's FnApiRunner (nothing is downloaded).")
+    "flag is an error. Without --runner the job runs locally on Beam's FnApiRunner (nothing is downloaded): "
+    f"--direct_num_workers N runs N worker processes, and stage data past --spill_mb MB per buffer "
+    f"({DEFAULT_SPILL_MB:g}; -1 keeps it all in memory) goes to temporary files under --spill_dir.")
 
 
 def handle_help(parser: argparse.ArgumentParser, argv: Sequence[str]) -> bool:

@@ -55,10 +55,12 @@ def test_batches_are_bounded_mix_sources_and_take_every_file_once() -> None:
         plan_batches([("news", news)], 0)
 
 
-def test_build_help_lists_batch_mb() -> None:
+def test_build_help_lists_the_memory_and_worker_flags() -> None:
     res = subprocess.run([sys.executable, "-m", "pipelines.build", "--help"], capture_output=True, text=True,
                          cwd=ROOT, timeout=120)
-    assert res.returncode == 0 and "--batch_mb" in res.stdout
+    assert res.returncode == 0
+    for flag in ("--batch_mb", "--spill_mb", "--spill_dir", "--direct_num_workers"):
+        assert flag in res.stdout, flag
 
 
 # ------------------------------------------------------------------ whole builds
