@@ -28,6 +28,7 @@ from apache_beam.metrics import Metrics
 from pipelines import progress
 from pipelines.accounting import check_balanced
 from pipelines.coders import TokenizedDocumentCoder  # noqa: F401  (registers the coder)
+from pipelines.files import part_name, tokenized_to_parquet
 from pipelines.packing import PackedSequence, decode_packed, encode_packed, group_of, pack_group, split_of
 from pipelines.records import TokenizedDocument
 from pipelines.tokenizer import MODEL_PATH, tokenizer_info
@@ -46,7 +47,6 @@ from schemas.sample import (
     write_tar,
 )
 from schemas.tokenizer_files import load_tokenizer
-from pipelines.files import part_name, tokenized_to_parquet
 from storage import (
     TemporaryRemoved,
     join,
@@ -150,9 +150,9 @@ class _PackGroup(beam.DoFn):
         ordered, seqs, stats = pack_sorted(docs, self.cfg, group, groups, tuple(ends))
         del docs
         if self.tokenized_dir is not None:  # the group's documents are the intermediate's part: sorted already
-            name = part_name(tokenized_part_index(split, group, groups), "parquet")
-            unless_swept(lambda: write_bytes_atomic(join(self.tokenized_dir, name), tokenized_to_parquet(ordered)),
-                         f"part {name}")
+            name, part = part_name(tokenized_part_index(split, group, groups), "parquet"), tokenized_to_parquet(ordered)
+            unless_swept(lambda: write_bytes_atomic(join(self.tokenized_dir, name), part), f"part {name}")
+            del part
             yield beam.pvalue.TaggedOutput(TOKENIZED_PARTS, name)
         chunks = chunk_samples((planned_tar_size(s, vocab_size) for s in seqs), self.cfg.shards.target_bytes,
                                self.cfg.shards.target_samples)

@@ -79,26 +79,51 @@ def parts_for(count: int, per_part: int) -> int:
 
 
 class PartCount(beam.PTransform):
-    """Records -> a singleton PCollection: ``parts_for(total, per_part)``, where the total is the
-    record count, or with ``size`` the sum of ``size(record)`` (text bytes, tokens, ...).
+    """Records -> a singleton PCollection: the fewest parts that keep every part within its limits:
+    at most ``per_part`` records, and with ``size``, at most ``size_per_part`` of ``sum(size(record))``
+    (text characters, bytes of arrays, ...). ``per_part=None`` limits the size only.
 
     A part file is written by one worker holding all of its records, so a
     fixed number of parts lets that worker's memory grow with the corpus;
-    deriving the count from the total bounds it by ``per_part``.
+    deriving the count from the totals bounds it by the limits.
     """
 
-    def __init__(self, per_part: int, size: Callable[[Any], int] | None = None):
+    def __init__(self, per_part: int | None = None, *, size: Callable[[Any], int] | None = None,
+                 size_per_part: int | None = None):
         super().__init__()
-        parts_for(0, per_part)  # validate early, at pipeline construction
-        self.per_part, self.size = per_part, size
+        if per_part is None and size is None:
+            raise ValueError("PartCount needs per_part, size, or both")
+        if (size is None) != (size_per_part is None):
+            raise ValueError("PartCount: size and size_per_part go together")
+        for limit in (per_part, size_per_part):  # validate early, at pipeline construction
+            if limit is not None:
+                parts_for(0, limit)
+        self.per_part, self.size, self.size_per_part = per_part, size, size_per_part
 
     def expand(self, records):
-        per_part = self.per_part
-        if self.size is None:
-            total = records | "Count" >> beam.combiners.Count.Globally()
-        else:
-            total = records | "Size" >> beam.Map(self.size) | "Total" >> beam.CombineGlobally(sum)
-        return total | "Parts" >> beam.Map(lambda n: parts_for(n, per_part))
+        per_part, size, size_per_part = self.per_part, self.size, self.size_per_part
+        if size is None:
+            count = records | "Count" >> beam.combiners.Count.Globally()
+            return count | "Parts" >> beam.Map(lambda n: parts_for(n, per_part))
+
+        def parts(totals: tuple[int, int]) -> int:
+            n, total = totals
+            by_size = parts_for(total, size_per_part)
+            return by_size if per_part is None else max(by_size, parts_for(n, per_part))
+
+        return (records
+                | "Size" >> beam.Map(lambda rec: (1, size(rec)))
+                | "Total" >> beam.CombineGlobally(_sum_pairs)
+                | "Parts" >> beam.Map(parts))
+
+
+def _sum_pairs(pairs: Iterable[tuple[int, int]]) -> tuple[int, int]:
+    """Element-wise sum of (records, size) pairs."""
+    n = total = 0
+    for a, b in pairs:
+        n += a
+        total += b
+    return n, total
 
 
 def _doc_id_attr(rec: Any) -> str:
@@ -276,5 +301,5 @@ class WriteClean(beam.PTransform):
     def expand(self, kept):
         from pipelines.intermediate import CLEAN_DIR
 
-        parts = kept | "CleanParts" >> PartCount(CLEAN_PART_CHARS, _text_chars)
+        parts = kept | "CleanParts" >> PartCount(size=_text_chars, size_per_part=CLEAN_PART_CHARS)
         return kept | "Write" >> WriteParts(join(self.output, CLEAN_DIR), "parquet", documents_to_parquet, parts)

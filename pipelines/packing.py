@@ -601,8 +601,10 @@ def encode_packed(seqs: Sequence[PackedSequence]) -> bytes:
     pairs = n > 0 and seqs[0].token_type_ids is not None
     if any((s.token_type_ids is not None) != pairs for s in seqs):
         raise ValueError("a packed group mixes sequences with and without token types")
-    types = bytes(np.concatenate([np.frombuffer(bytes(TokenIds("H", s.token_type_ids or ())), dtype=np.uint16)
-                                  for s in seqs]).astype(np.uint8)) if pairs else b""
+    types = b""
+    if pairs:  # token types are 0/1: uint16 buffers as packing makes them, one byte each here
+        raw = b"".join(t if t.typecode == "H" else TokenIds("H", t) for t in (s.token_type_ids for s in seqs))
+        types = np.frombuffer(raw, dtype=np.uint16).astype(np.uint8).tobytes()
     labels = np.fromiter((-1 if s.label is None else s.label for s in seqs), dtype=np.int8, count=n).tobytes()
     meta = json.dumps([list(s.doc_ids) for s in seqs], separators=(",", ":")).encode("utf-8")
     head = np.array([n, int(wide), int(pairs), len(ids), len(types), len(meta)], dtype=np.uint64).tobytes()

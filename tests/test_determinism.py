@@ -53,7 +53,7 @@ def test_near_duplicate_heavy_build_is_byte_identical_with_everything_spilled(tm
     config = tmp_path / "config.json"
     config.write_text(json.dumps(build_config(raw, spans=True)))
     spilled = build(config, tmp_path / "spilled", ["--spill_mb", "0", "--spill_dir", str(tmp_path)])
-    memory = build(config, tmp_path / "memory", ["--spill_mb", "-1"])
+    build(config, tmp_path / "memory", ["--spill_mb", "-1"])
     assert spilled["duplicates"] > 50, spilled
     assert compare(tmp_path / "spilled", tmp_path / "memory") == []
 

@@ -27,6 +27,23 @@ def test_parts_for_bounds_records_per_part():
         PartCount(0)
 
 
+def test_part_count_keeps_every_limit():
+    """By record count, by a size, or by both (the larger count wins); limits are checked at construction."""
+    from apache_beam.testing.util import assert_that, equal_to
+
+    words = ["a" * 9] * 6 + ["b"] * 6  # 12 records, 60 characters
+    with BeamTestPipeline(runner="FnApiRunner") as p:
+        recs = p | beam.Create(words)
+        for label, count, expected in (("ByCount", PartCount(5), 3),  # ceil(12 / 5)
+                                       ("BySize", PartCount(size=len, size_per_part=25), 3),  # ceil(60 / 25)
+                                       ("Records", PartCount(2, size=len, size_per_part=25), 6),
+                                       ("Chars", PartCount(12, size=len, size_per_part=10), 6)):
+            assert_that(recs | label >> count, equal_to([expected]), label=f"Check{label}")
+    for bad in ({}, {"size": len}, {"size_per_part": 10}, {"size": len, "size_per_part": 0}):
+        with pytest.raises(ValueError):
+            PartCount(**bad)
+
+
 def _rejects(n: int) -> list[Reject]:
     return [Reject(f"web-{i:06d}", "web", "filtered", "min_words", f"text {i}") for i in range(n)]
 

@@ -66,9 +66,9 @@ def check_measured(doc: dict[str, Any], workers: int) -> None:
 def test_every_transform_of_the_graph_belongs_to_a_named_stage(demo_corpus, tmp_path):
     """A transform added to pipelines.graph without a stage would land in "other": name it in
     pipelines.timings (both the one-shot graph and the batch graph of --batch_mb / serve)."""
-    from pipelines.graph import AppendTo, build_pipeline
-
     from apache_beam.options.pipeline_options import PipelineOptions
+
+    from pipelines.graph import AppendTo, build_pipeline
 
     cfg = BuildConfig.model_validate(small_config(demo_corpus))
     two_workers = PipelineOptions(["--direct_num_workers", "2"])  # adds SpreadDocuments

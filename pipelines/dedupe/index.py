@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import io
 import json
-import math
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import apache_beam as beam
@@ -75,17 +74,9 @@ def _row_doc_id(row: IndexRow) -> str:
     return row[0]
 
 
-def _row_size(row: IndexRow) -> tuple[int, int]:
-    """(1, bytes of the entry's arrays): what a part's count and size add up."""
-    return 1, len(row[3]) + len(row[4]) + len(row[5])
-
-
-def _sum_pairs(pairs: Iterable[tuple[int, int]]) -> tuple[int, int]:
-    entries = size = 0
-    for n, b in pairs:
-        entries += n
-        size += b
-    return entries, size
+def _row_bytes(row: IndexRow) -> int:
+    """Bytes of an index entry's arrays (what a part's size adds up)."""
+    return len(row[3]) + len(row[4]) + len(row[5])
 
 
 def _list_column(chunks: list[bytes], dtype: type, large: bool = False):
@@ -343,15 +334,10 @@ class _WriteIndex(beam.PTransform):
 
     def expand(self, sketches: beam.PCollection) -> beam.PCollection:
         """``sketches``: PCollection[IndexRow], this run's entries."""
-        from pipelines.files import WriteParts
+        from pipelines.files import PartCount, WriteParts
 
-        parts = (
-            sketches
-            | "Size" >> beam.Map(_row_size)
-            | "Total" >> beam.CombineGlobally(_sum_pairs)
-            | "Parts" >> beam.Map(lambda t: max(1, math.ceil(t[0] / INDEX_ENTRIES_PER_PART),
-                                                math.ceil(t[1] / INDEX_PART_BYTES)))
-        )
+        parts = sketches | "Parts" >> PartCount(INDEX_ENTRIES_PER_PART, size=_row_bytes,
+                                                size_per_part=INDEX_PART_BYTES)
         written = sketches | "WriteParts" >> WriteParts(self.url, "parquet", _index_rows_to_parquet, parts,
                                                          doc_id=_row_doc_id, stream=True)
         params, old_refs, url = index_params(self.cfg), self.old_refs, self.url
