@@ -333,7 +333,7 @@ def _grouped_key_values(buf: Any):
 def _wrap_grouping_partition(original):
     def partition(self: Any, n: int) -> list[list[Any]]:
         spill = self.__dict__.get("_sf_spill")
-        if spill is None or spill is _NO_SPILL or self._grouped_output:
+        if not _spilled(spill) or self._grouped_output:
             return original(self, n)
         from apache_beam.coders.coder_impl import create_OutputStream
 
