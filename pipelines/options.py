@@ -271,13 +271,14 @@ def make_pipeline(opts: PipelineOptions):
     import apache_beam as beam
     from apache_beam.options.pipeline_options import DirectOptions
 
-    from pipelines import sampler, signatures, spill
+    from pipelines import fusion, sampler, signatures, spill
 
     signatures.install()  # graph construction and in-process bundles introspect every DoFn
     sampler.install()  # every bundle waits for its state sampler's thread to wake
     direct = opts.view_as(DirectOptions)
     local = opts.view_as(StandardOptions).runner == LOCAL_RUNNER
     if local:
+        fusion.install()  # a Flatten's inputs write straight into the GroupByKey that reads it
         settings = spill_settings(opts)
         if settings is None:
             spill.uninstall()
