@@ -1,9 +1,10 @@
 """Compact Beam coders for the records that cross the large shuffles.
 
 ``TokenizedDocument`` is the heaviest record of a build: every token of the corpus crosses the
-packing shuffle (``WriteCorpus/GroupForPacking``) and the tokenized-intermediate shuffle in it.
-Without a coder of its own Beam pickles it (the fallback coder). This coder writes the ids as raw
-little-endian bytes, 2 an id (uint16) or 4 (int32), after the sentence widths and lengths; decoding gives
+packing shuffle (``WriteCorpus/GroupForPacking``, which encodes each document once with
+``encode_tokenized`` and ships the bytes). Without a coder of its own Beam pickles it (the fallback
+coder) wherever it is stored between stages. This coder writes the ids as raw little-endian
+bytes, 2 an id (uint16) or 4 (int32), after the sentence widths and lengths; decoding gives
 ``TokenIds`` arrays again, never Python int tuples (#16.5: ~36 bytes an id in memory).
 
 Importing this module registers the coder; a PCollection gets it where its element type is

@@ -27,7 +27,7 @@ from apache_beam.metrics import Metrics
 
 from pipelines import progress
 from pipelines.accounting import check_balanced
-from pipelines.coders import TokenizedDocumentCoder  # noqa: F401  (registers the coder)
+from pipelines.coders import decode_tokenized, encode_tokenized  # (importing it registers the coder)
 from pipelines.files import part_name, tokenized_to_parquet
 from pipelines.packing import PackedSequence, decode_packed, encode_packed, group_of, pack_group, split_of
 from pipelines.records import TokenizedDocument
@@ -58,7 +58,10 @@ from storage import (
 )
 
 GroupKey = tuple[str, int, int]  # (split, group, number of groups)
-ROUTED = beam.typehints.Tuple[beam.typehints.Tuple[str, int, int], TokenizedDocument]  # GroupForPacking's input
+_KEY = beam.typehints.Tuple[str, int, int]
+ENCODED = beam.typehints.Tuple[str, bytes]  # (doc_id, encode_tokenized bytes): a document on its way to packing
+ROUTED = beam.typehints.Tuple[_KEY, bytes]  # GroupForPacking's shuffle input
+GROUPED = beam.typehints.Tuple[_KEY, beam.typehints.Iterable[TokenizedDocument]]  # GroupForPacking's output
 LOST_SHARD = "lost_shard"  # a _WriteGroup output naming a shard whose temporary another writer removed
 PLANS = "plans"  # _PackGroup's tagged output: each group's plan
 TOKENIZED_PARTS = "tokenized_parts"  # _PackGroup's tagged output: the tokenized part files it wrote
@@ -319,16 +322,37 @@ class TokenGroups(beam.PTransform):
 
 def packing_key(d: TokenizedDocument, seed: int, valid_fraction: float, groups: int) -> GroupKey:
     """The (split, group, groups) a document is packed in."""
-    return split_of(d.doc_id, seed, valid_fraction), group_of(d.doc_id, seed, groups), groups
+    return packing_key_of(d.doc_id, seed, valid_fraction, groups)
+
+
+def packing_key_of(doc_id: str, seed: int, valid_fraction: float, groups: int) -> GroupKey:
+    """``packing_key`` from the document id alone (what routing needs of a document)."""
+    return split_of(doc_id, seed, valid_fraction), group_of(doc_id, seed, groups), groups
+
+
+class EncodedDocuments:
+    """A packing group's documents, decoded from their shuffle bytes (``encode_tokenized``) as they are
+    read; iterable as often as the grouped values are (Beam's are)."""
+
+    __slots__ = ("_values",)
+
+    def __init__(self, values: Iterable[bytes]):
+        self._values = values
+
+    def __iter__(self) -> Iterator[TokenizedDocument]:
+        return map(decode_tokenized, self._values)
 
 
 class GroupForPacking(beam.PTransform):
     """Tokenized documents -> ``((split, group, groups), documents)``: one element per packing group.
 
-    ``groups``: a singleton PCollection with the group count (``TokenGroups``). The in-process
-    runner holds a whole group decoded at once, so the documents cross this shuffle with
-    ``TokenizedDocumentCoder`` and come out holding ``TokenIds`` (2-4 bytes an id, not ~36 as
-    int tuples; tests/test_token_memory.py).
+    ``groups``: a singleton PCollection with the group count (``TokenGroups``). A document is
+    encoded once (``encode_tokenized``: ids as 2-4 raw bytes each), where it is tokenized, and
+    crosses as those bytes both the wait for the group count (routing needs the token total, so
+    the tokenized documents are stored between the two stages) and the shuffle; the group's
+    documents are decoded as the packing step reads them, holding ``TokenIds`` (2-4 bytes an id,
+    not ~36 as int tuples; tests/test_token_memory.py). Before, each crossing encoded and decoded
+    the document again (#16, item 2).
     """
 
     def __init__(self, cfg: BuildConfig, groups):
@@ -338,14 +362,15 @@ class GroupForPacking(beam.PTransform):
     def expand(self, tokenized):
         seed, valid = self.cfg.seed, self.cfg.packing.valid_fraction
 
-        def route(d: TokenizedDocument, groups: int) -> tuple[GroupKey, TokenizedDocument]:
-            return packing_key(d, seed, valid, groups), d
+        def route(doc: tuple[str, bytes], groups: int) -> tuple[GroupKey, bytes]:
+            return packing_key_of(doc[0], seed, valid, groups), doc[1]
 
         return (
             tokenized
-            # Typed, so the shuffle uses TokenizedDocumentCoder (ids as 2-4 raw bytes each), not pickle.
+            | "ToBytes" >> beam.Map(lambda d: (d.doc_id, encode_tokenized(d))).with_output_types(ENCODED)
             | "Route" >> beam.Map(route, beam.pvalue.AsSingleton(self.groups)).with_output_types(ROUTED)
             | "Group" >> beam.GroupByKey()
+            | "FromBytes" >> beam.MapTuple(lambda key, values: (key, EncodedDocuments(values))).with_output_types(GROUPED)
         )
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pickle
 import sys
+from typing import Any
 
 import apache_beam as beam
 import pytest
@@ -128,8 +129,25 @@ def test_the_build_graph_shuffles_tokenized_documents_with_the_compact_coder(tmp
     label = "WriteCorpus/GroupForPacking/Group"
     coder = coders[label]
     assert isinstance(coder, beam.coders.TupleCoder), (label, coder)
-    assert isinstance(coder.coders()[1], TokenizedDocumentCoder), (label, coder)
-    # The tokenized documents cross one shuffle (combines aside: what they shuffle is accumulators):
+    # Each document crosses as the bytes encode_tokenized made once, where it was tokenized.
+    assert isinstance(coder.coders()[1], beam.coders.BytesCoder), (label, coder)
+    # No shuffle re-encodes tokenized documents (combines aside: what they shuffle is accumulators):
     # the packing step writes the tokenized intermediate too.
     assert [k for k, c in coders.items()
-            if "TokenizedDocumentCoder" in repr(c) and "CombinePerKey" not in k] == [label]
+            if "TokenizedDocumentCoder" in repr(c) and "CombinePerKey" not in k] == []
+    # Nor does the store between tokenizing and routing (routing waits for the group count).
+    routed = _input_types(p)["WriteCorpus/GroupForPacking/Route"]
+    assert isinstance(beam.coders.registry.get_coder(routed), beam.coders.TupleCoder)
+    assert "Bytes" in repr(beam.coders.registry.get_coder(routed)), routed
+
+
+def _input_types(p: beam.Pipeline) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+
+    class Visitor(beam.pipeline.PipelineVisitor):
+        def visit_transform(self, node):
+            if node.inputs:
+                found[node.full_label] = node.inputs[0].element_type
+
+    p.visit(Visitor())
+    return found
