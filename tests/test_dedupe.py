@@ -782,7 +782,7 @@ def test_index_part_bytes_equal_those_of_per_row_arrays(monkeypatch) -> None:
         "num_shingles": pa.array([s.shingles.size for s in rows], pa.int32()),
     }
     buf = io.BytesIO()
-    pq.write_table(pa.table(cols, schema=index_schema()), buf, compression="zstd", row_group_size=5)
+    pq.write_table(pa.table(cols, schema=index_schema()), buf, row_group_size=5, **dedupe.index.INDEX_WRITE_OPTIONS)
     assert any(s.shingles.size == 0 for s in rows)
     assert _sketches_to_parquet(rows) == buf.getvalue()
     assert _sketches_to_parquet([]) == _sketches_to_parquet([])

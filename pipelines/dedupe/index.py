@@ -63,6 +63,7 @@ def index_params(cfg: DedupeConfig) -> dict[str, Any]:
 # band_keys, shingles), the arrays as the raw bytes of uint32 / int64 / uint32 values
 # (Beam's native coder writes this tuple without pickle).
 IndexRow = tuple[str, str, str, bytes, bytes, bytes]
+INDEX_WRITE_OPTIONS: dict[str, Any] = {"compression": "zstd", "use_dictionary": ["source"]}  # see _index_rows_to_parquet
 
 
 def index_row(s: Sketch) -> IndexRow:
@@ -107,8 +108,11 @@ def _index_rows_to_parquet(rows: Sequence[IndexRow], out: Any = None) -> bytes |
     buf = io.BytesIO() if out is None else None
     schema = index_schema()
     # Small row groups: a lookup reads the probe columns of every group but the
-    # full rows (shingles) only of the groups holding a match.
-    with pq.ParquetWriter(ParquetSink(buf if out is None else out), schema, compression="zstd") as writer:
+    # full rows (shingles) only of the groups holding a match. Dictionary encoding only for the
+    # source: ids, hashes, signatures and shingles are (nearly) all distinct, and building their
+    # dictionaries until Parquet gives up made the write 4.7x slower and the file 16 % larger
+    # (6,204 entries of real prose: 0.31 -> 0.07 CPU-s, 18.7 -> 16.1 MB; #16, item 2).
+    with pq.ParquetWriter(ParquetSink(buf if out is None else out), schema, **INDEX_WRITE_OPTIONS) as writer:
         for start in range(0, max(1, len(rows)), INDEX_ROW_GROUP):
             writer.write_table(_index_table(rows[start:start + INDEX_ROW_GROUP], schema),
                                row_group_size=INDEX_ROW_GROUP)
