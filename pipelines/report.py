@@ -27,6 +27,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import apache_beam as beam
+import numpy as np
 
 from pipelines import charts
 from pipelines.records import Document, Duplicate, Reject, TokenizedDocument
@@ -187,6 +188,15 @@ class RejectExamples(beam.CombineFn):
         return dict(sorted(acc.items()))
 
 
+def count_unk(sentences: Iterable[Any]) -> int:
+    """How many ``<unk>`` ids the sentences hold (``TokenIds``). One numpy comparison over the joined
+    uint16 buffers: ``array.count`` compares a Python int per id (44 -> 16 us a document of ~750 ids)."""
+    sentences = tuple(sentences)
+    if all(s.typecode == "H" for s in sentences):
+        return int(np.count_nonzero(np.frombuffer(b"".join(sentences), np.uint16) == UNK_ID))
+    return sum(s.count(UNK_ID) for s in sentences)
+
+
 class TokenCounts(beam.CombineFn):
     """Tokenized documents -> {source: {documents, tokens, unk}} (document tokens, before packing)."""
 
@@ -197,7 +207,7 @@ class TokenCounts(beam.CombineFn):
         c = acc.setdefault(d.source, {"documents": 0, "tokens": 0, "unk": 0})
         c["documents"] += 1
         c["tokens"] += d.num_tokens
-        c["unk"] += sum(s.count(UNK_ID) for s in d.sentences)
+        c["unk"] += count_unk(d.sentences)
         return acc
 
     def merge_accumulators(self, accs):

@@ -434,3 +434,15 @@ def test_real_build_reports_the_tokenizer_training_cost(real_builds):
     assert "seconds" not in training  # the report is deterministic: the time is logged
     html_text = (out / "report.html").read_text()
     assert f"Trained on {len(sentences):,} sentences" in html_text
+
+
+def test_count_unk_matches_a_plain_count_at_every_width():
+    from pipelines.records import TokenIds
+    from pipelines.report import count_unk
+
+    narrow = [TokenIds("H", [UNK_ID, 5, UNK_ID]), TokenIds("H", []), TokenIds("H", [7, UNK_ID])]
+    wide = [TokenIds("i", [70000, UNK_ID]), TokenIds("H", [UNK_ID])]
+    assert count_unk(narrow) == 3
+    assert count_unk(wide) == 2
+    assert count_unk(()) == 0
+    assert count_unk([TokenIds("H", [UNK_ID + 256, UNK_ID << 8])]) == 0  # no byte-level false matches
