@@ -292,14 +292,22 @@ class WriteClean(beam.PTransform):
     """Kept documents -> the clean Parquet parts under ``output``, at most ``CLEAN_PART_CHARS`` characters of
     text a part (the worker writing one holds a bounded amount whatever the corpus size). Returns the
     written names (to wait on). The tokenized intermediate is written by the packing step, one part
-    per packing group (``pipelines.corpus.WriteCorpus``)."""
+    per packing group (``pipelines.corpus.WriteCorpus``).
 
-    def __init__(self, output: str):
+    ``sized_by``: the documents the part count is taken from (default: the kept documents). The build
+    passes the clean documents before dedupe: a count that is ready before the kept documents are
+    known lets the routing run in the stage that produces them, where a count of the kept documents
+    themselves made the runner store every kept document until it was done (#16, item 2). Parts then
+    hold at most the target, fewer characters where many documents were duplicates.
+    """
+
+    def __init__(self, output: str, sized_by: Any = None):
         super().__init__()
-        self.output = output
+        self.output, self.sized_by = output, sized_by
 
     def expand(self, kept):
         from pipelines.intermediate import CLEAN_DIR
 
-        parts = kept | "CleanParts" >> PartCount(size=_text_chars, size_per_part=CLEAN_PART_CHARS)
+        basis = kept if self.sized_by is None else self.sized_by
+        parts = basis | "CleanParts" >> PartCount(size=_text_chars, size_per_part=CLEAN_PART_CHARS)
         return kept | "Write" >> WriteParts(join(self.output, CLEAN_DIR), "parquet", documents_to_parquet, parts)

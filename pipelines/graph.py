@@ -99,7 +99,7 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig, output: str, *,
     tokenized_dir = None
     if cfg.write_intermediates:
         # The clean parts here; the tokenized ones by the packing step, one per packing group.
-        written.append(kept | "WriteIntermediates" >> WriteClean(output))
+        written.append(kept | "WriteIntermediates" >> WriteClean(output, sized_by=cleaned.documents))
         tokenized_dir = join(output, TOKENIZED_DIR)
         intermediates.update(clean=CLEAN_DIR, tokenized=TOKENIZED_DIR)
 

@@ -111,3 +111,31 @@ def test_make_pipeline_installs_it_for_local_runs():
     fusion.uninstall()
     make_pipeline(finalize_options(PipelineOptions([])))
     assert fusion._original, "a local build plans with the phase"
+
+
+def _stage_of(stages, name: str):
+    found = [s for s in stages if any(t.unique_name.startswith(name) for t in s.transforms)]
+    assert found, name
+    return found[0]
+
+
+def test_build_plan_stores_no_document_copy_before_routing(tmp_path):
+    """The build's plan (issue #16, item 2): the clean and index parts are routed in the stage that
+    joins the documents with their verdicts (their part counts come from before dedupe), and a
+    tokenized document is encoded to bytes in the stage that tokenizes it."""
+    from pipelines.graph import build_pipeline
+    from schemas.config import BuildConfig
+
+    raw = tmp_path / "web.jsonl"
+    raw.write_text('{"text": "One sentence here. Another one."}\n')
+    cfg = BuildConfig.model_validate({"sources": [{"name": "web", "input": str(raw)}]})
+    fusion.install()
+    p = beam.Pipeline(runner=FnApiRunner())
+    build_pipeline(p, cfg, str(tmp_path / "out"), files={"web": [str(raw)]})
+    _, stages = FnApiRunner().create_stages(p.to_runner_api())
+    join = _stage_of(stages, "Dedupe/JoinVerdicts/CoGroupByKeyImpl/GroupByKey/Read")
+    names = [t.unique_name for t in join.transforms]
+    for route in ("WriteIntermediates/Write/Route", "Dedupe/WriteIndex/WriteParts/Route"):
+        assert any(n.startswith(route) for n in names), route
+    encode = _stage_of(stages, "Tokenize/Encode")
+    assert any(t.unique_name.startswith("WriteCorpus/GroupForPacking/ToBytes") for t in encode.transforms)

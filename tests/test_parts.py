@@ -95,3 +95,29 @@ def test_tokenized_parquet_is_byte_identical_to_row_conversion(tmp_path: Path):
         path = tmp_path / "part.parquet"
         path.write_bytes(data)
         assert read_tokenized_parquet(str(path)) == batch
+
+
+def test_clean_parts_counted_from_the_documents_before_dedupe(tmp_path: Path, monkeypatch):
+    """``WriteClean(sized_by=...)``: the part count comes from the given documents (the build's clean
+    documents before dedupe), so parts hold at most the limit of characters, fewer when documents left."""
+    import pyarrow.parquet as pq
+
+    from pipelines import files
+    from pipelines.records import Document
+
+    monkeypatch.setattr(files, "CLEAN_PART_CHARS", 100)
+    everything = [Document(f"d{i:02d}", "web", "x" * 50) for i in range(12)]  # 600 characters: 6 parts
+    kept = everything[:3]  # 150 characters: 2 parts if counted from the kept documents
+    def expected(parts: int) -> set[str]:  # the files routing by a count of `parts` writes
+        return {part_name(stable_hash("part", d.doc_id) % parts, "parquet") for d in kept}
+
+    assert expected(2) != expected(6)  # the two counts are told apart by the files written
+    for label, sized_by, parts in (("kept", None, 2), ("before", everything, 6)):
+        out = tmp_path / label
+        with BeamTestPipeline(runner="FnApiRunner") as p:
+            basis = None if sized_by is None else p | "All" >> beam.Create(sized_by)
+            _ = p | "Kept" >> beam.Create(kept) | files.WriteClean(str(out), sized_by=basis)
+        written = sorted((out / "clean").glob("*.parquet"))
+        assert {f.name for f in written} == expected(parts), label
+        assert sorted(r for f in written for r in pq.read_table(f).column("doc_id").to_pylist()) == \
+            [d.doc_id for d in kept]

@@ -183,7 +183,8 @@ class Deduplicate(beam.PTransform):
                 )
 
         if self.index_out:
-            _ = new_index | "WriteIndex" >> _WriteIndex(self.index_out, cfg, old_parts, self.index_root)
+            _ = new_index | "WriteIndex" >> _WriteIndex(self.index_out, cfg, old_parts, self.index_root,
+                                                        sized_by=sketches)
 
         if dup_parts:
             duplicates = dup_parts | "AllDuplicates" >> beam.Flatten()

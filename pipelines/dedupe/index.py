@@ -80,6 +80,11 @@ def _row_bytes(row: IndexRow) -> int:
     return len(row[3]) + len(row[4]) + len(row[5])
 
 
+def _sketch_bytes(s: Sketch) -> int:
+    """``_row_bytes`` of the sketch's index entry, without building the entry."""
+    return s.signature.nbytes + s.band_keys.nbytes + s.shingles.nbytes
+
+
 def _list_column(chunks: list[bytes], dtype: type, large: bool = False):
     """A list<dtype> Arrow column from the raw bytes of each row's array: one concatenation, no per-row objects."""
     import pyarrow as pa
@@ -331,17 +336,21 @@ class _WriteIndex(beam.PTransform):
     moved as a whole; parts elsewhere (another corpus's index) by full URL.
     """
 
-    def __init__(self, url: str, cfg: DedupeConfig, old_parts: Sequence[str] = (), root: str | None = None) -> None:
+    def __init__(self, url: str, cfg: DedupeConfig, old_parts: Sequence[str] = (), root: str | None = None,
+                 sized_by: beam.PCollection | None = None) -> None:
         super().__init__()
-        self.url, self.cfg = url, cfg
+        self.url, self.cfg, self.sized_by = url, cfg, sized_by
         self.old_refs = [relative_url(url, p) if root is not None and is_within(p, root) else p for p in old_parts]
 
     def expand(self, sketches: beam.PCollection) -> beam.PCollection:
         """``sketches``: PCollection[IndexRow], this run's entries."""
         from pipelines.files import PartCount, WriteParts
 
-        parts = sketches | "Parts" >> PartCount(INDEX_ENTRIES_PER_PART, size=_row_bytes,
-                                                size_per_part=INDEX_PART_BYTES)
+        # sized_by: every new document's Sketch (before dedupe), a count ready before the entries are
+        # known, so routing runs in the stage that makes them instead of after a stored copy of them
+        # (as WriteClean's sized_by); parts then hold at most the limits.
+        basis, size = (sketches, _row_bytes) if self.sized_by is None else (self.sized_by, _sketch_bytes)
+        parts = basis | "Parts" >> PartCount(INDEX_ENTRIES_PER_PART, size=size, size_per_part=INDEX_PART_BYTES)
         written = sketches | "WriteParts" >> WriteParts(self.url, "parquet", _index_rows_to_parquet, parts,
                                                          doc_id=_row_doc_id, stream=True)
         params, old_refs, url = index_params(self.cfg), self.old_refs, self.url
