@@ -37,9 +37,9 @@ from operator import mul, sub
 import apache_beam as beam
 import numpy as np
 from apache_beam import pvalue
-from apache_beam.metrics import Metrics
 
 from pipelines.langid import LanguageGuess, Method, identify, known_codes
+from pipelines.metrics import counter
 from pipelines.records import Document, Reject, snippet
 from pipelines.sentences import count_sentences
 from schemas.config import CleanConfig, SourceConfig
@@ -678,12 +678,12 @@ class _Clean(beam.DoFn):
         lines: Counter = Counter()
         out = clean_document(doc, self.cfg, on, lines)
         for rule, n in lines.items():
-            Metrics.counter("clean_lines", rule).inc(n)
+            counter("clean_lines", rule).inc(n)
         if isinstance(out, Reject):
-            Metrics.counter("clean", f"{out.bucket}_{out.reason}").inc()
+            counter("clean", f"{out.bucket}_{out.reason}").inc()
             yield pvalue.TaggedOutput(REJECTS, out)
         else:
-            Metrics.counter("clean", "kept").inc()
+            counter("clean", "kept").inc()
             yield out
 
 

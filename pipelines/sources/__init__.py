@@ -38,9 +38,9 @@ from collections.abc import Iterator, Sequence
 
 import apache_beam as beam
 from apache_beam import pvalue
-from apache_beam.metrics import Metrics
 
 from pipelines import progress
+from pipelines.metrics import counter
 from pipelines.records import Reject, make_doc_id
 from pipelines.sources.listing import Input, judge_urls, list_inputs, local_file_problem
 from pipelines.sources.readers import (
@@ -148,10 +148,10 @@ class _ReadFiles(beam.DoFn):
     def _records(self, entry: Input, tally: Tally):
         for rec in read_input(entry, self.source, tally):
             if isinstance(rec, Reject):
-                Metrics.counter("read", f"{rec.bucket}_{rec.reason}").inc()
+                counter("read", f"{rec.bucket}_{rec.reason}").inc()
                 yield pvalue.TaggedOutput(REJECTS, rec)
             else:
-                Metrics.counter("read", "documents").inc()
+                counter("read", "documents").inc()
                 yield rec
 
 
