@@ -301,8 +301,7 @@ def compare(floor: dict[str, Any], build: dict[str, Any], mb: float) -> tuple[li
                  f"{fixed['group_by_keys']:.0f} GroupByKeys, {fixed['fused_stages']:.0f} fused stages) | - | "
                  f"{(fixed['construct'] + fixed['plan']) / mb:.3f} | - |")
     lines.append(f"| imports (once per process) | {fcpu['imports'] / mb:.3f} | {build['imports'] / mb:.3f} | - |")
-    total_b = build["total"] + build["imports"]
-    total_f = floor_work + fcpu["imports"]
+    total_b, total_f = build_total(build), floor_total(floor)
     lines.append(f"| **total** | **{total_f / mb:.3f}** | **{total_b / mb:.3f}** | **{total_b / total_f:.2f}x** |")
     same_work = in_stages - bcpu.get(PIPELINE_ONLY, 0.0)
     head = {"floor_cpu": total_f, "build_cpu": total_b, "ratio": total_b / total_f,

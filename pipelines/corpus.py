@@ -58,10 +58,9 @@ from storage import (
 )
 
 GroupKey = tuple[str, int, int]  # (split, group, number of groups)
-_KEY = beam.typehints.Tuple[str, int, int]
 ENCODED = beam.typehints.Tuple[str, bytes]  # (doc_id, encode_tokenized bytes): a document on its way to packing
-ROUTED = beam.typehints.Tuple[_KEY, bytes]  # GroupForPacking's shuffle input
-GROUPED = beam.typehints.Tuple[_KEY, beam.typehints.Iterable[TokenizedDocument]]  # GroupForPacking's output
+ROUTED = beam.typehints.Tuple[GroupKey, bytes]  # GroupForPacking's shuffle input
+GROUPED = beam.typehints.Tuple[GroupKey, beam.typehints.Iterable[TokenizedDocument]]  # GroupForPacking's output
 LOST_SHARD = "lost_shard"  # a _WriteGroup output naming a shard whose temporary another writer removed
 PLANS = "plans"  # _PackGroup's tagged output: each group's plan
 TOKENIZED_PARTS = "tokenized_parts"  # _PackGroup's tagged output: the tokenized part files it wrote
@@ -320,13 +319,8 @@ class TokenGroups(beam.PTransform):
         )
 
 
-def packing_key(d: TokenizedDocument, seed: int, valid_fraction: float, groups: int) -> GroupKey:
-    """The (split, group, groups) a document is packed in."""
-    return packing_key_of(d.doc_id, seed, valid_fraction, groups)
-
-
-def packing_key_of(doc_id: str, seed: int, valid_fraction: float, groups: int) -> GroupKey:
-    """``packing_key`` from the document id alone (what routing needs of a document)."""
+def packing_key(doc_id: str, seed: int, valid_fraction: float, groups: int) -> GroupKey:
+    """The (split, group, groups) the document ``doc_id`` is packed in."""
     return split_of(doc_id, seed, valid_fraction), group_of(doc_id, seed, groups), groups
 
 
@@ -363,7 +357,7 @@ class GroupForPacking(beam.PTransform):
         seed, valid = self.cfg.seed, self.cfg.packing.valid_fraction
 
         def route(doc: tuple[str, bytes], groups: int) -> tuple[GroupKey, bytes]:
-            return packing_key_of(doc[0], seed, valid, groups), doc[1]
+            return packing_key(doc[0], seed, valid, groups), doc[1]
 
         return (
             tokenized

@@ -71,7 +71,7 @@ def flattens_into_groups(stages: Iterable[Any], context: Any) -> Iterator[Any]:
         w = gbk_write.transforms[0]
         if w.spec.urn != DATA_OUTPUT_URN or split_buffer_id(w.spec.payload)[0] != "group":
             continue
-        inputs = [only_input(s) for s in writes[buffer]]
+        inputs = [_only_input(s) for s in writes[buffer]]
         if any(pcolls[p].coder_id != pcolls[flat].coder_id
                or pcolls[p].windowing_strategy_id != pcolls[flat].windowing_strategy_id for p in inputs):
             continue  # not the bytes the grouping buffer decodes: leave Beam's plan
@@ -107,7 +107,7 @@ def flattens_into_groups(stages: Iterable[Any], context: Any) -> Iterator[Any]:
         yield stage
 
 
-def only_input(stage: Any) -> str:
+def _only_input(stage: Any) -> str:
     (t,) = stage.transforms
     (pcoll,) = t.inputs.values()
     return pcoll
