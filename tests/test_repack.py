@@ -112,10 +112,23 @@ def untagged(shards):
 def test_same_rule_gives_byte_identical_shards(parent, tmp_path):
     """The intermediate is lossless: repacking with the parent's own settings reproduces its shards."""
     cfg, out, m = parent
-    parts = sorted(os.path.basename(p) for p in glob.glob(os.path.join(out, m.intermediates["tokenized"],
-                                                                        "part-*.parquet")))
-    # train's groups 0-2, then valid's 3-5 (pipelines.corpus.tokenized_part_index)
-    assert parts == [f"part-{i:05d}.parquet" for i in range(6)]
+    import pyarrow.parquet as pq
+
+    from pipelines.corpus import packing_key, tokenized_part_index
+
+    files = sorted(glob.glob(os.path.join(out, m.intermediates["tokenized"], "part-*.parquet")))
+    # One part per packing group that holds documents: train's groups 0-2, then valid's 3-5
+    # (pipelines.corpus.tokenized_part_index); each document in the part of the group it routes to.
+    # (Document ids hash the input's path, a pytest folder: which groups get documents varies.)
+    groups = cfg.packing.groups
+    where = {}
+    for f in files:
+        for doc_id in pq.read_table(f, columns=["doc_id"]).column("doc_id").to_pylist():
+            split, group, _ = packing_key(doc_id, cfg.seed, cfg.packing.valid_fraction, groups)
+            where[doc_id] = (os.path.basename(f), f"part-{tokenized_part_index(split, group, groups):05d}.parquet")
+    assert where and all(found == routed for found, routed in where.values())
+    assert {os.path.basename(f) for f in files} <= {f"part-{i:05d}.parquet" for i in range(2 * groups)}
+    assert len(files) >= 4  # 70 documents, 15 % valid: most groups hold some
     assert m.accounting["news"].kept == 70 and m.accounting["news"].duplicate == {"exact": 3}
     again = str(tmp_path / "same")
     m2 = run_repack(out, again)
@@ -130,7 +143,7 @@ def test_same_rule_gives_byte_identical_shards(parent, tmp_path):
     # Packing counters are the new run's; the repack's own say what it read.
     assert {k: v for k, v in m2.counters.items() if k.startswith("pack_")} == m.counters
     assert m2.counters["repack_documents"] == sum(a.kept for a in m.accounting.values())
-    assert m2.counters["repack_parts"] == len(parts)
+    assert m2.counters["repack_parts"] == len(files)
 
 
 def test_clean_intermediate_records_language(parent):
