@@ -70,7 +70,7 @@ def _groups(buf: GroupingBuffer, n: int = 1) -> dict[str, list[int]]:
 
 def test_every_patched_method_exists_on_this_beam() -> None:
     """The methods the patches replace exist, and real buffers carry the attributes they read."""
-    assert len(spill._targets()) == 14
+    assert len(spill._targets()) == 15
     assert isinstance(ListBuffer(None)._inputs, list)
     assert isinstance(_grouping_buffer()._table, dict)
 
@@ -223,3 +223,30 @@ def test_spill_options_of_the_commands() -> None:
     assert spill_settings(BuildOptions(["--spill_mb", "0.5", "--spill_dir", "/x"])) == \
         spill.SpillSettings(1 << 19, "/x")
     assert spill_settings(BuildOptions(["--spill_mb", "-1"])) is None
+
+
+def _output_bytes_held() -> list[int]:
+    """Bytes in the output streams of this process's data output operations (live or cached)."""
+    import gc
+
+    from apache_beam.runners.worker.bundle_processor import DataOutputOperation
+
+    return [op.output_stream.size() if getattr(op, "output_stream", None) is not None else 0
+            for op in gc.get_objects() if isinstance(op, DataOutputOperation)]
+
+
+def test_a_finished_bundle_keeps_no_output_bytes(tmp_path: Path) -> None:
+    """The runner caches each stage's bundle processor; the stream a finished bundle wrote through
+    must not stay with it (its C buffer held up to 16 MB per output of every stage, for the run)."""
+    seen = tmp_path / "seen.json"
+    spill.install(spill.SpillSettings(directory=str(tmp_path)))
+    try:
+        with beam.Pipeline(runner=FnApiRunner()) as p:
+            big = p | beam.Create(range(300)) | "Big" >> beam.Map(lambda i: (i % 3, "x" * 1000))
+            _ = (big | beam.GroupByKey()
+                 | "Look" >> beam.Map(lambda kv: seen.write_text(json.dumps(_output_bytes_held()))))
+    finally:
+        spill.uninstall()
+    held = json.loads(seen.read_text())
+    assert held  # the stage that wrote 300 kB through its output stream ran in this process, and its
+    assert sum(held) == 0, held  # processor is cached: its stream is gone
