@@ -4,7 +4,8 @@
 starts, imports Beam before anything of ours (so its ``apitools not found`` warning is printed
 once per worker) and logs its start-up at INFO on stderr. This module installs the apitools
 filter first (``import pipelines``), keeps Beam's own records below ERROR off stderr and asks
-the harness for WARNING, then runs the same ``sdk_worker_main.main``.
+the harness for WARNING, drops each finished bundle's output streams
+(``pipelines.spill.release_finished_streams``), then runs the same ``sdk_worker_main.main``.
 ``pipelines.options.make_pipeline`` points the local runner's worker processes here.
 """
 
@@ -30,8 +31,9 @@ def main() -> None:
     os.environ.setdefault("PIPELINE_OPTIONS", json.dumps({"options": {"default_sdk_harness_log_level": "WARNING"}}))
     from apache_beam.runners.worker import sdk_worker_main
 
-    from pipelines import sampler, signatures
+    from pipelines import sampler, signatures, spill
 
+    spill.release_finished_streams()  # a finished bundle's output buffers are not kept with its processor
     signatures.install()  # each bundle introspects its DoFns again
     sampler.install()  # each bundle joins its state sampler's thread
     sdk_worker_main.main(sys.argv)

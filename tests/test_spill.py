@@ -225,28 +225,45 @@ def test_spill_options_of_the_commands() -> None:
     assert spill_settings(BuildOptions(["--spill_mb", "-1"])) is None
 
 
-def _output_bytes_held() -> list[int]:
-    """Bytes in the output streams of this process's data output operations (live or cached)."""
-    import gc
+def _held_after_a_big_stage(p: beam.Pipeline, seen: Path) -> list[int]:
+    """Run p with a stage that writes 300 kB, then a stage that notes the bytes held by the output
+    streams of every data output operation of its process (live or cached with their processor)."""
 
-    from apache_beam.runners.worker.bundle_processor import DataOutputOperation
+    def held(_: object) -> None:  # nested: pickled by value, so a worker process runs it too
+        import gc
 
-    return [op.output_stream.size() if getattr(op, "output_stream", None) is not None else 0
-            for op in gc.get_objects() if isinstance(op, DataOutputOperation)]
+        from apache_beam.runners.worker.bundle_processor import DataOutputOperation
+
+        sizes = [op.output_stream.size() if getattr(op, "output_stream", None) is not None else 0
+                 for op in gc.get_objects() if isinstance(op, DataOutputOperation)]
+        seen.write_text(json.dumps(sizes))
+
+    with p:
+        big = p | beam.Create(range(300)) | "Big" >> beam.Map(lambda i: (i % 3, "x" * 1000))
+        _ = big | beam.GroupByKey() | "Keys" >> beam.combiners.Count.Globally() | "Look" >> beam.Map(held)
+    return json.loads(seen.read_text())
 
 
 def test_a_finished_bundle_keeps_no_output_bytes(tmp_path: Path) -> None:
     """The runner caches each stage's bundle processor; the stream a finished bundle wrote through
     must not stay with it (its C buffer held up to 16 MB per output of every stage, for the run)."""
-    seen = tmp_path / "seen.json"
     spill.install(spill.SpillSettings(directory=str(tmp_path)))
     try:
-        with beam.Pipeline(runner=FnApiRunner()) as p:
-            big = p | beam.Create(range(300)) | "Big" >> beam.Map(lambda i: (i % 3, "x" * 1000))
-            _ = (big | beam.GroupByKey()
-                 | "Look" >> beam.Map(lambda kv: seen.write_text(json.dumps(_output_bytes_held()))))
+        held = _held_after_a_big_stage(beam.Pipeline(runner=FnApiRunner()), tmp_path / "seen.json")
     finally:
         spill.uninstall()
-    held = json.loads(seen.read_text())
     assert held  # the stage that wrote 300 kB through its output stream ran in this process, and its
     assert sum(held) == 0, held  # processor is cached: its stream is gone
+
+
+def test_a_worker_process_keeps_no_output_bytes(tmp_path: Path) -> None:
+    """The same in the worker processes of ``--direct_num_workers 2`` (``pipelines.worker``)."""
+    from pipelines.options import BuildOptions, finalize_options, make_pipeline
+
+    p = make_pipeline(finalize_options(BuildOptions(["--direct_num_workers", "2"])))
+    try:
+        held = _held_after_a_big_stage(p, tmp_path / "seen.json")
+    finally:
+        spill.uninstall()
+    assert held
+    assert sum(held) == 0, held
