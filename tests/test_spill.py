@@ -225,9 +225,10 @@ def test_spill_options_of_the_commands() -> None:
     assert spill_settings(BuildOptions(["--spill_mb", "-1"])) is None
 
 
-def _held_after_a_big_stage(p: beam.Pipeline, seen: Path) -> list[int]:
-    """Run p with a stage that writes 300 kB, then a stage that notes the bytes held by the output
-    streams of every data output operation of its process (live or cached with their processor)."""
+def _held_after_a_big_stage(p: beam.Pipeline, seen: Path) -> dict[str, list]:
+    """Run p with a stage that writes 300 kB, then a stage that notes, in its process, the bytes held
+    by the output streams of every data output operation (live or cached with their processor) and
+    which of Beam's unused optional integrations are loaded."""
 
     def held(_: object) -> None:  # nested: pickled by value, so a worker process runs it too
         import gc
@@ -236,7 +237,10 @@ def _held_after_a_big_stage(p: beam.Pipeline, seen: Path) -> list[int]:
 
         sizes = [op.output_stream.size() if getattr(op, "output_stream", None) is not None else 0
                  for op in gc.get_objects() if isinstance(op, DataOutputOperation)]
-        seen.write_text(json.dumps(sizes))
+        import sys
+
+        loaded = sorted(m for m in ("pandas", "pymongo", "bson", "boto3") if m in sys.modules)
+        seen.write_text(json.dumps({"held": sizes, "loaded": loaded}))
 
     with p:
         big = p | beam.Create(range(300)) | "Big" >> beam.Map(lambda i: (i % 3, "x" * 1000))
@@ -252,12 +256,13 @@ def test_a_finished_bundle_keeps_no_output_bytes(tmp_path: Path) -> None:
         held = _held_after_a_big_stage(beam.Pipeline(runner=FnApiRunner()), tmp_path / "seen.json")
     finally:
         spill.uninstall()
-    assert held  # the stage that wrote 300 kB through its output stream ran in this process, and its
-    assert sum(held) == 0, held  # processor is cached: its stream is gone
+    assert held["held"]  # the stage that wrote 300 kB through its output stream ran in this process,
+    assert sum(held["held"]) == 0, held  # and its processor is cached: its stream is gone
 
 
 def test_a_worker_process_keeps_no_output_bytes(tmp_path: Path) -> None:
-    """The same in the worker processes of ``--direct_num_workers 2`` (``pipelines.worker``)."""
+    """The same in the worker processes of ``--direct_num_workers 2`` (``pipelines.worker``), which
+    also leave out the optional integrations Beam imports and a worker never uses."""
     from pipelines.options import BuildOptions, finalize_options, make_pipeline
 
     p = make_pipeline(finalize_options(BuildOptions(["--direct_num_workers", "2"])))
@@ -265,5 +270,6 @@ def test_a_worker_process_keeps_no_output_bytes(tmp_path: Path) -> None:
         held = _held_after_a_big_stage(p, tmp_path / "seen.json")
     finally:
         spill.uninstall()
-    assert held
-    assert sum(held) == 0, held
+    assert held["held"]
+    assert sum(held["held"]) == 0, held
+    assert held["loaded"] == [], held  # pipelines.worker leaves out what Beam would load and never use
