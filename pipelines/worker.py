@@ -19,7 +19,6 @@ import sys
 
 import pipelines  # noqa: F401 - installs the apitools filter before Beam is imported
 
-
 # Optional integrations that Beam imports whenever they are installed and that a worker process
 # never uses (it runs Beam's harness and shardforge's DoFns, which read and write through fsspec
 # and pyarrow, not Beam's IO): pandas (Beam's DataFrame type hints, pyarrow's pandas shim),

@@ -225,20 +225,27 @@ def test_spill_options_of_the_commands() -> None:
     assert spill_settings(BuildOptions(["--spill_mb", "-1"])) is None
 
 
-def _held_after_a_big_stage(p: beam.Pipeline, seen: Path) -> dict[str, list]:
+def _held_after_a_big_stage(p: beam.Pipeline, seen: Path, in_process: bool) -> dict[str, list]:
     """Run p with a stage that writes 300 kB, then a stage that notes, in its process, the bytes held
     by the output streams of every data output operation (live or cached with their processor) and
-    which of Beam's unused optional integrations are loaded."""
+    which of Beam's unused optional integrations are loaded. in_process: the stage runs in this
+    process, whose operations from other tests' pipelines (alive before p ran) are left out."""
 
-    def held(_: object) -> None:  # nested: pickled by value, so a worker process runs it too
+    def operations() -> list:  # nested (as is held): pickled by value, so a worker process runs them
         import gc
 
         from apache_beam.runners.worker.bundle_processor import DataOutputOperation
 
-        sizes = [op.output_stream.size() if getattr(op, "output_stream", None) is not None else 0
-                 for op in gc.get_objects() if isinstance(op, DataOutputOperation)]
+        gc.collect()  # the processors of pipelines that ended, waiting for the cycle collector
+        return [op for op in gc.get_objects() if isinstance(op, DataOutputOperation)]
+
+    earlier = frozenset(id(op) for op in operations()) if in_process else frozenset()
+
+    def held(_: object) -> None:
         import sys
 
+        sizes = [op.output_stream.size() if getattr(op, "output_stream", None) is not None else 0
+                 for op in operations() if id(op) not in earlier]
         loaded = sorted(m for m in ("pandas", "pymongo", "bson", "boto3") if m in sys.modules)
         seen.write_text(json.dumps({"held": sizes, "loaded": loaded}))
 
@@ -253,7 +260,7 @@ def test_a_finished_bundle_keeps_no_output_bytes(tmp_path: Path) -> None:
     must not stay with it (its C buffer held up to 16 MB per output of every stage, for the run)."""
     spill.install(spill.SpillSettings(directory=str(tmp_path)))
     try:
-        held = _held_after_a_big_stage(beam.Pipeline(runner=FnApiRunner()), tmp_path / "seen.json")
+        held = _held_after_a_big_stage(beam.Pipeline(runner=FnApiRunner()), tmp_path / "seen.json", in_process=True)
     finally:
         spill.uninstall()
     assert held["held"]  # the stage that wrote 300 kB through its output stream ran in this process,
@@ -267,7 +274,7 @@ def test_a_worker_process_keeps_no_output_bytes(tmp_path: Path) -> None:
 
     p = make_pipeline(finalize_options(BuildOptions(["--direct_num_workers", "2"])))
     try:
-        held = _held_after_a_big_stage(p, tmp_path / "seen.json")
+        held = _held_after_a_big_stage(p, tmp_path / "seen.json", in_process=False)
     finally:
         spill.uninstall()
     assert held["held"]
