@@ -477,24 +477,21 @@ def _wrap_output_finish(original):
         # The stream has handed its bytes over; without this the cached bundle processor keeps
         # it, and its C buffer (up to 16 MB: it flushes past 10 MB and keeps its capacity), for
         # the rest of the run: one per output of every fused stage. The next bundle sets a new one.
-        if _settings is not None or _in_worker:
-            self.output_stream = None
+        self.output_stream = None
+    finish.drops_stream = True  # type: ignore[attr-defined]
     return finish
-
-
-_in_worker = False
 
 
 def release_finished_streams() -> None:
     """In an SDK worker process (``--direct_num_workers N``, ``pipelines.worker``), where the
-    runner's buffers do not live: only drop each finished bundle's output streams. Idempotent."""
-    global _in_worker
+    runner's buffers do not live: only drop each finished bundle's output streams, for the
+    process's life. Idempotent."""
     from apache_beam.runners.worker.bundle_processor import DataOutputOperation
 
     with _lock:
-        if not _in_worker:
-            DataOutputOperation.finish = _wrap_output_finish(DataOutputOperation.__dict__["finish"])
-            _in_worker = True
+        current = DataOutputOperation.__dict__["finish"]
+        if not getattr(current, "drops_stream", False):
+            DataOutputOperation.finish = _wrap_output_finish(current)
 
 
 def _count(n: int) -> None:
