@@ -4,7 +4,8 @@ A demo-sized corpus (120 documents, ~0.2 MB) does almost no data work, so its CP
 build (and every ``--batch_mb`` batch) pays: imports, graph construction, the runner's planning,
 ~100 bundles each rebuilt from its DoFns, and the report. Measured here:
 
-* imports of ``pipelines.build`` in a fresh process (CPU seconds, three runs);
+* imports of ``pipelines.build`` in a fresh process, as a library and as the command does (CPU seconds
+  and peak RSS, three runs each, alternated);
 * in one process, builds alternating between Beam's own DoFn introspection and ours memoized
   (``pipelines.signatures``: ``get_signature`` and ``get_dofn_specs``), split into graph
   construction, planning, bundles (``report`` step apart) and the rest; the ratio of the totals.
@@ -35,11 +36,16 @@ def _cpu() -> float:
     return time.process_time()
 
 
-def import_cpu() -> float:
-    """CPU seconds to import the build driver in a fresh interpreter."""
-    code = "import time; t = time.process_time(); import pipelines.build; print(time.process_time() - t)"
+def import_cost(command: bool) -> tuple[float, float]:
+    """CPU seconds and peak RSS (MB) of importing the build driver in a fresh interpreter: as a
+    library does, or as the command does (``pipelines.preflight.before_beam`` first, which leaves
+    out the integrations a local build never uses)."""
+    first = "from pipelines.preflight import before_beam; before_beam([]); " if command else ""
+    code = (f"import resource, time; t = time.process_time(); {first}import pipelines.build; "
+            "print(time.process_time() - t, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
-    return float(out.stdout.strip().splitlines()[-1])
+    cpu, rss = out.stdout.strip().splitlines()[-1].split()
+    return float(cpu), float(rss)
 
 
 def one_build(raw: dict[str, str], out: Path, memoized: bool) -> dict[str, float]:
@@ -99,7 +105,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=3, help="Builds per mode, alternated (default 3).")
     args = ap.parse_args()
-    imports = [import_cpu() for _ in range(3)]
+    imports: dict[bool, list[tuple[float, float]]] = {False: [], True: []}
+    for _ in range(3):
+        for command in (False, True):
+            imports[command].append(import_cost(command))
     from pipelines.options import quiet_beam
     from shardforge.synth import write_demo_corpus
 
@@ -117,11 +126,15 @@ def main() -> int:
         return statistics.median(r[key] for r in results[mode])
 
     keys = ("construct", "plan", "bundles", "report", "other", "total")
-    lines = [f"Imports of `pipelines.build` (fresh process, CPU s): {statistics.median(imports):.2f} "
-             f"(runs: {', '.join(f'{x:.2f}' for x in imports)})",
-             f"A demo build ({results['memoized'][0]['stages']:.0f} fused stages), CPU seconds, median of "
-             f"{args.runs} alternated runs per mode:", "",
-             "| part | Beam's introspection | memoized (pipelines.signatures) |", "|---|---:|---:|"]
+    lines = [f"Imports of `pipelines.build` (fresh process), {how}: CPU s {statistics.median(c for c, _ in runs):.2f} "
+             f"(runs: {', '.join(f'{c:.2f}' for c, _ in runs)}), peak RSS {statistics.median(r for _, r in runs):.0f} MB"
+             for how, runs in (("as a library", imports[False]),
+                               ("as `python -m pipelines.build` (a local build: unused integrations left out)",
+                                imports[True]))]
+    lines += [
+        "", f"A demo build ({results['memoized'][0]['stages']:.0f} fused stages), CPU seconds, median of "
+        f"{args.runs} alternated runs per mode:", "",
+        "| part | Beam's introspection | memoized (pipelines.signatures) |", "|---|---:|---:|"]
     lines += [f"| {k} | {med('beam', k):.2f} | {med('memoized', k):.2f} |" for k in keys]
     ratio = med("beam", "total") / max(1e-9, med("memoized", "total"))
     totals = {mode: ", ".join(f"{r['total']:.2f}" for r in rs) for mode, rs in results.items()}

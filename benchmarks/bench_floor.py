@@ -86,6 +86,9 @@ def _cpu() -> float:
 def run_floor(raw: str, vocab_size: int) -> dict[str, Any]:
     """The per-document work in one plain loop; CPU seconds per stage."""
     t0 = _cpu()
+    from pipelines.preflight import skip_unused_integrations
+
+    skip_unused_integrations()  # the same imports left out as in the build's process
     from pipelines.clean import clean_document, line_rules_for
     from pipelines.corpus import chunk_samples, count_groups, encoded_samples, pack_sorted
     from pipelines.dedupe import _hasher
@@ -255,6 +258,9 @@ def watch_fixed_costs(out: dict[str, float]) -> None:
 def run_build_child(raw: str, out: str, vocab_size: int, beam_args: list[str], depth: int = 2) -> dict[str, Any]:
     """One real build; CPU per fused stage, imports, and the rest of the driver."""
     t0 = _cpu()
+    from pipelines.preflight import skip_unused_integrations
+
+    skip_unused_integrations()  # as `python -m pipelines.build` does for a local build
     from pipelines.build import run_build, summarize
     from pipelines.options import quiet_beam
 

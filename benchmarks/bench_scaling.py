@@ -318,6 +318,9 @@ def child(megabytes: float, near: bool, config: str, caps: dict[str, int], batch
     raw: the input (a JSONL file, or for ``batched`` a folder of them), as the parent wrote it
     with ``input_path``; None: write it into this run's scratch folder.
     """
+    from pipelines.preflight import skip_unused_integrations
+
+    skip_unused_integrations()  # as `python -m pipelines.build` does for a local build
     from pipelines.build import run_build, summarize
     from pipelines.options import quiet_beam
 

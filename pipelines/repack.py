@@ -22,10 +22,10 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from pipelines.preflight import exit_if_unrunnable
+from pipelines.preflight import before_beam
 
-if __name__ == "__main__":  # before Beam's ~1.3 s import: a missing [dataflow] extra is one line at once
-    exit_if_unrunnable(sys.argv[1:])
+if __name__ == "__main__":  # before Beam is imported (pipelines.preflight)
+    before_beam(sys.argv[1:])
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions

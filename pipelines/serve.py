@@ -28,10 +28,10 @@ import sys
 import time
 from types import FrameType
 
-from pipelines.preflight import exit_if_unrunnable
+from pipelines.preflight import before_beam
 
-if __name__ == "__main__":  # before Beam's ~1.3 s import: a missing [dataflow] extra is one line at once
-    exit_if_unrunnable(sys.argv[1:])
+if __name__ == "__main__":  # before Beam is imported (pipelines.preflight)
+    before_beam(sys.argv[1:])
 
 from pipelines.ingest import (
     SERVE_STATE,

@@ -5,7 +5,7 @@ starts, imports Beam before anything of ours (so its ``apitools not found`` warn
 once per worker) and logs its start-up at INFO on stderr. This module installs the apitools
 filter first (``import pipelines``), keeps Beam's own records below ERROR off stderr and asks
 the harness for WARNING, leaves out the optional Beam integrations a worker never uses
-(``UNUSED_IN_WORKERS``), drops each finished bundle's output streams
+(``pipelines.preflight.UNUSED_INTEGRATIONS``), drops each finished bundle's output streams
 (``pipelines.spill.release_finished_streams``), then runs the same ``sdk_worker_main.main``.
 ``pipelines.options.make_pipeline`` points the local runner's worker processes here.
 """
@@ -18,23 +18,7 @@ import os
 import sys
 
 import pipelines  # noqa: F401 - installs the apitools filter before Beam is imported
-
-# Optional integrations that Beam imports whenever they are installed and that a worker process
-# never uses (it runs Beam's harness and shardforge's DoFns, which read and write through fsspec
-# and pyarrow, not Beam's IO): pandas (Beam's DataFrame type hints, pyarrow's pandas shim),
-# pymongo / bson (Beam's MongoDB IO) and boto3 (Beam's own S3 filesystem; s3fs uses botocore).
-# Not loading them saves each worker ~54 MB of RSS and ~0.5 s of start-up; each of those imports
-# is optional where it is made (Beam and pyarrow catch the ImportError and leave the feature out).
-UNUSED_IN_WORKERS = ("pandas", "pymongo", "bson", "boto3")
-
-
-class _SkipUnused:
-    """A ``sys.meta_path`` finder that answers UNUSED_IN_WORKERS with ``ModuleNotFoundError``."""
-
-    def find_spec(self, name: str, path: object = None, target: object = None) -> None:
-        if name in UNUSED_IN_WORKERS:
-            raise ModuleNotFoundError(f"{name} is not loaded in a shardforge worker process", name=name)
-        return None
+from pipelines.preflight import skip_unused_integrations
 
 
 def _quiet(record: logging.LogRecord) -> bool:
@@ -47,7 +31,7 @@ def main() -> None:
     handler.addFilter(_quiet)
     logging.getLogger().addHandler(handler)
     os.environ.setdefault("PIPELINE_OPTIONS", json.dumps({"options": {"default_sdk_harness_log_level": "WARNING"}}))
-    sys.meta_path.insert(0, _SkipUnused())  # before Beam is imported
+    skip_unused_integrations()  # before Beam is imported
     from apache_beam.runners.worker import sdk_worker_main
 
     from pipelines import sampler, signatures, spill

@@ -71,9 +71,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     if COMMANDS[name][0].startswith("pipelines."):  # before Beam is imported (~1.3 s)
-        from pipelines.preflight import exit_if_unrunnable
+        from pipelines.preflight import before_beam
 
-        exit_if_unrunnable(rest)
+        before_beam(rest)
     set_invoked_as(f"shardforge {name}")  # usage lines say what the user typed
     try:
         return run_cli(lambda: int(_entry(name)(rest) or 0), rest)

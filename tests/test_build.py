@@ -231,6 +231,40 @@ def test_two_worker_processes_through_the_cli_are_byte_identical(built, tmp_path
     assert files_digest(str(two)) == files_digest(out)
 
 
+def test_the_cli_process_builds_the_same_bytes_without_unused_integrations(built, tmp_path):
+    """`python -m pipelines.build` (its module run as __main__, as the command runs it) loads none of
+    the optional integrations a local build never uses (pipelines.preflight.UNUSED_INTEGRATIONS:
+    pandas, pymongo, bson, boto3), and writes the same bytes as a build in a process that has them."""
+    cfg, out, _ = built
+    config = tmp_path / "config.json"
+    config.write_text(cfg.model_dump_json())
+    cli = tmp_path / "cli"
+    code = f"""
+import json, runpy, sys
+sys.argv = ["pipelines.build", "--config", {str(config)!r}, "--output", {str(cli)!r}]
+try:
+    runpy.run_module("pipelines.build", run_name="__main__", alter_sys=True)
+except SystemExit as e:
+    assert not e.code, e.code
+from pipelines.preflight import UNUSED_INTEGRATIONS
+print(json.dumps(sorted(m for m in UNUSED_INTEGRATIONS if m in sys.modules)))
+"""
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=900)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert json.loads(res.stdout.strip().splitlines()[-1]) == []
+    assert files_digest(str(cli)) == files_digest(out)
+    assert "pandas" in sys.modules  # this (test) process has them: the comparison is against a build that does
+
+
+def test_only_a_local_build_skips_unused_integrations():
+    from pipelines.preflight import is_local_runner
+
+    assert is_local_runner(None) and is_local_runner("FnApiRunner") and is_local_runner("DirectRunner")
+    assert is_local_runner("direct")
+    assert not is_local_runner("DataflowRunner") and not is_local_runner("apache_beam.runners.dataflow.DataflowRunner")
+    assert not is_local_runner("PortableRunner")
+
+
 def test_worker_processes_run_bundles_quietly(tmp_path):
     """make_pipeline with --direct_num_workers 2 (as the drivers run it): bundles run in two
     `pipelines.worker` processes (not the driver), and stderr carries none of Beam's start-up logs."""

@@ -239,7 +239,7 @@ def _held_after_a_big_stage(p: beam.Pipeline, seen: Path, in_process: bool) -> d
         gc.collect()  # the processors of pipelines that ended, waiting for the cycle collector
         return [op for op in gc.get_objects() if isinstance(op, DataOutputOperation)]
 
-    from pipelines.worker import UNUSED_IN_WORKERS
+    from pipelines.preflight import UNUSED_INTEGRATIONS
 
     earlier = frozenset(id(op) for op in operations()) if in_process else frozenset()
 
@@ -248,7 +248,7 @@ def _held_after_a_big_stage(p: beam.Pipeline, seen: Path, in_process: bool) -> d
 
         sizes = [op.output_stream.size() if getattr(op, "output_stream", None) is not None else 0
                  for op in operations() if id(op) not in earlier]
-        loaded = sorted(m for m in UNUSED_IN_WORKERS if m in sys.modules)
+        loaded = sorted(m for m in UNUSED_INTEGRATIONS if m in sys.modules)
         seen.write_text(json.dumps({"held": sizes, "loaded": loaded}))
 
     with p:
