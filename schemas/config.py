@@ -150,8 +150,10 @@ class TokenizerConfig(Strict):
     character_coverage: float = Field(1.0, gt=0, le=1)
     byte_fallback: bool = True
     normalization_rule: str = "nmt_nfkc"
-    # SentencePiece output differs across thread counts: 1 keeps builds byte-identical.
-    num_threads: int = 1
+    # SentencePiece training threads. The model depends on this count, not on the machine: the same
+    # count gives the same bytes on any number of cores (docs/tokenizer.md, Determinism); more
+    # threads train faster where there are cores for them. Byte-level BPE ignores it (RAYON_NUM_THREADS).
+    num_threads: int = Field(1, ge=1)
     encode_batch: int = 512
     # SentencePiece threads per encode call (0: the worker's CPUs); ids do not depend on it.
     encode_threads: int = Field(0, ge=0)

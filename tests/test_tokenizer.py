@@ -317,6 +317,41 @@ def test_byte_bpe_training_is_the_same_with_any_thread_count():
         assert r.stdout == here, env
 
 
+SPM_IN_ONE_CORE = """
+import hashlib, os, sys
+os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # one core for all of the trainer's threads
+from pipelines.sentences import split_sentences
+from pipelines.tokenizer import train_sentencepiece
+from schemas.config import TokenizerConfig
+from realtext import news_documents
+sents = [s for d in news_documents(120) for s in split_sentences(d)]
+cfg = TokenizerConfig(vocab_size=1500, num_threads=int(sys.argv[1]))
+sys.stdout.write(hashlib.sha256(train_sentencepiece(sents, cfg)).hexdigest())
+"""
+
+
+@pytest.mark.parametrize("model_type", ["unigram", "bpe"])
+def test_sentencepiece_training_depends_on_its_thread_count_not_on_the_cores(model_type):
+    """SentencePiece deals sentences to its training threads by index (i mod num_threads) and adds
+    their sums in thread order: the model depends on ``num_threads``, not on how many cores run the
+    threads or how they are scheduled. 3 threads pinned to one core give the bytes they give here."""
+    import hashlib
+
+    sents = real_sentences(news_documents(120))
+    cfg = TokenizerConfig(vocab_size=1500, num_threads=3, model_type=model_type)
+    here = hashlib.sha256(train_sentencepiece(sents, cfg)).hexdigest()
+    assert here == hashlib.sha256(train_sentencepiece(sents, cfg)).hexdigest()
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    code = SPM_IN_ONE_CORE.replace("vocab_size=1500,", f"vocab_size=1500, model_type={model_type!r},")
+    r = subprocess.run([sys.executable, "-c", code, "3"], capture_output=True, text=True, cwd=root,
+                       env={**os.environ, "PYTHONPATH": os.pathsep.join([root, os.path.join(root, "tests")])},
+                       check=True)
+    assert r.stdout == here
+    # ... and the count is in effect: 1 thread gives another model on this text.
+    one = hashlib.sha256(train_sentencepiece(sents, cfg.model_copy(update={"num_threads": 1}))).hexdigest()
+    assert one != here
+
+
 def spm_default_ids_model(docs) -> bytes:
     """A model trained the SentencePiece default way (<unk>=0, <s>=1, </s>=2, no <pad> / <mask>)."""
     import io
