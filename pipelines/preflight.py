@@ -97,6 +97,15 @@ def skip_unused_integrations() -> None:
     logging.getLogger("apache_beam.io.mongodbio").setLevel(logging.ERROR)
 
 
+def call_without_unused(target: str, *args: Any) -> None:
+    """Call ``"module:function"`` with args after ``skip_unused_integrations``: the target of a
+    process shardforge spawns for a local build (a ``--batch_mb`` batch). Named by a string, so
+    that the child imports nothing heavy (Beam) before the skip is in place."""
+    skip_unused_integrations()
+    module, name = target.split(":")
+    getattr(importlib.import_module(module), name)(*args)
+
+
 def is_local_runner(runner: str | None) -> bool:
     """True for no --runner (the local FnApiRunner) and for FnApiRunner / DirectRunner by any name."""
     return runner is None or runner.rsplit(".", 1)[-1].lower().removesuffix("runner") in LOCAL_RUNNERS

@@ -315,3 +315,25 @@ def test_the_local_memory_estimate_follows_the_tokenizer_sample() -> None:
     reused = cfg.model_copy(update={"tokenizer": cfg.tokenizer.model_copy(update={"model_url": "spm.model"})})
     assert local_rss_estimate(reused, 10 * gb) == LOCAL_RSS_BASE + 10 * gb
     assert local_rss_estimate(cfg, gb, spilled=False) == LOCAL_RSS_BASE + 33 * gb
+
+
+def test_a_batch_process_leaves_out_the_integrations_a_local_build_never_uses(tmp_path):
+    """A --batch_mb batch runs in a spawned process whose target is
+    ``pipelines.preflight.call_without_unused`` (as ``pipelines.batched`` starts it): once it
+    imports Beam, none of UNUSED_INTEGRATIONS is loaded; this test's own process has them."""
+    import multiprocessing as mp
+
+    from pipelines.preflight import UNUSED_INTEGRATIONS, call_without_unused
+
+    report = tmp_path / "loaded.json"
+    script = tmp_path / "batch.py"
+    script.write_text("import json, sys\nimport apache_beam, pyarrow.parquet\nimport pipelines.ingest\n"
+                      f"from pipelines.preflight import UNUSED_INTEGRATIONS\n"
+                      f"open({str(report)!r}, 'w').write(json.dumps("
+                      "sorted(m for m in UNUSED_INTEGRATIONS if m in sys.modules)))\n")
+    proc = mp.get_context("spawn").Process(target=call_without_unused, args=("runpy:run_path", str(script)))
+    proc.start()
+    proc.join(300)
+    assert proc.exitcode == 0
+    assert json.loads(report.read_text()) == []
+    assert set(UNUSED_INTEGRATIONS) & set(sys.modules)  # Beam loads them where nothing leaves them out
