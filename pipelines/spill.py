@@ -46,6 +46,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from pipelines.heap import release_free_memory
+
 DEFAULT_BUFFER_MB = 32
 _BUCKETS = 64  # files of a spilled GroupByKey; grouping holds one at a time
 _BUCKET_WRITE = 64 << 10  # bytes a bucket gathers before it is appended to its file
@@ -499,31 +501,14 @@ def _count(n: int) -> None:
 
 
 def _release_free_heap() -> None:
-    """Return the C heap's free pages to the OS (glibc's ``malloc_trim``; elsewhere nothing).
+    """Return the freed memory a big bundle leaves to the OS (``pipelines.heap``).
 
     A big bundle decodes, sorts and converts its elements, then frees them; glibc keeps the freed
     pages of its heap resident, so without this the process's RSS is the high-water mark of every
     stage before, not of the current one. About 7 ms for a 600 MB heap; done only after bundles
     that moved more than ``_TRIM_AFTER`` bytes.
     """
-    trim = _malloc_trim()
-    if trim is not None:
-        trim(0)
-
-
-_trim_fn: list[Any] = []
-
-
-def _malloc_trim() -> Any:
-    if not _trim_fn:
-        try:
-            import ctypes
-
-            # The process's own symbols (no ctypes.util.find_library: it forks ldconfig).
-            _trim_fn.append(ctypes.CDLL(None).malloc_trim)
-        except (OSError, AttributeError):  # not glibc
-            _trim_fn.append(None)
-    return _trim_fn[0]
+    release_free_memory()
 
 
 def _wrap_process_bundle(original):

@@ -31,6 +31,7 @@ from apache_beam.metrics import Metrics
 
 from pipelines import progress
 from pipelines.coders import TokenizedDocumentCoder  # noqa: F401  (registers the coder of TokenizedDocument)
+from pipelines.heap import release_free_memory
 from pipelines.records import SentencedDocument, TokenizedDocument, stable_hash, token_ids
 from schemas import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, UNK_ID
 from schemas.config import TokenizerConfig
@@ -406,6 +407,9 @@ class TrainTokenizer(beam.PTransform):
                 raise UserError("tokenizer: the clean corpus is empty, nothing to train on (every document was "
                                 "filtered, rejected or a duplicate: check the inputs, and the clean rules for "
                                 "text unlike news or web prose)")
+            # The peak of a build below the sample caps: start it from what is live, not from the
+            # high-water mark of the stages before (whose freed pages glibc and pyarrow keep).
+            release_free_memory()
             start = time.monotonic()
             model = train_tokenizer(plan_sentences(plan), cfg)
             # The time goes to the log, not the report: report.json stays byte-identical run to run.
