@@ -202,13 +202,10 @@ def _run_isolated(output: str, batch_files: list[tuple[SourceConfig, tuple[RawFi
     """Run one batch in a spawned child; (version, new shards, its pipeline's timings)."""
     import multiprocessing as mp
 
-    from pipelines.preflight import call_without_unused
-
     ctx = mp.get_context("spawn")
     recv, send = ctx.Pipe(duplex=False)
-    # The child leaves out the integrations a local build never uses, as the command does.
-    proc = ctx.Process(target=call_without_unused,
-                       args=("pipelines.batched:_batch_child", output, batch_files, cfg, list(beam_args), send),
+    # A command's skip of unused integrations reaches the child through the environment (pipelines.preflight).
+    proc = ctx.Process(target=_batch_child, args=(output, batch_files, cfg, list(beam_args), send),
                        name="shardforge-batch")
     proc.start()
     send.close()

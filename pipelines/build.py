@@ -19,9 +19,7 @@ from typing import Any
 
 from pipelines.preflight import before_beam
 
-# Before Beam is imported (pipelines.preflight): as the command, and as the main module of a
-# --batch_mb batch process it spawns (which has the command's argv).
-if __name__ in ("__main__", "__mp_main__"):
+if __name__ == "__main__":  # before Beam is imported (pipelines.preflight)
     before_beam(sys.argv[1:])
 
 from apache_beam.options.pipeline_options import StandardOptions

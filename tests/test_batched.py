@@ -318,22 +318,27 @@ def test_the_local_memory_estimate_follows_the_tokenizer_sample() -> None:
 
 
 def test_a_batch_process_leaves_out_the_integrations_a_local_build_never_uses(tmp_path):
-    """A --batch_mb batch runs in a spawned process whose target is
-    ``pipelines.preflight.call_without_unused`` (as ``pipelines.batched`` starts it): once it
-    imports Beam, none of UNUSED_INTEGRATIONS is loaded; this test's own process has them."""
-    import multiprocessing as mp
-
-    from pipelines.preflight import UNUSED_INTEGRATIONS, call_without_unused
+    """A process the command starts (a --batch_mb batch is a spawned process; so are the workers)
+    inherits the command's skip of the Beam integrations a local build never uses: once it has
+    imported ``pipelines`` and then Beam, none of UNUSED_INTEGRATIONS is loaded. This test's own
+    process has them."""
+    from pipelines.preflight import UNUSED_INTEGRATIONS
 
     report = tmp_path / "loaded.json"
-    script = tmp_path / "batch.py"
-    script.write_text("import json, sys\nimport apache_beam, pyarrow.parquet\nimport pipelines.ingest\n"
-                      f"from pipelines.preflight import UNUSED_INTEGRATIONS\n"
-                      f"open({str(report)!r}, 'w').write(json.dumps("
-                      "sorted(m for m in UNUSED_INTEGRATIONS if m in sys.modules)))\n")
-    proc = mp.get_context("spawn").Process(target=call_without_unused, args=("runpy:run_path", str(script)))
-    proc.start()
-    proc.join(300)
-    assert proc.exitcode == 0
+    child = tmp_path / "batch.py"
+    child.write_text("import json, sys\nimport pipelines\nimport apache_beam, pyarrow.parquet\nimport pipelines.ingest\n"
+                     "from pipelines.preflight import UNUSED_INTEGRATIONS\n"
+                     f"open({str(report)!r}, 'w').write(json.dumps("
+                     "sorted(m for m in UNUSED_INTEGRATIONS if m in sys.modules)))\n")
+    command = f"""
+import multiprocessing as mp, runpy
+from pipelines.preflight import before_beam
+before_beam([])  # what `python -m pipelines.build` does first, for a local build
+proc = mp.get_context("spawn").Process(target=runpy.run_path, args=({str(child)!r},))  # as pipelines.batched
+proc.start()
+proc.join(300)
+assert proc.exitcode == 0, proc.exitcode
+"""
+    subprocess.run([sys.executable, "-c", command], check=True, timeout=600)
     assert json.loads(report.read_text()) == []
     assert set(UNUSED_INTEGRATIONS) & set(sys.modules)  # Beam loads them where nothing leaves them out
