@@ -1,7 +1,6 @@
 """shardforge's Apache Beam data jobs (never imports torch)."""
 
 import logging as _logging
-import os as _os
 
 
 class _DropApitoolsWarning(_logging.Filter):
@@ -20,11 +19,3 @@ class _DropApitoolsWarning(_logging.Filter):
 if not any(isinstance(f, _DropApitoolsWarning) for f in _logging.getLogger().filters):
     _logging.getLogger().addFilter(_DropApitoolsWarning())
 
-
-# A process started by a local build's command (a --batch_mb batch, an SDK worker) leaves out the
-# Beam integrations a local build never uses, as the command does: this package is imported before
-# any of its modules imports Beam (pipelines/preflight.py).
-if _os.environ.get("SHARDFORGE_SKIP_UNUSED_INTEGRATIONS") == "1":
-    from pipelines.preflight import skip_unused_integrations as _skip
-
-    _skip()

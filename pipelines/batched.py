@@ -34,7 +34,6 @@ import json
 import logging
 import sys
 import time
-import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -182,30 +181,17 @@ def _write_index_page(output: str, m: Manifest, timings: dict[int, float], stage
     write_text_atomic(join(output, "report.html"), page)
 
 
-def _batch_child(output: str, batch_files: list[tuple[SourceConfig, tuple[RawFile, ...]]], cfg: BuildConfig,
-                 beam_args: list[str], conn: Any) -> None:
-    """One batch in a fresh process: everything it allocated goes back to the OS when it exits."""
-    from shardforge.clirun import find_user_error
-
-    try:
-        res = ingest_sources(recover(output, clean_orphans=False), batch_files, cfg, beam_args)
-        conn.send(("ok", res.version, res.new_shards, res.timings.to_json() if res.timings else None))
-    except BaseException as e:  # reported to the parent, which raises it there
-        user = find_user_error(e)
-        conn.send(("user", str(user)) if user is not None else ("error", traceback.format_exc()))
-    finally:
-        conn.close()
-
-
 def _run_isolated(output: str, batch_files: list[tuple[SourceConfig, tuple[RawFile, ...]]], cfg: BuildConfig,
                   beam_args: Sequence[str]) -> tuple[int, int, RunTimings | None]:
     """Run one batch in a spawned child; (version, new shards, its pipeline's timings)."""
     import multiprocessing as mp
 
+    from pipelines.batchproc import run_batch
+
     ctx = mp.get_context("spawn")
     recv, send = ctx.Pipe(duplex=False)
-    # A command's skip of unused integrations reaches the child through the environment (pipelines.preflight).
-    proc = ctx.Process(target=_batch_child, args=(output, batch_files, cfg, list(beam_args), send),
+    # The child leaves out the Beam integrations a local build never uses, then runs the batch.
+    proc = ctx.Process(target=run_batch, args=(output, batch_files, cfg, list(beam_args), send),
                        name="shardforge-batch")
     proc.start()
     send.close()

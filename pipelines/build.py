@@ -19,7 +19,9 @@ from typing import Any
 
 from pipelines.preflight import before_beam
 
-if __name__ == "__main__":  # before Beam is imported (pipelines.preflight)
+# Before Beam is imported (pipelines.preflight): as the command, and as the main module of a
+# --batch_mb batch's process, which it spawns with its own argv.
+if __name__ in ("__main__", "__mp_main__"):
     before_beam(sys.argv[1:])
 
 from apache_beam.options.pipeline_options import StandardOptions

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import importlib.util
 import logging
-import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -74,9 +73,6 @@ def runner_in_argv(argv: Sequence[str]) -> str | None:
 # the ImportError and leave the feature out. Not loading them saves a process ~54 MB of RSS and
 # ~0.5 s of start-up.
 UNUSED_INTEGRATIONS = ("pandas", "pymongo", "bson", "boto3")
-# Set by skip_unused_integrations, so that the processes a local build starts (a --batch_mb batch,
-# its SDK workers) inherit the skip: importing the ``pipelines`` package applies it there.
-SKIP_ENV = "SHARDFORGE_SKIP_UNUSED_INTEGRATIONS"
 LOCAL_RUNNERS = frozenset({"fnapi", "direct"})
 
 
@@ -94,11 +90,11 @@ def skip_unused_integrations() -> None:
 
     Only for a process shardforge owns: a command-line driver of a local build, a local worker
     process, a benchmark's child. A program that imports shardforge as a library keeps its imports.
-    The processes this one starts inherit the skip (``SKIP_ENV``; ``pipelines/__init__.py``).
+    Not for a process that may import torch later: torch probes optional modules with
+    ``importlib.util.find_spec``, which the skip answers with an error.
     """
     if not any(isinstance(f, _SkipUnused) for f in sys.meta_path):
         sys.meta_path.insert(0, _SkipUnused())
-    os.environ[SKIP_ENV] = "1"
     # Beam's MongoDB IO warns at import that it found no bson: the warning is about this skip.
     logging.getLogger("apache_beam.io.mongodbio").setLevel(logging.ERROR)
 

@@ -49,6 +49,7 @@ def _entry(name: str) -> Callable[[list[str]], int]:
 
 def main(argv: list[str] | None = None) -> int:
     """`shardforge COMMAND ...`: dispatch to the command's own main (which parses the rest strictly)."""
+    as_program = argv is None
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(
         prog="shardforge", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -71,9 +72,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     if COMMANDS[name][0].startswith("pipelines."):  # before Beam is imported (~1.3 s)
-        from pipelines.preflight import before_beam
+        from pipelines.preflight import before_beam, exit_if_unrunnable
 
-        before_beam(rest)
+        # As the program (argv from the command line) a local build leaves out the Beam
+        # integrations it never uses; called in-process with an argv, the caller's imports stay.
+        (before_beam if as_program else exit_if_unrunnable)(rest)
     set_invoked_as(f"shardforge {name}")  # usage lines say what the user typed
     try:
         return run_cli(lambda: int(_entry(name)(rest) or 0), rest)

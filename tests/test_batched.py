@@ -317,28 +317,54 @@ def test_the_local_memory_estimate_follows_the_tokenizer_sample() -> None:
     assert local_rss_estimate(cfg, gb, spilled=False) == LOCAL_RSS_BASE + 33 * gb
 
 
-def test_a_batch_process_leaves_out_the_integrations_a_local_build_never_uses(tmp_path):
-    """A process the command starts (a --batch_mb batch is a spawned process; so are the workers)
-    inherits the command's skip of the Beam integrations a local build never uses: once it has
-    imported ``pipelines`` and then Beam, none of UNUSED_INTEGRATIONS is loaded. This test's own
-    process has them."""
+def test_a_batch_process_leaves_out_the_integrations_a_local_build_never_uses(tmp_path, monkeypatch):
+    """A --batch_mb batch runs in a spawned process whose target is ``pipelines.batchproc.run_batch``
+    (light at import): it leaves out the Beam integrations a local build never uses before it
+    imports the batch's code. Here, in a fresh interpreter, the batch's code is a stand-in that
+    imports what a batch imports and reports what got loaded."""
+    import multiprocessing as mp
+
+    from pipelines import batched
+    from pipelines.batchproc import run_batch
     from pipelines.preflight import UNUSED_INTEGRATIONS
 
+    started = []
+    spawn = mp.get_context("spawn")
+
+    class Ctx:  # what _run_isolated spawns, without spawning it
+        def Pipe(self, duplex):
+            return spawn.Pipe(duplex=duplex)
+
+        def Process(self, target, args, name):
+            started.append(target)
+            raise RuntimeError("not started")
+
+    monkeypatch.setattr(mp, "get_context", lambda method: Ctx())
+    with pytest.raises(RuntimeError, match="not started"):
+        batched._run_isolated("unused", [], BuildConfig.model_validate({"sources": [{"name": "x", "input": "y"}]}), [])
+    assert started == [run_batch]
+
     report = tmp_path / "loaded.json"
-    child = tmp_path / "batch.py"
-    child.write_text("import json, sys\nimport pipelines\nimport apache_beam, pyarrow.parquet\nimport pipelines.ingest\n"
-                     "from pipelines.preflight import UNUSED_INTEGRATIONS\n"
-                     f"open({str(report)!r}, 'w').write(json.dumps("
-                     "sorted(m for m in UNUSED_INTEGRATIONS if m in sys.modules)))\n")
-    command = f"""
-import multiprocessing as mp, runpy
-from pipelines.preflight import before_beam
-before_beam([])  # what `python -m pipelines.build` does first, for a local build
-proc = mp.get_context("spawn").Process(target=runpy.run_path, args=({str(child)!r},))  # as pipelines.batched
-proc.start()
-proc.join(300)
-assert proc.exitcode == 0, proc.exitcode
+    code = f"""
+import json, sys, types
+stand_in = types.ModuleType("pipelines.ingest")
+class Result:
+    version, new_shards, timings = 1, 0, None
+def recover(output, clean_orphans):
+    return output
+def ingest_sources(state, batch_files, cfg, beam_args):
+    import apache_beam, pyarrow.parquet, pipelines.graph
+    from pipelines.preflight import UNUSED_INTEGRATIONS
+    open(state, "w").write(json.dumps(sorted(m for m in UNUSED_INTEGRATIONS if m in sys.modules)))
+    return Result()
+stand_in.recover, stand_in.ingest_sources = recover, ingest_sources
+sys.modules["pipelines.ingest"] = stand_in
+import multiprocessing as mp
+recv, send = mp.Pipe(duplex=False)
+from pipelines.batchproc import run_batch
+run_batch({str(report)!r}, [], None, [], send)
+assert recv.recv()[0] == "ok"
 """
-    subprocess.run([sys.executable, "-c", command], check=True, timeout=600)
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=600)
     assert json.loads(report.read_text()) == []
     assert set(UNUSED_INTEGRATIONS) & set(sys.modules)  # Beam loads them where nothing leaves them out

@@ -286,3 +286,25 @@ print("driver", os.getpid())
     assert len(workers) == 2 and driver not in workers, workers
     assert sum(len(open(tmp_path / str(w)).read().split()) for w in workers) == 64
     assert "apitools" not in res.stderr and "INFO:" not in res.stderr, res.stderr[-2000:]
+
+
+def test_shardforge_build_skips_unused_integrations_only_as_the_program():
+    """`shardforge build` run as the program leaves out the Beam integrations a local build never
+    uses; ``shardforge.cli.main([...])`` called in-process leaves the caller's imports alone (a
+    program that imports torch later needs them: torch probes them with importlib.util.find_spec)."""
+    code = """
+import runpy, sys
+from pipelines.preflight import _SkipUnused
+from shardforge.cli import main
+main(["build", "--help"])
+print(any(isinstance(f, _SkipUnused) for f in sys.meta_path))
+sys.argv = ["shardforge", "build", "--help"]
+try:
+    runpy.run_module("shardforge.cli", run_name="__main__", alter_sys=True)
+except SystemExit:
+    pass
+print(any(isinstance(f, _SkipUnused) for f in sys.meta_path))
+"""
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert [line for line in res.stdout.splitlines() if line in ("False", "True")] == ["False", "True"]
