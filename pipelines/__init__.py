@@ -18,4 +18,3 @@ class _DropApitoolsWarning(_logging.Filter):
 
 if not any(isinstance(f, _DropApitoolsWarning) for f in _logging.getLogger().filters):
     _logging.getLogger().addFilter(_DropApitoolsWarning())
-

@@ -500,17 +500,6 @@ def _count(n: int) -> None:
     _local.moved = getattr(_local, "moved", 0) + n
 
 
-def _release_free_heap() -> None:
-    """Return the freed memory a big bundle leaves to the OS (``pipelines.heap``).
-
-    A big bundle decodes, sorts and converts its elements, then frees them; glibc keeps the freed
-    pages of its heap resident, so without this the process's RSS is the high-water mark of every
-    stage before, not of the current one. About 7 ms for a 600 MB heap; done only after bundles
-    that moved more than ``_TRIM_AFTER`` bytes.
-    """
-    release_free_memory()
-
-
 def _wrap_process_bundle(original):
     def process_bundle(self: Any, inputs: Any, expected_outputs: Any, fired_timers: Any,
                        expected_output_timers: Any, dry_run: bool = False) -> Any:
@@ -521,8 +510,12 @@ def _wrap_process_bundle(original):
         try:
             return original(self, inputs, expected_outputs, fired_timers, expected_output_timers, dry_run)
         finally:
+            # A big bundle decodes, sorts and converts its elements, then frees them; glibc and
+            # pyarrow's pool keep the freed pages resident, so without this the process's RSS is
+            # the high-water mark of every stage before, not of the current one (~7 ms for a
+            # 600 MB heap).
             if _local.moved > _TRIM_AFTER:
-                _release_free_heap()
+                release_free_memory()
             _local.bundle, _local.moved = previous
     return process_bundle
 
