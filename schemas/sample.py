@@ -18,6 +18,7 @@ import io
 import json
 import re
 import tarfile
+import threading
 from collections.abc import Iterable, Iterator
 from typing import IO, Any
 
@@ -248,6 +249,13 @@ def iter_tar_samples(fileobj: IO[bytes], source: str = "<shard>") -> Iterator[tu
         yield key, members
 
 
+# numpy parses a .npy header with ast.literal_eval, and CPython 3.11's AST constructor is not
+# thread-safe: parses in threads at once (``shardforge validate --jobs N``) can fail with
+# "SystemError: AST constructor recursion depth mismatch" (python/cpython#106905). The header is
+# a few dozen bytes; its parse is serialized.
+_HEADER_LOCK = threading.Lock()
+
+
 def load_npy_1d(payload: bytes, what: str) -> np.ndarray:
     """A 1-D array from .npy bytes, its header checked against the payload before anything is allocated.
 
@@ -259,12 +267,13 @@ def load_npy_1d(payload: bytes, what: str) -> np.ndarray:
     f = io.BytesIO(payload)
     try:
         version = np.lib.format.read_magic(f)
-        if version == (1, 0):
-            shape, _, dtype = np.lib.format.read_array_header_1_0(f)
-        elif version in ((2, 0), (3, 0)):
-            shape, _, dtype = np.lib.format.read_array_header_2_0(f)
-        else:
-            raise ShardFormatError(f"{what}: unsupported .npy version {version}")
+        with _HEADER_LOCK:
+            if version == (1, 0):
+                shape, _, dtype = np.lib.format.read_array_header_1_0(f)
+            elif version in ((2, 0), (3, 0)):
+                shape, _, dtype = np.lib.format.read_array_header_2_0(f)
+            else:
+                raise ShardFormatError(f"{what}: unsupported .npy version {version}")
     except ValueError as e:
         raise ShardFormatError(f"{what}: not a valid .npy header ({e})") from None
     if dtype.hasobject:
