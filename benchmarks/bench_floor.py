@@ -86,12 +86,13 @@ def _cpu() -> float:
 def run_floor(raw: str, vocab_size: int) -> dict[str, Any]:
     """The per-document work in one plain loop; CPU seconds per stage."""
     t0 = _cpu()
-    from pipelines.preflight import skip_unused_integrations
+    from pipelines.preflight import local_build_process
 
-    skip_unused_integrations()  # the same imports left out as in the build's process
+    local_build_process()  # as in the build's process: the same imports left out, the same allocator
     from pipelines.clean import clean_document, line_rules_for
-    from pipelines.corpus import chunk_samples, count_groups, encoded_samples, pack_sorted
+    from pipelines.corpus import count_groups, encoded_samples, pack_sorted
     from pipelines.dedupe import _hasher
+    from pipelines.files import size_runs
     from pipelines.minhash import hash_normalized, normalize_text, shingle_sets
     from pipelines.packing import group_of, split_of
     from pipelines.records import Document, SentencedDocument
@@ -162,8 +163,8 @@ def run_floor(raw: str, vocab_size: int) -> dict[str, Any]:
         nbytes = 0
         for (split, group), seqs in packed:
             enc = list(encoded_samples(split, group, seqs, vocab))
-            for a, b in chunk_samples((sample_tar_size(m) for _, m, _ in enc), cfg.shards.target_bytes,
-                                      cfg.shards.target_samples):
+            for a, b in size_runs((sample_tar_size(m) for _, m, _ in enc), cfg.shards.target_bytes,
+                                  cfg.shards.target_samples):
                 buf = io.BytesIO()
                 write_tar(buf, ((k, m) for k, m, _ in enc[a:b]))
                 nbytes += buf.tell()
@@ -258,9 +259,9 @@ def watch_fixed_costs(out: dict[str, float]) -> None:
 def run_build_child(raw: str, out: str, vocab_size: int, beam_args: list[str], depth: int = 2) -> dict[str, Any]:
     """One real build; CPU per fused stage, imports, and the rest of the driver."""
     t0 = _cpu()
-    from pipelines.preflight import skip_unused_integrations
+    from pipelines.preflight import local_build_process
 
-    skip_unused_integrations()  # as `python -m pipelines.build` does for a local build
+    local_build_process()  # as `python -m pipelines.build` does for a local build
     from pipelines.build import run_build, summarize
     from pipelines.options import quiet_beam
 

@@ -61,6 +61,7 @@ Run: ``python benchmarks/bench_scaling.py [--sizes 5,10,20] [--configs default,c
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import math
 import os
@@ -318,9 +319,9 @@ def child(megabytes: float, near: bool, config: str, caps: dict[str, int], batch
     raw: the input (a JSONL file, or for ``batched`` a folder of them), as the parent wrote it
     with ``input_path``; None: write it into this run's scratch folder.
     """
-    from pipelines.preflight import skip_unused_integrations
+    from pipelines.preflight import local_build_process
 
-    skip_unused_integrations()  # as `python -m pipelines.build` does for a local build
+    local_build_process()  # as `python -m pipelines.build` does for a local build
     from pipelines.build import run_build, summarize
     from pipelines.options import quiet_beam
 
@@ -390,8 +391,8 @@ def measure_pack_group(tokens: int) -> dict[str, float]:
 
     import pyarrow as pa
 
-    from pipelines.corpus import chunk_samples, encoded_samples, pack_sorted
-    from pipelines.files import tokenized_to_parquet
+    from pipelines.corpus import encoded_samples, pack_sorted
+    from pipelines.files import size_runs, write_tokenized_parquet
     from schemas.config import BuildConfig
     from schemas.sample import sample_tar_size
 
@@ -403,13 +404,13 @@ def measure_pack_group(tokens: int) -> dict[str, float]:
     tracemalloc.reset_peak()
     _, seqs, _ = pack_sorted(docs, cfg, 0, 1)
     enc = list(encoded_samples("train", 0, seqs, 8000))
-    chunk_samples((sample_tar_size(m) for _, m, _ in enc), cfg.shards.target_bytes, None)
+    size_runs((sample_tar_size(m) for _, m, _ in enc), cfg.shards.target_bytes, None)
     _, pack_peak = tracemalloc.get_traced_memory()
     del seqs, enc
     base, _ = tracemalloc.get_traced_memory()
     tracemalloc.reset_peak()
     arrow0 = pa.default_memory_pool().bytes_allocated()
-    tokenized_to_parquet(sorted(docs, key=lambda d: d.doc_id))
+    write_tokenized_parquet(sorted(docs, key=lambda d: d.doc_id), io.BytesIO())
     _, parquet_peak = tracemalloc.get_traced_memory()
     arrow = max(0, (pa.default_memory_pool().max_memory() or 0) - arrow0)
     tracemalloc.stop()

@@ -2,7 +2,8 @@
 
 Light at import (nothing of Beam): spawning ``run_batch`` imports only this module and the batch's
 arguments, so the process leaves out the Beam integrations a local build never uses
-(``pipelines.preflight.skip_unused_integrations``) before the batch's code imports Beam.
+and has pyarrow allocate from glibc's malloc (``pipelines.preflight.local_build_process``) before
+the batch's code imports Beam.
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ def run_batch(output: str, batch_files: list[tuple[Any, tuple[Any, ...]]], cfg: 
     """One batch in a fresh process: everything it allocated goes back to the OS when it exits.
     ``batch_files``: (SourceConfig, RawFiles) pairs; ``cfg``: the BuildConfig; the outcome goes to
     the parent through ``conn``."""
-    from pipelines.preflight import skip_unused_integrations
+    from pipelines.preflight import local_build_process
 
-    skip_unused_integrations()
+    local_build_process()
     from pipelines.ingest import ingest_sources, recover
     from shardforge.clirun import find_user_error
 

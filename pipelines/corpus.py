@@ -28,7 +28,7 @@ from apache_beam.metrics import Metrics
 from pipelines import progress
 from pipelines.accounting import check_balanced
 from pipelines.coders import decode_tokenized, encode_tokenized  # (importing it registers the coder)
-from pipelines.files import part_name, tokenized_to_parquet
+from pipelines.files import part_name, size_runs, write_tokenized_parquet
 from pipelines.packing import PackedSequence, decode_packed, encode_packed, group_of, pack_group, split_of
 from pipelines.records import TokenizedDocument
 from pipelines.tokenizer import MODEL_PATH, tokenizer_info
@@ -52,7 +52,6 @@ from storage import (
     join,
     redact_url,
     unless_swept,
-    write_bytes_atomic,
     write_stream_atomic,
     write_text_atomic,
 )
@@ -114,22 +113,6 @@ def planned_tar_size(seq: PackedSequence, vocab_size: int) -> int:
     return size + member_tar_size(len(_meta_json(seq)))
 
 
-def chunk_samples(sizes: Iterable[int], target_bytes: int, target_samples: int | None) -> list[tuple[int, int]]:
-    """Split a sample sequence into shards: [(start, end)), each under the targets (at least one sample)."""
-    chunks: list[tuple[int, int]] = []
-    start = n_bytes = 0
-    i = -1
-    for i, size in enumerate(sizes):
-        full = (n_bytes + size > target_bytes) or (target_samples is not None and i - start >= target_samples)
-        if i > start and full:
-            chunks.append((start, i))
-            start, n_bytes = i, 0
-        n_bytes += size
-    if i >= start:
-        chunks.append((start, i + 1))
-    return chunks
-
-
 def pack_sorted(docs: Iterable[TokenizedDocument], cfg: BuildConfig, group: int, groups: int,
                 ends: tuple[int, int] = (BOS_ID, EOS_ID)):
     ordered = sorted(docs, key=lambda d: d.doc_id)
@@ -152,12 +135,13 @@ class _PackGroup(beam.DoFn):
         ordered, seqs, stats = pack_sorted(docs, self.cfg, group, groups, tuple(ends))
         del docs
         if self.tokenized_dir is not None:  # the group's documents are the intermediate's part: sorted already
-            name, part = part_name(tokenized_part_index(split, group, groups), "parquet"), tokenized_to_parquet(ordered)
-            unless_swept(lambda: write_bytes_atomic(join(self.tokenized_dir, name), part), f"part {name}")
-            del part
+            name = part_name(tokenized_part_index(split, group, groups), "parquet")
+            url = join(self.tokenized_dir, name)
+            unless_swept(functools.partial(write_stream_atomic, url, functools.partial(write_tokenized_parquet, ordered)),
+                         f"part {name}")
             yield beam.pvalue.TaggedOutput(TOKENIZED_PARTS, name)
-        chunks = chunk_samples((planned_tar_size(s, vocab_size) for s in seqs), self.cfg.shards.target_bytes,
-                               self.cfg.shards.target_samples)
+        chunks = size_runs((planned_tar_size(s, vocab_size) for s in seqs), self.cfg.shards.target_bytes,
+                           self.cfg.shards.target_samples)
         Metrics.counter("pack", f"{split}_sequences").inc(len(seqs))
         key = (split, group, groups)
         yield beam.pvalue.TaggedOutput(PLANS, (key, {

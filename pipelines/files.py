@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import itertools
 import json
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import apache_beam as beam
@@ -55,6 +56,43 @@ class ParquetSink:
 
     def readable(self) -> bool:
         return False
+
+
+def size_runs(sizes: Iterable[int], limit: int, max_count: int | None = None) -> list[tuple[int, int]]:
+    """Cut a sequence of records into consecutive runs ``[start, end)`` whose sizes sum to at most
+    ``limit`` and that hold at most ``max_count`` records each; a record larger than the limit is a
+    run of its own (every run holds at least one record). Shards of samples, row groups of parts."""
+    runs: list[tuple[int, int]] = []
+    start = total = 0
+    i = -1
+    for i, size in enumerate(sizes):
+        full = (total + size > limit) or (max_count is not None and i - start >= max_count)
+        if i > start and full:
+            runs.append((start, i))
+            start, total = i, 0
+        total += size
+    if i >= start:
+        runs.append((start, i + 1))
+    return runs
+
+
+def write_row_groups(out: Any, schema, tables: Iterable[Any], **options: Any) -> None:
+    """One Parquet file into the writable file ``out`` (zstd unless ``options`` say otherwise: pyarrow's
+    ``ParquetWriter`` options): each of ``tables`` one row group.
+
+    pyarrow's writer holds a row group's encoded columns until the group closes (a dictionary-encoded
+    column its indices too), so a part written as one row group cost its worker ~20 bytes per token
+    id, or ~10 per character of text, on top of the records: row groups bounded in size bound that.
+    An empty ``tables`` writes one empty row group (what ``write_table`` of an empty table writes)."""
+    import pyarrow.parquet as pq
+
+    with pq.ParquetWriter(ParquetSink(out), schema, **{"compression": "zstd", **options}) as writer:
+        wrote = False
+        for table in tables:
+            writer.write_table(table, row_group_size=max(1, table.num_rows))
+            wrote = True
+        if not wrote:
+            writer.write_table(schema.empty_table())
 
 
 def parquet_bytes(rows: list[dict[str, Any]], schema) -> bytes:
@@ -180,30 +218,38 @@ class WriteParts(beam.PTransform):
         return keyed | "Group" >> beam.GroupByKey() | "Write" >> beam.Map(write)
 
 
-def documents_to_parquet(docs: list[Any]) -> bytes:
-    """One clean part file, built column by column: no per-document dict copies of the text
-    (``dataclasses.asdict`` deep-copies every field of every row); the same table, the same bytes."""
+# Row groups of the Parquet intermediates, bounded in size (``write_row_groups``). A few percent
+# larger files than one row group per part (a dictionary and statistics per group), and a writer
+# that holds one group: ~1 MB of text or ~0.5M token ids, not a whole part (8M characters, or a
+# packing group of up to ``PackingConfig.group_tokens`` ids: 75 MB at the default 4M).
+CLEAN_ROW_GROUP_CHARS = 1 << 20
+TOKENIZED_ROW_GROUP_IDS = 1 << 19
+# Dictionary encoding only where values repeat: the text of every document is distinct, and a
+# writer builds a dictionary of a column until Parquet gives up on it (half the clean write's CPU).
+CLEAN_DICTIONARY_COLUMNS = ["source", "language"]
+
+
+def write_documents_parquet(docs: list[Any], out: Any) -> None:
+    """One clean part file, sorted documents in, written into the file ``out``, built column by column
+    (no per-document dict copies of the text), in row groups of ~``CLEAN_ROW_GROUP_CHARS``."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     from pipelines.intermediate import CLEAN_SCHEMA
 
-    table = pa.Table.from_arrays([pa.array([getattr(d, f.name) for d in docs], f.type) for f in CLEAN_SCHEMA],
-                                 schema=CLEAN_SCHEMA)
-    buf = io.BytesIO()
-    pq.write_table(table, buf, compression="zstd")
-    return buf.getvalue()
+    def table(a: int, b: int):
+        part = docs[a:b]
+        return pa.Table.from_arrays([pa.array([getattr(d, f.name) for d in part], f.type) for f in CLEAN_SCHEMA],
+                                    schema=CLEAN_SCHEMA)
+
+    runs = size_runs((len(d.text) for d in docs), CLEAN_ROW_GROUP_CHARS)
+    write_row_groups(out, CLEAN_SCHEMA, (table(a, b) for a, b in runs), use_dictionary=CLEAN_DICTIONARY_COLUMNS)
 
 
-def tokenized_to_parquet(docs: list[TokenizedDocument]) -> bytes:
-    """One tokenized part file. The id lists go straight into flat int32 Arrow buffers: row dicts
-    of Python lists (``Table.from_pylist``) cost ~45 bytes per token on top of the documents, and
-    a part holds a whole packing group (``PackingConfig.group_tokens`` tokens)."""
-    import itertools
-
+def _tokenized_table(docs: Sequence[TokenizedDocument]):
+    """Tokenized documents as one Arrow table: the id lists go straight into flat int32 Arrow buffers
+    (row dicts of Python lists, ``Table.from_pylist``, cost ~45 bytes per token on top of the documents)."""
     import numpy as np
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     from pipelines.intermediate import TOKENIZED_SCHEMA
 
@@ -211,7 +257,7 @@ def tokenized_to_parquet(docs: list[TokenizedDocument]) -> bytes:
     per_sent = np.fromiter((len(s) for d in docs for s in d.sentences), dtype=np.int64, count=int(per_doc.sum()))
     total = int(per_sent.sum())
     if total >= 2**31:  # list<int32> offsets are 32-bit (from_pylist failed here too)
-        raise ValueError(f"a tokenized part holds {total} tokens, more than 2**31: use more packing groups")
+        raise ValueError(f"a tokenized row group holds {total} tokens, more than 2**31")
     sents = [s for d in docs for s in d.sentences]
     if all(s.typecode == "H" for s in sents):  # the usual case: one join of the raw uint16 buffers
         ids = np.frombuffer(b"".join(sents), dtype=np.uint16).astype(np.int32)
@@ -221,15 +267,21 @@ def tokenized_to_parquet(docs: list[TokenizedDocument]) -> bytes:
     sent_offsets = np.concatenate([[0], np.cumsum(per_sent)]).astype(np.int32)
     sentences = pa.ListArray.from_arrays(pa.array(doc_offsets),
                                          pa.ListArray.from_arrays(pa.array(sent_offsets), pa.array(ids)))
-    table = pa.Table.from_arrays([
+    return pa.Table.from_arrays([
         pa.array([d.doc_id for d in docs], pa.string()),
         pa.array([d.source for d in docs], pa.string()),
         sentences.cast(TOKENIZED_SCHEMA.field("sentences").type),
         pa.array([d.num_tokens for d in docs], pa.int64()),
     ], schema=TOKENIZED_SCHEMA)
-    buf = io.BytesIO()
-    pq.write_table(table, buf, compression="zstd")
-    return buf.getvalue()
+
+
+def write_tokenized_parquet(docs: Sequence[TokenizedDocument], out: Any) -> None:
+    """One tokenized part file, sorted documents in, written into the file ``out`` in row groups of
+    ~``TOKENIZED_ROW_GROUP_IDS`` token ids (a part holds a whole packing group)."""
+    from pipelines.intermediate import TOKENIZED_SCHEMA
+
+    runs = size_runs((sum(map(len, d.sentences)) for d in docs), TOKENIZED_ROW_GROUP_IDS)
+    write_row_groups(out, TOKENIZED_SCHEMA, (_tokenized_table(docs[a:b]) for a, b in runs))
 
 
 def rejects_to_jsonl(rejects: list[Any]) -> bytes:
@@ -310,4 +362,5 @@ class WriteClean(beam.PTransform):
 
         basis = kept if self.sized_by is None else self.sized_by
         parts = basis | "CleanParts" >> PartCount(size=_text_chars, size_per_part=CLEAN_PART_CHARS)
-        return kept | "Write" >> WriteParts(join(self.output, CLEAN_DIR), "parquet", documents_to_parquet, parts)
+        return kept | "Write" >> WriteParts(join(self.output, CLEAN_DIR), "parquet", write_documents_parquet, parts,
+                                             stream=True)

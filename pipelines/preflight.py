@@ -99,6 +99,17 @@ def skip_unused_integrations() -> None:
     logging.getLogger("apache_beam.io.mongodbio").setLevel(logging.ERROR)
 
 
+def local_build_process() -> None:
+    """What a process of a local build does before it imports Beam (and so pyarrow): leave out the
+    integrations it never uses (``skip_unused_integrations``: the same limits on where) and have
+    pyarrow allocate from glibc's malloc (``pipelines.heap.use_system_allocator``; the processes it
+    starts inherit that through the environment)."""
+    from pipelines.heap import use_system_allocator
+
+    skip_unused_integrations()
+    use_system_allocator()
+
+
 def is_local_runner(runner: str | None) -> bool:
     """True for no --runner (the local FnApiRunner) and for FnApiRunner / DirectRunner by any name."""
     return runner is None or runner.rsplit(".", 1)[-1].lower().removesuffix("runner") in LOCAL_RUNNERS
@@ -106,10 +117,10 @@ def is_local_runner(runner: str | None) -> bool:
 
 def before_beam(argv: Sequence[str]) -> None:
     """What a command-line driver does before it imports Beam: ``exit_if_unrunnable``, then, for a
-    local build, ``skip_unused_integrations`` (a remote runner's launcher keeps Beam's imports)."""
+    local build, ``local_build_process`` (a remote runner's launcher keeps Beam's imports)."""
     exit_if_unrunnable(argv)
     if is_local_runner(runner_in_argv(argv)):
-        skip_unused_integrations()
+        local_build_process()
 
 
 def exit_if_unrunnable(argv: Sequence[str]) -> None:

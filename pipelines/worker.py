@@ -4,9 +4,10 @@
 starts, imports Beam before anything of ours (so its ``apitools not found`` warning is printed
 once per worker) and logs its start-up at INFO on stderr. This module installs the apitools
 filter first (``import pipelines``), keeps Beam's own records below ERROR off stderr and asks
-the harness for WARNING, leaves out the optional Beam integrations a worker never uses
-(``pipelines.preflight.UNUSED_INTEGRATIONS``), drops each finished bundle's output streams
-(``pipelines.spill.release_finished_streams``), then runs the same ``sdk_worker_main.main``.
+the harness for WARNING, leaves out the optional Beam integrations a worker never uses and has
+pyarrow allocate from glibc's malloc (``pipelines.preflight.local_build_process``), drops each
+finished bundle's output streams (``pipelines.spill.release_finished_streams``), then runs the same
+``sdk_worker_main.main``.
 ``pipelines.options.make_pipeline`` points the local runner's worker processes here.
 """
 
@@ -18,7 +19,7 @@ import os
 import sys
 
 import pipelines  # noqa: F401 - installs the apitools filter before Beam is imported
-from pipelines.preflight import skip_unused_integrations
+from pipelines.preflight import local_build_process
 
 
 def _quiet(record: logging.LogRecord) -> bool:
@@ -31,11 +32,10 @@ def main() -> None:
     handler.addFilter(_quiet)
     logging.getLogger().addHandler(handler)
     os.environ.setdefault("PIPELINE_OPTIONS", json.dumps({"options": {"default_sdk_harness_log_level": "WARNING"}}))
-    skip_unused_integrations()  # before Beam is imported
+    local_build_process()  # before Beam (and pyarrow) is imported
     from apache_beam.runners.worker import sdk_worker_main
 
     from pipelines import sampler, signatures, spill
-
     spill.release_finished_streams()  # a finished bundle's output buffers are not kept with its processor
     signatures.install()  # each bundle introspects its DoFns again
     sampler.install()  # each bundle joins its state sampler's thread

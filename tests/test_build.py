@@ -16,6 +16,7 @@ import pytest
 
 from pipelines.build import run_build, summarize
 from pipelines.commit import manifest_tag
+from pipelines.heap import ARROW_POOL_ENV
 from schemas import BOS_ID, EOS_ID
 from schemas.config import BuildConfig
 from schemas.manifest import load_manifest
@@ -234,7 +235,8 @@ def test_two_worker_processes_through_the_cli_are_byte_identical(built, tmp_path
 def test_the_cli_process_builds_the_same_bytes_without_unused_integrations(built, tmp_path):
     """`python -m pipelines.build` (its module run as __main__, as the command runs it) loads none of
     the optional integrations a local build never uses (pipelines.preflight.UNUSED_INTEGRATIONS:
-    pandas, pymongo, bson, boto3), and writes the same bytes as a build in a process that has them."""
+    pandas, pymongo, bson, boto3), has pyarrow allocate from glibc's malloc, and writes the same
+    bytes as a build in a process that has those integrations and pyarrow's own allocator."""
     cfg, out, _ = built
     config = tmp_path / "config.json"
     config.write_text(cfg.model_dump_json())
@@ -246,12 +248,15 @@ try:
     runpy.run_module("pipelines.build", run_name="__main__", alter_sys=True)
 except SystemExit as e:
     assert not e.code, e.code
+import pyarrow
 from pipelines.preflight import UNUSED_INTEGRATIONS
-print(json.dumps(sorted(m for m in UNUSED_INTEGRATIONS if m in sys.modules)))
+print(json.dumps([sorted(m for m in UNUSED_INTEGRATIONS if m in sys.modules), pyarrow.default_memory_pool().backend_name]))
 """
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=900)
+    env = {k: v for k, v in os.environ.items() if k != ARROW_POOL_ENV}  # the command chooses the pool
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=900, env=env)
     assert res.returncode == 0, res.stderr[-3000:]
-    assert json.loads(res.stdout.strip().splitlines()[-1]) == []
+    # none of the integrations, and pyarrow allocating from glibc's malloc (pipelines.heap.use_system_allocator)
+    assert json.loads(res.stdout.strip().splitlines()[-1]) == [[], "system"]
     assert files_digest(str(cli)) == files_digest(out)
     assert "pandas" in sys.modules  # this (test) process has them: the comparison is against a build that does
 
@@ -267,7 +272,8 @@ def test_only_a_local_build_skips_unused_integrations():
 
 def test_worker_processes_run_bundles_quietly(tmp_path):
     """make_pipeline with --direct_num_workers 2 (as the drivers run it): bundles run in two
-    `pipelines.worker` processes (not the driver), and stderr carries none of Beam's start-up logs."""
+    `pipelines.worker` processes (not the driver), whose pyarrow allocates from glibc's malloc, and
+    stderr carries none of Beam's start-up logs."""
     code = f"""
 import os
 from pipelines.options import BuildOptions, finalize_options, make_pipeline, quiet_beam  # before Beam, as the CLI
@@ -277,12 +283,16 @@ opts = finalize_options(BuildOptions(["--direct_num_workers", "2"]))
 with make_pipeline(opts) as p:
     _ = (p | beam.Create(range(64)) | beam.Reshuffle()
          | beam.Map(lambda x: open(os.path.join({str(tmp_path)!r}, str(os.getpid())), "a").write(f"{{x}}\\n")))
+    _ = (p | "Pool" >> beam.Create([0]) | beam.Map(lambda _: open(os.path.join({str(tmp_path)!r}, "pool"), "w").write(
+        __import__("pyarrow").default_memory_pool().backend_name)))
 print("driver", os.getpid())
 """
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    env = {k: v for k, v in os.environ.items() if k != ARROW_POOL_ENV}
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, env=env)
     assert res.returncode == 0, res.stderr[-3000:]
     driver = int(res.stdout.split()[-1])
-    workers = {int(n) for n in os.listdir(tmp_path)}
+    assert (tmp_path / "pool").read_text() == "system"  # a worker's pyarrow allocates from glibc's malloc
+    workers = {int(n) for n in os.listdir(tmp_path) if n != "pool"}
     assert len(workers) == 2 and driver not in workers, workers
     assert sum(len(open(tmp_path / str(w)).read().split()) for w in workers) == 64
     assert "apitools" not in res.stderr and "INFO:" not in res.stderr, res.stderr[-2000:]

@@ -73,28 +73,103 @@ def test_part_count_grows_with_records(tmp_path: Path, n: int):
     assert (len(written) > 1) == (n > per_part)
 
 
-def test_tokenized_parquet_is_byte_identical_to_row_conversion(tmp_path: Path):
-    """The columnar writer must not change the intermediate: same bytes as Arrow's from_pylist of rows."""
+def _row_groups_bytes(rows: list[dict], schema, runs: list[tuple[int, int]], **options) -> bytes:
+    """The reference: Arrow's from_pylist of row dicts, the given runs of rows as row groups."""
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    buf = io.BytesIO()
+    with pq.ParquetWriter(buf, schema, **{"compression": "zstd", **options}) as w:
+        for a, b in runs or [(0, 0)]:
+            w.write_table(pa.Table.from_pylist(rows[a:b], schema=schema), row_group_size=max(1, b - a))
+    return buf.getvalue()
+
+
+def test_tokenized_parquet_is_byte_identical_to_row_conversion(tmp_path: Path, monkeypatch):
+    """The columnar writer must not change the intermediate: same bytes as Arrow's from_pylist of rows,
+    in row groups of at most TOKENIZED_ROW_GROUP_IDS ids (a longer document alone)."""
+    import io
     import random
 
-    from pipelines.files import parquet_bytes, read_tokenized_parquet, tokenized_to_parquet
+    import pyarrow.parquet as pq
+
+    import pipelines.files as files
+    from pipelines.files import read_tokenized_parquet, size_runs, write_tokenized_parquet
     from pipelines.intermediate import TOKENIZED_SCHEMA
     from pipelines.records import TokenizedDocument
 
+    monkeypatch.setattr(files, "TOKENIZED_ROW_GROUP_IDS", 120)
     rng = random.Random(3)
     docs = [TokenizedDocument(f"web-{i:04d}", "web" if i % 3 else "news",
                               tuple(tuple(rng.randrange(5, 70000) for _ in range(rng.randint(1, 30)))
                                     for _ in range(rng.randint(0, 6))), 0) for i in range(300)]
     docs = [TokenizedDocument(d.doc_id, d.source, d.sentences, sum(map(len, d.sentences))) for d in docs]
     assert any(not d.sentences for d in docs)  # documents without sentences are covered
+    assert any(d.num_tokens > 120 for d in docs)  # and documents longer than a row group
     for batch in (docs, docs[:1], []):
         rows = [{"doc_id": d.doc_id, "source": d.source, "sentences": [list(s) for s in d.sentences],
                  "num_tokens": d.num_tokens} for d in batch]
-        data = tokenized_to_parquet(batch)
-        assert data == parquet_bytes(rows, TOKENIZED_SCHEMA)
+        buf = io.BytesIO()
+        write_tokenized_parquet(batch, buf)
+        data = buf.getvalue()
+        runs = size_runs([d.num_tokens for d in batch], 120)
+        assert data == _row_groups_bytes(rows, TOKENIZED_SCHEMA, runs)
         path = tmp_path / "part.parquet"
         path.write_bytes(data)
         assert read_tokenized_parquet(str(path)) == batch
+        meta = pq.ParquetFile(path).metadata
+        groups = [meta.row_group(g).num_rows for g in range(meta.num_row_groups)]
+        assert groups == ([b - a for a, b in runs] or [0])
+        if len(batch) > 1:
+            assert len(groups) > 10
+            for a, b in runs:  # every group within the bound, or one document
+                assert b - a == 1 or sum(d.num_tokens for d in batch[a:b]) <= 120
+
+
+def test_clean_parquet_row_groups_are_bounded_by_text(tmp_path: Path, monkeypatch):
+    """Clean parts: the same bytes as from_pylist of the documents' rows in row groups of at most
+    CLEAN_ROW_GROUP_CHARS characters of text, dictionaries only for the repeating columns."""
+    import dataclasses
+    import io
+    import random
+
+    import pyarrow.parquet as pq
+
+    import pipelines.files as files
+    from pipelines.files import CLEAN_DICTIONARY_COLUMNS, size_runs, write_documents_parquet
+    from pipelines.intermediate import CLEAN_SCHEMA
+    from pipelines.records import Document
+
+    monkeypatch.setattr(files, "CLEAN_ROW_GROUP_CHARS", 2_000)
+    rng = random.Random(5)
+    words = "the of a river town was built in stone and later rebuilt after the fire".split()
+    docs = [Document(f"web-{i:04d}", "web", " ".join(rng.choice(words) for _ in range(rng.randint(1, 900))),
+                     url=f"https://example.org/{i}" if i % 4 else None, language="en", language_score=0.5 + i / 1000)
+            for i in range(200)]
+    for batch in (docs, []):
+        buf = io.BytesIO()
+        write_documents_parquet(batch, buf)
+        runs = size_runs([len(d.text) for d in batch], 2_000)
+        assert len(runs) > 20 or not batch
+        rows = [dataclasses.asdict(d) for d in batch]
+        assert buf.getvalue() == _row_groups_bytes(rows, CLEAN_SCHEMA, runs, use_dictionary=CLEAN_DICTIONARY_COLUMNS)
+        path = tmp_path / "clean.parquet"
+        path.write_bytes(buf.getvalue())
+        assert pq.read_table(path).to_pylist() == rows
+        meta = pq.ParquetFile(path).metadata
+        assert [meta.row_group(g).num_rows for g in range(meta.num_row_groups)] == ([b - a for a, b in runs] or [0])
+
+
+def test_size_runs_cut_within_the_limits():
+    from pipelines.files import size_runs
+
+    assert size_runs([], 10) == []
+    assert size_runs([3, 3, 3, 3], 6) == [(0, 2), (2, 4)]
+    assert size_runs([12, 1, 1], 10) == [(0, 1), (1, 3)]  # a record over the limit is a run of its own
+    assert size_runs([1] * 5, 100, max_count=2) == [(0, 2), (2, 4), (4, 5)]
+    assert size_runs([4, 7, 4], 10) == [(0, 1), (1, 2), (2, 3)]
 
 
 def test_clean_parts_counted_from_the_documents_before_dedupe(tmp_path: Path, monkeypatch):

@@ -106,9 +106,7 @@ def _index_rows_to_parquet(rows: Sequence[IndexRow], out: Any = None) -> bytes |
     from offsets and one buffer each (a list of numpy arrays made pyarrow allocate ~1 GB for the
     shingles column at 10 MB of text), one row group at a time: a writer holds one group's columns,
     and the same bytes as one table written with ``row_group_size=INDEX_ROW_GROUP``."""
-    import pyarrow.parquet as pq
-
-    from pipelines.files import ParquetSink
+    from pipelines.files import write_row_groups
 
     buf = io.BytesIO() if out is None else None
     schema = index_schema()
@@ -117,10 +115,9 @@ def _index_rows_to_parquet(rows: Sequence[IndexRow], out: Any = None) -> bytes |
     # source: ids, hashes, signatures and shingles are (nearly) all distinct, and building their
     # dictionaries until Parquet gives up made the write 4.7x slower and the file 16 % larger
     # (6,204 entries of real prose: 0.31 -> 0.07 CPU-s, 18.7 -> 16.1 MB; #16, item 2).
-    with pq.ParquetWriter(ParquetSink(buf if out is None else out), schema, **INDEX_WRITE_OPTIONS) as writer:
-        for start in range(0, max(1, len(rows)), INDEX_ROW_GROUP):
-            writer.write_table(_index_table(rows[start:start + INDEX_ROW_GROUP], schema),
-                               row_group_size=INDEX_ROW_GROUP)
+    write_row_groups(buf if out is None else out, schema,
+                     (_index_table(rows[start:start + INDEX_ROW_GROUP], schema)
+                      for start in range(0, max(1, len(rows)), INDEX_ROW_GROUP)), **INDEX_WRITE_OPTIONS)
     return buf.getvalue() if buf is not None else None
 
 
