@@ -41,6 +41,7 @@ import itertools
 import os
 import tempfile
 import threading
+import weakref
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -69,6 +70,7 @@ _lock = threading.Lock()
 _written = {"bytes": 0, "chunks": 0}  # what went to spill files in this process (``spilled``)
 _originals: list[tuple[Any, str, Any]] = []
 _local = threading.local()  # .bundle: (bundle context manager, expected outputs) of the running bundle
+_in_memory: weakref.WeakSet = weakref.WeakSet()  # buffers holding encoded data in memory (``to_disk``)
 
 
 def settings() -> SpillSettings | None:
@@ -143,6 +145,7 @@ def _spill_or_keep(buf: Any, data: bytes) -> Any:
     held = buf.__dict__.get("_sf_held", 0) + len(data)
     if held <= s.buffer_bytes:
         buf._sf_held = held
+        _in_memory.add(buf)
         return data
     file = buf.__dict__.get("_sf_file")
     if file is None:
@@ -302,6 +305,7 @@ def _wrap_grouping_append(original):
             held = self.__dict__.get("_sf_held", 0) + len(elements_data)
             if held <= s.buffer_bytes:
                 self._sf_held = held
+                _in_memory.add(self)
                 return original(self, elements_data)
             spill = _start_spill(self)
         if spill is _NO_SPILL:
@@ -395,6 +399,42 @@ def _wrap_grouping_extend(original):
             else:
                 mine.add(key, value)
     return extend
+
+
+# ------------------------------------------------------------------ everything to disk, now
+
+
+def to_disk() -> int:
+    """Move what the runner's buffers hold in memory (each up to ``buffer_bytes``) to spill files,
+    except the buffers a stage has started to read; returns the bytes moved. For a step that is about
+    to need memory of its own (tokenizer training: SentencePiece holds ~20 bytes per sample byte):
+    the PCollections waiting for later stages wait on disk meanwhile. The same elements in the same
+    order; later appends to a buffer spill past its limit as before. Does nothing where the runner's
+    buffers are not in this process (a worker process) or spilling is off (``--spill_mb -1``)."""
+    if _settings is None:
+        return 0
+    from apache_beam.runners.portability.fn_api_runner.fn_runner import BundleManager
+
+    moved = 0
+    with BundleManager._lock:  # the runner appends a running bundle's outputs under this lock
+        for buf in list(_in_memory):
+            if getattr(buf, "_grouped_output", None) or getattr(buf, "cleared", False):
+                continue  # being read (its parts are out), or done
+            if hasattr(buf, "_table"):  # a GroupingBuffer: its table goes to bucket files
+                if buf.__dict__.get("_sf_spill") is None and buf._table:
+                    moved += buf.__dict__.get("_sf_held", 0)
+                    _start_spill(buf)
+            else:
+                items = buf._inputs
+                for i, item in enumerate(items):
+                    if type(item) is bytes and item:
+                        file = buf.__dict__.get("_sf_file")
+                        if file is None:
+                            file = buf._sf_file = SpillFile(_settings.directory)
+                        items[i] = file.append(item)
+                        moved += len(item)
+            _in_memory.discard(buf)
+    return moved
 
 
 # ------------------------------------------------------------------ the in-memory data channel

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
-from pipelines import progress
+from pipelines import progress, spill
 from pipelines.coders import TokenizedDocumentCoder  # noqa: F401  (registers the coder of TokenizedDocument)
 from pipelines.heap import release_free_memory
 from pipelines.records import SentencedDocument, TokenizedDocument, stable_hash, token_ids
@@ -408,7 +408,9 @@ class TrainTokenizer(beam.PTransform):
                                 "filtered, rejected or a duplicate: check the inputs, and the clean rules for "
                                 "text unlike news or web prose)")
             # The peak of a build below the sample caps: start it from what is live, not from the
-            # high-water mark of the stages before (whose freed pages glibc and pyarrow keep).
+            # high-water mark of the stages before (whose freed pages glibc and pyarrow keep), and
+            # with the stage data that waits for later stages on disk (the local runner's buffers).
+            spill.to_disk()
             release_free_memory()
             start = time.monotonic()
             model = train_tokenizer(plan_sentences(plan), cfg)

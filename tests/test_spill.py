@@ -282,3 +282,70 @@ def test_a_worker_process_keeps_no_output_bytes(tmp_path: Path) -> None:
     assert held["held"]
     assert sum(held["held"]) == 0, held
     assert held["loaded"] == [], held  # pipelines.worker leaves out what Beam would load and never use
+
+
+def test_to_disk_moves_what_buffers_hold_in_memory(tmp_path: Path) -> None:
+    """``to_disk`` puts the bytes a ListBuffer and a GroupingBuffer keep in memory into spill files:
+    the same elements in the same order, and nothing of a buffer whose reading has started."""
+    spill.install(spill.SpillSettings(buffer_bytes=1 << 30, directory=str(tmp_path)))
+    try:
+        items = [bytes([i]) * (50 + i) for i in range(10)]
+        listed = ListBuffer(None)
+        for c in items:
+            listed.append(c)
+        grouped = _grouping_buffer()
+        grouped.append(_encoded([("a", 1), ("b", 2), ("a", 3)]))
+        read = _grouping_buffer()
+        read.append(_encoded([("c", 5)]))
+        read.partition(1)  # its stage has started reading it
+        assert all(type(x) is bytes for x in listed._inputs) and grouped._table  # all in memory
+        before = spill.spilled()["bytes"]
+        moved = spill.to_disk()
+        assert moved >= sum(map(len, items)) and spill.spilled()["bytes"] - before >= sum(map(len, items))
+        assert all(type(x) is spill.Chunk for x in listed._inputs)
+        assert list(listed) == items
+        assert not grouped._table and _groups(grouped) == {"a": [1, 3], "b": [2]}
+        assert read.__dict__.get("_sf_spill") is None and _groups(read) == {"c": [5]}
+        assert spill.to_disk() == 0  # nothing left in memory
+        listed.append(b"z")  # later appends: as before
+        assert list(listed) == [*items, b"z"]
+    finally:
+        spill.uninstall()
+    assert spill.to_disk() == 0  # not installed: nothing to do
+
+
+def _evicting_pipeline(out: Path) -> dict[str, object]:
+    """A stage that calls ``to_disk`` while a GroupByKey's input and a PCollection read later wait."""
+    with beam.Pipeline(runner=FnApiRunner()) as p:
+        nums = p | beam.Create(list(range(20_000)))
+        keyed = nums | "Key" >> beam.Map(lambda i: (i % 101, f"{i:08d}" * 4))
+        waiting = nums | "Later" >> beam.Map(lambda i: i * 3)
+        moved = (nums | "Total" >> beam.combiners.Count.Globally()
+                 | "Evict" >> beam.Map(lambda n: spill.to_disk()))
+        groups = (keyed | beam.GroupByKey()
+                  | "Sorted" >> beam.Map(lambda kv, _: (kv[0], sorted(kv[1])), beam.pvalue.AsSingleton(moved)))
+        later = waiting | "Sum" >> beam.CombineGlobally(sum)
+
+        def write(name):
+            return lambda v: (out / name).write_text(json.dumps(v))
+
+        _ = groups | "L" >> beam.combiners.ToList() | "WG" >> beam.Map(lambda g: write("groups")(sorted(g)))
+        _ = later | "WL" >> beam.Map(write("later"))
+        _ = moved | "WM" >> beam.Map(write("moved"))
+    return {n: json.loads((out / n).read_text()) for n in ("groups", "later", "moved")}
+
+
+def test_a_pipeline_that_moves_its_buffers_to_disk_mid_run_gives_the_same_results(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    spill.uninstall()
+    beams = _evicting_pipeline(tmp_path / "a")
+    assert beams["moved"] == 0
+    spill.install(spill.SpillSettings(buffer_bytes=1 << 30, directory=str(tmp_path)))
+    try:
+        evicted = _evicting_pipeline(tmp_path / "b")
+    finally:
+        spill.uninstall()
+    assert evicted["moved"] > 500_000  # the grouped input and the waiting PCollection went to disk
+    assert evicted["groups"] == beams["groups"] and evicted["later"] == beams["later"]
+    assert len(beams["groups"]) == 101 and beams["later"] == 3 * sum(range(20_000))
