@@ -21,7 +21,7 @@ in a fresh child process so that imports count the same way:
   included); what the floor does not do at all is one "pipeline only" row.
 
 CPU seconds are process CPU (every thread: the encoder's threads count), per MB of input file.
-Prints one table and writes ``benchmarks/results/floor.md``.
+Prints one table and writes ``benchmarks/results/floor-<MB>mb.md``.
 
 On a shared machine the host's speed drifts between the two children (the same clean function
 measured 0.98x-1.24x of itself from one run to the next): ``--repeat N`` runs floor and build

@@ -422,8 +422,9 @@ def to_disk() -> int:
                 continue  # being read (its parts are out), or done
             if hasattr(buf, "_table"):  # a GroupingBuffer: its table goes to bucket files
                 if buf.__dict__.get("_sf_spill") is None and buf._table:
-                    moved += buf.__dict__.get("_sf_held", 0)
-                    _start_spill(buf)
+                    held = buf.__dict__.get("_sf_held", 0)
+                    if _start_spill(buf) is not _NO_SPILL:  # (no value coder found: it stays in memory)
+                        moved += held
             else:
                 items = buf._inputs
                 for i, item in enumerate(items):
