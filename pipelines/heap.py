@@ -43,7 +43,6 @@ def release_free_memory() -> None:
         trim(0)
 
 
-
 def use_system_allocator() -> None:
     """Have pyarrow allocate from the C library's malloc (``ARROW_DEFAULT_MEMORY_POOL=system``) in
     this process and the processes it starts, unless the environment names a pool already.
@@ -52,6 +51,6 @@ def use_system_allocator() -> None:
     (``pyarrow.set_memory_pool`` does not reach the Parquet writer's buffers, which come from
     libarrow's own default). The wheels' default, mimalloc, kept ~60 MB resident after one
     2.7M-token Parquet part was written (its own peak: 14 MB) and took it again after every release;
-    glibc's malloc ~19 MB. A local build at 6 MB of input: peak 376 -> 315 MB, no slower
-    (BENCHMARKS.md, "Data job vs its floor")."""
+    glibc's malloc ~19 MB. A local build at 6 MB of input: its packing stage's peak 376 -> ~317 MB,
+    no slower (BENCHMARKS.md, "Data job vs its floor")."""
     os.environ.setdefault(ARROW_POOL_ENV, "system")

@@ -23,6 +23,9 @@ bundles, same elements, in the same order within each buffer):
   the runner caches every stage's bundle processor, which otherwise kept the last stream of each
   output with its C buffer (up to 16 MB) for the rest of the run (~70 MB at 6 MB of input).
   Worker processes (``--direct_num_workers N``) drop theirs too (``release_finished_streams``).
+* **On disk when a step needs the memory.** ``to_disk`` moves what the buffers keep in memory to
+  spill files at once (tokenizer training calls it: SentencePiece needs ~20 bytes per sample byte
+  while the PCollections of later stages wait).
 
 Files live under ``directory`` (default: the system temporary folder) and vanish when their
 buffer is dropped (or the process ends: they are unlinked at creation). Spilled bytes are
