@@ -36,6 +36,7 @@ def main() -> None:
     from apache_beam.runners.worker import sdk_worker_main
 
     from pipelines import sampler, signatures, spill
+
     spill.release_finished_streams()  # a finished bundle's output buffers are not kept with its processor
     signatures.install()  # each bundle introspects its DoFns again
     sampler.install()  # each bundle joins its state sampler's thread
