@@ -227,6 +227,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     it.close()  # shut DataLoader workers down now, not whenever the generator is collected
     metrics.close()
     dd.barrier()
+    distributed.teardown(dd)
     return {"steps": step, "first_loss": metrics.first_loss, "last_loss": metrics.last_loss, "output": cfg.output,
             "params": raw_model.num_params(), "accumulation": accum, "world_size": dd.world_size}
 
