@@ -6,8 +6,8 @@ in a fresh child process so that imports count the same way:
 
 * **floor**: one plain Python loop over the same functions the stages call: parse (the readers),
   clean (``clean_document``), exact hash, MinHash signatures + LSH band keys, sentence split,
-  tokenizer training on the same bounded sample (bottom-k documents by content hash, capped at
-  ``input_sentence_size`` sentences), batched SentencePiece encode, packing (``pack_group`` per
+  tokenizer training on the same bounded sample (the build's: bottom-k documents by content
+  hash within ``sample_docs``, ``input_sentence_size`` and the sample's byte bound), batched SentencePiece encode, packing (``pack_group`` per
   split and group, as ``WriteCorpus`` groups them) and tar encoding (the samples and shards, into
   memory). It does no dedupe resolution (grouping, LSH buckets, components), writes no
   intermediates, rejects, index or report, and checks no accounting: that is the pipeline's extra.
@@ -99,12 +99,13 @@ def run_floor(raw: str, vocab_size: int) -> dict[str, Any]:
     from pipelines.sentences import split_sentences
     from pipelines.sources import read_file
     from pipelines.tokenizer import (
-        MAX_SENTENCE_CHARS,
+        SampleBounds,
         encode_documents,
         resolve_threads,
-        sample_key,
+        sample_entry,
         tokenizer_info,
         train_tokenizer,
+        training_sentences,
     )
     from schemas.sample import sample_tar_size, write_tar
 
@@ -139,9 +140,10 @@ def run_floor(raw: str, vocab_size: int) -> dict[str, Any]:
     tok = cfg.tokenizer
 
     def train() -> bytes:
-        sample = sorted((sample_key(cfg.seed, d.doc_id), d.sentences) for d in sentenced)[: tok.sample_docs]
-        sentences = [s[:MAX_SENTENCE_CHARS] for _, sents in sample for s in sents]
-        return train_tokenizer(sentences[: tok.input_sentence_size], tok)
+        bounds = SampleBounds.of(tok)
+        entries = bounds.needed([sample_entry(cfg.seed, d) for d in sentenced])
+        sentences, _ = training_sentences(entries, bounds)
+        return train_tokenizer(sentences, tok)
 
     model = stage("tokenizer train", train)
     tokenized = stage("encode", lambda: encode_documents(sentenced, model, resolve_threads(tok.encode_threads),

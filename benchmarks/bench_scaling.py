@@ -27,7 +27,8 @@ Configurations (``--configs``, comma-separated; each runs at every size):
 
 * ``default``: the pipeline's default packing groups and tokenizer sample
   (``PackingConfig.group_tokens`` = 4M tokens, ``TokenizerConfig.sample_docs`` =
-  200k, ``sample_bytes`` = 256 MB), which at these sizes make a whole-corpus sample.
+  200k, the sample's byte bound 16 MB at 8k pieces), which make a whole-corpus sample up to
+  ~16 MB of kept text and a 16 MB one past it.
 * ``capped``: the same build with small caps (``--group-tokens``,
   ``--sample-docs``, ``--input-sentence-size``), so that every input size exceeds
   them: if our per-worker state were what grows, memory would flatten here.
@@ -493,7 +494,7 @@ def config_label(config: str, caps: dict[str, int]) -> str:
     pack, tok = PackingConfig(), TokenizerConfig()
     return {
         "default": f"pipeline defaults (group_tokens={pack.group_tokens:,}, sample_docs={tok.sample_docs:,}, "
-                   f"sample_bytes={tok.sample_bytes:,}): whole-corpus tokenizer sample at these sizes; "
+                   f"sample bytes {tok.effective_sample_bytes:,}): whole-corpus tokenizer sample up to that; "
                    "stage data past 32 MB per buffer spilled to disk (`pipelines.spill`)",
         "capped": f"small caps ({caps_txt}): several packing groups, capped sample",
         "capped-mp": f"small caps, `{' '.join(MP_ARGS)}`",
@@ -511,6 +512,8 @@ def config_label(config: str, caps: dict[str, int]) -> str:
 def conclusion(results: dict[str, list[dict[str, Any]]], pack: list[dict[str, float]],
                spm: list[dict[str, float]]) -> list[str]:
     """The results' reading, numbers filled in from this run (only for the configs that ran)."""
+    from schemas.config import TokenizerConfig
+
     fit = {c: summarize_config(rows) for c, rows in results.items() if len(rows) > 1}
     out = ["## Conclusion", ""]
     if "batched" in fit:
@@ -544,9 +547,10 @@ def conclusion(results: dict[str, list[dict[str, Any]]], pack: list[dict[str, fl
             f"input MB (size^{c['mem_exp']:.2f}): the runner's stage data past `--spill_mb` per buffer is on disk "
             "and streams through the bundles (`pipelines.spill`), and what a stage holds of ours is bounded by "
             f"config. **At the defaults it grows {d['mem_per_mb']:.1f} MB per MB** (size^{d['mem_exp']:.2f}): "
-            "below the tokenizer's sample caps (`sample_bytes` 256 MB, `sample_docs` 200k, "
-            "`input_sentence_size` 2M) the sample is the whole corpus, held once as strings and once by "
-            "SentencePiece's trainer (~20 bytes per sample byte); past the caps it stops growing.")
+            f"below the tokenizer's sample caps (`sample_bytes` {TokenizerConfig().effective_sample_bytes / 1e6:.0f} MB "
+            "at the default vocabulary, `sample_docs` 200k, `input_sentence_size` 2M) the sample is the whole "
+            "corpus, held once as strings and once by SentencePiece's trainer (~20 bytes per sample byte); past "
+            "the caps it stops growing.")
     if "inmemory" in fit:
         m = fit["inmemory"]
         out.append(

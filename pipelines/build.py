@@ -109,7 +109,8 @@ def run_build(cfg: BuildConfig, output: str, beam_args: list[str] | None = None,
 # English that cleaning almost entirely keeps). With the runner's stage data spilled to disk
 # (pipelines.spill, the default) the build stays near LOCAL_RSS_BASE plus ~1 MB per MB of kept text,
 # except for the tokenizer sample: held as strings and by SentencePiece's trainer, ~22 MB per MB of
-# sample, and the sample is the kept text up to ``tokenizer.sample_bytes`` (256 MB: ~5.6 GB).
+# sample, and the sample is the kept text up to ``tokenizer.effective_sample_bytes`` (by default
+# 2,000 bytes per vocabulary piece, at least 16 MB: ~0.35 GB at the default 8k pieces).
 # Without spilling (--spill_mb -1) Beam's runner holds every stage's output: ~33 MB per MB kept.
 LOCAL_RSS_BASE = 600_000_000
 LOCAL_RSS_PER_KEPT_BYTE = 1
@@ -194,7 +195,7 @@ def local_rss_estimate(cfg: BuildConfig, kept_text_bytes: float, spilled: bool =
     """Peak RSS of a one-shot local build that keeps this much text (the model above)."""
     if not spilled:
         return LOCAL_RSS_BASE + LOCAL_RSS_PER_KEPT_BYTE_IN_MEMORY * kept_text_bytes
-    sample = 0.0 if cfg.tokenizer.model_url else min(kept_text_bytes, cfg.tokenizer.sample_bytes)
+    sample = 0.0 if cfg.tokenizer.model_url else min(kept_text_bytes, cfg.tokenizer.effective_sample_bytes)
     return LOCAL_RSS_BASE + LOCAL_RSS_PER_KEPT_BYTE * kept_text_bytes + LOCAL_RSS_PER_SAMPLE_BYTE * sample
 
 
@@ -237,7 +238,7 @@ def batching_hint(cfg: BuildConfig, spilled: bool = True) -> str | None:
     if spilled:
         why = (f"A one-shot build on the local runner keeps its stage data on disk past --spill_mb, but the tokenizer "
                f"trains in memory on a sample of the kept text of up to tokenizer.sample_bytes "
-               f"({cfg.tokenizer.sample_bytes / 1e6:,.0f} MB): about {LOCAL_RSS_PER_SAMPLE_BYTE} MB of RAM per MB "
+               f"({cfg.tokenizer.effective_sample_bytes / 1e6:,.0f} MB): about {LOCAL_RSS_PER_SAMPLE_BYTE} MB of RAM per MB "
                "of sample")
         fix = ("Lower tokenizer.sample_bytes, reuse a trained tokenizer (--tokenizer URL), pass --batch_mb 64 to "
                "build in batches (docs/scaling.md), or run on Dataflow.")

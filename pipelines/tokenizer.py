@@ -265,7 +265,7 @@ class SampleBounds:
 
     @classmethod
     def of(cls, cfg: TokenizerConfig) -> SampleBounds:
-        return cls(cfg.sample_docs, cfg.input_sentence_size, cfg.sample_bytes)
+        return cls(cfg.sample_docs, cfg.input_sentence_size, cfg.effective_sample_bytes)
 
     def needed(self, entries: list[SampleEntry]) -> list[SampleEntry]:
         """The entries (sorted by key) that can contribute a sentence: each one before which fewer
@@ -383,7 +383,7 @@ class TrainTokenizer(beam.PTransform):
     """Sentenced documents -> a one-element PCollection with the trained tokenizer file's bytes.
 
     The sample is the documents with the smallest content hash, as many as its bounds need
-    (``sample_docs`` documents, ``input_sentence_size`` sentences, ``sample_bytes`` UTF-8 bytes;
+    (``sample_docs`` documents, ``input_sentence_size`` sentences, ``effective_sample_bytes`` UTF-8 bytes;
     ``BoundedSample``: a distributed bottom-k that combines per worker, then merges, trimming as
     it goes), so it is the same on every runner and its memory is bounded whatever the corpus
     size; training runs on one worker on the first sentences of the sample within the bounds.

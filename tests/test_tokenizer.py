@@ -151,7 +151,7 @@ def test_training_on_a_corpus_larger_than_the_bound_reads_exactly_the_bounded_sa
     size = 0
     for d in sorted(docs, key=lambda d: sample_key(11, d.doc_id)):
         for s in d.sentences:
-            if len(want) >= cfg.input_sentence_size or size + len(s.encode()) > cfg.sample_bytes:
+            if len(want) >= cfg.input_sentence_size or size + len(s.encode()) > cfg.effective_sample_bytes:
                 break
             want.append(s)
             size += len(s.encode())
@@ -188,6 +188,24 @@ def test_below_the_bounds_the_sample_is_the_whole_bottom_k(docs):
     assert sentences == [s for d in chosen for s in d.sentences]
     assert stats == {"documents": 50, "sentences": len(sentences), "bytes": sum(len(s.encode()) for s in sentences),
                      "bounded_by": "documents"}
+
+
+def test_the_default_byte_bound_follows_the_vocabulary():
+    """Unset, sample_bytes is 2,000 bytes a vocabulary piece and at least 16 MB (twice where held-out
+    compression stopped improving on real text: benchmarks/results/tokenizer_sample.md); set, it is
+    the bound as given. A sample over the default bound is cut there, by bytes."""
+    assert TokenizerConfig().sample_bytes is None
+    assert TokenizerConfig().effective_sample_bytes == 16_000_000  # 8,000 pieces
+    assert TokenizerConfig(vocab_size=2000).effective_sample_bytes == 16_000_000
+    assert TokenizerConfig(vocab_size=32000).effective_sample_bytes == 64_000_000
+    assert TokenizerConfig(vocab_size=32000, sample_bytes=40_000).effective_sample_bytes == 40_000
+    bounds = SampleBounds.of(TokenizerConfig(vocab_size=10_000))
+    assert bounds.bytes == 20_000_000
+    # 25 documents of ~1 MB (one 1,000-byte sentence, then 999 of 1,000 bytes each: ASCII).
+    entries = [sample_entry(3, SentencedDocument(f"d{i}", "news", ("x" * 999 + " ",) * 1000)) for i in range(25)]
+    sentences, stats = training_sentences(bounds.needed(entries), bounds)
+    assert stats["bounded_by"] == "bytes" and stats["bytes"] == 20_000_000 == sum(map(len, sentences))
+    assert stats["documents"] == 20
 
 
 @pytest.mark.parametrize("kind", ["unigram", "bpe"])
