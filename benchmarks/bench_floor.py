@@ -7,9 +7,9 @@ in a fresh child process so that imports count the same way:
 * **floor**: one plain Python loop over the same functions the stages call: parse (the readers),
   clean (``clean_document``), exact hash, MinHash signatures + LSH band keys, sentence split,
   tokenizer training on the same bounded sample (the build's: bottom-k documents by content
-  hash within ``sample_docs``, ``input_sentence_size`` and the sample's byte bound), batched SentencePiece encode, packing (``pack_group`` per
-  split and group, as ``WriteCorpus`` groups them) and tar encoding (the samples and shards, into
-  memory). It does no dedupe resolution (grouping, LSH buckets, components), writes no
+  hash within ``sample_docs``, ``input_sentence_size`` and the sample's byte bound), batched
+  SentencePiece encode, packing (``pack_group`` per split and group, as ``WriteCorpus`` groups
+  them) and tar encoding (the samples and shards, into memory). It does no dedupe resolution (grouping, LSH buckets, components), writes no
   intermediates, rejects, index or report, and checks no accounting: that is the pipeline's extra.
 * **build**: ``pipelines.build.run_build`` on the local FnApiRunner (in-process). The process CPU
   of every bundle the runner executes is split among the build stages whose transforms that

@@ -201,7 +201,7 @@ def test_the_default_byte_bound_follows_the_vocabulary():
     assert TokenizerConfig(vocab_size=32000, sample_bytes=40_000).effective_sample_bytes == 40_000
     bounds = SampleBounds.of(TokenizerConfig(vocab_size=10_000))
     assert bounds.bytes == 20_000_000
-    # 25 documents of ~1 MB (one 1,000-byte sentence, then 999 of 1,000 bytes each: ASCII).
+    # 25 documents of 1,000 sentences of 1,000 ASCII bytes: 1 MB each.
     entries = [sample_entry(3, SentencedDocument(f"d{i}", "news", ("x" * 999 + " ",) * 1000)) for i in range(25)]
     sentences, stats = training_sentences(bounds.needed(entries), bounds)
     assert stats["bounded_by"] == "bytes" and stats["bytes"] == 20_000_000 == sum(map(len, sentences))
