@@ -6,7 +6,7 @@ need more unique text than the prose pool (``benchmarks/prose.py``, ~4 MB unique
 ``DIR`` holds the ``.deb`` files, fetched once with (network needed; nothing here downloads)::
 
     apt-get download linux-doc-6.1 python3.11-doc perl-doc postgresql-doc-15 git-doc \\
-        debian-reference-en rust-doc
+        debian-reference-en rust-doc python-django-doc libreoffice-help-en-us openjdk-17-doc
 
 Each package is unpacked with ``dpkg-deb -x`` into a scratch folder; its prose paragraphs are
 kept (reStructuredText / POD / AsciiDoc sources: blank-line paragraphs that do not start as
@@ -33,6 +33,7 @@ _MARKUP_START = (" ", "\t", "..", "=", "-", "*", "|", "+", ":", "#")
 _TAG = re.compile(r"<[^<>]*>")
 _CODE = re.compile(r"(?s)<(script|style|pre)[^>]*>.*?</\1>")
 _PARA = re.compile(r"(?s)<p[^>]*>(.*?)</p>")
+_BLOCK = re.compile(r'(?s)<div class="block">(.*?)</div>')
 _INLINE = re.compile(r"``?|\*\*|:\w+:")
 # package -> (file name suffix, paragraph reader)
 _SOURCES: dict[str, tuple[str, str]] = {
@@ -43,6 +44,9 @@ _SOURCES: dict[str, tuple[str, str]] = {
     "postgresql-doc-15": (".html", "html"),
     "debian-reference-en": (".html", "html"),
     "rust-doc": (".html", "html"),
+    "python-django-doc": (".html", "html"),
+    "libreoffice-help-en-us": (".html", "html"),
+    "openjdk-17-doc": (".html", "javadoc"),
 }
 
 
@@ -59,7 +63,15 @@ def html_paragraphs(text: str) -> Iterator[str]:
         yield html.unescape(_TAG.sub("", p))
 
 
-READERS: dict[str, Callable[[str], Iterator[str]]] = {"text": text_paragraphs, "html": html_paragraphs}
+def javadoc_paragraphs(text: str) -> Iterator[str]:
+    """The text of a Javadoc page's description blocks (``<div class="block">``) and <p> elements."""
+    text = _CODE.sub("", text)
+    for p in _BLOCK.findall(text) + _PARA.findall(text):
+        yield html.unescape(_TAG.sub("", p))
+
+
+READERS: dict[str, Callable[[str], Iterator[str]]] = {
+    "text": text_paragraphs, "html": html_paragraphs, "javadoc": javadoc_paragraphs}
 
 
 def prose(paragraph: str) -> str | None:

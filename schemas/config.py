@@ -169,10 +169,10 @@ class TokenizerConfig(Strict):
         """The byte bound of the training sample: ``sample_bytes``, or by default
         SAMPLE_BYTES_PER_PIECE per piece of the vocabulary and at least SAMPLE_BYTES_MIN.
 
-        Held-out compression of a unigram model on real text stops improving once the sample
-        holds ~1,000 bytes per piece (8 MB at 8k pieces; at 32k it still gains 0.7 % from 16 to
-        25 MB: benchmarks/results/tokenizer_sample.md); the default takes twice that. Training
-        holds ~21 bytes of memory per sample byte, so the bound is also the trainer's memory.
+        Held-out compression of an 8k-piece unigram model on real text stops improving at 16 MB
+        of sample (2,000 bytes a piece); at 32k pieces it still gains ~0.3 % per 16 MB at 64 MB
+        (benchmarks/results/tokenizer_sample.md). Training holds ~20 bytes of memory per sample
+        byte, so the bound is also the trainer's memory.
         """
         if self.sample_bytes is not None:
             return self.sample_bytes

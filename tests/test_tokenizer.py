@@ -191,9 +191,9 @@ def test_below_the_bounds_the_sample_is_the_whole_bottom_k(docs):
 
 
 def test_the_default_byte_bound_follows_the_vocabulary():
-    """Unset, sample_bytes is 2,000 bytes a vocabulary piece and at least 16 MB (twice where held-out
-    compression stopped improving on real text: benchmarks/results/tokenizer_sample.md); set, it is
-    the bound as given. A sample over the default bound is cut there, by bytes."""
+    """Unset, sample_bytes is 2,000 bytes a vocabulary piece and at least 16 MB (where held-out
+    compression of 8k pieces stopped improving on real text: benchmarks/results/tokenizer_sample.md);
+    set, it is the bound as given. A sample over the default bound is cut there, by bytes."""
     assert TokenizerConfig().sample_bytes is None
     assert TokenizerConfig().effective_sample_bytes == 16_000_000  # 8,000 pieces
     assert TokenizerConfig(vocab_size=2000).effective_sample_bytes == 16_000_000
