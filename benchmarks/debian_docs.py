@@ -13,7 +13,7 @@ kept (reStructuredText / POD / AsciiDoc sources: blank-line paragraphs that do n
 markup, code or a table; HTML: ``<p>`` elements with their tags dropped), a paragraph of at
 least 12 words and 70 % letters, each distinct paragraph once. The output has one paragraph per
 line and a blank line after each source file: a file is a document. Debian bookworm's packages
-gave 8,780 documents and 27.6 MB of paragraphs (2026-11-27).
+gave 15,491 documents and 76.1 MB of paragraphs (2026-11-27; 45 MB of it the OpenJDK API).
 """
 
 from __future__ import annotations
