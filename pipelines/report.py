@@ -32,6 +32,7 @@ import numpy as np
 from pipelines import charts
 from pipelines.records import Document, Duplicate, Reject, TokenizedDocument
 from schemas import UNK_ID
+from schemas.config import SAMPLE_BYTES_MIN, SAMPLE_BYTES_PER_PIECE, default_sample_bytes
 from storage import join, unless_swept, write_text_atomic
 
 REPORT_JSON = "report.json"
@@ -607,7 +608,7 @@ def _sections(report: dict[str, Any], img) -> str:
          "<unk> rate", "tokens per word"],
         [[t["kind"], t["model_type"], "reused model" if t["reused"] else t["requested_vocab_size"], t["vocab_size"],
           t["tokens"], t["unk_tokens"], f"{100 * t['unk_rate']:.4f}%", f"{t['tokens_per_word']:.3f}"]])
-        + f"<p>{html.escape(t['unit'])}.</p>" + _training_html(t.get("training")))
+        + f"<p>{html.escape(t['unit'])}.</p>" + _training_html(t.get("training"), report["config"]))
     parts.append("<h2>Token share per source</h2>" + img(TOKENS_SVG, "token share per source"))
     pk = report["packing"]
     parts.append("<h2>Packed sequences</h2>" + _table(
@@ -621,11 +622,27 @@ def _sections(report: dict[str, Any], img) -> str:
     return "\n".join(parts)
 
 
-def _training_html(training: dict[str, Any] | None) -> str:
+def sample_bound_text(bounded_by: str, config: dict[str, Any]) -> str:
+    """The training sample's bound that cut it, with its value and its config field."""
+    tok = config.get("tokenizer", {})
+    if bounded_by == "bytes":
+        given = tok.get("sample_bytes")
+        value = given if given is not None else default_sample_bytes(tok.get("vocab_size", 0))
+        how = "" if given is not None else (f", unset: {SAMPLE_BYTES_PER_PIECE:,} bytes per vocabulary piece, "
+                                            f"at least {SAMPLE_BYTES_MIN / 1e6:,.0f} MB")
+        size = f"{value / 1e6:,.1f} MB" if value >= 100_000 else f"{value:,} bytes"
+        return f"the bytes bound ({size}: tokenizer.sample_bytes{how})"
+    field = {"sentences": "input_sentence_size", "documents": "sample_docs"}.get(bounded_by)
+    if field is None or tok.get(field) is None:
+        return f"the {bounded_by} bound"
+    return f"the {bounded_by} bound ({tok[field]:,}: tokenizer.{field})"
+
+
+def _training_html(training: dict[str, Any] | None, config: dict[str, Any]) -> str:
     """One line on the tokenizer's training sample and cost (nothing for a reused model)."""
     if not training:
         return ""
-    cut = f", cut by the {training['bounded_by']} bound" if training.get("bounded_by") else ""
+    cut = f", cut by {sample_bound_text(training['bounded_by'], config)}" if training.get("bounded_by") else ""
     return html.escape(f"Trained on {training['sentences']:,} sentences ({training['bytes'] / 1e6:,.1f} MB) "
                        f"from {training['documents']:,} documents{cut}.").join(
         ("<p>", "</p>"))

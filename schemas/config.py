@@ -137,6 +137,11 @@ SAMPLE_BYTES_PER_PIECE = 2_000
 SAMPLE_BYTES_MIN = 16_000_000
 
 
+def default_sample_bytes(vocab_size: int) -> int:
+    """The training sample's byte bound when ``tokenizer.sample_bytes`` is unset."""
+    return max(SAMPLE_BYTES_MIN, SAMPLE_BYTES_PER_PIECE * vocab_size)
+
+
 class TokenizerConfig(Strict):
     model_url: str | None = None  # reuse an existing tokenizer file (spm.model or tokenizer.json) instead of training
     # unigram / bpe: SentencePiece; byte_bpe: byte-level BPE (RoBERTa / GPT-2) trained with `tokenizers`.
@@ -174,9 +179,7 @@ class TokenizerConfig(Strict):
         (benchmarks/results/tokenizer_sample.md). Training holds ~20 bytes of memory per sample
         byte, so the bound is also the trainer's memory.
         """
-        if self.sample_bytes is not None:
-            return self.sample_bytes
-        return max(SAMPLE_BYTES_MIN, SAMPLE_BYTES_PER_PIECE * self.vocab_size)
+        return self.sample_bytes if self.sample_bytes is not None else default_sample_bytes(self.vocab_size)
 
 
 PackingRule = Literal["full_sentences", "doc_sentences", "segment_pair_nsp", "sentence_pair_nsp", "sop"]

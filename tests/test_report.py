@@ -31,6 +31,7 @@ from pipelines.report import (
     WriteReport,
     bin_edges,
     length_bin,
+    sample_bound_text,
     similarity_bin,
     write_report,
 )
@@ -141,6 +142,18 @@ def test_report_files(tmp_path):
     first = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
     write_report(MANIFEST, before, after, str(tmp_path))
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == first
+
+
+def test_the_report_names_the_bound_that_cut_the_tokenizer_sample():
+    """report.html says which bound cut the training sample, with its value and config field; an
+    unset sample_bytes is the default of the vocabulary size (a manifest records it as null)."""
+    unset = {"tokenizer": {"vocab_size": 32000, "sample_bytes": None, "input_sentence_size": 300}}
+    assert sample_bound_text("bytes", unset) == ("the bytes bound (64.0 MB: tokenizer.sample_bytes, unset: 2,000 "
+                                                 "bytes per vocabulary piece, at least 16 MB)")
+    assert sample_bound_text("bytes", {"tokenizer": {"sample_bytes": 40_000}}) == (
+        "the bytes bound (40,000 bytes: tokenizer.sample_bytes)")
+    assert sample_bound_text("sentences", unset) == "the sentences bound (300: tokenizer.input_sentence_size)"
+    assert sample_bound_text("documents", {}) == "the documents bound"
 
 
 def test_unbalanced_source_is_flagged(tmp_path):
