@@ -9,8 +9,9 @@ in a fresh child process so that imports count the same way:
   tokenizer training on the same bounded sample (the build's: bottom-k documents by content
   hash within ``sample_docs``, ``input_sentence_size`` and the sample's byte bound), batched
   SentencePiece encode, packing (``pack_group`` per split and group, as ``WriteCorpus`` groups
-  them) and tar encoding (the samples and shards, into memory). It does no dedupe resolution (grouping, LSH buckets, components), writes no
-  intermediates, rejects, index or report, and checks no accounting: that is the pipeline's extra.
+  them) and tar encoding (the samples and shards, into memory). It does no dedupe resolution
+  (grouping, LSH buckets, components), writes no intermediates, rejects, index or report, and
+  checks no accounting: that is the pipeline's extra.
 * **build**: ``pipelines.build.run_build`` on the local FnApiRunner (in-process). The process CPU
   of every bundle the runner executes is split among the build stages whose transforms that
   fused stage holds, in proportion to the time Beam's own state sampler (every 5 ms) saw each

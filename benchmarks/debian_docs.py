@@ -96,8 +96,8 @@ def documents(debs: Path) -> Iterator[list[str]]:
                 kept = []
                 for raw in READERS[kind](f.read_text("utf-8", "replace")):
                     p = prose(raw)
-                    digest = hashlib.sha256(p.encode()).digest() if p else b""
-                    if p and digest not in seen:
+                    digest = None if p is None else hashlib.sha256(p.encode()).digest()
+                    if digest is not None and digest not in seen:
                         seen.add(digest)
                         kept.append(p)
                 if kept:
