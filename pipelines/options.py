@@ -278,6 +278,9 @@ def make_pipeline(opts: PipelineOptions):
     direct = opts.view_as(DirectOptions)
     local = opts.view_as(StandardOptions).runner == LOCAL_RUNNER
     if local:
+        from pipelines.heap import tune_collector
+
+        tune_collector()  # the imports out of the cyclic collector's scans, fewer collections
         fusion.install()  # a Flatten's inputs write straight into the GroupByKey that reads it
         settings = spill_settings(opts)
         if settings is None:

@@ -6,7 +6,8 @@ once per worker) and logs its start-up at INFO on stderr. This module installs t
 filter first (``import pipelines``), keeps Beam's own records below ERROR off stderr and asks
 the harness for WARNING, leaves out the optional Beam integrations a worker never uses and has
 pyarrow allocate from glibc's malloc (``pipelines.preflight.local_build_process``), drops each
-finished bundle's output streams (``pipelines.spill.release_finished_streams``), then runs the same
+finished bundle's output streams (``pipelines.spill.release_finished_streams``), tunes the cyclic
+collector as the runner's process does (``pipelines.heap.tune_collector``), then runs the same
 ``sdk_worker_main.main``.
 ``pipelines.options.make_pipeline`` points the local runner's worker processes here.
 """
@@ -40,6 +41,9 @@ def main() -> None:
     spill.release_finished_streams()  # a finished bundle's output buffers are not kept with its processor
     signatures.install()  # each bundle introspects its DoFns again
     sampler.install()  # each bundle joins its state sampler's thread
+    from pipelines.heap import tune_collector
+
+    tune_collector()  # as the runner's process does (pipelines.options.make_pipeline)
     sdk_worker_main.main(sys.argv)
 
 

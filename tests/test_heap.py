@@ -60,3 +60,24 @@ def test_tokenizer_training_starts_after_a_release(monkeypatch, tmp_path):
         _ = p | beam.Create(docs) | tk.TrainTokenizer(TokenizerConfig(vocab_size=600), 7, str(tmp_path / "out"))
     with open(log) as f:
         assert f.read().split() == ["release", "train"]
+
+
+COLLECTOR = """
+import gc
+from pipelines.options import BuildOptions, finalize_options, make_pipeline
+
+before = gc.get_threshold(), gc.get_freeze_count()
+make_pipeline(finalize_options(BuildOptions([])))
+print(before[0][0], before[1], gc.get_threshold()[0], gc.get_freeze_count())
+"""
+
+
+def test_a_local_pipeline_tunes_the_cyclic_collector():
+    """A local build's process freezes what its imports made out of the collector's scans and raises the
+    youngest generation's threshold (``heap.tune_collector``, measured in its comment)."""
+    from pipelines.heap import GC_YOUNG_THRESHOLD
+
+    out = subprocess.run([sys.executable, "-c", COLLECTOR], capture_output=True, text=True, check=True)
+    young_before, frozen_before, young, frozen = map(int, out.stdout.split())
+    assert (young_before, frozen_before) == (700, 0)
+    assert young == GC_YOUNG_THRESHOLD and frozen > 50_000, out.stdout
