@@ -78,8 +78,10 @@ class Account(beam.PTransform):
 
     Applied to the readers' per-file ``(source, records read)``; ``rejects``,
     ``duplicates`` and ``tokenized`` (every tokenized document, empty ones
-    included) are the outcomes. One global combine, pre-combined per bundle:
-    one shuffle of a few small dicts, whatever the corpus size.
+    included) are the outcomes. Each input is summed per outcome where it is made (a combine
+    that Beam lifts into the producing stage: a few sums per bundle cross, not one tally per
+    record; Beam's local runner materializes a Flatten of several inputs, so summing after the
+    Flatten moved every document's tally through a buffer), then one global combine of those sums.
     """
 
     def __init__(self, rejects, duplicates, tokenized):
@@ -88,10 +90,14 @@ class Account(beam.PTransform):
 
     def expand(self, read_counts):
         tallies = (
-            (read_counts | "InputTally" >> beam.Map(lambda sc: ((sc[0], INPUT, ""), sc[1]))),
-            (self.rejects | "RejectOutcome" >> beam.Map(lambda r: (reject_outcome(r), 1))),
-            (self.duplicates | "DuplicateOutcome" >> beam.Map(lambda d: (duplicate_outcome(d), 1))),
-            (self.tokenized | "TokenOutcome" >> beam.Map(lambda d: (tokens_outcome(d), 1))),
+            (read_counts | "InputTally" >> beam.Map(lambda sc: ((sc[0], INPUT, ""), sc[1]))
+             | "SumInputs" >> beam.CombinePerKey(sum)),
+            (self.rejects | "RejectOutcome" >> beam.Map(lambda r: (reject_outcome(r), 1))
+             | "SumRejects" >> beam.CombinePerKey(sum)),
+            (self.duplicates | "DuplicateOutcome" >> beam.Map(lambda d: (duplicate_outcome(d), 1))
+             | "SumDuplicates" >> beam.CombinePerKey(sum)),
+            (self.tokenized | "TokenOutcome" >> beam.Map(lambda d: (tokens_outcome(d), 1))
+             | "SumTokenized" >> beam.CombinePerKey(sum)),
         )
         return tallies | "AllTallies" >> beam.Flatten() | "Books" >> beam.CombineGlobally(_Tally())
 
