@@ -49,6 +49,13 @@ def encode_tokenized(d: TokenizedDocument) -> bytes:
     return bytes(out)
 
 
+def encoded_tokenized_size(d: TokenizedDocument) -> int:
+    """``len(encode_tokenized(d))``, without encoding."""
+    sents = d.sentences
+    return (_HEAD.size + len(d.doc_id.encode("utf-8")) + len(d.source.encode("utf-8")) + 5 * len(sents)
+            + sum(len(s) * s.itemsize for s in sents))
+
+
 def decode_tokenized(data: bytes) -> TokenizedDocument:
     """The inverse of ``encode_tokenized``: sentences as ``TokenIds`` of the width they were written in."""
     id_len, source_len, num_tokens, count = _HEAD.unpack_from(data, 0)
@@ -89,6 +96,11 @@ class TokenizedDocumentCoder(coders.Coder):
 
     def decode(self, encoded: bytes) -> TokenizedDocument:
         return decode_tokenized(encoded)
+
+    def estimate_size(self, value: TokenizedDocument) -> int:
+        # Beam's element-size metrics ask for this; the default encodes the document to measure it
+        # (in a build, once for every tokenized document: 3,108 of 3,108 at 10 MB).
+        return encoded_tokenized_size(value)
 
     def is_deterministic(self) -> bool:
         return True

@@ -73,6 +73,7 @@ def test_coder_round_trips_documents_and_keeps_ids_compact(big):
         # ids at their width + a width byte and a uint32 length per sentence + the 20-byte head
         strings = len(d.doc_id.encode()) + len(d.source.encode())
         assert len(data) <= width * d.num_tokens + 5 * len(d.sentences) + strings + 20
+        assert coder.estimate_size(d) == len(data)  # Beam's size metrics: measured without encoding
     assert decode_tokenized(encode_tokenized(docs[0])) == docs[0]
     assert coder.is_deterministic()
 
