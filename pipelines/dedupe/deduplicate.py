@@ -9,7 +9,7 @@ import apache_beam as beam
 
 from pipelines.dedupe.exact import ExactDedupe, ExactVerdicts, exact_entry
 from pipelines.dedupe.index import IndexRow, _WriteIndex, index_parts, index_row
-from pipelines.dedupe.near import LSH_TAG, NearDedupe, _SketchBatch
+from pipelines.dedupe.near import DOC_TAG, LSH_TAG, NearDedupe, _SketchBatch
 from pipelines.dedupe.sketch import NEW, _hasher
 from pipelines.dedupe.spans import SpanDedupe
 from pipelines.minhash import (
@@ -39,22 +39,27 @@ def _drop_removed(element: tuple[str, dict[str, Any]]) -> Iterator[IndexRow]:
 
 
 
+def _no_row(_: Any) -> None:
+    return None
+
+
 def _split_final(element: tuple[str, dict[str, Any]]) -> Iterator[Any]:
-    """Join a document with its verdicts (and its sketch, for the index).
+    """Join a document (with its index entry, or None without an index) with its verdicts.
 
     An exact duplicate's record comes from the exact step: here it only leaves the corpus
     and the index. A near duplicate's record is emitted here.
     """
     _, g = element
-    docs, dups, sk = list(g["doc"]), list(g["dup"]), list(g.get("sketch", ()))
+    docs, dups = list(g["doc"]), list(g["dup"])
     if not docs or any(True for _ in g.get("exact", ())):
         return
     if dups:
         yield beam.pvalue.TaggedOutput("duplicates", dups[0])
         return
-    yield docs[0]
-    if sk:
-        yield beam.pvalue.TaggedOutput("index", sk[0])
+    doc, row = docs[0]
+    yield doc
+    if row is not None:
+        yield beam.pvalue.TaggedOutput("index", row)
 
 
 def _repoint_exact(element: tuple[str, dict[str, Any]]) -> Iterator[Duplicate]:
@@ -121,7 +126,10 @@ class Deduplicate(beam.PTransform):
             sketched = (
                 docs
                 | "Batch" >> beam.BatchElements(min_batch_size=SIGNATURE_BATCH[0], max_batch_size=SIGNATURE_BATCH[1])
-                | "Sketch" >> beam.ParDo(_SketchBatch(_hasher(cfg))).with_outputs(LSH_TAG, main="sketches")
+                # Each document also leaves the Sketch step keyed for the verdict join, with its index
+                # entry: one element a document crosses that join, not the document and its entry.
+                | "Sketch" >> beam.ParDo(_SketchBatch(_hasher(cfg), index_row if self.index_out else _no_row)
+                                         ).with_outputs(LSH_TAG, DOC_TAG, main="sketches")
             )
             sketches = sketched.sketches
             exact = None
@@ -131,13 +139,11 @@ class Deduplicate(beam.PTransform):
             skip = None if exact is None else exact | "ExactNodes" >> beam.Map(lambda d: NEW + d.doc_id)
             near = sketches | "Near" >> NearDedupe(cfg, part_urls, buckets=sketched[LSH_TAG], skip=skip)
             groups = {
-                "doc": docs | "DocByID" >> beam.Map(lambda d: (d.doc_id, d)),
+                "doc": sketched[DOC_TAG],
                 "dup": near | "DupByID" >> beam.Map(lambda d: (d.doc_id, d)),
             }
             if exact is not None:
                 groups["exact"] = exact | "ExactByID" >> beam.Map(lambda d: (d.doc_id, None))
-            if self.index_out:
-                groups["sketch"] = sketches | "IndexRowByID" >> beam.Map(lambda s: (s.doc_id, index_row(s)))
             split = (
                 groups
                 | "JoinVerdicts" >> beam.CoGroupByKey()

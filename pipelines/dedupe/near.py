@@ -36,20 +36,31 @@ from schemas.config import DedupeConfig
 # no key holds the whole corpus; an element is a few KB (a 512-document batch
 # has ~110 entries per shard). Changing it changes no verdict, only the grouping.
 LSH_SHARDS = 64
+DOC_TAG = "docs"  # _SketchBatch's documents with their index entries, keyed for the verdict join
 LSH_TAG = "lsh"  # the Sketch step's tagged output of shard batches
 
 
 class _SketchBatch(beam.DoFn):
-    """Sketches of a batch of documents, and (tagged ``LSH_TAG``) the batch's bucket entries by LSH shard."""
+    """Sketches of a batch of documents, and (tagged ``LSH_TAG``) the batch's bucket entries by LSH shard.
 
-    def __init__(self, hasher: MinHasher) -> None:
+    ``doc_rows``: a function of a sketch (``index_row``) or None; given, each document also goes out
+    tagged ``DOC_TAG`` as ``(doc_id, (document, doc_rows(sketch)))``: the document and its index entry
+    cross the verdict join as one element (``Deduplicate``), not two.
+    """
+
+    def __init__(self, hasher: MinHasher, doc_rows: Any = None) -> None:
         self.hasher = hasher
+        self.doc_rows = doc_rows
 
     def process(self, batch: list[Document]) -> Iterator[Any]:
         sketches = sketch_documents(batch, self.hasher)
         yield from sketches
         for shard in lsh_shard_batches(sketches):
             yield beam.pvalue.TaggedOutput(LSH_TAG, shard)
+        if self.doc_rows is not None:
+            rows = self.doc_rows
+            for d, s in zip(batch, sketches, strict=True):
+                yield beam.pvalue.TaggedOutput(DOC_TAG, (d.doc_id, (d, rows(s))))
 
 
 @dataclass(frozen=True)
