@@ -33,8 +33,12 @@ def _malloc_trim() -> Any:
 
 
 def release_free_memory() -> None:
-    """Give the OS back the free pages of glibc's heap (``malloc_trim``; elsewhere nothing) and of
+    """Collect unreachable reference cycles (the collector runs rarely in a build: ``tune_collector``),
+    then give the OS back the free pages of glibc's heap (``malloc_trim``; elsewhere nothing) and of
     pyarrow's default memory pool, if pyarrow is loaded (``release_unused``). A few milliseconds."""
+    import gc
+
+    gc.collect()
     pa = sys.modules.get("pyarrow")
     if pa is not None:
         pa.default_memory_pool().release_unused()
