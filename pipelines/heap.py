@@ -69,16 +69,21 @@ def use_system_allocator() -> None:
 # functions, classes) frozen out of every scan (``gc.freeze``) and the youngest generation run
 # every 10,000 allocations: 0.19-0.20 CPU-s (58 runs, no gen2), the same peak RSS (606-609 MB).
 GC_YOUNG_THRESHOLD = 10_000
+_collector_tuned: list[bool] = []  # set by the first tune_collector of a process
 
 
 def tune_collector() -> None:
     """Freeze the objects alive now (the imports) out of the cyclic collector's scans and raise its
     youngest generation's threshold to ``GC_YOUNG_THRESHOLD`` allocations (the older generations keep
     their defaults: every 10th collection of the one below). Reference cycles are still collected,
-    later; frozen objects live as long as the process does. Called by a local build's processes
-    once their modules are imported (``pipelines.options.make_pipeline``, ``pipelines.worker``)."""
+    later; frozen objects live as long as the process does, so only the first call in a process
+    freezes (a driver that runs pipeline after pipeline, a test session, would otherwise keep each
+    run's garbage cycles for good). Called by a local build's processes once their modules are
+    imported (``pipelines.options.make_pipeline``, ``pipelines.worker``)."""
     import gc
 
-    gc.freeze()
+    if not _collector_tuned:
+        _collector_tuned.append(True)
+        gc.freeze()
     _, mid, old = gc.get_threshold()
     gc.set_threshold(GC_YOUNG_THRESHOLD, mid, old)

@@ -81,3 +81,18 @@ def test_a_local_pipeline_tunes_the_cyclic_collector():
     young_before, frozen_before, young, frozen = map(int, out.stdout.split())
     assert (young_before, frozen_before) == (700, 0)
     assert young == GC_YOUNG_THRESHOLD and frozen > 50_000, out.stdout
+
+
+def test_only_the_first_pipeline_of_a_process_freezes():
+    """A second local pipeline in the same process (a serving driver, a test session) freezes nothing
+    more: what the first run left behind stays collectable."""
+    code = COLLECTOR + """
+import gc
+gc.collect()
+junk = [[] for _ in range(5000)]
+make_pipeline(finalize_options(BuildOptions([])))
+print(gc.get_freeze_count())
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    first, second = out.stdout.split()[3], out.stdout.split()[4]
+    assert int(second) <= int(first), out.stdout  # frozen objects can still be freed by reference counting
