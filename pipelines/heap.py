@@ -7,7 +7,8 @@ water mark of every step before; with one, the next step starts from what is liv
 input, at the start of tokenizer training: 49 MB released by pyarrow's pool and 38 MB by glibc, of
 a 337 MB RSS (BENCHMARKS.md, "Data job vs its floor").
 
-A local build's processes also have pyarrow allocate from glibc's malloc (``use_system_allocator``).
+A local build's processes also have pyarrow allocate from glibc's malloc (``use_system_allocator``), in at most
+two malloc arenas (``limit_malloc_arenas``), and run Python's cyclic collector rarely (``tune_collector``).
 """
 
 from __future__ import annotations
@@ -58,6 +59,33 @@ def use_system_allocator() -> None:
     glibc's malloc ~19 MB. A local build at 6 MB of input: its packing stage's peak 376 -> ~317 MB,
     no slower (BENCHMARKS.md, "Data job vs its floor")."""
     os.environ.setdefault(ARROW_POOL_ENV, "system")
+
+
+# glibc's malloc arenas (``limit_malloc_arenas``). Each thread that allocates while the others hold
+# the arenas gets one of its own (up to 8 a core), and what an arena frees only that arena reuses:
+# a build's threads (SentencePiece's trainer, Beam's data plane and state sampler, the progress
+# bars) left freed pages scattered over several. With two arenas, four pairs of one-shot builds
+# alternated (``bench_scaling.py --sizes 6,20 --configs default``): 20 MB 625-631 -> 610-611 MB,
+# 6 MB 355-362 -> 350-358 MB, wall within the host's noise either way.
+MALLOC_ARENA_ENV = "MALLOC_ARENA_MAX"
+MALLOC_ARENAS = 2
+_M_ARENA_MAX = -8  # mallopt's parameter number (glibc malloc.h)
+
+
+def limit_malloc_arenas() -> None:
+    """At most ``MALLOC_ARENAS`` glibc malloc arenas in this process (``mallopt``, before its threads
+    start) and in the processes it starts (``MALLOC_ARENA_MAX``), unless the environment sets a
+    number already (glibc read it at start-up then). Elsewhere than glibc: nothing."""
+    if MALLOC_ARENA_ENV in os.environ:
+        return
+    os.environ[MALLOC_ARENA_ENV] = str(MALLOC_ARENAS)
+    try:
+        import ctypes
+
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):  # not glibc
+        return
+    mallopt(_M_ARENA_MAX, MALLOC_ARENAS)
 
 
 # Python's cyclic collector, tuned for a build process (``tune_collector``). A build allocates

@@ -102,12 +102,13 @@ def skip_unused_integrations() -> None:
 def local_build_process() -> None:
     """What a process of a local build does before it imports Beam (and so pyarrow): leave out the
     integrations it never uses (``skip_unused_integrations``: the same limits on where) and have
-    pyarrow allocate from glibc's malloc (``pipelines.heap.use_system_allocator``; the processes it
-    starts inherit that through the environment)."""
-    from pipelines.heap import use_system_allocator
+    pyarrow allocate from glibc's malloc (``pipelines.heap.use_system_allocator``) in at most two malloc
+    arenas (``limit_malloc_arenas``); the processes it starts inherit both through the environment)."""
+    from pipelines.heap import limit_malloc_arenas, use_system_allocator
 
     skip_unused_integrations()
     use_system_allocator()
+    limit_malloc_arenas()
 
 
 def is_local_runner(runner: str | None) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -96,3 +97,39 @@ print(gc.get_freeze_count())
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     first, second = out.stdout.split()[3], out.stdout.split()[4]
     assert int(second) <= int(first), out.stdout  # frozen objects can still be freed by reference counting
+
+
+ARENAS = """
+import ctypes, os, threading
+from pipelines.heap import limit_malloc_arenas
+
+limit_malloc_arenas()
+together = threading.Barrier(8)
+def work():
+    keep = [bytearray(4096) for _ in range(256)]  # past pymalloc's 512 bytes: glibc's malloc
+    together.wait()  # all eight alive at once: none hands its arena on to the next
+
+threads = [threading.Thread(target=work) for _ in range(8)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+print(os.environ["MALLOC_ARENA_MAX"], flush=True)
+ctypes.CDLL(None).malloc_stats()  # one "Arena N:" block per arena, on stderr
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc_stats")
+@pytest.mark.parametrize("preset", [None, "8"])
+def test_a_build_process_allocates_from_two_malloc_arenas(preset):
+    """Eight allocating threads: two arenas with the limit (``limit_malloc_arenas``, measured in its
+    comment), where glibc otherwise gives each thread its own; a number the user set stays."""
+    env = {k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"}
+    if preset:
+        env["MALLOC_ARENA_MAX"] = preset
+    out = subprocess.run([sys.executable, "-c", ARENAS], capture_output=True, text=True, check=True, env=env)
+    arenas = out.stderr.count("Arena ")
+    if preset is None:
+        assert out.stdout.strip() == "2" and arenas == 2, out.stderr
+    else:
+        assert out.stdout.strip() == "8" and arenas > 2, out.stderr
