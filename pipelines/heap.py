@@ -61,8 +61,8 @@ def use_system_allocator() -> None:
     os.environ.setdefault(ARROW_POOL_ENV, "system")
 
 
-# glibc's malloc arenas (``limit_malloc_arenas``). Each thread that allocates while the others hold
-# the arenas gets one of its own (up to 8 a core), and what an arena frees only that arena reuses:
+# glibc's malloc arenas (``limit_malloc_arenas``). Each new thread that allocates gets an arena of its
+# own while there are fewer than 8 a core, and what an arena frees only that arena reuses:
 # a build's threads (SentencePiece's trainer, Beam's data plane and state sampler, the progress
 # bars) left freed pages scattered over several. With two arenas, four pairs of one-shot builds
 # alternated (``bench_scaling.py --sizes 6,20 --configs default``): 20 MB 625-631 -> 610-611 MB,
