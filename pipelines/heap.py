@@ -13,37 +13,36 @@ two malloc arenas (``limit_malloc_arenas``), and run Python's cyclic collector r
 
 from __future__ import annotations
 
+import functools
+import gc
 import os
 import sys
 from typing import Any
 
 ARROW_POOL_ENV = "ARROW_DEFAULT_MEMORY_POOL"  # libarrow's choice of its default memory pool
-_trim_fn: list[Any] = []
 
 
-def _malloc_trim() -> Any:
-    if not _trim_fn:
-        try:
-            import ctypes
+@functools.cache
+def _libc(name: str) -> Any:
+    """The C library's function ``name`` from the process's own symbols (no ctypes.util.find_library:
+    it forks ldconfig), or None where there is none (not glibc)."""
+    try:
+        import ctypes
 
-            # The process's own symbols (no ctypes.util.find_library: it forks ldconfig).
-            _trim_fn.append(ctypes.CDLL(None).malloc_trim)
-        except (OSError, AttributeError):  # not glibc
-            _trim_fn.append(None)
-    return _trim_fn[0]
+        return getattr(ctypes.CDLL(None), name)
+    except (OSError, AttributeError):
+        return None
 
 
 def release_free_memory() -> None:
     """Collect unreachable reference cycles (the collector runs rarely in a build: ``tune_collector``),
     then give the OS back the free pages of glibc's heap (``malloc_trim``; elsewhere nothing) and of
     pyarrow's default memory pool, if pyarrow is loaded (``release_unused``). A few milliseconds."""
-    import gc
-
     gc.collect()
     pa = sys.modules.get("pyarrow")
     if pa is not None:
         pa.default_memory_pool().release_unused()
-    trim = _malloc_trim()
+    trim = _libc("malloc_trim")
     if trim is not None:
         trim(0)
 
@@ -79,13 +78,9 @@ def limit_malloc_arenas() -> None:
     if MALLOC_ARENA_ENV in os.environ:
         return
     os.environ[MALLOC_ARENA_ENV] = str(MALLOC_ARENAS)
-    try:
-        import ctypes
-
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):  # not glibc
-        return
-    mallopt(_M_ARENA_MAX, MALLOC_ARENAS)
+    mallopt = _libc("mallopt")
+    if mallopt is not None:
+        mallopt(_M_ARENA_MAX, MALLOC_ARENAS)
 
 
 # Python's cyclic collector, tuned for a build process (``tune_collector``). A build allocates
@@ -108,8 +103,6 @@ def tune_collector() -> None:
     freezes (a driver that runs pipeline after pipeline, a test session, would otherwise keep each
     run's garbage cycles for good). Called by a local build's processes once their modules are
     imported (``pipelines.options.make_pipeline``, ``pipelines.worker``)."""
-    import gc
-
     if not _collector_tuned:
         _collector_tuned.append(True)
         gc.freeze()
