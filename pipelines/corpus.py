@@ -27,7 +27,7 @@ from apache_beam.metrics import Metrics
 
 from pipelines import progress
 from pipelines.accounting import check_balanced
-from pipelines.coders import decode_tokenized, encode_tokenized  # (importing it registers the coder)
+from pipelines.coders import EncodedDocuments, encode_tokenized  # (importing it registers the coders)
 from pipelines.files import part_name, size_runs, write_tokenized_parquet
 from pipelines.packing import PackedSequence, decode_packed, encode_packed, group_of, pack_group, split_of
 from pipelines.records import TokenizedDocument
@@ -59,7 +59,8 @@ from storage import (
 GroupKey = tuple[str, int, int]  # (split, group, number of groups)
 ENCODED = beam.typehints.Tuple[str, bytes]  # (doc_id, encode_tokenized bytes): a document on its way to packing
 ROUTED = beam.typehints.Tuple[GroupKey, bytes]  # GroupForPacking's shuffle input
-GROUPED = beam.typehints.Tuple[GroupKey, beam.typehints.Iterable[TokenizedDocument]]  # GroupForPacking's output
+# GroupForPacking's output: a group's documents as the bytes they crossed in, decoded as they are read
+GROUPED = beam.typehints.Tuple[GroupKey, EncodedDocuments]
 LOST_SHARD = "lost_shard"  # a _WriteGroup output naming a shard whose temporary another writer removed
 PLANS = "plans"  # _PackGroup's tagged output: each group's plan
 TOKENIZED_PARTS = "tokenized_parts"  # _PackGroup's tagged output: the tokenized part files it wrote
@@ -306,19 +307,6 @@ class TokenGroups(beam.PTransform):
 def packing_key(doc_id: str, seed: int, valid_fraction: float, groups: int) -> GroupKey:
     """The (split, group, groups) the document ``doc_id`` is packed in."""
     return split_of(doc_id, seed, valid_fraction), group_of(doc_id, seed, groups), groups
-
-
-class EncodedDocuments:
-    """A packing group's documents, decoded from their shuffle bytes (``encode_tokenized``) as they are
-    read; iterable as often as the grouped values are (Beam's are)."""
-
-    __slots__ = ("_values",)
-
-    def __init__(self, values: Iterable[bytes]):
-        self._values = values
-
-    def __iter__(self) -> Iterator[TokenizedDocument]:
-        return map(decode_tokenized, self._values)
 
 
 class GroupForPacking(beam.PTransform):

@@ -18,7 +18,13 @@ import pytest
 from apache_beam.testing import test_pipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from pipelines.coders import TokenizedDocumentCoder, decode_tokenized, encode_tokenized
+from pipelines.coders import (
+    EncodedDocuments,
+    EncodedDocumentsCoder,
+    TokenizedDocumentCoder,
+    decode_tokenized,
+    encode_tokenized,
+)
 from pipelines.corpus import GroupForPacking
 from pipelines.records import TokenIds, TokenizedDocument, token_ids
 from schemas.config import BuildConfig
@@ -102,6 +108,41 @@ def test_packing_shuffle_delivers_compact_ids_on_the_local_runner():
     # The control: the tuples this replaced do not pass the memory bound.
     as_tuples = sum(sys.getsizeof(tuple(s)) + sum(sys.getsizeof(t) for t in s) for s in docs[0].sentences)
     assert as_tuples / docs[0].num_tokens > 3 * MAX_BYTES_PER_ID
+
+
+def test_a_packing_group_is_decoded_once(monkeypatch):
+    """Beam sizes the first elements of every PCollection; a packing group is one element, and sized
+    as an iterable of documents it was decoded a second time, document by document, to be sized."""
+    reads: list[int] = []
+    real = EncodedDocuments.__iter__
+
+    def counting(self):
+        reads.append(len(self._values))
+        return real(self)
+
+    monkeypatch.setattr(EncodedDocuments, "__iter__", counting)  # the in-process runner sees it
+    docs = [doc(i) for i in range(60)]
+    cfg = BuildConfig.model_validate({"sources": [{"name": "web", "input": "unused/*.jsonl"}],
+                                      "packing": {"valid_fraction": 0.2}})
+    with test_pipeline.TestPipeline(runner="FnApiRunner") as p:
+        groups = p | "Groups" >> beam.Create([2])
+        grouped = (p | "Docs" >> beam.Create(docs).with_output_types(TokenizedDocument)
+                   | GroupForPacking(cfg, groups))
+        ids = grouped | "Read once" >> beam.FlatMap(lambda kv: [d.doc_id for d in kv[1]])
+        assert_that(ids, equal_to([d.doc_id for d in docs]))
+    assert len(reads) == 4 and sum(reads) == len(docs)  # (train, valid) x 2 groups, each read once
+
+
+def test_encoded_documents_coder_round_trips_and_sizes_without_decoding():
+    docs = [doc(i) for i in range(10)]
+    group = EncodedDocuments([encode_tokenized(d) for d in docs])
+    coder = EncodedDocumentsCoder()
+    data = coder.encode(group)
+    assert list(coder.decode(data)) == docs == list(group)  # iterable again and again
+    # A size near the encoded one, from the lengths alone: bytes that do not decode are sized too.
+    assert abs(coder.estimate_size(group) - len(data)) <= len(docs) + 4
+    assert coder.estimate_size(EncodedDocuments([b"\xff" * 300])) == 4 + 302
+    assert beam.coders.registry.get_coder(EncodedDocuments) == coder and coder.is_deterministic()
 
 
 def _shuffle_coders(p: beam.Pipeline) -> dict[str, beam.coders.Coder]:
