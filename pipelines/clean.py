@@ -500,9 +500,10 @@ def page_reason(text: str, lower: str, c: CleanConfig, disabled: frozenset[str],
 
 
 def document_reason(text: str, c: CleanConfig, disabled: frozenset[str],
-                    lower: str | None = None) -> tuple[str | None, LanguageGuess | None]:
-    """The first Gopher / C4 document rule the text fails (None: it passes), and the language
-    where it was identified on the way.
+                    lower: str | None = None) -> tuple[str | None, LanguageGuess | None, int]:
+    """The first Gopher / C4 document rule the text fails (None: it passes), the language where it
+    was identified on the way, and the text's whitespace-separated words (``len(text.split())``:
+    the report's length unit, counted here once for the kept documents).
 
     text is normalized (pipelines.clean.normalize_text, then the line rules): lines are trimmed
     and at most one blank line separates paragraphs, so lines and paragraphs are plain splits.
@@ -516,57 +517,57 @@ def document_reason(text: str, c: CleanConfig, disabled: frozenset[str],
     words = list(filter(None, map(str.strip, tokens, repeat(_strip_chars(text)))))
     n_words = len(words)
     if "min_words" not in disabled and n_words < c.min_words:
-        return "min_words", None
+        return "min_words", None, len(tokens)
     if "max_words" not in disabled and n_words > c.max_words:
-        return "max_words", None
+        return "max_words", None, len(tokens)
     grams = NGrams(words)  # the words' Counter: characters and stop words come from it too
     if "mean_word_len" not in disabled:
         mean = grams.word_chars / n_words if n_words else 0.0
         if not c.min_mean_word_len <= mean <= c.max_mean_word_len:
-            return "mean_word_len", None
+            return "mean_word_len", None, len(tokens)
     if ("symbol_word_ratio" not in disabled
             and text.count("#") + text.count("...") + text.count("\u2026") > c.max_symbol_word_ratio * n_words):
-        return "symbol_word_ratio", None
+        return "symbol_word_ratio", None, len(tokens)
     lines: list[str] | None = None
     if "bullet_lines" not in disabled or "ellipsis_lines" not in disabled:
         lines = _lines(text)
         if ("bullet_lines" not in disabled
                 and sum(map(str.startswith, lines, repeat(BULLETS))) / len(lines) > c.max_bullet_lines):
-            return "bullet_lines", None
+            return "bullet_lines", None, len(tokens)
         if ("ellipsis_lines" not in disabled
                 and sum(map(str.endswith, lines, repeat(ELLIPSES))) / len(lines) > c.max_ellipsis_lines):
-            return "ellipsis_lines", None
+            return "ellipsis_lines", None, len(tokens)
     if "alpha_words" not in disabled:
         if _letter_words(grams.freq) < c.min_alpha_words * len(tokens):
-            return "alpha_words", None
+            return "alpha_words", None, len(tokens)
     if ("stop_words" not in disabled
             and sum(map(grams.freq.get, GOPHER_STOP_WORDS, repeat(0))) < c.min_stop_words):
-        return "stop_words", None
+        return "stop_words", None, len(tokens)
     if "dup_lines" not in disabled or "dup_line_chars" not in disabled:
         frac, chars = dup_fractions(_lines(text) if lines is None else lines)
         if "dup_lines" not in disabled and frac > c.max_dup_line_frac:
-            return "dup_lines", None
+            return "dup_lines", None, len(tokens)
         if "dup_line_chars" not in disabled and chars > c.max_dup_line_char_frac:
-            return "dup_line_chars", None
+            return "dup_line_chars", None, len(tokens)
     if "dup_paragraphs" not in disabled or "dup_paragraph_chars" not in disabled:
         frac, chars = dup_fractions(text.split("\n\n"))
         if "dup_paragraphs" not in disabled and frac > c.max_dup_para_frac:
-            return "dup_paragraphs", None
+            return "dup_paragraphs", None, len(tokens)
         if "dup_paragraph_chars" not in disabled and chars > c.max_dup_para_char_frac:
-            return "dup_paragraph_chars", None
+            return "dup_paragraph_chars", None, len(tokens)
     if "top_ngrams" not in disabled or "dup_ngrams" not in disabled:
         if "top_ngrams" not in disabled and _top_ngrams_fail(grams, c.max_top_ngram_frac):
-            return "top_ngrams", None
+            return "top_ngrams", None, len(tokens)
         if "dup_ngrams" not in disabled and _dup_ngrams_fail(grams, c.max_dup_ngram_frac):
-            return "dup_ngrams", None
+            return "dup_ngrams", None, len(tokens)
     if "min_sentences" not in disabled and count_sentences(text, c.min_sentences) < c.min_sentences:
-        return "min_sentences", None
+        return "min_sentences", None, len(tokens)
     if "language" not in disabled and c.english_only:
         guess = identify(text, c.language_id)
         if not accepts_language(guess, c):
-            return "language", guess
-        return None, guess
-    return None, None
+            return "language", guess, len(tokens)
+        return None, guess, len(tokens)
+    return None, None, len(tokens)
 
 
 def _lines(text: str) -> list[str]:
@@ -657,13 +658,13 @@ def clean_document(doc: Document, cfg: CleanConfig, line_rules: bool = True,
         if removed:
             text = _BLANK_LINES.sub("\n\n", kept)
             lower = None
-    reason, guess = document_reason(text, cfg, disabled, lower)
+    reason, guess, words = document_reason(text, cfg, disabled, lower)
     if reason is not None:
         out = filtered(reason, text)
         return dataclasses.replace(out, language=guess.code) if reason == "language" and guess else out
     if guess is None:
         guess = identify(text, cfg.language_id)
-    return dataclasses.replace(doc, text=text, language=guess.code, language_score=guess.score)
+    return dataclasses.replace(doc, text=text, language=guess.code, language_score=guess.score, words=words)
 
 
 class _Clean(beam.DoFn):

@@ -25,6 +25,9 @@ class Document:
     # Set by the clean stage (pipelines/langid.py): detected language code and its score in [0, 1].
     language: str | None = None
     language_score: float | None = None
+    # Set by the clean stage: the text's whitespace-separated words, ``len(text.split())`` (None: not
+    # counted; whatever changes the text drops it). A measurement for the report, not the identity.
+    words: int | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)

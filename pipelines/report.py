@@ -96,6 +96,11 @@ def count_words(text: str) -> int:
     return len(text.split())
 
 
+def words_of_document(doc: Document) -> int:
+    """``count_words(doc.text)``: counted by the clean stage already for a cleaned document."""
+    return doc.words if doc.words is not None else len(doc.text.split())
+
+
 class LengthHistogram(beam.CombineFn):
     """Documents -> {source: counts per length bin}, plus an ALL entry; accumulators merge by addition."""
 
@@ -245,7 +250,7 @@ class LengthsAndWords(beam.CombineFn):
         return {}, {}
 
     def add_input(self, acc, doc: Document):
-        n = count_words(doc.text)
+        n = words_of_document(doc)
         LengthHistogram.add_length(acc[0], doc.source, n)
         acc[1][doc.source] = acc[1].get(doc.source, 0) + n
         return acc

@@ -437,6 +437,9 @@ def test_apply_span_losses() -> None:
     res = apply_span_losses(doc, [(3, "b"), (0, "a"), (2, "b")], 2)
     assert res.doc is None and res.target == "a" and res.removed_sentences == 5
     assert apply_span_losses(doc, [], 2).doc is doc
+    counted = dataclasses.replace(doc, words=len(doc.text.split()))  # as the clean stage leaves it
+    trimmed = apply_span_losses(counted, [(1, "c")], 2).doc
+    assert trimmed is not None and trimmed.words is None  # a count of the old text would be wrong
 
 
 @pytest.fixture(scope="module")

@@ -108,6 +108,17 @@ def test_lengths_and_words_equal_the_two_combines_it_replaces(tmp_path):
     assert fn.extract_output(fn.merge_accumulators([fn.create_accumulator()] * 2)) == ({}, {})
 
 
+def test_kept_documents_are_measured_by_the_count_the_clean_stage_made():
+    from pipelines.report import LengthsAndWords, count_words, words_of_document
+
+    plain = Document("a", "web", "one two three")
+    assert words_of_document(plain) == 3 == count_words(plain.text)
+    counted = Document("b", "web", "one two three", words=40)  # read, not counted again
+    fn = LengthsAndWords()
+    hist, words = fn.extract_output(fn.add_input(fn.add_input(fn.create_accumulator(), plain), counted))
+    assert words == {"web": 43} and hist["web"][length_bin(40)] == 1 and hist["web"][length_bin(3)] == 1
+
+
 def test_report_files(tmp_path):
     before = {ALL: [1] * NUM_BINS, "ccnews": [1] * NUM_BINS}
     after = {ALL: [0, 0, 0, 2] + [0] * (NUM_BINS - 4), "ccnews": [0, 0, 0, 2] + [0] * (NUM_BINS - 4)}

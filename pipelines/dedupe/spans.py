@@ -119,7 +119,7 @@ def apply_span_losses(doc: Document, losses: Iterable[tuple[int, str]], n: int) 
 
 def replace_text(doc: Document, text: str) -> Document:
     """doc with another text (same id, source and metadata)."""
-    return dataclasses.replace(doc, text=text)
+    return dataclasses.replace(doc, text=text, words=None)
 
 
 class _ResolveSpans(beam.DoFn):
