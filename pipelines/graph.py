@@ -85,8 +85,8 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig, output: str, *,
 
     sentenced = kept | "SplitSentences" >> SplitSentences()
     model, tokenizer_path, training = tokenizer_model(p, sentenced, cfg, output)
-    tokenized_all = sentenced | "Tokenize" >> Tokenize(model, cfg.tokenizer.encode_batch,
-                                                       cfg.tokenizer.encode_threads)
+    tokenize = Tokenize(model, cfg.tokenizer.encode_batch, cfg.tokenizer.encode_threads)
+    tokenized_all = sentenced | "Tokenize" >> tokenize
     tokenized = tokenized_all | "HasTokens" >> DropEmpty()
 
     # Accounting starts at the reader: the records it read per file (counted before parsing).
@@ -118,5 +118,5 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig, output: str, *,
     manifest = tokenized | "WriteCorpus" >> corpus
     # The report (report.html / report.json) comes right after the manifest commits.
     _ = manifest | "Report" >> WriteReport(root if append is None else output, before=read.documents, after=kept,
-                                           reject_log=reject_log, duplicates=duplicates, tokenized=tokenized_all,
+                                           reject_log=reject_log, duplicates=duplicates, token_counts=tokenize.counts,
                                            plans=corpus.plans, training=training)

@@ -27,11 +27,9 @@ from collections.abc import Iterable
 from typing import Any
 
 import apache_beam as beam
-import numpy as np
 
 from pipelines import charts
-from pipelines.records import Document, Duplicate, Reject, TokenizedDocument
-from schemas import UNK_ID
+from pipelines.records import Document, Duplicate, Reject
 from schemas.config import SAMPLE_BYTES_MIN, SAMPLE_BYTES_PER_PIECE, default_sample_bytes
 from storage import join, unless_swept, write_text_atomic
 
@@ -194,26 +192,19 @@ class RejectExamples(beam.CombineFn):
         return dict(sorted(acc.items()))
 
 
-def count_unk(sentences: Iterable[Any]) -> int:
-    """How many ``<unk>`` ids the sentences hold (``TokenIds``). One numpy comparison over the joined
-    uint16 buffers: ``array.count`` compares a Python int per id (44 -> 16 us a document of ~750 ids)."""
-    sentences = tuple(sentences)
-    if all(s.typecode == "H" for s in sentences):
-        return int(np.count_nonzero(np.frombuffer(b"".join(sentences), np.uint16) == UNK_ID))
-    return sum(s.count(UNK_ID) for s in sentences)
-
-
 class TokenCounts(beam.CombineFn):
-    """Tokenized documents -> {source: {documents, tokens, unk}} (document tokens, before packing)."""
+    """The Tokenize step's per-batch counts (``Tokenize.counts``: ``{source: (documents, tokens, unk)}``)
+    -> ``{source: {documents, tokens, unk}}`` (document tokens, before packing)."""
 
     def create_accumulator(self) -> dict[str, dict[str, int]]:
         return {}
 
-    def add_input(self, acc, d: TokenizedDocument):
-        c = acc.setdefault(d.source, {"documents": 0, "tokens": 0, "unk": 0})
-        c["documents"] += 1
-        c["tokens"] += d.num_tokens
-        c["unk"] += count_unk(d.sentences)
+    def add_input(self, acc, batch: dict[str, tuple[int, int, int]]):
+        for source, (documents, tokens, unk) in batch.items():
+            c = acc.setdefault(source, {"documents": 0, "tokens": 0, "unk": 0})
+            c["documents"] += documents
+            c["tokens"] += tokens
+            c["unk"] += unk
         return acc
 
     def merge_accumulators(self, accs):
@@ -731,17 +722,17 @@ class WriteReport(beam.PTransform):
     before / after: Document PCollections (pre-clean and kept); only their length histograms,
     combined in the pipeline, reach the writer. The optional PCollections feed the #17 sections,
     each combined to a small summary first: reject_log (Reject / Duplicate: examples per reason),
-    duplicates (cluster sizes, similarity), tokenized (TokenizedDocument: tokens, <unk> per source)
+    duplicates (cluster sizes, similarity), token_counts (``Tokenize.counts``: tokens, <unk> per source)
     and plans (the packing plans' singleton list from ``WriteCorpus.plans``: sequence lengths), and
     training (``TrainTokenizer.stats``: the tokenizer sample and training seconds).
     """
 
-    def __init__(self, output: str, before, after, reject_log=None, duplicates=None, tokenized=None, plans=None,
+    def __init__(self, output: str, before, after, reject_log=None, duplicates=None, token_counts=None, plans=None,
                  training=None):
         super().__init__()
         self.output, self.before, self.after = output, before, after
-        self.optional = {"reject_log": reject_log, "duplicates": duplicates, "tokenized": tokenized, "plans": plans,
-                         "training": training}
+        self.optional = {"reject_log": reject_log, "duplicates": duplicates, "token_counts": token_counts,
+                         "plans": plans, "training": training}
 
     def expand(self, manifest):
         hist_before = self.before | "LengthsBefore" >> beam.CombineGlobally(LengthHistogram())
@@ -753,8 +744,8 @@ class WriteReport(beam.PTransform):
             parts["examples"] = o["reject_log"] | "Examples" >> beam.CombineGlobally(RejectExamples())
         if o["duplicates"] is not None:
             parts["dedupe"] = o["duplicates"] | "DedupeStats" >> DedupeStats()
-        if o["tokenized"] is not None:
-            parts["tokens"] = o["tokenized"] | "TokenCounts" >> beam.CombineGlobally(TokenCounts())
+        if o["token_counts"] is not None:
+            parts["tokens"] = o["token_counts"] | "TokenCounts" >> beam.CombineGlobally(TokenCounts())
         if o["plans"] is not None:
             parts["packed_lengths"] = o["plans"] | "PackedLengths" >> beam.Map(packed_lengths)
         if o["training"] is not None:

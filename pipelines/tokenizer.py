@@ -442,6 +442,10 @@ def resolve_threads(num_threads: int) -> int:
         return max(1, os.cpu_count() or 1)
 
 
+# _Encode's tagged output: a batch's {source: (documents, tokens, <unk> tokens)}.
+TOKEN_COUNTS = "token_counts"
+
+
 class _Encode(beam.DoFn):
     """Batched encoding: one library call per batch of sentences, never per sentence.
 
@@ -483,15 +487,25 @@ class _Encode(beam.DoFn):
         ids = tok.encode(flat, num_threads=threads)
         self.sentences.inc(len(flat))
         progress.tick("tokenize documents", len(batch), unit="doc")
+        counts: dict[str, list[int]] = {}
         pos = 0
         for d in batch:
+            doc_ids = ids[pos: pos + len(d.sentences)]
+            pos += len(d.sentences)
             # map/filter keep the per-sentence conversion mostly in C (it rivals the encode itself
             # otherwise); TokenIds, not int tuples, for memory (pipelines.records.TokenIds).
-            sents = tuple(filter(None, map(token_ids, ids[pos: pos + len(d.sentences)])))
-            pos += len(d.sentences)
+            sents = tuple(filter(None, map(token_ids, doc_ids)))
             if not sents:
                 self.empty.inc()
-            yield TokenizedDocument(d.doc_id, d.source, sents, sum(map(len, sents)))
+            n = sum(map(len, sents))
+            c = counts.get(d.source)
+            if c is None:
+                c = counts[d.source] = [0, 0, 0]
+            c[0] += 1
+            c[1] += n
+            c[2] += sum(s.count(UNK_ID) for s in doc_ids)  # the encoder's int lists: a count in C
+            yield TokenizedDocument(d.doc_id, d.source, sents, n)
+        yield beam.pvalue.TaggedOutput(TOKEN_COUNTS, {k: tuple(v) for k, v in sorted(counts.items())})
 
 
 def encode_documents(docs: Sequence[SentencedDocument], model: bytes, num_threads: int = 1,
@@ -500,7 +514,8 @@ def encode_documents(docs: Sequence[SentencedDocument], model: bytes, num_thread
     batch = batch_docs or max(1, len(docs))
     fn = _Encode(batch, num_threads)
     fn.setup()
-    return [t for i in range(0, len(docs), batch) for t in fn.process(docs[i: i + batch], model)]
+    return [t for i in range(0, len(docs), batch) for t in fn.process(docs[i: i + batch], model)
+            if isinstance(t, TokenizedDocument)]
 
 
 class Tokenize(beam.PTransform):
@@ -508,6 +523,9 @@ class Tokenize(beam.PTransform):
 
     batch_docs: documents per encode call (BatchElements adapts up to it);
     num_threads: SentencePiece threads per call (0: the worker's CPUs).
+    After expansion, ``counts`` holds each batch's ``{source: (documents, tokens, <unk> tokens)}``
+    (document tokens; documents without tokens included), counted as the batch is encoded: what
+    the report's tokenizer section sums (``pipelines.report.TokenCounts``).
     """
 
     def __init__(self, model, batch_docs: int = 64, num_threads: int = 0):
@@ -515,15 +533,19 @@ class Tokenize(beam.PTransform):
         self.model = model
         self.batch_docs = batch_docs
         self.num_threads = num_threads
+        self.counts = None  # set by expand
 
     def expand(self, docs):
-        return (
+        out = (
             docs
             | "Batch" >> beam.BatchElements(min_batch_size=min(8, self.batch_docs), max_batch_size=self.batch_docs)
             | "Encode" >> beam.ParDo(_Encode(self.batch_docs, self.num_threads),
                                      model=beam.pvalue.AsSingleton(self.model)
-                                     ).with_output_types(TokenizedDocument)  # its compact coder
+                                     ).with_output_types(TokenizedDocument  # its compact coder
+                                                         ).with_outputs(TOKEN_COUNTS, main="documents")
         )
+        self.counts = out[TOKEN_COUNTS]
+        return out.documents
 
 
 def load_model(url: str) -> bytes:

@@ -460,13 +460,32 @@ def test_real_build_reports_the_tokenizer_training_cost(real_builds):
     assert f"Trained on {len(sentences):,} sentences" in html_text
 
 
-def test_count_unk_matches_a_plain_count_at_every_width():
-    from pipelines.records import TokenIds
-    from pipelines.report import count_unk
+def test_token_counts_are_the_tokenize_steps_batch_counts_summed():
+    """The Tokenize step counts each batch as it encodes it (documents, tokens, <unk>); the report sums them."""
+    from apache_beam.pvalue import TaggedOutput
 
-    narrow = [TokenIds("H", [UNK_ID, 5, UNK_ID]), TokenIds("H", []), TokenIds("H", [7, UNK_ID])]
-    wide = [TokenIds("i", [70000, UNK_ID]), TokenIds("H", [UNK_ID])]
-    assert count_unk(narrow) == 3
-    assert count_unk(wide) == 2
-    assert count_unk(()) == 0
-    assert count_unk([TokenIds("H", [UNK_ID + 256, UNK_ID << 8])]) == 0  # no byte-level false matches
+    from pipelines.records import SentencedDocument, TokenizedDocument
+    from pipelines.report import TokenCounts
+    from pipelines.tokenizer import TOKEN_COUNTS, _Encode
+
+    class Encoder:  # "?" encodes to <unk> and a piece, blank to nothing, anything else to three pieces
+        def encode(self, sentences, num_threads=1):
+            return [[UNK_ID, 5] if "?" in s else [] if not s.strip() else [5, 6, 7] for s in sentences]
+
+    fn = _Encode(8)
+    fn.setup()
+    model = b"model"
+    fn._tok, fn._model_ref = Encoder(), model
+    docs = [SentencedDocument("a", "web", ("x?", "y")), SentencedDocument("b", "news", (" ",)),
+            SentencedDocument("c", "web", ("z", "w?"))]
+    out = list(fn.process(docs, model))
+    tokenized = [o for o in out if isinstance(o, TokenizedDocument)]
+    batches = [o.value for o in out if isinstance(o, TaggedOutput) and o.tag == TOKEN_COUNTS]
+    assert batches == [{"news": (1, 0, 0), "web": (2, 10, 2)}]  # the empty document counts as a document
+    assert [d.num_tokens for d in tokenized] == [5, 0, 5]
+    assert sum(s.count(UNK_ID) for d in tokenized for s in d.sentences) == 2
+    fn_ = TokenCounts()
+    acc = fn_.add_input(fn_.create_accumulator(), batches[0])
+    other = fn_.add_input(fn_.create_accumulator(), {"web": (1, 3, 0)})
+    assert fn_.extract_output(fn_.merge_accumulators([acc, other])) == {
+        "news": {"documents": 1, "tokens": 0, "unk": 0}, "web": {"documents": 3, "tokens": 13, "unk": 2}}
