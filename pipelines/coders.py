@@ -7,7 +7,12 @@ coder) wherever it is stored between stages. This coder writes the ids as raw li
 bytes, 2 an id (uint16) or 4 (int32), after the sentence widths and lengths; decoding gives
 ``TokenIds`` arrays again, never Python int tuples (#16.5: ~36 bytes an id in memory).
 
-Importing this module registers the coder; a PCollection gets it where its element type is
+A packing group leaves the shuffle as ``EncodedDocuments``: the documents' bytes, decoded as the
+packing step reads them. Its coder exists for Beam's element-size sampling, which sizes the first
+elements of every PCollection (every group, there being few): from the bytes' lengths, where an
+iterable of documents was sized by decoding each one.
+
+Importing this module registers the coders; a PCollection gets one where its element type is
 declared (``with_output_types``), as Beam picks coders by type hint.
 """
 
