@@ -96,7 +96,7 @@ def count_words(text: str) -> int:
 
 def words_of_document(doc: Document) -> int:
     """``count_words(doc.text)``: counted by the clean stage already for a cleaned document."""
-    return doc.words if doc.words is not None else len(doc.text.split())
+    return doc.words if doc.words is not None else count_words(doc.text)
 
 
 class LengthHistogram(beam.CombineFn):
