@@ -94,8 +94,29 @@ def decode_tokenized(data: bytes) -> TokenizedDocument:
     return TokenizedDocument(doc_id, source, tuple(sents), num_tokens)
 
 
-class TokenizedDocumentCoder(coders.Coder):
+class _RecordCoder(coders.Coder):
+    """What every coder here shares: deterministic, equal to any coder of its class, and typed
+    (``to_type_hint``: the class ``record`` names)."""
+
+    record: type
+
+    def is_deterministic(self) -> bool:
+        return True
+
+    def to_type_hint(self):
+        return self.record
+
+    def __eq__(self, other: object) -> bool:
+        return type(self) is type(other)
+
+    def __hash__(self) -> int:
+        return hash(type(self))
+
+
+class TokenizedDocumentCoder(_RecordCoder):
     """``TokenizedDocument`` <-> bytes (see ``encode_tokenized``): ids stay 2 or 4 bytes each."""
+
+    record = TokenizedDocument
 
     def encode(self, value: TokenizedDocument) -> bytes:
         return encode_tokenized(value)
@@ -107,18 +128,6 @@ class TokenizedDocumentCoder(coders.Coder):
         # Beam's element-size metrics ask for this; the default encodes the document to measure it
         # (in a build, once for every tokenized document: 3,108 of 3,108 at 10 MB).
         return encoded_tokenized_size(value)
-
-    def is_deterministic(self) -> bool:
-        return True
-
-    def to_type_hint(self):
-        return TokenizedDocument
-
-    def __eq__(self, other: object) -> bool:
-        return type(self) is type(other)
-
-    def __hash__(self) -> int:
-        return hash(type(self))
 
 
 coders.registry.register_coder(TokenizedDocument, TokenizedDocumentCoder)
@@ -140,7 +149,7 @@ class EncodedDocuments:
 _ENCODED_LIST = coders.IterableCoder(coders.BytesCoder())
 
 
-class EncodedDocumentsCoder(coders.Coder):
+class EncodedDocumentsCoder(_RecordCoder):
     """``EncodedDocuments`` <-> bytes: the documents' bytes as an iterable of bytes.
 
     Its reason to exist is ``estimate_size``. Beam measures the size of the first ten elements of
@@ -149,6 +158,8 @@ class EncodedDocumentsCoder(coders.Coder):
     sizing it (a second decode of every tokenized document in a build). Summing the lengths of
     the bytes gives the size without decoding.
     """
+
+    record = EncodedDocuments
 
     def encode(self, value: EncodedDocuments) -> bytes:
         return _ENCODED_LIST.encode(list(value._values))
@@ -159,18 +170,6 @@ class EncodedDocumentsCoder(coders.Coder):
     def estimate_size(self, value: EncodedDocuments) -> int:
         # A 4-byte count, and each value's bytes after its length (a varint: 1-3 bytes here; 2 taken).
         return 4 + sum(len(v) + 2 for v in value._values)
-
-    def is_deterministic(self) -> bool:
-        return True
-
-    def to_type_hint(self):
-        return EncodedDocuments
-
-    def __eq__(self, other: object) -> bool:
-        return type(self) is type(other)
-
-    def __hash__(self) -> int:
-        return hash(type(self))
 
 
 coders.registry.register_coder(EncodedDocuments, EncodedDocumentsCoder)

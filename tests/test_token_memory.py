@@ -92,15 +92,19 @@ def _inspect_group(kv):
         yield d.doc_id, kinds, in_memory_bytes(d) / max(1, d.num_tokens) <= MAX_BYTES_PER_ID
 
 
+def _packing_shuffle(p: beam.Pipeline, docs: list[TokenizedDocument], groups: int):
+    """The packing shuffle (GroupForPacking, as WriteCorpus uses it) of docs into groups per split."""
+    cfg = BuildConfig.model_validate({"sources": [{"name": "web", "input": "unused/*.jsonl"}],
+                                      "packing": {"valid_fraction": 0.2}})
+    count = p | "Groups" >> beam.Create([groups])
+    return p | "Docs" >> beam.Create(docs).with_output_types(TokenizedDocument) | GroupForPacking(cfg, count)
+
+
 def test_packing_shuffle_delivers_compact_ids_on_the_local_runner():
     """A real Beam run of the packing shuffle (GroupForPacking, as WriteCorpus uses it)."""
     docs = [doc(i) for i in range(120)]
-    cfg = BuildConfig.model_validate({"sources": [{"name": "web", "input": "unused/*.jsonl"}],
-                                      "packing": {"valid_fraction": 0.2}})
     with test_pipeline.TestPipeline(runner="FnApiRunner") as p:
-        groups = p | "Groups" >> beam.Create([3])
-        grouped = (p | "Docs" >> beam.Create(docs).with_output_types(TokenizedDocument)
-                   | GroupForPacking(cfg, groups))
+        grouped = _packing_shuffle(p, docs, 3)
         seen = grouped | "Inspect" >> beam.FlatMap(_inspect_group)
         assert_that(seen, equal_to([(d.doc_id, ["TokenIds"], True) for d in docs]), label="CompactIds")
         same = grouped | "Docs back" >> beam.FlatMap(lambda kv: list(kv[1]))
@@ -122,12 +126,8 @@ def test_a_packing_group_is_decoded_once(monkeypatch):
 
     monkeypatch.setattr(EncodedDocuments, "__iter__", counting)  # the in-process runner sees it
     docs = [doc(i) for i in range(60)]
-    cfg = BuildConfig.model_validate({"sources": [{"name": "web", "input": "unused/*.jsonl"}],
-                                      "packing": {"valid_fraction": 0.2}})
     with test_pipeline.TestPipeline(runner="FnApiRunner") as p:
-        groups = p | "Groups" >> beam.Create([2])
-        grouped = (p | "Docs" >> beam.Create(docs).with_output_types(TokenizedDocument)
-                   | GroupForPacking(cfg, groups))
+        grouped = _packing_shuffle(p, docs, 2)
         ids = grouped | "Read once" >> beam.FlatMap(lambda kv: [d.doc_id for d in kv[1]])
         assert_that(ids, equal_to([d.doc_id for d in docs]))
     assert len(reads) == 4 and sum(reads) == len(docs)  # (train, valid) x 2 groups, each read once
