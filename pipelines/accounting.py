@@ -89,16 +89,14 @@ class Account(beam.PTransform):
         self.rejects, self.duplicates, self.tokenized = rejects, duplicates, tokenized
 
     def expand(self, read_counts):
-        tallies = (
-            (read_counts | "InputTally" >> beam.Map(lambda sc: ((sc[0], INPUT, ""), sc[1]))
-             | "SumInputs" >> beam.CombinePerKey(sum)),
-            (self.rejects | "RejectOutcome" >> beam.Map(lambda r: (reject_outcome(r), 1))
-             | "SumRejects" >> beam.CombinePerKey(sum)),
-            (self.duplicates | "DuplicateOutcome" >> beam.Map(lambda d: (duplicate_outcome(d), 1))
-             | "SumDuplicates" >> beam.CombinePerKey(sum)),
-            (self.tokenized | "TokenOutcome" >> beam.Map(lambda d: (tokens_outcome(d), 1))
-             | "SumTokenized" >> beam.CombinePerKey(sum)),
+        inputs = (
+            (read_counts, "InputTally", lambda sc: ((sc[0], INPUT, ""), sc[1]), "SumInputs"),
+            (self.rejects, "RejectOutcome", lambda r: (reject_outcome(r), 1), "SumRejects"),
+            (self.duplicates, "DuplicateOutcome", lambda d: (duplicate_outcome(d), 1), "SumDuplicates"),
+            (self.tokenized, "TokenOutcome", lambda d: (tokens_outcome(d), 1), "SumTokenized"),
         )
+        tallies = tuple(pcoll | tally >> beam.Map(fn) | total >> beam.CombinePerKey(sum)
+                        for pcoll, tally, fn, total in inputs)
         return tallies | "AllTallies" >> beam.Flatten() | "Books" >> beam.CombineGlobally(_Tally())
 
 

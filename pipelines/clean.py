@@ -514,60 +514,67 @@ def document_reason(text: str, c: CleanConfig, disabled: frozenset[str],
     if lower is None:
         lower = text.lower()
     tokens = lower.split()  # lower-casing changes no whitespace: the same tokens as text.split()
+    reason, guess = _first_failed_rule(text, tokens, c, disabled)
+    return reason, guess, len(tokens)
+
+
+def _first_failed_rule(text: str, tokens: list[str], c: CleanConfig,
+                       disabled: frozenset[str]) -> tuple[str | None, LanguageGuess | None]:
+    """``document_reason``'s rules on the text and its whitespace tokens (lower-cased)."""
     words = list(filter(None, map(str.strip, tokens, repeat(_strip_chars(text)))))
     n_words = len(words)
     if "min_words" not in disabled and n_words < c.min_words:
-        return "min_words", None, len(tokens)
+        return "min_words", None
     if "max_words" not in disabled and n_words > c.max_words:
-        return "max_words", None, len(tokens)
+        return "max_words", None
     grams = NGrams(words)  # the words' Counter: characters and stop words come from it too
     if "mean_word_len" not in disabled:
         mean = grams.word_chars / n_words if n_words else 0.0
         if not c.min_mean_word_len <= mean <= c.max_mean_word_len:
-            return "mean_word_len", None, len(tokens)
+            return "mean_word_len", None
     if ("symbol_word_ratio" not in disabled
             and text.count("#") + text.count("...") + text.count("\u2026") > c.max_symbol_word_ratio * n_words):
-        return "symbol_word_ratio", None, len(tokens)
+        return "symbol_word_ratio", None
     lines: list[str] | None = None
     if "bullet_lines" not in disabled or "ellipsis_lines" not in disabled:
         lines = _lines(text)
         if ("bullet_lines" not in disabled
                 and sum(map(str.startswith, lines, repeat(BULLETS))) / len(lines) > c.max_bullet_lines):
-            return "bullet_lines", None, len(tokens)
+            return "bullet_lines", None
         if ("ellipsis_lines" not in disabled
                 and sum(map(str.endswith, lines, repeat(ELLIPSES))) / len(lines) > c.max_ellipsis_lines):
-            return "ellipsis_lines", None, len(tokens)
+            return "ellipsis_lines", None
     if "alpha_words" not in disabled:
         if _letter_words(grams.freq) < c.min_alpha_words * len(tokens):
-            return "alpha_words", None, len(tokens)
+            return "alpha_words", None
     if ("stop_words" not in disabled
             and sum(map(grams.freq.get, GOPHER_STOP_WORDS, repeat(0))) < c.min_stop_words):
-        return "stop_words", None, len(tokens)
+        return "stop_words", None
     if "dup_lines" not in disabled or "dup_line_chars" not in disabled:
         frac, chars = dup_fractions(_lines(text) if lines is None else lines)
         if "dup_lines" not in disabled and frac > c.max_dup_line_frac:
-            return "dup_lines", None, len(tokens)
+            return "dup_lines", None
         if "dup_line_chars" not in disabled and chars > c.max_dup_line_char_frac:
-            return "dup_line_chars", None, len(tokens)
+            return "dup_line_chars", None
     if "dup_paragraphs" not in disabled or "dup_paragraph_chars" not in disabled:
         frac, chars = dup_fractions(text.split("\n\n"))
         if "dup_paragraphs" not in disabled and frac > c.max_dup_para_frac:
-            return "dup_paragraphs", None, len(tokens)
+            return "dup_paragraphs", None
         if "dup_paragraph_chars" not in disabled and chars > c.max_dup_para_char_frac:
-            return "dup_paragraph_chars", None, len(tokens)
+            return "dup_paragraph_chars", None
     if "top_ngrams" not in disabled or "dup_ngrams" not in disabled:
         if "top_ngrams" not in disabled and _top_ngrams_fail(grams, c.max_top_ngram_frac):
-            return "top_ngrams", None, len(tokens)
+            return "top_ngrams", None
         if "dup_ngrams" not in disabled and _dup_ngrams_fail(grams, c.max_dup_ngram_frac):
-            return "dup_ngrams", None, len(tokens)
+            return "dup_ngrams", None
     if "min_sentences" not in disabled and count_sentences(text, c.min_sentences) < c.min_sentences:
-        return "min_sentences", None, len(tokens)
+        return "min_sentences", None
     if "language" not in disabled and c.english_only:
         guess = identify(text, c.language_id)
         if not accepts_language(guess, c):
-            return "language", guess, len(tokens)
-        return None, guess, len(tokens)
-    return None, None, len(tokens)
+            return "language", guess
+        return None, guess
+    return None, None
 
 
 def _lines(text: str) -> list[str]:

@@ -92,7 +92,12 @@ def limit_malloc_arenas() -> None:
 # functions, classes) frozen out of every scan (``gc.freeze``) and the youngest generation run
 # every 10,000 allocations: 0.19-0.20 CPU-s (58 runs, no gen2), the same peak RSS (606-609 MB).
 GC_YOUNG_THRESHOLD = 10_000
-_collector_tuned: list[bool] = []  # set by the first tune_collector of a process
+
+
+@functools.cache
+def _freeze_imports() -> None:
+    """``gc.freeze`` once per process (the first ``tune_collector``)."""
+    gc.freeze()
 
 
 def tune_collector() -> None:
@@ -103,8 +108,6 @@ def tune_collector() -> None:
     freezes (a driver that runs pipeline after pipeline, a test session, would otherwise keep each
     run's garbage cycles for good). Called by a local build's processes once their modules are
     imported (``pipelines.options.make_pipeline``, ``pipelines.worker``)."""
-    if not _collector_tuned:
-        _collector_tuned.append(True)
-        gc.freeze()
+    _freeze_imports()
     _, mid, old = gc.get_threshold()
     gc.set_threshold(GC_YOUNG_THRESHOLD, mid, old)

@@ -38,7 +38,6 @@ def _drop_removed(element: tuple[str, dict[str, Any]]) -> Iterator[IndexRow]:
         yield from g["entry"]
 
 
-
 def _no_row(_: Any) -> None:
     return None
 
