@@ -46,6 +46,7 @@ from schemas.config import CleanConfig, SourceConfig
 from schemas.errors import UserError
 
 REJECTS = "rejects"
+RAW_WORDS = "raw_words"  # CleanDocuments' (source, words of the text as read) per document: the report's "before"
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u200b-\u200d\u2060\ufeff]")
 # A run of spaces that normalization changes: two or more, or any that is not a plain " " (a
@@ -674,6 +675,14 @@ def clean_document(doc: Document, cfg: CleanConfig, line_rules: bool = True,
     return dataclasses.replace(doc, text=text, language=guess.code, language_score=guess.score, words=words)
 
 
+def raw_words(doc: Document, out: Document | Reject) -> int:
+    """Whitespace-separated words of the text as read (``len(doc.text.split())``): the count the clean
+    rules made where the document was kept with its text unchanged (most prose), else counted here."""
+    if type(out) is Document and out.words is not None and out.text == doc.text:
+        return out.words
+    return len(doc.text.split())
+
+
 class _Clean(beam.DoFn):
     def __init__(self, cfg: CleanConfig, line_rules: dict[str, bool]):
         self.cfg = cfg
@@ -687,6 +696,7 @@ class _Clean(beam.DoFn):
         out = clean_document(doc, self.cfg, on, lines)
         for rule, n in lines.items():
             counter("clean_lines", rule).inc(n)
+        yield pvalue.TaggedOutput(RAW_WORDS, (doc.source, raw_words(doc, out)))
         if isinstance(out, Reject):
             counter("clean", f"{out.bucket}_{out.reason}").inc()
             yield pvalue.TaggedOutput(REJECTS, out)
@@ -696,7 +706,8 @@ class _Clean(beam.DoFn):
 
 
 class CleanDocuments(beam.PTransform):
-    """Documents -> cleaned Documents (main, `documents`) and `rejects`.
+    """Documents -> cleaned Documents (main, `documents`), `rejects`, and `raw_words`: for every
+    document, ``(source, words of its text as read)`` (the report's histogram before cleaning).
 
     sources: the build's SourceConfigs, for per-source line rules (SourceConfig.line_rules).
     """
@@ -710,4 +721,4 @@ class CleanDocuments(beam.PTransform):
 
     def expand(self, docs):
         return docs | "Clean" >> beam.ParDo(_Clean(self.cfg, self.line_rules)).with_outputs(
-            REJECTS, main="documents")
+            REJECTS, RAW_WORDS, main="documents")

@@ -117,6 +117,6 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig, output: str, *,
         tokenized_dir=tokenized_dir, **append_args)
     manifest = tokenized | "WriteCorpus" >> corpus
     # The report (report.html / report.json) comes right after the manifest commits.
-    _ = manifest | "Report" >> WriteReport(root if append is None else output, before=read.documents, after=kept,
+    _ = manifest | "Report" >> WriteReport(root if append is None else output, before=cleaned.raw_words, after=kept,
                                            reject_log=reject_log, duplicates=duplicates, token_counts=tokenize.counts,
                                            plans=corpus.plans, training=training)

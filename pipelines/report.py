@@ -100,13 +100,14 @@ def words_of_document(doc: Document) -> int:
 
 
 class LengthHistogram(beam.CombineFn):
-    """Documents -> {source: counts per length bin}, plus an ALL entry; accumulators merge by addition."""
+    """``(source, words)`` per document -> {source: counts per length bin}, plus an ALL entry;
+    accumulators merge by addition."""
 
     def create_accumulator(self) -> dict[str, list[int]]:
         return {}
 
-    def add_input(self, acc: dict[str, list[int]], doc: Document) -> dict[str, list[int]]:
-        return self.add_length(acc, doc.source, count_words(doc.text))
+    def add_input(self, acc: dict[str, list[int]], source_words: tuple[str, int]) -> dict[str, list[int]]:
+        return self.add_length(acc, *source_words)
 
     @staticmethod
     def add_length(acc: dict[str, list[int]], source: str, words: int) -> dict[str, list[int]]:
@@ -719,7 +720,8 @@ def write_report(manifest: dict[str, Any], before: dict[str, list[int]], after: 
 class WriteReport(beam.PTransform):
     """Committed manifest dict (singleton PCollection) -> report files; emits the report.html URL.
 
-    before / after: Document PCollections (pre-clean and kept); only their length histograms,
+    before: ``(source, words)`` of every document read (``CleanDocuments``' ``raw_words``: counted
+    where the clean rules count them); after: the kept Documents. Only their length histograms,
     combined in the pipeline, reach the writer. The optional PCollections feed the #17 sections,
     each combined to a small summary first: reject_log (Reject / Duplicate: examples per reason),
     duplicates (cluster sizes, similarity), token_counts (``Tokenize.counts``: tokens, <unk> per source)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import dataclasses
 import json
 import random
 from pathlib import Path
@@ -337,10 +338,29 @@ def test_clean_documents_in_beam():
                     equal_to([("en", True)] * 6), label="languages")
         assert_that(out.rejects | beam.Map(lambda r: (r.doc_id, r.language)),
                     equal_to([("w1", None), ("x1", None), ("u1", None), ("g1", "de")]), label="codes")
+        # every document read, kept or not: its source and the words of its text as read
+        assert_that(out.raw_words, equal_to([(d.source, len(d.text.split())) for d in docs]), label="raw")
     out = clean_document(docs[5], CFG, line_rules=False)
     assert isinstance(out, Document) and out.text.endswith("She said hi")
     assert isinstance(clean_document(docs[5], CFG, line_rules=True), Document)
     assert isinstance(clean_document(docs[7], CFG), Reject)
+
+
+def test_raw_words_reuse_the_rules_count_only_for_an_unchanged_kept_text():
+    from pipelines.clean import raw_words
+
+    doc = Document("a", "web", GOOD)
+    kept = clean_document(doc, CFG)
+    assert isinstance(kept, Document) and kept.text == doc.text and kept.words == len(GOOD.split())
+    # the count is read from the kept record, not made again (a marked count shows which)
+    assert raw_words(doc, dataclasses.replace(kept, words=7)) == 7
+    # a text the clean stage changed, a trimmed one (no count), and a reject: the raw text is counted
+    spaced = Document("b", "web", GOOD.replace(" ", "  ", 3) + "\n\n\n")
+    out = clean_document(spaced, CFG)
+    assert isinstance(out, Document) and out.text != spaced.text
+    assert raw_words(spaced, dataclasses.replace(out, words=7)) == len(spaced.text.split())
+    assert raw_words(doc, dataclasses.replace(kept, words=None)) == len(GOOD.split())
+    assert raw_words(doc, Reject("a", "web", "filtered", "min_words", "x")) == len(GOOD.split())
 
 
 def test_line_and_paragraph_repetition_counted_once_per_document(monkeypatch):

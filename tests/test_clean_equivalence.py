@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipelines import clean
-from pipelines.clean import LINE_RULES, RULE_ALIASES, RULE_NAMES, DocStats, clean_document
+from pipelines.clean import LINE_RULES, RULE_ALIASES, RULE_NAMES, DocStats, clean_document, raw_words
 from pipelines.records import Document, Reject
 from pipelines.sentences import count_sentences, split_sentences
 from schemas.config import CleanConfig
@@ -47,6 +47,8 @@ def compare(docs: list[Document], cfg: CleanConfig, line_rules: bool, seen: Coun
             assert repr(new.language_score) == repr(old.language_score), d.doc_id
             # the word count the report's length histogram reads (not part of the record's equality)
             assert new.words == len(new.text.split()), d.doc_id
+        # the raw text's count (the report's histogram before cleaning), reused or counted
+        assert raw_words(d, new) == len(d.text.split()), d.doc_id
         assert lines_new == lines_ref, (d.doc_id, lines_ref, lines_new)
         seen[outcome(new)] += 1
         seen.update(f"line:{k}" for k in lines_new)

@@ -30,6 +30,7 @@ from pipelines.report import (
     RejectExamples,
     WriteReport,
     bin_edges,
+    count_words,
     length_bin,
     sample_bound_text,
     similarity_bin,
@@ -80,7 +81,8 @@ def test_histogram_combines_in_beam(tmp_path):
         expected[d.source][length_bin(n)] += 1
     out = tmp_path / "hist.json"
     with TestPipeline(runner="FnApiRunner") as p:
-        _ = (p | beam.Create(docs) | beam.CombineGlobally(LengthHistogram())
+        _ = (p | beam.Create([(d.source, n) for d, n in zip(docs, lengths, strict=True)])
+             | beam.CombineGlobally(LengthHistogram())
              | beam.Map(lambda h: out.write_text(json.dumps(h))))
     assert json.loads(out.read_text()) == expected
     fn = LengthHistogram()
@@ -98,7 +100,8 @@ def test_lengths_and_words_equal_the_two_combines_it_replaces(tmp_path):
     with TestPipeline(runner="FnApiRunner") as p:
         pc = p | beam.Create(docs)
         both = pc | "Both" >> beam.CombineGlobally(LengthsAndWords())
-        hist = pc | "Hist" >> beam.CombineGlobally(LengthHistogram())
+        hist = (pc | "Words of" >> beam.Map(lambda d: (d.source, count_words(d.text)))
+                | "Hist" >> beam.CombineGlobally(LengthHistogram()))
         words = pc | "Words" >> beam.CombineGlobally(WordCounts())
         _ = both | beam.Map(lambda b, h, w: out.write_text(json.dumps([b, h, w])),
                             beam.pvalue.AsSingleton(hist), beam.pvalue.AsSingleton(words))
@@ -109,7 +112,7 @@ def test_lengths_and_words_equal_the_two_combines_it_replaces(tmp_path):
 
 
 def test_kept_documents_are_measured_by_the_count_the_clean_stage_made():
-    from pipelines.report import LengthsAndWords, count_words, words_of_document
+    from pipelines.report import LengthsAndWords, words_of_document
 
     plain = Document("a", "web", "one two three")
     assert words_of_document(plain) == 3 == count_words(plain.text)
@@ -179,7 +182,7 @@ def test_write_report_transform(tmp_path):
     raw = [Document(f"r{i}", "ccnews", "word " * (10 * i)) for i in range(6)]
     kept = raw[3:]
     with TestPipeline(runner="FnApiRunner") as p:
-        before = p | "Before" >> beam.Create(raw)
+        before = p | "Before" >> beam.Create([(d.source, count_words(d.text)) for d in raw])
         after = p | "After" >> beam.Create(kept)
         _ = p | "Manifest" >> beam.Create([MANIFEST]) | WriteReport(str(tmp_path), before, after)
     report = json.loads((tmp_path / REPORT_JSON).read_text())
@@ -204,7 +207,8 @@ def test_a_report_swept_by_another_writers_commit_is_a_warning_not_a_failed_step
     raw = [Document("r1", "ccnews", "word " * 10)]
     with caplog.at_level("WARNING", logger="shardforge.commit"), TestPipeline(runner="FnApiRunner") as p:
         docs = p | "Docs" >> beam.Create(raw)
-        _ = p | "Manifest" >> beam.Create([MANIFEST]) | WriteReport(str(tmp_path), docs, docs)
+        words = p | "Words" >> beam.Create([("ccnews", 10)])
+        _ = p | "Manifest" >> beam.Create([MANIFEST]) | WriteReport(str(tmp_path), words, docs)
     assert [r.getMessage() for r in caplog.records if "report lost" in r.getMessage()], caplog.text
     assert not list(tmp_path.iterdir())
 
