@@ -157,17 +157,19 @@ def write_bytes_atomic(url: str, data: bytes) -> None:
 
 
 class _HashingWriter:
-    """File wrapper that hashes (sha256 for the manifest, md5 to check what the store holds) and counts."""
+    """File wrapper that hashes (sha256 for the manifest; with ``md5``, md5 too, to check what an
+    object store holds: a local file needs none, and md5 costs more CPU than sha256) and counts."""
 
-    def __init__(self, f: IO[bytes]):
+    def __init__(self, f: IO[bytes], md5: bool = True):
         self._f = f
         self._h = hashlib.sha256()
-        self._md5 = hashlib.md5(usedforsecurity=False)
+        self._md5 = hashlib.md5(usedforsecurity=False) if md5 else None
         self.bytes = 0
 
     def write(self, data: bytes) -> int:
         self._h.update(data)
-        self._md5.update(data)
+        if self._md5 is not None:
+            self._md5.update(data)
         self.bytes += len(data)
         self._f.write(data)
         return len(data)
@@ -184,6 +186,8 @@ class _HashingWriter:
 
     @property
     def md5(self) -> bytes:
+        if self._md5 is None:
+            raise ValueError("this writer was made without md5")
         return self._md5.digest()
 
 
@@ -207,7 +211,7 @@ def write_stream_atomic(url: str, produce: Callable[[IO[bytes]], None]) -> tuple
             if local:
                 os.makedirs(parent or ".", exist_ok=True)
                 with _open_locked_tmp(tmp) as raw:
-                    w = _HashingWriter(raw)
+                    w = _HashingWriter(raw, md5=False)
                     produce(w)  # type: ignore[arg-type]
                     raw.flush()
                     os.fsync(raw.fileno())  # data on disk before the rename publishes it

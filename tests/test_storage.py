@@ -161,6 +161,17 @@ def test_atomic_write_roundtrip_on_every_backend(store_url):
     assert listing(store_url) == ["a.bin", "b.json"]  # no temporaries left behind
 
 
+def test_only_an_object_store_write_pays_for_md5(store_url, monkeypatch):
+    """md5 checks what a store holds after an upload; a local file needs only the sha256."""
+    import storage.writes as writes
+
+    made = []
+    real_md5 = hashlib.md5
+    monkeypatch.setattr(writes.hashlib, "md5", lambda *a, **k: made.append(1) or real_md5(*a, **k))
+    storage.write_stream_atomic(storage.join(store_url, "a.bin"), lambda f: f.write(b"x" * 1000))
+    assert bool(made) == (not store_url.startswith("/"))
+
+
 def test_failed_producer_leaves_nothing_on_every_backend(store_url):
     def half_then_fail(f) -> None:
         f.write(b"x" * 100_000)
