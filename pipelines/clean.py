@@ -40,7 +40,7 @@ from apache_beam import pvalue
 
 from pipelines.langid import LanguageGuess, Method, identify, known_codes
 from pipelines.metrics import counter
-from pipelines.records import Document, Reject, snippet
+from pipelines.records import Document, Reject, count_words, snippet
 from pipelines.sentences import count_sentences
 from schemas.config import CleanConfig, SourceConfig
 from schemas.errors import UserError
@@ -676,11 +676,11 @@ def clean_document(doc: Document, cfg: CleanConfig, line_rules: bool = True,
 
 
 def raw_words(doc: Document, out: Document | Reject) -> int:
-    """Whitespace-separated words of the text as read (``len(doc.text.split())``): the count the clean
-    rules made where the document was kept with its text unchanged (most prose), else counted here."""
+    """``count_words`` of the text as read: the count the clean rules made where the document was kept
+    with its text unchanged (most prose), else counted here."""
     if type(out) is Document and out.words is not None and out.text == doc.text:
         return out.words
-    return len(doc.text.split())
+    return count_words(doc.text)
 
 
 class _Clean(beam.DoFn):

@@ -134,6 +134,11 @@ def make_doc_id(source: str, path: str, index: int) -> str:
     return f"{source}-{h}-{index:08d}"
 
 
+def count_words(text: str) -> int:
+    """Whitespace-separated words (``str.split``): the unit of ``Document.words`` and of the report's lengths."""
+    return len(text.split())
+
+
 def snippet(text: str | bytes, n: int = SNIPPET_CHARS) -> str:
     if isinstance(text, bytes):
         text = text[: n * 4].decode("utf-8", errors="replace")

@@ -29,7 +29,7 @@ from typing import Any
 import apache_beam as beam
 
 from pipelines import charts
-from pipelines.records import Document, Duplicate, Reject
+from pipelines.records import Document, Duplicate, Reject, count_words
 from schemas.config import SAMPLE_BYTES_MIN, SAMPLE_BYTES_PER_PIECE, default_sample_bytes
 from storage import join, unless_swept, write_text_atomic
 
@@ -88,10 +88,6 @@ def length_bin(words: int) -> int:
         return 0
     k = int(math.floor(math.log10(words) * BINS_PER_DECADE + 1e-9)) + 1
     return min(k, NUM_BINS - 1)
-
-
-def count_words(text: str) -> int:
-    return len(text.split())
 
 
 def words_of_document(doc: Document) -> int:
