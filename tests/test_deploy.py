@@ -13,6 +13,7 @@ import glob
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -277,6 +278,34 @@ def test_translation_catches_unpicklable_closures_and_stray_modules():
     assert pipeline(os.path.basename).pickled_fns >= 1
 
 
+def test_translation_leaves_no_temp_folders(tmp_path, monkeypatch):
+    """Each Pipeline makes a temp folder only run() removes, and staging one more: the check removes them."""
+    import tempfile
+
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions
+    from apache_beam.runners.dataflow.dataflow_runner import DataflowRunner
+
+    from deploy.dataflow.dryrun import translate_pipeline
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    for image in (IMAGE, None):  # a translation, and one refused
+        flags = ["--project", "my-project", "--region", "us-central1", "--temp_location", "gs://my-bucket/tmp",
+                 "--sdk_location", "container", "--dry_run=True"]
+        opts = PipelineOptions(flags + (["--sdk_container_image", image] if image else []))
+        runner = DataflowRunner()
+        p = beam.Pipeline(runner=runner, options=opts)
+        _ = p | beam.Create([1, 2]) | beam.Map(os.path.basename)
+        assert os.path.isdir(p.local_tempdir)
+        if image:
+            assert translate_pipeline(p, opts, runner).pickled_fns >= 1
+        else:
+            with pytest.raises(ValueError, match="sdk_container_image"):
+                translate_pipeline(p, opts, runner)
+        # Beam's requirements cache is meant to persist (its staging reuses it); nothing else may.
+        assert [n for n in os.listdir(tmp_path) if n != "beam-requirements-cache"] == []
+
+
 def test_translation_requires_worker_image_and_valid_locations(demo_corpus):
     from deploy.dataflow.dryrun import translate
     from schemas.errors import UserError
@@ -481,8 +510,9 @@ def test_flex_template_metadata_matches_build_options(demo_corpus):
     assert re.match(params["output"]["regexes"][0], "gs://my-corpora/en-v1")
     assert re.match(params["input"]["regexes"][0], "ccnews=gs://raw/cc/*.jsonl.gz")
     # The launcher passes parameters as --name=value: they must build the same config.
-    _, cfg, out, _ = make_pipeline([f"--input=ccnews={demo_corpus['ccnews']}", "--output=/tmp/unused-corpus",
+    p, cfg, out, _ = make_pipeline([f"--input=ccnews={demo_corpus['ccnews']}", "--output=/tmp/unused-corpus",
                                     "--rule=sop", "--max_seq_len=256", "--runner=FnApiRunner"])
+    shutil.rmtree(p.local_tempdir)  # only run() removes it, and this pipeline is never run
     assert cfg.packing.rule == "sop" and cfg.packing.max_seq_len == 256 and cfg.sources[0].name == "ccnews"
     # A batched build is a local driver's loop, not one job: refused with one line.
     from schemas.errors import UserError

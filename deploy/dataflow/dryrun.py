@@ -42,7 +42,9 @@ import base64
 import bz2
 import json
 import pickletools
+import shutil
 import sys
+import tempfile
 import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -294,13 +296,29 @@ def translate(argv: list[str]) -> Translation:
 
 
 def translate_pipeline(p: Pipeline, options: PipelineOptions, runner: DataflowRunner) -> Translation:
-    """Translate a constructed pipeline for Dataflow the way DataflowRunner would, without submitting it."""
+    """Translate a constructed pipeline for Dataflow the way DataflowRunner would, without submitting it.
+
+    Every ``Pipeline`` makes a local temp folder that only ``run()`` removes: the
+    check never runs them, so it removes the folders itself (one pair per check; one
+    that Beam makes and fails inside its round trip it cannot reach),
+    and stages the SDK's dependency files in a folder it removes.
+    """
+    made = [p]
+    try:
+        return _translate(made, options, runner)
+    finally:
+        for q in made:
+            shutil.rmtree(q.local_tempdir, ignore_errors=True)
+
+
+def _translate(made: list[Pipeline], options: PipelineOptions, runner: DataflowRunner) -> Translation:
     image = options.view_as(WorkerOptions).sdk_container_image
     if not image:
         raise ValueError("--sdk_container_image is required: workers need our package (deploy/dataflow/Dockerfile)")
 
     # Pipeline.run(): non-portable runners get a runner-API round trip first.
-    p = Pipeline.from_runner_api(p.to_runner_api(use_fake_coders=True), runner, options)
+    p = Pipeline.from_runner_api(made[0].to_runner_api(use_fake_coders=True), runner, options)
+    made.append(p)
 
     # DataflowRunner.run_pipeline(), the steps before it imports the API client.
     dataflow_runner._check_and_add_missing_options(options)
@@ -311,9 +329,10 @@ def translate_pipeline(p: Pipeline, options: PipelineOptions, runner: DataflowRu
     overrides = get_dataflow_transform_overrides(options)
     if overrides:
         p.replace_all(overrides)
-    env = environments.DockerEnvironment.from_container_image(
-        image, artifacts=environments.python_sdk_dependencies(options),
-        resource_hints=environments.resource_hints_from_options(options))
+    with tempfile.TemporaryDirectory(prefix="shardforge-staging") as staging:  # Beam's default is never removed
+        env = environments.DockerEnvironment.from_container_image(
+            image, artifacts=environments.python_sdk_dependencies(options, staging),
+            resource_hints=environments.resource_hints_from_options(options))
     runner._adjust_pipeline_for_dataflow_v2(p)
     proto = p.to_runner_api(default_environment=env)
     for env_id, e in proto.components.environments.items():
