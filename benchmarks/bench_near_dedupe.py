@@ -404,7 +404,7 @@ def near_shuffle_bytes(texts: list[str], cfg: DedupeConfig | None = None) -> dic
     """Bytes per document that the near step hands to its shuffles, encoded with the coder Beam uses for them.
 
     The elements are those ``NearDedupe`` and ``Deduplicate`` emit (bucket
-    entries as LSH shard batches of ``SIGNATURE_BATCH[1]``-document batches,
+    entries as LSH shard batches of ``SIGNATURE_BATCH``-document batches,
     the Sketch step's largest; signatures for the two screening joins, shingle sets for
     verification, index rows), encoded by ``FastPrimitivesCoder`` with a
     fallback that refuses to pickle: what crosses a shuffle of the local and
@@ -427,8 +427,8 @@ def near_shuffle_bytes(texts: list[str], cfg: DedupeConfig | None = None) -> dic
     docs = [Document(doc_id=f"doc-{i:07d}", source="bench", text=t) for i, t in enumerate(texts)]
     sketches = sketch_documents(docs, _hasher(cfg or DedupeConfig()))
     parts = {
-        "bucket entries": [e for i in range(0, len(sketches), SIGNATURE_BATCH[1])
-                           for e in lsh_shard_batches(sketches[i:i + SIGNATURE_BATCH[1]])],
+        "bucket entries": [e for i in range(0, len(sketches), SIGNATURE_BATCH)
+                           for e in lsh_shard_batches(sketches[i:i + SIGNATURE_BATCH])],
         "signatures (x2 joins)": [e for s in sketches for e in _signature_by_node(s)] * 2,
         "shingle sets": [e for s in sketches for e in _shingles_by_node(s)],
         "index rows": [(s.doc_id, index_row(s)) for s in sketches],

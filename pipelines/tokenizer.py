@@ -30,6 +30,7 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 
 from pipelines import progress, spill
+from pipelines.batching import BundleBatches
 from pipelines.coders import TokenizedDocumentCoder  # noqa: F401  (registers the coder of TokenizedDocument)
 from pipelines.heap import release_free_memory
 from pipelines.records import SentencedDocument, TokenizedDocument, stable_hash, token_ids
@@ -446,8 +447,11 @@ def resolve_threads(num_threads: int) -> int:
 TOKEN_COUNTS = "token_counts"
 
 
-class _Encode(beam.DoFn):
+class _Encode(BundleBatches):
     """Batched encoding: one library call per batch of sentences, never per sentence.
+
+    Documents come one at a time; the DoFn encodes them in batches of ``batch_docs`` (fewer at a
+    bundle's end: ``pipelines.batching``). Each document's tokens do not depend on its batch.
 
     SentencePiece encodes a list on `num_threads` C++ threads (the GIL is
     released), the parallelism that helps on a worker (ENVIRONMENT.md: Beam's
@@ -457,7 +461,7 @@ class _Encode(beam.DoFn):
     """
 
     def __init__(self, batch_docs: int, num_threads: int = 0):
-        self.batch_docs = batch_docs
+        super().__init__(batch_docs)
         self.num_threads = num_threads
         self._threads = 1
         self._tok = None
@@ -479,8 +483,13 @@ class _Encode(beam.DoFn):
         self._model_ref = model
         return self._tok
 
-    def process(self, batch: Sequence[SentencedDocument], model: bytes):
-        tok = self._tokenizer(model)
+    def process(self, doc: SentencedDocument, model: bytes):
+        self._tokenizer(model)  # the batch is encoded with the model of its last document
+        yield from self.add(doc)
+
+    def handle_batch(self, batch: Sequence[SentencedDocument]):
+        """The batch's TokenizedDocuments, then (tagged TOKEN_COUNTS) its counts."""
+        tok = self._tok
         flat = [s for d in batch for s in d.sentences]
         # One thread per ~64 sentences at most: tiny batches are not worth the thread start-up.
         threads = max(1, min(self._threads, len(flat) // 64))
@@ -514,14 +523,15 @@ def encode_documents(docs: Sequence[SentencedDocument], model: bytes, num_thread
     batch = batch_docs or max(1, len(docs))
     fn = _Encode(batch, num_threads)
     fn.setup()
-    return [t for i in range(0, len(docs), batch) for t in fn.process(docs[i: i + batch], model)
+    fn._tokenizer(model)
+    return [t for i in range(0, len(docs), batch) for t in fn.handle_batch(docs[i: i + batch])
             if isinstance(t, TokenizedDocument)]
 
 
 class Tokenize(beam.PTransform):
     """Sentenced documents + model (singleton side input) -> TokenizedDocuments.
 
-    batch_docs: documents per encode call (BatchElements adapts up to it);
+    batch_docs: documents per encode call (fewer at a bundle's end);
     num_threads: SentencePiece threads per call (0: the worker's CPUs).
     After expansion, ``counts`` holds each batch's ``{source: (documents, tokens, <unk> tokens)}``
     (document tokens; documents without tokens included), counted as the batch is encoded: what
@@ -538,7 +548,6 @@ class Tokenize(beam.PTransform):
     def expand(self, docs):
         out = (
             docs
-            | "Batch" >> beam.BatchElements(min_batch_size=min(8, self.batch_docs), max_batch_size=self.batch_docs)
             | "Encode" >> beam.ParDo(_Encode(self.batch_docs, self.num_threads),
                                      model=beam.pvalue.AsSingleton(self.model)
                                      ).with_output_types(TokenizedDocument  # its compact coder

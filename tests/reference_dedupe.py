@@ -32,7 +32,7 @@ from storage import (
     is_within,
 )
 
-SIGNATURE_BATCH = (16, 512)  # BatchElements min/max: numpy work is per batch
+SIGNATURE_BATCH = 512  # documents sketched together (numpy work is per batch)
 
 def _repoint_to_kept(element: tuple[str, dict[str, Any]]) -> Iterator[Duplicate]:
     """Duplicates of one document, re-pointed at its span target if it was emptied by spans."""
@@ -123,8 +123,9 @@ class ReferenceDeduplicate(beam.PTransform):
         if cfg.near:
             sketched = (
                 kept
-                | "Batch" >> beam.BatchElements(min_batch_size=SIGNATURE_BATCH[0], max_batch_size=SIGNATURE_BATCH[1])
-                | "Sketch" >> beam.ParDo(_SketchBatch(_hasher(cfg))).with_outputs(LSH_TAG, main="sketches")
+                # (the old wiring batched with BatchElements; _SketchBatch now batches by itself)
+                | "Sketch" >> beam.ParDo(_SketchBatch(_hasher(cfg), batch=SIGNATURE_BATCH)
+                                         ).with_outputs(LSH_TAG, main="sketches")
             )
             sketches = sketched.sketches
             near = sketches | "Near" >> NearDedupe(cfg, part_urls, buckets=sketched[LSH_TAG])

@@ -203,7 +203,7 @@ def test_deterministic_whatever_order_and_batching(quality_run, monkeypatch: pyt
     docs, _, kept, dups = quality_run
     shuffled = list(docs)
     random.Random(9).shuffle(shuffled)
-    monkeypatch.setattr(dedupe.deduplicate, "SIGNATURE_BATCH", (1, 7))
+    monkeypatch.setattr(dedupe.deduplicate, "SIGNATURE_BATCH", 7)
     kept2, dups2 = run_dedupe(shuffled, DedupeConfig())
     assert kept2 == kept and dups2 == dups
 

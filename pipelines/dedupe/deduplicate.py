@@ -22,7 +22,7 @@ from storage import (
     is_within,
 )
 
-SIGNATURE_BATCH = (16, 512)  # BatchElements min/max: numpy work is per batch
+SIGNATURE_BATCH = 512  # documents the Sketch step hashes together (numpy work is per batch)
 
 def _repoint_to_kept(element: tuple[str, dict[str, Any]]) -> Iterator[Duplicate]:
     """Duplicates of one document, re-pointed at its span target if it was emptied by spans."""
@@ -124,10 +124,10 @@ class Deduplicate(beam.PTransform):
             # verdicts (exact and near), instead of an exact group of whole documents first.
             sketched = (
                 docs
-                | "Batch" >> beam.BatchElements(min_batch_size=SIGNATURE_BATCH[0], max_batch_size=SIGNATURE_BATCH[1])
                 # Each document also leaves the Sketch step keyed for the verdict join, with its index
                 # entry: one element a document crosses that join, not the document and its entry.
-                | "Sketch" >> beam.ParDo(_SketchBatch(_hasher(cfg), index_row if self.index_out else _no_row)
+                | "Sketch" >> beam.ParDo(_SketchBatch(_hasher(cfg), index_row if self.index_out else _no_row,
+                                                      SIGNATURE_BATCH)
                                          ).with_outputs(LSH_TAG, DOC_TAG, main="sketches")
             )
             sketches = sketched.sketches

@@ -12,6 +12,7 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.metrics import Metrics
 
+from pipelines.batching import BundleBatches
 from pipelines.dedupe.components import ConnectedComponents
 from pipelines.dedupe.index import (
     _IndexLookup,
@@ -40,19 +41,24 @@ DOC_TAG = "docs"  # _SketchBatch's documents with their index entries, keyed for
 LSH_TAG = "lsh"  # the Sketch step's tagged output of shard batches
 
 
-class _SketchBatch(beam.DoFn):
-    """Sketches of a batch of documents, and (tagged ``LSH_TAG``) the batch's bucket entries by LSH shard.
+class _SketchBatch(BundleBatches):
+    """Sketches of documents, in batches of ``batch`` (numpy work is per batch; ``pipelines.batching``),
+    and (tagged ``LSH_TAG``) each batch's bucket entries by LSH shard.
 
     ``doc_rows``: a function of a sketch (``index_row``) or None; given, each document also goes out
     tagged ``DOC_TAG`` as ``(doc_id, (document, doc_rows(sketch)))``: the document and its index entry
     cross the verdict join as one element (``Deduplicate``), not two.
     """
 
-    def __init__(self, hasher: MinHasher, doc_rows: Any = None) -> None:
+    def __init__(self, hasher: MinHasher, doc_rows: Any = None, batch: int = 512) -> None:
+        super().__init__(batch)
         self.hasher = hasher
         self.doc_rows = doc_rows
 
-    def process(self, batch: list[Document]) -> Iterator[Any]:
+    def process(self, doc: Document) -> Iterator[Any]:
+        yield from self.add(doc)
+
+    def handle_batch(self, batch: list[Document]) -> Iterator[Any]:
         sketches = sketch_documents(batch, self.hasher)
         yield from sketches
         for shard in lsh_shard_batches(sketches):
