@@ -482,7 +482,9 @@ def test_token_counts_are_the_tokenize_steps_batch_counts_summed():
     fn._tok, fn._model_ref = Encoder(), model
     docs = [SentencedDocument("a", "web", ("x?", "y")), SentencedDocument("b", "news", (" ",)),
             SentencedDocument("c", "web", ("z", "w?"))]
-    out = list(fn.process(docs, model))
+    assert [o for d in docs for o in fn.process(d, model)] == []  # a batch of 8 is not full: held
+    # ... until the bundle ends; outputs made then carry their window
+    out = [TaggedOutput(o.tag, o.value.value) if isinstance(o, TaggedOutput) else o.value for o in fn.finish_bundle()]
     tokenized = [o for o in out if isinstance(o, TokenizedDocument)]
     batches = [o.value for o in out if isinstance(o, TaggedOutput) and o.tag == TOKEN_COUNTS]
     assert batches == [{"news": (1, 0, 0), "web": (2, 10, 2)}]  # the empty document counts as a document
