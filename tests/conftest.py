@@ -125,6 +125,22 @@ def s3_bucket(s3_emulator: str) -> str:
     return f"s3://{name}"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def contained_temp_dir(tmp_path_factory) -> Iterator[str]:
+    """The test process's temp files under pytest's own temp folder (whose old runs pytest removes).
+
+    Beam makes a temp folder for every Pipeline that only ``run()`` removes: a test that builds a
+    graph without running it (a plan, a fusion check, a failure it expects) left one in the system's
+    temp folder each, ~25 per run of the suite.
+    """
+    import tempfile
+
+    old = tempfile.tempdir
+    tempfile.tempdir = str(tmp_path_factory.mktemp("tmp"))
+    yield tempfile.tempdir
+    tempfile.tempdir = old
+
+
 @pytest.fixture(scope="session")
 def demo_corpus(tmp_path_factory) -> dict[str, str]:
     """The synthetic multi-source raw corpus of `shardforge demo` (small)."""
