@@ -10,6 +10,7 @@ the Prism runner from the internet, which fails (slowly) offline.
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import warnings
 from collections.abc import Callable, Iterable, Sequence
@@ -268,7 +269,6 @@ def make_pipeline(opts: PipelineOptions):
     """
     import sys
 
-    import apache_beam as beam
     from apache_beam.options.pipeline_options import DirectOptions
 
     from pipelines import fusion, sampler, signatures, spill
@@ -288,13 +288,35 @@ def make_pipeline(opts: PipelineOptions):
         else:
             spill.install(settings)  # stage data on disk past --spill_mb per buffer, streamed through bundles
     if not local or direct.direct_running_mode != "multi_processing":
-        return beam.Pipeline(options=opts)
+        return _pipeline_class()(options=opts)
     from apache_beam.runners.portability.fn_api_runner import FnApiRunner
     from apache_beam.transforms.environments import SubprocessSDKEnvironment
 
     direct.direct_running_mode = "in_memory"  # else the runner replaces the environment with Beam's command
     env = SubprocessSDKEnvironment.from_command_string(WORKER_COMMAND.format(python=sys.executable))
-    return beam.Pipeline(runner=FnApiRunner(default_environment=env), options=opts)
+    return _pipeline_class()(runner=FnApiRunner(default_environment=env), options=opts)
+
+
+@functools.cache
+def _pipeline_class() -> type:
+    """``beam.Pipeline`` that removes its local temp folder however its ``with`` block ends.
+
+    Every Pipeline makes a folder in the temp dir that only ``run()`` removes; a block that raises
+    before the run (a user's error found while the graph is built: a missing tokenizer, a bad
+    index) left it behind, one per failed command.
+    """
+    import shutil
+
+    import apache_beam as beam
+
+    class Pipeline(beam.Pipeline):
+        def __exit__(self, exc_type, exc_val, exc_tb):
+            try:
+                super().__exit__(exc_type, exc_val, exc_tb)
+            finally:
+                shutil.rmtree(self.local_tempdir, ignore_errors=True)
+
+    return Pipeline
 
 
 # ---------------------------------------------------------------- runner readiness

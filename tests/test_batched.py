@@ -273,13 +273,19 @@ def test_a_relative_tokenizer_path_stays_valid_for_later_batches(tmp_path, monke
 
 
 @pytest.mark.slow
-def test_a_failing_batch_process_reports_the_users_error_and_commits_nothing(batched, tmp_path) -> None:
+def test_a_failing_batch_process_reports_the_users_error_and_commits_nothing(batched, tmp_path, monkeypatch) -> None:
     bad = batched["cfg"].model_copy(update={"tokenizer": batched["cfg"].tokenizer.model_copy(
         update={"model_url": str(tmp_path / "no-such.model")})})
     out = tmp_path / "corpus"
+    temp = tmp_path / "temp"  # the batch process's temp folder
+    temp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(temp))
     with pytest.raises(UserError, match="no-such.model"):
         build_in_batches(bad, str(out), batch_mb(batched["globs"]))
     assert not (out / "manifest.json").exists() and not list(out.glob("manifest-v*.json"))
+    # The error came while the batch's graph was built, inside its Pipeline's block: Beam removes
+    # the Pipeline's temp folder only when it runs, so ours removes it however the block ends.
+    assert [p.name for p in temp.iterdir() if p.name.startswith("beam-pipeline-temp")] == []
 
 
 def test_a_big_one_shot_local_build_suggests_batching(tmp_path, monkeypatch) -> None:

@@ -14,6 +14,7 @@ summary, which is what an interactive user wants.
 
 from __future__ import annotations
 
+import shutil
 import sys
 
 import apache_beam as beam
@@ -65,7 +66,11 @@ def make_pipeline(argv: list[str], runner: beam.runners.PipelineRunner | None = 
         files = None
         tag = one_shot_tag(cfg)
         check_output(o.output, tag)
-    build_pipeline(p, cfg, o.output, files=files, tag=tag)
+    try:
+        build_pipeline(p, cfg, o.output, files=files, tag=tag)
+    except BaseException:
+        shutil.rmtree(p.local_tempdir, ignore_errors=True)  # only run() removes it, and p never runs
+        raise
     return p, cfg, o.output, opts
 
 
