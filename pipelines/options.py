@@ -297,16 +297,19 @@ def make_pipeline(opts: PipelineOptions):
     return _pipeline_class()(runner=FnApiRunner(default_environment=env), options=opts)
 
 
-@functools.cache
-def _pipeline_class() -> type:
-    """``beam.Pipeline`` that removes its local temp folder however its ``with`` block ends.
-
-    Every Pipeline makes a folder in the temp dir that only ``run()`` removes; a block that raises
-    before the run (a user's error found while the graph is built: a missing tokenizer, a bad
-    index) left it behind, one per failed command.
-    """
+def remove_temp_folder(p: Any) -> None:
+    """Remove the local temp folder every ``beam.Pipeline`` makes, which only its ``run()`` removes:
+    for a pipeline that is never run (an offline check) or whose construction failed."""
     import shutil
 
+    shutil.rmtree(p.local_tempdir, ignore_errors=True)
+
+
+@functools.cache
+def _pipeline_class() -> type:
+    """``beam.Pipeline`` that removes its local temp folder however its ``with`` block ends: a block
+    that raised before the run (a user's error found while the graph is built: a missing tokenizer,
+    a bad index) left it behind, one per failed command."""
     import apache_beam as beam
 
     class Pipeline(beam.Pipeline):
@@ -314,7 +317,7 @@ def _pipeline_class() -> type:
             try:
                 super().__exit__(exc_type, exc_val, exc_tb)
             finally:
-                shutil.rmtree(self.local_tempdir, ignore_errors=True)
+                remove_temp_folder(self)
 
     return Pipeline
 

@@ -124,7 +124,7 @@ class ReferenceDeduplicate(beam.PTransform):
             sketched = (
                 kept
                 # (the old wiring batched with BatchElements; _SketchBatch now batches by itself)
-                | "Sketch" >> beam.ParDo(_SketchBatch(_hasher(cfg), batch=SIGNATURE_BATCH)
+                | "Sketch" >> beam.ParDo(_SketchBatch(_hasher(cfg), None, SIGNATURE_BATCH)
                                          ).with_outputs(LSH_TAG, main="sketches")
             )
             sketches = sketched.sketches

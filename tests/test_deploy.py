@@ -13,7 +13,6 @@ import glob
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -493,6 +492,7 @@ def test_dataflow_dockerfile():
 def test_flex_template_metadata_matches_build_options(demo_corpus):
     from deploy.dataflow.dryrun import unknown_flags
     from deploy.dataflow.main import make_pipeline
+    from pipelines.options import remove_temp_folder
     from schemas.config import PackingRule, SourceFormat
 
     meta = json.loads((DEPLOY / "dataflow" / "metadata.json").read_text())
@@ -512,7 +512,7 @@ def test_flex_template_metadata_matches_build_options(demo_corpus):
     # The launcher passes parameters as --name=value: they must build the same config.
     p, cfg, out, _ = make_pipeline([f"--input=ccnews={demo_corpus['ccnews']}", "--output=/tmp/unused-corpus",
                                     "--rule=sop", "--max_seq_len=256", "--runner=FnApiRunner"])
-    shutil.rmtree(p.local_tempdir)  # only run() removes it, and this pipeline is never run
+    remove_temp_folder(p)  # only run() removes it, and this pipeline is never run
     assert cfg.packing.rule == "sop" and cfg.packing.max_seq_len == 256 and cfg.sources[0].name == "ccnews"
     # A batched build is a local driver's loop, not one job: refused with one line.
     from schemas.errors import UserError

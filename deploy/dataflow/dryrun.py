@@ -42,7 +42,6 @@ import base64
 import bz2
 import json
 import pickletools
-import shutil
 import sys
 import tempfile
 import zlib
@@ -74,7 +73,7 @@ from apache_beam.transforms.display import DisplayData
 from google.protobuf.struct_pb2 import Struct
 
 from deploy.dataflow.main import make_pipeline
-from pipelines.options import dataflow_option_errors
+from pipelines.options import dataflow_option_errors, remove_temp_folder
 from schemas.errors import UserError
 
 # Top-level modules the Dataflow workers must never need: the trainer half,
@@ -308,7 +307,7 @@ def translate_pipeline(p: Pipeline, options: PipelineOptions, runner: DataflowRu
         return _translate(made, options, runner)
     finally:
         for q in made:
-            shutil.rmtree(q.local_tempdir, ignore_errors=True)
+            remove_temp_folder(q)
 
 
 def _translate(made: list[Pipeline], options: PipelineOptions, runner: DataflowRunner) -> Translation:

@@ -14,7 +14,6 @@ summary, which is what an interactive user wants.
 
 from __future__ import annotations
 
-import shutil
 import sys
 
 import apache_beam as beam
@@ -28,6 +27,7 @@ from pipelines.options import (
     check_beam_args,
     finalize_options,
     quiet_beam,
+    remove_temp_folder,
 )
 from schemas.config import BuildConfig
 from schemas.errors import UserError
@@ -69,7 +69,7 @@ def make_pipeline(argv: list[str], runner: beam.runners.PipelineRunner | None = 
     try:
         build_pipeline(p, cfg, o.output, files=files, tag=tag)
     except BaseException:
-        shutil.rmtree(p.local_tempdir, ignore_errors=True)  # only run() removes it, and p never runs
+        remove_temp_folder(p)  # p never runs
         raise
     return p, cfg, o.output, opts
 

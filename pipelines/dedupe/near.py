@@ -50,7 +50,7 @@ class _SketchBatch(BundleBatches):
     cross the verdict join as one element (``Deduplicate``), not two.
     """
 
-    def __init__(self, hasher: MinHasher, doc_rows: Any = None, batch: int = 512) -> None:
+    def __init__(self, hasher: MinHasher, doc_rows: Any, batch: int) -> None:
         super().__init__(batch)
         self.hasher = hasher
         self.doc_rows = doc_rows
