@@ -161,3 +161,20 @@ def test_single_process_setup_decides_the_device_once(monkeypatch):
     want = torch.rand(3)
     distributed.restore_rng(rng, Dist(rank=1, world_size=2), fallback_seed=5)
     assert torch.equal(torch.rand(3), want)
+
+
+@pytest.mark.parametrize(("requested", "local_rank", "want"), [
+    ("cuda", 0, "cuda:0"), ("cuda", 3, "cuda:3"), ("cuda:1", 3, "cuda:1"), ("cpu", 2, "cpu")])
+def test_a_gpu_named_without_an_index_is_the_ranks_gpu(requested, local_rank, want):
+    assert distributed.pick_device(requested, local_rank) == torch.device(want)
+
+
+def test_setup_binds_an_indexed_gpu_for_device_cuda(monkeypatch):
+    """`device: cuda` binds this rank's GPU: torch.cuda.set_device refuses an index-less device (found on
+    an H200: the trainer with device "cuda" stopped in setup with a ValueError)."""
+    bound = []
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.setattr(torch.cuda, "set_device", bound.append)
+    dd = distributed.setup("cuda")
+    assert dd.device == torch.device("cuda", 0) and bound == [torch.device("cuda", 0)]
+    assert bound[0].index is not None

@@ -61,7 +61,9 @@ class Dist:
 def pick_device(requested: str, local_rank: int) -> torch.device:
     """The device of this rank: cfg.device, or with "auto" the rank's GPU when there is one, else the CPU."""
     if requested != "auto":
-        return torch.device(requested)
+        device = torch.device(requested)
+        # "cuda" without an index means this rank's GPU (torch.cuda.set_device refuses an index-less device)
+        return torch.device("cuda", local_rank) if device.type == "cuda" and device.index is None else device
     if torch.cuda.is_available():
         return torch.device("cuda", local_rank)
     return torch.device("cpu")
