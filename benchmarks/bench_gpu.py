@@ -29,6 +29,7 @@ import os
 import subprocess
 import sys
 import time
+import traceback
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -298,6 +299,9 @@ def throughput(s: Setup, dev: torch.device, deadline: float, mode: str, enabled:
                 del model, raw
         except torch.OutOfMemoryError:
             row.note = "out of GPU memory"
+        except Exception as e:  # one configuration failing must not lose the others' numbers
+            traceback.print_exc()
+            row.note = f"failed: {type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
         finally:
             if dev.type == "cuda":
                 torch.cuda.empty_cache()
@@ -351,12 +355,25 @@ def data_wait(s: Setup, dev: torch.device) -> list[tuple[int, dict[str, float]]]
 # ------------------------------------------------------------------ report
 
 
+def guarded(part: str, fn: Callable[[], list], failures: list[str]) -> list:
+    """fn()'s result; [] if it raised (its traceback printed, the failure noted for the report): a part
+    failing on a lent GPU (an API the device's torch or transformers lacks) must not lose the other parts."""
+    try:
+        return fn()
+    except Exception as e:
+        traceback.print_exc()
+        failures.append(f"{part}: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}")
+        print(f"  {part} FAILED: {failures[-1]}", flush=True)
+        return []
+
+
 def fmt(x: float | None, spec: str, missing: str = "n/a") -> str:
     return missing if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
 
 
 def report(s: Setup, smoke: bool, dev: torch.device, tests: str, rows: list[Row],
-           masking: list[tuple[str, float, float]], waits: list[tuple[int, dict[str, float]]], wall: float) -> list[str]:
+           masking: list[tuple[str, float, float]], waits: list[tuple[int, dict[str, float]]], wall: float,
+           failures: list[str] = ()) -> list[str]:
     gpu = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "none (CPU smoke run)"
     lines = ["# The trainer on a GPU (issue #19)", "",
              f"Machine: {machine(torch_details=True)}. Device: **{gpu}**.", "",
@@ -399,6 +416,8 @@ def report(s: Setup, smoke: bool, dev: torch.device, tests: str, rows: list[Row]
               "|---:|---:|---:|---:|---:|"]
     lines += [f"| {w} | {r['wait_share']:.2%} | {r['max_wait_share']:.2%} | {r['step_s']:.3f} | "
               f"{r['tokens_per_s']:,.0f} |" for w, r in waits]
+    if failures:
+        lines += ["", "## Parts that failed (traceback in the run's output)", ""] + [f"- {f}" for f in failures]
     lines += ["", "## Against the issue's targets", ""]
     lines += ["Not judged: a smoke run measures nothing."] if smoke else targets(s, rows, masking, waits)
     return lines
@@ -463,11 +482,12 @@ def main() -> int:
     rows = throughput(s, dev, deadline, "eager")
     ref = [r.ms for r in rows if r.size == s.sizes[0] and r.kind == "FULL-SENTENCES" and r.head == "masked-only"
            and r.ms == r.ms]
-    masking = masking_shares(s, dev, min(ref)) if ref else []
-    waits = data_wait(s, dev)
+    failures: list[str] = []
+    masking = guarded("masking", lambda: masking_shares(s, dev, min(ref)), failures) if ref else []
+    waits = guarded("data wait", lambda: data_wait(s, dev), failures)
     print(f"training steps on {dev} (torch.compile, backend {s.compile_backend}):", flush=True)
     rows += throughput(s, dev, deadline, "compile", enabled=not args.no_compile)
-    lines = report(s, args.smoke, dev, tests, rows, masking, waits, time.monotonic() - t0)
+    lines = report(s, args.smoke, dev, tests, rows, masking, waits, time.monotonic() - t0, failures)
     print("\n".join(lines))
     write_results(args.out, lines)
     return 0

@@ -20,7 +20,7 @@ path: document ids hash the input path (``pipelines.records.make_doc_id``), so t
 two paths is two different corpora (another train/valid split, other packing groups, another
 tokenizer sample order) and their token counts differ. Each row records the sha256 of its
 manifest (which lists every shard's sha256), and the results say whether the configurations
-that must give the same bytes did (``MUST_MATCH``: ``workers2`` = ``default``, ``capped-mp`` =
+that must give the same bytes did (``MUST_MATCH``: every ``workersN`` = ``default``, ``capped-mp`` =
 ``capped``).
 
 Configurations (``--configs``, comma-separated; each runs at every size):
@@ -37,7 +37,8 @@ Configurations (``--configs``, comma-separated; each runs at every size):
 * ``runner``: no shardforge code: ReadFromText -> parse -> GroupByKey (1024 keys)
   -> sum of lengths on the same input, to show what the runner itself holds.
 * ``runner-fused``: the same without the GroupByKey (one streaming stage).
-* ``workers2``: ``default`` with ``--direct_num_workers 2`` (which selects two worker processes).
+* ``workers2``: ``default`` with ``--direct_num_workers 2`` (which selects two worker processes);
+  ``workersN`` likewise with N worker processes (``workers4``, ``workers16``, ...).
 * ``inmemory``: ``default`` with ``--spill_mb -1``: the local runner as Beam ships it, every
   stage-to-stage buffer in memory (``default`` spills past 32 MB per buffer: ``pipelines.spill``).
 * ``batched``: the default build with ``--batch_mb`` (``--batch-mb``, 20 MB):
@@ -67,6 +68,7 @@ import json
 import math
 import os
 import random
+import re
 import resource
 import subprocess
 import sys
@@ -80,11 +82,27 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script:
 from benchmarks.common import ROOT, bench_parser, command_line, machine, scratch_dir, write_results  # noqa: E402
 
 CONFIGS = ("default", "capped", "capped-mp", "runner", "runner-fused", "batched", "workers2", "inmemory")
-WORKERS2_ARGS = ["--direct_num_workers", "2"]  # pipelines.options: N != 1 means N worker processes
 MP_ARGS = ["--direct_running_mode", "multi_processing", "--direct_num_workers", "2"]
 INMEMORY_ARGS = ["--spill_mb", "-1"]  # pipelines.spill off: Beam's runner keeps every buffer in memory
 # Pairs of configurations that differ only in how the runner executes: byte-identical corpora.
-MUST_MATCH = (("default", "workers2"), ("capped", "capped-mp"), ("default", "inmemory"))
+MUST_MATCH = (("capped", "capped-mp"), ("default", "inmemory"))  # and ("default", every "workersN")
+
+
+def worker_count(config: str) -> int | None:
+    """N of a ``workersN`` configuration (N >= 2), else None."""
+    m = re.fullmatch(r"workers(\d+)", config)
+    return int(m.group(1)) if m and int(m.group(1)) >= 2 else None
+
+
+def workers_args(n: int) -> list[str]:
+    """The build's options for N SDK worker processes (pipelines.options: N != 1 means N processes)."""
+    return ["--direct_num_workers", str(n)]
+
+
+def must_match(configs: list[str]) -> list[tuple[str, str]]:
+    """The pairs of these configurations that must build byte-identical corpora."""
+    pairs = list(MUST_MATCH) + [("default", c) for c in configs if worker_count(c)]
+    return [(a, b) for a, b in pairs if a in configs and b in configs]
 
 
 def write_corpus(path: Path, megabytes: float, seed: int = 11, file_mb: float | None = None) -> tuple[int, int]:
@@ -329,7 +347,8 @@ def child(megabytes: float, near: bool, config: str, caps: dict[str, int], batch
     quiet_beam()
     sampler = TreeSampler()
     watch_stages(sampler)
-    beam_args = {"capped-mp": MP_ARGS, "workers2": WORKERS2_ARGS, "inmemory": INMEMORY_ARGS}.get(config, [])
+    n = worker_count(config)
+    beam_args = workers_args(n) if n else {"capped-mp": MP_ARGS, "inmemory": INMEMORY_ARGS}.get(config, [])
     with scratch_dir("sf-scaling-") as work:
         batched = config == "batched"
         if raw is None:
@@ -346,7 +365,8 @@ def child(megabytes: float, near: bool, config: str, caps: dict[str, int], batch
             counts["manifest_sha256"] = None
         else:
             source = raw / "*.jsonl" if batched else raw
-            cfg = build_config(source, near, None if config in ("default", "batched", "workers2", "inmemory") else caps)
+            default_caps = config in ("default", "batched", "inmemory") or worker_count(config)
+            cfg = build_config(source, near, None if default_caps else caps)
             manifest = run_build(cfg, str(work / "corpus"), beam_args, batch_mb=batch_mb if batched else None)
             s = summarize(manifest)
             counts = {"kept": s["kept"], "duplicates": s["duplicates"], "tokens": s["tokens"],
@@ -492,13 +512,15 @@ def config_label(config: str, caps: dict[str, int]) -> str:
     from schemas.config import PackingConfig, TokenizerConfig
 
     pack, tok = PackingConfig(), TokenizerConfig()
+    n = worker_count(config)
+    if n:
+        return f"pipeline defaults, `{' '.join(workers_args(n))}` ({n} SDK worker processes)"
     return {
         "default": f"pipeline defaults (group_tokens={pack.group_tokens:,}, sample_docs={tok.sample_docs:,}, "
                    f"sample bytes {tok.effective_sample_bytes:,}): whole-corpus tokenizer sample up to that; "
                    "stage data past 32 MB per buffer spilled to disk (`pipelines.spill`)",
         "capped": f"small caps ({caps_txt}): several packing groups, capped sample",
         "capped-mp": f"small caps, `{' '.join(MP_ARGS)}`",
-        "workers2": f"pipeline defaults, `{' '.join(WORKERS2_ARGS)}` (two SDK worker processes)",
         "inmemory": f"pipeline defaults, `{' '.join(INMEMORY_ARGS)}` (Beam's runner holding every buffer in memory)",
         "runner": "runner only: ReadFromText -> parse -> GroupByKey (1024 keys) -> sum of lengths; "
                   "no shardforge stage",
@@ -565,16 +587,7 @@ def conclusion(results: dict[str, list[dict[str, Any]]], pack: list[dict[str, fl
             f"{mp['worker_peak_mb']:.0f} MB (it gets its whole partition as one bundle, and pays its own imports), "
             f"and the process tree at {mp['tree_peak_mb']:.0f} MB vs {one['tree_peak_mb']:.0f} MB "
             f"({fit['capped-mp']['mem_per_mb']:.1f} MB per input MB).")
-    if "workers2" in results and "default" in results:
-        one = {r["megabytes"]: r for r in results["default"]}
-        pairs = [(one[r["megabytes"]], r) for r in results["workers2"] if r["megabytes"] in one]
-        if pairs:
-            out.append(
-                "- **Two SDK worker processes against one** (1 vs 2: wall s and process-tree peak MB, one run each: "
-                "alternate the order and repeat before reading a small difference): " + "; ".join(
-                    f"{a['megabytes']:.0f} MB: {a['wall_s']:.1f} vs {b['wall_s']:.1f} s "
-                    f"(speed-up {a['wall_s'] / b['wall_s']:.2f}x), {a['tree_peak_mb']:.0f} vs {b['tree_peak_mb']:.0f} MB"
-                    for a, b in pairs) + ".")
+    out += workers_lines(results)
     if "capped" in fit:
         c = fit["capped"]
         reading = ("below 1 while the start-up is still being amortized" if c["time_exp"] < 0.97 else
@@ -606,6 +619,25 @@ def conclusion(results: dict[str, list[dict[str, Any]]], pack: list[dict[str, fl
     return out
 
 
+def workers_lines(results: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """N SDK worker processes against one (``default``): wall, speed-up, process-tree and largest-worker peaks."""
+    counts = sorted((n, c) for c in results if (n := worker_count(c)))
+    one = {r["megabytes"]: r for r in results.get("default", [])}
+    rows = [(mb, 1, r) for mb, r in one.items()]
+    rows += [(r["megabytes"], n, r) for n, c in counts for r in results[c] if r["megabytes"] in one]
+    if not counts or not one:
+        return []
+    out = ["- **SDK worker processes against one** (`--direct_num_workers N`; one run each: alternate the order "
+           "and repeat before reading a small difference):", "",
+           "  | input MB | workers | wall s | speed-up over 1 | process-tree peak MB | largest worker MB |",
+           "  |---:|---:|---:|---:|---:|---:|"]
+    for mb, n, r in sorted(rows, key=lambda t: (t[0], t[1])):
+        worker = f"{r['worker_peak_mb']:.0f}" if n > 1 else "(in-process)"
+        out.append(f"  | {mb:.0f} | {n} | {r['wall_s']:.1f} | {one[mb]['wall_s'] / r['wall_s']:.2f}x | "
+                   f"{r['tree_peak_mb']:.0f} | {worker} |")
+    return out + [""]
+
+
 def run_size(config: str, mb: float, args: argparse.Namespace, near: bool, inputs: Path) -> dict[str, Any] | None:
     """One configuration at one size in a fresh child process, on the size's shared input
     (written here the first time); its result row, or None (its stderr printed) if it failed."""
@@ -629,7 +661,7 @@ def identity_lines(results: dict[str, list[dict[str, Any]]]) -> list[str]:
     """A "Determinism" section: for each ``MUST_MATCH`` pair that ran at a size, whether the two
     manifests (and so every shard) are byte-identical."""
     out = ["## Determinism", ""]
-    for a, b in MUST_MATCH:
+    for a, b in must_match(list(results)):
         by_size = {round(r["megabytes"], 3): r for r in results.get(b, [])}
         for ra in results.get(a, []):
             rb = by_size.get(round(ra["megabytes"], 3))
@@ -648,7 +680,8 @@ def main() -> int:
     ap = bench_parser(__doc__, "scaling")
     ap.add_argument("--sizes", default="5,10,20", help="Input sizes in MB, comma-separated.")
     ap.add_argument("--configs", default=",".join(CONFIGS),
-                    help=f"Configurations to run at every size, from {','.join(CONFIGS)}.")
+                    help=f"Configurations to run at every size, from {','.join(CONFIGS)}, and workersN "
+                         "(N >= 2 SDK worker processes).")
     ap.add_argument("--group-tokens", type=int, default=500_000, help="Cap: PackingConfig.group_tokens.")
     ap.add_argument("--sample-docs", type=int, default=1_000, help="Cap: TokenizerConfig.sample_docs.")
     ap.add_argument("--input-sentence-size", type=int, default=20_000,
@@ -683,9 +716,9 @@ def main() -> int:
 
     sizes = [float(s) for s in args.sizes.split(",")]
     configs = [c.strip() for c in args.configs.split(",") if c.strip()]
-    unknown = [c for c in configs if c not in CONFIGS]
+    unknown = [c for c in configs if c not in CONFIGS and not worker_count(c)]
     if unknown:
-        ap.error(f"unknown configs {unknown}; known: {CONFIGS}")
+        ap.error(f"unknown configs {unknown}; known: {CONFIGS} and workersN (N >= 2)")
     results: dict[str, list[dict[str, Any]]] = {}
     with scratch_dir("sf-scaling-inputs-") as inputs:  # one input per size, shared by every config
         for config in configs:
