@@ -72,4 +72,5 @@ def test_scaling_benchmark_compares_builds_of_one_input_path(tmp_path: Path) -> 
     tokens = re.findall(r"^\| 0\.3 \| \d+ \| ([\d,]+) \|", text, flags=re.M)
     assert len(tokens) == 2 and tokens[0] == tokens[1], tokens
     assert "`workers2` vs `default` (same input file): **byte-identical**" in text
+    assert "  | 0.3 | 1 |" in text and "  | 0.3 | 2 |" in text  # the workers table: one worker, then two
     assert "DIFFERENT" not in text
