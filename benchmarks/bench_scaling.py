@@ -359,6 +359,7 @@ def child(megabytes: float, near: bool, config: str, caps: dict[str, int], batch
         sampler.sample()  # the starting RSS, from which the first stage's rise counts
         sampler.enter("(pipeline setup)")
         sampler.start()
+        cpu0 = _cpu_s(resource.RUSAGE_SELF), _cpu_s(resource.RUSAGE_CHILDREN)
         t0 = time.perf_counter()
         if config.startswith("runner"):
             counts = run_runner_baseline(raw, beam_args, group=config == "runner", out=work / "count.txt")
@@ -372,6 +373,8 @@ def child(megabytes: float, near: bool, config: str, caps: dict[str, int], batch
             counts = {"kept": s["kept"], "duplicates": s["duplicates"], "tokens": s["tokens"],
                       "shards": s["shards"], "manifest_sha256": manifest_digest(work / "corpus")}
         wall = time.perf_counter() - t0
+        # this process (the runner's controller, and the in-process worker) / the worker processes it waited for
+        cpu = _cpu_s(resource.RUSAGE_SELF) - cpu0[0], _cpu_s(resource.RUSAGE_CHILDREN) - cpu0[1]
         sampler.stop()
     self_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     exited_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss  # largest waited-for child
@@ -379,11 +382,17 @@ def child(megabytes: float, near: bool, config: str, caps: dict[str, int], batch
     # Stages ranked by how much the tree's RSS rose while they ran (from its RSS when they started).
     rises = sorted(sampler.stage_rise_kb.items(), key=lambda kv: -kv[1])[:6]
     stages = [(name, rise / 1024, sampler.stage_peak_kb[name] / 1024) for name, rise in rises]
-    return {"megabytes": nbytes / 1e6, "docs": docs, "wall_s": wall,
+    return {"megabytes": nbytes / 1e6, "docs": docs, "wall_s": wall, "cpu_self_s": cpu[0], "cpu_children_s": cpu[1],
             "base_rss_mb": base_kb / 1024, "self_peak_mb": self_kb / 1024,
             "tree_peak_mb": max(sampler.tree_peak_kb, self_kb) / 1024,
             "worker_peak_mb": worker_kb / 1024, "workers_seen": len(sampler.child_hwm_kb),
             "stages": stages, **counts}
+
+
+def _cpu_s(who: int) -> float:
+    """User + system CPU seconds of this process (RUSAGE_SELF) or of its waited-for children."""
+    r = resource.getrusage(who)
+    return r.ru_utime + r.ru_stime
 
 
 # ------------------------------------------------------------------ per-worker bounds of our stages
@@ -629,11 +638,13 @@ def workers_lines(results: dict[str, list[dict[str, Any]]]) -> list[str]:
         return []
     out = ["- **SDK worker processes against one** (`--direct_num_workers N`; one run each: alternate the order "
            "and repeat before reading a small difference):", "",
-           "  | input MB | workers | wall s | speed-up over 1 | process-tree peak MB | largest worker MB |",
-           "  |---:|---:|---:|---:|---:|---:|"]
+           "  | input MB | workers | wall s | speed-up over 1 | controller CPU s | workers' CPU s | "
+           "process-tree peak MB | largest worker MB |",
+           "  |---:|---:|---:|---:|---:|---:|---:|---:|"]
     for mb, n, r in sorted(rows, key=lambda t: (t[0], t[1])):
         worker = f"{r['worker_peak_mb']:.0f}" if n > 1 else "(in-process)"
         out.append(f"  | {mb:.1f} | {n} | {r['wall_s']:.1f} | {one[mb]['wall_s'] / r['wall_s']:.2f}x | "
+                   f"{r.get('cpu_self_s', math.nan):.1f} | {r.get('cpu_children_s', math.nan):.1f} | "
                    f"{r['tree_peak_mb']:.0f} | {worker} |")
     return out + [""]
 
@@ -732,7 +743,9 @@ def main() -> int:
                 rows.append(row)
                 print(f"[{config}] {row['megabytes']:.1f} MB ({row['docs']} docs): {row['wall_s']:.1f} s, "
                       f"peak tree RSS {row['tree_peak_mb']:.0f} MB (self {row['self_peak_mb']:.0f}, "
-                      f"largest worker {row['worker_peak_mb']:.0f}, start {row['base_rss_mb']:.0f})", flush=True)
+                      f"largest worker {row['worker_peak_mb']:.0f}, start {row['base_rss_mb']:.0f}); CPU "
+                      f"{row['cpu_self_s']:.1f} s in the process, {row['cpu_children_s']:.1f} s in its children",
+                      flush=True)
                 for name, rise, peak in row["stages"][:3]:
                     print(f"    +{rise:5.0f} MB (to {peak:.0f}) during {name}", flush=True)
             if len(rows) > 1:
