@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -453,6 +454,10 @@ def test_bench_gpu_smoke_mode_runs_on_cpu(tmp_path) -> None:
     cells = [[c.strip() for c in line.strip("|").split("|")] for line in rows]
     assert len(rows) == 10 and all(c[4] != "—" and float(c[4]) > 0 and not c[-1] for c in cells), rows
     assert "\n| 1 |" in text and "\n| 2 |" in text
+    assert "Parts that failed" not in text
+    # The masking table counts each scheme's ops: span masking dispatches more than token masking.
+    ops = {m[0]: int(m[1]) for m in re.findall(r"^\| (\w+) \| [\d.]+ \| [\d.]+% \| (\d+) \| \d+ \|$", text, re.M)}
+    assert set(ops) == {"token", "whole_word", "span", "ngram"} and ops["span"] > ops["token"] > 50, ops
 
 
 def test_bench_gpu_without_cuda_says_so() -> None:
