@@ -34,6 +34,7 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import NamedTuple
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
@@ -301,7 +302,7 @@ def throughput(s: Setup, dev: torch.device, deadline: float, mode: str, enabled:
             row.note = "out of GPU memory"
         except Exception as e:  # one configuration failing must not lose the others' numbers
             traceback.print_exc()
-            row.note = f"failed: {type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
+            row.note = f"failed: {error_line(e, 160)}"
         finally:
             if dev.type == "cuda":
                 torch.cuda.empty_cache()
@@ -335,9 +336,16 @@ def count_ops(fn: Callable[[], object]) -> tuple[int, int]:
     return Count.ops, Count.syncs
 
 
-def masking_shares(s: Setup, dev: torch.device, step_ms: float) -> list[tuple[str, float, float, int, int]]:
-    """(scheme, ms per FULL batch on the device, share of masking + step, aten ops, host syncs) for the
-    four schemes."""
+class MaskingRow(NamedTuple):
+    scheme: str
+    ms: float  # per FULL batch on the device
+    share: float  # of masking + step
+    ops: int  # aten ops per call (count_ops)
+    syncs: int  # of which host syncs
+
+
+def masking_shares(s: Setup, dev: torch.device, step_ms: float) -> list[MaskingRow]:
+    """One row per masking scheme (all four)."""
     from benchmarks.bench_masking import SPECIAL_IDS, make_vocab
     from schemas import MASK_ID, PAD_ID
     from schemas.config import MaskingConfig
@@ -356,7 +364,7 @@ def masking_shares(s: Setup, dev: torch.device, step_ms: float) -> list[tuple[st
         t = time_calls(lambda m=m: m(ids, sids, epoch=0, seed=0), calls=max(s.steps, 5), sync=sync)
         ms = t.wall * 1e3
         ops, syncs = count_ops(lambda m=m: m(ids, sids, epoch=0, seed=0))
-        out.append((scheme, ms, ms / (ms + step_ms), ops, syncs))
+        out.append(MaskingRow(scheme, ms, ms / (ms + step_ms), ops, syncs))
         print(f"  masking {scheme}: {ms:.2f} ms/batch, {ms / (ms + step_ms):.2%} of the step, {ops} aten ops "
               f"({syncs} host syncs)", flush=True)
     return out
@@ -381,6 +389,12 @@ def data_wait(s: Setup, dev: torch.device) -> list[tuple[int, dict[str, float]]]
 # ------------------------------------------------------------------ report
 
 
+def error_line(e: BaseException, width: int) -> str:
+    """An exception as one short line for a table: its type and the first line of its message."""
+    first = str(e).splitlines()[0][:width] if str(e) else ""
+    return f"{type(e).__name__}: {first}"
+
+
 def guarded(part: str, fn: Callable[[], list], failures: list[str]) -> list:
     """fn()'s result; [] if it raised (its traceback printed, the failure noted for the report): a part
     failing on a lent GPU (an API the device's torch or transformers lacks) must not lose the other parts."""
@@ -388,7 +402,7 @@ def guarded(part: str, fn: Callable[[], list], failures: list[str]) -> list:
         return fn()
     except Exception as e:
         traceback.print_exc()
-        failures.append(f"{part}: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}")
+        failures.append(f"{part}: {error_line(e, 200)}")
         print(f"  {part} FAILED: {failures[-1]}", flush=True)
         return []
 
@@ -398,7 +412,7 @@ def fmt(x: float | None, spec: str, missing: str = "n/a") -> str:
 
 
 def report(s: Setup, smoke: bool, dev: torch.device, tests: str, rows: list[Row],
-           masking: list[tuple[str, float, float, int, int]], waits: list[tuple[int, dict[str, float]]], wall: float,
+           masking: list[MaskingRow], waits: list[tuple[int, dict[str, float]]], wall: float,
            failures: list[str] = ()) -> list[str]:
     gpu = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "none (CPU smoke run)"
     lines = ["# The trainer on a GPU (issue #19)", "",
@@ -435,7 +449,7 @@ def report(s: Setup, smoke: bool, dev: torch.device, tests: str, rows: list[Row]
               f"{s.sizes[0]} FULL-SENTENCES masked-only step).", "",
               "| scheme | ms / batch | share of step | aten ops / call | of which host syncs |",
               "|---|---:|---:|---:|---:|"]
-    lines += [f"| {sc} | {ms:.2f} | {share:.2%} | {ops} | {syncs} |" for sc, ms, share, ops, syncs in masking]
+    lines += [f"| {m.scheme} | {m.ms:.2f} | {m.share:.2%} | {m.ops} | {m.syncs} |" for m in masking]
     lines += ["", "## Data wait (the trainer streaming shards from the GCS emulator on 127.0.0.1)", "",
               f"`trainer.train` at size {s.datawait_size}, batch {s.datawait_batch} × up to {s.seq}, "
               f"{s.datawait_steps} steps (eager; the first 2 steps, worker start-up, left out).", "",
@@ -450,7 +464,7 @@ def report(s: Setup, smoke: bool, dev: torch.device, tests: str, rows: list[Row]
     return lines
 
 
-def targets(s: Setup, rows: list[Row], masking: list[tuple[str, float, float, int, int]],
+def targets(s: Setup, rows: list[Row], masking: list[MaskingRow],
             waits: list[tuple[int, dict[str, float]]]) -> list[str]:
     """The four targets of issue #19, each met / missed / not measured."""
     size = "base" if "base" in s.sizes else s.sizes[0]
@@ -466,7 +480,7 @@ def targets(s: Setup, rows: list[Row], masking: list[tuple[str, float, float, in
         out.append(f"- DOC-SENTENCES within 10% of FULL-SENTENCES tokens/s: {d / f:.2f}×: "
                    f"**{'met' if d >= 0.9 * f else 'missed'}**")
     if masking:
-        worst = max(m[2] for m in masking)
+        worst = max(m.share for m in masking)
         out.append(f"- masking < 2% of a step (worst scheme): {worst:.2%}: **{'met' if worst < 0.02 else 'missed'}**")
     w4 = [r for w, r in waits if w == 4]
     if w4:

@@ -644,7 +644,7 @@ def workers_lines(results: dict[str, list[dict[str, Any]]]) -> list[str]:
     for mb, n, r in sorted(rows, key=lambda t: (t[0], t[1])):
         worker = f"{r['worker_peak_mb']:.0f}" if n > 1 else "(in-process)"
         out.append(f"  | {mb:.1f} | {n} | {r['wall_s']:.1f} | {one[mb]['wall_s'] / r['wall_s']:.2f}x | "
-                   f"{r.get('cpu_self_s', math.nan):.1f} | {r.get('cpu_children_s', math.nan):.1f} | "
+                   f"{r['cpu_self_s']:.1f} | {r['cpu_children_s']:.1f} | "
                    f"{r['tree_peak_mb']:.0f} | {worker} |")
     return out + [""]
 
