@@ -223,8 +223,8 @@ def beam_seconds(docs: list[Document], cfg: CleanConfig) -> float:
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from pipelines.clean import CleanDocuments
     from pipelines.options import quiet_beam
+    from pipelines.stages import CleanDocuments
 
     quiet_beam()
     t0 = time.perf_counter()

@@ -14,11 +14,23 @@ whatever the batch (as BatchElements' adaptive sizes required already).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import apache_beam as beam
 from apache_beam.transforms.window import GlobalWindows
+
+from pipelines import docpool
+
+
+def _in_global_window(outputs: Iterable[Any]) -> Iterator[Any]:
+    """Outputs made outside ``process()`` (a bundle's end), each naming the global window."""
+    for out in outputs:
+        if isinstance(out, beam.pvalue.TaggedOutput):
+            yield beam.pvalue.TaggedOutput(out.tag, GlobalWindows.windowed_value(out.value))
+        else:
+            yield GlobalWindows.windowed_value(out)
 
 
 class BundleBatches(beam.DoFn):
@@ -44,11 +56,52 @@ class BundleBatches(beam.DoFn):
         if not self._batch:
             return
         batch, self._batch = self._batch, []
-        for out in self.handle_batch(batch):  # outside process(): each output names its window
-            if isinstance(out, beam.pvalue.TaggedOutput):
-                yield beam.pvalue.TaggedOutput(out.tag, GlobalWindows.windowed_value(out.value))
-            else:
-                yield GlobalWindows.windowed_value(out)
+        yield from _in_global_window(self.handle_batch(batch))
 
     def handle_batch(self, batch: list[Any]) -> Iterator[Any]:
         raise NotImplementedError
+
+
+class PooledBatches(BundleBatches):
+    """Batches whose pure work may run in the document processes (``pipelines.docpool``).
+
+    Subclasses split ``handle_batch`` in two: ``batch_task(batch)`` names the work, a module-level
+    function and its arguments (picklable, importable without Beam), and ``batch_outputs(batch,
+    result)`` turns its result into the step's outputs (counters and progress included: they
+    count in the runner's process). Without a pool the task runs here, at once. With one, a full
+    batch is handed over and ``process`` goes on; results are emitted in the order their batches
+    were handed over, as they come back, with at most ``pool.in_flight`` batches out at a time;
+    the bundle's end waits for the rest. Per-element results must not depend on where they ran.
+    """
+
+    lanes: int | None = None  # at most this many of the pool's processes take this step's batches
+
+    def start_bundle(self) -> None:
+        super().start_bundle()
+        self._pending: deque[tuple[list[Any], Any]] = deque()
+
+    def batch_task(self, batch: list[Any]) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+        raise NotImplementedError
+
+    def batch_outputs(self, batch: list[Any], result: Any) -> Iterator[Any]:
+        raise NotImplementedError
+
+    def handle_batch(self, batch: list[Any]) -> Iterator[Any]:
+        fn, args = self.batch_task(batch)
+        pool = docpool.current()
+        if pool is None:
+            yield from self.batch_outputs(batch, fn(*args))
+            return
+        self._pending.append((batch, pool.submit(fn, *args, lanes=self.lanes)))
+        yield from self._ready(pool.in_flight)
+
+    def _ready(self, limit: int) -> Iterator[Any]:
+        """Outputs of the oldest batches that are back, and of as many more as keep ``limit`` out."""
+        pending = self._pending
+        while pending and (len(pending) > limit or pending[0][1].done()):
+            batch, fut = pending.popleft()
+            yield from self.batch_outputs(batch, fut.result())
+
+    def finish_bundle(self) -> Iterator[Any]:
+        yield from super().finish_bundle()
+        yield from _in_global_window(self._ready(0))

@@ -34,12 +34,9 @@ from functools import cached_property
 from itertools import accumulate, filterfalse, repeat
 from operator import mul, sub
 
-import apache_beam as beam
 import numpy as np
-from apache_beam import pvalue
 
 from pipelines.langid import LanguageGuess, Method, identify, known_codes
-from pipelines.metrics import counter
 from pipelines.records import Document, Reject, count_words, snippet
 from pipelines.sentences import count_sentences
 from schemas.config import CleanConfig, SourceConfig
@@ -683,42 +680,17 @@ def raw_words(doc: Document, out: Document | Reject) -> int:
     return count_words(doc.text)
 
 
-class _Clean(beam.DoFn):
-    def __init__(self, cfg: CleanConfig, line_rules: dict[str, bool]):
-        self.cfg = cfg
-        self.line_rules = line_rules
-
-    def process(self, doc: Document):
-        on = self.line_rules.get(doc.source)
+def clean_batch(docs: list[Document], cfg: CleanConfig,
+                line_rules: dict[str, bool]) -> list[tuple[Document | Reject, dict[str, int], int]]:
+    """The clean step's work for a batch: per document, what ``clean_document`` made of it, the lines
+    each line rule removed and ``raw_words``. Pure (the step counts): it may run in a document
+    process (``pipelines.docpool``). ``line_rules``: source -> whether line rules apply."""
+    out = []
+    for doc in docs:
+        on = line_rules.get(doc.source)
         if on is None:
-            on = line_rules_for(doc.source, (), self.cfg)
+            on = line_rules_for(doc.source, (), cfg)
         lines: Counter = Counter()
-        out = clean_document(doc, self.cfg, on, lines)
-        for rule, n in lines.items():
-            counter("clean_lines", rule).inc(n)
-        yield pvalue.TaggedOutput(RAW_WORDS, (doc.source, raw_words(doc, out)))
-        if isinstance(out, Reject):
-            counter("clean", f"{out.bucket}_{out.reason}").inc()
-            yield pvalue.TaggedOutput(REJECTS, out)
-        else:
-            counter("clean", "kept").inc()
-            yield out
-
-
-class CleanDocuments(beam.PTransform):
-    """Documents -> cleaned Documents (main, `documents`), `rejects`, and `raw_words`: for every
-    document, ``(source, words of its text as read)`` (the report's histogram before cleaning).
-
-    sources: the build's SourceConfigs, for per-source line rules (SourceConfig.line_rules).
-    """
-
-    def __init__(self, cfg: CleanConfig, sources: Iterable[SourceConfig] = ()):
-        super().__init__()
-        check_rule_names(cfg)
-        self.cfg = cfg
-        srcs = list(sources)
-        self.line_rules = {s.name: line_rules_for(s.name, srcs, cfg) for s in srcs}
-
-    def expand(self, docs):
-        return docs | "Clean" >> beam.ParDo(_Clean(self.cfg, self.line_rules)).with_outputs(
-            REJECTS, RAW_WORDS, main="documents")
+        result = clean_document(doc, cfg, on, lines)
+        out.append((result, dict(lines), raw_words(doc, result)))
+    return out

@@ -14,7 +14,6 @@ from typing import Any
 import apache_beam as beam
 
 from pipelines.accounting import Account
-from pipelines.clean import CleanDocuments
 from pipelines.corpus import TokenGroups, WriteCorpus
 from pipelines.dedupe import Deduplicate
 from pipelines.files import WriteClean, WriteRejectLog
@@ -22,7 +21,7 @@ from pipelines.intermediate import CLEAN_DIR, TOKENIZED_DIR
 from pipelines.options import spreads_documents
 from pipelines.report import WriteReport
 from pipelines.sources import ReadSources
-from pipelines.stages import DropEmpty, SplitSentences, tokenizer_model
+from pipelines.stages import CleanDocuments, DropEmpty, SplitSentences, tokenizer_model
 from pipelines.tokenizer import Tokenize
 from schemas.config import BuildConfig
 from schemas.naming import work_dir

@@ -342,6 +342,16 @@ class MinHasher:
 _PERM_CACHE: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
 
 
+def sketch_arrays(texts: Sequence[str], hasher: MinHasher) -> tuple[list[str], np.ndarray, np.ndarray, list[np.ndarray]]:
+    """A batch of texts' exact hashes (of the normalized text), MinHash signatures, LSH band keys and
+    shingle sets (vectorized; each text's values do not depend on the batch). Pure, without Beam:
+    it may run in a document process (``pipelines.docpool``)."""
+    norms = [normalize_text(t) for t in texts]
+    shingles = shingle_sets(norms, hasher.ngram, normalized=True)
+    sigs = hasher.signatures(shingles)
+    return [hash_normalized(n) for n in norms], sigs, hasher.band_keys(sigs), shingles
+
+
 def _perms_cached(seed: int, num_perm: int) -> tuple[np.ndarray, np.ndarray]:
     key = (seed, num_perm)
     if key not in _PERM_CACHE:

@@ -129,11 +129,17 @@ class BuildOptions(CachedViews, PipelineOptions):
 
 
 class LocalRunnerOptions(CachedViews, PipelineOptions):
-    """Memory of the local runner (``pipelines.spill``): every command that runs a pipeline accepts these."""
+    """Cores and memory of the local runner (``pipelines.docpool``, ``pipelines.spill``): every command
+    that runs a pipeline accepts these."""
 
     @classmethod
     def _add_argparse_args(cls, parser: Any) -> None:
-        g = parser.add_argument_group("local runner memory")
+        g = parser.add_argument_group("local runner cores and memory")
+        g.add_argument("--doc_processes", type=int, default=None,
+                       help="Local runner: clean (with language ID) and sketch documents in this many processes "
+                            "beside the runner, which goes on with the rest (0: one per core; default 1: in the "
+                            "runner). Output does not depend on it. See docs/scaling.md for it against "
+                            "--direct_num_workers.")
         g.add_argument("--spill_mb", type=float, default=None,
                        help="Local runner: MB of encoded data each stage-to-stage buffer keeps in memory; the rest "
                             "goes to temporary files, and stages stream their input and output (default "
@@ -212,6 +218,7 @@ def finalize_options(opts: PipelineOptions, *, check_runner: bool = True) -> Pip
     if not std.runner:
         std.runner = LOCAL_RUNNER
     use_worker_processes(opts)
+    check_doc_processes(opts)
     opts.view_as(SetupOptions).save_main_session = False
     if check_runner:
         check_runner_ready(opts)
@@ -236,6 +243,28 @@ def use_worker_processes(opts: PipelineOptions) -> None:
     given = any(f == "--direct_running_mode" or f.startswith("--direct_running_mode=") for f in flags)
     if direct.direct_num_workers != 1 and not given:
         direct.direct_running_mode = "multi_processing"
+
+
+def doc_processes(opts: PipelineOptions) -> int:
+    """The document processes a run asked for (``pipelines.docpool.resolve``: 1 is none)."""
+    from pipelines import docpool
+
+    return docpool.resolve(opts.view_as(LocalRunnerOptions).doc_processes)
+
+
+def check_doc_processes(opts: PipelineOptions) -> None:
+    """``--doc_processes`` is for the in-process local runner: one clear line otherwise."""
+    from apache_beam.options.pipeline_options import DirectOptions
+
+    n = opts.view_as(LocalRunnerOptions).doc_processes
+    if doc_processes(opts) <= 1:
+        return
+    if opts.view_as(StandardOptions).runner != LOCAL_RUNNER:
+        raise UserError(f"--doc_processes {n} is for the local runner; a distributed runner spreads the "
+                        "documents over its own workers (leave it out)")
+    if opts.view_as(DirectOptions).direct_running_mode == "multi_processing":
+        raise UserError(f"--doc_processes {n} cannot be used with Beam's worker processes "
+                        "(--direct_num_workers / --direct_running_mode multi_processing): choose one")
 
 
 def spreads_documents(opts: PipelineOptions) -> bool:
@@ -278,7 +307,10 @@ def make_pipeline(opts: PipelineOptions):
     direct = opts.view_as(DirectOptions)
     local = opts.view_as(StandardOptions).runner == LOCAL_RUNNER
     if local:
+        from pipelines import docpool
         from pipelines.heap import tune_collector
+
+        docpool.configure(doc_processes(opts))  # the pool starts with the first batch handed over
 
         tune_collector()  # the imports out of the cyclic collector's scans, fewer collections
         fusion.install()  # a Flatten's inputs write straight into the GroupByKey that reads it
@@ -312,11 +344,14 @@ def _pipeline_class() -> type:
     a bad index) left it behind, one per failed command."""
     import apache_beam as beam
 
+    from pipelines import docpool
+
     class Pipeline(beam.Pipeline):
         def __exit__(self, exc_type, exc_val, exc_tb):
             try:
                 super().__exit__(exc_type, exc_val, exc_tb)
             finally:
+                docpool.shutdown()  # the document processes of this run, if any
                 remove_temp_folder(self)
 
     return Pipeline

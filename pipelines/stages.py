@@ -1,17 +1,71 @@
-"""Small named steps of the build graph between the big stages: sentences, the tokenizer model, empties.
+"""Named steps of the build graph around plain functions: cleaning, sentences, the tokenizer model, empties.
 
-Each is a composite transform around a plain function of ``pipelines.sentences`` /
-``pipelines.tokenizer``, so ``pipelines.graph`` is only a chain of names.
+Each is a composite transform around a plain function of ``pipelines.clean`` /
+``pipelines.sentences`` / ``pipelines.tokenizer``, so ``pipelines.graph`` is only a chain of
+names, and the modules of the functions import no Beam (a document process, ``pipelines.docpool``,
+runs them without it).
 """
 
 from __future__ import annotations
 
-import apache_beam as beam
+from collections.abc import Iterable
 
-from pipelines.records import Document, SentencedDocument, TokenizedDocument
+import apache_beam as beam
+from apache_beam import pvalue
+
+from pipelines.batching import PooledBatches
+from pipelines.clean import RAW_WORDS, REJECTS, check_rule_names, clean_batch, line_rules_for
+from pipelines.metrics import counter
+from pipelines.records import Document, Reject, SentencedDocument, TokenizedDocument
 from pipelines.sentences import split_sentences
 from pipelines.tokenizer import TrainTokenizer, load_model, model_path, store_model, stored_path
-from schemas.config import BuildConfig
+from schemas.config import BuildConfig, CleanConfig, SourceConfig
+
+CLEAN_BATCH = 64  # documents the clean step hands to a document process at a time (~200 KB of prose)
+
+
+class _Clean(PooledBatches):
+    def __init__(self, cfg: CleanConfig, line_rules: dict[str, bool]):
+        super().__init__(CLEAN_BATCH)
+        self.cfg = cfg
+        self.line_rules = line_rules
+
+    def process(self, doc: Document):
+        yield from self.add(doc)
+
+    def batch_task(self, batch: list[Document]):
+        return clean_batch, (batch, self.cfg, self.line_rules)
+
+    def batch_outputs(self, batch: list[Document], result) -> Iterable:
+        for doc, (out, lines, words) in zip(batch, result, strict=True):
+            for rule, n in lines.items():
+                counter("clean_lines", rule).inc(n)
+            yield pvalue.TaggedOutput(RAW_WORDS, (doc.source, words))
+            if isinstance(out, Reject):
+                counter("clean", f"{out.bucket}_{out.reason}").inc()
+                yield pvalue.TaggedOutput(REJECTS, out)
+            else:
+                counter("clean", "kept").inc()
+                yield out
+
+
+class CleanDocuments(beam.PTransform):
+    """Documents -> cleaned Documents (main, `documents`), `rejects`, and `raw_words`: for every
+    document, ``(source, words of its text as read)`` (the report's histogram before cleaning).
+
+    sources: the build's SourceConfigs, for per-source line rules (SourceConfig.line_rules).
+    """
+
+    def __init__(self, cfg: CleanConfig, sources: Iterable[SourceConfig] = ()):
+        super().__init__()
+        check_rule_names(cfg)
+        self.cfg = cfg
+        srcs = list(sources)
+        self.line_rules = {s.name: line_rules_for(s.name, srcs, cfg) for s in srcs}
+
+    def expand(self, docs):
+        return docs | "Clean" >> beam.ParDo(_Clean(self.cfg, self.line_rules)).with_outputs(
+            REJECTS, RAW_WORDS, main="documents")
 
 
 def to_sentences(doc: Document) -> SentencedDocument:

@@ -232,6 +232,32 @@ def test_two_worker_processes_through_the_cli_are_byte_identical(built, tmp_path
     assert files_digest(str(two)) == files_digest(out)
 
 
+def test_document_processes_build_the_same_bytes(built, tmp_path, monkeypatch):
+    """``--doc_processes 2``: cleaning and sketching run in two document processes (pipelines.docpool),
+    every batch of both steps handed over, and the corpus is byte-identical to the in-process build."""
+    from pipelines.clean import clean_batch
+    from pipelines.docpool import DocPool
+    from pipelines.minhash import sketch_arrays
+
+    cfg, out, _ = built
+    handed: list[tuple[str, int]] = []
+    real = DocPool.submit
+
+    def submit(self, fn, *args, **kw):
+        handed.append((fn.__name__, len(args[0])))
+        return real(self, fn, *args, **kw)
+
+    monkeypatch.setattr(DocPool, "submit", submit)
+    run_build(cfg, str(tmp_path / "pooled"), ["--doc_processes", "2"])
+    assert files_digest(str(tmp_path / "pooled")) == files_digest(out)
+    accounts = load_manifest(out)[0].accounting.values()
+    cleaned = sum(n for f, n in handed if f == clean_batch.__name__)
+    sketched = sum(n for f, n in handed if f == sketch_arrays.__name__)
+    # Every document clean kept was sketched (those dedupe removed too); clean saw those and the filtered.
+    assert sketched == sum(a.kept + sum(a.duplicate.values()) for a in accounts) > 0, handed
+    assert sketched + sum(sum(a.filtered.values()) for a in accounts) <= cleaned <= sum(a.input for a in accounts)
+
+
 def test_the_cli_process_builds_the_same_bytes_without_unused_integrations(built, tmp_path):
     """`python -m pipelines.build` (its module run as __main__, as the command runs it) loads none of
     the optional integrations a local build never uses (pipelines.preflight.UNUSED_INTEGRATIONS:

@@ -17,7 +17,6 @@ from hypothesis import strategies as st
 
 from pipelines.clean import (
     RULE_NAMES,
-    CleanDocuments,
     DocStats,
     clean_document,
     filter_lines,
@@ -26,6 +25,7 @@ from pipelines.clean import (
 )
 from pipelines.langid import guess_language, identify, is_english
 from pipelines.records import Document, Reject
+from pipelines.stages import CleanDocuments
 from schemas.config import CleanConfig, SourceConfig
 from schemas.errors import UserError
 from shardforge.synth import make_article, perturb

@@ -176,8 +176,9 @@ def test_version() -> None:
 
 # Every module a user can run (`python -m X`) and the dispatcher's subcommands.
 ENTRY_PACKAGES = ("pipelines", "trainer", "shardforge")
-# Entry points no user runs: Beam starts pipelines/worker.py as its SDK worker (errors are Beam's to report).
-NOT_USER_ENTRY_POINTS = {"pipelines/worker.py"}
+# Entry points no user runs: Beam starts pipelines/worker.py as its SDK worker (errors are Beam's to report);
+# pipelines.docpool starts pipelines/docworker.py (its tasks' errors go back to the step that handed them over).
+NOT_USER_ENTRY_POINTS = {"pipelines/worker.py", "pipelines/docworker.py"}
 
 
 def test_every_main_module_runs_through_run_cli() -> None:

@@ -12,7 +12,7 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.metrics import Metrics
 
-from pipelines.batching import BundleBatches
+from pipelines.batching import PooledBatches
 from pipelines.dedupe.components import ConnectedComponents
 from pipelines.dedupe.index import (
     _IndexLookup,
@@ -21,12 +21,13 @@ from pipelines.dedupe.index import (
     _unique_keys,
     index_bucket_entries,
 )
-from pipelines.dedupe.sketch import _NS, NEW, OLD, Sketch, near_rule, sketch_documents
+from pipelines.dedupe.sketch import _NS, NEW, OLD, Sketch, near_rule, sketches_of
 from pipelines.minhash import (
     MinHasher,
     NearRule,
     estimate_margin,
     estimated_jaccard,
+    sketch_arrays,
 )
 from pipelines.records import Document, Duplicate
 from schemas.config import DedupeConfig
@@ -41,14 +42,17 @@ DOC_TAG = "docs"  # _SketchBatch's documents with their index entries, keyed for
 LSH_TAG = "lsh"  # the Sketch step's tagged output of shard batches
 
 
-class _SketchBatch(BundleBatches):
-    """Sketches of documents, in batches of ``batch`` (numpy work is per batch; ``pipelines.batching``),
-    and (tagged ``LSH_TAG``) each batch's bucket entries by LSH shard.
+class _SketchBatch(PooledBatches):
+    """Sketches of documents, in batches of ``batch`` (numpy work is per batch; ``pipelines.batching``;
+    in a document process with ``--doc_processes``), and (tagged ``LSH_TAG``) each batch's bucket
+    entries by LSH shard.
 
     ``doc_rows``: a function of a sketch (``index_row``) or None; given, each document also goes out
     tagged ``DOC_TAG`` as ``(doc_id, (document, doc_rows(sketch)))``: the document and its index entry
     cross the verdict join as one element (``Deduplicate``), not two.
     """
+
+    lanes = 2  # document processes that load the MinHash kernel (numba: ~1 CPU-s and ~130 MB each)
 
     def __init__(self, hasher: MinHasher, doc_rows: Any, batch: int) -> None:
         super().__init__(batch)
@@ -58,8 +62,11 @@ class _SketchBatch(BundleBatches):
     def process(self, doc: Document) -> Iterator[Any]:
         yield from self.add(doc)
 
-    def handle_batch(self, batch: list[Document]) -> Iterator[Any]:
-        sketches = sketch_documents(batch, self.hasher)
+    def batch_task(self, batch: list[Document]):
+        return sketch_arrays, ([d.text for d in batch], self.hasher)
+
+    def batch_outputs(self, batch: list[Document], arrays) -> Iterator[Any]:
+        sketches = sketches_of(batch, arrays)
         yield from sketches
         for shard in lsh_shard_batches(sketches):
             yield beam.pvalue.TaggedOutput(LSH_TAG, shard)

@@ -6,13 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipelines.minhash import (
-    MinHasher,
-    NearRule,
-    hash_normalized,
-    normalize_text,
-    shingle_sets,
-)
+from pipelines.minhash import MinHasher, NearRule, sketch_arrays
 from pipelines.records import Document
 from schemas.config import DedupeConfig
 
@@ -51,11 +45,10 @@ def _hasher(cfg: DedupeConfig) -> MinHasher:
 
 def sketch_documents(docs: list[Document], hasher: MinHasher) -> list[Sketch]:
     """Sketches of a batch of new documents (vectorized; identical whatever the batch)."""
-    norms = [normalize_text(d.text) for d in docs]
-    shingles = shingle_sets(norms, hasher.ngram, normalized=True)
-    sigs = hasher.signatures(shingles)
-    bands = hasher.band_keys(sigs)
-    return [
-        Sketch(NEW + d.doc_id, d.source, hash_normalized(norms[i]), sigs[i], bands[i], shingles[i])
-        for i, d in enumerate(docs)
-    ]
+    return sketches_of(docs, sketch_arrays([d.text for d in docs], hasher))
+
+
+def sketches_of(docs: list[Document], arrays: tuple[list[str], np.ndarray, np.ndarray, list[np.ndarray]]) -> list[Sketch]:
+    """The Sketches of a batch of new documents from their ``sketch_arrays``."""
+    hashes, sigs, bands, shingles = arrays
+    return [Sketch(NEW + d.doc_id, d.source, hashes[i], sigs[i], bands[i], shingles[i]) for i, d in enumerate(docs)]
