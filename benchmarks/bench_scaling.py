@@ -20,8 +20,11 @@ path: document ids hash the input path (``pipelines.records.make_doc_id``), so t
 two paths is two different corpora (another train/valid split, other packing groups, another
 tokenizer sample order) and their token counts differ. Each row records the sha256 of its
 manifest (which lists every shard's sha256), and the results say whether the configurations
-that must give the same bytes did (``MUST_MATCH``: every ``workersN`` = ``default``, ``capped-mp`` =
-``capped``).
+that must give the same bytes did (``MUST_MATCH``: every ``workersN`` and ``procsN`` = ``default``,
+``capped-mp`` = ``capped``).
+
+``--text prose`` builds real prose (``benchmarks/prose.py``, bench_floor's input: paragraphs shipped
+inside gensim, which cleaning keeps at 99 % with every rule run) instead of the synthetic articles.
 
 Configurations (``--configs``, comma-separated; each runs at every size):
 
@@ -39,6 +42,8 @@ Configurations (``--configs``, comma-separated; each runs at every size):
 * ``runner-fused``: the same without the GroupByKey (one streaming stage).
 * ``workers2``: ``default`` with ``--direct_num_workers 2`` (which selects two worker processes);
   ``workersN`` likewise with N worker processes (``workers4``, ``workers16``, ...).
+* ``procs2``: ``default`` with ``--doc_processes 2`` (the runner in-process, cleaning and sketching in two
+  document processes beside it: ``pipelines.docpool``); ``procsN`` likewise with N.
 * ``inmemory``: ``default`` with ``--spill_mb -1``: the local runner as Beam ships it, every
   stage-to-stage buffer in memory (``default`` spills past 32 MB per buffer: ``pipelines.spill``).
 * ``batched``: the default build with ``--batch_mb`` (``--batch-mb``, 20 MB):
@@ -88,9 +93,9 @@ INMEMORY_ARGS = ["--spill_mb", "-1"]  # pipelines.spill off: Beam's runner keeps
 MUST_MATCH = (("capped", "capped-mp"), ("default", "inmemory"))  # and ("default", every "workersN")
 
 
-def worker_count(config: str) -> int | None:
-    """N of a ``workersN`` configuration (N >= 2), else None."""
-    m = re.fullmatch(r"workers(\d+)", config)
+def worker_count(config: str, kind: str = "workers") -> int | None:
+    """N of a ``workersN`` configuration (``kind="procs"``: of a ``procsN`` one; N >= 2), else None."""
+    m = re.fullmatch(kind + r"(\d+)", config)
     return int(m.group(1)) if m and int(m.group(1)) >= 2 else None
 
 
@@ -99,17 +104,44 @@ def workers_args(n: int) -> list[str]:
     return ["--direct_num_workers", str(n)]
 
 
+def procs_args(n: int) -> list[str]:
+    """The build's options for N document processes beside the in-process runner (pipelines.docpool)."""
+    return ["--doc_processes", str(n)]
+
+
+def scaled(config: str) -> bool:
+    """A ``workersN`` or ``procsN`` configuration: ``default`` on more processes."""
+    return bool(worker_count(config) or worker_count(config, "procs"))
+
+
+def config_args(config: str) -> list[str]:
+    """The build's options of a configuration."""
+    if n := worker_count(config):
+        return workers_args(n)
+    if n := worker_count(config, "procs"):
+        return procs_args(n)
+    return {"capped-mp": MP_ARGS, "inmemory": INMEMORY_ARGS}.get(config, [])
+
+
 def must_match(configs: list[str]) -> list[tuple[str, str]]:
     """The pairs of these configurations that must build byte-identical corpora."""
-    pairs = list(MUST_MATCH) + [("default", c) for c in configs if worker_count(c)]
+    pairs = list(MUST_MATCH) + [("default", c) for c in configs if scaled(c)]
     return [(a, b) for a, b in pairs if a in configs and b in configs]
 
 
-def write_corpus(path: Path, megabytes: float, seed: int = 11, file_mb: float | None = None) -> tuple[int, int]:
+def write_corpus(path: Path, megabytes: float, seed: int = 11, file_mb: float | None = None,
+                 text: str = "synth") -> tuple[int, int]:
     """JSONL articles until `megabytes` of text; returns (documents, bytes).
 
     file_mb: write a folder `path` of files of about that size instead of one file.
+    text: "synth" (``shardforge.synth`` articles) or "prose" (``benchmarks/prose.py``, one file).
     """
+    if text == "prose":
+        from benchmarks.prose import write_prose_corpus
+
+        if file_mb:
+            raise SystemExit("--text prose writes one file: not for the batched configuration")
+        return write_prose_corpus(path, megabytes)
     from shardforge.synth import make_article
 
     rng = random.Random(seed)
@@ -147,13 +179,13 @@ def corpus_stats(path: Path) -> tuple[int, int]:
     return docs, size
 
 
-def input_path(inputs: Path, megabytes: float, batched: bool) -> Path:
+def input_path(inputs: Path, megabytes: float, batched: bool, text: str = "synth") -> Path:
     """Where the parent writes the input of one size: a file, or for ``batched`` a folder of files.
 
     One path per size and layout for every configuration: document ids hash the path, so
     configurations that must agree (``MUST_MATCH``) must read the same one.
     """
-    return inputs / (f"raw-{megabytes:g}mb" + ("" if batched else ".jsonl"))
+    return inputs / (f"raw-{text}-{megabytes:g}mb" + ("" if batched else ".jsonl"))
 
 
 def manifest_digest(corpus: Path) -> str:
@@ -284,8 +316,9 @@ def watch_stages(sampler: TreeSampler) -> None:
 # ------------------------------------------------------------------ one run (child process)
 
 
-def build_config(raw: Path, near: bool, caps: dict[str, int] | None):
-    """The benchmark's BuildConfig; caps: group_tokens / sample_docs / input_sentence_size overrides."""
+def build_config(raw: Path, near: bool, caps: dict[str, int] | None, text: str = "synth"):
+    """The benchmark's BuildConfig; caps: group_tokens / sample_docs / input_sentence_size overrides.
+    Prose is cleaned by every rule; the synthetic text without Gopher's duplicated-n-gram rule."""
     from schemas.config import BuildConfig
 
     tokenizer: dict[str, Any] = {"vocab_size": 8000}
@@ -297,7 +330,7 @@ def build_config(raw: Path, near: bool, caps: dict[str, int] | None):
         "sources": [{"name": "web", "input": str(raw)}],
         # Template text repeats its 5-10-grams across sentences far more than prose,
         # so Gopher's duplicated-n-gram rule would drop every document: switch it off.
-        "clean": {"disabled_rules": ["dup_ngrams"]},
+        "clean": {"disabled_rules": ["dup_ngrams"]} if text == "synth" else {},
         "dedupe": {"near": near},
         "tokenizer": tokenizer,
         "packing": packing,
@@ -332,7 +365,7 @@ def run_runner_baseline(raw: Path, beam_args: list[str], group: bool, out: Path)
 
 
 def child(megabytes: float, near: bool, config: str, caps: dict[str, int], batch_mb: float = 20.0,
-          file_mb: float = 2.0, raw: Path | None = None) -> dict[str, Any]:
+          file_mb: float = 2.0, raw: Path | None = None, text: str = "synth") -> dict[str, Any]:
     """Run one build (in this process) and report time, memory, output counts and the manifest's sha256.
 
     raw: the input (a JSONL file, or for ``batched`` a folder of them), as the parent wrote it
@@ -347,13 +380,12 @@ def child(megabytes: float, near: bool, config: str, caps: dict[str, int], batch
     quiet_beam()
     sampler = TreeSampler()
     watch_stages(sampler)
-    n = worker_count(config)
-    beam_args = workers_args(n) if n else {"capped-mp": MP_ARGS, "inmemory": INMEMORY_ARGS}.get(config, [])
+    beam_args = config_args(config)
     with scratch_dir("sf-scaling-") as work:
         batched = config == "batched"
         if raw is None:
             raw = work / ("raw" if batched else "raw.jsonl")
-            write_corpus(raw, megabytes, file_mb=file_mb if batched else None)
+            write_corpus(raw, megabytes, file_mb=file_mb if batched else None, text=text)
         docs, nbytes = corpus_stats(raw)
         base_kb = _status_kb(os.getpid()).get("VmRSS", 0)
         sampler.sample()  # the starting RSS, from which the first stage's rise counts
@@ -366,8 +398,8 @@ def child(megabytes: float, near: bool, config: str, caps: dict[str, int], batch
             counts["manifest_sha256"] = None
         else:
             source = raw / "*.jsonl" if batched else raw
-            default_caps = config in ("default", "batched", "inmemory") or worker_count(config)
-            cfg = build_config(source, near, None if default_caps else caps)
+            default_caps = config in ("default", "batched", "inmemory") or scaled(config)
+            cfg = build_config(source, near, None if default_caps else caps, text)
             manifest = run_build(cfg, str(work / "corpus"), beam_args, batch_mb=batch_mb if batched else None)
             s = summarize(manifest)
             counts = {"kept": s["kept"], "duplicates": s["duplicates"], "tokens": s["tokens"],
@@ -521,9 +553,10 @@ def config_label(config: str, caps: dict[str, int]) -> str:
     from schemas.config import PackingConfig, TokenizerConfig
 
     pack, tok = PackingConfig(), TokenizerConfig()
-    n = worker_count(config)
-    if n:
+    if n := worker_count(config):
         return f"pipeline defaults, `{' '.join(workers_args(n))}` ({n} SDK worker processes)"
+    if n := worker_count(config, "procs"):
+        return f"pipeline defaults, `{' '.join(procs_args(n))}` (the runner in-process, {n} document processes)"
     return {
         "default": f"pipeline defaults (group_tokens={pack.group_tokens:,}, sample_docs={tok.sample_docs:,}, "
                    f"sample bytes {tok.effective_sample_bytes:,}): whole-corpus tokenizer sample up to that; "
@@ -596,7 +629,7 @@ def conclusion(results: dict[str, list[dict[str, Any]]], pack: list[dict[str, fl
             f"{mp['worker_peak_mb']:.0f} MB (it gets its whole partition as one bundle, and pays its own imports), "
             f"and the process tree at {mp['tree_peak_mb']:.0f} MB vs {one['tree_peak_mb']:.0f} MB "
             f"({fit['capped-mp']['mem_per_mb']:.1f} MB per input MB).")
-    out += workers_lines(results)
+    out += workers_lines(results) + workers_lines(results, "procs")
     if "capped" in fit:
         c = fit["capped"]
         reading = ("below 1 while the start-up is still being amortized" if c["time_exp"] < 0.97 else
@@ -628,18 +661,28 @@ def conclusion(results: dict[str, list[dict[str, Any]]], pack: list[dict[str, fl
     return out
 
 
-def workers_lines(results: dict[str, list[dict[str, Any]]]) -> list[str]:
-    """N SDK worker processes against one (``default``): wall, speed-up, process-tree and largest-worker peaks."""
-    counts = sorted((n, c) for c in results if (n := worker_count(c)))
+SCALED_TABLES = {
+    "workers": ("SDK worker processes against one", "--direct_num_workers N", "workers", "controller CPU s",
+                "workers' CPU s", "largest worker MB"),
+    "procs": ("Document processes against none", "--doc_processes N", "processes", "runner's process CPU s",
+              "document processes' CPU s", "largest document process MB"),
+}
+
+
+def workers_lines(results: dict[str, list[dict[str, Any]]], kind: str = "workers") -> list[str]:
+    """N SDK worker processes (``kind="procs"``: N document processes) against one (``default``): wall,
+    speed-up, CPU in the build's process and in its children, process-tree and largest-child peaks."""
+    title, flag, count, self_cpu, child_cpu, child_peak = SCALED_TABLES[kind]
+    counts = sorted((n, c) for c in results if (n := worker_count(c, kind)))
     one = {r["megabytes"]: r for r in results.get("default", [])}
     rows = [(mb, 1, r) for mb, r in one.items()]
     rows += [(r["megabytes"], n, r) for n, c in counts for r in results[c] if r["megabytes"] in one]
     if not counts or not one:
         return []
-    out = ["- **SDK worker processes against one** (`--direct_num_workers N`; one run each: alternate the order "
+    out = [f"- **{title}** (`{flag}`; one run each: alternate the order "
            "and repeat before reading a small difference):", "",
-           "  | input MB | workers | wall s | speed-up over 1 | controller CPU s | workers' CPU s | "
-           "process-tree peak MB | largest worker MB |",
+           f"  | input MB | {count} | wall s | speed-up over 1 | {self_cpu} | {child_cpu} | "
+           f"process-tree peak MB | {child_peak} |",
            "  |---:|---:|---:|---:|---:|---:|---:|---:|"]
     for mb, n, r in sorted(rows, key=lambda t: (t[0], t[1])):
         worker = f"{r['worker_peak_mb']:.0f}" if n > 1 else "(in-process)"
@@ -653,10 +696,11 @@ def run_size(config: str, mb: float, args: argparse.Namespace, near: bool, input
     """One configuration at one size in a fresh child process, on the size's shared input
     (written here the first time); its result row, or None (its stderr printed) if it failed."""
     batched = config == "batched"
-    raw = input_path(inputs, mb, batched)
+    raw = input_path(inputs, mb, batched, args.text)
     if not raw.exists():
-        write_corpus(raw, mb, file_mb=args.file_mb if batched else None)
+        write_corpus(raw, mb, file_mb=args.file_mb if batched else None, text=args.text)
     cmd = [sys.executable, __file__, "--child", str(mb), "--child-config", config, "--child-input", str(raw),
+           "--text", args.text,
            "--group-tokens", str(args.group_tokens), "--sample-docs", str(args.sample_docs),
            "--input-sentence-size", str(args.input_sentence_size), "--batch-mb", str(args.batch_mb),
            "--file-mb", str(args.file_mb)]
@@ -691,8 +735,10 @@ def main() -> int:
     ap = bench_parser(__doc__, "scaling")
     ap.add_argument("--sizes", default="5,10,20", help="Input sizes in MB, comma-separated.")
     ap.add_argument("--configs", default=",".join(CONFIGS),
-                    help=f"Configurations to run at every size, from {','.join(CONFIGS)}, and workersN "
-                         "(N >= 2 SDK worker processes).")
+                    help=f"Configurations to run at every size, from {','.join(CONFIGS)}, workersN "
+                         "(N >= 2 SDK worker processes) and procsN (N >= 2 document processes).")
+    ap.add_argument("--text", choices=("synth", "prose"), default="synth",
+                    help="Input text: synthetic articles (shardforge.synth) or real prose (benchmarks/prose.py).")
     ap.add_argument("--group-tokens", type=int, default=500_000, help="Cap: PackingConfig.group_tokens.")
     ap.add_argument("--sample-docs", type=int, default=1_000, help="Cap: TokenizerConfig.sample_docs.")
     ap.add_argument("--input-sentence-size", type=int, default=20_000,
@@ -716,7 +762,8 @@ def main() -> int:
             "input_sentence_size": args.input_sentence_size, "batch_mb": args.batch_mb, "file_mb": args.file_mb}
     if args.child is not None:
         raw = Path(args.child_input) if args.child_input else None
-        print(json.dumps(child(args.child, near, args.child_config, caps, args.batch_mb, args.file_mb, raw)))
+        print(json.dumps(child(args.child, near, args.child_config, caps, args.batch_mb, args.file_mb, raw,
+                               args.text)))
         return 0
     if args.pack_child is not None:
         print(json.dumps(measure_pack_group(args.pack_child)))
@@ -727,9 +774,9 @@ def main() -> int:
 
     sizes = [float(s) for s in args.sizes.split(",")]
     configs = [c.strip() for c in args.configs.split(",") if c.strip()]
-    unknown = [c for c in configs if c not in CONFIGS and not worker_count(c)]
+    unknown = [c for c in configs if c not in CONFIGS and not scaled(c)]
     if unknown:
-        ap.error(f"unknown configs {unknown}; known: {CONFIGS} and workersN (N >= 2)")
+        ap.error(f"unknown configs {unknown}; known: {CONFIGS}, workersN and procsN (N >= 2)")
     results: dict[str, list[dict[str, Any]]] = {}
     with scratch_dir("sf-scaling-inputs-") as inputs:  # one input per size, shared by every config
         for config in configs:
@@ -775,9 +822,12 @@ def main() -> int:
         "Full build (`run_build`: clean, exact"
         f"{' + near (MinHash/LSH)' if near else ''} dedupe, sentences, SentencePiece unigram 8k training, "
         "tokenize, FULL-SENTENCES 512 packing, Parquet intermediates, shards, manifest, report) on "
-        "FnApiRunner, one fresh child process per size. Input: synthetic English-like JSONL from "
-        "`shardforge.synth.make_article` (Gopher's `dup_ngrams` rule disabled: template text repeats "
-        "n-grams far more than prose). **Peak RSS** is the peak of the sum of RSS over the child and its "
+        "FnApiRunner, one fresh child process per size. Input: "
+        + ("real prose (`benchmarks/prose.py`: Wikipedia and ABC news paragraphs shipped inside gensim, "
+           "recombined into distinct documents; every clean rule on). " if args.text == "prose" else
+           "synthetic English-like JSONL from `shardforge.synth.make_article` (Gopher's `dup_ngrams` rule "
+           "disabled: template text repeats n-grams far more than prose). ")
+        + "**Peak RSS** is the peak of the sum of RSS over the child and its "
         "live descendants (sampled every 50 ms, and never below the child's ru_maxrss); \"start\" is the "
         "child's RSS before the pipeline (interpreter, imports, input counted). Every configuration of a size "
         "builds the same input file (written once, at one path: document ids hash the path).",

@@ -59,22 +59,27 @@ def test_near_duplicate_heavy_build_is_byte_identical_with_everything_spilled(tm
 
 
 def test_scaling_benchmark_compares_builds_of_one_input_path(tmp_path: Path) -> None:
-    """bench_scaling's `default` and `workers2` rows build the same input file and report
+    """bench_scaling's `default`, `workers2` and `procs2` rows build the same input file and report
     byte-identical manifests. Before, every child wrote its corpus into its own temporary folder;
     document ids hash the input path, so the two rows were different corpora and their token
     counts differed (2,670,977 vs 2,670,984 at 6 MB), which read as a determinism defect."""
     out = tmp_path / "scaling.md"
     res = subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_scaling.py"), "--sizes", "0.3",
-                          "--configs", "default,workers2", "--no-bounds", "--out", str(out)],
+                          "--configs", "default,workers2,procs2", "--no-bounds", "--out", str(out)],
                          capture_output=True, text=True, cwd=REPO, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
     text = out.read_text()
     tokens = re.findall(r"^\| 0\.3 \| \d+ \| ([\d,]+) \|", text, flags=re.M)
-    assert len(tokens) == 2 and tokens[0] == tokens[1], tokens
+    assert len(tokens) == 3 and len(set(tokens)) == 1, tokens
     assert "`workers2` vs `default` (same input file): **byte-identical**" in text
+    assert "`procs2` vs `default` (same input file): **byte-identical**" in text
     # the workers table: one worker (all CPU in the process), then two (most of it in the worker processes)
     one = re.search(r"^  \| 0\.3 \| 1 \| [\d.]+ \| [\d.]+x \| ([\d.]+) \| ([\d.]+) \|", text, flags=re.M)
     two = re.search(r"^  \| 0\.3 \| 2 \| [\d.]+ \| [\d.]+x \| ([\d.]+) \| ([\d.]+) \|", text, flags=re.M)
     assert one and two, text
     assert float(one.group(1)) > 0 and float(one.group(2)) == 0 and float(two.group(2)) > 0
+    # the document processes' table: their CPU is the build's children's
+    procs = text[text.index("Document processes against none"):]
+    two = re.search(r"^  \| 0\.3 \| 2 \| [\d.]+ \| [\d.]+x \| ([\d.]+) \| ([\d.]+) \|", procs, flags=re.M)
+    assert two and float(two.group(1)) > 0 and float(two.group(2)) > 0, procs
     assert "DIFFERENT" not in text
