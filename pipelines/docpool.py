@@ -4,17 +4,19 @@ The in-process local runner executes every bundle on one thread, so a build used
 however many the machine had; Beam's worker processes (``--direct_num_workers``) spread the
 stages but cost 1.7-1.8x the CPU for the same output (docs/scaling.md), because every element
 of every stage crosses gRPC to and from the controller. Here the runner stays in-process and
-only the costly pure per-document work (cleaning with language ID, MinHash sketches) goes to
-``N`` plain worker processes, in batches: the step that owns the work (``pipelines.batching``,
-``PooledBatches``) hands a batch over, keeps going with the next, and emits the results in the
-order it handed the batches over. Outputs do not depend on ``N`` (each document's result is a
-pure function of the document and the config).
+only the costly pure per-document work (cleaning with language ID, MinHash sketches, sentence
+splitting) goes to ``N`` plain worker processes, in batches: the step that owns the work
+(``pipelines.batching``, ``PooledBatches``) hands a batch over, keeps going with the next, and
+emits the results in the order it handed the batches over. Outputs do not depend on ``N`` (each
+document's result is a pure function of the document and the config).
 
 The workers run ``python -m pipelines.docworker``: they import only the pure modules their
-tasks name (no Beam: ~0.4 CPU-s and ~60 MB each, against ~1.8 CPU-s and ~150 MB for a Beam
-worker). A task is a module-level function and its arguments, pickled over the worker's pipes:
-both ends are this build's own processes (nothing from the input or a bucket is unpickled that
-was not pickled by this build).
+tasks name (no Beam: ~0.4 CPU-s and ~45 MB each at the start, against ~1.8 CPU-s and ~150 MB
+for a Beam worker); the two that sketch (``lanes``) also load the numba MinHash kernel (~1 CPU-s,
+~130 MB). A process holds one batch at a time (the largest measured: 243 MB at 100 MB of input,
+docs/scaling.md). A task is a module-level function and its arguments, pickled over the worker's
+pipes: both ends are this build's own processes (nothing from the input or a bucket is
+unpickled that was not pickled by this build).
 """
 
 from __future__ import annotations

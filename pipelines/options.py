@@ -136,10 +136,10 @@ class LocalRunnerOptions(CachedViews, PipelineOptions):
     def _add_argparse_args(cls, parser: Any) -> None:
         g = parser.add_argument_group("local runner cores and memory")
         g.add_argument("--doc_processes", type=int, default=None,
-                       help="Local runner: clean (with language ID) and sketch documents in this many processes "
-                            "beside the runner, which goes on with the rest (0: one per core; default 1: in the "
-                            "runner). Output does not depend on it. See docs/scaling.md for it against "
-                            "--direct_num_workers.")
+                       help="Local runner: clean (with language ID), sketch and split documents into sentences "
+                            "in this many processes beside the runner, which goes on with the rest (0: one per "
+                            "core; default 1: in the runner). Output does not depend on it. See docs/scaling.md "
+                            "for it against --direct_num_workers.")
         g.add_argument("--spill_mb", type=float, default=None,
                        help="Local runner: MB of encoded data each stage-to-stage buffer keeps in memory; the rest "
                             "goes to temporary files, and stages stream their input and output (default "
@@ -465,7 +465,9 @@ BEAM_HELP_NOTE = (
     "\nEvery standard Beam pipeline option (--runner, --project, --region, --temp_location, "
     "--sdk_container_image, --direct_num_workers, ...) is accepted too (--help_beam lists them); any other "
     "flag is an error. Without --runner the job runs locally on Beam's FnApiRunner (nothing is downloaded): "
-    f"--direct_num_workers N runs N worker processes, and stage data past --spill_mb MB per buffer "
+    "--doc_processes N cleans, sketches and splits documents in N processes beside the runner (0: one per "
+    "core; the faster way to use a machine's cores, docs/scaling.md), --direct_num_workers N runs N Beam "
+    "worker processes instead, and stage data past --spill_mb MB per buffer "
     f"({DEFAULT_SPILL_MB:g}; -1 keeps it all in memory) goes to temporary files under --spill_dir.")
 
 

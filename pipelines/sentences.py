@@ -81,6 +81,11 @@ def split_sentences(text: str) -> list[str]:
     return list(iter_sentences(text))
 
 
+def split_batch(texts: list[str]) -> list[tuple[str, ...]]:
+    """``split_sentences`` of each text, as tuples: a document process's task (``pipelines.docpool``)."""
+    return [tuple(iter_sentences(t)) for t in texts]
+
+
 def count_sentences(text: str, at_most: int) -> int:
     """min(at_most, the number of sentences): a threshold needs only the first few."""
     return sum(1 for _ in islice(iter_sentences(text), max(0, at_most)))

@@ -17,7 +17,7 @@ from pipelines.batching import PooledBatches
 from pipelines.clean import RAW_WORDS, REJECTS, check_rule_names, clean_batch, line_rules_for
 from pipelines.metrics import counter
 from pipelines.records import Document, Reject, SentencedDocument, TokenizedDocument
-from pipelines.sentences import split_sentences
+from pipelines.sentences import split_batch
 from pipelines.tokenizer import TrainTokenizer, load_model, model_path, store_model, stored_path
 from schemas.config import BuildConfig, CleanConfig, SourceConfig
 
@@ -68,16 +68,31 @@ class CleanDocuments(beam.PTransform):
             REJECTS, RAW_WORDS, main="documents")
 
 
-def to_sentences(doc: Document) -> SentencedDocument:
-    """A kept document as its sentences (the unit of tokenizer training, encoding and packing)."""
-    return SentencedDocument(doc.doc_id, doc.source, tuple(split_sentences(doc.text)))
+SPLIT_BATCH = 64  # documents the sentence step hands to a document process at a time
+
+
+class _Split(PooledBatches):
+    """Kept documents as their sentences (the unit of tokenizer training, encoding and packing)."""
+
+    def __init__(self) -> None:
+        super().__init__(SPLIT_BATCH)
+
+    def process(self, doc: Document):
+        yield from self.add(doc)
+
+    def batch_task(self, batch: list[Document]):
+        return split_batch, ([d.text for d in batch],)
+
+    def batch_outputs(self, batch: list[Document], result) -> Iterable[SentencedDocument]:
+        for d, sentences in zip(batch, result, strict=True):
+            yield SentencedDocument(d.doc_id, d.source, sentences)
 
 
 class SplitSentences(beam.PTransform):
     """Documents -> SentencedDocuments."""
 
     def expand(self, docs):
-        return docs | "Split" >> beam.Map(to_sentences)
+        return docs | "Split" >> beam.ParDo(_Split())
 
 
 class DropEmpty(beam.PTransform):

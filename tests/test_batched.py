@@ -60,7 +60,7 @@ def test_build_help_lists_the_memory_and_worker_flags() -> None:
     res = subprocess.run([sys.executable, "-m", "pipelines.build", "--help"], capture_output=True, text=True,
                          cwd=ROOT, timeout=120)
     assert res.returncode == 0
-    for flag in ("--batch_mb", "--spill_mb", "--spill_dir", "--direct_num_workers"):
+    for flag in ("--batch_mb", "--spill_mb", "--spill_dir", "--direct_num_workers", "--doc_processes"):
         assert flag in res.stdout, flag
 
 
@@ -216,6 +216,19 @@ def test_an_interrupted_build_resumes_to_byte_identical_output(batched, tmp_path
     assert committed_files(out) == committed_files(batched["out"])  # another folder, the same bytes
     # A rerun of a finished build does nothing and returns the same corpus.
     assert build_in_batches(batched["cfg"], out, mb) == final
+
+
+@pytest.mark.slow
+def test_a_batch_with_document_processes_writes_the_same_bytes(batched, tmp_path, monkeypatch) -> None:
+    """``--doc_processes 2`` reaches a batch's own process (its pipeline cleans, sketches and splits in
+    two document processes) and its version is byte-identical to the first version of the build without."""
+    out = str(tmp_path / "corpus")
+    first = build_in_batches(batched["cfg"], out, batch_mb(batched["globs"]), ["--doc_processes", "2"], max_batches=1)
+    assert first.version == 1
+    mine, full = committed_files(out), committed_files(batched["out"])
+    for latest in ("manifest.json", "latest"):  # name the latest version: v1 here, the last one there
+        mine.pop(latest)
+    assert mine and all(full.get(k) == v for k, v in mine.items()), sorted(k for k in mine if full.get(k) != mine[k])
 
 
 @pytest.mark.slow

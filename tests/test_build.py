@@ -233,11 +233,13 @@ def test_two_worker_processes_through_the_cli_are_byte_identical(built, tmp_path
 
 
 def test_document_processes_build_the_same_bytes(built, tmp_path, monkeypatch):
-    """``--doc_processes 2``: cleaning and sketching run in two document processes (pipelines.docpool),
-    every batch of both steps handed over, and the corpus is byte-identical to the in-process build."""
+    """``--doc_processes 2``: cleaning, sketching and sentence splitting run in two document processes
+    (pipelines.docpool), every batch of the three steps handed over, and the corpus is byte-identical
+    to the in-process build."""
     from pipelines.clean import clean_batch
     from pipelines.docpool import DocPool
     from pipelines.minhash import sketch_arrays
+    from pipelines.sentences import split_batch
 
     cfg, out, _ = built
     handed: list[tuple[str, int]] = []
@@ -256,6 +258,8 @@ def test_document_processes_build_the_same_bytes(built, tmp_path, monkeypatch):
     # Every document clean kept was sketched (those dedupe removed too); clean saw those and the filtered.
     assert sketched == sum(a.kept + sum(a.duplicate.values()) for a in accounts) > 0, handed
     assert sketched + sum(sum(a.filtered.values()) for a in accounts) <= cleaned <= sum(a.input for a in accounts)
+    split = sum(n for f, n in handed if f == split_batch.__name__)
+    assert sum(a.kept for a in accounts) <= split <= sketched  # dedupe's survivors (some may have no tokens)
 
 
 def test_the_cli_process_builds_the_same_bytes_without_unused_integrations(built, tmp_path):
