@@ -12,9 +12,10 @@ document's result is a pure function of the document and the config).
 
 The workers run ``python -m pipelines.docworker``: they import only the pure modules their
 tasks name (no Beam: ~0.4 CPU-s and ~45 MB each at the start, against ~1.8 CPU-s and ~150 MB
-for a Beam worker); the two that sketch (``lanes``) also load the numba MinHash kernel (~1 CPU-s,
-~130 MB). A process holds one batch at a time (the largest measured: 243 MB at 100 MB of input,
-docs/scaling.md). A task is a module-level function and its arguments, pickled over the worker's
+for a Beam worker); the one that sketches (``lanes``) also loads the numba MinHash kernel (~1 CPU-s,
+~130 MB) once it has hashed enough, as the runner's process would. A process holds its imports
+and one batch at a time: ~55 MB cleaning and splitting, ~95 MB sketching on numpy, ~230 MB with
+the kernel, whatever the input size (docs/scaling.md). A task is a module-level function and its arguments, pickled over the worker's
 pipes: both ends are this build's own processes (nothing from the input or a bucket is
 unpickled that was not pickled by this build).
 """

@@ -52,7 +52,10 @@ class _SketchBatch(PooledBatches):
     cross the verdict join as one element (``Deduplicate``), not two.
     """
 
-    lanes = 2  # document processes that load the MinHash kernel (numba: ~1 CPU-s and ~130 MB each)
+    # One document process sketches: it loads the numba MinHash kernel (~1 CPU-s, ~130 MB) once it has
+    # hashed KERNEL_AFTER products, as the runner's process would; sketches spread over two took the
+    # numpy path (~3x the CPU) for twice as many documents, and each loaded the kernel.
+    lanes = 1
 
     def __init__(self, hasher: MinHasher, doc_rows: Any, batch: int) -> None:
         super().__init__(batch)
