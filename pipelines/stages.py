@@ -15,8 +15,8 @@ from apache_beam import pvalue
 
 from pipelines.batching import PooledBatches
 from pipelines.clean import RAW_WORDS, REJECTS, check_rule_names, clean_batch, line_rules_for
-from pipelines.metrics import counter
-from pipelines.records import Document, Reject, SentencedDocument, TokenizedDocument
+from pipelines.metrics import counted, counter
+from pipelines.records import Document, SentencedDocument, TokenizedDocument
 from pipelines.sentences import split_batch
 from pipelines.tokenizer import TrainTokenizer, load_model, model_path, store_model, stored_path
 from schemas.config import BuildConfig, CleanConfig, SourceConfig
@@ -41,12 +41,7 @@ class _Clean(PooledBatches):
             for rule, n in lines.items():
                 counter("clean_lines", rule).inc(n)
             yield pvalue.TaggedOutput(RAW_WORDS, (doc.source, words))
-            if isinstance(out, Reject):
-                counter("clean", f"{out.bucket}_{out.reason}").inc()
-                yield pvalue.TaggedOutput(REJECTS, out)
-            else:
-                counter("clean", "kept").inc()
-                yield out
+            yield counted("clean", out, "kept", REJECTS)
 
 
 class CleanDocuments(beam.PTransform):

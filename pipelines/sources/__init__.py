@@ -40,7 +40,7 @@ import apache_beam as beam
 from apache_beam import pvalue
 
 from pipelines import progress
-from pipelines.metrics import counter
+from pipelines.metrics import counted
 from pipelines.records import Reject, make_doc_id
 from pipelines.sources.listing import Input, judge_urls, list_inputs, local_file_problem
 from pipelines.sources.readers import (
@@ -147,12 +147,7 @@ class _ReadFiles(beam.DoFn):
 
     def _records(self, entry: Input, tally: Tally):
         for rec in read_input(entry, self.source, tally):
-            if isinstance(rec, Reject):
-                counter("read", f"{rec.bucket}_{rec.reason}").inc()
-                yield pvalue.TaggedOutput(REJECTS, rec)
-            else:
-                counter("read", "documents").inc()
-                yield rec
+            yield counted("read", rec, "documents", REJECTS)
 
 
 class ReadSource(beam.PTransform):
