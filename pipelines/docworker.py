@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import signal
 import sys
 import traceback
 
@@ -19,6 +20,9 @@ from pipelines.preflight import local_build_process
 
 
 def main() -> None:
+    # Ctrl-C reaches the whole process group: the build's process handles it (its pool closes this
+    # process's stdin, and it ends); a traceback from every document process would only be noise.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     local_build_process()  # the allocator settings of the build's own process
     out = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())

@@ -93,6 +93,18 @@ def test_a_worker_cleans_and_sketches_without_beam(pool):
     assert "pipelines.clean" in mods and not any(m.split(".")[0] == "apache_beam" for m in mods)
 
 
+def test_ctrl_c_is_left_to_the_build_process(pool):
+    """Ctrl-C reaches the process group; a document process ignores it (no traceback from each)."""
+    import signal
+    import time
+
+    pool.submit(abs, 1).result(timeout=60)  # started
+    for pid in pool.pids():
+        os.kill(pid, signal.SIGINT)
+    time.sleep(0.2)
+    assert [pool.submit(abs, -i).result(timeout=60) for i in range(4)] == [0, 1, 2, 3]
+
+
 def test_close_ends_the_workers():
     p = DocPool(2)
     p.submit(abs, 1).result(timeout=60)
