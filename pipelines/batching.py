@@ -65,7 +65,7 @@ class BundleBatches(beam.DoFn):
 class PooledBatches(BundleBatches):
     """Batches whose pure work may run in the document processes (``pipelines.docpool``).
 
-    Subclasses split ``handle_batch`` in two: ``batch_task(batch)`` names the work, a module-level
+    ``process`` takes one element (no side inputs). Subclasses split ``handle_batch`` in two: ``batch_task(batch)`` names the work, a module-level
     function and its arguments (picklable, importable without Beam), and ``batch_outputs(batch,
     result)`` turns its result into the step's outputs (counters and progress included: they
     count in the runner's process). Without a pool the task runs here, at once. With one, a full
@@ -79,6 +79,9 @@ class PooledBatches(BundleBatches):
     def start_bundle(self) -> None:
         super().start_bundle()
         self._pending: deque[tuple[list[Any], Any]] = deque()
+
+    def process(self, element: Any) -> Iterator[Any]:
+        yield from self.add(element)
 
     def batch_task(self, batch: list[Any]) -> tuple[Callable[..., Any], tuple[Any, ...]]:
         raise NotImplementedError

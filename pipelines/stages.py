@@ -30,9 +30,6 @@ class _Clean(PooledBatches):
         self.cfg = cfg
         self.line_rules = line_rules
 
-    def process(self, doc: Document):
-        yield from self.add(doc)
-
     def batch_task(self, batch: list[Document]):
         return clean_batch, (batch, self.cfg, self.line_rules)
 
@@ -71,9 +68,6 @@ class _Split(PooledBatches):
 
     def __init__(self) -> None:
         super().__init__(SPLIT_BATCH)
-
-    def process(self, doc: Document):
-        yield from self.add(doc)
 
     def batch_task(self, batch: list[Document]):
         return split_batch, ([d.text for d in batch],)

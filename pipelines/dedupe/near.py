@@ -62,9 +62,6 @@ class _SketchBatch(PooledBatches):
         self.hasher = hasher
         self.doc_rows = doc_rows
 
-    def process(self, doc: Document) -> Iterator[Any]:
-        yield from self.add(doc)
-
     def batch_task(self, batch: list[Document]):
         return sketch_arrays, ([d.text for d in batch], self.hasher)
 
