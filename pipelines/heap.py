@@ -34,11 +34,14 @@ def _libc(name: str) -> Any:
         return None
 
 
-def release_free_memory() -> None:
+def release_free_memory(collect: bool = True) -> None:
     """Collect unreachable reference cycles (the collector runs rarely in a build: ``tune_collector``),
     then give the OS back the free pages of glibc's heap (``malloc_trim``; elsewhere nothing) and of
-    pyarrow's default memory pool, if pyarrow is loaded (``release_unused``). A few milliseconds."""
-    gc.collect()
+    pyarrow's default memory pool, if pyarrow is loaded (``release_unused``). A few milliseconds
+    without the collection (``collect=False``); the collection scans every object alive: ~80 ms at
+    30 MB of input, ~160 ms at 100 MB, for a few dozen to a few thousand objects freed."""
+    if collect:
+        gc.collect()
     pa = sys.modules.get("pyarrow")
     if pa is not None:
         pa.default_memory_pool().release_unused()

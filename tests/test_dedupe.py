@@ -298,6 +298,70 @@ def test_incremental_index(tmp_path: Path) -> None:
         Deduplicate(DedupeConfig(), index_in=os.path.relpath(idx1), index_out=idx1 + "/sub")
 
 
+def _index_entries(url: str) -> list[tuple]:
+    from pipelines.dedupe import index_parts, read_index_part
+
+    return sorted((e.doc_id, e.source, e.exact_hash, e.signature.tobytes(), e.shingles.tobytes())
+                  for part in index_parts(url, DedupeConfig()) for e in read_index_part(part))
+
+
+def test_verdicts_through_side_inputs_equal_the_join(quality_run, tmp_path: Path) -> None:
+    """The local runner's way to meet documents with their verdicts (side inputs, ``_ApplyVerdicts``)
+    gives what the join gives (a distributed runner's): the kept documents, every duplicate record
+    (exact, near with its similarity, chains re-pointed) and the index written, on near-duplicate
+    families with exact copies, and against an old corpus's index."""
+    docs, _, kept, dups = quality_run
+    assert any(d.kind == "exact" for d in dups) and any(d.kind == "near" for d in dups)
+    idx_join, idx_side = str(tmp_path / "join"), str(tmp_path / "side")
+    via_join = run_dedupe(docs, DedupeConfig(), index_out=idx_join)
+    via_side = run_dedupe(docs, DedupeConfig(), index_out=idx_side, verdict_side_inputs=True)
+    assert via_side == via_join == (kept, dups)
+    assert [d.similarity for d in via_side[1]] == [d.similarity for d in dups]
+    assert _index_entries(idx_side) == _index_entries(idx_join) and len(_index_entries(idx_side)) == len(kept)
+    # Against the index just written: the same documents again, and one of them changed a little.
+    rng = random.Random(4)
+    again = [Document("z-" + d.doc_id, d.source, d.text) for d in docs[:30]]
+    words = docs[30].text.split()
+    words[rng.randrange(len(words))] = "changed"
+    again.append(Document("z-near", docs[30].source, " ".join(words)))
+    joined = run_dedupe(again, DedupeConfig(), index_in=idx_join)
+    side = run_dedupe(again, DedupeConfig(), index_in=idx_join, verdict_side_inputs=True)
+    assert side == joined and len(side[1]) >= 30
+
+
+def test_the_build_graph_joins_verdicts_by_runner(tmp_path: Path) -> None:
+    """The build wires the side-input lookup on the local runner and the join on a distributed one."""
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from pipelines.graph import build_pipeline
+    from pipelines.options import BuildOptions, finalize_options, joins_by_side_input
+    from schemas.config import BuildConfig
+
+    (tmp_path / "web.jsonl").write_text(json.dumps({"text": "A document."}) + "\n")
+    cfg = BuildConfig.model_validate({"sources": [{"name": "web", "input": str(tmp_path / "*.jsonl")}]})
+
+    def labels(opts) -> set[str]:
+        p = beam.Pipeline(runner="FnApiRunner", options=opts)  # constructed only: no Dataflow project needed
+        build_pipeline(p, cfg, str(tmp_path / "graph"))
+        found: set[str] = set()
+
+        class Visit(beam.pipeline.PipelineVisitor):
+            def enter_composite_transform(self, node) -> None:
+                found.add(node.full_label)
+
+            def visit_transform(self, node) -> None:
+                found.add(node.full_label)
+
+        p.visit(Visit())
+        return found
+
+    local = finalize_options(BuildOptions([]))
+    dataflow = PipelineOptions(["--runner", "DataflowRunner"])
+    assert joins_by_side_input(local) and not joins_by_side_input(dataflow)
+    assert "Dedupe/JoinVerdicts" not in labels(local) and "Dedupe/Split" in labels(local)
+    assert "Dedupe/JoinVerdicts" in labels(dataflow)
+
+
 def test_quality_metric_counts_pairs() -> None:
     # The evaluator itself: removing nothing gives recall 0 on a corpus with duplicates.
     docs, truth = make_corpus(families=3, unrelated=2, words=120, seed=1)
