@@ -24,7 +24,7 @@ from collections.abc import Iterable, Iterator
 
 from apache_beam import coders
 
-from pipelines.records import TokenIds, TokenizedDocument
+from pipelines.records import Document, TokenIds, TokenizedDocument
 
 _LITTLE = sys.byteorder == "little"
 _WIDTH = {"H": 2, "i": 4}
@@ -92,6 +92,39 @@ def decode_tokenized(data: bytes) -> TokenizedDocument:
         sents.append(s)
         pos += n * width
     return TokenizedDocument(doc_id, source, tuple(sents), num_tokens)
+
+
+# A Document's seven optional-or-not strings (UTF-8 byte lengths, -1: None), whether it has a
+# language score, the score, and its word count (-1: None).
+_DOC_HEAD = struct.Struct("<7i?dq")
+_DOC_STRINGS = ("doc_id", "source", "text", "url", "title", "date", "language")
+
+
+def encode_document(d: Document) -> bytes:
+    """A ``Document`` as bytes: the head, then its strings' UTF-8 bytes (lone surrogates kept).
+
+    What crosses the local runner's grouping as bytes, which its buffer decodes and encodes again
+    on the way (``pipelines.files.WriteParts``): a memory copy there, where a pickled Document
+    was unpickled and pickled again."""
+    raw = [None if v is None else v.encode("utf-8", "surrogatepass") for v in (getattr(d, f) for f in _DOC_STRINGS)]
+    score = d.language_score
+    head = _DOC_HEAD.pack(*(-1 if b is None else len(b) for b in raw), score is not None,
+                          0.0 if score is None else score, -1 if d.words is None else d.words)
+    return b"".join([head, *(b for b in raw if b)])
+
+
+def decode_document(data: bytes) -> Document:
+    """The inverse of ``encode_document``."""
+    *lengths, has_score, score, words = _DOC_HEAD.unpack_from(data, 0)
+    pos = _DOC_HEAD.size
+    values = []
+    for n in lengths:
+        if n < 0:
+            values.append(None)
+        else:
+            values.append(data[pos:pos + n].decode("utf-8", "surrogatepass"))
+            pos += n
+    return Document(*values, language_score=score if has_score else None, words=None if words < 0 else words)
 
 
 class _RecordCoder(coders.Coder):

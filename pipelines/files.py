@@ -18,7 +18,7 @@ from typing import Any
 
 import apache_beam as beam
 
-from pipelines.coders import TokenizedDocumentCoder  # noqa: F401  (registers the coder)
+from pipelines.coders import TokenizedDocumentCoder, decode_document, encode_document  # noqa: F401  (registers the coder)
 from pipelines.records import Reject, TokenizedDocument, stable_hash
 from storage import join, unless_swept, write_bytes_atomic, write_stream_atomic
 
@@ -176,27 +176,34 @@ class WriteParts(beam.PTransform):
     plain tuples cross the shuffle with Beam's native coder). ``record_type``: the
     records' type, so the shuffle uses its registered coder (``pipelines.coders``)
     instead of pickle. ``stream``: ``to_bytes(records, file)`` writes the part into
-    the file itself (instead of returning its bytes). Emits the written file names.
+    the file itself (instead of returning its bytes). ``codec``: ``(encode, decode)`` of a record
+    and bytes: the records cross the shuffle as those bytes, decoded where the part is written (the
+    local runner's grouping buffer decodes and encodes what it groups again: bytes cost it a copy).
+    Emits the written file names.
     """
 
     def __init__(self, prefix: str, ext: str, to_bytes: Callable[..., Any], parts: Any,
-                 doc_id: Callable[[Any], str] | None = None, record_type: Any = None, stream: bool = False):
+                 doc_id: Callable[[Any], str] | None = None, record_type: Any = None, stream: bool = False,
+                 codec: tuple[Callable[[Any], bytes], Callable[[bytes], Any]] | None = None):
         super().__init__()
         self.prefix, self.ext, self.to_bytes, self.parts = prefix, ext, to_bytes, parts
         self.doc_id = doc_id if doc_id is not None else _doc_id_attr
         self.record_type = record_type
         self.stream = stream
+        self.codec = codec
 
     def expand(self, records):
-        prefix, ext, to_bytes, doc_id = self.prefix, self.ext, self.to_bytes, self.doc_id
+        prefix, ext, to_bytes, doc_id, codec = self.prefix, self.ext, self.to_bytes, self.doc_id, self.codec
 
         def key(rec: Any, parts: int) -> tuple[int, Any]:
-            return stable_hash("part", doc_id(rec)) % parts, rec
+            return stable_hash("part", doc_id(rec)) % parts, rec if codec is None else codec[0](rec)
 
         stream = self.stream
 
         def write(kv: tuple[int, Iterable[Any]]) -> str:
             index, recs = kv
+            if codec is not None:
+                recs = map(codec[1], recs)
             ordered = sorted(recs, key=doc_id)
             del recs
             name = part_name(index, ext)
@@ -212,7 +219,9 @@ class WriteParts(beam.PTransform):
             route = beam.Map(key, parts)
         else:
             route = beam.Map(key, beam.pvalue.AsSingleton(parts))
-        if self.record_type is not None:
+        if codec is not None:
+            route = route.with_output_types(beam.typehints.Tuple[int, bytes])
+        elif self.record_type is not None:
             route = route.with_output_types(beam.typehints.Tuple[int, self.record_type])
         keyed = records | "Route" >> route
         return keyed | "Group" >> beam.GroupByKey() | "Write" >> beam.Map(write)
@@ -363,4 +372,4 @@ class WriteClean(beam.PTransform):
         basis = kept if self.sized_by is None else self.sized_by
         parts = basis | "CleanParts" >> PartCount(size=_text_chars, size_per_part=CLEAN_PART_CHARS)
         return kept | "Write" >> WriteParts(join(self.output, CLEAN_DIR), "parquet", write_documents_parquet, parts,
-                                             stream=True)
+                                             stream=True, codec=(encode_document, decode_document))

@@ -1,12 +1,14 @@
 """The dedupe wiring of #16 (exact verdicts from the sketches, one join of the documents) against the
 wiring before it (tests/reference_dedupe.py: exact dedupe shuffling whole documents first), in one
 Beam pipeline per case: the same kept documents, the same duplicate records (kind, target,
-similarity) and byte-identical index files, on corpora built to hit every path the change touches.
+similarity), counters and byte-identical index files, on corpora built to hit every path the change
+touches; and the same wiring with its joins as side-input lookups (the local runner's).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import random
 import sys
@@ -36,7 +38,10 @@ def _run_both(docs: list[Document], cfg: DedupeConfig, out: Path, index_in: str 
     With ``index``, each writes its index to ``out/<variant>-index``."""
     inp = out / "docs.jsonl"
     _dump(docs, str(inp))
-    variants = {"new": Deduplicate, "reference": ReferenceDeduplicate}
+    # "lookups": the new wiring as the build runs it on the local runner (verdicts and the near step's
+    # sparse joins through side inputs); "new": as on a distributed runner (CoGroupByKeys).
+    variants = {"new": Deduplicate, "lookups": functools.partial(Deduplicate, verdict_side_inputs=True),
+                "reference": ReferenceDeduplicate}
     p = beam.Pipeline(runner="FnApiRunner")
     read = (p | "Read" >> beam.io.ReadFromText(str(inp))
             | "Parse" >> beam.Map(lambda line: Document(**json.loads(line))))
@@ -79,7 +84,7 @@ def test_new_wiring_removes_what_the_old_one_removed(tmp_path: Path, spans: bool
     # A cluster cap of 2: an exact copy taking a cluster's slot would keep a near duplicate in.
     cfg = DedupeConfig(components_rounds=4, repeated_spans=spans, span_sentences=2, max_cluster_size=2)
     got = _run_both(docs, cfg, tmp_path)
-    assert got["new"] == got["reference"]
+    assert got["new"] == got["reference"] == got["lookups"]
     assert got["new"]["counters"]["near_over_cluster_cap"] > 0 and got["new"]["counters"]["exact_duplicates"] > 0
     dups = [json.loads(line) for line in got["new"]["duplicates"].splitlines()]
     kinds = {d["kind"] for d in dups}
@@ -88,7 +93,8 @@ def test_new_wiring_removes_what_the_old_one_removed(tmp_path: Path, spans: bool
     copies = [d for d in dups if d["doc_id"].startswith("zz-copy") and d["kind"] == "exact"]
     near_ids = {d["doc_id"] for d in dups if d["kind"] == "near"}
     assert copies and not any(d["dup_of"] in near_ids for d in dups)
-    assert _index_files(tmp_path / "new-index") == _index_files(tmp_path / "reference-index")
+    assert _index_files(tmp_path / "new-index") == _index_files(tmp_path / "reference-index") == \
+        _index_files(tmp_path / "lookups-index")
 
 
 def test_new_wiring_matches_against_an_old_index(tmp_path: Path) -> None:
@@ -99,8 +105,9 @@ def test_new_wiring_matches_against_an_old_index(tmp_path: Path) -> None:
     run1 = tmp_path / "run1"
     run1.mkdir()
     got1 = _run_both(first, cfg, run1)
-    assert got1["new"] == got1["reference"]
-    assert _index_files(run1 / "new-index") == _index_files(run1 / "reference-index")
+    assert got1["new"] == got1["reference"] == got1["lookups"]
+    assert _index_files(run1 / "new-index") == _index_files(run1 / "reference-index") == \
+        _index_files(run1 / "lookups-index")
 
     kept1 = [Document(**json.loads(line)) for line in got1["new"]["kept"].splitlines()]
     second, _ = make_corpus(families=10, unrelated=15, words=120, exact_per_family=1, seed=6)
@@ -118,8 +125,10 @@ def test_new_wiring_matches_against_an_old_index(tmp_path: Path) -> None:
     read_new = got2["new"]["counters"].pop("index_bucket_entries_read")
     read_ref = got2["reference"]["counters"].pop("index_bucket_entries_read")
     assert read_new >= read_ref > 0
-    assert got2["new"] == got2["reference"]
+    assert got2["lookups"]["counters"].pop("index_bucket_entries_read") == read_new
+    assert got2["new"] == got2["reference"] == got2["lookups"]
     dups = [json.loads(line) for line in got2["new"]["duplicates"].splitlines()]
     old_ids = {d.doc_id for d in kept1}
     assert {d["kind"] for d in dups if d["dup_of"] in old_ids} == {"exact", "near"}
-    assert _index_files(run2 / "new-index") == _index_files(run2 / "reference-index")
+    assert _index_files(run2 / "new-index") == _index_files(run2 / "reference-index") == \
+        _index_files(run2 / "lookups-index")

@@ -9,6 +9,8 @@ from pathlib import Path
 import apache_beam as beam
 import pytest
 from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pipelines.files import PartCount, WriteParts, part_name, parts_for, rejects_to_jsonl
 from pipelines.records import Reject, stable_hash
@@ -195,3 +197,45 @@ def test_clean_parts_counted_from_the_documents_before_dedupe(tmp_path: Path, mo
         assert {f.name for f in written} == expected(parts), label
         assert sorted(r for f in written for r in pq.read_table(f).column("doc_id").to_pylist()) == \
             [d.doc_id for d in kept]
+
+
+_maybe_text = st.none() | st.text(max_size=40)
+
+
+@settings(max_examples=200, deadline=None)
+@given(doc_id=st.text(min_size=1, max_size=30), text=st.text(max_size=300), url=_maybe_text, title=_maybe_text,
+       date=_maybe_text, language=_maybe_text,
+       score=st.none() | st.floats(min_value=0.0, max_value=1.0), words=st.none() | st.integers(0, 2**40))
+def test_document_bytes_round_trip_every_field(doc_id, text, url, title, date, language, score, words):
+    """``encode_document`` / ``decode_document`` (the bytes a clean part's documents cross the shuffle in)
+    give back every field, None kept apart from "", lone surrogates and all (``words`` is not part of a
+    Document's equality: compared on its own)."""
+    from pipelines.coders import decode_document, encode_document
+    from pipelines.records import Document
+
+    doc = Document(doc_id, "web", text + "\ud800", url, title, date, language, score, words)
+    back = decode_document(encode_document(doc))
+    assert back == doc and back.words == doc.words and back.language_score == doc.language_score
+    assert [getattr(back, f) is None for f in ("url", "title", "date", "language")] == \
+        [getattr(doc, f) is None for f in ("url", "title", "date", "language")]
+
+
+def test_clean_parts_cross_the_shuffle_as_bytes(tmp_path: Path):
+    """The clean step's documents cross the shuffle as ``encode_document`` bytes (the routed elements are
+    typed ``(int, bytes)``, not pickled Documents) and reach the part writer whole."""
+    import pyarrow.parquet as pq
+
+    from pipelines import files
+    from pipelines.records import Document
+
+    docs = [Document(f"d{i:02d}", "web", f"text {i} \u00e9", f"https://x/{i}", None, "2020-01-01", "en", 0.5, i + 2)
+            for i in range(9)]
+    with BeamTestPipeline(runner="FnApiRunner") as p:
+        _ = p | beam.Create(docs) | "Clean" >> files.WriteClean(str(tmp_path))
+        routed = [t for t in p.transforms_stack[0].parts[-1].parts[-1].parts if t.full_label.endswith("/Route")]
+        assert routed and routed[0].outputs[None].element_type == beam.typehints.Tuple[int, bytes]
+    rows = sorted((r for f in (tmp_path / "clean").glob("*.parquet") for r in pq.read_table(f).to_pylist()),
+                  key=lambda r: r["doc_id"])
+    assert [r["doc_id"] for r in rows] == [d.doc_id for d in docs]
+    assert rows[3]["text"] == "text 3 \u00e9" and rows[3]["url"] == "https://x/3" and rows[3]["title"] is None
+    assert rows[3]["language_score"] == 0.5 and rows[3]["date"] == "2020-01-01"
