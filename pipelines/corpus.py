@@ -28,7 +28,7 @@ from apache_beam.metrics import Metrics
 from pipelines import progress
 from pipelines.accounting import check_balanced
 from pipelines.coders import EncodedDocuments, encode_tokenized  # (importing it registers the coders)
-from pipelines.files import part_name, size_runs, write_tokenized_parquet
+from pipelines.files import BundleTotals, part_name, size_runs, sum_pairs, write_tokenized_parquet
 from pipelines.packing import PackedSequence, decode_packed, encode_packed, group_of, pack_group, split_of
 from pipelines.records import TokenizedDocument
 from pipelines.tokenizer import MODEL_PATH, tokenizer_info
@@ -288,6 +288,10 @@ def count_groups(total_tokens: int, cfg: BuildConfig) -> int:
     return max(1, math.ceil(total_tokens / cfg.packing.group_tokens))
 
 
+def _num_tokens(d: TokenizedDocument) -> int:
+    return d.num_tokens
+
+
 class TokenGroups(beam.PTransform):
     """Tokenized documents -> a singleton with the number of packing groups (from the token total)."""
 
@@ -298,9 +302,9 @@ class TokenGroups(beam.PTransform):
     def expand(self, tokenized):
         return (
             tokenized
-            | "Tokens" >> beam.Map(lambda d: d.num_tokens)
-            | "TotalTokens" >> beam.CombineGlobally(sum)
-            | "Count" >> beam.Map(count_groups, self.cfg)
+            | "Tokens" >> beam.ParDo(BundleTotals(_num_tokens))  # (documents, tokens) per bundle
+            | "TotalTokens" >> beam.CombineGlobally(sum_pairs)
+            | "Count" >> beam.Map(lambda totals, cfg: count_groups(totals[1], cfg), self.cfg)
         )
 
 

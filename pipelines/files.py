@@ -13,10 +13,11 @@ import io
 import itertools
 import json
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import apache_beam as beam
+from apache_beam.transforms.window import GlobalWindows
 
 from pipelines.coders import TokenizedDocumentCoder, decode_document, encode_document  # noqa: F401  (registers the coder)
 from pipelines.records import Reject, TokenizedDocument, stable_hash
@@ -150,12 +151,34 @@ class PartCount(beam.PTransform):
             return by_size if per_part is None else max(by_size, parts_for(n, per_part))
 
         return (records
-                | "Size" >> beam.Map(lambda rec: (1, size(rec)))
-                | "Total" >> beam.CombineGlobally(_sum_pairs)
+                | "Size" >> beam.ParDo(BundleTotals(size))
+                | "Total" >> beam.CombineGlobally(sum_pairs)
                 | "Parts" >> beam.Map(parts))
 
 
-def _sum_pairs(pairs: Iterable[tuple[int, int]]) -> tuple[int, int]:
+class BundleTotals(beam.DoFn):
+    """``(records, sum(size(record)))`` of a bundle's records: one pair per bundle, made when it ends.
+
+    A pair per record went through two more steps per document (the pair, the global combine's
+    key), each an element of Beam's; the sum is the same (``sum_pairs`` adds the bundles' pairs).
+    Bundles with no records add nothing (the global combine's default is ``(0, 0)``)."""
+
+    def __init__(self, size: Callable[[Any], int]) -> None:
+        self.size = size
+
+    def start_bundle(self) -> None:
+        self._n = self._total = 0
+
+    def process(self, record: Any) -> None:
+        self._n += 1
+        self._total += self.size(record)
+
+    def finish_bundle(self) -> Iterator[Any]:
+        if self._n:
+            yield GlobalWindows.windowed_value((self._n, self._total))
+
+
+def sum_pairs(pairs: Iterable[tuple[int, int]]) -> tuple[int, int]:
     """Element-wise sum of (records, size) pairs."""
     n = total = 0
     for a, b in pairs:
