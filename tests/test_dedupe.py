@@ -360,9 +360,8 @@ def test_the_build_graph_joins_verdicts_by_runner(tmp_path: Path) -> None:
     assert joins_by_side_input(local) and not joins_by_side_input(dataflow)
     joins = {"Dedupe/JoinVerdicts", "Dedupe/Near/JoinMemberSignature", "Dedupe/Near/JoinRootSignature",
              "Dedupe/Near/JoinRoles"}
-    per_document = {"Dedupe/Near/SignatureByNode", "Dedupe/Near/ShinglesByNode"}  # batches come from Sketch
-    assert not (joins | per_document) & labels(local) and "Dedupe/Split" in labels(local)
-    assert joins | per_document <= labels(dataflow)
+    assert not joins & labels(local) and "Dedupe/Split" in labels(local)
+    assert joins <= labels(dataflow)
 
 
 def test_quality_metric_counts_pairs() -> None:

@@ -9,7 +9,7 @@ import apache_beam as beam
 
 from pipelines.dedupe.exact import ExactDedupe, ExactVerdicts, exact_entry
 from pipelines.dedupe.index import IndexRow, _WriteIndex, index_parts, index_row
-from pipelines.dedupe.near import DOC_TAG, LSH_TAG, SHINGLE_TAG, SIG_TAG, NearDedupe, _SketchBatch
+from pipelines.dedupe.near import DOC_TAG, LSH_TAG, NearDedupe, _SketchBatch
 from pipelines.dedupe.sketch import NEW, _hasher
 from pipelines.dedupe.spans import SpanDedupe
 from pipelines.minhash import (
@@ -166,8 +166,8 @@ class Deduplicate(beam.PTransform):
                 # Each document also leaves the Sketch step keyed for the verdict join, with its index
                 # entry: one element a document crosses that join, not the document and its entry.
                 | "Sketch" >> beam.ParDo(_SketchBatch(_hasher(cfg), index_row if self.index_out else _no_row,
-                                                      SIGNATURE_BATCH, node_batches=self.verdict_side_inputs)
-                                         ).with_outputs(LSH_TAG, DOC_TAG, SIG_TAG, SHINGLE_TAG, main="sketches")
+                                                      SIGNATURE_BATCH)
+                                         ).with_outputs(LSH_TAG, DOC_TAG, main="sketches")
             )
             sketches = sketched.sketches
             exact = None
@@ -176,8 +176,7 @@ class Deduplicate(beam.PTransform):
                 dup_parts.append(exact)
             skip = None if exact is None else exact | "ExactNodes" >> beam.Map(lambda d: NEW + d.doc_id)
             near = sketches | "Near" >> NearDedupe(cfg, part_urls, buckets=sketched[LSH_TAG], skip=skip,
-                                                   lookups=self.verdict_side_inputs,
-                                                   node_batches=(sketched[SIG_TAG], sketched[SHINGLE_TAG]))
+                                                   lookups=self.verdict_side_inputs)
             if self.verdict_side_inputs:
                 verdicts = {"near": beam.pvalue.AsList(near)}
                 if exact is not None:

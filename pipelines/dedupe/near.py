@@ -40,8 +40,6 @@ from schemas.config import DedupeConfig
 LSH_SHARDS = 64
 DOC_TAG = "docs"  # _SketchBatch's documents with their index entries, keyed for the verdict join
 LSH_TAG = "lsh"  # the Sketch step's tagged output of shard batches
-SIG_TAG = "signatures"  # _SketchBatch(node_batches=True): a batch's (node, signature bytes) pairs, as one list
-SHINGLE_TAG = "shingles"  # ... and its (node, (source, shingle bytes)) pairs, as one list
 
 
 class _SketchBatch(PooledBatches):
@@ -51,9 +49,7 @@ class _SketchBatch(PooledBatches):
 
     ``doc_rows``: a function of a sketch (``index_row``) or None; given, each document also goes out
     tagged ``DOC_TAG`` as ``(doc_id, (document, doc_rows(sketch)))``: the document and its index entry
-    cross the verdict join as one element (``Deduplicate``), not two. ``node_batches``: each batch's
-    signatures and shingle sets also go out as one list each (``SIG_TAG``, ``SHINGLE_TAG``): the
-    near step's lookups read them a batch at a time (``NearDedupe(lookups=True)``).
+    cross the verdict join as one element (``Deduplicate``), not two.
     """
 
     # One document process sketches: it loads the numba MinHash kernel (~1 CPU-s, ~130 MB) once it has
@@ -61,11 +57,10 @@ class _SketchBatch(PooledBatches):
     # numpy path (~3x the CPU) for twice as many documents, and each loaded the kernel.
     lanes = 1
 
-    def __init__(self, hasher: MinHasher, doc_rows: Any, batch: int, node_batches: bool = False) -> None:
+    def __init__(self, hasher: MinHasher, doc_rows: Any, batch: int) -> None:
         super().__init__(batch)
         self.hasher = hasher
         self.doc_rows = doc_rows
-        self.node_batches = node_batches
 
     def batch_task(self, batch: list[Document]):
         return sketch_arrays, ([d.text for d in batch], self.hasher)
@@ -75,11 +70,6 @@ class _SketchBatch(PooledBatches):
         yield from sketches
         for shard in lsh_shard_batches(sketches):
             yield beam.pvalue.TaggedOutput(LSH_TAG, shard)
-        if self.node_batches:  # what the near step's lookups read, one element a batch
-            sigs = [p for s in sketches for p in _signature_by_node(s)]
-            if sigs:
-                yield beam.pvalue.TaggedOutput(SIG_TAG, sigs)
-                yield beam.pvalue.TaggedOutput(SHINGLE_TAG, [p for s in sketches for p in _shingles_by_node(s)])
         if self.doc_rows is not None:
             rows = self.doc_rows
             for d, s in zip(batch, sketches, strict=True):
@@ -265,12 +255,12 @@ class _ScreenAtMemberLookup(_ScreenAtMember):
         super().__init__(screen)
         self._lookups = _Lookups()
 
-    def process(self, element: Any, cand: Any = (), skip: Any = ()) -> Iterator[Any]:  # type: ignore[override]
+    def process(self, element: tuple[str, bytes], cand: Any = (), skip: Any = ()) -> Iterator[Any]:  # type: ignore[override]
         cands, skipped = self._lookups.of(cand, skip)
-        for node, sig in _one_or_batch(element):
-            found = cands.get(node)
-            if found is not None:
-                yield from super().process((node, {"sig": [sig], "cand": found, "skip": skipped.get(node, ())}))
+        node, sig = element
+        found = cands.get(node)
+        if found is not None:
+            yield from super().process((node, {"sig": [sig], "cand": found, "skip": skipped.get(node, ())}))
 
 
 class _ScreenAtRootLookup(_ScreenAtRoot):
@@ -280,12 +270,12 @@ class _ScreenAtRootLookup(_ScreenAtRoot):
         super().__init__(screen)
         self._lookups = _Lookups()
 
-    def process(self, element: Any, req: Any = ()) -> Iterator[tuple[str, str]]:  # type: ignore[override]
+    def process(self, element: tuple[str, bytes], req: Any = ()) -> Iterator[tuple[str, str]]:  # type: ignore[override]
         (reqs,) = self._lookups.of(req)
-        for node, sig in _one_or_batch(element):
-            found = reqs.get(node)
-            if found is not None:
-                yield from super().process((node, {"sig": [sig], "req": found}))
+        node, sig = element
+        found = reqs.get(node)
+        if found is not None:
+            yield from super().process((node, {"sig": [sig], "req": found}))
 
 
 class _RouteToRootLookup(beam.DoFn):
@@ -294,17 +284,12 @@ class _RouteToRootLookup(beam.DoFn):
     def __init__(self) -> None:
         self._lookups = _Lookups()
 
-    def process(self, element: Any, role: Any = ()) -> Iterator[tuple[str, tuple[Any, ...]]]:
+    def process(self, element: tuple[str, tuple[str, bytes]], role: Any = ()) -> Iterator[tuple[str, tuple[Any, ...]]]:
         (roles,) = self._lookups.of(role)
-        for node, shingles in _one_or_batch(element):
-            found = roles.get(node)
-            if found is not None:
-                yield from _route_to_root((node, {"sketch": [shingles], "role": found}))
-
-
-def _one_or_batch(element: Any) -> Any:
-    """The ``(node, value)`` pairs of an element: a list of them (``_SketchBatch``'s batches), or one."""
-    return element if isinstance(element, list) else (element,)
+        node, shingles = element
+        found = roles.get(node)
+        if found is not None:
+            yield from _route_to_root((node, {"sketch": [shingles], "role": found}))
 
 
 def _bucket_entries(s: Sketch) -> Iterator[tuple[int, tuple[str, int]]]:
@@ -549,21 +534,17 @@ class NearDedupe(beam.PTransform):
     ``lookups``: the three joins of few keys with every document (the candidates and the requests
     at the roots with the signatures, the roles with the shingle sets) become side-input lookups
     (``_Lookups``): the local runner's (``pipelines.options.joins_by_side_input``); the same output.
-    ``node_batches``: with ``lookups``, the signatures and the shingle sets as lists of ``(node,
-    value)`` pairs, a batch an element (``_SketchBatch(node_batches=True)``), instead of one pair
-    per document made here.
     """
 
     def __init__(self, cfg: DedupeConfig, old_parts: beam.PCollection | None = None,
                  buckets: beam.PCollection | None = None, skip: beam.PCollection | None = None,
-                 lookups: bool = False, node_batches: tuple[beam.PCollection, beam.PCollection] | None = None) -> None:
+                 lookups: bool = False) -> None:
         super().__init__()
         self.cfg = cfg
         self.old_parts = old_parts
         self.buckets = buckets
         self.skip = skip
         self.lookups = lookups
-        self.node_batches = node_batches if lookups else None
 
     def expand(self, sketches: beam.PCollection) -> beam.PCollection:
         cfg = self.cfg
@@ -592,10 +573,7 @@ class NearDedupe(beam.PTransform):
             entries = (entries, old_entries) | "WithOld" >> beam.Flatten()
         # Screening needs both signatures of a candidate pair: joined at the member,
         # then at the root (signatures cross each join once per document, not once per bucket).
-        if self.node_batches is not None:  # the Sketch step's lists, a batch an element (lookups only)
-            signatures = self.node_batches[0]
-        else:
-            signatures = sketches | "SignatureByNode" >> beam.FlatMap(_signature_by_node)
+        signatures = sketches | "SignatureByNode" >> beam.FlatMap(_signature_by_node)
         candidates = entries | "GroupShards" >> beam.GroupByKey() | "Candidates" >> beam.FlatMapTuple(
             lambda _, values: shard_candidates(values))
         skip = None
@@ -629,10 +607,7 @@ class NearDedupe(beam.PTransform):
             | "CountUnconverged" >> beam.Map(_count_unconverged)
             | "KeyRoles" >> beam.Map(lambda x: (x[0], x[1:]))
         )
-        if self.node_batches is not None:
-            shingles = self.node_batches[1]
-        else:
-            shingles = sketches | "ShinglesByNode" >> beam.FlatMap(_shingles_by_node)
+        shingles = sketches | "ShinglesByNode" >> beam.FlatMap(_shingles_by_node)
         if self.old_parts is not None:
             # Old nodes matter only as cluster roots (resolve_cluster never removes an old member).
             old_nodes = roles | "OldRoots" >> beam.FlatMap(
