@@ -306,8 +306,8 @@ def _index_entries(url: str) -> list[tuple]:
 
 
 def test_verdicts_through_side_inputs_equal_the_join(quality_run, tmp_path: Path) -> None:
-    """The local runner's way to meet documents with their verdicts (side inputs, ``_ApplyVerdicts``, and
-    the near step's lookups) gives what the joins give (a distributed runner's): the kept documents, every duplicate record
+    """The local runner's way to meet documents with their verdicts (side inputs, ``_ApplyVerdicts``)
+    gives what the join gives (a distributed runner's): the kept documents, every duplicate record
     (exact, near with its similarity, chains re-pointed) and the index written, on near-duplicate
     families with exact copies, and against an old corpus's index."""
     docs, _, kept, dups = quality_run
@@ -330,7 +330,8 @@ def test_verdicts_through_side_inputs_equal_the_join(quality_run, tmp_path: Path
 
 
 def test_the_build_graph_joins_verdicts_by_runner(tmp_path: Path) -> None:
-    """The build wires the side-input lookups on the local runner and the joins on a distributed one."""
+    """The build meets documents with their verdicts by a side-input lookup on the local runner and by a
+    join on a distributed one."""
     from apache_beam.options.pipeline_options import PipelineOptions
 
     from pipelines.graph import build_pipeline
@@ -358,10 +359,12 @@ def test_the_build_graph_joins_verdicts_by_runner(tmp_path: Path) -> None:
     local = finalize_options(BuildOptions([]))
     dataflow = PipelineOptions(["--runner", "DataflowRunner"])
     assert joins_by_side_input(local) and not joins_by_side_input(dataflow)
-    joins = {"Dedupe/JoinVerdicts", "Dedupe/Near/JoinMemberSignature", "Dedupe/Near/JoinRootSignature",
-             "Dedupe/Near/JoinRoles"}
-    assert not joins & labels(local) and "Dedupe/Split" in labels(local)
-    assert joins <= labels(dataflow)
+    assert "Dedupe/JoinVerdicts" not in labels(local) and "Dedupe/Split" in labels(local)
+    assert "Dedupe/JoinVerdicts" in labels(dataflow)
+    # The near step keeps its joins on every runner: their side inputs would hold the candidate pairs,
+    # which follow the corpus's duplicates (a near-duplicate-heavy 20 MB build peaked 608 -> 832 MB).
+    near_joins = {"Dedupe/Near/JoinMemberSignature", "Dedupe/Near/JoinRootSignature", "Dedupe/Near/JoinRoles"}
+    assert near_joins <= labels(local) and near_joins <= labels(dataflow)
 
 
 def test_quality_metric_counts_pairs() -> None:

@@ -2,7 +2,7 @@
 wiring before it (tests/reference_dedupe.py: exact dedupe shuffling whole documents first), in one
 Beam pipeline per case: the same kept documents, the same duplicate records (kind, target,
 similarity), counters and byte-identical index files, on corpora built to hit every path the change
-touches; and the same wiring with its joins as side-input lookups (the local runner's).
+touches; and the same wiring with the verdicts as side-input lookups (the local runner's).
 """
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ def _run_both(docs: list[Document], cfg: DedupeConfig, out: Path, index_in: str 
     With ``index``, each writes its index to ``out/<variant>-index``."""
     inp = out / "docs.jsonl"
     _dump(docs, str(inp))
-    # "lookups": the new wiring as the build runs it on the local runner (verdicts and the near step's
-    # sparse joins through side inputs); "new": as on a distributed runner (CoGroupByKeys).
+    # "lookups": the new wiring as the build runs it on the local runner (the verdicts through side
+    # inputs); "new": as on a distributed runner (a CoGroupByKey).
     variants = {"new": Deduplicate, "lookups": functools.partial(Deduplicate, verdict_side_inputs=True),
                 "reference": ReferenceDeduplicate}
     p = beam.Pipeline(runner="FnApiRunner")

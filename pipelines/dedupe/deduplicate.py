@@ -123,8 +123,7 @@ class Deduplicate(beam.PTransform):
     exact duplicates and the near duplicates' records, read by every document's lookup) instead
     of a CoGroupByKey; the same output. For the local runner, whose grouping costs each document
     four coder passes (``pipelines.options.joins_by_side_input``); a distributed runner's side
-    inputs would send every worker every verdict. The near step's joins of few keys with every
-    document become lookups too (``NearDedupe(lookups=True)``).
+    inputs would send every worker every verdict.
     """
 
     def __init__(self, cfg: DedupeConfig, index_in: str | None = None, index_out: str | None = None,
@@ -175,8 +174,7 @@ class Deduplicate(beam.PTransform):
                 exact = sketches | "ExactEntries" >> beam.Map(exact_entry) | "Exact" >> ExactVerdicts(part_urls)
                 dup_parts.append(exact)
             skip = None if exact is None else exact | "ExactNodes" >> beam.Map(lambda d: NEW + d.doc_id)
-            near = sketches | "Near" >> NearDedupe(cfg, part_urls, buckets=sketched[LSH_TAG], skip=skip,
-                                                   lookups=self.verdict_side_inputs)
+            near = sketches | "Near" >> NearDedupe(cfg, part_urls, buckets=sketched[LSH_TAG], skip=skip)
             if self.verdict_side_inputs:
                 verdicts = {"near": beam.pvalue.AsList(near)}
                 if exact is not None:

@@ -225,73 +225,6 @@ class _ScreenAtRoot(beam.DoFn):
                 yield (root, member)
 
 
-class _Lookups:
-    """Per-key lists of a small side input (a list of ``(key, value)``), built once per side input
-    value (a bundle's), not per element: the local runner's way to meet a few keys with many
-    elements (``NearDedupe(side_inputs=True)``)."""
-
-    def __init__(self) -> None:
-        self._seen: tuple[Any, ...] | None = None
-        self._maps: tuple[dict[Any, list[Any]], ...] = ()
-
-    def of(self, *pairs: Any) -> tuple[dict[Any, list[Any]], ...]:
-        if self._seen is None or any(a is not b for a, b in zip(self._seen, pairs, strict=True)):
-            self._seen = pairs  # held: the identity check stays valid while they are
-            maps = []
-            for kv in pairs:
-                m: dict[Any, list[Any]] = {}
-                for k, v in kv:
-                    m.setdefault(k, []).append(v)
-                maps.append(m)
-            self._maps = tuple(maps)
-        return self._maps
-
-
-class _ScreenAtMemberLookup(_ScreenAtMember):
-    """``_ScreenAtMember`` over every signature, its candidates and the skipped nodes looked up in side
-    inputs (``(member, candidate)`` pairs, ``(node, None)`` pairs) instead of joined."""
-
-    def __init__(self, screen: EdgeScreen) -> None:
-        super().__init__(screen)
-        self._lookups = _Lookups()
-
-    def process(self, element: tuple[str, bytes], cand: Any = (), skip: Any = ()) -> Iterator[Any]:  # type: ignore[override]
-        cands, skipped = self._lookups.of(cand, skip)
-        node, sig = element
-        found = cands.get(node)
-        if found is not None:
-            yield from super().process((node, {"sig": [sig], "cand": found, "skip": skipped.get(node, ())}))
-
-
-class _ScreenAtRootLookup(_ScreenAtRoot):
-    """``_ScreenAtRoot`` over every signature, the requests at each root looked up in a side input."""
-
-    def __init__(self, screen: EdgeScreen) -> None:
-        super().__init__(screen)
-        self._lookups = _Lookups()
-
-    def process(self, element: tuple[str, bytes], req: Any = ()) -> Iterator[tuple[str, str]]:  # type: ignore[override]
-        (reqs,) = self._lookups.of(req)
-        node, sig = element
-        found = reqs.get(node)
-        if found is not None:
-            yield from super().process((node, {"sig": [sig], "req": found}))
-
-
-class _RouteToRootLookup(beam.DoFn):
-    """``_route_to_root`` over every node's shingles, its role looked up in a side input."""
-
-    def __init__(self) -> None:
-        self._lookups = _Lookups()
-
-    def process(self, element: tuple[str, tuple[str, bytes]], role: Any = ()) -> Iterator[tuple[str, tuple[Any, ...]]]:
-        (roles,) = self._lookups.of(role)
-        node, shingles = element
-        found = roles.get(node)
-        if found is not None:
-            yield from _route_to_root((node, {"sketch": [shingles], "role": found}))
-
-
 def _bucket_entries(s: Sketch) -> Iterator[tuple[int, tuple[str, int]]]:
     """One document's LSH bucket entries ``(band key, (node, shingle count))`` (the per-bucket reference)."""
     if s.shingles.size == 0:  # empty documents are left to exact dedupe
@@ -530,21 +463,15 @@ class NearDedupe(beam.PTransform):
     the root); the connected components; the join of roles with shingle sets
     and the cluster groups. Everything crossing them is tuples of str, int and
     bytes (Beam's native coder, no pickle).
-
-    ``lookups``: the three joins of few keys with every document (the candidates and the requests
-    at the roots with the signatures, the roles with the shingle sets) become side-input lookups
-    (``_Lookups``): the local runner's (``pipelines.options.joins_by_side_input``); the same output.
     """
 
     def __init__(self, cfg: DedupeConfig, old_parts: beam.PCollection | None = None,
-                 buckets: beam.PCollection | None = None, skip: beam.PCollection | None = None,
-                 lookups: bool = False) -> None:
+                 buckets: beam.PCollection | None = None, skip: beam.PCollection | None = None) -> None:
         super().__init__()
         self.cfg = cfg
         self.old_parts = old_parts
         self.buckets = buckets
         self.skip = skip
-        self.lookups = lookups
 
     def expand(self, sketches: beam.PCollection) -> beam.PCollection:
         cfg = self.cfg
@@ -574,32 +501,23 @@ class NearDedupe(beam.PTransform):
         # Screening needs both signatures of a candidate pair: joined at the member,
         # then at the root (signatures cross each join once per document, not once per bucket).
         signatures = sketches | "SignatureByNode" >> beam.FlatMap(_signature_by_node)
-        candidates = entries | "GroupShards" >> beam.GroupByKey() | "Candidates" >> beam.FlatMapTuple(
-            lambda _, values: shard_candidates(values))
-        skip = None
+        at_member_groups = {
+            "cand": entries | "GroupShards" >> beam.GroupByKey() | "Candidates" >> beam.FlatMapTuple(
+                lambda _, values: shard_candidates(values)),
+            "sig": signatures,
+        }
         if self.skip is not None:
-            skip = self.skip | "SkipByNode" >> beam.Map(lambda node: (node, None))
-        if self.lookups:
-            # The local runner: every signature looks its candidates up (few) instead of a join.
-            AsList = beam.pvalue.AsList
-            extra = {"skip": AsList(skip)} if skip is not None else {}
-            at_member = signatures | "ScreenAtMember" >> beam.ParDo(
-                _ScreenAtMemberLookup(screen), cand=AsList(candidates), **extra).with_outputs("at_root", main="edges")
-            at_root = signatures | "ScreenAtRoot" >> beam.ParDo(_ScreenAtRootLookup(screen), req=AsList(at_member.at_root))
-        else:
-            at_member_groups = {"cand": candidates, "sig": signatures}
-            if skip is not None:
-                at_member_groups["skip"] = skip
-            at_member = (
-                at_member_groups
-                | "JoinMemberSignature" >> beam.CoGroupByKey()
-                | "ScreenAtMember" >> beam.ParDo(_ScreenAtMember(screen)).with_outputs("at_root", main="edges")
-            )
-            at_root = (
-                {"req": at_member.at_root, "sig": signatures}
-                | "JoinRootSignature" >> beam.CoGroupByKey()
-                | "ScreenAtRoot" >> beam.ParDo(_ScreenAtRoot(screen))
-            )
+            at_member_groups["skip"] = self.skip | "SkipByNode" >> beam.Map(lambda node: (node, None))
+        at_member = (
+            at_member_groups
+            | "JoinMemberSignature" >> beam.CoGroupByKey()
+            | "ScreenAtMember" >> beam.ParDo(_ScreenAtMember(screen)).with_outputs("at_root", main="edges")
+        )
+        at_root = (
+            {"req": at_member.at_root, "sig": signatures}
+            | "JoinRootSignature" >> beam.CoGroupByKey()
+            | "ScreenAtRoot" >> beam.ParDo(_ScreenAtRoot(screen))
+        )
         edges = (at_member.edges, at_root) | "Edges" >> beam.Flatten()
         roles = (
             edges
@@ -619,16 +537,10 @@ class NearDedupe(beam.PTransform):
                 | "OldShinglesByNode" >> beam.Map(lambda s: (s.node, (s.source, s.shingles.tobytes())))
             )
             shingles = (shingles, old_shingles) | "WithOldClustered" >> beam.Flatten()
-        if self.lookups:
-            routed = shingles | "RouteToRoot" >> beam.ParDo(_RouteToRootLookup(), role=beam.pvalue.AsList(roles))
-        else:
-            routed = (
-                {"sketch": shingles, "role": roles}
-                | "JoinRoles" >> beam.CoGroupByKey()
-                | "RouteToRoot" >> beam.FlatMap(_route_to_root)
-            )
         return (
-            routed
+            {"sketch": shingles, "role": roles}
+            | "JoinRoles" >> beam.CoGroupByKey()
+            | "RouteToRoot" >> beam.FlatMap(_route_to_root)
             | "GroupClusters" >> beam.GroupByKey()
             | "ResolveClusters" >> beam.ParDo(_ResolveClusters(rule, cfg.max_cluster_size))
         )
