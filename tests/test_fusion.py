@@ -121,8 +121,9 @@ def _stage_of(stages, name: str):
 
 def test_build_plan_stores_no_document_copy_before_routing(tmp_path):
     """The build's plan (issue #16, item 2): the clean and index parts are routed in the stage that
-    joins the documents with their verdicts (their part counts come from before dedupe), and a
-    tokenized document is encoded to bytes in the stage that tokenizes it."""
+    meets the documents with their verdicts (their part counts come from before dedupe; on the local
+    runner a side-input lookup, ``Dedupe/Split``, not a join), and a tokenized document is encoded to
+    bytes in the stage that tokenizes it."""
     from pipelines.graph import build_pipeline
     from schemas.config import BuildConfig
 
@@ -133,8 +134,8 @@ def test_build_plan_stores_no_document_copy_before_routing(tmp_path):
     p = beam.Pipeline(runner=FnApiRunner())
     build_pipeline(p, cfg, str(tmp_path / "out"), files={"web": [str(raw)]})
     _, stages = FnApiRunner().create_stages(p.to_runner_api())
-    join = _stage_of(stages, "Dedupe/JoinVerdicts/CoGroupByKeyImpl/GroupByKey/Read")
-    names = [t.unique_name for t in join.transforms]
+    verdicts = _stage_of(stages, "Dedupe/Split")
+    names = [t.unique_name for t in verdicts.transforms]
     for route in ("WriteIntermediates/Write/Route", "Dedupe/WriteIndex/WriteParts/Route"):
         assert any(n.startswith(route) for n in names), route
     encode = _stage_of(stages, "Tokenize/Encode")
