@@ -12,12 +12,11 @@ any later stage) that loses a record it read unbalances the books.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from collections.abc import Iterable
 
 import apache_beam as beam
-from apache_beam.transforms.window import GlobalWindows
 
+from pipelines.metrics import SumPerBundle
 from pipelines.records import Duplicate, Reject, TokenizedDocument
 from schemas.errors import UserError
 from schemas.manifest import SourceAccount
@@ -81,7 +80,7 @@ class Account(beam.PTransform):
     Applied to the readers' per-file ``(source, records read)``; ``rejects``,
     ``duplicates`` and ``tokenized`` (every tokenized document, empty ones
     included) are the outcomes. Each input is tallied per outcome and bundle where it is made
-    (``_TallyPerBundle``), then summed per outcome (a few sums per bundle cross, not one tally per
+    (``pipelines.metrics.SumPerBundle``), then summed per outcome (a few sums per bundle cross, not one tally per
     record; Beam's local runner materializes a Flatten of several inputs, so summing after the
     Flatten moved every document's tally through a buffer), then one global combine of those sums.
     """
@@ -97,28 +96,9 @@ class Account(beam.PTransform):
             (self.duplicates, "DuplicateOutcome", lambda d: (duplicate_outcome(d), 1), "SumDuplicates"),
             (self.tokenized, "TokenOutcome", lambda d: (tokens_outcome(d), 1), "SumTokenized"),
         )
-        tallies = tuple(pcoll | tally >> beam.ParDo(_TallyPerBundle(fn)) | total >> beam.CombinePerKey(sum)
+        tallies = tuple(pcoll | tally >> beam.ParDo(SumPerBundle(fn)) | total >> beam.CombinePerKey(sum)
                         for pcoll, tally, fn, total in inputs)
         return tallies | "AllTallies" >> beam.Flatten() | "Books" >> beam.CombineGlobally(_Tally())
-
-
-class _TallyPerBundle(beam.DoFn):
-    """``(outcome, count)`` pairs summed over a bundle, made when it ends: one pair per outcome and
-    bundle where a pair per record was one more element of Beam's for every document."""
-
-    def __init__(self, tally: Callable[[Any], tuple[Any, int]]) -> None:
-        self.tally = tally
-
-    def start_bundle(self) -> None:
-        self._counts: dict[Any, int] = {}
-
-    def process(self, record: Any) -> None:
-        key, n = self.tally(record)
-        self._counts[key] = self._counts.get(key, 0) + n
-
-    def finish_bundle(self) -> Iterator[Any]:
-        for pair in self._counts.items():
-            yield GlobalWindows.windowed_value(pair)
 
 
 def build_accounts(inputs: Iterable[tuple[str, int]], outcomes: Iterable[tuple[Outcome, int]]) -> dict[str, SourceAccount]:

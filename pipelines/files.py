@@ -13,13 +13,17 @@ import io
 import itertools
 import json
 import math
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import apache_beam as beam
-from apache_beam.transforms.window import GlobalWindows
 
-from pipelines.coders import TokenizedDocumentCoder, decode_document, encode_document  # noqa: F401  (registers the coder)
+from pipelines.coders import (
+    TokenizedDocumentCoder,  # noqa: F401  (registers the coder)
+    decode_document,
+    encode_document,
+)
+from pipelines.metrics import SumPerBundle
 from pipelines.records import Reject, TokenizedDocument, stable_hash
 from storage import join, unless_swept, write_bytes_atomic, write_stream_atomic
 
@@ -156,26 +160,13 @@ class PartCount(beam.PTransform):
                 | "Parts" >> beam.Map(parts))
 
 
-class BundleTotals(beam.DoFn):
+def BundleTotals(size: Callable[[Any], int]) -> SumPerBundle:
     """``(records, sum(size(record)))`` of a bundle's records: one pair per bundle, made when it ends.
 
     A pair per record went through two more steps per document (the pair, the global combine's
     key), each an element of Beam's; the sum is the same (``sum_pairs`` adds the bundles' pairs).
     Bundles with no records add nothing (the global combine's default is ``(0, 0)``)."""
-
-    def __init__(self, size: Callable[[Any], int]) -> None:
-        self.size = size
-
-    def start_bundle(self) -> None:
-        self._n = self._total = 0
-
-    def process(self, record: Any) -> None:
-        self._n += 1
-        self._total += self.size(record)
-
-    def finish_bundle(self) -> Iterator[Any]:
-        if self._n:
-            yield GlobalWindows.windowed_value((self._n, self._total))
+    return SumPerBundle(lambda record: (None, (1, size(record))), keyed=False)
 
 
 def sum_pairs(pairs: Iterable[tuple[int, int]]) -> tuple[int, int]:

@@ -8,11 +8,13 @@ that is running), so one per name serves every bundle and thread.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from functools import lru_cache
 from typing import Any
 
-from apache_beam import pvalue
+from apache_beam import DoFn, pvalue
 from apache_beam.metrics import Metrics
+from apache_beam.transforms.window import GlobalWindows
 
 from pipelines.records import Reject
 
@@ -31,3 +33,33 @@ def counted(namespace: str, record: Any, kept: str, rejects_tag: str = "rejects"
         return pvalue.TaggedOutput(rejects_tag, record)
     counter(namespace, kept).inc()
     return record
+
+
+class SumPerBundle(DoFn):
+    """Sums over a bundle's records, emitted once when it ends: one element per key and bundle where
+    one per record was an element of Beam's more for every document (pipelines.accounting's tallies,
+    pipelines.files.BundleTotals).
+
+    ``amount(record)`` gives ``(key, n)``; ``n`` an int or a tuple of ints (summed element-wise). A
+    bundle emits ``(key, total)`` per key it saw, or with ``keyed=False`` the bare totals. A bundle
+    with no records emits nothing."""
+
+    def __init__(self, amount: Callable[[Any], tuple[Any, Any]], keyed: bool = True) -> None:
+        self.amount, self.keyed = amount, keyed
+
+    def start_bundle(self) -> None:
+        self._sums: dict[Any, Any] = {}
+
+    def process(self, record: Any) -> None:
+        key, n = self.amount(record)
+        old = self._sums.get(key)
+        if old is None:
+            self._sums[key] = n
+        elif isinstance(n, tuple):
+            self._sums[key] = tuple(a + b for a, b in zip(old, n, strict=True))
+        else:
+            self._sums[key] = old + n
+
+    def finish_bundle(self) -> Iterator[Any]:
+        for key, total in self._sums.items():
+            yield GlobalWindows.windowed_value((key, total) if self.keyed else total)

@@ -42,23 +42,30 @@ def _no_row(_: Any) -> None:
     return None
 
 
-def _split_final(element: tuple[str, dict[str, Any]]) -> Iterator[Any]:
-    """Join a document (with its index entry, or None without an index) with its verdicts.
+def _verdict_outputs(doc: Document, row: IndexRow | None, exact: bool, near: Duplicate | None) -> Iterator[Any]:
+    """What a document becomes once its verdicts are known, by the join or the lookup alike.
 
     An exact duplicate's record comes from the exact step: here it only leaves the corpus
-    and the index. A near duplicate's record is emitted here.
+    and the index. A near duplicate leaves them too and its record is emitted here (tagged
+    ``duplicates``); any other document is kept (main) with its index entry (tagged ``index``).
     """
-    _, g = element
-    docs, dups = list(g["doc"]), list(g["dup"])
-    if not docs or any(True for _ in g.get("exact", ())):
+    if exact:
         return
-    if dups:
-        yield beam.pvalue.TaggedOutput("duplicates", dups[0])
+    if near is not None:
+        yield beam.pvalue.TaggedOutput("duplicates", near)
         return
-    doc, row = docs[0]
     yield doc
     if row is not None:
         yield beam.pvalue.TaggedOutput("index", row)
+
+
+def _split_final(element: tuple[str, dict[str, Any]]) -> Iterator[Any]:
+    """Join a document (with its index entry, or None without an index) with its verdicts."""
+    _, g = element
+    docs, dups = list(g["doc"]), list(g["dup"])
+    if docs:
+        doc, row = docs[0]
+        yield from _verdict_outputs(doc, row, any(True for _ in g.get("exact", ())), dups[0] if dups else None)
 
 
 class _ApplyVerdicts(beam.DoFn):
@@ -81,15 +88,7 @@ class _ApplyVerdicts(beam.DoFn):
             self._exact = frozenset(exact_ids)
             self._near = {d.doc_id: d for d in near}
         doc_id, (doc, row) = element
-        if doc_id in self._exact:
-            return
-        dup = self._near.get(doc_id)
-        if dup is not None:
-            yield beam.pvalue.TaggedOutput("duplicates", dup)
-            return
-        yield doc
-        if row is not None:
-            yield beam.pvalue.TaggedOutput("index", row)
+        yield from _verdict_outputs(doc, row, doc_id in self._exact, self._near.get(doc_id))
 
 
 def _repoint_exact(element: tuple[str, dict[str, Any]]) -> Iterator[Duplicate]:
