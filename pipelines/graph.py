@@ -77,9 +77,11 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig, output: str, *,
         documents = documents | "SpreadDocuments" >> beam.Reshuffle()
     cleaned = documents | "Clean" >> CleanDocuments(cfg.clean, cfg.sources)
     rejects = (read.rejects, cleaned.rejects) | "AllRejects" >> beam.Flatten()
+    local = joins_by_side_input(p.options)  # in one process: verdicts and components without their shuffles
     dedupe = cleaned.documents | "Dedupe" >> Deduplicate(
         cfg.dedupe, index_in=cfg.dedupe.index, index_out=join(output, DEDUPE_INDEX_DIR),
-        index_root=append.corpus if append is not None else root, verdict_side_inputs=joins_by_side_input(p.options))
+        index_root=append.corpus if append is not None else root, verdict_side_inputs=local,
+        components_in_memory=local)
     kept, duplicates = dedupe["kept"], dedupe["duplicates"]
 
     sentenced = kept | "SplitSentences" >> SplitSentences()

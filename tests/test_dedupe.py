@@ -26,13 +26,11 @@ from pipelines.dedupe import (
     Deduplicate,
     SpanDedupe,
     apply_span_losses,
-    large_star,
     remove_sentences,
     resolve_exact_group,
     resolve_span_group,
-    small_star,
     span_occurrences,
-    star_roles,
+    star_components,
 )
 from pipelines.minhash import normalize_text, normalized_text_hash
 from pipelines.records import Document, Duplicate
@@ -110,23 +108,9 @@ def _union_find_labels(edges: list[tuple[str, str]]) -> dict[str, str]:
 
 
 def _simulate(edges: list[tuple[str, str]], rounds: int) -> list[tuple[str, str | None, bool, bool]]:
-    """The Beam transform's steps in plain Python (same functions)."""
-    e = {(min(a, b), max(a, b)) for a, b in edges if a != b}
-    for _ in range(rounds):
-        adj: dict[str, set[str]] = defaultdict(set)
-        for a, b in e:
-            adj[a].add(b)
-            adj[b].add(a)
-        e = {x for u, n in adj.items() for x in large_star(u, n)}
-        smaller: dict[str, set[str]] = defaultdict(set)
-        for a, b in e:
-            smaller[b].add(a)
-        e = {x for u, n in smaller.items() for x in small_star(u, n)}
-    marks: dict[str, list] = defaultdict(list)
-    for a, b in e:
-        marks[b].append(("parent", a))
-        marks[a].append(("child", None))
-    return [star_roles(k, v) for k, v in marks.items()]
+    """The transform's rounds in plain Python (``star_components``: the local runner's form, checked
+    against the distributed one below)."""
+    return list(star_components(edges, rounds))
 
 
 def _random_graph(rng: random.Random, prefix: str, n: int, m: int) -> list[tuple[str, str]]:
@@ -147,6 +131,32 @@ def test_star_steps_converge_to_components() -> None:
     assert not all(r[3] for r in _simulate(path, rounds=4))
     roles = _simulate(path, rounds=12)
     assert all(r[3] for r in roles) and {r[1] for r in roles if r[1]} == {"n00000"}
+
+
+def test_components_in_memory_give_the_distributed_rounds_output_converged_or_not() -> None:
+    """The local runner's one-step components (``in_memory``) against the unrolled GroupByKeys, in one
+    pipeline: random graphs, a long chain and a star, with too few rounds (unconverged nodes, whose
+    labels are not yet their component's) and with enough."""
+    rng = random.Random(5)
+    edges: list[tuple[str, str]] = []
+    for g in range(8):
+        edges += _random_graph(rng, f"r{g}-", rng.randint(2, 40), rng.randint(1, 60))
+    edges += [(f"q{i + 1:03d}", f"q{i:03d}") for i in range(60)]  # a chain, written larger first
+    edges += [("s000", f"s{i:03d}") for i in range(1, 30)] + [("x", "x"), ("r0-0001", "r0-0001")]  # loops
+    edges += edges[:10]  # repeated edges
+    expected = {}
+    with BeamTestPipeline(runner="FnApiRunner") as p:
+        pc = p | beam.Create(edges)
+        for rounds in (1, 2, 3, 9):
+            dist = pc | f"Dist{rounds}" >> ConnectedComponents(rounds)
+            mem = pc | f"Mem{rounds}" >> ConnectedComponents(rounds, in_memory=True)
+            expected[rounds] = sorted(star_components(edges, rounds))
+            assert_that(dist, equal_to(expected[rounds]), label=f"dist{rounds}")
+            assert_that(mem, equal_to(expected[rounds]), label=f"mem{rounds}")
+    assert not all(r[3] for r in expected[1]) and all(r[3] for r in expected[9])  # both cases covered
+    with BeamTestPipeline(runner="FnApiRunner") as p:  # no edges: no roles either way
+        none = p | beam.Create([]) | ConnectedComponents(3, in_memory=True)
+        assert_that(none, equal_to([]))
 
 
 def test_connected_components_transform_matches_union_find() -> None:
@@ -306,15 +316,16 @@ def _index_entries(url: str) -> list[tuple]:
 
 
 def test_verdicts_through_side_inputs_equal_the_join(quality_run, tmp_path: Path) -> None:
-    """The local runner's way to meet documents with their verdicts (side inputs, ``_ApplyVerdicts``)
-    gives what the join gives (a distributed runner's): the kept documents, every duplicate record
+    """The local runner's way to meet documents with their verdicts (side inputs, ``_ApplyVerdicts``;
+    with its connected components in one step) gives what the join gives (a distributed runner's,
+    components in rounds): the kept documents, every duplicate record
     (exact, near with its similarity, chains re-pointed) and the index written, on near-duplicate
     families with exact copies, and against an old corpus's index."""
     docs, _, kept, dups = quality_run
     assert any(d.kind == "exact" for d in dups) and any(d.kind == "near" for d in dups)
     idx_join, idx_side = str(tmp_path / "join"), str(tmp_path / "side")
     via_join = run_dedupe(docs, DedupeConfig(), index_out=idx_join)
-    via_side = run_dedupe(docs, DedupeConfig(), index_out=idx_side, verdict_side_inputs=True)
+    via_side = run_dedupe(docs, DedupeConfig(), index_out=idx_side, local=True)
     assert via_side == via_join == (kept, dups)
     assert [d.similarity for d in via_side[1]] == [d.similarity for d in dups]
     assert _index_entries(idx_side) == _index_entries(idx_join) and len(_index_entries(idx_side)) == len(kept)
@@ -325,13 +336,13 @@ def test_verdicts_through_side_inputs_equal_the_join(quality_run, tmp_path: Path
     words[rng.randrange(len(words))] = "changed"
     again.append(Document("z-near", docs[30].source, " ".join(words)))
     joined = run_dedupe(again, DedupeConfig(), index_in=idx_join)
-    side = run_dedupe(again, DedupeConfig(), index_in=idx_join, verdict_side_inputs=True)
+    side = run_dedupe(again, DedupeConfig(), index_in=idx_join, local=True)
     assert side == joined and len(side[1]) >= 30
 
 
 def test_the_build_graph_joins_verdicts_by_runner(tmp_path: Path) -> None:
     """The build meets documents with their verdicts by a side-input lookup on the local runner and by a
-    join on a distributed one."""
+    join on a distributed one; its connected components likewise run in one step or in rounds."""
     from apache_beam.options.pipeline_options import PipelineOptions
 
     from pipelines.graph import build_pipeline
@@ -365,6 +376,12 @@ def test_the_build_graph_joins_verdicts_by_runner(tmp_path: Path) -> None:
     # which follow the corpus's duplicates (a near-duplicate-heavy 20 MB build peaked 608 -> 832 MB).
     near_joins = {"Dedupe/Near/JoinMemberSignature", "Dedupe/Near/JoinRootSignature", "Dedupe/Near/JoinRoles"}
     assert near_joins <= labels(local) and near_joins <= labels(dataflow)
+    # The connected components run in one step locally, as unrolled rounds of GroupByKeys elsewhere.
+    local_labels, dataflow_labels = labels(local), labels(dataflow)
+    assert "Dedupe/Near/Components/Stars" in local_labels
+    assert not any(x.startswith("Dedupe/Near/Components/LargeGroup") for x in local_labels)
+    assert "Dedupe/Near/Components/LargeGroup0" in dataflow_labels
+    assert "Dedupe/Near/Components/Stars" not in dataflow_labels
 
 
 def test_quality_metric_counts_pairs() -> None:

@@ -2,7 +2,8 @@
 wiring before it (tests/reference_dedupe.py: exact dedupe shuffling whole documents first), in one
 Beam pipeline per case: the same kept documents, the same duplicate records (kind, target,
 similarity), counters and byte-identical index files, on corpora built to hit every path the change
-touches; and the same wiring with the verdicts as side-input lookups (the local runner's).
+touches; and the same wiring with the verdicts as side-input lookups and the connected components
+in one step (the local runner's).
 """
 
 from __future__ import annotations
@@ -39,8 +40,10 @@ def _run_both(docs: list[Document], cfg: DedupeConfig, out: Path, index_in: str 
     inp = out / "docs.jsonl"
     _dump(docs, str(inp))
     # "lookups": the new wiring as the build runs it on the local runner (the verdicts through side
-    # inputs); "new": as on a distributed runner (a CoGroupByKey).
-    variants = {"new": Deduplicate, "lookups": functools.partial(Deduplicate, verdict_side_inputs=True),
+    # inputs, the connected components in one step); "new": as on a distributed runner (a
+    # CoGroupByKey, components in rounds).
+    variants = {"new": Deduplicate,
+                "lookups": functools.partial(Deduplicate, verdict_side_inputs=True, components_in_memory=True),
                 "reference": ReferenceDeduplicate}
     p = beam.Pipeline(runner="FnApiRunner")
     read = (p | "Read" >> beam.io.ReadFromText(str(inp))

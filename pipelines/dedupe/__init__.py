@@ -39,7 +39,13 @@ clusters, verification), ``spans`` (repeated spans), ``index`` (the
 persistent append-only index) and ``deduplicate`` (all of them wired together).
 """
 
-from pipelines.dedupe.components import ConnectedComponents, large_star, small_star, star_roles
+from pipelines.dedupe.components import (
+    ConnectedComponents,
+    large_star,
+    small_star,
+    star_components,
+    star_roles,
+)
 from pipelines.dedupe.deduplicate import SIGNATURE_BATCH, Deduplicate
 from pipelines.dedupe.exact import ExactDedupe, ExactVerdicts, exact_verdicts, resolve_exact_group
 from pipelines.dedupe.index import (
@@ -90,6 +96,7 @@ __all__ = [
     "SIGNATURE_BATCH",
     "SPAN_POINTER_ROUNDS",
     "ConnectedComponents",
+    "star_components",
     "Deduplicate",
     "EdgeScreen",
     "ExactDedupe",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Iterable, Iterator
 
 import apache_beam as beam
@@ -51,6 +52,34 @@ def star_roles(node: str, marks: Iterable[tuple[str, str | None]]) -> tuple[str,
     return node, label, has_child, converged
 
 
+def star_components(edges: Iterable[tuple[str, str]], rounds: int) -> Iterator[tuple[str, str | None, bool, bool]]:
+    """``ConnectedComponents``' rounds run in memory, in one place: the same ``(node, label, is_root,
+    converged)`` for every node of an edge, converged or not after ``rounds`` rounds.
+
+    Each step of the distributed form reads a node's group as a set (``large_star``,
+    ``small_star``, ``star_roles``), so the edges it passes on are a set too: one set of
+    (smaller, larger) edges per step here gives what its GroupByKeys give. Nodes come out in
+    sorted order.
+    """
+    e = {(min(a, b), max(a, b)) for a, b in edges if a != b}
+    for _ in range(rounds):
+        neighbors: defaultdict[str, set[str]] = defaultdict(set)
+        for a, b in e:
+            neighbors[a].add(b)
+            neighbors[b].add(a)
+        large = {edge for node, nbrs in neighbors.items() for edge in large_star(node, nbrs)}
+        smaller: defaultdict[str, set[str]] = defaultdict(set)
+        for m, v in large:
+            smaller[v].add(m)
+        e = {edge for node, group in smaller.items() for edge in small_star(node, group)}
+    marks: defaultdict[str, list[tuple[str, str | None]]] = defaultdict(list)
+    for p, c in e:
+        marks[c].append(("parent", p))
+        marks[p].append(("child", None))
+    for node in sorted(marks):
+        yield star_roles(node, marks[node])
+
+
 class ConnectedComponents(beam.PTransform):
     """PCollection[(a, b)] undirected edges -> PCollection[(node, label, is_root, converged)].
 
@@ -60,13 +89,25 @@ class ConnectedComponents(beam.PTransform):
     node of an edge gets a label: the smallest parent (its component's smallest
     node once converged) or None for a root; ``converged`` is False where the
     final edges are not yet stars (then more rounds would merge more).
+
+    ``in_memory``: all the edges go to one place and the rounds run there (``star_components``),
+    with the same output. For the local runner, where the edges are in one process anyway and
+    each unrolled GroupByKey was a stage of its own (25 of a build's ~85 fused stages, each a
+    bundle to set up however few edges it holds); the edges are held as a set of pairs of node ids
+    (~150 bytes an edge: verified near-duplicate pairs only). A distributed runner keeps the
+    rounds: no worker holds more than one node's neighbourhood.
     """
 
-    def __init__(self, rounds: int) -> None:
+    def __init__(self, rounds: int, in_memory: bool = False) -> None:
         super().__init__()
         self.rounds = rounds
+        self.in_memory = in_memory
 
     def expand(self, edges: beam.PCollection) -> beam.PCollection:
+        if self.in_memory:
+            return (edges
+                    | "AllEdges" >> beam.combiners.ToList()
+                    | "Stars" >> beam.FlatMap(star_components, self.rounds))
         e = edges | "Canonical" >> beam.FlatMap(lambda ab: [(min(ab), max(ab))] if ab[0] != ab[1] else [])
         for r in range(self.rounds):
             e = (

@@ -123,13 +123,18 @@ class Deduplicate(beam.PTransform):
     of a CoGroupByKey; the same output. For the local runner, whose grouping costs each document
     four coder passes (``pipelines.options.joins_by_side_input``); a distributed runner's side
     inputs would send every worker every verdict.
+
+    ``components_in_memory``: the near step's connected components in one step
+    (``ConnectedComponents``' ``in_memory``), for the local runner; the same output.
     """
 
     def __init__(self, cfg: DedupeConfig, index_in: str | None = None, index_out: str | None = None,
-                 index_root: str | None = None, verdict_side_inputs: bool = False) -> None:
+                 index_root: str | None = None, verdict_side_inputs: bool = False,
+                 components_in_memory: bool = False) -> None:
         super().__init__()
         self.cfg = cfg
         self.verdict_side_inputs = verdict_side_inputs
+        self.components_in_memory = components_in_memory
         self.index_in = index_in if index_in is not None else cfg.index
         self.index_out = index_out
         self.index_root = index_root
@@ -173,7 +178,8 @@ class Deduplicate(beam.PTransform):
                 exact = sketches | "ExactEntries" >> beam.Map(exact_entry) | "Exact" >> ExactVerdicts(part_urls)
                 dup_parts.append(exact)
             skip = None if exact is None else exact | "ExactNodes" >> beam.Map(lambda d: NEW + d.doc_id)
-            near = sketches | "Near" >> NearDedupe(cfg, part_urls, buckets=sketched[LSH_TAG], skip=skip)
+            near = sketches | "Near" >> NearDedupe(cfg, part_urls, buckets=sketched[LSH_TAG], skip=skip,
+                                                 components_in_memory=self.components_in_memory)
             if self.verdict_side_inputs:
                 verdicts = {"near": beam.pvalue.AsList(near)}
                 if exact is not None:

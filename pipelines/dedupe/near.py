@@ -449,6 +449,9 @@ class NearDedupe(beam.PTransform):
     (``lsh_shard_batches``; ``Deduplicate`` takes them from the Sketch step's
     batches); without it they are made here, one sketch per element.
 
+    ``components_in_memory``: the connected components' rounds in one step (``ConnectedComponents``'
+    ``in_memory``: the local runner); the same verdicts.
+
     ``skip``: node ids (PCollection[str]) that are never a candidate member: the exact duplicates,
     when ``Deduplicate`` sketches every document. An exact duplicate shares every band key with
     its kept twin (or the indexed document it matches), whose node id is smaller, so it is never a
@@ -466,9 +469,11 @@ class NearDedupe(beam.PTransform):
     """
 
     def __init__(self, cfg: DedupeConfig, old_parts: beam.PCollection | None = None,
-                 buckets: beam.PCollection | None = None, skip: beam.PCollection | None = None) -> None:
+                 buckets: beam.PCollection | None = None, skip: beam.PCollection | None = None,
+                 components_in_memory: bool = False) -> None:
         super().__init__()
         self.cfg = cfg
+        self.components_in_memory = components_in_memory
         self.old_parts = old_parts
         self.buckets = buckets
         self.skip = skip
@@ -521,7 +526,7 @@ class NearDedupe(beam.PTransform):
         edges = (at_member.edges, at_root) | "Edges" >> beam.Flatten()
         roles = (
             edges
-            | "Components" >> ConnectedComponents(cfg.components_rounds)
+            | "Components" >> ConnectedComponents(cfg.components_rounds, in_memory=self.components_in_memory)
             | "CountUnconverged" >> beam.Map(_count_unconverged)
             | "KeyRoles" >> beam.Map(lambda x: (x[0], x[1:]))
         )
