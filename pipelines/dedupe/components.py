@@ -58,7 +58,8 @@ def star_components(edges: Iterable[tuple[str, str]], rounds: int) -> Iterator[t
 
     Each step of the distributed form reads a node's group as a set (``large_star``,
     ``small_star``, ``star_roles``), so the edges it passes on are a set too: one set of
-    (smaller, larger) edges per step here gives what its GroupByKeys give. Nodes come out in
+    (smaller, larger) edges per step here gives what its GroupByKeys give; a round that leaves the
+    edges as they were ends the rounds (each is a function of the edges alone). Nodes come out in
     sorted order.
     """
     e = {(min(a, b), max(a, b)) for a, b in edges if a != b}
@@ -71,7 +72,10 @@ def star_components(edges: Iterable[tuple[str, str]], rounds: int) -> Iterator[t
         smaller: defaultdict[str, set[str]] = defaultdict(set)
         for m, v in large:
             smaller[v].add(m)
-        e = {edge for node, group in smaller.items() for edge in small_star(node, group)}
+        after = {edge for node, group in smaller.items() for edge in small_star(node, group)}
+        if after == e:  # a fixed point: the rounds left would give these edges again
+            break
+        e = after
     marks: defaultdict[str, list[tuple[str, str | None]]] = defaultdict(list)
     for p, c in e:
         marks[c].append(("parent", p))
