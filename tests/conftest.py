@@ -33,7 +33,6 @@ from typing import Any  # noqa: E402
 
 import pytest  # noqa: E402
 
-BIN = Path(sys.executable).parent
 _bucket_ids = itertools.count()
 
 
@@ -101,10 +100,11 @@ def gcs_bucket(gcs_emulator: str) -> str:
 
 @pytest.fixture(scope="session")
 def s3_emulator() -> Iterator[str]:
-    """A moto server on 127.0.0.1 standing in for S3. Yields its endpoint URL."""
+    """A moto server on 127.0.0.1 standing in for S3 (through tests/s3_emulator.py: its conditional
+    writes atomic, as S3's are). Yields its endpoint URL."""
     port = free_port()
-    exe = shutil.which("moto_server", path=str(BIN)) or "moto_server"
-    proc = start_server([exe, "-H", "127.0.0.1", "-p", str(port)], port)
+    proc = start_server([sys.executable, str(Path(__file__).with_name("s3_emulator.py")), "-H", "127.0.0.1",
+                         "-p", str(port)], port)
     url = f"http://127.0.0.1:{port}"
     import fsspec
 
