@@ -18,7 +18,7 @@ from pipelines.corpus import TokenGroups, WriteCorpus
 from pipelines.dedupe import Deduplicate
 from pipelines.files import WriteClean, WriteRejectLog
 from pipelines.intermediate import CLEAN_DIR, TOKENIZED_DIR
-from pipelines.options import joins_by_side_input, spreads_documents
+from pipelines.options import runs_on_one_machine, spreads_documents
 from pipelines.report import WriteReport
 from pipelines.sources import ReadSources
 from pipelines.stages import CleanDocuments, DropEmpty, SplitSentences, tokenizer_model
@@ -77,7 +77,7 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig, output: str, *,
         documents = documents | "SpreadDocuments" >> beam.Reshuffle()
     cleaned = documents | "Clean" >> CleanDocuments(cfg.clean, cfg.sources)
     rejects = (read.rejects, cleaned.rejects) | "AllRejects" >> beam.Flatten()
-    local = joins_by_side_input(p.options)  # in one process: verdicts and components without their shuffles
+    local = runs_on_one_machine(p.options)  # the local runner: verdicts and components without their shuffles
     dedupe = cleaned.documents | "Dedupe" >> Deduplicate(
         cfg.dedupe, index_in=cfg.dedupe.index, index_out=join(output, DEDUPE_INDEX_DIR),
         index_root=append.corpus if append is not None else root, verdict_side_inputs=local,

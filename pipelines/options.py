@@ -284,17 +284,19 @@ def spreads_documents(opts: PipelineOptions) -> bool:
     return opts.view_as(DirectOptions).direct_num_workers != 1
 
 
-def joins_by_side_input(opts: PipelineOptions) -> bool:
-    """Whether the build joins a few verdicts to every document through side inputs (the local runner)
-    rather than by a CoGroupByKey (a distributed runner).
+def runs_on_one_machine(opts: PipelineOptions) -> bool:
+    """Whether the build runs on the local runner, on one machine (in one process or in several): then the
+    dedupe step joins a few verdicts to every document through side inputs rather than by a
+    CoGroupByKey, and runs the near step's connected components in one step rather than as unrolled
+    rounds of GroupByKeys (a distributed runner keeps both shuffles).
 
     Beam's local runner groups in memory, and its grouping buffer decodes every element it is handed
     and encodes it again to hand it on (``GroupingBuffer``): a document joined with its verdicts (a
     few of them, most documents having none) crossed four coder passes and a dict and lists of its
     own. With the verdicts as a side input, each document is stored once on its way, and looked up
     in a set. A distributed runner keeps the CoGroupByKey: its side inputs go to every worker, and
-    the verdicts of a crawl can be many millions. The output does not depend on it
-    (tests/test_dedupe.py).
+    the verdicts of a crawl can be many millions; and its rounds keep any one worker to one node's
+    neighborhood. The output does not depend on it (tests/test_dedupe.py).
     """
     return (opts.view_as(StandardOptions).runner or LOCAL_RUNNER) == LOCAL_RUNNER
 

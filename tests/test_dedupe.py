@@ -346,7 +346,7 @@ def test_the_build_graph_joins_verdicts_by_runner(tmp_path: Path) -> None:
     from apache_beam.options.pipeline_options import PipelineOptions
 
     from pipelines.graph import build_pipeline
-    from pipelines.options import BuildOptions, finalize_options, joins_by_side_input
+    from pipelines.options import BuildOptions, finalize_options, runs_on_one_machine
     from schemas.config import BuildConfig
 
     (tmp_path / "web.jsonl").write_text(json.dumps({"text": "A document."}) + "\n")
@@ -369,7 +369,7 @@ def test_the_build_graph_joins_verdicts_by_runner(tmp_path: Path) -> None:
 
     local = finalize_options(BuildOptions([]))
     dataflow = PipelineOptions(["--runner", "DataflowRunner"])
-    assert joins_by_side_input(local) and not joins_by_side_input(dataflow)
+    assert runs_on_one_machine(local) and not runs_on_one_machine(dataflow)
     assert "Dedupe/JoinVerdicts" not in labels(local) and "Dedupe/Split" in labels(local)
     assert "Dedupe/JoinVerdicts" in labels(dataflow)
     # The near step keeps its joins on every runner: their side inputs would hold the candidate pairs,

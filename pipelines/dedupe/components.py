@@ -52,6 +52,12 @@ def star_roles(node: str, marks: Iterable[tuple[str, str | None]]) -> tuple[str,
     return node, label, has_child, converged
 
 
+def canonical(edge: tuple[str, str]) -> list[tuple[str, str]]:
+    """An undirected edge as (smaller, larger); none for a self-loop."""
+    a, b = edge
+    return [(min(a, b), max(a, b))] if a != b else []
+
+
 def star_components(edges: Iterable[tuple[str, str]], rounds: int) -> Iterator[tuple[str, str | None, bool, bool]]:
     """``ConnectedComponents``' rounds run in memory, in one place: the same ``(node, label, is_root,
     converged)`` for every node of an edge, converged or not after ``rounds`` rounds.
@@ -62,7 +68,7 @@ def star_components(edges: Iterable[tuple[str, str]], rounds: int) -> Iterator[t
     edges as they were ends the rounds (each is a function of the edges alone). Nodes come out in
     sorted order.
     """
-    e = {(min(a, b), max(a, b)) for a, b in edges if a != b}
+    e = {c for edge in edges for c in canonical(edge)}
     for _ in range(rounds):
         neighbors: defaultdict[str, set[str]] = defaultdict(set)
         for a, b in e:
@@ -112,7 +118,7 @@ class ConnectedComponents(beam.PTransform):
             return (edges
                     | "AllEdges" >> beam.combiners.ToList()
                     | "Stars" >> beam.FlatMap(star_components, self.rounds))
-        e = edges | "Canonical" >> beam.FlatMap(lambda ab: [(min(ab), max(ab))] if ab[0] != ab[1] else [])
+        e = edges | "Canonical" >> beam.FlatMap(canonical)
         for r in range(self.rounds):
             e = (
                 e

@@ -121,7 +121,7 @@ class Deduplicate(beam.PTransform):
     ``verdict_side_inputs``: the documents meet their verdicts through side inputs (the doc_ids of the
     exact duplicates and the near duplicates' records, read by every document's lookup) instead
     of a CoGroupByKey; the same output. For the local runner, whose grouping costs each document
-    four coder passes (``pipelines.options.joins_by_side_input``); a distributed runner's side
+    four coder passes (``pipelines.options.runs_on_one_machine``); a distributed runner's side
     inputs would send every worker every verdict.
 
     ``components_in_memory``: the near step's connected components in one step
