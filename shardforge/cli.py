@@ -42,6 +42,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
 }
 
 
+# name -> (module, function) that checks a command's flags without its heavy imports (torch), so that
+# --help and flag mistakes are answered at once; the command's own main parses them again.
+EARLY_PARSERS: dict[str, tuple[str, str]] = {"train": ("trainer.args", "parse_train_args")}
+
+
 def _entry(name: str) -> Callable[[list[str]], int]:
     module, func, _ = COMMANDS[name]
     return getattr(importlib.import_module(module), func)
@@ -79,6 +84,9 @@ def main(argv: list[str] | None = None) -> int:
         (before_beam if as_program else exit_if_unrunnable)(rest)
     set_invoked_as(f"shardforge {name}")  # usage lines say what the user typed
     try:
+        if name in EARLY_PARSERS:
+            module, func = EARLY_PARSERS[name]
+            getattr(importlib.import_module(module), func)(rest)  # --help and mistakes exit here
         return run_cli(lambda: int(_entry(name)(rest) or 0), rest)
     finally:
         set_invoked_as(None)

@@ -154,6 +154,40 @@ def test_help_names_the_command_as_the_user_ran_it(args, usage) -> None:
         assert "Every standard Beam pipeline option" in res.stdout and "--help_beam" in res.stdout
 
 
+# Runs a module as `python -m MODULE ARGS` would, then says which modules it had imported when it exited.
+IMPORT_PROBE = """
+import runpy, sys
+module, sys.argv = sys.argv[1], sys.argv[1:]
+code = 0
+try:
+    runpy.run_module(module, run_name="__main__", alter_sys=True)
+except SystemExit as e:
+    code = e.code
+print("probe:", "torch" in sys.modules, "trainer.args" in sys.modules, code)
+sys.exit(code)
+"""
+
+
+@pytest.mark.parametrize("args, code", [
+    (["trainer.train", "--help"], 0),
+    (["trainer.train", "--data", "d", "--stpes", "3"], 2),
+    (["shardforge.cli", "train", "--help"], 0),
+    (["shardforge.cli", "train", "--data", "d", "--batch-size", "2"], 2),
+    (["trainer.train", "--steps", "many"], 2),
+])
+def test_the_trainer_answers_help_and_flag_mistakes_before_importing_torch(args, code) -> None:
+    """torch takes seconds to import: --help and a mistyped flag need none of it (trainer/args.py)."""
+    res = run("-c", IMPORT_PROBE, *args)
+    assert res.stdout.splitlines()[-1] == f"probe: False True {code}", res.stdout[-500:] + res.stderr[-2000:]
+    if code == 0:
+        assert res.stderr == "" and "usage: " in res.stdout and "--tokens_per_batch" in res.stdout
+    else:
+        assert one_line_error(res)
+    # The probe sees torch where the flags are right: the trainer goes on to import it and train.
+    res = run("-c", IMPORT_PROBE, "trainer.train", "--print-config", "--steps", "3")
+    assert res.stdout.splitlines()[-1] == "probe: True True 0", res.stdout[-500:] + res.stderr[-2000:]
+
+
 def test_help_beam_lists_beams_own_options() -> None:
     res = run("-m", "pipelines.build", "--help_beam")
     assert res.returncode == 0 and res.stderr == ""

@@ -12,13 +12,19 @@ masking, batch (the forward of one batch), model, optim, evaluate, checkpoint
 
 from __future__ import annotations
 
+import sys
+
+from trainer.args import parse_train_args
+
+if __name__ == "__main__":  # --help and flag mistakes are answered before torch is imported
+    parse_train_args(sys.argv[1:])
+
 import argparse
 import contextlib
 import logging
 import math
 import os
 import signal
-import sys
 import time
 from typing import Any
 
@@ -28,7 +34,6 @@ from schemas import MASK_ID, PAD_ID
 from schemas.config import PAIR_RULES, MaskingConfig, TrainConfig
 from schemas.errors import UserError
 from schemas.manifest import Manifest, load_manifest, open_tokenizer
-from shardforge.cliargs import ArgumentParser
 from shardforge.clirun import run_cli
 from storage import join
 from trainer import distributed
@@ -244,31 +249,7 @@ def build_train_config(args: argparse.Namespace, overrides: list[str], require_d
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = ArgumentParser(prog="python -m trainer.train", description=__doc__,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--data", help="Corpus URL or its manifest.json (local, gs://, s3://).")
-    p.add_argument("--mix", action="append", metavar="URL=WEIGHT",
-                   help="Mix several corpora (repeat the flag): URL=0.7 is a share of the training tokens, "
-                        "URL=x2 repeats a corpus twice as often as its size gives (fairseq upsampling).")
-    p.add_argument("--output", help="Run folder URL: metrics, checkpoints (default runs/run).")
-    p.add_argument("--recipe", help="Named recipe of a paper (roberta-base, albert-large, spanbert-base, cpu, ...: "
-                                    "docs/recipes.md); --config, flags and --set override it.")
-    p.add_argument("--config", help="Train config YAML/JSON (flags override it).")
-    p.add_argument("--print-config", action="store_true",
-                   help="Print the resolved config (recipe + config + flags + --set) as YAML and exit.")
-    p.add_argument("--steps", type=int, help="Optimizer steps to train to.")
-    p.add_argument("--batch_size", type=int, help="Sequences per micro-batch per rank.")
-    p.add_argument("--tokens_per_batch", type=int, help="Token budget per micro-batch (DOC-SENTENCES).")
-    p.add_argument("--num_workers", type=int, help="DataLoader workers per rank.")
-    p.add_argument("--seed", type=int)
-    p.add_argument("--follow", action="store_true", default=None,
-                   help="Follow a served corpus: adopt its latest version at every epoch boundary.")
-    p.add_argument("--device", help="auto | cpu | cuda | cuda:N")
-    p.add_argument("--init", help="Continue pretraining a Hugging Face model folder (Roberta/XLMRoberta/Bert/"
-                                  "AlbertForMaskedLM): its shape and weights (docs/continued-pretraining.md).")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="Override any config field, e.g. --set model.size=base --set masking.scheme=span")
-    args = p.parse_args(argv)
+    args = parse_train_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     return run_cli(lambda: _run(args))
 
