@@ -8,11 +8,11 @@ that is running), so one per name serves every bundle and thread.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from functools import lru_cache
 from typing import Any
 
-from apache_beam import DoFn, pvalue
+from apache_beam import CombineFn, DoFn, pvalue
 from apache_beam.metrics import Metrics
 from apache_beam.transforms.window import GlobalWindows
 
@@ -63,3 +63,48 @@ class SumPerBundle(DoFn):
     def finish_bundle(self) -> Iterator[Any]:
         for key, total in self._sums.items():
             yield GlobalWindows.windowed_value((key, total) if self.keyed else total)
+
+
+class TaggedCombine(CombineFn):
+    """Several combines in one: ``(tag, value)`` elements, each tag combined by its own CombineFn;
+    the output is ``{tag: that CombineFn's output}``, with every tag present (an empty input gives
+    each CombineFn's output of nothing, as a CombineGlobally of it alone would).
+
+    Where a build combined several small inputs globally one by one (the report's histograms), each
+    combine was a group stage and a default stage of its own; tagged and flattened, they share one.
+    """
+
+    def __init__(self, fns: dict[str, CombineFn]) -> None:
+        super().__init__()
+        self.fns = dict(sorted(fns.items()))
+
+    def setup(self, *args: Any, **kwargs: Any) -> None:
+        for fn in self.fns.values():
+            fn.setup(*args, **kwargs)
+
+    def create_accumulator(self) -> dict[str, Any]:
+        return {tag: fn.create_accumulator() for tag, fn in self.fns.items()}
+
+    def add_input(self, acc: dict[str, Any], element: tuple[str, Any]) -> dict[str, Any]:
+        tag, value = element
+        acc[tag] = self.fns[tag].add_input(acc[tag], value)
+        return acc
+
+    def merge_accumulators(self, accs: Iterable[dict[str, Any]]) -> dict[str, Any]:
+        accs = list(accs)
+        return {tag: fn.merge_accumulators([a[tag] for a in accs]) for tag, fn in self.fns.items()}
+
+    def compact(self, acc: dict[str, Any]) -> dict[str, Any]:
+        return {tag: fn.compact(acc[tag]) for tag, fn in self.fns.items()}
+
+    def extract_output(self, acc: dict[str, Any]) -> dict[str, Any]:
+        return {tag: fn.extract_output(acc[tag]) for tag, fn in self.fns.items()}
+
+    def teardown(self, *args: Any, **kwargs: Any) -> None:
+        for fn in self.fns.values():
+            fn.teardown(*args, **kwargs)
+
+
+def tagged(tag: str) -> Callable[[Any], tuple[str, Any]]:
+    """``value -> (tag, value)``: an input of a ``TaggedCombine``."""
+    return lambda value: (tag, value)

@@ -29,6 +29,7 @@ from typing import Any
 import apache_beam as beam
 
 from pipelines import charts
+from pipelines.metrics import TaggedCombine, tagged
 from pipelines.records import Document, Duplicate, Reject, count_words
 from schemas.config import SAMPLE_BYTES_MIN, SAMPLE_BYTES_PER_PIECE, default_sample_bytes
 from storage import join, unless_swept, write_text_atomic
@@ -733,31 +734,37 @@ class WriteReport(beam.PTransform):
                          "plans": plans, "training": training}
 
     def expand(self, manifest):
-        hist_before = self.before | "LengthsBefore" >> beam.CombineGlobally(LengthHistogram())
-        # The kept documents' histogram and word counts in one pass: one split of each text.
-        after = self.after | "LengthsAfter" >> beam.CombineGlobally(LengthsAndWords())
+        # The small summaries combine in one step (TaggedCombine): each input tagged with its summary's name.
+        fns: dict[str, beam.CombineFn] = {"before": LengthHistogram(), "after": LengthsAndWords()}
+        inputs = [self.before | "TagBefore" >> beam.Map(tagged("before")),
+                  self.after | "TagAfter" >> beam.Map(tagged("after"))]
         parts: dict[str, Any] = {}
         o = self.optional
         if o["reject_log"] is not None:
-            parts["examples"] = o["reject_log"] | "Examples" >> beam.CombineGlobally(RejectExamples())
+            fns["examples"] = RejectExamples()
+            inputs.append(o["reject_log"] | "TagExamples" >> beam.Map(tagged("examples")))
         if o["duplicates"] is not None:
             parts["dedupe"] = o["duplicates"] | "DedupeStats" >> DedupeStats()
         if o["token_counts"] is not None:
-            parts["tokens"] = o["token_counts"] | "TokenCounts" >> beam.CombineGlobally(TokenCounts())
+            fns["tokens"] = TokenCounts()
+            inputs.append(o["token_counts"] | "TagTokens" >> beam.Map(tagged("tokens")))
         if o["plans"] is not None:
             parts["packed_lengths"] = o["plans"] | "PackedLengths" >> beam.Map(packed_lengths)
         if o["training"] is not None:
             parts["training"] = o["training"]  # already one small dict (TrainTokenizer.stats)
+        combined = (inputs | "Summaries" >> beam.Flatten()
+                    | "Combine" >> beam.CombineGlobally(TaggedCombine(fns)))
         names = sorted(parts)
         output = self.output
 
-        def write(m, b, after_and_words, *values) -> str | None:
-            a, words = after_and_words
-            extra = {"words": words, **dict(zip(names, values, strict=True))}
+        def write(m, summaries, *values) -> str | None:
+            b, (a, words) = summaries["before"], summaries["after"]
+            named = {**{n: summaries[n] for n in ("examples", "tokens") if n in summaries},
+                     **dict(zip(names, values, strict=True))}
+            extra = {"words": words, **dict(sorted(named.items()))}
             # In an attempt's folder (an ingest batch) another writer's commit may sweep it meanwhile.
             written = unless_swept(lambda: write_report(m, b, a, output, extra), "report")
             return join(output, REPORT_HTML) if written else None
 
         return manifest | "WriteReport" >> beam.Map(
-            write, beam.pvalue.AsSingleton(hist_before), beam.pvalue.AsSingleton(after),
-            *(beam.pvalue.AsSingleton(parts[n]) for n in names))
+            write, beam.pvalue.AsSingleton(combined), *(beam.pvalue.AsSingleton(parts[n]) for n in names))

@@ -1,5 +1,5 @@
-"""pipelines.metrics: cached counters, and sums made once per bundle (the accounting's tallies, the
-part counts and the packing groups' token total)."""
+"""pipelines.metrics: cached counters, sums made once per bundle (the accounting's tallies, the
+part counts and the packing groups' token total), and several global combines in one (the report's)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
 from pipelines.files import BundleTotals, sum_pairs
-from pipelines.metrics import SumPerBundle
+from pipelines.metrics import SumPerBundle, TaggedCombine, tagged
 
 
 def _bundle(fn: beam.DoFn, records) -> list:
@@ -43,3 +43,61 @@ def test_bundle_sums_add_up_to_the_per_record_counts_on_beams_runner() -> None:
         totals = pc | "Totals" >> beam.ParDo(BundleTotals(len)) | beam.CombineGlobally(sum_pairs)
         assert_that(tallies, equal_to(sorted(Counter(words).items())), label="tallies")
         assert_that(totals, equal_to([(1000, sum(map(len, words)))]), label="totals")
+
+
+class _Longest(beam.CombineFn):
+    """The longest string (ties: the smallest); an accumulator that is not a number, and a compact step."""
+
+    def create_accumulator(self):
+        return ""
+
+    def add_input(self, acc, s):
+        return min(acc, s, key=lambda x: (-len(x), x))
+
+    def merge_accumulators(self, accs):
+        return min(accs, key=lambda x: (-len(x), x))
+
+    def compact(self, acc):
+        return acc.strip() if acc.strip() else acc
+
+    def extract_output(self, acc):
+        return acc or None
+
+
+def _tagged_fns() -> dict:
+    return {"sum": beam.combiners.CountCombineFn(), "longest": _Longest(), "top": beam.combiners.TopCombineFn(3)}
+
+
+def test_tagged_combine_gives_what_each_combine_gives_alone_and_every_tag_when_empty() -> None:
+    fn = TaggedCombine(_tagged_fns())
+    numbers, words = list(range(50)), ["kiwi", "apple", "fig", "banana", "cherry"]
+    elements = [("sum", n) for n in numbers] + [("longest", w) for w in words] + [("top", n) for n in numbers]
+    expected = {"sum": 50, "longest": "banana", "top": [49, 48, 47]}
+    assert fn.apply(elements) == expected
+    # Split into accumulators, merged in another order: the same output.
+    halves = [fn.create_accumulator(), fn.create_accumulator()]
+    for i, e in enumerate(elements):
+        halves[i % 2] = fn.add_input(halves[i % 2], e)
+    assert fn.extract_output(fn.merge_accumulators([fn.compact(h) for h in reversed(halves)])) == expected
+    # Nothing at all: each combine's output of nothing, as a CombineGlobally of it alone would give.
+    assert fn.apply([]) == {"sum": 0, "longest": None, "top": []}
+    assert fn.apply([("sum", 1)]) == {"sum": 1, "longest": None, "top": []}
+
+
+def test_tagged_combine_on_beams_runner_equals_the_separate_global_combines() -> None:
+    numbers = [(i * 7919) % 1000 for i in range(3000)]
+    words = [f"w{'x' * (i % 13)}{i % 5}" for i in range(500)]
+    with TestPipeline() as p:
+        nums, ws = p | "Numbers" >> beam.Create(numbers), p | "Words" >> beam.Create(words)
+        empty = p | "Empty" >> beam.Create([]) | beam.Map(lambda x: x)
+        tagged_inputs = [nums | "TagSum" >> beam.Map(tagged("sum")), ws | "TagLongest" >> beam.Map(tagged("longest")),
+                         empty | "TagTop" >> beam.Map(tagged("top"))]
+        together = tagged_inputs | beam.Flatten() | beam.CombineGlobally(TaggedCombine(_tagged_fns()))
+        alone = {"sum": nums | "Sum" >> beam.CombineGlobally(beam.combiners.CountCombineFn()),
+                 "longest": ws | "Longest" >> beam.CombineGlobally(_Longest()),
+                 "top": empty | "Top" >> beam.CombineGlobally(beam.combiners.TopCombineFn(3))}
+        joined = p | "One" >> beam.Create([None]) | beam.Map(
+            lambda _, s, lo, t: {"sum": s, "longest": lo, "top": t},
+            *(beam.pvalue.AsSingleton(alone[k]) for k in ("sum", "longest", "top")))
+        assert_that(together, equal_to([{"sum": 3000, "longest": "wxxxxxxxxxxxx0", "top": []}]), label="together")
+        assert_that(joined, equal_to([{"sum": 3000, "longest": "wxxxxxxxxxxxx0", "top": []}]), label="alone")
