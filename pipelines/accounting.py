@@ -80,9 +80,9 @@ class Account(beam.PTransform):
     Applied to the readers' per-file ``(source, records read)``; ``rejects``,
     ``duplicates`` and ``tokenized`` (every tokenized document, empty ones
     included) are the outcomes. Each input is tallied per outcome and bundle where it is made
-    (``pipelines.metrics.SumPerBundle``), then summed per outcome (a few sums per bundle cross, not one tally per
-    record; Beam's local runner materializes a Flatten of several inputs, so summing after the
-    Flatten moved every document's tally through a buffer), then one global combine of those sums.
+    (``pipelines.metrics.SumPerBundle``), so only a few sums per bundle cross the Flatten (Beam's local
+    runner materializes a Flatten of several inputs: one tally per record would each go through a
+    buffer), then one global combine of those sums.
     """
 
     def __init__(self, rejects, duplicates, tokenized):
@@ -91,13 +91,12 @@ class Account(beam.PTransform):
 
     def expand(self, read_counts):
         inputs = (
-            (read_counts, "InputTally", lambda sc: ((sc[0], INPUT, ""), sc[1]), "SumInputs"),
-            (self.rejects, "RejectOutcome", lambda r: (reject_outcome(r), 1), "SumRejects"),
-            (self.duplicates, "DuplicateOutcome", lambda d: (duplicate_outcome(d), 1), "SumDuplicates"),
-            (self.tokenized, "TokenOutcome", lambda d: (tokens_outcome(d), 1), "SumTokenized"),
+            (read_counts, "InputTally", lambda sc: ((sc[0], INPUT, ""), sc[1])),
+            (self.rejects, "RejectOutcome", lambda r: (reject_outcome(r), 1)),
+            (self.duplicates, "DuplicateOutcome", lambda d: (duplicate_outcome(d), 1)),
+            (self.tokenized, "TokenOutcome", lambda d: (tokens_outcome(d), 1)),
         )
-        tallies = tuple(pcoll | tally >> beam.ParDo(SumPerBundle(fn)) | total >> beam.CombinePerKey(sum)
-                        for pcoll, tally, fn, total in inputs)
+        tallies = tuple(pcoll | tally >> beam.ParDo(SumPerBundle(fn)) for pcoll, tally, fn in inputs)
         return tallies | "AllTallies" >> beam.Flatten() | "Books" >> beam.CombineGlobally(_Tally())
 
 

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Iterator
 from functools import lru_cache
 from typing import Any
 
-from apache_beam import CombineFn, DoFn, pvalue
+from apache_beam import CombineFn, CombineGlobally, DoFn, Flatten, ParDo, PTransform, pvalue
 from apache_beam.metrics import Metrics
 from apache_beam.transforms.window import GlobalWindows
 
@@ -65,13 +65,45 @@ class SumPerBundle(DoFn):
             yield GlobalWindows.windowed_value((key, total) if self.keyed else total)
 
 
-class TaggedCombine(CombineFn):
-    """Several combines in one: ``(tag, value)`` elements, each tag combined by its own CombineFn;
-    the output is ``{tag: that CombineFn's output}``, with every tag present (an empty input gives
-    each CombineFn's output of nothing, as a CombineGlobally of it alone would).
+class AccumulatePerBundle(DoFn):
+    """A CombineFn's partial combine of each bundle's records, emitted once when the bundle ends as
+    ``(tag, accumulator)``: the input of a ``TaggedCombine``. A bundle with no records emits nothing.
 
-    Where a build combined several small inputs globally one by one (the report's histograms), each
-    combine was a group stage and a default stage of its own; tagged and flattened, they share one.
+    Beam's local runner materializes a Flatten of several inputs (each element encoded into a
+    buffer), so the records are folded where they are made and only a few accumulators are flattened.
+    """
+
+    def __init__(self, tag: str, fn: CombineFn) -> None:
+        self.tag, self.fn = tag, fn
+
+    def setup(self) -> None:
+        self.fn.setup()
+
+    def start_bundle(self) -> None:
+        self._acc: Any = None
+
+    def process(self, record: Any) -> None:
+        if self._acc is None:
+            self._acc = self.fn.create_accumulator()
+        self._acc = self.fn.add_input(self._acc, record)
+
+    def finish_bundle(self) -> Iterator[Any]:
+        if self._acc is not None:
+            yield GlobalWindows.windowed_value((self.tag, self.fn.compact(self._acc)))
+            self._acc = None
+
+    def teardown(self) -> None:
+        self.fn.teardown()
+
+
+class TaggedCombine(CombineFn):
+    """Several global combines in one: ``(tag, accumulator)`` elements (``AccumulatePerBundle``), each
+    tag merged by its own CombineFn; the output is ``{tag: that CombineFn's output}``, with every tag
+    present (an empty input gives each CombineFn's output of nothing, as a CombineGlobally of it
+    alone would).
+
+    Where a build combined several small summaries globally one by one (the report's), each combine
+    was a group stage and a default stage of its own; tagged and flattened, they share one.
     """
 
     def __init__(self, fns: dict[str, CombineFn]) -> None:
@@ -86,8 +118,8 @@ class TaggedCombine(CombineFn):
         return {tag: fn.create_accumulator() for tag, fn in self.fns.items()}
 
     def add_input(self, acc: dict[str, Any], element: tuple[str, Any]) -> dict[str, Any]:
-        tag, value = element
-        acc[tag] = self.fns[tag].add_input(acc[tag], value)
+        tag, partial = element
+        acc[tag] = self.fns[tag].merge_accumulators([acc[tag], partial])
         return acc
 
     def merge_accumulators(self, accs: Iterable[dict[str, Any]]) -> dict[str, Any]:
@@ -105,6 +137,17 @@ class TaggedCombine(CombineFn):
             fn.teardown(*args, **kwargs)
 
 
-def tagged(tag: str) -> Callable[[Any], tuple[str, Any]]:
-    """``value -> (tag, value)``: an input of a ``TaggedCombine``."""
-    return lambda value: (tag, value)
+class CombineTagged(PTransform):
+    """``{tag: (PCollection, CombineFn)}`` -> a singleton ``{tag: the CombineFn's output over it}``:
+    one group stage for all of them (``AccumulatePerBundle`` where each input is made, then a
+    ``TaggedCombine``)."""
+
+    def __init__(self, inputs: dict[str, tuple[Any, CombineFn]]) -> None:
+        super().__init__()
+        self.inputs = dict(sorted(inputs.items()))
+
+    def expand(self, pbegin: Any) -> Any:
+        partials = [pcoll | f"Accumulate[{tag}]" >> ParDo(AccumulatePerBundle(tag, fn))
+                    for tag, (pcoll, fn) in self.inputs.items()]
+        fns = {tag: fn for tag, (_, fn) in self.inputs.items()}
+        return partials | "Partials" >> Flatten() | "Merge" >> CombineGlobally(TaggedCombine(fns))

@@ -29,7 +29,7 @@ from typing import Any
 import apache_beam as beam
 
 from pipelines import charts
-from pipelines.metrics import TaggedCombine, tagged
+from pipelines.metrics import CombineTagged
 from pipelines.records import Document, Duplicate, Reject, count_words
 from schemas.config import SAMPLE_BYTES_MIN, SAMPLE_BYTES_PER_PIECE, default_sample_bytes
 from storage import join, unless_swept, write_text_atomic
@@ -734,26 +734,22 @@ class WriteReport(beam.PTransform):
                          "plans": plans, "training": training}
 
     def expand(self, manifest):
-        # The small summaries combine in one step (TaggedCombine): each input tagged with its summary's name.
-        fns: dict[str, beam.CombineFn] = {"before": LengthHistogram(), "after": LengthsAndWords()}
-        inputs = [self.before | "TagBefore" >> beam.Map(tagged("before")),
-                  self.after | "TagAfter" >> beam.Map(tagged("after"))]
+        # The small summaries combine in one step (pipelines.metrics.CombineTagged).
+        summaries: dict[str, tuple[Any, beam.CombineFn]] = {
+            "before": (self.before, LengthHistogram()), "after": (self.after, LengthsAndWords())}
         parts: dict[str, Any] = {}
         o = self.optional
         if o["reject_log"] is not None:
-            fns["examples"] = RejectExamples()
-            inputs.append(o["reject_log"] | "TagExamples" >> beam.Map(tagged("examples")))
+            summaries["examples"] = (o["reject_log"], RejectExamples())
         if o["duplicates"] is not None:
             parts["dedupe"] = o["duplicates"] | "DedupeStats" >> DedupeStats()
         if o["token_counts"] is not None:
-            fns["tokens"] = TokenCounts()
-            inputs.append(o["token_counts"] | "TagTokens" >> beam.Map(tagged("tokens")))
+            summaries["tokens"] = (o["token_counts"], TokenCounts())
         if o["plans"] is not None:
             parts["packed_lengths"] = o["plans"] | "PackedLengths" >> beam.Map(packed_lengths)
         if o["training"] is not None:
             parts["training"] = o["training"]  # already one small dict (TrainTokenizer.stats)
-        combined = (inputs | "Summaries" >> beam.Flatten()
-                    | "Combine" >> beam.CombineGlobally(TaggedCombine(fns)))
+        combined = manifest.pipeline | "Summaries" >> CombineTagged(summaries)
         names = sorted(parts)
         output = self.output
 

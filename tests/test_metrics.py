@@ -10,7 +10,7 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
 from pipelines.files import BundleTotals, sum_pairs
-from pipelines.metrics import SumPerBundle, TaggedCombine, tagged
+from pipelines.metrics import AccumulatePerBundle, CombineTagged, SumPerBundle, TaggedCombine
 
 
 def _bundle(fn: beam.DoFn, records) -> list:
@@ -69,35 +69,48 @@ def _tagged_fns() -> dict:
 
 
 def test_tagged_combine_gives_what_each_combine_gives_alone_and_every_tag_when_empty() -> None:
-    fn = TaggedCombine(_tagged_fns())
+    fns = _tagged_fns()
     numbers, words = list(range(50)), ["kiwi", "apple", "fig", "banana", "cherry"]
-    elements = [("sum", n) for n in numbers] + [("longest", w) for w in words] + [("top", n) for n in numbers]
-    expected = {"sum": 50, "longest": "banana", "top": [49, 48, 47]}
-    assert fn.apply(elements) == expected
-    # Split into accumulators, merged in another order: the same output.
+    values = {"sum": numbers, "longest": words, "top": numbers}
+    expected = {tag: fns[tag].apply(v) for tag, v in values.items()}
+    assert expected == {"sum": 50, "longest": "banana", "top": [49, 48, 47]}
+    # Each input's bundles fold their records (one accumulator per bundle, none for an empty bundle).
+    partials = []
+    for tag, v in values.items():
+        acc = AccumulatePerBundle(tag, fns[tag])
+        acc.setup()
+        for chunk in (v[:3], [], v[3:]):
+            acc.start_bundle()
+            for x in chunk:
+                assert acc.process(x) is None  # nothing per record
+            partials += [wv.value for wv in acc.finish_bundle()]
+    assert len(partials) == 6 and {t for t, _ in partials} == set(values)
+    fn = TaggedCombine(fns)
+    assert fn.apply(partials) == fn.apply(reversed(partials)) == expected
     halves = [fn.create_accumulator(), fn.create_accumulator()]
-    for i, e in enumerate(elements):
+    for i, e in enumerate(partials):
         halves[i % 2] = fn.add_input(halves[i % 2], e)
     assert fn.extract_output(fn.merge_accumulators([fn.compact(h) for h in reversed(halves)])) == expected
     # Nothing at all: each combine's output of nothing, as a CombineGlobally of it alone would give.
     assert fn.apply([]) == {"sum": 0, "longest": None, "top": []}
-    assert fn.apply([("sum", 1)]) == {"sum": 1, "longest": None, "top": []}
+    assert fn.apply([p for p in partials if p[0] == "sum"]) == {"sum": 50, "longest": None, "top": []}
 
 
-def test_tagged_combine_on_beams_runner_equals_the_separate_global_combines() -> None:
+def test_combine_tagged_on_beams_runner_equals_the_separate_global_combines() -> None:
     numbers = [(i * 7919) % 1000 for i in range(3000)]
     words = [f"w{'x' * (i % 13)}{i % 5}" for i in range(500)]
+    expected = [{"sum": 3000, "longest": "wxxxxxxxxxxxx0", "top": []}]
     with TestPipeline() as p:
         nums, ws = p | "Numbers" >> beam.Create(numbers), p | "Words" >> beam.Create(words)
         empty = p | "Empty" >> beam.Create([]) | beam.Map(lambda x: x)
-        tagged_inputs = [nums | "TagSum" >> beam.Map(tagged("sum")), ws | "TagLongest" >> beam.Map(tagged("longest")),
-                         empty | "TagTop" >> beam.Map(tagged("top"))]
-        together = tagged_inputs | beam.Flatten() | beam.CombineGlobally(TaggedCombine(_tagged_fns()))
+        fns = _tagged_fns()
+        together = p | CombineTagged({"sum": (nums, fns["sum"]), "longest": (ws, fns["longest"]),
+                                      "top": (empty, fns["top"])})
         alone = {"sum": nums | "Sum" >> beam.CombineGlobally(beam.combiners.CountCombineFn()),
                  "longest": ws | "Longest" >> beam.CombineGlobally(_Longest()),
                  "top": empty | "Top" >> beam.CombineGlobally(beam.combiners.TopCombineFn(3))}
         joined = p | "One" >> beam.Create([None]) | beam.Map(
             lambda _, s, lo, t: {"sum": s, "longest": lo, "top": t},
             *(beam.pvalue.AsSingleton(alone[k]) for k in ("sum", "longest", "top")))
-        assert_that(together, equal_to([{"sum": 3000, "longest": "wxxxxxxxxxxxx0", "top": []}]), label="together")
-        assert_that(joined, equal_to([{"sum": 3000, "longest": "wxxxxxxxxxxxx0", "top": []}]), label="alone")
+        assert_that(together, equal_to(expected), label="together")
+        assert_that(joined, equal_to(expected), label="alone")
