@@ -177,8 +177,8 @@ def run_dedupe(docs: list[Document], cfg=None, index_in: str | None = None,
                index_out: str | None = None, index_root: str | None = None,
                local: bool = False) -> tuple[list[Document], list[Duplicate]]:
     """Run the Beam Deduplicate transform on FnApiRunner; (kept, duplicates), each sorted by doc_id.
-    ``local``: wired as the build wires it on the local runner (``Deduplicate``'s
-    ``verdict_side_inputs`` and ``components_in_memory``); else as on a distributed runner.
+    ``local``: wired as the build wires it on the local runner (``Deduplicate``'s ``one_machine``);
+    else as on a distributed runner.
 
     Outputs travel through files: FnApiRunner pickles DoFns, so appending to a
     list in the driver would append to a copy.
@@ -201,7 +201,7 @@ def run_dedupe(docs: list[Document], cfg=None, index_in: str | None = None,
                 | "Read" >> beam.io.ReadFromText(in_path)
                 | "Parse" >> beam.Map(lambda line: Document(**json.loads(line)))
                 | Deduplicate(cfg, index_in=index_in, index_out=index_out, index_root=index_root,
-                              verdict_side_inputs=local, components_in_memory=local)
+                              one_machine=local)
             )
             _ = out["kept"] | "ListKept" >> beam.combiners.ToList() | "DumpKept" >> beam.Map(_dump, kept_path)
             _ = out["duplicates"] | "ListDups" >> beam.combiners.ToList() | "DumpDups" >> beam.Map(_dump, dups_path)

@@ -77,11 +77,9 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig, output: str, *,
         documents = documents | "SpreadDocuments" >> beam.Reshuffle()
     cleaned = documents | "Clean" >> CleanDocuments(cfg.clean, cfg.sources)
     rejects = (read.rejects, cleaned.rejects) | "AllRejects" >> beam.Flatten()
-    local = runs_on_one_machine(p.options)  # the local runner: verdicts and components without their shuffles
-    dedupe = cleaned.documents | "Dedupe" >> Deduplicate(
+    dedupe = cleaned.documents | "Dedupe" >> Deduplicate(  # the local runner: verdicts and components unshuffled
         cfg.dedupe, index_in=cfg.dedupe.index, index_out=join(output, DEDUPE_INDEX_DIR),
-        index_root=append.corpus if append is not None else root, verdict_side_inputs=local,
-        components_in_memory=local)
+        index_root=append.corpus if append is not None else root, one_machine=runs_on_one_machine(p.options))
     kept, duplicates = dedupe["kept"], dedupe["duplicates"]
 
     sentenced = kept | "SplitSentences" >> SplitSentences()

@@ -43,7 +43,7 @@ def _run_both(docs: list[Document], cfg: DedupeConfig, out: Path, index_in: str 
     # inputs, the connected components in one step); "new": as on a distributed runner (a
     # CoGroupByKey, components in rounds).
     variants = {"new": Deduplicate,
-                "lookups": functools.partial(Deduplicate, verdict_side_inputs=True, components_in_memory=True),
+                "lookups": functools.partial(Deduplicate, one_machine=True),
                 "reference": ReferenceDeduplicate}
     p = beam.Pipeline(runner="FnApiRunner")
     read = (p | "Read" >> beam.io.ReadFromText(str(inp))

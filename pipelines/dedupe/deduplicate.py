@@ -69,7 +69,7 @@ def _split_final(element: tuple[str, dict[str, Any]]) -> Iterator[Any]:
 
 
 class _ApplyVerdicts(beam.DoFn):
-    """``_split_final`` with the verdicts as side inputs (``verdict_side_inputs``): each document, as the
+    """``_split_final`` with the verdicts as side inputs (``one_machine``): each document, as the
     Sketch step keyed it, looked up among the exact duplicates' doc_ids and the near duplicates.
 
     The same outputs as the join: a kept document (main) and its index entry (tagged ``index``), or
@@ -118,23 +118,20 @@ class Deduplicate(beam.PTransform):
     documents left empty become ``Duplicate(kind="span")`` (within this batch;
     the index holds no spans).
 
-    ``verdict_side_inputs``: the documents meet their verdicts through side inputs (the doc_ids of the
-    exact duplicates and the near duplicates' records, read by every document's lookup) instead
-    of a CoGroupByKey; the same output. For the local runner, whose grouping costs each document
-    four coder passes (``pipelines.options.runs_on_one_machine``); a distributed runner's side
-    inputs would send every worker every verdict.
-
-    ``components_in_memory``: the near step's connected components in one step
-    (``ConnectedComponents``' ``in_memory``), for the local runner; the same output.
+    ``one_machine``: wired for the local runner (``pipelines.options.runs_on_one_machine``), with the
+    same output. The documents meet their verdicts through side inputs (the doc_ids of the exact
+    duplicates and the near duplicates' records, read by every document's lookup) instead of a
+    CoGroupByKey, whose grouping costs each document four coder passes there; and the near step's
+    connected components run in one step (``ConnectedComponents``' ``in_memory``) instead of
+    unrolled rounds of GroupByKeys. A distributed runner keeps both shuffles: its side inputs
+    would send every worker every verdict.
     """
 
     def __init__(self, cfg: DedupeConfig, index_in: str | None = None, index_out: str | None = None,
-                 index_root: str | None = None, verdict_side_inputs: bool = False,
-                 components_in_memory: bool = False) -> None:
+                 index_root: str | None = None, one_machine: bool = False) -> None:
         super().__init__()
         self.cfg = cfg
-        self.verdict_side_inputs = verdict_side_inputs
-        self.components_in_memory = components_in_memory
+        self.one_machine = one_machine
         self.index_in = index_in if index_in is not None else cfg.index
         self.index_out = index_out
         self.index_root = index_root
@@ -179,8 +176,8 @@ class Deduplicate(beam.PTransform):
                 dup_parts.append(exact)
             skip = None if exact is None else exact | "ExactNodes" >> beam.Map(lambda d: NEW + d.doc_id)
             near = sketches | "Near" >> NearDedupe(cfg, part_urls, buckets=sketched[LSH_TAG], skip=skip,
-                                                 components_in_memory=self.components_in_memory)
-            if self.verdict_side_inputs:
+                                                 components_in_memory=self.one_machine)
+            if self.one_machine:
                 verdicts = {"near": beam.pvalue.AsList(near)}
                 if exact is not None:
                     verdicts["exact_ids"] = beam.pvalue.AsList(exact | "ExactIDs" >> beam.Map(lambda d: d.doc_id))
