@@ -16,6 +16,12 @@ gensim itself is never imported, its files are found through the distribution's 
 
     from benchmarks.prose import write_prose_corpus
     docs, nbytes = write_prose_corpus(Path("raw.jsonl"), megabytes=10)
+
+On a machine without gensim (a GPU image, say), dump the pool where gensim is and point the
+benchmarks at the dump; every corpus made from it has the same bytes:
+
+    python benchmarks/prose.py --dump-pool pool.json          # where gensim is installed
+    SHARDFORGE_PROSE_POOL=pool.json python benchmarks/bench_floor.py --mb 100
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import functools
 import html
 import importlib.metadata
 import json
+import os
 import random
 import re
 import sys
@@ -98,9 +105,19 @@ def _news_paragraphs() -> list[str]:
     return out
 
 
+POOL_ENV = "SHARDFORGE_PROSE_POOL"  # a JSON list of paragraphs (``--dump-pool``) used instead of gensim's files
+
+
 @functools.lru_cache(maxsize=1)
 def paragraph_pool() -> tuple[str, ...]:
-    """Every real paragraph available, in a fixed order (duplicates dropped)."""
+    """Every real paragraph available, in a fixed order (duplicates dropped); from the dump that
+    ``$SHARDFORGE_PROSE_POOL`` names when it is set."""
+    dump = os.environ.get(POOL_ENV)
+    if dump:
+        pool = json.loads(Path(dump).read_text(encoding="utf-8"))
+        if not (isinstance(pool, list) and pool and all(isinstance(p, str) for p in pool)):
+            raise SystemExit(f"{POOL_ENV}={dump}: not a paragraph pool (a JSON list of strings, from --dump-pool)")
+        return tuple(pool)
     seen: set[str] = set()
     pool = []
     for p in _wiki_paragraphs() + _news_paragraphs():
@@ -127,6 +144,22 @@ def write_prose_corpus(path: Path, megabytes: float, seed: int = 7) -> tuple[int
     return docs, size
 
 
-if __name__ == "__main__":
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    import hashlib
+
+    ap = argparse.ArgumentParser(description="The real-prose paragraph pool of the benchmarks' corpora.")
+    ap.add_argument("--dump-pool", metavar="FILE", help=f"write the pool as JSON, for {POOL_ENV} on another machine")
+    args = ap.parse_args(argv)
     pool = paragraph_pool()
-    print(f"{len(pool)} paragraphs, {sum(len(p) for p in pool) / 1e6:.2f} MB")
+    text = json.dumps(list(pool), ensure_ascii=False)
+    print(f"{len(pool)} paragraphs, {sum(len(p) for p in pool) / 1e6:.2f} MB, "
+          f"sha256 {hashlib.sha256(text.encode('utf-8')).hexdigest()[:16]}")
+    if args.dump_pool:
+        Path(args.dump_pool).write_text(text, encoding="utf-8")
+        print(f"wrote {args.dump_pool}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
