@@ -328,7 +328,9 @@ def create_if_absent(url: str, data: bytes) -> CreateOutcome:
     invalidate(fs, parent)
     md5 = hashlib.md5(data, usedforsecurity=False).digest()
     if not _holds(fs, path, len(data), md5):
-        raise IncompleteWriteError(f"{url}: the stored object is not the {len(data)} bytes written")
+        raise IncompleteWriteError(
+            f"{url}: the stored object is not the {len(data)} bytes written: another writer replaced them "
+            "(the store did not honour the create-if-absent condition) or the upload was cut short")
     return "created"
 
 

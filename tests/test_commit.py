@@ -404,3 +404,20 @@ def test_a_temporary_names_its_target_and_tags_are_parsed() -> None:
     assert is_tmp_name(base) and shard_tag(base[1:-4].rsplit(".", 1)[0]) == "v1-0123456789abcdef"
     assert shard_tag("train-000001.tar") is None and shard_tag("train-000001-v1-0123.tar") is None
     assert SHARD_NAME_RE.match("valid-000012-v3-0123456789abcdef.tar").group("index") == "000012"
+
+
+def test_create_if_absent_names_a_store_that_let_another_writer_replace_its_bytes(monkeypatch) -> None:
+    """A store that does not honour the condition: the check after the write says what happened."""
+    from fsspec.implementations.memory import MemoryFileSystem
+
+    from storage import IncompleteWriteError, create_if_absent
+
+    real = MemoryFileSystem.pipe_file
+
+    def then_another_writer(self, path, value, **kwargs):
+        real(self, path, value, **kwargs)
+        real(self, path, b"another writer's manifest", mode="overwrite")
+
+    monkeypatch.setattr(MemoryFileSystem, "pipe_file", then_another_writer)
+    with pytest.raises(IncompleteWriteError, match="another writer replaced them .*create-if-absent condition"):
+        create_if_absent("memory://sf-create-test/manifest.json", b"mine" * 100)
