@@ -21,8 +21,10 @@ word counts (combinable, tiny accumulators): no stage ever collects documents.
 from __future__ import annotations
 
 import html
+import importlib.metadata
 import json
 import math
+import platform
 from collections.abc import Iterable
 from typing import Any
 
@@ -409,6 +411,23 @@ def packing_stats(manifest: dict[str, Any], lengths: dict[str, dict[str, int]]) 
             "unit": "ids per sequence, special tokens included; fill = ids / (sequences x max_seq_len)"}
 
 
+# The libraries whose versions decide what a build writes (the tokenizer's training and encoding, the
+# Parquet and numeric code, language ID, the runner): the same input and config on other versions of
+# these can give other bytes (sentencepiece trains other models across versions), so the report names them.
+SOFTWARE = ("shardforge", "apache-beam", "sentencepiece", "tokenizers", "pyarrow", "numpy", "numba", "pycld2")
+
+
+def software_versions() -> dict[str, str]:
+    """Python and each of ``SOFTWARE`` as installed where the report is written ("not installed" if absent)."""
+    out = {"python": platform.python_version()}
+    for name in SOFTWARE:
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            out[name] = "not installed"
+    return out
+
+
 def build_report(manifest: dict[str, Any], before: dict[str, list[int]], after: dict[str, list[int]],
                  extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """The report as plain JSON-able data (deterministic: sorted keys, no wall-clock fields; the
@@ -459,6 +478,7 @@ def build_report(manifest: dict[str, Any], before: dict[str, list[int]], after: 
         "config": manifest.get("config", {}),
         "rules_enabled": rules_enabled(manifest.get("config", {})),
         "warnings": build_warnings(manifest),
+        "software": software_versions(),
     }
 
 
@@ -613,6 +633,10 @@ def _sections(report: dict[str, Any], img) -> str:
     parts.append("<h2>Effective config</h2><p>Rules switched off: "
                  + (html.escape(", ".join(off)) if off else "none") + "</p><pre>"
                  + html.escape(json.dumps(report["config"], sort_keys=True, indent=1)) + "</pre>")
+    sw = report.get("software", {})
+    parts.append("<h2>Software</h2><p>Where the report was written; the same input and config on other versions "
+                 "of these can give other bytes (another tokenizer model, say).</p>"
+                 + _table(list(sw), [list(sw.values())]))
     return "\n".join(parts)
 
 

@@ -135,6 +135,7 @@ def test_report_files(tmp_path):
     assert report["lengths"]["before_clean"] == before and report["lengths"]["after_clean"] == after
     html = (tmp_path / REPORT_HTML).read_text()
     assert "ccnews" in html and "stories" in html and "malformed_json 2" in html
+    assert "<h2>Software</h2>" in html and f"<td>{report['software']['sentencepiece']}</td>" in html
     inline = re.findall(r'<a href="(report-[a-z]+\.svg)" aria-label="[^"]+">(<svg .*?</svg>)</a>', html, re.S)
     assert [name for name, _ in inline] == ["report-reasons.svg", "report-lengths.svg", "report-dedupe.svg",
                                             "report-tokens.svg", "report-packing.svg"]
@@ -390,6 +391,15 @@ def test_real_build_report_sections_hold_the_true_numbers(real_builds):
     assert report["rules_enabled"]["javascript"] is False
     assert all(on for r, on in report["rules_enabled"].items() if r != "javascript")
 
+    # the software that wrote it: the tokenizer library's version among them (models differ across versions)
+    import importlib.metadata
+    import platform
+
+    sw = report["software"]
+    assert sw["python"] == platform.python_version()
+    assert sw["sentencepiece"] == importlib.metadata.version("sentencepiece") == spm_version()
+    assert sw["apache-beam"] == importlib.metadata.version("apache-beam") and sw["shardforge"] != "not installed"
+
     # a normal build warns about nothing
     assert report["warnings"] == [] and "warning:" not in stderr
     assert set(summary["wall_seconds"]) == {"tag", "pipeline"} and summary["wall_seconds"]["pipeline"] > 0
@@ -495,3 +505,9 @@ def test_token_counts_are_the_tokenize_steps_batch_counts_summed():
     other = fn_.add_input(fn_.create_accumulator(), {"web": (1, 3, 0)})
     assert fn_.extract_output(fn_.merge_accumulators([acc, other])) == {
         "news": {"documents": 1, "tokens": 0, "unk": 0}, "web": {"documents": 3, "tokens": 13, "unk": 2}}
+
+
+def spm_version() -> str:
+    import sentencepiece
+
+    return sentencepiece.__version__
