@@ -633,7 +633,7 @@ def _sections(report: dict[str, Any], img) -> str:
     parts.append("<h2>Effective config</h2><p>Rules switched off: "
                  + (html.escape(", ".join(off)) if off else "none") + "</p><pre>"
                  + html.escape(json.dumps(report["config"], sort_keys=True, indent=1)) + "</pre>")
-    sw = report.get("software", {})
+    sw = report["software"]
     parts.append("<h2>Software</h2><p>Where the report was written; the same input and config on other versions "
                  "of these can give other bytes (another tokenizer model, say).</p>"
                  + _table(list(sw), [list(sw.values())]))
@@ -779,7 +779,7 @@ class WriteReport(beam.PTransform):
 
         def write(m, summaries, *values) -> str | None:
             b, (a, words) = summaries["before"], summaries["after"]
-            named = {**{n: summaries[n] for n in ("examples", "tokens") if n in summaries},
+            named = {**{n: s for n, s in summaries.items() if n not in ("before", "after")},
                      **dict(zip(names, values, strict=True))}
             extra = {"words": words, **dict(sorted(named.items()))}
             # In an attempt's folder (an ingest batch) another writer's commit may sweep it meanwhile.
