@@ -17,11 +17,13 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from pipelines.flags import build_parser, exit_on_help
 from pipelines.preflight import before_beam
 
 # Before Beam is imported (pipelines.preflight): as the command, and as the main module of a
-# --batch_mb batch's process, which it spawns with its own argv.
+# --batch_mb batch's process, which it spawns with its own argv. --help needs no Beam at all.
 if __name__ in ("__main__", "__mp_main__"):
+    exit_on_help(build_parser, sys.argv[1:])
     before_beam(sys.argv[1:])
 
 from apache_beam.options.pipeline_options import StandardOptions
@@ -34,7 +36,6 @@ from pipelines.options import (
     BuildOptions,
     build_config_from_options,
     check_beam_args,
-    command_parser,
     finalize_options,
     handle_help,
     make_pipeline,
@@ -306,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
     """CLI entry (`python -m pipelines.build`, `shardforge build`); 2 with one line on user errors."""
     quiet_beam()
     argv = sys.argv[1:] if argv is None else argv
-    parser = command_parser("python -m pipelines.build", __doc__, BuildOptions._add_argparse_args)
+    parser = build_parser()
     if handle_help(parser, argv):
         return 0
 

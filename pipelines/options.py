@@ -13,7 +13,7 @@ import argparse
 import functools
 import logging
 import warnings
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, NoReturn
 
 from apache_beam.options.pipeline_options import (
@@ -23,6 +23,14 @@ from apache_beam.options.pipeline_options import (
     _BeamArgumentParser,
 )
 
+from pipelines.flags import (  # noqa: F401 - command_parser, BEAM_HELP_NOTE: re-exported
+    BEAM_HELP_NOTE,
+    DEFAULT_SPILL_MB,
+    add_build_flags,
+    add_local_runner_flags,
+    command_parser,
+    print_help,
+)
 from pipelines.preflight import (  # noqa: F401 - re-exported: the runner checks live together
     DATAFLOW_INSTALL,
     DATAFLOW_MODULES,
@@ -32,10 +40,9 @@ from pipelines.preflight import (  # noqa: F401 - re-exported: the runner checks
 )
 from schemas.config import BuildConfig, SourceConfig, load_config, parse_config
 from schemas.errors import UserError
-from shardforge.cliargs import ArgumentParser, option_strings, unknown_args_message
+from shardforge.cliargs import option_strings, unknown_args_message
 
 LOCAL_RUNNER = "FnApiRunner"
-DEFAULT_SPILL_MB = 32
 
 
 class _UserErrorsOnce(logging.Filter):
@@ -96,58 +103,20 @@ class CachedViews:
 
 
 class BuildOptions(CachedViews, PipelineOptions):
-    """Options of `python -m pipelines.build` (run with --help to list them)."""
+    """Options of `python -m pipelines.build` (run with --help to list them): ``pipelines.flags``."""
 
     @classmethod
     def _add_argparse_args(cls, parser: Any) -> None:
-        g = parser.add_argument_group("shardforge build")
-        g.add_argument("--input", action="append", default=None,
-                       help="Raw input URL or glob (local, gs://, s3://). Repeat for several sources; "
-                            "prefix with NAME= to tag a source (e.g. ccnews=gs://b/cc/*.jsonl).")
-        g.add_argument("--output", default=None, help="Corpus output URL (a local folder, gs://…, s3://…).")
-        g.add_argument("--config", default=None, help="Build config (YAML/JSON, any fsspec URL); flags override it.")
-        g.add_argument("--format", default=None, help="Input format for --input sources (default: auto by extension).")
-        g.add_argument("--rule", default=None,
-                       help="Packing rule: full_sentences | doc_sentences | segment_pair_nsp | sentence_pair_nsp | sop.")
-        g.add_argument("--max_seq_len", type=int, default=None, help="Max tokens per sequence, specials included (512).")
-        g.add_argument("--vocab_size", type=int, default=None, help="SentencePiece vocabulary size to train.")
-        g.add_argument("--tokenizer", default=None, help="Reuse an existing tokenizer instead of training: an spm.model, a "
-                       "tokenizer.json (ours, or an existing model's: docs/continued-pretraining.md) or "
-                       "a Hugging Face model folder holding one.")
-        g.add_argument("--valid_fraction", type=float, default=None, help="Share of documents in the valid split.")
-        g.add_argument("--shard_bytes", type=int, default=None, help="Target shard size in bytes (256 MB).")
-        g.add_argument("--shard_samples", type=int, default=None, help="Target shard size in samples.")
-        g.add_argument("--seed", type=int, default=None, help="Seed of every content-keyed random choice.")
-        g.add_argument("--min_words", type=int, default=None, help="Minimum words per document (Gopher: 50).")
-        g.add_argument("--no_near_dedupe", action="store_true", default=False, help="Exact dedupe only.")
-        g.add_argument("--dedupe_index", default=None,
-                       help="Signature index of an existing corpus to deduplicate against (incremental builds).")
-        g.add_argument("--batch_mb", type=float, default=None,
-                       help="Build in batches of at most this many MB of input files, each appended to the "
-                            "corpus as a version: memory bounded by the batch, not the corpus (local runs; "
-                            "see docs/scaling.md). A rerun resumes after the last committed batch.")
+        add_build_flags(parser)
 
 
 class LocalRunnerOptions(CachedViews, PipelineOptions):
     """Cores and memory of the local runner (``pipelines.docpool``, ``pipelines.spill``): every command
-    that runs a pipeline accepts these."""
+    that runs a pipeline accepts these (``pipelines.flags``)."""
 
     @classmethod
     def _add_argparse_args(cls, parser: Any) -> None:
-        g = parser.add_argument_group("local runner cores and memory")
-        g.add_argument("--doc_processes", type=int, default=None,
-                       help="Local runner: clean (with language ID), sketch and split documents into sentences "
-                            "in this many processes beside the runner, which goes on with the rest (0: one per "
-                            "core; default 1: in the runner). Output does not depend on it. See docs/scaling.md "
-                            "for it against --direct_num_workers.")
-        g.add_argument("--spill_mb", type=float, default=None,
-                       help="Local runner: MB of encoded data each stage-to-stage buffer keeps in memory; the rest "
-                            "goes to temporary files, and stages stream their input and output (default "
-                            f"{DEFAULT_SPILL_MB}; 0 spills everything; -1 keeps everything in memory, as Beam "
-                            "does). Output does not depend on it.")
-        g.add_argument("--spill_dir", default=None,
-                       help="Local runner: folder for the spilled data (default: the system temporary folder; "
-                            "files are unlinked at creation and gone when the build ends).")
+        add_local_runner_flags(parser)
 
 
 def spill_settings(opts: PipelineOptions):
@@ -468,33 +437,12 @@ def beam_options_help() -> str:
     return parser.format_help()
 
 
-def command_parser(prog: str, description: str | None,
-                   add: Callable[[argparse.ArgumentParser], None]) -> ArgumentParser:
-    """The --help parser of a Beam command: its own flags plus --help_beam."""
-    parser = ArgumentParser(prog=prog, description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add(parser)
-    parser.add_argument("--help_beam", action="store_true",
-                        help="List every Apache Beam pipeline option (--runner, --project, --region, …) and exit.")
-    return parser
-
-
-BEAM_HELP_NOTE = (
-    "\nEvery standard Beam pipeline option (--runner, --project, --region, --temp_location, "
-    "--sdk_container_image, --direct_num_workers, ...) is accepted too (--help_beam lists them); any other "
-    "flag is an error. Without --runner the job runs locally on Beam's FnApiRunner (nothing is downloaded): "
-    "--doc_processes N cleans, sketches and splits documents in N processes beside the runner (0: one per "
-    "core; the faster way to use a machine's cores, docs/scaling.md), --direct_num_workers N runs N Beam "
-    "worker processes instead, and stage data past --spill_mb MB per buffer "
-    f"({DEFAULT_SPILL_MB:g}; -1 keeps it all in memory) goes to temporary files under --spill_dir.")
-
-
 def handle_help(parser: argparse.ArgumentParser, argv: Sequence[str]) -> bool:
     """Print --help (with the Beam note) or --help_beam if asked; True when the command should exit."""
     if "--help_beam" in argv:
         print(beam_options_help())
         return True
     if "-h" in argv or "--help" in argv:
-        parser.print_help()
-        print(BEAM_HELP_NOTE)
+        print_help(parser)
         return True
     return False

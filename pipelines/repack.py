@@ -15,16 +15,17 @@ parent's, which is what makes the intermediate trustworthy.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from pipelines.flags import add_repack_flags, exit_on_help, repack_parser
 from pipelines.preflight import before_beam
 
-if __name__ == "__main__":  # before Beam is imported (pipelines.preflight)
+if __name__ == "__main__":  # before Beam is imported (pipelines.preflight); --help needs no Beam at all
+    exit_on_help(repack_parser, sys.argv[1:])
     before_beam(sys.argv[1:])
 
 import apache_beam as beam
@@ -37,7 +38,6 @@ from pipelines.intermediate import TOKENIZED_SCHEMA
 from pipelines.options import (
     CachedViews,
     check_beam_args,
-    command_parser,
     finalize_options,
     handle_help,
     make_pipeline,
@@ -71,30 +71,7 @@ class RepackOptions(CachedViews, PipelineOptions):
 
     @classmethod
     def _add_argparse_args(cls, parser: Any) -> None:
-        g = parser.add_argument_group("shardforge repack")
-
-        def add(*names: str, **kw: Any) -> None:
-            # Beam parses every PipelineOptions subclass with one parser, so a flag that
-            # BuildOptions already defines (same name, type and meaning) must not be added twice.
-            try:
-                g.add_argument(*names, **kw)
-            except argparse.ArgumentError:
-                pass
-
-        add("--tokenized", default=None, help="Parent corpus root (or its manifest.json, or its tokenized/ folder).")
-        add("--output", default=None, help="New corpus URL (must differ from the parent's).")
-        add("--rule", default=None, help="Packing rule: full_sentences | doc_sentences | segment_pair_nsp | "
-                                         "sentence_pair_nsp | sop (default: the parent's).")
-        add("--max_seq_len", type=int, default=None, help="Max tokens per sequence (default: the parent's).")
-        add("--short_seq_prob", type=float, default=None,
-            help="Share of shorter target lengths (default: 0.1 for pair rules, else 0).")
-        add("--seed", type=int, default=None, help="Seed of the split and packing coins (default: the parent's).")
-        add("--valid_fraction", type=float, default=None, help="Share of documents in valid (default: the parent's).")
-        add("--shard_bytes", type=int, default=None, help="Target shard size in bytes (default: the parent's).")
-        add("--shard_samples", type=int, default=None, help="Target shard size in samples (default: the parent's).")
-        add("--groups", type=int, default=None, help="Packing groups (default: from the token count).")
-        add("--tokenizer_ref", action="store_true", default=False,
-            help="Refused: a manifest names only files inside its corpus, so the tokenizer is always copied.")
+        add_repack_flags(parser)
 
 
 # ------------------------------------------------------------------ the parent
@@ -345,15 +322,11 @@ def run_repack(tokenized: str, output: str, *, copy_tokenizer: bool = True,
     return manifest
 
 
-def _parser() -> argparse.ArgumentParser:
-    return command_parser("python -m pipelines.repack", __doc__, RepackOptions._add_argparse_args)
-
-
 def main(argv: list[str] | None = None) -> int:
     """CLI entry (`shardforge repack`, `python -m pipelines.repack`); 2 with one line on user errors."""
     quiet_beam()
     argv = sys.argv[1:] if argv is None else argv
-    parser = _parser()
+    parser = repack_parser()
     if handle_help(parser, argv):
         return 0
 

@@ -28,9 +28,11 @@ import sys
 import time
 from types import FrameType
 
+from pipelines.flags import exit_on_help, serve_parser
 from pipelines.preflight import before_beam
 
-if __name__ == "__main__":  # before Beam is imported (pipelines.preflight)
+if __name__ == "__main__":  # before Beam is imported (pipelines.preflight); --help needs no Beam at all
+    exit_on_help(serve_parser, sys.argv[1:])
     before_beam(sys.argv[1:])
 
 from pipelines.ingest import (
@@ -45,7 +47,6 @@ from pipelines.options import (
     BuildOptions,
     build_config_from_options,
     check_beam_args,
-    command_parser,
     handle_help,
     quiet_beam,
 )
@@ -56,12 +57,6 @@ from shardforge.clirun import run_cli
 from storage import join, read_text, redact_url, write_text_atomic
 
 log = logging.getLogger("shardforge.serve")
-
-SERVE_HELP_NOTE = """
-Build flags of `python -m pipelines.build` (--config, --rule, --max_seq_len,
---vocab_size, --tokenizer, …; not --input/--output) shape version 1.
-"""
-
 
 class Stopper:
     """SIGINT/SIGTERM: the first asks to stop after the current batch, the second abandons it."""
@@ -97,25 +92,9 @@ class Stopper:
             time.sleep(min(0.2, max(0.0, end - time.monotonic())))
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = command_parser("python -m pipelines.serve", __doc__ + SERVE_HELP_NOTE, lambda _: None)
-    p.add_argument("--watch", default=None,
-                   help="Glob or folder URL of raw files to ingest (default: the one recorded in the corpus).")
-    p.add_argument("--corpus", required=True, help="Corpus root URL (created at the first batch).")
-    p.add_argument("--source", default=None, help="Source name of the watched files (default: recorded, else 'other').")
-    p.add_argument("--poll", type=float, default=30.0, help="Seconds between looks at the watch glob.")
-    p.add_argument("--settle", type=float, default=5.0,
-                   help="A file is taken only once its modification time is this many seconds old "
-                        "(a local file may still be being written).")
-    p.add_argument("--max_files", type=int, default=256, help="Most files per batch (= per version).")
-    p.add_argument("--once", action="store_true", help="Ingest what is pending now, then exit.")
-    p.add_argument("--log_level", default="INFO")
-    return p
-
-
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     """(serve's own flags, the rest); the rest must be build flags or Beam options (UserError otherwise)."""
-    p = _parser()
+    p = serve_parser()
     args, rest = p.parse_known_args(argv)
     check_beam_args(rest, also_known=option_strings(p))
     return args, rest
@@ -219,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     """CLI entry (`python -m pipelines.serve`); 2 with one line on user errors."""
     quiet_beam()
     argv = sys.argv[1:] if argv is None else argv
-    if handle_help(_parser(), argv):
+    if handle_help(serve_parser(), argv):
         return 0
     return run_cli(lambda: run(argv), argv)
 

@@ -42,9 +42,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
 }
 
 
-# name -> (module, function) that checks a command's flags without its heavy imports (torch), so that
-# --help and flag mistakes are answered at once; the command's own main parses them again.
-EARLY_PARSERS: dict[str, tuple[str, str]] = {"train": ("trainer.args", "parse_train_args")}
+# name -> (module, function) that checks a command's flags without its heavy imports (torch, Beam), so
+# that --help (and for train, flag mistakes) is answered at once; the command's own main parses them again.
+EARLY_PARSERS: dict[str, tuple[str, str]] = {"train": ("trainer.args", "parse_train_args"),
+                                             "build": ("pipelines.flags", "build_help"),
+                                             "repack": ("pipelines.flags", "repack_help")}
 
 
 def _entry(name: str) -> Callable[[list[str]], int]:
@@ -86,7 +88,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if name in EARLY_PARSERS:
             module, func = EARLY_PARSERS[name]
-            getattr(importlib.import_module(module), func)(rest)  # --help and mistakes exit here
+            # train's exits on --help and on mistakes; build's and repack's say True where they answered --help
+            if getattr(importlib.import_module(module), func)(rest) is True:
+                return 0
         return run_cli(lambda: int(_entry(name)(rest) or 0), rest)
     finally:
         set_invoked_as(None)

@@ -188,6 +188,46 @@ def test_the_trainer_answers_help_and_flag_mistakes_before_importing_torch(args,
     assert res.stdout.splitlines()[-1] == "probe: True True 0", res.stdout[-500:] + res.stderr[-2000:]
 
 
+BEAM_PROBE = IMPORT_PROBE.replace('"torch" in sys.modules, "trainer.args" in sys.modules',
+                                  '"apache_beam" in sys.modules')
+
+
+@pytest.mark.parametrize("args, module", [
+    (["pipelines.build", "--help"], "pipelines.build"),
+    (["pipelines.repack", "-h"], "pipelines.repack"),
+    (["pipelines.serve", "--help"], "pipelines.serve"),
+    (["shardforge.cli", "build", "--help"], "pipelines.build"),
+    (["shardforge.cli", "repack", "--help"], "pipelines.repack"),
+])
+def test_beam_commands_answer_help_before_importing_beam(args, module, capsys) -> None:
+    """Beam takes ~2 s to import: --help needs none of it (pipelines/flags.py), and says what the command
+    says once Beam is imported (its main, here in the test's process, with Beam loaded)."""
+    import importlib
+
+    res = run("-c", BEAM_PROBE, *args)
+    lines = res.stdout.splitlines()
+    assert lines[-1] == "probe: False 0", res.stdout[-500:] + res.stderr[-2000:]
+    assert res.stderr == ""
+    main = importlib.import_module(module).main
+    assert main(["--help"]) == 0
+    full = capsys.readouterr().out.splitlines()
+    if args[0] == "shardforge.cli":  # the usage names the command as the user ran it (and wraps to its width)
+        assert lines[0].startswith(f"usage: shardforge {args[1]} ") and full[0].startswith(f"usage: python -m {module} ")
+        lines, full = lines[lines.index(""):], full[full.index(""):]
+    assert lines[:-1] == full
+
+
+def test_module_doc_reads_the_docstring_without_importing() -> None:
+    import pipelines.build
+    import pipelines.repack
+    import pipelines.serve
+    from pipelines.flags import module_doc
+
+    for m in (pipelines.build, pipelines.repack, pipelines.serve):
+        assert module_doc(m.__name__) == m.__doc__ and m.__doc__
+    assert module_doc("pipelines.no_such_module") is None
+
+
 def test_help_beam_lists_beams_own_options() -> None:
     res = run("-m", "pipelines.build", "--help_beam")
     assert res.returncode == 0 and res.stderr == ""
