@@ -45,6 +45,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
 # name -> (module, function) that checks a command's flags without its heavy imports (torch, Beam), so
 # that --help (and for train, flag mistakes) is answered at once; the command's own main parses them again.
 EARLY_PARSERS: dict[str, tuple[str, str]] = {"train": ("trainer.args", "parse_train_args"),
+                                             "export": ("trainer.args", "parse_export_args"),
                                              "build": ("pipelines.flags", "build_help"),
                                              "repack": ("pipelines.flags", "repack_help")}
 
@@ -88,7 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if name in EARLY_PARSERS:
             module, func = EARLY_PARSERS[name]
-            # train's exits on --help and on mistakes; build's and repack's say True where they answered --help
+            # train's and export's exit on --help and on mistakes; build's and repack's say True where they
+            # answered --help
             if getattr(importlib.import_module(module), func)(rest) is True:
                 return 0
         return run_cli(lambda: int(_entry(name)(rest) or 0), rest)

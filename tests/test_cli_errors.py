@@ -188,6 +188,23 @@ def test_the_trainer_answers_help_and_flag_mistakes_before_importing_torch(args,
     assert res.stdout.splitlines()[-1] == "probe: True True 0", res.stdout[-500:] + res.stderr[-2000:]
 
 
+TORCH_PROBE = IMPORT_PROBE.replace('"torch" in sys.modules, "trainer.args" in sys.modules', '"torch" in sys.modules')
+
+
+@pytest.mark.parametrize("args, code", [
+    (["shardforge.cli", "export", "--help"], 0),
+    (["shardforge.cli", "export", "ckpt.pt"], 2),  # the output folder is missing
+    (["shardforge.cli", "plot", "--help"], 0),
+])
+def test_export_and_plot_answer_help_before_importing_torch(args, code) -> None:
+    res = run("-c", TORCH_PROBE, *args)
+    assert res.stdout.splitlines()[-1] == f"probe: False {code}", res.stdout[-500:] + res.stderr[-2000:]
+    if code == 0:
+        assert res.stderr == "" and res.stdout.startswith(f"usage: shardforge {args[1]} ")
+    else:
+        assert one_line_error(res)
+
+
 BEAM_PROBE = IMPORT_PROBE.replace('"torch" in sys.modules, "trainer.args" in sys.modules',
                                   '"apache_beam" in sys.modules')
 

@@ -1,5 +1,6 @@
-"""The trainer's command line, without torch: ``--help`` and flag mistakes are answered before the
-trainer imports torch (seconds on a cold start), by ``python -m trainer.train`` and ``shardforge train``.
+"""The trainer's command lines, without torch: ``--help`` and flag mistakes are answered before the
+trainer imports torch (seconds on a cold start), by ``python -m trainer.train``, ``shardforge train`` and
+``shardforge export``.
 """
 
 from __future__ import annotations
@@ -47,3 +48,20 @@ def train_parser() -> ArgumentParser:
 def parse_train_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The parsed flags; ``--help`` prints and exits 0, a mistake prints one line and exits 2."""
     return train_parser().parse_args(argv)
+
+
+def export_parser() -> ArgumentParser:
+    """``shardforge export``'s flags (``trainer.export``)."""
+    p = ArgumentParser(prog="shardforge export",
+                       description="Write a Hugging Face folder (config.json, model.safetensors, "
+                                   "tokenizer files) from a shardforge checkpoint.")
+    p.add_argument("checkpoint", help="ckpt-NNNNNNNN.pt, or a run folder (its latest checkpoint)")
+    p.add_argument("out", help="output folder (local or fsspec URL)")
+    p.add_argument("--tokenizer", help="tokenizer file URL: spm.model or a byte-level BPE tokenizer.json "
+                                       "(default: the corpus's, from the manifest)")
+    return p
+
+
+def parse_export_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """``shardforge export``'s parsed flags; ``--help`` prints and exits 0, a mistake prints one line and exits 2."""
+    return export_parser().parse_args(argv)

@@ -286,16 +286,9 @@ def export_checkpoint(ckpt: str, out_dir: str, tokenizer: str | None = None) -> 
 
 
 def main(argv: list[str] | None = None) -> int:
-    from shardforge.cliargs import ArgumentParser
     from shardforge.redact import redact_text
+    from trainer.args import parse_export_args
 
-    p = ArgumentParser(prog="shardforge export",
-                       description="Write a Hugging Face folder (config.json, model.safetensors, "
-                                   "tokenizer files) from a shardforge checkpoint.")
-    p.add_argument("checkpoint", help="ckpt-NNNNNNNN.pt, or a run folder (its latest checkpoint)")
-    p.add_argument("out", help="output folder (local or fsspec URL)")
-    p.add_argument("--tokenizer", help="tokenizer file URL: spm.model or a byte-level BPE tokenizer.json "
-                                       "(default: the corpus's, from the manifest)")
-    args = p.parse_args(argv)
+    args = parse_export_args(argv)
     print(redact_text(export_checkpoint(args.checkpoint, args.out, args.tokenizer)))
     return 0

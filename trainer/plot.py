@@ -12,7 +12,6 @@ from typing import Any
 
 from schemas.errors import UserError
 from shardforge.cliargs import ArgumentParser
-from trainer.metrics import read_metrics
 
 PANELS = [
     ("loss", "training loss", ["loss", "eval_loss"]),
@@ -65,6 +64,8 @@ def plot_run(run: str, out: str | None = None, smooth: float = 0.9, x: str = "au
     import matplotlib.pyplot as plt
 
     try:
+        from trainer.metrics import read_metrics  # imports torch (~2 s): only once there is a run to plot
+
         rows = read_metrics(run)
     except FileNotFoundError:
         raise UserError(f"no metrics.jsonl in {run}: is this a shardforge run folder?") from None
