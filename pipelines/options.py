@@ -23,14 +23,7 @@ from apache_beam.options.pipeline_options import (
     _BeamArgumentParser,
 )
 
-from pipelines.flags import (  # noqa: F401 - command_parser, BEAM_HELP_NOTE: re-exported
-    BEAM_HELP_NOTE,
-    DEFAULT_SPILL_MB,
-    add_build_flags,
-    add_local_runner_flags,
-    command_parser,
-    print_help,
-)
+from pipelines.flags import DEFAULT_SPILL_MB, add_build_flags, add_local_runner_flags, print_help
 from pipelines.preflight import (  # noqa: F401 - re-exported: the runner checks live together
     DATAFLOW_INSTALL,
     DATAFLOW_MODULES,
