@@ -23,7 +23,7 @@ from apache_beam.options.pipeline_options import (
     _BeamArgumentParser,
 )
 
-from pipelines.flags import DEFAULT_SPILL_MB, add_build_flags, add_local_runner_flags, print_help
+from pipelines.flags import DEFAULT_SPILL_MB, add_build_flags, add_local_runner_flags, answer_help
 from pipelines.preflight import (  # noqa: F401 - re-exported: the runner checks live together
     DATAFLOW_INSTALL,
     DATAFLOW_MODULES,
@@ -435,7 +435,4 @@ def handle_help(parser: argparse.ArgumentParser, argv: Sequence[str]) -> bool:
     if "--help_beam" in argv:
         print(beam_options_help())
         return True
-    if "-h" in argv or "--help" in argv:
-        print_help(parser)
-        return True
-    return False
+    return answer_help(lambda: parser, argv)
