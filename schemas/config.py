@@ -403,6 +403,23 @@ def parse_config(cls: type[M], data: dict[str, Any], what: str = "config") -> M:
         raise UserError(f"invalid {what}: {format_validation_error(e)}") from None
 
 
+def yaml_problem(e: Exception) -> str:
+    """A PyYAML error in one line: where (1-based line and column), what, and in what construct.
+
+    PyYAML's own text spreads over lines, with an excerpt and a caret for each place."""
+    def at(mark: Any) -> str:
+        return f"line {mark.line + 1}, column {mark.column + 1}"
+
+    problem, mark = getattr(e, "problem", None), getattr(e, "problem_mark", None)
+    if not problem or mark is None:
+        return " ".join(str(e).split())
+    out = f"{at(mark)}: {problem}"
+    context, context_mark = getattr(e, "context", None), getattr(e, "context_mark", None)
+    if context:
+        out += f" ({context}{f' at {at(context_mark)}' if context_mark is not None else ''})"
+    return out
+
+
 def load_config(cls: type[M], url: str) -> M:
     """Read a YAML/JSON config from any fsspec URL into cls, with one clear error."""
     from storage import read_text
@@ -419,7 +436,7 @@ def load_config(cls: type[M], url: str) -> M:
         try:
             data = yaml.safe_load(text)
         except yaml.YAMLError as e:
-            raise UserError(f"{url} is not valid YAML: {e}") from None
+            raise UserError(f"{url} is not valid YAML: {yaml_problem(e)}") from None
     else:
         try:
             data = json.loads(text)

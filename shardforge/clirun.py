@@ -7,6 +7,7 @@ neither half (tests/test_boundaries.py).
 
 from __future__ import annotations
 
+import logging
 import re
 import sys
 import traceback
@@ -29,9 +30,47 @@ def find_user_error(exc: BaseException) -> UserError | None:
     return UserError(m.group(1)) if m else None
 
 
+def unreachable_store_error(exc: BaseException) -> UserError | None:
+    """A UserError naming the host when exc says an object store could not be connected to at all
+    (its name does not resolve, nothing listens, no network), after the clients' own retries.
+
+    A typo'd bucket endpoint, a missing network or proxy, an emulator that is not running: the
+    user can fix each, and a traceback of aiohttp's connector says less than one line."""
+    from storage.retry import NOTE_PREFIX, unreachable_endpoint  # fsspec: only once a command failed
+
+    where = unreachable_endpoint(exc)
+    if where is None:
+        return None
+    notes = [n[len(NOTE_PREFIX):] for e in (exc, exc.__cause__, exc.__context__) if e is not None
+             for n in getattr(e, "__notes__", ()) if n.startswith(NOTE_PREFIX)]
+    doing = f" to {notes[0]}" if notes else ""
+    return UserError(f"cannot reach {where}{doing}: check the URL, the network (or proxy) and the store's "
+                     "endpoint settings (STORAGE_EMULATOR_HOST for gs:// URLs, FSSPEC_S3_ENDPOINT_URL or "
+                     "AWS_ENDPOINT_URL for s3:// URLs)")
+
+
 def user_error_line(message: str) -> str:
     """The one line a CLI prints for a user error (credentials redacted)."""
     return f"error: {redact_text(message)}"
+
+
+# Loggers of the object-store clients that log an error with its traceback before raising it
+# (gcsfs: "_request out of retries on exception: ..."): the command shows that error itself.
+CLIENT_LOGGERS = ("gcsfs", "s3fs")
+
+
+def _without_traceback(record: logging.LogRecord) -> bool:
+    record.exc_info, record.exc_text = None, None
+    return True
+
+
+def quiet_client_tracebacks() -> None:
+    """Keep the object-store clients' log lines, without the traceback of the error they then raise:
+    the command prints that error once (one line for a user's mistake, else its traceback)."""
+    for name in CLIENT_LOGGERS:
+        log = logging.getLogger(name)
+        if _without_traceback not in log.filters:
+            log.addFilter(_without_traceback)
 
 
 def run_cli(body: Callable[[], int], argv: list[str] | None = None) -> int:
@@ -42,13 +81,14 @@ def run_cli(body: Callable[[], int], argv: list[str] | None = None) -> int:
     they are not this process's (an in-process call), for their credentials to be masked.
     """
     install_log_redaction()
+    quiet_client_tracebacks()
     args = sys.argv[1:] + list(argv or [])
     register_secrets(args)
     try:
         refuse_url_credentials(args)
         return body()
     except Exception as e:  # noqa: BLE001 - Beam wraps errors raised inside stages
-        user = find_user_error(e)
+        user = find_user_error(e) or unreachable_store_error(e)
         if user is not None:
             print(user_error_line(str(user)), file=sys.stderr)
             return 2

@@ -1,0 +1,171 @@
+"""An object store that cannot be reached: one line naming the host, after the client's retries only.
+
+Before, `shardforge validate gs://...` on a machine without network printed aiohttp's traceback
+after 3 min 46 s: gcsfs retried each request six times (~31 s) and ``storage.retry`` retried
+that six times more. The clients retry a connection that cannot be made themselves, so the
+outer loop now gives up at once on those (and still retries a connection dropped mid-request).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from schemas.config import BuildConfig, load_config
+from schemas.errors import UserError
+from shardforge.clirun import quiet_client_tracebacks, run_cli, unreachable_store_error
+from storage.retry import NOTE_PREFIX, is_transient, not_connected, retry, unreachable_endpoint
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on (bound, then released)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def aiohttp_error(url: str) -> BaseException:
+    """The error aiohttp raises for a GET of url (a real connection attempt, no retries)."""
+    async def get() -> None:
+        async with aiohttp.ClientSession() as session, session.get(url) as resp:
+            await resp.read()
+
+    try:
+        asyncio.run(get())
+    except Exception as e:  # noqa: BLE001 - the error is the point
+        return e
+    raise AssertionError(f"{url} answered")
+
+
+def test_a_refused_connection_is_not_retried_again_and_names_its_host() -> None:
+    port = closed_port()
+    err = aiohttp_error(f"http://127.0.0.1:{port}/b/o")
+    assert is_transient(err)  # infrastructure, never bad data: a source read still fails the bundle
+    assert not_connected(err)
+    assert unreachable_endpoint(err) == f"127.0.0.1:{port} (Connection refused)"
+    calls = []
+
+    def attempt() -> None:
+        calls.append(1)
+        raise err
+
+    with pytest.raises(aiohttp.ClientConnectorError) as info:
+        retry(attempt, "read gs://b/o", attempts=6)
+    assert len(calls) == 1  # the client retried it already: no five more rounds of its retries
+    assert f"{NOTE_PREFIX}read gs://b/o" in info.value.__notes__
+
+
+def test_a_name_that_does_not_resolve_is_not_retried_again() -> None:
+    err = aiohttp_error("http://nohost.invalid:9/b/o")  # .invalid never resolves (RFC 6761)
+    assert not_connected(err) and is_transient(err)
+    where = unreachable_endpoint(err)
+    # "Name or service not known" with a resolver, "Temporary failure in name resolution" without network
+    assert where is not None and where.startswith("nohost.invalid:9 (") and where.endswith(")"), where
+    calls = []
+
+    def attempt() -> None:
+        calls.append(1)
+        raise OSError("wrapped by the client") from err
+
+    with pytest.raises(OSError):
+        retry(attempt, "list s3://b/", attempts=6)
+    assert len(calls) == 1
+
+
+def test_a_dropped_connection_is_still_retried() -> None:
+    calls = []
+
+    def attempt() -> str:
+        calls.append(1)
+        if len(calls) < 3:
+            raise ConnectionResetError(104, "Connection reset by peer")
+        return "ok"
+
+    assert retry(attempt, "read x", attempts=6) == "ok" and len(calls) == 3
+    assert not not_connected(ConnectionResetError(104, "Connection reset by peer"))
+
+
+def test_what_a_runner_kept_as_text_still_names_the_host() -> None:
+    wrapped = RuntimeError("Error in stage: aiohttp.client_exceptions.ClientConnectorError: Cannot connect to host "
+                           "storage.googleapis.com:443 ssl:default [Temporary failure in name resolution] "
+                           "[while running 'WriteCorpus']")
+    assert unreachable_endpoint(wrapped) == "storage.googleapis.com:443 (Temporary failure in name resolution)"
+    botocore = RuntimeError('Could not connect to the endpoint URL: "http://minio.local:9000/b/manifest.json"')
+    assert unreachable_endpoint(botocore) == "http://minio.local:9000/b/manifest.json"
+    assert unreachable_endpoint(RuntimeError("connection reset by peer")) is None
+    assert unreachable_endpoint(FileNotFoundError("gs://b/manifest.json")) is None
+
+
+def test_run_cli_prints_one_line_for_an_unreachable_store(capsys) -> None:
+    port = closed_port()
+    err = aiohttp_error(f"http://127.0.0.1:{port}/b/o")
+
+    def body() -> int:
+        retry(lambda: (_ for _ in ()).throw(err), "read s3://b/corpus/manifest.json")
+        return 0
+
+    assert run_cli(body, []) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines == [str(unreachable_store_error(err)).join(("error: ", ""))], lines
+    assert lines[0].startswith(f"error: cannot reach 127.0.0.1:{port} (Connection refused) to read "
+                               "s3://b/corpus/manifest.json: check the URL")
+
+
+def test_client_loggers_keep_their_line_without_the_traceback(capsys) -> None:
+    quiet_client_tracebacks()
+    log = logging.getLogger("gcsfs")
+    handler = logging.StreamHandler(sys.stderr)
+    log.addHandler(handler)
+    try:
+        try:
+            raise ConnectionRefusedError(111, "Connect call failed")
+        except ConnectionRefusedError as e:
+            log.exception(f"_request out of retries on exception: {e}")
+    finally:
+        log.removeHandler(handler)
+    err = capsys.readouterr().err
+    assert "_request out of retries" in err and "Traceback" not in err
+
+
+def test_validate_of_an_unreachable_bucket_is_one_line_at_once(tmp_path) -> None:
+    """The real command against an S3 endpoint nothing listens on: exit 2, one line, no retry rounds."""
+    port = closed_port()
+    # AWS_MAX_ATTEMPTS=1: botocore's own retries (~9 s of backoff here) are not what is tested;
+    # shardforge's six attempts are, at their default.
+    env = {**os.environ, "FSSPEC_S3_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "test",
+           "AWS_SECRET_ACCESS_KEY": "test", "SHARDFORGE_RETRY_ATTEMPTS": "6", "AWS_MAX_ATTEMPTS": "1"}
+    r = subprocess.run([sys.executable, "-m", "shardforge.cli", "validate", "s3://bucket/corpus", "--no-progress"],
+                       capture_output=True, text=True, timeout=120, cwd=REPO, env=env)
+    assert r.returncode == 2, r.stderr
+    assert "Traceback" not in r.stderr and "retry 1/" not in r.stderr, r.stderr
+    errors = [line for line in r.stderr.splitlines() if line.startswith("error:")]
+    assert errors == [f"error: cannot reach 127.0.0.1:{port} (Connection refused) to read "
+                      "s3://bucket/corpus/manifest.json: check the URL, the network (or proxy) and the store's "
+                      "endpoint settings (STORAGE_EMULATOR_HOST for gs:// URLs, FSSPEC_S3_ENDPOINT_URL or "
+                      "AWS_ENDPOINT_URL for s3:// URLs)"], r.stderr
+
+
+@pytest.mark.parametrize("text,where", [
+    ("sources: [\n", "line 2, column 1: expected the node content, but found '<stream end>' "
+                     "(while parsing a flow node at line 2, column 1)"),
+    ("a: b\n  c: d\n", "line 2, column 4: mapping values are not allowed here"),
+    ('key: "unterminated\n', "line 2, column 1: found unexpected end of stream "
+                             "(while scanning a quoted scalar at line 1, column 6)"),
+])
+def test_a_yaml_mistake_is_one_line_with_its_place(tmp_path, text, where) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(UserError) as info:
+        load_config(BuildConfig, str(path))
+    assert str(info.value) == f"{path} is not valid YAML: {where}"
+    assert "\n" not in str(info.value)
