@@ -43,7 +43,7 @@ def unreachable_store_error(exc: BaseException) -> UserError | None:
         return None
     notes = [n[len(NOTE_PREFIX):] for e in (exc, exc.__cause__, exc.__context__) if e is not None
              for n in getattr(e, "__notes__", ()) if n.startswith(NOTE_PREFIX)]
-    doing = f" to {notes[0]}" if notes else ""
+    doing = f" [{notes[0]}]" if notes else ""
     return UserError(f"cannot reach {where}{doing}: check the URL, the network (or proxy) and the store's "
                      "endpoint settings (STORAGE_EMULATOR_HOST for gs:// URLs, FSSPEC_S3_ENDPOINT_URL or "
                      "AWS_ENDPOINT_URL for s3:// URLs)")

@@ -117,8 +117,8 @@ def test_run_cli_prints_one_line_for_an_unreachable_store(capsys) -> None:
     assert run_cli(body, []) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert lines == [str(unreachable_store_error(err)).join(("error: ", ""))], lines
-    assert lines[0].startswith(f"error: cannot reach 127.0.0.1:{port} (Connection refused) to read "
-                               "s3://b/corpus/manifest.json: check the URL")
+    assert lines[0].startswith(f"error: cannot reach 127.0.0.1:{port} (Connection refused) [read "
+                               "s3://b/corpus/manifest.json]: check the URL")
 
 
 def test_client_loggers_keep_their_line_without_the_traceback(capsys) -> None:
@@ -149,8 +149,8 @@ def test_validate_of_an_unreachable_bucket_is_one_line_at_once(tmp_path) -> None
     assert r.returncode == 2, r.stderr
     assert "Traceback" not in r.stderr and "retry 1/" not in r.stderr, r.stderr
     errors = [line for line in r.stderr.splitlines() if line.startswith("error:")]
-    assert errors == [f"error: cannot reach 127.0.0.1:{port} (Connection refused) to read "
-                      "s3://bucket/corpus/manifest.json: check the URL, the network (or proxy) and the store's "
+    assert errors == [f"error: cannot reach 127.0.0.1:{port} (Connection refused) [read "
+                      "s3://bucket/corpus/manifest.json]: check the URL, the network (or proxy) and the store's "
                       "endpoint settings (STORAGE_EMULATOR_HOST for gs:// URLs, FSSPEC_S3_ENDPOINT_URL or "
                       "AWS_ENDPOINT_URL for s3:// URLs)"], r.stderr
 
