@@ -54,7 +54,7 @@ from pipelines.timings import (
 from schemas.config import BuildConfig
 from schemas.errors import UserError
 from schemas.manifest import MANIFEST_NAME, Manifest
-from shardforge.clirun import run_cli
+from shardforge.clirun import DATA_JOB_INTERRUPTED, run_cli
 from storage import exists, join, redact_url
 
 
@@ -343,7 +343,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(summary, indent=1))
         return 0
 
-    return run_cli(body, argv)
+    return run_cli(body, argv, interrupted=DATA_JOB_INTERRUPTED)
 
 
 if __name__ == "__main__":

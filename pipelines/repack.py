@@ -49,7 +49,7 @@ from schemas.config import BuildConfig, parse_config
 from schemas.errors import UserError
 from schemas.manifest import MANIFEST_NAME, Manifest, SourceAccount, load_manifest, tokenizer_url
 from schemas.naming import TAG_RE, VERSIONS_DIR, version_manifest_name
-from shardforge.clirun import run_cli
+from shardforge.clirun import DATA_JOB_INTERRUPTED, run_cli
 from storage import (
     absolute,
     exists,
@@ -346,7 +346,7 @@ def main(argv: list[str] | None = None) -> int:
                           "shards": len(manifest.shards), "totals": totals}, indent=1))
         return 0
 
-    return run_cli(body, argv)
+    return run_cli(body, argv, interrupted=DATA_JOB_INTERRUPTED)
 
 
 __all__ = ["RepackOptions", "ReadTokenized", "Parent", "iter_tokenized", "repack_config", "repack_pipeline",

@@ -64,18 +64,55 @@ def _without_traceback(record: logging.LogRecord) -> bool:
     return True
 
 
+# Beam's runner logs an error raised in a step, with its traceback, before it re-raises it.
+RUNNER_LOGGERS = ("apache_beam.runners.common",)
+
+
+def _not_an_interrupt(record: logging.LogRecord) -> bool:
+    """False for a log record of a Ctrl-C (the command says "interrupted" once, without a trace)."""
+    exc = record.exc_info[0] if record.exc_info else None
+    if exc is not None and issubclass(exc, KeyboardInterrupt):
+        return False
+    return not _INTERRUPT_TEXT.match(record.getMessage())
+
+
 def quiet_client_tracebacks() -> None:
     """Keep the object-store clients' log lines, without the traceback of the error they then raise:
-    the command prints that error once (one line for a user's mistake, else its traceback)."""
-    for name in CLIENT_LOGGERS:
-        log = logging.getLogger(name)
-        if _without_traceback not in log.filters:
-            log.addFilter(_without_traceback)
+    the command prints that error once (one line for a user's mistake, else its traceback). And
+    leave out the runner's log of a Ctrl-C inside a step (the command says "interrupted")."""
+    for names, keep in ((CLIENT_LOGGERS, _without_traceback), (RUNNER_LOGGERS, _not_an_interrupt)):
+        for name in names:
+            log = logging.getLogger(name)
+            if keep not in log.filters:
+                log.addFilter(keep)
 
 
-def run_cli(body: Callable[[], int], argv: list[str] | None = None) -> int:
+INTERRUPTED = 130  # 128 + SIGINT: the shell's status of a command stopped by Ctrl-C
+DATA_JOB_INTERRUPTED = ("nothing unfinished was committed (a corpus version is committed by its manifest, written "
+                        "last); run the same command again to finish")
+TRAIN_INTERRUPTED = ("run the same command again to resume from the run's last checkpoint, if one was saved "
+                     "(SIGTERM instead of Ctrl-C saves one at the end of the current step, then exits)")
+# What Beam's runner makes of a KeyboardInterrupt raised inside a step: "KeyboardInterrupt [while running 'X']".
+_INTERRUPT_TEXT = re.compile(r"^(?:\w+: )?KeyboardInterrupt(?: \[while running|$)")
+
+
+def was_interrupted(exc: BaseException) -> bool:
+    """True when exc is a KeyboardInterrupt, or a runner's error that wraps one (a cause, or its text)."""
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, KeyboardInterrupt) or _INTERRUPT_TEXT.match(str(e)):
+            return True
+        e = e.__cause__ or e.__context__
+    return False
+
+
+def run_cli(body: Callable[[], int], argv: list[str] | None = None, interrupted: str = "") -> int:
     """Run a command's body: a user error (also one a runner re-raised wrapped) prints one line, exit 2.
 
+    Ctrl-C prints ``interrupted`` (and ``interrupted``, the command's word on what is left and how
+    to go on) instead of a traceback, exit 130, also where a runner wrapped the KeyboardInterrupt.
     Any other exception is a bug or an infrastructure failure: its traceback is
     printed with credentials redacted, exit 1. argv: the command's arguments when
     they are not this process's (an in-process call), for their credentials to be masked.
@@ -87,10 +124,19 @@ def run_cli(body: Callable[[], int], argv: list[str] | None = None) -> int:
     try:
         refuse_url_credentials(args)
         return body()
+    except KeyboardInterrupt:
+        return _interrupted(interrupted)
     except Exception as e:  # noqa: BLE001 - Beam wraps errors raised inside stages
+        if was_interrupted(e):
+            return _interrupted(interrupted)
         user = find_user_error(e) or unreachable_store_error(e)
         if user is not None:
             print(user_error_line(str(user)), file=sys.stderr)
             return 2
         print(redact_text("".join(traceback.format_exception(e))).rstrip("\n"), file=sys.stderr)
         return 1
+
+
+def _interrupted(hint: str) -> int:
+    print(f"interrupted{f': {hint}' if hint else ''}", file=sys.stderr)
+    return INTERRUPTED

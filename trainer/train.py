@@ -34,7 +34,7 @@ from schemas import MASK_ID, PAD_ID
 from schemas.config import PAIR_RULES, MaskingConfig, TrainConfig
 from schemas.errors import UserError
 from schemas.manifest import Manifest, load_manifest, open_tokenizer
-from shardforge.clirun import run_cli
+from shardforge.clirun import TRAIN_INTERRUPTED, run_cli
 from storage import join
 from trainer import distributed
 from trainer.batch import masked_forward
@@ -251,7 +251,7 @@ def build_train_config(args: argparse.Namespace, overrides: list[str], require_d
 def main(argv: list[str] | None = None) -> int:
     args = parse_train_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    return run_cli(lambda: _run(args))
+    return run_cli(lambda: _run(args), interrupted=TRAIN_INTERRUPTED)
 
 
 def _run(args: argparse.Namespace) -> int:

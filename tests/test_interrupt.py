@@ -1,0 +1,100 @@
+"""Ctrl-C: every command says "interrupted" in one line (with what is left and how to go on), exit 130.
+
+Before, a build printed Beam's log of the KeyboardInterrupt and then its wrapped traceback (exit 1),
+and the trainer Python's traceback.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import apache_beam as beam
+import pytest
+
+from shardforge.clirun import (
+    DATA_JOB_INTERRUPTED,
+    INTERRUPTED,
+    quiet_client_tracebacks,
+    run_cli,
+    was_interrupted,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_a_keyboard_interrupt_is_one_line_and_130(capsys) -> None:
+    def body() -> int:
+        raise KeyboardInterrupt
+
+    assert run_cli(body, [], interrupted="what is left") == INTERRUPTED == 130
+    assert capsys.readouterr().err == "interrupted: what is left\n"
+    assert run_cli(body, []) == 130
+    assert capsys.readouterr().err == "interrupted\n"
+
+
+def _interrupt(x: int) -> int:
+    raise KeyboardInterrupt
+
+
+def test_an_interrupt_inside_a_beam_step_is_one_line_too(capsys) -> None:
+    """The local runner re-raises it as "KeyboardInterrupt [while running 'X']" after logging it."""
+    quiet_client_tracebacks()  # run_cli installs it too; here its handler must be attached first
+    seen: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = seen.append  # type: ignore[method-assign]
+    runner_log = logging.getLogger("apache_beam.runners.common")
+    runner_log.addHandler(handler)
+
+    def body() -> int:
+        with beam.Pipeline(runner="DirectRunner") as p:
+            _ = p | beam.Create([1, 2]) | "Boom" >> beam.Map(_interrupt)
+        return 0
+
+    try:
+        assert run_cli(body, [], interrupted=DATA_JOB_INTERRUPTED) == 130
+        assert capsys.readouterr().err == f"interrupted: {DATA_JOB_INTERRUPTED}\n"
+        assert not seen  # the runner's own log of it (with a traceback) is left out
+        runner_log.error("another error in a step")  # what is not an interrupt still reaches the log
+        assert [r.getMessage() for r in seen] == ["another error in a step"]
+    finally:
+        runner_log.removeHandler(handler)
+
+
+def test_what_is_not_an_interrupt_is_not_taken_for_one() -> None:
+    assert was_interrupted(RuntimeError("KeyboardInterrupt [while running 'Clean/Clean']"))
+    assert not was_interrupted(ValueError("x"))
+    err = RuntimeError("outer")
+    err.__cause__ = KeyboardInterrupt()
+    assert was_interrupted(err)
+    assert not was_interrupted(RuntimeError("a document mentioning KeyboardInterrupt somewhere"))
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_a_real_build_is_one_line(tmp_path) -> None:
+    """`python -m pipelines.build`, sent SIGINT once its attempt folder exists: 130, one line, no manifest."""
+    sys.path.insert(0, str(REPO / "tests"))
+    from realtext import wiki_documents, write_jsonl
+
+    raw = tmp_path / "raw.jsonl"
+    write_jsonl(str(raw), wiki_documents())  # 2.4 MB of distinct prose: ~9 s of stages after the folder appears here
+    cfg = tmp_path / "build.yaml"
+    cfg.write_text(f"sources:\n  - name: wiki\n    input: {raw}\n")
+    out = tmp_path / "corpus"
+    proc = subprocess.Popen([sys.executable, "-m", "pipelines.build", "--config", str(cfg), "--output", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    deadline = time.monotonic() + 60
+    while not (out / "versions").exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)  # into the stages
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-3000:]
+    assert "Traceback" not in err and "ERROR" not in err, err[-3000:]
+    assert err.strip().splitlines()[-1] == f"interrupted: {DATA_JOB_INTERRUPTED}"
+    assert not (out / "manifest.json").exists()
