@@ -195,6 +195,8 @@ def test_training_cli_logs_grad_norm_tokens_and_smoothed_loss_to_every_logger(sm
             "--set", "trackers.mlflow=true", "--set", f"trackers.mlflow_tracking_uri={uri}"]
     res = subprocess.run([*args, "--steps", "3"], capture_output=True, text=True, cwd=REPO, env=env, timeout=600)
     assert res.returncode == 0, res.stderr
+    # torch's notices about its nested tensors (the unpadded path on CPU) are not the user's business
+    assert "prototype stage" not in res.stderr and "is_fx_tracing" not in res.stderr, res.stderr
     # Resume to step 5: tokens seen and the smoothed loss continue from the checkpoint.
     res = subprocess.run([*args, "--steps", "5", "--set", "checkpoint_every=1"], capture_output=True, text=True,
                          cwd=REPO, env=env, timeout=600)

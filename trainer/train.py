@@ -26,6 +26,7 @@ import math
 import os
 import signal
 import time
+import warnings
 from typing import Any
 
 import torch
@@ -248,9 +249,23 @@ def build_train_config(args: argparse.Namespace, overrides: list[str], require_d
     return resolve_train_config(getattr(args, "recipe", None), args.config, flags, overrides, require_data)
 
 
+# torch's notices about its own API that every run of the unpadded path on CPU printed (its nested
+# tensors, once per process): nothing a user of the trainer can act on.
+TORCH_NOTICES = ("The PyTorch API of nested tensors is in prototype stage",)
+TORCH_NOTICE_LOGGERS = ("torch.fx._symbolic_trace",)  # "is_fx_tracing will return true for both ..."
+
+
+def quiet_torch_notices() -> None:
+    for message in TORCH_NOTICES:
+        warnings.filterwarnings("ignore", message=message, category=UserWarning)
+    for name in TORCH_NOTICE_LOGGERS:
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_train_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    quiet_torch_notices()
     return run_cli(lambda: _run(args), interrupted=TRAIN_INTERRUPTED)
 
 
