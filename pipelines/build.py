@@ -77,7 +77,9 @@ def run_build(cfg: BuildConfig, output: str, beam_args: list[str] | None = None,
     start = time.monotonic()
     if batch_mb is not None:
         from pipelines.batched import build_in_batches
+        from pipelines.commit import check_folder
 
+        check_folder(output)
         m = build_in_batches(cfg, output, batch_mb, beam_args or [])  # writes the sum over its batches
         timings["batched"] = time.monotonic() - start
         return m

@@ -285,6 +285,18 @@ def one_shot_tag(cfg: BuildConfig, files: dict[str, list[str]] | None = None) ->
     return tag_for(1, cfg.model_dump(mode="json"), inputs, None, extra)
 
 
+def check_folder(output: str) -> None:
+    """Refuse (one line) an output that is an existing local file: a corpus is a folder.
+
+    Checked before any work (the build otherwise ran its stages until a write under it failed).
+    An object store has no such conflict: an object and a prefix of the same name coexist."""
+    from storage import get_fs, protocol_of, redact_url
+
+    fs, path = get_fs(output)
+    if protocol_of(fs) == "file" and fs.isfile(path):
+        raise UserError(f"--output {redact_url(output)} is a file, and a corpus is a folder: choose another --output")
+
+
 def check_output(output: str, tag: str) -> None:
     """Refuse (one line) to build into a folder holding a committed corpus, unless it is this very build.
 
@@ -294,6 +306,7 @@ def check_output(output: str, tag: str) -> None:
     """
     from storage import exists, join, read_text, redact_url
 
+    check_folder(output)
     url = join(output, MANIFEST_NAME)
     if not exists(url):
         return

@@ -7,7 +7,9 @@ neither half (tests/test_boundaries.py).
 
 from __future__ import annotations
 
+import errno
 import logging
+import os
 import re
 import sys
 import traceback
@@ -36,17 +38,38 @@ def unreachable_store_error(exc: BaseException) -> UserError | None:
 
     A typo'd bucket endpoint, a missing network or proxy, an emulator that is not running: the
     user can fix each, and a traceback of aiohttp's connector says less than one line."""
-    from storage.retry import NOTE_PREFIX, unreachable_endpoint  # fsspec: only once a command failed
+    from storage.retry import OPERATION_ATTR, unreachable_endpoint  # fsspec: only once a command failed
 
     where = unreachable_endpoint(exc)
     if where is None:
         return None
-    notes = [n[len(NOTE_PREFIX):] for e in (exc, exc.__cause__, exc.__context__) if e is not None
-             for n in getattr(e, "__notes__", ()) if n.startswith(NOTE_PREFIX)]
-    doing = f" [{notes[0]}]" if notes else ""
+    operations = [getattr(e, OPERATION_ATTR) for e in (exc, exc.__cause__, exc.__context__)
+                  if e is not None and isinstance(getattr(e, OPERATION_ATTR, None), str)]
+    doing = f" [{operations[0]}]" if operations else ""
     return UserError(f"cannot reach {where}{doing}: check the URL, the network (or proxy) and the store's "
                      "endpoint settings (STORAGE_EMULATOR_HOST for gs:// URLs, FSSPEC_S3_ENDPOINT_URL or "
                      "AWS_ENDPOINT_URL for s3:// URLs)")
+
+
+# errnos of a path the user named that cannot serve: a file where a folder is needed (or the other
+# way), a folder in the way, no permission, a full or read-only disk, a name too long.
+PATH_ERRNOS = frozenset(getattr(errno, n) for n in ("ENOTDIR", "EISDIR", "EEXIST", "EACCES", "EPERM", "ENOSPC",
+                                                    "EROFS", "EDQUOT", "ENAMETOOLONG") if hasattr(errno, n))
+
+
+def path_error(exc: BaseException) -> UserError | None:
+    """A UserError for an OS error on a path that the user can fix (``PATH_ERRNOS``), e.g. an
+    ``--output`` that is an existing file: "Not a directory: out/manifest.json". Missing files are
+    the commands' own messages ("no manifest at ..."), not this."""
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, OSError) and e.errno in PATH_ERRNOS and e.filename:
+            where = f"{e.filename}" + (f" -> {e.filename2}" if e.filename2 else "")
+            return UserError(f"{e.strerror or os.strerror(e.errno)}: {where}")
+        e = e.__cause__ or e.__context__
+    return None
 
 
 def user_error_line(message: str) -> str:
@@ -129,7 +152,7 @@ def run_cli(body: Callable[[], int], argv: list[str] | None = None, interrupted:
     except Exception as e:  # noqa: BLE001 - Beam wraps errors raised inside stages
         if was_interrupted(e):
             return _interrupted(interrupted)
-        user = find_user_error(e) or unreachable_store_error(e)
+        user = find_user_error(e) or unreachable_store_error(e) or path_error(e)
         if user is not None:
             print(user_error_line(str(user)), file=sys.stderr)
             return 2

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
@@ -21,7 +22,7 @@ READ_BLOCK_SIZE = 8 * 1024 * 1024
 RETRY_ATTEMPTS = int(os.environ.get("SHARDFORGE_RETRY_ATTEMPTS", "6"))
 RETRY_BASE_DELAY = float(os.environ.get("SHARDFORGE_RETRY_BASE_DELAY", "0.2"))
 RETRY_MAX_DELAY = float(os.environ.get("SHARDFORGE_RETRY_MAX_DELAY", "30"))
-NOTE_PREFIX = "shardforge storage operation: "  # the note ``retry`` adds to an error it gives up on
+OPERATION_ATTR = "shardforge_operation"  # set by ``retry`` on an error it gives up on: "read gs://b/o"
 
 # ---------------------------------------------------------------- retries
 
@@ -200,9 +201,11 @@ def retry(fn: Callable[[], T], what: str, attempts: int | None = None, on_retry:
             return fn()
         except Exception as e:  # noqa: BLE001 - classified below
             if i == attempts - 1 or not is_transient(e) or not_connected(e):
-                note = f"{NOTE_PREFIX}{what}"
-                if note not in getattr(e, "__notes__", ()):
-                    e.add_note(note)  # where it happened: the one-line error of an unreachable store names it
+                if not hasattr(e, OPERATION_ATTR):
+                    # What was being done, for the one-line error of an unreachable store. An
+                    # attribute, not a note: Beam words a wrapped error by its last line.
+                    with contextlib.suppress(AttributeError):
+                        setattr(e, OPERATION_ATTR, what)
                 raise
             delay = min(RETRY_MAX_DELAY, RETRY_BASE_DELAY * (2**i)) * (0.5 + random.random())
             log.warning("transient error on %s (%s: %s); retry %d/%d in %.2fs",

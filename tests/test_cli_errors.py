@@ -496,3 +496,40 @@ def test_stage_error_log_filter_drops_only_user_errors() -> None:
     assert not f.filter(record(wrapped()))
     assert f.filter(record(ValueError("a bug")))
     assert f.filter(record(None))
+
+
+# ------------------------------------------------------------------ a path that cannot serve
+
+
+@pytest.mark.parametrize("extra", [[], ["--batch_mb", "1"]])
+def test_a_build_into_a_file_is_refused_before_any_work(small_input, tmp_path, extra) -> None:
+    target = tmp_path / "taken"
+    target.write_text("not a folder\n")
+    res = run("-m", "pipelines.build", "--input", str(small_input), "--output", str(target), *extra)
+    assert one_line_error(res) == f"error: --output {target} is a file, and a corpus is a folder: choose another --output"
+    assert target.read_text() == "not a folder\n"
+
+
+def test_reading_a_corpus_under_a_file_is_one_line(tmp_path) -> None:
+    """validate / inspect of a path that is a file: the OS's words and the path, not a traceback."""
+    target = tmp_path / "afile"
+    target.write_text("x\n")
+    for tool in ("validate", "inspect"):
+        line = one_line_error(run("-m", "shardforge.cli", tool, str(target)))
+        assert line == f"error: Not a directory: {target}/manifest.json", (tool, line)
+
+
+def test_path_errors_a_user_can_fix_are_one_line_others_keep_their_traceback() -> None:
+    from shardforge.clirun import path_error
+
+    nested = RuntimeError("a step failed")
+    nested.__context__ = NotADirectoryError(20, "Not a directory", "/out/versions")
+    assert str(path_error(nested)) == "Not a directory: /out/versions"
+    assert str(path_error(FileExistsError(17, "File exists", "/tmp/export"))) == "File exists: /tmp/export"
+    assert str(path_error(PermissionError(13, "Permission denied", "/a", None, "/b"))) == "Permission denied: /a -> /b"
+    assert str(path_error(OSError(28, "No space left on device", "/out/train-000001.tar"))) == \
+        "No space left on device: /out/train-000001.tar"
+    # A missing file is each command's own message; an error without a path may be a bug: a traceback.
+    assert path_error(FileNotFoundError(2, "No such file or directory", "/x")) is None
+    assert path_error(OSError(28, "No space left on device")) is None
+    assert path_error(ValueError("x")) is None
