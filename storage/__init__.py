@@ -14,6 +14,7 @@ from storage.reads import (  # noqa: F401
     list_names,
     local_copy,
     open_read,
+    raise_if_unreachable,
     read_bytes,
     read_text,
     sha256_bytes,

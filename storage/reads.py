@@ -9,7 +9,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import IO
 
-from storage.retry import READ_BLOCK_SIZE, invalidate, retry
+import fsspec
+
+from storage.retry import OPERATION_ATTR, READ_BLOCK_SIZE, invalidate, not_connected, retry
 from storage.urls import full_url, get_fs, protocol_of
 
 # ---------------------------------------------------------------- reads
@@ -60,10 +62,29 @@ def expand_glob(pattern: str) -> list[str]:
         found = retry(lambda: fs.glob(path), f"glob {pattern}")
     else:
         found = [path] if retry(lambda: fs.exists(path), f"exists {pattern}") else []
+        if not found:
+            raise_if_unreachable(fs, path, pattern)
         if found and retry(lambda: fs.isdir(path), f"isdir {pattern}"):
             found = [p for p in retry(lambda: fs.find(path), f"find {pattern}")]
     return sorted(full_url(fs, p) for p in found)
 
+
+
+def raise_if_unreachable(fs: fsspec.AbstractFileSystem, path: str, url: str) -> None:
+    """After ``exists`` said no: raise when an HTTP(S) server could not be connected to at all.
+
+    fsspec's HTTP ``exists`` answers False for any failure and its ``info`` raises
+    FileNotFoundError for any, so "no such file" also meant "no network" (the failure is that
+    error's cause). Other filesystems raise their connection errors themselves: nothing to do."""
+    if protocol_of(fs) not in ("http", "https"):
+        return
+    try:
+        fs.info(path)
+    except FileNotFoundError as e:
+        if not_connected(e):
+            err = ConnectionError(f"cannot connect to the server of {url}")
+            setattr(err, OPERATION_ATTR, f"exists {url}")
+            raise err from e
 
 
 def sha256_bytes(data: bytes) -> str:

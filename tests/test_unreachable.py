@@ -170,3 +170,38 @@ def test_a_yaml_mistake_is_one_line_with_its_place(tmp_path, text, where) -> Non
         load_config(BuildConfig, str(path))
     assert str(info.value) == f"{path} is not valid YAML: {where}"
     assert "\n" not in str(info.value)
+
+
+def test_an_http_input_that_cannot_be_reached_is_not_no_such_file(capsys) -> None:
+    """fsspec's HTTP exists() says False for any failure: a dead server was "no files match"."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from pipelines.sources.listing import list_inputs
+    from storage import expand_glob
+
+    class NotFound(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            self.send_error(404)
+
+        do_HEAD = do_GET  # noqa: N815
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), NotFound)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        missing = f"http://127.0.0.1:{server.server_address[1]}/raw.jsonl"
+        assert list_inputs(missing) == [] and expand_glob(missing) == []  # a 404 is still "no such file"
+    finally:
+        server.shutdown()
+    port = closed_port()
+    dead = f"http://127.0.0.1:{port}/raw.jsonl"
+    for lister in (list_inputs, expand_glob):
+        with pytest.raises(ConnectionError) as info:
+            lister(dead)
+        assert unreachable_endpoint(info.value) == f"127.0.0.1:{port} (Connection refused)"
+    assert run_cli(lambda: len(list_inputs(dead)), []) == 2
+    assert capsys.readouterr().err.startswith(f"error: cannot reach 127.0.0.1:{port} (Connection refused) "
+                                              f"[exists {dead}]: check the URL")

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from fsspec import AbstractFileSystem
 
 from pipelines.sources.readers import R_INVALID_FILE_NAME, R_NOT_A_FILE, R_UNREADABLE
-from storage import full_url, get_fs, invalidate, protocol_of, retry
+from storage import full_url, get_fs, invalidate, protocol_of, raise_if_unreachable, retry
 
 Input = tuple[str, "str | None"]  # (URL, or the escaped name when it is invalid; skip reason or None)
 
@@ -50,6 +50,7 @@ def list_inputs(pattern: str) -> list[Input]:
     if any(c in path for c in "*?["):
         found = retry(lambda: fs.glob(path, detail=True), f"glob {pattern}")
     elif not retry(lambda: fs.exists(path), f"exists {pattern}"):
+        raise_if_unreachable(fs, path, pattern)
         found = {}
     elif retry(lambda: fs.isdir(path), f"isdir {pattern}"):
         found = retry(lambda: fs.find(path, detail=True), f"find {pattern}")
