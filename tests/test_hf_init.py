@@ -485,6 +485,8 @@ def test_bert_wordpiece_corpus_continues_a_bert_and_exports_bert(tmp_path):
     assert res["steps"] == 2
     hf = str(tmp_path / "hf")
     export_checkpoint(run, hf)
+    with pytest.raises(UserError, match=r"^tokenizer not found: .*nowhere\.model$"):  # was a FileNotFoundError trace
+        export_checkpoint(run, str(tmp_path / "hf2"), tokenizer=str(tmp_path / "nowhere.model"))
     model = AutoModelForMaskedLM.from_pretrained(hf).eval()
     assert type(model).__name__ == "BertForMaskedLM"
     tok = AutoTokenizer.from_pretrained(hf)

@@ -175,6 +175,34 @@ def test_setup_binds_an_indexed_gpu_for_device_cuda(monkeypatch):
     bound = []
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     monkeypatch.setattr(torch.cuda, "set_device", bound.append)
+    monkeypatch.setattr(distributed, "check_cuda", lambda requested, index: None)  # a GPU, as far as this test goes
     dd = distributed.setup("cuda")
     assert dd.device == torch.device("cuda", 0) and bound == [torch.device("cuda", 0)]
     assert bound[0].index is not None
+
+
+@pytest.mark.parametrize(("build", "count", "requested", "says"), [
+    (None, 0, "cuda", "--device cuda: this torch ({v}) is a CPU build; install a CUDA build of torch, or train "
+                      "with --device cpu (or auto)"),
+    ("12.8", 0, "cuda", "--device cuda: GPU 0 is not there: no GPU visible (driver, device, or CUDA_VISIBLE_DEVICES); "
+                        "torch {v} (CUDA 12.8)"),
+    ("12.8", 1, "cuda:1", "--device cuda:1: GPU 1 is not there: 1 visible GPU; torch {v} (CUDA 12.8)"),
+])
+def test_a_gpu_that_is_not_there_is_one_line(monkeypatch, build, count, requested, says):
+    """torch's own errors were an AttributeError of its C module (CPU build) or the driver's "invalid device
+    ordinal"; set_device is never reached."""
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.setattr(torch.version, "cuda", build)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: count > 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: count)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda d: pytest.fail("set_device reached"))
+    with pytest.raises(UserError) as info:
+        distributed.setup(requested)
+    assert str(info.value) == says.format(v=torch.__version__)
+
+
+def test_a_gpu_that_is_there_passes_the_check(monkeypatch):
+    monkeypatch.setattr(torch.version, "cuda", "12.8")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    distributed.check_cuda("cuda:1", 1)

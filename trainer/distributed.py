@@ -15,6 +15,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from schemas.errors import UserError
+
 
 @dataclass
 class Dist:
@@ -58,6 +60,22 @@ class Dist:
             dist.barrier()
 
 
+def check_cuda(requested: str, index: int) -> None:
+    """UserError (one line) when the requested GPU is not there: a CPU build of torch, no driver or
+    device, or fewer GPUs than the index (torch's own errors are an AttributeError of its C module
+    on a CPU build, and an "invalid device ordinal" from the driver)."""
+    build = torch.version.cuda
+    if build is None:
+        raise UserError(f"--device {requested}: this torch ({torch.__version__}) is a CPU build; install a CUDA "
+                        "build of torch, or train with --device cpu (or auto)")
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if index >= count:
+        have = f"{count} visible GPU{'s' if count != 1 else ''}" if count else "no GPU visible (driver, device, " \
+               "or CUDA_VISIBLE_DEVICES)"
+        raise UserError(f"--device {requested}: GPU {index} is not there: {have}; torch {torch.__version__} "
+                        f"(CUDA {build})")
+
+
 def pick_device(requested: str, local_rank: int) -> torch.device:
     """The device of this rank: cfg.device, or with "auto" the rank's GPU when there is one, else the CPU."""
     if requested != "auto":
@@ -75,6 +93,7 @@ def setup(requested_device: str) -> Dist:
     local_rank = int(os.environ.get("LOCAL_RANK", "0")) if world > 1 else 0
     device = pick_device(requested_device, local_rank)
     if device.type == "cuda":
+        check_cuda(requested_device, device.index or 0)
         torch.cuda.set_device(device)
     if world == 1:
         return Dist(device=device)

@@ -266,8 +266,10 @@ def export_checkpoint(ckpt: str, out_dir: str, tokenizer: str | None = None) -> 
                             f"or pass --tokenizer URL (the corpus's tokenizer)")
         manifest, root = load_manifest(cfg.data)
         tokenizer = tokenizer_url(manifest, root)  # the path rule: always inside the corpus
-    from storage import read_bytes, sha256_bytes
+    from storage import exists, read_bytes, sha256_bytes
 
+    if not exists(tokenizer):
+        raise UserError(f"tokenizer not found: {tokenizer}")
     trained_with = state.get("manifest")  # the sha256 of the tokenizer the run trained with
     if trained_with and sha256_bytes(read_bytes(tokenizer)) != trained_with:
         raise UserError(f"tokenizer {tokenizer} is not the one this checkpoint was trained with "
