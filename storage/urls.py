@@ -59,6 +59,9 @@ def redact_url(url: str) -> str:
     netloc = parts.netloc.rsplit("@", 1)[-1]
     query = urlencode([(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True)
                        if not any(b in k.lower() for b in ("token", "secret", "key", "sig", "password", "credential"))])
+    if not netloc:  # "gs://" alone (a scheme named in a message): urlunsplit would write "gs:"
+        return f"{parts.scheme}://{parts.path}" + (f"?{query}" if query else "") + \
+            (f"#{parts.fragment}" if parts.fragment else "")
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 

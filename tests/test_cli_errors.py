@@ -533,3 +533,14 @@ def test_path_errors_a_user_can_fix_are_one_line_others_keep_their_traceback() -
     assert path_error(FileNotFoundError(2, "No such file or directory", "/x")) is None
     assert path_error(OSError(28, "No space left on device")) is None
     assert path_error(ValueError("x")) is None
+
+
+def test_a_bare_scheme_in_a_message_survives_redaction() -> None:
+    """"for gs:// URLs" in a message came out "for gs: URLs" (urlunsplit drops // without a host)."""
+    from shardforge.redact import redact_text
+    from storage import redact_url
+
+    assert redact_url("gs://") == "gs://" and redact_url("s3://?token=T0KEN&a=1") == "s3://?a=1"
+    assert redact_url("file:///tmp/x") == "file:///tmp/x" and redact_url("https://u:p@h/x") == "https://h/x"
+    assert redact_text("STORAGE_EMULATOR_HOST for gs://, FSSPEC_S3_ENDPOINT_URL for s3://)") == \
+        "STORAGE_EMULATOR_HOST for gs://, FSSPEC_S3_ENDPOINT_URL for s3://)"
