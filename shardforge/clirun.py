@@ -15,19 +15,15 @@ import sys
 import traceback
 from collections.abc import Callable
 
-from schemas.errors import UserError
+from schemas.errors import UserError, causes
 from shardforge.redact import install_log_redaction, redact_text, refuse_url_credentials, register_secrets
 
 
 def find_user_error(exc: BaseException) -> UserError | None:
     """The UserError behind exc, also when a runner (Beam) re-raised it wrapped in its own error."""
-    seen: set[int] = set()
-    e: BaseException | None = exc
-    while e is not None and id(e) not in seen:
-        seen.add(id(e))
+    for e in causes(exc):
         if isinstance(e, UserError):
             return e
-        e = e.__cause__ or e.__context__
     m = re.search(r"(?:UserError|ShardFormatError): (.+?)(?: \[while running|\n|$)", str(exc))
     return UserError(m.group(1)) if m else None
 
@@ -43,8 +39,7 @@ def unreachable_store_error(exc: BaseException) -> UserError | None:
     where = unreachable_endpoint(exc)
     if where is None:
         return None
-    operations = [getattr(e, OPERATION_ATTR) for e in (exc, exc.__cause__, exc.__context__)
-                  if e is not None and isinstance(getattr(e, OPERATION_ATTR, None), str)]
+    operations = [getattr(e, OPERATION_ATTR) for e in causes(exc) if isinstance(getattr(e, OPERATION_ATTR, None), str)]
     doing = f" [{operations[0]}]" if operations else ""
     return UserError(f"cannot reach {where}{doing}: check the URL, the network (or proxy) and the store's "
                      "endpoint settings (STORAGE_EMULATOR_HOST for gs:// URLs, FSSPEC_S3_ENDPOINT_URL or "
@@ -61,14 +56,10 @@ def path_error(exc: BaseException) -> UserError | None:
     """A UserError for an OS error on a path that the user can fix (``PATH_ERRNOS``), e.g. an
     ``--output`` that is an existing file: "Not a directory: out/manifest.json". Missing files are
     the commands' own messages ("no manifest at ..."), not this."""
-    seen: set[int] = set()
-    e: BaseException | None = exc
-    while e is not None and id(e) not in seen:
-        seen.add(id(e))
+    for e in causes(exc):
         if isinstance(e, OSError) and e.errno in PATH_ERRNOS and e.filename:
             where = f"{e.filename}" + (f" -> {e.filename2}" if e.filename2 else "")
             return UserError(f"{e.strerror or os.strerror(e.errno)}: {where}")
-        e = e.__cause__ or e.__context__
     return None
 
 
@@ -121,21 +112,14 @@ _INTERRUPT_TEXT = re.compile(r"^(?:\w+: )?KeyboardInterrupt(?: \[while running|$
 
 def was_interrupted(exc: BaseException) -> bool:
     """True when exc is a KeyboardInterrupt, or a runner's error that wraps one (a cause, or its text)."""
-    seen: set[int] = set()
-    e: BaseException | None = exc
-    while e is not None and id(e) not in seen:
-        seen.add(id(e))
-        if isinstance(e, KeyboardInterrupt) or _INTERRUPT_TEXT.match(str(e)):
-            return True
-        e = e.__cause__ or e.__context__
-    return False
+    return any(isinstance(e, KeyboardInterrupt) or _INTERRUPT_TEXT.match(str(e)) for e in causes(exc))
 
 
 def run_cli(body: Callable[[], int], argv: list[str] | None = None, interrupted: str = "") -> int:
     """Run a command's body: a user error (also one a runner re-raised wrapped) prints one line, exit 2.
 
-    Ctrl-C prints ``interrupted`` (and ``interrupted``, the command's word on what is left and how
-    to go on) instead of a traceback, exit 130, also where a runner wrapped the KeyboardInterrupt.
+    Ctrl-C prints "interrupted" and the command's ``interrupted`` text (what is left, how to go on)
+    instead of a traceback, exit 130, also where a runner wrapped the KeyboardInterrupt.
     Any other exception is a bug or an infrastructure failure: its traceback is
     printed with credentials redacted, exit 1. argv: the command's arguments when
     they are not this process's (an in-process call), for their credentials to be masked.

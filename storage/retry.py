@@ -15,6 +15,8 @@ from typing import TypeVar
 
 import fsspec
 
+from schemas.errors import causes
+
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
@@ -105,14 +107,10 @@ def is_transient(exc: BaseException) -> bool:
     Looks through the chain of causes too: s3fs re-raises botocore errors as
     plain OSError with the original as ``__cause__``.
     """
-    seen: set[int] = set()
-    e: BaseException | None = exc
-    while e is not None and id(e) not in seen:
-        seen.add(id(e))
+    for e in causes(exc):
         verdict = _is_transient_one(e)
         if verdict is not None:
             return verdict
-        e = e.__cause__ or e.__context__
     return False
 
 
@@ -126,28 +124,16 @@ _CONNECT_TEXT = re.compile(r"Cannot connect to host (\S+?)(?: ssl:\S+)? \[(.+?)\
                            r'Could not connect to the endpoint URL: "?([^"\s]+)')
 
 
-def _chain(exc: BaseException) -> list[BaseException]:
-    """exc and its causes / contexts, outermost first (each once)."""
-    seen: set[int] = set()
-    out: list[BaseException] = []
-    e: BaseException | None = exc
-    while e is not None and id(e) not in seen:
-        seen.add(id(e))
-        out.append(e)
-        e = e.__cause__ or e.__context__
-    return out
-
-
 def not_connected(exc: BaseException) -> bool:
     """True when the store could not be connected to at all: its host name did not resolve, or
     the connection was refused or unroutable (not a connection dropped or timed out mid-request).
 
     Still transient (``is_transient``: infrastructure, never bad data), but the clients retry
     these themselves before raising (gcsfs six times over ~31 s, botocore and s3fs several over
-    ~7 s), so ``retry`` does not call again: its six attempts on top made an offline
+    ~10 s), so ``retry`` does not call again: its six attempts on top made an offline
     ``shardforge validate gs://...`` wait 3 min 46 s for the same error.
     """
-    for e in _chain(exc):
+    for e in causes(exc):
         if isinstance(e, socket.gaierror) or any(t.__name__ in _NOT_CONNECTED_NAMES for t in type(e).__mro__):
             return True
     return False
@@ -166,7 +152,7 @@ def unreachable_endpoint(exc: BaseException) -> str | None:
 
     Read from aiohttp's connector error (its host, port and OS error), else from the messages
     (botocore names the endpoint URL; a runner that re-raised the error kept only its text)."""
-    chain = _chain(exc)
+    chain = list(causes(exc))
     if not_connected(exc):
         for e in chain:
             host, os_error = getattr(e, "host", None), getattr(e, "os_error", None)
