@@ -16,6 +16,9 @@ Stopping: the first SIGINT/SIGTERM lets the running batch finish and commit,
 then exits; a second one abandons the batch at once (nothing of it is
 committed: the version's manifest is written only after the batch completes).
 A killed process restarts cleanly: state is recovered from the manifest chain.
+A listing of the watched files that fails on a transient error (the store cannot be reached,
+a 503) once the storage layer's retries gave up is logged and tried again a poll later: the
+service outlives an outage (``--once`` fails instead, in one line).
 """
 
 from __future__ import annotations
@@ -54,7 +57,8 @@ from schemas.config import BuildConfig, SourceConfig
 from schemas.errors import UserError
 from shardforge.cliargs import option_strings
 from shardforge.clirun import run_cli
-from storage import join, read_text, redact_url, write_text_atomic
+from storage import is_transient, join, read_text, redact_url, write_text_atomic
+from storage.retry import unreachable_endpoint
 
 log = logging.getLogger("shardforge.serve")
 
@@ -139,6 +143,23 @@ def run(argv: list[str], stopper: Stopper | None = None) -> int:
         Stopper.restore(previous)
 
 
+def _look(watch: str, state: CorpusState, corpus: str, args: argparse.Namespace, stopper: Stopper):
+    """``scan`` of the watched files; None after a pause when the store could not be listed.
+
+    A service outlives a network outage: a listing that fails on a transient error (the store
+    cannot be reached, a 503) after the storage layer's retries is logged and tried again a poll
+    interval later, instead of ending the service. ``--once`` fails instead (one line)."""
+    try:
+        return scan(watch, state.ledger, exclude=corpus)
+    except Exception as e:  # noqa: BLE001 - classified: a transient error waits, anything else is raised
+        if args.once or not is_transient(e):
+            raise
+        where = unreachable_endpoint(e) or f"{type(e).__name__}: {e}"
+        log.warning("cannot list %s (%s); looking again in %.0f s", redact_url(watch), where, args.poll)
+        stopper.sleep(args.poll)
+        return None
+
+
 def _loop(args: argparse.Namespace, corpus: str, watch: str, source: SourceConfig, build_argv: list[str],
           beam_args: list[str], stopper: Stopper) -> int:
     source_name = source.name
@@ -154,7 +175,9 @@ def _loop(args: argparse.Namespace, corpus: str, watch: str, source: SourceConfi
     reported: set[tuple[str, int]] = set()
     try:
         while not stopper.requested:
-            look = scan(watch, state.ledger, exclude=corpus)
+            look = _look(watch, state, corpus, args, stopper)
+            if look is None:
+                continue  # the store could not be listed: looked again after a pause
             now = time.time()
             for f, e, why in look.changed:
                 if (f.url, f.size) not in reported:

@@ -365,3 +365,38 @@ def test_a_following_loader_adopts_new_shards_at_the_epoch_boundary_and_resumes_
     for want in tail:
         got = next(again)
         assert all(torch.equal(got[k], want[k]) for k in want)
+
+
+def test_a_listing_that_cannot_reach_the_store_waits_for_the_next_poll(tmp_path, monkeypatch, capsys):
+    """The service outlives an outage of the watched store: a transient listing error is logged and
+    the listing tried again a poll later (it ended the service); --once fails on it instead."""
+    import pipelines.serve as serve
+
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    (raw / "a.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in articles(31, DOCS_PER_FILE)))
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(small_config()))
+    corpus = tmp_path / "corpus"
+    args = ["--watch", f"{raw}/*.jsonl", "--corpus", str(corpus), "--source", SOURCE, "--settle", "0",
+            "--poll", "0.1", "--config", str(cfg)]
+    real_scan, calls = serve.scan, []
+    stopper = serve.Stopper()
+
+    def flaky_scan(*a: Any, **kw: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 1:
+            raise ConnectionRefusedError(111, "Connection refused")
+        if len(calls) >= 3:
+            stopper.requested = True  # stop once the batch of the second look is committed
+        return real_scan(*a, **kw)
+
+    monkeypatch.setattr(serve, "scan", flaky_scan)
+    with pytest.raises(ConnectionRefusedError):
+        serve.run([*args, "--once"])
+    calls.clear()
+    assert serve.run(args, stopper) == 0  # its log goes to stderr (run sets up logging itself)
+    assert committed_versions(str(corpus)) == [1]
+    err = capsys.readouterr().err
+    assert f"cannot list {raw}/*.jsonl (ConnectionRefusedError: [Errno 111] Connection refused); looking again " \
+           "in 0 s" in err, err
