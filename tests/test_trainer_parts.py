@@ -193,6 +193,7 @@ def test_a_gpu_that_is_not_there_is_one_line(monkeypatch, build, count, requeste
     ordinal"; set_device is never reached."""
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     monkeypatch.setattr(torch.version, "cuda", build)
+    monkeypatch.setattr(torch.version, "hip", None, raising=False)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: count > 0)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: count)
     monkeypatch.setattr(torch.cuda, "set_device", lambda d: pytest.fail("set_device reached"))
@@ -202,6 +203,14 @@ def test_a_gpu_that_is_not_there_is_one_line(monkeypatch, build, count, requeste
 
 
 def test_a_gpu_that_is_there_passes_the_check(monkeypatch):
+    monkeypatch.setattr(torch.version, "cuda", None)  # a ROCm build: AMD GPUs behind the "cuda" device type
+    monkeypatch.setattr(torch.version, "hip", "6.4", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    distributed.check_cuda("cuda", 0)
+    with pytest.raises(UserError, match=r"GPU 1 is not there: 1 visible GPU; torch .* \(ROCm 6.4\)$"):
+        distributed.check_cuda("cuda:1", 1)
+    monkeypatch.setattr(torch.version, "hip", None, raising=False)
     monkeypatch.setattr(torch.version, "cuda", "12.8")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)

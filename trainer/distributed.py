@@ -64,7 +64,9 @@ def check_cuda(requested: str, index: int) -> None:
     """UserError (one line) when the requested GPU is not there: a CPU build of torch, no driver or
     device, or fewer GPUs than the index (torch's own errors are an AttributeError of its C module
     on a CPU build, and an "invalid device ordinal" from the driver)."""
-    build = torch.version.cuda
+    # ROCm builds drive AMD GPUs through the same "cuda" device type: torch.version.hip, not .cuda
+    hip = getattr(torch.version, "hip", None)
+    build = f"CUDA {torch.version.cuda}" if torch.version.cuda else f"ROCm {hip}" if hip else None
     if build is None:
         raise UserError(f"--device {requested}: this torch ({torch.__version__}) is a CPU build; install a CUDA "
                         "build of torch, or train with --device cpu (or auto)")
@@ -73,7 +75,7 @@ def check_cuda(requested: str, index: int) -> None:
         have = f"{count} visible GPU{'s' if count != 1 else ''}" if count else "no GPU visible (driver, device, " \
                "or CUDA_VISIBLE_DEVICES)"
         raise UserError(f"--device {requested}: GPU {index} is not there: {have}; torch {torch.__version__} "
-                        f"(CUDA {build})")
+                        f"({build})")
 
 
 def pick_device(requested: str, local_rank: int) -> torch.device:
