@@ -428,6 +428,11 @@ def load_config(cls: type[M], url: str) -> M:
         text = read_text(url)
     except FileNotFoundError:
         raise UserError(f"config not found: {url}") from None
+    except UnicodeDecodeError as e:  # a config saved in another encoding (Latin-1, UTF-16), or not text
+        raw = e.object if isinstance(e.object, bytes) else b""
+        line = raw[:e.start].count(b"\n") + 1
+        raise UserError(f"{url} is not UTF-8 text: byte 0x{raw[e.start]:02x} on line {line} ({e.reason}); "
+                        "save it as UTF-8") from None
     if url.endswith((".yaml", ".yml")):
         try:
             import yaml

@@ -147,3 +147,31 @@ def test_reader_refuses_pickles_and_unknown_members():
         list(iter_tar_samples(io.BytesIO(evil.getvalue())))
     with pytest.raises(ShardFormatError, match="truncated|corrupt"):
         list(iter_tar_samples(io.BytesIO(data[:700])))
+
+
+# ------------------------------------------------------------------ config files a user got wrong
+
+
+@pytest.mark.parametrize("text,where", [
+    ("sources: [\n", "line 2, column 1: expected the node content, but found '<stream end>' "
+                     "(while parsing a flow node at line 2, column 1)"),
+    ("a: b\n  c: d\n", "line 2, column 4: mapping values are not allowed here"),
+    ('key: "unterminated\n', "line 2, column 1: found unexpected end of stream "
+                             "(while scanning a quoted scalar at line 1, column 6)"),
+])
+def test_a_yaml_mistake_is_one_line_with_its_place(tmp_path, text, where) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(UserError) as info:
+        load_config(BuildConfig, str(path))
+    assert str(info.value) == f"{path} is not valid YAML: {where}"
+    assert "\n" not in str(info.value)
+
+
+def test_a_config_that_is_not_utf8_is_one_line(tmp_path) -> None:
+    """A config saved as Latin-1 was a UnicodeDecodeError traceback."""
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes(b"sources:\n  - name: web\n    input: raw.jsonl\n# caf\xe9\n")
+    with pytest.raises(UserError) as info:
+        load_config(BuildConfig, str(path))
+    assert str(info.value) == f"{path} is not UTF-8 text: byte 0xe9 on line 4 (invalid continuation byte); save it as UTF-8"

@@ -19,8 +19,6 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from schemas.config import BuildConfig, load_config
-from schemas.errors import UserError
 from shardforge.clirun import quiet_client_tracebacks, run_cli, unreachable_store_error
 from storage.retry import OPERATION_ATTR, is_transient, not_connected, retry, unreachable_endpoint
 
@@ -154,22 +152,6 @@ def test_validate_of_an_unreachable_bucket_is_one_line_at_once(tmp_path) -> None
                       "s3://bucket/corpus/manifest.json]: check the URL, the network (or proxy) and the store's "
                       "endpoint settings (STORAGE_EMULATOR_HOST for gs:// URLs, FSSPEC_S3_ENDPOINT_URL or "
                       "AWS_ENDPOINT_URL for s3:// URLs)"], r.stderr
-
-
-@pytest.mark.parametrize("text,where", [
-    ("sources: [\n", "line 2, column 1: expected the node content, but found '<stream end>' "
-                     "(while parsing a flow node at line 2, column 1)"),
-    ("a: b\n  c: d\n", "line 2, column 4: mapping values are not allowed here"),
-    ('key: "unterminated\n', "line 2, column 1: found unexpected end of stream "
-                             "(while scanning a quoted scalar at line 1, column 6)"),
-])
-def test_a_yaml_mistake_is_one_line_with_its_place(tmp_path, text, where) -> None:
-    path = tmp_path / "bad.yaml"
-    path.write_text(text)
-    with pytest.raises(UserError) as info:
-        load_config(BuildConfig, str(path))
-    assert str(info.value) == f"{path} is not valid YAML: {where}"
-    assert "\n" not in str(info.value)
 
 
 def test_an_http_input_that_cannot_be_reached_is_not_no_such_file(capsys) -> None:
