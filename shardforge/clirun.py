@@ -90,7 +90,7 @@ def _not_an_interrupt(record: logging.LogRecord) -> bool:
     return not _INTERRUPT_TEXT.match(record.getMessage())
 
 
-def quiet_client_tracebacks() -> None:
+def quiet_library_logs() -> None:
     """Keep the object-store clients' log lines, without the traceback of the error they then raise:
     the command prints that error once (one line for a user's mistake, else its traceback). And
     leave out the runner's log of a Ctrl-C inside a step (the command says "interrupted")."""
@@ -125,7 +125,7 @@ def run_cli(body: Callable[[], int], argv: list[str] | None = None, interrupted:
     they are not this process's (an in-process call), for their credentials to be masked.
     """
     install_log_redaction()
-    quiet_client_tracebacks()
+    quiet_library_logs()
     args = sys.argv[1:] + list(argv or [])
     register_secrets(args)
     try:

@@ -153,12 +153,11 @@ def unreachable_endpoint(exc: BaseException) -> str | None:
     Read from aiohttp's connector error (its host, port and OS error), else from the messages
     (botocore names the endpoint URL; a runner that re-raised the error kept only its text)."""
     chain = list(causes(exc))
-    if not_connected(exc):
-        for e in chain:
-            host, os_error = getattr(e, "host", None), getattr(e, "os_error", None)
-            if isinstance(host, str) and isinstance(os_error, OSError):
-                port = getattr(e, "port", None)
-                return f"{host}{f':{port}' if port else ''} ({_reason(os_error)})"
+    for e in chain:  # aiohttp's connector error carries them
+        host, os_error = getattr(e, "host", None), getattr(e, "os_error", None)
+        if isinstance(host, str) and isinstance(os_error, OSError):
+            port = getattr(e, "port", None)
+            return f"{host}{f':{port}' if port else ''} ({_reason(os_error)})"
     for e in chain:
         m = _CONNECT_TEXT.search(str(e))
         if m:

@@ -19,7 +19,7 @@ import pytest
 from shardforge.clirun import (
     DATA_JOB_INTERRUPTED,
     INTERRUPTED,
-    quiet_client_tracebacks,
+    quiet_library_logs,
     run_cli,
     was_interrupted,
 )
@@ -43,7 +43,7 @@ def _interrupt(x: int) -> int:
 
 def test_an_interrupt_inside_a_beam_step_is_one_line_too(capsys) -> None:
     """The local runner re-raises it as "KeyboardInterrupt [while running 'X']" after logging it."""
-    quiet_client_tracebacks()  # run_cli installs it too; here its handler must be attached first
+    quiet_library_logs()  # run_cli installs it too; here its handler must be attached first
     seen: list[logging.LogRecord] = []
     handler = logging.Handler()
     handler.emit = seen.append  # type: ignore[method-assign]

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -19,17 +18,11 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from shardforge.clirun import quiet_client_tracebacks, run_cli, unreachable_store_error
+from shardforge.clirun import quiet_library_logs, run_cli, unreachable_store_error
 from storage.retry import OPERATION_ATTR, is_transient, not_connected, retry, unreachable_endpoint
+from tests.conftest import free_port  # a loopback port nothing listens on once it returns
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def closed_port() -> int:
-    """A loopback port nothing listens on (bound, then released)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def aiohttp_error(url: str) -> BaseException:
@@ -46,7 +39,7 @@ def aiohttp_error(url: str) -> BaseException:
 
 
 def test_a_refused_connection_is_not_retried_again_and_names_its_host() -> None:
-    port = closed_port()
+    port = free_port()
     err = aiohttp_error(f"http://127.0.0.1:{port}/b/o")
     assert is_transient(err)  # infrastructure, never bad data: a source read still fails the bundle
     assert not_connected(err)
@@ -106,7 +99,7 @@ def test_what_a_runner_kept_as_text_still_names_the_host() -> None:
 
 
 def test_run_cli_prints_one_line_for_an_unreachable_store(capsys) -> None:
-    port = closed_port()
+    port = free_port()
     err = aiohttp_error(f"http://127.0.0.1:{port}/b/o")
 
     def body() -> int:
@@ -121,7 +114,7 @@ def test_run_cli_prints_one_line_for_an_unreachable_store(capsys) -> None:
 
 
 def test_client_loggers_keep_their_line_without_the_traceback(capsys) -> None:
-    quiet_client_tracebacks()
+    quiet_library_logs()
     log = logging.getLogger("gcsfs")
     handler = logging.StreamHandler(sys.stderr)
     log.addHandler(handler)
@@ -138,7 +131,7 @@ def test_client_loggers_keep_their_line_without_the_traceback(capsys) -> None:
 
 def test_validate_of_an_unreachable_bucket_is_one_line_at_once(tmp_path) -> None:
     """The real command against an S3 endpoint nothing listens on: exit 2, one line, no retry rounds."""
-    port = closed_port()
+    port = free_port()
     # AWS_MAX_ATTEMPTS=1: botocore's own retries (~9 s of backoff here) are not what is tested;
     # shardforge's six attempts are, at their default.
     env = {**os.environ, "FSSPEC_S3_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "test",
@@ -178,7 +171,7 @@ def test_an_http_input_that_cannot_be_reached_is_not_no_such_file(capsys) -> Non
         assert list_inputs(missing) == [] and expand_glob(missing) == []  # a 404 is still "no such file"
     finally:
         server.shutdown()
-    port = closed_port()
+    port = free_port()
     dead = f"http://127.0.0.1:{port}/raw.jsonl"
     for lister in (list_inputs, expand_glob):
         with pytest.raises(ConnectionError) as info:
