@@ -126,6 +126,11 @@ def add_serve_flags(p: Any) -> None:
                         "(a local file may still be being written).")
     p.add_argument("--max_files", type=int, default=256, help="Most files per batch (= per version).")
     p.add_argument("--once", action="store_true", help="Ingest what is pending now, then exit.")
+    p.add_argument("--batch_retries", type=int, default=3,
+                   help="How many times a batch that failed on a transient error (the store could not be "
+                        "reached, a 5xx, a dropped connection) is tried again in place, after pauses of "
+                        "--poll seconds doubling each time, before the service stops (0: stop at once; "
+                        "--once never waits).")
     p.add_argument("--log_level", default="INFO")
 
 

@@ -18,7 +18,11 @@ committed: the version's manifest is written only after the batch completes).
 A killed process restarts cleanly: state is recovered from the manifest chain.
 A listing of the watched files that fails on a transient error (the store cannot be reached,
 a 503) once the storage layer's retries gave up is logged and tried again a poll later: the
-service outlives an outage (``--once`` fails instead, in one line).
+service outlives an outage (``--once`` fails instead, in one line). A batch that fails on a
+transient error is tried again in place, up to ``--batch_retries`` times after pauses of
+``--poll`` seconds doubling each time, from the corpus state re-read from its manifests (the
+failed attempt may have committed before it failed); then the service stops with the error in
+one line.
 """
 
 from __future__ import annotations
@@ -126,6 +130,8 @@ def run(argv: list[str], stopper: Stopper | None = None) -> int:
     build_known, beam_args = bparser.parse_known_args(rest)
     if build_known.input or build_known.output:
         raise UserError("serve takes --watch and --corpus, not --input / --output")
+    if args.batch_retries < 0:
+        raise UserError(f"--batch_retries must be 0 or more (got {args.batch_retries})")
     corpus = args.corpus.rstrip("/")
     recorded = serve_state(corpus)
     watch = args.watch or recorded.get("watch")
@@ -160,6 +166,37 @@ def _look(watch: str, state: CorpusState, corpus: str, args: argparse.Namespace,
         return None
 
 
+def _where(e: BaseException) -> str:
+    """A transient error in a few words: the store it could not reach, else its type and first line."""
+    first = (str(e).strip().splitlines() or [""])[0]
+    return unreachable_endpoint(e) or f"{type(e).__name__}: {first[:300]}"
+
+
+def _pause_after(e: Exception, failures: int, n_files: int, args: argparse.Namespace, stopper: Stopper) -> None:
+    """Wait before trying again the batch that failed with ``e`` (its ``failures``-th consecutive
+    failure); raise ``e`` when it is not to be tried again: --once, not transient, retries spent."""
+    if args.once or not is_transient(e) or failures > args.batch_retries:
+        raise e
+    pause = args.poll * 2 ** (failures - 1)
+    log.warning("batch of %d file(s) failed on a transient error (%s); trying it again in %.0f s (%d of %d)",
+                n_files, _where(e), pause, failures, args.batch_retries)
+    stopper.sleep(pause)
+
+
+def _recovered(corpus: str, args: argparse.Namespace, stopper: Stopper) -> CorpusState | None:
+    """The corpus state re-read from its manifests after a failed batch; None after a pause when
+    the store could not be read (a transient error: tried again by the loop)."""
+    try:
+        return recover(corpus)
+    except Exception as e:  # noqa: BLE001 - classified: a transient error waits, anything else is raised
+        if args.once or not is_transient(e):
+            raise
+        log.warning("cannot read the corpus %s (%s); trying again in %.0f s", redact_url(corpus), _where(e),
+                    args.poll)
+        stopper.sleep(args.poll)
+        return None
+
+
 def _loop(args: argparse.Namespace, corpus: str, watch: str, source: SourceConfig, build_argv: list[str],
           beam_args: list[str], stopper: Stopper) -> int:
     source_name = source.name
@@ -173,8 +210,17 @@ def _loop(args: argparse.Namespace, corpus: str, watch: str, source: SourceConfi
 
     first_seen: dict[str, float] = {}
     reported: set[tuple[str, int]] = set()
+    failures = 0  # consecutive batches failed on a transient error
+    stale = False  # the state may lag the corpus: a batch failed, perhaps after its commit
     try:
         while not stopper.requested:
+            if stale:
+                recovered = _recovered(corpus, args, stopper)
+                if recovered is None:
+                    continue
+                state, stale = recovered, False
+                if state.latest is not None:
+                    new_cfg = None  # version 1 was committed: later batches use its config
             look = _look(watch, state, corpus, args, stopper)
             if look is None:
                 continue  # the store could not be listed: looked again after a pause
@@ -196,8 +242,15 @@ def _loop(args: argparse.Namespace, corpus: str, watch: str, source: SourceConfi
                 stopper.in_batch = True
                 try:
                     res = ingest_batch(state, batch, source, new_cfg, beam_args, first_seen)
+                except Exception as e:  # noqa: BLE001 - a transient error is tried again, anything else raised
+                    failures += 1
+                    stale = True
+                    stopper.in_batch = False
+                    _pause_after(e, failures, len(batch), args, stopper)
+                    continue
                 finally:
                     stopper.in_batch = False
+                failures = 0
                 lags = [time.time() - f.mtime for f in batch if f.mtime is not None]
                 log.info("committed v%d: %d files, %d new shards, %.1f s (max lag since landing %.1f s)",
                          res.version, res.files, res.new_shards, res.seconds, max(lags, default=0.0))

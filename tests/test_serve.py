@@ -400,3 +400,92 @@ def test_a_listing_that_cannot_reach_the_store_waits_for_the_next_poll(tmp_path,
     err = capsys.readouterr().err
     assert f"cannot list {raw}/*.jsonl (ConnectionRefusedError: [Errno 111] Connection refused); looking again " \
            "in 0 s" in err, err
+
+
+def _one_file_service(tmp_path: Path, *extra: str) -> tuple[list[str], Path]:
+    """serve's arguments for a watch folder holding one raw file, and the corpus folder."""
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    (raw / "a.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in articles(37, DOCS_PER_FILE)))
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(small_config()))
+    corpus = tmp_path / "corpus"
+    return ["--watch", f"{raw}/*.jsonl", "--corpus", str(corpus), "--source", SOURCE, "--settle", "0",
+            "--poll", "0.05", "--config", str(cfg), *extra], corpus
+
+
+def test_a_batch_that_fails_on_a_transient_error_is_tried_again_in_place(tmp_path, monkeypatch, capsys):
+    """A batch whose build fails on a transient error is tried again after a pause (it ended the
+    service); a failure after the batch committed does not ingest its files twice."""
+    import pipelines.serve as serve
+
+    args, corpus = _one_file_service(tmp_path)
+    real_ingest, calls = serve.ingest_batch, []
+    stopper = serve.Stopper()
+
+    def flaky_ingest(*a: Any, **kw: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 1:  # before anything is committed
+            raise ConnectionResetError(104, "Connection reset by peer")
+        res = real_ingest(*a, **kw)
+        if len(calls) == 2:  # committed, then failed (as if writing its timings)
+            raise TimeoutError("timed out writing timings.json")
+        return res
+
+    real_scan, looks = serve.scan, []
+
+    def counted_scan(*a: Any, **kw: Any) -> Any:
+        looks.append(1)
+        out = real_scan(*a, **kw)
+        if len(calls) >= 2 and not out.pending:
+            stopper.requested = True  # the committed batch's files are absorbed: stop
+        return out
+
+    monkeypatch.setattr(serve, "ingest_batch", flaky_ingest)
+    monkeypatch.setattr(serve, "scan", counted_scan)
+    assert serve.run(args, stopper) == 0
+    assert len(calls) == 2  # tried again once; not a third time after the commit
+    assert committed_versions(str(corpus)) == [1]
+    assert len(recover(str(corpus), clean_orphans=False).ledger) == 1
+    err = capsys.readouterr().err
+    assert "batch of 1 file(s) failed on a transient error (ConnectionResetError: [Errno 104] Connection reset " \
+           "by peer); trying it again in 0 s (1 of 3)" in err, err
+    assert "(TimeoutError: timed out writing timings.json); trying it again in 0 s (2 of 3)" in err, err
+
+
+def test_a_batch_error_that_is_not_transient_or_outlasts_its_retries_stops_the_service(tmp_path, monkeypatch):
+    """Bad data or a bug is raised at once; a transient error after --batch_retries tries, and under
+    --once at once."""
+    import pipelines.serve as serve
+
+    args, corpus = _one_file_service(tmp_path)
+    calls: list[int] = []
+
+    def failing(exc: Exception):
+        def ingest(*a: Any, **kw: Any) -> Any:
+            calls.append(1)
+            raise exc
+        return ingest
+
+    monkeypatch.setattr(serve, "ingest_batch", failing(ValueError("not transient")))
+    with pytest.raises(ValueError):
+        serve.run(args)
+    assert len(calls) == 1
+    calls.clear()
+    monkeypatch.setattr(serve, "ingest_batch", failing(ConnectionRefusedError(111, "Connection refused")))
+    with pytest.raises(ConnectionRefusedError):
+        serve.run([*args, "--batch_retries", "2"])
+    assert len(calls) == 3  # the first try and two more
+    calls.clear()
+    with pytest.raises(ConnectionRefusedError):
+        serve.run([*args, "--once"])
+    assert len(calls) == 1
+    calls.clear()
+    with pytest.raises(ConnectionRefusedError):
+        serve.run([*args, "--batch_retries", "0"])
+    assert len(calls) == 1
+    assert not committed_versions(str(corpus))
+    from schemas.errors import UserError
+
+    with pytest.raises(UserError, match="--batch_retries must be 0 or more"):
+        serve.run([*args, "--batch_retries", "-1"])
