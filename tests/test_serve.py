@@ -367,19 +367,25 @@ def test_a_following_loader_adopts_new_shards_at_the_epoch_boundary_and_resumes_
         assert all(torch.equal(got[k], want[k]) for k in want)
 
 
+def _one_file_service(tmp_path: Path, *extra: str) -> tuple[list[str], Path]:
+    """serve's arguments for a watch folder holding one raw file, and the corpus folder."""
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    (raw / "a.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in articles(37, DOCS_PER_FILE)))
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(small_config()))
+    corpus = tmp_path / "corpus"
+    return ["--watch", f"{raw}/*.jsonl", "--corpus", str(corpus), "--source", SOURCE, "--settle", "0",
+            "--poll", "0.05", "--config", str(cfg), *extra], corpus
+
+
 def test_a_listing_that_cannot_reach_the_store_waits_for_the_next_poll(tmp_path, monkeypatch, capsys):
     """The service outlives an outage of the watched store: a transient listing error is logged and
     the listing tried again a poll later (it ended the service); --once fails on it instead."""
     import pipelines.serve as serve
 
+    args, corpus = _one_file_service(tmp_path)
     raw = tmp_path / "raw"
-    raw.mkdir()
-    (raw / "a.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in articles(31, DOCS_PER_FILE)))
-    cfg = tmp_path / "config.json"
-    cfg.write_text(json.dumps(small_config()))
-    corpus = tmp_path / "corpus"
-    args = ["--watch", f"{raw}/*.jsonl", "--corpus", str(corpus), "--source", SOURCE, "--settle", "0",
-            "--poll", "0.1", "--config", str(cfg)]
     real_scan, calls = serve.scan, []
     stopper = serve.Stopper()
 
@@ -400,18 +406,6 @@ def test_a_listing_that_cannot_reach_the_store_waits_for_the_next_poll(tmp_path,
     err = capsys.readouterr().err
     assert f"cannot list {raw}/*.jsonl (ConnectionRefusedError: [Errno 111] Connection refused); looking again " \
            "in 0 s" in err, err
-
-
-def _one_file_service(tmp_path: Path, *extra: str) -> tuple[list[str], Path]:
-    """serve's arguments for a watch folder holding one raw file, and the corpus folder."""
-    raw = tmp_path / "raw"
-    raw.mkdir()
-    (raw / "a.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in articles(37, DOCS_PER_FILE)))
-    cfg = tmp_path / "config.json"
-    cfg.write_text(json.dumps(small_config()))
-    corpus = tmp_path / "corpus"
-    return ["--watch", f"{raw}/*.jsonl", "--corpus", str(corpus), "--source", SOURCE, "--settle", "0",
-            "--poll", "0.05", "--config", str(cfg), *extra], corpus
 
 
 def test_a_batch_that_fails_on_a_transient_error_is_tried_again_in_place(tmp_path, monkeypatch, capsys):
