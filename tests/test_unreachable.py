@@ -98,6 +98,33 @@ def test_what_a_runner_kept_as_text_still_names_the_host() -> None:
     assert unreachable_endpoint(FileNotFoundError("gs://b/manifest.json")) is None
 
 
+
+def _raise(exc: BaseException):
+    def step(_: object) -> None:
+        raise exc
+    return step
+
+
+def test_a_storage_error_raised_in_a_local_beam_step_is_still_classified() -> None:
+    """What serve's in-place batch retry and the one-line messages rely on: the local runner
+    re-raises a step's error with the original as its cause, so the classification sees it."""
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    closed = f"http://127.0.0.1:{free_port()}/b/o"
+    cases = [(ConnectionResetError(104, "Connection reset by peer"), True, False),
+             (aiohttp_error(closed), True, True),
+             (ValueError("a bad record"), False, False)]
+    for exc, transient, unreachable in cases:
+        with pytest.raises(Exception) as info:
+            with beam.Pipeline(runner="FnApiRunner", options=PipelineOptions([])) as p:
+                _ = p | beam.Create([1]) | beam.Map(_raise(exc))
+        assert info.value is not exc  # wrapped by the runner ...
+        assert is_transient(info.value) is transient, (exc, info.value)  # ... and still classified
+        assert not_connected(info.value) is unreachable
+        if unreachable:
+            assert unreachable_endpoint(info.value).startswith("127.0.0.1:")
+
 def test_run_cli_prints_one_line_for_an_unreachable_store(capsys) -> None:
     port = free_port()
     err = aiohttp_error(f"http://127.0.0.1:{port}/b/o")
