@@ -200,3 +200,8 @@ def build_help(argv: Sequence[str]) -> bool:
 def repack_help(argv: Sequence[str]) -> bool:
     """``shardforge repack --help`` before the repack module (and Beam) is imported; True if answered."""
     return answer_help(repack_parser, argv)
+
+
+def serve_help(argv: Sequence[str]) -> bool:
+    """``shardforge serve --help`` before the serve module (and Beam) is imported; True if answered."""
+    return answer_help(serve_parser, argv)

@@ -8,6 +8,7 @@
     shardforge plot RUN             loss / lr / throughput curves to PNG
     shardforge export CKPT OUT      Hugging Face folder from a checkpoint
     shardforge repack ...           = python -m pipelines.repack ...
+    shardforge serve ...            = python -m pipelines.serve ...
     shardforge status URL           versions, pending files and lag of a served corpus
     shardforge --version
 
@@ -38,6 +39,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "validate": ("shardforge.validate", "main", "Check every shard against the manifest."),
     "plot": ("trainer.plot", "main", "Plot a run's metrics to PNG."),
     "export": ("trainer.export", "main", "Export a checkpoint to a Hugging Face folder."),
+    "serve": ("pipelines.serve", "main", "Watch raw files; append each new batch as a corpus version."),
     "status": ("shardforge.status", "main", "Versions, pending files and ingest lag of a served corpus."),
 }
 
@@ -47,7 +49,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
 EARLY_PARSERS: dict[str, tuple[str, str]] = {"train": ("trainer.args", "parse_train_args"),
                                              "export": ("trainer.args", "parse_export_args"),
                                              "build": ("pipelines.flags", "build_help"),
-                                             "repack": ("pipelines.flags", "repack_help")}
+                                             "repack": ("pipelines.flags", "repack_help"),
+                                             "serve": ("pipelines.flags", "serve_help")}
 
 
 def _entry(name: str) -> Callable[[list[str]], int]:
@@ -89,8 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if name in EARLY_PARSERS:
             module, func = EARLY_PARSERS[name]
-            # train's and export's exit on --help and on mistakes; build's and repack's say True where they
-            # answered --help
+            # train's and export's exit on --help and on mistakes; build's, repack's and serve's say True
+            # where they answered --help
             if getattr(importlib.import_module(module), func)(rest) is True:
                 return 0
         return run_cli(lambda: int(_entry(name)(rest) or 0), rest)

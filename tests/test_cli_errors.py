@@ -77,6 +77,8 @@ def test_build_refuses_unknown_flags_naming_them_with_a_close_match(small_input,
     (["-m", "shardforge.cli", "build", "--input", "x", "--output", "o", "--vocab-size", "9"], "--vocab-size",
      "--vocab_size"),
     (["-m", "shardforge.cli", "repack", "--tokenized", "p", "--output", "o", "--rulee", "sop"], "--rulee", "--rule"),
+    (["-m", "shardforge.cli", "serve", "--corpus", "CORPUS", "--watch", "w/*.jsonl", "--once", "--batch_retry", "1"],
+     "--batch_retry", "--batch_retries"),
     (["-m", "shardforge.cli", "train", "--data", "d", "--batch-size", "2"], "--batch-size", "--batch_size"),
     (["-m", "shardforge.cli", "validate", "c", "--jobz", "2"], "--jobz", "--jobs"),
     (["-m", "shardforge.cli", "inspect", "c", "--sampels", "2"], "--sampels", "--samples"),
@@ -120,6 +122,9 @@ def test_real_beam_options_still_pass(small_input, tmp_path) -> None:
     res = run("-m", "pipelines.serve", "--corpus", str(tmp_path / "served"), "--watch", str(tmp_path / "w/*.jsonl"),
               "--once", "--vocab_size", "300", *beam_flags)
     assert res.returncode == 0, res.stderr
+    res = run("-m", "shardforge.cli", "serve", "--corpus", str(tmp_path / "served2"), "--watch",
+              str(tmp_path / "w/*.jsonl"), "--once", "--vocab_size", "300", *beam_flags)
+    assert res.returncode == 0, res.stderr
 
 
 def test_beam_flag_values_are_checked_in_one_line(small_input, tmp_path) -> None:
@@ -143,6 +148,7 @@ def test_unknown_shardforge_command_suggests_one() -> None:
     (["-m", "trainer.train", "--help"], "usage: python -m trainer.train "),
     (["-m", "shardforge.cli", "build", "--help"], "usage: shardforge build "),
     (["-m", "shardforge.cli", "repack", "--help"], "usage: shardforge repack "),
+    (["-m", "shardforge.cli", "serve", "--help"], "usage: shardforge serve "),
     (["-m", "shardforge.cli", "train", "--help"], "usage: shardforge train "),
     (["-m", "shardforge.cli", "status", "--help"], "usage: shardforge status "),
 ])
@@ -150,7 +156,7 @@ def test_help_names_the_command_as_the_user_ran_it(args, usage) -> None:
     res = run(*args)
     assert res.returncode == 0 and res.stdout.startswith(usage), res.stdout[:200]
     assert res.stderr == ""  # no 'apitools not found' warning, nothing else
-    if "pipelines" in args[1] or args[2:3] in (["build"], ["repack"]):
+    if "pipelines" in args[1] or args[2:3] in (["build"], ["repack"], ["serve"]):
         assert "Every standard Beam pipeline option" in res.stdout and "--help_beam" in res.stdout
 
 
@@ -215,6 +221,7 @@ BEAM_PROBE = IMPORT_PROBE.replace('"torch" in sys.modules, "trainer.args" in sys
     (["pipelines.serve", "--help"], "pipelines.serve"),
     (["shardforge.cli", "build", "--help"], "pipelines.build"),
     (["shardforge.cli", "repack", "--help"], "pipelines.repack"),
+    (["shardforge.cli", "serve", "--help"], "pipelines.serve"),
 ])
 def test_beam_commands_answer_help_before_importing_beam(args, module, capsys) -> None:
     """Beam takes ~2 s to import: --help needs none of it (pipelines/flags.py), and says what the command
