@@ -33,7 +33,9 @@ import logging
 import signal
 import sys
 import time
+from collections.abc import Callable
 from types import FrameType
+from typing import TypeVar
 
 from pipelines.flags import exit_on_help, serve_parser
 from pipelines.preflight import before_beam
@@ -65,6 +67,7 @@ from storage import is_transient, join, read_text, redact_url, write_text_atomic
 from storage.retry import unreachable_endpoint
 
 log = logging.getLogger("shardforge.serve")
+T = TypeVar("T")
 
 class Stopper:
     """SIGINT/SIGTERM: the first asks to stop after the current batch, the second abandons it."""
@@ -149,27 +152,34 @@ def run(argv: list[str], stopper: Stopper | None = None) -> int:
         Stopper.restore(previous)
 
 
-def _look(watch: str, state: CorpusState, corpus: str, args: argparse.Namespace, stopper: Stopper):
-    """``scan`` of the watched files; None after a pause when the store could not be listed.
-
-    A service outlives a network outage: a listing that fails on a transient error (the store
-    cannot be reached, a 503) after the storage layer's retries is logged and tried again a poll
-    interval later, instead of ending the service. ``--once`` fails instead (one line)."""
-    try:
-        return scan(watch, state.ledger, exclude=corpus)
-    except Exception as e:  # noqa: BLE001 - classified: a transient error waits, anything else is raised
-        if args.once or not is_transient(e):
-            raise
-        where = unreachable_endpoint(e) or f"{type(e).__name__}: {e}"
-        log.warning("cannot list %s (%s); looking again in %.0f s", redact_url(watch), where, args.poll)
-        stopper.sleep(args.poll)
-        return None
-
-
 def _where(e: BaseException) -> str:
     """A transient error in a few words: the store it could not reach, else its type and first line."""
     first = (str(e).strip().splitlines() or [""])[0]
     return unreachable_endpoint(e) or f"{type(e).__name__}: {first[:300]}"
+
+
+def _or_wait(op: Callable[[], T], what: str, again: str, args: argparse.Namespace, stopper: Stopper) -> T | None:
+    """``op()``; None after a pause of ``--poll`` when it failed on a transient error (the store cannot
+    be reached, a 503) after the storage layer's retries, logged as ``cannot WHAT (why); AGAIN in N s``.
+    Anything else, and any error under ``--once``, is raised."""
+    try:
+        return op()
+    except Exception as e:  # noqa: BLE001 - classified: a transient error waits, anything else is raised
+        if args.once or not is_transient(e):
+            raise
+        log.warning("cannot %s (%s); %s in %.0f s", what, _where(e), again, args.poll)
+        stopper.sleep(args.poll)
+        return None
+
+
+def _look(watch: str, state: CorpusState, corpus: str, args: argparse.Namespace, stopper: Stopper):
+    """``scan`` of the watched files; None after a pause when the store could not be listed.
+
+    A service outlives a network outage: a listing that fails on a transient error is logged and
+    tried again a poll interval later, instead of ending the service. ``--once`` fails instead
+    (one line)."""
+    return _or_wait(lambda: scan(watch, state.ledger, exclude=corpus), f"list {redact_url(watch)}",
+                    "looking again", args, stopper)
 
 
 def _pause_after(e: Exception, failures: int, n_files: int, args: argparse.Namespace, stopper: Stopper) -> None:
@@ -186,15 +196,7 @@ def _pause_after(e: Exception, failures: int, n_files: int, args: argparse.Names
 def _recovered(corpus: str, args: argparse.Namespace, stopper: Stopper) -> CorpusState | None:
     """The corpus state re-read from its manifests after a failed batch; None after a pause when
     the store could not be read (a transient error: tried again by the loop)."""
-    try:
-        return recover(corpus)
-    except Exception as e:  # noqa: BLE001 - classified: a transient error waits, anything else is raised
-        if args.once or not is_transient(e):
-            raise
-        log.warning("cannot read the corpus %s (%s); trying again in %.0f s", redact_url(corpus), _where(e),
-                    args.poll)
-        stopper.sleep(args.poll)
-        return None
+    return _or_wait(lambda: recover(corpus), f"read the corpus {redact_url(corpus)}", "trying again", args, stopper)
 
 
 def _loop(args: argparse.Namespace, corpus: str, watch: str, source: SourceConfig, build_argv: list[str],
