@@ -10,7 +10,7 @@ repeated sentences / lines / paragraphs, hostile inputs, and random mixtures of 
 (about 2,400 documents, 7 MB). In this one process it runs, on the same documents:
 
 * the reference: the stage as it was before #16 (tests/reference_clean.py, frozen at b5124a0);
-* ``pipelines.clean.clean_document`` (the rewrite);
+* ``pipelines.clean.rules.clean_document`` (the rewrite);
 * the plain-Python loop below (every rule re-splits the text, every n-gram rule counts every
   n-gram), the earlier baseline.
 
@@ -41,7 +41,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repo root
 
 from benchmarks.common import ROOT, bench_parser, best_of, machine, time_calls, write_results  # noqa: E402
-from pipelines.clean import (  # noqa: E402
+from pipelines.clean.langid import identify  # noqa: E402
+from pipelines.clean.rules import (  # noqa: E402
     BULLETS,
     ELLIPSES,
     GOPHER_STOP_WORDS,
@@ -50,9 +51,8 @@ from pipelines.clean import (  # noqa: E402
     has_invalid_utf8,
     normalize_text,
 )
-from pipelines.langid import identify  # noqa: E402
+from pipelines.clean.sentences import split_sentences  # noqa: E402
 from pipelines.records import Document, Reject  # noqa: E402
-from pipelines.sentences import split_sentences  # noqa: E402
 from schemas.config import CleanConfig  # noqa: E402
 from tests.reference import naive_dup_ngram_frac  # noqa: E402
 
@@ -299,7 +299,7 @@ def main() -> int:
     r_ours = [ours(d, cfg) for d in docs]
     mismatch = [(d.doc_id, a, b) for d, a, b in zip(docs, r_naive, r_ours, strict=True) if a != b]
     rows = [("reference: the clean stage before #16 (tests/reference_clean.py)", t_ref),
-            ("pipelines.clean.clean_document", t_ours),
+            ("pipelines.clean.rules.clean_document", t_ours),
             ("plain-Python loop (the earlier baseline)" + (f"; differs on {len(mismatch)} documents"
                                                             if mismatch else ""), t_naive)]
     if args.beam:

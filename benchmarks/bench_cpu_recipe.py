@@ -61,7 +61,7 @@ def build_corpus(work: Path, vocab_size: int = VOCAB_SIZE) -> str:
     corpus = work / f"corpus-v{vocab_size}"
     if (corpus / "manifest.json").exists():
         return str(corpus)
-    from pipelines.build import run_build
+    from pipelines.jobs.build import run_build
     from pipelines.options import quiet_beam
     from schemas.config import BuildConfig
 
@@ -79,9 +79,9 @@ def build_corpus(work: Path, vocab_size: int = VOCAB_SIZE) -> str:
 
 def split_ids(corpus: str, split: str) -> list:
     """Every sample's input_ids of one split (numpy arrays), read with the shard spec's decoder."""
-    from schemas.manifest import load_manifest
     from schemas.sample import decode_sample, iter_tar_samples
-    from storage import join, open_read
+    from shardforge.storage import join, open_read
+    from shardforge.storage.contract import load_manifest
 
     manifest, root = load_manifest(corpus)
     out = []
@@ -96,7 +96,7 @@ def unigram_baseline(corpus: str) -> dict[str, float]:
 
     Only non-special tokens count: they are what the MLM loss predicts.
     """
-    from schemas.manifest import load_manifest
+    from shardforge.storage.contract import load_manifest
 
     manifest, _ = load_manifest(corpus)
     special = set(manifest.tokenizer.special_ids.values())

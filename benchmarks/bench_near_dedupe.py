@@ -10,7 +10,7 @@ news articles of ~200 words nobody here wrote). Base documents are runs of
 consecutive articles reaching ~450 words (news length) and ~1,600 words (full
 length); articles 0-199 make bases, 200-342 are held out for inserted
 paragraphs, boilerplate and the bodies of the negatives. A paragraph is three
-consecutive sentences (``pipelines.sentences.split_sentences``).
+consecutive sentences (``pipelines.clean.sentences.split_sentences``).
 
 Edit families (one copy of each per base document, ``copies`` with other seeds):
 
@@ -64,9 +64,16 @@ from pathlib import Path
 
 import numpy as np
 
-from pipelines.minhash import KERNEL_AFTER, KERNEL_ENV, MinHasher, normalize_text, overlap, shingle_sets
+from pipelines.clean.sentences import split_sentences
+from pipelines.dedupe.minhash import (
+    KERNEL_AFTER,
+    KERNEL_ENV,
+    MinHasher,
+    normalize_text,
+    overlap,
+    shingle_sets,
+)
 from pipelines.records import Document
-from pipelines.sentences import split_sentences
 from schemas.config import DedupeConfig
 
 SAME_ARTICLE = ("boilerplate", "sent_reorder", "para_reorder", "para_insert", "para_delete", "block_insert",
@@ -392,7 +399,7 @@ def signature_speed(texts: list[str], repeat: int = 5) -> dict[str, float]:
 def kernel_load_seconds() -> float:
     """Wall seconds a fresh process spends importing numba and loading the cached MinHash kernel (median of 3)."""
     code = ("import time, numpy as np; t = time.perf_counter(); "
-            "from pipelines.minhash_kernel import min_affine; "
+            "from pipelines.dedupe.minhash_kernel import min_affine; "
             "min_affine(np.zeros(1, np.uint32), np.array([0, 1]), np.ones(2, np.uint64), np.ones(2, np.uint64), "
             "np.zeros((1, 2), np.uint64)); print(time.perf_counter() - t)")
     times = [float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
@@ -412,9 +419,10 @@ def near_shuffle_bytes(texts: list[str], cfg: DedupeConfig | None = None) -> dic
     """
     import apache_beam as beam
 
-    from pipelines.dedupe import SIGNATURE_BATCH, index_row, sketch_documents
+    from pipelines.dedupe.deduplicate import SIGNATURE_BATCH
+    from pipelines.dedupe.index import index_row
     from pipelines.dedupe.near import _shingles_by_node, _signature_by_node, lsh_shard_batches
-    from pipelines.dedupe.sketch import _hasher
+    from pipelines.dedupe.sketch import minhasher, sketch_documents
 
     class _Refuse(beam.coders.Coder):
         def encode(self, value):
@@ -425,7 +433,7 @@ def near_shuffle_bytes(texts: list[str], cfg: DedupeConfig | None = None) -> dic
 
     coder = beam.coders.FastPrimitivesCoder(fallback_coder=_Refuse())
     docs = [Document(doc_id=f"doc-{i:07d}", source="bench", text=t) for i, t in enumerate(texts)]
-    sketches = sketch_documents(docs, _hasher(cfg or DedupeConfig()))
+    sketches = sketch_documents(docs, minhasher(cfg or DedupeConfig()))
     parts = {
         "bucket entries": [e for i in range(0, len(sketches), SIGNATURE_BATCH)
                            for e in lsh_shard_batches(sketches[i:i + SIGNATURE_BATCH])],
@@ -581,7 +589,7 @@ def speed_section(texts: list[str]) -> list[str]:
     load = kernel_load_seconds()
     lines += ["", f"The compiled kernel's one-time cost in a fresh process (numba's import and its cached code): "
               f"{load:.2f} s wall. A build switches to it after {KERNEL_AFTER:,} shingle x permutation "
-              "products (`pipelines.minhash.KERNEL_AFTER`); the numpy path gives the same signatures."]
+              "products (`pipelines.dedupe.minhash.KERNEL_AFTER`); the numpy path gives the same signatures."]
     return lines
 
 

@@ -2,7 +2,7 @@
 
     python benchmarks/bench_repack.py [--docs 2500] [--repeats 1]
 
-1. Generates a raw corpus of a few MB (``shardforge.synth`` articles, two sources, some exact copies).
+1. Generates a raw corpus of a few MB (``shardforge.commands.synth`` articles, two sources, some exact copies).
 2. Full build (read, clean, dedupe, sentences, tokenizer training, tokenize, pack, write) with
    FULL-SENTENCES, on FnApiRunner.
 3. Repack of that corpus from its tokenized intermediate: to DOC-SENTENCES and SOP, and with the
@@ -27,12 +27,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repo root
 
 from benchmarks.common import bench_parser, best_of, machine, scratch_dir, write_results  # noqa: E402
-from pipelines.build import run_build  # noqa: E402
+from pipelines.jobs.build import run_build  # noqa: E402
+from pipelines.jobs.repack import run_repack  # noqa: E402
 from pipelines.options import quiet_beam  # noqa: E402
-from pipelines.repack import run_repack  # noqa: E402
 from schemas.config import BuildConfig  # noqa: E402
 from schemas.manifest import Manifest  # noqa: E402
-from shardforge.synth import make_article  # noqa: E402
+from shardforge.commands.synth import make_article  # noqa: E402
 
 
 def write_raw(root: str, docs: int, seed: int = 21) -> dict[str, str]:
@@ -50,7 +50,7 @@ def write_raw(root: str, docs: int, seed: int = 21) -> dict[str, str]:
 
 
 def build_config(paths: dict[str, str], vocab: int) -> BuildConfig:
-    from pipelines import clean
+    from pipelines.clean import rules as clean
 
     # Template text trips the Gopher repetition rules by design; this benchmark measures packing
     # and I/O, so the quality rules are off (the guards stay on) and every document survives.

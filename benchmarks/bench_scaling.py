@@ -1,8 +1,8 @@
 """Benchmark: how the full build's wall time and peak memory scale with input size (local runner).
 
 Generates English-like JSONL corpora of several sizes with
-`shardforge.synth.make_article` (deterministic), runs the whole build
-(`pipelines.build.run_build`: clean, exact + near dedupe, sentences, tokenizer
+`shardforge.commands.synth.make_article` (deterministic), runs the whole build
+(`pipelines.jobs.build.run_build`: clean, exact + near dedupe, sentences, tokenizer
 training, tokenize, pack, shards, manifest) on Beam's FnApiRunner, one size per
 fresh child process, and records wall time and peak memory.
 
@@ -43,12 +43,12 @@ Configurations (``--configs``, comma-separated; each runs at every size):
 * ``workers2``: ``default`` with ``--direct_num_workers 2`` (which selects two worker processes);
   ``workersN`` likewise with N worker processes (``workers4``, ``workers16``, ...).
 * ``procs2``: ``default`` with ``--doc_processes 2`` (the runner in-process, cleaning and sketching in two
-  document processes beside it: ``pipelines.docpool``); ``procsN`` likewise with N.
+  document processes beside it: ``pipelines.localrunner.docpool``); ``procsN`` likewise with N.
 * ``inmemory``: ``default`` with ``--spill_mb -1``: the local runner as Beam ships it, every
-  stage-to-stage buffer in memory (``default`` spills past 32 MB per buffer: ``pipelines.spill``).
+  stage-to-stage buffer in memory (``default`` spills past 32 MB per buffer: ``pipelines.localrunner.spill``).
 * ``batched``: the default build with ``--batch_mb`` (``--batch-mb``, 20 MB):
   a chain of batch builds, each deduplicated against the index of the ones
-  before (``pipelines.batched``). The input is written as files of
+  before (``pipelines.jobs.batched``). The input is written as files of
   ``--file-mb`` (2 MB) each, as crawls come, since batches are made of files.
 
 Unless ``--no-bounds``, it also measures, outside Beam, the per-worker cost of
@@ -88,7 +88,7 @@ from benchmarks.common import ROOT, bench_parser, command_line, machine, scratch
 
 CONFIGS = ("default", "capped", "capped-mp", "runner", "runner-fused", "batched", "workers2", "inmemory")
 MP_ARGS = ["--direct_running_mode", "multi_processing", "--direct_num_workers", "2"]
-INMEMORY_ARGS = ["--spill_mb", "-1"]  # pipelines.spill off: Beam's runner keeps every buffer in memory
+INMEMORY_ARGS = ["--spill_mb", "-1"]  # pipelines.localrunner.spill off: Beam's runner keeps every buffer in memory
 # Pairs of configurations that differ only in how the runner executes: byte-identical corpora.
 MUST_MATCH = (("capped", "capped-mp"), ("default", "inmemory"))  # and ("default", every "workersN")
 
@@ -105,7 +105,7 @@ def workers_args(n: int) -> list[str]:
 
 
 def procs_args(n: int) -> list[str]:
-    """The build's options for N document processes beside the in-process runner (pipelines.docpool)."""
+    """The build's options for N document processes beside the in-process runner (pipelines.localrunner.docpool)."""
     return ["--doc_processes", str(n)]
 
 
@@ -134,7 +134,7 @@ def write_corpus(path: Path, megabytes: float, seed: int = 11, file_mb: float | 
     """JSONL articles until `megabytes` of text; returns (documents, bytes).
 
     file_mb: write a folder `path` of files of about that size instead of one file.
-    text: "synth" (``shardforge.synth`` articles) or "prose" (``benchmarks/prose.py``, one file).
+    text: "synth" (``shardforge.commands.synth`` articles) or "prose" (``benchmarks/prose.py``, one file).
     """
     if text == "prose":
         from benchmarks.prose import write_prose_corpus
@@ -142,7 +142,7 @@ def write_corpus(path: Path, megabytes: float, seed: int = 11, file_mb: float | 
         if file_mb:
             raise SystemExit("--text prose writes one file: not for the batched configuration")
         return write_prose_corpus(path, megabytes)
-    from shardforge.synth import make_article
+    from shardforge.commands.synth import make_article
 
     rng = random.Random(seed)
     target = int(megabytes * 1_000_000)
@@ -371,10 +371,10 @@ def child(megabytes: float, near: bool, config: str, caps: dict[str, int], batch
     raw: the input (a JSONL file, or for ``batched`` a folder of them), as the parent wrote it
     with ``input_path``; None: write it into this run's scratch folder.
     """
-    from pipelines.preflight import local_build_process
+    from pipelines.localrunner.preflight import local_build_process
 
     local_build_process()  # as `python -m pipelines.build` does for a local build
-    from pipelines.build import run_build, summarize
+    from pipelines.jobs.build import run_build, summarize
     from pipelines.options import quiet_beam
 
     quiet_beam()
@@ -453,8 +453,8 @@ def measure_pack_group(tokens: int) -> dict[str, float]:
 
     import pyarrow as pa
 
-    from pipelines.corpus import encoded_samples, pack_sorted
-    from pipelines.files import size_runs, write_tokenized_parquet
+    from pipelines.corpus.parts import size_runs, write_tokenized_parquet
+    from pipelines.corpus.shards import encoded_samples, pack_sorted
     from schemas.config import BuildConfig
     from schemas.sample import sample_tar_size
 
@@ -482,10 +482,10 @@ def measure_pack_group(tokens: int) -> dict[str, float]:
 
 def measure_spm(megabytes: float) -> dict[str, float]:
     """RSS rise of SentencePiece unigram-8k training on `megabytes` of sentences (ru_maxrss)."""
-    from pipelines.sentences import split_sentences
-    from pipelines.tokenizer import train_sentencepiece
+    from pipelines.clean.sentences import split_sentences
+    from pipelines.tokenizer.tokenizer import train_sentencepiece
     from schemas.config import TokenizerConfig
-    from shardforge.synth import make_article
+    from shardforge.commands.synth import make_article
 
     rng = random.Random(11)
     sentences: list[str] = []
@@ -560,14 +560,14 @@ def config_label(config: str, caps: dict[str, int]) -> str:
     return {
         "default": f"pipeline defaults (group_tokens={pack.group_tokens:,}, sample_docs={tok.sample_docs:,}, "
                    f"sample bytes {tok.effective_sample_bytes:,}): whole-corpus tokenizer sample up to that; "
-                   "stage data past 32 MB per buffer spilled to disk (`pipelines.spill`)",
+                   "stage data past 32 MB per buffer spilled to disk (`pipelines.localrunner.spill`)",
         "capped": f"small caps ({caps_txt}): several packing groups, capped sample",
         "capped-mp": f"small caps, `{' '.join(MP_ARGS)}`",
         "inmemory": f"pipeline defaults, `{' '.join(INMEMORY_ARGS)}` (Beam's runner holding every buffer in memory)",
         "runner": "runner only: ReadFromText -> parse -> GroupByKey (1024 keys) -> sum of lengths; "
                   "no shardforge stage",
         "batched": f"pipeline defaults, `--batch_mb {caps['batch_mb']:g}`, input as files of {caps['file_mb']:g} MB "
-                   "(`pipelines.batched`)",
+                   "(`pipelines.jobs.batched`)",
         "runner-fused": "runner only, no GroupByKey: ReadFromText -> parse -> len -> CombineGlobally(sum) "
                         "(one streaming stage)",
     }[config]
@@ -609,7 +609,7 @@ def conclusion(results: dict[str, list[dict[str, Any]]], pack: list[dict[str, fl
         out.append(
             f"- **With every cap below the input the build's memory is flat:** {c['mem_per_mb']:.1f} MB RSS per "
             f"input MB (size^{c['mem_exp']:.2f}): the runner's stage data past `--spill_mb` per buffer is on disk "
-            "and streams through the bundles (`pipelines.spill`), and what a stage holds of ours is bounded by "
+            "and streams through the bundles (`pipelines.localrunner.spill`), and what a stage holds of ours is bounded by "
             f"config. **At the defaults it grows {d['mem_per_mb']:.1f} MB per MB** (size^{d['mem_exp']:.2f}): "
             f"below the tokenizer's sample caps (`sample_bytes` {TokenizerConfig().effective_sample_bytes / 1e6:.0f} MB "
             "at the default vocabulary, `sample_docs` 200k, `input_sentence_size` 2M) the sample is the whole "
@@ -738,7 +738,7 @@ def main() -> int:
                     help=f"Configurations to run at every size, from {','.join(CONFIGS)}, workersN "
                          "(N >= 2 SDK worker processes) and procsN (N >= 2 document processes).")
     ap.add_argument("--text", choices=("synth", "prose"), default="synth",
-                    help="Input text: synthetic articles (shardforge.synth) or real prose (benchmarks/prose.py).")
+                    help="Input text: synthetic articles (shardforge.commands.synth) or real prose (benchmarks/prose.py).")
     ap.add_argument("--group-tokens", type=int, default=500_000, help="Cap: PackingConfig.group_tokens.")
     ap.add_argument("--sample-docs", type=int, default=1_000, help="Cap: TokenizerConfig.sample_docs.")
     ap.add_argument("--input-sentence-size", type=int, default=20_000,
@@ -825,7 +825,7 @@ def main() -> int:
         "FnApiRunner, one fresh child process per size. Input: "
         + ("real prose (`benchmarks/prose.py`: Wikipedia and ABC news paragraphs shipped inside gensim, "
            "recombined into distinct documents; every clean rule on). " if args.text == "prose" else
-           "synthetic English-like JSONL from `shardforge.synth.make_article` (Gopher's `dup_ngrams` rule "
+           "synthetic English-like JSONL from `shardforge.commands.synth.make_article` (Gopher's `dup_ngrams` rule "
            "disabled: template text repeats n-grams far more than prose). ")
         + "**Peak RSS** is the peak of the sum of RSS over the child and its "
         "live descendants (sampled every 50 ms, and never below the child's ru_maxrss); \"start\" is the "

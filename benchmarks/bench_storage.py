@@ -36,8 +36,8 @@ set_gcsfs_env()  # before anything imports gcsfs
 
 import numpy as np  # noqa: E402
 
-import storage  # noqa: E402
 from schemas.sample import decode_sample, encode_sample, iter_tar_samples, tar_bytes, write_tar  # noqa: E402
+from shardforge import storage  # noqa: E402
 
 
 def make_samples(target_bytes: int, seq_len: int, vocab: int, seed: int) -> list[tuple[str, list[tuple[str, bytes]]]]:

@@ -6,7 +6,7 @@ Same text, same model, same process:
 
 * library: ``sp.encode(all_sentences, num_threads=T)``, one call (the fastest
   the library goes), and a one-call-per-sentence loop for reference;
-* stage, plain: ``pipelines.tokenizer.encode_documents`` (the DoFn body, no Beam);
+* stage, plain: ``pipelines.tokenizer.tokenizer.encode_documents`` (the DoFn body, no Beam);
 * stage, Beam: ``Create(docs) | Tokenize(model, encode_batch, num_threads=T) | Count``
   on FnApiRunner, wall time of the whole pipeline (start-up, Create, batching,
   side input, encode, output).
@@ -25,10 +25,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repo root
 
 from benchmarks.common import bench_parser, best_of, machine, write_results  # noqa: E402
+from pipelines.clean.sentences import split_sentences  # noqa: E402
 from pipelines.options import quiet_beam  # noqa: E402
 from pipelines.records import SentencedDocument  # noqa: E402
-from pipelines.sentences import split_sentences  # noqa: E402
-from pipelines.tokenizer import (  # noqa: E402
+from pipelines.tokenizer.tokenizer import (  # noqa: E402
     Tokenize,
     encode_documents,
     load_processor,
@@ -36,7 +36,7 @@ from pipelines.tokenizer import (  # noqa: E402
     train_sentencepiece,
 )
 from schemas.config import TokenizerConfig  # noqa: E402
-from shardforge.synth import make_article  # noqa: E402
+from shardforge.commands.synth import make_article  # noqa: E402
 
 
 def pseudo_words(rng: random.Random, n: int) -> list[str]:

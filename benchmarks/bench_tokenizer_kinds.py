@@ -24,8 +24,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repo root
 
 from benchmarks.common import bench_parser, command_line, machine, write_results  # noqa: E402
-from pipelines.sentences import split_sentences  # noqa: E402
-from pipelines.tokenizer import resolve_threads, train_tokenizer  # noqa: E402
+from pipelines.clean.sentences import split_sentences  # noqa: E402
+from pipelines.tokenizer.tokenizer import resolve_threads, train_tokenizer  # noqa: E402
 from schemas import UNK_ID  # noqa: E402
 from schemas.config import TokenizerConfig  # noqa: E402
 from schemas.tokenizer_files import load_tokenizer  # noqa: E402

@@ -7,7 +7,7 @@ size of the training sample, on real text.
 The documents are ``--text`` files (one paragraph per line, a blank line after each document:
 ``benchmarks/debian_docs.py`` writes one from Debian's documentation packages) or, without it, the
 real paragraphs of ``benchmarks/prose.py`` (~4 MB unique, so larger samples stop growing). They are
-ordered by the build's sample key (``pipelines.tokenizer.sample_key``: the order the build's
+ordered by the build's sample key (``pipelines.tokenizer.tokenizer.sample_key``: the order the build's
 sample takes); the first ``--held-out-mb`` of them are held out, and a sample of S MB is the first
 sentences of the rest (split by the build's splitter, cut at 8192 characters) up to S MB of UTF-8,
 as the build's ``sample_bytes`` bound takes them. Each model is trained by the build's own function
@@ -50,8 +50,8 @@ def read_documents(paths: list[Path]) -> list[str]:
 
 def split(docs: list[str], held_out_mb: float) -> tuple[list[str], list[str]]:
     """(held-out sentences, sample-ordered training sentences)."""
-    from pipelines.sentences import split_sentences
-    from pipelines.tokenizer import MAX_SENTENCE_CHARS, sample_key
+    from pipelines.clean.sentences import split_sentences
+    from pipelines.tokenizer.tokenizer import MAX_SENTENCE_CHARS, sample_key
 
     ordered = sorted(range(len(docs)), key=lambda i: sample_key(0, f"doc-{i}"))
     held, train, held_bytes = [], [], 0
@@ -79,7 +79,7 @@ def peak_rss_mb(reset: bool = False) -> float:
 def child(sentences_file: str, sample_bytes: int, vocab: int, threads: int, model_out: str) -> None:
     """Train on the first ``sample_bytes`` of the file's sentences; print CPU s and peak RSS as JSON."""
     peak_rss_mb(reset=True)
-    from pipelines.tokenizer import train_tokenizer
+    from pipelines.tokenizer.tokenizer import train_tokenizer
     from schemas.config import TokenizerConfig
 
     sents, size = [], 0

@@ -28,8 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script:
 
 from benchmarks.common import bench_parser, command_line, machine, scratch_dir, write_results  # noqa: E402
 from benchmarks.prose import write_prose_corpus  # noqa: E402
-from pipelines.sentences import split_sentences  # noqa: E402
-from pipelines.tokenizer import train_tokenizer  # noqa: E402
+from pipelines.clean.sentences import split_sentences  # noqa: E402
+from pipelines.tokenizer.tokenizer import train_tokenizer  # noqa: E402
 from schemas.config import TokenizerConfig  # noqa: E402
 
 

@@ -8,7 +8,7 @@ elements arrive at every GroupByKey and combine, which is what an order-dependen
 step would show.
 
 The input is a near-duplicate-heavy corpus (``write_dup_corpus``): English-like
-articles (``shardforge.synth.make_article``) with exact copies, near copies at
+articles (``shardforge.commands.synth.make_article``) with exact copies, near copies at
 word edit rates of 1-10 %, copies that add a paragraph (containment) and a shared
 boilerplate footer (repeated spans), shuffled over several files so that the
 copies of a family land in different files and bundles. Each build runs in a
@@ -56,7 +56,7 @@ def write_dup_corpus(folder: Path, megabytes: float, seed: int = 5, files: int =
     (``perturb`` at 1-10 %), a copy with an added paragraph, and (one in ten) the
     boilerplate footer; records are shuffled before they are dealt to the files.
     """
-    from shardforge.synth import make_article, perturb
+    from shardforge.commands.synth import make_article, perturb
 
     rng = random.Random(seed)
     target = int(megabytes * 1_000_000)
@@ -87,7 +87,7 @@ def write_dup_corpus(folder: Path, megabytes: float, seed: int = 5, files: int =
 
 
 def build_config(raw: Path, spans: bool) -> dict[str, Any]:
-    """The build config of the check (JSON for ``pipelines.build --config``)."""
+    """The build config of the check (JSON for ``pipelines.jobs.build --config``)."""
     return {
         "sources": [{"name": "web", "input": str(raw / "*.jsonl")}],
         # Template text repeats its 5-10-grams across sentences far more than prose (bench_scaling.py).
@@ -101,7 +101,7 @@ def build_config(raw: Path, spans: bool) -> dict[str, Any]:
 def files_digest(root: Path) -> dict[str, str]:
     """sha256 of every file under root, by relative path (the reports' images included; not the
     stage timings, which measure the run)."""
-    from pipelines.report import RUN_DEPENDENT_FILES
+    from pipelines.report.report import RUN_DEPENDENT_FILES
 
     out = {}
     for dirpath, _, names in os.walk(root):

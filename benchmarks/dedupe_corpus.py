@@ -185,7 +185,7 @@ def run_dedupe(docs: list[Document], cfg=None, index_in: str | None = None,
     """
     import apache_beam as beam
 
-    from pipelines.dedupe import Deduplicate
+    from pipelines.dedupe.deduplicate import Deduplicate
     from schemas.config import DedupeConfig
 
     cfg = cfg or DedupeConfig()

@@ -104,7 +104,7 @@ def encode_document(d: Document) -> bytes:
     """A ``Document`` as bytes: the head, then its strings' UTF-8 bytes (lone surrogates kept).
 
     What crosses the local runner's grouping as bytes, which its buffer decodes and encodes again
-    on the way (``pipelines.files.WriteParts``): a memory copy there, where a pickled Document
+    on the way (``pipelines.corpus.parts.WriteParts``): a memory copy there, where a pickled Document
     was unpickled and pickled again."""
     raw = [None if v is None else v.encode("utf-8", "surrogatepass") for v in (getattr(d, f) for f in _DOC_STRINGS)]
     score = d.language_score

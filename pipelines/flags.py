@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from shardforge.cliargs import ArgumentParser
+from shardforge.console.args import ArgumentParser
 
 DEFAULT_SPILL_MB = 32
 
@@ -153,15 +153,15 @@ def command_parser(prog: str, description: str | None,
 
 
 def build_parser() -> ArgumentParser:
-    return command_parser("python -m pipelines.build", module_doc("pipelines.build"), add_build_flags)
+    return command_parser("python -m pipelines.build", module_doc("pipelines.jobs.build"), add_build_flags)
 
 
 def repack_parser() -> ArgumentParser:
-    return command_parser("python -m pipelines.repack", module_doc("pipelines.repack"), add_repack_flags)
+    return command_parser("python -m pipelines.repack", module_doc("pipelines.jobs.repack"), add_repack_flags)
 
 
 def serve_parser() -> ArgumentParser:
-    p = command_parser("python -m pipelines.serve", (module_doc("pipelines.serve") or "") + SERVE_HELP_NOTE,
+    p = command_parser("python -m pipelines.serve", (module_doc("pipelines.jobs.serve") or "") + SERVE_HELP_NOTE,
                        lambda _: None)
     add_serve_flags(p)
     return p

@@ -1,8 +1,8 @@
 """The build graph: raw text -> clean -> dedupe -> sentences -> tokenizer -> tokenize -> pack -> shards.
 
 Only wiring: every step is a named composite transform from the module that owns the stage.
-The drivers (``pipelines.build`` one-shot, ``pipelines.ingest`` one batch of a versioned corpus,
-which ``pipelines.batched`` and ``pipelines.serve`` run, ``deploy/dataflow/main.py``) construct it
+The drivers (``pipelines.jobs.build`` one-shot, ``pipelines.jobs.ingest`` one batch of a versioned corpus,
+which ``pipelines.jobs.batched`` and ``pipelines.jobs.serve`` run, ``deploy/dataflow/main.py``) construct it
 with ``build_pipeline``; this module imports no driver.
 """
 
@@ -13,19 +13,19 @@ from typing import Any
 
 import apache_beam as beam
 
-from pipelines.accounting import Account
-from pipelines.corpus import TokenGroups, WriteCorpus
+from pipelines.corpus.parts import WriteClean, WriteRejectLog
+from pipelines.corpus.shards import TokenGroups, WriteCorpus
 from pipelines.dedupe import Deduplicate
-from pipelines.files import WriteClean, WriteRejectLog
 from pipelines.intermediate import CLEAN_DIR, TOKENIZED_DIR
 from pipelines.options import runs_on_one_machine, spreads_documents
-from pipelines.report import WriteReport
+from pipelines.report.accounting import Account
+from pipelines.report.report import WriteReport
 from pipelines.sources import ReadSources
 from pipelines.stages import CleanDocuments, DropEmpty, SplitSentences, tokenizer_model
-from pipelines.tokenizer import Tokenize
+from pipelines.tokenizer.tokenizer import Tokenize
 from schemas.config import BuildConfig
 from schemas.naming import work_dir
-from storage import join
+from shardforge.storage import join
 
 REJECTS_DIR = "rejects"
 DEDUPE_INDEX_DIR = "dedupe/index"
@@ -34,7 +34,7 @@ BATCH_MANIFEST_NAME = "batch-manifest.json"
 
 @dataclass(frozen=True)
 class AppendTo:
-    """Append this build's shards to an existing corpus (incremental ingest, ``pipelines.ingest``).
+    """Append this build's shards to an existing corpus (incremental ingest, ``pipelines.jobs.ingest``).
 
     Shards go to ``corpus`` (not to the build's output folder) under names that
     continue each split's index from ``shard_offsets``; every sample key starts
@@ -46,7 +46,7 @@ class AppendTo:
     corpus: str
     shard_offsets: dict[str, int] = field(default_factory=dict)
     key_prefix: str = ""
-    tag: str = ""  # the attempt tag every shard name carries (pipelines.commit)
+    tag: str = ""  # the attempt tag every shard name carries (pipelines.corpus.commit)
 
 
 def build_pipeline(p: beam.Pipeline, cfg: BuildConfig, output: str, *,
@@ -57,14 +57,14 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig, output: str, *,
     files: read exactly these URLs per source name instead of each source's glob.
     append: write the shards into an existing corpus (see AppendTo); ``output`` is
     then the batch's own folder and the ingest driver commits.
-    tag: the attempt tag of a one-shot build (default: ``pipelines.commit.one_shot_tag``). Shards
+    tag: the attempt tag of a one-shot build (default: ``pipelines.corpus.commit.one_shot_tag``). Shards
     carry it; everything else goes under ``output/versions/{tag}/``; the manifest
     is committed by a conditional create (docs/architecture.md, "Commit protocol").
     """
     root = output
     if append is None:
         if tag is None:
-            from pipelines.commit import one_shot_tag
+            from pipelines.corpus.commit import one_shot_tag
 
             tag = one_shot_tag(cfg, files)
         output = join(root, work_dir(tag))

@@ -24,26 +24,27 @@ from apache_beam.options.pipeline_options import (
 )
 
 from pipelines.flags import DEFAULT_SPILL_MB, add_build_flags, add_local_runner_flags, answer_help
-from pipelines.preflight import (  # noqa: F401 - re-exported: the runner checks live together
+from pipelines.localrunner.preflight import (  # noqa: F401 - re-exported: the runner checks live together
     DATAFLOW_INSTALL,
     DATAFLOW_MODULES,
     dataflow_client_missing,
     is_dataflow_runner,
     missing_modules,
 )
-from schemas.config import BuildConfig, SourceConfig, load_config, parse_config
+from schemas.config import BuildConfig, SourceConfig, parse_config
 from schemas.errors import UserError
-from shardforge.cliargs import option_strings, unknown_args_message
+from shardforge.console.args import option_strings, unknown_args_message
+from shardforge.storage.contract import load_config
 
 LOCAL_RUNNER = "FnApiRunner"
 
 
 class _UserErrorsOnce(logging.Filter):
     """Drops a runner's log of a user error raised inside a stage (with its traceback): the command
-    prints that error itself, in one line (``shardforge.clirun.run_cli``). Other errors pass."""
+    prints that error itself, in one line (``shardforge.console.run.run_cli``). Other errors pass."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        from shardforge.clirun import find_user_error
+        from shardforge.console.run import find_user_error
 
         exc = record.exc_info[1] if record.exc_info else None
         return exc is None or find_user_error(exc) is None
@@ -104,7 +105,7 @@ class BuildOptions(CachedViews, PipelineOptions):
 
 
 class LocalRunnerOptions(CachedViews, PipelineOptions):
-    """Cores and memory of the local runner (``pipelines.docpool``, ``pipelines.spill``): every command
+    """Cores and memory of the local runner (``pipelines.localrunner.docpool``, ``pipelines.localrunner.spill``): every command
     that runs a pipeline accepts these (``pipelines.flags``)."""
 
     @classmethod
@@ -113,8 +114,8 @@ class LocalRunnerOptions(CachedViews, PipelineOptions):
 
 
 def spill_settings(opts: PipelineOptions):
-    """The ``pipelines.spill`` settings of a local run (None: keep everything in memory)."""
-    from pipelines.spill import SpillSettings
+    """The ``pipelines.localrunner.spill`` settings of a local run (None: keep everything in memory)."""
+    from pipelines.localrunner.spill import SpillSettings
 
     o = opts.view_as(LocalRunnerOptions)
     mb = DEFAULT_SPILL_MB if o.spill_mb is None else o.spill_mb
@@ -208,8 +209,8 @@ def use_worker_processes(opts: PipelineOptions) -> None:
 
 
 def doc_processes(opts: PipelineOptions) -> int:
-    """The document processes a run asked for (``pipelines.docpool.resolve``: 1 is none)."""
-    from pipelines import docpool
+    """The document processes a run asked for (``pipelines.localrunner.docpool.resolve``: 1 is none)."""
+    from pipelines.localrunner import docpool
 
     return docpool.resolve(opts.view_as(LocalRunnerOptions).doc_processes)
 
@@ -263,12 +264,12 @@ def runs_on_one_machine(opts: PipelineOptions) -> bool:
     return (opts.view_as(StandardOptions).runner or LOCAL_RUNNER) == LOCAL_RUNNER
 
 
-WORKER_COMMAND = "{python} -m pipelines.worker"
+WORKER_COMMAND = "{python} -m pipelines.localrunner.sdkworker"
 
 
 def make_pipeline(opts: PipelineOptions):
-    """``beam.Pipeline`` for finalized options; a local build's worker processes run ``pipelines.worker``,
-    and its runner spills stage data past ``--spill_mb`` per buffer to disk (``pipelines.spill``).
+    """``beam.Pipeline`` for finalized options; a local build's worker processes run ``pipelines.localrunner.sdkworker``,
+    and its runner spills stage data past ``--spill_mb`` per buffer to disk (``pipelines.localrunner.spill``).
 
     Beam's multi-process mode starts its stock worker command, which prints Beam's import and
     start-up logs once per worker; the same FnApiRunner with a subprocess environment of our
@@ -279,15 +280,16 @@ def make_pipeline(opts: PipelineOptions):
 
     from apache_beam.options.pipeline_options import DirectOptions
 
-    from pipelines import fusion, sampler, signatures, spill
+    from pipelines.localrunner import fusion, signatures, spill
+    from pipelines.localrunner import statesampler as sampler
 
     signatures.install()  # graph construction and in-process bundles introspect every DoFn
     sampler.install()  # every bundle waits for its state sampler's thread to wake
     direct = opts.view_as(DirectOptions)
     local = opts.view_as(StandardOptions).runner == LOCAL_RUNNER
     if local:
-        from pipelines import docpool
-        from pipelines.heap import tune_collector
+        from pipelines.localrunner import docpool
+        from pipelines.localrunner.heap import tune_collector
 
         docpool.configure(doc_processes(opts))  # the pool starts with the first batch handed over
 
@@ -323,7 +325,7 @@ def _pipeline_class() -> type:
     a bad index) left it behind, one per failed command."""
     import apache_beam as beam
 
-    from pipelines import docpool
+    from pipelines.localrunner import docpool
 
     class Pipeline(beam.Pipeline):
         def __exit__(self, exc_type, exc_val, exc_tb):
@@ -426,7 +428,7 @@ def beam_options_help() -> str:
     parser = beam_parser()
     parser.usage = argparse.SUPPRESS
     parser.description = "Apache Beam pipeline options (every registered PipelineOptions class), accepted by " \
-                         "pipelines.build, pipelines.repack and pipelines.serve:"
+                         "pipelines.jobs.build, pipelines.jobs.repack and pipelines.jobs.serve:"
     return parser.format_help()
 
 

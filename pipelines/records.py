@@ -22,7 +22,7 @@ class Document:
     url: str | None = None
     title: str | None = None
     date: str | None = None
-    # Set by the clean stage (pipelines/langid.py): detected language code and its score in [0, 1].
+    # Set by the clean stage (pipelines/clean/langid.py): detected language code and its score in [0, 1].
     language: str | None = None
     language_score: float | None = None
     # Set by the clean stage: the text's whitespace-separated words, ``len(text.split())`` (None: not

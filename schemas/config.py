@@ -420,20 +420,15 @@ def yaml_problem(e: Exception) -> str:
     return out
 
 
-def load_config(cls: type[M], url: str) -> M:
-    """Read a YAML/JSON config from any fsspec URL into cls, with one clear error."""
-    from storage import read_text
-
+def config_from_bytes(cls: type[M], raw: bytes, where: str) -> M:
+    """A YAML (``where`` ending in .yaml / .yml) or JSON config file's bytes as cls, with one clear error."""
     try:
-        text = read_text(url)
-    except FileNotFoundError:
-        raise UserError(f"config not found: {url}") from None
+        text = raw.decode("utf-8")
     except UnicodeDecodeError as e:  # a config saved in another encoding (Latin-1, UTF-16), or not text
-        raw = e.object if isinstance(e.object, bytes) else b""
         line = raw[:e.start].count(b"\n") + 1
-        raise UserError(f"{url} is not UTF-8 text: byte 0x{raw[e.start]:02x} on line {line} ({e.reason}); "
+        raise UserError(f"{where} is not UTF-8 text: byte 0x{raw[e.start]:02x} on line {line} ({e.reason}); "
                         "save it as UTF-8") from None
-    if url.endswith((".yaml", ".yml")):
+    if where.endswith((".yaml", ".yml")):
         try:
             import yaml
         except ImportError:
@@ -441,12 +436,12 @@ def load_config(cls: type[M], url: str) -> M:
         try:
             data = yaml.safe_load(text)
         except yaml.YAMLError as e:
-            raise UserError(f"{url} is not valid YAML: {yaml_problem(e)}") from None
+            raise UserError(f"{where} is not valid YAML: {yaml_problem(e)}") from None
     else:
         try:
             data = json.loads(text)
         except json.JSONDecodeError as e:
-            raise UserError(f"{url} is not valid JSON: {e}") from None
+            raise UserError(f"{where} is not valid JSON: {e}") from None
     if not isinstance(data, dict):
-        raise UserError(f"{url}: a config must be a mapping")
-    return parse_config(cls, data, what=f"config {url}")
+        raise UserError(f"{where}: a config must be a mapping")
+    return parse_config(cls, data, what=f"config {where}")

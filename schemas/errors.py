@@ -2,7 +2,7 @@
 
 `UserError` is a problem with the user's input (config, URL, manifest, shard),
 not a bug. Every layer raises it (the contract's validators, storage, the data
-job, the trainer); the command-line layer (`shardforge.clirun.run_cli`) prints
+job, the trainer); the command-line layer (`shardforge.console.run.run_cli`) prints
 it as one line without a trace, exit 2.
 """
 

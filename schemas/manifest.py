@@ -17,7 +17,6 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from schemas import SCHEMA_VERSION, SPECIAL_TOKENS
 from schemas.config import PackingRule, format_validation_error
 from schemas.errors import UserError
-from schemas.naming import manifest_version, version_manifest_name
 
 MANIFEST_NAME = "manifest.json"
 Split = Literal["train", "valid"]
@@ -105,7 +104,7 @@ class SourceAccount(_M):
 
 
 class InputFile(_M):
-    """A raw file absorbed by a corpus version (continuous ingest, pipelines.ingest).
+    """A raw file absorbed by a corpus version (continuous ingest, pipelines.jobs.ingest).
 
     fingerprint: "md5:…", "crc32c:…", "etag:…" from the object store's listing,
     or "sha256:…" of the content where the store has none (local files).
@@ -176,53 +175,34 @@ def corpus_root(manifest_url_: str) -> str:
 LATEST_NAME = "latest"  # served corpora: a text file naming the latest "manifest-v{N}.json"
 
 
-def latest_manifest_url(root: str) -> str:
-    """The URL of a corpus's latest manifest: what ``latest`` names, else ``manifest.json``.
-
-    A served corpus (pipelines.serve) commits immutable ``manifest-v{N}.json``
-    versions, each listing all shards up to N (older shards first, unchanged);
-    a follower re-reads this to find new versions.
-    """
-    from storage import join, read_text
-
-    root = root.rstrip("/")
-    try:
-        name = read_text(join(root, LATEST_NAME)).strip()
-    except FileNotFoundError:
-        return join(root, MANIFEST_NAME)
-    if not _SEGMENT.match(name) or not name.endswith(".json"):  # one plain segment: the path rule holds
-        raise UserError(f"{join(root, LATEST_NAME)} does not name a manifest: {name[:80]!r}")
-    return join(root, name)
+def latest_manifest_name(pointer: str, where: str = LATEST_NAME) -> str:
+    """The manifest a ``latest`` pointer's text names; UserError unless it is one plain ``*.json`` segment
+    (the path rule: a pointer can only name a manifest beside it)."""
+    name = pointer.strip()
+    if not _SEGMENT.match(name) or not name.endswith(".json"):
+        raise UserError(f"{where} does not name a manifest: {name[:80]!r}")
+    return name
 
 
-# ---------------------------------------------------------------- the version chain of a served corpus
-# Version N is committed as manifest-v{N}.json (schemas.naming.version_manifest_name) and lists
-# every shard of versions 1..N; `latest` names the newest one readers should follow.
+def check_tokenizer_model(m: Manifest, data: bytes, where: str) -> None:
+    """UserError unless ``data`` is the tokenizer model the manifest records (its sha256)."""
+    got = hashlib.sha256(data).hexdigest()
+    if got != m.tokenizer.sha256:
+        raise UserError(f"tokenizer model {where} has sha256 {got[:12]}…, the manifest says "
+                        f"{m.tokenizer.sha256[:12]}…: it changed after the build")
 
 
-def committed_versions(root: str) -> list[int]:
-    """Version numbers with a committed ``manifest-v{N}.json`` under root, ascending (one listing)."""
-    from storage import list_names
-
-    return sorted(n for n in map(manifest_version, list_names(root)) if n is not None)
-
-
-def load_version(root: str, n: int) -> Manifest:
-    """Version n's manifest (``manifest-v{n}.json``); UserError when it is not a valid manifest."""
-    from storage import join, read_text
-
-    url = join(root, version_manifest_name(n))
-    return parse_manifest(read_text(url), url)
-
-
-def read_latest_pointer(root: str) -> int | None:
-    """The version the ``latest`` pointer names, or None (no pointer, or it names no version manifest)."""
-    from storage import join, read_text
-
-    try:
-        return manifest_version(read_text(join(root, LATEST_NAME)).strip())
-    except FileNotFoundError:
-        return None
+def check_tokenizer(m: Manifest, tok: Any, where: str) -> None:
+    """UserError unless a loaded tokenizer (``schemas.tokenizer_files``) is what the manifest records: its kind,
+    its size (vocab_size) and every special id inside it."""
+    if tok.kind != m.tokenizer.kind:
+        raise UserError(f"tokenizer model {where} is a {tok.kind} file, the manifest says {m.tokenizer.kind}")
+    n = tok.vocab_size
+    if n != m.tokenizer.vocab_size:
+        raise UserError(f"tokenizer model has {n} pieces, the manifest says vocab_size {m.tokenizer.vocab_size}")
+    bad = {k: v for k, v in m.tokenizer.special_ids.items() if not 0 <= v < n}
+    if bad:
+        raise UserError(f"manifest special_ids {bad} are outside the tokenizer's vocabulary of {n}")
 
 
 def parse_manifest(text: str, where: str = "manifest") -> Manifest:
@@ -236,74 +216,3 @@ def parse_manifest(text: str, where: str = "manifest") -> Manifest:
         why = format_validation_error(e).replace("Value error, ", "")
         rule = f"; {PATH_RULE}" if NOT_INSIDE in why else ""
         raise UserError(f"{where} is not a valid shardforge manifest: {why}{rule}") from None
-
-
-def load_manifest(url: str) -> tuple[Manifest, str]:
-    """(manifest, corpus root URL) from a corpus root or manifest URL; one clear error."""
-    from storage import read_text
-
-    murl = manifest_url(url)
-    try:
-        text = read_text(murl)
-    except FileNotFoundError:
-        raise UserError(f"no manifest at {murl}: the corpus does not exist or its build did not finish "
-                        "(the manifest is written last)") from None
-    except IsADirectoryError:
-        raise UserError(f"{murl} is a directory, not a manifest") from None
-    return parse_manifest(text, murl), corpus_root(murl)
-
-
-# ---------------------------------------------------------------- the corpus's tokenizer
-# One way to open a corpus's tokenizer, shared by validate, inspect, export and the
-# trainer: a corpus that validates can then always be trained.
-
-
-def tokenizer_url(m: Manifest, root: str) -> str:
-    """The URL of the corpus's tokenizer model: always under the corpus root (the path rule)."""
-    from storage import join
-
-    return join(root, m.tokenizer.path)
-
-
-def read_tokenizer_model(m: Manifest, root: str) -> bytes:
-    """The corpus's tokenizer model bytes, checked against the manifest's sha256; one clear error."""
-    from storage import read_bytes
-
-    url = tokenizer_url(m, root)
-    try:
-        data = read_bytes(url)
-    except FileNotFoundError:
-        raise UserError(f"tokenizer model {url} named by the manifest does not exist") from None
-    except OSError as e:  # a directory, a permission problem
-        raise UserError(f"tokenizer model {url} cannot be read: {type(e).__name__}: {e}") from None
-    got = hashlib.sha256(data).hexdigest()
-    if got != m.tokenizer.sha256:
-        raise UserError(f"tokenizer model {url} has sha256 {got[:12]}…, the manifest says "
-                        f"{m.tokenizer.sha256[:12]}…: it changed after the build")
-    return data
-
-
-def open_tokenizer(m: Manifest, root: str) -> Any:
-    """The corpus's tokenizer (``schemas.tokenizer_files``: SentencePiece or byte-level BPE), as the trainer loads it.
-
-    Checks the file's sha256, that it parses as the kind the manifest records,
-    that its size is the manifest's vocab_size and that every special id is
-    inside it; UserError otherwise. ImportError when the kind's library is missing.
-    """
-    from schemas.tokenizer_files import load_tokenizer
-
-    data = read_tokenizer_model(m, root)
-    try:
-        tok = load_tokenizer(data)
-    except UserError as e:
-        raise UserError(f"tokenizer model {tokenizer_url(m, root)}: {e}") from None
-    if tok.kind != m.tokenizer.kind:
-        raise UserError(f"tokenizer model {tokenizer_url(m, root)} is a {tok.kind} file, the manifest says "
-                        f"{m.tokenizer.kind}")
-    n = tok.vocab_size
-    if n != m.tokenizer.vocab_size:
-        raise UserError(f"tokenizer model has {n} pieces, the manifest says vocab_size {m.tokenizer.vocab_size}")
-    bad = {k: v for k, v in m.tokenizer.special_ids.items() if not 0 <= v < n}
-    if bad:
-        raise UserError(f"manifest special_ids {bad} are outside the tokenizer's vocabulary of {n}")
-    return tok

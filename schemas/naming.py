@@ -11,14 +11,14 @@ write over a committed version's objects.
     train-000000-v1-0123456789abcdef.tar      a shard ({split}-{index:06d}-{tag}.tar)
     versions/v1-0123456789abcdef/…            the attempt's other objects (tokenizer, rejects, index, …)
 
-A versioned corpus (``pipelines.serve``, batched builds) also holds one
+A versioned corpus (``pipelines.jobs.serve``, batched builds) also holds one
 manifest per committed version, and its samples' keys carry the version:
 
     manifest-v3.json                          version 3's manifest (`version_manifest_name`)
     v000003-train-00000-00000000              a sample key of version 3 (`version_key_prefix` + the key)
 
 Shared by the writers (pipelines), the readers of the version chain
-(`schemas.manifest.committed_versions`, repack, status) and the readers that
+(`shardforge.storage.contract.committed_versions`, repack, status) and the readers that
 look for strays (validate).
 """
 

@@ -26,21 +26,21 @@ import sys
 from collections.abc import Callable
 
 from shardforge import __version__
-from shardforge.cliargs import set_invoked_as
-from shardforge.clirun import run_cli
+from shardforge.console.args import set_invoked_as
+from shardforge.console.run import run_cli
 
 # name -> (module, function, one-line help); modules are imported on use.
 COMMANDS: dict[str, tuple[str, str, str]] = {
-    "demo": ("shardforge.demo", "main", "Run the whole path end to end on a generated corpus."),
-    "build": ("pipelines.build", "main", "Build a corpus (Beam): raw text -> shards + manifest."),
-    "repack": ("pipelines.repack", "main", "New packing rule from a corpus's tokenized intermediate."),
+    "demo": ("shardforge.commands.demo", "main", "Run the whole path end to end on a generated corpus."),
+    "build": ("pipelines.jobs.build", "main", "Build a corpus (Beam): raw text -> shards + manifest."),
+    "repack": ("pipelines.jobs.repack", "main", "New packing rule from a corpus's tokenized intermediate."),
     "train": ("trainer.train", "main", "Train an encoder on a corpus."),
-    "inspect": ("shardforge.inspect", "main", "Show a corpus: manifest summary, samples, lengths."),
-    "validate": ("shardforge.validate", "main", "Check every shard against the manifest."),
+    "inspect": ("shardforge.commands.inspect", "main", "Show a corpus: manifest summary, samples, lengths."),
+    "validate": ("shardforge.commands.validate", "main", "Check every shard against the manifest."),
     "plot": ("trainer.plot", "main", "Plot a run's metrics to PNG."),
     "export": ("trainer.export", "main", "Export a checkpoint to a Hugging Face folder."),
-    "serve": ("pipelines.serve", "main", "Watch raw files; append each new batch as a corpus version."),
-    "status": ("shardforge.status", "main", "Versions, pending files and ingest lag of a served corpus."),
+    "serve": ("pipelines.jobs.serve", "main", "Watch raw files; append each new batch as a corpus version."),
+    "status": ("shardforge.commands.status", "main", "Versions, pending files and ingest lag of a served corpus."),
 }
 
 
@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     if COMMANDS[name][0].startswith("pipelines."):  # before Beam is imported (~1.3 s)
-        from pipelines.preflight import before_beam, exit_if_unrunnable
+        from pipelines.localrunner.preflight import before_beam, exit_if_unrunnable
 
         # As the program (argv from the command line) a local build leaves out the Beam
         # integrations it never uses; called in-process with an argv, the caller's imports stay.

@@ -148,7 +148,7 @@ def contained_temp_dir(tmp_path_factory) -> Iterator[str]:
 @pytest.fixture(scope="session")
 def demo_corpus(tmp_path_factory) -> dict[str, str]:
     """The synthetic multi-source raw corpus of `shardforge demo` (small)."""
-    from shardforge.synth import write_demo_corpus
+    from shardforge.commands.synth import write_demo_corpus
 
     root = tmp_path_factory.mktemp("raw")
     return write_demo_corpus(str(root), docs_per_source=40, seed=7)
@@ -159,7 +159,7 @@ def small_corpus(demo_corpus, tmp_path_factory) -> tuple[str, Any]:
     """(root, manifest) of the demo corpus built with small shards; shared read-only (tamper with a copy)."""
     from test_storage import store_config
 
-    from pipelines.build import run_build
+    from pipelines.jobs.build import run_build
 
     out = str(tmp_path_factory.mktemp("small") / "corpus")
     return out, run_build(store_config(demo_corpus, target_samples=32), out)

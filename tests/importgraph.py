@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("pipelines", "trainer", "schemas", "storage", "shardforge", "deploy")
+PACKAGES = ("pipelines", "trainer", "schemas", "shardforge", "deploy")
 _DYNAMIC_CALLS = {"import_module", "__import__"}
 
 

@@ -30,7 +30,7 @@ def naive_dup_ngram_frac(words: list[str], n: int) -> float:
 
 def shingle_set(text: str, n: int) -> set[tuple[str, ...]]:
     """The word n-grams of the normalized text, as Python tuples (a text shorter than n is one n-gram)."""
-    from pipelines.minhash import normalize_text
+    from pipelines.dedupe.minhash import normalize_text
 
     w = normalize_text(text).split()
     if len(w) < n:

@@ -1,6 +1,6 @@
 """The cleaning stage as it was before #16 ("raise the floor"): the reference for the fast one.
 
-A frozen copy of ``pipelines/clean.py``, ``pipelines/langid.py`` and ``pipelines/sentences.py``
+A frozen copy of ``pipelines/clean/rules.py``, ``pipelines/clean/langid.py`` and ``pipelines/clean/sentences.py``
 at b5124a0 (the rules, the statistics, the sentence splitter the ``min_sentences`` rule counts
 with, the language identifiers), kept only so that tests/test_clean_equivalence.py can prove
 the rewritten stage reaches the same decision, text, reason, language and score on every
@@ -27,7 +27,7 @@ import pycld2
 from pipelines.records import Document, Reject, snippet
 from schemas.config import CleanConfig, SourceConfig
 
-# ------------------------------------------------------------------ pipelines/sentences.py
+# ------------------------------------------------------------------ pipelines/clean/sentences.py
 
 # Case-insensitive: never (or hardly ever) a sentence's last word in running text.
 _ABBREV = frozenset("""
@@ -86,7 +86,7 @@ def split_sentences(text: str) -> list[str]:
             out.append(tail)
     return out
 
-# ------------------------------------------------------------------ pipelines/langid.py
+# ------------------------------------------------------------------ pipelines/clean/langid.py
 
 ENGLISH = frozenset("""
 a about above after again against all am an and any are as at be because been before being below
@@ -224,7 +224,7 @@ def identify(text: str, method: Method = "cld2") -> LanguageGuess:
     """The document's language by the named method."""
     return identify_stopwords(text) if method == "stopwords" else identify_cld2(text)
 
-# ------------------------------------------------------------------ pipelines/clean.py
+# ------------------------------------------------------------------ pipelines/clean/rules.py
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u200b-\u200d\u2060\ufeff]")
 _SPACES = re.compile(r"[ \t\u00a0\u1680\u2000-\u200a\u202f\u205f\u3000]+")
@@ -337,7 +337,7 @@ class DocStats:
 
     @cached_property
     def language(self) -> LanguageGuess:
-        """The detected language (pipelines/langid.py), computed once for the rule and the record."""
+        """The detected language (pipelines/clean/langid.py), computed once for the rule and the record."""
         return identify(self.text, self.language_id)
 
     @cached_property

@@ -18,17 +18,17 @@ from typing import Any
 import apache_beam as beam
 
 from pipelines.dedupe.exact import ExactDedupe
-from pipelines.dedupe.index import IndexRow, _WriteIndex, index_parts, index_row
-from pipelines.dedupe.near import LSH_TAG, NearDedupe, _SketchBatch
-from pipelines.dedupe.sketch import _hasher
+from pipelines.dedupe.index import IndexRow, WriteIndex, index_parts, index_row
+from pipelines.dedupe.near import LSH_TAG, NearDedupe, SketchBatch
+from pipelines.dedupe.sketch import minhasher
 from pipelines.dedupe.spans import SpanDedupe
-from pipelines.minhash import (
+from pipelines.dedupe.minhash import (
     normalized_text_hash,
 )
 from pipelines.records import Document, Duplicate
 from schemas.config import DedupeConfig
 from schemas.errors import UserError
-from storage import (
+from shardforge.storage import (
     is_within,
 )
 
@@ -123,8 +123,8 @@ class ReferenceDeduplicate(beam.PTransform):
         if cfg.near:
             sketched = (
                 kept
-                # (the old wiring batched with BatchElements; _SketchBatch now batches by itself)
-                | "Sketch" >> beam.ParDo(_SketchBatch(_hasher(cfg), None, SIGNATURE_BATCH)
+                # (the old wiring batched with BatchElements; SketchBatch now batches by itself)
+                | "Sketch" >> beam.ParDo(SketchBatch(minhasher(cfg), None, SIGNATURE_BATCH)
                                          ).with_outputs(LSH_TAG, main="sketches")
             )
             sketches = sketched.sketches
@@ -180,7 +180,7 @@ class ReferenceDeduplicate(beam.PTransform):
                 )
 
         if self.index_out:
-            _ = new_index | "WriteIndex" >> _WriteIndex(self.index_out, cfg, old_parts, self.index_root)
+            _ = new_index | "WriteIndex" >> WriteIndex(self.index_out, cfg, old_parts, self.index_root)
 
         if dup_parts:
             duplicates = dup_parts | "AllDuplicates" >> beam.Flatten()

@@ -15,16 +15,16 @@ from typing import Any
 
 import pytest
 
-from pipelines.batched import PLAN_NAME, build_in_batches, plan_batches
-from pipelines.build import run_build, summarize
-from pipelines.commit import committed_tags
-from pipelines.heap import ARROW_POOL_ENV
-from pipelines.ingest import RawFile
-from pipelines.report import RUN_DEPENDENT_FILES
+from pipelines.corpus.commit import committed_tags
+from pipelines.jobs.batched import PLAN_NAME, build_in_batches, plan_batches
+from pipelines.jobs.build import run_build, summarize
+from pipelines.jobs.ingest import RawFile
+from pipelines.localrunner.heap import ARROW_POOL_ENV
+from pipelines.report.report import RUN_DEPENDENT_FILES
 from schemas.config import BuildConfig
 from schemas.errors import UserError
-from schemas.manifest import load_manifest
-from shardforge.synth import make_article
+from shardforge.commands.synth import make_article
+from shardforge.storage.contract import load_manifest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -249,7 +249,7 @@ def test_other_inputs_or_a_plain_corpus_are_refused_with_one_line(batched, tmp_p
 
 @pytest.mark.slow
 def test_a_batched_corpus_repacks_from_every_versions_intermediate(batched, tmp_path) -> None:
-    from pipelines.repack import run_repack
+    from pipelines.jobs.repack import run_repack
 
     m = batched["manifest"]
     new = run_repack(batched["out"], str(tmp_path / "doc"), rule="doc_sentences")
@@ -276,7 +276,7 @@ def test_a_file_in_two_sources_or_the_corpus_under_the_input_glob(tmp_path) -> N
 
 
 def test_a_relative_tokenizer_path_stays_valid_for_later_batches(tmp_path, monkeypatch) -> None:
-    from pipelines.ingest import CorpusState, batch_config
+    from pipelines.jobs.ingest import CorpusState, batch_config
 
     monkeypatch.chdir(tmp_path)
     cfg = BuildConfig.model_validate({"sources": [{"name": "news", "input": "raw/*.jsonl"}],
@@ -302,7 +302,7 @@ def test_a_failing_batch_process_reports_the_users_error_and_commits_nothing(bat
 
 
 def test_a_big_one_shot_local_build_suggests_batching(tmp_path, monkeypatch) -> None:
-    from pipelines import build
+    from pipelines.jobs import build
 
     raw = tmp_path / "raw"
     raw.mkdir()
@@ -323,7 +323,7 @@ def test_a_big_one_shot_local_build_suggests_batching(tmp_path, monkeypatch) -> 
 def test_the_local_memory_estimate_follows_the_tokenizer_sample() -> None:
     """Spilled, a one-shot build's estimate grows ~1 MB per MB kept plus ~22 per MB of tokenizer
     sample, which stops at tokenizer.sample_bytes; Beam's runner holding everything grows ~33."""
-    from pipelines.build import LOCAL_RSS_BASE, local_rss_estimate
+    from pipelines.jobs.build import LOCAL_RSS_BASE, local_rss_estimate
 
     cfg = BuildConfig.model_validate({"sources": [{"name": "news", "input": "x.jsonl"}],
                                       "tokenizer": {"sample_bytes": 100_000_000}})
@@ -338,15 +338,15 @@ def test_the_local_memory_estimate_follows_the_tokenizer_sample() -> None:
 
 
 def test_a_batch_process_leaves_out_the_integrations_a_local_build_never_uses(tmp_path, monkeypatch):
-    """A --batch_mb batch runs in a spawned process whose target is ``pipelines.batchproc.run_batch``
+    """A --batch_mb batch runs in a spawned process whose target is ``pipelines.jobs.batch_process.run_batch``
     (light at import): it leaves out the Beam integrations a local build never uses before it
     imports the batch's code. Here, in a fresh interpreter, the batch's code is a stand-in that
     imports what a batch imports and reports what got loaded."""
     import multiprocessing as mp
 
-    from pipelines import batched
-    from pipelines.batchproc import run_batch
-    from pipelines.preflight import UNUSED_INTEGRATIONS
+    from pipelines.jobs import batched
+    from pipelines.jobs.batch_process import run_batch
+    from pipelines.localrunner.preflight import UNUSED_INTEGRATIONS
 
     started = []
     spawn = mp.get_context("spawn")
@@ -367,22 +367,22 @@ def test_a_batch_process_leaves_out_the_integrations_a_local_build_never_uses(tm
     report = tmp_path / "loaded.json"
     code = f"""
 import json, sys, types
-stand_in = types.ModuleType("pipelines.ingest")
+stand_in = types.ModuleType("pipelines.jobs.ingest")
 class Result:
     version, new_shards, timings = 1, 0, None
 def recover(output, clean_orphans):
     return output
 def ingest_sources(state, batch_files, cfg, beam_args):
     import apache_beam, pyarrow, pyarrow.parquet, pipelines.graph
-    from pipelines.preflight import UNUSED_INTEGRATIONS
+    from pipelines.localrunner.preflight import UNUSED_INTEGRATIONS
     open(state, "w").write(json.dumps([sorted(m for m in UNUSED_INTEGRATIONS if m in sys.modules),
                                        pyarrow.default_memory_pool().backend_name]))
     return Result()
 stand_in.recover, stand_in.ingest_sources = recover, ingest_sources
-sys.modules["pipelines.ingest"] = stand_in
+sys.modules["pipelines.jobs.ingest"] = stand_in
 import multiprocessing as mp
 recv, send = mp.Pipe(duplex=False)
-from pipelines.batchproc import run_batch
+from pipelines.jobs.batch_process import run_batch
 run_batch({str(report)!r}, [], None, [], send)
 assert recv.recv()[0] == "ok"
 """

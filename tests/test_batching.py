@@ -1,4 +1,4 @@
-"""pipelines.batching: batches made inside a DoFn, flushed at the bundle's end, on Beam's local runner."""
+"""pipelines.localrunner.batching: batches made inside a DoFn, flushed at the bundle's end, on Beam's local runner."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from pipelines.batching import BundleBatches
+from pipelines.localrunner.batching import BundleBatches
 
 
 class _Squares(BundleBatches):

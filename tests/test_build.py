@@ -14,14 +14,14 @@ import tarfile
 import numpy as np
 import pytest
 
-from pipelines.build import run_build, summarize
-from pipelines.commit import manifest_tag
-from pipelines.heap import ARROW_POOL_ENV
+from pipelines.corpus.commit import manifest_tag
+from pipelines.jobs.build import run_build, summarize
+from pipelines.localrunner.heap import ARROW_POOL_ENV
 from schemas import BOS_ID, EOS_ID
 from schemas.config import BuildConfig
-from schemas.manifest import load_manifest
 from schemas.naming import shard_name
-from shardforge.demo import demo_build_config
+from shardforge.commands.demo import demo_build_config
+from shardforge.storage.contract import load_manifest
 
 pytestmark = pytest.mark.slow
 
@@ -162,7 +162,7 @@ def test_local_build_shows_progress_bars(demo_corpus, tmp_path, monkeypatch, cap
 
 def test_manifest_redacts_credentials_in_every_recorded_url(built):
     """Credentials in the tokenizer / dedupe-index URLs never reach the manifest (nor do source ones)."""
-    from pipelines.corpus import assemble_manifest
+    from pipelines.corpus.shards import assemble_manifest
 
     cfg, out, m = built
     with open(os.path.join(out, m.tokenizer.path), "rb") as f:
@@ -234,12 +234,12 @@ def test_two_worker_processes_through_the_cli_are_byte_identical(built, tmp_path
 
 def test_document_processes_build_the_same_bytes(built, tmp_path, monkeypatch):
     """``--doc_processes 2``: cleaning, sketching and sentence splitting run in two document processes
-    (pipelines.docpool), every batch of the three steps handed over, and the corpus is byte-identical
+    (pipelines.localrunner.docpool), every batch of the three steps handed over, and the corpus is byte-identical
     to the in-process build."""
-    from pipelines.clean import clean_batch
-    from pipelines.docpool import DocPool
-    from pipelines.minhash import sketch_arrays
-    from pipelines.sentences import split_batch
+    from pipelines.clean.rules import clean_batch
+    from pipelines.clean.sentences import split_batch
+    from pipelines.dedupe.minhash import sketch_arrays
+    from pipelines.localrunner.docpool import DocPool
 
     cfg, out, _ = built
     handed: list[tuple[str, int]] = []
@@ -264,7 +264,7 @@ def test_document_processes_build_the_same_bytes(built, tmp_path, monkeypatch):
 
 def test_the_cli_process_builds_the_same_bytes_without_unused_integrations(built, tmp_path):
     """`python -m pipelines.build` (its module run as __main__, as the command runs it) loads none of
-    the optional integrations a local build never uses (pipelines.preflight.UNUSED_INTEGRATIONS:
+    the optional integrations a local build never uses (pipelines.localrunner.preflight.UNUSED_INTEGRATIONS:
     pandas, pymongo, bson, boto3), has pyarrow allocate from glibc's malloc, and writes the same
     bytes as a build in a process that has those integrations and pyarrow's own allocator."""
     cfg, out, _ = built
@@ -279,20 +279,20 @@ try:
 except SystemExit as e:
     assert not e.code, e.code
 import pyarrow
-from pipelines.preflight import UNUSED_INTEGRATIONS
+from pipelines.localrunner.preflight import UNUSED_INTEGRATIONS
 print(json.dumps([sorted(m for m in UNUSED_INTEGRATIONS if m in sys.modules), pyarrow.default_memory_pool().backend_name]))
 """
     env = {k: v for k, v in os.environ.items() if k != ARROW_POOL_ENV}  # the command chooses the pool
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=900, env=env)
     assert res.returncode == 0, res.stderr[-3000:]
-    # none of the integrations, and pyarrow allocating from glibc's malloc (pipelines.heap.use_system_allocator)
+    # none of the integrations, and pyarrow allocating from glibc's malloc (pipelines.localrunner.heap.use_system_allocator)
     assert json.loads(res.stdout.strip().splitlines()[-1]) == [[], "system"]
     assert files_digest(str(cli)) == files_digest(out)
     assert "pandas" in sys.modules  # this (test) process has them: the comparison is against a build that does
 
 
 def test_only_a_local_build_skips_unused_integrations():
-    from pipelines.preflight import is_local_runner
+    from pipelines.localrunner.preflight import is_local_runner
 
     assert is_local_runner(None) and is_local_runner("FnApiRunner") and is_local_runner("DirectRunner")
     assert is_local_runner("direct")
@@ -302,7 +302,7 @@ def test_only_a_local_build_skips_unused_integrations():
 
 def test_worker_processes_run_bundles_quietly(tmp_path):
     """make_pipeline with --direct_num_workers 2 (as the drivers run it): bundles run in two
-    `pipelines.worker` processes (not the driver), whose pyarrow allocates from glibc's malloc, and
+    `pipelines.localrunner.sdkworker` processes (not the driver), whose pyarrow allocates from glibc's malloc, and
     stderr carries none of Beam's start-up logs."""
     code = f"""
 import os
@@ -334,7 +334,7 @@ def test_shardforge_build_skips_unused_integrations_only_as_the_program():
     program that imports torch later needs them: torch probes them with importlib.util.find_spec)."""
     code = """
 import runpy, sys
-from pipelines.preflight import _SkipUnused
+from pipelines.localrunner.preflight import _SkipUnused
 from shardforge.cli import main
 main(["build", "--help"])
 print(any(isinstance(f, _SkipUnused) for f in sys.meta_path))

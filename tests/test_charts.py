@@ -1,4 +1,4 @@
-"""pipelines.charts: the report's SVG charts are valid SVG, drawn to scale, escaped and deterministic."""
+"""pipelines.report.charts: the report's SVG charts are valid SVG, drawn to scale, escaped and deterministic."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from xml.etree import ElementTree
 
 import pytest
 
-from pipelines import charts
+from pipelines.report import charts
 
 SVG = "{http://www.w3.org/2000/svg}"
 

@@ -15,7 +15,8 @@ from apache_beam.testing.util import assert_that, equal_to
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipelines.clean import (
+from pipelines.clean.langid import guess_language, identify, is_english
+from pipelines.clean.rules import (
     RULE_NAMES,
     DocStats,
     clean_document,
@@ -23,12 +24,11 @@ from pipelines.clean import (
     line_rules_for,
     normalize_text,
 )
-from pipelines.langid import guess_language, identify, is_english
 from pipelines.records import Document, Reject
 from pipelines.stages import CleanDocuments
 from schemas.config import CleanConfig, SourceConfig
 from schemas.errors import UserError
-from shardforge.synth import make_article, perturb
+from shardforge.commands.synth import make_article, perturb
 
 SAMPLE = Path(__file__).parent / "data" / "langid_sample.jsonl"
 CFG = CleanConfig()
@@ -212,7 +212,7 @@ def test_cld2_false_positives_on_real_text_in_hundreds_of_languages():
 
 
 def clean_accepts(text: str, cfg: CleanConfig = CFG) -> bool:
-    from pipelines.clean import accepts_language
+    from pipelines.clean.rules import accepts_language
 
     return accepts_language(identify(text, cfg.language_id), cfg)
 
@@ -302,7 +302,7 @@ def test_non_english_documents_are_filtered():
 # ------------------------------------------------------------------ the demo corpus
 
 def test_synthetic_demo_text_passes_all_but_repetition_rules():
-    """shardforge/synth.py's templated text repeats 5..10-grams far beyond Gopher's limits
+    """shardforge/commands/synth.py's templated text repeats 5..10-grams far beyond Gopher's limits
     (measured: duplicated 5-gram share 0.5-0.95), so the demo config must disable those two rules.
     Every other default rule keeps it."""
     rng = random.Random(7)
@@ -347,7 +347,7 @@ def test_clean_documents_in_beam():
 
 
 def test_raw_words_reuse_the_rules_count_only_for_an_unchanged_kept_text():
-    from pipelines.clean import raw_words
+    from pipelines.clean.rules import raw_words
 
     doc = Document("a", "web", GOOD)
     kept = clean_document(doc, CFG)
@@ -365,7 +365,7 @@ def test_raw_words_reuse_the_rules_count_only_for_an_unchanged_kept_text():
 
 def test_line_and_paragraph_repetition_counted_once_per_document(monkeypatch):
     """dup_lines / dup_line_chars (and the paragraph pair) share one pass over the lines."""
-    import pipelines.clean as clean_mod
+    import pipelines.clean.rules as clean_mod
 
     calls: list[int] = []
     real = clean_mod.dup_fractions
@@ -401,7 +401,7 @@ def test_c4_end_marks_follow_the_reference_code():
 
 
 def test_reject_records_carry_the_language_code_only_when_filtered_by_language():
-    from pipelines.files import rejects_to_jsonl
+    from pipelines.corpus.parts import rejects_to_jsonl
 
     rows = [json.loads(x) for x in rejects_to_jsonl([
         Reject("a", "s", "filtered", "language", "Der Hund", language="de"),

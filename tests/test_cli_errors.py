@@ -6,6 +6,7 @@ subprocess and reads what it printed.
 
 from __future__ import annotations
 
+import ast
 import gzip
 import json
 import logging
@@ -46,7 +47,7 @@ def small_input(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def corpus(demo_corpus, tmp_path_factory) -> Path:
     """A small ordinary (non-served) corpus, built in-process."""
-    from pipelines.build import run_build
+    from pipelines.jobs.build import run_build
     from tests.test_build import small_config
 
     out = tmp_path_factory.mktemp("cli-corpus") / "corpus"
@@ -242,12 +243,12 @@ def test_beam_commands_answer_help_before_importing_beam(args, module, capsys) -
 
 
 def test_module_doc_reads_the_docstring_without_importing() -> None:
-    import pipelines.build
-    import pipelines.repack
-    import pipelines.serve
+    import pipelines.jobs.build
+    import pipelines.jobs.repack
+    import pipelines.jobs.serve
     from pipelines.flags import module_doc
 
-    for m in (pipelines.build, pipelines.repack, pipelines.serve):
+    for m in (pipelines.jobs.build, pipelines.jobs.repack, pipelines.jobs.serve):
         assert module_doc(m.__name__) == m.__doc__ and m.__doc__
     assert module_doc("pipelines.no_such_module") is None
 
@@ -261,7 +262,7 @@ def test_help_beam_lists_beams_own_options() -> None:
 
 
 def test_beam_commands_print_no_import_warning(corpus) -> None:
-    res = run("-m", "shardforge.cli", "status", str(corpus))  # imports Beam (pipelines.ingest)
+    res = run("-m", "shardforge.cli", "status", str(corpus))  # imports Beam (pipelines.jobs.ingest)
     assert res.returncode == 0 and "apitools" not in res.stderr and res.stderr == "", res.stderr
 
 
@@ -274,15 +275,29 @@ def test_version() -> None:
 
 # Every module a user can run (`python -m X`) and the dispatcher's subcommands.
 ENTRY_PACKAGES = ("pipelines", "trainer", "shardforge")
-# Entry points no user runs: Beam starts pipelines/worker.py as its SDK worker (errors are Beam's to report);
-# pipelines.docpool starts pipelines/docworker.py (its tasks' errors go back to the step that handed them over).
-NOT_USER_ENTRY_POINTS = {"pipelines/worker.py", "pipelines/docworker.py"}
+# Entry points no user runs: Beam starts pipelines/localrunner/sdkworker.py as its SDK worker (errors are Beam's to report);
+# pipelines.localrunner.docpool starts pipelines/localrunner/docworker.py (its tasks' errors go back to the step that handed them over).
+NOT_USER_ENTRY_POINTS = {"pipelines/localrunner/sdkworker.py", "pipelines/localrunner/docworker.py"}
+
+
+def _runs_through_run_cli(tree: ast.Module) -> bool:
+    names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    imported = {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)
+                and n.module == "shardforge.console.run" for a in n.names}
+    return "run_cli" in names and "run_cli" in imported
+
+
+def _main_module(tree: ast.Module) -> str | None:
+    """The module a thin entry point takes its ``main`` from (``from pipelines.jobs.build import main``)."""
+    for n in tree.body:
+        if isinstance(n, ast.ImportFrom) and n.module and any(a.name == "main" for a in n.names):
+            return n.module
+    return None
 
 
 def test_every_main_module_runs_through_run_cli() -> None:
-    """Each `if __name__ == "__main__"` of pipelines/trainer/shardforge reaches run_cli (statically)."""
-    import ast
-
+    """Each `if __name__ == "__main__"` of pipelines/trainer/shardforge reaches run_cli (statically), itself or
+    through the ``main`` of the module it runs (``python -m pipelines.build`` runs ``pipelines.jobs.build``)."""
     missing = []
     for pkg in ENTRY_PACKAGES:
         for path in sorted((REPO / pkg).rglob("*.py")):
@@ -290,17 +305,17 @@ def test_every_main_module_runs_through_run_cli() -> None:
             mains = [n for n in tree.body if isinstance(n, ast.If) and "__main__" in ast.unparse(n.test)]
             if not mains or str(path.relative_to(REPO)) in NOT_USER_ENTRY_POINTS:
                 continue
-            names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
-            imported = {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)
-                        and n.module == "shardforge.clirun" for a in n.names}
-            if "run_cli" not in names or "run_cli" not in imported:
-                missing.append(str(path.relative_to(REPO)))
-    assert not missing, f"entry points not run through shardforge.clirun.run_cli: {missing}"
+            if not _runs_through_run_cli(tree):
+                runs = _main_module(tree)
+                target = REPO / (runs.replace(".", "/") + ".py") if runs else None
+                if target is None or not target.exists() or not _runs_through_run_cli(ast.parse(target.read_text("utf-8"))):
+                    missing.append(str(path.relative_to(REPO)))
+    assert not missing, f"entry points not run through shardforge.console.run.run_cli: {missing}"
 
 
-@pytest.mark.parametrize("module", ["shardforge.inspect", "shardforge.status"])
+@pytest.mark.parametrize("module", ["shardforge.commands.inspect", "shardforge.commands.status"])
 def test_tool_modules_run_directly_print_one_line(module, tmp_path) -> None:
-    """`python -m shardforge.inspect MISSING` (not only `shardforge inspect`) is one line, exit 2, no traceback."""
+    """`python -m shardforge.commands.inspect MISSING` (not only `shardforge inspect`) is one line, exit 2, no traceback."""
     line = one_line_error(run("-m", module, str(tmp_path / "nope")))
     assert str(tmp_path / "nope") in line
 
@@ -309,7 +324,7 @@ def test_tool_modules_run_directly_print_one_line(module, tmp_path) -> None:
 
 
 def test_status_of_an_ordinary_corpus_summarizes_its_manifest(corpus) -> None:
-    from schemas.manifest import load_manifest
+    from shardforge.storage.contract import load_manifest
 
     manifest, _ = load_manifest(str(corpus))
     res = run("-m", "shardforge.cli", "status", str(corpus))
@@ -389,8 +404,8 @@ def test_failing_urls_with_credentials_are_redacted(args, small_input, tmp_path)
 
 def test_tracebacks_and_log_lines_are_redacted(capsys, caplog) -> None:
     """The two other ways a message leaves a process: an unexpected error's traceback, and logging."""
-    from shardforge.clirun import run_cli
-    from shardforge.redact import install_log_redaction, register_secrets
+    from shardforge.console.redact import install_log_redaction, register_secrets
+    from shardforge.console.run import run_cli
 
     register_secrets(["s3://AKIAEXAMPLEKEY:wJalrSECRETvalue@bucket/x"])
 
@@ -426,7 +441,7 @@ def _jsonl_of(texts: list[str]) -> bytes:
 @pytest.fixture(scope="module")
 def big_inputs(tmp_path_factory) -> dict[str, Path]:
     """~120 MB of text that cleaning keeps (gzip, 13 MB stored) and ~110 MB that it drops (plain and gzip)."""
-    from shardforge.synth import make_article
+    from shardforge.commands.synth import make_article
 
     d = tmp_path_factory.mktemp("big")
     rng = random.Random(3)
@@ -527,7 +542,7 @@ def test_reading_a_corpus_under_a_file_is_one_line(tmp_path) -> None:
 
 
 def test_path_errors_a_user_can_fix_are_one_line_others_keep_their_traceback() -> None:
-    from shardforge.clirun import path_error
+    from shardforge.console.run import path_error
 
     nested = RuntimeError("a step failed")
     nested.__context__ = NotADirectoryError(20, "Not a directory", "/out/versions")
@@ -544,8 +559,8 @@ def test_path_errors_a_user_can_fix_are_one_line_others_keep_their_traceback() -
 
 def test_a_bare_scheme_in_a_message_survives_redaction() -> None:
     """"for gs:// URLs" in a message came out "for gs: URLs" (urlunsplit drops // without a host)."""
-    from shardforge.redact import redact_text
-    from storage import redact_url
+    from shardforge.console.redact import redact_text
+    from shardforge.storage import redact_url
 
     assert redact_url("gs://") == "gs://" and redact_url("s3://?token=T0KEN&a=1") == "s3://?a=1"
     assert redact_url("file:///tmp/x") == "file:///tmp/x" and redact_url("https://u:p@h/x") == "https://h/x"

@@ -1,7 +1,7 @@
 """Commit safety (issue #15 items 6-7): concurrent writers on one corpus, leftovers of killed writers.
 
 Every race here is between real processes (``python -m pipelines.serve`` /
-``pipelines.build`` subprocesses, or subprocesses calling the commit
+``pipelines.jobs.build`` subprocesses, or subprocesses calling the commit
 primitive), on local disk and on the GCS and S3 emulators (the GCS emulator
 runs through tests/gcs_emulator.py, which adds GCS's ifGenerationMatch=0 rule).
 """
@@ -22,10 +22,10 @@ from typing import Any
 import pytest
 from test_serve import SOURCE, articles, small_config
 
-from pipelines.commit import manifest_tag
-from schemas.manifest import committed_versions, load_manifest, load_version
+from pipelines.corpus.commit import manifest_tag
 from schemas.naming import SHARD_NAME_RE, shard_tag
-from storage import get_fs, invalidate, is_tmp_name, join, list_names, tmp_name
+from shardforge.storage import get_fs, invalidate, is_tmp_name, join, list_names, tmp_name
+from shardforge.storage.contract import committed_versions, load_manifest, load_version
 
 ROOT = Path(__file__).resolve().parents[1]
 LOST = re.compile(r"committed by another writer .*while this one \((v\d+-[0-9a-f]{16})\) was building")
@@ -77,7 +77,7 @@ def validate(url: str, env: dict[str, str]) -> subprocess.CompletedProcess:
 
 RACER = textwrap.dedent("""
     import sys, time
-    from storage import create_if_absent
+    from shardforge.storage import create_if_absent
     url, me, start = sys.argv[1], sys.argv[2], float(sys.argv[3])
     time.sleep(max(0.0, start - time.time()))  # all racers go at the same instant
     print(create_if_absent(url, (me * 1000).encode()))
@@ -93,12 +93,12 @@ def test_create_if_absent_has_exactly_one_winner_among_processes(store) -> None:
     assert all(p.returncode == 0 for p in procs), [e for _, e in outs]
     results = [o.strip() for o, _ in outs]
     assert sorted(results) == ["created"] + ["taken"] * 5, results
-    from storage import read_bytes
+    from shardforge.storage import read_bytes
 
     winner = results.index("created")
     assert read_bytes(url) == f"writer{winner}".encode() * 1000
     # The same bytes again: an identical rerun (or a retried request that landed) has succeeded.
-    from storage import create_if_absent
+    from shardforge.storage import create_if_absent
 
     assert create_if_absent(url, f"writer{winner}".encode() * 1000) == "identical"
     assert not [n for n in list_names(store["base"]) if is_tmp_name(n)]
@@ -223,8 +223,8 @@ def test_two_builds_into_one_output_one_commits_the_loser_cleans_up(store, tmp_p
 SWEPT_BUILD = textwrap.dedent("""
     import os, runpy, sys
     sys.path.insert(0, {root!r})
-    import pipelines.corpus as corpus
-    from storage import create_if_absent, is_tmp_name
+    import pipelines.corpus.shards as corpus
+    from shardforge.storage import create_if_absent, is_tmp_name
 
     winner, out = sys.argv[1], sys.argv[2]
     real = corpus.write_stream_atomic
@@ -271,8 +271,8 @@ def test_a_build_whose_temporaries_a_winner_swept_loses_in_one_line(tmp_path) ->
 SWEPT_TOKENIZER = textwrap.dedent("""
     import runpy, sys
     sys.path.insert(0, {root!r})
-    import pipelines.tokenizer as tokenizer
-    from storage import TemporaryRemoved
+    import pipelines.tokenizer.tokenizer as tokenizer
+    from shardforge.storage import TemporaryRemoved
 
     real = tokenizer.write_bytes_atomic
 
@@ -341,7 +341,7 @@ def test_a_build_into_a_committed_corpus_is_refused_unless_identical(tmp_path) -
 
 HOLDER = textwrap.dedent("""
     import sys, time
-    from storage import write_stream_atomic
+    from shardforge.storage import write_stream_atomic
     def produce(f):
         f.write(b"x" * 1000)
         print("writing", flush=True)
@@ -410,7 +410,7 @@ def test_create_if_absent_names_a_store_that_let_another_writer_replace_its_byte
     """A store that does not honour the condition: the check after the write says what happened."""
     from fsspec.implementations.memory import MemoryFileSystem
 
-    from storage import IncompleteWriteError, create_if_absent
+    from shardforge.storage import IncompleteWriteError, create_if_absent
 
     real = MemoryFileSystem.pipe_file
 

@@ -21,20 +21,20 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipelines import dedupe
-from pipelines.dedupe import (
-    ConnectedComponents,
-    Deduplicate,
+from pipelines.clean.sentences import split_sentences
+from pipelines.dedupe.components import ConnectedComponents, star_components
+from pipelines.dedupe.deduplicate import Deduplicate
+from pipelines.dedupe.exact import resolve_exact_group
+from pipelines.dedupe.minhash import normalize_text, normalized_text_hash
+from pipelines.dedupe.sketch import minhasher
+from pipelines.dedupe.spans import (
     SpanDedupe,
     apply_span_losses,
     remove_sentences,
-    resolve_exact_group,
     resolve_span_group,
     span_occurrences,
-    star_components,
 )
-from pipelines.minhash import normalize_text, normalized_text_hash
 from pipelines.records import Document, Duplicate
-from pipelines.sentences import split_sentences
 from schemas.config import DedupeConfig
 from schemas.errors import UserError
 
@@ -290,7 +290,7 @@ def test_incremental_index(tmp_path: Path) -> None:
         Duplicate("c-fresh-copy", "stories", "b-fresh", "exact"),
     ]
     # The new index holds the old entries and the newly kept document.
-    from pipelines.dedupe import index_parts, read_index_part
+    from pipelines.dedupe.index import index_parts, read_index_part
 
     entries = [s for url in index_parts(idx2, DedupeConfig()) for s in read_index_part(url)]
     assert sorted(s.doc_id for s in entries) == ["b-fresh"] + [f"old-{i}" for i in range(6)]
@@ -309,7 +309,7 @@ def test_incremental_index(tmp_path: Path) -> None:
 
 
 def _index_entries(url: str) -> list[tuple]:
-    from pipelines.dedupe import index_parts, read_index_part
+    from pipelines.dedupe.index import index_parts, read_index_part
 
     return sorted((e.doc_id, e.source, e.exact_hash, e.signature.tobytes(), e.shingles.tobytes())
                   for part in index_parts(url, DedupeConfig()) for e in read_index_part(part))
@@ -632,7 +632,7 @@ def test_span_chains_resolve_to_kept_documents(tmp_path: Path) -> None:
     assert dups == [Duplicate("b", "x", "a", "span"), Duplicate("c", "x", "a", "span"),
                     Duplicate("c2", "y", "a", "exact")]
     # Emptied documents are not in the index written for the next run.
-    from pipelines.dedupe import index_parts, read_index_part
+    from pipelines.dedupe.index import index_parts, read_index_part
 
     entries = [e for url in index_parts(idx, DedupeConfig(near=False)) for e in read_index_part(url)]
     assert sorted(e.doc_id for e in entries) == ["a", "a2"]
@@ -662,14 +662,15 @@ def test_spans_deterministic_under_shuffled_input(boiler_corpus: list[Document])
 def test_index_lookup_reads_exactly_the_entries_that_can_match(tmp_path: Path, monkeypatch) -> None:
     import numpy as np
 
-    from pipelines.dedupe import _sketches_to_parquet, read_index_matches, read_index_part, sketch_documents
+    from pipelines.dedupe.index import read_index_matches, read_index_part, sketches_to_parquet
+    from pipelines.dedupe.sketch import sketch_documents
 
     monkeypatch.setattr(dedupe.index, "INDEX_ROW_GROUP", 4)  # several row groups in one part
     rng = random.Random(3)
     docs = [Document(f"d{i:02d}", "web", " ".join(_words(rng, 60))) for i in range(23)]
-    sketches = sketch_documents(docs, dedupe._hasher(DedupeConfig()))
+    sketches = sketch_documents(docs, minhasher(DedupeConfig()))
     part = tmp_path / "part-00000.parquet"
-    part.write_bytes(_sketches_to_parquet(sketches))
+    part.write_bytes(sketches_to_parquet(sketches))
     import pyarrow.parquet as pq
 
     assert pq.ParquetFile(part).num_row_groups == 6
@@ -687,7 +688,7 @@ def test_index_lookup_reads_exactly_the_entries_that_can_match(tmp_path: Path, m
     assert [s.doc_id for s in read_index_matches(str(part), hashes={"no-such-hash"})] == []
     assert [s.doc_id for s in read_index_matches(str(part), doc_ids={"d21", "d03", "nope"})] == ["d03", "d21"]
     # The LSH step's view: (band key, (old node, signature, shingle count)) for the hit keys only, no shingles.
-    from pipelines.dedupe import index_bucket_entries
+    from pipelines.dedupe.index import index_bucket_entries
 
     got_entries = list(index_bucket_entries(str(part), keys))
     want_entries = [(k, s.node) for s in everything for k in s.band_keys.tolist() if k in set(keys.tolist())]
@@ -707,7 +708,7 @@ def test_index_lookup_reads_exactly_the_entries_that_can_match(tmp_path: Path, m
 def test_index_is_append_only_and_moves_with_its_corpus(tmp_path: Path) -> None:
     import shutil
 
-    from pipelines.dedupe import index_parts
+    from pipelines.dedupe.index import index_parts
 
     rng = random.Random(5)
     texts = [" ".join(_words(rng, 150)) for _ in range(4)]
@@ -804,20 +805,22 @@ def test_near_step_elements_need_no_pickle() -> None:
     are plain tuples."""
     import numpy as np
 
-    from pipelines.dedupe import index_row, screen_at_member, sketch_documents
+    from pipelines.dedupe.index import index_row
     from pipelines.dedupe.near import (
         EdgeScreen,
         _old_shard_entry,
         _shingles_by_node,
         _signature_by_node,
         lsh_shard_batches,
+        screen_at_member,
         shard_candidates,
     )
+    from pipelines.dedupe.sketch import sketch_documents
 
     rng = random.Random(8)
     base = _words(rng, 200)
     docs = [Document(f"d{i}", "web", " ".join(base if i < 3 else _words(rng, 200))) for i in range(5)]
-    sketches = sketch_documents(docs, dedupe._hasher(DedupeConfig()))
+    sketches = sketch_documents(docs, minhasher(DedupeConfig()))
     coder = beam.coders.FastPrimitivesCoder(fallback_coder=_NoPickle())
     elements: list = []
     for s in sketches:
@@ -855,12 +858,13 @@ def test_index_part_bytes_equal_those_of_per_row_arrays(monkeypatch) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from pipelines.dedupe import _sketches_to_parquet, index_schema, sketch_documents
+    from pipelines.dedupe.index import index_schema, sketches_to_parquet
+    from pipelines.dedupe.sketch import sketch_documents
 
     monkeypatch.setattr(dedupe.index, "INDEX_ROW_GROUP", 5)
     rng = random.Random(4)
     docs = [Document(f"d{i:02d}", "web", " ".join(_words(rng, rng.choice([0, 1, 2, 40, 300])))) for i in range(13)]
-    rows = sketch_documents(docs, dedupe._hasher(DedupeConfig()))
+    rows = sketch_documents(docs, minhasher(DedupeConfig()))
     cols = {
         "doc_id": pa.array([s.doc_id for s in rows], pa.string()),
         "source": pa.array([s.source for s in rows], pa.string()),
@@ -873,13 +877,13 @@ def test_index_part_bytes_equal_those_of_per_row_arrays(monkeypatch) -> None:
     buf = io.BytesIO()
     pq.write_table(pa.table(cols, schema=index_schema()), buf, row_group_size=5, **dedupe.index.INDEX_WRITE_OPTIONS)
     assert any(s.shingles.size == 0 for s in rows)
-    assert _sketches_to_parquet(rows) == buf.getvalue()
-    assert _sketches_to_parquet([]) == _sketches_to_parquet([])
+    assert sketches_to_parquet(rows) == buf.getvalue()
+    assert sketches_to_parquet([]) == sketches_to_parquet([])
 
 
 def _by_key_candidates(new: list[tuple[int, tuple[str, int]]], old: list[tuple[int, tuple[str, int, bytes]]]) -> list:
     """The reference: bucket entries grouped by band key in a dict, ``bucket_candidates`` per bucket."""
-    from pipelines.dedupe import bucket_candidates
+    from pipelines.dedupe.near import bucket_candidates
 
     buckets = defaultdict(list)
     for key, entry in [*new, *old]:
@@ -947,7 +951,8 @@ def test_shard_candidates_equal_bucket_candidates_on_random_entries(seed: int) -
 def test_near_dedupe_alone_makes_its_shard_batches_per_sketch() -> None:
     """``NearDedupe`` without the Sketch step's shard batches (one sketch per element) finds the near
     duplicates that ``Deduplicate`` finds with them."""
-    from pipelines.dedupe import NearDedupe, sketch_documents
+    from pipelines.dedupe.near import NearDedupe
+    from pipelines.dedupe.sketch import sketch_documents
 
     rng = random.Random(21)
     base = _words(rng, 150)
@@ -960,7 +965,7 @@ def test_near_dedupe_alone_makes_its_shard_batches_per_sketch() -> None:
     cfg = DedupeConfig(exact=False)
     want = [(f"a{i}", "a0") for i in range(1, 5)]
     with BeamTestPipeline(runner="FnApiRunner") as p:
-        alone = (p | "Sketches" >> beam.Create(sketch_documents(docs, dedupe._hasher(cfg)))
+        alone = (p | "Sketches" >> beam.Create(sketch_documents(docs, minhasher(cfg)))
                  | "Alone" >> NearDedupe(cfg))
         wired = p | "Docs" >> beam.Create(docs) | "Wired" >> Deduplicate(cfg)
         assert_that(alone | "A" >> beam.Map(lambda d: (d.doc_id, d.dup_of)), equal_to(want), label="alone")
@@ -973,15 +978,15 @@ def test_lsh_shard_batches_hold_the_bucket_entries_of_the_batch() -> None:
     the shard of its key, and their candidates are those of per-bucket grouping."""
     import numpy as np
 
-    from pipelines.dedupe import sketch_documents
     from pipelines.dedupe.near import _bucket_entries, lsh_shard, lsh_shard_batches
+    from pipelines.dedupe.sketch import sketch_documents
 
     rng = random.Random(3)
     base = _words(rng, 120)
     texts = [" ".join(base), " ".join(base), "", " ".join(base[:100] + _words(rng, 20))]
     texts += [" ".join(_words(rng, rng.choice([1, 30, 200]))) for _ in range(20)]
     docs = [Document(f"d{i:02d}", "web", t) for i, t in enumerate(texts)]
-    sketches = sketch_documents(docs, dedupe._hasher(DedupeConfig()))
+    sketches = sketch_documents(docs, minhasher(DedupeConfig()))
     assert any(s.shingles.size == 0 for s in sketches)
     entries = sorted(e for s in sketches for e in _bucket_entries(s))
     batches = [b for cut in (sketches[:7], sketches[7:]) for b in lsh_shard_batches(cut)]
@@ -1003,8 +1008,7 @@ def test_bucket_candidates_pair_new_members_with_the_smallest_node_once() -> Non
     a pair met in many buckets is screened once; buckets of old documents only give nothing."""
     import numpy as np
 
-    from pipelines.dedupe import bucket_candidates, bucket_edges, screen_at_member
-    from pipelines.dedupe.near import EdgeScreen
+    from pipelines.dedupe.near import EdgeScreen, bucket_candidates, bucket_edges, screen_at_member
 
     same = np.arange(112, dtype=np.uint32)
     other = same + 1000

@@ -20,7 +20,7 @@ import apache_beam as beam
 import pytest
 from apache_beam.metrics.metric import MetricsFilter
 
-from pipelines.dedupe import Deduplicate
+from pipelines.dedupe.deduplicate import Deduplicate
 from pipelines.records import Document
 from schemas.config import DedupeConfig
 

@@ -394,7 +394,7 @@ def test_dataflow_run_without_gcp_extra_fails_at_once_in_one_line(demo_corpus):
                                    ["-m", "shardforge.cli", "build", "--input", "x.jsonl", "--output", "o"]],
                          ids=["build", "repack", "serve", "shardforge-build"])
 def test_missing_dataflow_client_is_reported_before_beam_is_imported(entry):
-    """Under a second: the check runs before Apache Beam's own ~1.3 s import (pipelines/preflight.py)."""
+    """Under a second: the check runs before Apache Beam's own ~1.3 s import (pipelines/localrunner/preflight.py)."""
     code = ("import runpy, sys\n"
             f"sys.argv = ['x', *{entry[2:]!r}, '--runner=DataflowRunner', '--project', 'p']\n"
             "try:\n"
@@ -413,11 +413,11 @@ def test_dataflow_option_mistakes_are_one_line(demo_corpus, capsys):
 
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from pipelines.build import main as build_main
+    from pipelines.jobs.build import main as build_main
     from pipelines.options import check_runner_ready, dataflow_option_errors
     from schemas.errors import UserError
 
-    # The build's main() as the CLI runs it once the client check (pipelines/preflight.py, which needs
+    # The build's main() as the CLI runs it once the client check (pipelines/localrunner/preflight.py, which needs
     # the [dataflow] extra this environment lacks) has passed: Beam's option checks, offline.
     for flags, expect in [(["--project", "p"], "Invalid Project ID (p)"),
                           (["--temp_location", "gs://b/tmp"], "Invalid GCS bucket (gs://b/tmp)")]:

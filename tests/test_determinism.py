@@ -25,7 +25,7 @@ pytestmark = pytest.mark.slow
 
 def test_near_duplicate_heavy_build_is_byte_identical_with_two_worker_processes(tmp_path: Path) -> None:
     """Exact, near (clusters, containment) and repeated-span duplicates spread over four files:
-    `pipelines.build` in-process and with --direct_num_workers 2 write the same bytes, every
+    `pipelines.jobs.build` in-process and with --direct_num_workers 2 write the same bytes, every
     intermediate included (the dedupe index, rejects, clean and tokenized Parquet, tokenizer)."""
     import json
 
@@ -44,7 +44,7 @@ def test_near_duplicate_heavy_build_is_byte_identical_with_two_worker_processes(
 
 def test_near_duplicate_heavy_build_is_byte_identical_with_everything_spilled(tmp_path: Path) -> None:
     """`--spill_mb 0` (every stage-to-stage buffer on disk, GroupByKeys grouped bucket by bucket:
-    pipelines.spill) writes the same bytes as Beam's runner holding everything in memory
+    pipelines.localrunner.spill) writes the same bytes as Beam's runner holding everything in memory
     (`--spill_mb -1`), every intermediate included."""
     import json
 

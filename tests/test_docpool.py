@@ -1,4 +1,4 @@
-"""The document processes beside the local runner (``--doc_processes``; pipelines.docpool, #16 item 6).
+"""The document processes beside the local runner (``--doc_processes``; pipelines.localrunner.docpool, #16 item 6).
 
 The pool's own behaviour (order, failures, lanes, what a worker imports) on real worker
 processes; ``PooledBatches`` on Beam's local runner; the option's checks. The build through the
@@ -15,9 +15,9 @@ import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from pipelines import docpool
-from pipelines.batching import PooledBatches
-from pipelines.docpool import DocPool, WorkerFailed
+from pipelines.localrunner import docpool
+from pipelines.localrunner.batching import PooledBatches
+from pipelines.localrunner.docpool import DocPool, WorkerFailed
 from schemas.errors import UserError
 
 
@@ -73,9 +73,9 @@ def test_a_stray_print_does_not_corrupt_the_answers(pool):
 
 
 def test_a_worker_cleans_and_sketches_without_beam(pool):
-    from pipelines.clean import clean_batch
-    from pipelines.dedupe.sketch import _hasher, sketches_of
-    from pipelines.minhash import sketch_arrays
+    from pipelines.clean.rules import clean_batch
+    from pipelines.dedupe.minhash import sketch_arrays
+    from pipelines.dedupe.sketch import minhasher, sketches_of
     from pipelines.records import Document
     from schemas.config import CleanConfig, DedupeConfig
 
@@ -84,13 +84,13 @@ def test_a_worker_cleans_and_sketches_without_beam(pool):
     docs = [Document(f"d{i}", "web", text + str(i)) for i in range(3)]
     cleaned = pool.submit(clean_batch, docs, CleanConfig(), {"web": False}, lanes=1).result(timeout=60)
     assert cleaned == clean_batch(docs, CleanConfig(), {"web": False})
-    hasher = _hasher(DedupeConfig())
+    hasher = minhasher(DedupeConfig())
     there = sketches_of(docs, pool.submit(sketch_arrays, [d.text for d in docs], hasher, lanes=1).result(timeout=60))
     here = sketches_of(docs, sketch_arrays([d.text for d in docs], hasher))
     assert [(s.node, s.exact_hash, s.signature.tolist(), s.band_keys.tolist(), s.shingles.tolist()) for s in there] == \
         [(s.node, s.exact_hash, s.signature.tolist(), s.band_keys.tolist(), s.shingles.tolist()) for s in here]
     mods = pool.submit(eval, "sorted(__import__('sys').modules)", lanes=1).result(timeout=60)
-    assert "pipelines.clean" in mods and not any(m.split(".")[0] == "apache_beam" for m in mods)
+    assert "pipelines.clean.rules" in mods and not any(m.split(".")[0] == "apache_beam" for m in mods)
 
 
 def test_ctrl_c_is_left_to_the_build_process(pool):

@@ -388,8 +388,8 @@ def test_default_byte_fallback_models_export_with_sentencepiece_ids_on_real_text
     from realtext import news_documents
     from tokenizers import Tokenizer
 
-    from pipelines.sentences import split_sentences
-    from pipelines.tokenizer import train_sentencepiece
+    from pipelines.clean.sentences import split_sentences
+    from pipelines.tokenizer.tokenizer import train_sentencepiece
     from schemas.config import TokenizerConfig
 
     docs = news_documents()
@@ -413,8 +413,8 @@ def test_byte_bpe_tokenizer_is_exported_as_roberta(tmp_path: Path) -> None:
     from realtext import news_documents
     from tokenizers import Tokenizer
 
-    from pipelines.sentences import split_sentences
-    from pipelines.tokenizer import train_byte_bpe
+    from pipelines.clean.sentences import split_sentences
+    from pipelines.tokenizer.tokenizer import train_byte_bpe
     from schemas.config import TokenizerConfig
 
     sents = [s for d in news_documents(120) for s in split_sentences(d)]

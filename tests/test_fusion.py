@@ -1,4 +1,4 @@
-"""pipelines.fusion: a Flatten's inputs written straight into the GroupByKey that reads it (issue #16, item 2).
+"""pipelines.localrunner.fusion: a Flatten's inputs written straight into the GroupByKey that reads it (issue #16, item 2).
 
 Real pipelines planned and run by Beam's FnApiRunner with the phase and without it: the copy stage
 is gone from the plan where it should be, stays where it must, and every result is the same.
@@ -11,7 +11,7 @@ import pytest
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.testing.util import assert_that, equal_to
 
-from pipelines import fusion, spill
+from pipelines.localrunner import fusion, spill
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""pipelines.heap: freed memory goes back to the OS before tokenizer training."""
+"""pipelines.localrunner.heap: freed memory goes back to the OS before tokenizer training."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 RELEASE = """
 import pyarrow as pa
-from pipelines.heap import release_free_memory
+from pipelines.localrunner.heap import release_free_memory
 
 def rss_mb():
     return int(open("/proc/self/statm").read().split()[1]) * 4096 / 1e6
@@ -42,9 +42,9 @@ def test_tokenizer_training_starts_after_a_release(monkeypatch, tmp_path):
     import apache_beam as beam
     from realtext import news_documents
 
-    import pipelines.tokenizer as tk
+    import pipelines.tokenizer.tokenizer as tk
+    from pipelines.clean.sentences import split_sentences
     from pipelines.records import SentencedDocument
-    from pipelines.sentences import split_sentences
     from schemas.config import TokenizerConfig
 
     log = str(tmp_path / "events")
@@ -76,7 +76,7 @@ print(before[0][0], before[1], gc.get_threshold()[0], gc.get_freeze_count())
 def test_a_local_pipeline_tunes_the_cyclic_collector():
     """A local build's process freezes what its imports made out of the collector's scans and raises the
     youngest generation's threshold (``heap.tune_collector``, measured in its comment)."""
-    from pipelines.heap import GC_YOUNG_THRESHOLD
+    from pipelines.localrunner.heap import GC_YOUNG_THRESHOLD
 
     out = subprocess.run([sys.executable, "-c", COLLECTOR], capture_output=True, text=True, check=True)
     young_before, frozen_before, young, frozen = map(int, out.stdout.split())
@@ -101,7 +101,7 @@ print(gc.get_freeze_count())
 
 ARENAS = """
 import ctypes, os, threading
-from pipelines.heap import limit_malloc_arenas
+from pipelines.localrunner.heap import limit_malloc_arenas
 
 limit_malloc_arenas()
 together = threading.Barrier(8)

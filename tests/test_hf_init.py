@@ -324,7 +324,7 @@ def test_hf_json_without_a_mask_token_is_one_clear_error():
 
 
 def test_packing_writes_the_tokenizers_own_ends():
-    from pipelines.packing import group_of, pack_group
+    from pipelines.pack.rules import group_of, pack_group
     from pipelines.records import TokenizedDocument
     from schemas.config import PackingConfig
 
@@ -397,7 +397,7 @@ def test_roberta_tokenizer_json_drives_a_build_training_from_init_and_export(tmp
     whole-word masking; `shardforge export` writes a RobertaForMaskedLM with the tokenizer and a model card."""
     from transformers import AutoModelForMaskedLM, AutoTokenizer
 
-    from schemas.manifest import load_manifest
+    from shardforge.storage.contract import load_manifest
 
     docs = news_documents(limit=60)
     raw = write_jsonl(str(tmp_path / "news.jsonl"), docs)
@@ -456,7 +456,7 @@ def test_bert_wordpiece_corpus_continues_a_bert_and_exports_bert(tmp_path):
     batch equals the trained checkpoint's."""
     from transformers import AutoModelForMaskedLM, AutoTokenizer
 
-    from pipelines.build import run_build
+    from pipelines.jobs.build import run_build
     from schemas.config import BuildConfig, TrainConfig
     from trainer.export import export_checkpoint
     from trainer.hf_init import build_encoder
@@ -509,7 +509,7 @@ def test_init_with_a_corpus_of_another_tokenizer_is_one_line(tmp_path):
     """--init on a corpus built with shardforge's own tokenizer (other vocabulary): exit 2, one line."""
     docs = news_documents(limit=20)
     raw = write_jsonl(str(tmp_path / "news.jsonl"), docs)
-    from pipelines.build import run_build
+    from pipelines.jobs.build import run_build
     from schemas.config import BuildConfig
 
     corpus = str(tmp_path / "corpus")

@@ -16,7 +16,7 @@ from pathlib import Path
 import apache_beam as beam
 import pytest
 
-from shardforge.clirun import (
+from shardforge.console.run import (
     DATA_JOB_INTERRUPTED,
     INTERRUPTED,
     quiet_library_logs,

@@ -13,7 +13,7 @@ from importgraph import all_imports, graph, source_modules
 # The command-line drivers: nothing in pipelines/ may import them (they sit on top).
 CLI_DRIVERS = {"pipelines.build", "pipelines.serve", "pipelines.repack"}
 # The engines the drivers run: one batch as a corpus version, a chain of batches.
-ENGINES = {"pipelines.ingest", "pipelines.batched"}
+ENGINES = {"pipelines.jobs.ingest", "pipelines.jobs.batched"}
 
 
 @pytest.fixture(scope="module")
@@ -25,8 +25,8 @@ def g() -> dict[str, set[str]]:
 
 
 def test_the_scan_sees_imports(g):
-    assert "pipelines.graph" in g["pipelines.ingest"]  # a lazy import inside a function
-    assert "pipelines.graph" in g["pipelines.build"]
+    assert "pipelines.graph" in g["pipelines.jobs.ingest"]  # a lazy import inside a function
+    assert "pipelines.graph" in g["pipelines.jobs.build"]
 
 
 def test_nothing_imports_a_cli_driver(g):
@@ -36,7 +36,7 @@ def test_nothing_imports_a_cli_driver(g):
 
 def test_graph_imports_no_driver_and_engines_only_downward(g):
     assert not g["pipelines.graph"] & (CLI_DRIVERS | ENGINES)
-    assert "pipelines.batched" not in g["pipelines.ingest"]  # batched runs ingest's batches, never back
+    assert "pipelines.jobs.batched" not in g["pipelines.jobs.ingest"]  # batched runs ingest's batches, never back
     # The build graph is constructed in one place: the drivers that run it take it from there.
     builders = {m for m in g if "pipelines.graph" in g[m]}
-    assert builders == {"pipelines.build", "pipelines.ingest"}, builders
+    assert builders == {"pipelines.jobs.build", "pipelines.jobs.ingest"}, builders

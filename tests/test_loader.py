@@ -19,7 +19,7 @@ from schemas import PAD_ID
 from schemas.errors import UserError
 from schemas.manifest import Manifest, ShardInfo, TokenizerInfo
 from schemas.sample import encode_sample, tar_bytes
-from storage import sha256_bytes
+from shardforge.storage import sha256_bytes
 from trainer.loader import ShardLoader
 
 VOCAB = 1000
@@ -453,7 +453,7 @@ def test_more_units_than_partitions_still_equal_steps(corpus: str) -> None:
 # ------------------------------------------------------------ following a growing corpus
 
 def publish_version(root: Path, n: int, train: list[int]) -> None:
-    """Write manifest-v{n}.json for shards `train` (appending shards, as pipelines.serve does) and point latest at it."""
+    """Write manifest-v{n}.json for shards `train` (appending shards, as pipelines.jobs.serve does) and point latest at it."""
     staging = root.parent / f"staging-v{n}"
     make_corpus(staging, train)
     root.mkdir(parents=True, exist_ok=True)

@@ -7,8 +7,8 @@ import random
 import numpy as np
 import pytest
 
-from pipelines import minhash
-from pipelines.minhash import (
+from pipelines.dedupe import minhash
+from pipelines.dedupe.minhash import (
     MinHasher,
     candidate_probability,
     estimate_margin,
@@ -209,8 +209,8 @@ def test_lsh_catches_near_duplicates_empirically() -> None:
 
 def test_near_rule_paths_and_guards() -> None:
     """Jaccard path, containment path, and the two guards that keep snippets and shared leads apart."""
-    from pipelines.dedupe import EdgeScreen
-    from pipelines.minhash import NearRule, overlap
+    from pipelines.dedupe.minhash import NearRule, overlap
+    from pipelines.dedupe.near import EdgeScreen
 
     rule = NearRule(0.7, 0.9, min_jaccard=0.5, min_shingles=50)
     base = np.arange(1000, dtype=np.uint32)
@@ -309,7 +309,7 @@ import sys
 sys.modules["numba"] = None  # import numba -> ImportError, as on a machine without it
 import logging, numpy as np
 logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
-from pipelines import minhash
+from pipelines.dedupe import minhash
 from tests.realtext import news_documents
 minhash.KERNEL_AFTER = 0
 sh = minhash.shingle_sets(news_documents(20), 3)

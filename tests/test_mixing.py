@@ -10,7 +10,7 @@ import pytest
 
 from schemas.config import MixSource, TrainConfig
 from schemas.errors import UserError
-from schemas.manifest import load_manifest, tokenizer_url
+from shardforge.storage.contract import load_manifest, tokenizer_url
 from trainer.mixing import MixedLoader, WeightedSchedule, parse_mix_arg, plan_mix, source_names
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -72,7 +72,7 @@ def two_corpora(small_corpus, demo_corpus, tmp_path_factory):
     """The shared small corpus, and a second one built from one demo source with the first one's tokenizer."""
     from test_storage import store_config
 
-    from pipelines.build import run_build
+    from pipelines.jobs.build import run_build
 
     root_a, m_a = small_corpus
     cfg = store_config(demo_corpus, target_samples=32).model_dump()

@@ -1,4 +1,4 @@
-"""Properties of the packing rules (pipelines/packing.py).
+"""Properties of the packing rules (pipelines/pack/rules.py).
 
 Corpora are generated with globally unique, per-document increasing token
 ids (all >= 5, so never a special), which lets a test trace every token of
@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipelines.packing import (
+from pipelines.pack.rules import (
     PackedSequence,
     PackStats,
     _truncate_pair,
@@ -423,7 +423,7 @@ def test_empty_inputs():
 def lee_shape(limit: int = 200) -> list[list[int]]:
     """Sentence lengths (in words) of real news: the Lee corpus gensim ships, split by our splitter."""
     from benchmarks.bench_langid import lee_documents
-    from pipelines.sentences import split_sentences
+    from pipelines.clean.sentences import split_sentences
 
     return [[len(s.split()) for s in split_sentences(d)] for d in lee_documents()[:limit]]
 
@@ -453,8 +453,8 @@ def test_pairs_are_rarely_cut_on_real_sentence_lengths(rule, max_len):
 @pytest.mark.parametrize("vocab_size", [60_000, 70_000])  # uint16 and int32 ids
 def test_planned_tar_size_is_the_encoded_size(rule, vocab_size):
     """The packing step sizes samples without encoding them: exactly what encoding them gives."""
-    from pipelines.corpus import planned_tar_size
-    from pipelines.packing import pack_group
+    from pipelines.corpus.shards import planned_tar_size
+    from pipelines.pack.rules import pack_group
     from schemas.sample import encode_sample, sample_tar_size
 
     rng = random.Random(5)
@@ -472,7 +472,7 @@ def test_join_ids_equals_token_ids_of_the_flat_ids() -> None:
     import random
     from array import array
 
-    from pipelines.packing import _join_ids
+    from pipelines.pack.rules import _join_ids
     from pipelines.records import TokenIds, token_ids
 
     rng = random.Random(0)

@@ -14,8 +14,8 @@ import apache_beam as beam
 import numpy as np
 import pytest
 
-from pipelines.build import run_build
-from pipelines.repack import (
+from pipelines.jobs.build import run_build
+from pipelines.jobs.repack import (
     RepackOptions,
     iter_tokenized,
     repack_config,
@@ -23,15 +23,16 @@ from pipelines.repack import (
     resolve_parent,
     run_repack,
 )
-from pipelines.tokenizer import load_processor
+from pipelines.tokenizer.tokenizer import load_processor
 from schemas import BOS_ID, EOS_ID
 from schemas.config import BuildConfig
 from schemas.errors import UserError
-from schemas.manifest import Manifest, load_manifest
+from schemas.manifest import Manifest
 from schemas.naming import SHARD_NAME_RE
 from schemas.sample import decode_sample, iter_tar_samples
 from shardforge import cli
-from shardforge.synth import make_article
+from shardforge.commands.synth import make_article
+from shardforge.storage.contract import load_manifest
 
 pytestmark = pytest.mark.slow
 
@@ -51,7 +52,7 @@ def write_raw(root: str, seed: int = 3) -> dict[str, str]:
 
 def quality_rules_off() -> dict:
     """Cleaning settings that keep template text: this file tests packing, not the cleaning rules."""
-    from pipelines import clean
+    from pipelines.clean import rules as clean
 
     guards = set(getattr(clean, "GUARD_RULES", ()))
     return {"disabled_rules": sorted(set(getattr(clean, "RULE_NAMES", ())) - guards), "english_only": False,
@@ -96,7 +97,7 @@ def docs_by_split(samples: dict[str, list[dict]]) -> dict[str, set[str]]:
 
 
 def shard_digests(root: str) -> dict[tuple[str, int], str]:
-    """(split, index) -> sha256: shard names also carry the writing attempt's tag (pipelines.commit)."""
+    """(split, index) -> sha256: shard names also carry the writing attempt's tag (pipelines.corpus.commit)."""
     out = {}
     for p in sorted(glob.glob(os.path.join(root, "*.tar"))):
         name = SHARD_NAME_RE.match(os.path.basename(p))
@@ -114,11 +115,11 @@ def test_same_rule_gives_byte_identical_shards(parent, tmp_path):
     cfg, out, m = parent
     import pyarrow.parquet as pq
 
-    from pipelines.corpus import packing_key, tokenized_part_index
+    from pipelines.corpus.shards import packing_key, tokenized_part_index
 
     files = sorted(glob.glob(os.path.join(out, m.intermediates["tokenized"], "part-*.parquet")))
     # One part per packing group that holds documents: train's groups 0-2, then valid's 3-5
-    # (pipelines.corpus.tokenized_part_index); each document in the part of the group it routes to.
+    # (pipelines.corpus.shards.tokenized_part_index); each document in the part of the group it routes to.
     # (Document ids hash the input's path, a pytest folder: which groups get documents varies.)
     groups = cfg.packing.groups
     where = {}
@@ -239,7 +240,7 @@ def test_repack_graph_has_no_clean_dedupe_or_tokenize(parent, tmp_path):
     for stage in ("Read[", "Clean", "Dedupe", "SplitSentences", "TrainTokenizer", "Tokenize/", "Encode"):
         assert not [name for name in labels if stage in name], stage
     # And the build graph does contain them (the check above can fail).
-    from pipelines.build import build_pipeline
+    from pipelines.jobs.build import build_pipeline
 
     pb = beam.Pipeline(options=RepackOptions(["--runner", "FnApiRunner"]))
     build_pipeline(pb, BuildConfig.model_validate(m.config), str(tmp_path / "b"))

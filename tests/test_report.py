@@ -19,7 +19,7 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from realtext import news_documents, write_jsonl
 
 from pipelines.records import Document, Duplicate, Reject
-from pipelines.report import (
+from pipelines.report.report import (
     ALL,
     NUM_BINS,
     REPORT_HTML,
@@ -91,7 +91,7 @@ def test_histogram_combines_in_beam(tmp_path):
 
 def test_lengths_and_words_equal_the_two_combines_it_replaces(tmp_path):
     """The kept documents' histogram and word counts come from one pass; both equal their own combines."""
-    from pipelines.report import LengthsAndWords, WordCounts
+    from pipelines.report.report import LengthsAndWords, WordCounts
 
     rng = __import__("random").Random(5)
     docs = [Document(f"d{i}", rng.choice("abc"), " ".join(["w"] * rng.choice([0, 1, 3, 40, 900])) + " \n x")
@@ -112,7 +112,7 @@ def test_lengths_and_words_equal_the_two_combines_it_replaces(tmp_path):
 
 
 def test_kept_documents_are_measured_by_the_count_the_clean_stage_made():
-    from pipelines.report import LengthsAndWords, words_of_document
+    from pipelines.report.report import LengthsAndWords, words_of_document
 
     plain = Document("a", "web", "one two three")
     assert words_of_document(plain) == 3 == count_words(plain.text)
@@ -198,8 +198,8 @@ def test_a_report_swept_by_another_writers_commit_is_a_warning_not_a_failed_step
     The step must not raise: a runner would log the error with a traceback (and retry); the
     driver reports the lost commit in one line (test_commit's two-serve race hits this by chance).
     """
-    import pipelines.report as report_mod
-    from storage import TemporaryRemoved
+    import pipelines.report.report as report_mod
+    from shardforge.storage import TemporaryRemoved
 
     def swept(url, data):
         raise TemporaryRemoved(f"{url}: removed before it was published")
@@ -459,7 +459,7 @@ def test_real_build_reports_the_tokenizer_training_cost(real_builds):
     here (the sample bounds far above the corpus) every sentence of every kept document."""
     import pyarrow.parquet as pq
 
-    from pipelines.sentences import split_sentences
+    from pipelines.clean.sentences import split_sentences
 
     out, m, report, _, _ = real_builds["normal"]
     texts = pq.read_table(str(out / m["intermediates"]["clean"])).column("text").to_pylist()
@@ -479,8 +479,8 @@ def test_token_counts_are_the_tokenize_steps_batch_counts_summed():
     from apache_beam.pvalue import TaggedOutput
 
     from pipelines.records import SentencedDocument, TokenizedDocument
-    from pipelines.report import TokenCounts
-    from pipelines.tokenizer import TOKEN_COUNTS, _Encode
+    from pipelines.report.report import TokenCounts
+    from pipelines.tokenizer.tokenizer import TOKEN_COUNTS, _Encode
 
     class Encoder:  # "?" encodes to <unk> and a piece, blank to nothing, anything else to three pieces
         def encode(self, sentences, num_threads=1):

@@ -9,19 +9,9 @@ import sys
 import numpy as np
 import pytest
 
-from schemas.config import BuildConfig, TrainConfig, load_config, parse_config
+from schemas.config import BuildConfig, TrainConfig, parse_config
 from schemas.errors import UserError
-from schemas.manifest import (
-    LATEST_NAME,
-    Manifest,
-    ShardInfo,
-    TokenizerInfo,
-    committed_versions,
-    load_manifest,
-    load_version,
-    parse_manifest,
-    read_latest_pointer,
-)
+from schemas.manifest import LATEST_NAME, Manifest, ShardInfo, TokenizerInfo, parse_manifest
 from schemas.naming import manifest_version, version_key_prefix, version_manifest_name
 from schemas.sample import (
     ShardFormatError,
@@ -30,6 +20,13 @@ from schemas.sample import (
     ids_dtype,
     iter_tar_samples,
     tar_bytes,
+)
+from shardforge.storage.contract import (
+    committed_versions,
+    load_config,
+    load_manifest,
+    load_version,
+    read_latest_pointer,
 )
 
 

@@ -11,7 +11,7 @@ import re
 from importlib import metadata
 from pathlib import Path
 
-from pipelines.sentences import split_sentences
+from pipelines.clean.sentences import split_sentences
 
 PACKAGES = ("networkx", "gensim")
 ABBREVS = ("Rev", "Sept", "Calif", "Ed", "Eds", "Sec", "Fig", "Figs", "Vol", "Univ", "Dept", "Proc", "Phys")

@@ -25,18 +25,17 @@ from typing import Any
 
 import pytest
 
-from pipelines.ingest import read_ledger, recover
+from pipelines.jobs.ingest import read_ledger, recover
 from pipelines.records import make_doc_id
-from schemas.manifest import (
-    LATEST_NAME,
-    Manifest,
+from schemas.manifest import LATEST_NAME, Manifest
+from schemas.naming import SHARD_NAME_RE
+from shardforge.commands.synth import make_article
+from shardforge.storage.contract import (
     committed_versions,
     latest_manifest_url,
     load_version,
     read_latest_pointer,
 )
-from schemas.naming import SHARD_NAME_RE
-from shardforge.synth import make_article
 
 pytestmark = pytest.mark.slow
 
@@ -246,7 +245,7 @@ def test_no_document_kept_twice_across_versions(served):
 
 
 def test_status_reports_versions_pending_and_changed(served, capsys):
-    from shardforge.status import corpus_status, main
+    from shardforge.commands.status import corpus_status, main
 
     corpus, raw = served["corpus"], served["raw"]
     drop(raw, "b4-0.jsonl", articles(4, 3))  # landed after the service stopped: pending
@@ -285,7 +284,7 @@ def test_recover_repairs_every_crash_window_after_the_commit(served, tmp_path):
 def test_once_on_the_gcs_emulator(gcs_bucket, tmp_path):
     import gcsfs
 
-    from pipelines.serve import run
+    from pipelines.jobs.serve import run
 
     fs = gcsfs.GCSFileSystem(token="anon")
     bucket = gcs_bucket[len("gs://"):]
@@ -320,10 +319,10 @@ def test_once_on_the_gcs_emulator(gcs_bucket, tmp_path):
 
 
 def test_a_following_loader_adopts_new_shards_at_the_epoch_boundary_and_resumes_exactly(tmp_path):
-    """The trainer side of the service: ShardLoader(follow=True) over a corpus that pipelines.serve grows."""
+    """The trainer side of the service: ShardLoader(follow=True) over a corpus that pipelines.jobs.serve grows."""
     import torch
 
-    from pipelines.serve import run
+    from pipelines.jobs.serve import run
     from trainer.loader import ShardLoader
 
     raw, corpus = tmp_path / "raw", str(tmp_path / "corpus")
@@ -382,7 +381,7 @@ def _one_file_service(tmp_path: Path, *extra: str) -> tuple[list[str], Path]:
 def test_a_listing_that_cannot_reach_the_store_waits_for_the_next_poll(tmp_path, monkeypatch, capsys):
     """The service outlives an outage of the watched store: a transient listing error is logged and
     the listing tried again a poll later (it ended the service); --once fails on it instead."""
-    import pipelines.serve as serve
+    import pipelines.jobs.serve as serve
 
     args, corpus = _one_file_service(tmp_path)
     raw = tmp_path / "raw"
@@ -411,7 +410,7 @@ def test_a_listing_that_cannot_reach_the_store_waits_for_the_next_poll(tmp_path,
 def test_a_batch_that_fails_on_a_transient_error_is_tried_again_in_place(tmp_path, monkeypatch, capsys):
     """A batch whose build fails on a transient error is tried again after a pause (it ended the
     service); a failure after the batch committed does not ingest its files twice."""
-    import pipelines.serve as serve
+    import pipelines.jobs.serve as serve
 
     args, corpus = _one_file_service(tmp_path)
     real_ingest, calls = serve.ingest_batch, []
@@ -450,7 +449,7 @@ def test_a_batch_that_fails_on_a_transient_error_is_tried_again_in_place(tmp_pat
 def test_a_batch_error_that_is_not_transient_or_outlasts_its_retries_stops_the_service(tmp_path, monkeypatch):
     """Bad data or a bug is raised at once; a transient error after --batch_retries tries, and under
     --once at once."""
-    import pipelines.serve as serve
+    import pipelines.jobs.serve as serve
 
     args, corpus = _one_file_service(tmp_path)
     calls: list[int] = []

@@ -1,4 +1,4 @@
-"""pipelines.signatures: Beam's get_signature memoized, same answers as inspect, installed by make_pipeline."""
+"""pipelines.localrunner.signatures: Beam's get_signature memoized, same answers as inspect, installed by make_pipeline."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.transforms import core, userstate
 from apache_beam.typehints import decorators
 
-from pipelines import signatures
+from pipelines.localrunner import signatures
 from pipelines.options import finalize_options, make_pipeline
 
 
@@ -154,10 +154,10 @@ def test_a_pipeline_run_inspects_each_function_once_not_per_bundle(tmp_path):
 
 def test_make_pipeline_shortens_the_state_samplers_period() -> None:
     """A bundle ends by joining its state sampler's thread, which sleeps up to the sampling period:
-    make_pipeline sets it to pipelines.sampler.SAMPLING_PERIOD_MS (Beam's default: 200 ms)."""
+    make_pipeline sets it to pipelines.localrunner.statesampler.SAMPLING_PERIOD_MS (Beam's default: 200 ms)."""
     from apache_beam.runners.worker import statesampler
 
-    from pipelines import sampler
+    from pipelines.localrunner import statesampler as sampler
     from pipelines.options import BuildOptions, finalize_options, make_pipeline
 
     sampler.uninstall()

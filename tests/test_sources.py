@@ -26,10 +26,12 @@ import zstandard
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from pipelines.files import WriteParts, rejects_to_jsonl
+from pipelines.corpus.parts import WriteParts, rejects_to_jsonl
 from pipelines.records import Document, Reject, make_doc_id
-from pipelines.sources import ReadSource, Tally, iter_json_array, iter_lines, read_file, read_stream
+from pipelines.sources import ReadSource, read_file
 from pipelines.sources.listing import list_inputs
+from pipelines.sources.readers import Tally, read_stream
+from pipelines.sources.streams import iter_json_array, iter_lines
 from schemas.config import SourceConfig
 
 COMPRESS = {".gz": gzip.compress, ".xz": lzma.compress, ".bz2": bz2.compress,
@@ -594,7 +596,7 @@ def hostile_folder(root, demo_corpus) -> tuple[str, int]:
 @pytest.mark.parametrize("batched", [False, True], ids=["one-shot", "batched"])
 def test_cli_build_survives_the_hostile_catalogue_and_counts_every_input(tmp_path, demo_corpus, batched):
     """Both listings (the one-shot glob, and the ledger listing of --batch_mb / serve) count every match."""
-    from shardforge.demo import demo_build_config
+    from shardforge.commands.demo import demo_build_config
 
     pattern, expected_input = hostile_folder(tmp_path, demo_corpus)
     cfg = demo_build_config({"ccnews": pattern, "openwebtext": demo_corpus["openwebtext"],
@@ -628,9 +630,9 @@ def test_cli_build_survives_the_hostile_catalogue_and_counts_every_input(tmp_pat
 @pytest.mark.slow
 def test_a_reader_that_loses_records_fails_the_accounting_identity(tmp_path, demo_corpus, monkeypatch):
     """The input count is what the framers read, so records lost after reading cannot balance."""
-    import pipelines.sources as sources
-    from pipelines.build import run_build
-    from shardforge.demo import demo_build_config
+    import pipelines.sources.transforms as sources
+    from pipelines.jobs.build import run_build
+    from shardforge.commands.demo import demo_build_config
 
     cfg = demo_build_config(demo_corpus).model_dump()
     cfg["tokenizer"]["vocab_size"] = 400

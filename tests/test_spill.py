@@ -1,4 +1,4 @@
-"""pipelines.spill: the local runner's stage data on disk and streamed through bundles (issue #16, item 5).
+"""pipelines.localrunner.spill: the local runner's stage data on disk and streamed through bundles (issue #16, item 5).
 
 Real Beam pipelines on the FnApiRunner, with everything spilled (``buffer_bytes=0``) against Beam's
 own in-memory buffers: the same results, and bytes really went to disk. The buffer tests drive
@@ -21,7 +21,7 @@ from apache_beam.transforms import window
 from apache_beam.transforms.core import Windowing
 from apache_beam.utils.windowed_value import WindowedValue
 
-from pipelines import spill
+from pipelines.localrunner import spill
 
 
 @pytest.fixture
@@ -191,7 +191,7 @@ def _pipeline_results(out: Path) -> dict[str, list]:
 
 
 def _beams_then_ours(run, tmp_path: Path, buffer_bytes: int) -> tuple[dict, dict, int]:
-    """``run(folder)`` on Beam's own buffers, then with ``pipelines.spill`` installed: both results
+    """``run(folder)`` on Beam's own buffers, then with ``pipelines.localrunner.spill`` installed: both results
     and the bytes that went to spill files in the second run."""
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
@@ -246,7 +246,7 @@ def _held_after_a_big_stage(p: beam.Pipeline, seen: Path, in_process: bool) -> d
         gc.collect()  # the processors of pipelines that ended, waiting for the cycle collector
         return [op for op in gc.get_objects() if isinstance(op, DataOutputOperation)]
 
-    from pipelines.preflight import UNUSED_INTEGRATIONS
+    from pipelines.localrunner.preflight import UNUSED_INTEGRATIONS
 
     earlier = frozenset(id(op) for op in operations()) if in_process else frozenset()
 
@@ -277,7 +277,7 @@ def test_a_finished_bundle_keeps_no_output_bytes(tmp_path: Path) -> None:
 
 
 def test_a_worker_process_keeps_no_output_bytes(tmp_path: Path) -> None:
-    """The same in the worker processes of ``--direct_num_workers 2`` (``pipelines.worker``), which
+    """The same in the worker processes of ``--direct_num_workers 2`` (``pipelines.localrunner.sdkworker``), which
     also leave out the optional integrations Beam imports and a worker never uses."""
     from pipelines.options import BuildOptions, finalize_options, make_pipeline
 
@@ -288,7 +288,7 @@ def test_a_worker_process_keeps_no_output_bytes(tmp_path: Path) -> None:
         spill.uninstall()
     assert held["held"]
     assert sum(held["held"]) == 0, held
-    assert held["loaded"] == [], held  # pipelines.worker leaves out what Beam would load and never use
+    assert held["loaded"] == [], held  # pipelines.localrunner.sdkworker leaves out what Beam would load and never use
 
 
 def test_to_disk_moves_what_buffers_hold_in_memory(tmp_path: Path) -> None:

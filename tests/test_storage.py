@@ -29,12 +29,12 @@ from typing import IO
 import pytest
 from faultproxy import FaultProxy
 
-import storage
-from pipelines.commit import manifest_tag
+from pipelines.corpus.commit import manifest_tag
 from schemas.config import BuildConfig
 from schemas.manifest import Manifest
 from schemas.naming import shard_name
 from schemas.sample import iter_tar_samples
+from shardforge import storage
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -43,7 +43,7 @@ def store_config(globs: dict[str, str], target_samples: int = 64) -> BuildConfig
     """A small build whose demo corpus keeps most documents (several shards per split)."""
     from test_build import small_config
 
-    from pipelines.clean import RULE_NAMES
+    from pipelines.clean.rules import RULE_NAMES
 
     cfg = small_config(globs).model_dump()
     # The synthetic corpus repeats phrases; keep the repetition rules from eating it.
@@ -163,7 +163,7 @@ def test_atomic_write_roundtrip_on_every_backend(store_url):
 
 def test_only_an_object_store_write_pays_for_md5(store_url, monkeypatch):
     """md5 checks what a store holds after an upload; a local file needs only the sha256."""
-    import storage.writes as writes
+    import shardforge.storage.writes as writes
 
     made = []
     real_md5 = hashlib.md5
@@ -186,7 +186,7 @@ def test_failed_producer_leaves_nothing_on_every_backend(store_url):
 def test_a_temporary_removed_under_its_writer_is_named_as_such(store_url, monkeypatch):
     """Another writer's cleanup took this writer's temporary: TemporaryRemoved, not a bare
     FileNotFoundError, so a pipeline step can say "lost" instead of failing with a trace."""
-    import storage.writes as writes
+    import shardforge.storage.writes as writes
 
     fs, _ = storage.get_fs(store_url)
     if writes._is_local(fs):
@@ -215,7 +215,7 @@ def test_a_temporary_removed_under_its_writer_is_named_as_such(store_url, monkey
 KILLED_WRITER = textwrap.dedent("""
     import os, signal, sys
     sys.path.insert(0, {root!r})
-    from storage import write_stream_atomic
+    from shardforge.storage import write_stream_atomic
 
     def produce(f):
         # more than one gcsfs / s3fs upload block, so parts are really sent before the kill
@@ -295,7 +295,7 @@ def s3_through(endpoint: str, **options: object) -> Iterator[None]:
 @pytest.fixture(params=["client_retries", "ours_only"])
 def s3_retry_stack(request, monkeypatch) -> tuple[dict[str, object], float]:
     """(fsspec options for s3fs, fault rate): s3fs's and botocore's own retries as shipped, or both
-    off so that storage.retry alone absorbs every fault (and classifies what s3fs raises).
+    off so that shardforge.storage.retry alone absorbs every fault (and classifies what s3fs raises).
 
     Alone, our loop retries whole operations (a multipart write is ~9 requests, each of which
     may fail), so it gets a lower fault rate: at 30% almost no whole attempt would get through.
@@ -400,7 +400,7 @@ def test_s3_read_path_survives_injected_faults(s3_emulator, s3_bucket, s3_retry_
 @pytest.fixture(scope="module")
 def reference(demo_corpus, tmp_path_factory):
     """A clean local build: every other build must give byte-identical shards."""
-    from pipelines.build import run_build
+    from pipelines.jobs.build import run_build
 
     cfg = store_config(demo_corpus)
     out = str(tmp_path_factory.mktemp("reference"))
@@ -412,7 +412,7 @@ def test_names_are_deterministic_and_sample_keys_unique(reference):
     _, out, m = reference
     for split in ("train", "valid"):
         names = [s.name for s in m.shards_of(split)]
-        tag = manifest_tag(m)  # the one attempt that committed it (pipelines.commit)
+        tag = manifest_tag(m)  # the one attempt that committed it (pipelines.corpus.commit)
         assert names == [shard_name(split, i, tag) for i in range(len(names))]
     assert len(m.shards_of("train")) >= 3
     keys: list[str] = []
@@ -428,8 +428,8 @@ def test_names_are_deterministic_and_sample_keys_unique(reference):
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", ["gs", "s3", "memory"])
 def test_build_to_object_store_matches_local_build(backend, reference, request):
-    from pipelines.build import run_build
-    from shardforge.validate import validate_corpus
+    from pipelines.jobs.build import run_build
+    from shardforge.commands.validate import validate_corpus
 
     cfg, _, ref = reference
     if backend == "memory":
@@ -449,8 +449,8 @@ def test_build_through_fault_proxy_loses_nothing(reference, gcs_emulator, gcs_bu
     """503s, resets and lost replies on shard, manifest and tokenizer traffic: the corpus is still exact."""
     import gcsfs
 
-    from pipelines.build import run_build
-    from shardforge.validate import validate_corpus
+    from pipelines.jobs.build import run_build
+    from shardforge.commands.validate import validate_corpus
 
     cfg, _, ref = reference
     out = f"{gcs_bucket}/faulty"
@@ -477,8 +477,8 @@ def test_build_through_fault_proxy_loses_nothing(reference, gcs_emulator, gcs_bu
 @pytest.mark.slow
 def test_build_to_s3_through_fault_proxy_loses_nothing(reference, s3_emulator, s3_bucket):
     """The same on S3 (moto): faulted shard, manifest and tokenizer traffic, s3fs / botocore retries on."""
-    from pipelines.build import run_build
-    from shardforge.validate import validate_corpus
+    from pipelines.jobs.build import run_build
+    from shardforge.commands.validate import validate_corpus
 
     cfg, _, ref = reference
     out = f"{s3_bucket}/faulty"
@@ -501,7 +501,7 @@ def test_build_to_s3_through_fault_proxy_loses_nothing(reference, s3_emulator, s
 @pytest.mark.slow
 def test_killed_build_leaves_no_manifest_and_rerun_is_identical(demo_corpus, tmp_path):
     """SIGKILL a build once shards appear; then rerun over the debris: byte-identical to a clean build."""
-    from pipelines.build import run_build
+    from pipelines.jobs.build import run_build
 
     cfg = store_config(demo_corpus, target_samples=8)  # many shards: a wide window to land the kill in
     cfg_path = tmp_path / "build.json"
@@ -565,7 +565,7 @@ def test_kms_encrypted_s3_etags_are_not_taken_for_md5():
 
     from fsspec.implementations.memory import MemoryFileSystem
 
-    from storage.writes import _holds
+    from shardforge.storage.writes import _holds
 
     data = b"shard bytes"
     md5 = _hashlib.md5(data).digest()
@@ -588,7 +588,7 @@ def test_kms_encrypted_s3_etags_are_not_taken_for_md5():
 
 
 def test_relative_and_resolved_urls_round_trip(tmp_path):
-    from storage import relative_url, resolve_url
+    from shardforge.storage import relative_url, resolve_url
 
     base = "gs://bucket/corpus/versions/v3/dedupe/index"
     part = "gs://bucket/corpus/versions/v1/dedupe/index/part-00000.parquet"

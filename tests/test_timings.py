@@ -17,10 +17,10 @@ from typing import Any
 import apache_beam as beam
 import pytest
 
-from pipelines.report import REPORT_HTML, REPORT_JSON, TIMINGS_HTML, TIMINGS_JSON, TIMINGS_SVG
-from pipelines.timings import OTHER, STAGES, stage_of
+from pipelines.report.report import REPORT_HTML, REPORT_JSON, TIMINGS_HTML, TIMINGS_JSON, TIMINGS_SVG
+from pipelines.report.timings import OTHER, STAGES, stage_of
 from schemas.config import BuildConfig
-from shardforge.demo import demo_build_config
+from shardforge.commands.demo import demo_build_config
 
 ROOT = Path(__file__).resolve().parents[1]
 ROUNDING = 0.001 * len(STAGES)  # each stage is rounded to 1 ms in timings.json
@@ -65,7 +65,7 @@ def check_measured(doc: dict[str, Any], workers: int) -> None:
 
 def test_every_transform_of_the_graph_belongs_to_a_named_stage(demo_corpus, tmp_path):
     """A transform added to pipelines.graph without a stage would land in "other": name it in
-    pipelines.timings (both the one-shot graph and the batch graph of --batch_mb / serve)."""
+    pipelines.report.timings (both the one-shot graph and the batch graph of --batch_mb / serve)."""
     from apache_beam.options.pipeline_options import PipelineOptions
 
     from pipelines.graph import AppendTo, build_pipeline
@@ -195,7 +195,7 @@ def test_batched_build_sums_the_stage_timings_of_its_batches(demo_corpus, tmp_pa
 def test_batches_some_unmeasured_sum_what_was_measured_and_say_what_was_not():
     """A batched build whose batches ran on runners with and without per-transform times (a rerun
     with other Beam flags): the measured batches are summed, the rest named, nothing made up."""
-    from pipelines.timings import BuildTimings, Runner, RunTimings, summary_line, timings_table
+    from pipelines.report.timings import BuildTimings, Runner, RunTimings, summary_line, timings_table
 
     measured = RunTimings(Runner("FnApiRunner, in-process", 1), 2.0, dict.fromkeys(STAGES, 0.1))
     blind = RunTimings(Runner("BundleBasedDirectRunner", 1), 3.0, None, "per-stage timings unavailable on this runner")

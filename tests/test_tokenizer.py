@@ -23,9 +23,9 @@ from apache_beam.testing import test_pipeline
 from apache_beam.testing.util import assert_that, equal_to
 from realtext import news_documents, write_jsonl
 
+from pipelines.clean.sentences import split_sentences
 from pipelines.records import SentencedDocument, TokenizedDocument
-from pipelines.sentences import split_sentences
-from pipelines.tokenizer import (
+from pipelines.tokenizer.tokenizer import (
     BYTE_BPE_PATH,
     MODEL_PATH,
     BoundedSample,
@@ -48,7 +48,7 @@ from schemas import SPECIAL_TOKENS, UNK_ID
 from schemas.config import BuildConfig, TokenizerConfig
 from schemas.errors import UserError
 from schemas.tokenizer_files import BYTE_BPE, SENTENCEPIECE, load_tokenizer
-from shardforge.synth import make_article
+from shardforge.commands.synth import make_article
 
 UNIGRAM = TokenizerConfig(model_type="unigram", vocab_size=300)  # the defaults: byte fallback, coverage 1.0
 BPE = TokenizerConfig(model_type="bpe", vocab_size=400, byte_fallback=True)
@@ -312,8 +312,8 @@ def test_encode_threads_do_not_change_ids(docs, models, kind):
 
 TRAIN_IN_SUBPROCESS = """
 import hashlib, sys
-from pipelines.sentences import split_sentences
-from pipelines.tokenizer import train_byte_bpe
+from pipelines.clean.sentences import split_sentences
+from pipelines.tokenizer.tokenizer import train_byte_bpe
 from schemas.config import TokenizerConfig
 from realtext import news_documents
 sents = [s for d in news_documents(120) for s in split_sentences(d)]
@@ -338,8 +338,8 @@ def test_byte_bpe_training_is_the_same_with_any_thread_count():
 SPM_IN_ONE_CORE = """
 import hashlib, os, sys
 os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # one core for all of the trainer's threads
-from pipelines.sentences import split_sentences
-from pipelines.tokenizer import train_sentencepiece
+from pipelines.clean.sentences import split_sentences
+from pipelines.tokenizer.tokenizer import train_sentencepiece
 from schemas.config import TokenizerConfig
 from realtext import news_documents
 sents = [s for d in news_documents(120) for s in split_sentences(d)]
@@ -414,7 +414,7 @@ def test_bad_reused_model_fails_the_build_cli_in_one_line(docs, tmp_path):
 # ------------------------------------------------------------------ through the build
 
 def quality_rules_off() -> dict:
-    from pipelines import clean
+    from pipelines.clean import rules as clean
 
     guards = set(getattr(clean, "GUARD_RULES", ()))
     return {"disabled_rules": sorted(set(getattr(clean, "RULE_NAMES", ())) - guards), "english_only": False,
@@ -441,7 +441,7 @@ def shard_ids(out: str, m) -> list[np.ndarray]:
     {"model_type": "byte_bpe", "vocab_size": 500},
 ])
 def test_build_trains_and_encodes_every_model_type(tmp_path, tok):
-    from pipelines.build import run_build
+    from pipelines.jobs.build import run_build
 
     rng = random.Random(9)
     raw = tmp_path / "raw.jsonl"
@@ -492,7 +492,7 @@ def real_raw(tmp_path_factory) -> str:
 @pytest.mark.slow
 @pytest.mark.parametrize("tok", [{}, {"model_type": "bpe"}], ids=["defaults", "bpe"])
 def test_real_text_build_has_no_unk_in_any_shard(real_raw, tmp_path, tok):
-    from pipelines.build import run_build
+    from pipelines.jobs.build import run_build
 
     out = str(tmp_path / "corpus")
     m = run_build(real_build_config(real_raw, tok), out)
@@ -509,7 +509,7 @@ def test_real_text_build_has_no_unk_in_any_shard(real_raw, tmp_path, tok):
 @pytest.fixture(scope="module")
 def byte_bpe_corpus(real_raw, tmp_path_factory) -> tuple[str, object]:
     """The real articles built with the byte-level BPE kind."""
-    from pipelines.build import run_build
+    from pipelines.jobs.build import run_build
 
     out = str(tmp_path_factory.mktemp("bbpe") / "corpus")
     return out, run_build(real_build_config(real_raw, {"model_type": "byte_bpe", "vocab_size": 2000}), out)
@@ -517,7 +517,7 @@ def byte_bpe_corpus(real_raw, tmp_path_factory) -> tuple[str, object]:
 
 @pytest.mark.slow
 def test_byte_bpe_build_records_its_tokenizer_and_has_no_unk(byte_bpe_corpus):
-    from storage import sha256_bytes
+    from shardforge.storage import sha256_bytes
 
     out, m = byte_bpe_corpus
     data = open(os.path.join(out, m.tokenizer.path), "rb").read()
@@ -570,7 +570,7 @@ def test_byte_bpe_corpus_validates_and_inspects(byte_bpe_corpus):
 @pytest.mark.slow
 def test_byte_bpe_word_starts_for_whole_word_masking(byte_bpe_corpus):
     """The trainer's word-start table: a token starts a word when it begins with Ġ or is special."""
-    from schemas.manifest import load_manifest
+    from shardforge.storage.contract import load_manifest
     from trainer.train import vocab_tables
 
     out, _ = byte_bpe_corpus
@@ -674,7 +674,7 @@ def test_byte_bpe_corpus_trains_with_whole_word_masking_and_exports_through_the_
 
 @pytest.mark.slow
 def test_repack_of_a_byte_bpe_corpus_copies_its_tokenizer_json(byte_bpe_corpus, tmp_path):
-    from pipelines.repack import run_repack
+    from pipelines.jobs.repack import run_repack
 
     out, m = byte_bpe_corpus
     new = str(tmp_path / "doc")

@@ -16,11 +16,12 @@ import tarfile
 import numpy as np
 import pytest
 
-from schemas.manifest import Manifest, load_manifest
+from schemas.manifest import Manifest
 from schemas.sample import ShardFormatError, decode_sample, encode_sample, iter_tar_samples, tar_bytes
 from shardforge import cli
-from shardforge.inspect import inspect_corpus
-from shardforge.validate import validate_corpus
+from shardforge.commands.inspect import inspect_corpus
+from shardforge.commands.validate import validate_corpus
+from shardforge.storage.contract import load_manifest
 
 pytestmark = pytest.mark.slow
 

@@ -23,7 +23,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 @pytest.fixture(scope="module")
 def corpus(demo_corpus, tmp_path_factory) -> str:
-    from pipelines.build import run_build
+    from pipelines.jobs.build import run_build
     from tests.test_build import small_config
 
     out = str(tmp_path_factory.mktemp("train-corpus"))
@@ -194,7 +194,7 @@ def test_torch_compile_option_trains_and_checkpoints_plain_weights(corpus, tmp_p
 @pytest.mark.parametrize("variant", ["albert_sop", "spanbert_nsp"])
 def test_pair_rule_corpora_train_every_head(corpus, tmp_path, variant):
     """ALBERT (factorized, shared, SOP, n-gram masks) and SpanBERT (spans + SBO, NSP) end to end."""
-    from pipelines.repack import run_repack
+    from pipelines.jobs.repack import run_repack
 
     rule, model, masking = {
         "albert_sop": ("sop", {"embedding_size": 32, "share": "all", "sentence_head": "sop", "dropout": 0.0},
@@ -250,7 +250,7 @@ def test_export_refuses_a_tokenizer_the_run_did_not_train_with(corpus, tmp_path,
     import sentencepiece as spm
 
     from shardforge.cli import main as cli
-    from shardforge.synth import make_article
+    from shardforge.commands.synth import make_article
 
     run = str(tmp_path / "run")
     train(cfg(corpus, run, steps=1))

@@ -1,7 +1,7 @@
 """An object store that cannot be reached: one line naming the host, after the client's retries only.
 
 Before, `shardforge validate gs://...` on a machine without network printed aiohttp's traceback
-after 3 min 46 s: gcsfs retried each request six times (~31 s) and ``storage.retry`` retried
+after 3 min 46 s: gcsfs retried each request six times (~31 s) and ``shardforge.storage.retry`` retried
 that six times more. The clients retry a connection that cannot be made themselves, so the
 outer loop now gives up at once on those (and still retries a connection dropped mid-request).
 """
@@ -18,8 +18,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from shardforge.clirun import quiet_library_logs, run_cli, unreachable_store_error
-from storage.retry import OPERATION_ATTR, is_transient, not_connected, retry, unreachable_endpoint
+from shardforge.console.run import quiet_library_logs, run_cli, unreachable_store_error
+from shardforge.storage.retry import OPERATION_ATTR, is_transient, not_connected, retry, unreachable_endpoint
 from tests.conftest import free_port  # a loopback port nothing listens on once it returns
 
 REPO = Path(__file__).resolve().parents[1]
@@ -180,7 +180,7 @@ def test_an_http_input_that_cannot_be_reached_is_not_no_such_file(capsys) -> Non
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     from pipelines.sources.listing import list_inputs
-    from storage import expand_glob
+    from shardforge.storage import expand_glob
 
     class NotFound(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 - http.server's name

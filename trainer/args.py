@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-from shardforge.cliargs import ArgumentParser
+from shardforge.console.args import ArgumentParser
 
 DESCRIPTION = """Train an encoder on a shardforge corpus: stream shards, mask on the device, step, log, checkpoint.
 

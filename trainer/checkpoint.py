@@ -24,7 +24,7 @@ import torch
 
 from schemas.config import ModelConfig, TrainConfig
 from schemas.errors import UserError
-from storage import get_fs, join, list_names, read_bytes, retry, write_bytes_atomic
+from shardforge.storage import get_fs, join, list_names, read_bytes, retry, write_bytes_atomic
 from trainer.distributed import Dist, gather_rng, restore_rng
 from trainer.loader import ShardLoader
 from trainer.mixing import MixedLoader, gather_loader_state

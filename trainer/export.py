@@ -33,7 +33,7 @@ import torch
 
 from schemas import SPECIAL_TOKENS
 from schemas.config import ModelConfig
-from storage import join, makedirs, read_bytes, write_bytes_atomic, write_text_atomic
+from shardforge.storage import join, makedirs, read_bytes, write_bytes_atomic, write_text_atomic
 from trainer.hf_tokenizer import ALBERT, XLM_ROBERTA, tokenizer_files
 from trainer.model import Encoder, ModelDims, resolve_dims
 
@@ -249,8 +249,8 @@ def export_checkpoint(ckpt: str, out_dir: str, tokenizer: str | None = None) -> 
     """Export a training checkpoint (file, or run folder: its latest) to a Hugging Face folder."""
     from schemas.config import TrainConfig
     from schemas.errors import UserError
-    from schemas.manifest import load_manifest, tokenizer_url
-    from storage import exists, local_copy
+    from shardforge.storage import exists, local_copy
+    from shardforge.storage.contract import load_manifest, tokenizer_url
     from trainer.checkpoint import latest_checkpoint, load_checkpoint
 
     url = ckpt if ckpt.endswith(".pt") else latest_checkpoint(ckpt)
@@ -266,7 +266,7 @@ def export_checkpoint(ckpt: str, out_dir: str, tokenizer: str | None = None) -> 
                             f"or pass --tokenizer URL (the corpus's tokenizer)")
         manifest, root = load_manifest(cfg.data)
         tokenizer = tokenizer_url(manifest, root)  # the path rule: always inside the corpus
-    from storage import exists, read_bytes, sha256_bytes
+    from shardforge.storage import exists, read_bytes, sha256_bytes
 
     if not exists(tokenizer):
         raise UserError(f"tokenizer not found: {tokenizer}")
@@ -288,7 +288,7 @@ def export_checkpoint(ckpt: str, out_dir: str, tokenizer: str | None = None) -> 
 
 
 def main(argv: list[str] | None = None) -> int:
-    from shardforge.redact import redact_text
+    from shardforge.console.redact import redact_text
     from trainer.args import parse_export_args
 
     args = parse_export_args(argv)

@@ -51,7 +51,7 @@ import torch
 from schemas.config import ModelConfig, TrainConfig
 from schemas.errors import UserError
 from schemas.manifest import Manifest
-from storage import exists, join, read_bytes
+from shardforge.storage import exists, join, read_bytes
 from trainer.export import ALBERT, BERT, ROBERTA, XLM_ROBERTA, hf_tensors
 from trainer.model import Encoder
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from schemas.config import TrainConfig
 from schemas.errors import UserError
-from storage import redact_url
+from shardforge.storage import redact_url
 from trainer.metrics import MetricsLogger
 
 

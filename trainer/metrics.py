@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from storage import get_fs, join, protocol_of
+from shardforge.storage import get_fs, join, protocol_of
 
 log = logging.getLogger(__name__)
 train_log = logging.getLogger("shardforge.train")  # the step lines, under the trainer's name
@@ -114,7 +114,7 @@ class MetricsLogger:
 
 
 def read_metrics(run: str) -> list[dict[str, Any]]:
-    from storage import read_text
+    from shardforge.storage import read_text
 
     return [json.loads(line) for line in read_text(join(run, METRICS_FILE)).splitlines() if line.strip()]
 

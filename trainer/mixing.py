@@ -292,7 +292,7 @@ def mixed_loader(entries: Sequence[MixSource], split: str, make: Callable[[str],
     For the valid split, a source without valid samples sits out (evaluation mixes the others;
     None when no source has any); for the train split it is an error.
     """
-    from schemas.manifest import load_manifest
+    from shardforge.storage.contract import load_manifest
 
     manifests = [load_manifest(e.data)[0] for e in entries]
     if split != "train":

@@ -16,7 +16,7 @@ import posixpath
 from typing import Any
 
 from schemas.config import TrainConfig
-from storage import join, read_text, redact_url, write_text_atomic
+from shardforge.storage import join, read_text, redact_url, write_text_atomic
 from trainer.metrics import METRICS_FILE
 
 # Our architecture names (trainer.export) -> the transformers class the folder loads as.
@@ -96,7 +96,7 @@ def write_model_card(out_dir: str, cfg: TrainConfig, state: dict[str, Any], chec
                      arch: str) -> None:
     """Write README.md into the export folder; the corpus manifest is read when it is still reachable."""
     from schemas.errors import UserError
-    from schemas.manifest import load_manifest
+    from shardforge.storage.contract import load_manifest
 
     try:
         manifest = load_manifest(cfg.data)[0].model_dump(mode="json")

@@ -11,7 +11,7 @@ import os
 from typing import Any
 
 from schemas.errors import UserError
-from shardforge.cliargs import ArgumentParser
+from shardforge.console.args import ArgumentParser
 
 PANELS = [
     ("loss", "training loss", ["loss", "eval_loss"]),
@@ -99,7 +99,7 @@ def plot_run(run: str, out: str | None = None, smooth: float = 0.9, x: str = "au
     if "://" in path:
         import io
 
-        from storage import write_bytes_atomic
+        from shardforge.storage import write_bytes_atomic
 
         buf = io.BytesIO()
         fig.savefig(buf, dpi=110)

@@ -34,9 +34,10 @@ import torch
 from schemas import MASK_ID, PAD_ID
 from schemas.config import PAIR_RULES, MaskingConfig, TrainConfig
 from schemas.errors import UserError
-from schemas.manifest import Manifest, load_manifest, open_tokenizer
-from shardforge.clirun import TRAIN_INTERRUPTED, run_cli
-from storage import join
+from schemas.manifest import Manifest
+from shardforge.console.run import TRAIN_INTERRUPTED, run_cli
+from shardforge.storage import join
+from shardforge.storage.contract import load_manifest, open_tokenizer
 from trainer import distributed
 from trainer.batch import masked_forward
 from trainer.checkpoint import CheckpointManager
@@ -72,7 +73,7 @@ def check_heads(cfg: TrainConfig, manifest: Manifest) -> None:
     rule, head = manifest.packing_rule, cfg.model.sentence_head
     if head != "none" and rule not in PAIR_RULES:
         raise UserError(f"model.sentence_head={head} needs a pair-rule corpus (sop, segment_pair_nsp, "
-                        f"sentence_pair_nsp); this corpus is packed as {rule} (repack it: pipelines.repack)")
+                        f"sentence_pair_nsp); this corpus is packed as {rule} (repack it: pipelines.jobs.repack)")
     if rule in PAIR_RULES:
         want = "sop" if rule == "sop" else "nsp"
         if head == "none":

@@ -18,7 +18,7 @@
 #   OUTPUT                corpus folder, gs://…
 #   MACHINE_TYPE          worker machine type (default n2-standard-4)
 #   MAX_WORKERS           autoscaling ceiling (default 32)
-# Extra flags after the subcommand go to pipelines.build (e.g. --rule sop --vocab_size 32000).
+# Extra flags after the subcommand go to pipelines.jobs.build (e.g. --rule sop --vocab_size 32000).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"

@@ -276,7 +276,7 @@ def _pickled_payloads(proto: beam_runner_api_pb2.Pipeline) -> Iterable[tuple[str
 
 
 def translate(argv: list[str]) -> Translation:
-    """Build the whole pipeline from a `pipelines.build` command line and translate it for Dataflow."""
+    """Build the whole pipeline from a `pipelines.jobs.build` command line and translate it for Dataflow."""
     unknown = unknown_flags(argv)
     if unknown:
         raise ValueError(f"flags no pipeline option defines (Beam would drop them): {unknown}")

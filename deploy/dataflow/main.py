@@ -19,7 +19,7 @@ import sys
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-from pipelines.commit import check_output, one_shot_tag, tag_for
+from pipelines.corpus.commit import check_output, one_shot_tag, tag_for
 from pipelines.graph import build_pipeline
 from pipelines.options import (
     BuildOptions,
@@ -31,7 +31,7 @@ from pipelines.options import (
 )
 from schemas.config import BuildConfig
 from schemas.errors import UserError
-from storage import redact_url
+from shardforge.storage import redact_url
 
 
 def make_pipeline(argv: list[str], runner: beam.runners.PipelineRunner | None = None, *, offline: bool = False

@@ -8,7 +8,7 @@ every input document ends in exactly one of them.
    near dedupe on, the hash comes from each document's sketch and only
    (hash, doc_id, source) is grouped (``ExactVerdicts``); the documents join
    their exact and near verdicts once.
-2. Near: MinHash signatures over word n-gram shingles (``pipelines.minhash``,
+2. Near: MinHash signatures over word n-gram shingles (``pipelines.dedupe.minhash``,
    numpy over batches), LSH buckets per band, candidate pairs verified by their
    signature-estimated Jaccard, connected components of the verified edges by
    alternating large-star / small-star rounds (a distributed computation: no
@@ -33,103 +33,30 @@ Node ids in the near step are ``"0" + doc_id`` for indexed (old) documents and
 ``"1" + doc_id`` for new ones, so "the smallest node id" picks an old document
 first and otherwise the smallest doc_id.
 
-Modules: ``sketch`` (the per-document record and node ids), ``exact``,
-``components`` (connected components), ``near`` (LSH candidates, screening,
-clusters, verification), ``spans`` (repeated spans), ``index`` (the
-persistent append-only index) and ``deduplicate`` (all of them wired together).
+Modules: ``minhash`` (MinHash signatures and LSH banding, numpy; ``minhash_kernel``, the fused loop
+compiled by numba), ``sketch`` (the per-document record and node ids), ``exact``, ``components``
+(connected components), ``near`` (LSH candidates, screening, clusters, verification), ``spans``
+(repeated spans), ``index`` (the persistent append-only index) and ``deduplicate`` (all of them
+wired together).
+
+The room's public face is ``Deduplicate``: the graph needs nothing else. It is loaded on first use,
+because the document processes (``pipelines.localrunner.docpool``) import ``minhash`` to sketch and
+never import Beam, which every transform here does. Imports the records, the local runner's batching,
+the part files of ``pipelines.corpus`` (the index is written as parts) and ``pipelines.clean``'s
+sentences; nothing above them.
 """
 
-from pipelines.dedupe.components import (
-    ConnectedComponents,
-    large_star,
-    small_star,
-    star_components,
-    star_roles,
-)
-from pipelines.dedupe.deduplicate import SIGNATURE_BATCH, Deduplicate
-from pipelines.dedupe.exact import ExactDedupe, ExactVerdicts, exact_verdicts, resolve_exact_group
-from pipelines.dedupe.index import (
-    INDEX_ENTRIES_PER_PART,
-    INDEX_META,
-    INDEX_ROW_GROUP,
-    INDEX_VERSION,
-    IndexRow,
-    _sketches_to_parquet,
-    index_bucket_entries,
-    index_exact_matches,
-    index_params,
-    index_parts,
-    index_row,
-    index_schema,
-    read_index_matches,
-    read_index_part,
-)
-from pipelines.dedupe.near import (
-    EdgeScreen,
-    NearDedupe,
-    bucket_candidates,
-    bucket_edges,
-    resolve_cluster,
-    screen_at_member,
-)
-from pipelines.dedupe.sketch import NEW, OLD, Sketch, _hasher, near_rule, sketch_documents
-from pipelines.dedupe.spans import (
-    SPAN_POINTER_ROUNDS,
-    SpanDedupe,
-    SpanResult,
-    apply_span_losses,
-    remove_sentences,
-    resolve_span_group,
-    span_key,
-    span_occurrences,
-)
-from pipelines.minhash import normalized_text_hash
+from typing import TYPE_CHECKING, Any
 
-__all__ = [
-    "INDEX_ENTRIES_PER_PART",
-    "INDEX_META",
-    "INDEX_ROW_GROUP",
-    "INDEX_VERSION",
-    "IndexRow",
-    "NEW",
-    "OLD",
-    "SIGNATURE_BATCH",
-    "SPAN_POINTER_ROUNDS",
-    "ConnectedComponents",
-    "star_components",
-    "Deduplicate",
-    "EdgeScreen",
-    "ExactDedupe",
-    "ExactVerdicts",
-    "NearDedupe",
-    "Sketch",
-    "SpanDedupe",
-    "SpanResult",
-    "_hasher",
-    "_sketches_to_parquet",
-    "apply_span_losses",
-    "bucket_candidates",
-    "bucket_edges",
-    "index_bucket_entries",
-    "index_exact_matches",
-    "index_params",
-    "index_row",
-    "index_parts",
-    "index_schema",
-    "large_star",
-    "near_rule",
-    "normalized_text_hash",
-    "read_index_matches",
-    "read_index_part",
-    "remove_sentences",
-    "resolve_cluster",
-    "exact_verdicts",
-    "resolve_exact_group",
-    "resolve_span_group",
-    "screen_at_member",
-    "sketch_documents",
-    "small_star",
-    "span_key",
-    "span_occurrences",
-    "star_roles",
-]
+if TYPE_CHECKING:
+    from pipelines.dedupe.deduplicate import Deduplicate
+
+__all__ = ["Deduplicate"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Deduplicate":
+        from pipelines.dedupe.deduplicate import Deduplicate
+
+        return Deduplicate
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -8,17 +8,17 @@ from typing import Any
 import apache_beam as beam
 
 from pipelines.dedupe.exact import ExactDedupe, ExactVerdicts, exact_entry
-from pipelines.dedupe.index import IndexRow, _WriteIndex, index_parts, index_row
-from pipelines.dedupe.near import DOC_TAG, LSH_TAG, NearDedupe, _SketchBatch
-from pipelines.dedupe.sketch import NEW, _hasher
-from pipelines.dedupe.spans import SpanDedupe
-from pipelines.minhash import (
+from pipelines.dedupe.index import IndexRow, WriteIndex, index_parts, index_row
+from pipelines.dedupe.minhash import (
     normalized_text_hash,
 )
+from pipelines.dedupe.near import DOC_TAG, LSH_TAG, NearDedupe, SketchBatch
+from pipelines.dedupe.sketch import NEW, minhasher
+from pipelines.dedupe.spans import SpanDedupe
 from pipelines.records import Document, Duplicate
 from schemas.config import DedupeConfig
 from schemas.errors import UserError
-from storage import (
+from shardforge.storage import (
     is_within,
 )
 
@@ -165,7 +165,7 @@ class Deduplicate(beam.PTransform):
                 docs
                 # Each document also leaves the Sketch step keyed for the verdict join, with its index
                 # entry: one element a document crosses that join, not the document and its entry.
-                | "Sketch" >> beam.ParDo(_SketchBatch(_hasher(cfg), index_row if self.index_out else _no_row,
+                | "Sketch" >> beam.ParDo(SketchBatch(minhasher(cfg), index_row if self.index_out else _no_row,
                                                       SIGNATURE_BATCH)
                                          ).with_outputs(LSH_TAG, DOC_TAG, main="sketches")
             )
@@ -235,7 +235,7 @@ class Deduplicate(beam.PTransform):
                 )
 
         if self.index_out:
-            _ = new_index | "WriteIndex" >> _WriteIndex(self.index_out, cfg, old_parts, self.index_root,
+            _ = new_index | "WriteIndex" >> WriteIndex(self.index_out, cfg, old_parts, self.index_root,
                                                         sized_by=sketches)
 
         if dup_parts:

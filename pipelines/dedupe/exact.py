@@ -8,11 +8,11 @@ from typing import Any, NamedTuple
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
-from pipelines.dedupe.index import _IndexLookup, index_exact_matches
-from pipelines.dedupe.sketch import _NS, Sketch
-from pipelines.minhash import (
+from pipelines.dedupe.index import IndexLookup, index_exact_matches
+from pipelines.dedupe.minhash import (
     normalized_text_hash,
 )
+from pipelines.dedupe.sketch import COUNTERS, Sketch
 from pipelines.records import Document, Duplicate
 
 
@@ -43,7 +43,7 @@ def resolve_exact_group(docs: Iterable[Document], old_ids: Iterable[str] = ()) -
 
 class _ResolveExact(beam.DoFn):
     def __init__(self) -> None:
-        self.dups = Metrics.counter(_NS, "exact_duplicates")
+        self.dups = Metrics.counter(COUNTERS, "exact_duplicates")
 
     def process(self, element: tuple[str, dict[str, Any]]) -> Iterator[Any]:
         _, groups = element
@@ -58,7 +58,7 @@ class _ResolveExact(beam.DoFn):
 def _old_exact_hashes(old_parts: beam.PCollection, new_hashes: beam.PCollection) -> beam.PCollection:
     """(exact_hash, old doc_id) of the index entries whose hash occurs among ``new_hashes``."""
     return old_parts | "OldHashes" >> beam.ParDo(
-        _IndexLookup("index_exact_entries_read", set, index_exact_matches), beam.pvalue.AsList(new_hashes))
+        IndexLookup("index_exact_entries_read", set, index_exact_matches), beam.pvalue.AsList(new_hashes))
 
 
 class ExactDedupe(beam.PTransform):
@@ -116,7 +116,7 @@ def exact_verdicts(members: Iterable[tuple[str, str]], old_ids: Iterable[str] = 
 
 class _ExactVerdicts(beam.DoFn):
     def __init__(self) -> None:
-        self.dups = Metrics.counter(_NS, "exact_duplicates")
+        self.dups = Metrics.counter(COUNTERS, "exact_duplicates")
 
     def process(self, element: tuple[str, dict[str, Any] | Iterable[tuple[str, str]]]) -> Iterator[Duplicate]:
         _, groups = element  # a CoGroupByKey's {"new", "old"}, or a GroupByKey's new entries alone

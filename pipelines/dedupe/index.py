@@ -11,10 +11,10 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.metrics import Metrics
 
-from pipelines.dedupe.sketch import _NS, OLD, Sketch
+from pipelines.dedupe.sketch import COUNTERS, OLD, Sketch
 from schemas.config import DedupeConfig
 from schemas.errors import UserError
-from storage import (
+from shardforge.storage import (
     exists,
     expand_glob,
     is_within,
@@ -96,7 +96,7 @@ def _list_column(chunks: list[bytes], dtype: type, large: bool = False):
     return (pa.LargeListArray if large else pa.ListArray).from_arrays(pa.array(offsets), values)
 
 
-def _sketches_to_parquet(rows: Sequence[Sketch]) -> bytes:
+def sketches_to_parquet(rows: Sequence[Sketch]) -> bytes:
     """One index part file of sketches (tests and tools; the pipeline writes ``IndexRow`` tuples)."""
     return _index_rows_to_parquet([index_row(s) if isinstance(s, Sketch) else s for s in rows])
 
@@ -106,7 +106,7 @@ def _index_rows_to_parquet(rows: Sequence[IndexRow], out: Any = None) -> bytes |
     from offsets and one buffer each (a list of numpy arrays made pyarrow allocate ~1 GB for the
     shingles column at 10 MB of text), one row group at a time: a writer holds one group's columns,
     and the same bytes as one table written with ``row_group_size=INDEX_ROW_GROUP``."""
-    from pipelines.files import write_row_groups
+    from pipelines.corpus.parts import write_row_groups
 
     buf = io.BytesIO() if out is None else None
     schema = index_schema()
@@ -253,17 +253,17 @@ def index_exact_matches(url: str, hashes: set[str]) -> Iterator[tuple[str, str]]
                 yield from zip(hit.column("exact_hash").to_pylist(), hit.column("doc_id").to_pylist(), strict=True)
 
 
-def _unique_keys(key_arrays: list[bytes | np.ndarray]) -> np.ndarray:
+def unique_keys(key_arrays: list[bytes | np.ndarray]) -> np.ndarray:
     """Sorted unique int64 band keys of a batch (arrays, or their raw bytes as they cross a side input)."""
     return np.unique(np.concatenate([np.frombuffer(k, dtype=np.int64) if isinstance(k, bytes) else k
                                      for k in key_arrays]).astype(np.int64))
 
 
-def _sketches_by_id(url: str, doc_ids: set[str]) -> Iterator[Sketch]:
+def sketches_by_id(url: str, doc_ids: set[str]) -> Iterator[Sketch]:
     return read_index_matches(url, doc_ids=doc_ids)
 
 
-class _IndexLookup(beam.DoFn):
+class IndexLookup(beam.DoFn):
     """``lookup(part_url, derive(side input))`` for each index part, counting what it reads.
 
     ``derive`` turns the batch's side input (new hashes, band keys, doc_ids)
@@ -272,7 +272,7 @@ class _IndexLookup(beam.DoFn):
     """
 
     def __init__(self, counter: str, derive: Any, lookup: Any) -> None:
-        self.read = Metrics.counter(_NS, counter)
+        self.read = Metrics.counter(COUNTERS, counter)
         self.derive, self.lookup = derive, lookup
         self._side: Any = None
         self._probe: Any = None
@@ -287,7 +287,7 @@ class _IndexLookup(beam.DoFn):
             yield item
 
 
-class _SmallestNode(beam.CombineFn):
+class SmallestNode(beam.CombineFn):
     """The bucket entry with the smallest node id (the only old entry of a bucket that can matter)."""
 
     def create_accumulator(self):
@@ -324,7 +324,7 @@ def index_parts(index_url: str, cfg: DedupeConfig) -> list[str]:
     return expand_glob(join(index_url, "part-*.parquet"))
 
 
-class _WriteIndex(beam.PTransform):
+class WriteIndex(beam.PTransform):
     """Write this run's entries as new parts; index.json lists the old parts (by reference) and the new.
 
     The index is append-only: a run costs its own entries, not the size of the
@@ -341,7 +341,7 @@ class _WriteIndex(beam.PTransform):
 
     def expand(self, sketches: beam.PCollection) -> beam.PCollection:
         """``sketches``: PCollection[IndexRow], this run's entries."""
-        from pipelines.files import PartCount, WriteParts
+        from pipelines.corpus.parts import PartCount, WriteParts
 
         # sized_by: every new document's Sketch (before dedupe), a count ready before the entries are
         # known, so routing runs in the stage that makes them instead of after a stored copy of them

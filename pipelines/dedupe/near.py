@@ -12,23 +12,23 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.metrics import Metrics
 
-from pipelines.batching import PooledBatches
 from pipelines.dedupe.components import ConnectedComponents
 from pipelines.dedupe.index import (
-    _IndexLookup,
-    _sketches_by_id,
-    _SmallestNode,
-    _unique_keys,
+    IndexLookup,
+    SmallestNode,
     index_bucket_entries,
+    sketches_by_id,
+    unique_keys,
 )
-from pipelines.dedupe.sketch import _NS, NEW, OLD, Sketch, near_rule, sketches_of
-from pipelines.minhash import (
+from pipelines.dedupe.minhash import (
     MinHasher,
     NearRule,
     estimate_margin,
     estimated_jaccard,
     sketch_arrays,
 )
+from pipelines.dedupe.sketch import COUNTERS, NEW, OLD, Sketch, near_rule, sketches_of
+from pipelines.localrunner.batching import PooledBatches
 from pipelines.records import Document, Duplicate
 from schemas.config import DedupeConfig
 
@@ -38,12 +38,12 @@ from schemas.config import DedupeConfig
 # no key holds the whole corpus; an element is a few KB (a 512-document batch
 # has ~110 entries per shard). Changing it changes no verdict, only the grouping.
 LSH_SHARDS = 64
-DOC_TAG = "docs"  # _SketchBatch's documents with their index entries, keyed for the verdict join
+DOC_TAG = "docs"  # SketchBatch's documents with their index entries, keyed for the verdict join
 LSH_TAG = "lsh"  # the Sketch step's tagged output of shard batches
 
 
-class _SketchBatch(PooledBatches):
-    """Sketches of documents, in batches of ``batch`` (numpy work is per batch; ``pipelines.batching``;
+class SketchBatch(PooledBatches):
+    """Sketches of documents, in batches of ``batch`` (numpy work is per batch; ``pipelines.localrunner.batching``;
     in a document process with ``--doc_processes``), and (tagged ``LSH_TAG``) each batch's bucket
     entries by LSH shard.
 
@@ -191,8 +191,8 @@ def bucket_edges(members: Iterable[BucketEntry | tuple[str, np.ndarray, int]], s
 class _ScreenAtMember(beam.DoFn):
     def __init__(self, screen: EdgeScreen) -> None:
         self.screen = screen
-        self.candidates = Metrics.counter(_NS, "near_candidate_pairs")
-        self.edges = Metrics.counter(_NS, "near_verified_edges")
+        self.candidates = Metrics.counter(COUNTERS, "near_candidate_pairs")
+        self.edges = Metrics.counter(COUNTERS, "near_verified_edges")
 
     def process(self, element: tuple[str, dict[str, Any]]) -> Iterator[Any]:
         member, g = element
@@ -211,7 +211,7 @@ class _ScreenAtMember(beam.DoFn):
 class _ScreenAtRoot(beam.DoFn):
     def __init__(self, screen: EdgeScreen) -> None:
         self.screen = screen
-        self.edges = Metrics.counter(_NS, "near_verified_edges")
+        self.edges = Metrics.counter(COUNTERS, "near_verified_edges")
 
     def process(self, element: tuple[str, dict[str, Any]]) -> Iterator[tuple[str, str]]:
         root, g = element
@@ -417,10 +417,10 @@ class _Desc:
 class _ResolveClusters(beam.DoFn):
     def __init__(self, rule: NearRule, max_members: int) -> None:
         self.rule, self.max_members = rule, max_members
-        self.dups = Metrics.counter(_NS, "near_duplicates")
-        self.failed = Metrics.counter(_NS, "near_failed_root_verification")
-        self.over = Metrics.counter(_NS, "near_over_cluster_cap")
-        self.clusters = Metrics.counter(_NS, "near_clusters")
+        self.dups = Metrics.counter(COUNTERS, "near_duplicates")
+        self.failed = Metrics.counter(COUNTERS, "near_failed_root_verification")
+        self.over = Metrics.counter(COUNTERS, "near_over_cluster_cap")
+        self.clusters = Metrics.counter(COUNTERS, "near_clusters")
 
     def process(self, element: tuple[str, Iterable[tuple[Any, ...]]]) -> Iterator[Duplicate]:
         root, entries = element
@@ -497,9 +497,9 @@ class NearDedupe(beam.PTransform):
             old_entries = (
                 self.old_parts
                 | "OldBucketEntries" >> beam.ParDo(
-                    _IndexLookup("index_bucket_entries_read", _unique_keys, _old_bucket_entries),
+                    IndexLookup("index_bucket_entries_read", unique_keys, _old_bucket_entries),
                     beam.pvalue.AsList(new_keys))
-                | "OldBucketRoot" >> beam.CombinePerKey(_SmallestNode())
+                | "OldBucketRoot" >> beam.CombinePerKey(SmallestNode())
                 | "OldRootShard" >> beam.Map(_old_shard_entry)
             )
             entries = (entries, old_entries) | "WithOld" >> beam.Flatten()
@@ -538,7 +538,7 @@ class NearDedupe(beam.PTransform):
             old_shingles = (
                 self.old_parts
                 | "ReadOldClustered" >> beam.ParDo(
-                    _IndexLookup("index_clustered_entries_read", set, _sketches_by_id), beam.pvalue.AsList(old_nodes))
+                    IndexLookup("index_clustered_entries_read", set, sketches_by_id), beam.pvalue.AsList(old_nodes))
                 | "OldShinglesByNode" >> beam.Map(lambda s: (s.node, (s.source, s.shingles.tobytes())))
             )
             shingles = (shingles, old_shingles) | "WithOldClustered" >> beam.Flatten()
@@ -551,7 +551,7 @@ class NearDedupe(beam.PTransform):
         )
 
 
-_unconverged = Metrics.counter(_NS, "components_unconverged_nodes")
+_unconverged = Metrics.counter(COUNTERS, "components_unconverged_nodes")
 
 
 def _count_unconverged(x: tuple[str, str | None, bool, bool]) -> tuple[str, str | None, bool, bool]:

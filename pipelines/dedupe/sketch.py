@@ -6,11 +6,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipelines.minhash import MinHasher, NearRule, sketch_arrays
+from pipelines.dedupe.minhash import MinHasher, NearRule, sketch_arrays
 from pipelines.records import Document
 from schemas.config import DedupeConfig
 
-_NS = "dedupe"
+COUNTERS = "dedupe"
 OLD, NEW = "0", "1"  # node-id prefixes: indexed documents sort (and win) first
 
 
@@ -39,7 +39,7 @@ def near_rule(cfg: DedupeConfig) -> NearRule:
     return NearRule(cfg.threshold, cfg.containment, cfg.containment_min_jaccard, cfg.containment_min_shingles)
 
 
-def _hasher(cfg: DedupeConfig) -> MinHasher:
+def minhasher(cfg: DedupeConfig) -> MinHasher:
     return MinHasher(ngram=cfg.ngram, bands=cfg.bands, rows=cfg.rows, seed=cfg.seed)
 
 

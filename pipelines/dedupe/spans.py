@@ -11,12 +11,12 @@ from typing import Any
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
-from pipelines.dedupe.sketch import _NS
-from pipelines.minhash import (
+from pipelines.clean.sentences import split_sentences
+from pipelines.dedupe.minhash import (
     normalize_text,
 )
+from pipelines.dedupe.sketch import COUNTERS
 from pipelines.records import Document, Duplicate
-from pipelines.sentences import split_sentences
 
 # Pointer-jumping rounds that resolve chains of span duplicates (chains up to 2**rounds long).
 SPAN_POINTER_ROUNDS = 5
@@ -124,8 +124,8 @@ def replace_text(doc: Document, text: str) -> Document:
 
 class _ResolveSpans(beam.DoFn):
     def __init__(self) -> None:
-        self.repeated = Metrics.counter(_NS, "span_repeated")
-        self.repeats = Metrics.counter(_NS, "span_removed_occurrences")
+        self.repeated = Metrics.counter(COUNTERS, "span_repeated")
+        self.repeats = Metrics.counter(COUNTERS, "span_removed_occurrences")
 
     def process(self, element: tuple[bytes, Iterable[tuple[str, int]]]) -> Iterator[tuple[str, tuple[int, str]]]:
         _, occurrences = element
@@ -151,8 +151,8 @@ class _Pointer:
 class _ApplySpans(beam.DoFn):
     def __init__(self, n: int) -> None:
         self.n = n
-        self.sentences = Metrics.counter(_NS, "span_removed_sentences")
-        self.trimmed = Metrics.counter(_NS, "span_trimmed_documents")
+        self.sentences = Metrics.counter(COUNTERS, "span_removed_sentences")
+        self.trimmed = Metrics.counter(COUNTERS, "span_trimmed_documents")
 
     def process(self, element: tuple[str, dict[str, Any]]) -> Iterator[Any]:
         doc_id, g = element
@@ -195,8 +195,8 @@ def _restore_unresolved(element: tuple[str, dict[str, Any]]) -> Iterator[Documen
         yield from list(g["doc"])[:1]
 
 
-_unresolved = Metrics.counter(_NS, "span_unresolved_kept_whole")
-_span_dups = Metrics.counter(_NS, "span_duplicates")
+_unresolved = Metrics.counter(COUNTERS, "span_unresolved_kept_whole")
+_span_dups = Metrics.counter(COUNTERS, "span_duplicates")
 
 
 def _span_duplicate(ptr: _Pointer) -> Duplicate:

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from fsspec import AbstractFileSystem
 
 from pipelines.sources.readers import R_INVALID_FILE_NAME, R_NOT_A_FILE, R_UNREADABLE
-from storage import full_url, get_fs, invalidate, protocol_of, raise_if_unreachable, retry
+from shardforge.storage import full_url, get_fs, invalidate, protocol_of, raise_if_unreachable, retry
 
 Input = tuple[str, "str | None"]  # (URL, or the escaped name when it is invalid; skip reason or None)
 

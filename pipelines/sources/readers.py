@@ -43,7 +43,7 @@ from pipelines.sources.streams import (
     valid_unicode,
 )
 from schemas.config import SourceConfig
-from storage import is_transient
+from shardforge.storage import is_transient
 
 TAR_SUFFIXES = (".tar", ".tgz", ".tbz2", ".txz")
 MAX_ARCHIVE_DEPTH = 3  # openwebtext.tar.xz > urlsf_subset*.xz > *.txt needs 2

@@ -10,10 +10,11 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
-import storage
 from schemas.errors import UserError
-from schemas.manifest import corpus_root, latest_manifest_url
+from schemas.manifest import corpus_root
 from schemas.manifest import manifest_url as manifest_url_of
+from shardforge import storage
+from shardforge.storage.contract import latest_manifest_url
 from trainer.loader.collate import collate
 from trainer.loader.plan import Cursor, Plan, ceil_div
 from trainer.loader.unit import UnitDataset, identity_collate, iter_unit, worker_init

@@ -14,10 +14,10 @@ from collections.abc import Callable
 
 import numpy as np
 
-import storage
 from schemas import PAD_ID
 from schemas.config import PAIR_RULES
-from schemas.manifest import load_manifest
+from shardforge import storage
+from shardforge.storage.contract import load_manifest
 
 _MASK64 = (1 << 64) - 1
 # RNG streams, so that no two random choices share a key.

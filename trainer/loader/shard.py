@@ -16,8 +16,8 @@ from typing import IO, TYPE_CHECKING
 
 import numpy as np
 
-import storage
 from schemas.sample import decode_sample, iter_tar_samples
+from shardforge import storage
 
 if TYPE_CHECKING:
     from trainer.loader.plan import Plan

@@ -19,8 +19,9 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from schemas.config import TrainConfig, load_config, parse_config
+from schemas.config import TrainConfig, parse_config
 from schemas.errors import UserError
+from shardforge.storage.contract import load_config
 
 # Printed in place of the corpus when --print-config runs without --data.
 NO_DATA = "(no --data given)"
@@ -111,7 +112,7 @@ def resolve_train_config(recipe: str | None, config_url: str | None, flags: dict
 
     require_data=False (``--print-config``) accepts a missing --data and fills NO_DATA.
     """
-    from storage import absolute
+    from shardforge.storage import absolute
 
     data: dict[str, Any] = load_recipe(recipe) if recipe else {}
     if config_url:

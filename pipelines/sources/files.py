@@ -1,0 +1,77 @@
+"""One raw file's records, streamed: the per-file driver of the readers (no Beam).
+
+``read_file`` opens a file and hands its bytes to ``readers.read_stream``; ``read_input`` does the
+same for a listed input, a skipped one becoming its one Reject. Never raises on bad input; a transient
+storage error still raises, for the runner to retry the file.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Iterator
+
+from pipelines.records import Reject, make_doc_id
+from pipelines.sources.listing import Input, local_file_problem
+from pipelines.sources.readers import R_UNREADABLE, Record, Tally, detect_format, failure_reason, read_stream
+from pipelines.sources.streams import Budget, RawCounter, safe_snippet, split_compression
+from schemas.config import SourceConfig
+from shardforge.storage import is_transient, open_read
+
+
+def _reject(url: str, source: SourceConfig, reason: str, detail: str) -> Reject:
+    return Reject(make_doc_id(source.name, f"{url}!error", 0), source.name, "rejected", reason, safe_snippet(detail))
+
+
+def budget_for(source: SourceConfig) -> Budget:
+    """A fresh decompression budget for one file of this source."""
+    return Budget(source.max_expansion_ratio, source.max_decompressed_bytes)
+
+
+def read_file(url: str, source: SourceConfig, tally: Tally | None = None) -> Iterator[Record]:
+    """All records of one file (Documents and Rejects), streamed; `tally` counts what was read.
+
+    Never raises on bad input: a path that is not a regular file, or that cannot be opened,
+    gives one Reject (transient storage errors still raise, for the runner to retry).
+    """
+    tally = tally if tally is not None else Tally()
+    fmt = detect_format(url, source)
+    base, comp = split_compression(posixpath.basename(url))
+    if fmt == "parquet" and comp is not None:
+        tally.read += 1
+        yield _reject(url, source, R_UNREADABLE, "compressed parquet files are not supported (parquet compresses internally)")
+        return
+    problem = local_file_problem(url)
+    if problem is not None:
+        tally.read += 1
+        yield _reject(url, source, *problem)
+        return
+    try:
+        f = open_read(url)
+    except Exception as e:  # noqa: BLE001 - a file we cannot open is one rejected input
+        if is_transient(e):
+            raise
+        tally.read += 1
+        yield _reject(url, source, failure_reason(e, False), f"{type(e).__name__}: {e}")
+        return
+    budget = budget_for(source)
+    with f:
+        if fmt == "parquet":  # pyarrow needs the seekable file itself: its size is what was read
+            size = getattr(f, "size", None)
+            if not isinstance(size, int):
+                size = f.seek(0, 2)
+                f.seek(0)
+            budget.raw = size
+            yield from read_stream(f, url, source, source.max_record_bytes, fmt, comp, tally=tally, budget=budget)
+        else:
+            yield from read_stream(RawCounter(f, budget), url, source, source.max_record_bytes, fmt, comp,  # type: ignore[arg-type]
+                                   tally=tally, budget=budget)
+
+
+def read_input(entry: Input, source: SourceConfig, tally: Tally) -> Iterator[Record]:
+    """Records of one listed input: a skipped one (with its reason) is one Reject."""
+    url, skip = entry
+    if skip is not None:
+        tally.read += 1
+        yield _reject(url, source, skip, url)
+        return
+    yield from read_file(url, source, tally)

@@ -1,0 +1,93 @@
+"""Argument parsing shared by every entry point: strict flags, one-line errors, the right program name.
+
+- No abbreviations: argparse would take ``--set x=y`` as ``--settle`` when a
+  parser knows ``--settle`` but not ``--set``.
+- An unknown flag is an error that names it and suggests the closest known
+  one (``--vocab-size`` -> ``--vocab_size``), never silently dropped.
+- Errors are one line (``error: …``, exit 2), credentials redacted.
+- ``prog`` is how the user ran the command: ``shardforge build`` when the
+  ``shardforge`` command dispatched it (`invoked_as`), else the module form.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import sys
+from collections.abc import Iterable, Sequence
+from typing import Any, NoReturn
+
+from shardforge.console.redact import register_secrets
+from shardforge.console.run import user_error_line
+
+_invoked_as: str | None = None
+
+
+def set_invoked_as(prog: str | None) -> None:
+    """Record the program name the user typed (the `shardforge` command sets `shardforge NAME`)."""
+    global _invoked_as
+    _invoked_as = prog
+
+
+def invoked_as(default: str) -> str:
+    """The program name to show in usage lines: the dispatcher's if one was set, else default."""
+    return _invoked_as or default
+
+
+def option_strings(parser: argparse.ArgumentParser) -> list[str]:
+    """Every flag a parser knows (``--output``, ``-h`` …)."""
+    return [s for action in parser._actions for s in action.option_strings]
+
+
+def suggest(flag: str, known: Iterable[str]) -> str | None:
+    """The known flag closest to flag (``-``/``_`` spelling differences first), or None."""
+    known = list(known)
+    name = flag.split("=", 1)[0]
+    for variant in (name.replace("-", "_"), "--" + name[2:].replace("_", "-")):
+        if variant != name and variant in known:
+            return variant
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
+def unknown_args_message(extra: Sequence[str], known: Iterable[str]) -> str:
+    """One line naming every unknown flag in extra (with a suggestion each), or the stray arguments."""
+    known = list(known)
+    flags = [a for a in extra if a.startswith("-") and a not in ("-", "--")]
+    if not flags:
+        return f"unexpected argument{'s' if len(extra) > 1 else ''}: {' '.join(extra)}"
+    parts = []
+    for f in flags:
+        name = f.split("=", 1)[0]
+        hint = suggest(name, known)
+        parts.append(f"{name} (did you mean {hint}?)" if hint else name)
+    return f"unknown flag{'s' if len(parts) > 1 else ''}: {', '.join(parts)}"
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse with no abbreviations, unknown flags as errors with suggestions, and one-line errors."""
+
+    def __init__(self, *args: Any, prog: str | None = None, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, prog=invoked_as(prog) if prog else None, **kwargs)
+
+    def parse_known_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:  # type: ignore[override]
+        register_secrets(list(sys.argv[1:] if args is None else args))  # before any error can echo them
+        return super().parse_known_args(args, namespace)
+
+    def parse_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:  # type: ignore[override]
+        ns, extra = self.parse_known_args(args, namespace)
+        if extra:
+            self.error(unknown_args_message(extra, option_strings(self)))
+        return ns
+
+    def error(self, message: str) -> NoReturn:
+        """One line on stderr, exit 2 (argparse's default prints the whole usage block first)."""
+        self.exit(2, f"{user_error_line(message)} (see {self.prog} --help)\n")
+
+
+def fail(message: str, prog: str) -> NoReturn:
+    """Exit 2 with the same one line an ArgumentParser prints."""
+    print(f"{user_error_line(message)} (see {prog} --help)", file=sys.stderr)
+    sys.exit(2)
+

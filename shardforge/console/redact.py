@@ -1,0 +1,119 @@
+"""Credentials never printed: every message, traceback and log line of a CLI goes through `redact_text`.
+
+A URL that carries credentials (``s3://KEY:SECRET@bucket``, ``?token=…``,
+``?X-Goog-Signature=…``, ``sig=…``) is printed the way manifests record it
+(`storage.redact_url`: userinfo and credential parameters dropped), and the
+credentials seen on this process's command line are masked wherever they appear.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import traceback
+
+from schemas.errors import UserError
+
+# A URL inside free text: scheme://, then anything up to white space or a quote/bracket.
+_URL_IN_TEXT = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>`\]\[)(]+")
+
+
+# Parameter names that carry credentials (the rule of storage.redact_url).
+_SECRET_PARAM = re.compile(r"token|secret|key|sig|password|credential", re.IGNORECASE)
+# Credentials seen on this process's command line: libraries quote them outside any URL
+# (botocore: 'Invalid bucket name "KEY:SECRET@bucket"'), so they are masked wherever they appear.
+_secrets: set[str] = set()
+MASK = "***"
+
+
+def register_secrets(args: list[str]) -> None:
+    """Remember the credentials inside URL arguments (userinfo, credential query values) to mask them."""
+    from urllib.parse import parse_qsl, unquote, urlsplit
+
+    for arg in args:
+        for m in _URL_IN_TEXT.finditer(arg):
+            try:
+                parts = urlsplit(m.group(0))
+            except ValueError:
+                continue
+            if "@" in parts.netloc:
+                userinfo = parts.netloc.rsplit("@", 1)[0]
+                _secrets.update(s for part in userinfo.split(":", 1) for s in (part, unquote(part)))
+            _secrets.update(v for k, v in parse_qsl(parts.query, keep_blank_values=True) if _SECRET_PARAM.search(k))
+    _secrets.discard("")
+
+
+# Object stores whose filesystems take no credentials from the URL: s3fs / gcsfs read
+# 's3://KEY:SECRET@bucket' as a bucket named 'KEY:SECRET@bucket' (and botocore quotes it back).
+_NO_URL_CREDENTIALS = ("s3", "s3a", "gs", "gcs", "az", "abfs", "abfss")
+
+
+def refuse_url_credentials(args: list[str]) -> None:
+    """UserError for an object-store URL argument carrying user:password@ (never accepted; never echoed)."""
+    for arg in args:
+        for m in _URL_IN_TEXT.finditer(arg):
+            scheme, _, rest = m.group(0).partition("://")
+            if scheme.lower() in _NO_URL_CREDENTIALS and "@" in rest.split("/", 1)[0]:
+                raise UserError(
+                    f"{redact_text(m.group(0))}: credentials inside a {scheme}:// URL are not supported (the "
+                    f"part before @ would be taken as the bucket name); give them through the environment "
+                    "(AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or AWS_PROFILE; GOOGLE_APPLICATION_CREDENTIALS)")
+
+
+def redact_text(text: str) -> str:
+    """text with every URL in it redacted (credentials dropped) and every known credential masked."""
+    if "://" in text:
+        from shardforge.storage import redact_url  # fsspec (~0.2 s) loads only when a URL needs redacting
+
+        def one(m: re.Match[str]) -> str:
+            url = m.group(0)
+            tail = url[len(url.rstrip(".,;:!?")):]  # sentence punctuation after a URL stays outside it
+            try:
+                return redact_url(url[:len(url) - len(tail)]) + tail
+            except ValueError:  # not parseable as a URL (e.g. a bad port): drop what could be userinfo
+                return re.sub(r"://[^/@]*@", "://", url)
+
+        text = _URL_IN_TEXT.sub(one, text)
+    for secret in sorted(_secrets, key=len, reverse=True):
+        if len(secret) >= 3:  # masking 1-2 characters everywhere would garble the message, not protect it
+            text = text.replace(secret, MASK)
+    return text
+
+
+class RedactFilter(logging.Filter):
+    """A logging filter that redacts credentials in a record's message, arguments and traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+        except Exception:  # noqa: BLE001 - a bad format string: leave it to the handler's error path
+            return True
+        redacted = redact_text(message)
+        if redacted != message:
+            record.msg, record.args = redacted, ()
+        if record.exc_info and not record.exc_text:
+            record.exc_text = redact_text("".join(traceback.format_exception(*record.exc_info)).rstrip("\n"))
+        return True
+
+
+_REDACT = RedactFilter()
+
+
+def install_log_redaction() -> None:
+    """Redact every log record of this process, whatever logger or handler it goes through.
+
+    A filter on one logger misses records propagated from its children, and a
+    filter on a handler misses handlers added later (``basicConfig`` in a CLI,
+    Beam's own): so the filter runs in the record factory, once per record.
+    """
+    factory = logging.getLogRecordFactory()
+    if getattr(factory, "redacting", False):
+        return
+
+    def make(*args, **kwargs) -> logging.LogRecord:
+        record = factory(*args, **kwargs)
+        _REDACT.filter(record)
+        return record
+
+    make.redacting = True  # type: ignore[attr-defined]
+    logging.setLogRecordFactory(make)

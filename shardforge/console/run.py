@@ -1,0 +1,157 @@
+"""How every command runs: a user error is one line (exit 2), anything else a redacted traceback (exit 1).
+
+Every ``__main__`` of the data job, the trainer and the `shardforge` command
+runs its body through `run_cli`. Importing this module costs nothing: it loads
+neither half (tests/test_boundaries.py).
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import re
+import sys
+import traceback
+from collections.abc import Callable
+
+from schemas.errors import UserError, causes
+from shardforge.console.redact import (
+    install_log_redaction,
+    redact_text,
+    refuse_url_credentials,
+    register_secrets,
+)
+
+
+def find_user_error(exc: BaseException) -> UserError | None:
+    """The UserError behind exc, also when a runner (Beam) re-raised it wrapped in its own error."""
+    for e in causes(exc):
+        if isinstance(e, UserError):
+            return e
+    m = re.search(r"(?:UserError|ShardFormatError): (.+?)(?: \[while running|\n|$)", str(exc))
+    return UserError(m.group(1)) if m else None
+
+
+def unreachable_store_error(exc: BaseException) -> UserError | None:
+    """A UserError naming the host when exc says an object store could not be connected to at all
+    (its name does not resolve, nothing listens, no network), after the clients' own retries.
+
+    A typo'd bucket endpoint, a missing network or proxy, an emulator that is not running: the
+    user can fix each, and a traceback of aiohttp's connector says less than one line."""
+    from shardforge.storage.retry import (  # fsspec: only once a command failed
+        OPERATION_ATTR,
+        unreachable_endpoint,
+    )
+
+    where = unreachable_endpoint(exc)
+    if where is None:
+        return None
+    operations = [getattr(e, OPERATION_ATTR) for e in causes(exc) if isinstance(getattr(e, OPERATION_ATTR, None), str)]
+    doing = f" [{operations[0]}]" if operations else ""
+    return UserError(f"cannot reach {where}{doing}: check the URL, the network (or proxy) and the store's "
+                     "endpoint settings (STORAGE_EMULATOR_HOST for gs:// URLs, FSSPEC_S3_ENDPOINT_URL or "
+                     "AWS_ENDPOINT_URL for s3:// URLs)")
+
+
+# errnos of a path the user named that cannot serve: a file where a folder is needed (or the other
+# way), a folder in the way, no permission, a full or read-only disk, a name too long.
+PATH_ERRNOS = frozenset(getattr(errno, n) for n in ("ENOTDIR", "EISDIR", "EEXIST", "EACCES", "EPERM", "ENOSPC",
+                                                    "EROFS", "EDQUOT", "ENAMETOOLONG") if hasattr(errno, n))
+
+
+def path_error(exc: BaseException) -> UserError | None:
+    """A UserError for an OS error on a path that the user can fix (``PATH_ERRNOS``), e.g. an
+    ``--output`` that is an existing file: "Not a directory: out/manifest.json". Missing files are
+    the commands' own messages ("no manifest at ..."), not this."""
+    for e in causes(exc):
+        if isinstance(e, OSError) and e.errno in PATH_ERRNOS and e.filename:
+            where = f"{e.filename}" + (f" -> {e.filename2}" if e.filename2 else "")
+            return UserError(f"{e.strerror or os.strerror(e.errno)}: {where}")
+    return None
+
+
+def user_error_line(message: str) -> str:
+    """The one line a CLI prints for a user error (credentials redacted)."""
+    return f"error: {redact_text(message)}"
+
+
+# Loggers of the object-store clients that log an error with its traceback before raising it
+# (gcsfs: "_request out of retries on exception: ..."): the command shows that error itself.
+CLIENT_LOGGERS = ("gcsfs", "s3fs")
+
+
+def _without_traceback(record: logging.LogRecord) -> bool:
+    record.exc_info, record.exc_text = None, None
+    return True
+
+
+# Beam's runner logs an error raised in a step, with its traceback, before it re-raises it.
+RUNNER_LOGGERS = ("apache_beam.runners.common",)
+
+
+def _not_an_interrupt(record: logging.LogRecord) -> bool:
+    """False for a log record of a Ctrl-C (the command says "interrupted" once, without a trace)."""
+    exc = record.exc_info[0] if record.exc_info else None
+    if exc is not None and issubclass(exc, KeyboardInterrupt):
+        return False
+    return not _INTERRUPT_TEXT.match(record.getMessage())
+
+
+def quiet_library_logs() -> None:
+    """Keep the object-store clients' log lines, without the traceback of the error they then raise:
+    the command prints that error once (one line for a user's mistake, else its traceback). And
+    leave out the runner's log of a Ctrl-C inside a step (the command says "interrupted")."""
+    for names, keep in ((CLIENT_LOGGERS, _without_traceback), (RUNNER_LOGGERS, _not_an_interrupt)):
+        for name in names:
+            log = logging.getLogger(name)
+            if keep not in log.filters:
+                log.addFilter(keep)
+
+
+INTERRUPTED = 130  # 128 + SIGINT: the shell's status of a command stopped by Ctrl-C
+DATA_JOB_INTERRUPTED = ("nothing unfinished was committed (a corpus version is committed by its manifest, written "
+                        "last); run the same command again to finish")
+TRAIN_INTERRUPTED = ("run the same command again to resume from the run's last checkpoint, if one was saved "
+                     "(SIGTERM instead of Ctrl-C saves one at the end of the current step, then exits)")
+# What Beam's runner makes of a KeyboardInterrupt raised inside a step: "KeyboardInterrupt [while running 'X']".
+_INTERRUPT_TEXT = re.compile(r"^(?:\w+: )?KeyboardInterrupt(?: \[while running|$)")
+
+
+def was_interrupted(exc: BaseException) -> bool:
+    """True when exc is a KeyboardInterrupt, or a runner's error that wraps one (a cause, or its text)."""
+    return any(isinstance(e, KeyboardInterrupt) or _INTERRUPT_TEXT.match(str(e)) for e in causes(exc))
+
+
+def run_cli(body: Callable[[], int], argv: list[str] | None = None, interrupted: str = "") -> int:
+    """Run a command's body: a user error (also one a runner re-raised wrapped) prints one line, exit 2.
+
+    Ctrl-C prints "interrupted" and the command's ``interrupted`` text (what is left, how to go on)
+    instead of a traceback, exit 130, also where a runner wrapped the KeyboardInterrupt.
+    Any other exception is a bug or an infrastructure failure: its traceback is
+    printed with credentials redacted, exit 1. argv: the command's arguments when
+    they are not this process's (an in-process call), for their credentials to be masked.
+    """
+    install_log_redaction()
+    quiet_library_logs()
+    args = sys.argv[1:] + list(argv or [])
+    register_secrets(args)
+    try:
+        refuse_url_credentials(args)
+        return body()
+    except KeyboardInterrupt:
+        return _interrupted(interrupted)
+    except Exception as e:  # noqa: BLE001 - Beam wraps errors raised inside stages
+        if was_interrupted(e):
+            return _interrupted(interrupted)
+        user = find_user_error(e) or unreachable_store_error(e) or path_error(e)
+        if user is not None:
+            print(user_error_line(str(user)), file=sys.stderr)
+            return 2
+        print(redact_text("".join(traceback.format_exception(e))).rstrip("\n"), file=sys.stderr)
+        return 1
+
+
+def _interrupted(hint: str) -> int:
+    print(f"interrupted{f': {hint}' if hint else ''}", file=sys.stderr)
+    return INTERRUPTED

@@ -1,0 +1,133 @@
+"""The contract's files read from storage: config files, a corpus's manifests and version chain, its tokenizer.
+
+``schemas`` says what these files mean and parses their bytes; this module fetches them from any
+fsspec URL, with one clear error for a file that is missing or cannot be read. Both halves and the
+commands read a corpus through it, so a corpus that ``validate`` accepts can always be trained.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
+
+from schemas.config import config_from_bytes
+from schemas.errors import UserError
+from schemas.manifest import (
+    LATEST_NAME,
+    MANIFEST_NAME,
+    Manifest,
+    check_tokenizer,
+    check_tokenizer_model,
+    corpus_root,
+    latest_manifest_name,
+    manifest_url,
+    parse_manifest,
+)
+from schemas.naming import manifest_version, version_manifest_name
+from shardforge.storage.reads import list_names, read_bytes, read_text
+from shardforge.storage.urls import join
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def load_config(cls: type[M], url: str) -> M:
+    """Read a YAML/JSON config from any fsspec URL into cls, with one clear error."""
+    try:
+        raw = read_bytes(url)
+    except FileNotFoundError:
+        raise UserError(f"config not found: {url}") from None
+    return config_from_bytes(cls, raw, url)
+
+
+def load_manifest(url: str) -> tuple[Manifest, str]:
+    """(manifest, corpus root URL) from a corpus root or manifest URL; one clear error."""
+    murl = manifest_url(url)
+    try:
+        text = read_text(murl)
+    except FileNotFoundError:
+        raise UserError(f"no manifest at {murl}: the corpus does not exist or its build did not finish "
+                        "(the manifest is written last)") from None
+    except IsADirectoryError:
+        raise UserError(f"{murl} is a directory, not a manifest") from None
+    return parse_manifest(text, murl), corpus_root(murl)
+
+
+def latest_manifest_url(root: str) -> str:
+    """The URL of a corpus's latest manifest: what ``latest`` names, else ``manifest.json``.
+
+    A served corpus (pipelines.jobs.serve) commits immutable ``manifest-v{N}.json``
+    versions, each listing all shards up to N (older shards first, unchanged);
+    a follower re-reads this to find new versions.
+    """
+    root = root.rstrip("/")
+    try:
+        pointer = read_text(join(root, LATEST_NAME))
+    except FileNotFoundError:
+        return join(root, MANIFEST_NAME)
+    return join(root, latest_manifest_name(pointer, join(root, LATEST_NAME)))
+
+
+# ---------------------------------------------------------------- the version chain of a served corpus
+# Version N is committed as manifest-v{N}.json (schemas.naming.version_manifest_name) and lists
+# every shard of versions 1..N; `latest` names the newest one readers should follow.
+
+
+def committed_versions(root: str) -> list[int]:
+    """Version numbers with a committed ``manifest-v{N}.json`` under root, ascending (one listing)."""
+    return sorted(n for n in map(manifest_version, list_names(root)) if n is not None)
+
+
+def load_version(root: str, n: int) -> Manifest:
+    """Version n's manifest (``manifest-v{n}.json``); UserError when it is not a valid manifest."""
+    url = join(root, version_manifest_name(n))
+    return parse_manifest(read_text(url), url)
+
+
+def read_latest_pointer(root: str) -> int | None:
+    """The version the ``latest`` pointer names, or None (no pointer, or it names no version manifest)."""
+    try:
+        return manifest_version(read_text(join(root, LATEST_NAME)).strip())
+    except FileNotFoundError:
+        return None
+
+
+# ---------------------------------------------------------------- the corpus's tokenizer
+# One way to open a corpus's tokenizer, shared by validate, inspect, export and the
+# trainer: a corpus that validates can then always be trained.
+
+
+def tokenizer_url(m: Manifest, root: str) -> str:
+    """The URL of the corpus's tokenizer model: always under the corpus root (the path rule)."""
+    return join(root, m.tokenizer.path)
+
+
+def read_tokenizer_model(m: Manifest, root: str) -> bytes:
+    """The corpus's tokenizer model bytes, checked against the manifest's sha256; one clear error."""
+    url = tokenizer_url(m, root)
+    try:
+        data = read_bytes(url)
+    except FileNotFoundError:
+        raise UserError(f"tokenizer model {url} named by the manifest does not exist") from None
+    except OSError as e:  # a directory, a permission problem
+        raise UserError(f"tokenizer model {url} cannot be read: {type(e).__name__}: {e}") from None
+    check_tokenizer_model(m, data, url)
+    return data
+
+
+def open_tokenizer(m: Manifest, root: str) -> Any:
+    """The corpus's tokenizer (``schemas.tokenizer_files``: SentencePiece or byte-level BPE), as the trainer loads it.
+
+    Checks the file's sha256, that it parses as the kind the manifest records,
+    that its size is the manifest's vocab_size and that every special id is
+    inside it; UserError otherwise. ImportError when the kind's library is missing.
+    """
+    from schemas.tokenizer_files import load_tokenizer
+
+    data = read_tokenizer_model(m, root)
+    try:
+        tok = load_tokenizer(data)
+    except UserError as e:
+        raise UserError(f"tokenizer model {tokenizer_url(m, root)}: {e}") from None
+    check_tokenizer(m, tok, tokenizer_url(m, root))
+    return tok

@@ -1,0 +1,437 @@
+"""Atomic (all-or-nothing) writes, conditional creates and stale-temporary cleanup."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import fcntl
+import hashlib
+import logging
+import os
+import posixpath
+import time
+import uuid
+from collections.abc import Callable
+from datetime import datetime
+from typing import IO, Any, Literal
+
+import fsspec
+
+from shardforge.storage.reads import read_bytes
+from shardforge.storage.retry import IncompleteWriteError, invalidate, is_transient_or_lost, retry
+from shardforge.storage.urls import full_url, get_fs, protocol_of
+
+log = logging.getLogger(__name__)
+
+TMP_PREFIX = "."
+TMP_SUFFIX = ".tmp"
+# A temporary is stale (safe to delete) when no writer can still be using it: on local
+# disk, no process holds its lock and it is older than this (the lock is taken right
+# after the file is created); on object stores (where a temporary is visible only between
+# its upload and its copy to the final name) when it is older than the object grace.
+STALE_TMP_LOCAL_S = float(os.environ.get("SHARDFORGE_STALE_TMP_LOCAL_S", "10"))
+STALE_TMP_OBJECT_S = float(os.environ.get("SHARDFORGE_STALE_TMP_OBJECT_S", "3600"))
+
+# ---------------------------------------------------------------- writes
+
+class TemporaryRemoved(FileNotFoundError):
+    """A writer's own temporary vanished before it was published.
+
+    Only another process removes it: a writer that committed this corpus sweeps the
+    temporaries of attempts that can no longer commit (pipelines.corpus.commit). The
+    writer that gets this has lost; it says so instead of failing with a trace.
+    """
+
+
+def unless_swept(write: Callable[[], object], what: str) -> bool:
+    """Run one in-pipeline write of an attempt; False (and one warning) if its temporary was swept.
+
+    A temporary only vanishes under its writer when another writer committed this
+    version and its cleanup swept this attempt (pipelines.corpus.commit, step 4): this
+    attempt can no longer commit, since its own conditional create loses. So the
+    step does not raise: a runner would log the error with a traceback and retry the
+    bundle. The driver says why in one line (``pipelines.corpus.commit.raise_if_lost``).
+    """
+    try:
+        write()
+    except TemporaryRemoved as e:
+        logging.getLogger("shardforge.commit").warning("%s lost: %s", what, e)
+        return False
+    return True
+
+
+def tmp_name(path: str) -> str:
+    """A unique hidden sibling of path: '.name.<uuid>.tmp' (never listed by a manifest)."""
+    parent, base = posixpath.split(path)
+    return posixpath.join(parent, f"{TMP_PREFIX}{base}.{uuid.uuid4().hex}{TMP_SUFFIX}")
+
+
+def is_tmp_name(path: str) -> bool:
+    base = posixpath.basename(path)
+    return base.startswith(TMP_PREFIX) and base.endswith(TMP_SUFFIX)
+
+
+_OBJECT_STORES = ("gs", "gcs", "s3", "s3a")
+
+
+def _is_local(fs: fsspec.AbstractFileSystem) -> bool:
+    return protocol_of(fs) in ("file", "local")
+
+
+def _remove_quietly(fs: fsspec.AbstractFileSystem, path: str) -> None:
+    """Best-effort removal of a temporary object (a leftover is hidden and harmless)."""
+    def _rm() -> None:
+        try:
+            fs.rm_file(path)
+        except FileNotFoundError:
+            pass  # never written, or a retried DELETE whose first attempt landed
+
+    try:
+        retry(_rm, f"remove {path}")
+    except Exception as e:  # noqa: BLE001 - cleanup must not mask the real outcome
+        log.warning("could not remove temporary %s (%s); it is hidden and safe to delete", path, e)
+
+
+def _fsync_dir(path: str) -> None:
+    """Persist a rename: fsync the directory entry (POSIX; a no-op where unsupported)."""
+    try:
+        fd = os.open(path or ".", os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _holds(fs: fsspec.AbstractFileSystem, path: str, size: int, md5: bytes | None) -> bool:
+    """Does the store hold exactly our bytes at path? Size, plus the store's MD5 where it reports one."""
+    invalidate(fs, posixpath.dirname(path))
+    try:
+        info = retry(lambda: fs.info(path), f"info {path}")
+    except FileNotFoundError:
+        return False
+    if info.get("size") != size:
+        return False
+    if md5 is not None:
+        if isinstance(info.get("md5Hash"), str):  # GCS: base64 of the MD5
+            return base64.b64decode(info["md5Hash"]) == md5
+        # S3 single-part ETags are the hex MD5, except under SSE-KMS / SSE-C encryption
+        # (and multipart ETags never are): then the size check above is all we have.
+        sse = str(info.get("ServerSideEncryption") or "").lower()
+        encrypted = sse.startswith("aws:kms") or bool(info.get("SSECustomerAlgorithm"))
+        etag = str(info.get("ETag") or info.get("etag") or "").strip('"')
+        if not encrypted and len(etag) == 32 and "-" not in etag:
+            return etag == md5.hex()
+    return True
+
+
+def _commit(fs: fsspec.AbstractFileSystem, tmp: str, path: str, size: int, md5: bytes | None) -> None:
+    """Move a complete temporary object to its final name, then check it landed whole.
+
+    Object stores have no rename: GCS rewrite / S3 CopyObject create the target
+    in one server-side step (readers see nothing or everything), then the
+    temporary is deleted. We call cp_file rather than gcsfs's mv because mv
+    first tries the moveTo API, which emulators (and some buckets) answer with
+    501, which gcsfs retries for ~30 s before falling back to the same copy.
+    """
+    if protocol_of(fs) in _OBJECT_STORES:
+        retry(lambda: fs.cp_file(tmp, path), f"copy {tmp} -> {path}")
+        _remove_quietly(fs, tmp)
+    else:
+        fs.mv(tmp, path)
+    if not _holds(fs, path, size, md5):
+        raise IncompleteWriteError(f"{full_url(fs, path)}: the stored object is not the {size} bytes written")
+
+
+def write_bytes_atomic(url: str, data: bytes) -> None:
+    """Write data so that readers see either nothing or the complete object.
+
+    The bytes go to a unique temporary name next to the target and are then
+    moved into place (fsync + rename on local disks; server-side copy on object
+    stores). Retried as a whole on transient errors.
+    """
+    write_stream_atomic(url, lambda f: f.write(data))
+
+
+class _HashingWriter:
+    """File wrapper that hashes (sha256 for the manifest; with ``md5``, md5 too, to check what an
+    object store holds: a local file needs none, and md5 costs more CPU than sha256) and counts."""
+
+    def __init__(self, f: IO[bytes], md5: bool = True):
+        self._f = f
+        self._h = hashlib.sha256()
+        self._md5 = hashlib.md5(usedforsecurity=False) if md5 else None
+        self.bytes = 0
+
+    def write(self, data: bytes) -> int:
+        self._h.update(data)
+        if self._md5 is not None:
+            self._md5.update(data)
+        self.bytes += len(data)
+        self._f.write(data)
+        return len(data)
+
+    def flush(self) -> None:
+        self._f.flush()
+
+    def tell(self) -> int:
+        return self.bytes
+
+    @property
+    def sha256(self) -> str:
+        return self._h.hexdigest()
+
+    @property
+    def md5(self) -> bytes:
+        if self._md5 is None:
+            raise ValueError("this writer was made without md5")
+        return self._md5.digest()
+
+
+def write_stream_atomic(url: str, produce: Callable[[IO[bytes]], None]) -> tuple[str, int]:
+    """Stream produce(f)'s output to url atomically; returns (sha256, bytes).
+
+    Large objects (shards) are streamed to a unique temporary name, never held
+    in memory, and moved into place only when complete, so a killed job leaves
+    no partial object under the final name (at most a hidden '.name.<uuid>.tmp'
+    sibling, or on object stores an uncommitted upload that never becomes an
+    object). Retried as a whole on transient errors (produce must be
+    repeatable: it is a pure function of its input).
+    """
+    fs, path = get_fs(url)
+    parent = posixpath.dirname(path)
+    local = _is_local(fs)
+
+    def _write() -> tuple[str, int]:
+        tmp = tmp_name(path)
+        try:
+            if local:
+                os.makedirs(parent or ".", exist_ok=True)
+                with _open_locked_tmp(tmp) as raw:
+                    w = _HashingWriter(raw, md5=False)
+                    produce(w)  # type: ignore[arg-type]
+                    raw.flush()
+                    os.fsync(raw.fileno())  # data on disk before the rename publishes it
+                try:
+                    os.replace(tmp, path)
+                except FileNotFoundError as e:
+                    if not os.path.exists(tmp):
+                        raise TemporaryRemoved(f"{tmp}: removed before it was published") from e
+                    raise
+                _fsync_dir(parent)
+            else:
+                produced = False
+                try:
+                    with fs.open(tmp, "wb") as f:
+                        w = _HashingWriter(f)
+                        produce(w)  # type: ignore[arg-type]
+                        produced = True
+                except Exception as e:
+                    # The reply to an upload's last request can be lost after the
+                    # store committed it (a retried final chunk then gets 404 from
+                    # the finished session). If every byte is there, go on.
+                    if not (produced and is_transient_or_lost(e) and _holds(fs, tmp, w.bytes, w.md5)):
+                        raise
+                    log.warning("upload of %s reported %s: %s, but the object is complete; continuing",
+                                full_url(fs, tmp), type(e).__name__, e)
+                try:
+                    _commit(fs, tmp, path, w.bytes, w.md5)
+                except FileNotFoundError as e:
+                    if not retry(lambda: fs.exists(tmp), f"stat {tmp}"):
+                        raise TemporaryRemoved(f"{full_url(fs, tmp)}: removed before it was published") from e
+                    raise
+        except BaseException:
+            # A failed or interrupted attempt: drop its temporary (a partial
+            # object under a hidden name; fsspec commits a half-written file
+            # when its `with` block exits on an exception).
+            if local:
+                with contextlib.suppress(OSError):
+                    os.remove(tmp)
+            else:
+                _remove_quietly(fs, tmp)
+            raise
+        return w.sha256, w.bytes
+
+    result = retry(_write, f"write {url}")
+    invalidate(fs, parent)
+    return result
+
+
+def write_text_atomic(url: str, text: str) -> None:
+    write_bytes_atomic(url, text.encode("utf-8"))
+
+
+def _open_locked_tmp(tmp: str) -> IO[bytes]:
+    """Create a local temporary exclusively and hold an flock on it while it is written.
+
+    The lock tells a cleaner (``tmp_is_stale``) that a live process still owns the
+    file; it goes away with the process, so a killed writer's leftovers are provably
+    stale.
+    """
+    f = open(tmp, "xb")  # noqa: SIM115 - returned to the caller's with-block
+    try:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        pass  # a filesystem without flock: staleness then rests on the age alone
+    return f
+
+
+CreateOutcome = Literal["created", "identical", "taken"]
+
+
+def create_if_absent(url: str, data: bytes) -> CreateOutcome:
+    """Create the object at url with data only if no object has that name: the commit primitive.
+
+    One atomic conditional create, so that of several writers exactly one wins:
+    local disk: the bytes go to a complete, fsynced temporary which is hard-linked to
+    the name (``link`` fails if the name exists; readers never see a partial file);
+    GCS: an upload with ``ifGenerationMatch=0``; S3: ``PutObject`` with
+    ``If-None-Match: *``; other filesystems: fsspec's ``mode="create"`` (an
+    exists-check, not atomic: not for concurrent writers).
+
+    Returns "created"; "identical" when the name already holds exactly these bytes
+    (an identical rerun, or a retried request whose first attempt landed); "taken"
+    when it holds other bytes (another writer won).
+    """
+    fs, path = get_fs(url)
+    parent = posixpath.dirname(path)
+
+    def _create() -> None:
+        if _is_local(fs):
+            os.makedirs(parent or ".", exist_ok=True)
+            tmp = tmp_name(path)
+            try:
+                with _open_locked_tmp(tmp) as f:
+                    f.write(data)
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.link(tmp, path)  # FileExistsError if another writer got there first
+                _fsync_dir(parent)
+            finally:
+                with contextlib.suppress(OSError):
+                    os.remove(tmp)
+        else:
+            fs.pipe_file(path, data, mode="create")
+
+    try:
+        retry(_create, f"create {url}")
+    except FileExistsError:
+        invalidate(fs, parent)
+        try:
+            current = read_bytes(url)
+        except FileNotFoundError:  # created and removed again between the two calls: treat as taken
+            return "taken"
+        return "identical" if current == data else "taken"
+    invalidate(fs, parent)
+    md5 = hashlib.md5(data, usedforsecurity=False).digest()
+    if not _holds(fs, path, len(data), md5):
+        raise IncompleteWriteError(
+            f"{url}: the stored object is not the {len(data)} bytes written: another writer replaced them "
+            "(the store did not honour the create-if-absent condition) or the upload was cut short")
+    return "created"
+
+
+def info_mtime(info: dict[str, Any]) -> float | None:
+    """Modification time (epoch s) from an fsspec info/listing entry, whatever the store calls it."""
+    for k in ("mtime", "updated", "LastModified", "last_modified", "timeCreated", "created"):
+        v = info.get(k)
+        if v is None:
+            continue
+        if isinstance(v, (int, float)):
+            return float(v)
+        if isinstance(v, datetime):
+            return v.timestamp()
+        if isinstance(v, str):
+            try:
+                return datetime.fromisoformat(v.replace("Z", "+00:00")).timestamp()
+            except ValueError:
+                continue
+    return None
+
+
+def tmp_is_stale(fs: fsspec.AbstractFileSystem, path: str, info: dict[str, Any] | None = None) -> bool:
+    """Whether a temporary (``is_tmp_name``) can be deleted without hurting a live writer.
+
+    Local disk: nobody holds its lock (the writer's process is gone) and it is older
+    than ``STALE_TMP_LOCAL_S``. Object stores: older than ``STALE_TMP_OBJECT_S``.
+    """
+    now = time.time()
+    if _is_local(fs):
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            return False
+        try:
+            if now - os.fstat(fd).st_mtime < STALE_TMP_LOCAL_S:
+                return False
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return False  # a live writer holds it
+            except OSError:
+                pass  # no flock here: the age decides
+            return True
+        finally:
+            os.close(fd)
+    mtime = info_mtime(info) if info is not None else None
+    return mtime is not None and now - mtime >= STALE_TMP_OBJECT_S
+
+
+def remove_stale_tmps(url: str, recursive: bool = False,
+                      also: Callable[[str], bool] | None = None) -> list[str]:
+    """Delete the stale temporaries under a folder URL; returns their names (relative to url).
+
+    ``also(target_name)`` marks temporaries as stale whatever their age (e.g. those
+    of a writer that can no longer commit); it gets the final name the temporary
+    was for (its basename without the hidden prefix and the '.<uuid>.tmp' suffix).
+    """
+    fs, path = get_fs(url)
+    invalidate(fs)
+    try:
+        found = retry(lambda: fs.find(path, detail=True) if recursive else fs.ls(path, detail=True),
+                      f"list {url}")
+    except FileNotFoundError:
+        return []
+    entries = found.items() if isinstance(found, dict) else ((e["name"], e) for e in found)
+    removed = []
+    for p, info in sorted(entries):
+        base = posixpath.basename(p.rstrip("/"))
+        if info.get("type", "file") != "file" or not is_tmp_name(base):
+            continue
+        target = base[len(TMP_PREFIX):-len(TMP_SUFFIX)].rsplit(".", 1)[0]
+        if (also is not None and also(target)) or tmp_is_stale(fs, p, info):
+            _remove_quietly(fs, p)
+            removed.append(posixpath.relpath(p, path))
+    if removed:
+        invalidate(fs)
+    return removed
+
+
+def remove_object(url: str) -> bool:
+    """Delete one object (retried); False if it was not there."""
+    fs, path = get_fs(url)
+
+    def _rm() -> bool:
+        try:
+            fs.rm_file(path)
+            return True
+        except FileNotFoundError:
+            return False
+
+    return retry(_rm, f"remove {url}")
+
+
+def makedirs(url: str) -> None:
+    fs, path = get_fs(url)
+    if protocol_of(fs) in ("file", "local"):
+        os.makedirs(path, exist_ok=True)
+
+
+def remove_tree(url: str) -> None:
+    fs, path = get_fs(url)
+    invalidate(fs)
+    if fs.exists(path):
+        fs.rm(path, recursive=True)
