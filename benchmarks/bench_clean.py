@@ -42,15 +42,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script:
 
 from benchmarks.common import ROOT, bench_parser, best_of, machine, time_calls, write_results  # noqa: E402
 from pipelines.clean.langid import identify  # noqa: E402
-from pipelines.clean.rules import (  # noqa: E402
-    BULLETS,
-    ELLIPSES,
-    GOPHER_STOP_WORDS,
-    clean_document,
-    filter_lines,
-    has_invalid_utf8,
-    normalize_text,
-)
+from pipelines.clean.lines import filter_lines  # noqa: E402
+from pipelines.clean.normalize import has_invalid_utf8, normalize_text  # noqa: E402
+from pipelines.clean.rules import BULLETS, ELLIPSES, GOPHER_STOP_WORDS, clean_document  # noqa: E402
 from pipelines.clean.sentences import split_sentences  # noqa: E402
 from pipelines.records import Document, Reject  # noqa: E402
 from schemas.config import CleanConfig  # noqa: E402

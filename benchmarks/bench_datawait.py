@@ -35,7 +35,7 @@ def run(data: str, out: str, size: str, steps: int, workers: int, batch: int, de
         **overrides: object) -> dict[str, float]:
     """Train `steps` steps and summarize the logged data-wait share (``overrides``: more TrainConfig fields)."""
     from schemas.config import TrainConfig
-    from trainer.metrics import read_metrics
+    from trainer.loggers import read_metrics
     from trainer.train import train
 
     train(TrainConfig.model_validate({

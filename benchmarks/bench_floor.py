@@ -92,14 +92,16 @@ def run_floor(raw: str, vocab_size: int) -> dict[str, Any]:
     from pipelines.localrunner.preflight import local_build_process
 
     local_build_process()  # as in the build's process: the same imports left out, the same allocator
-    from pipelines.clean.rules import clean_document, line_rules_for
+    from pipelines.clean.lines import line_rules_for
+    from pipelines.clean.rules import clean_document
     from pipelines.clean.sentences import split_sentences
     from pipelines.corpus.parts import size_runs
-    from pipelines.corpus.shards import count_groups, encoded_samples, pack_sorted
+    from pipelines.corpus.shards import encoded_samples
     from pipelines.dedupe.minhash import hash_normalized, normalize_text, shingle_sets
     from pipelines.dedupe.sketch import minhasher
     from pipelines.localrunner.heap import tune_collector
     from pipelines.pack.rules import group_of, split_of
+    from pipelines.pack.step import count_groups, pack_sorted
     from pipelines.records import Document, SentencedDocument
     from pipelines.sources import read_file
     from pipelines.tokenizer.tokenizer import (
@@ -269,7 +271,8 @@ def run_build_child(raw: str, out: str, vocab_size: int, beam_args: list[str], d
     from pipelines.localrunner.preflight import local_build_process
 
     local_build_process()  # as `python -m pipelines.build` does for a local build
-    from pipelines.jobs.build import run_build, summarize
+    from pipelines.jobs.build import run_build
+    from pipelines.jobs.summary import summarize
     from pipelines.options import quiet_beam
 
     imports = _cpu() - t0

@@ -374,7 +374,8 @@ def child(megabytes: float, near: bool, config: str, caps: dict[str, int], batch
     from pipelines.localrunner.preflight import local_build_process
 
     local_build_process()  # as `python -m pipelines.build` does for a local build
-    from pipelines.jobs.build import run_build, summarize
+    from pipelines.jobs.build import run_build
+    from pipelines.jobs.summary import summarize
     from pipelines.options import quiet_beam
 
     quiet_beam()
@@ -454,7 +455,8 @@ def measure_pack_group(tokens: int) -> dict[str, float]:
     import pyarrow as pa
 
     from pipelines.corpus.parts import size_runs, write_tokenized_parquet
-    from pipelines.corpus.shards import encoded_samples, pack_sorted
+    from pipelines.corpus.shards import encoded_samples
+    from pipelines.pack.step import pack_sorted
     from schemas.config import BuildConfig
     from schemas.sample import sample_tar_size
 

@@ -101,7 +101,7 @@ def build_config(raw: Path, spans: bool) -> dict[str, Any]:
 def files_digest(root: Path) -> dict[str, str]:
     """sha256 of every file under root, by relative path (the reports' images included; not the
     stage timings, which measure the run)."""
-    from pipelines.report.report import RUN_DEPENDENT_FILES
+    from pipelines.report.record import RUN_DEPENDENT_FILES
 
     out = {}
     for dirpath, _, names in os.walk(root):

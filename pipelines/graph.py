@@ -14,12 +14,13 @@ from typing import Any
 import apache_beam as beam
 
 from pipelines.corpus.parts import WriteClean, WriteRejectLog
-from pipelines.corpus.shards import TokenGroups, WriteCorpus
+from pipelines.corpus.shards import WriteCorpus
 from pipelines.dedupe import Deduplicate
 from pipelines.intermediate import CLEAN_DIR, TOKENIZED_DIR
-from pipelines.options import runs_on_one_machine, spreads_documents
+from pipelines.options import RunnerPlan
+from pipelines.pack.step import TokenGroups
 from pipelines.report.accounting import Account
-from pipelines.report.report import WriteReport
+from pipelines.report.writer import WriteReport
 from pipelines.sources import ReadSources
 from pipelines.stages import CleanDocuments, DropEmpty, SplitSentences, tokenizer_model
 from pipelines.tokenizer.tokenizer import Tokenize
@@ -51,7 +52,7 @@ class AppendTo:
 
 def build_pipeline(p: beam.Pipeline, cfg: BuildConfig, output: str, *,
                    files: dict[str, list[str]] | None = None, append: AppendTo | None = None,
-                   tag: str | None = None) -> None:
+                   tag: str | None = None, plan: RunnerPlan | None = None) -> None:
     """Add the whole build to pipeline p.
 
     files: read exactly these URLs per source name instead of each source's glob.
@@ -60,7 +61,9 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig, output: str, *,
     tag: the attempt tag of a one-shot build (default: ``pipelines.corpus.commit.one_shot_tag``). Shards
     carry it; everything else goes under ``output/versions/{tag}/``; the manifest
     is committed by a conditional create (docs/architecture.md, "Commit protocol").
+    plan: the choices that depend on the runner (``RunnerPlan.of(options)``; default: one in-process worker).
     """
+    plan = plan or RunnerPlan.in_process()
     root = output
     if append is None:
         if tag is None:
@@ -73,17 +76,17 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig, output: str, *,
 
     read = p | "ReadSources" >> ReadSources(cfg.sources, files)
     documents = read.documents
-    if spreads_documents(p.options):  # one big file would otherwise clean and sketch on one worker
+    if plan.spread_documents:  # one big file would otherwise clean and sketch on one worker
         documents = documents | "SpreadDocuments" >> beam.Reshuffle()
     cleaned = documents | "Clean" >> CleanDocuments(cfg.clean, cfg.sources)
     rejects = (read.rejects, cleaned.rejects) | "AllRejects" >> beam.Flatten()
     dedupe = cleaned.documents | "Dedupe" >> Deduplicate(  # the local runner: verdicts and components unshuffled
         cfg.dedupe, index_in=cfg.dedupe.index, index_out=join(output, DEDUPE_INDEX_DIR),
-        index_root=append.corpus if append is not None else root, one_machine=runs_on_one_machine(p.options))
+        index_root=append.corpus if append is not None else root, one_machine=plan.one_machine)
     kept, duplicates = dedupe["kept"], dedupe["duplicates"]
 
     sentenced = kept | "SplitSentences" >> SplitSentences()
-    model, tokenizer_path, training = tokenizer_model(p, sentenced, cfg, output)
+    model, tokenizer_path, training = tokenizer_model(p, sentenced, cfg, output, make_room=plan.make_room)
     tokenize = Tokenize(model, cfg.tokenizer.encode_batch, cfg.tokenizer.encode_threads)
     tokenized_all = sentenced | "Tokenize" >> tokenize
     tokenized = tokenized_all | "HasTokens" >> DropEmpty()

@@ -13,7 +13,8 @@ import argparse
 import functools
 import logging
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from apache_beam.options.pipeline_options import (
@@ -262,6 +263,38 @@ def runs_on_one_machine(opts: PipelineOptions) -> bool:
     neighborhood. The output does not depend on it (tests/test_dedupe.py).
     """
     return (opts.view_as(StandardOptions).runner or LOCAL_RUNNER) == LOCAL_RUNNER
+
+
+@dataclass(frozen=True)
+class RunnerPlan:
+    """Every choice of the build graph that depends on the runner, made here once from the options
+    (``RunnerPlan.of``) and handed to ``pipelines.graph.build_pipeline``: the graph and its stages ask
+    nothing of the options themselves. The output never depends on the plan, only the cost does.
+
+    ``spread_documents``: reshuffle the read documents (``spreads_documents``); ``one_machine``: the
+    dedupe step's local wiring (``runs_on_one_machine``); ``make_room``: what the tokenizer's training
+    step calls before it trains, to free memory for SentencePiece (on the local runner with spilling,
+    the runner's buffered stage data goes to disk: ``pipelines.localrunner.spill.to_disk``).
+    """
+
+    spread_documents: bool = False
+    one_machine: bool = True
+    make_room: Callable[[], object] | None = None
+
+    @classmethod
+    def of(cls, opts: PipelineOptions) -> RunnerPlan:
+        from pipelines.localrunner import spill
+
+        one_machine = runs_on_one_machine(opts)
+        return cls(spread_documents=spreads_documents(opts), one_machine=one_machine,
+                   make_room=spill.to_disk if one_machine else None)
+
+    @classmethod
+    def in_process(cls) -> RunnerPlan:
+        """The plan of the default local run (one in-process worker): what a graph built without options gets."""
+        from pipelines.localrunner import spill
+
+        return cls(make_room=spill.to_disk)
 
 
 WORKER_COMMAND = "{python} -m pipelines.localrunner.sdkworker"

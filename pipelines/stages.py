@@ -8,12 +8,13 @@ runs them without it).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import apache_beam as beam
 from apache_beam import pvalue
 
-from pipelines.clean.rules import RAW_WORDS, REJECTS, check_rule_names, clean_batch, line_rules_for
+from pipelines.clean.lines import line_rules_for
+from pipelines.clean.rules import RAW_WORDS, REJECTS, check_rule_names, clean_batch
 from pipelines.clean.sentences import split_batch
 from pipelines.localrunner.batching import PooledBatches
 from pipelines.metrics import counted, counter
@@ -113,12 +114,14 @@ class ReuseTokenizer(beam.PTransform):
                 | "CopyTokenizer" >> beam.Map(store_model, self.output))
 
 
-def tokenizer_model(p: beam.Pipeline, sentenced, cfg: BuildConfig, output: str):
+def tokenizer_model(p: beam.Pipeline, sentenced, cfg: BuildConfig, output: str,
+                    make_room: Callable[[], object] | None = None):
     """(singleton PCollection of the model bytes, its path under ``output``, the training's cost
-    as a singleton PCollection for the report, or None for a reused model)."""
+    as a singleton PCollection for the report, or None for a reused model). ``make_room``: called
+    before training (``pipelines.options.RunnerPlan``)."""
     if cfg.tokenizer.model_url:
         reuse = ReuseTokenizer(cfg.tokenizer.model_url, output)
         return p | "Tokenizer" >> reuse, reuse.path, None
-    trainer = TrainTokenizer(cfg.tokenizer, cfg.seed, output)
+    trainer = TrainTokenizer(cfg.tokenizer, cfg.seed, output, make_room=make_room)
     trained = sentenced | "TrainTokenizer" >> trainer
     return trained, model_path(cfg.tokenizer.model_type), trainer.stats

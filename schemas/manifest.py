@@ -216,3 +216,39 @@ def parse_manifest(text: str, where: str = "manifest") -> Manifest:
         why = format_validation_error(e).replace("Value error, ", "")
         rule = f"; {PATH_RULE}" if NOT_INSIDE in why else ""
         raise UserError(f"{where} is not a valid shardforge manifest: {why}{rule}") from None
+
+
+def accounting_totals(m: Manifest) -> dict[str, int]:
+    """The accounting over all sources: records in, and how many ended in each bucket."""
+    acc = m.accounting.values()
+    return {"input": sum(a.input for a in acc), "kept": sum(a.kept for a in acc),
+            "filtered": sum(sum(a.filtered.values()) for a in acc),
+            "duplicate": sum(sum(a.duplicate.values()) for a in acc),
+            "rejected": sum(sum(a.rejected.values()) for a in acc)}
+
+
+def manifest_summary(m: Manifest) -> dict[str, Any]:
+    """What a manifest says about its corpus, as a plain dict: rule, tokenizer, totals per split and over all,
+    and the accounting (what ``shardforge inspect`` and ``shardforge status`` print)."""
+    totals = {k: sum(getattr(t, k) for t in m.totals.values()) for k in ("documents", "tokens", "samples", "shards")}
+    acc = accounting_totals(m)
+    return {
+        "schema_version": m.schema_version,
+        "version": m.version,
+        "parent": m.parent,
+        "packing_rule": m.packing_rule,
+        "max_seq_len": m.max_seq_len,
+        "ids_dtype": m.ids_dtype,
+        "members": m.members,
+        "tokenizer": {"path": m.tokenizer.path, "kind": m.tokenizer.kind, "model_type": m.tokenizer.model_type,
+                      "vocab_size": m.tokenizer.vocab_size, "sha256": m.tokenizer.sha256,
+                      "special_ids": m.tokenizer.special_ids},
+        "splits": {split: t.model_dump() for split, t in sorted(m.totals.items())},
+        "shards": len(m.shards),
+        "samples": totals["samples"],
+        "tokens": totals["tokens"],
+        "bytes": sum(t.bytes for t in m.totals.values()),
+        "totals": totals,
+        "documents": {"input": acc["input"], "kept": acc["kept"]},
+        "accounting": acc,
+    }

@@ -17,10 +17,11 @@ import pytest
 
 from pipelines.corpus.commit import committed_tags
 from pipelines.jobs.batched import PLAN_NAME, build_in_batches, plan_batches
-from pipelines.jobs.build import run_build, summarize
+from pipelines.jobs.build import run_build
 from pipelines.jobs.ingest import RawFile
+from pipelines.jobs.summary import summarize
 from pipelines.localrunner.heap import ARROW_POOL_ENV
-from pipelines.report.report import RUN_DEPENDENT_FILES
+from pipelines.report.record import RUN_DEPENDENT_FILES
 from schemas.config import BuildConfig
 from schemas.errors import UserError
 from shardforge.commands.synth import make_article
@@ -302,7 +303,7 @@ def test_a_failing_batch_process_reports_the_users_error_and_commits_nothing(bat
 
 
 def test_a_big_one_shot_local_build_suggests_batching(tmp_path, monkeypatch) -> None:
-    from pipelines.jobs import build
+    from pipelines.jobs import memory as build
 
     raw = tmp_path / "raw"
     raw.mkdir()
@@ -323,7 +324,7 @@ def test_a_big_one_shot_local_build_suggests_batching(tmp_path, monkeypatch) -> 
 def test_the_local_memory_estimate_follows_the_tokenizer_sample() -> None:
     """Spilled, a one-shot build's estimate grows ~1 MB per MB kept plus ~22 per MB of tokenizer
     sample, which stops at tokenizer.sample_bytes; Beam's runner holding everything grows ~33."""
-    from pipelines.jobs.build import LOCAL_RSS_BASE, local_rss_estimate
+    from pipelines.jobs.memory import LOCAL_RSS_BASE, local_rss_estimate
 
     cfg = BuildConfig.model_validate({"sources": [{"name": "news", "input": "x.jsonl"}],
                                       "tokenizer": {"sample_bytes": 100_000_000}})

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from pipelines.corpus.commit import manifest_tag
-from pipelines.jobs.build import run_build, summarize
+from pipelines.jobs.build import run_build
+from pipelines.jobs.summary import summarize
 from pipelines.localrunner.heap import ARROW_POOL_ENV
 from schemas import BOS_ID, EOS_ID
 from schemas.config import BuildConfig
@@ -203,13 +204,13 @@ def test_several_workers_spread_the_read_documents(built, tmp_path):
     from apache_beam.options.pipeline_options import PipelineOptions
 
     from pipelines.graph import build_pipeline
-    from pipelines.options import BuildOptions, finalize_options, spreads_documents
+    from pipelines.options import BuildOptions, RunnerPlan, finalize_options, spreads_documents
 
     cfg, _, _ = built
 
     def top_steps(opts) -> set[str]:
         p = beam.Pipeline(options=opts)
-        build_pipeline(p, cfg, str(tmp_path / "graph"))
+        build_pipeline(p, cfg, str(tmp_path / "graph"), plan=RunnerPlan.of(opts))
         return {t.full_label for t in p.transforms_stack[0].parts}
 
     one, two = (finalize_options(BuildOptions(f)) for f in ([], ["--direct_num_workers", "2"]))

@@ -16,14 +16,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipelines.clean.langid import guess_language, identify, is_english
-from pipelines.clean.rules import (
-    RULE_NAMES,
-    DocStats,
-    clean_document,
-    filter_lines,
-    line_rules_for,
-    normalize_text,
-)
+from pipelines.clean.lines import filter_lines, line_rules_for
+from pipelines.clean.normalize import normalize_text
+from pipelines.clean.rules import RULE_NAMES, clean_document
+from pipelines.clean.stats import DocStats
 from pipelines.records import Document, Reject
 from pipelines.stages import CleanDocuments
 from schemas.config import CleanConfig, SourceConfig

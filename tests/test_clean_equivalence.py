@@ -18,9 +18,11 @@ from clean_sample import sample_documents, variant_configs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipelines.clean import rules as clean
-from pipelines.clean.rules import LINE_RULES, RULE_ALIASES, RULE_NAMES, DocStats, clean_document, raw_words
+from pipelines.clean import stats as clean
+from pipelines.clean.lines import LINE_RULES
+from pipelines.clean.rules import RULE_ALIASES, RULE_NAMES, clean_document, raw_words
 from pipelines.clean.sentences import count_sentences, split_sentences
+from pipelines.clean.stats import DocStats
 from pipelines.records import Document, Reject
 from schemas.config import CleanConfig
 
@@ -120,7 +122,7 @@ def test_sentence_count_stops_early_and_agrees(parts, at_most):
        st.sampled_from([0.0, 1e9]))
 def test_top_ngram_bounds_are_upper_bounds(ws, enough):
     """The bounds that spare the top n-gram counting are never below the true characters x count."""
-    from pipelines.clean.rules import NGrams
+    from pipelines.clean.stats import NGrams
 
     grams = NGrams(ws)
     for n in range(1, 7):
@@ -139,7 +141,7 @@ _NORMALIZE_ALPHABET = ([chr(c) for c in (*range(0x00, 0x21), *range(0x7f, 0xa1))
 def test_normalization_and_utf8_guard_equal_the_reference(parts):
     """The fast paths (printable lines skip the substitutions; strict encoding finds surrogates)
     agree with the reference's regex passes on every character they special-case."""
-    from pipelines.clean.rules import has_invalid_utf8, normalize_text
+    from pipelines.clean.normalize import has_invalid_utf8, normalize_text
 
     joined = "".join(parts)
     for text in (joined, joined.encode("ascii", "ignore").decode()):  # and the ASCII fast path
@@ -152,7 +154,7 @@ def test_normalization_and_utf8_guard_equal_the_reference(parts):
 @given(st.lists(st.sampled_from(["a", "b.", " ", "\n", "\u00e9", "\u8a9e", "\u00a0", "\t"]), max_size=30))
 def test_normalization_of_mostly_printable_text_equals_the_reference(parts):
     """Printable lines with single spaces (no substitution): spaces next to newlines are trimmed."""
-    from pipelines.clean.rules import normalize_text
+    from pipelines.clean.normalize import normalize_text
 
     text = "".join(parts)
     assert normalize_text(text) == ref.normalize_text(text)
@@ -163,7 +165,7 @@ def test_normalization_of_mostly_printable_text_equals_the_reference(parts):
        st.integers(min_value=-2, max_value=12))
 def test_long_word_rule_equals_the_reference(parts, max_chars):
     """The longest-token test by str.split removes the same lines as the reference's."""
-    from pipelines.clean.rules import filter_lines
+    from pipelines.clean.lines import filter_lines
 
     text = "".join(parts)
     cfg = CleanConfig(line_max_word_chars=max_chars)
@@ -175,7 +177,8 @@ def test_long_word_rule_equals_the_reference(parts, max_chars):
                max_size=40))
 def test_letter_token_count_equals_the_regex(text):
     """Tokens holding a letter, counted over the distinct stripped words, equal the regex's count."""
-    from pipelines.clean.rules import _letter_words, words_of
+    from pipelines.clean.stats import letter_words as _letter_words
+    from pipelines.clean.stats import words_of
 
     for t in (text, text.encode("ascii", "ignore").decode()):  # and ASCII text (stripped differently)
         assert _letter_words(Counter(words_of(t))) == len(t.split()) - len(ref._NO_LETTER_TOKEN.findall(t))
@@ -185,7 +188,7 @@ def test_letter_token_count_equals_the_regex(text):
 @given(st.lists(st.sampled_from(["a", "bcd", "x" * 7, " ", "\u3000", "\t", "\u00e9\u00e9"]), max_size=30),
        st.integers(min_value=0, max_value=9))
 def test_long_token_probes_equal_splitting(parts, longest):
-    from pipelines.clean.rules import _has_long_token
+    from pipelines.clean.lines import has_long_token as _has_long_token
 
     line = "".join(parts)
     assert _has_long_token(line, longest) == (max(map(len, line.split()), default=0) > longest)

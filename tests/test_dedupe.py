@@ -346,7 +346,7 @@ def test_the_build_graph_joins_verdicts_by_runner(tmp_path: Path) -> None:
     from apache_beam.options.pipeline_options import PipelineOptions
 
     from pipelines.graph import build_pipeline
-    from pipelines.options import BuildOptions, finalize_options, runs_on_one_machine
+    from pipelines.options import BuildOptions, RunnerPlan, finalize_options, runs_on_one_machine
     from schemas.config import BuildConfig
 
     (tmp_path / "web.jsonl").write_text(json.dumps({"text": "A document."}) + "\n")
@@ -354,7 +354,7 @@ def test_the_build_graph_joins_verdicts_by_runner(tmp_path: Path) -> None:
 
     def labels(opts) -> set[str]:
         p = beam.Pipeline(runner="FnApiRunner", options=opts)  # constructed only: no Dataflow project needed
-        build_pipeline(p, cfg, str(tmp_path / "graph"))
+        build_pipeline(p, cfg, str(tmp_path / "graph"), plan=RunnerPlan.of(opts))
         found: set[str] = set()
 
         class Visit(beam.pipeline.PipelineVisitor):

@@ -488,7 +488,7 @@ def test_trainer_unpadded_run_matches_padded_run_and_fp16_checkpoints_its_scale(
     import trainer.batch as batch_module
     from trainer.checkpoint import load_latest_checkpoint
     from trainer.loader import ShardLoader
-    from trainer.metrics import read_metrics
+    from trainer.loggers import read_metrics
     from trainer.train import train
 
     root, _ = small_corpus

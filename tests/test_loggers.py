@@ -20,7 +20,8 @@ import pytest
 
 from schemas.config import TrainConfig
 from schemas.errors import UserError
-from trainer.loggers import RunCounters, open_loggers
+from trainer.loggers import open_loggers
+from trainer.metrics import RunCounters
 from trainer.plot import ema, plot_run, series, x_axis
 
 REPO = Path(__file__).resolve().parent.parent

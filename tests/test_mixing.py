@@ -157,7 +157,7 @@ def test_mixed_loader_state_resumes_on_exactly_the_same_batches(two_corpora):
 
 @pytest.mark.slow
 def test_mixed_training_run_logs_shares_and_resumes_exactly(two_corpora, tmp_path):
-    from trainer.metrics import read_metrics
+    from trainer.loggers import read_metrics
 
     a, b = two_corpora
     full, part = str(tmp_path / "full"), str(tmp_path / "part")

@@ -14,16 +14,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipelines.pack.rules import (
-    PackedSequence,
-    PackStats,
-    _truncate_pair,
-    decode_packed,
-    encode_packed,
-    group_of,
-    pack_group,
-    split_of,
-)
+from pipelines.pack.encoding import decode_packed, encode_packed
+from pipelines.pack.pairs import truncate_pair as _truncate_pair
+from pipelines.pack.rules import group_of, pack_group, split_of
+from pipelines.pack.sequences import PackedSequence, PackStats
 from pipelines.records import TokenizedDocument
 from schemas import BOS_ID, EOS_ID
 from schemas.config import PackingConfig
@@ -453,8 +447,8 @@ def test_pairs_are_rarely_cut_on_real_sentence_lengths(rule, max_len):
 @pytest.mark.parametrize("vocab_size", [60_000, 70_000])  # uint16 and int32 ids
 def test_planned_tar_size_is_the_encoded_size(rule, vocab_size):
     """The packing step sizes samples without encoding them: exactly what encoding them gives."""
-    from pipelines.corpus.shards import planned_tar_size
     from pipelines.pack.rules import pack_group
+    from pipelines.pack.step import planned_tar_size
     from schemas.sample import encode_sample, sample_tar_size
 
     rng = random.Random(5)
@@ -472,7 +466,7 @@ def test_join_ids_equals_token_ids_of_the_flat_ids() -> None:
     import random
     from array import array
 
-    from pipelines.pack.rules import _join_ids
+    from pipelines.pack.rules import join_ids as _join_ids
     from pipelines.records import TokenIds, token_ids
 
     rng = random.Random(0)

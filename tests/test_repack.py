@@ -115,7 +115,7 @@ def test_same_rule_gives_byte_identical_shards(parent, tmp_path):
     cfg, out, m = parent
     import pyarrow.parquet as pq
 
-    from pipelines.corpus.shards import packing_key, tokenized_part_index
+    from pipelines.pack.step import packing_key, tokenized_part_index
 
     files = sorted(glob.glob(os.path.join(out, m.intermediates["tokenized"], "part-*.parquet")))
     # One part per packing group that holds documents: train's groups 0-2, then valid's 3-5

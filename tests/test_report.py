@@ -18,24 +18,21 @@ import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
 from realtext import news_documents, write_jsonl
 
-from pipelines.records import Document, Duplicate, Reject
-from pipelines.report.report import (
+from pipelines.records import Document, Duplicate, Reject, count_words
+from pipelines.report.html import sample_bound_text
+from pipelines.report.record import REPORT_HTML, REPORT_JSON
+from pipelines.report.summaries import (
     ALL,
     NUM_BINS,
-    REPORT_HTML,
-    REPORT_JSON,
     SIMILARITY_BINS,
     DedupeStats,
     LengthHistogram,
     RejectExamples,
-    WriteReport,
     bin_edges,
-    count_words,
     length_bin,
-    sample_bound_text,
     similarity_bin,
-    write_report,
 )
+from pipelines.report.writer import WriteReport, write_report
 from schemas import UNK_ID
 
 SVG_NS = "{http://www.w3.org/2000/svg}"
@@ -91,7 +88,7 @@ def test_histogram_combines_in_beam(tmp_path):
 
 def test_lengths_and_words_equal_the_two_combines_it_replaces(tmp_path):
     """The kept documents' histogram and word counts come from one pass; both equal their own combines."""
-    from pipelines.report.report import LengthsAndWords, WordCounts
+    from pipelines.report.summaries import LengthsAndWords, WordCounts
 
     rng = __import__("random").Random(5)
     docs = [Document(f"d{i}", rng.choice("abc"), " ".join(["w"] * rng.choice([0, 1, 3, 40, 900])) + " \n x")
@@ -112,7 +109,7 @@ def test_lengths_and_words_equal_the_two_combines_it_replaces(tmp_path):
 
 
 def test_kept_documents_are_measured_by_the_count_the_clean_stage_made():
-    from pipelines.report.report import LengthsAndWords, words_of_document
+    from pipelines.report.summaries import LengthsAndWords, words_of_document
 
     plain = Document("a", "web", "one two three")
     assert words_of_document(plain) == 3 == count_words(plain.text)
@@ -198,7 +195,7 @@ def test_a_report_swept_by_another_writers_commit_is_a_warning_not_a_failed_step
     The step must not raise: a runner would log the error with a traceback (and retry); the
     driver reports the lost commit in one line (test_commit's two-serve race hits this by chance).
     """
-    import pipelines.report.report as report_mod
+    import pipelines.report.writer as report_mod
     from shardforge.storage import TemporaryRemoved
 
     def swept(url, data):
@@ -479,7 +476,7 @@ def test_token_counts_are_the_tokenize_steps_batch_counts_summed():
     from apache_beam.pvalue import TaggedOutput
 
     from pipelines.records import SentencedDocument, TokenizedDocument
-    from pipelines.report.report import TokenCounts
+    from pipelines.report.summaries import TokenCounts
     from pipelines.tokenizer.tokenizer import TOKEN_COUNTS, _Encode
 
     class Encoder:  # "?" encodes to <unk> and a piece, blank to nothing, anything else to three pieces

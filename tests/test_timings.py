@@ -17,7 +17,7 @@ from typing import Any
 import apache_beam as beam
 import pytest
 
-from pipelines.report.report import REPORT_HTML, REPORT_JSON, TIMINGS_HTML, TIMINGS_JSON, TIMINGS_SVG
+from pipelines.report.record import REPORT_HTML, REPORT_JSON, TIMINGS_HTML, TIMINGS_JSON, TIMINGS_SVG
 from pipelines.report.timings import OTHER, STAGES, stage_of
 from schemas.config import BuildConfig
 from shardforge.commands.demo import demo_build_config
@@ -69,13 +69,15 @@ def test_every_transform_of_the_graph_belongs_to_a_named_stage(demo_corpus, tmp_
     from apache_beam.options.pipeline_options import PipelineOptions
 
     from pipelines.graph import AppendTo, build_pipeline
+    from pipelines.options import RunnerPlan
 
     cfg = BuildConfig.model_validate(small_config(demo_corpus))
     two_workers = PipelineOptions(["--direct_num_workers", "2"])  # adds SpreadDocuments
     for append, opts in ((None, None), (AppendTo(corpus=str(tmp_path / "corpus"), tag="v1-0"), None),
                          (None, two_workers)):
         p = beam.Pipeline(runner="FnApiRunner", options=opts)
-        build_pipeline(p, cfg, str(tmp_path / "out"), append=append, tag="v1-0")
+        build_pipeline(p, cfg, str(tmp_path / "out"), append=append, tag="v1-0",
+                       plan=RunnerPlan.of(opts) if opts is not None else None)
         # the leaves: the transforms that run (and that Beam's sampler times)
         names = [t.unique_name for t in p.to_runner_api().components.transforms.values() if not t.subtransforms]
         assert len(names) > 100

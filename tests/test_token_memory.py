@@ -25,7 +25,7 @@ from pipelines.coders import (
     decode_tokenized,
     encode_tokenized,
 )
-from pipelines.corpus.shards import GroupForPacking
+from pipelines.pack.step import GroupForPacking
 from pipelines.records import TokenIds, TokenizedDocument, token_ids
 from schemas.config import BuildConfig
 

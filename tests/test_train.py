@@ -14,7 +14,7 @@ import pytest
 
 from schemas.config import TrainConfig
 from trainer.checkpoint import list_checkpoints, load_checkpoint
-from trainer.metrics import read_metrics
+from trainer.loggers import read_metrics
 from trainer.train import train
 
 pytestmark = pytest.mark.slow

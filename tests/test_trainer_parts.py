@@ -19,8 +19,9 @@ from trainer.batch import drop_padding_rows, masked_forward, real_tokens
 from trainer.checkpoint import CheckpointManager, list_checkpoints, load_checkpoint
 from trainer.distributed import Dist
 from trainer.loader import ShardLoader
+from trainer.loggers import read_metrics
 from trainer.masking import IGNORE_INDEX, Masker
-from trainer.metrics import StepStats, TrainMetrics, progress_postfix, read_metrics, step_record
+from trainer.metrics import StepStats, TrainMetrics, progress_postfix, step_record
 from trainer.model import Encoder
 from trainer.optim import build_optimizer, linear_schedule
 

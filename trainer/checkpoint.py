@@ -127,7 +127,7 @@ class CheckpointManager:
         self.model, self.optimizer, self.scheduler, self.loader = model, optimizer, scheduler, loader
         self.vocab_size, self.tokenizer_sha256 = vocab_size, tokenizer_sha256
         self.precision = precision  # trainer.precision.Precision: the fp16 loss scaler's state
-        self.counters = counters  # trainer.loggers.RunCounters: tokens seen, smoothed loss
+        self.counters = counters  # trainer.metrics.RunCounters: tokens seen, smoothed loss
         self.pad_id = pad_id  # recorded: export rebuilds the model with it (BERT's is 0)
 
     def load(self) -> int:

@@ -1,4 +1,4 @@
-"""Export a trained Encoder as a Hugging Face folder (issue #8).
+"""Export a trained Encoder as a Hugging Face folder.
 
 The folder holds ``config.json``, ``model.safetensors``, the tokenizer
 (``tokenizer.json``, ``tokenizer_config.json``, ``special_tokens_map.json``)
@@ -37,7 +37,7 @@ from shardforge.storage import join, makedirs, read_bytes, write_bytes_atomic, w
 from trainer.hf_tokenizer import ALBERT, XLM_ROBERTA, tokenizer_files
 from trainer.model import Encoder, ModelDims, resolve_dims
 
-# hfinit (#20.2): the architectures a run started from a Hugging Face model (--init) is exported as.
+# The architectures a run can be exported as; a run started from a Hugging Face model (--init) keeps that model's.
 ROBERTA = "roberta"
 BERT = "bert"
 ARCHITECTURES = (XLM_ROBERTA, ROBERTA, BERT, ALBERT)
@@ -90,7 +90,7 @@ def _roberta_tensors(model: Encoder) -> dict[str, torch.Tensor]:
     return t
 
 
-# hfinit (#20.2): BERT's names, from RoBERTa's (trainer/hf_init.py loads through the same mapping).
+# BERT's names, from RoBERTa's (trainer/hf_init.py loads through the same mapping).
 _BERT_HEAD = {"lm_head.dense.": "cls.predictions.transform.dense.",
               "lm_head.layer_norm.": "cls.predictions.transform.LayerNorm.",
               "lm_head.decoder.": "cls.predictions.decoder.", "lm_head.bias": "cls.predictions.bias"}
@@ -216,7 +216,7 @@ def export_hf(model: Encoder, cfg: ModelConfig, spm_model_path: str, out_dir: st
         raise ValueError("model and its dims disagree on the vocabulary size")
     if resolve_dims(cfg, dims.vocab_size, dims.pad_id) != dims:
         raise ValueError("cfg does not describe this model (its resolved dims differ)")
-    # hfinit (#20.2): a run started from a Hugging Face model records its architecture in the config.
+    # A run started from a Hugging Face model records its architecture in the config.
     arch = architecture or (cfg.architecture if cfg.architecture != "auto" else choose_architecture(dims))
     if arch not in ARCHITECTURES:
         raise ValueError(f"unknown architecture {arch!r}; use one of {', '.join(ARCHITECTURES)}")
@@ -274,13 +274,13 @@ def export_checkpoint(ckpt: str, out_dir: str, tokenizer: str | None = None) -> 
     if trained_with and sha256_bytes(read_bytes(tokenizer)) != trained_with:
         raise UserError(f"tokenizer {tokenizer} is not the one this checkpoint was trained with "
                         f"(sha256 {trained_with[:12]}…); pass the right one with --tokenizer")
-    # hfinit (#20.2): an existing model's pad id (BERT: 0) is recorded by runs that know it.
+    # An existing model's pad id (BERT: 0) is recorded by runs that know it; 1 otherwise.
     model = Encoder(cfg.model, int(state["vocab_size"]), pad_id=int(state.get("pad_id", 1)))
     model.load_state_dict(state["model"])
     model.eval()
     with local_copy(tokenizer) as spm_path:
         export_hf(model, cfg.model, spm_path, out_dir)
-    from trainer.model_card import write_model_card  # hfinit (#20.2): README.md, the model card
+    from trainer.model_card import write_model_card  # README.md, the model card
 
     arch = cfg.model.architecture if cfg.model.architecture != "auto" else choose_architecture(model.dims)
     write_model_card(out_dir, cfg, state, url, arch)

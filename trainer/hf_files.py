@@ -1,4 +1,4 @@
-"""What a Hugging Face export of a continued-pretraining run holds besides its weights (issue #20.2).
+"""What a Hugging Face export of a continued-pretraining run holds besides its weights.
 
 ``trainer.export`` writes the weights through ``hf_tensors``; this module adds
 the two things an existing model's architecture and tokenizer need: the check

@@ -1,4 +1,4 @@
-"""Continue pretraining an existing Hugging Face model (``--init PATH``, issue #20.2).
+"""Continue pretraining an existing Hugging Face model (``--init PATH``).
 
 A folder written by transformers (``config.json`` + ``model.safetensors``, a
 sharded ``model.safetensors.index.json``, or ``pytorch_model.bin`` read with

@@ -258,7 +258,7 @@ def tokenizer_files(data: bytes, arch: str, max_seq_len: int) -> TokenizerFiles:
     from schemas.tokenizer_files import BYTE_BPE, HF_JSON, load_tokenizer, tokenizer_kind
 
     kind = tokenizer_kind(data)
-    if kind == HF_JSON:  # an existing model's tokenizer.json (--init, #20.2): written as it is
+    if kind == HF_JSON:  # an existing model's tokenizer.json (--init): written as it is
         from trainer.hf_files import hf_json_tokenizer_files
 
         foreign = load_tokenizer(data)

@@ -1,20 +1,20 @@
-"""Where a run's metrics go: metrics.jsonl (+ TensorBoard), and optionally Weights & Biases and MLflow.
+"""Where a run's step records go: metrics.jsonl (+ TensorBoard), and optionally Weights & Biases and MLflow.
 
-``open_loggers(cfg)`` gives the loop one object with ``log`` / ``flush`` / ``close``
-that fans every step record out to the JSONL logger (trainer/metrics.py, always)
-and to the trackers the config switches on (``trackers.wandb``, ``trackers.mlflow``).
+``MetricsLogger`` appends each record to the run's metrics.jsonl (any fsspec URL)
+and, when the run folder is local, to TensorBoard; ``read_metrics`` reads the file
+back. ``open_loggers(cfg)`` gives the loop one object with ``log`` / ``flush`` /
+``close`` that fans every step record out to the JSONL logger (always) and to the
+trackers the config switches on (``trackers.wandb``, ``trackers.mlflow``).
 Both trackers are optional extras (``pip install 'shardforge[wandb]'`` /
 ``'shardforge[mlflow]'``) and both work offline: ``WANDB_MODE=offline`` (or
 ``trackers.wandb_mode=offline``) writes a local run that ``wandb sync`` uploads
 later; MLflow takes any tracking URI, a local ``file://`` folder included.
-
-``RunCounters`` adds what a step record alone cannot know: tokens seen since the
-run began and a smoothed loss. They are checkpointed, so a resumed run continues them.
+What goes into a record is trainer/metrics.py's concern.
 """
 
 from __future__ import annotations
 
-import math
+import json
 import os
 import posixpath
 import time
@@ -22,37 +22,65 @@ from typing import Any
 
 from schemas.config import TrainConfig
 from schemas.errors import UserError
-from shardforge.storage import redact_url
-from trainer.metrics import MetricsLogger
+from shardforge.storage import get_fs, join, protocol_of, redact_url
+
+METRICS_FILE = "metrics.jsonl"
 
 
-class RunCounters:
-    """Tokens seen so far and a debiased exponential moving average of the training loss."""
+class MetricsLogger:
+    """Append-only JSONL of metrics dicts (+ TensorBoard scalars when the run folder is local)."""
 
-    def __init__(self, smoothing: float = 0.98):
-        self.smoothing = smoothing
-        self.tokens_seen = 0
-        self._ema = 0.0
-        self._weight = 0.0  # sum of the EMA's weights so far: dividing by it removes the zero-start bias
+    def __init__(self, run: str, enabled: bool = True, tensorboard: bool = True):
+        self.enabled = enabled
+        self.url = join(run, METRICS_FILE)
+        self._fs, self._path = get_fs(self.url)
+        self._lines: list[str] = []
+        self._tb = None
+        if enabled:
+            parent = self._path.rsplit("/", 1)[0]
+            self._fs.makedirs(parent, exist_ok=True)
+            if tensorboard and protocol_of(self._fs) in ("file", "local"):
+                try:
+                    from torch.utils.tensorboard import SummaryWriter
 
-    def update(self, loss: float, tokens: int) -> dict[str, float]:
-        """Count a step's tokens and loss; returns the record fields tokens_seen and loss_smooth."""
-        self.tokens_seen += int(tokens)
-        if math.isfinite(loss):  # one inf/nan step must not poison the curve for good
-            self._ema = self.smoothing * self._ema + (1 - self.smoothing) * loss
-            self._weight = self.smoothing * self._weight + (1 - self.smoothing)
-        out: dict[str, float] = {"tokens_seen": self.tokens_seen}
-        if self._weight:
-            out["loss_smooth"] = self._ema / self._weight
-        return out
+                    self._tb = SummaryWriter(os.path.join(parent, "tb"))
+                except ImportError:  # tensorboard is optional
+                    self._tb = None
 
-    def state_dict(self) -> dict[str, float]:
-        return {"tokens_seen": self.tokens_seen, "ema": self._ema, "weight": self._weight}
+    def log(self, record: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
+        self._lines.append(json.dumps(record, sort_keys=True))
+        if self._tb is not None and "step" in record:
+            for k, v in record.items():
+                if k != "step" and isinstance(v, (int, float)):
+                    self._tb.add_scalar(k, v, record["step"])
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.tokens_seen = int(state.get("tokens_seen", 0))
-        self._ema = float(state.get("ema", 0.0))
-        self._weight = float(state.get("weight", 0.0))
+    def flush(self) -> None:
+        """Append buffered lines (object stores have no append: rewrite local, re-put remote)."""
+        if not self.enabled or not self._lines:
+            return
+        data = "".join(line + "\n" for line in self._lines)
+        if protocol_of(self._fs) in ("file", "local"):
+            with open(self._path, "a") as f:
+                f.write(data)
+        else:
+            old = self._fs.cat_file(self._path).decode() if self._fs.exists(self._path) else ""
+            self._fs.pipe_file(self._path, (old + data).encode())
+        self._lines.clear()
+        if self._tb is not None:
+            self._tb.flush()
+
+    def close(self) -> None:
+        self.flush()
+        if self._tb is not None:
+            self._tb.close()
+
+
+def read_metrics(run: str) -> list[dict[str, Any]]:
+    from shardforge.storage import read_text
+
+    return [json.loads(line) for line in read_text(join(run, METRICS_FILE)).splitlines() if line.strip()]
 
 
 def flat_params(cfg: TrainConfig) -> dict[str, str]:

@@ -231,6 +231,23 @@ class Masker:
         Returns input_ids (masked), labels (original id where predicted, -100 elsewhere) and,
         for scheme "span", span_left / span_right (boundary positions, -1 where not predicted).
         """
+        ids, sids = self._checked(input_ids, sample_ids)
+        seed, epoch = int(seed), int(epoch)
+        pos = torch.arange(ids.shape[1], device=ids.device)
+        special = _lookup(self._is_special, ids)  # pad and <mask> included
+        maskable = ~special
+        member, unit_start = self._units(ids, sids, seed, epoch, special, maskable, pos)
+        selected, ustart = self._select(ids, sids, seed, epoch, maskable, member, unit_start, pos)
+        out = self._replace(ids, sids, seed, epoch, selected, ustart, pos)
+        if self.cfg.scheme == "span":
+            assert ustart is not None
+            out.update(self._span_bounds(ids, member, selected, ustart, pos))
+        return out
+
+    # ------------------------------------------------------------- steps
+
+    def _checked(self, input_ids: torch.Tensor, sample_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(ids int64 [B, L], sample ids int64 [B] on the same device), validated."""
         if input_ids.dim() != 2:
             raise ValueError(f"input_ids must be [B, L], got shape {tuple(input_ids.shape)}")
         ids = input_ids.long()
@@ -242,26 +259,36 @@ class Masker:
         if device.type == "cpu" and ids.numel() and (ids.min() < 0 or ids.max() >= self.vocab_size):
             # (Checked on CPU only: on CUDA it would force a host sync every batch.)
             raise ValueError(f"token id out of range for vocab_size={self.vocab_size}")
-        seed, epoch = int(seed), int(epoch)
-        pos = torch.arange(L, device=device)
-        special = _lookup(self._is_special, ids)  # pad and <mask> included
-        maskable = ~special
+        return ids, sids
 
+    def _units(self, ids: torch.Tensor, sids: torch.Tensor, seed: int, epoch: int, special: torch.Tensor,
+               maskable: torch.Tensor, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Cut each row into the scheme's units: (member, unit_start) bool [B, L].
+
+        member: the token belongs to a unit that may be masked; unit_start: a unit begins here.
+        """
         scheme = self.cfg.scheme
         if scheme == "token":
-            member, unit_start = maskable, maskable
-        else:
-            assert self._word_starts is not None
-            not_pad = ids != self.pad_id
-            prev_special = torch.ones_like(special)
-            prev_special[:, 1:] = special[:, :-1]
-            # A slot is a whole word or a single special token.
-            slot_start = not_pad & (_lookup(self._word_starts, ids) | prev_special)
-            if scheme == "whole_word":
-                member, unit_start = maskable, maskable & slot_start
-            else:
-                member, unit_start = self._tile_spans(sids, seed, epoch, slot_start, maskable, pos)
+            return maskable, maskable
+        assert self._word_starts is not None
+        not_pad = ids != self.pad_id
+        prev_special = torch.ones_like(special)
+        prev_special[:, 1:] = special[:, :-1]
+        # A slot is a whole word or a single special token.
+        slot_start = not_pad & (_lookup(self._word_starts, ids) | prev_special)
+        if scheme == "whole_word":
+            return maskable, maskable & slot_start
+        return self._tile_spans(sids, seed, epoch, slot_start, maskable, pos)
 
+    def _select(self, ids: torch.Tensor, sids: torch.Tensor, seed: int, epoch: int, maskable: torch.Tensor,
+                member: torch.Tensor, unit_start: torch.Tensor,
+                pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Take units in hashed priority order up to the row's token budget.
+
+        Returns (selected bool [B, L], ustart): ustart, for the word and span schemes, is the
+        first position of each token's unit (None for scheme "token").
+        """
+        scheme = self.cfg.scheme
         n_maskable = maskable.sum(dim=1)
         # Probabilistic rounding keeps the expected budget exactly rate × maskable.
         u_budget = _u32(_mix(self._row_keys(sids, seed, epoch, _S_BUDGET)))
@@ -285,10 +312,14 @@ class Masker:
             assert ustart is not None and ulen is not None
             chosen = self._take_by_priority(prio, ulen, budget, whole_crossing=scheme != "whole_word")
             selected = member & chosen.gather(1, ustart)
+        return selected, ustart
 
+    def _replace(self, ids: torch.Tensor, sids: torch.Tensor, seed: int, epoch: int, selected: torch.Tensor,
+                 ustart: torch.Tensor | None, pos: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Replace the selected tokens (<mask>, a random token, or kept); {"input_ids", "labels"}."""
         # 80/10/10: per span for SpanBERT (as its paper does), per token otherwise.
         h_dec = self._hash(self._row_keys(sids, seed, epoch, _S_DECIDE), pos)
-        if scheme == "span":
+        if self.cfg.scheme == "span":
             assert ustart is not None
             u_dec = _u32(self._hash(self._row_keys(sids, seed, epoch, _S_SPAN_DECIDE), ustart))
         else:
@@ -298,22 +329,19 @@ class Masker:
         use_rand = selected & (u_dec >= self._t_mask) & (u_dec < self._t_random)
         out_ids = torch.where(use_rand, rand_ids, out_ids)
         labels = torch.where(selected, ids, IGNORE_INDEX)
-        out = {"input_ids": out_ids, "labels": labels}
+        return {"input_ids": out_ids, "labels": labels}
 
-        if scheme == "span":
-            assert ustart is not None and ulen is not None
-            # Boundaries of the span each predicted token belongs to, kept inside the sample.
-            n_tokens = torch.where(ids != self.pad_id, pos + 1, 0).amax(dim=1, keepdim=True)
-            # A unit's last member (a span across a separator is longer than its member count).
-            last_of = torch.zeros_like(ids).scatter_reduce_(1, ustart, torch.where(member, pos, 0), "amax")
-            last = last_of.gather(1, ustart)
-            left = (ustart - 1).clamp(min=0)
-            right = torch.minimum(last + 1, (n_tokens - 1).clamp(min=0))
-            out["span_left"] = torch.where(selected, left, -1)
-            out["span_right"] = torch.where(selected, right, -1)
-        return out
-
-    # ------------------------------------------------------------- steps
+    def _span_bounds(self, ids: torch.Tensor, member: torch.Tensor, selected: torch.Tensor, ustart: torch.Tensor,
+                     pos: torch.Tensor) -> dict[str, torch.Tensor]:
+        """{"span_left", "span_right"}: the boundaries of the span each predicted token belongs to,
+        kept inside the sample (-1 where not predicted)."""
+        n_tokens = torch.where(ids != self.pad_id, pos + 1, 0).amax(dim=1, keepdim=True)
+        # A unit's last member (a span across a separator is longer than its member count).
+        last_of = torch.zeros_like(ids).scatter_reduce_(1, ustart, torch.where(member, pos, 0), "amax")
+        last = last_of.gather(1, ustart)
+        left = (ustart - 1).clamp(min=0)
+        right = torch.minimum(last + 1, (n_tokens - 1).clamp(min=0))
+        return {"span_left": torch.where(selected, left, -1), "span_right": torch.where(selected, right, -1)}
 
     def _take_by_priority(self, prio: torch.Tensor, length: torch.Tensor, budget: torch.Tensor,
                           whole_crossing: bool = False) -> torch.Tensor:

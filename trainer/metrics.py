@@ -1,16 +1,19 @@
-"""Training metrics: the step record, JSONL (any fsspec URL), TensorBoard (local runs), a progress bar.
+"""What a training step measures and how it is shown: the step record, run counters, progress text.
 
 Per step we log loss, learning rate, tokens/s, model FLOPs utilization and the
 share of step time spent waiting for data; a sustained data wait above a
 threshold is warned about (the GPU is starving). ``StepStats`` sums a step's
 micro-batch outputs on the device; ``TrainMetrics`` turns them into the step
-record (``step_record``), writes it, and prints the log line and progress text.
+record (``step_record``), hands it to a logger (trainer/loggers.py: where
+records go) and prints the log line and progress text. ``RunCounters`` adds
+what a step record alone cannot know: tokens seen since the run began and a
+smoothed loss. They are checkpointed, so a resumed run continues them.
 """
 
 from __future__ import annotations
 
-import json
 import logging
+import math
 import os
 import sys
 import time
@@ -19,11 +22,10 @@ from typing import Any
 
 import torch
 
-from shardforge.storage import get_fs, join, protocol_of
+from trainer.loggers import MetricsLogger
 
 log = logging.getLogger(__name__)
 train_log = logging.getLogger("shardforge.train")  # the step lines, under the trainer's name
-METRICS_FILE = "metrics.jsonl"
 
 
 # Dense bf16 tensor-core peaks (vendor datasheets), for model FLOPs utilization.
@@ -61,62 +63,6 @@ class StarvationMonitor:
                         100 * self.threshold, self.window)
         self.warned = starving
         return starving
-
-
-class MetricsLogger:
-    """Append-only JSONL of metrics dicts (+ TensorBoard scalars when the run folder is local)."""
-
-    def __init__(self, run: str, enabled: bool = True, tensorboard: bool = True):
-        self.enabled = enabled
-        self.url = join(run, METRICS_FILE)
-        self._fs, self._path = get_fs(self.url)
-        self._lines: list[str] = []
-        self._tb = None
-        if enabled:
-            parent = self._path.rsplit("/", 1)[0]
-            self._fs.makedirs(parent, exist_ok=True)
-            if tensorboard and protocol_of(self._fs) in ("file", "local"):
-                try:
-                    from torch.utils.tensorboard import SummaryWriter
-
-                    self._tb = SummaryWriter(os.path.join(parent, "tb"))
-                except ImportError:  # tensorboard is optional
-                    self._tb = None
-
-    def log(self, record: dict[str, Any]) -> None:
-        if not self.enabled:
-            return
-        self._lines.append(json.dumps(record, sort_keys=True))
-        if self._tb is not None and "step" in record:
-            for k, v in record.items():
-                if k != "step" and isinstance(v, (int, float)):
-                    self._tb.add_scalar(k, v, record["step"])
-
-    def flush(self) -> None:
-        """Append buffered lines (object stores have no append: rewrite local, re-put remote)."""
-        if not self.enabled or not self._lines:
-            return
-        data = "".join(line + "\n" for line in self._lines)
-        if protocol_of(self._fs) in ("file", "local"):
-            with open(self._path, "a") as f:
-                f.write(data)
-        else:
-            old = self._fs.cat_file(self._path).decode() if self._fs.exists(self._path) else ""
-            self._fs.pipe_file(self._path, (old + data).encode())
-        self._lines.clear()
-        if self._tb is not None:
-            self._tb.flush()
-
-    def close(self) -> None:
-        self.flush()
-        if self._tb is not None:
-            self._tb.close()
-
-
-def read_metrics(run: str) -> list[dict[str, Any]]:
-    from shardforge.storage import read_text
-
-    return [json.loads(line) for line in read_text(join(run, METRICS_FILE)).splitlines() if line.strip()]
 
 
 def progress_bar(total: int, initial: int, enabled: bool):
@@ -187,6 +133,35 @@ def progress_postfix(record: dict[str, Any]) -> dict[str, str]:
     if "mfu" in record:
         postfix["mfu"] = f"{100 * record['mfu']:.0f}%"
     return postfix
+
+
+class RunCounters:
+    """Tokens seen so far and a debiased exponential moving average of the training loss."""
+
+    def __init__(self, smoothing: float = 0.98):
+        self.smoothing = smoothing
+        self.tokens_seen = 0
+        self._ema = 0.0
+        self._weight = 0.0  # sum of the EMA's weights so far: dividing by it removes the zero-start bias
+
+    def update(self, loss: float, tokens: int) -> dict[str, float]:
+        """Count a step's tokens and loss; returns the record fields tokens_seen and loss_smooth."""
+        self.tokens_seen += int(tokens)
+        if math.isfinite(loss):  # one inf/nan step must not poison the curve for good
+            self._ema = self.smoothing * self._ema + (1 - self.smoothing) * loss
+            self._weight = self.smoothing * self._weight + (1 - self.smoothing)
+        out: dict[str, float] = {"tokens_seen": self.tokens_seen}
+        if self._weight:
+            out["loss_smooth"] = self._ema / self._weight
+        return out
+
+    def state_dict(self) -> dict[str, float]:
+        return {"tokens_seen": self.tokens_seen, "ema": self._ema, "weight": self._weight}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.tokens_seen = int(state.get("tokens_seen", 0))
+        self._ema = float(state.get("ema", 0.0))
+        self._weight = float(state.get("weight", 0.0))
 
 
 class TrainMetrics:

@@ -1,4 +1,4 @@
-"""The model card (README.md) of an exported run (issue #20.2).
+"""The model card (README.md) of an exported run.
 
 What a reader of the Hugging Face folder needs to know where the weights came
 from: the model it started from (``--init``) and the class it is exported as,
@@ -17,7 +17,7 @@ from typing import Any
 
 from schemas.config import TrainConfig
 from shardforge.storage import join, read_text, redact_url, write_text_atomic
-from trainer.metrics import METRICS_FILE
+from trainer.loggers import METRICS_FILE
 
 # Our architecture names (trainer.export) -> the transformers class the folder loads as.
 CLASS_NAMES = {"roberta": "RobertaForMaskedLM", "xlm-roberta": "XLMRobertaForMaskedLM", "bert": "BertForMaskedLM",

@@ -64,7 +64,7 @@ def plot_run(run: str, out: str | None = None, smooth: float = 0.9, x: str = "au
     import matplotlib.pyplot as plt
 
     try:
-        from trainer.metrics import read_metrics  # imports torch (~2 s): only once there is a run to plot
+        from trainer.loggers import read_metrics  # imported only once there is a run to plot
 
         rows = read_metrics(run)
     except FileNotFoundError:

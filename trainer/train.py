@@ -3,11 +3,15 @@
     python -m trainer.train --data out/corpus --steps 100
     torchrun --nproc_per_node 8 -m trainer.train --data gs://corpus/v1 --output gs://runs/r1 --config train.yaml
 
-The whole loop is in `train()`, top to bottom: data -> mask -> forward ->
-backward -> step -> log -> checkpoint. Concerns with their own state live in
-their own modules: distributed (process group, device, RNG per rank), loader,
-masking, batch (the forward of one batch), model, optim, evaluate, checkpoint
-(the CheckpointManager) and metrics (the step record and progress text).
+`setup()` resolves the config, joins the process group and builds what the
+loop needs (a `Run`: model, optimizer, precision, loaders, maskers, checkpoints,
+metrics), resuming from the run's latest checkpoint. `train()` is then the whole
+loop, top to bottom: data -> mask -> forward -> loss -> backward -> step -> log
+-> checkpoint. Concerns with their own state live in their own modules:
+distributed (process group, device, RNG per rank), loader, masking, batch (the
+forward of one batch), model, optim, evaluate, checkpoint (the
+CheckpointManager), metrics (the step record and progress text) and loggers
+(where records go).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import os
 import signal
 import time
 import warnings
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -44,9 +49,9 @@ from trainer.checkpoint import CheckpointManager
 from trainer.evaluate import evaluate
 from trainer.hf_init import load_init, resolve_init
 from trainer.loader import ShardLoader
-from trainer.loggers import RunCounters, open_loggers
+from trainer.loggers import open_loggers
 from trainer.masking import Masker
-from trainer.metrics import StepStats, TrainMetrics, device_peak_flops
+from trainer.metrics import RunCounters, StepStats, TrainMetrics, device_peak_flops
 from trainer.mixing import MixedLoader, describe, mix_record, mixed_loader, parse_mix_arg
 from trainer.model import Encoder, flops_per_token, resolve_dims
 from trainer.optim import build_optimizer, linear_schedule
@@ -62,7 +67,7 @@ def vocab_tables(manifest: Manifest, root: str) -> tuple[int, torch.Tensor]:
     """(vocab size, word-start table) from the corpus's tokenizer file (any kind: schemas.tokenizer_files)."""
     info = manifest.tokenizer
     tok = open_tokenizer(manifest, root)  # the same opener validate uses: a valid corpus trains
-    # hfinit (#20.2): each kind says which tokens start a word (WordPiece: the inverse rule).
+    # Each tokenizer kind says which tokens start a word (WordPiece: the inverse rule).
     table = torch.tensor(tok.word_starts(), dtype=torch.bool)
     table[[i for i in info.special_ids.values() if 0 <= i < len(table)]] = True
     return len(table), table
@@ -114,35 +119,48 @@ class Preemption:
             signal.signal(signal.SIGTERM, self._old)
 
 
-# ------------------------------------------------------------------ the loop
+# ------------------------------------------------------------------ setup
 
-def train(cfg: TrainConfig) -> dict[str, Any]:
-    """Run training to cfg.steps (resuming from the run's latest checkpoint); returns a summary."""
-    dd = distributed.setup(cfg.device)  # the device is decided here, once
+@dataclass
+class Run:
+    """What the loop needs, built once by `setup()`."""
+
+    cfg: TrainConfig  # resolved: --init has fixed the model's shape
+    dd: distributed.Dist
+    model: torch.nn.Module  # what the loop calls: compiled and/or DDP-wrapped
+    raw_model: Encoder  # the module itself: its parameters, checkpoints, size
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LambdaLR
+    prec: Precision  # autocast + fp16 loss scaler
+    masker: Masker
+    eval_masker: Masker
+    loader: ShardLoader | MixedLoader
+    valid: ShardLoader | MixedLoader | None
+    counters: RunCounters  # tokens seen, smoothed loss (checkpointed)
+    checkpoints: CheckpointManager
+    metrics: TrainMetrics
+    accum: int  # micro-batches per optimizer step
+    step: int  # the step the loop starts from (the latest checkpoint's, else 0)
+
+
+def build_model(cfg: TrainConfig, dd: distributed.Dist, manifest: Manifest, vocab_size: int,
+                pad_id: int) -> tuple[Encoder, torch.nn.Module]:
+    """(the Encoder, what the loop calls): compiled when cfg.compile asks, DDP-wrapped over several ranks."""
     device = dd.device
-    torch.manual_seed(cfg.seed + dd.rank)
-    cfg = resolve_init(cfg)  # hfinit (#20.2): --init fixes the model's shape (trainer/hf_init.py)
-
-    manifest, root = load_manifest(cfg.data)
-    if not manifest.shards_of("train"):
-        raise UserError(f"corpus {root} has no train shards")
-    check_packing(cfg, manifest.packing_rule, root)  # the rule the recipe trains on (trainer/recipes)
-    check_heads(cfg, manifest)
-    vocab_size, word_starts = vocab_tables(manifest, root)
-    special = manifest.tokenizer.special_ids
-    pad_id, mask_id = special.get("<pad>", PAD_ID), special.get("<mask>", MASK_ID)
-
     model = Encoder(cfg.model, vocab_size, pad_id=pad_id).to(device)
-    if cfg.init:  # hfinit (#20.2): start from the Hugging Face weights (a resumed run loads its checkpoint after)
+    if cfg.init:  # start from the Hugging Face weights (a resumed run loads its checkpoint after)
         load_init(model, cfg, manifest, vocab_size)
-    dims = resolve_dims(cfg.model, vocab_size)
     raw_model = model
-    model = maybe_compile(model, cfg.compile, device)  # [#19 hook] trainer/precision.py
+    model = maybe_compile(model, cfg.compile, device)  # trainer/precision.py
     if dd.world_size > 1:
         model = torch.nn.parallel.DistributedDataParallel(
             model, device_ids=[device.index] if device.type == "cuda" else None)
-    optimizer = build_optimizer(raw_model, cfg.optim)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, linear_schedule(cfg.optim.warmup_steps, cfg.steps))
+    return raw_model, model
+
+
+def build_maskers(cfg: TrainConfig, device: torch.device, vocab_size: int, special: dict[str, int],
+                  word_starts: torch.Tensor, pad_id: int, mask_id: int) -> tuple[Masker, Masker]:
+    """(the training masker, the evaluation masker): the same one unless cfg.eval_masking is set."""
     def make_masker(masking: MaskingConfig) -> Masker:
         return Masker(masking, vocab_size, special.values(), mask_id=mask_id, pad_id=pad_id,
                       word_starts=word_starts).to(device)
@@ -150,8 +168,13 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     masker = make_masker(cfg.masking)
     # eval_masking: e.g. train at 40 % but report the valid loss at the standard 15 %.
     eval_masker = make_masker(cfg.eval_masking) if cfg.eval_masking is not None else masker
-    prec = Precision(cfg.precision, device)  # [#19 hook] autocast + fp16 loss scaler
-    autocast = prec.autocast
+    return masker, eval_masker
+
+
+def build_loaders(cfg: TrainConfig, dd: distributed.Dist,
+                  manifest: Manifest) -> tuple[ShardLoader | MixedLoader, ShardLoader | MixedLoader | None]:
+    """(the train loader, the valid loader or None): one corpus, or several mixed (trainer/mixing.py)."""
+    device = dd.device
 
     def train_loader(url: str) -> ShardLoader:
         return ShardLoader(url, "train", batch_size=None if cfg.tokens_per_batch else cfg.batch_size,
@@ -173,8 +196,50 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     if cfg.eval_every and manifest.shards_of("valid"):
         valid = valid_loader(cfg.data) if not cfg.mix else mixed_loader(
             cfg.mix, "valid", valid_loader, batch_size=cfg.batch_size, tokens_per_batch=None)
+    return loader, valid
 
-    counters = RunCounters(cfg.trackers.loss_smoothing)  # tokens seen, smoothed loss (trainer/loggers.py)
+
+def build_metrics(cfg: TrainConfig, dd: distributed.Dist, manifest: Manifest, vocab_size: int,
+                  step: int) -> TrainMetrics:
+    """The step records, log lines and progress bar of a run starting at `step` (main rank writes)."""
+    device = dd.device
+    dims = resolve_dims(cfg.model, vocab_size)
+    return TrainMetrics(
+        open_loggers(cfg, enabled=dd.main), enabled=dd.main, total_steps=cfg.steps, start_step=step, log_every=cfg.log_every,
+        world_size=dd.world_size, show_bar=sys.stderr.isatty(),
+        # The masked-only head projects to the vocabulary only at predicted positions: count what runs.
+        flops_per_token=flops_per_token(dims, manifest.max_seq_len,
+                                        lm_head_fraction=cfg.masking.rate if cfg.model.masked_only_head else 1.0),
+        peak_flops=device_peak_flops(torch.cuda.get_device_name(device) if device.type == "cuda" else None))
+
+
+def setup(cfg: TrainConfig) -> Run:
+    """Resolve the config, join the process group, build everything the loop needs and resume.
+
+    Order matters for reproducibility: the seed is set before the model's weights are drawn.
+    """
+    dd = distributed.setup(cfg.device)  # the device is decided here, once
+    device = dd.device
+    torch.manual_seed(cfg.seed + dd.rank)
+    cfg = resolve_init(cfg)  # --init fixes the model's shape (trainer/hf_init.py)
+
+    manifest, root = load_manifest(cfg.data)
+    if not manifest.shards_of("train"):
+        raise UserError(f"corpus {root} has no train shards")
+    check_packing(cfg, manifest.packing_rule, root)  # the rule the recipe trains on (trainer/recipes)
+    check_heads(cfg, manifest)
+    vocab_size, word_starts = vocab_tables(manifest, root)
+    special = manifest.tokenizer.special_ids
+    pad_id, mask_id = special.get("<pad>", PAD_ID), special.get("<mask>", MASK_ID)
+
+    raw_model, model = build_model(cfg, dd, manifest, vocab_size, pad_id)
+    optimizer = build_optimizer(raw_model, cfg.optim)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, linear_schedule(cfg.optim.warmup_steps, cfg.steps))
+    masker, eval_masker = build_maskers(cfg, device, vocab_size, special, word_starts, pad_id, mask_id)
+    prec = Precision(cfg.precision, device)  # autocast + fp16 loss scaler (trainer/precision.py)
+    loader, valid = build_loaders(cfg, dd, manifest)
+
+    counters = RunCounters(cfg.trackers.loss_smoothing)  # tokens seen, smoothed loss (trainer/metrics.py)
     checkpoints = CheckpointManager(cfg, dd, model=raw_model, optimizer=optimizer, scheduler=scheduler,
                                     loader=loader, vocab_size=vocab_size,
                                     tokenizer_sha256=manifest.tokenizer.sha256, precision=prec,
@@ -182,13 +247,20 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     step = checkpoints.load()
 
     accum = micro_batches_per_step(cfg, dd.world_size, manifest.max_seq_len)
-    metrics = TrainMetrics(
-        open_loggers(cfg, enabled=dd.main), enabled=dd.main, total_steps=cfg.steps, start_step=step, log_every=cfg.log_every,
-        world_size=dd.world_size, show_bar=sys.stderr.isatty(),
-        # The masked-only head projects to the vocabulary only at predicted positions: count what runs.
-        flops_per_token=flops_per_token(dims, manifest.max_seq_len,
-                                        lm_head_fraction=cfg.masking.rate if cfg.model.masked_only_head else 1.0),
-        peak_flops=device_peak_flops(torch.cuda.get_device_name(device) if device.type == "cuda" else None))
+    metrics = build_metrics(cfg, dd, manifest, vocab_size, step)
+    return Run(cfg=cfg, dd=dd, model=model, raw_model=raw_model, optimizer=optimizer, scheduler=scheduler,
+               prec=prec, masker=masker, eval_masker=eval_masker, loader=loader, valid=valid, counters=counters,
+               checkpoints=checkpoints, metrics=metrics, accum=accum, step=step)
+
+
+# ------------------------------------------------------------------ the loop
+
+def train(cfg: TrainConfig) -> dict[str, Any]:
+    """Run training to cfg.steps (resuming from the run's latest checkpoint); returns a summary."""
+    run = setup(cfg)
+    cfg, dd, device, step, accum = run.cfg, run.dd, run.dd.device, run.step, run.accum
+    model, raw_model, optimizer, scheduler, prec = run.model, run.raw_model, run.optimizer, run.scheduler, run.prec
+    masker, loader, metrics, checkpoints = run.masker, run.loader, run.metrics, run.checkpoints
     it = iter(loader)
     model.train()
     with Preemption() as preempt:
@@ -205,8 +277,8 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
                 if dd.world_size > 1 and micro < accum - 1:
                     sync = model.no_sync()  # type: ignore[operator]
                 with sync:  # no gradient all-reduce until the last micro-batch
-                    out, tokens = masked_forward(model, masker, host, device, autocast, epoch=epoch, seed=cfg.seed,
-                                                 unpad=cfg.unpad)
+                    out, tokens = masked_forward(model, masker, host, device, prec.autocast, epoch=epoch,
+                                                 seed=cfg.seed, unpad=cfg.unpad)
                     prec.backward(out["loss"] / accum)  # scaled under fp16
                 s.add(out, tokens, 1.0 / accum)
             prec.step(optimizer, raw_model.parameters(), cfg.optim.clip_norm)  # clip + step (fp16: unscale)
@@ -217,10 +289,10 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
             if device.type == "cuda":
                 torch.cuda.synchronize()
             record = metrics.record(step, s, scheduler.get_last_lr()[0], t0, wait, epoch)
-            record.update(counters.update(record["loss"], s.tokens * dd.world_size))
+            record.update(run.counters.update(record["loss"], s.tokens * dd.world_size))
             record.update(mix_record(loader))
-            if valid is not None and step % cfg.eval_every == 0:
-                record.update(evaluate(model, valid, eval_masker, cfg, device, autocast))
+            if run.valid is not None and step % cfg.eval_every == 0:
+                record.update(evaluate(model, run.valid, run.eval_masker, cfg, device, prec.autocast))
             metrics.log(record)
             # Ranks may see SIGTERM at different steps: they stop together.
             stopped_at = cfg.stop_at is not None and step >= cfg.stop_at

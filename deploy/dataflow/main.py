@@ -23,6 +23,7 @@ from pipelines.corpus.commit import check_output, one_shot_tag, tag_for
 from pipelines.graph import build_pipeline
 from pipelines.options import (
     BuildOptions,
+    RunnerPlan,
     build_config_from_options,
     check_beam_args,
     finalize_options,
@@ -67,7 +68,7 @@ def make_pipeline(argv: list[str], runner: beam.runners.PipelineRunner | None = 
         tag = one_shot_tag(cfg)
         check_output(o.output, tag)
     try:
-        build_pipeline(p, cfg, o.output, files=files, tag=tag)
+        build_pipeline(p, cfg, o.output, files=files, tag=tag, plan=RunnerPlan.of(opts))
     except BaseException:
         remove_temp_folder(p)  # p never runs
         raise

@@ -1,14 +1,16 @@
-"""Cleaning: normalize text, drop boilerplate lines (C4), filter documents by named rules (Gopher).
+"""Cleaning a document: the guards, the page rules, the Gopher / C4 document rules, by name.
 
 Per document, in this order (the first failing rule names the reason):
 
 1. guards: ``max_doc_bytes`` before any work; ``invalid_utf8`` (bytes the reader could not decode,
    kept as lone surrogates) -> bucket ``rejected``, or repaired to U+FFFD with ``invalid_utf8: repair``;
-2. normalize: NFC, control characters stripped, whitespace runs collapsed, lines trimmed;
+2. normalize (``pipelines.clean.normalize``): NFC, control characters stripped, whitespace runs
+   collapsed, lines trimmed;
 3. page rules: ``empty``, ``markup`` (HTML-heavy), ``lorem_ipsum`` (C4), ``curly_braces`` (C4, web);
-4. C4 line rules (web and news sources; off for stories by default, see ``line_rules_for``): lines
-   mentioning javascript, cookie / privacy / terms boilerplate, holding a word over 1000 chars,
-   with fewer than ``line_min_words`` words, or without terminal punctuation are removed;
+4. C4 line rules (``pipelines.clean.lines``; web and news sources, off for stories by default, see
+   ``line_rules_for``): lines mentioning javascript, cookie / privacy / terms boilerplate, holding a
+   word over 1000 chars, with fewer than ``line_min_words`` words, or without terminal punctuation
+   are removed;
 5. Gopher rules on what is left: word count, mean word length, symbol/word ratio, bullet and
    ellipsis lines, alphabetic words, stop words, duplicate lines / paragraphs (count and chars),
    top 2-4-gram shares, duplicated 5-10-gram shares; then C4's ``min_sentences`` and ``language``
@@ -16,432 +18,43 @@ Per document, in this order (the first failing rule names the reason):
 
 The document rules run in ``document_reason``, in the order of ``DOC_RULE_NAMES``: each statistic is
 computed once, when the first rule that reads it runs, with the per-word work in C; n-grams are
-counted only where a bound or a uniqueness proof does not settle the rule (``NGrams``). The stage
-before #16 is frozen in tests/reference_clean.py, and tests/test_clean_equivalence.py holds this one
-to its records. Thresholds live in ``CleanConfig``; ``disabled_rules`` switches rules (and line
-rules) off by name. A filtered document becomes ``Reject(bucket="filtered", reason=<rule>)``.
+counted only where a bound or a uniqueness proof does not settle the rule (``NGrams``, with the
+other statistics in ``pipelines.clean.stats``). The stage before this rewrite is frozen in
+tests/reference_clean.py, and tests/test_clean_equivalence.py holds this one to its records.
+Thresholds live in ``CleanConfig``; ``disabled_rules`` switches rules (and line rules) off by name;
+``RULE_NAMES`` is every name it accepts. A filtered document becomes
+``Reject(bucket="filtered", reason=<rule>)``. ``clean_batch`` is the clean step's work for a batch;
+``raw_words`` the report's word count of the text as read. Plain Python, no Beam: the document
+processes import this module.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
-import string
-import unicodedata
 from collections import Counter
-from collections.abc import Iterable, Iterator
-from functools import cached_property
-from itertools import accumulate, filterfalse, repeat
-from operator import mul, sub
+from itertools import repeat
 
-import numpy as np
-
-from pipelines.clean.langid import LanguageGuess, Method, identify, known_codes
+from pipelines.clean.langid import LanguageGuess, identify, known_codes
+from pipelines.clean.lines import LINE_RULES, filter_lines, line_rules_for
+from pipelines.clean.normalize import BLANK_LINES, has_invalid_utf8, normalize_text, repair_utf8, safe
 from pipelines.clean.sentences import count_sentences
-from pipelines.records import Document, Reject, count_words, snippet
-from schemas.config import CleanConfig, SourceConfig
+from pipelines.clean.stats import NGrams, dup_fractions, letter_words, strip_chars
+from pipelines.records import Document, Reject, count_words
+from schemas.config import CleanConfig
 from schemas.errors import UserError
 
 REJECTS = "rejects"
 RAW_WORDS = "raw_words"  # CleanDocuments' (source, words of the text as read) per document: the report's "before"
 
-_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u200b-\u200d\u2060\ufeff]")
-# A run of spaces that normalization changes: two or more, or any that is not a plain " " (a
-# lone plain space stays, so the common case is no replacement at all).
-_SPACE = "\t\u00a0\u1680\u2000-\u200a\u202f\u205f\u3000"  # collapsed to " ", with " " itself
-_SPACES = re.compile(f" [ {_SPACE}]+|[{_SPACE}][ {_SPACE}]*")
-_BLANK_LINES = re.compile(r"\n{3,}")
-_SURROGATE = re.compile(r"[\ud800-\udfff]")
+# An HTML tag, as the markup rule measures a page's markup.
 _TAG = re.compile(r"<[^<>\n]{1,400}>")
-# A letter, as the alpha_words rule means it: a word character that is not a digit nor "_".
-_LETTER = re.compile(r"[^\W\d_]")
-# ASCII characters that are not printable, but for the newline (normalize_text).
-_ASCII_CONTROLS = bytes([*range(0x0a), *range(0x0b, 0x20), 0x7f])
-
-# C4 (c4_utils.py): boilerplate phrases, end marks. C4 keeps a line only if it ends in one of
-# . ? ! " (straight quote) and not in "..." (CleanConfig.line_end_marks="c4", the default);
-# "typographic" also accepts closing curly quotes and keeps lines ending in "...".
-POLICY_PHRASES = ("terms of use", "privacy policy", "cookie policy", "uses cookies", "use of cookies",
-                  "use cookies")
-C4_END_MARKS = (".", "?", "!", '"')
-TERMINAL = {"c4": C4_END_MARKS, "typographic": (*C4_END_MARKS, "\u201d", "\u2019")}
 # Gopher's stop words (a document needs at least `min_stop_words` of them).
 GOPHER_STOP_WORDS = frozenset(["the", "be", "to", "of", "and", "that", "have", "with"])
 BULLETS = ("\u2022", "\u2023", "\u25e6", "\u2043", "\u25aa", "\u25cf", "\u00b7", "-", "*", "\u2013")
 ELLIPSES = ("...", "\u2026")
-_PUNCT = string.punctuation + "\u2018\u2019\u201c\u201d\u2026\u2013\u2014\u00ab\u00bb"
 
-LINE_RULES = ("javascript", "policy", "long_word", "min_line_words", "terminal_punct")
-NARRATIVE_SOURCES = ("stories", "story", "book")
-
-
-# ------------------------------------------------------------------ normalization
-
-def normalize_text(text: str) -> str:
-    """NFC, control characters stripped, runs of spaces collapsed, lines trimmed."""
-    text = unicodedata.normalize("NFC", text)
-    if "\r" in text:
-        text = text.replace("\r\n", "\n").replace("\r", "\n")
-    # Every character the two substitutions remove or collapse (controls, format characters,
-    # spaces other than " ") is non-printable: where every line is printable and no "  " occurs
-    # (most text, in any script) neither changes anything, so C scans replace two regex passes;
-    # and then a line's only whitespace is single spaces, so a line needs trimming only where a
-    # space touches a newline.
-    if "  " in text or not _printable_lines(text):
-        text = _SPACES.sub(" ", _CONTROL.sub("", text))
-        trim = True
-    else:
-        trim = " \n" in text or "\n " in text
-    if trim and "\n" in text:
-        text = "\n".join(map(str.strip, text.split("\n")))
-    if "\n\n\n" in text:
-        text = _BLANK_LINES.sub("\n\n", text)
-    return text.strip()
-
-
-def _printable_lines(text: str) -> bool:
-    """Whether every line of the text is printable (str.isprintable; the newlines aside).
-
-    ASCII: deleting the control bytes from the encoded text (C, a table lookup per byte) is the
-    faster test."""
-    if text.isascii():
-        return len(text.encode("ascii").translate(None, _ASCII_CONTROLS)) == len(text)
-    return all(map(str.isprintable, text.split("\n")))
-
-
-def has_invalid_utf8(text: str) -> bool:
-    """True if the text holds lone surrogates: undecodable bytes kept by the reader."""
-    if text.isascii():
-        return False
-    try:  # strict UTF-8 refuses exactly the surrogates, and encodes in C faster than a regex scans
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return True
-    return False
-
-
-def repair_utf8(text: str) -> str:
-    """Replace lone surrogates (invalid bytes) with U+FFFD."""
-    return _SURROGATE.sub("\ufffd", text)
-
-
-def safe(text: str) -> str:
-    """A snippet that is valid Unicode (rejects are written as UTF-8 JSON)."""
-    return repair_utf8(snippet(text))
-
-
-# ------------------------------------------------------------------ C4 line rules
-
-def line_rules_for(source: str, sources: Iterable[SourceConfig] = (), cfg: CleanConfig | None = None) -> bool:
-    """Whether C4's line rules apply to a source: its SourceConfig.line_rules, else by name
-    (off for narrative sources such as stories and books, on for news and web text)."""
-    for s in sources:
-        if s.name == source and s.line_rules is not None:
-            return s.line_rules
-    if cfg is not None and not cfg.line_rules:
-        return False
-    return not any(n in source for n in NARRATIVE_SOURCES)
-
-
-def has_end_mark(line: str, marks: str = "c4") -> bool:
-    """C4's line test: the line ends in an end mark and (with "c4") not in an ellipsis."""
-    return line.endswith(TERMINAL[marks]) and not (marks == "c4" and line.endswith("..."))
-
-
-def filter_lines(text: str, cfg: CleanConfig, disabled: frozenset[str] = frozenset()) -> tuple[str, Counter]:
-    """Apply C4's line rules; returns the kept text and how many lines each rule removed.
-
-    Blank lines (paragraph breaks) are kept so paragraphs survive for the repetition rules.
-    """
-    return _filter_lines(text, text.lower(), cfg, disabled)
-
-
-def _filter_lines(text: str, lower: str, cfg: CleanConfig, disabled: frozenset[str]) -> tuple[str, Counter]:
-    """filter_lines with the text's lower-case form given (the page rules computed it already).
-
-    The boilerplate phrases are looked for in the whole page first: a page without any (most)
-    never lower-cases a line. Lower-casing keeps every newline, so a phrase in a line's
-    lower-case form is in the page's.
-    """
-    removed: Counter = Counter()
-    kept: list[str] = []
-    javascript = "javascript" not in disabled and "javascript" in lower
-    policy = "policy" not in disabled and any(p in lower for p in POLICY_PHRASES)
-    long_word = "long_word" not in disabled
-    max_chars = cfg.line_max_word_chars
-    longest = max(max_chars, 0)  # a token is never shorter than 0 characters
-    min_words = cfg.line_min_words if "min_line_words" not in disabled else 0
-    terminal = "terminal_punct" not in disabled
-    ends = TERMINAL[cfg.line_end_marks]
-    no_ellipsis = cfg.line_end_marks == "c4"
-    for line in text.split("\n"):
-        if not line:
-            if kept and kept[-1]:
-                kept.append(line)
-            continue
-        if javascript or policy:
-            low = line.lower()
-            if javascript and "javascript" in low:
-                removed["javascript"] += 1
-                continue
-            if policy and any(p in low for p in POLICY_PHRASES):
-                removed["policy"] += 1
-                continue
-        if long_word and len(line) > max_chars and _has_long_token(line, longest):
-            removed["long_word"] += 1
-            continue
-        # maxsplit: counting up to min_words tokens is enough
-        few = min_words > 0 and len(line.split(None, min_words - 1)) < min_words
-        if few:
-            removed["min_line_words"] += 1
-        elif terminal and not (line.endswith(ends) and not (no_ellipsis and line.endswith("..."))):
-            removed["terminal_punct"] += 1
-        else:
-            kept.append(line)
-    return "\n".join(kept).strip(), removed
-
-
-def _has_long_token(line: str, longest: int) -> bool:
-    """Whether a whitespace-delimited token of the line (str.split's) is longer than `longest`.
-
-    Any longest + 1 consecutive characters hold exactly one position p with p % (longest + 1) ==
-    longest, so a longer token covers one of those probes. Where the only whitespace is " " (a
-    printable line: every other whitespace character is non-printable), find / rfind measure the
-    token around each probe, a few C scans of short tokens instead of splitting a long line (a
-    regex for longest + 1 non-spaces would rescan a long token from each of its characters).
-    """
-    if not line.isprintable():
-        return max(map(len, line.split()), default=0) > longest
-    for p in range(longest, len(line), longest + 1):
-        if line[p] != " ":
-            end = line.find(" ", p)
-            if (len(line) if end < 0 else end) - line.rfind(" ", 0, p) - 1 > longest:
-                return True
-    return False
-
-
-# ------------------------------------------------------------------ document statistics
-
-def words_of(text: str) -> list[str]:
-    """Gopher's words: lower-cased whitespace tokens with surrounding punctuation stripped (empty
-    ones dropped). map/filter keep the per-word work in C."""
-    return list(filter(None, map(str.strip, text.lower().split(), repeat(_strip_chars(text)))))
-
-
-def _strip_chars(text: str) -> str:
-    """The punctuation to strip from the text's tokens: ASCII text holds none of _PUNCT's other
-    characters, and str.strip tests a shorter, one-byte set faster (str.isascii is O(1))."""
-    return string.punctuation if text.isascii() else _PUNCT
-
-
-# From this many words on, a sort of numbered 5-grams (numpy) is cheaper than a set of tuples.
-_SORT_WORDS = 2000
-_INT64_MAX = int(np.iinfo(np.int64).max)
-
-
-class NGrams:
-    """Gopher's n-gram statistics of one document's words, exact, counting as little as possible.
-
-    Built on the words' Counter (the number of words, their characters and the stop words come
-    from it). Two facts spare most n-gram counting:
-
-    * an n-gram occurs at most as often as each of its words, so its (characters x count) is at
-      most the sum of (length x count) of its words, hence at most the largest such sum over n
-      consecutive words (prefix sums, in C): where that is within Gopher's limit (ordinary prose,
-      for 2- to 4-grams) the n-grams are not counted;
-    * once no m-gram repeats, no longer n-gram does (its m-gram prefix would repeat): then its
-      share and its duplicated characters are 0 (most prose has no repeated 5-gram).
-
-    Where n-grams are counted: the 2- to 4-gram top share as tuples of words (zip over slices, in
-    C; rarely needed); the repeated 5- to 10-grams by numbering them with numpy sorts.
-    """
-
-    def __init__(self, words: list[str], freq: Counter | None = None):
-        self.words = words
-        self.size = len(words)
-        self.freq = Counter(words) if freq is None else freq
-        # characters x count of each distinct word, in the Counter's order
-        self._weights = list(map(mul, map(len, self.freq), self.freq.values()))
-        self.word_chars = sum(self._weights)
-        self._most = max(self._weights, default=0)
-        self._unique_from: int | None = None  # the least n known to have no repeated n-gram
-        self._prefix: list[int] | None = None
-
-    def _mark_unique(self, n: int) -> None:
-        if self._unique_from is None or n < self._unique_from:
-            self._unique_from = n
-
-    def may_repeat(self, n: int) -> bool:
-        """False when no n-gram (n >= 1) occurs twice; True when one may (a large document is not
-        checked here: the sort in ``dup_frac_steps`` settles it for less than a set of tuples)."""
-        if self._unique_from is not None and n >= self._unique_from:
-            return False
-        positions = self.size - n + 1
-        if positions < 2:
-            return False
-        if self.size >= _SORT_WORDS:
-            return True
-        grams = zip(*(self.words[i:] for i in range(n)), strict=False)
-        if len(set(grams)) == positions:
-            self._mark_unique(n)
-            return False
-        return True
-
-    def top_bound(self, n: int, enough: float = 0.0) -> int:
-        """An upper bound on (characters x count) of any n-gram, n >= 1 (see the class): n times the
-        largest (length x count) of a word where that is at most `enough`, else the largest sum of
-        (length x count) over n consecutive words (tighter, one more pass)."""
-        if n * self._most <= enough:
-            return n * self._most
-        if self._prefix is None:
-            weight = dict(zip(self.freq, self._weights, strict=True))
-            self._prefix = [0, *accumulate(map(weight.__getitem__, self.words))]
-        prefix = self._prefix
-        return max(map(sub, prefix[n:], prefix[:-n]), default=0)
-
-    def top_frac(self, n: int) -> float:
-        """Gopher: characters of the most frequent n-gram times its count, over all word characters.
-
-        Ties go to the n-gram seen first (``Counter.most_common``'s order)."""
-        if self.size < n or not self.word_chars:
-            return 0.0
-        if n >= 1 and self._unique_from is not None and n >= self._unique_from:
-            return 0.0
-        gram, count = Counter(zip(*(self.words[i:] for i in range(n)), strict=False)).most_common(1)[0]
-        if count <= 1:
-            if n >= 1:
-                self._mark_unique(n)
-            return 0.0
-        return sum(map(len, gram)) * count / self.word_chars
-
-    def dup_fracs(self) -> dict[int, float]:
-        """Gopher: share of word characters inside n-grams that occur more than once, n = 5..10."""
-        return dict(self.dup_frac_steps()) if self.word_chars else {}
-
-    def _five_gram_numbers(self, ids: np.ndarray, vocab: int) -> tuple[np.ndarray, np.ndarray]:
-        """Each 5-gram's number (equal 5-grams alike) and each number's count, from the word numbers
-        (0..vocab-1): the 5 numbers as digits base vocab where that fits int64 (one sort), else
-        pairs, then pairs of pairs, then one more word, numbered in turn (three sorts)."""
-        size = self.size
-        if vocab ** 5 <= _INT64_MAX + 1:
-            keys = ids[:size - 4].copy()
-            for i in range(1, 5):
-                keys *= vocab
-                keys += ids[i:size - 4 + i]
-            return _dense_ids(keys)
-        pairs, _ = _dense_ids(ids[:-1] * size + ids[1:])  # numbers < size: products fit int64
-        quads, _ = _dense_ids(pairs[:-2] * size + pairs[2:])
-        return _dense_ids(quads[:-1] * size + ids[4:])
-
-    def dup_frac_steps(self) -> Iterator[tuple[int, float]]:
-        """(n, duplicated n-gram share) for n = 5..10, in order, each computed only when asked.
-
-        A duplicated (n+1)-gram starts with a duplicated n-gram, so each larger n only looks at
-        the positions where the smaller one repeated (usually few; none in clean prose). The
-        shares never grow with n: every word a repeated (n+1)-gram covers, its repeated n-gram
-        prefix or suffix covers.
-        """
-        if not self.word_chars or not self.may_repeat(5):
-            for n in range(5, 11):
-                yield n, 0.0
-            return
-        size, vocab = self.size, len(self.freq)
-        # Words numbered in the Counter's order; from 6-grams on, an n-gram's key is its (n-1)-gram
-        # prefix's number x size + its last word's number, exact in int64 (numbers < size).
-        number = dict(zip(self.freq, range(vocab), strict=True))
-        ids = np.fromiter(map(number.__getitem__, self.words), dtype=np.int64, count=size)
-        keys, counts = self._five_gram_numbers(ids, vocab)
-        starts = np.flatnonzero(counts[keys] > 1)
-        keys = keys[starts]
-        lens = np.fromiter(map(len, self.freq), dtype=np.int64, count=vocab)[ids]
-        for n in range(5, 11):
-            if n > 5:  # only where the (n-1)-gram repeated: its number and the next word's
-                fits = starts <= size - n
-                starts, keys = starts[fits], keys[fits]
-                keys, counts = _dense_ids(keys * size + ids[starts + (n - 1)])
-                repeated = counts[keys] > 1
-                starts, keys = starts[repeated], keys[repeated]
-            if not len(starts):
-                if n == 5:
-                    self._mark_unique(5)
-                for m in range(n, 11):
-                    yield m, 0.0
-                return
-            # words covered by some repeated n-gram: +1 where one starts, -1 where it ends
-            depth = np.cumsum(np.bincount(starts, minlength=size + n) - np.bincount(starts + n, minlength=size + n))
-            yield n, int(lens[depth[:size] > 0].sum()) / self.word_chars
-
-
-def _dense_ids(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Equal keys numbered alike: (each key's number in 0..k-1, each number's count), by one sort."""
-    order = np.argsort(keys)
-    ordered = keys[order]
-    first = np.empty(len(keys), dtype=bool)
-    first[:1] = True
-    np.not_equal(ordered[1:], ordered[:-1], out=first[1:])
-    group = np.cumsum(first, dtype=np.int64) - 1
-    ids = np.empty_like(group)
-    ids[order] = group
-    return ids, np.bincount(group)
-
-
-def dup_fractions(items: list[str]) -> tuple[float, float]:
-    """(share of items that repeat an earlier one, share of characters in those repeats)."""
-    if not items:
-        return 0.0, 0.0
-    if len(set(items)) == len(items):  # no repeat (the usual case): nothing to add up
-        return 0.0, 0.0
-    seen: set[str] = set()
-    dup = dup_chars = total_chars = 0
-    for it in items:
-        total_chars += len(it)
-        if it in seen:
-            dup += 1
-            dup_chars += len(it)
-        else:
-            seen.add(it)
-    return dup / len(items), (dup_chars / total_chars if total_chars else 0.0)
-
-
-class DocStats:
-    """Everything the document rules look at, for one text, each computed once when asked.
-
-    For inspection and tests; ``clean_document`` computes the same values inline, in rule order.
-    """
-
-    def __init__(self, text: str, language_id: Method = "cld2"):
-        self.text = text
-        self.language_id = language_id
-
-    @cached_property
-    def language(self) -> LanguageGuess:
-        """The detected language (pipelines/clean/langid.py)."""
-        return identify(self.text, self.language_id)
-
-    @cached_property
-    def words(self) -> list[str]:
-        """Lower-cased words with surrounding punctuation stripped (empty ones dropped)."""
-        return words_of(self.text)
-
-    @cached_property
-    def word_chars(self) -> int:
-        return sum(map(len, self.words))
-
-    @cached_property
-    def ngrams(self) -> NGrams:
-        return NGrams(self.words)
-
-    def top_ngram_frac(self, n: int) -> float:
-        """Gopher: characters of the most frequent n-gram times its count, over all word characters."""
-        return self.ngrams.top_frac(n)
-
-    @cached_property
-    def dup_ngram_fracs(self) -> dict[int, float]:
-        """Gopher: share of word characters inside repeated n-grams, n = 5..10."""
-        return self.ngrams.dup_fracs()
-
-
-# ------------------------------------------------------------------ rules
+# ------------------------------------------------------------------ rule names
 
 PAGE_RULE_NAMES = ("markup", "lorem_ipsum")
 WEB_PAGE_RULE_NAMES = ("curly_braces",)
@@ -503,7 +116,7 @@ def document_reason(text: str, c: CleanConfig, disabled: frozenset[str],
     was identified on the way, and the text's whitespace-separated words (``len(text.split())``:
     the report's length unit, counted here once for the kept documents).
 
-    text is normalized (pipelines.clean.rules.normalize_text, then the line rules): lines are trimmed
+    text is normalized (pipelines.clean.normalize.normalize_text, then the line rules): lines are trimmed
     and at most one blank line separates paragraphs, so lines and paragraphs are plain splits.
     lower: text.lower(), where the caller has it. Each statistic is computed once, when the first
     rule that reads it runs, with the per-word work in C (str methods through map / filter, one
@@ -519,7 +132,7 @@ def document_reason(text: str, c: CleanConfig, disabled: frozenset[str],
 def _first_failed_rule(text: str, tokens: list[str], c: CleanConfig,
                        disabled: frozenset[str]) -> tuple[str | None, LanguageGuess | None]:
     """``document_reason``'s rules on the text and its whitespace tokens (lower-cased)."""
-    words = list(filter(None, map(str.strip, tokens, repeat(_strip_chars(text)))))
+    words = list(filter(None, map(str.strip, tokens, repeat(strip_chars(text)))))
     n_words = len(words)
     if "min_words" not in disabled and n_words < c.min_words:
         return "min_words", None
@@ -543,7 +156,7 @@ def _first_failed_rule(text: str, tokens: list[str], c: CleanConfig,
                 and sum(map(str.endswith, lines, repeat(ELLIPSES))) / len(lines) > c.max_ellipsis_lines):
             return "ellipsis_lines", None
     if "alpha_words" not in disabled:
-        if _letter_words(grams.freq) < c.min_alpha_words * len(tokens):
+        if letter_words(grams.freq) < c.min_alpha_words * len(tokens):
             return "alpha_words", None
     if ("stop_words" not in disabled
             and sum(map(grams.freq.get, GOPHER_STOP_WORDS, repeat(0))) < c.min_stop_words):
@@ -579,15 +192,6 @@ def _lines(text: str) -> list[str]:
     """The non-blank lines of a normalized text (its blank lines are empty: lines are trimmed)."""
     lines = text.split("\n")
     return list(filter(None, lines)) if "" in lines else lines
-
-
-def _letter_words(freq: Counter) -> int:
-    """How many of the counted words hold a letter (_LETTER), which is how many of the text's
-    whitespace tokens do (the alpha_words rule): a word is its lower-cased token with punctuation
-    stripped, and neither step adds or removes a letter (a token of punctuation only holds none).
-    Only the distinct words that are not all letters (str.isalpha) are searched, in C."""
-    no_letter = filterfalse(_LETTER.search, filterfalse(str.isalpha, freq))
-    return sum(freq.values()) - sum(map(freq.__getitem__, no_letter))
 
 
 def _top_ngrams_fail(grams: NGrams, limits: dict[int, float]) -> bool:
@@ -655,13 +259,13 @@ def clean_document(doc: Document, cfg: CleanConfig, line_rules: bool = True,
     if reason is not None:
         return filtered(reason, text)
     if line_rules:
-        kept, removed = _filter_lines(text, lower, cfg, disabled)
+        kept, removed = filter_lines(text, cfg, disabled, lower)
         if line_counts is not None:
             line_counts.update(removed)
         if not kept:
             return filtered("empty_after_line_rules", text)
         if removed:
-            text = _BLANK_LINES.sub("\n\n", kept)
+            text = BLANK_LINES.sub("\n\n", kept)
             lower = None
     reason, guess, words = document_reason(text, cfg, disabled, lower)
     if reason is not None:

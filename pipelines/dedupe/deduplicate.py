@@ -9,18 +9,14 @@ import apache_beam as beam
 
 from pipelines.dedupe.exact import ExactDedupe, ExactVerdicts, exact_entry
 from pipelines.dedupe.index import IndexRow, WriteIndex, index_parts, index_row
-from pipelines.dedupe.minhash import (
-    normalized_text_hash,
-)
+from pipelines.dedupe.minhash import normalized_text_hash
 from pipelines.dedupe.near import DOC_TAG, LSH_TAG, NearDedupe, SketchBatch
 from pipelines.dedupe.sketch import NEW, minhasher
 from pipelines.dedupe.spans import SpanDedupe
 from pipelines.records import Document, Duplicate
 from schemas.config import DedupeConfig
 from schemas.errors import UserError
-from shardforge.storage import (
-    is_within,
-)
+from shardforge.storage import is_within
 
 SIGNATURE_BATCH = 512  # documents the Sketch step hashes together (numpy work is per batch)
 
@@ -104,6 +100,76 @@ def _exact_only_row(d: Document) -> IndexRow:
     return (d.doc_id, d.source, normalized_text_hash(d.text), b"", b"", b"")
 
 
+class SideInputVerdicts(beam.PTransform):
+    """The keyed documents meet their verdicts through side inputs (the local runner's wiring): each one
+    is looked up among the exact duplicates' doc_ids and the near duplicates (``_ApplyVerdicts``).
+    Outputs ``kept`` (main), ``duplicates`` (the near duplicates' records) and ``index`` (the kept
+    documents' index entries). One step: it fuses with the steps that route the kept documents."""
+
+    def __init__(self, near: beam.PCollection, exact_ids: beam.PCollection | None) -> None:
+        super().__init__()
+        self.near, self.exact_ids = near, exact_ids
+
+    def expand(self, keyed: beam.PCollection):
+        verdicts = {"near": beam.pvalue.AsList(self.near)}
+        if self.exact_ids is not None:
+            verdicts["exact_ids"] = beam.pvalue.AsList(self.exact_ids)
+        return keyed | beam.ParDo(_ApplyVerdicts(), **verdicts).with_outputs("duplicates", "index", main="kept")
+
+
+class JoinedVerdicts(beam.PTransform):
+    """The keyed documents meet their verdicts in one CoGroupByKey (a distributed runner's wiring: side
+    inputs would send every worker every verdict). The same outputs as ``SideInputVerdicts``."""
+
+    def __init__(self, near: beam.PCollection, exact: beam.PCollection | None) -> None:
+        super().__init__()
+        self.near, self.exact = near, exact
+
+    def expand(self, keyed: beam.PCollection):
+        groups = {"doc": keyed, "dup": self.near | "DupByID" >> beam.Map(lambda d: (d.doc_id, d))}
+        if self.exact is not None:
+            groups["exact"] = self.exact | "ExactByID" >> beam.Map(lambda d: (d.doc_id, None))
+        return (groups
+                | "Group" >> beam.CoGroupByKey()
+                | "Split" >> beam.FlatMap(_split_final).with_outputs("duplicates", "index", main="kept"))
+
+
+class RepointExact(beam.PTransform):
+    """(exact duplicates, near duplicates) -> the exact duplicates, each pointed at the document that
+    stays: an exact duplicate's kept twin may itself be removed as a near duplicate."""
+
+    def expand(self, pcolls):
+        exact, near = pcolls
+        return ({"exact": exact | "ExactByTarget" >> beam.Map(lambda d: (d.dup_of, d)),
+                 "near": near | "NearByID" >> beam.Map(lambda d: (d.doc_id, d))}
+                | "JoinChains" >> beam.CoGroupByKey()
+                | "Repoint" >> beam.FlatMap(_repoint_exact))
+
+
+class RepointToKept(beam.PTransform):
+    """(earlier duplicates, span duplicates) -> the earlier duplicates, each pointed at the kept document
+    its target points at when repeated spans emptied that target."""
+
+    def expand(self, pcolls):
+        earlier, span_dups = pcolls
+        return ({"dup": earlier | "DupByTarget" >> beam.Map(lambda d: (d.dup_of, d)),
+                 "span": span_dups | "SpanByID" >> beam.Map(lambda d: (d.doc_id, d))}
+                | "JoinSpanTargets" >> beam.CoGroupByKey()
+                | "RepointSpan" >> beam.FlatMap(_repoint_to_kept))
+
+
+class DropRemoved(beam.PTransform):
+    """(index entries, span duplicates) -> the entries of the documents that stay: documents emptied by
+    repeated spans leave the index; trimmed ones keep their untrimmed sketch (spans are within-batch)."""
+
+    def expand(self, pcolls):
+        entries, span_dups = pcolls
+        return ({"entry": entries | "EntryByID" >> beam.Map(lambda row: (row[0], row)),
+                 "removed": span_dups | "RemovedByID" >> beam.Map(lambda d: (d.doc_id, None))}
+                | "JoinRemoved" >> beam.CoGroupByKey()
+                | "DropRemoved" >> beam.FlatMap(_drop_removed))
+
+
 class Deduplicate(beam.PTransform):
     """Exact + near-duplicate removal: ``{"kept": PCollection[Document], "duplicates": PCollection[Duplicate]}``.
 
@@ -118,13 +184,12 @@ class Deduplicate(beam.PTransform):
     documents left empty become ``Duplicate(kind="span")`` (within this batch;
     the index holds no spans).
 
-    ``one_machine``: wired for the local runner (``pipelines.options.runs_on_one_machine``), with the
-    same output. The documents meet their verdicts through side inputs (the doc_ids of the exact
-    duplicates and the near duplicates' records, read by every document's lookup) instead of a
-    CoGroupByKey, whose grouping costs each document four coder passes there; and the near step's
-    connected components run in one step (``ConnectedComponents``' ``in_memory``) instead of
-    unrolled rounds of GroupByKeys. A distributed runner keeps both shuffles: its side inputs
-    would send every worker every verdict.
+    ``one_machine``: wired for the local runner (``pipelines.options.RunnerPlan``), with the same
+    output. The documents meet their verdicts through side inputs (``SideInputVerdicts``) instead of a
+    CoGroupByKey (``JoinedVerdicts``), whose grouping costs each document four coder passes there;
+    and the near step's connected components run in one step (``ConnectedComponents``' ``in_memory``)
+    instead of unrolled rounds of GroupByKeys. A distributed runner keeps both shuffles: its side
+    inputs would send every worker every verdict.
     """
 
     def __init__(self, cfg: DedupeConfig, index_in: str | None = None, index_out: str | None = None,
@@ -142,104 +207,60 @@ class Deduplicate(beam.PTransform):
 
     def expand(self, docs: beam.PCollection) -> dict[str, beam.PCollection]:
         cfg = self.cfg
-        p = docs.pipeline
-        old_parts: list[str] = []
-        part_urls = None
-        if self.index_in:
-            old_parts = index_parts(self.index_in, cfg)
-            part_urls = p | "IndexParts" >> beam.Create(old_parts)
-
-        dup_parts: list[beam.PCollection] = []
-        kept = docs
-        if cfg.exact and not cfg.near:
-            ex = kept | "Exact" >> ExactDedupe(old_parts=part_urls)
-            kept = ex["kept"]
-            dup_parts.append(ex["duplicates"])
-
+        old_parts = index_parts(self.index_in, cfg) if self.index_in else []
+        part_urls = docs.pipeline | "IndexParts" >> beam.Create(old_parts) if self.index_in else None
         sketches = None
         if cfg.near:
-            # Every document is sketched; its exact hash comes with the sketch. The exact step
-            # groups (hash, doc_id, source) only, and the documents cross one join, with both
-            # verdicts (exact and near), instead of an exact group of whole documents first.
-            sketched = (
-                docs
-                # Each document also leaves the Sketch step keyed for the verdict join, with its index
-                # entry: one element a document crosses that join, not the document and its entry.
-                | "Sketch" >> beam.ParDo(SketchBatch(minhasher(cfg), index_row if self.index_out else _no_row,
-                                                      SIGNATURE_BATCH)
-                                         ).with_outputs(LSH_TAG, DOC_TAG, main="sketches")
-            )
-            sketches = sketched.sketches
-            exact = None
-            if cfg.exact:
-                exact = sketches | "ExactEntries" >> beam.Map(exact_entry) | "Exact" >> ExactVerdicts(part_urls)
-                dup_parts.append(exact)
-            skip = None if exact is None else exact | "ExactNodes" >> beam.Map(lambda d: NEW + d.doc_id)
-            near = sketches | "Near" >> NearDedupe(cfg, part_urls, buckets=sketched[LSH_TAG], skip=skip,
-                                                 components_in_memory=self.one_machine)
-            if self.one_machine:
-                verdicts = {"near": beam.pvalue.AsList(near)}
-                if exact is not None:
-                    verdicts["exact_ids"] = beam.pvalue.AsList(exact | "ExactIDs" >> beam.Map(lambda d: d.doc_id))
-                split = sketched[DOC_TAG] | "Split" >> beam.ParDo(_ApplyVerdicts(), **verdicts).with_outputs(
-                    "duplicates", "index", main="kept")
-            else:
-                groups = {
-                    "doc": sketched[DOC_TAG],
-                    "dup": near | "DupByID" >> beam.Map(lambda d: (d.doc_id, d)),
-                }
-                if exact is not None:
-                    groups["exact"] = exact | "ExactByID" >> beam.Map(lambda d: (d.doc_id, None))
-                split = (
-                    groups
-                    | "JoinVerdicts" >> beam.CoGroupByKey()
-                    | "Split" >> beam.FlatMap(_split_final).with_outputs("duplicates", "index", main="kept")
-                )
-            kept = split.kept
-            if dup_parts:
-                # An exact duplicate's kept twin may be removed now as a near
-                # duplicate: point it at the document that stays.
-                dup_parts = [
-                    {"exact": dup_parts[0] | "ExactByTarget" >> beam.Map(lambda d: (d.dup_of, d)),
-                     "near": split.duplicates | "NearByID" >> beam.Map(lambda d: (d.doc_id, d))}
-                    | "JoinChains" >> beam.CoGroupByKey()
-                    | "Repoint" >> beam.FlatMap(_repoint_exact)
-                ]
-            dup_parts.append(split.duplicates)
-            new_index = split.index
-        else:
+            kept, dup_parts, new_index, sketches = self._near(docs, part_urls)
+        elif cfg.exact:
+            ex = docs | "Exact" >> ExactDedupe(old_parts=part_urls)
+            kept, dup_parts = ex["kept"], [ex["duplicates"]]
             new_index = kept | "ExactOnlyIndex" >> beam.Map(_exact_only_row)
-
+        else:
+            kept, dup_parts = docs, []
+            new_index = kept | "ExactOnlyIndex" >> beam.Map(_exact_only_row)
         if cfg.repeated_spans:
             spans = kept | "Spans" >> SpanDedupe(cfg.span_sentences)
             kept, span_dups = spans["kept"], spans["duplicates"]
             if dup_parts:
-                # A kept document that spans then emptied can be the target of exact
-                # or near duplicates: point them at the kept document it points at.
                 earlier = dup_parts | "EarlierDuplicates" >> beam.Flatten()
-                dup_parts = [
-                    {"dup": earlier | "DupByTarget" >> beam.Map(lambda d: (d.dup_of, d)),
-                     "span": span_dups | "SpanByID" >> beam.Map(lambda d: (d.doc_id, d))}
-                    | "JoinSpanTargets" >> beam.CoGroupByKey()
-                    | "RepointSpan" >> beam.FlatMap(_repoint_to_kept)
-                ]
+                dup_parts = [(earlier, span_dups) | "RepointSpan" >> RepointToKept()]
             dup_parts.append(span_dups)
             if self.index_out:
-                # Emptied documents leave the corpus, so they leave the index; trimmed
-                # ones stay with their untrimmed sketch (spans are within-batch only).
-                new_index = (
-                    {"entry": new_index | "EntryByID" >> beam.Map(lambda row: (row[0], row)),
-                     "removed": span_dups | "RemovedByID" >> beam.Map(lambda d: (d.doc_id, None))}
-                    | "JoinRemoved" >> beam.CoGroupByKey()
-                    | "DropRemoved" >> beam.FlatMap(_drop_removed)
-                )
-
+                new_index = (new_index, span_dups) | "DropRemoved" >> DropRemoved()
         if self.index_out:
             _ = new_index | "WriteIndex" >> WriteIndex(self.index_out, cfg, old_parts, self.index_root,
                                                         sized_by=sketches)
-
         if dup_parts:
             duplicates = dup_parts | "AllDuplicates" >> beam.Flatten()
         else:
-            duplicates = p | "NoDuplicates" >> beam.Create([])
+            duplicates = docs.pipeline | "NoDuplicates" >> beam.Create([])
         return {"kept": kept, "duplicates": duplicates}
+
+    def _near(self, docs: beam.PCollection, part_urls: beam.PCollection | None):
+        """The near step (with the exact one on sketches): every document is sketched, its exact hash
+        coming with the sketch; the exact step groups (hash, doc_id, source) only, and the documents
+        cross one join (or lookup) with both verdicts. Returns (kept, duplicate parts, index entries,
+        sketches)."""
+        cfg = self.cfg
+        # Each document also leaves the Sketch step keyed for the verdicts, with its index entry:
+        # one element a document carries there, not the document and its entry.
+        sketched = docs | "Sketch" >> beam.ParDo(
+            SketchBatch(minhasher(cfg), index_row if self.index_out else _no_row, SIGNATURE_BATCH)
+        ).with_outputs(LSH_TAG, DOC_TAG, main="sketches")
+        sketches = sketched.sketches
+        exact = None
+        if cfg.exact:
+            exact = sketches | "ExactEntries" >> beam.Map(exact_entry) | "Exact" >> ExactVerdicts(part_urls)
+        skip = None if exact is None else exact | "ExactNodes" >> beam.Map(lambda d: NEW + d.doc_id)
+        near = sketches | "Near" >> NearDedupe(cfg, part_urls, buckets=sketched[LSH_TAG], skip=skip,
+                                             components_in_memory=self.one_machine)
+        if self.one_machine:
+            ids = None if exact is None else exact | "ExactIDs" >> beam.Map(lambda d: d.doc_id)
+            split = sketched[DOC_TAG] | "Split" >> SideInputVerdicts(near, ids)
+        else:
+            split = sketched[DOC_TAG] | "JoinVerdicts" >> JoinedVerdicts(near, exact)
+        dup_parts = [split.duplicates]
+        if exact is not None:
+            dup_parts.insert(0, (exact, split.duplicates) | "Repoint" >> RepointExact())
+        return split.kept, dup_parts, split.index, sketches

@@ -15,7 +15,7 @@ Commit protocol of version N (docs/serve.md; any number of writers, one wins):
 
 1. the attempt's tag ``v{N}-{hash}`` (``pipelines.corpus.commit``) is a hash of the batch's
    config, its files (URL, size, fingerprint), the parent manifest and N; run the
-   batch build (``pipelines.jobs.build.build_pipeline`` with ``files=`` and ``append=``)
+   batch build (``pipelines.graph.build_pipeline`` with ``files=`` and ``append=``)
    writing shards as ``{split}-{index:06d}-{tag}.tar`` and everything else under
    ``versions/{tag}/``: names no other attempt can produce (an attempt that can
    produce them writes the same bytes);
@@ -408,7 +408,7 @@ def ingest_sources(state: CorpusState, batch_files: Sequence[tuple[SourceConfig,
     """Absorb files of one or more sources (none absorbed yet) as the next version; updates `state`."""
 
     from pipelines.graph import BATCH_MANIFEST_NAME, AppendTo, build_pipeline
-    from pipelines.options import BuildOptions, finalize_options, make_pipeline
+    from pipelines.options import BuildOptions, RunnerPlan, finalize_options, make_pipeline
     from pipelines.report.timings import BuildTimings, describe_runner, measure, write_timings
 
     t0 = time.monotonic()
@@ -433,7 +433,7 @@ def ingest_sources(state: CorpusState, batch_files: Sequence[tuple[SourceConfig,
         started = time.monotonic()
         with make_pipeline(opts) as p:
             build_pipeline(p, cfg, work, files={src.name: [f.url for f in fs] for src, fs in batch_files},
-                           append=append)
+                           append=append, plan=RunnerPlan.of(opts))
         run = measure(p.result, runner, time.monotonic() - started)
         batch_url = join(work, BATCH_MANIFEST_NAME)
         if not exists(batch_url):  # the batch's commit step found objects of this attempt removed

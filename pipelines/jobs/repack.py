@@ -25,7 +25,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines.coders import TokenizedDocumentCoder  # noqa: F401  (registers the coder)
-from pipelines.corpus.shards import TokenGroups, WriteCorpus
+from pipelines.corpus.shards import WriteCorpus
 from pipelines.flags import add_repack_flags, repack_parser
 from pipelines.intermediate import TOKENIZED_SCHEMA
 from pipelines.localrunner import progress
@@ -37,6 +37,7 @@ from pipelines.options import (
     make_pipeline,
     quiet_beam,
 )
+from pipelines.pack.step import TokenGroups
 from pipelines.records import TokenizedDocument, token_ids
 from pipelines.tokenizer.tokenizer import load_model, stored_path
 from schemas.config import BuildConfig, parse_config

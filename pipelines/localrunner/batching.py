@@ -3,7 +3,7 @@
 ``beam.BatchElements`` is a step of its own: each document passes one more DoFn, and each batch
 is one more element whose size Beam samples (pickling every document of a sampled batch). In
 the build it cost more than the batching (Tokenize/Batch 0.008 CPU-s/MB at 30 MB of prose, more
-than its own ``process``; #16, item 2). A ``BundleBatches`` collects the elements of its bundle
+than its own ``process``). A ``BundleBatches`` collects the elements of its bundle
 into lists of ``batch_size`` and hands each to ``handle_batch``; what is left when the bundle
 ends is handed over then. Only for the global window (the build is a batch job): outputs made at
 the bundle's end go out in it.

@@ -1,4 +1,4 @@
-"""Processes beside the local runner for the per-document work (``--doc_processes N``; #16, item 6).
+"""Processes beside the local runner for the per-document work (``--doc_processes N``).
 
 The in-process local runner executes every bundle on one thread, so a build used one core
 however many the machine had; Beam's worker processes (``--direct_num_workers``) spread the
@@ -15,9 +15,9 @@ tasks name (no Beam: ~0.4 CPU-s and ~45 MB each at the start, against ~1.8 CPU-s
 for a Beam worker); the one that sketches (``lanes``) also loads the numba MinHash kernel (~1 CPU-s,
 ~130 MB) once it has hashed enough, as the runner's process would. A process holds its imports
 and one batch at a time: ~55 MB cleaning and splitting, ~95 MB sketching on numpy, ~230 MB with
-the kernel, whatever the input size (docs/scaling.md). A task is a module-level function and its arguments, pickled over the worker's
-pipes: both ends are this build's own processes (nothing from the input or a bucket is
-unpickled that was not pickled by this build).
+the kernel, whatever the input size (docs/scaling.md). A task is a module-level function and its
+arguments, pickled over the worker's pipes: both ends are this build's own processes (nothing from
+the input or a bucket is unpickled that was not pickled by this build).
 """
 
 from __future__ import annotations

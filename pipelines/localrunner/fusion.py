@@ -7,7 +7,7 @@ its TODO): each input stage writes the Flatten's buffer, and one more stage read
 decoding every element only to encode it again into the GroupByKey's buffer. A build moved its
 documents that way twice at the verdict join (``Dedupe/JoinVerdicts``): 38 MB read, decoded and
 re-encoded for a 20 MB input, and the same again, smaller, at every join of the near-duplicate
-step (#16, item 2).
+step.
 
 ``install`` adds one planning phase after ``sink_flattens``: where a materialized Flatten's only
 consumer is a GroupByKey's write, the Flatten's input writes go to the GroupByKey's buffer
@@ -17,9 +17,11 @@ every Flatten input the Flatten's coder, which is the GroupByKey's input), so wh
 computes and writes is unchanged; only the copy is gone. Planning of Dataflow and of any
 other runner is untouched.
 
-Patches Beam internals (``fn_api_runner.translations``); ``tests/test_fusion.py`` plans and runs
-real joins through it and fails if a Beam upgrade moves them. Installed by
-``pipelines.options.make_pipeline`` for local runs.
+Replaces ``apache_beam.runners.portability.fn_api_runner.translations.sink_flattens`` (apache-beam
+2.77.0), which ``FnApiRunner.create_stages`` looks up in that module when it plans;
+``tests/test_fusion.py`` plans and runs real joins through it and
+``tests/test_localrunner_internals.py`` checks what it relies on: both fail if a Beam upgrade moves
+them. Installed by ``pipelines.options.make_pipeline`` for local runs (``uninstall``: Beam's own).
 """
 
 from __future__ import annotations

@@ -19,7 +19,8 @@ from collections.abc import Sequence
 from typing import Any
 
 DATAFLOW_RUNNERS = frozenset({"dataflow", "testdataflow"})
-# What DataflowRunner imports to stage and submit a job (apache_beam.runners.dataflow.internal.apiclient).
+# What DataflowRunner imports to stage and submit a job (apache_beam.runners.dataflow.internal.apiclient and
+# the apache_beam.io.gcp.gcsio it imports).
 DATAFLOW_MODULES = ("google.cloud.dataflow", "google.cloud.storage", "google.api_core", "google.auth")
 DATAFLOW_INSTALL = "pip install -c constraints.txt 'shardforge[dataflow]'"
 

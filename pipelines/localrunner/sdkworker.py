@@ -3,13 +3,18 @@
 ``python -m apache_beam.runners.worker.sdk_worker_main``, which Beam's multi-process mode
 starts, imports Beam before anything of ours (so its ``apitools not found`` warning is printed
 once per worker) and logs its start-up at INFO on stderr. This module installs the apitools
-filter first (``import pipelines``), keeps Beam's own records below ERROR off stderr and asks
-the harness for WARNING, leaves out the optional Beam integrations a worker never uses and has
-pyarrow allocate from glibc's malloc (``pipelines.localrunner.preflight.local_build_process``), drops each
-finished bundle's output streams (``pipelines.localrunner.spill.release_finished_streams``), tunes the cyclic
-collector as the runner's process does (``pipelines.localrunner.heap.tune_collector``), then runs the same
-``sdk_worker_main.main``.
-``pipelines.options.make_pipeline`` points the local runner's worker processes here.
+filter first (``import pipelines``), keeps Beam's own records below ERROR off stderr, asks the
+harness for WARNING where it is started without pipeline options (Beam 2.77's
+``local_job_service.SubprocessSdkWorker`` always passes ``PIPELINE_OPTIONS``: there the harness
+keeps its INFO level and only the stderr filter applies), leaves out the optional Beam integrations
+a worker never uses and has pyarrow allocate from glibc's malloc
+(``pipelines.localrunner.preflight.local_build_process``), drops each finished bundle's output
+streams (``pipelines.localrunner.spill.release_finished_streams``), memoizes Beam's DoFn
+introspection (``pipelines.localrunner.signatures``), shortens the state sampler's period
+(``pipelines.localrunner.statesampler``), tunes the cyclic collector as the runner's process does
+(``pipelines.localrunner.heap.tune_collector``), then runs the same ``sdk_worker_main.main``.
+``pipelines.options.make_pipeline`` points the local runner's worker processes here
+(a ``SubprocessSDKEnvironment`` of ``pipelines.options.WORKER_COMMAND``).
 """
 
 from __future__ import annotations

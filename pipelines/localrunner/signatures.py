@@ -6,7 +6,7 @@ it walks ``dir(dofn)`` and asks ``inspect.signature`` of every method, several t
 ``DoFnSignature``, ``MethodWrapper``). A demo-sized build made ~64k ``inspect.signature``
 calls for a few hundred distinct functions, and memoizing them takes a demo build from 6.7
 to 3.85 CPU-s (``benchmarks/bench_fixed.py``): the largest part of a build's fixed cost after
-imports (issue #16, item 7).
+imports.
 
 A signature is a pure function of the function object (its code, defaults and
 annotations), and a bound method's is its function's without the first parameter,
@@ -23,6 +23,12 @@ method among them. It is not cached where the instance itself answers (an ``_ins
 in use, as ``CallableWrapperDoFn._inspect_process`` is when ``process`` is a bound method) or
 where attribute lookup is dynamic (``__getattr__``, ``__dir__``, ``__getattribute__``).
 Callers get fresh sets each time, as from Beam.
+
+Replaces ``apache_beam.typehints.decorators.get_signature`` (and the same function where
+``apache_beam.transforms.core``, ``ptransform`` and ``util`` imported it by name) and
+``apache_beam.transforms.userstate.get_dofn_specs`` (apache-beam 2.77.0). On a Beam without them
+``install`` leaves Beam as it is, and ``tests/test_signatures.py`` fails. Installed by
+``pipelines.options.make_pipeline`` and ``pipelines.localrunner.sdkworker``; ``uninstall``: Beam's own.
 """
 
 from __future__ import annotations

@@ -7,6 +7,12 @@ waited ~0.9 s of wall time that way (cProfile: ``statesampler.stop`` -> ``Thread
 test-sized build ~0.4 s. At 20 ms the thread wakes 50 times a second (a few microseconds each),
 and the per-transform times the build's timings.json is made of (``pipelines.report.timings``) are
 sampled ten times as finely.
+
+Sets the default ``sampling_period_ms`` of ``StateSampler.__init__`` in
+``apache_beam.runners.worker.statesampler`` (apache-beam 2.77.0: its ``__defaults__`` are ``(200,)``).
+On a Beam whose ``__init__`` has other defaults ``install`` does nothing, and
+``tests/test_signatures.py::test_make_pipeline_shortens_the_state_samplers_period`` fails. Installed
+by ``pipelines.options.make_pipeline`` and ``pipelines.localrunner.sdkworker``; ``uninstall``: Beam's.
 """
 
 from __future__ import annotations

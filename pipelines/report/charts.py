@@ -2,7 +2,7 @@
 
 Every build writes six plots. Drawn with matplotlib they cost ~3 s per build (0.5 s to import
 it, ~2.5 s to lay out and rasterize six figures), a fixed cost larger than all of a tiny
-build's data work (issue #16, item 7). The report's charts are simple (bars with labels,
+build's data work. The report's charts are simple (bars with labels,
 histograms, a log-scale step area), so they are written here as SVG text: milliseconds, no
 plotting library in the data job, deterministic bytes (numbers are formatted at a fixed
 precision), scalable in the browser and searchable (labels stay text).

@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipelines.report import charts
-from pipelines.report.report import TIMINGS_HTML, TIMINGS_JSON, TIMINGS_SVG, _table, figure_html, page_head
+from pipelines.report.html import figure_html, page_head, table
+from pipelines.report.record import TIMINGS_HTML, TIMINGS_JSON, TIMINGS_SVG
 from shardforge.storage import join, write_text_atomic
 
 OTHER = "other"
@@ -257,7 +258,7 @@ def timings_table(doc: dict[str, Any]) -> str:
     """The "Stage timings" section: the stage table (or why there is none) and the driver phases."""
     head = (f"<h2>Stage timings</h2><p>Runner: {html.escape(str(doc['runner']))}. Run-dependent (not part of the "
             f'corpus): <a href="{TIMINGS_JSON}">{TIMINGS_JSON}</a>.</p>')
-    driver = _table(["driver phase", "wall seconds"], [[k, f"{v:.2f}"] for k, v in doc["driver_seconds"].items()])
+    driver = table(["driver phase", "wall seconds"], [[k, f"{v:.2f}"] for k, v in doc["driver_seconds"].items()])
     if doc["stages"] is None:
         return head + f"<p>{html.escape(doc['unavailable'])}.</p>" + driver
     total = doc["stages_total_seconds"] or 0.0
@@ -271,7 +272,7 @@ def timings_table(doc: dict[str, Any]) -> str:
             "at once: the stages can add up to more than the wall time.</p>" if doc["worker_processes"] > 1 else "")
     if doc["unavailable"]:
         note += f"<p>{html.escape(doc['unavailable'])}.</p>"
-    return head + note + _table(["stage", "seconds", "share", "what it covers"], rows) + driver
+    return head + note + table(["stage", "seconds", "share", "what it covers"], rows) + driver
 
 
 def render_timings_html(doc: dict[str, Any], svg: str) -> str:

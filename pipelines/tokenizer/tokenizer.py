@@ -23,14 +23,14 @@ import logging
 import os
 import time
 from array import array
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
 from pipelines.coders import TokenizedDocumentCoder  # noqa: F401  (registers the coder of TokenizedDocument)
-from pipelines.localrunner import progress, spill
+from pipelines.localrunner import progress
 from pipelines.localrunner.batching import BundleBatches
 from pipelines.localrunner.heap import release_free_memory
 from pipelines.records import SentencedDocument, TokenizedDocument, stable_hash, token_ids
@@ -390,15 +390,19 @@ class TrainTokenizer(beam.PTransform):
     size; training runs on one worker on the first sentences of the sample within the bounds.
     After expansion, ``stats`` is a one-element PCollection with the training's cost: documents,
     sentences and bytes sampled, and the bound that cut the sample (the time is logged).
+
+    ``make_room``: called right before training, to free memory for it (the runner's choice:
+    ``pipelines.options.RunnerPlan``).
     """
 
-    def __init__(self, cfg: TokenizerConfig, seed: int, output: str):
+    def __init__(self, cfg: TokenizerConfig, seed: int, output: str,
+                 make_room: Callable[[], object] | None = None):
         super().__init__()
-        self.cfg, self.seed, self.output = cfg, seed, output
+        self.cfg, self.seed, self.output, self.make_room = cfg, seed, output, make_room
         self.stats = None
 
     def expand(self, docs):
-        seed, cfg, output = self.seed, self.cfg, self.output
+        seed, cfg, output, make_room = self.seed, self.cfg, self.output, self.make_room
         bounds = SampleBounds.of(cfg)
 
         def train(sample: list[SampleEntry]) -> tuple[bytes, dict[str, object]]:
@@ -410,8 +414,9 @@ class TrainTokenizer(beam.PTransform):
                                 "text unlike news or web prose)")
             # The peak of a build below the sample caps: start it from what is live, not from the
             # high-water mark of the stages before (whose freed pages glibc and pyarrow keep), and
-            # with the stage data that waits for later stages on disk (the local runner's buffers).
-            spill.to_disk()
+            # with the stage data that waits for later stages out of memory where the runner can.
+            if make_room is not None:
+                make_room()
             release_free_memory()
             start = time.monotonic()
             model = train_tokenizer(plan_sentences(plan), cfg)
@@ -535,7 +540,7 @@ class Tokenize(beam.PTransform):
     num_threads: SentencePiece threads per call (0: the worker's CPUs).
     After expansion, ``counts`` holds each batch's ``{source: (documents, tokens, <unk> tokens)}``
     (document tokens; documents without tokens included), counted as the batch is encoded: what
-    the report's tokenizer section sums (``pipelines.report.report.TokenCounts``).
+    the report's tokenizer section sums (``pipelines.report.summaries.TokenCounts``).
     """
 
     def __init__(self, model, batch_docs: int = 64, num_threads: int = 0):

@@ -57,7 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"[1/3] generating a synthetic corpus in {raw}")
     globs = write_demo_corpus(raw, docs_per_source=args.docs)
 
-    from pipelines.jobs.build import run_build, summarize
+    from pipelines.jobs.build import run_build
+    from pipelines.jobs.summary import summarize
 
     print(f"[2/3] building shards in {corpus} (Beam FnApiRunner)")
     manifest = run_build(demo_build_config(globs), corpus)

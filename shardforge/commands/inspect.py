@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from schemas.errors import UserError
-from schemas.manifest import Manifest
+from schemas.manifest import Manifest, manifest_summary
 from schemas.sample import ShardFormatError, decode_sample, iter_tar_samples
 from shardforge.console.args import ArgumentParser
 from shardforge.console.run import run_cli
@@ -41,29 +41,6 @@ def load_tokenizer(m: Manifest, root: str) -> tuple[Any | None, str | None]:
         return None, f"the tokenizer's library is not installed ({e})"
     except UserError as e:
         return None, str(e)
-
-
-def manifest_summary(m: Manifest) -> dict[str, Any]:
-    """The manifest's headline numbers as a plain dict."""
-    acc = m.accounting
-    return {
-        "schema_version": m.schema_version,
-        "version": m.version,
-        "parent": m.parent,
-        "packing_rule": m.packing_rule,
-        "max_seq_len": m.max_seq_len,
-        "ids_dtype": m.ids_dtype,
-        "members": m.members,
-        "tokenizer": {"path": m.tokenizer.path, "kind": m.tokenizer.kind, "model_type": m.tokenizer.model_type,
-                      "vocab_size": m.tokenizer.vocab_size, "sha256": m.tokenizer.sha256,
-                      "special_ids": m.tokenizer.special_ids},
-        "splits": {k: v.model_dump() for k, v in m.totals.items()},
-        "shards": len(m.shards),
-        "samples": sum(t.samples for t in m.totals.values()),
-        "tokens": sum(t.tokens for t in m.totals.values()),
-        "bytes": sum(t.bytes for t in m.totals.values()),
-        "documents": {"input": sum(a.input for a in acc.values()), "kept": sum(a.kept for a in acc.values())},
-    }
 
 
 def length_histogram(lengths: list[int], max_len: int, bins: int = 8) -> list[dict[str, int]]:

@@ -21,7 +21,7 @@ from typing import Any
 
 from pipelines.jobs.ingest import SERVE_STATE, read_ledger, scan
 from schemas.errors import UserError
-from schemas.manifest import LATEST_NAME, MANIFEST_NAME, Manifest
+from schemas.manifest import LATEST_NAME, MANIFEST_NAME, Manifest, manifest_summary
 from shardforge.console.args import ArgumentParser
 from shardforge.console.redact import redact_text
 from shardforge.console.run import run_cli
@@ -33,21 +33,6 @@ def _sums(m: Manifest | None) -> dict[str, int]:
     if m is None:
         return {"documents": 0, "tokens": 0, "samples": 0, "shards": 0}
     return {k: sum(getattr(t, k) for t in m.totals.values()) for k in ("documents", "tokens", "samples", "shards")}
-
-
-def manifest_summary(m: Manifest) -> dict[str, Any]:
-    """What one manifest says about its corpus: rule, tokenizer, totals per split, the accounting."""
-    acc = m.accounting.values()
-    return {
-        "version": m.version, "parent": m.parent, "packing_rule": m.packing_rule, "max_seq_len": m.max_seq_len,
-        "tokenizer": {"path": m.tokenizer.path, "vocab_size": m.tokenizer.vocab_size},
-        "splits": {split: t.model_dump() for split, t in sorted(m.totals.items())},
-        "totals": _sums(m),
-        "accounting": {"input": sum(a.input for a in acc), "kept": sum(a.kept for a in acc),
-                       "filtered": sum(sum(a.filtered.values()) for a in acc),
-                       "duplicate": sum(sum(a.duplicate.values()) for a in acc),
-                       "rejected": sum(sum(a.rejected.values()) for a in acc)},
-    }
 
 
 def corpus_status(root: str, watch: str | None = None, now: float | None = None) -> dict[str, Any]:

@@ -1,0 +1,205 @@
+"""The report record: report.json's content as plain JSON-able data, and the names of the report's files.
+
+``build_report`` turns the committed manifest and the pipeline's summaries (``pipelines.report.summaries``)
+into per-source accounting (input / kept / filtered / duplicate / rejected, with reasons), reason
+totals, document-length histograms before and after cleaning, examples per reason, per-rule counts
+per source, the dedupe cluster-size and similarity histograms, tokenizer stats (requested vs actual
+vocabulary, ``<unk>`` rate, tokens per word), token share per source, the packed sequence length
+histogram and fill rate, the effective config with each rule on or off, warnings (a rule removing
+more than half of a source; a vocabulary smaller than asked) and the software versions.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import math
+import platform
+from typing import Any
+
+from pipelines.report.summaries import ALL, SIMILARITY_BINS, bin_edges
+
+# The report's files, written at the corpus root next to the manifest.
+REPORT_JSON = "report.json"
+REPORT_HTML = "report.html"
+REASONS_SVG = "report-reasons.svg"
+LENGTHS_SVG = "report-lengths.svg"
+DEDUPE_SVG = "report-dedupe.svg"
+TOKENS_SVG = "report-tokens.svg"
+PACKING_SVG = "report-packing.svg"
+# Run-dependent, written by the driver after the run (pipelines.report.timings); report.html only links them.
+TIMINGS_JSON = "timings.json"
+TIMINGS_HTML = "timings.html"
+TIMINGS_SVG = "timings.svg"
+# Files that measure the run (seconds): never byte-identical run to run, unlike every other output.
+RUN_DEPENDENT_FILES = frozenset({TIMINGS_JSON, TIMINGS_HTML, TIMINGS_SVG})
+
+PACKED_BINS = 32  # equal-width bins of sequence length over [0, max_seq_len]
+WARN_RULE_SHARE = 0.5  # a rule removing more than this share of a source's input is worth a look
+
+
+def rule_counts(manifest: dict[str, Any]) -> dict[str, dict[str, int]]:
+    """{bucket:reason: {source: records, ALL: records}} straight from the manifest's accounting."""
+    out: dict[str, dict[str, int]] = {}
+    for name, a in sorted(manifest.get("accounting", {}).items()):
+        for bucket in ("filtered", "duplicate", "rejected"):
+            for reason, n in a.get(bucket, {}).items():
+                row = out.setdefault(f"{bucket}:{reason}", {ALL: 0})
+                row[name] = n
+                row[ALL] += n
+    return dict(sorted(out.items()))
+
+
+def rules_enabled(config: dict[str, Any]) -> dict[str, bool]:
+    """Every cleaning rule of the effective config, on (True) or off (False)."""
+    from pipelines.clean.lines import LINE_RULES
+    from pipelines.clean.rules import RULE_ALIASES, RULE_NAMES, disabled_rules
+    from schemas.config import CleanConfig
+
+    clean = CleanConfig.model_validate(config.get("clean", {}))
+    off = set(disabled_rules(clean))
+    if not clean.line_rules:
+        off |= set(LINE_RULES)
+    if not clean.english_only:
+        off.add("language")
+    return {name: name not in off for name in sorted(RULE_NAMES - set(RULE_ALIASES))}
+
+
+def build_warnings(manifest: dict[str, Any]) -> list[str]:
+    """One line per thing a user should look at: a rule removing most of a source, a small vocabulary."""
+    out = []
+    for name, a in sorted(manifest.get("accounting", {}).items()):
+        n_in = a.get("input", 0)
+        for bucket in ("filtered", "duplicate"):
+            for reason, n in sorted(a.get(bucket, {}).items()):
+                if n_in and n > WARN_RULE_SHARE * n_in:
+                    out.append(f"warning: {bucket} rule '{reason}' removed {n} of {n_in} documents "
+                               f"({100 * n / n_in:.0f}%) of source '{name}'")
+    tok = manifest.get("tokenizer", {})
+    asked = manifest.get("config", {}).get("tokenizer", {})
+    if not asked.get("model_url") and tok.get("vocab_size", 0) < asked.get("vocab_size", 0):
+        out.append(f"warning: the tokenizer's vocabulary came out at {tok['vocab_size']} pieces, "
+                   f"smaller than the {asked['vocab_size']} asked (too little text or too few distinct words)")
+    return out
+
+
+def token_stats(manifest: dict[str, Any], tokens: dict[str, dict[str, int]], words: dict[str, int],
+                training: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Tokenizer section: requested vs actual vocabulary, <unk> rate, tokens per word, and the
+    training's cost (``training``: documents, sentences and bytes sampled, the bound that cut the
+    sample; None for a reused model)."""
+    tok = manifest.get("tokenizer", {})
+    asked = manifest.get("config", {}).get("tokenizer", {})
+    n_tok = sum(c["tokens"] for c in tokens.values())
+    n_unk = sum(c["unk"] for c in tokens.values())
+    n_words = sum(words.values())
+    return {
+        "kind": tok.get("kind"), "model_type": tok.get("model_type"),
+        "reused": bool(asked.get("model_url")),
+        "requested_vocab_size": asked.get("vocab_size"), "vocab_size": tok.get("vocab_size"),
+        "tokens": n_tok, "unk_tokens": n_unk, "unk_rate": n_unk / n_tok if n_tok else 0.0,
+        "words": n_words, "tokens_per_word": n_tok / n_words if n_words else 0.0,
+        "unit": "document tokens before packing (no special tokens); words split on whitespace",
+        "training": training,
+    }
+
+
+def token_share(tokens: dict[str, dict[str, int]]) -> dict[str, dict[str, float]]:
+    """{source: {tokens, share}}: each source's part of the document tokens."""
+    total = sum(c["tokens"] for c in tokens.values())
+    return {s: {"tokens": c["tokens"], "share": c["tokens"] / total if total else 0.0}
+            for s, c in sorted(tokens.items())}
+
+
+def packing_stats(manifest: dict[str, Any], lengths: dict[str, dict[str, int]]) -> dict[str, Any]:
+    """Packed sequence length histogram (PACKED_BINS equal-width bins) and fill rate, per split and overall."""
+    max_len = int(manifest.get("max_seq_len", 0)) or 1
+    width = max(1, math.ceil(max_len / PACKED_BINS))
+    nbins = max_len // width + 1  # bin i holds [i*width, (i+1)*width); max_seq_len itself is in the last
+    splits: dict[str, Any] = {}
+    every: dict[str, int] = {}
+    for split, d in list(sorted(lengths.items())) + [(ALL, None)]:
+        d = every if d is None else d
+        if split != ALL:
+            for n, c in d.items():
+                every[n] = every.get(n, 0) + c
+        counts = [0] * nbins
+        for n, c in d.items():
+            counts[min(nbins - 1, int(n) // width)] += c
+        seqs = sum(d.values())
+        toks = sum(int(n) * c for n, c in d.items())
+        splits[split] = {"sequences": seqs, "tokens": toks,
+                         "fill_rate": toks / (seqs * max_len) if seqs else 0.0, "counts": counts}
+    return {"max_seq_len": max_len, "bin_width": width,
+            "bin_lower_edges": [i * width for i in range(nbins)], "splits": splits,
+            "unit": "ids per sequence, special tokens included; fill = ids / (sequences x max_seq_len)"}
+
+
+# The libraries whose versions decide what a build writes (the tokenizer's training and encoding, the
+# Parquet and numeric code, language ID, the runner): the same input and config on other versions of
+# these can give other bytes (sentencepiece trains other models across versions), so the report names them.
+SOFTWARE = ("shardforge", "apache-beam", "sentencepiece", "tokenizers", "pyarrow", "numpy", "numba", "pycld2")
+
+
+def software_versions() -> dict[str, str]:
+    """Python and each of ``SOFTWARE`` as installed where the report is written ("not installed" if absent)."""
+    out = {"python": platform.python_version()}
+    for name in SOFTWARE:
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            out[name] = "not installed"
+    return out
+
+
+def build_report(manifest: dict[str, Any], before: dict[str, list[int]], after: dict[str, list[int]],
+                 extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The report as plain JSON-able data (deterministic: sorted keys, no wall-clock fields; the
+    tokenizer's training time is logged by the build, its sample size is here).
+
+    extra: what the pipeline combined besides the length histograms (``WriteReport``):
+    examples, dedupe, tokens, words, packed_lengths; a missing part gives an empty section.
+    """
+    extra = extra or {}
+    sources: dict[str, Any] = {}
+    reasons: dict[str, int] = {}
+    for name, a in sorted(manifest.get("accounting", {}).items()):
+        row = {
+            "input": a.get("input", 0),
+            "kept": a.get("kept", 0),
+            "filtered": sum(a.get("filtered", {}).values()),
+            "duplicate": sum(a.get("duplicate", {}).values()),
+            "rejected": sum(a.get("rejected", {}).values()),
+            "reasons": {f"{bucket}:{r}": n for bucket in ("filtered", "duplicate", "rejected")
+                        for r, n in sorted(a.get(bucket, {}).items())},
+        }
+        row["balanced"] = row["input"] == row["kept"] + row["filtered"] + row["duplicate"] + row["rejected"]
+        sources[name] = row
+        for k, n in row["reasons"].items():
+            reasons[k] = reasons.get(k, 0) + n
+    totals = {k: sum(s[k] for s in sources.values()) for k in ("input", "kept", "filtered", "duplicate", "rejected")}
+    return {
+        "kind": "shardforge-build-report",
+        "sources": sources,
+        "totals": totals,
+        "reasons": dict(sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0]))),
+        "lengths": {"unit": "words", "bin_lower_edges": bin_edges(), "before_clean": before, "after_clean": after},
+        "shards": len(manifest.get("shards", [])),
+        "totals_by_split": manifest.get("totals", {}),
+        "counters": manifest.get("counters", {}),
+        "reject_log": manifest.get("intermediates", {}).get("rejects", ""),
+        "rule_counts": rule_counts(manifest),
+        "examples": extra.get("examples", {}),
+        "dedupe": {
+            "cluster_sizes": extra.get("dedupe", {}).get("cluster_sizes", {}),
+            "similarity": {"bin_lower_edges": [i / SIMILARITY_BINS for i in range(SIMILARITY_BINS)],
+                           "counts": extra.get("dedupe", {}).get("similarity", [0] * SIMILARITY_BINS),
+                           "unit": "verified shingle Jaccard of each removed near duplicate with its kept document"},
+        },
+        "tokenizer": token_stats(manifest, extra.get("tokens", {}), extra.get("words", {}), extra.get("training")),
+        "token_share": token_share(extra.get("tokens", {})),
+        "packing": packing_stats(manifest, extra.get("packed_lengths", {})),
+        "config": manifest.get("config", {}),
+        "rules_enabled": rules_enabled(manifest.get("config", {})),
+        "warnings": build_warnings(manifest),
+        "software": software_versions(),
+    }
