@@ -1,4 +1,4 @@
-"""Cleaning throughput: the clean stage against the one it replaced (#16), on real text.
+"""Cleaning throughput: the clean stage against the one it replaced, on real text.
 
     python benchmarks/bench_clean.py [--corpus real|prose|synthetic] [--rounds 3] [--beam]
                                      [--docs 2000] [--seed 0]   # synthetic only
@@ -9,7 +9,7 @@ as shipped, as lines, as paragraphs and as web pages with boilerplate, the UDHR 
 repeated sentences / lines / paragraphs, hostile inputs, and random mixtures of all of them
 (about 2,400 documents, 7 MB). In this one process it runs, on the same documents:
 
-* the reference: the stage as it was before #16 (tests/reference_clean.py, frozen at b5124a0);
+* the reference: the stage as it was before its rewrite for speed (tests/reference_clean.py, frozen at b5124a0);
 * ``pipelines.clean.rules.clean_document`` (the rewrite);
 * the plain-Python loop below (every rule re-splits the text, every n-gram rule counts every
   n-gram), the earlier baseline.
@@ -20,7 +20,7 @@ process CPU seconds, so load from other processes on a shared machine falls on b
 prints the speed ratio (reference time / new time). ``--beam`` adds CleanDocuments through
 Beam's FnApiRunner (pipeline start-up included). ``--corpus synthetic`` is the earlier generated
 corpus (varied English, web pages, non-English, templated spam). ``--corpus prose`` cleans the
-floor benchmark's input (``benchmarks/prose.py``: real Wikipedia and ABC news paragraphs recombined
+floor benchmark's input (``tests/prose.py``: real Wikipedia and ABC news paragraphs recombined
 into distinct documents, nearly all kept), ``--mb`` of it; its results go to clean-prose.md.
 
 Writes benchmarks/results/clean.md.
@@ -235,10 +235,10 @@ def real_corpus() -> list[Document]:
 
 
 def prose_corpus(megabytes: float) -> list[Document]:
-    """bench_floor.py's input (benchmarks/prose.py, its default seed), as Documents."""
+    """bench_floor.py's input (tests/prose.py, its default seed), as Documents."""
     import tempfile
 
-    from benchmarks.prose import write_prose_corpus
+    from tests.prose import write_prose_corpus
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "prose.jsonl"
@@ -292,7 +292,7 @@ def main() -> int:
     t_naive, r_naive = timed(naive_clean, docs, cfg, 1)
     r_ours = [ours(d, cfg) for d in docs]
     mismatch = [(d.doc_id, a, b) for d, a, b in zip(docs, r_naive, r_ours, strict=True) if a != b]
-    rows = [("reference: the clean stage before #16 (tests/reference_clean.py)", t_ref),
+    rows = [("reference: the clean stage before its rewrite (tests/reference_clean.py)", t_ref),
             ("pipelines.clean.rules.clean_document", t_ours),
             ("plain-Python loop (the earlier baseline)" + (f"; differs on {len(mismatch)} documents"
                                                             if mismatch else ""), t_naive)]
@@ -316,7 +316,7 @@ def main() -> int:
     corpus = (f"tests/clean_sample.py: {len(docs)} documents, {mb:.1f} MB of real and hostile text (Lee news "
               "as shipped / as lines / as paragraphs / as web pages, UDHR in 447 languages, repeats, hostile "
               "inputs, random mixtures)" if args.corpus == "real" else
-              f"benchmarks/prose.py (bench_floor.py's input): {len(docs)} documents, {mb:.1f} MB of real Wikipedia "
+              f"tests/prose.py (bench_floor.py's input): {len(docs)} documents, {mb:.1f} MB of real Wikipedia "
               "and ABC news paragraphs recombined" if args.corpus == "prose" else
               f"{len(docs)} generated documents, {mb:.1f} MB (70% varied English articles, 15% web pages, "
               "8% non-English, 7% templated repeats)")

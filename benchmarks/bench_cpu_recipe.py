@@ -1,4 +1,4 @@
-"""Benchmark: the `cpu` recipe learns visibly within 10 CPU-minutes on 2 cores (issue #20.5).
+"""Benchmark: the `cpu` recipe learns visibly within 10 CPU-minutes on 2 cores.
 
 1. Real prose nobody here wrote (``tests/realtext.py``): the English Wikipedia articles
    and the Lee news articles that the gensim wheel ships as test data (2.4 MB of Wikipedia
@@ -167,7 +167,7 @@ def main() -> int:
     gap = baseline - last["eval_loss"]
     met = gap >= TARGET_GAP_NATS and cpu <= CPU_BUDGET_S
     lines = [
-        "# The `cpu` recipe on real prose (issue #20.5)", "",
+        "# The `cpu` recipe on real prose", "",
         f"Command: `{command_line()}`  ", f"Machine: {machine('torch', torch_details=True, load=True)}", "",
         f"Corpus: {base['train_tokens']:.0f} train / {base['valid_tokens']:.0f} valid tokens "
         f"(Wikipedia + Lee news from gensim's test data + AWS API reference from botocore's, {mb:.1f} MB of "

@@ -22,8 +22,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repo root
 
 from benchmarks.common import bench_parser, machine, write_results  # noqa: E402
-from benchmarks.dedupe_corpus import evaluate, make_corpus, run_dedupe  # noqa: E402
 from pipelines.dedupe.minhash import normalize_text  # noqa: E402
+from tests.dedupe_corpus import evaluate, make_corpus, run_dedupe  # noqa: E402
 
 # ------------------------------------------------------------------ speed
 

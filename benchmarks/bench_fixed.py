@@ -1,4 +1,4 @@
-"""The fixed cost of a build (issue #16, item 7): what a tiny build costs besides its data.
+"""The fixed cost of a build: what a tiny build costs besides its data.
 
 A demo-sized corpus (120 documents, ~0.2 MB) does almost no data work, so its CPU is the cost every
 build (and every ``--batch_mb`` batch) pays: imports, graph construction, the runner's planning,

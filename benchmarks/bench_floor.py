@@ -1,6 +1,6 @@
 """Benchmark: the build against its floor (the same per-document work without Beam, in one process).
 
-Both run on the same input, real prose (``benchmarks/prose.py``: Wikipedia and ABC news
+Both run on the same input, real prose (``tests/prose.py``: Wikipedia and ABC news
 paragraphs from installed packages, distinct documents that the cleaning rules mostly keep), each
 in a fresh child process so that imports count the same way:
 
@@ -51,9 +51,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repo root
 
 from benchmarks.common import ROOT, command_line, machine, scratch_dir, write_results  # noqa: E402
+from tests.floor_totals import FLOOR_STAGES, build_total, floor_total, stagewise_fastest  # noqa: E402
 
-FLOOR_STAGES = ("parse", "clean", "exact hash", "minhash+bands", "sentences", "tokenizer train", "encode",
-                "packing", "tar encoding")
 # The build's stages (``pipelines.report.timings.stage_of``, the same split the build's timings.json
 # shows) -> the floor stage whose work they do. Stages not listed (accounting, intermediates,
 # reject log, report) do work the floor does not: they are reported as "pipeline only".
@@ -95,24 +94,19 @@ def run_floor(raw: str, vocab_size: int) -> dict[str, Any]:
     from pipelines.clean.lines import line_rules_for
     from pipelines.clean.rules import clean_document
     from pipelines.clean.sentences import split_sentences
-    from pipelines.corpus.parts import size_runs
     from pipelines.corpus.shards import encoded_samples
     from pipelines.dedupe.minhash import hash_normalized, normalize_text, shingle_sets
     from pipelines.dedupe.sketch import minhasher
+    from pipelines.intermediates import size_runs
     from pipelines.localrunner.heap import tune_collector
     from pipelines.pack.rules import group_of, split_of
     from pipelines.pack.step import count_groups, pack_sorted
     from pipelines.records import Document, SentencedDocument
     from pipelines.sources import read_file
-    from pipelines.tokenizer.tokenizer import (
-        SampleBounds,
-        encode_documents,
-        resolve_threads,
-        sample_entry,
-        tokenizer_info,
-        train_tokenizer,
-        training_sentences,
-    )
+    from pipelines.tokenizer.encode import encode_documents, resolve_threads
+    from pipelines.tokenizer.model import tokenizer_info
+    from pipelines.tokenizer.sample import SampleBounds, sample_entry, training_sentences
+    from pipelines.tokenizer.train import train_tokenizer
     from schemas.sample import sample_tar_size, write_tar
 
     tune_collector()  # as the build's process does once its modules are imported (make_pipeline)
@@ -328,28 +322,6 @@ def compare(floor: dict[str, Any], build: dict[str, Any], mb: float) -> tuple[li
     return lines, head
 
 
-def floor_total(floor: dict[str, Any]) -> float:
-    """A floor run's CPU seconds, imports included (``compare``'s total)."""
-    return sum(floor["cpu"].get(f, 0.0) for f in FLOOR_STAGES) + floor["cpu"]["imports"]
-
-
-def build_total(build: dict[str, Any]) -> float:
-    """A build run's CPU seconds, imports included (``compare``'s total)."""
-    return build["total"] + build["imports"]
-
-
-def stagewise_fastest(floors: list[dict[str, Any]], builds: list[dict[str, Any]]) -> tuple[float, float]:
-    """(floor, build) CPU seconds as the sum of each part's fastest run: every stage, the imports, and
-    on the build's side what runs outside the stages. A slow spell of a shared host hits one stage
-    of one run; the fastest of each part over the runs is the estimate least moved by it (on both
-    sides alike). Needs no more than one run of each, where it equals the totals."""
-    floor = sum(min(f["cpu"].get(s, 0.0) for f in floors) for s in FLOOR_STAGES) + min(f["cpu"]["imports"] for f in floors)
-    cats = {c for b in builds for c in b["stages"]}
-    build = (sum(min(b["stages"].get(c, 0.0) for b in builds) for c in cats)
-             + min(b["total"] - sum(b["stages"].values()) for b in builds) + min(b["imports"] for b in builds))
-    return floor, build
-
-
 def child(flag: str, *args: str) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     res = subprocess.run([sys.executable, __file__, flag, *args], capture_output=True, text=True, env=env, cwd=ROOT)
@@ -382,7 +354,7 @@ def main() -> int:
         print(json.dumps(run_build_child(raw, out, int(vocab), args.beam_args.split(), args.step_depth)))
         return 0
 
-    from benchmarks.prose import write_prose_corpus
+    from tests.prose import write_prose_corpus
 
     with scratch_dir("sf-floor-") as work:
         raw = work / "raw.jsonl"
@@ -399,7 +371,7 @@ def main() -> int:
     lines, head = compare(floor, build, mb)
     kept_share = build["kept"] / max(1, build["documents"])
     summary = [
-        f"Input: {mb:.1f} MB, {docs:,} documents of real prose (benchmarks/prose.py, seed {args.seed}); "
+        f"Input: {mb:.1f} MB, {docs:,} documents of real prose (tests/prose.py, seed {args.seed}); "
         f"kept {build['kept']:,} ({100 * kept_share:.0f}%), duplicates {build['duplicates']:,}, "
         f"filtered {build['filtered']:,}; {build['tokens']:,} tokens (floor: {floor['kept']:,} kept, "
         f"{floor['tokens']:,} tokens).",

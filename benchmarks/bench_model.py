@@ -5,7 +5,7 @@ size, same dropout, fp32, in the same process. Measured on CPU:
 
 - HF RobertaForMaskedLM (SDPA attention, full LM head, HF's own loss);
 - ours with the full LM head (apples to apples);
-- ours with the masked-only LM head (issue #10; the config default).
+- ours with the masked-only LM head (the config default).
 
 Rounds interleave the three so that load from other processes hits all of
 them alike; the median step time per model is reported. Also prints

@@ -23,7 +23,7 @@ manifest (which lists every shard's sha256), and the results say whether the con
 that must give the same bytes did (``MUST_MATCH``: every ``workersN`` and ``procsN`` = ``default``,
 ``capped-mp`` = ``capped``).
 
-``--text prose`` builds real prose (``benchmarks/prose.py``, bench_floor's input: paragraphs shipped
+``--text prose`` builds real prose (``tests/prose.py``, bench_floor's input: paragraphs shipped
 inside gensim, which cleaning keeps at 99 % with every rule run) instead of the synthetic articles.
 
 Configurations (``--configs``, comma-separated; each runs at every size):
@@ -134,10 +134,10 @@ def write_corpus(path: Path, megabytes: float, seed: int = 11, file_mb: float | 
     """JSONL articles until `megabytes` of text; returns (documents, bytes).
 
     file_mb: write a folder `path` of files of about that size instead of one file.
-    text: "synth" (``shardforge.commands.synth`` articles) or "prose" (``benchmarks/prose.py``, one file).
+    text: "synth" (``shardforge.commands.synth`` articles) or "prose" (``tests/prose.py``, one file).
     """
     if text == "prose":
-        from benchmarks.prose import write_prose_corpus
+        from tests.prose import write_prose_corpus
 
         if file_mb:
             raise SystemExit("--text prose writes one file: not for the batched configuration")
@@ -454,8 +454,8 @@ def measure_pack_group(tokens: int) -> dict[str, float]:
 
     import pyarrow as pa
 
-    from pipelines.corpus.parts import size_runs, write_tokenized_parquet
     from pipelines.corpus.shards import encoded_samples
+    from pipelines.intermediates import size_runs, write_tokenized_parquet
     from pipelines.pack.step import pack_sorted
     from schemas.config import BuildConfig
     from schemas.sample import sample_tar_size
@@ -485,7 +485,7 @@ def measure_pack_group(tokens: int) -> dict[str, float]:
 def measure_spm(megabytes: float) -> dict[str, float]:
     """RSS rise of SentencePiece unigram-8k training on `megabytes` of sentences (ru_maxrss)."""
     from pipelines.clean.sentences import split_sentences
-    from pipelines.tokenizer.tokenizer import train_sentencepiece
+    from pipelines.tokenizer.train import train_sentencepiece
     from schemas.config import TokenizerConfig
     from shardforge.commands.synth import make_article
 
@@ -740,7 +740,7 @@ def main() -> int:
                     help=f"Configurations to run at every size, from {','.join(CONFIGS)}, workersN "
                          "(N >= 2 SDK worker processes) and procsN (N >= 2 document processes).")
     ap.add_argument("--text", choices=("synth", "prose"), default="synth",
-                    help="Input text: synthetic articles (shardforge.commands.synth) or real prose (benchmarks/prose.py).")
+                    help="Input text: synthetic articles (shardforge.commands.synth) or real prose (tests/prose.py).")
     ap.add_argument("--group-tokens", type=int, default=500_000, help="Cap: PackingConfig.group_tokens.")
     ap.add_argument("--sample-docs", type=int, default=1_000, help="Cap: TokenizerConfig.sample_docs.")
     ap.add_argument("--input-sentence-size", type=int, default=20_000,
@@ -825,7 +825,7 @@ def main() -> int:
         f"{' + near (MinHash/LSH)' if near else ''} dedupe, sentences, SentencePiece unigram 8k training, "
         "tokenize, FULL-SENTENCES 512 packing, Parquet intermediates, shards, manifest, report) on "
         "FnApiRunner, one fresh child process per size. Input: "
-        + ("real prose (`benchmarks/prose.py`: Wikipedia and ABC news paragraphs shipped inside gensim, "
+        + ("real prose (`tests/prose.py`: Wikipedia and ABC news paragraphs shipped inside gensim, "
            "recombined into distinct documents; every clean rule on). " if args.text == "prose" else
            "synthetic English-like JSONL from `shardforge.commands.synth.make_article` (Gopher's `dup_ngrams` rule "
            "disabled: template text repeats n-grams far more than prose). ")

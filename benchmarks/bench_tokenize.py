@@ -6,7 +6,7 @@ Same text, same model, same process:
 
 * library: ``sp.encode(all_sentences, num_threads=T)``, one call (the fastest
   the library goes), and a one-call-per-sentence loop for reference;
-* stage, plain: ``pipelines.tokenizer.tokenizer.encode_documents`` (the DoFn body, no Beam);
+* stage, plain: ``pipelines.tokenizer.encode.encode_documents`` (the DoFn body, no Beam);
 * stage, Beam: ``Create(docs) | Tokenize(model, encode_batch, num_threads=T) | Count``
   on FnApiRunner, wall time of the whole pipeline (start-up, Create, batching,
   side input, encode, output).
@@ -28,13 +28,9 @@ from benchmarks.common import bench_parser, best_of, machine, write_results  # n
 from pipelines.clean.sentences import split_sentences  # noqa: E402
 from pipelines.options import quiet_beam  # noqa: E402
 from pipelines.records import SentencedDocument  # noqa: E402
-from pipelines.tokenizer.tokenizer import (  # noqa: E402
-    Tokenize,
-    encode_documents,
-    load_processor,
-    resolve_threads,
-    train_sentencepiece,
-)
+from pipelines.tokenizer.encode import Tokenize, encode_documents, resolve_threads  # noqa: E402
+from pipelines.tokenizer.model import load_processor
+from pipelines.tokenizer.train import train_sentencepiece
 from schemas.config import TokenizerConfig  # noqa: E402
 from shardforge.commands.synth import make_article  # noqa: E402
 

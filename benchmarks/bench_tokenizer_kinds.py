@@ -25,7 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script:
 
 from benchmarks.common import bench_parser, command_line, machine, write_results  # noqa: E402
 from pipelines.clean.sentences import split_sentences  # noqa: E402
-from pipelines.tokenizer.tokenizer import resolve_threads, train_tokenizer  # noqa: E402
+from pipelines.tokenizer.encode import resolve_threads  # noqa: E402
+from pipelines.tokenizer.train import train_tokenizer
 from schemas import UNK_ID  # noqa: E402
 from schemas.config import TokenizerConfig  # noqa: E402
 from schemas.tokenizer_files import load_tokenizer  # noqa: E402
@@ -60,7 +61,7 @@ def main() -> None:
     mb = sum(len(s.encode()) for s in big) / 1e6
     threads = resolve_threads(0)
     kinds = {
-        "SentencePiece unigram, pre-#17 defaults (coverage 0.9995, no byte fallback)":
+        "SentencePiece unigram, earlier defaults (coverage 0.9995, no byte fallback)":
             TokenizerConfig(vocab_size=args.vocab, character_coverage=0.9995, byte_fallback=False),
         "SentencePiece unigram, defaults (coverage 1.0, byte fallback)": TokenizerConfig(vocab_size=args.vocab),
         "SentencePiece BPE, defaults": TokenizerConfig(model_type="bpe", vocab_size=args.vocab),

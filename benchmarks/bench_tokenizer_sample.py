@@ -6,8 +6,8 @@ size of the training sample, on real text.
 
 The documents are ``--text`` files (one paragraph per line, a blank line after each document:
 ``benchmarks/debian_docs.py`` writes one from Debian's documentation packages) or, without it, the
-real paragraphs of ``benchmarks/prose.py`` (~4 MB unique, so larger samples stop growing). They are
-ordered by the build's sample key (``pipelines.tokenizer.tokenizer.sample_key``: the order the build's
+real paragraphs of ``tests/prose.py`` (~4 MB unique, so larger samples stop growing). They are
+ordered by the build's sample key (``pipelines.tokenizer.sample.sample_key``: the order the build's
 sample takes); the first ``--held-out-mb`` of them are held out, and a sample of S MB is the first
 sentences of the rest (split by the build's splitter, cut at 8192 characters) up to S MB of UTF-8,
 as the build's ``sample_bytes`` bound takes them. Each model is trained by the build's own function
@@ -38,7 +38,7 @@ MB = 1_000_000
 def read_documents(paths: list[Path]) -> list[str]:
     """Documents of the --text files (blank-line separated), or the prose pool's paragraphs."""
     if not paths:
-        from benchmarks.prose import paragraph_pool
+        from tests.prose import paragraph_pool
 
         pool = paragraph_pool()
         return ["\n".join(pool[i:i + 5]) for i in range(0, len(pool), 5)]
@@ -51,7 +51,7 @@ def read_documents(paths: list[Path]) -> list[str]:
 def split(docs: list[str], held_out_mb: float) -> tuple[list[str], list[str]]:
     """(held-out sentences, sample-ordered training sentences)."""
     from pipelines.clean.sentences import split_sentences
-    from pipelines.tokenizer.tokenizer import MAX_SENTENCE_CHARS, sample_key
+    from pipelines.tokenizer.sample import MAX_SENTENCE_CHARS, sample_key
 
     ordered = sorted(range(len(docs)), key=lambda i: sample_key(0, f"doc-{i}"))
     held, train, held_bytes = [], [], 0
@@ -79,7 +79,7 @@ def peak_rss_mb(reset: bool = False) -> float:
 def child(sentences_file: str, sample_bytes: int, vocab: int, threads: int, model_out: str) -> None:
     """Train on the first ``sample_bytes`` of the file's sentences; print CPU s and peak RSS as JSON."""
     peak_rss_mb(reset=True)
-    from pipelines.tokenizer.tokenizer import train_tokenizer
+    from pipelines.tokenizer.train import train_tokenizer
     from schemas.config import TokenizerConfig
 
     sents, size = [], 0
@@ -137,7 +137,7 @@ def main() -> None:
     held, train = split(docs, args.held_out_mb)
     train_mb = sum(len(s.encode()) for s in train) / MB
     held_mb = sum(len(s.encode()) for s in held) / MB
-    source = ", ".join(str(p) for p in args.text) or "benchmarks/prose.py paragraph pool"
+    source = ", ".join(str(p) for p in args.text) or "tests/prose.py paragraph pool"
     print(f"{len(docs):,} documents: {held_mb:.1f} MB held out, {train_mb:.1f} MB to sample from")
     rows: dict[int, list[tuple[float, dict, float]]] = {}
     with tempfile.TemporaryDirectory(prefix="tok-sample-") as tmp:

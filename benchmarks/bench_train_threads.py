@@ -1,4 +1,4 @@
-"""Tokenizer training threads (issue #16, item 6): SentencePiece on 1 thread, the build's default, against N.
+"""Tokenizer training threads: SentencePiece on 1 thread, the build's default, against N.
 
     python benchmarks/bench_train_threads.py [--mb 20] [--threads 1,2,4] [--repeat 2]
 
@@ -7,7 +7,7 @@ caps on the whole kept corpus, and at 100 MB that step is ~30% of the build's CP
 parallelism is SentencePiece's own threads (``tokenizer.num_threads``), whose model depends on the
 thread count but not on the machine (docs/tokenizer.md, Determinism). This trains the build's
 default unigram model (``train_tokenizer`` with the build's settings) on the sentences of
-real prose (benchmarks/prose.py: public-domain text from installed packages) at each thread
+real prose (tests/prose.py: public-domain text from installed packages) at each thread
 count, alternating the counts over the repeats, and prints wall and CPU seconds, the speed-up
 over 1 thread, and each model's sha256 (the same count must give the same bytes every run).
 Only the trainer's EM and pruning run on threads; loading the sentences and the seed pieces'
@@ -27,10 +27,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repo root
 
 from benchmarks.common import bench_parser, command_line, machine, scratch_dir, write_results  # noqa: E402
-from benchmarks.prose import write_prose_corpus  # noqa: E402
 from pipelines.clean.sentences import split_sentences  # noqa: E402
-from pipelines.tokenizer.tokenizer import train_tokenizer  # noqa: E402
+from pipelines.tokenizer.train import train_tokenizer  # noqa: E402
 from schemas.config import TokenizerConfig  # noqa: E402
+from tests.prose import write_prose_corpus  # noqa: E402
 
 
 def prose_sentences(mb: float, seed: int) -> list[str]:
@@ -67,7 +67,7 @@ def main() -> int:
             print(f"{n} thread{'s' if n > 1 else ''}: wall {wall:.1f} s, CPU {cpu:.1f} s, model {digest[:12]}", flush=True)
     base = statistics.median(w for w, _, _ in runs[counts[0]])
     lines = [f"SentencePiece unigram, vocab {args.vocab}, trained on {len(sents):,} sentences ({mb:.1f} MB) of real "
-             f"prose (benchmarks/prose.py, seed {args.seed}); {args.repeat} runs per count, alternated.", "",
+             f"prose (tests/prose.py, seed {args.seed}); {args.repeat} runs per count, alternated.", "",
              "| threads | wall s (median) | runs | CPU s (median) | speed-up vs " f"{counts[0]} | same model every run |",
              "|---:|---:|---|---:|---:|---|"]
     for n in counts:

@@ -1,5 +1,5 @@
 """Real English documentation prose from Debian's documentation packages, for benchmarks that
-need more unique text than the prose pool (``benchmarks/prose.py``, ~4 MB unique) holds.
+need more unique text than the prose pool (``tests/prose.py``, ~4 MB unique) holds.
 
     python benchmarks/debian_docs.py --debs DIR --out docs.txt
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue #19 in one command: the trainer on whatever GPU is present.
+# The GPU benchmark in one command: the trainer on whatever GPU is present.
 #
 #   bash benchmarks/gpu.sh [bench_gpu.py options]
 #

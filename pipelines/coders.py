@@ -5,7 +5,7 @@ packing shuffle (``WriteCorpus/GroupForPacking``, which encodes each document on
 ``encode_tokenized`` and ships the bytes). Without a coder of its own Beam pickles it (the fallback
 coder) wherever it is stored between stages. This coder writes the ids as raw little-endian
 bytes, 2 an id (uint16) or 4 (int32), after the sentence widths and lengths; decoding gives
-``TokenIds`` arrays again, never Python int tuples (#16.5: ~36 bytes an id in memory).
+``TokenIds`` arrays again, never Python int tuples (~36 bytes an id in memory).
 
 A packing group leaves the shuffle as ``EncodedDocuments``: the documents' bytes, decoded as the
 packing step reads them. Its coder exists for Beam's element-size sampling, which sizes the first
@@ -104,7 +104,7 @@ def encode_document(d: Document) -> bytes:
     """A ``Document`` as bytes: the head, then its strings' UTF-8 bytes (lone surrogates kept).
 
     What crosses the local runner's grouping as bytes, which its buffer decodes and encodes again
-    on the way (``pipelines.corpus.parts.WriteParts``): a memory copy there, where a pickled Document
+    on the way (``pipelines.intermediates.WriteParts``): a memory copy there, where a pickled Document
     was unpickled and pickled again."""
     raw = [None if v is None else v.encode("utf-8", "surrogatepass") for v in (getattr(d, f) for f in _DOC_STRINGS)]
     score = d.language_score

@@ -13,23 +13,27 @@ from typing import Any
 
 import apache_beam as beam
 
-from pipelines.corpus.parts import WriteClean, WriteRejectLog
 from pipelines.corpus.shards import WriteCorpus
 from pipelines.dedupe import Deduplicate
-from pipelines.intermediate import CLEAN_DIR, TOKENIZED_DIR
+from pipelines.intermediates import (
+    CLEAN_DIR,
+    DEDUPE_INDEX_DIR,
+    REJECTS_DIR,
+    TOKENIZED_DIR,
+    WriteClean,
+    WriteRejectLog,
+)
 from pipelines.options import RunnerPlan
 from pipelines.pack.step import TokenGroups
 from pipelines.report.accounting import Account
 from pipelines.report.writer import WriteReport
 from pipelines.sources import ReadSources
 from pipelines.stages import CleanDocuments, DropEmpty, SplitSentences, tokenizer_model
-from pipelines.tokenizer.tokenizer import Tokenize
+from pipelines.tokenizer.encode import Tokenize
 from schemas.config import BuildConfig
 from schemas.naming import work_dir
 from shardforge.storage import join
 
-REJECTS_DIR = "rejects"
-DEDUPE_INDEX_DIR = "dedupe/index"
 BATCH_MANIFEST_NAME = "batch-manifest.json"
 
 

@@ -38,7 +38,7 @@ def counted(namespace: str, record: Any, kept: str, rejects_tag: str = "rejects"
 class SumPerBundle(DoFn):
     """Sums over a bundle's records, emitted once when it ends: one element per key and bundle where
     one per record was an element of Beam's more for every document (pipelines.report.accounting's tallies,
-    pipelines.corpus.parts.BundleTotals).
+    pipelines.intermediates.BundleTotals).
 
     ``amount(record)`` gives ``(key, n)``; ``n`` an int or a tuple of ints (summed element-wise). A
     bundle emits ``(key, total)`` per key it saw, or with ``keyed=False`` the bare totals. A bundle

@@ -15,14 +15,10 @@ import logging
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
-from apache_beam.options.pipeline_options import (
-    PipelineOptions,
-    SetupOptions,
-    StandardOptions,
-    _BeamArgumentParser,
-)
+from apache_beam.options import pipeline_options as beam_options
+from apache_beam.options.pipeline_options import PipelineOptions, SetupOptions, StandardOptions
 
 from pipelines.flags import DEFAULT_SPILL_MB, add_build_flags, add_local_runner_flags, answer_help
 from pipelines.localrunner.preflight import (  # noqa: F401 - re-exported: the runner checks live together
@@ -37,10 +33,13 @@ from schemas.errors import UserError
 from shardforge.console.args import option_strings, unknown_args_message
 from shardforge.storage.contract import load_config
 
+if TYPE_CHECKING:
+    from pipelines.report.timings import Runner
+
 LOCAL_RUNNER = "FnApiRunner"
 
 
-class _UserErrorsOnce(logging.Filter):
+class UserErrorsOnce(logging.Filter):
     """Drops a runner's log of a user error raised inside a stage (with its traceback): the command
     prints that error itself, in one line (``shardforge.console.run.run_cli``). Other errors pass."""
 
@@ -66,8 +65,8 @@ def quiet_beam() -> None:
     warnings.filterwarnings("ignore", module="apache_beam")
     for name in _STAGE_ERROR_LOGGERS:
         logger = logging.getLogger(name)
-        if not any(isinstance(f, _UserErrorsOnce) for f in logger.filters):
-            logger.addFilter(_UserErrorsOnce())
+        if not any(isinstance(f, UserErrorsOnce) for f in logger.filters):
+            logger.addFilter(UserErrorsOnce())
 
 
 class CachedViews:
@@ -297,6 +296,25 @@ class RunnerPlan:
         return cls(make_room=spill.to_disk)
 
 
+def describe_runner(opts: PipelineOptions) -> Runner:
+    """What runs the pipeline, for its timings (``pipelines.report.timings``): call on finalized options,
+    before ``make_pipeline``, which rewrites the running mode."""
+    import os
+
+    from apache_beam.options.pipeline_options import DirectOptions
+
+    from pipelines.report.timings import Runner
+
+    runner = opts.view_as(StandardOptions).runner or LOCAL_RUNNER
+    if runner != LOCAL_RUNNER:
+        return Runner(str(runner), 1)
+    direct = opts.view_as(DirectOptions)
+    if direct.direct_running_mode == "multi_processing":
+        n = direct.direct_num_workers or os.cpu_count() or 1  # 0: one per core (Beam's rule)
+        return Runner(f"{runner}, {n} worker processes", n)
+    return Runner(f"{runner}, in-process", 1)
+
+
 WORKER_COMMAND = "{python} -m pipelines.localrunner.sdkworker"
 
 
@@ -417,7 +435,7 @@ def check_runner_ready(opts: PipelineOptions) -> None:
         raise UserError(problem)
 
 
-class _BeamFlagParser(_BeamArgumentParser):
+class _BeamFlagParser(beam_options._BeamArgumentParser):  # Beam's own parser class: the flags it knows
     """Beam's parser (it knows ValueProvider options), raising a UserError instead of exiting."""
 
     def error(self, message: str) -> NoReturn:

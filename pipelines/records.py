@@ -69,7 +69,7 @@ class TokenIds(array):
 
     A tuple of Python ints costs ~36 bytes an id (8 for the pointer, 28 for each int above 256);
     a packing group holds 20M ids (``PackingConfig.group_tokens``), so tuples made it the largest
-    thing in a build's memory (#16.5). It behaves like the tuple it replaces for reading:
+    thing in a build's memory. It behaves like the tuple it replaces for reading:
     ``len``, indexing, slicing (a plain ``array``), iteration, ``count``, ``in``, ordering and
     equality element by element (whatever the width), and it hashes like that tuple.
     Treat it as immutable: it is shared between records.

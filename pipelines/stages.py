@@ -1,7 +1,7 @@
 """Named steps of the build graph around plain functions: cleaning, sentences, the tokenizer model, empties.
 
 Each is a composite transform around a plain function of ``pipelines.clean.rules`` /
-``pipelines.clean.sentences`` / ``pipelines.tokenizer.tokenizer``, so ``pipelines.graph`` is only a chain of
+``pipelines.clean.sentences`` / ``pipelines.tokenizer``, so ``pipelines.graph`` is only a chain of
 names, and the modules of the functions import no Beam (a document process, ``pipelines.localrunner.docpool``,
 runs them without it).
 """
@@ -19,7 +19,8 @@ from pipelines.clean.sentences import split_batch
 from pipelines.localrunner.batching import PooledBatches
 from pipelines.metrics import counted, counter
 from pipelines.records import Document, SentencedDocument, TokenizedDocument
-from pipelines.tokenizer.tokenizer import TrainTokenizer, load_model, model_path, store_model, stored_path
+from pipelines.tokenizer.model import load_model, model_path, store_model, stored_path
+from pipelines.tokenizer.train import TrainTokenizer
 from schemas.config import BuildConfig, CleanConfig, SourceConfig
 
 CLEAN_BATCH = 64  # documents the clean step hands to a document process at a time (~200 KB of prose)

@@ -76,7 +76,7 @@ class CleanConfig(Strict):
     line_rules: bool = True
     line_min_words: int = 5
     # "c4": C4's reference end marks (. ? ! and a straight "), lines ending in "..." dropped;
-    # "typographic": also closing curly quotes, and "..." lines kept (shardforge before #17).
+    # "typographic": also closing curly quotes, and "..." lines kept (the default of earlier shardforge releases).
     line_end_marks: Literal["c4", "typographic"] = "c4"
     # C4 drops lines holding a "word" longer than this (minified code, base64 blobs).
     line_max_word_chars: int = 1000

@@ -105,7 +105,7 @@ def _is_json(data: bytes) -> bool:
 
 def _is_own_byte_bpe(spec: dict) -> bool:
     """A byte-level BPE whose special tokens have shardforge's fixed ids and that adds the prefix space
-    (pipelines.tokenizer.tokenizer.train_byte_bpe); any other is an existing model's (hf_json)."""
+    (pipelines.tokenizer.train.train_byte_bpe); any other is an existing model's (hf_json)."""
     pre = json.dumps(spec.get("pre_tokenizer"))
     if (spec.get("model") or {}).get("type") != "BPE" or "ByteLevel" not in pre \
             or '"add_prefix_space": true' not in pre:
@@ -178,7 +178,7 @@ class SentencePieceTokenizer(LoadedTokenizer):
             got = sp.piece_to_id(piece)
             if got != want or sp.id_to_piece(want) != piece:
                 raise UserError(f"tokenizer: {piece} has id {got}, shardforge needs {want} "
-                                f"(special ids must be {SPECIAL_TOKENS}; train with pipelines.tokenizer.tokenizer)")
+                                f"(special ids must be {SPECIAL_TOKENS}; train with pipelines.tokenizer)")
         self.sp = sp
         self.vocab_size = sp.get_piece_size()
 
@@ -203,7 +203,7 @@ def _parse_tokenizers_json(data: bytes) -> tuple[dict[str, Any], Any]:
 
 
 class ByteBPETokenizer(LoadedTokenizer):
-    """A byte-level BPE in the tokenizers JSON format (pipelines.tokenizer.tokenizer.train_byte_bpe)."""
+    """A byte-level BPE in the tokenizers JSON format (pipelines.tokenizer.train.train_byte_bpe)."""
 
     kind = BYTE_BPE
     word_start_rule = WORD_START_RULES[BYTE_BPE]
@@ -218,7 +218,7 @@ class ByteBPETokenizer(LoadedTokenizer):
             got = tok.token_to_id(piece)
             if got != want:
                 raise UserError(f"tokenizer: {piece} has id {got}, shardforge needs {want} "
-                                f"(special ids must be {SPECIAL_TOKENS}; train with pipelines.tokenizer.tokenizer)")
+                                f"(special ids must be {SPECIAL_TOKENS}; train with pipelines.tokenizer)")
         self.tok = tok
         self.vocab_size = tok.get_vocab_size(with_added_tokens=True)
 

@@ -11,7 +11,7 @@ no-break and zero-width spaces, combining accents. Then random mixtures of all o
 with random separators. Everything is a function of fixed seeds: the same sample every run.
 
     from clean_sample import sample_documents, variant_configs   # in tests
-    # from tests.clean_sample import ...                         # in benchmarks
+    # from tests.clean_sample import ...                         # in scripts run from the repository root
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from pathlib import Path
 from pipelines.records import Document
 from schemas.config import CleanConfig
 
-try:  # pytest puts tests/ on sys.path; benchmarks import the package path
+try:  # pytest puts tests/ on sys.path; scripts run from the repository root use the package path
     from realtext import news_documents
 except ImportError:  # pragma: no cover - the benchmark's import path
     from tests.realtext import news_documents

@@ -8,9 +8,10 @@ installs it; nothing is downloaded at run time and gensim itself is never
 imported (its files are found through the installed distribution's metadata).
 
     from realtext import news_documents   # in tests (pytest puts tests/ on sys.path)
-    # from tests.realtext import ...       # in benchmarks, run from the repository root
+    # from tests.realtext import ...       # in scripts run from the repository root
     docs = news_documents()          # 343 distinct articles, ~1.1k characters (~190 words) each
     docs = news_documents(limit=40)  # the first 40
+    windows(docs[0])                 # the first article's consecutive 20-word windows
 
 The order is fixed (``lee_background.cor`` then ``lee.cor``, file order) and
 exact repeats are dropped (``lee.cor`` holds a few), so every call returns the
@@ -68,6 +69,17 @@ def news_documents(limit: int | None = None) -> list[str]:
     """The real news articles, in a fixed order (all 343, or the first `limit`)."""
     docs = _all_documents()
     return list(docs if limit is None else docs[:limit])
+
+
+WINDOW_WORDS = 20
+
+
+def windows(text: str, n: int = WINDOW_WORDS, limit: int | None = None) -> list[str]:
+    """Consecutive n-word windows of the text (the last partial one dropped): the unit the language
+    identification checks score (tests/test_clean.py, benchmarks/bench_langid.py)."""
+    w = text.split()
+    out = [" ".join(w[i:i + n]) for i in range(0, len(w) - n + 1, n)]
+    return out[:limit] if limit is not None else out
 
 
 def write_jsonl(path: str, docs: list[str]) -> str:
@@ -163,7 +175,7 @@ AWS_PACKAGE = "botocore"
 AWS_DOC_CHARS = 2000
 
 
-def _aws_paragraphs(html_doc: str) -> list[str]:
+def aws_paragraphs(html_doc: str) -> list[str]:
     """Prose paragraphs of one botocore ``documentation`` string (HTML): code, notes' markup, links dropped."""
     import html
     import re
@@ -201,7 +213,7 @@ def _aws_documents(per_service_chars: int) -> tuple[str, ...]:
                                                   sorted(spec.get("operations", {}).items())]
         budget, chunk = per_service_chars, []
         for doc in docs:
-            paragraphs = [p for p in _aws_paragraphs(doc) if p not in seen]
+            paragraphs = [p for p in aws_paragraphs(doc) if p not in seen]
             if not paragraphs or budget <= 0:
                 continue
             seen.update(paragraphs)

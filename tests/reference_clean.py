@@ -1,11 +1,11 @@
-"""The cleaning stage as it was before #16 ("raise the floor"): the reference for the fast one.
+"""The cleaning stage as it was before its rewrite for speed: the reference for the fast one.
 
 A frozen copy of ``pipelines/clean/rules.py``, ``pipelines/clean/langid.py`` and ``pipelines/clean/sentences.py``
 at b5124a0 (the rules, the statistics, the sentence splitter the ``min_sentences`` rule counts
 with, the language identifiers), kept only so that tests/test_clean_equivalence.py can prove
 the rewritten stage reaches the same decision, text, reason, language and score on every
-document, and so benchmarks/bench_clean.py can time both in one process. Never imported by the
-package. Do not "fix" it: it is the definition the fast path is held to.
+document, and so benchmarks/bench_clean.py can time both in one process. The package never
+uses it. Do not "fix" it: it is the definition the fast path is held to.
 """
 
 # ruff: noqa

@@ -1,4 +1,4 @@
-"""``Deduplicate`` as it was wired before #16's exact step on sketches: the reference for the new wiring.
+"""``Deduplicate`` as it was wired before exact dedupe ran on the sketches: the reference for the new wiring.
 
 A frozen copy of ``pipelines/dedupe/deduplicate.py`` at 0f12feb (exact dedupe shuffles whole
 documents by hash, then near dedupe runs on the exact-kept documents), kept only so that

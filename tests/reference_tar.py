@@ -1,8 +1,8 @@
-"""Shard encoding as it was before #16's template headers: ``tarfile`` and ``np.save`` per member.
+"""Shard encoding as it was before the template headers: ``tarfile`` and ``np.save`` per member.
 
 A frozen copy of ``schemas/sample.py``'s ``encode_sample``, ``write_tar`` and ``_npy_bytes`` at 569e694, kept only so
 that tests/test_tar_encoding.py can prove the fast writer produces the same bytes, and so
-benchmarks/bench_tar.py can time both in one process. Never imported by the package. Do not
+benchmarks/bench_tar.py can time both in one process. The package never uses it. Do not
 "fix" it: it is the definition the fast path is held to.
 """
 

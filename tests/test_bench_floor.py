@@ -1,4 +1,4 @@
-"""The floor benchmark's noise-robust estimate (``stagewise_fastest``), on made-up runs."""
+"""The floor benchmark's noise-robust estimate (``stagewise_fastest`` in tests/floor_totals.py), on made-up runs."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.bench_floor import FLOOR_STAGES, build_total, floor_total, stagewise_fastest  # noqa: E402
+from tests.floor_totals import FLOOR_STAGES, build_total, floor_total, stagewise_fastest  # noqa: E402
 
 
 def floor_run(scale: dict[str, float], imports: float = 1.0) -> dict:

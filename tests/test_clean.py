@@ -214,9 +214,9 @@ def clean_accepts(text: str, cfg: CleanConfig = CFG) -> bool:
 
 
 def test_cld2_english_recall_on_real_news_windows():
-    from benchmarks.bench_langid import lee_documents, windows
+    from realtext import news_documents, windows
 
-    docs = lee_documents()[:60]
+    docs = news_documents()[:60]
     ws = [w for d in docs for w in windows(d)]
     assert len(ws) > 400
     assert sum(map(clean_accepts, ws)) / len(ws) >= 0.99
@@ -381,9 +381,9 @@ def test_c4_end_marks_follow_the_reference_code():
     """C4 (tensorflow_datasets c4_utils) keeps lines ending in . ? ! or a straight quote, and drops
     lines ending in "..."; closing curly quotes are not end marks there. The typographic option
     keeps the earlier behaviour."""
-    from benchmarks.bench_langid import lee_documents
+    from realtext import news_documents
 
-    line = " ".join(lee_documents()[0].split()[:12]).rstrip(".,;")  # a real news line without an end mark
+    line = " ".join(news_documents()[0].split()[:12]).rstrip(".,;")  # a real news line without an end mark
     variants = {".": True, "?": True, "!": True, '"': True, "...": False, "\u2026": False,
                 "\u201d": False, "\u2019": False, "": False}
     for end, kept_by_c4 in variants.items():
@@ -397,7 +397,7 @@ def test_c4_end_marks_follow_the_reference_code():
 
 
 def test_reject_records_carry_the_language_code_only_when_filtered_by_language():
-    from pipelines.corpus.parts import rejects_to_jsonl
+    from pipelines.intermediates import rejects_to_jsonl
 
     rows = [json.loads(x) for x in rejects_to_jsonl([
         Reject("a", "s", "filtered", "language", "Der Hund", language="de"),

@@ -1,4 +1,4 @@
-"""The rewritten clean stage (#16: one pass per statistic, per-word work in C) reaches exactly the
+"""The rewritten clean stage (one pass per statistic, per-word work in C) reaches exactly the
 decisions of the stage it replaced (tests/reference_clean.py, frozen at b5124a0): the same kept
 text, language and score, the same reject bucket, reason, snippet and language, and the same
 lines removed per line rule, on every document of a large sample of real and hostile text

@@ -1,4 +1,4 @@
-"""User mistakes through the real entry points: one clear line, never silence or a traceback (issue 15, 13-17).
+"""User mistakes through the real entry points: one clear line, never silence or a traceback.
 
 Every test runs the command the user runs (`python -m pipelines.build`, `python -m shardforge.cli …`) in a
 subprocess and reads what it printed.
@@ -486,7 +486,7 @@ def test_big_input_hint_estimates_from_what_cleaning_keeps(big_inputs, tmp_path)
     assert decompressed and 108 <= int(decompressed.group(1)) <= 132, err
     assert "100% of the text passed cleaning, so expect roughly 4." in err and "rough estimate" in err
     assert "33 MB of RAM per MB kept" in err and "--batch_mb 64" in err and "Drop --spill_mb -1" in err
-    # Input that cleaning drops (the issue's 836 MB crawl peaked at 347 MB): no claim of gigabytes.
+    # Input that cleaning drops (an 836 MB crawl of that kind peaked at 347 MB): no claim of gigabytes.
     for name in ("dropped.jsonl", "dropped.jsonl.gz"):
         err = _hint_run(big_inputs[name], tmp_path, "--spill_mb", "-1")
         assert "note:" not in err and len(err.strip().splitlines()) == 1
@@ -495,7 +495,7 @@ def test_big_input_hint_estimates_from_what_cleaning_keeps(big_inputs, tmp_path)
 def test_stage_error_log_filter_drops_only_user_errors() -> None:
     """Beam's log of a stage's exception is dropped for a user error (the command prints it in one
     line), also one Beam re-raised wrapped; a bug's traceback is still logged."""
-    from pipelines.options import _UserErrorsOnce
+    from pipelines.options import UserErrorsOnce
     from schemas.errors import UserError
 
     def record(exc: BaseException | None) -> logging.LogRecord:
@@ -513,7 +513,7 @@ def test_stage_error_log_filter_drops_only_user_errors() -> None:
         except UserError as e:
             return RuntimeError(f"UserError: {e} [while running 'Read']")
 
-    f = _UserErrorsOnce()
+    f = UserErrorsOnce()
     assert not f.filter(record(UserError("the clean corpus is empty")))
     assert not f.filter(record(wrapped()))
     assert f.filter(record(ValueError("a bug")))

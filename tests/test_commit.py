@@ -1,4 +1,4 @@
-"""Commit safety (issue #15 items 6-7): concurrent writers on one corpus, leftovers of killed writers.
+"""Commit safety: concurrent writers on one corpus, leftovers of killed writers.
 
 Every race here is between real processes (``python -m pipelines.serve`` /
 ``pipelines.jobs.build`` subprocesses, or subprocesses calling the commit
@@ -271,7 +271,7 @@ def test_a_build_whose_temporaries_a_winner_swept_loses_in_one_line(tmp_path) ->
 SWEPT_TOKENIZER = textwrap.dedent("""
     import runpy, sys
     sys.path.insert(0, {root!r})
-    import pipelines.tokenizer.tokenizer as tokenizer
+    import pipelines.tokenizer.train as tokenizer
     from shardforge.storage import TemporaryRemoved
 
     real = tokenizer.write_bytes_atomic

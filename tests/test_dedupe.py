@@ -39,7 +39,7 @@ from schemas.config import DedupeConfig
 from schemas.errors import UserError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.dedupe_corpus import evaluate, make_corpus, run_dedupe  # noqa: E402
+from tests.dedupe_corpus import evaluate, make_corpus, run_dedupe  # noqa: E402
 from tests.reference import true_jaccard, true_near  # noqa: E402
 
 VOCAB = [f"tok{i}" for i in range(5000)]
@@ -757,7 +757,7 @@ def test_real_text_edit_families_with_default_rule() -> None:
     dropped-block copies are missed (Jaccard ~0.6), so the containment path is what catches them."""
     from realtext import news_documents
 
-    from benchmarks.bench_near_dedupe import build_corpus, score
+    from tests.near_dedupe_corpus import build_corpus, score
 
     keep = {"orig", "para_insert", "para_delete", "block_insert", "block_delete", "sub3", "syndication",
             "neg_lead", "neg_half"}
@@ -788,7 +788,7 @@ def test_real_text_edit_families_with_default_rule() -> None:
     assert q_j["recall"]["block_delete"] == 0.0 and q_j["recall"]["para_delete"] == 1.0, q_j
 
 
-# ------------------------------------------------------------------ what crosses the shuffles (#16)
+# ------------------------------------------------------------------ what crosses the shuffles
 
 class _NoPickle(beam.coders.Coder):
     """A fallback coder that refuses: FastPrimitivesCoder reaches it only for types it cannot write natively."""
@@ -808,12 +808,12 @@ def test_near_step_elements_need_no_pickle() -> None:
     from pipelines.dedupe.index import index_row
     from pipelines.dedupe.near import (
         EdgeScreen,
-        _old_shard_entry,
-        _shingles_by_node,
-        _signature_by_node,
         lsh_shard_batches,
+        old_shard_entry,
         screen_at_member,
         shard_candidates,
+        shingles_by_node,
+        signature_by_node,
     )
     from pipelines.dedupe.sketch import sketch_documents
 
@@ -824,10 +824,10 @@ def test_near_step_elements_need_no_pickle() -> None:
     coder = beam.coders.FastPrimitivesCoder(fallback_coder=_NoPickle())
     elements: list = []
     for s in sketches:
-        elements += _signature_by_node(s) + _shingles_by_node(s)
+        elements += signature_by_node(s) + shingles_by_node(s)
         elements.append((s.doc_id, index_row(s)))
     batches = list(lsh_shard_batches(sketches))
-    old_root = _old_shard_entry((int(sketches[0].band_keys[0]), ("0old", 9, sketches[0].signature.tobytes())))
+    old_root = old_shard_entry((int(sketches[0].band_keys[0]), ("0old", 9, sketches[0].signature.tobytes())))
     elements += batches + [old_root]
     by_shard = defaultdict(list)
     for shard, value in batches + [old_root]:
@@ -895,10 +895,10 @@ def _sharded_candidates(batches: list[tuple[int, tuple]], old: list[tuple[int, t
                         rng: random.Random) -> list:
     """What the pipeline computes: shard batches and old roots grouped by shard (in any order),
     ``shard_candidates`` per shard."""
-    from pipelines.dedupe.near import _old_shard_entry, shard_candidates
+    from pipelines.dedupe.near import old_shard_entry, shard_candidates
 
     shards = defaultdict(list)
-    for shard, value in [*batches, *map(_old_shard_entry, old)]:
+    for shard, value in [*batches, *map(old_shard_entry, old)]:
         shards[shard].append(value)
     out = []
     for values in shards.values():
@@ -978,7 +978,7 @@ def test_lsh_shard_batches_hold_the_bucket_entries_of_the_batch() -> None:
     the shard of its key, and their candidates are those of per-bucket grouping."""
     import numpy as np
 
-    from pipelines.dedupe.near import _bucket_entries, lsh_shard, lsh_shard_batches
+    from pipelines.dedupe.near import bucket_entries, lsh_shard, lsh_shard_batches
     from pipelines.dedupe.sketch import sketch_documents
 
     rng = random.Random(3)
@@ -988,7 +988,7 @@ def test_lsh_shard_batches_hold_the_bucket_entries_of_the_batch() -> None:
     docs = [Document(f"d{i:02d}", "web", t) for i, t in enumerate(texts)]
     sketches = sketch_documents(docs, minhasher(DedupeConfig()))
     assert any(s.shingles.size == 0 for s in sketches)
-    entries = sorted(e for s in sketches for e in _bucket_entries(s))
+    entries = sorted(e for s in sketches for e in bucket_entries(s))
     batches = [b for cut in (sketches[:7], sketches[7:]) for b in lsh_shard_batches(cut)]
     got = []
     for shard, (keys, counts, nodes) in batches:

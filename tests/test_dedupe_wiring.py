@@ -1,4 +1,4 @@
-"""The dedupe wiring of #16 (exact verdicts from the sketches, one join of the documents) against the
+"""The current dedupe wiring (exact verdicts from the sketches, one join of the documents) against the
 wiring before it (tests/reference_dedupe.py: exact dedupe shuffling whole documents first), in one
 Beam pipeline per case: the same kept documents, the same duplicate records (kind, target,
 similarity), counters and byte-identical index files, on corpora built to hit every path the change
@@ -25,7 +25,7 @@ from pipelines.records import Document
 from schemas.config import DedupeConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.dedupe_corpus import make_corpus  # noqa: E402
+from tests.dedupe_corpus import make_corpus  # noqa: E402
 from tests.reference_dedupe import ReferenceDeduplicate  # noqa: E402
 
 

@@ -341,7 +341,7 @@ sys.addaudithook(hook)
 sys.argv = sys.argv[1:]
 runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
 """
-# Beam prints this at import on every command (issue item 15, the CLI's business): not ours to count.
+# Beam prints this at import on every command (the CLI's business): not ours to count.
 BEAM_IMPORT_NOISE = "WARNING:root:apitools not found"
 
 

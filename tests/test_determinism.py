@@ -1,5 +1,5 @@
 """Byte-identical builds: one input and config, in-process or with worker processes, spilled to disk
-or held in memory (issue #16).
+or held in memory.
 
 The stages' own order tests (dedupe, tokenizer sample, packing) feed plain functions and Beam's
 local runner shuffled input; these run whole builds in fresh processes, where Beam splits every
@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))  # benchmarks/ imports as a package from the repository root
+sys.path.insert(0, str(REPO))  # tests/ imports as a package from the repository root
 
-from benchmarks.check_determinism import build, build_config, compare, write_dup_corpus  # noqa: E402
+from tests.determinism import build, build_config, compare, write_dup_corpus  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

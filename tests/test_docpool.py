@@ -1,4 +1,4 @@
-"""The document processes beside the local runner (``--doc_processes``; pipelines.localrunner.docpool, #16 item 6).
+"""The document processes beside the local runner (``--doc_processes``; pipelines.localrunner.docpool).
 
 The pool's own behaviour (order, failures, lanes, what a worker imports) on real worker
 processes; ``PooledBatches`` on Beam's local runner; the option's checks. The build through the

@@ -185,7 +185,7 @@ def test_export_refuses_what_it_cannot_express(spm_path: str, tmp_path: Path) ->
     assert not (tmp_path / "b").exists()
 
 
-# ================================================================= BPE models (issue #8 follow-up)
+# ================================================================= BPE models
 
 # What byte fallback, normalization and whitespace handling must get right: characters the model never
 # saw (CJK, emoji, a skin-tone modifier), NFKC-folded ones, runs and kinds of whitespace, punctuation.
@@ -378,7 +378,7 @@ def test_other_user_defined_pieces_are_matched_whole(tmp_path: Path) -> None:
     assert sp.encode("東京") == [sp.piece_to_id("\u2581"), sp.piece_to_id("東京")]
 
 
-# ================================================================= the build's default tokenizers (issue #17)
+# ================================================================= the build's default tokenizers
 
 
 @pytest.mark.parametrize("model_type", ["unigram", "bpe"])
@@ -389,7 +389,7 @@ def test_default_byte_fallback_models_export_with_sentencepiece_ids_on_real_text
     from tokenizers import Tokenizer
 
     from pipelines.clean.sentences import split_sentences
-    from pipelines.tokenizer.tokenizer import train_sentencepiece
+    from pipelines.tokenizer.train import train_sentencepiece
     from schemas.config import TokenizerConfig
 
     docs = news_documents()
@@ -414,7 +414,7 @@ def test_byte_bpe_tokenizer_is_exported_as_roberta(tmp_path: Path) -> None:
     from tokenizers import Tokenizer
 
     from pipelines.clean.sentences import split_sentences
-    from pipelines.tokenizer.tokenizer import train_byte_bpe
+    from pipelines.tokenizer.train import train_byte_bpe
     from schemas.config import TokenizerConfig
 
     sents = [s for d in news_documents(120) for s in split_sentences(d)]

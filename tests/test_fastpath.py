@@ -1,4 +1,4 @@
-"""Issue #19: every fast path gives the plain path's losses and gradients (checked on CPU, so CI guards it).
+"""Every fast path gives the plain path's losses and gradients (checked on CPU, so CI guards it).
 
 - no mask (full-length batches) vs the masked path;
 - unpadded (packed tokens, varlen attention through nested tensors) vs padded, on ragged batches, for

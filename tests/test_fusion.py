@@ -1,4 +1,4 @@
-"""pipelines.localrunner.fusion: a Flatten's inputs written straight into the GroupByKey that reads it (issue #16, item 2).
+"""pipelines.localrunner.fusion: a Flatten's inputs written straight into the GroupByKey that reads it.
 
 Real pipelines planned and run by Beam's FnApiRunner with the phase and without it: the copy stage
 is gone from the plan where it should be, stays where it must, and every result is the same.
@@ -120,7 +120,7 @@ def _stage_of(stages, name: str):
 
 
 def test_build_plan_stores_no_document_copy_before_routing(tmp_path):
-    """The build's plan (issue #16, item 2): the clean and index parts are routed in the stage that
+    """The build's plan: the clean and index parts are routed in the stage that
     meets the documents with their verdicts (their part counts come from before dedupe; on the local
     runner a side-input lookup, ``Dedupe/Split``, not a join), and a tokenized document is encoded to
     bytes in the stage that tokenizes it."""

@@ -42,7 +42,7 @@ def test_tokenizer_training_starts_after_a_release(monkeypatch, tmp_path):
     import apache_beam as beam
     from realtext import news_documents
 
-    import pipelines.tokenizer.tokenizer as tk
+    import pipelines.tokenizer.train as tk
     from pipelines.clean.sentences import split_sentences
     from pipelines.records import SentencedDocument
     from schemas.config import TokenizerConfig

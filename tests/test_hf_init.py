@@ -1,4 +1,4 @@
-"""Continued pretraining from a Hugging Face model (issue #20.2): --init, hf_json tokenizers, export.
+"""Continued pretraining from a Hugging Face model: --init, hf_json tokenizers, export.
 
 Every model and tokenizer here is created by the test with transformers /
 tokenizers (tiny, random weights made large enough that a wrong mapping, eps,

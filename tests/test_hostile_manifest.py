@@ -1,4 +1,4 @@
-"""Readers that do not trust the manifest (issue #15, items 8-12), through the real CLIs.
+"""Readers that do not trust the manifest, through the real CLIs.
 
 One real build per module; each test copies it and tampers with one thing, then runs
 `python -m shardforge.cli validate|inspect`, `python -m trainer.train` or

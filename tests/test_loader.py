@@ -396,7 +396,7 @@ def test_corrupt_shard_skipped_with_token_budget_resumes_exactly(tmp_path: Path,
 
 @pytest.mark.parametrize("k", [1, 8, 1000])
 def test_no_sample_of_a_changed_shard_is_released_whatever_the_shuffle_buffer(tmp_path: Path, k: int) -> None:
-    """The checksum is verified before a shard's first sample, not after its last (issue #15 item 10)."""
+    """The checksum is verified before a shard's first sample, not after its last."""
     url = make_corpus(tmp_path / "c", UNEVEN)
     _flip(url.parent / "train-000002.tar")
     ld = ShardLoader(str(url), batch_size=4, shuffle_buffer=k, partitions=4, epochs=1, corrupt_policy="skip")

@@ -1,4 +1,4 @@
-"""Loggers (issue #20.4): W&B and MLflow in their offline modes, tokens seen, smoothed loss, plots.
+"""Loggers: W&B and MLflow in their offline modes, tokens seen, smoothed loss, plots.
 
 Both trackers are real: wandb writes its offline run file (read back here with its own
 protobuf records), MLflow writes a local file:// store (read back with its client).

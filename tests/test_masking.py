@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from schemas import BOS_ID, EOS_ID, MASK_ID, PAD_ID, SPECIAL_TOKENS
 from schemas.config import MaskingConfig
-from trainer.masking import IGNORE_INDEX, Masker, _mix, _mix_int, _signed, word_start_table
+from trainer.masking import IGNORE_INDEX, Masker, mix, mix_int, signed, word_start_table
 
 V = 1000
 SPECIALS = sorted(SPECIAL_TOKENS.values())
@@ -78,8 +78,8 @@ def runs(selected_row: list[bool]) -> list[tuple[int, int]]:
 
 def test_tensor_hash_matches_python_splitmix64() -> None:
     values = [0, 1, -1, 2**63 - 1, -(2**63), 123456789, -987654321]
-    got = _mix(torch.tensor(values, dtype=torch.int64)).tolist()
-    assert got == [_signed(_mix_int(v)) for v in values]
+    got = mix(torch.tensor(values, dtype=torch.int64)).tolist()
+    assert got == [signed(mix_int(v)) for v in values]
 
 
 def test_word_start_table() -> None:
@@ -299,7 +299,7 @@ def test_span_masks_spread_over_positions() -> None:
         assert abs(head - middle) < 0.04, (scheme, head, middle)
 
 
-# ---------------------------------------------------------------- keying (issue #10)
+# ---------------------------------------------------------------- keying
 
 
 @pytest.mark.parametrize("scheme", SCHEMES)

@@ -9,7 +9,7 @@ import apache_beam as beam
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from pipelines.corpus.parts import BundleTotals, sum_pairs
+from pipelines.intermediates import BundleTotals, sum_pairs
 from pipelines.metrics import AccumulatePerBundle, CombineTagged, SumPerBundle, TaggedCombine
 
 

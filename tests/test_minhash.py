@@ -242,11 +242,11 @@ def test_near_rule_paths_and_guards() -> None:
 @pytest.mark.parametrize("kernel", ["numpy", "numba"])
 def test_shingles_signatures_and_band_keys_are_frozen(ngram: int, bands: int, rows: int, digest: str, kernel: str,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    """The index stores signatures and band keys: they must never change (digests from before #16's rewrite).
+    """The index stores signatures and band keys: they must never change (digests from before the MinHash rewrite).
 
     Real text (gensim's Lee news), empty and one-word documents and a Unicode
     space; the per-document and run-of-small-documents paths of numpy both
-    taken, and the compiled kernel (#17) giving the same bits.
+    taken, and the compiled kernel giving the same bits.
     """
     import hashlib
 

@@ -114,7 +114,7 @@ def test_too_long_input_is_rejected() -> None:
 
 @pytest.mark.parametrize("variant", list(VARIANTS))
 def test_masked_only_head_matches_full_head(variant: str) -> None:
-    """Issue #10: the same loss and the same gradients with and without the masked-only gather."""
+    """The same loss and the same gradients with and without the masked-only gather."""
     b = _batch()
     full = _model(masked_only_head=False, **VARIANTS[variant])
     masked = _model(masked_only_head=True, **VARIANTS[variant])

@@ -416,10 +416,11 @@ def test_empty_inputs():
 
 def lee_shape(limit: int = 200) -> list[list[int]]:
     """Sentence lengths (in words) of real news: the Lee corpus gensim ships, split by our splitter."""
-    from benchmarks.bench_langid import lee_documents
+    from realtext import news_documents
+
     from pipelines.clean.sentences import split_sentences
 
-    return [[len(s.split()) for s in split_sentences(d)] for d in lee_documents()[:limit]]
+    return [[len(s.split()) for s in split_sentences(d)] for d in news_documents()[:limit]]
 
 
 @pytest.mark.parametrize("rule", ["segment_pair_nsp", "sop"])

@@ -12,7 +12,7 @@ from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipelines.corpus.parts import PartCount, WriteParts, part_name, parts_for, rejects_to_jsonl
+from pipelines.intermediates import PartCount, WriteParts, part_name, parts_for, rejects_to_jsonl
 from pipelines.records import Reject, stable_hash
 
 
@@ -97,9 +97,13 @@ def test_tokenized_parquet_is_byte_identical_to_row_conversion(tmp_path: Path, m
 
     import pyarrow.parquet as pq
 
-    import pipelines.corpus.parts as files
-    from pipelines.corpus.parts import read_tokenized_parquet, size_runs, write_tokenized_parquet
-    from pipelines.intermediate import TOKENIZED_SCHEMA
+    import pipelines.intermediates as files
+    from pipelines.intermediates import (
+        TOKENIZED_SCHEMA,
+        read_tokenized_parquet,
+        size_runs,
+        write_tokenized_parquet,
+    )
     from pipelines.records import TokenizedDocument
 
     monkeypatch.setattr(files, "TOKENIZED_ROW_GROUP_IDS", 120)
@@ -138,9 +142,13 @@ def test_clean_parquet_row_groups_are_bounded_by_text(tmp_path: Path, monkeypatc
 
     import pyarrow.parquet as pq
 
-    import pipelines.corpus.parts as files
-    from pipelines.corpus.parts import CLEAN_DICTIONARY_COLUMNS, size_runs, write_documents_parquet
-    from pipelines.intermediate import CLEAN_SCHEMA
+    import pipelines.intermediates as files
+    from pipelines.intermediates import (
+        CLEAN_DICTIONARY_COLUMNS,
+        CLEAN_SCHEMA,
+        size_runs,
+        write_documents_parquet,
+    )
     from pipelines.records import Document
 
     monkeypatch.setattr(files, "CLEAN_ROW_GROUP_CHARS", 2_000)
@@ -164,7 +172,7 @@ def test_clean_parquet_row_groups_are_bounded_by_text(tmp_path: Path, monkeypatc
 
 
 def test_size_runs_cut_within_the_limits():
-    from pipelines.corpus.parts import size_runs
+    from pipelines.intermediates import size_runs
 
     assert size_runs([], 10) == []
     assert size_runs([3, 3, 3, 3], 6) == [(0, 2), (2, 4)]
@@ -178,7 +186,7 @@ def test_clean_parts_counted_from_the_documents_before_dedupe(tmp_path: Path, mo
     documents before dedupe), so parts hold at most the limit of characters, fewer when documents left."""
     import pyarrow.parquet as pq
 
-    from pipelines.corpus import parts as files
+    from pipelines import intermediates as files
     from pipelines.records import Document
 
     monkeypatch.setattr(files, "CLEAN_PART_CHARS", 100)
@@ -225,7 +233,7 @@ def test_clean_parts_cross_the_shuffle_as_bytes(tmp_path: Path):
     typed ``(int, bytes)``, not pickled Documents) and reach the part writer whole."""
     import pyarrow.parquet as pq
 
-    from pipelines.corpus import parts as files
+    from pipelines import intermediates as files
     from pipelines.records import Document
 
     docs = [Document(f"d{i:02d}", "web", f"text {i} \u00e9", f"https://x/{i}", None, "2020-01-01", "en", 0.5, i + 2)

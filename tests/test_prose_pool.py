@@ -9,7 +9,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks import prose  # noqa: E402
+from tests import prose  # noqa: E402
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from realtext import AWS_DOC_CHARS, _aws_paragraphs, aws_documents
+from realtext import AWS_DOC_CHARS, aws_documents, aws_paragraphs
 
 
 def test_aws_paragraphs_drop_markup_and_keep_whole_sentences() -> None:
@@ -12,7 +12,7 @@ def test_aws_paragraphs_drop_markup_and_keep_whole_sentences() -> None:
            "set up the service and have a valid access key to authenticate requests; anonymous requests "
            "are never allowed &amp; never will be.</p></note><ul><li>A list item that is long enough to "
            "count as prose but does not end with a sentence mark at all in this</li></ul>")
-    assert _aws_paragraphs(doc) == [
+    assert aws_paragraphs(doc) == [
         "To create a bucket you must set up the service and have a valid access key to authenticate "
         "requests; anonymous requests are never allowed & never will be."]
 

@@ -1,4 +1,4 @@
-"""Named recipes (issue #20.1): each resolves to its paper's values; --print-config, --set, packing checks.
+"""Named recipes: each resolves to its paper's values; --print-config, --set, packing checks.
 
 The expected values below are typed from the papers (and the reference code where a
 paper is silent), not read from the recipe files: a recipe that drifts fails here.
@@ -117,9 +117,9 @@ def test_cpu_recipe_resolves_to_a_small_model_that_fits_a_laptop() -> None:
     params = Encoder(cfg.model, 8000).num_params()
     assert params < 5_000_000, params
     # Its corpora are FULL-SENTENCES (ragged rows): on CPU the unpadded path's nested-tensor
-    # attention costs ~1.6x the padded one per step (BENCHMARKS.md, #20.5), so the recipe pads.
+    # attention costs ~1.6x the padded one per step (BENCHMARKS.md, the `cpu` recipe), so the recipe pads.
     assert cfg.unpad is False
-    # Issue #20.5: trains at 40 % masking (more predictions per step) but reports its valid loss
+    # It trains at 40 % masking (more predictions per step) but reports its valid loss
     # the standard way, 15 % with 80/10/10, so the number compares with any other run's.
     assert cfg.masking.rate == 0.4
     assert cfg.eval_masking is not None and cfg.eval_masking.rate == 0.15

@@ -23,7 +23,7 @@ from pipelines.jobs.repack import (
     resolve_parent,
     run_repack,
 )
-from pipelines.tokenizer.tokenizer import load_processor
+from pipelines.tokenizer.model import load_processor
 from schemas import BOS_ID, EOS_ID
 from schemas.config import BuildConfig
 from schemas.errors import UserError

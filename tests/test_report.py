@@ -211,7 +211,7 @@ def test_a_report_swept_by_another_writers_commit_is_a_warning_not_a_failed_step
     assert not list(tmp_path.iterdir())
 
 
-# ------------------------------------------------------------------ the #17 sections, combined in Beam
+# ------------------------------------------------------------------ reject examples and dedupe stats, combined in Beam
 
 def test_examples_are_the_smallest_doc_ids_per_reason_on_any_split():
     recs = [Reject(f"s-{i:03d}", "s", "filtered", "min_words", f"text {i}") for i in range(10)]
@@ -477,13 +477,13 @@ def test_token_counts_are_the_tokenize_steps_batch_counts_summed():
 
     from pipelines.records import SentencedDocument, TokenizedDocument
     from pipelines.report.summaries import TokenCounts
-    from pipelines.tokenizer.tokenizer import TOKEN_COUNTS, _Encode
+    from pipelines.tokenizer.encode import TOKEN_COUNTS, EncodeBatches
 
     class Encoder:  # "?" encodes to <unk> and a piece, blank to nothing, anything else to three pieces
         def encode(self, sentences, num_threads=1):
             return [[UNK_ID, 5] if "?" in s else [] if not s.strip() else [5, 6, 7] for s in sentences]
 
-    fn = _Encode(8)
+    fn = EncodeBatches(8)
     fn.setup()
     model = b"model"
     fn._tok, fn._model_ref = Encoder(), model

@@ -69,9 +69,9 @@ def test_months_states_titles_figures():
 def test_real_news_still_splits_at_sentence_ends():
     """On the Lee news corpus almost every sentence ends in . ! ? or a closing quote, and the
     abbreviation list does not glue sentences together (sentences stay news-length)."""
-    from benchmarks.bench_langid import lee_documents
+    from realtext import news_documents
 
-    docs = lee_documents()[:80]
+    docs = news_documents()[:80]
     sents = [s for d in docs for s in split_sentences(d)]
     assert len(sents) > 600
     ends = sum(s.endswith((".", "!", "?", '"', "'")) for s in sents) / len(sents)

@@ -26,7 +26,7 @@ import zstandard
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from pipelines.corpus.parts import WriteParts, rejects_to_jsonl
+from pipelines.intermediates import WriteParts, rejects_to_jsonl
 from pipelines.records import Document, Reject, make_doc_id
 from pipelines.sources import ReadSource, read_file
 from pipelines.sources.listing import list_inputs
@@ -364,7 +364,7 @@ def test_reads_from_object_store(gcs_bucket):
     assert recs[0].text == "from gcs"
 
 
-# ------------------------------------------------------------------ hostile input (issue 15)
+# ------------------------------------------------------------------ hostile input
 
 def count_read(path, **kw) -> tuple[list, int]:
     """Records of a file and how many records its reader counted as read."""
@@ -549,7 +549,7 @@ def non_blank_lines(path) -> int:
 
 
 def hostile_folder(root, demo_corpus) -> tuple[str, int]:
-    """Every hostile kind of issue 15 next to two good CC-News files; returns (glob, records read)."""
+    """Every hostile input kind above next to two good CC-News files; returns (glob, records read)."""
     import shutil
 
     raw = root / "raw"

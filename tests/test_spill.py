@@ -1,4 +1,4 @@
-"""pipelines.localrunner.spill: the local runner's stage data on disk and streamed through bundles (issue #16, item 5).
+"""pipelines.localrunner.spill: the local runner's stage data on disk and streamed through bundles.
 
 Real Beam pipelines on the FnApiRunner, with everything spilled (``buffer_bytes=0``) against Beam's
 own in-memory buffers: the same results, and bytes really went to disk. The buffer tests drive

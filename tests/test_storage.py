@@ -565,7 +565,7 @@ def test_kms_encrypted_s3_etags_are_not_taken_for_md5():
 
     from fsspec.implementations.memory import MemoryFileSystem
 
-    from shardforge.storage.writes import _holds
+    from shardforge.storage.writes import holds_bytes
 
     data = b"shard bytes"
     md5 = _hashlib.md5(data).digest()
@@ -579,12 +579,12 @@ def test_kms_encrypted_s3_etags_are_not_taken_for_md5():
     fs = FakeS3Info(skip_instance_cache=True)
     fs.pipe_file("/b/x", data)
     FakeS3Info.extra = {"ETag": '"' + "0" * 32 + '"', "ServerSideEncryption": "aws:kms"}
-    assert _holds(fs, "/b/x", len(data), md5)
+    assert holds_bytes(fs, "/b/x", len(data), md5)
     FakeS3Info.extra = {"ETag": '"' + "0" * 32 + '"'}  # an unencrypted object with a wrong MD5
-    assert not _holds(fs, "/b/x", len(data), md5)
+    assert not holds_bytes(fs, "/b/x", len(data), md5)
     FakeS3Info.extra = {"ETag": '"' + md5.hex() + '"'}
-    assert _holds(fs, "/b/x", len(data), md5)
-    assert not _holds(fs, "/b/x", len(data) + 1, md5)
+    assert holds_bytes(fs, "/b/x", len(data), md5)
+    assert not holds_bytes(fs, "/b/x", len(data) + 1, md5)
 
 
 def test_relative_and_resolved_urls_round_trip(tmp_path):

@@ -1,4 +1,4 @@
-"""The shard writer's template headers and cached .npy headers give tarfile's and np.save's bytes (#16)."""
+"""The shard writer's template headers and cached .npy headers give tarfile's and np.save's bytes."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Stage timings (#17): timings.json / timings.html next to the report, through the real CLI.
+"""Stage timings: timings.json / timings.html next to the report, through the real CLI.
 
 Real builds of the demo corpus: in-process, with two worker processes, on a runner that returns
 no per-transform times (Beam's BundleBasedDirectRunner), and batched (``--batch_mb``).

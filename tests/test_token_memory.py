@@ -1,4 +1,4 @@
-"""Token ids stay compact through the build's large shuffles (#16.5: peak memory of a one-shot build).
+"""Token ids stay compact through the build's large shuffles (the peak memory of a one-shot build).
 
 A packing group (20M tokens by default) is held decoded at once by the in-process runner; as
 tuples of Python ints it cost ~36 bytes an id and was most of a build's peak RSS. These tests

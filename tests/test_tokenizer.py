@@ -25,25 +25,23 @@ from realtext import news_documents, write_jsonl
 
 from pipelines.clean.sentences import split_sentences
 from pipelines.records import SentencedDocument, TokenizedDocument
-from pipelines.tokenizer.tokenizer import (
+from pipelines.tokenizer.encode import Tokenize, encode_documents
+from pipelines.tokenizer.model import (
     BYTE_BPE_PATH,
     MODEL_PATH,
-    BoundedSample,
-    SampleBounds,
-    Tokenize,
-    TrainTokenizer,
-    encode_documents,
     load_model,
     load_processor,
     model_spec,
+    tokenizer_info,
+)
+from pipelines.tokenizer.sample import (
+    BoundedSample,
+    SampleBounds,
     sample_entry,
     sample_key,
-    tokenizer_info,
-    train_byte_bpe,
-    train_sentencepiece,
-    train_tokenizer,
     training_sentences,
 )
+from pipelines.tokenizer.train import TrainTokenizer, train_byte_bpe, train_sentencepiece, train_tokenizer
 from schemas import SPECIAL_TOKENS, UNK_ID
 from schemas.config import BuildConfig, TokenizerConfig
 from schemas.errors import UserError
@@ -53,7 +51,7 @@ from shardforge.commands.synth import make_article
 UNIGRAM = TokenizerConfig(model_type="unigram", vocab_size=300)  # the defaults: byte fallback, coverage 1.0
 BPE = TokenizerConfig(model_type="bpe", vocab_size=400, byte_fallback=True)
 BYTE_LEVEL = TokenizerConfig(model_type="byte_bpe", vocab_size=400)
-# The defaults before issue #17: characters outside 99.95% coverage became <unk>.
+# The earlier defaults: characters outside 99.95% coverage became <unk>.
 LEGACY = TokenizerConfig(model_type="unigram", vocab_size=300, character_coverage=0.9995, byte_fallback=False)
 UNSEEN = "Zoë's café: 漢字 and emoji 🦊 — ∑x² ≠ ¥"
 KINDS = ["unigram", "bpe", "byte_bpe"]
@@ -245,7 +243,7 @@ def test_unseen_characters_never_become_unk(models, kind):
     # none, and keeps the space it puts before every sentence).
     want = " " + UNSEEN if kind == "byte_bpe" else unicodedata.normalize("NFKC", UNSEEN)
     assert tok.decode(ids) == want
-    # The pre-#17 defaults hit <unk> on the same text (so the check above means something).
+    # The earlier defaults hit <unk> on the same text (so the check above means something).
     assert UNK_ID in load_processor(models["legacy"]).encode(UNSEEN)
 
 
@@ -313,7 +311,7 @@ def test_encode_threads_do_not_change_ids(docs, models, kind):
 TRAIN_IN_SUBPROCESS = """
 import hashlib, sys
 from pipelines.clean.sentences import split_sentences
-from pipelines.tokenizer.tokenizer import train_byte_bpe
+from pipelines.tokenizer.train import train_byte_bpe
 from schemas.config import TokenizerConfig
 from realtext import news_documents
 sents = [s for d in news_documents(120) for s in split_sentences(d)]
@@ -339,7 +337,7 @@ SPM_IN_ONE_CORE = """
 import hashlib, os, sys
 os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # one core for all of the trainer's threads
 from pipelines.clean.sentences import split_sentences
-from pipelines.tokenizer.tokenizer import train_sentencepiece
+from pipelines.tokenizer.train import train_sentencepiece
 from schemas.config import TokenizerConfig
 from realtext import news_documents
 sents = [s for d in news_documents(120) for s in split_sentences(d)]

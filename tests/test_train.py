@@ -267,7 +267,7 @@ def test_export_refuses_a_tokenizer_the_run_did_not_train_with(corpus, tmp_path,
 
 
 def test_eval_masking_keeps_the_valid_loss_at_the_standard_rate(corpus, tmp_path):
-    """Issue #20.5: a run that trains at 40 % masking evaluates at eval_masking's 15 %, not at its own 40 %.
+    """A run that trains at 40 % masking evaluates at eval_masking's 15 %, not at its own 40 %.
 
     Three one-step runs from the same seed at a negligible lr (the same weights at the evaluation):
     training at 40 % with eval_masking 15 % evaluates exactly like training at 15 %; without

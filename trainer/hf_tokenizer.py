@@ -278,7 +278,7 @@ def tokenizer_files(data: bytes, arch: str, max_seq_len: int) -> TokenizerFiles:
     tok_cfg: dict[str, Any] = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": max_seq_len,
                                "clean_up_tokenization_spaces": False, **specials}
     if byte_bpe:
-        # The corpus encodes every sentence with a leading space (pipelines.tokenizer.tokenizer.train_byte_bpe).
+        # The corpus encodes every sentence with a leading space (pipelines.tokenizer.train.train_byte_bpe).
         # transformers' RobertaTokenizer always applies RoBERTa's pair template, so an ALBERT export
         # (segment ids) names the generic class, which follows tokenizer.json's template.
         tok_cfg.update(add_prefix_space=True, trim_offsets=True,

@@ -42,13 +42,13 @@ _U32 = 1 << 32
 _S_BUDGET, _S_PRIO, _S_DECIDE, _S_SPAN_DECIDE, _S_LEN, _S_GAP, _S_OFFSET = range(1, 8)
 
 
-def _signed(x: int) -> int:
+def signed(x: int) -> int:
     """A 64-bit pattern as the int64 value torch stores."""
     x &= _M64
     return x - (1 << 64) if x >> 63 else x
 
 
-def _mix_int(z: int) -> int:
+def mix_int(z: int) -> int:
     """splitmix64's finalizer on a Python int (the reference for the tensor version)."""
     z &= _M64
     z = ((z ^ (z >> 30)) * _MUL1) & _M64
@@ -61,7 +61,7 @@ def _srl(z: torch.Tensor, s: int) -> torch.Tensor:
     return (z >> s) & ((1 << (64 - s)) - 1)
 
 
-def _mix(z: torch.Tensor) -> torch.Tensor:
+def mix(z: torch.Tensor) -> torch.Tensor:
     """splitmix64's finalizer on an int64 tensor (multiplication wraps mod 2**64).
 
     Works in place on one fresh copy: on CPU, fresh 1 MB temporaries cost more
@@ -73,7 +73,7 @@ def _mix(z: torch.Tensor) -> torch.Tensor:
         t &= (1 << (64 - shift)) - 1
         z ^= t
         if mul:
-            z *= _signed(mul)
+            z *= signed(mul)
     return z
 
 
@@ -211,13 +211,13 @@ class Masker:
     @staticmethod
     def _row_keys(sample_ids: torch.Tensor, seed: int, epoch: int, stream: int) -> torch.Tensor:
         """Per-row hash state for one stream: int64 [B]."""
-        base = _mix_int(_mix_int(_mix_int(seed + _GOLDEN) + epoch * _GOLDEN) + stream * _GOLDEN)
-        return _mix(sample_ids * _signed(_GOLDEN) + _signed(base))
+        base = mix_int(mix_int(mix_int(seed + _GOLDEN) + epoch * _GOLDEN) + stream * _GOLDEN)
+        return mix(sample_ids * signed(_GOLDEN) + signed(base))
 
     @staticmethod
     def _hash(row_keys: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
         """Hash of (row, index): int64 [B, N] for index [N] or [B, N] (splitmix64's stream)."""
-        return _mix(row_keys[:, None] + (index + 1) * _signed(_GOLDEN))
+        return mix(row_keys[:, None] + (index + 1) * signed(_GOLDEN))
 
     # ------------------------------------------------------------- the call
 
@@ -291,7 +291,7 @@ class Masker:
         scheme = self.cfg.scheme
         n_maskable = maskable.sum(dim=1)
         # Probabilistic rounding keeps the expected budget exactly rate × maskable.
-        u_budget = _u32(_mix(self._row_keys(sids, seed, epoch, _S_BUDGET)))
+        u_budget = _u32(mix(self._row_keys(sids, seed, epoch, _S_BUDGET)))
         target = n_maskable * self._rate  # 32-bit fixed point
         ustart = ulen = None
         if scheme in ("span", "ngram"):
@@ -413,7 +413,7 @@ class Masker:
         j = torch.arange(L + K, device=pos.device)  # enough segments: each covers >= 1 slot
         span_len = _lookup(self._len_table, _srl(self._hash(self._row_keys(sids, seed, epoch, _S_LEN), j), 48))
         gap = _lookup(self._gap_table, _srl(self._hash(self._row_keys(sids, seed, epoch, _S_GAP), j), 48))
-        offset = _u32(_mix(self._row_keys(sids, seed, epoch, _S_OFFSET))) % K
+        offset = _u32(mix(self._row_keys(sids, seed, epoch, _S_OFFSET))) % K
         end = torch.cumsum(gap + span_len, dim=1) - offset[:, None]  # exclusive, slot coordinates
         begin = end - span_len
         # Paint the disjoint spans onto slot space: +1 at each begin, -1 at each end

@@ -32,6 +32,7 @@ import posixpath
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from pipelines.intermediates import INDEX_META
 from schemas.config import BuildConfig
 from schemas.errors import UserError
 from schemas.manifest import MANIFEST_NAME, Manifest, parse_manifest
@@ -173,8 +174,6 @@ def missing_objects(root: str, m: Manifest) -> list[str]:
     only warns (``storage.unless_swept``): the commit step checks them, as it checks
     for lost shards, so that no manifest is committed without its objects.
     """
-    from pipelines.dedupe.index import INDEX_META
-
     names = [m.tokenizer.path]
     index = m.intermediates.get("dedupe_index")
     if index is not None:
@@ -260,7 +259,7 @@ def one_shot_tag(cfg: BuildConfig, files: dict[str, list[str]] | None = None) ->
     stores report a checksum in the listing), and of a tokenizer / index given by URL.
     """
     from pipelines.sources.rawfiles import fingerprint, list_raw_files
-    from pipelines.tokenizer.tokenizer import load_model
+    from pipelines.tokenizer.model import load_model
     from shardforge.storage import join, redact_url, sha256_bytes, sha256_url
 
     def print_of(f) -> str:
@@ -279,7 +278,7 @@ def one_shot_tag(cfg: BuildConfig, files: dict[str, list[str]] | None = None) ->
         extra["tokenizer"] = sha256_bytes(load_model(cfg.tokenizer.model_url))  # one line if missing or invalid
     if cfg.dedupe.index:
         try:
-            extra["index"] = sha256_url(join(cfg.dedupe.index, "index.json"))[0]
+            extra["index"] = sha256_url(join(cfg.dedupe.index, INDEX_META))[0]
         except FileNotFoundError:
             raise UserError(f"dedupe index not found: {redact_url(cfg.dedupe.index)} has no index.json") from None
     return tag_for(1, cfg.model_dump(mode="json"), inputs, None, extra)

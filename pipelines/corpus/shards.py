@@ -33,7 +33,7 @@ from pipelines.pack.step import (
     shard_offsets,
 )
 from pipelines.report.accounting import check_balanced
-from pipelines.tokenizer.tokenizer import MODEL_PATH, tokenizer_info
+from pipelines.tokenizer.model import MODEL_PATH, tokenizer_info
 from schemas.config import PAIR_RULES, BuildConfig
 from schemas.manifest import MANIFEST_NAME, Manifest, ShardInfo, SourceAccount, SplitTotals
 from schemas.naming import shard_name

@@ -12,6 +12,7 @@ import numpy as np
 from apache_beam.metrics import Metrics
 
 from pipelines.dedupe.sketch import COUNTERS, OLD, Sketch
+from pipelines.intermediates import INDEX_META, PartCount, WriteParts, write_row_groups
 from schemas.config import DedupeConfig
 from schemas.errors import UserError
 from shardforge.storage import (
@@ -27,7 +28,6 @@ from shardforge.storage import (
     write_text_atomic,
 )
 
-INDEX_META = "index.json"
 INDEX_VERSION = 1
 # Index part files hold at most this many entries, and about this many bytes of arrays (an entry's
 # shingles are about the size of its text): the worker writing a part holds all of it at once.
@@ -106,15 +106,13 @@ def _index_rows_to_parquet(rows: Sequence[IndexRow], out: Any = None) -> bytes |
     from offsets and one buffer each (a list of numpy arrays made pyarrow allocate ~1 GB for the
     shingles column at 10 MB of text), one row group at a time: a writer holds one group's columns,
     and the same bytes as one table written with ``row_group_size=INDEX_ROW_GROUP``."""
-    from pipelines.corpus.parts import write_row_groups
-
     buf = io.BytesIO() if out is None else None
     schema = index_schema()
     # Small row groups: a lookup reads the probe columns of every group but the
     # full rows (shingles) only of the groups holding a match. Dictionary encoding only for the
     # source: ids, hashes, signatures and shingles are (nearly) all distinct, and building their
     # dictionaries until Parquet gives up made the write 4.7x slower and the file 16 % larger
-    # (6,204 entries of real prose: 0.31 -> 0.07 CPU-s, 18.7 -> 16.1 MB; #16, item 2).
+    # (6,204 entries of real prose: 0.31 -> 0.07 CPU-s, 18.7 -> 16.1 MB).
     write_row_groups(buf if out is None else out, schema,
                      (_index_table(rows[start:start + INDEX_ROW_GROUP], schema)
                       for start in range(0, max(1, len(rows)), INDEX_ROW_GROUP)), **INDEX_WRITE_OPTIONS)
@@ -341,8 +339,6 @@ class WriteIndex(beam.PTransform):
 
     def expand(self, sketches: beam.PCollection) -> beam.PCollection:
         """``sketches``: PCollection[IndexRow], this run's entries."""
-        from pipelines.corpus.parts import PartCount, WriteParts
-
         # sized_by: every new document's Sketch (before dedupe), a count ready before the entries are
         # known, so routing runs in the stage that makes them instead of after a stored copy of them
         # (as WriteClean's sized_by); parts then hold at most the limits.

@@ -225,7 +225,7 @@ class _ScreenAtRoot(beam.DoFn):
                 yield (root, member)
 
 
-def _bucket_entries(s: Sketch) -> Iterator[tuple[int, tuple[str, int]]]:
+def bucket_entries(s: Sketch) -> Iterator[tuple[int, tuple[str, int]]]:
     """One document's LSH bucket entries ``(band key, (node, shingle count))`` (the per-bucket reference)."""
     if s.shingles.size == 0:  # empty documents are left to exact dedupe
         return
@@ -249,7 +249,7 @@ def lsh_shard(key: int, shards: int = LSH_SHARDS) -> int:
 def lsh_shard_batches(sketches: Sequence[Sketch], shards: int = LSH_SHARDS) -> Iterator[tuple[int, ShardBatch]]:
     """The bucket entries of a batch of sketches, one ``(shard, ShardBatch)`` per shard holding any.
 
-    The same entries as ``_bucket_entries`` of each sketch (documents without
+    The same entries as ``bucket_entries`` of each sketch (documents without
     shingles have none), as columns: one element per shard and batch instead of
     one per band and document.
     """
@@ -271,7 +271,7 @@ def lsh_shard_batches(sketches: Sequence[Sketch], shards: int = LSH_SHARDS) -> I
         yield int(sorted_shards[start]), (keys[idx].tobytes(), counts[idx].tobytes(), nodes)
 
 
-def _old_shard_entry(entry: tuple[int, tuple[str, int, bytes]]) -> tuple[int, OldShardEntry]:
+def old_shard_entry(entry: tuple[int, tuple[str, int, bytes]]) -> tuple[int, OldShardEntry]:
     """An old bucket root (``OldBucketRoot``'s output) keyed by the shard of its band key."""
     key, (node, n, sig) = entry
     return lsh_shard(key), (key, node, n, sig)
@@ -325,11 +325,11 @@ def shard_candidates(values: Iterable[ShardBatch | OldShardEntry],
         yield from bucket_candidates([entry(i) for i in order[start:start + size].tolist()])
 
 
-def _signature_by_node(s: Sketch) -> list[tuple[str, bytes]]:
+def signature_by_node(s: Sketch) -> list[tuple[str, bytes]]:
     return [(s.node, s.signature.tobytes())] if s.shingles.size else []
 
 
-def _shingles_by_node(s: Sketch) -> list[tuple[str, tuple[str, bytes]]]:
+def shingles_by_node(s: Sketch) -> list[tuple[str, tuple[str, bytes]]]:
     """What verification needs of a document: its source and shingle set (documents with shingles only)."""
     return [(s.node, (s.source, s.shingles.tobytes()))] if s.shingles.size else []
 
@@ -500,12 +500,12 @@ class NearDedupe(beam.PTransform):
                     IndexLookup("index_bucket_entries_read", unique_keys, _old_bucket_entries),
                     beam.pvalue.AsList(new_keys))
                 | "OldBucketRoot" >> beam.CombinePerKey(SmallestNode())
-                | "OldRootShard" >> beam.Map(_old_shard_entry)
+                | "OldRootShard" >> beam.Map(old_shard_entry)
             )
             entries = (entries, old_entries) | "WithOld" >> beam.Flatten()
         # Screening needs both signatures of a candidate pair: joined at the member,
         # then at the root (signatures cross each join once per document, not once per bucket).
-        signatures = sketches | "SignatureByNode" >> beam.FlatMap(_signature_by_node)
+        signatures = sketches | "SignatureByNode" >> beam.FlatMap(signature_by_node)
         at_member_groups = {
             "cand": entries | "GroupShards" >> beam.GroupByKey() | "Candidates" >> beam.FlatMapTuple(
                 lambda _, values: shard_candidates(values)),
@@ -530,7 +530,7 @@ class NearDedupe(beam.PTransform):
             | "CountUnconverged" >> beam.Map(_count_unconverged)
             | "KeyRoles" >> beam.Map(lambda x: (x[0], x[1:]))
         )
-        shingles = sketches | "ShinglesByNode" >> beam.FlatMap(_shingles_by_node)
+        shingles = sketches | "ShinglesByNode" >> beam.FlatMap(shingles_by_node)
         if self.old_parts is not None:
             # Old nodes matter only as cluster roots (resolve_cluster never removes an old member).
             old_nodes = roles | "OldRoots" >> beam.FlatMap(

@@ -28,6 +28,7 @@ from pipelines.options import (
     RunnerPlan,
     build_config_from_options,
     check_beam_args,
+    describe_runner,
     finalize_options,
     handle_help,
     make_pipeline,
@@ -38,7 +39,6 @@ from pipelines.report.record import build_warnings
 from pipelines.report.timings import (
     TIMINGS_JSON,
     BuildTimings,
-    describe_runner,
     measure,
     summary_line,
     write_timings,

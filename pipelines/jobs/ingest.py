@@ -408,8 +408,8 @@ def ingest_sources(state: CorpusState, batch_files: Sequence[tuple[SourceConfig,
     """Absorb files of one or more sources (none absorbed yet) as the next version; updates `state`."""
 
     from pipelines.graph import BATCH_MANIFEST_NAME, AppendTo, build_pipeline
-    from pipelines.options import BuildOptions, RunnerPlan, finalize_options, make_pipeline
-    from pipelines.report.timings import BuildTimings, describe_runner, measure, write_timings
+    from pipelines.options import BuildOptions, RunnerPlan, describe_runner, finalize_options, make_pipeline
+    from pipelines.report.timings import BuildTimings, measure, write_timings
 
     t0 = time.monotonic()
     root = state.root

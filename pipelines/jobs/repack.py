@@ -27,7 +27,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from pipelines.coders import TokenizedDocumentCoder  # noqa: F401  (registers the coder)
 from pipelines.corpus.shards import WriteCorpus
 from pipelines.flags import add_repack_flags, repack_parser
-from pipelines.intermediate import TOKENIZED_SCHEMA
+from pipelines.intermediates import TOKENIZED_SCHEMA
 from pipelines.localrunner import progress
 from pipelines.options import (
     CachedViews,
@@ -39,7 +39,7 @@ from pipelines.options import (
 )
 from pipelines.pack.step import TokenGroups
 from pipelines.records import TokenizedDocument, token_ids
-from pipelines.tokenizer.tokenizer import load_model, stored_path
+from pipelines.tokenizer.model import load_model, stored_path
 from schemas.config import BuildConfig, parse_config
 from schemas.errors import UserError
 from schemas.manifest import MANIFEST_NAME, Manifest, SourceAccount

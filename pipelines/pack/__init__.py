@@ -11,6 +11,6 @@ and the Beam step of the build graph that applies them (design: docs/packing.md)
 
 All but ``step`` are pure functions of a group of tokenized documents: they import the records and
 the contract only, never Beam. ``step`` imports Beam, those modules, ``pipelines.coders`` and the
-intermediates' part files (``pipelines.corpus.parts``; ``pipelines.corpus.commit`` would do too), never
+intermediates' part files (``pipelines.intermediates``; ``pipelines.corpus.commit`` would do too), never
 ``pipelines.corpus.shards``: the shard writer imports ``step`` to run it, and no import goes back.
 """

@@ -9,7 +9,7 @@ group's plan (shard count, documents, counters, lengths) and hands the shard wri
 (``pipelines.corpus.shards``) the packed group (``encode_packed``) with its shard cuts, computed
 from each sample's exact tar size without encoding it (``planned_tar_size``); ``shard_offsets``
 turns the plans into each group's first global shard index. Imports the pure packing modules,
-``pipelines.corpus.parts`` (the tokenized parts, the cuts) and the contract; never
+``pipelines.intermediates`` (the tokenized parts, the cuts) and the contract; never
 ``pipelines.corpus.shards``, which imports this module.
 """
 
@@ -28,7 +28,7 @@ import numpy as np
 from apache_beam.metrics import Metrics
 
 from pipelines.coders import EncodedDocuments, encode_tokenized  # (importing it registers the coders)
-from pipelines.corpus.parts import BundleTotals, part_name, size_runs, sum_pairs, write_tokenized_parquet
+from pipelines.intermediates import BundleTotals, part_name, size_runs, sum_pairs, write_tokenized_parquet
 from pipelines.pack.encoding import encode_packed
 from pipelines.pack.rules import group_of, pack_group, split_of
 from pipelines.pack.sequences import PackedSequence

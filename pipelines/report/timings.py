@@ -118,24 +118,6 @@ class Runner:
     workers: int  # processes running bundles at once (1: in-process)
 
 
-def describe_runner(opts: Any) -> Runner:
-    """The runner of finalized build options (call before ``make_pipeline``, which rewrites the mode)."""
-    from apache_beam.options.pipeline_options import DirectOptions, StandardOptions
-
-    from pipelines.options import LOCAL_RUNNER
-
-    runner = opts.view_as(StandardOptions).runner or LOCAL_RUNNER
-    if runner != LOCAL_RUNNER:
-        return Runner(str(runner), 1)
-    direct = opts.view_as(DirectOptions)
-    if direct.direct_running_mode == "multi_processing":
-        import os
-
-        n = direct.direct_num_workers or os.cpu_count() or 1  # 0: one per core (Beam's rule)
-        return Runner(f"{runner}, {n} worker processes", n)
-    return Runner(f"{runner}, in-process", 1)
-
-
 @dataclass
 class RunTimings:
     """One pipeline run: its wall time in the driver and its seconds per stage (None: unavailable)."""

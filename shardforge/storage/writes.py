@@ -106,7 +106,7 @@ def _fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-def _holds(fs: fsspec.AbstractFileSystem, path: str, size: int, md5: bytes | None) -> bool:
+def holds_bytes(fs: fsspec.AbstractFileSystem, path: str, size: int, md5: bytes | None) -> bool:
     """Does the store hold exactly our bytes at path? Size, plus the store's MD5 where it reports one."""
     invalidate(fs, posixpath.dirname(path))
     try:
@@ -142,7 +142,7 @@ def _commit(fs: fsspec.AbstractFileSystem, tmp: str, path: str, size: int, md5: 
         _remove_quietly(fs, tmp)
     else:
         fs.mv(tmp, path)
-    if not _holds(fs, path, size, md5):
+    if not holds_bytes(fs, path, size, md5):
         raise IncompleteWriteError(f"{full_url(fs, path)}: the stored object is not the {size} bytes written")
 
 
@@ -233,7 +233,7 @@ def write_stream_atomic(url: str, produce: Callable[[IO[bytes]], None]) -> tuple
                     # The reply to an upload's last request can be lost after the
                     # store committed it (a retried final chunk then gets 404 from
                     # the finished session). If every byte is there, go on.
-                    if not (produced and is_transient_or_lost(e) and _holds(fs, tmp, w.bytes, w.md5)):
+                    if not (produced and is_transient_or_lost(e) and holds_bytes(fs, tmp, w.bytes, w.md5)):
                         raise
                     log.warning("upload of %s reported %s: %s, but the object is complete; continuing",
                                 full_url(fs, tmp), type(e).__name__, e)
@@ -327,7 +327,7 @@ def create_if_absent(url: str, data: bytes) -> CreateOutcome:
         return "identical" if current == data else "taken"
     invalidate(fs, parent)
     md5 = hashlib.md5(data, usedforsecurity=False).digest()
-    if not _holds(fs, path, len(data), md5):
+    if not holds_bytes(fs, path, len(data), md5):
         raise IncompleteWriteError(
             f"{url}: the stored object is not the {len(data)} bytes written: another writer replaced them "
             "(the store did not honour the create-if-absent condition) or the upload was cut short")

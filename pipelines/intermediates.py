@@ -1,10 +1,17 @@
-"""Deterministic side outputs: Parquet intermediates and reject logs, written through fsspec.
+"""The data job's intermediates: their names and Arrow schemas, and how their part files are written.
 
-Records are routed to a fixed set of part files by a content hash, sorted by
-doc_id inside each part, and written atomically, so reruns produce the same
-files whatever Beam's bundling. (Beam's own file sinks name and order output
+``clean/part-*.parquet``: documents after cleaning and dedupe (re-tokenize from here).
+``tokenized/part-*.parquet``: one row per document, sentences as token-id lists
+(repack starts here: new packing rules never redo cleaning, dedupe or tokenizing).
+``rejects/part-*.jsonl``: every filtered, rejected and duplicate record with its reason.
+``dedupe/index/``: the dedupe index (``index.json`` naming its Parquet parts: ``pipelines.dedupe.index``).
+
+Part files are deterministic side outputs written through fsspec: records are routed to a fixed
+set of part files by a content hash, sorted by doc_id inside each part, and written atomically, so
+reruns produce the same files whatever Beam's bundling. (Beam's own file sinks name and order output
 by bundle, and need runner-specific filesystems for s3://.)
 """
+
 
 from __future__ import annotations
 
@@ -17,6 +24,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import apache_beam as beam
+import pyarrow as pa
 
 from pipelines.coders import (
     TokenizedDocumentCoder,  # noqa: F401  (registers the coder)
@@ -26,6 +34,31 @@ from pipelines.coders import (
 from pipelines.metrics import SumPerBundle
 from pipelines.records import Reject, TokenizedDocument, stable_hash
 from shardforge.storage import join, unless_swept, write_bytes_atomic, write_stream_atomic
+
+CLEAN_DIR = "clean"
+TOKENIZED_DIR = "tokenized"
+REJECTS_DIR = "rejects"
+DEDUPE_INDEX_DIR = "dedupe/index"
+INDEX_META = "index.json"  # the dedupe index's table of contents (its parts, its parameters)
+
+CLEAN_SCHEMA = pa.schema([
+    pa.field("doc_id", pa.string(), nullable=False),
+    pa.field("source", pa.string(), nullable=False),
+    pa.field("text", pa.large_string(), nullable=False),
+    pa.field("url", pa.string()),
+    pa.field("title", pa.string()),
+    pa.field("date", pa.string()),
+    # Added in clean/2 (additive): the language the clean stage detected and its score in [0, 1].
+    pa.field("language", pa.string()),
+    pa.field("language_score", pa.float64()),
+], metadata={"shardforge.schema": "clean/2"})
+
+TOKENIZED_SCHEMA = pa.schema([
+    pa.field("doc_id", pa.string(), nullable=False),
+    pa.field("source", pa.string(), nullable=False),
+    pa.field("sentences", pa.list_(pa.list_(pa.int32())), nullable=False),
+    pa.field("num_tokens", pa.int64(), nullable=False),
+], metadata={"shardforge.schema": "tokenized/1"})
 
 
 def part_name(index: int, ext: str) -> str:
@@ -257,7 +290,7 @@ def write_documents_parquet(docs: list[Any], out: Any) -> None:
     (no per-document dict copies of the text), in row groups of ~``CLEAN_ROW_GROUP_CHARS``."""
     import pyarrow as pa
 
-    from pipelines.intermediate import CLEAN_SCHEMA
+    from pipelines.intermediates import CLEAN_SCHEMA
 
     def table(a: int, b: int):
         part = docs[a:b]
@@ -274,7 +307,7 @@ def _tokenized_table(docs: Sequence[TokenizedDocument]):
     import numpy as np
     import pyarrow as pa
 
-    from pipelines.intermediate import TOKENIZED_SCHEMA
+    from pipelines.intermediates import TOKENIZED_SCHEMA
 
     per_doc = np.fromiter((len(d.sentences) for d in docs), dtype=np.int64, count=len(docs))
     per_sent = np.fromiter((len(s) for d in docs for s in d.sentences), dtype=np.int64, count=int(per_doc.sum()))
@@ -301,7 +334,7 @@ def _tokenized_table(docs: Sequence[TokenizedDocument]):
 def write_tokenized_parquet(docs: Sequence[TokenizedDocument], out: Any) -> None:
     """One tokenized part file, sorted documents in, written into the file ``out`` in row groups of
     ~``TOKENIZED_ROW_GROUP_IDS`` token ids (a part holds a whole packing group)."""
-    from pipelines.intermediate import TOKENIZED_SCHEMA
+    from pipelines.intermediates import TOKENIZED_SCHEMA
 
     runs = size_runs((sum(map(len, d.sentences)) for d in docs), TOKENIZED_ROW_GROUP_IDS)
     write_row_groups(out, TOKENIZED_SCHEMA, (_tokenized_table(docs[a:b]) for a, b in runs))
@@ -372,7 +405,7 @@ class WriteClean(beam.PTransform):
     ``sized_by``: the documents the part count is taken from (default: the kept documents). The build
     passes the clean documents before dedupe: a count that is ready before the kept documents are
     known lets the routing run in the stage that produces them, where a count of the kept documents
-    themselves made the runner store every kept document until it was done (#16, item 2). Parts then
+    themselves made the runner store every kept document until it was done. Parts then
     hold at most the target, fewer characters where many documents were duplicates.
     """
 
@@ -381,7 +414,7 @@ class WriteClean(beam.PTransform):
         self.output, self.sized_by = output, sized_by
 
     def expand(self, kept):
-        from pipelines.intermediate import CLEAN_DIR
+        from pipelines.intermediates import CLEAN_DIR
 
         basis = kept if self.sized_by is None else self.sized_by
         parts = basis | "CleanParts" >> PartCount(size=_text_chars, size_per_part=CLEAN_PART_CHARS)

@@ -1,6 +1,7 @@
 """A synthetic corpus with known duplicates, and the scoring of a dedupe run against it.
 
-Used by benchmarks/bench_dedupe.py (quality half) and tests/test_dedupe.py: per family an
+Used by tests/test_dedupe.py, tests/test_dedupe_wiring.py and the dedupe benchmarks
+(benchmarks/bench_dedupe.py's quality half; bench_near_dedupe.py runs ``run_dedupe``): per family an
 original, exact copies and near copies at known word edit rates, plus unrelated documents; the
 ground truth says which is which, and ``evaluate`` turns a list of ``Duplicate`` records into
 precision / recall against it (with true Jaccard computed independently of our hashing).
@@ -19,7 +20,7 @@ from itertools import combinations
 from pathlib import Path
 
 from pipelines.records import Document, Duplicate, make_doc_id
-from tests.reference import true_jaccard, true_near  # noqa: F401 (benchmarks and tests score with them)
+from tests.reference import true_jaccard, true_near
 
 EDIT_RATES = (0.01, 0.02, 0.05, 0.10, 0.15, 0.20)
 SOURCES = ("ccnews", "openwebtext", "stories")
