@@ -1,94 +1,200 @@
 """The Beam commands' own flags and their --help, without Beam (importing it takes ~2 s).
 
-``python -m pipelines.build`` / ``repack`` / ``serve`` (and ``shardforge build`` / ``repack``) answer
-``--help`` from here before anything imports Beam (``exit_on_help``); the same adders register the
-flags on Beam's ``PipelineOptions`` (``pipelines.options.BuildOptions`` …), so the help and the parser
-the job runs with are one list. A command's description is its module's docstring, read from the
-source (``module_doc``) so that the module need not be imported. ``--help_beam`` (Beam's own options)
-needs Beam: ``pipelines.options.handle_help``.
+``python -m pipelines.build`` / ``repack`` / ``serve`` (and ``shardforge build`` / ``repack`` / ``serve``)
+answer ``--help`` from here before anything imports Beam (``exit_on_help``), and ``build`` and ``repack``
+refuse a mistyped flag or a bad value here too (``check_flags``), against their own flags and a list of
+Beam's (``BEAM_FLAGS``). The same adders register the flags on Beam's ``PipelineOptions``
+(``pipelines.options.BuildOptions`` …), so the help and the parser the job runs with are one list, and
+the job checks argv again once Beam is imported. ``--help_beam`` (Beam's own options) needs Beam:
+``pipelines.options.handle_help``.
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import importlib.metadata
 import importlib.util
 import sys
+import textwrap
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
-from shardforge.console.args import ArgumentParser
+from schemas.config import (
+    BuildConfig,
+    CleanConfig,
+    DecontaminateConfig,
+    PackingConfig,
+    PackingRule,
+    ShardConfig,
+    SourceConfig,
+    SourceFormat,
+    TokenizerConfig,
+)
+from shardforge.console.args import ArgumentParser, option_strings, unknown_args_message
 
 DEFAULT_SPILL_MB = 32
 
-BEAM_HELP_NOTE = (
-    "\nEvery standard Beam pipeline option (--runner, --project, --region, --temp_location, "
-    "--sdk_container_image, --direct_num_workers, ...) is accepted too (--help_beam lists them); any other "
-    "flag is an error. Without --runner the job runs locally on Beam's FnApiRunner (nothing is downloaded): "
-    "--doc_processes N cleans, sketches and splits documents in N processes beside the runner (0: one per "
-    "core; the faster way to use a machine's cores, docs/scaling.md), --direct_num_workers N runs N Beam "
-    "worker processes instead, and stage data past --spill_mb MB per buffer "
-    f"({DEFAULT_SPILL_MB:g}; -1 keeps it all in memory) goes to temporary files under --spill_dir.")
+RULES = get_args(PackingRule)
+FORMATS = get_args(SourceFormat)
+TOKENIZER_KINDS = get_args(TokenizerConfig.model_fields["model_type"].annotation)
 
+BEAM_HELP_NOTE = "\n" + textwrap.fill(
+    "Apache Beam's own options (--runner, --project, --region, --temp_location, --sdk_container_image, "
+    "--direct_num_workers, ...) are accepted too: --help_beam lists them. Any other flag is an error. "
+    "Without --runner the job runs on this machine (nothing is downloaded).", width=79)
+
+BUILD_DESCRIPTION = """\
+Build a training corpus from raw text: read the inputs, clean them, remove exact
+and near duplicates, split sentences, train a tokenizer (or reuse one), encode,
+pack into sequences, and write WebDataset shards with their manifest.json, a
+report.html (what was kept, filtered and deduplicated, and why) and timings.html.
+A build that finished is never changed: build into a new --output to change it.
+
+examples:
+  %(prog)s --input 'data/*.jsonl' --output out/corpus
+  %(prog)s --config examples/build.yaml --input 'data/*.jsonl' --output out/corpus
+  %(prog)s --input ccnews=gs://raw/cc/*.jsonl.gz --output gs://corpora/v1 \\
+      --runner DataflowRunner --project P --region R --temp_location gs://tmp/beam
+
+Flags override the --config file; what neither sets takes the default shown.
+It prints a short summary (--json: the summary as JSON) and the report's path."""
+
+REPACK_DESCRIPTION = """\
+A new corpus with another packing rule, sequence length, split or shard size,
+from an existing corpus's tokenized documents: nothing is cleaned, deduplicated
+or tokenized again, and the tokenizer is the parent's (copied into the new corpus).
+With the parent's own settings the shards come out the same bytes as the parent's.
+
+examples:
+  %(prog)s --tokenized out/corpus --output out/corpus-doc --rule doc_sentences
+  %(prog)s --tokenized gs://corpora/v1 --output gs://corpora/v1-sop --rule sop --max_seq_len 256"""
 
 SERVE_HELP_NOTE = """
 Build flags of `python -m pipelines.build` (--config, --rule, --max_seq_len,
---vocab_size, --tokenizer, …; not --input/--output) shape version 1.
+--vocab_size, --tokenizer, …; not --input/--output) shape version 1; its
+--doc_processes, --spill_mb and --spill_dir are taken too (build --help).
 """
 
 
+def _default(model: Any, name: str) -> Any:
+    """A config field's default (what the help shows)."""
+    return model.model_fields[name].default
+
+
 def add_build_flags(parser: Any) -> None:
-    """``python -m pipelines.build``'s flags (``BuildOptions``)."""
-    g = parser.add_argument_group("shardforge build")
-    g.add_argument("--input", action="append", default=None,
-                   help="Raw input URL or glob (local, gs://, s3://). Repeat for several sources; "
-                        "prefix with NAME= to tag a source (e.g. ccnews=gs://b/cc/*.jsonl).")
-    g.add_argument("--output", default=None, help="Corpus output URL (a local folder, gs://…, s3://…).")
-    g.add_argument("--config", default=None, help="Build config (YAML/JSON, any fsspec URL); flags override it.")
-    g.add_argument("--format", default=None, help="Input format for --input sources (default: auto by extension).")
-    g.add_argument("--rule", default=None,
-                   help="Packing rule: full_sentences | doc_sentences | segment_pair_nsp | sentence_pair_nsp | sop.")
-    g.add_argument("--max_seq_len", type=int, default=None, help="Max tokens per sequence, specials included (512).")
-    g.add_argument("--vocab_size", type=int, default=None, help="SentencePiece vocabulary size to train.")
-    g.add_argument("--tokenizer", default=None, help="Reuse an existing tokenizer instead of training: an spm.model, a "
-                   "tokenizer.json (ours, or an existing model's: docs/continued-pretraining.md) or "
-                   "a Hugging Face model folder holding one.")
-    g.add_argument("--valid_fraction", type=float, default=None, help="Share of documents in the valid split.")
-    g.add_argument("--shard_bytes", type=int, default=None, help="Target shard size in bytes (256 MB).")
-    g.add_argument("--shard_samples", type=int, default=None, help="Target shard size in samples.")
-    g.add_argument("--seed", type=int, default=None, help="Seed of every content-keyed random choice.")
-    g.add_argument("--min_words", type=int, default=None, help="Minimum words per document (Gopher: 50).")
-    g.add_argument("--no_near_dedupe", action="store_true", default=False, help="Exact dedupe only.")
-    g.add_argument("--dedupe_index", default=None,
-                   help="Signature index of an existing corpus to deduplicate against (incremental builds).")
-    g.add_argument("--batch_mb", type=float, default=None,
+    """``python -m pipelines.build``'s flags (``BuildOptions``); each names its config key and default."""
+    g = parser.add_argument_group("what to build")
+    g.add_argument("--input", action="append", default=None, metavar="[NAME=]URL",
+                   help="Raw input file, folder or glob (local, gs://, s3://, http://). Repeat for several "
+                        "sources; NAME= names a source in the report (e.g. ccnews=gs://b/cc/*.jsonl.gz).")
+    g.add_argument("--output", default=None, metavar="URL",
+                   help="Where the corpus goes (a new local folder, gs://…, s3://…).")
+    g.add_argument("--config", default=None, metavar="FILE",
+                   help="Build config (YAML or JSON, any URL; examples/build.yaml is a commented one). It may "
+                        "set only some sections; flags override it.")
+    g.add_argument("--format", default=None, metavar="FORMAT",
+                   help=f"Format of the --input files: {', '.join(FORMATS)} (default: auto, by extension).")
+    g.add_argument("--text_field", default=None, metavar="FIELD",
+                   help="The field holding the text in JSON / JSONL / Parquet records of the --input files "
+                        f"(default: {_default(SourceConfig, 'text_field')}).")
+    g.add_argument("--follow_links", action="store_true", default=False,
+                   help="Read local links that lead out of the folder an --input names (refused by default: "
+                        "each is one not_a_file reject).")
+    c = parser.add_argument_group("cleaning and duplicates")
+    c.add_argument("--languages", default=None, metavar="CODES",
+                   help="Languages to keep, a comma list of codes (en,de,fr,zh,...), or 'any' to keep every "
+                        f"language (default: {','.join(_default(CleanConfig, 'languages'))}).")
+    c.add_argument("--min_words", type=int, default=None, metavar="N",
+                   help=f"Fewest words a document may have (default: {_default(CleanConfig, 'min_words')}).")
+    c.add_argument("--pii", default=None, metavar="KINDS",
+                   help="PII kinds replaced by placeholders in kept documents: a comma list of email, ip, phone, "
+                        "or none (default: email,ip; docs/cleaning.md).")
+    c.add_argument("--no_near_dedupe", action="store_true", default=False,
+                   help="Remove exact duplicates only (default: near duplicates too).")
+    c.add_argument("--dedupe_index", default=None, metavar="URL",
+                   help="The dedupe index of an existing corpus (its dedupe/index folder, which its manifest "
+                        "names): documents that duplicate that corpus's are removed too (incremental builds).")
+    c.add_argument("--decontaminate", action="append", default=None, metavar="PATH",
+                   help="Evaluation sets (JSONL, JSON or text files; any URL or glob; repeat for several): "
+                        "documents sharing an n-gram with them are removed (docs/dedupe.md).")
+    c.add_argument("--decontaminate_ngram", type=int, default=None, metavar="N",
+                   help=f"Words per n-gram of --decontaminate (default: {_default(DecontaminateConfig, 'ngram')}, "
+                        "as GPT-3).")
+    c.add_argument("--decontaminate_mode", default=None, metavar="MODE",
+                   help="document (remove the document; the default) or spans (cut out only the overlapping words).")
+    t = parser.add_argument_group("tokenizer")
+    t.add_argument("--tokenizer_kind", default=None, metavar="KIND",
+                   help=f"Tokenizer to train: {', '.join(TOKENIZER_KINDS)}; unigram and bpe are SentencePiece's, "
+                        "byte_bpe is a byte-level BPE as RoBERTa's (default: "
+                        f"{_default(TokenizerConfig, 'model_type')}).")
+    t.add_argument("--vocab_size", type=int, default=None, metavar="N",
+                   help=f"Vocabulary size to train (default: {_default(TokenizerConfig, 'vocab_size')}).")
+    t.add_argument("--tokenizer", default=None, metavar="PATH",
+                   help="Reuse an existing tokenizer instead of training one: an spm.model, a tokenizer.json "
+                        "(ours, or an existing model's: docs/continued-pretraining.md) or a Hugging Face model "
+                        "folder holding one.")
+    p = parser.add_argument_group("packing and shards")
+    p.add_argument("--rule", default=None, metavar="RULE",
+                   help=f"Packing rule: {', '.join(RULES)} (default: {_default(PackingConfig, 'rule')}; "
+                        "docs/packing.md).")
+    p.add_argument("--max_seq_len", type=int, default=None, metavar="N",
+                   help=f"Most tokens per sequence, special tokens included (default: "
+                        f"{_default(PackingConfig, 'max_seq_len')}).")
+    p.add_argument("--valid_fraction", type=float, default=None, metavar="F",
+                   help=f"Share of documents in the valid split (default: {_default(PackingConfig, 'valid_fraction')}).")
+    p.add_argument("--shard_bytes", type=int, default=None, metavar="BYTES",
+                   help=f"Target shard size in bytes (default: {_default(ShardConfig, 'target_bytes')}, "
+                        f"{_default(ShardConfig, 'target_bytes') >> 20} MB).")
+    p.add_argument("--shard_samples", type=int, default=None, metavar="N",
+                   help="Target shard size in samples (default: by bytes only).")
+    p.add_argument("--seed", type=int, default=None, metavar="N",
+                   help="Seed of every random choice (the split, packing, the tokenizer's sample); the same "
+                        f"input, config and seed give the same bytes (default: {_default(BuildConfig, 'seed')}).")
+    p.add_argument("--batch_mb", type=float, default=None, metavar="MB",
                    help="Build in batches of at most this many MB of input files, each appended to the "
-                        "corpus as a version: memory bounded by the batch, not the corpus (local runs; "
+                        "corpus as a version: memory bounded by the batch, not the corpus (on this machine; "
                         "see docs/scaling.md). A rerun resumes after the last committed batch.")
 
 
-def add_local_runner_flags(parser: Any) -> None:
-    """The local runner's cores and memory (``LocalRunnerOptions``): every command that runs a pipeline."""
-    g = parser.add_argument_group("local runner cores and memory")
-    g.add_argument("--doc_processes", type=int, default=None,
-                   help="Local runner: clean (with language ID), sketch and split documents into sentences "
-                        "in this many processes beside the runner, which goes on with the rest (0: one per "
-                        "core; default 1: in the runner). Output does not depend on it. See docs/scaling.md "
-                        "for it against --direct_num_workers.")
-    g.add_argument("--spill_mb", type=float, default=None,
-                   help="Local runner: MB of encoded data each stage-to-stage buffer keeps in memory; the rest "
-                        "goes to temporary files, and stages stream their input and output (default "
-                        f"{DEFAULT_SPILL_MB}; 0 spills everything; -1 keeps everything in memory, as Beam "
-                        "does). Output does not depend on it.")
-    g.add_argument("--spill_dir", default=None,
-                   help="Local runner: folder for the spilled data (default: the system temporary folder; "
-                        "files are unlinked at creation and gone when the build ends).")
+def add_summary_flags(parser: Any) -> None:
+    """What the build prints (the driver's own: not a Beam option, ``take_json``)."""
+    parser.add_argument("--json", action="store_true", default=False,
+                        help="Print the build's summary as JSON on stdout (default: a few lines for a person).")
+
+
+def take_json(argv: Sequence[str]) -> tuple[bool, list[str]]:
+    """(whether argv asks for --json, argv without it): the rest goes to Beam, which knows no --json."""
+    rest = [a for a in argv if a != "--json"]
+    return len(rest) != len(argv), rest
+
+
+def add_local_runner_flags(parser: Any, doc_processes: bool = True) -> None:
+    """The local runner's cores and memory (``LocalRunnerOptions``): every command that runs a pipeline.
+
+    doc_processes=False: memory only (repack's help: it cleans no documents)."""
+    g = parser.add_argument_group("cores and memory on this machine (no --runner)" if doc_processes
+                                  else "memory on this machine (no --runner)")
+    if doc_processes:
+        g.add_argument("--doc_processes", type=int, default=None, metavar="N",
+                       help="Clean (with language ID), sketch and split documents into sentences in N processes "
+                            "beside the build, which goes on with the rest (0: one per core; default: 1, in the "
+                            "build's own process). The faster way to use a machine's cores; the output does not "
+                            "depend on it (docs/scaling.md; Beam's --direct_num_workers N runs N whole workers "
+                            "instead).")
+    g.add_argument("--spill_mb", type=float, default=None, metavar="MB",
+                   help="MB of data each step keeps in memory on its way to the next; the rest goes to "
+                        f"temporary files (default: {DEFAULT_SPILL_MB}; 0 spills everything; -1 keeps everything "
+                        "in memory). The output does not depend on it.")
+    g.add_argument("--spill_dir", default=None, metavar="DIR",
+                   help="Folder for the spilled data (default: the system temporary folder; the files are "
+                        "gone when the build ends).")
 
 
 def add_repack_flags(parser: Any) -> None:
     """``python -m pipelines.repack``'s flags (``RepackOptions``)."""
-    g = parser.add_argument_group("shardforge repack")
+    g = parser.add_argument_group("what to repack")
 
     def add(*names: str, **kw: Any) -> None:
         # Beam parses every PipelineOptions subclass with one parser, so a flag that
@@ -98,20 +204,25 @@ def add_repack_flags(parser: Any) -> None:
         except argparse.ArgumentError:
             pass
 
-    add("--tokenized", default=None, help="Parent corpus root (or its manifest.json, or its tokenized/ folder).")
-    add("--output", default=None, help="New corpus URL (must differ from the parent's).")
-    add("--rule", default=None, help="Packing rule: full_sentences | doc_sentences | segment_pair_nsp | "
-                                     "sentence_pair_nsp | sop (default: the parent's).")
-    add("--max_seq_len", type=int, default=None, help="Max tokens per sequence (default: the parent's).")
-    add("--short_seq_prob", type=float, default=None,
+    add("--tokenized", default=None, metavar="URL",
+        help="The parent corpus (its folder, its manifest.json, or its tokenized/ folder).")
+    add("--output", default=None, metavar="URL", help="Where the new corpus goes (not the parent's folder).")
+    add("--rule", default=None, metavar="RULE",
+        help=f"Packing rule: {', '.join(RULES)} (default: the parent's; docs/packing.md).")
+    add("--max_seq_len", type=int, default=None, metavar="N",
+        help="Most tokens per sequence (default: the parent's).")
+    add("--short_seq_prob", type=float, default=None, metavar="P",
         help="Share of shorter target lengths (default: 0.1 for pair rules, else 0).")
-    add("--seed", type=int, default=None, help="Seed of the split and packing coins (default: the parent's).")
-    add("--valid_fraction", type=float, default=None, help="Share of documents in valid (default: the parent's).")
-    add("--shard_bytes", type=int, default=None, help="Target shard size in bytes (default: the parent's).")
-    add("--shard_samples", type=int, default=None, help="Target shard size in samples (default: the parent's).")
-    add("--groups", type=int, default=None, help="Packing groups (default: from the token count).")
-    add("--tokenizer_ref", action="store_true", default=False,
-        help="Refused: a manifest names only files inside its corpus, so the tokenizer is always copied.")
+    add("--seed", type=int, default=None, metavar="N", help="Seed of the split and packing (default: the parent's).")
+    add("--valid_fraction", type=float, default=None, metavar="F",
+        help="Share of documents in valid (default: the parent's).")
+    add("--shard_bytes", type=int, default=None, metavar="BYTES",
+        help="Target shard size in bytes (default: the parent's).")
+    add("--shard_samples", type=int, default=None, metavar="N",
+        help="Target shard size in samples (default: the parent's).")
+    add("--groups", type=int, default=None, metavar="N", help="Packing groups (default: from the token count).")
+    # Refused with its reason when given (a manifest names only files inside its corpus); not offered.
+    add("--tokenizer_ref", action="store_true", default=False, help=argparse.SUPPRESS)
 
 
 def add_serve_flags(p: Any) -> None:
@@ -152,12 +263,26 @@ def command_parser(prog: str, description: str | None,
     return parser
 
 
-def build_parser() -> ArgumentParser:
-    return command_parser("python -m pipelines.build", module_doc("pipelines.jobs.build"), add_build_flags)
+def build_parser(runner_flags: bool = True) -> ArgumentParser:
+    """The build's flags, for --help and ``check_flags``; runner_flags=False: the build's own flags only
+    (what the driver takes out of argv before the rest goes to Beam, the local runner's flags included)."""
+    def add(p: argparse.ArgumentParser) -> None:
+        add_build_flags(p)
+        if runner_flags:
+            add_local_runner_flags(p)
+        add_summary_flags(p.add_argument_group("output"))
+
+    return command_parser("python -m pipelines.build", BUILD_DESCRIPTION, add)
 
 
-def repack_parser() -> ArgumentParser:
-    return command_parser("python -m pipelines.repack", module_doc("pipelines.jobs.repack"), add_repack_flags)
+def repack_parser(runner_flags: bool = True) -> ArgumentParser:
+    """Repack's flags, for --help and ``check_flags``; runner_flags=False: as ``build_parser``."""
+    def add(p: argparse.ArgumentParser) -> None:
+        add_repack_flags(p)
+        if runner_flags:
+            add_local_runner_flags(p, doc_processes=False)
+
+    return command_parser("python -m pipelines.repack", REPACK_DESCRIPTION, add)
 
 
 def serve_parser() -> ArgumentParser:
@@ -185,23 +310,133 @@ def answer_help(parser: Callable[[], argparse.ArgumentParser], argv: Sequence[st
     return True
 
 
-def exit_on_help(parser: Callable[[], argparse.ArgumentParser], argv: Sequence[str]) -> None:
-    """As the program (before Beam is imported): print --help and exit 0 if argv asks for it."""
+def exit_on_help(parser: Callable[[], argparse.ArgumentParser], argv: Sequence[str], *,
+                 check: bool = False) -> None:
+    """As the program (before Beam is imported): print --help and exit 0 if argv asks for it.
+
+    check: then refuse a mistaken flag or value in one line, exit 2 (``check_flags``)."""
     if answer_help(parser, argv):
         sys.stdout.flush()
         raise SystemExit(0)
+    if check:
+        check_flags(parser(), argv)
 
 
 def build_help(argv: Sequence[str]) -> bool:
-    """``shardforge build --help`` before the build module (and Beam) is imported; True if answered."""
-    return answer_help(build_parser, argv)
+    """``shardforge build`` before the build module (and Beam) is imported: True where it answered --help;
+    a mistaken flag or value exits 2 with one line (``check_flags``)."""
+    if answer_help(build_parser, argv):
+        return True
+    check_flags(build_parser(), argv)
+    return False
 
 
 def repack_help(argv: Sequence[str]) -> bool:
-    """``shardforge repack --help`` before the repack module (and Beam) is imported; True if answered."""
-    return answer_help(repack_parser, argv)
+    """``shardforge repack`` before the repack module (and Beam) is imported: as ``build_help``."""
+    if answer_help(repack_parser, argv):
+        return True
+    check_flags(repack_parser(), argv)
+    return False
 
 
 def serve_help(argv: Sequence[str]) -> bool:
     """``shardforge serve --help`` before the serve module (and Beam) is imported; True if answered."""
     return answer_help(serve_parser, argv)
+
+
+# ---------------------------------------------------------------- flag mistakes, before Beam is imported
+
+# The values a flag may take (the config's own lists), checked before the config is made so that a
+# mistake names the flag the user typed, not the config key it sets.
+FLAG_CHOICES: dict[str, tuple[str, ...]] = {
+    "rule": RULES, "format": FORMATS, "tokenizer_kind": TOKENIZER_KINDS,
+    "decontaminate_mode": get_args(DecontaminateConfig.model_fields["mode"].annotation)}
+
+# Apache Beam's own flags: every option of the PipelineOptions classes Beam registers (its
+# pipeline_options module), at the Beam version the project pins. A flag neither the command nor this
+# list knows is refused before Beam is imported (~2 s, 9-13 s on a busy machine); under another Beam
+# version (or a runner given by its module path, which may bring options of its own) only the check
+# after the import, against Beam's live parser, counts. tests/test_cli_flags.py checks the list.
+BEAM_VERSION = "2.77.0"
+BEAM_FLAGS = frozenset("--" + name for name in """
+allow_non_deterministic_key_coders allow_unsafe_triggers application_id artifact_endpoint artifact_port
+artifacts_dir auto_unique_labels autoscaling_algorithm azure_connection_string azure_managed_identity_client_id
+beam_plugin beam_plugins beam_services blob_service_endpoint bootstrap_servers cloud_build_machine_type
+create_from_snapshot dataflow_endpoint dataflow_job_file dataflow_kms_key dataflow_service_option
+dataflow_service_options default_sdk_harness_log_level direct_embed_docker_python direct_num_workers
+direct_runner_bundle_repeat direct_running_mode direct_test_splits disable_beartype disk_provisioned_iops
+disk_provisioned_throughput_mibps disk_size_gb disk_type docker_registry_push_url dry_run
+element_processing_timeout_minutes enable_artifact_caching enable_bucket_read_metric_counter
+enable_bucket_write_metric_counter enable_gcsio_blob_generation enable_hot_key_logging enable_streaming_engine
+environment_cache_millis environment_config environment_option environment_options environment_type
+exclude_infer_dataclass_field_type expansion_port experiment experiments extra_package extra_packages
+file_to_stage files_to_stage flexrs_goal flink_job_server_jar flink_master flink_submit_uber_jar flink_version
+force_cloudpickle_deterministic_coders gbek gcp_oauth_scope gcp_oauth_scopes gcs_custom_audit_entries
+gcs_custom_audit_entry hdfs_full_urls hdfs_host hdfs_port hdfs_user impersonate_service_account jar_cache_dir
+job-server-timeout job_endpoint job_name job_port job_server_java_launcher job_server_jvm_properties
+job_server_jvm_property job_server_timeout kafka_streams_job_server_jar label labels machine_type
+maven_repository_url max_cache_memory_usage_mb max_num_workers max_parallelism min_cpu_platform network no_auth
+no_direct_runner_use_stacked_bundle no_gcsio_throttling_counter no_pipeline_type_check no_save_main_session
+no_use_public_ips no_wait_until_finish num_workers number_of_worker_harness_threads on_success_matcher
+output_executable_path parallelism performance_runtime_type_check pickle_library
+prebuild_sdk_container_base_image prebuild_sdk_container_engine prism_beam_version_override prism_location
+prism_log_kind prism_log_level profile_cpu profile_location profile_memory profile_postprocess_interval_sec
+profile_sample_rate profile_temp_location profile_upload_interval_sec profiler_agent profiler_extra_arg
+profiler_extra_args profiler_extra_env_var profiler_extra_env_vars profiler_stop_after_crash
+profiler_stop_after_sec project pubsub_root_url region requirements_cache requirements_cache_only_sources
+requirements_file resource_hint resource_hints runner runtime_type_check s3_access_key_id s3_api_version
+s3_disable_ssl s3_endpoint_url s3_region_name s3_secret_access_key s3_session_token s3_verify save_main_session
+sdk_container_image sdk_harness_container_image_overrides sdk_harness_log_level_overrides sdk_location
+sdk_worker_parallelism service_account_email setup_file spark_job_server_jar spark_master_url spark_rest_url
+spark_submit_uber_jar spark_version staging_location streaming subnetwork temp_location template_location
+transform_name_mapping type_check_additional type_check_strictness update update_compatibility_version
+use_public_ips use_transform_service user_agent wait_until_finish_duration worker_disk_type
+worker_harness_container_image worker_machine_type worker_region worker_zone zone
+""".split())
+
+
+# Beam's runners whose options are all among BEAM_FLAGS (lowercase, without "Runner"). Another runner
+# (DaskRunner, one given by its module path) may register options of its own when Beam imports it.
+RUNNERS_OF_BEAM_FLAGS = frozenset({"direct", "fnapi", "bundlebaseddirect", "switchingdirect", "testdirect", "dataflow",
+                                   "testdataflow", "portable", "flink", "spark", "prism"})
+
+
+def beam_flags_known(argv: Sequence[str]) -> bool:
+    """Whether BEAM_FLAGS is every Beam flag this command can take: the pinned Beam is installed, and
+    ``--runner`` (if given) is one of ``RUNNERS_OF_BEAM_FLAGS``."""
+    try:
+        if importlib.metadata.version("apache-beam") != BEAM_VERSION:
+            return False
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    runners = [a.split("=", 1)[1] if a.startswith("--runner=") else (argv[i + 1] if i + 1 < len(argv) else "")
+               for i, a in enumerate(argv) if a == "--runner" or a.startswith("--runner=")]
+    if not runners:
+        return True
+    name = runners[-1].lower()
+    return (name[:-len("runner")] if name.endswith("runner") else name) in RUNNERS_OF_BEAM_FLAGS
+
+
+def choice_problem(flag: str, value: str, choices: Sequence[str]) -> str:
+    """One line for a value that is not one of choices, with the closest one."""
+    import difflib
+
+    close = difflib.get_close_matches(value, choices, n=1, cutoff=0.5)
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    return f"--{flag} {value!r} is not one of {', '.join(choices)}{hint}"
+
+
+def check_flags(parser: argparse.ArgumentParser, argv: Sequence[str]) -> None:
+    """Exit 2 with one line (the parser's error) on a flag neither the command nor Beam knows, a value of
+    the wrong type, or a value not among a flag's choices (``FLAG_CHOICES``), before Beam is imported.
+    What passes is checked again once Beam is imported (``pipelines.options.check_beam_args``)."""
+    ns, extra = parser.parse_known_args(list(argv))  # a value of the wrong type: parser.error
+    for flag, choices in FLAG_CHOICES.items():
+        value = getattr(ns, flag, None)
+        if value is not None and value not in choices:
+            parser.error(choice_problem(flag, value, choices))
+    if not beam_flags_known(argv):
+        return
+    unknown = [a for a in extra if a.startswith("--") and a != "--" and a.split("=", 1)[0] not in BEAM_FLAGS]
+    if unknown:
+        parser.error(unknown_args_message(unknown, [*option_strings(parser), *sorted(BEAM_FLAGS)]))

@@ -1,4 +1,4 @@
-"""The build graph: raw text -> clean -> dedupe -> sentences -> tokenizer -> tokenize -> pack -> shards.
+"""The build graph: raw text -> clean -> [decontaminate] -> dedupe -> sentences -> tokenizer -> tokenize -> pack -> shards.
 
 Only wiring: every step is a named composite transform from the module that owns the stage.
 The drivers (``pipelines.jobs.build`` one-shot, ``pipelines.jobs.ingest`` one batch of a versioned corpus,
@@ -28,7 +28,7 @@ from pipelines.pack.step import TokenGroups
 from pipelines.report.accounting import Account
 from pipelines.report.writer import WriteReport
 from pipelines.sources import ReadSources
-from pipelines.stages import CleanDocuments, DropEmpty, SplitSentences, tokenizer_model
+from pipelines.stages import CleanDocuments, DropEmpty, SplitSentences, decontaminate, tokenizer_model
 from pipelines.tokenizer.encode import Tokenize
 from schemas.config import BuildConfig
 from schemas.naming import work_dir
@@ -56,7 +56,8 @@ class AppendTo:
 
 def build_pipeline(p: beam.Pipeline, cfg: BuildConfig, output: str, *,
                    files: dict[str, list[str]] | None = None, append: AppendTo | None = None,
-                   tag: str | None = None, plan: RunnerPlan | None = None) -> None:
+                   tag: str | None = None, plan: RunnerPlan | None = None,
+                   expect: dict[str, dict[str, str]] | None = None) -> None:
     """Add the whole build to pipeline p.
 
     files: read exactly these URLs per source name instead of each source's glob.
@@ -66,25 +67,29 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig, output: str, *,
     carry it; everything else goes under ``output/versions/{tag}/``; the manifest
     is committed by a conditional create (docs/architecture.md, "Commit protocol").
     plan: the choices that depend on the runner (``RunnerPlan.of(options)``; default: one in-process worker).
+    expect: per source, URL -> the content fingerprint the tag was made from (``Attempt.fingerprints``):
+    the reader checks the bytes it reads against it, so a changed input fails the build.
     """
     plan = plan or RunnerPlan.in_process()
     root = output
     if append is None:
         if tag is None:
-            from pipelines.corpus.commit import one_shot_tag
+            from pipelines.corpus.commit import one_shot_attempt
 
-            tag = one_shot_tag(cfg, files)
+            attempt = one_shot_attempt(cfg, files)
+            tag, expect = attempt.tag, attempt.fingerprints
         output = join(root, work_dir(tag))
     else:
         tag = append.tag
 
-    read = p | "ReadSources" >> ReadSources(cfg.sources, files)
+    read = p | "ReadSources" >> ReadSources(cfg.sources, files, expect)
     documents = read.documents
     if plan.spread_documents:  # one big file would otherwise clean and sketch on one worker
         documents = documents | "SpreadDocuments" >> beam.Reshuffle()
     cleaned = documents | "Clean" >> CleanDocuments(cfg.clean, cfg.sources)
-    rejects = (read.rejects, cleaned.rejects) | "AllRejects" >> beam.Flatten()
-    dedupe = cleaned.documents | "Dedupe" >> Deduplicate(  # the local runner: verdicts and components unshuffled
+    clean_docs, decontaminated, decontamination = decontaminate(cleaned.documents, cfg.decontaminate)
+    rejects = (read.rejects, cleaned.rejects, *decontaminated) | "AllRejects" >> beam.Flatten()
+    dedupe = clean_docs | "Dedupe" >> Deduplicate(  # the local runner: verdicts and components unshuffled
         cfg.dedupe, index_in=cfg.dedupe.index, index_out=join(output, DEDUPE_INDEX_DIR),
         index_root=append.corpus if append is not None else root, one_machine=plan.one_machine)
     kept, duplicates = dedupe["kept"], dedupe["duplicates"]
@@ -100,7 +105,7 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig, output: str, *,
     groups = tokenized | "Groups" >> TokenGroups(cfg)
 
     reject_log = (rejects, duplicates) | "RejectLog" >> beam.Flatten()
-    written = [reject_log | "WriteRejects" >> WriteRejectLog(join(output, REJECTS_DIR))]
+    written = [reject_log | "WriteRejects" >> WriteRejectLog(join(output, REJECTS_DIR), origins=read.origins)]
     intermediates: dict[str, str] = {"rejects": REJECTS_DIR, "dedupe_index": DEDUPE_INDEX_DIR}
     tokenized_dir = None
     if cfg.write_intermediates:
@@ -125,4 +130,5 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig, output: str, *,
     # The report (report.html / report.json) comes right after the manifest commits.
     _ = manifest | "Report" >> WriteReport(root if append is None else output, before=cleaned.raw_words, after=kept,
                                            reject_log=reject_log, duplicates=duplicates, token_counts=tokenize.counts,
-                                           plans=corpus.plans, training=training)
+                                           plans=corpus.plans, training=training, pii=cleaned.pii,
+                                           decontamination=decontamination)

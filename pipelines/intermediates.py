@@ -20,7 +20,7 @@ import io
 import itertools
 import json
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import apache_beam as beam
@@ -32,8 +32,9 @@ from pipelines.coders import (
     encode_document,
 )
 from pipelines.metrics import SumPerBundle
-from pipelines.records import Reject, TokenizedDocument, stable_hash
-from shardforge.storage import join, unless_swept, write_bytes_atomic, write_stream_atomic
+from pipelines.records import Reject, TokenizedDocument, origin_key, position_text, stable_hash
+from shardforge.console.redact import redact_text
+from shardforge.storage import join, redact_url, unless_swept, write_bytes_atomic, write_stream_atomic
 
 CLEAN_DIR = "clean"
 TOKENIZED_DIR = "tokenized"
@@ -256,9 +257,9 @@ class WriteParts(beam.PTransform):
             name = part_name(index, ext)
             url = join(prefix, name)
             if stream:  # to_bytes(records, file) streams the part out: no copy of it in memory
-                unless_swept(lambda: write_stream_atomic(url, lambda f: to_bytes(ordered, f)), f"part {name}")
+                unless_swept(lambda: write_stream_atomic(url, lambda f: to_bytes(ordered, f), create=True), f"part {name}")
             else:
-                unless_swept(lambda: write_bytes_atomic(url, to_bytes(ordered)), f"part {name}")
+                unless_swept(lambda: write_bytes_atomic(url, to_bytes(ordered), create=True), f"part {name}")
             return name
 
         parts = self.parts
@@ -340,18 +341,37 @@ def write_tokenized_parquet(docs: Sequence[TokenizedDocument], out: Any) -> None
     write_row_groups(out, TOKENIZED_SCHEMA, (_tokenized_table(docs[a:b]) for a, b in runs))
 
 
-def rejects_to_jsonl(rejects: list[Any]) -> bytes:
-    rows = []
-    for r in rejects:
-        row = dataclasses.asdict(r)
-        if row.get("language", "") is None:  # only language rejects carry a code
-            del row["language"]
-        if row.get("similarity", "") is None:  # only near duplicates carry a verified similarity
-            del row["similarity"]
-        if not isinstance(r, Reject):
-            row["bucket"] = "duplicate"
-        rows.append(row)
-    return jsonl_bytes(rows)
+def reject_row(r: Any, origins: Mapping[str, tuple[str, str]] | None = None) -> dict[str, Any]:
+    """One reject-log entry (a Reject or a Duplicate) as JSON data, with the input file and the
+    record's place in it (``file``, ``position``): the Reject's own, else found from its doc id in
+    ``origins`` (``path_key`` -> (path, unit), what the readers read). URLs lose their credentials."""
+    row = dataclasses.asdict(r)
+    if row.get("language", "") is None:  # only language rejects carry a code
+        del row["language"]
+    if row.get("similarity", "") is None:  # only near duplicates carry a verified similarity
+        del row["similarity"]
+    if not isinstance(r, Reject):
+        row["bucket"] = "duplicate"
+    file, position = row.pop("file", None), row.pop("position", None)
+    if file is not None:  # the reader's words about a file (an error, a URL): no credentials in them
+        row["snippet"] = redact_text(row["snippet"])
+    elif origins is not None:
+        key = origin_key(r.doc_id)
+        origin = origins.get(key[0]) if key is not None else None
+        if origin is not None:
+            file, position = origin[0], position_text(origin[1], key[1])  # type: ignore[index]
+    if file is not None:
+        row["file"], row["position"] = redact_url(file), position
+    return row
+
+
+def rejects_to_jsonl(rejects: list[Any], origins: Mapping[str, tuple[str, str]] | None = None) -> bytes:
+    """Reject-log lines (``reject_row``), in the order given."""
+    return jsonl_bytes([reject_row(r, origins) for r in rejects])
+
+
+def _row_doc_id(row: dict[str, Any]) -> str:
+    return row["doc_id"]
 
 
 def read_tokenized_parquet(url: str) -> list[TokenizedDocument]:
@@ -385,15 +405,24 @@ REJECTS_PER_PART = 100_000
 
 
 class WriteRejectLog(beam.PTransform):
-    """Rejects and duplicates -> ``{prefix}/part-NNNNN.jsonl`` (as many parts as ``per_part`` needs)."""
+    """Rejects and duplicates -> ``{prefix}/part-NNNNN.jsonl`` (as many parts as ``per_part`` needs).
 
-    def __init__(self, prefix: str, per_part: int = REJECTS_PER_PART):
+    origins: the readers' ``(path_key, (path, unit))`` pairs (``ReadSources``' ``origins``): every
+    entry then names its input file and the record's place in it (``reject_row``). One pair per
+    file read (and per nested archive member read as a stream): a side input the size of the listing.
+    """
+
+    def __init__(self, prefix: str, per_part: int = REJECTS_PER_PART, origins: Any = None):
         super().__init__()
-        self.prefix, self.per_part = prefix, per_part
+        self.prefix, self.per_part, self.origins = prefix, per_part, origins
 
     def expand(self, records):
-        parts = records | "RejectParts" >> PartCount(self.per_part)
-        return records | "Write" >> WriteParts(self.prefix, "jsonl", rejects_to_jsonl, parts)
+        if self.origins is None:
+            parts = records | "RejectParts" >> PartCount(self.per_part)
+            return records | "Write" >> WriteParts(self.prefix, "jsonl", rejects_to_jsonl, parts)
+        rows = records | "Trace" >> beam.Map(reject_row, beam.pvalue.AsDict(self.origins))
+        parts = rows | "RejectParts" >> PartCount(self.per_part)
+        return rows | "Write" >> WriteParts(self.prefix, "jsonl", jsonl_bytes, parts, doc_id=_row_doc_id)
 
 
 class WriteClean(beam.PTransform):

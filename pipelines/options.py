@@ -22,16 +22,23 @@ from apache_beam.options.pipeline_options import PipelineOptions, SetupOptions, 
 
 from pipelines.flags import DEFAULT_SPILL_MB, add_build_flags, add_local_runner_flags, answer_help
 from pipelines.localrunner.preflight import (  # noqa: F401 - re-exported: the runner checks live together
+    DASK_REFUSED,
     DATAFLOW_INSTALL,
     DATAFLOW_MODULES,
+    JobFailed,
     dataflow_client_missing,
+    dataflow_option_errors,
     is_dataflow_runner,
+    job_failed,
     missing_modules,
+    runner_download_failed,
+    runner_in_argv,
+    runner_name,
 )
 from schemas.config import BuildConfig, SourceConfig, parse_config
 from schemas.errors import UserError
 from shardforge.console.args import option_strings, unknown_args_message
-from shardforge.storage.contract import load_config
+from shardforge.storage.contract import load_config_data
 
 if TYPE_CHECKING:
     from pipelines.report.timings import Runner
@@ -40,14 +47,15 @@ LOCAL_RUNNER = "FnApiRunner"
 
 
 class UserErrorsOnce(logging.Filter):
-    """Drops a runner's log of a user error raised inside a stage (with its traceback): the command
-    prints that error itself, in one line (``shardforge.console.run.run_cli``). Other errors pass."""
+    """Drops a runner's log of a user error raised inside a stage (with its traceback), or of an error
+    the user can fix (a full disk, a refused credential): the command prints that error itself, in one
+    line (``shardforge.console.run.one_line_error``). Other errors pass."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        from shardforge.console.run import find_user_error
+        from shardforge.console.run import one_line_error
 
         exc = record.exc_info[1] if record.exc_info else None
-        return exc is None or find_user_error(exc) is None
+        return exc is None or one_line_error(exc) is None
 
 
 # Where the local runner logs an exception raised in a DoFn (each with the traceback).
@@ -56,12 +64,22 @@ _STAGE_ERROR_LOGGERS = ("apache_beam.runners.common", "apache_beam.runners.worke
                         "apache_beam.runners.portability.fn_api_runner.fn_runner")
 
 
+def not_a_relayed_job_message(record: logging.LogRecord) -> bool:
+    """False for a job server's log line that Beam's portable runner relays to the driver's root logger
+    (every worker's traceback of a failed job, again and again): the job's log stays the runner's, and a
+    failed job is one line (``job_failed``)."""
+    return not (record.module == "portable_runner" and record.funcName == "read_messages")
+
+
 def quiet_beam() -> None:
     """Keep Beam's own logging to errors (its 'apitools not found' import warning is dropped
-    earlier, in ``pipelines/__init__.py``, before Beam is imported), and a user error raised in a
-    stage out of Beam's log: the command prints it once."""
+    earlier, in ``pipelines/__init__.py``, before Beam is imported), a user error raised in a
+    stage out of Beam's log (the command prints it once), and a job server's log out of the driver's."""
     logging.getLogger("apache_beam").setLevel(logging.ERROR)
-    logging.getLogger().setLevel(logging.WARNING)
+    root = logging.getLogger()
+    root.setLevel(logging.WARNING)
+    if not_a_relayed_job_message not in root.filters:
+        root.addFilter(not_a_relayed_job_message)
     warnings.filterwarnings("ignore", module="apache_beam")
     for name in _STAGE_ERROR_LOGGERS:
         logger = logging.getLogger(name)
@@ -124,31 +142,52 @@ def spill_settings(opts: PipelineOptions):
     return SpillSettings(buffer_bytes=int(mb * (1 << 20)), directory=o.spill_dir)
 
 
+def tagged(arg: str) -> bool:
+    """Whether an --input names its source (NAME=URL)."""
+    return "=" in arg and "://" not in arg.split("=", 1)[0]
+
+
 def split_input(arg: str) -> tuple[str, str]:
     """'ccnews=gs://b/x/*.jsonl' -> ('ccnews', url); an untagged URL gets the name 'other'."""
-    if "=" in arg and "://" not in arg.split("=", 1)[0]:
+    if tagged(arg):
         name, url = arg.split("=", 1)
         return name.strip(), url.strip()
     return "other", arg
 
 
+def source_config(data: dict[str, Any], given: str) -> SourceConfig:
+    """A SourceConfig from what a flag gave (``--input NAME=URL``, ``serve --source NAME``), or one line."""
+    try:
+        return parse_config(SourceConfig, data, what=given)
+    except UserError as e:
+        if f"invalid {given}: name: " in str(e):
+            raise UserError(f"{given}: the source name {data.get('name')!r} is not 1 to 40 lowercase letters, "
+                            "digits or _ (it names the source in reports and manifests)") from None
+        raise
+
+
 def build_config_from_options(opts: BuildOptions) -> BuildConfig:
     """Merge --config (if any) with the command-line flags into a validated BuildConfig."""
     o = opts.view_as(BuildOptions)
-    data: dict[str, Any] = load_config(BuildConfig, o.config).model_dump() if o.config else {}
+    # The file may set only some sections (``tokenizer: {model_type: byte_bpe}``): the flags add the rest.
+    data: dict[str, Any] = load_config_data(BuildConfig, o.config) if o.config else {}
     if o.input:
         sources = []
         for i, arg in enumerate(o.input):
             name, url = split_input(arg)
-            if name == "other" and len(o.input) > 1:
+            if name == "other" and len(o.input) > 1 and not tagged(arg):  # a tag given is kept as given
                 name = f"other{i}"
             src: dict[str, Any] = {"name": name, "input": url}
             if o.format:
                 src["format"] = o.format
-            sources.append(SourceConfig.model_validate(src).model_dump())
+            if o.text_field:
+                src["text_field"] = o.text_field
+            sources.append(source_config(src, f"--input {arg!r}").model_dump())
         data["sources"] = sources
     if not data.get("sources"):
         raise UserError("no input: give --input URL (or a --config with sources)")
+    if o.follow_links:
+        data["sources"] = [{**s, "follow_links": True} for s in data["sources"]]
 
     def put(section: str, key: str, value: Any) -> None:
         if value is not None:
@@ -158,16 +197,37 @@ def build_config_from_options(opts: BuildOptions) -> BuildConfig:
     put("packing", "max_seq_len", o.max_seq_len)
     put("packing", "valid_fraction", o.valid_fraction)
     put("tokenizer", "vocab_size", o.vocab_size)
+    put("tokenizer", "model_type", o.tokenizer_kind)
+    if o.languages is not None:  # "any": every language kept (the language is still recorded)
+        codes = [c.strip() for c in o.languages.split(",") if c.strip()]
+        put("clean", "languages", [] if codes == ["any"] else codes)
     put("tokenizer", "model_url", o.tokenizer)
     put("shards", "target_bytes", o.shard_bytes)
     put("shards", "target_samples", o.shard_samples)
     put("clean", "min_words", o.min_words)
     put("dedupe", "index", o.dedupe_index)
+    if o.pii is not None:
+        data.setdefault("clean", {})["pii"] = {**data.get("clean", {}).get("pii", {}), **pii_kinds(o.pii)}
+    put("decontaminate", "paths", o.decontaminate)
+    put("decontaminate", "ngram", o.decontaminate_ngram)
+    put("decontaminate", "mode", o.decontaminate_mode)
     if o.no_near_dedupe:
         put("dedupe", "near", False)
     if o.seed is not None:
         data["seed"] = o.seed
     return parse_config(BuildConfig, data, what="build config")
+
+
+def pii_kinds(arg: str) -> dict[str, bool]:
+    """``--pii email,ip`` -> each kind on or off (``none``: every kind off); one line for an unknown kind."""
+    kinds = ("email", "ip", "phone")
+    given = {k.strip() for k in arg.split(",") if k.strip()}
+    if given == {"none"}:
+        given = set()
+    unknown = sorted(given - set(kinds))
+    if unknown:
+        raise UserError(f"--pii {arg!r}: unknown kind(s) {unknown}; give a comma list of {', '.join(kinds)}, or none")
+    return {k: k in given for k in kinds}
 
 
 def finalize_options(opts: PipelineOptions, *, check_runner: bool = True) -> PipelineOptions:
@@ -373,15 +433,23 @@ def remove_temp_folder(p: Any) -> None:
 def _pipeline_class() -> type:
     """``beam.Pipeline`` that removes its local temp folder however its ``with`` block ends: a block
     that raised before the run (a user's error found while the graph is built: a missing tokenizer,
-    a bad index) left it behind, one per failed command."""
+    a bad index) left it behind, one per failed command. On a distributed runner a failed job is one
+    line (``job_failed``) unless a user error is behind it, which the command prints itself."""
     import apache_beam as beam
 
     from pipelines.localrunner import docpool
+    from shardforge.console.run import find_user_error, was_interrupted
 
     class Pipeline(beam.Pipeline):
         def __exit__(self, exc_type, exc_val, exc_tb):
             try:
                 super().__exit__(exc_type, exc_val, exc_tb)
+            except Exception as e:
+                runner = type(self.runner).__name__  # Beam clears the runner option once the job runs
+                local = runner in (LOCAL_RUNNER, "SwitchingDirectRunner", "BundleBasedDirectRunner", "DirectRunner")
+                if exc_type is not None or local or find_user_error(e) or was_interrupted(e):
+                    raise
+                raise (runner_download_failed(runner, e) or job_failed(runner, e)) from e
             finally:
                 docpool.shutdown()  # the document processes of this run, if any
                 remove_temp_folder(self)
@@ -390,49 +458,29 @@ def _pipeline_class() -> type:
 
 
 # ---------------------------------------------------------------- runner readiness
-# `--runner DataflowRunner` needs apache-beam[gcp] (our [dataflow] extra), which the
-# default install leaves out. Without it Beam constructs the pipeline anyway, probes GCS
-# for minutes and fails at submission with a long traceback: check first, in no time.
-
-def dataflow_option_errors(opts: PipelineOptions) -> list[str]:
-    """Beam's own Dataflow option checks (project, region, job name, gs:// locations, worker options), offline.
-
-    Runs Beam's validator on a copy in dry-run mode (which skips its GCS soft-delete
-    probe); when neither temp nor staging location is a valid gs:// path, reports
-    that instead of letting Beam try to create a default bucket over the network.
-    """
-    from apache_beam.options.pipeline_options import GoogleCloudOptions, TestOptions
-    from apache_beam.options.pipeline_options_validator import PipelineOptionsValidator
-    from apache_beam.runners.dataflow.dataflow_runner import DataflowRunner
-
-    copy = PipelineOptions.from_dictionary(opts.get_all_options(drop_default=True))
-    copy.view_as(TestOptions).dry_run = True
-    runner = DataflowRunner()
-    gco = copy.view_as(GoogleCloudOptions)
-    validator = PipelineOptionsValidator(copy, runner)
-    locations = [k for k in ("temp_location", "staging_location") if getattr(gco, k)]
-    if not locations:
-        return ["--temp_location gs://BUCKET/PATH is required (Beam's temp and staging files)"]
-    errors = [e for k in locations for e in validator.validate_gcs_path(gco, k)]
-    if len(errors) == len(locations):  # no usable location: Beam would create a bucket online
-        return errors
-    return validator.validate()
-
+# The checks that need no Beam run first, in pipelines/localrunner/preflight.py; these are the ones
+# a library caller (run_build, run_repack, ingest) gets when finalize_options makes its options.
 
 def check_runner_ready(opts: PipelineOptions) -> None:
     """Raise a one-line UserError if the chosen runner cannot run from here (no network touched).
 
-    For DataflowRunner: the Dataflow options must pass Beam's validation and
-    the client libraries of apache-beam[gcp] must be installed.
+    For DataflowRunner: every problem at once, Beam's validation of the Dataflow options and the
+    client libraries of apache-beam[gcp]. DaskRunner is refused (``preflight.DASK_REFUSED``).
     """
-    if not is_dataflow_runner(opts.view_as(StandardOptions).runner):
+    runner = opts.view_as(StandardOptions).runner
+    if runner_name(runner if isinstance(runner, str) else type(runner).__name__) == "dask":
+        raise UserError(DASK_REFUSED)
+    if not is_dataflow_runner(runner):
         return
+    problems = []
     errors = dataflow_option_errors(opts)
     if errors:
-        raise UserError("invalid Dataflow options: " + "; ".join(" ".join(str(e).split()) for e in errors))
-    problem = dataflow_client_missing()
-    if problem:
-        raise UserError(problem)
+        problems.append("invalid Dataflow options: " + "; ".join(" ".join(str(e).split()) for e in errors))
+    client = dataflow_client_missing()
+    if client:
+        problems.append(client)
+    if problems:
+        raise UserError("; ".join(problems))
 
 
 class _BeamFlagParser(beam_options._BeamArgumentParser):  # Beam's own parser class: the flags it knows
@@ -463,11 +511,39 @@ def beam_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def runner_options_known(runner: str | None) -> None:
+    """Make the options of the runner ``--runner`` names known to ``beam_parser`` (a runner's module may
+    define its own PipelineOptions class, registered when it is imported: Beam's ``create_runner`` imports
+    it); a UserError for a runner Beam does not know, or one the build cannot run on (DaskRunner, refused
+    with the reason)."""
+    from apache_beam.runners.runner import create_runner
+
+    if not runner:
+        return
+    if runner_name(runner) == "dask":
+        raise UserError(DASK_REFUSED)
+    known = {path.rsplit(".", 1)[-1].lower() for path in StandardOptions.ALL_KNOWN_RUNNERS}
+    if runner.lower() in known or runner.lower() + "runner" in known:
+        return  # Beam's own runners: their options are Beam's registered classes (made without side effects)
+    try:
+        create_runner(runner)  # a dotted path: imports the runner's module (and makes one, as the run will)
+    except ValueError as e:
+        if "Unexpected pipeline runner" not in str(e):
+            return  # the runner's own complaint comes when it runs
+        names = ", ".join(StandardOptions.KNOWN_RUNNER_NAMES)
+        raise UserError(f"--runner {runner}: Beam knows no such runner (one of {names}, or the dotted path of a "
+                        "PipelineRunner class)") from None
+    except Exception:  # noqa: BLE001 - an extra not installed, a runner that fails to construct: said when it runs
+        pass
+
+
 def check_beam_args(argv: Sequence[str], also_known: Iterable[str] = ()) -> None:
     """UserError naming every flag in argv that no Beam option (ours included) knows.
 
     also_known: the command's other flags, only to suggest from (they were parsed already).
+    The runner named by ``--runner`` is checked first (``runner_options_known``), so its own options count.
     """
+    runner_options_known(runner_in_argv(argv))
     parser = beam_parser()
     _, extra = parser.parse_known_args(list(argv))
     if extra:

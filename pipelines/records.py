@@ -28,6 +28,9 @@ class Document:
     # Set by the clean stage: the text's whitespace-separated words, ``len(text.split())`` (None: not
     # counted; whatever changes the text drops it). A measurement for the report, not the identity.
     words: int | None = field(default=None, compare=False)
+    # Set by the clean stage when C4's line rules cut lines: the normalized text before they did (None:
+    # they cut nothing). The dedupe step judges copies on it too and drops it; not the identity.
+    before_line_rules: str | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -41,6 +44,11 @@ class Reject:
     snippet: str = ""
     # The detected language code of a document filtered by the language rule (else None).
     language: str | None = None
+    # Where the reader gave up on a file (the part it could not read, a member that is not a file):
+    # the file's URL and the place in it (``position_text``). Records that have a doc id of their
+    # own leave both None: the reject log finds them from the doc id (``origin_key``).
+    file: str | None = field(default=None, compare=False)
+    position: str | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -127,11 +135,36 @@ class TokenizedDocument:
             object.__setattr__(self, "sentences", tuple(map(token_ids, sents)))
 
 
-def make_doc_id(source: str, path: str, index: int) -> str:
-    """Stable id: source, a short hash of the path, and the record index in that file."""
+def path_key(source: str, path: str) -> str:
+    """The part of a doc id that names its file: source and a short hash of the path."""
     # surrogateescape: a path holding undecodable bytes (a tar member name) hashes to its bytes
     h = hashlib.blake2b(path.encode("utf-8", "surrogateescape"), digest_size=6).hexdigest()
-    return f"{source}-{h}-{index:08d}"
+    return f"{source}-{h}"
+
+
+def doc_id_at(key: str, index: int) -> str:
+    """The doc id of record ``index`` of the file whose ``path_key`` is ``key`` (hash a file's path once)."""
+    return f"{key}-{index:08d}"
+
+
+def make_doc_id(source: str, path: str, index: int) -> str:
+    """Stable id: source, a short hash of the path, and the record index in that file."""
+    return doc_id_at(path_key(source, path), index)
+
+
+def origin_key(doc_id: str) -> tuple[str, int] | None:
+    """A doc id's ``path_key`` and record index (None for an id ``make_doc_id`` did not make)."""
+    key, _, index = doc_id.rpartition("-")
+    return (key, int(index)) if key and index.isdigit() else None
+
+
+def position_text(unit: str, index: int) -> str:
+    """Where a record is in its file, as a reader would look for it: ``line N`` counts from 1 (as
+    editors and ``sed -n Np`` do); ``item`` (JSON array), ``row`` (Parquet), ``member`` (the tar's
+    document members) and ``document`` (delimited text) count from 0; ``file``: the whole file."""
+    if unit == "file":
+        return "whole file"
+    return f"line {index + 1}" if unit == "line" else f"{unit} {index}"
 
 
 def count_words(text: str) -> int:

@@ -1,4 +1,4 @@
-"""Named steps of the build graph around plain functions: cleaning, sentences, the tokenizer model, empties.
+"""Named steps of the build graph around plain functions: cleaning, decontamination, sentences, the tokenizer model, empties.
 
 Each is a composite transform around a plain function of ``pipelines.clean.rules`` /
 ``pipelines.clean.sentences`` / ``pipelines.tokenizer``, so ``pipelines.graph`` is only a chain of
@@ -9,20 +9,24 @@ runs them without it).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from typing import Any
 
 import apache_beam as beam
 from apache_beam import pvalue
 
 from pipelines.clean.lines import line_rules_for
+from pipelines.clean.pii import tally
 from pipelines.clean.rules import RAW_WORDS, REJECTS, check_rule_names, clean_batch
 from pipelines.clean.sentences import split_batch
+from pipelines.dedupe.decontaminate import Decontaminate
 from pipelines.localrunner.batching import PooledBatches
 from pipelines.metrics import counted, counter
 from pipelines.records import Document, SentencedDocument, TokenizedDocument
 from pipelines.tokenizer.model import load_model, model_path, store_model, stored_path
 from pipelines.tokenizer.train import TrainTokenizer
-from schemas.config import BuildConfig, CleanConfig, SourceConfig
+from schemas.config import BuildConfig, CleanConfig, DecontaminateConfig, SourceConfig
 
+PII = "pii"  # CleanDocuments' per-batch PII summaries
 CLEAN_BATCH = 64  # documents the clean step hands to a document process at a time (~200 KB of prose)
 
 
@@ -36,16 +40,24 @@ class _Clean(PooledBatches):
         return clean_batch, (batch, self.cfg, self.line_rules)
 
     def batch_outputs(self, batch: list[Document], result) -> Iterable:
-        for doc, (out, lines, words) in zip(batch, result, strict=True):
+        found = []
+        for doc, (out, lines, words, pii) in zip(batch, result, strict=True):
             for rule, n in lines.items():
                 counter("clean_lines", rule).inc(n)
+            if pii is not None:
+                found.append((doc.doc_id, doc.source, pii))
+                for kind, n in pii.counts:
+                    counter("pii", kind).inc(n)
             yield pvalue.TaggedOutput(RAW_WORDS, (doc.source, words))
             yield counted("clean", out, "kept", REJECTS)
+        if found:  # one small summary per batch (the report sums them: pipelines.report.summaries.PiiCounts)
+            yield pvalue.TaggedOutput(PII, tally(found))
 
 
 class CleanDocuments(beam.PTransform):
-    """Documents -> cleaned Documents (main, `documents`), `rejects`, and `raw_words`: for every
-    document, ``(source, words of its text as read)`` (the report's histogram before cleaning).
+    """Documents -> cleaned Documents (main, `documents`; PII replaced: ``pipelines.clean.pii``), `rejects`,
+    `raw_words`: for every document, ``(source, words of its text as read)`` (the report's histogram
+    before cleaning), and `pii`: per batch that replaced any, ``pipelines.clean.pii.tally``'s summary.
 
     sources: the build's SourceConfigs, for per-source line rules (SourceConfig.line_rules).
     """
@@ -59,7 +71,17 @@ class CleanDocuments(beam.PTransform):
 
     def expand(self, docs):
         return docs | "Clean" >> beam.ParDo(_Clean(self.cfg, self.line_rules)).with_outputs(
-            REJECTS, RAW_WORDS, main="documents")
+            REJECTS, RAW_WORDS, PII, main="documents")
+
+
+def decontaminate(documents, cfg: DecontaminateConfig) -> tuple[Any, list[Any], Any]:
+    """Cleaned documents -> (the documents that do not overlap the evaluation sets, or trimmed; a list
+    of their Rejects' PCollection (empty when off); the report's section, or None when off). Off when
+    ``cfg.paths`` is empty: no step is added (``pipelines.dedupe.decontaminate``)."""
+    if not cfg.paths:
+        return documents, [], None
+    out = documents | "Decontaminate" >> Decontaminate(cfg)
+    return out["documents"], [out["rejects"]], out["stats"]
 
 
 SPLIT_BATCH = 64  # documents the sentence step hands to a document process at a time

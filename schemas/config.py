@@ -50,6 +50,25 @@ class SourceConfig(Strict):
     # Keep only records whose news-please `language` field is one of these (when the field is
     # present); None: ignore the field (the English filter in cleaning still applies).
     languages: list[str] | None = None
+    # A symbolic link matched by `input` whose target lies outside the folder it names (the glob's
+    # fixed part) is not read (one `not_a_file` reject) unless this is true.
+    follow_links: bool = False
+
+
+class PiiConfig(Strict):
+    """PII in kept documents replaced by placeholders (pipelines/clean/pii.py, docs/cleaning.md)."""
+
+    email: bool = True
+    ip: bool = True
+    # Off by default: business and service numbers dominate web text, and only North American and
+    # "+country" numbers are recognized (docs/cleaning.md, "PII").
+    phone: bool = False
+    # Only globally routable IP addresses (private, loopback and documentation ranges name no one).
+    ip_public_only: bool = True
+    # Dolma's placeholders; datatrove's style is a dummy value such as "email@example.com".
+    email_placeholder: str = "|||EMAIL_ADDRESS|||"
+    ip_placeholder: str = "|||IP_ADDRESS|||"
+    phone_placeholder: str = "|||PHONE_NUMBER|||"
 
 
 class CleanConfig(Strict):
@@ -98,6 +117,8 @@ class CleanConfig(Strict):
     min_english_score: float = 0.05
     # Rules named here are switched off (e.g. ["min_words"] for a toy corpus).
     disabled_rules: list[str] = []
+    # E-mail / IP / phone replaced by placeholders in the kept documents (after the rules).
+    pii: PiiConfig = PiiConfig()
 
 
 class DedupeConfig(Strict):
@@ -109,14 +130,23 @@ class DedupeConfig(Strict):
     # (14 x 8: 5% and 57%); candidates are verified, so the low knee costs work, not precision.
     bands: int = Field(28, ge=1)
     rows: int = Field(4, ge=1)
-    # A removed document's true shingle Jaccard with its cluster's kept document reaches `threshold`,
-    # or its overlap coefficient |A&B| / min(|A|, |B|) reaches `containment` (a copy that adds or drops
-    # a paragraph) while Jaccard is at least `containment_min_jaccard` and the smaller set has at least
+    # A removed document's true shingle Jaccard with the document kept for it reaches `threshold`,
+    # or it lies in that document: |A&B| / |A| reaches `containment` (a truncated copy, an excerpt, a
+    # text quoted whole in a longer one: the longer one is kept) while Jaccard is at least
+    # `containment_min_jaccard` (0: whatever share of the longer one it is) and it has at least
     # `containment_min_shingles` shingles (a short snippet of a long article is not its copy).
     threshold: float = Field(0.7, gt=0, le=1)
     containment: float | None = Field(0.9, gt=0, le=1)
-    containment_min_jaccard: float = Field(0.5, ge=0, le=1)
+    containment_min_jaccard: float = Field(0.0, ge=0, le=1)
     containment_min_shingles: int = Field(50, ge=1)
+    # Also judge a copy by its text before C4's line rules cut lines from it (a substitution that takes
+    # a full stop, a cut mid-sentence cost it a paragraph there): Jaccard >= `threshold` before them,
+    # and what is kept of it lies in what is kept of the other (docs/dedupe.md, "Cleaning").
+    before_line_rules: bool = True
+    # Containment candidates: 1 shingle in `anchor_every` (chosen by value) is an anchor, and each pair
+    # of consecutive anchors is an extra LSH key, so a passage and a longer text holding it meet
+    # whatever their Jaccard (0: band keys only).
+    anchor_every: int = Field(32, ge=0, le=4096)
     seed: int = 42
     # Guard against transitive-closure blow-ups: verified edges only, and
     # members must be similar to their cluster's kept document.
@@ -130,6 +160,23 @@ class DedupeConfig(Strict):
     # its first occurrence (smallest doc_id, position), within this batch (docs/dedupe.md).
     repeated_spans: bool = False
     span_sentences: int = Field(3, ge=1, le=64)
+
+
+class DecontaminateConfig(Strict):
+    """Benchmark decontamination (pipelines/dedupe/decontaminate.py, docs/dedupe.md)."""
+
+    # Evaluation sets: JSONL, JSON or text files (.gz / .bz2 / .xz too), any fsspec URL or glob; empty: off.
+    paths: list[str] = []
+    # A document sharing a word n-gram of this many words with an evaluation text is contaminated (GPT-3: 13).
+    ngram: int = Field(13, ge=4, le=64)
+    # "document": the document is removed (filtered: decontaminated); "spans": only the overlapping words.
+    mode: Literal["document", "spans"] = "document"
+    # spans: a document with more overlaps than this, or left shorter than an n-gram, is removed whole.
+    max_spans: int = Field(10, ge=1)
+    # JSON records: the fields whose strings are the text (None: every string value of the record).
+    fields: list[str] | None = None
+    # The evaluation n-grams' in-memory filter (every document is tested against it) is at most this size.
+    filter_mb: float = Field(64.0, gt=0, le=4096)
 
 
 # The default byte bound of the tokenizer's training sample (TokenizerConfig.effective_sample_bytes).
@@ -218,6 +265,8 @@ class BuildConfig(Strict):
     tokenizer: TokenizerConfig = TokenizerConfig()
     packing: PackingConfig = PackingConfig()
     shards: ShardConfig = ShardConfig()
+    # Documents overlapping evaluation sets removed (docs/dedupe.md, "Decontamination"); off without paths.
+    decontaminate: DecontaminateConfig = DecontaminateConfig()
     seed: int = 1234
     # Write the clean and tokenized Parquet intermediates (repack starts from them).
     write_intermediates: bool = True
@@ -286,6 +335,8 @@ class OptimConfig(Strict):
     eps: float = 1e-6
     weight_decay: float = 0.01
     warmup_steps: int = Field(0, ge=0)
+    # After the warmup: linear decay to 0 at the last step (BERT / RoBERTa), cosine decay to 0, or constant.
+    schedule: Literal["linear", "cosine", "constant"] = "linear"
     clip_norm: float | None = 1.0
 
 
@@ -328,12 +379,18 @@ class TrainConfig(Strict):
     mix: list[MixSource] = []
     output: str = "runs/run"  # run folder: metrics, checkpoints (any fsspec URL)
     steps: int = Field(100, ge=1)  # total optimizer steps of the run (the LR schedule spans these)
+    # Train on about this many real tokens instead: the steps follow from the corpus's mean sequence
+    # length and the global batch (the run prints the count it chose); None: `steps` decides.
+    max_tokens: int | None = Field(None, ge=1)
     # Stop (with a checkpoint) once this step is reached, e.g. before a scheduled preemption.
     stop_at: int | None = Field(None, ge=1)
     batch_size: int = Field(8, ge=1)  # sequences per micro-batch per rank
     # Global batch target; gradient accumulation fills it (None: one micro-batch).
     global_batch_sequences: int | None = None
     global_batch_tokens: int | None = None
+    # Micro-batches per optimizer step, set directly (Hugging Face's gradient_accumulation_steps);
+    # when set it wins over the global batch targets above.
+    gradient_accumulation: int | None = Field(None, ge=1)
     # DOC-SENTENCES: batch by token budget instead of by count.
     tokens_per_batch: int | None = None
     model: ModelConfig = ModelConfig()
@@ -345,8 +402,10 @@ class TrainConfig(Strict):
     seed: int = 0
     num_workers: int = 0
     shuffle_buffer: int = 1000
-    eval_every: int = 0
-    eval_batches: int = 10
+    # Evaluate on the valid split every N steps and at the last step (0: at the last step only);
+    # each evaluation takes the first eval_batches batches (0: no evaluation at all).
+    eval_every: int = Field(0, ge=0)
+    eval_batches: int = Field(10, ge=0)
     log_every: int = 10
     checkpoint_every: int = 0
     keep_last: int = 3
@@ -361,6 +420,8 @@ class TrainConfig(Strict):
     follow: bool = False
     # Continue pretraining a Hugging Face model folder (trainer/hf_init.py): its shape and weights.
     init: str | None = None
+    # --init refuses a model whose tokenizer is not the corpus's (sha256 or vocabulary); false skips that check.
+    init_tokenizer_check: bool = True
     # Recipes (trainer/recipes/*.yaml, docs/recipes.md): the recipe this config started from, and
     # the packing rule(s) the corpus must have (checked against the manifest; None: any rule).
     recipe: str | None = None
@@ -388,19 +449,70 @@ class TrainConfig(Strict):
 M = TypeVar("M", bound=BaseModel)
 
 
-def format_validation_error(e: ValidationError) -> str:
-    parts = []
-    for err in e.errors():
-        loc = ".".join(str(x) for x in err["loc"]) or "(root)"
-        parts.append(f"{loc}: {err['msg']}")
-    return "; ".join(parts)
+def _model_at(cls: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The model class whose keys live at ``loc`` (a validation error's path) under cls, or None."""
+    import typing
+
+    model: Any = cls
+    for part in loc:
+        if isinstance(part, int) or model is None:  # a list item: the list's element type came before
+            continue
+        field = model.model_fields.get(part) if isinstance(model, type) and issubclass(model, BaseModel) else None
+        if field is None:
+            return None
+        found = None
+        for arg in (field.annotation, *typing.get_args(field.annotation)):
+            for t in (arg, *typing.get_args(arg)):  # list[SourceConfig], SourceConfig | None, ...
+                if isinstance(t, type) and issubclass(t, BaseModel):
+                    found = t
+        model = found
+    return model if isinstance(model, type) and issubclass(model, BaseModel) else None
+
+
+def _error_text(cls: type[BaseModel] | None, err: Any) -> str:
+    """One validation error in the user's words: an unknown key with the closest known one."""
+    loc = ".".join(str(x) for x in err["loc"]) or "(root)"
+    if err["type"] == "extra_forbidden" and cls is not None:
+        import difflib
+
+        model = _model_at(cls, tuple(err["loc"][:-1]))
+        known = sorted(model.model_fields) if model is not None else []
+        key = str(err["loc"][-1])
+        close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+        where = ".".join(str(x) for x in err["loc"][:-1])
+        hint = f"did you mean {close[0]}?" if close else f"known keys{f' of {where}' if where else ''}: " \
+                                                          f"{', '.join(known)}"
+        return f"{loc}: unknown key ({hint})" if known else f"{loc}: unknown key"
+    if err["type"] == "missing":
+        return f"{loc}: required, and not given"
+    return f"{loc}: {err['msg']}"
+
+
+def format_validation_error(e: ValidationError, cls: type[BaseModel] | None = None) -> str:
+    """A pydantic error as one line: each wrong field with what is wrong (cls: the model validated, so
+    that an unknown key is answered with the closest known one, as a mistyped flag is)."""
+    return "; ".join(_error_text(cls, err) for err in e.errors())
 
 
 def parse_config(cls: type[M], data: dict[str, Any], what: str = "config") -> M:
     try:
         return cls.model_validate(data)
     except ValidationError as e:
-        raise UserError(f"invalid {what}: {format_validation_error(e)}") from None
+        raise UserError(f"invalid {what}: {format_validation_error(e, cls)}") from None
+
+
+def check_partial_config(cls: type[BaseModel], data: dict[str, Any], what: str = "config") -> dict[str, Any]:
+    """data, checked as far as it goes: every key it sets must be valid, but a required key it leaves out
+    (a build config's ``sources``, a train config's ``data``) may come from the command's flags, which
+    are merged in before the whole config is validated. One UserError otherwise."""
+    try:
+        cls.model_validate(data)
+    except ValidationError as e:
+        errors = [err for err in e.errors() if not (err["type"] == "missing" and len(err["loc"]) == 1)]
+        if errors:
+            raise UserError(f"invalid {what}: "
+                            f"{'; '.join(_error_text(cls, err) for err in errors)}") from None
+    return data
 
 
 def yaml_problem(e: Exception) -> str:
@@ -422,6 +534,12 @@ def yaml_problem(e: Exception) -> str:
 
 def config_from_bytes(cls: type[M], raw: bytes, where: str) -> M:
     """A YAML (``where`` ending in .yaml / .yml) or JSON config file's bytes as cls, with one clear error."""
+    return parse_config(cls, config_data_from_bytes(cls, raw, where), what=f"config {where}")
+
+
+def config_data_from_bytes(cls: type[BaseModel], raw: bytes, where: str) -> dict[str, Any]:
+    """A config file's mapping, checked against cls as far as it goes (``check_partial_config``): a file
+    may set only some sections and leave the rest, required keys included, to the command's flags."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:  # a config saved in another encoding (Latin-1, UTF-16), or not text
@@ -442,6 +560,8 @@ def config_from_bytes(cls: type[M], raw: bytes, where: str) -> M:
             data = json.loads(text)
         except json.JSONDecodeError as e:
             raise UserError(f"{where} is not valid JSON: {e}") from None
+    if data is None:
+        data = {}  # an empty file, or one of comments only: every setting from the flags and defaults
     if not isinstance(data, dict):
         raise UserError(f"{where}: a config must be a mapping")
-    return parse_config(cls, data, what=f"config {where}")
+    return check_partial_config(cls, data, what=f"config {where}")

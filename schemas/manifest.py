@@ -133,7 +133,7 @@ class Manifest(_M):
     parent: str | None = None
     config: dict[str, Any]  # the full build config that produced this corpus
     packing_rule: PackingRule
-    max_seq_len: int
+    max_seq_len: int = Field(ge=8, le=1 << 16)  # what a build config allows (schemas.config.PackingConfig)
     ids_dtype: Literal["uint16", "int32"]
     members: list[str]  # sample members present (subset of schemas.sample.ALLOWED_MEMBERS)
     tokenizer: TokenizerInfo
@@ -208,8 +208,9 @@ def check_tokenizer(m: Manifest, tok: Any, where: str) -> None:
 def parse_manifest(text: str, where: str = "manifest") -> Manifest:
     try:
         data = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise UserError(f"{where} is not valid JSON ({e}); is this a shardforge corpus?") from None
+    except (ValueError, RecursionError) as e:  # not JSON; an integer of more digits than Python reads; too deep
+        why = "nested too deep" if isinstance(e, RecursionError) else str(e).splitlines()[0]
+        raise UserError(f"{where} is not valid JSON ({why}); is this a shardforge corpus?") from None
     try:
         return Manifest.model_validate(data)
     except ValidationError as e:

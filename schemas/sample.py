@@ -302,6 +302,8 @@ def decode_sample(key: str, members: dict[str, bytes]) -> dict[str, Any]:
             out["meta"] = json.loads(members[META].decode("utf-8"))
     except (ValueError, UnicodeDecodeError, OSError) as e:
         raise ShardFormatError(f"sample {key!r} does not decode: {e}") from e
+    except RecursionError:  # a .json member nested deeper than the parser goes
+        raise ShardFormatError(f"sample {key!r} does not decode: its {META} member is nested too deep") from None
     if out["input_ids"].ndim != 1 or out["input_ids"].dtype not in (np.uint16, np.int32):
         raise ShardFormatError(f"sample {key!r}: input_ids must be 1-D uint16/int32")
     return out

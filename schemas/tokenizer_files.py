@@ -21,6 +21,14 @@ Three kinds (recorded as ``manifest.tokenizer.kind``):
   Each sentence is encoded as it reads in running text, after a space, so a
   sentence's first word is the same token as anywhere else.
 
+Text is text: a special token's string written in a document (``<mask>``,
+``</s>``, BERT's ``[SEP]``, a SentencePiece byte piece's name ``<0x41>``) is
+encoded as ordinary pieces by every kind, so special ids appear only where
+packing puts them. ``literal_special_pattern`` is the one rule all kinds and the
+Hugging Face export share: a piece boundary right after the string's first
+character, so no piece can ever be the special token itself (``<`` then
+``mask>`` is encoded as text; docs/tokenizer.md, "Special tokens written in text").
+
 In every kind a special token also starts a word, and so does the token after
 one. The kind is read from the file itself (a tokenizers file is JSON, a
 SentencePiece model is a protobuf whose first byte is never ``{``; a JSON file
@@ -31,8 +39,12 @@ The libraries are imported only when a file of their kind is loaded.
 
 from __future__ import annotations
 
+import copy
 import json
-from collections.abc import Sequence
+import re
+import unicodedata
+from collections.abc import Callable, Iterable, Sequence
+from itertools import pairwise
 from typing import Any
 
 from schemas import SPECIAL_TOKENS
@@ -99,6 +111,87 @@ def proto_fields(buf: bytes) -> dict[int, list[Any]]:
     return fields
 
 
+def _field(number: int, payload: bytes) -> bytes:
+    """One length-delimited protobuf field (wire type 2)."""
+    out, n = bytearray(), len(payload)
+    for value in ((number << 3) | 2, n):
+        while value >= 0x80:
+            out.append((value & 0x7F) | 0x80)
+            value >>= 7
+        out.append(value)
+    return bytes(out) + payload
+
+
+def _without_fields(buf: bytes, drop: set[int]) -> bytes:
+    """The message's bytes with every occurrence of the fields in `drop` removed (the rest as they were)."""
+    out, i = bytearray(), 0
+    while i < len(buf):
+        start = i
+        key, i = _varint(buf, i)
+        wire = key & 7
+        if wire == 0:
+            _, i = _varint(buf, i)
+        elif wire == 2:
+            n, i = _varint(buf, i)
+            i += n
+        elif wire in (1, 5):
+            i += 8 if wire == 1 else 4
+        else:
+            raise ValueError(f"unsupported protobuf wire type {wire}")
+        if key >> 3 not in drop:
+            out += buf[start:i]
+    return bytes(out)
+
+
+# ---------------------------------------------------------------- special tokens written in text
+
+# SentencePiece's byte pieces are named <0x00> ... <0xFF>; sentencepiece never matches the name in text.
+_BYTE_PIECE_TAIL = "0x[0-9A-F]{2}>"
+
+
+_REGEX_SYNTAX = frozenset(".^$*+?()[]{}|\\#-/")
+
+
+def _literal_escape(text: str) -> str:
+    """`text` as a literal in a regex that Python's ``re`` and the Oniguruma engine of ``tokenizers`` read alike
+    (only the characters with a meaning are escaped: Oniguruma reads some other escapes, ``\\<``, as anchors)."""
+    return "".join("\\" + c if c in _REGEX_SYNTAX else c for c in text)
+
+
+def literal_special_pattern(tokens: Iterable[str], byte_pieces: bool = False) -> str | None:
+    """The regex of the boundary every kind puts inside a special token's string written in text.
+
+    It matches the rest of each string right after its first character (``(?<=<)mask>``); encoding
+    cuts the text at the start of every match, so the pieces on either side are ordinary ones and
+    the special token itself can never come out of text. ``byte_pieces`` adds SentencePiece's byte
+    piece names (``<0x41>``), which a Hugging Face Unigram would otherwise match. Strings of one
+    character, or with whitespace (which no pre-token holds), need no boundary. None if nothing is left.
+    Read by ``re`` in the build and by the ``Split`` pre-tokenizer of an exported tokenizer.json.
+    """
+    names = sorted({t for t in tokens if len(t) > 1 and not any(c.isspace() or c == "\u2581" for c in t)},
+                   key=lambda t: (-len(t), t))
+    alts = [f"(?<={_literal_escape(t[0])}){_literal_escape(t[1:])}" for t in names]
+    if byte_pieces:
+        alts.append(f"(?<=<){_BYTE_PIECE_TAIL}")
+    return "|".join(alts) or None
+
+
+def literal_split(pattern: str) -> dict[str, Any]:
+    """The tokenizers pre-tokenizer (as tokenizer.json spells it) that cuts text where `pattern` matches."""
+    return {"type": "Split", "pattern": {"Regex": pattern}, "behavior": "MergedWithNext", "invert": False}
+
+
+def _with_pre_tokenizer_step(spec: dict[str, Any], step: dict[str, Any]) -> None:
+    """Append `step` to the spec's pre-tokenizer (a Sequence grows by one; none becomes the step)."""
+    pre = spec.get("pre_tokenizer")
+    if not pre:
+        spec["pre_tokenizer"] = step
+    elif pre.get("type") == "Sequence":
+        pre["pretokenizers"] = [*pre.get("pretokenizers", []), step]
+    else:
+        spec["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [pre, step]}
+
+
 def _is_json(data: bytes) -> bool:
     return data[:64].lstrip()[:1] == b"{"
 
@@ -142,7 +235,8 @@ class LoadedTokenizer:
     word_start_rule: str = ""
 
     def encode(self, sentences: Sequence[str], num_threads: int = 1) -> list[list[int]]:
-        """Token ids of each sentence, no special tokens added."""
+        """Token ids of each sentence, no special tokens added; a special token's string written in a
+        sentence is text (``literal_special_pattern``), never its id."""
         raise NotImplementedError
 
     def decode(self, ids: Sequence[int]) -> str:
@@ -181,15 +275,86 @@ class SentencePieceTokenizer(LoadedTokenizer):
                                 f"(special ids must be {SPECIAL_TOKENS}; train with pipelines.tokenizer)")
         self.sp = sp
         self.vocab_size = sp.get_piece_size()
+        self._data = data
+        self._literal: tuple[re.Pattern, Callable[[str], bool]] | None = None  # see _literal_rule
+        self._plain = None  # the model without normalization, for normalized text: on first use
 
     def encode(self, sentences: Sequence[str], num_threads: int = 1) -> list[list[int]]:
-        return self.sp.encode(list(sentences), out_type=int, num_threads=num_threads) if sentences else []
+        """Token ids of each sentence; a special token's string in the text is text (``literal_special_pattern``)."""
+        if not sentences:
+            return []
+        ids = self.sp.encode(list(sentences), out_type=int, num_threads=num_threads)
+        cut, holds = self._literal_rule()
+        # Only a sentence holding a special string's first character (or one that normalizes to it: NFKC
+        # maps "＜" to "<") can hold the string; the rest keep the library's ids as they are.
+        for i in [i for i, s in enumerate(sentences)
+                  if holds(s) or (not s.isascii() and holds(unicodedata.normalize("NFKC", s)))]:
+            fixed = self._encode_cut(sentences[i], cut)
+            if fixed is not None:
+                ids[i] = fixed
+        return ids
+
+    def _literal_rule(self) -> tuple[re.Pattern, Callable[[str], bool]]:
+        """(the cut, a test for a special string's first character in a text), made on first use."""
+        if self._literal is None:
+            pattern, first = sentencepiece_literal_rule(self.sp)
+            if len(first) == 1:  # "<" of the fixed special tokens and the byte pieces: `in` is fastest
+                char = first[0]
+                holds: Callable[[str], bool] = lambda text: char in text  # noqa: E731
+            else:
+                search = re.compile("|".join(map(re.escape, first))).search
+                holds = lambda text: search(text) is not None  # noqa: E731
+            self._literal = (re.compile(pattern), holds)
+        return self._literal
+
+    def _encode_cut(self, sentence: str, cut: re.Pattern) -> list[int] | None:
+        """The ids of a sentence whose normalized text holds a special string: the normalized text cut where
+        the rule says, each part encoded as it stands (no normalization, no dummy prefix). None if no cut."""
+        text = self.sp.normalize(sentence)
+        cuts = [m.start() for m in cut.finditer(text)]
+        if not cuts:
+            return None
+        if self._plain is None:
+            self._plain = _plain_processor(self._data)
+        parts = [text[a:b] for a, b in pairwise([0, *cuts, len(text)])]
+        return [i for ids in self._plain.encode(parts, out_type=int) for i in ids]
 
     def decode(self, ids: Sequence[int]) -> str:
         return self.sp.decode([int(i) for i in ids])
 
     def pieces(self) -> list[str]:
         return [self.sp.id_to_piece(i) for i in range(self.vocab_size)]
+
+
+def sentencepiece_literal_rule(sp) -> tuple[str, list[str]]:  # noqa: ANN001 - a SentencePieceProcessor
+    """(``literal_special_pattern`` of a SentencePiece model, the first characters of its strings).
+
+    The strings sentencepiece never matches in text: control pieces (``<s>``, ``</s>``, ``<pad>``),
+    the unknown piece, byte pieces, and ``<mask>`` (a user-defined piece, which sentencepiece would
+    match: the cut keeps it out of text). The build and the Hugging Face export cut alike.
+    """
+    n = sp.get_piece_size()
+    names = [*SPECIAL_TOKENS, *(sp.id_to_piece(i) for i in range(n) if sp.is_control(i) or sp.is_unknown(i))]
+    has_bytes = any(sp.is_byte(i) for i in range(n))
+    pattern = literal_special_pattern(names, byte_pieces=has_bytes)
+    assert pattern is not None  # the fixed special tokens are always there
+    first = sorted({t[0] for t in names if len(t) > 1} | ({"<"} if has_bytes else set()))
+    return pattern, first
+
+
+# NormalizerSpec (sentencepiece_model.proto): name = 1, add_dummy_prefix = 3, remove_extra_whitespaces = 4,
+# escape_whitespaces = 5; ModelProto: normalizer_spec = 3, self_test_data = 4.
+_PLAIN_NORMALIZER = _field(1, b"identity") + bytes([3 << 3, 0, 4 << 3, 0, 5 << 3, 1])
+
+
+def _plain_processor(data: bytes):  # noqa: ANN202 - a SentencePieceProcessor
+    """The model with an identity normalizer and no dummy prefix: it encodes text that ``sp.normalize``
+    has already normalized (``▁`` for spaces) as the model's own encode would, piece for piece."""
+    import sentencepiece as spm
+
+    plain = spm.SentencePieceProcessor()
+    plain.LoadFromSerializedProto(_without_fields(data, {3, 4}) + _field(3, _PLAIN_NORMALIZER))
+    return plain
 
 
 def _parse_tokenizers_json(data: bytes) -> tuple[dict[str, Any], Any]:
@@ -219,6 +384,9 @@ class ByteBPETokenizer(LoadedTokenizer):
             if got != want:
                 raise UserError(f"tokenizer: {piece} has id {got}, shardforge needs {want} "
                                 f"(special ids must be {SPECIAL_TOKENS}; train with pipelines.tokenizer)")
+        # Special tokens in text are text. The byte-level pre-tokenizer already cuts every one of
+        # them inside ("<", "mask", ">"), so no merge can rebuild one: no Split step is needed.
+        tok.encode_special_tokens = True
         self.tok = tok
         self.vocab_size = tok.get_vocab_size(with_added_tokens=True)
 
@@ -241,12 +409,15 @@ class HFJsonTokenizer(LoadedTokenizer):
     kind = HF_JSON
 
     def __init__(self, data: bytes):
+        from tokenizers import Tokenizer
+
         spec, tok = _parse_tokenizers_json(data)
-        self.tok = tok
         self.vocab_size = tok.get_vocab_size(with_added_tokens=True)
         self.special_tokens = _find_roles(spec, tok)
         self.special_ids = {role: int(tok.token_to_id(t)) for role, t in self.special_tokens.items()}
         self._word_start, self.word_start_rule = _word_start_rule(spec)
+        self.tok = Tokenizer.from_str(json.dumps(text_only_spec(spec, self.special_tokens.values())))
+        self.tok.encode_special_tokens = True
 
     def encode(self, sentences: Sequence[str], num_threads: int = 1) -> list[list[int]]:
         # After a space, as in running text: "Ġword" / "▁word", never the sentence-initial variant.
@@ -261,6 +432,28 @@ class HFJsonTokenizer(LoadedTokenizer):
 
     def word_starts(self) -> list[bool]:
         return [self._word_start(p) for p in self.pieces()]
+
+
+def text_only_spec(spec: dict[str, Any], roles: Iterable[str]) -> dict[str, Any]:
+    """A copy of a tokenizer.json spec that encodes special tokens written in text as text, with ids as before.
+
+    The role tokens (``roles``) are marked special, so that encoding with ``encode_special_tokens``
+    (transformers: ``split_special_tokens=True``) leaves every special token's string to the model;
+    and the pre-tokenizer ends with a ``Split`` at ``literal_special_pattern``, so that the model cannot
+    match one either (a Unigram holds ``[MASK]`` / ``<mask>`` among its pieces, a WordPiece behind a
+    whitespace split would find it whole). Text without those strings encodes exactly as before.
+    What the build encodes an ``hf_json`` corpus with, and the tokenizer.json its export writes.
+    """
+    spec = copy.deepcopy(spec)
+    names = set(roles)
+    for token in spec.get("added_tokens") or []:
+        if token.get("content") in names:
+            token["special"] = True
+    names |= {t.get("content", "") for t in spec.get("added_tokens") or [] if t.get("special")}
+    pattern = literal_special_pattern(names)
+    if pattern is not None:
+        _with_pre_tokenizer_step(spec, literal_split(pattern))
+    return spec
 
 
 def _find_roles(spec: dict, tok) -> dict[str, str]:  # noqa: ANN001 - a tokenizers.Tokenizer

@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         if name in EARLY_PARSERS:
             module, func = EARLY_PARSERS[name]
             # train's and export's exit on --help and on mistakes; build's, repack's and serve's say True
-            # where they answered --help
+            # where they answered --help (build's and repack's exit on a mistaken flag or value)
             if getattr(importlib.import_module(module), func)(rest) is True:
                 return 0
         return run_cli(lambda: int(_entry(name)(rest) or 0), rest)

@@ -134,7 +134,7 @@ def compare(a: Path, b: Path) -> list[str]:
 def build(config: Path, output: Path, beam_args: list[str]) -> dict[str, Any]:
     """One build through the CLI in a fresh process; its summary line (JSON)."""
     res = subprocess.run([sys.executable, "-m", "pipelines.build", "--config", str(config), "--output", str(output),
-                          *beam_args], capture_output=True, text=True, cwd=ROOT,
+                          "--json", *beam_args], capture_output=True, text=True, cwd=ROOT,
                          env={**os.environ, "PYTHONPATH": str(ROOT)})
     if res.returncode != 0:
         raise SystemExit(f"build failed ({' '.join(beam_args) or 'in-process'}):\n{res.stderr[-3000:]}")

@@ -47,10 +47,12 @@ def true_jaccard(a: str, b: str, n: int) -> float:
 
 
 def true_near(a: str, b: str, cfg) -> bool:
-    """The verification rule of a DedupeConfig, recomputed on Python sets of word tuples.
+    """Whether text ``a`` may be removed as a near duplicate of text ``b`` under a DedupeConfig's rule,
+    recomputed on Python sets of word tuples (the cleaning path, which needs the texts before the line
+    rules, aside).
 
-    Jaccard >= threshold, or overlap coefficient >= containment with Jaccard >=
-    containment_min_jaccard and the smaller set >= containment_min_shingles.
+    Jaccard >= threshold, or ``a`` lies in ``b``: |A & B| / |A| >= containment, with Jaccard >=
+    containment_min_jaccard and A holding >= containment_min_shingles.
     """
     sa, sb = shingle_set(a, cfg.ngram), shingle_set(b, cfg.ngram)
     if not sa and not sb:
@@ -59,6 +61,5 @@ def true_near(a: str, b: str, cfg) -> bool:
     j = inter / len(sa | sb)
     if j >= cfg.threshold:
         return True
-    small = min(len(sa), len(sb))
-    return (cfg.containment is not None and small >= cfg.containment_min_shingles and j >= cfg.containment_min_jaccard
-            and inter / small >= cfg.containment)
+    return (cfg.containment is not None and bool(sa) and len(sa) >= cfg.containment_min_shingles
+            and j >= cfg.containment_min_jaccard and inter / len(sa) >= cfg.containment)

@@ -6,6 +6,10 @@ with, the language identifiers), kept only so that tests/test_clean_equivalence.
 the rewritten stage reaches the same decision, text, reason, language and score on every
 document, and so benchmarks/bench_clean.py can time both in one process. The package never
 uses it. Do not "fix" it: it is the definition the fast path is held to.
+
+One exception: the language rule is a policy, not part of the rewrite. Since b5124a0 it reads the
+share of the text in the kept languages by CLD2's chunks (``LanguageGuess.shares``), so
+``identify_cld2`` and ``accepts_language`` here are the package's own.
 """
 
 # ruff: noqa
@@ -199,18 +203,11 @@ def known_codes(method: Method = "cld2") -> frozenset[str]:
     return frozenset(code for _, code in pycld2.LANGUAGES) - {UNKNOWN}
 
 
-def identify_cld2(text: str) -> LanguageGuess:
-    """CLD2's top language and the share of the text it covers.
+def identify_cld2(text: str):
+    """The package's (the language rule's policy, see the module's docstring)."""
+    from pipelines.clean.langid import identify_cld2 as current
 
-    isPlainText: our text is already plain (CLD2 would otherwise skip anything between < and >).
-    Text CLD2 refuses (it validates UTF-8 strictly, e.g. noncharacters) counts as unknown.
-    """
-    try:
-        _, _, details = pycld2.detect(text, isPlainText=True)
-    except pycld2.error:
-        return LanguageGuess(UNKNOWN, 0.0)
-    _, code, percent, _ = details[0]
-    return LanguageGuess(code, percent / 100.0)
+    return current(text)
 
 
 def identify_stopwords(text: str) -> LanguageGuess:
@@ -508,15 +505,10 @@ RULE_NAMES = (frozenset(GUARD_RULES + LINE_RULES) | {n for n, _ in PAGE_RULES + 
 
 
 def accepts_language(guess: LanguageGuess, cfg: CleanConfig) -> bool:
-    """The language rule: the detected language is one the user keeps, with enough of the text in it.
+    """The package's (the language rule's policy, see the module's docstring)."""
+    from pipelines.clean.rules import accepts_language as current
 
-    An empty ``cfg.languages`` keeps every language. The score bound is ``min_language_score``
-    for CLD2 (share of the text) and ``min_english_score`` for the stop-word method.
-    """
-    if not cfg.languages:
-        return True
-    least = cfg.min_english_score if cfg.language_id == "stopwords" else cfg.min_language_score
-    return guess.code in cfg.languages and guess.score >= least
+    return current(guess, cfg)
 
 
 def disabled_rules(cfg: CleanConfig) -> frozenset[str]:

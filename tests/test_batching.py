@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import apache_beam as beam
 import pytest
-from apache_beam.testing.test_pipeline import TestPipeline
+from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline  # pytest collects names Test*
 from apache_beam.testing.util import assert_that, equal_to
 
 from pipelines.localrunner.batching import BundleBatches
@@ -26,7 +26,7 @@ class _Squares(BundleBatches):
 @pytest.mark.parametrize("batch", [1, 7, 64, 1000])
 def test_every_element_once_in_batches_of_at_most_the_size(batch):
     n = 100
-    with TestPipeline(runner="FnApiRunner") as p:
+    with BeamTestPipeline(runner="FnApiRunner") as p:
         offset = p | "Offset" >> beam.Create([5])
         out = (p | beam.Create(list(range(n)))
                | beam.ParDo(_Squares(batch), beam.pvalue.AsSingleton(offset)).with_outputs("sizes", main="main"))

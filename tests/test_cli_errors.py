@@ -158,7 +158,7 @@ def test_help_names_the_command_as_the_user_ran_it(args, usage) -> None:
     assert res.returncode == 0 and res.stdout.startswith(usage), res.stdout[:200]
     assert res.stderr == ""  # no 'apitools not found' warning, nothing else
     if "pipelines" in args[1] or args[2:3] in (["build"], ["repack"], ["serve"]):
-        assert "Every standard Beam pipeline option" in res.stdout and "--help_beam" in res.stdout
+        assert "Apache Beam's own options" in res.stdout and "--help_beam" in res.stdout
 
 
 # Runs a module as `python -m MODULE ARGS` would, then says which modules it had imported when it exited.
@@ -236,9 +236,9 @@ def test_beam_commands_answer_help_before_importing_beam(args, module, capsys) -
     main = importlib.import_module(module).main
     assert main(["--help"]) == 0
     full = capsys.readouterr().out.splitlines()
-    if args[0] == "shardforge.cli":  # the usage names the command as the user ran it (and wraps to its width)
+    if args[0] == "shardforge.cli":  # the usage (and the examples) name the command as the user ran it
         assert lines[0].startswith(f"usage: shardforge {args[1]} ") and full[0].startswith(f"usage: python -m {module} ")
-        lines, full = lines[lines.index(""):], full[full.index(""):]
+        lines, full = [x.replace(f"shardforge {args[1]}", f"python -m {module}") for x in lines[lines.index(""):]], full[full.index(""):]
     assert lines[:-1] == full
 
 
@@ -533,12 +533,12 @@ def test_a_build_into_a_file_is_refused_before_any_work(small_input, tmp_path, e
 
 
 def test_reading_a_corpus_under_a_file_is_one_line(tmp_path) -> None:
-    """validate / inspect of a path that is a file: the OS's words and the path, not a traceback."""
+    """validate / inspect of a path that is a file: it is not a corpus, and how to build one, not a traceback."""
     target = tmp_path / "afile"
     target.write_text("x\n")
     for tool in ("validate", "inspect"):
         line = one_line_error(run("-m", "shardforge.cli", tool, str(target)))
-        assert line == f"error: Not a directory: {target}/manifest.json", (tool, line)
+        assert line.startswith(f"error: {target} is a file, not a corpus") and "--input " in line, (tool, line)
 
 
 def test_path_errors_a_user_can_fix_are_one_line_others_keep_their_traceback() -> None:
@@ -549,12 +549,15 @@ def test_path_errors_a_user_can_fix_are_one_line_others_keep_their_traceback() -
     assert str(path_error(nested)) == "Not a directory: /out/versions"
     assert str(path_error(FileExistsError(17, "File exists", "/tmp/export"))) == "File exists: /tmp/export"
     assert str(path_error(PermissionError(13, "Permission denied", "/a", None, "/b"))) == "Permission denied: /a -> /b"
-    assert str(path_error(OSError(28, "No space left on device", "/out/train-000001.tar"))) == \
-        "No space left on device: /out/train-000001.tar"
+    assert str(path_error(OSError(28, "No space left on device", "/out/train-000001.tar"))).startswith(
+        "No space left on device: /out/train-000001.tar (what was written completely stays")
     # A missing file is each command's own message; an error without a path may be a bug: a traceback.
     assert path_error(FileNotFoundError(2, "No such file or directory", "/x")) is None
-    assert path_error(OSError(28, "No space left on device")) is None
+    assert path_error(OSError(13, "Permission denied")) is None
     assert path_error(ValueError("x")) is None
+    # A full disk never is a bug, also where a library's write names no file (TensorBoard's writer).
+    assert str(path_error(OSError(28, "No space left on device"))).startswith("No space left on device (")
+    assert "run the same command again" in str(path_error(OSError(122, "Disk quota exceeded", "/run/x")))
 
 
 def test_a_bare_scheme_in_a_message_survives_redaction() -> None:
@@ -566,3 +569,28 @@ def test_a_bare_scheme_in_a_message_survives_redaction() -> None:
     assert redact_url("file:///tmp/x") == "file:///tmp/x" and redact_url("https://u:p@h/x") == "https://h/x"
     assert redact_text("STORAGE_EMULATOR_HOST for gs://, FSSPEC_S3_ENDPOINT_URL for s3://)") == \
         "STORAGE_EMULATOR_HOST for gs://, FSSPEC_S3_ENDPOINT_URL for s3://)"
+
+
+# ------------------------------------------------------------------ hostile source names
+
+
+@pytest.mark.parametrize("args", [
+    ["-m", "pipelines.build", "--input", "../../evil=f.txt"],
+    ["-m", "pipelines.build", "--input", "a/b=data.jsonl"],
+    ["-m", "pipelines.build", "--input", "=f"],
+    ["-m", "shardforge.cli", "build", "--input", "a/b="],
+])
+def test_a_hostile_source_name_is_one_line(args, tmp_path) -> None:
+    """A source name is 1-40 of a-z, 0-9, _: anything else (a path, an empty name) is refused in one line
+    naming the flag, before anything is read or written (it was pydantic's 20-line traceback)."""
+    name = args[-1].split("=", 1)[0]
+    line = one_line_error(run(*args, "--output", str(tmp_path / "out")))
+    assert line.startswith(f"error: --input {args[-1]!r}: the source name {name!r} is not 1 to 40 "), line
+    assert not (tmp_path / "out").exists()
+
+
+def test_serve_refuses_a_hostile_source_name_in_one_line(tmp_path) -> None:
+    res = run("-m", "shardforge.cli", "serve", "--source", "../evil", "--watch", str(tmp_path / "in" / "*.jsonl"),
+              "--corpus", str(tmp_path / "corpus"), "--once")
+    assert one_line_error(res).startswith("error: --source '../evil': the source name '../evil' is not 1 to 40 ")
+    assert not (tmp_path / "corpus").exists()

@@ -229,7 +229,7 @@ SWEPT_BUILD = textwrap.dedent("""
     winner, out = sys.argv[1], sys.argv[2]
     real = corpus.write_stream_atomic
 
-    def swept(url, produce):
+    def swept(url, produce, **kwargs):
         # The winner commits while this build writes its first shard, and its cleanup
         # sweeps this attempt's temporaries (what test_two_builds_... hits by chance).
         def produce_then_swept(f):
@@ -238,7 +238,7 @@ SWEPT_BUILD = textwrap.dedent("""
             for name in os.listdir(out):
                 if is_tmp_name(name):
                     os.remove(os.path.join(out, name))
-        return real(url, produce_then_swept)
+        return real(url, produce_then_swept, **kwargs)
 
     corpus.write_stream_atomic = swept
     sys.argv = ["pipelines.build", *sys.argv[3:]]
@@ -276,10 +276,10 @@ SWEPT_TOKENIZER = textwrap.dedent("""
 
     real = tokenizer.write_bytes_atomic
 
-    def swept(url, data):
+    def swept(url, data, **kwargs):
         if url.endswith(".model"):  # a cleaner took the model's temporary (no other writer committed)
             raise TemporaryRemoved(url + ": removed before it was published")
-        return real(url, data)
+        return real(url, data, **kwargs)
 
     tokenizer.write_bytes_atomic = swept
     sys.argv = ["pipelines.build", *sys.argv[1:]]

@@ -24,7 +24,11 @@ def test_demo_runs_the_whole_path_and_the_model_learns(tmp_path: Path) -> None:
                           "--steps", "10"], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
     assert "Traceback" not in res.stderr
-    summary = json.loads(res.stdout[res.stdout.index("{"):res.stdout.rindex("}") + 1])
+    # The summary is printed once, for a person; the same numbers as JSON go to a file, not the screen.
+    assert res.stdout.count("shardforge demo summary") == 1 and '"first_loss"' not in res.stdout, res.stdout[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert f"loss {summary['first_loss']} (step 1) -> {summary['last_loss']} (step 10)" in res.stdout
+    assert str(out / "summary.json") in res.stdout.splitlines()[-1]
     assert summary["last_loss"] < summary["first_loss"], summary
     corpus = out / "corpus"
     for name in ("manifest.json", "report.html", "report.json", "timings.json"):

@@ -133,6 +133,9 @@ def check_image_hygiene(dockerfile: Path, extras: list[str]) -> None:
     code = [i for i, (k, a) in enumerate(stage) if k == "COPY" and a.split()[0] in ("storage/", "schemas/", "pipelines/",
                                                                                    "trainer/", "shardforge/")]
     assert code and min(code) > deps
+    # Every source a COPY names is in the repository (a stale one fails the docker build).
+    sources = [src for k, a in stage if k == "COPY" and not a.startswith("--from") for src in a.split()[:-1]]
+    assert all((ROOT / src).exists() for src in sources), sources
     assert any("pip install --no-deps" in stage[i][1] for i in range(max(code), len(stage)) if stage[i][0] == "RUN")
     # The requirements the image installs are pyproject's (read by the same script).
     proj = pyproject()
@@ -186,7 +189,7 @@ def trainer_flags() -> set[str]:
                          cwd=ROOT, timeout=120)
     assert res.returncode == 0, res.stderr
     options = res.stdout.split("options:", 1)[1]  # the usage text and description mention other tools' flags
-    return {f for line in options.splitlines() if (m := re.match(r"\s{2}(-[^ ]+(?:, -[^ ]+)*)", line))
+    return {f for line in options.splitlines() if (m := re.match(r"\s{2}(-[^ ,]+(?:, -[^ ,]+)*)", line))
             for f in m.group(1).split(", ")}
 
 
@@ -369,7 +372,7 @@ DATAFLOW_FLAGS = ["--runner", "DataflowRunner", "--project", "my-project", "--re
 
 
 def test_dataflow_run_without_gcp_extra_fails_at_once_in_one_line(demo_corpus):
-    from pipelines.options import DATAFLOW_MODULES, missing_modules
+    from pipelines.options import DATAFLOW_INSTALL, DATAFLOW_MODULES, missing_modules
 
     # The test environment deliberately lacks apache-beam[gcp] (ENVIRONMENT.md: its auth stack
     # retries for credentials on every offline gs:// access); this is the user's situation.
@@ -380,9 +383,12 @@ def test_dataflow_run_without_gcp_extra_fails_at_once_in_one_line(demo_corpus):
         timeout=60)
     assert res.returncode == 2, res.stderr
     assert len(lines) == 1, lines
-    assert "apache-beam[gcp]" in lines[0] and "shardforge[dataflow]" in lines[0], lines
+    assert "apache-beam[gcp]" in lines[0] and DATAFLOW_INSTALL in lines[0], lines
+    assert f"--input ccnews={demo_corpus['ccnews']}" in lines[0], lines  # and, at once, the local input
     assert "Traceback" not in res.stderr and res.stdout == ""
     assert wall < 30, wall
+    # The install line the error gives is the README's.
+    assert DATAFLOW_INSTALL in (ROOT / "README.md").read_text()
     # The extra the message names exists, at the Beam version the job is built with.
     extra = pyproject()["optional-dependencies"]["dataflow"]
     assert extra == [f"apache-beam[gcp]=={pin_of(pyproject()['optional-dependencies']['pipelines'], 'apache-beam')}"]
@@ -393,19 +399,30 @@ def test_dataflow_run_without_gcp_extra_fails_at_once_in_one_line(demo_corpus):
                                    ["-m", "pipelines.serve", "--watch", "x", "--corpus", "c"],
                                    ["-m", "shardforge.cli", "build", "--input", "x.jsonl", "--output", "o"]],
                          ids=["build", "repack", "serve", "shardforge-build"])
-def test_missing_dataflow_client_is_reported_before_beam_is_imported(entry):
-    """Under a second: the check runs before Apache Beam's own ~1.3 s import (pipelines/localrunner/preflight.py)."""
+def test_every_dataflow_problem_is_reported_at_once_before_any_work(entry):
+    """The client missing, local paths the workers cannot reach and Beam's option checks, in one line,
+    from each entry point, before anything is read or written (pipelines/localrunner/preflight.py)."""
+    import time
+
+    from pipelines.options import DATAFLOW_INSTALL
+
     code = ("import runpy, sys\n"
             f"sys.argv = ['x', *{entry[2:]!r}, '--runner=DataflowRunner', '--project', 'p']\n"
             "try:\n"
             f"    runpy.run_module({entry[1]!r}, run_name='__main__', alter_sys=True)\n"
             "except SystemExit as e:\n"
-            "    print('exit', e.code, 'apache_beam' in sys.modules)\n")
+            "    print('exit', e.code)\n")
+    start = time.monotonic()
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60,
                          env={**os.environ, "PYTHONPATH": str(ROOT)})
-    assert res.stdout.strip() == "exit 2 False", res.stdout + res.stderr
+    wall = time.monotonic() - start
+    assert res.stdout.strip() == "exit 2", res.stdout + res.stderr
     lines = res.stderr.strip().splitlines()
-    assert len(lines) == 1 and "shardforge[dataflow]" in lines[0], lines
+    assert len(lines) == 1 and DATAFLOW_INSTALL in lines[0], lines
+    local = [f"{a} {entry[i + 1]}" for i, a in enumerate(entry) if a.startswith("--")]
+    assert all(x in lines[0] for x in local), (local, lines)
+    assert "Missing required option: region." in lines[0] and "--temp_location" in lines[0], lines
+    assert wall < 20, wall
 
 
 def test_dataflow_option_mistakes_are_one_line(demo_corpus, capsys):
@@ -477,7 +494,7 @@ def test_dataflow_dockerfile():
     assert "requirements.py pipelines dataflow" in runs
     assert "trainer" not in runs.replace("torch must not", "") and "pip install torch" not in runs
     copies = [a.split()[0] for k, a in stage if k == "COPY" and not a.startswith("--from")]
-    assert "trainer/" not in copies and "storage/" in copies and "schemas/" in copies and "pipelines/" in copies
+    assert "trainer/" not in copies and "shardforge/" in copies and "schemas/" in copies and "pipelines/" in copies
     assert json.loads(dict(stage)["ENTRYPOINT"]) == ["/opt/apache/beam/boot"]
     env = dict(a.split("=", 1) for k, a in stage if k == "ENV" and "=" in a and " " not in a.split("=", 1)[0])
     py_file = env["FLEX_TEMPLATE_PYTHON_PY_FILE"]
@@ -663,7 +680,7 @@ def test_manifest_launch_command_matches_torchrun_and_trainer(trainer_flags):
     assert cfg.data == env["DATA_URL"] and cfg.output == env["OUTPUT_URL"]
     assert cfg.model.size == "base" and cfg.steps == 125000
     with pytest.raises(AssertionError, match="not an option"):
-        check_trainer_args([*ta.training_script_args, "--learning_rate", "1e-4"], trainer_flags)
+        check_trainer_args([*ta.training_script_args, "--learning_rte", "1e-4"], trainer_flags)
 
 
 def test_launcher_single_node_defaults_and_required_urls(trainer_flags):
@@ -692,3 +709,57 @@ def test_deploy_scripts_pass_bash_syntax_check():
     for script in scripts:
         res = subprocess.run(["bash", "-n", script], capture_output=True, text=True)
         assert res.returncode == 0, (script, res.stderr)
+
+
+# ------------------------------------------------------------------ Flink (deploy/flink/)
+
+def flink_docs() -> list[dict[str, Any]]:
+    return list(yaml.safe_load_all((DEPLOY / "flink" / "flink.yaml").read_text()))
+
+
+def test_flink_cluster_runs_the_versions_beam_supports_and_our_worker_image_beside_each_taskmanager():
+    from apache_beam.options.pipeline_options import FlinkRunnerOptions
+
+    beam = pin_of(pyproject()["optional-dependencies"]["pipelines"], "apache-beam")
+    pods = {d["metadata"]["name"]: d["spec"]["template"]["spec"] for d in flink_docs() if d["kind"] == "Deployment"}
+    images = {c["name"]: c["image"] for spec in pods.values() for c in spec["containers"]}
+    # Flink at a version Beam's FlinkRunner supports; the job server for that Flink at our Beam version.
+    flink = re.fullmatch(r"flink:(\d+\.\d+)\.\d+-scala_2\.12-java17", images["jobmanager"])
+    assert flink and images["taskmanager"] == images["jobmanager"], images
+    assert flink.group(1) in FlinkRunnerOptions.PUBLISHED_FLINK_VERSIONS
+    assert images["job-server"] == f"apache/beam_flink{flink.group(1)}_job_server:{beam}"
+    assert "--flink-master=flink-jobmanager:8081" in pods["beam-job-server"]["containers"][0]["args"]
+    # Every TaskManager pod has a worker pool from our worker image (the launcher fills in IMAGE) on port 50000.
+    pool = next(c for c in pods["flink-taskmanager"]["containers"] if c["name"] == "beam-worker-pool")
+    assert pool["image"] == "IMAGE" and pool["args"] == ["--worker_pool"]
+    assert [p["containerPort"] for p in pool["ports"]] == [50000]
+    env = {e["name"]: e.get("value") for e in pool["env"]}
+    assert env["FSSPEC_S3_ENDPOINT_URL"] == "http://minio:9000" and {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"} <= set(env)
+    assert any(d["kind"] == "Service" and d["metadata"]["name"] == "minio" for d in flink_docs())
+    for image in images.values():  # release tags, never latest
+        assert image == "IMAGE" or (":" in image and not image.endswith(":latest")), image
+
+
+def test_flink_launcher_command_runs_the_distributed_graph_and_passes_every_runner_check():
+    import socket
+
+    from pipelines.localrunner.preflight import runner_problems
+    from pipelines.options import BuildOptions, RunnerPlan, check_beam_args, finalize_options
+
+    with socket.socket() as server:  # a job server's port that answers
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        env = {"OUTPUT": "s3://corpora/en-v1", "INPUT": "ccnews=s3://raw/ccnews/*.jsonl.gz",
+               "JOB_ENDPOINT": f"localhost:{server.getsockname()[1]}", "TASKMANAGERS": "3"}
+        args = script_lines(["bash", "deploy/flink/flink.sh", "print", "--rule", "sop"], env)
+        assert runner_problems(args) == []
+    for flag, value in [("--runner", "FlinkRunner"), ("--environment_type", "EXTERNAL"),
+                        ("--environment_config", "localhost:50000"), ("--parallelism", "6"),
+                        ("--sdk_worker_parallelism", "2"), ("--sdk_location", "container")]:
+        assert args[args.index(flag) + 1] == value, flag
+    version = re.search(r"beam_flink(\d+\.\d+)_job_server", (DEPLOY / "flink" / "flink.yaml").read_text()).group(1)
+    assert args[args.index("--flink_version") + 1] == version
+    check_beam_args(args)  # every flag known
+    plan = RunnerPlan.of(finalize_options(BuildOptions(args)))
+    assert plan.spread_documents and not plan.one_machine  # the graph test_portable.py runs
+    assert runner_problems(args) != []  # the job server gone: one line before any work

@@ -12,7 +12,7 @@ import sys
 
 import apache_beam as beam
 import pytest
-from apache_beam.testing.test_pipeline import TestPipeline
+from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline  # pytest collects names Test*
 from apache_beam.testing.util import assert_that, equal_to
 
 from pipelines.localrunner import docpool
@@ -159,7 +159,7 @@ def test_pooled_batches_give_the_same_outputs_with_and_without_a_pool(processes,
     monkeypatch.setattr(DocPool, "submit", lambda self, fn, *a, **k: submitted.append(fn) or real(self, fn, *a, **k))
     docpool.configure(processes)
     try:
-        with TestPipeline() as p:
+        with BeamTestPipeline() as p:
             out = p | beam.Create(list(range(50))) | beam.ParDo(_Tens(7)).with_outputs("sizes", main="main")
             assert_that(out.main, equal_to([10 * x for x in range(50)]))
             assert_that(out.sizes | beam.CombineGlobally(sum), equal_to([50]), label="every element once")

@@ -146,7 +146,9 @@ def test_fill_mask_pipeline_runs(spm_path: str, tmp_path: Path) -> None:
         cfg = ModelConfig(**kw)
         out = tmp_path / f"hf{len(kw)}"
         export_hf(_trained_like(cfg, _vocab(spm_path)), cfg, spm_path, str(out))
-        fill = transformers.pipeline("fill-mask", model=str(out), device="cpu")
+        # The export encodes "<mask>" written in text as text (split_special_tokens); the pipeline places it.
+        fill = transformers.pipeline("fill-mask", model=str(out), device="cpu",
+                                     tokenizer_kwargs={"split_special_tokens": False})
         preds = fill("The cat <mask> on the mat.", top_k=3)
         assert len(preds) == 3
         assert all(0 <= p["token"] < _vocab(spm_path) and "<mask>" not in p["sequence"] for p in preds)
@@ -271,22 +273,46 @@ def test_bpe_tokenizer_matches_sentencepiece(bpe_path: str) -> None:
     assert fallback >= 50  # the byte-fallback path was really exercised
 
 
-def test_mask_splits_the_text(bpe_path: str, spm_path: str) -> None:
-    """Documented difference: the exported tokenizer matches <mask> first and encodes the text on either
-    side on its own (each side gets the dummy prefix, whitespace next to <mask> is dropped), as
-    transformers does for added tokens; sentencepiece would emit a lone "▁" before a spaced <mask>
-    and no prefix after it. The HF form is the one masked-LM training saw: <mask> replacing whole tokens."""
+def masked_word_ids(sp: spm.SentencePieceProcessor, sentence: str, word: str) -> tuple[str, list[int]]:
+    """(the sentence with `word` replaced by "<mask>", sentencepiece's ids of the sentence with the word's
+    pieces replaced by the one <mask> id): what masked-LM training saw for that masked word."""
+    start = sentence.index(word)
+    end = start + len(word)
+    pieces = sp.encode(sentence, out_type="proto").pieces
+    a = next(i for i, p in enumerate(pieces) if p.end > start)
+    b = next((i for i, p in enumerate(pieces) if p.begin >= end), len(pieces))
+    assert pieces[b - 1].end == end and pieces[a].surface.strip() == sentence[start: pieces[a].end], (sentence, word)
+    ids = [p.id for p in pieces]
+    return sentence[:start] + "<mask>" + sentence[end:], ids[:a] + [SPECIAL_TOKENS["<mask>"]] + ids[b:]
+
+
+def test_placed_mask_keeps_the_ids_around_it(bpe_path: str, spm_path: str) -> None:
+    """A <mask> placed in the text replaces the masked word's pieces and nothing else: the ids around it
+    are sentencepiece's ids of the whole sentence, as the shards hold them. It takes the space before it,
+    and the text after it continues without a new dummy prefix ("at the <mask>." -> ▁at ▁the <mask> .);
+    sentencepiece itself would put a lone ▁ before it. Written in a document, "<mask>" is text."""
     from tokenizers import Tokenizer
 
-    mask = SPECIAL_TOKENS["<mask>"]
+    from schemas.tokenizer_files import load_tokenizer
+
+    cases = [("the cat sat on the mat", "cat"), ("at the river.", "river"), ("The cat ran.", "The"),
+             ("a big dog, then a cat", "dog"), ("Is it the house?", "house")]
     for path in (bpe_path, spm_path):
         sp = spm.SentencePieceProcessor(model_file=path)
-        tok = Tokenizer.from_str(build_tokenizer_json(Path(path).read_bytes()))
-        for left, right in [("the", "sat on the mat"), ("A cat", "."), ("mid", "word"), ("東京", "😀 x")]:
-            for text in (f"{left} <mask> {right}", f"{left}<mask>{right}"):
-                want = sp.encode(left) + [mask] + sp.encode(right)
-                assert tok.encode(text, add_special_tokens=False).ids == want, text
+        data = Path(path).read_bytes()
+        tok = Tokenizer.from_str(build_tokenizer_json(data))
+        for sentence, word in cases:
+            text, want = masked_word_ids(sp, sentence, word)
+            assert tok.encode(text, add_special_tokens=False).ids == want, text
+        after = tok.encode("at the <mask>.", add_special_tokens=False).ids
+        assert after[-2:] == [SPECIAL_TOKENS["<mask>"], sp.piece_to_id(".")]  # never <mask> ▁ .
         assert sp.encode("the <mask> sat") != tok.encode("the <mask> sat", add_special_tokens=False).ids
+        # Written in a document (transformers' split_special_tokens), "<mask>" is ordinary pieces: the build's.
+        tok.encode_special_tokens = True
+        placed_only = {i for name, i in SPECIAL_TOKENS.items() if name != "<unk>"}  # <unk>: "<" may be unknown
+        for text in ("the <mask> sat", "at the <mask>.", "</s><s> <unk> <pad>"):
+            ids = tok.encode(text, add_special_tokens=False).ids
+            assert ids == load_tokenizer(data).encode([text])[0] and not set(ids) & placed_only
 
 
 def test_bpe_merges_follow_the_merge_order(bpe_path: str) -> None:
@@ -347,7 +373,9 @@ def test_bpe_export_loads_and_fills_masks(bpe_path: str, tmp_path: Path) -> None
     real = enc["attention_mask"].bool()
     torch.testing.assert_close(theirs[real], ours[real], atol=1e-4, rtol=0)
     fill = transformers.pipeline("fill-mask", model=str(out), device="cpu")
-    preds = fill("The cat <mask> on the mat 東京.", top_k=3)
+    with pytest.raises(Exception, match="No mask_token"):  # "<mask>" written in text is text
+        fill("The cat <mask> on the mat 東京.")
+    preds = fill("The cat <mask> on the mat 東京.", top_k=3, tokenizer_kwargs={"split_special_tokens": False})
     assert len(preds) == 3 and all(0 <= p["token"] < sp.get_piece_size() for p in preds)
 
 
@@ -416,6 +444,7 @@ def test_byte_bpe_tokenizer_is_exported_as_roberta(tmp_path: Path) -> None:
     from pipelines.clean.sentences import split_sentences
     from pipelines.tokenizer.train import train_byte_bpe
     from schemas.config import TokenizerConfig
+    from schemas.tokenizer_files import load_tokenizer
 
     sents = [s for d in news_documents(120) for s in split_sentences(d)]
     data = train_byte_bpe(sents, TokenizerConfig(model_type="byte_bpe", vocab_size=1000))
@@ -424,6 +453,7 @@ def test_byte_bpe_tokenizer_is_exported_as_roberta(tmp_path: Path) -> None:
     vocab = Tokenizer.from_str(data.decode()).get_vocab_size()
     raw = Tokenizer.from_str(data.decode())
     one_two, three = raw.encode("one two", add_special_tokens=False).ids, raw.encode("three", add_special_tokens=False).ids
+    build = load_tokenizer(data)  # how the build encodes a corpus with it
     for arch in ("xlm-roberta", "albert"):
         out = tmp_path / arch
         cfg = ModelConfig() if arch == "xlm-roberta" else ModelConfig(embedding_size=16)
@@ -432,9 +462,14 @@ def test_byte_bpe_tokenizer_is_exported_as_roberta(tmp_path: Path) -> None:
         fast = transformers.RobertaTokenizerFast.from_pretrained(str(out))
         auto = transformers.AutoTokenizer.from_pretrained(str(out))
         for text in sents[:50] + ["A <mask> in 1977 cost $5 & 30% of £3."]:
-            ids = fast(text)["input_ids"]
-            assert ids == auto(text)["input_ids"]
-            assert ids[1:-1] == raw.encode(text, add_special_tokens=False).ids
+            ids = auto(text)["input_ids"]
+            assert ids[1:-1] == build.encode([text])[0]  # the literal "<mask>" too: text is text
+            if "<mask>" not in text:
+                assert ids[1:-1] == raw.encode(text, add_special_tokens=False).ids
+            assert fast(text)["input_ids"] == ids  # RobertaTokenizerFast, RoBERTa's own pipeline, agrees on text
+        # A <mask> placed in the text: the ids around it are the shards' (no space inserted after it).
+        placed = auto("at the <mask>.", split_special_tokens=False, add_special_tokens=False)["input_ids"]
+        assert placed == raw.encode("at the", add_special_tokens=False).ids + [4, raw.token_to_id(".")]
         pair = auto("one two", "three", return_token_type_ids=True)
         if arch == "xlm-roberta":  # RoBERTa: <s> A </s></s> B </s>
             assert pair["input_ids"] == [0, *one_two, 2, 2, *three, 2]

@@ -501,8 +501,8 @@ def test_trainer_unpadded_run_matches_padded_run_and_fp16_checkpoints_its_scale(
     # Record which path the trainer's hook picked (the real function still does the work).
     paths: list[str] = []
 
-    def spy(kw: dict, host_mask: torch.Tensor, device: torch.device, unpadded: bool = True) -> dict:
-        out = attention_inputs(kw, host_mask, device, unpadded)
+    def spy(kw: dict, host_mask: torch.Tensor, device: torch.device, unpadded: bool = True, bucket: int = 0) -> dict:
+        out = attention_inputs(kw, host_mask, device, unpadded, bucket=bucket)
         paths.append("unpadded" if "unpadded" in out else "no mask" if out["attention_mask"] is None else "masked")
         return out
 

@@ -300,7 +300,7 @@ def test_no_sample_of_a_changed_shard_is_trained_on_with_shuffle_buffer_1(corpus
     r = run(*train_args(copy, out, 100, "shuffle_buffer=1"))
     one_error_line(r, "corrupt shard train-", "sha256 does not match the manifest")
     assert metric_rows(out) == 0, open(os.path.join(out, "metrics.jsonl")).read()[:500]
-    assert "step 1" not in r.stdout
+    assert not re.search(r"^step 1/", r.stdout, re.M), r.stdout  # no progress line: no step ran
 
 
 # ---------------------------------------------------------------- 11: the tokenizer travels with the corpus
@@ -377,3 +377,102 @@ def test_resume_skips_a_truncated_newest_checkpoint_and_says_so(corpus, tmp_path
     r = run(*train_args(root, out, 8, "checkpoint_every=2"))
     one_error_line(r, "none of the", "checkpoints in", "loads")
     assert len([x for x in r.stderr.splitlines() if "skipping checkpoint" in x]) == 3
+
+
+# ---------------------------------------------------------------- hostile values: one line, never a traceback
+
+DEEP = "[" * 100_000 + "]" * 100_000
+
+
+def _hostile_value(root: str, case: str, m: Any) -> str:
+    """Write one hostile value into a corpus copy; returns what the one line must say."""
+    path = os.path.join(root, "manifest.json")
+    text = open(path).read()
+    if case == "json_member":  # a sample's .json member nested 100k deep (bytes and sha256 made to match)
+        from test_tools import replace_shard
+
+        for name in (s.name for s in m.shards):  # every one: whichever the trainer reads first
+            with open(os.path.join(root, name), "rb") as f:
+                samples = [(k, {**mem, "json": DEEP.encode()}) for k, mem in iter_tar_samples(f, name)]
+            replace_shard(root, name, tar_bytes([(k, list(mem.items())) for k, mem in samples]))
+        return "nested too deep"
+    value = {"digits": "9" * 5000, "nesting": DEEP, "max_seq_len": "-1"}[case]
+    at = text.rindex('"max_seq_len": ')  # the manifest's own, not the config record's
+    end = text.index(",", at)
+    if case == "nesting":
+        text = text[:at] + f'"counters_x": {value}, ' + text[at:]
+    else:
+        text = text[:at] + f'"max_seq_len": {value}' + text[end:]
+    open(path, "w").write(text)
+    return {"digits": "not valid JSON (Exceeds the limit", "nesting": "not valid JSON (nested too deep)",
+            "max_seq_len": "max_seq_len: Input should be greater than or equal to 8"}[case]
+
+
+@pytest.mark.parametrize("case", ["digits", "nesting", "max_seq_len", "json_member"])
+def test_hostile_values_are_one_line_in_validate_inspect_and_train(corpus, copy, case, tmp_path):
+    """A 5,000-digit integer, 100k-deep nesting, max_seq_len -1, a sample .json member 100k deep: each
+    is one line (exit 2) in inspect and train, and in validate one line or its list of problems (exit 1),
+    never a traceback."""
+    needle = _hostile_value(copy, case, corpus[1])
+    v = run("shardforge.cli", "validate", copy, "--no-progress")
+    if case == "json_member":  # validate lists every problem it finds
+        assert v.returncode == 1 and needle in v.stdout and "Traceback" not in v.stderr, v.stdout + v.stderr
+    else:
+        one_error_line(v, needle)
+    one_error_line(run("shardforge.cli", "inspect", copy), needle)
+    one_error_line(run(*train_args(copy, str(tmp_path / "run"), 2)), needle)
+
+
+def _checkpoint_file(path: str, state: Any = None, pickled: bytes | None = None) -> str:
+    """A torch checkpoint file of ``state``, or a torch zip whose data.pkl is ``pickled``."""
+    import zipfile
+
+    import torch
+
+    buf = io.BytesIO()
+    torch.save(state if pickled is None else {}, buf)
+    if pickled is not None:
+        src = zipfile.ZipFile(io.BytesIO(buf.getvalue()))
+        buf = io.BytesIO()
+        with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as z:
+            for n in src.namelist():
+                z.writestr(n, pickled if n.endswith("data.pkl") else src.read(n))
+    with open(path, "wb") as f:
+        f.write(buf.getvalue())
+    return path
+
+
+def test_export_of_a_malicious_checkpoint_is_one_line_and_runs_nothing(corpus, tmp_path):
+    """A pickle that would call os.system, a foreign file, a state that is not a checkpoint, and a
+    vocab_size that would allocate a 10^12-row embedding: one line each; nothing is run or built."""
+    import pickle
+
+    import torch
+
+    root, m = corpus
+    marker = tmp_path / "ran"
+
+    class Evil:
+        def __reduce__(self):
+            return (os.system, (f"touch {marker}",))
+
+    run_dir = tmp_path / "trained"
+    r = run(*train_args(root, str(run_dir), 1))
+    assert r.returncode == 0, r.stderr[-3000:]
+    good = torch.load(next((run_dir / "checkpoints").iterdir()), weights_only=True)
+    cases = {
+        "evil.pt": (_checkpoint_file(str(tmp_path / "evil.pt"), pickled=pickle.dumps({"model": Evil()}, protocol=2)),
+                    "it names posix.system, which no checkpoint holds; refused without running any of it"),
+        "plain.pt": (str(tmp_path / "plain.pt"), "it does not load as one"),
+        "list.pt": (_checkpoint_file(str(tmp_path / "list.pt"), [1, 2]), "it holds no training config and model"),
+        "vocab.pt": (_checkpoint_file(str(tmp_path / "vocab.pt"), {**good, "vocab_size": 10**12}),
+                     "its tensors are not those of the model its config describes"),
+    }
+    (tmp_path / "plain.pt").write_bytes(pickle.dumps(Evil()))
+    tokenizer = os.path.join(root, m.tokenizer.path)
+    for name, (path, needle) in cases.items():
+        line = one_error_line(run("shardforge.cli", "export", path, str(tmp_path / f"hf-{name}"),
+                                  "--tokenizer", tokenizer), needle)
+        assert "weights_only=False" not in line and "\n" not in line, line
+        assert not (tmp_path / f"hf-{name}").exists()
+    assert not marker.exists()

@@ -268,9 +268,10 @@ def test_a_single_rank_state_cannot_resume_another_world_size(corpus: str) -> No
     with pytest.raises(UserError, match="merge the states"):
         b.load_state_dict(a[0].state_dict())
     # nor another rank's state of the same layout (rank 2 owns no partition here)
-    c = ShardLoader(corpus, batch_size=4, partitions=2, rank=2, world_size=3)
+    c = ShardLoader(corpus, batch_size=4, partitions=2, rank=2, world_size=3, allow_idle=True)
     with pytest.raises(UserError, match="merge the states"):
-        c.load_state_dict(ShardLoader(corpus, batch_size=4, partitions=2, world_size=3).state_dict())
+        c.load_state_dict(ShardLoader(corpus, batch_size=4, partitions=2, world_size=3,
+                                      allow_idle=True).state_dict())
     with pytest.raises(UserError, match="different corpus or loader config"):
         ShardLoader(corpus, batch_size=5, partitions=8).load_state_dict(a[0].state_dict())
 
@@ -442,8 +443,11 @@ def test_bad_arguments_are_user_errors(corpus: str, kw: dict[str, Any]) -> None:
         ShardLoader(corpus, **kw)
 
 
-def test_more_units_than_partitions_still_equal_steps(corpus: str) -> None:
-    lds = loaders(corpus, 3, batch_size=4, partitions=2, epochs=1)  # rank 2 owns nothing: it only pads
+def test_more_units_than_partitions_is_refused_or_pads_when_allowed(corpus: str) -> None:
+    with pytest.raises(UserError, match=r"1 of 3 readers would get no data of their own: .* > partitions=2"):
+        ShardLoader(corpus, batch_size=4, partitions=2, world_size=3, epochs=1)
+    # allow_idle (evaluation): rank 2 owns nothing and only pads, in step with the others
+    lds = loaders(corpus, 3, batch_size=4, partitions=2, epochs=1, allow_idle=True)
     runs = [take(ld) for ld in lds]
     assert len({len(r) for r in runs}) == 1
     assert all(bool(b["is_pad"].all()) for b in runs[2])

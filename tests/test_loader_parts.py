@@ -16,8 +16,8 @@ from schemas import PAD_ID
 from schemas.errors import UserError
 from tests.test_loader import UNEVEN, VOCAB, make_corpus, sample_ids, shard_gids
 from trainer.loader.collate import collate, pack
-from trainer.loader.plan import Plan
-from trainer.loader.shard import HashingReader, Sample, ShardCorrupt, fetch_verified, iter_shard
+from trainer.loader.plan import Plan, pieces_per_shard
+from trainer.loader.shard import HashingReader, Sample, ShardCorrupt, fetch_verified, iter_piece, iter_shard
 from trainer.loader.stream import PartitionStream, UnitCtx, split_by_tokens
 from trainer.loader.unit import interleave
 from trainer.masking import IGNORE_INDEX
@@ -36,9 +36,9 @@ def sample(gid: int, n: int, *, label: int | None = None, tt: np.ndarray | None 
 
 def test_plan_deals_every_shard_to_one_partition_balanced_by_samples(tmp_path):
     plan = plan_of(make_corpus(tmp_path / "c", UNEVEN), partitions=3)
-    dealt = sorted(i for ps in plan.part_shards for i in ps)
+    dealt = sorted(i for ps in plan.part_pieces for i in ps)
     assert dealt == list(range(len(UNEVEN)))  # each shard exactly once
-    assert plan.part_samples == [sum(UNEVEN[i] for i in ps) for ps in plan.part_shards]
+    assert plan.part_samples == [sum(UNEVEN[i] for i in ps) for ps in plan.part_pieces]
     assert sum(plan.part_samples) == sum(UNEVEN) == plan.total_samples
     # Largest-first to the lightest partition: no partition exceeds another by more than the largest shard.
     assert max(plan.part_samples) - min(plan.part_samples) <= max(UNEVEN)
@@ -49,11 +49,11 @@ def test_plan_is_keyed_by_seed_only(tmp_path):
     """The deal depends on the seed and the corpus, not on the batching; orders depend on (seed, epoch, p)."""
     m = make_corpus(tmp_path / "c", [10] * 8)  # equal sizes: only the seeded tie-break decides
     a, b = plan_of(m, seed=1), plan_of(m, seed=1, batch_size=None, tokens_per_batch=64)
-    assert a.part_shards == b.part_shards and a.fingerprint == b.fingerprint
-    assert any(plan_of(m, seed=s).part_shards != a.part_shards for s in range(2, 8))
-    assert a.shard_order(0, 1) == b.shard_order(0, 1)
-    assert sorted(a.shard_order(3, 1)) == a.part_shards[1]
-    assert {tuple(a.shard_order(e, 1)) for e in range(6)} != {tuple(a.shard_order(0, 1))}
+    assert a.part_pieces == b.part_pieces and a.fingerprint == b.fingerprint
+    assert any(plan_of(m, seed=s).part_pieces != a.part_pieces for s in range(2, 8))
+    assert a.piece_order(0, 1) == b.piece_order(0, 1)
+    assert sorted(a.piece_order(3, 1)) == a.part_pieces[1]
+    assert {tuple(a.piece_order(e, 1)) for e in range(6)} != {tuple(a.piece_order(0, 1))}
     assert all(1 <= a.window_shift(e, p) <= a.K for e in range(5) for p in range(a.P))
 
 
@@ -138,6 +138,25 @@ def test_iter_shard_rejects_counts_the_manifest_does_not_say(tmp_path):
         list(iter_shard(plan, 0, 0))
 
 
+def test_shards_are_cut_into_pieces_only_for_more_readers_and_pieces_fail_together(tmp_path):
+    """Fewer non-empty shards than readers: pieces apportioned by samples (at least one per shard, never
+    more than its samples). A piece is released only after its whole shard checked out, so a count that
+    fails at the shard's end fails every piece before its first sample."""
+    assert pieces_per_shard([45], 4) == [4] and pieces_per_shard([30, 14], 4) == [3, 1]
+    assert pieces_per_shard([10] * 5, 4) == [1] * 5 and pieces_per_shard([2, 0], 4) == [2, 1]
+    m = make_corpus(tmp_path / "c", [12])
+    plan = Plan(str(m), "train", 0, 4, 8, 4, None, readers=3)
+    assert plan.pieces == [(0, 0, 4), (0, 4, 8), (0, 8, 12)] and plan.readers == 3
+    assert [x.gid for x in iter_piece(plan, 1, 1)] == [5, 6, 7]
+    assert plan_of(m).pieces == [(0, 0, 12)] and plan_of(m).readers == 1
+    assert Plan(str(m), "train", 0, 4, 8, None, 64, readers=3).pieces == [(0, 0, 12)]  # a token budget: whole
+    n_samples, n_tokens, n_bytes, sha = plan.infos[0]
+    plan.infos[0] = (n_samples, n_tokens - 1, n_bytes, sha)  # the bytes verify; the last sample's count not
+    with pytest.raises(ShardCorrupt, match="more tokens than the manifest says"):
+        next(iter_piece(plan, 0, 0))
+    assert next(iter_shard(plan, 0, 0)).gid == 0  # a whole shard releases its first samples before
+
+
 def test_iter_shard_rejects_ids_outside_the_vocabulary(tmp_path):
     plan = plan_of(make_corpus(tmp_path / "c", [5]))
     plan.vocab_size = 50  # the samples hold ids up to VOCAB - 1
@@ -166,7 +185,7 @@ def test_partition_stream_reads_its_shards_once_and_resumes_from_any_cursor(tmp_
     for p in range(plan.P):
         batches, _ = stream_batches(plan, 1, p)
         gids = [x.gid for b in batches for x in b]
-        assert sorted(gids) == sorted(g for i in plan.part_shards[p] for g in shard_gids(train, i))
+        assert sorted(gids) == sorted(g for i in plan.part_pieces[p] for g in shard_gids(train, i))
         assert len(batches) == plan.part_batches[p]  # the count the manifest promises
         # Resume from the cursor after every batch: the rest is the same batches.
         s = PartitionStream(plan, 1, p, [0, 0, 0, 0], UnitCtx(plan, "fail", set()))

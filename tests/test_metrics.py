@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import Counter
 
 import apache_beam as beam
-from apache_beam.testing.test_pipeline import TestPipeline
+from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline  # pytest collects names Test*
 from apache_beam.testing.util import assert_that, equal_to
 
 from pipelines.intermediates import BundleTotals, sum_pairs
@@ -37,7 +37,7 @@ def test_tuples_add_element_wise_and_unkeyed_totals_come_bare() -> None:
 
 def test_bundle_sums_add_up_to_the_per_record_counts_on_beams_runner() -> None:
     words = [f"w{i % 7}" for i in range(1000)]
-    with TestPipeline() as p:
+    with BeamTestPipeline() as p:
         pc = p | beam.Create(words, reshuffle=False)
         tallies = pc | "Tally" >> beam.ParDo(SumPerBundle(lambda w: (w, 1))) | beam.CombinePerKey(sum)
         totals = pc | "Totals" >> beam.ParDo(BundleTotals(len)) | beam.CombineGlobally(sum_pairs)
@@ -100,7 +100,7 @@ def test_combine_tagged_on_beams_runner_equals_the_separate_global_combines() ->
     numbers = [(i * 7919) % 1000 for i in range(3000)]
     words = [f"w{'x' * (i % 13)}{i % 5}" for i in range(500)]
     expected = [{"sum": 3000, "longest": "wxxxxxxxxxxxx0", "top": []}]
-    with TestPipeline() as p:
+    with BeamTestPipeline() as p:
         nums, ws = p | "Numbers" >> beam.Create(numbers), p | "Words" >> beam.Create(words)
         empty = p | "Empty" >> beam.Create([]) | beam.Map(lambda x: x)
         fns = _tagged_fns()

@@ -223,7 +223,7 @@ def test_near_rule_paths_and_guards() -> None:
     assert not rule.accepts(small, small[:25])  # 25 shingles < min_shingles, Jaccard 0.625
     assert NearRule(0.7, 0.9, 0.5, 20).accepts(small, small[:25])
     assert overlap(np.empty(0, np.uint32), base) == (0.0, 0.0)
-    assert rule.floor == 0.5 and NearRule(0.7).floor == 0.7
+    assert not rule.accepts(base[:600], base)  # the longer text never goes for a passage of it
     # The screen on real signatures: a dropped-48% pair (Jaccard 0.52) passes on estimated containment, a pair
     # sharing 30% does not; without shingle counts only the Jaccard path is open.
     h = MinHasher(ngram=1, bands=28, rows=4, seed=42)
@@ -328,3 +328,117 @@ np.save(sys.argv[1], a)
 
     ref = MinHasher(ngram=3, bands=28, rows=4).signatures(shingle_sets(news_documents(20), 3))
     assert np.array_equal(np.load(out), ref)
+
+
+# ------------------------------------------------------------------ containment: anchors, samples, the rule
+
+
+def _prose() -> str:
+    from tests.realtext import news_documents
+
+    return " ".join(news_documents(12))  # ~2,300 words of real news
+
+
+def test_anchor_keys_of_a_passage_are_those_of_the_text_it_lies_in() -> None:
+    """Anchors are chosen by shingle value: a passage's pairs are the longer text's pairs at the same place,
+    whatever share of it the passage is (Jaccard 0.1 here); an unrelated text shares none."""
+    from tests.realtext import news_documents
+
+    words = _prose().split()
+    passage, other = " ".join(words[900:1150]), " ".join(news_documents(40)[30:].copy())
+    (full, part, unrelated), keys = minhash.shingles_and_anchors([" ".join(words), passage, other], 3, anchor_every=32)
+    assert jaccard(full, part) < 0.15
+    assert keys[1].size >= 3 and set(keys[1].tolist()) <= set(keys[0].tolist())
+    assert not set(keys[2].tolist()) & set(keys[0].tolist())
+    assert all(np.array_equal(np.unique(k), k) for k in keys)
+    # The shingles are those of shingle_sets (the index's digest), whatever the anchors.
+    assert all(np.array_equal(a, b) for a, b in zip((full, part, unrelated), shingle_sets(
+        [" ".join(words), passage, other], 3), strict=True))
+    assert all(k.size == 0 for k in minhash.shingles_and_anchors([passage], 3)[1])
+
+
+def test_the_sample_is_consistent_and_nested() -> None:
+    sh = shingle_sets([_prose()], 3)[0]
+    s16, s32 = minhash.sampled(sh, 16), minhash.sampled(sh, 32)
+    assert not (s32 & ~s16).any()  # the anchors' sample lies in the screen's
+    assert 0.04 < s16.mean() < 0.09 and 0.015 < s32.mean() < 0.05
+    assert np.array_equal(minhash.sampled(sh[::3], 16), s16[::3])  # a value's verdict depends on it alone
+
+
+def test_containment_is_directional_and_has_no_jaccard_floor() -> None:
+    """A document that lies in a longer one goes whatever their Jaccard; the longer one never goes for it."""
+    from pipelines.dedupe.sketch import near_rule
+    from schemas.config import DedupeConfig
+
+    rule = near_rule(DedupeConfig())
+    base = np.arange(4000, dtype=np.uint32)
+    passage = base[1000:1400]  # 400 of 4,000: Jaccard 0.1
+    assert rule.accepts(base, passage) and not rule.accepts(passage, base)
+    half = np.union1d(base[:2000], np.arange(9000, 11000, dtype=np.uint32))  # a shared half
+    assert not rule.accepts(base, half) and not rule.accepts(half, base)
+    assert not rule.accepts(base, base[:40])  # a snippet (40 < containment_min_shingles)
+    assert not minhash.NearRule(0.7, 0.9, min_jaccard=0.5).accepts(base, passage)  # the floor, where a config asks
+
+
+def test_cleaning_path_judges_a_copy_by_the_text_before_the_line_rules() -> None:
+    """A 4 % substituted copy whose substitutions took the full stops of three paragraphs: the line rules cut them,
+    so the kept texts are Jaccard < 0.7 and the copy lies < 0.9 in the original; before the line rules the
+    copy is Jaccard >= 0.7 and what is kept of it lies >= 0.82 in the original's: it goes. Two pages that share
+    only a menu the line rules remove are Jaccard >= 0.7 before them and keep nothing in common: they stay."""
+    from pipelines.clean.rules import clean_document
+    from pipelines.clean.sentences import split_sentences
+    from pipelines.dedupe.sketch import minhasher, near_rule, sketch_documents
+    from pipelines.records import Document
+    from schemas.config import CleanConfig, DedupeConfig
+    from tests.realtext import news_documents
+
+    sents = [s for a in news_documents(12) for s in split_sentences(a)]
+    paras = [" ".join(sents[3 * i:3 * i + 3]) for i in range(10)]
+    rng = random.Random(3)
+    words = [p.split() for p in paras]
+    for k in (2, 5, 8):
+        words[k][-1] = "cut"  # a substitution takes the paragraph's full stop
+    for w in words:
+        for i in rng.sample(range(len(w) - 1), len(w) // 25):
+            w[i] = rng.choice(WORDS)
+    copy = "\n\n".join(" ".join(w) for w in words)
+    menu = "\n".join(" ".join(rng.sample(WORDS, 2)) for _ in range(300))  # menu lines: under five words
+    pages = [menu + "\n\n" + " ".join(split_sentences(news_documents(60)[40 + i])[:4]) for i in range(2)]
+    cfg, dcfg = CleanConfig(), DedupeConfig()
+    docs = [clean_document(Document(f"d{i}", "web", t), cfg) for i, t in enumerate(["\n\n".join(paras), copy, *pages])]
+    assert all(type(d) is Document for d in docs)
+    orig, cp, page_a, page_b = sketch_documents(docs, minhasher(dcfg))
+    assert cp.lost.size and page_a.lost.size and not orig.lost.size
+    rule = near_rule(dcfg)
+    j, c = minhash.overlap(orig.shingles, cp.shingles)
+    assert j < 0.7 and np.intersect1d(orig.shingles, cp.shingles).size / cp.shingles.size < 0.9
+    assert not rule.accepts(orig.shingles, cp.shingles)  # the kept texts alone
+    assert rule.judge(orig.shingles, cp.shingles, orig.lost, cp.lost)[0]
+    assert not minhash.NearRule(0.7, 0.9, cleaning=False).judge(orig.shingles, cp.shingles, orig.lost, cp.lost)[0]
+    before = minhash.jaccard(np.union1d(page_a.shingles, page_a.lost), np.union1d(page_b.shingles, page_b.lost))
+    assert before >= 0.7
+    assert not rule.judge(page_a.shingles, page_b.shingles, page_a.lost, page_b.lost)[0]
+
+
+def test_the_screen_estimates_containment_on_the_samples() -> None:
+    """A passage at Jaccard ~0.2 passes the screen on the samples its signature carries; a shared half does not;
+    an indexed root (a signature without a sample) falls back on the Jaccard estimate and the sizes."""
+    from pipelines.dedupe.near import EdgeScreen, signature_by_node
+    from pipelines.dedupe.sketch import Sketch, near_rule
+    from schemas.config import DedupeConfig
+
+    h = MinHasher(ngram=3, bands=28, rows=4)
+    words = _prose().split()
+    full, passage, half = shingle_sets([" ".join(words), " ".join(words[500:1000]),
+                                        " ".join(words[:1100] + [w + "x" for w in words[1100:]])], 3)
+    sigs = h.signatures([full, passage, half])
+    sk = [Sketch(f"1d{i}", "s", "", sigs[i], h.band_keys(sigs[i:i + 1])[0], s) for i, s in enumerate((full, passage, half))]
+    carried = [signature_by_node(s)[0][1] for s in sk]
+    screen = EdgeScreen.of(near_rule(DedupeConfig()), h.num_perm)
+    assert jaccard(full, passage) < 0.25 and estimated_jaccard(sigs[0], sigs[1]) < screen.jaccard
+    assert screen.passes(carried[0], full.size, carried[1], passage.size)
+    assert not screen.passes(carried[0], full.size, carried[2], half.size)
+    assert screen.passes(sigs[0].tobytes(), full.size, carried[1], passage.size) == (
+        estimated_jaccard(sigs[0], sigs[1]) * (full.size + passage.size)
+        / ((1 + estimated_jaccard(sigs[0], sigs[1])) * passage.size) >= screen.containment - estimate_margin(
+            screen.containment, h.num_perm))

@@ -221,6 +221,13 @@ def test_cpu_recipe_trains_through_the_cli(small_corpus, tmp_path: Path) -> None
     seen = [r["tokens_seen"] for r in rows]
     assert seen == sorted(seen) and seen[0] > 0
     assert "eval_loss" in rows[1] and "loss_smooth" in rows[-1]
+    # What the run is comes first on stdout (its end line last); progress goes to stderr from step 1.
+    said = res.stdout.splitlines()
+    assert [line.split(":")[0] for line in said[:7]] == ["model", "device", "corpus", "length", "optimizer",
+                                                         "evaluation", "output"], res.stdout
+    assert "4 steps x 16 sequences" in said[3] and "masking token 40% (evaluated at token 15%)" in said[4]
+    assert said[-1].startswith("trained to step 4: ") and f"eval loss {rows[-1]['eval_loss']:.4f}" in said[-1]
+    assert "step 1/4 " in res.stderr and " eta " in res.stderr and "model:" not in res.stderr
 
 
 # ------------------------------------------------------------------ packaging

@@ -15,7 +15,7 @@ import apache_beam as beam
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from apache_beam.testing.test_pipeline import TestPipeline
+from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline  # not a test class to collect
 from realtext import news_documents, write_jsonl
 
 from pipelines.records import Document, Duplicate, Reject, count_words
@@ -23,6 +23,7 @@ from pipelines.report.html import sample_bound_text
 from pipelines.report.record import REPORT_HTML, REPORT_JSON
 from pipelines.report.summaries import (
     ALL,
+    BINS_PER_DECADE,
     NUM_BINS,
     SIMILARITY_BINS,
     DedupeStats,
@@ -60,7 +61,7 @@ MANIFEST = {
 
 def test_length_bins_are_log_scale():
     assert length_bin(0) == 0 and length_bin(1) == 1
-    assert length_bin(9) == 4 and length_bin(10) == 5 and length_bin(100) == 9
+    assert length_bin(9) < length_bin(10) == BINS_PER_DECADE + 1 and length_bin(100) == 2 * BINS_PER_DECADE + 1
     assert length_bin(10**12) == NUM_BINS - 1
     edges = bin_edges()
     assert len(edges) == NUM_BINS and edges[0] == 0 and edges[1] == 1
@@ -77,7 +78,7 @@ def test_histogram_combines_in_beam(tmp_path):
         expected[ALL][length_bin(n)] += 1
         expected[d.source][length_bin(n)] += 1
     out = tmp_path / "hist.json"
-    with TestPipeline(runner="FnApiRunner") as p:
+    with BeamTestPipeline(runner="FnApiRunner") as p:
         _ = (p | beam.Create([(d.source, n) for d, n in zip(docs, lengths, strict=True)])
              | beam.CombineGlobally(LengthHistogram())
              | beam.Map(lambda h: out.write_text(json.dumps(h))))
@@ -94,7 +95,7 @@ def test_lengths_and_words_equal_the_two_combines_it_replaces(tmp_path):
     docs = [Document(f"d{i}", rng.choice("abc"), " ".join(["w"] * rng.choice([0, 1, 3, 40, 900])) + " \n x")
             for i in range(60)]
     out = tmp_path / "out.json"
-    with TestPipeline(runner="FnApiRunner") as p:
+    with BeamTestPipeline(runner="FnApiRunner") as p:
         pc = p | beam.Create(docs)
         both = pc | "Both" >> beam.CombineGlobally(LengthsAndWords())
         hist = (pc | "Words of" >> beam.Map(lambda d: (d.source, count_words(d.text)))
@@ -176,10 +177,56 @@ def test_unbalanced_source_is_flagged(tmp_path):
     assert ">NO<" in (tmp_path / REPORT_HTML).read_text()
 
 
+def _length_bars(svg: str) -> list[list[float]]:
+    """The bars of each panel of the length chart: per filled step area, its (x, height) corners."""
+    root = ElementTree.fromstring(svg)
+    areas = []
+    for poly in root.iter(SVG_NS + "polygon"):
+        pts = [tuple(map(float, p.split(","))) for p in poly.get("points", "").split()]
+        areas.append(pts[1:-1:2])  # each bar's left top corner (the outline goes up, across, down)
+    return areas
+
+
+def test_the_length_chart_chooses_its_bars_from_the_data(tmp_path):
+    """Documents of similar lengths (Brown's texts, ~2,000 words each) get many bars, not one; a corpus
+    spread over decades gets no more than the chart's maximum."""
+    from pipelines.report.plots import MAX_LENGTH_BARS
+
+    fn = LengthHistogram()
+    brown = fn.create_accumulator()
+    for i in range(500):
+        fn.add_length(brown, "brown", 2000 + (i * 7) % 450)  # 2,000-2,449 words
+    hist = fn.extract_output(brown)
+    write_report({"accounting": {"brown": {"input": 500, "kept": 500}}}, hist, hist, str(tmp_path))
+    bars = _length_bars((tmp_path / "report-lengths.svg").read_text())
+    assert bars and all(len(b) >= 8 for b in bars), [len(b) for b in bars]
+    assert len({y for b in bars for _, y in b}) > 2  # bars of different heights, not one block
+    spread = fn.create_accumulator()
+    for n in (0, 1, 2, 3, 5, 8, 40, 300, 2000, 15000, 99000):
+        fn.add_length(spread, "web", n)
+    hist = fn.extract_output(spread)
+    write_report({"accounting": {"web": {"input": 11, "kept": 11}}}, hist, hist, str(tmp_path / "spread"))
+    bars = _length_bars((tmp_path / "spread" / "report-lengths.svg").read_text())
+    assert all(len(b) <= MAX_LENGTH_BARS + 1 for b in bars), [len(b) for b in bars]  # + the empty documents
+
+
+def test_doc_ids_stay_on_one_line(tmp_path):
+    """report.html keeps a document id whole (a browser would break it at its hyphens)."""
+    doc, kept = "ccnews-3f2a9c1b04d7e6aa-000123", "ccnews-3f2a9c1b04d7e6aa-000007"
+    extra = {"examples": {"duplicate:near": [{"doc_id": doc, "source": "ccnews", "dup_of": kept, "similarity": 0.9}],
+                          "filtered:min_words": [{"doc_id": kept, "source": "ccnews", "snippet": "a b c"}]}}
+    write_report({"accounting": {"ccnews": {"input": 3, "kept": 1, "filtered": {"min_words": 1},
+                                            "duplicate": {"near": 1}}}}, {}, {}, str(tmp_path), extra)
+    page = (tmp_path / REPORT_HTML).read_text()
+    assert re.search(r"td\.id, span\.id \{[^}]*white-space: nowrap", page)
+    assert f"<td class=id>{doc}</td>" in page and f"<td class=id>{kept}</td>" in page
+    assert f"duplicate of <span class=id>{kept}</span> (similarity 0.900)" in page
+
+
 def test_write_report_transform(tmp_path):
     raw = [Document(f"r{i}", "ccnews", "word " * (10 * i)) for i in range(6)]
     kept = raw[3:]
-    with TestPipeline(runner="FnApiRunner") as p:
+    with BeamTestPipeline(runner="FnApiRunner") as p:
         before = p | "Before" >> beam.Create([(d.source, count_words(d.text)) for d in raw])
         after = p | "After" >> beam.Create(kept)
         _ = p | "Manifest" >> beam.Create([MANIFEST]) | WriteReport(str(tmp_path), before, after)
@@ -203,7 +250,7 @@ def test_a_report_swept_by_another_writers_commit_is_a_warning_not_a_failed_step
 
     monkeypatch.setattr(report_mod, "write_text_atomic", swept)
     raw = [Document("r1", "ccnews", "word " * 10)]
-    with caplog.at_level("WARNING", logger="shardforge.commit"), TestPipeline(runner="FnApiRunner") as p:
+    with caplog.at_level("WARNING", logger="shardforge.commit"), BeamTestPipeline(runner="FnApiRunner") as p:
         docs = p | "Docs" >> beam.Create(raw)
         words = p | "Words" >> beam.Create([("ccnews", 10)])
         _ = p | "Manifest" >> beam.Create([MANIFEST]) | WriteReport(str(tmp_path), words, docs)
@@ -236,7 +283,7 @@ def test_dedupe_stats_in_beam(tmp_path):
     dups = [Duplicate("a2", "x", "a1", "exact"), Duplicate("a3", "x", "a1", "near", 0.93),
             Duplicate("b2", "y", "b1", "near", 0.71), Duplicate("c2", "y", "c1", "span")]
     out = tmp_path / "stats.json"
-    with TestPipeline(runner="FnApiRunner") as p:
+    with BeamTestPipeline(runner="FnApiRunner") as p:
         _ = p | beam.Create(dups) | DedupeStats() | beam.Map(lambda s: out.write_text(json.dumps(s)))
     stats = json.loads(out.read_text())
     assert stats["cluster_sizes"] == {"2": 2, "3": 1}
@@ -255,8 +302,8 @@ def _cli_build(config: dict, tmp: Path, name: str) -> tuple[Path, dict, dict, di
     out = tmp / name
     root = Path(__file__).resolve().parent.parent
     env = {**os.environ, "PYTHONPATH": f"{root}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    proc = subprocess.run([sys.executable, "-m", "pipelines.build", "--config", str(cfg_path), "--output", str(out)],
-                          capture_output=True, text=True, env=env, cwd=root, timeout=300)
+    proc = subprocess.run([sys.executable, "-m", "pipelines.build", "--config", str(cfg_path), "--output", str(out),
+                           "--json"], capture_output=True, text=True, env=env, cwd=root, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return (out, json.loads((out / "manifest.json").read_text()), json.loads((out / REPORT_JSON).read_text()),
             json.loads(proc.stdout), proc.stderr)
@@ -486,7 +533,7 @@ def test_token_counts_are_the_tokenize_steps_batch_counts_summed():
     fn = EncodeBatches(8)
     fn.setup()
     model = b"model"
-    fn._tok, fn._model_ref = Encoder(), model
+    fn._tok, fn._model_ref, fn._unk = Encoder(), model, UNK_ID  # the tokenizer loaded, its <unk> id
     docs = [SentencedDocument("a", "web", ("x?", "y")), SentencedDocument("b", "news", (" ",)),
             SentencedDocument("c", "web", ("z", "w?"))]
     assert [o for d in docs for o in fn.process(d, model)] == []  # a batch of 8 is not full: held

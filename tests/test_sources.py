@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import zstandard
-from apache_beam.testing.test_pipeline import TestPipeline
+from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline  # pytest collects names Test*
 from apache_beam.testing.util import assert_that, equal_to
 
 from pipelines.intermediates import WriteParts, rejects_to_jsonl
@@ -331,7 +331,7 @@ def test_read_source_in_beam_mixed_bad_input(tmp_path):
     (d / "binary.jsonl").write_bytes(b"\x00\x01\x02" * 100)
     expected_docs = 20 + 2 + sum(1 for r in read(d / "cut.jsonl.gz") if isinstance(r, Document))
 
-    with TestPipeline(runner="FnApiRunner") as p:
+    with BeamTestPipeline(runner="FnApiRunner") as p:
         out = p | ReadSource(src(str(d / "*"), name="mixed"))
         docs = out.documents | "DocCount" >> beam.combiners.Count.Globally()
         reasons = (out.rejects | beam.Map(lambda r: (r.bucket, r.reason))
@@ -638,8 +638,8 @@ def test_a_reader_that_loses_records_fails_the_accounting_identity(tmp_path, dem
     cfg["tokenizer"]["vocab_size"] = 400
     real = sources.read_input
 
-    def lossy(entry, source, tally):  # a defective reader: every 7th document vanishes after being read
-        for i, rec in enumerate(real(entry, source, tally)):
+    def lossy(entry, source, tally, *rest):  # a defective reader: every 7th document vanishes after being read
+        for i, rec in enumerate(real(entry, source, tally, *rest)):
             if i % 7 != 3:
                 yield rec
 

@@ -198,9 +198,9 @@ def test_a_temporary_removed_under_its_writer_is_named_as_such(store_url, monkey
     else:
         real = writes._commit
 
-        def sweep_then_commit(fs, tmp, path, size, md5):
+        def sweep_then_commit(fs, tmp, path, *args):
             fs.rm(tmp)
-            real(fs, tmp, path, size, md5)
+            real(fs, tmp, path, *args)
 
         monkeypatch.setattr(writes, "_commit", sweep_then_commit)
 

@@ -19,7 +19,7 @@ import pytest
 
 from pipelines.report.record import REPORT_HTML, REPORT_JSON, TIMINGS_HTML, TIMINGS_JSON, TIMINGS_SVG
 from pipelines.report.timings import OTHER, STAGES, stage_of
-from schemas.config import BuildConfig
+from schemas.config import BuildConfig, DecontaminateConfig
 from shardforge.commands.demo import demo_build_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,7 +40,7 @@ def cli_build(config: dict[str, Any], out: Path, *flags: str) -> tuple[dict[str,
     cfg_path.write_text(json.dumps(config))
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     proc = subprocess.run([sys.executable, "-m", "pipelines.build", "--config", str(cfg_path), "--output", str(out),
-                           *flags], capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+                           "--json", *flags], capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout), proc.stderr
 
@@ -72,11 +72,13 @@ def test_every_transform_of_the_graph_belongs_to_a_named_stage(demo_corpus, tmp_
     from pipelines.options import RunnerPlan
 
     cfg = BuildConfig.model_validate(small_config(demo_corpus))
+    (tmp_path / "evals.jsonl").write_text('{"q": "a question"}\n')
+    decon = cfg.model_copy(update={"decontaminate": DecontaminateConfig(paths=[str(tmp_path / "evals.jsonl")])})
     two_workers = PipelineOptions(["--direct_num_workers", "2"])  # adds SpreadDocuments
-    for append, opts in ((None, None), (AppendTo(corpus=str(tmp_path / "corpus"), tag="v1-0"), None),
-                         (None, two_workers)):
+    for append, opts, c in ((None, None, cfg), (AppendTo(corpus=str(tmp_path / "corpus"), tag="v1-0"), None, cfg),
+                            (None, two_workers, cfg), (None, None, decon)):
         p = beam.Pipeline(runner="FnApiRunner", options=opts)
-        build_pipeline(p, cfg, str(tmp_path / "out"), append=append, tag="v1-0",
+        build_pipeline(p, c, str(tmp_path / "out"), append=append, tag="v1-0",
                        plan=RunnerPlan.of(opts) if opts is not None else None)
         # the leaves: the transforms that run (and that Beam's sampler times)
         names = [t.unique_name for t in p.to_runner_api().components.transforms.values() if not t.subtransforms]
@@ -84,7 +86,8 @@ def test_every_transform_of_the_graph_belongs_to_a_named_stage(demo_corpus, tmp_
         assert any(n.startswith("SpreadDocuments/") for n in names) == (opts is two_workers)
         unplaced = sorted({n.split("/")[0] for n in names if stage_of(n) == OTHER})
         assert unplaced == [], unplaced
-        assert {stage_of(n) for n in names} == set(STAGES) - {OTHER}
+        optional = set() if c is decon else {"decontaminate"}  # a stage only where its step is configured
+        assert {stage_of(n) for n in names} == set(STAGES) - {OTHER} - optional
 
 
 def test_stage_of_splits_write_corpus_into_packing_and_shard_writing():
@@ -212,3 +215,20 @@ def test_batches_some_unmeasured_sum_what_was_measured_and_say_what_was_not():
     none = BuildTimings({"batched": 0.1}, []).to_json()  # a rerun of a finished batched build
     assert none["stages"] is None and "no pipeline ran" in summary_line(none) and "no pipeline ran" in \
         timings_table(none)
+
+
+def test_timings_page_names_its_columns_the_way_its_text_does():
+    """Each table's seconds column is named as the page's text defines it (not timings.json's keys)."""
+    import re
+
+    from pipelines.report.timings import DRIVER_COLUMN, BuildTimings, Runner, RunTimings, render_timings_html
+
+    run = RunTimings(Runner("FnApiRunner, in-process", 1), 2.0, dict.fromkeys(STAGES, 0.1))
+    doc = BuildTimings({"tag": 0.2, "pipeline": 2.0}, [("", run)]).to_json()
+    page = render_timings_html(doc, "<svg></svg>")
+    headers = re.findall(r"<th>([^<]+)</th>", page)
+    assert headers == ["stage", "sampled seconds", "share", "what it covers", "driver phase", DRIVER_COLUMN]
+    text = re.sub(r"<[^>]+>", "", page.split("<table>")[0])  # the page's text above its tables
+    for column in ("sampled seconds", "wall seconds"):
+        assert f"{column}:" in text, column
+    assert "'stages'" not in text and "'driver_seconds'" not in text

@@ -8,6 +8,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -106,6 +107,124 @@ def test_sigterm_saves_a_checkpoint(corpus, tmp_path):
     assert "SIGTERM" in output
 
 
+class Trainer:
+    """`python -m trainer.train` in a subprocess, its output collected line by line as it runs."""
+
+    def __init__(self, data: str, out: str, *sets: str, grace_s: float = 10.0):
+        env = {**os.environ, "PYTHONPATH": REPO, "SHARDFORGE_SIGTERM_GRACE_S": str(grace_s)}
+        args = [sys.executable, "-m", "trainer.train", "--data", data, "--output", out, "--steps", "100000",
+                "--batch_size", "4", "--device", "cpu", "--set", "log_every=1"]
+        for x in sets:
+            args += ["--set", x]
+        self.proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=lambda: self.lines.extend(self.proc.stdout), daemon=True)
+        self._reader.start()
+
+    def wait_for(self, done, timeout: float = 90) -> None:
+        """Until done(output so far) or the process ended (or timeout)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and self.proc.poll() is None and not done("".join(self.lines)):
+            time.sleep(0.2)
+
+    def terminate(self, within_s: float) -> str:
+        """SIGTERM, then the whole output; fails (and kills the process) unless it ends within `within_s`."""
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=within_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            self._reader.join(10)
+            pytest.fail(f"still running {within_s} s after SIGTERM:\n{''.join(self.lines)[-2000:]}")
+        self._reader.join(10)
+        return "".join(self.lines)
+
+
+def test_a_shard_claiming_samples_it_lacks_costs_no_time_and_sigterm_still_stops(corpus, tmp_path):
+    """A manifest claiming 10^15 samples for a train shard, corrupt_shards=skip: once the shard is found
+    out (it ends after its real samples) it is skipped and its claimed positions stepped over; steps go on
+    and SIGTERM stops the run with a checkpoint. Before, the loader walked the claimed positions: no step
+    for minutes, and SIGTERM ignored."""
+    import json
+
+    data, out = str(tmp_path / "corpus"), str(tmp_path / "run")
+    shutil.copytree(corpus, data)
+    path = os.path.join(data, "manifest.json")
+    spec = json.load(open(path))
+    next(s for s in spec["shards"] if s["split"] == "train")["samples"] = 10**15
+    open(path, "w").write(json.dumps(spec))
+    run = Trainer(data, out, "corrupt_shards=skip", "shuffle_buffer=64", "batch_size=32")
+    run.wait_for(lambda text: "skipping corrupt shard" in text)
+    found = len(read_metrics(out))
+    run.wait_for(lambda text: len(read_metrics(out)) >= found + 10)  # ten more steps after the shard's claim
+    output = run.terminate(30)
+    assert "skipping corrupt shard" in output and len(read_metrics(out)) >= found + 10, output[-3000:]
+    assert run.proc.returncode == 0 and "SIGTERM" in output and list_checkpoints(out)
+
+
+class StallingStore:
+    """A plain HTTP server of a corpus folder that never answers for a train shard (a stalled store):
+    ``asked`` is set once the trainer asks for one; the requests are let go on exit."""
+
+    def __init__(self, root: str):
+        from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+        store = self
+
+        class Handler(SimpleHTTPRequestHandler):
+            def __init__(self, *args, **kw):
+                super().__init__(*args, directory=root, **kw)
+
+            def _stall(self) -> bool:
+                if os.path.basename(self.path).startswith("train-"):
+                    store.asked.set()
+                    store.release.wait()
+                    return True
+                return False
+
+            def do_GET(self) -> None:  # noqa: N802 - http.server's names
+                if not self._stall():
+                    super().do_GET()
+
+            def do_HEAD(self) -> None:  # noqa: N802
+                if not self._stall():
+                    super().do_HEAD()
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.asked, self.release = threading.Event(), threading.Event()
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def __enter__(self) -> StallingStore:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_sigterm_while_the_data_stalls_ends_the_run_within_seconds(corpus, tmp_path, workers):
+    """The train shards behind a store that never answers: SIGTERM ends the run within the grace (2 s
+    here) plus shutdown, with one warning line and no checkpoint of a step that never ended. Before, the
+    step waited for its data for ever and SIGTERM only set a flag."""
+    out = str(tmp_path / "run")
+    with StallingStore(corpus) as store:
+        run = Trainer(store.url, out, f"num_workers={workers}", grace_s=2)
+        assert store.asked.wait(90), "".join(run.lines)[-3000:]
+        time.sleep(0.5)  # the trainer now waits for bytes that never come
+        output = run.terminate(15)
+    assert run.proc.returncode == 0 and "Traceback" not in output, output[-3000:]
+    assert "SIGTERM: still waiting for data 2 s later; exiting without a checkpoint" in output
+    assert not list_checkpoints(out)
+
+
 def test_ddp_two_processes_on_gloo_then_elastic_resume_on_one(corpus, tmp_path):
     out = str(tmp_path / "ddp")
     torchrun = shutil.which("torchrun", path=os.path.dirname(sys.executable)) or "torchrun"
@@ -165,6 +284,19 @@ def test_export_cli_gives_a_loadable_hf_folder(corpus, tmp_path):
     with torch.no_grad():
         logits = model(**enc).logits
     assert logits.shape[-1] == model.config.vocab_size and torch.isfinite(logits).all()
+    # The model card's usage snippet runs as written on the export (with its folder for the Hub id): the
+    # pipeline places the mask token by its text, where the export's tokenizer reads it in a text as text.
+    import re
+
+    card = open(os.path.join(hf, "README.md")).read()
+    head = card.split("---\n")[1]
+    assert "pipeline_tag: fill-mask" in head and "license: " in head and 'language: ["en"]' in head
+    assert str(tmp_path) not in card and corpus not in card  # no folder of the training machine
+    snippet = re.search(r"```python\n(.*?)```", card, re.S).group(1)
+    scope: dict = {}
+    exec(snippet.replace("print(", "filled = (").replace("PATH_OR_HUB_ID", hf), scope)
+    filled = scope["filled"]
+    assert len(filled) == 5 and all(c["sequence"].startswith("The capital of France is") for c in filled)
 
 
 def test_torch_compile_option_trains_and_checkpoints_plain_weights(corpus, tmp_path, monkeypatch):

@@ -21,7 +21,7 @@ from trainer.distributed import Dist
 from trainer.loader import ShardLoader
 from trainer.loggers import read_metrics
 from trainer.masking import IGNORE_INDEX, Masker
-from trainer.metrics import StepStats, TrainMetrics, progress_postfix, step_record
+from trainer.metrics import StepStats, TrainMetrics, duration, progress_line, progress_postfix, step_record
 from trainer.model import Encoder
 from trainer.optim import build_optimizer, linear_schedule
 
@@ -102,8 +102,13 @@ def test_step_record_and_progress_text():
     v = {"loss": 2.5, "mlm_correct": 30.0, "mlm_count": 120.0, "sentence_correct": 0.0, "sentence_count": 0.0}
     r = step_record(7, v, tokens=4000, lr=1e-3, dt=0.5, wait=0.1, epoch=1, flops_per_token=1e6, peak_flops=None)
     assert r == {"step": 7, "loss": 2.5, "lr": 1e-3, "mlm_acc": 0.25, "tokens_per_s": 8000.0, "step_time": 0.5,
-                 "data_wait_share": pytest.approx(0.2), "epoch": 1}
+                 "data_wait_share": pytest.approx(0.2), "epoch": 1, "flops_per_s": 8e9}
     assert progress_postfix(r) == {"loss": "2.500", "tok/s": "8000", "wait": "20%"}
+    assert progress_line(r, 100, 754.0) == "step 7/100 loss 2.5000 lr 1.00e-03 tok/s 8000 wait 20% eta 12m34s"
+    ev = {**r, "step": 100, "eval_loss": 2.25, "eval_ppl": 9.49, "eval_mlm_acc": 0.5}
+    assert progress_line(ev, 100, 0.0, 0.15).endswith(
+        "wait 20% | eval loss 2.2500 (MLM nats, 15% masked) ppl 9.5 acc 0.500")  # the last step: no ETA
+    assert [duration(s) for s in (5, 125, 3 * 3600 + 65, 2 * 86400 + 7200)] == ["5s", "2m05s", "3h01m", "2d02h"]
     v |= {"sentence_correct": 3.0, "sentence_count": 4.0}
     r = step_record(7, v, tokens=4000, lr=1e-3, dt=0.5, wait=0.1, epoch=1, flops_per_token=1e6, peak_flops=1.6e10)
     assert r["sentence_acc"] == 0.75 and r["mfu"] == pytest.approx(0.5)  # 8000 tok/s * 1e6 / 1.6e10

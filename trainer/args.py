@@ -1,64 +1,247 @@
 """The trainer's command lines, without torch: ``--help`` and flag mistakes are answered before the
 trainer imports torch (seconds on a cold start), by ``python -m trainer.train``, ``shardforge train`` and
 ``shardforge export``.
+
+Every flag of the trainer but the corpus, recipe and config file sets one key of the train config
+(``CONFIG_FLAGS``; the names a Hugging Face ``run_mlm.py`` user types are accepted too:
+``--learning_rate``, ``--mlm_probability``, ``--gradient_accumulation_steps``, ...). ``--help``
+shows each flag's config key and default (read from ``schemas.config`` only when help is printed)
+and lists every key ``--set`` takes.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import textwrap
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 from shardforge.console.args import ArgumentParser
 
 DESCRIPTION = """Train an encoder on a shardforge corpus: stream shards, mask on the device, step, log, checkpoint.
 
-    python -m trainer.train --data out/corpus --steps 100
+    python -m trainer.train --data out/corpus --steps 1000 --lr 5e-4 --warmup_steps 100
+    python -m trainer.train --recipe cpu --data out/corpus --output runs/cpu
     torchrun --nproc_per_node 8 -m trainer.train --data gs://corpus/v1 --output gs://runs/r1 --config train.yaml
+
+Settings apply in this order, later wins: --recipe, --config, the flags below, --set KEY=VALUE.
+The defaults shown are the train config's own; a recipe or config file sets its own values
+(--print-config prints what a run will use). A rerun into the same --output resumes it.
 """
+
+
+@dataclass(frozen=True)
+class ConfigFlag:
+    """A flag that sets one train config key (``key``, dotted for sections)."""
+
+    names: tuple[str, ...]
+    key: str
+    help: str
+    type: Callable[[str], Any] | None = None
+    choices: tuple[str, ...] | None = None
+
+    @property
+    def dest(self) -> str:
+        """The attribute parse_args gives it: its first name."""
+        return self.names[0].lstrip("-")
+
+
+# Grouped as --help shows them. Flags with a second name take Hugging Face run_mlm.py's spelling too.
+CONFIG_FLAGS: dict[str, list[ConfigFlag]] = {
+    "length and batch": [
+        ConfigFlag(("--steps", "--max_steps"), "steps", "Optimizer steps to train to (the schedule spans them).", int),
+        ConfigFlag(("--max_tokens",), "max_tokens", "Train on about this many real tokens instead of --steps: "
+                   "the steps follow from the corpus's mean sequence length and the global batch.", int),
+        ConfigFlag(("--batch_size", "--per_device_train_batch_size"), "batch_size",
+                   "Sequences per micro-batch per process (torchrun: per GPU).", int),
+        ConfigFlag(("--gradient_accumulation", "--gradient_accumulation_steps"), "gradient_accumulation",
+                   "Micro-batches per optimizer step (unset: as many as global_batch_sequences needs, else 1).", int),
+        ConfigFlag(("--tokens_per_batch",), "tokens_per_batch",
+                   "Token budget per micro-batch instead of a sequence count (DOC-SENTENCES corpora).", int),
+    ],
+    "optimizer and schedule": [
+        ConfigFlag(("--lr", "--learning_rate"), "optim.lr", "Peak learning rate.", float),
+        ConfigFlag(("--warmup_steps",), "optim.warmup_steps", "Steps of linear warmup from 0 to the peak.", int),
+        ConfigFlag(("--schedule", "--lr_scheduler_type"), "optim.schedule",
+                   "After the warmup: linear decay to 0, cosine decay to 0, or constant.",
+                   choices=("linear", "cosine", "constant")),
+        ConfigFlag(("--optimizer", "--optim"), "optim.name", "AdamW, or LAMB (ALBERT's large batches).",
+                   choices=("adamw", "lamb")),
+        ConfigFlag(("--weight_decay",), "optim.weight_decay", "Decoupled weight decay (not on biases, LayerNorm).",
+                   float),
+    ],
+    "model and masking": [
+        ConfigFlag(("--model_size",), "model.size", "Encoder size (docs/models.md).",
+                   choices=("tiny", "small", "base", "large")),
+        ConfigFlag(("--mask_rate", "--mlm_probability"), "masking.rate",
+                   "Share of tokens masked in training (evaluation: eval_masking, else the same).", float),
+        ConfigFlag(("--masking",), "masking.scheme", "What is masked: tokens, whole words, SpanBERT spans or "
+                   "ALBERT n-grams (docs/masking.md).", choices=("token", "whole_word", "span", "ngram")),
+    ],
+    "evaluation, checkpoints and logs": [
+        ConfigFlag(("--eval_every", "--eval_steps"), "eval_every",
+                   "Evaluate on the valid split every N steps; the last step always evaluates (0: only it).", int),
+        ConfigFlag(("--eval_batches",), "eval_batches", "Valid batches per evaluation (0: no evaluation).", int),
+        ConfigFlag(("--checkpoint_every", "--save_steps"), "checkpoint_every",
+                   "Checkpoint every N steps; the last step always does (0: only it).", int),
+        ConfigFlag(("--keep_last", "--save_total_limit"), "keep_last", "Checkpoints kept (the newest).", int),
+        ConfigFlag(("--log_every", "--logging_steps"), "log_every",
+                   "A progress line every N steps (and at the first and last step).", int),
+    ],
+    "precision and devices": [
+        ConfigFlag(("--precision",), "precision", "auto: bf16 on a GPU that has it, fp16 (+ loss scaling) on one "
+                   "without, fp32 on CPU.", choices=("auto", "fp32", "bf16", "fp16")),
+        ConfigFlag(("--device",), "device", "auto | cpu | cuda | cuda:N.", str),
+        ConfigFlag(("--num_workers", "--dataloader_num_workers"), "num_workers",
+                   "DataLoader worker processes per process (0: read in the training process).", int),
+        ConfigFlag(("--seed",), "seed", "Seed of the weights, the data order and the masks (a rerun with the "
+                   "same seed, corpus and config repeats the run).", int),
+    ],
+}
+
+
+def config_flags() -> list[ConfigFlag]:
+    """Every ConfigFlag, in --help's order."""
+    return [f for group in CONFIG_FLAGS.values() for f in group]
+
+
+def config_default(key: str) -> Any:
+    """The train config's default for a dotted key (imports the contract: only when help is printed)."""
+    from pydantic import BaseModel
+
+    from schemas.config import TrainConfig
+
+    model: Any = TrainConfig
+    *sections, name = key.split(".")
+    for s in sections:
+        model = model.model_fields[s].annotation
+    field = model.model_fields[name]
+    value = field.get_default(call_default_factory=True)
+    return value.model_dump() if isinstance(value, BaseModel) else value
+
+
+def set_keys_text(width: int = 100) -> str:
+    """Every key --set takes, grouped by section (the epilog of --help)."""
+    from trainer.recipes import valid_keys
+
+    top = [k for k in valid_keys() if "." not in k]
+    sections: dict[str, list[str]] = {}
+    for k in valid_keys():
+        if "." in k:
+            head, rest = k.split(".", 1)
+            sections.setdefault(head, []).append(rest)
+    lines = ["every config key (--set KEY=VALUE; --print-config prints them all with the values a run uses):"]
+    for words in (" ".join(top), *(f"{s}.{{{' '.join(keys)}}}" for s, keys in sections.items())):
+        lines += textwrap.wrap(words, width, initial_indent="  ", subsequent_indent="      ", break_on_hyphens=False)
+    return "\n".join(lines)
+
+
+class TrainHelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Each config flag's names once before its value (``--lr, --learning_rate FLOAT``), its key and default."""
+
+    def _format_action_invocation(self, action: argparse.Action) -> str:
+        if not action.option_strings or action.nargs == 0:
+            return super()._format_action_invocation(action)
+        return f"{', '.join(action.option_strings)} {self._format_args(action, self._get_default_metavar_for_optional(action))}"
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        key = getattr(action, "config_key", None)
+        if key is not None:
+            default = config_default(key)
+            shown = "none" if default is None else json.dumps(default) if isinstance(default, (list, dict)) else default
+            text += f" [{key}; default {shown}]"
+        return text.replace("%", "%%")  # argparse %-formats help: none of ours has a placeholder
+
+
+class TrainParser(ArgumentParser):
+    """The trainer's parser: --help ends with every --set key (worked out only when help is printed)."""
+
+    def format_help(self) -> str:
+        self.epilog = set_keys_text()
+        return super().format_help()
 
 
 def train_parser() -> ArgumentParser:
     """The trainer's flags (a recipe, a config file, flags and --set overrides: trainer/recipes)."""
-    p = ArgumentParser(prog="python -m trainer.train", description=DESCRIPTION,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--data", help="Corpus URL or its manifest.json (local, gs://, s3://).")
+    p = TrainParser(prog="python -m trainer.train", description=DESCRIPTION, formatter_class=TrainHelpFormatter)
+    p.add_argument("--data", help="Corpus URL or its manifest.json (local, gs://, s3://, http://): what "
+                                  "`python -m pipelines.build` wrote. Required.")
     p.add_argument("--mix", action="append", metavar="URL=WEIGHT",
                    help="Mix several corpora (repeat the flag): URL=0.7 is a share of the training tokens, "
                         "URL=x2 repeats a corpus twice as often as its size gives (fairseq upsampling).")
-    p.add_argument("--output", help="Run folder URL: metrics, checkpoints (default runs/run).")
+    p.add_argument("--output", help="Run folder URL: checkpoints, metrics.jsonl, TensorBoard logs (default runs/run). "
+                                    "A run folder that holds checkpoints is resumed from its newest.")
     p.add_argument("--recipe", help="Named recipe of a paper (roberta-base, albert-large, spanbert-base, cpu, ...: "
                                     "docs/recipes.md); --config, flags and --set override it.")
-    p.add_argument("--config", help="Train config YAML/JSON (flags override it).")
+    p.add_argument("--config", help="Train config YAML/JSON (examples/train.yaml); flags override it.")
     p.add_argument("--print-config", action="store_true",
                    help="Print the resolved config (recipe + config + flags + --set) as YAML and exit.")
-    p.add_argument("--steps", type=int, help="Optimizer steps to train to.")
-    p.add_argument("--batch_size", type=int, help="Sequences per micro-batch per rank.")
-    p.add_argument("--tokens_per_batch", type=int, help="Token budget per micro-batch (DOC-SENTENCES).")
-    p.add_argument("--num_workers", type=int, help="DataLoader workers per rank.")
-    p.add_argument("--seed", type=int)
-    p.add_argument("--follow", action="store_true", default=None,
-                   help="Follow a served corpus: adopt its latest version at every epoch boundary.")
-    p.add_argument("--device", help="auto | cpu | cuda | cuda:N")
     p.add_argument("--init", help="Continue pretraining a Hugging Face model folder (Roberta/XLMRoberta/Bert/"
                                   "AlbertForMaskedLM): its shape and weights (docs/continued-pretraining.md).")
+    p.add_argument("--follow", action="store_true", default=None,
+                   help="Follow a served corpus: adopt its latest version at every epoch boundary.")
+    p.add_argument("--resume", action=argparse.BooleanOptionalAction, default=None,
+                   help="Resume from the newest checkpoint in --output (the default); --no-resume starts over "
+                        "there. To continue a run, give its --output.")
+    for title, flags in CONFIG_FLAGS.items():
+        group = p.add_argument_group(title)
+        for f in flags:
+            action = group.add_argument(*f.names, dest=f.dest, type=f.type, choices=f.choices, help=f.help,
+                                        metavar=f.type.__name__.upper() if f.type in (int, float) else None)
+            action.config_key = f.key  # type: ignore[attr-defined]
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="Override any config field, e.g. --set model.size=base --set masking.scheme=span")
+                   help="Override any config key, e.g. --set model.dropout=0.0 --set masking.span_p=0.2 "
+                        "(keys: the list below).")
     return p
 
 
 def parse_train_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The parsed flags; ``--help`` prints and exits 0, a mistake prints one line and exits 2."""
-    return train_parser().parse_args(argv)
+    p = train_parser()
+    args = p.parse_args(argv)
+    if args.steps is not None and args.max_tokens is not None:
+        p.error("give --steps or --max_tokens, not both")
+    return args
+
+
+TOP_LEVEL_FLAGS = ("data", "output", "init", "follow", "resume")
+
+
+def flag_settings(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
+    """(top-level config keys the flags set, ``key=value`` overrides for the dotted ones); unset flags are left out.
+
+    Works on any namespace holding the flags' dests (a missing one counts as unset).
+    """
+    top: dict[str, Any] = {k: getattr(args, k, None) for k in TOP_LEVEL_FLAGS}
+    dotted: list[str] = []
+    for f in config_flags():
+        value = getattr(args, f.dest, None)
+        if value is None:
+            continue
+        if "." in f.key:
+            dotted.append(f"{f.key}={json.dumps(value)}")
+        else:
+            top[f.key] = value
+    return {k: v for k, v in top.items() if v is not None}, dotted
 
 
 def export_parser() -> ArgumentParser:
     """``shardforge export``'s flags (``trainer.export``)."""
     p = ArgumentParser(prog="shardforge export",
                        description="Write a Hugging Face folder (config.json, model.safetensors, "
-                                   "tokenizer files) from a shardforge checkpoint.")
+                                   "tokenizer files, README.md: the model card) from a shardforge checkpoint.")
     p.add_argument("checkpoint", help="ckpt-NNNNNNNN.pt, or a run folder (its latest checkpoint)")
     p.add_argument("out", help="output folder (local or fsspec URL)")
     p.add_argument("--tokenizer", help="tokenizer file URL: spm.model or a byte-level BPE tokenizer.json "
                                        "(default: the corpus's, from the manifest)")
+    p.add_argument("--license", help="the model card's license: a Hugging Face Hub license id such as apache-2.0 "
+                                     "(default: other; the weights' terms follow from the corpus's and --init's)")
+    p.add_argument("--language", action="append", metavar="CODE",
+                   help="the model card's language (repeat for several; default: the languages the corpus's "
+                        "build kept, when its language rule was on)")
     return p
 
 

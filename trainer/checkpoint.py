@@ -18,13 +18,14 @@ import io
 import logging
 import posixpath
 import re
+import warnings
 from typing import Any
 
 import torch
 
 from schemas.config import ModelConfig, TrainConfig
 from schemas.errors import UserError
-from shardforge.storage import get_fs, join, list_names, read_bytes, retry, write_bytes_atomic
+from shardforge.storage import get_fs, join, list_names, read_bytes, redact_urls, retry, write_bytes_atomic
 from trainer.distributed import Dist, gather_rng, restore_rng
 from trainer.loader import ShardLoader
 from trainer.mixing import MixedLoader, gather_loader_state
@@ -70,9 +71,21 @@ def load_checkpoint(url: str) -> dict[str, Any]:
     except FileNotFoundError:
         raise UserError(f"checkpoint not found: {url}") from None
     try:
-        return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # torch's notes on a foreign pickle protocol: the refusal says it
+            warnings.simplefilter("ignore")
+            return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 - corrupt or foreign file
-        raise UserError(f"{url} is not a loadable shardforge checkpoint: {e}") from None
+        raise UserError(f"{url} is not a loadable shardforge checkpoint: {why_unloadable(e)}") from None
+
+
+def why_unloadable(e: BaseException) -> str:
+    """torch.load's refusal in one line, without its advice to load the file with weights_only=False."""
+    text = str(e)
+    named = re.search(r"GLOBAL (\S+)", text)
+    if named or "weights_only" in text:
+        what = f"it names {named.group(1)}, which no checkpoint holds" if named else "it does not load as one"
+        return f"{what}; refused without running any of it (a corrupt or hostile file, or not a shardforge checkpoint)"
+    return " ".join(text.split())[:300] or type(e).__name__
 
 
 def latest_checkpoint(run: str) -> str | None:
@@ -167,7 +180,7 @@ class CheckpointManager:
         return save_checkpoint(self.cfg.output, step, {
             "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(), "loader": loader_state, "rng": rng, "step": step,
-            "config": self.cfg.model_dump(mode="json"), "vocab_size": self.vocab_size,
+            "config": redact_urls(self.cfg.model_dump(mode="json")), "vocab_size": self.vocab_size,  # no credentials
             "manifest": self.tokenizer_sha256,
             **({"scaler": self.precision.state_dict()} if self.precision is not None else {}),
             **({"pad_id": self.pad_id} if self.pad_id is not None else {}),

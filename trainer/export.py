@@ -245,11 +245,47 @@ def export_hf(model: Encoder, cfg: ModelConfig, spm_model_path: str, out_dir: st
             write_text_atomic(join(out_dir, name), content)
 
 
-def export_checkpoint(ckpt: str, out_dir: str, tokenizer: str | None = None) -> str:
-    """Export a training checkpoint (file, or run folder: its latest) to a Hugging Face folder."""
-    from schemas.config import TrainConfig
+def checkpoint_config(state: Any, url: str) -> Any:
+    """The TrainConfig a loaded checkpoint records, or one line saying why the file is not a checkpoint."""
+    from schemas.config import TrainConfig, parse_config
     from schemas.errors import UserError
-    from shardforge.storage import exists, local_copy
+
+    if not isinstance(state, dict) or not isinstance(state.get("config"), dict) or \
+            not isinstance(state.get("model"), dict):
+        raise UserError(f"{url} is not a shardforge checkpoint: it holds no training config and model")
+    if not isinstance(state.get("manifest"), (str, type(None))):
+        raise UserError(f"{url} is not a shardforge checkpoint: its tokenizer record is not a sha256")
+    return parse_config(TrainConfig, state["config"], what=f"checkpoint {url}: its training config")
+
+
+def checkpoint_model(state: dict[str, Any], cfg: Any, url: str) -> Encoder:
+    """The checkpoint's model, in eval mode. Its shape (the config, vocab_size, pad_id) is checked
+    against the tensors the file holds before any memory is allocated for it: a hostile vocab_size
+    builds nothing, and tensors that do not fit are one line, not load_state_dict's list."""
+    from schemas.errors import UserError
+
+    # An existing model's pad id (BERT: 0) is recorded by runs that know it; 1 otherwise.
+    vocab, pad = state.get("vocab_size"), state.get("pad_id", 1)
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in (vocab, pad)) or vocab < 1:
+        raise UserError(f"{url} is not a shardforge checkpoint: vocab_size {vocab!r} / pad_id {pad!r}")
+    held = {k: tuple(v.shape) for k, v in state["model"].items() if isinstance(v, torch.Tensor)}
+    with torch.device("meta"):  # shapes only
+        wanted = {k: tuple(v.shape) for k, v in Encoder(cfg.model, vocab, pad_id=pad).state_dict().items()}
+    if held != wanted or len(held) != len(state["model"]):
+        odd = sorted(set(wanted) ^ set(state["model"])) or sorted(k for k in wanted if held.get(k) != wanted[k])
+        raise UserError(f"{url}: its tensors are not those of the model its config describes ({len(held)} tensors "
+                        f"for {len(wanted)}; first difference: {odd[0]!r}): a corrupt or foreign checkpoint")
+    model = Encoder(cfg.model, vocab, pad_id=pad)
+    model.load_state_dict(state["model"])
+    return model.eval()
+
+
+def export_checkpoint(ckpt: str, out_dir: str, tokenizer: str | None = None, license_id: str | None = None,
+                      language: list[str] | None = None) -> str:
+    """Export a training checkpoint (file, or run folder: its latest) to a Hugging Face folder (the model
+    card's license and language: trainer/model_card.py's defaults unless given)."""
+    from schemas.errors import UserError
+    from shardforge.storage import AccessDenied, exists, local_copy
     from shardforge.storage.contract import load_manifest, tokenizer_url
     from trainer.checkpoint import latest_checkpoint, load_checkpoint
 
@@ -257,33 +293,38 @@ def export_checkpoint(ckpt: str, out_dir: str, tokenizer: str | None = None) -> 
     if url is None:
         raise UserError(f"no checkpoint found in {ckpt}")
     state = load_checkpoint(url)
-    cfg = TrainConfig.model_validate(state["config"])
+    cfg = checkpoint_config(state, url)
     if tokenizer is None:
         if "://" not in cfg.data and not os.path.isabs(cfg.data) and not exists(cfg.data):
             # Runs before corpus paths were stored absolute recorded them relative to where they started.
             raise UserError(f"this checkpoint records its corpus as the relative path {cfg.data!r}, which is not "
                             f"under the current directory; run export from the directory the run was started in, "
                             f"or pass --tokenizer URL (the corpus's tokenizer)")
-        manifest, root = load_manifest(cfg.data)
+        try:
+            manifest, root = load_manifest(cfg.data)
+        except AccessDenied as e:  # checkpoints keep no credentials (shardforge.storage.redact_urls)
+            raise UserError(f"{e}. A checkpoint records its corpus without credentials: pass --tokenizer URL "
+                            "(the corpus's tokenizer file, with the credentials in its URL)") from None
         tokenizer = tokenizer_url(manifest, root)  # the path rule: always inside the corpus
-    from shardforge.storage import exists, read_bytes, sha256_bytes
+    from shardforge.storage import exists, get_fs, read_bytes, sha256_bytes
 
     if not exists(tokenizer):
         raise UserError(f"tokenizer not found: {tokenizer}")
+    fs, tok_path = get_fs(tokenizer)
+    if fs.isdir(tok_path):
+        raise UserError(f"tokenizer {tokenizer} is a folder: give the tokenizer file itself "
+                        "(the corpus's spm.model or tokenizer.json)")
     trained_with = state.get("manifest")  # the sha256 of the tokenizer the run trained with
     if trained_with and sha256_bytes(read_bytes(tokenizer)) != trained_with:
         raise UserError(f"tokenizer {tokenizer} is not the one this checkpoint was trained with "
                         f"(sha256 {trained_with[:12]}…); pass the right one with --tokenizer")
-    # An existing model's pad id (BERT: 0) is recorded by runs that know it; 1 otherwise.
-    model = Encoder(cfg.model, int(state["vocab_size"]), pad_id=int(state.get("pad_id", 1)))
-    model.load_state_dict(state["model"])
-    model.eval()
+    model = checkpoint_model(state, cfg, url)
     with local_copy(tokenizer) as spm_path:
         export_hf(model, cfg.model, spm_path, out_dir)
     from trainer.model_card import write_model_card  # README.md, the model card
 
     arch = cfg.model.architecture if cfg.model.architecture != "auto" else choose_architecture(model.dims)
-    write_model_card(out_dir, cfg, state, url, arch)
+    write_model_card(out_dir, cfg, state, url, arch, license_id, language)
     return out_dir
 
 
@@ -292,5 +333,5 @@ def main(argv: list[str] | None = None) -> int:
     from trainer.args import parse_export_args
 
     args = parse_export_args(argv)
-    print(redact_text(export_checkpoint(args.checkpoint, args.out, args.tokenizer)))
+    print(redact_text(export_checkpoint(args.checkpoint, args.out, args.tokenizer, args.license, args.language)))
     return 0

@@ -36,7 +36,10 @@ What differs between the families, and how it is handled:
 
 The corpus must be built with the model's tokenizer (``--tokenizer
 PATH/tokenizer.json``: kind ``hf_json``): its vocabulary size and pad id must
-be the model's (checked by ``check_corpus``).
+be the model's (``check_corpus``), and one of the folder's tokenizer files
+must be the one the manifest records (its sha256), or the folder's
+tokenizer.json must give every id the corpus tokenizer's token
+(``check_tokenizer``; ``init_tokenizer_check: false`` skips it).
 """
 
 from __future__ import annotations
@@ -51,7 +54,8 @@ import torch
 from schemas.config import ModelConfig, TrainConfig
 from schemas.errors import UserError
 from schemas.manifest import Manifest
-from shardforge.storage import exists, join, read_bytes
+from shardforge.storage import exists, join, read_bytes, sha256_bytes
+from shardforge.storage.contract import load_manifest, open_tokenizer
 from trainer.export import ALBERT, BERT, ROBERTA, XLM_ROBERTA, hf_tensors
 from trainer.model import Encoder
 
@@ -288,11 +292,63 @@ def check_corpus(path: str, manifest: Manifest, vocab_size: int) -> None:
         raise UserError(f"--init {path}: the model's pad_token_id is {pad}, the corpus's <pad> id {corpus_pad}; {hint}")
 
 
+# Tokenizer files a model folder may hold: transformers' names, and spm.model (a shardforge export's).
+TOKENIZER_FILES = ("tokenizer.json", "spm.model", "spiece.model", "sentencepiece.bpe.model")
+TOKENIZER_CHECK_OFF = "--set init_tokenizer_check=false"
+
+
+def _same_vocabulary(data: bytes, corpus: str) -> bool:
+    """Whether the tokenizer file ``data`` gives every id the token the corpus's tokenizer gives it."""
+    from schemas.tokenizer_files import load_tokenizer
+
+    try:
+        theirs = load_tokenizer(data).pieces()
+    except UserError:
+        return False
+    manifest, root = load_manifest(corpus)
+    return theirs == open_tokenizer(manifest, root).pieces()
+
+
+def check_tokenizer(path: str, manifest: Manifest, corpus: str) -> None:
+    """UserError (one line, the override named) unless the model at ``path`` was trained with the tokenizer
+    of the corpus at ``corpus``: one of its TOKENIZER_FILES is the file the manifest records (sha256), or
+    its tokenizer.json gives every id the same token (a converted copy, e.g. an export's).
+
+    Vocabulary size and pad id (``check_corpus``) can match by chance: an ALBERT unigram model and a
+    WordPiece corpus of 30,000 ids each would train on ids that mean other words."""
+    want = manifest.tokenizer.sha256
+    found: dict[str, bytes] = {}
+    for name in TOKENIZER_FILES:
+        try:
+            data = read_bytes(join(path, name))
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            continue
+        if sha256_bytes(data) == want:
+            return
+        found[name] = data
+    if "tokenizer.json" in found and _same_vocabulary(found["tokenizer.json"], corpus):
+        return
+    corpus_tok = f"the corpus's {manifest.tokenizer.path} (sha256 {want[:12]}…)"
+    off = f"; if its ids do mean the corpus tokenizer's tokens, {TOKENIZER_CHECK_OFF} skips this check"
+    if not found:
+        raise UserError(f"--init {path}: no tokenizer file ({', '.join(TOKENIZER_FILES)}) to check against "
+                        f"{corpus_tok}: put the model's tokenizer.json there{off}")
+    have = ", ".join(f"{n} (sha256 {sha256_bytes(d)[:12]}…)" for n, d in found.items())
+    raise UserError(f"--init {path}: the model was trained with another tokenizer than the corpus: its {have} is "
+                    f"not {corpus_tok}, nor the same vocabulary; build the corpus with --tokenizer "
+                    f"{join(path, 'tokenizer.json')}{off}")
+
+
 def load_init(model: Encoder, cfg: TrainConfig, manifest: Manifest, vocab_size: int) -> None:
     """The train-loop hook: check the corpus against ``cfg.init`` and load its weights into ``model``."""
     if not cfg.init:
         raise ValueError("load_init needs cfg.init")
     check_corpus(cfg.init, manifest, vocab_size)
+    if cfg.init_tokenizer_check:
+        check_tokenizer(cfg.init, manifest, cfg.data)
+    else:
+        log.warning("--init %s: init_tokenizer_check=false: not checking that the model's tokenizer is the "
+                    "corpus's", cfg.init)
     arch = hf_architecture(read_hf_config(cfg.init), cfg.init)
     load_hf_weights(model, read_hf_weights(cfg.init), arch, cfg.init)
     log.info("initialized from %s (%s)", cfg.init, arch)

@@ -14,13 +14,24 @@ are refused with a ValueError.
 
 A byte-level BPE corpus's tokenizer is already a tokenizers file: it is
 written as trained (RoBERTa's ``<s> A </s></s> B </s>`` template; ALBERT's
-``<s> A </s> B </s>`` with segment ids 0 and 1 for an ALBERT export), with
-``add_prefix_space`` on, so ids equal the corpus's.
+``<s> A </s> B </s>`` with segment ids 0 and 1 for an ALBERT export), with the
+leading space added where the text starts, so ids equal the corpus's.
 
-One deliberate difference: ``<mask>`` (and any other user-defined piece) is
-matched first and the text on each side is encoded on its own, as
-transformers does for added tokens, so ``"the <mask> sat"`` gives
-``▁the <mask> ▁sat`` where sentencepiece gives ``▁the ▁ <mask> ▁sat``.
+Special tokens, as the build encodes text and as masked-LM training saw them
+(docs/tokenizer.md, "Special tokens written in text"):
+
+- written in a document, a special token's string is text: the export sets
+  ``split_special_tokens`` (transformers' switch), and its pre-tokenizer cuts
+  the string after its first character as the build does, so ``tok(document)``
+  gives the shards' ids whatever the document holds;
+- placed by the caller (``split_special_tokens=False``, e.g. the fill-mask
+  pipeline's ``tokenizer_kwargs``), a special token takes the whitespace before
+  it and the text after it continues without a new dummy prefix, so
+  ``"at the <mask>."`` gives ``▁at ▁the <mask> .``: a masked word as the shards
+  hold it, where sentencepiece would give ``▁at ▁the ▁ <mask> .`` and a plain
+  Metaspace ``▁at ▁the <mask> ▁ .``. Other user-defined pieces (a reused
+  model's) are matched whole, as transformers does for added tokens, without the
+  lone ``▁`` sentencepiece puts before them.
 
 ``tokenizer_files`` gives every tokenizer file of an export folder
 (``tokenizer.json``, ``tokenizer_config.json``, ``special_tokens_map.json``,
@@ -36,7 +47,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from schemas import SPECIAL_TOKENS
-from schemas.tokenizer_files import proto_fields
+from schemas.tokenizer_files import proto_fields, sentencepiece_literal_rule
 
 # The two Hugging Face architectures an export targets; the tokenizer's pair template depends on it.
 XLM_ROBERTA = "xlm-roberta"
@@ -149,7 +160,7 @@ def build_tokenizer_json(model_bytes: bytes, arch: str = XLM_ROBERTA) -> str:
     (see bpe_merges). ValueError for a model it cannot reproduce.
     """
     import sentencepiece as spm
-    from tokenizers import AddedToken, Tokenizer, decoders, normalizers, pre_tokenizers
+    from tokenizers import AddedToken, Tokenizer, decoders
     from tokenizers.models import BPE, Unigram
 
     sp = spm.SentencePieceProcessor(model_proto=model_bytes)
@@ -175,25 +186,46 @@ def build_tokenizer_json(model_bytes: bytes, arch: str = XLM_ROBERTA) -> str:
         raise ValueError(f"cannot export a SentencePiece {model_type!r} model (only unigram and bpe)")
 
     spec = spm_normalizer_spec(model_bytes)
-    if spec["precompiled_charsmap"]:
-        tok.normalizer = normalizers.Precompiled(spec["precompiled_charsmap"])
-    prepend = "always" if spec["add_dummy_prefix"] else "never"
-    metaspace = pre_tokenizers.Metaspace(replacement=_SPACE, prepend_scheme=prepend, split=True)
-    # spm strips and collapses whitespace (remove_extra_whitespaces); splitting on it does the same.
-    tok.pre_tokenizer = (pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(), metaspace])
-                         if spec["remove_extra_whitespaces"] else metaspace)
+    _text_pipeline(tok, spec, sentencepiece_literal_rule(sp)[0])
     # Decode as sentencepiece does: byte pieces back to characters, then whitespace, then drop the
     # dummy prefix once. (Metaspace's decoder after Fuse loses every space but the first.)
     steps = [decoders.Replace(_SPACE, " "), decoders.ByteFallback(), decoders.Fuse()]
     tok.decoder = decoders.Sequence(steps + [decoders.Strip(" ", 1, 0)] if spec["add_dummy_prefix"] else steps)
-    # Special tokens are matched before normalization, as sentencepiece does for <mask>.
-    tok.add_special_tokens([AddedToken(name, special=True, normalized=False) for name in SPECIAL_TOKENS])
+    # Special tokens placed in text (split_special_tokens=False) are matched before normalization and take
+    # the whitespace before them (lstrip): "the <mask>." is ▁the <mask> ., as the shards hold a masked word.
+    tok.add_special_tokens([AddedToken(name, special=True, normalized=False, lstrip=True) for name in SPECIAL_TOKENS])
     # Other user-defined pieces (a reused model's) are matched whole in the normalized text, as sentencepiece
     # does; left in the vocabulary alone, the model would only ever spell them out.
     tok.add_tokens([AddedToken(p.piece, special=False, normalized=True) for p in pieces
                     if p.type == PIECE_USER_DEFINED and p.piece not in SPECIAL_TOKENS])
     tok.post_processor = _pair_template(arch)
     return tok.to_str(pretty=True)
+
+
+def _text_pipeline(tok: Any, spec: dict[str, Any], literal: str) -> None:
+    """Normalizer and pre-tokenizer of an exported SentencePiece model: sentencepiece's ids on any text.
+
+    As sentencepiece: the model's character map, then (remove_extra_whitespaces) runs of spaces made
+    one and spaces at the end dropped; the dummy prefix ``▁`` only where the text starts
+    (Metaspace ``first``), so that the text right after a special token placed in it continues as
+    the shards hold it (``<mask>.`` is ``<mask> .``, never ``<mask> ▁ .``) while a space after it still
+    starts a word; then the cut that keeps a special token's string written in the text ordinary
+    pieces (``literal_special_pattern``), as the build encodes it.
+    """
+    from tokenizers import Regex, normalizers, pre_tokenizers
+
+    steps = [normalizers.Precompiled(spec["precompiled_charsmap"])] if spec["precompiled_charsmap"] else []
+    words = []
+    if spec["remove_extra_whitespaces"] and spec["add_dummy_prefix"]:
+        steps += [normalizers.Replace(Regex(" {2,}"), " "), normalizers.Replace(Regex(" +\\z"), "")]
+    elif spec["remove_extra_whitespaces"]:  # no dummy prefix (not what a build trains): split at whitespace
+        words = [pre_tokenizers.WhitespaceSplit()]
+    if steps:
+        tok.normalizer = normalizers.Sequence(steps)
+    prepend = "first" if spec["add_dummy_prefix"] else "never"
+    metaspace = pre_tokenizers.Metaspace(replacement=_SPACE, prepend_scheme=prepend, split=True)
+    cut = pre_tokenizers.Split(Regex(literal), behavior="merged_with_next")
+    tok.pre_tokenizer = pre_tokenizers.Sequence([*words, metaspace, cut])
 
 
 def _pair_template(arch: str) -> Any:
@@ -214,15 +246,23 @@ def build_byte_bpe_files(data: bytes, arch: str = XLM_ROBERTA) -> dict[str, str]
     """tokenizer.json, vocab.json and merges.txt of a byte-level BPE corpus tokenizer (schemas.tokenizer_files).
 
     The trained file is kept (its RobertaProcessing already gives RoBERTa's pair
-    template); an ALBERT export gets segment ids for the pair. vocab.json and
-    merges.txt are the GPT-2 files that RobertaTokenizer (slow) reads too.
+    template) but for where the leading space goes: the corpus encodes each sentence
+    after a space, and ByteLevel's ``add_prefix_space`` would add one after every
+    special token placed in the text too (``<mask>.`` as ``<mask> Ġ .``, never seen in
+    training). A Metaspace step whose "space" is a space adds it only where the text
+    starts (``prepend_scheme: first``), then ByteLevel runs without its own. An ALBERT
+    export gets segment ids for the pair. vocab.json and merges.txt are the GPT-2
+    files that RobertaTokenizer (slow) reads too.
     """
-    from tokenizers import Tokenizer
+    from tokenizers import Tokenizer, pre_tokenizers
 
     from schemas.tokenizer_files import ByteBPETokenizer
 
     ByteBPETokenizer(data)  # special ids and byte-level BPE checked
     tok = Tokenizer.from_str(data.decode("utf-8"))
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Metaspace(replacement=" ", prepend_scheme="first", split=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True)])
     if arch != XLM_ROBERTA:
         tok.post_processor = _pair_template(arch)
     spec = json.loads(tok.to_str())
@@ -276,13 +316,13 @@ def tokenizer_files(data: bytes, arch: str, max_seq_len: int) -> TokenizerFiles:
         n_pieces = len(json.loads(files["tokenizer.json"])["model"]["vocab"])
     specials = _special_tokens_map()
     tok_cfg: dict[str, Any] = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": max_seq_len,
-                               "clean_up_tokenization_spaces": False, **specials}
+                               "clean_up_tokenization_spaces": False, "split_special_tokens": True, **specials}
     if byte_bpe:
         # The corpus encodes every sentence with a leading space (pipelines.tokenizer.train.train_byte_bpe).
-        # transformers' RobertaTokenizer always applies RoBERTa's pair template, so an ALBERT export
-        # (segment ids) names the generic class, which follows tokenizer.json's template.
-        tok_cfg.update(add_prefix_space=True, trim_offsets=True,
-                       tokenizer_class="RobertaTokenizer" if arch == XLM_ROBERTA else "PreTrainedTokenizerFast")
+        # The generic class follows tokenizer.json (its pre-tokenizer and pair template); transformers 5's
+        # RobertaTokenizer rebuilds RoBERTa's own pipeline from vocab and merges, which puts a space
+        # after every special token placed in the text.
+        tok_cfg.update(add_prefix_space=True, trim_offsets=True)
     files["tokenizer_config.json"] = json.dumps(tok_cfg, indent=2) + "\n"
     files["special_tokens_map.json"] = json.dumps(specials, indent=2) + "\n"
     if not byte_bpe:

@@ -62,8 +62,15 @@ class MetricsLogger:
             return
         data = "".join(line + "\n" for line in self._lines)
         if protocol_of(self._fs) in ("file", "local"):
-            with open(self._path, "a") as f:
-                f.write(data)
+            with open(self._path, "ab", buffering=0) as f:
+                end = f.seek(0, os.SEEK_END)
+                rest = memoryview(data.encode("utf-8"))
+                try:
+                    while rest:
+                        rest = rest[f.write(rest):]
+                except OSError as e:  # a full disk: no half line stays for a resumed run to append after
+                    f.truncate(end)
+                    raise OSError(e.errno, e.strerror, self._path) from e
         else:
             old = self._fs.cat_file(self._path).decode() if self._fs.exists(self._path) else ""
             self._fs.pipe_file(self._path, (old + data).encode())

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
+from typing import NamedTuple
 
 import torch
 
@@ -40,6 +41,7 @@ _U32 = 1 << 32
 
 # One stream per independent random choice; changing a value changes every mask.
 _S_BUDGET, _S_PRIO, _S_DECIDE, _S_SPAN_DECIDE, _S_LEN, _S_GAP, _S_OFFSET = range(1, 8)
+STREAMS = 7  # streams 1..7 above
 
 
 def signed(x: int) -> int:
@@ -54,6 +56,11 @@ def mix_int(z: int) -> int:
     z = ((z ^ (z >> 30)) * _MUL1) & _M64
     z = ((z ^ (z >> 27)) * _MUL2) & _M64
     return z ^ (z >> 31)
+
+
+def stream_base(seed: int, epoch: int, stream: int) -> int:
+    """The int64 key of one random stream of one (seed, epoch): what every row's key starts from."""
+    return signed(mix_int(mix_int(mix_int(seed + _GOLDEN) + epoch * _GOLDEN) + stream * _GOLDEN))
 
 
 def _srl(z: torch.Tensor, s: int) -> torch.Tensor:
@@ -121,6 +128,20 @@ def word_start_table(pieces: Sequence[str], special_ids: Iterable[int], marker: 
     return table
 
 
+class MaskTables(NamedTuple):
+    """What a Masker computes with besides the batch: its tables and 32-bit fixed-point constants."""
+
+    is_special: torch.Tensor  # bool [V]: never masked, never drawn as a random token
+    allowed: torch.Tensor  # int64 [A]: the ids a random replacement draws from
+    word_starts: torch.Tensor | None  # bool [V] (word schemes): the token starts a word (specials included)
+    len_table: torch.Tensor | None  # int64 [2**16] (span, ngram): span length in words per 16-bit bin
+    gap_table: torch.Tensor | None  # int64 [2**16] (span, ngram): gap length in slots per 16-bit bin
+    rate: int  # the mask rate as a threshold on a uniform 32-bit integer
+    t_mask: int  # below it a selected token becomes <mask>
+    t_random: int  # below it (and not below t_mask) a random token
+    offset_range: int  # (span, ngram) the tiling's start offset is uniform in [0, offset_range)
+
+
 class Masker:
     """Vectorized, sample-keyed dynamic masking for one MaskingConfig.
 
@@ -138,6 +159,7 @@ class Masker:
         word_starts: torch.Tensor | None = None,
     ) -> None:
         self.cfg = cfg
+        self.check_ids = True  # the CPU-only id range check of `checked`
         self.vocab_size = int(vocab_size)
         self.mask_id = int(mask_id)
         self.pad_id = int(pad_id)
@@ -147,6 +169,7 @@ class Masker:
         is_special = torch.zeros(self.vocab_size, dtype=torch.bool)
         is_special[sorted(specials)] = True
         self._is_special = is_special
+        self._host_special = is_special  # stays on the host: prediction_bound reads host batches
         self._allowed = torch.nonzero(~is_special).flatten()  # ids a "random token" may take
         if self._allowed.numel() == 0:
             raise ValueError("the vocabulary has no non-special token to sample from")
@@ -160,6 +183,7 @@ class Masker:
             self._word_starts: torch.Tensor | None = word_starts.to(torch.bool).cpu() | is_special
         else:
             self._word_starts = None
+        self._host_word_starts = self._word_starts
 
         self._rate = _fixed(cfg.rate)
         self._t_mask = _fixed(cfg.mask_prob)
@@ -208,11 +232,51 @@ class Masker:
             self._gap_table = self._gap_table.to(device)
         return self
 
+    def tables(self) -> MaskTables:
+        """The lookup tables and fixed-point constants every call uses (on the masker's device)."""
+        return MaskTables(self._is_special, self._allowed, self._word_starts, self._len_table, self._gap_table,
+                          self._rate, self._t_mask, self._t_random, getattr(self, "_offset_range", 1))
+
+    def prediction_bound(self, input_ids: torch.Tensor) -> int:
+        """At least as many positions as this masker can select in the batch, whatever the seed and epoch,
+        from the host batch (no device work), rounded up to a multiple of 64.
+
+        Per row, with n maskable tokens, b = ceil(n x rate) the largest budget and w the row's longest
+        word in tokens: token masking selects b; whole words at most max(2b - 1, w) (a word is taken
+        while less than half of it goes over the budget, the first one always); spans and n-grams at most
+        b - 1 + m w (the crossing unit is taken whole; a unit holds at most m = span_max / ngram_max
+        words). Never more than n. Lets the masked-only head gather a static number of rows without a
+        host sync (trainer/model.py, ``predicted_rows``).
+        """
+        ids = input_ids.long().cpu()
+        special = _lookup(self._host_special, ids)
+        maskable = ~special
+        n = maskable.sum(1)
+        b = (n * self._rate + _U32 - 1) >> 32
+        scheme = self.cfg.scheme
+        if scheme == "token":
+            bound = b
+        else:
+            assert self._host_word_starts is not None
+            pos = torch.arange(ids.shape[1])
+            prev_special = torch.ones_like(special)
+            prev_special[:, 1:] = special[:, :-1]
+            start = maskable & (ids != self.pad_id) & (_lookup(self._host_word_starts, ids) | prev_special)
+            ustart = torch.cummax(torch.where(start, pos, -1), dim=1).values.clamp_(min=0)
+            w = torch.zeros_like(ids).scatter_add_(1, ustart, maskable.long()).amax(1)
+            if scheme == "whole_word":
+                bound = torch.maximum(2 * b - 1, w)
+            else:
+                words = self.cfg.span_max if scheme == "span" else self.cfg.ngram_max
+                bound = b - 1 + words * w
+            bound = torch.where(b > 0, torch.minimum(bound, n), 0)
+        total = int(bound.sum())
+        return max(64, -(-total // 64) * 64)
+
     @staticmethod
     def _row_keys(sample_ids: torch.Tensor, seed: int, epoch: int, stream: int) -> torch.Tensor:
         """Per-row hash state for one stream: int64 [B]."""
-        base = mix_int(mix_int(mix_int(seed + _GOLDEN) + epoch * _GOLDEN) + stream * _GOLDEN)
-        return mix(sample_ids * signed(_GOLDEN) + signed(base))
+        return mix(sample_ids * signed(_GOLDEN) + stream_base(seed, epoch, stream))
 
     @staticmethod
     def _hash(row_keys: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
@@ -231,7 +295,7 @@ class Masker:
         Returns input_ids (masked), labels (original id where predicted, -100 elsewhere) and,
         for scheme "span", span_left / span_right (boundary positions, -1 where not predicted).
         """
-        ids, sids = self._checked(input_ids, sample_ids)
+        ids, sids = self.checked(input_ids, sample_ids)
         seed, epoch = int(seed), int(epoch)
         pos = torch.arange(ids.shape[1], device=ids.device)
         special = _lookup(self._is_special, ids)  # pad and <mask> included
@@ -246,8 +310,12 @@ class Masker:
 
     # ------------------------------------------------------------- steps
 
-    def _checked(self, input_ids: torch.Tensor, sample_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(ids int64 [B, L], sample ids int64 [B] on the same device), validated."""
+    def checked(self, input_ids: torch.Tensor, sample_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(ids int64 [B, L], sample ids int64 [B] on the same device), validated.
+
+        Token ids are range-checked on CPU only (``check_ids``): on CUDA the check would force a
+        host sync every batch, and the loader has checked every sample against the vocabulary.
+        """
         if input_ids.dim() != 2:
             raise ValueError(f"input_ids must be [B, L], got shape {tuple(input_ids.shape)}")
         ids = input_ids.long()
@@ -256,8 +324,7 @@ class Masker:
         sids = sample_ids.to(device=device, dtype=torch.int64).reshape(-1)
         if sids.numel() != B:
             raise ValueError(f"sample_ids has {sids.numel()} entries for a batch of {B}")
-        if device.type == "cpu" and ids.numel() and (ids.min() < 0 or ids.max() >= self.vocab_size):
-            # (Checked on CPU only: on CUDA it would force a host sync every batch.)
+        if self.check_ids and device.type == "cpu" and ids.numel() and (ids.min() < 0 or ids.max() >= self.vocab_size):
             raise ValueError(f"token id out of range for vocab_size={self.vocab_size}")
         return ids, sids
 

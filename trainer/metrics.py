@@ -1,8 +1,12 @@
 """What a training step measures and how it is shown: the step record, run counters, progress text.
 
-Per step we log loss, learning rate, tokens/s, model FLOPs utilization and the
+Per step we log loss, learning rate, tokens/s, model FLOP/s and utilization and the
 share of step time spent waiting for data; a sustained data wait above a
-threshold is warned about (the GPU is starving). ``StepStats`` sums a step's
+threshold is warned about (the GPU is starving). The loader's start-up (the
+first batch of a process) is measured apart (``data_startup_s``), not as a
+step's data wait. A progress line (step, loss, tokens/s, ETA, and the
+evaluation when there is one) is printed at the first step, every
+``log_every`` steps and at the last. ``StepStats`` sums a step's
 micro-batch outputs on the device; ``TrainMetrics`` turns them into the step
 record (``step_record``), hands it to a logger (trainer/loggers.py: where
 records go) and prints the log line and progress text. ``RunCounters`` adds
@@ -111,12 +115,14 @@ def step_record(step: int, v: dict[str, float], tokens: int, lr: float, dt: floa
 
     v: StepStats values; tokens: real tokens of the step over all ranks; dt and
     wait: the step's wall time and the part of it spent waiting for data;
-    flops_per_token: the model's FLOPs per token; peak_flops: the peak FLOP/s of
-    all ranks together (None when unknown, e.g. on CPUs: no MFU).
+    flops_per_token: the model's FLOPs per token (``flops_per_s``: what the
+    step achieved); peak_flops: the peak FLOP/s of all ranks together (None
+    when unknown, e.g. on CPUs: no MFU).
     """
     record = {"step": step, "loss": v["loss"], "lr": lr,
               "mlm_acc": v["mlm_correct"] / max(v["mlm_count"], 1.0), "tokens_per_s": tokens / dt,
-              "step_time": dt, "data_wait_share": wait / dt, "epoch": epoch}
+              "step_time": dt, "data_wait_share": wait / dt, "epoch": epoch,
+              "flops_per_s": flops_per_token * tokens / dt}
     if v["sentence_count"]:
         record["sentence_acc"] = v["sentence_correct"] / v["sentence_count"]
     if "grad_norm" in v:
@@ -124,6 +130,35 @@ def step_record(step: int, v: dict[str, float], tokens: int, lr: float, dt: floa
     if peak_flops:
         record["mfu"] = flops_per_token * tokens / dt / peak_flops
     return record
+
+
+def duration(seconds: float) -> str:
+    """45s, 3m12s, 1h02m, 2d03h."""
+    s = max(0, round(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+
+
+def progress_line(record: dict[str, Any], total_steps: int, eta_s: float | None,
+                  eval_mask_rate: float | None = None) -> str:
+    """The log line of a step record: step of total, loss, lr, tokens/s, data wait, ETA, and its evaluation."""
+    step = record["step"]
+    line = (f"step {step}/{total_steps} loss {record['loss']:.4f} lr {record['lr']:.2e} "
+            f"tok/s {record['tokens_per_s']:.0f} wait {100 * record['data_wait_share']:.0f}%")
+    if "mfu" in record:
+        line += f" mfu {100 * record['mfu']:.0f}%"
+    if eta_s is not None and step < total_steps:
+        line += f" eta {duration(eta_s)}"
+    if "eval_loss" in record:
+        masked = f", {100 * eval_mask_rate:g}% masked" if eval_mask_rate is not None else ""
+        line += (f" | eval loss {record['eval_loss']:.4f} (MLM nats{masked}) ppl {record['eval_ppl']:.1f} "
+                 f"acc {record['eval_mlm_acc']:.3f}")
+    return line
 
 
 def progress_postfix(record: dict[str, Any]) -> dict[str, str]:
@@ -172,8 +207,15 @@ class TrainMetrics:
     """
 
     def __init__(self, run: str | Any, *, enabled: bool, total_steps: int, start_step: int, log_every: int,
-                 world_size: int, flops_per_token: float, peak_flops: float | None, show_bar: bool):
+                 world_size: int, flops_per_token: float, peak_flops: float | None, show_bar: bool,
+                 mask_rate: float | None = None, eval_mask_rate: float | None = None):
         self.enabled, self.total_steps, self.log_every, self.world_size = enabled, total_steps, log_every, world_size
+        self.start_step = start_step
+        # The masking rates the losses are measured at (records: mask_rate, eval_mask_rate; the plot's labels).
+        self.mask_rate, self.eval_mask_rate = mask_rate, eval_mask_rate
+        self.startup_s: float | None = None  # the first batch's wait: the loader's start-up
+        self._clock: float | None = None  # perf_counter when this process's first step began (the ETA's base)
+        self.last_eval: dict[str, Any] | None = None  # {"step", "eval_loss", ...} of the newest evaluation
         self.flops_per_token = flops_per_token
         self.peak_flops = peak_flops * world_size if peak_flops else None
         # A run folder (metrics.jsonl + TensorBoard) or a logger fan-out (trainer.loggers.open_loggers).
@@ -184,28 +226,53 @@ class TrainMetrics:
         self.last_loss: float | None = None
 
     def record(self, step: int, stats: StepStats, lr: float, started: float, wait: float,
-               epoch: int) -> dict[str, Any]:
+               epoch: int, tokens: int | None = None) -> dict[str, Any]:
         """The record of a step that began at ``started`` (perf_counter); watches data wait and the loss.
 
+        tokens: the step's real tokens over all ranks (default: this rank's times the world size).
         The step's one host sync (``stats.values()``) happens here, inside the step's time.
         """
         v = stats.values()
         dt = time.perf_counter() - started
-        record = step_record(step, v, stats.tokens * self.world_size, lr, dt, wait, epoch,
-                             self.flops_per_token, self.peak_flops)
+        record = step_record(step, v, stats.tokens * self.world_size if tokens is None else tokens, lr, dt, wait,
+                             epoch, self.flops_per_token, self.peak_flops)
+        if self._clock is None:
+            self._clock = started
+            if self.startup_s is not None:
+                record["data_startup_s"] = self.startup_s
+        if self.mask_rate is not None:
+            record["mask_rate"] = self.mask_rate
         self.starvation.update(record["data_wait_share"])
         self.first_loss = v["loss"] if self.first_loss is None else self.first_loss
         self.last_loss = v["loss"]
         return record
 
+    def started(self, seconds: float) -> None:
+        """The first batch came ``seconds`` after the loader was asked (its start-up: workers, first reads)."""
+        self.startup_s = seconds
+        if self.enabled:
+            train_log.info("first batch after %.1f s (the loader's start-up, not counted as data wait)", seconds)
+
+    def eta(self, step: int) -> float | None:
+        """Seconds left at this process's mean time per step so far (evaluations and checkpoints included)."""
+        done = step - self.start_step
+        if self._clock is None or done < 1:
+            return None
+        return (time.perf_counter() - self._clock) / done * (self.total_steps - step)
+
     def log(self, record: dict[str, Any]) -> None:
-        """Write the record; every log_every steps (and the last) flush and print a line; move the bar."""
+        """Write the record; at the first step, every log_every steps, evaluations and the last step, flush
+        and print a progress line; move the bar."""
         step = record["step"]
+        if "eval_loss" in record:
+            if self.eval_mask_rate is not None:
+                record["eval_mask_rate"] = self.eval_mask_rate
+            self.last_eval = {k: v for k, v in record.items() if k == "step" or k.startswith("eval_")}
         self.logger.log(record)
-        if self.enabled and (step % self.log_every == 0 or step == self.total_steps):
+        if self.enabled and (self.log_every > 0 and step % self.log_every == 0 or step in (self.start_step + 1, self.total_steps)
+                             or "eval_loss" in record):
             self.logger.flush()
-            train_log.info("step %d loss %.4f lr %.2e tok/s %.0f wait %.0f%%", step, record["loss"], record["lr"],
-                           record["tokens_per_s"], 100 * record["data_wait_share"])
+            train_log.info("%s", progress_line(record, self.total_steps, self.eta(step), self.eval_mask_rate))
         self.bar.set_postfix(progress_postfix(record))
         self.bar.update(1)
 

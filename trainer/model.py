@@ -16,28 +16,37 @@ then the parts named after the papers (``Embeddings``, ``SelfAttention``,
   positions (about 15% of tokens), which is where most of a small model's
   head FLOPs and activation memory go.
 
-Attention paths (all give the same losses and gradients; docs/models.md):
+Attention paths (all give the same losses and gradients; trainer/attention.py, docs/models.md):
 - masked: ``attention_mask`` [B, L]; SDPA with a boolean mask (the plain path);
 - no mask: ``attention_mask=None`` for full-length batches, so SDPA may pick
   the flash kernel (a mask rules it out);
 - unpadded: ``unpadded=unpad(attention_mask)`` for ragged batches. Every
   layer runs on the T real tokens only ([T, H], no padding FLOPs) and
-  attention goes through a nested (jagged) tensor built from the cumulative
-  sequence lengths: on CUDA SDPA runs flash / memory-efficient varlen
-  kernels on it; on CPU the same code runs per sequence, exactly.
+  attention is variable-length over the packed tokens (FlashAttention's
+  varlen kernel with the cumulative sequence lengths on CUDA).
+The kernel is picked on the host (``attention.plan``) and passed in
+(``attention_backend``, or the layout's ``backend``).
+
+Without a host sync: with ``predictions`` (a bound on the predicted
+positions the host knows: ``Masker.prediction_bound``) the masked-only heads
+gather their rows into that static size with a cumsum instead of
+``nonzero``, whose data-dependent size makes the host wait for the device.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from schemas.config import ModelConfig
+from trainer.attention import Unpadded, attention_inputs, sdpa, unpad, varlen_attention
 from trainer.masking import IGNORE_INDEX
+
+__all__ = ["SIZES", "Encoder", "ModelDims", "Unpadded", "attention_inputs", "flops_per_token", "resolve_dims",
+           "unpad"]
 
 # Named sizes. tiny is for tests; small is BERT-Small (Turc et al. 2019);
 # base and large are BERT/RoBERTa's.
@@ -165,71 +174,6 @@ class Embeddings(nn.Module):
         return self.project(x) if self.project is not None else x
 
 
-class Unpadded(NamedTuple):
-    """Where the real tokens of a padded [B, L] batch are: the layout of the unpadded path.
-
-    Build it with ``unpad(attention_mask)`` (on the host: no device sync) and
-    move it with ``.to(device)``.
-    """
-
-    indices: torch.Tensor  # [T] int64: flat positions (in B*L) of the real tokens, row-major
-    offsets: torch.Tensor  # [B+1] int64: cumulative sequence lengths (cu_seqlens)
-    max_seqlen: int  # longest row, in real tokens
-    packed_index: torch.Tensor  # [B*L] int64: each position's row in the packed [T] tokens, -1 at padding
-
-    def to(self, device: torch.device | str) -> Unpadded:
-        """The same layout on another device."""
-        return Unpadded(self.indices.to(device, non_blocking=True), self.offsets.to(device, non_blocking=True),
-                        self.max_seqlen, self.packed_index.to(device, non_blocking=True))
-
-
-def unpad(attention_mask: torch.Tensor) -> Unpadded:
-    """The packed layout of a [B, L] mask (1 = real token). Every row must hold at least one real token."""
-    mask = attention_mask.to(torch.bool)
-    lengths = mask.sum(1)
-    if bool((lengths == 0).any()):
-        raise ValueError("unpad: a row has no real tokens")
-    flat = mask.reshape(-1)
-    indices = flat.nonzero().squeeze(1)
-    offsets = torch.zeros(mask.shape[0] + 1, dtype=torch.long, device=mask.device)
-    offsets[1:] = torch.cumsum(lengths, 0)
-    packed_index = torch.full_like(flat, -1, dtype=torch.long)
-    packed_index[indices] = torch.arange(indices.numel(), device=mask.device)
-    return Unpadded(indices, offsets, int(lengths.max()), packed_index)
-
-
-def attention_inputs(kw: dict, host_mask: torch.Tensor, device: torch.device, unpadded: bool = True) -> dict:
-    """Pick the fastest exact attention path for a batch, from its mask on the host (no device sync).
-
-    Full-length batches drop the mask (SDPA may then use the flash kernel);
-    ragged ones get the unpadded layout when ``unpadded`` is set, else keep
-    the mask. ``kw`` holds the model's keyword arguments; a new dict is returned.
-    """
-    kw = dict(kw)
-    if bool(host_mask.all()):
-        kw["attention_mask"] = None
-    elif unpadded:
-        kw["unpadded"] = unpad(host_mask).to(device)
-    return kw
-
-
-def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: Unpadded,
-                     dropout_p: float) -> torch.Tensor:
-    """Bidirectional attention within each packed sequence: q, k, v [T, heads, D] -> [T, heads, D].
-
-    Nested (jagged) tensors share the layout's offsets, so SDPA sees
-    [B, heads, ragged, D]: on CUDA it runs the flash / memory-efficient
-    kernels with cumulative sequence lengths (dropout included); on CPU it
-    falls back to exact attention per sequence.
-    """
-    def nested(t: torch.Tensor) -> torch.Tensor:
-        return torch.nested.nested_tensor_from_jagged(t, layout.offsets, max_seqlen=layout.max_seqlen,
-                                                      min_seqlen=1).transpose(1, 2)
-
-    a = F.scaled_dot_product_attention(nested(q), nested(k), nested(v), dropout_p=dropout_p)
-    return a.transpose(1, 2).values()
-
-
 class SelfAttention(nn.Module):
     """Multi-head self-attention with a residual and post-LayerNorm."""
 
@@ -242,19 +186,22 @@ class SelfAttention(nn.Module):
         self.drop = nn.Dropout(d.dropout)
         self.ln = nn.LayerNorm(d.hidden, eps=d.layer_norm_eps)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | Unpadded | None) -> torch.Tensor:
-        """x [B, L, H] with a boolean key mask (or None: no padding), or x [T, H] packed with its layout."""
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | Unpadded | None,
+                backend: str | None = None) -> torch.Tensor:
+        """x [B, L, H] with a boolean key mask (or None: no padding), or x [T, H] packed with its layout.
+
+        backend: the SDPA backend of the padded paths (attention.pick_backend; None: torch picks).
+        """
         p = self.dropout if self.training else 0.0
         if isinstance(mask, Unpadded):
             T, H = x.shape
-            # Nested tensors need contiguous values: one copy of q, k, v into [3, T, heads, D].
+            # The varlen kernels take q, k, v [T, heads, D] with unit stride last: one copy into [3, T, heads, D].
             q, k, v = self.qkv(x).view(T, 3, self.heads, H // self.heads).transpose(0, 1).contiguous()
             a = varlen_attention(q, k, v, mask, p).reshape(T, H)
         else:
             B, L, H = x.shape
             q, k, v = self.qkv(x).view(B, L, 3, self.heads, H // self.heads).permute(2, 0, 3, 1, 4)
-            a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
-            a = a.transpose(1, 2).reshape(B, L, H)
+            a = sdpa(q, k, v, mask, p, backend).transpose(1, 2).reshape(B, L, H)
         return self.ln(x + self.drop(self.out(a)))
 
 
@@ -342,6 +289,26 @@ def _masked_ce(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tenso
     return loss, correct.detach(), count.detach()
 
 
+def predicted_rows(active: torch.Tensor, flat_labels: torch.Tensor,
+                   size: int | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(flat positions, their labels) of the active positions, in order.
+
+    size None: exactly the active ones (``nonzero``: the host waits for the device to learn the
+    count). size n: n rows without a sync: the k active positions (k <= n, which the caller
+    guarantees), then n - k rows at position 0 whose label is IGNORE_INDEX (no loss, zero gradient).
+    """
+    if size is None:
+        idx = active.nonzero().squeeze(1)
+        return idx, flat_labels.index_select(0, idx)
+    n = max(1, int(size))
+    rank = torch.cumsum(active, 0) - 1
+    slot = torch.where(active & (rank < n), rank, n)  # the spare slot n takes the rest
+    idx = torch.zeros(n + 1, dtype=torch.long, device=active.device)
+    idx = idx.scatter(0, slot, torch.arange(active.numel(), device=active.device))[:n]
+    filled = torch.arange(n, device=active.device) < active.sum()
+    return idx, torch.where(filled, flat_labels.index_select(0, idx), IGNORE_INDEX)
+
+
 class Encoder(nn.Module):
     """A RoBERTa / ALBERT / SpanBERT-style encoder with its pretraining heads and losses."""
 
@@ -373,11 +340,13 @@ class Encoder(nn.Module):
                     m.weight[m.padding_idx].zero_()
 
     def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-               token_type_ids: torch.Tensor | None = None, unpadded: Unpadded | None = None) -> torch.Tensor:
-        """Final hidden states: [B, L, H], or [T, H] for the real tokens only when ``unpadded`` is given.
+               token_type_ids: torch.Tensor | None = None, unpadded: Unpadded | None = None,
+               attention_backend: str | None = None) -> torch.Tensor:
+        """Final hidden states: [B, L, H], or [T, H] for the packed tokens when ``unpadded`` is given.
 
         attention_mask None means no padding. With ``unpadded`` (from
         ``unpad(attention_mask)``), the mask is still needed for the positions.
+        attention_backend: the SDPA backend of the padded paths (None: torch picks).
         """
         if input_ids.shape[1] > self.dims.max_seq_len:
             raise ValueError(f"sequence length {input_ids.shape[1]} exceeds the model's {self.dims.max_seq_len}")
@@ -399,14 +368,15 @@ class Encoder(nn.Module):
                            else None)
             mask = unpadded
         for i in range(self.dims.layers):
-            h = self.attn[i % len(self.attn)](h, mask)
+            h = self.attn[i % len(self.attn)](h, mask, attention_backend)
             h = self.ffn[i % len(self.ffn)](h)
         return h
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 labels: torch.Tensor | None = None, token_type_ids: torch.Tensor | None = None,
                 sentence_labels: torch.Tensor | None = None, span_left: torch.Tensor | None = None,
-                span_right: torch.Tensor | None = None, unpadded: Unpadded | None = None) -> dict[str, torch.Tensor]:
+                span_right: torch.Tensor | None = None, unpadded: Unpadded | None = None,
+                attention_backend: str | None = None, predictions: int | None = None) -> dict[str, torch.Tensor]:
         """Losses and detached stats when labels are given; otherwise logits.
 
         labels: int64 [B, L], IGNORE_INDEX (-100) where not predicted. sentence_labels: [B]
@@ -415,8 +385,10 @@ class Encoder(nn.Module):
         span each predicted token belongs to (-1 where there is no span).
         unpadded: the packed layout of attention_mask (``unpad``): every layer
         then runs on real tokens only; same losses (``attention_inputs`` picks).
+        predictions: at least the number of labels (``Masker.prediction_bound``): the masked-only
+        heads then gather that many rows without a host sync; None gathers exactly (``nonzero``).
         """
-        h = self.encode(input_ids, attention_mask, token_type_ids, unpadded)
+        h = self.encode(input_ids, attention_mask, token_type_ids, unpadded, attention_backend)
         B, L = input_ids.shape
         H = h.shape[-1]
         word = self.embed.word.weight
@@ -436,7 +408,8 @@ class Encoder(nn.Module):
         firsts = torch.arange(B, device=h.device) * L  # flat index of each row's <s>
         if labels is None:
             if unpadded is not None:  # back to [B, L, H]; padding states are zeros
-                flat_h = flat_h.new_zeros(B * L, H).index_copy(0, unpadded.indices, flat_h)
+                real = unpadded.real_tokens if unpadded.real_tokens >= 0 else flat_h.shape[0]
+                flat_h = flat_h.new_zeros(B * L, H).index_copy(0, unpadded.indices[:real], flat_h[:real])
             out["logits"] = self.lm_head(flat_h, word).view(B, L, -1)
             if self.sentence_head is not None:
                 out["sentence_logits"] = self.sentence_head(flat_h.index_select(0, firsts))
@@ -446,10 +419,10 @@ class Encoder(nn.Module):
         if self.dims.masked_only_head:
             # Gather the predicted positions first: the vocabulary projection then
             # costs (#masked x E x V) instead of (B x L x E x V).
-            idx = (flat_labels != IGNORE_INDEX).nonzero().squeeze(1)
-            mlm_loss, correct, count = _masked_ce(self.lm_head(flat_h.index_select(0, rows(idx)), word),
-                                                  flat_labels.index_select(0, idx))
+            idx, targets = predicted_rows(flat_labels != IGNORE_INDEX, flat_labels, predictions)
+            mlm_loss, correct, count = _masked_ce(self.lm_head(flat_h.index_select(0, rows(idx)), word), targets)
         else:
+            # (The unpadded layout's filler reads a padding position: its label is IGNORE_INDEX.)
             head_labels = flat_labels if unpadded is None else flat_labels.index_select(0, unpadded.indices)
             mlm_loss, correct, count = _masked_ce(self.lm_head(flat_h, word), head_labels)
         loss = mlm_loss
@@ -462,21 +435,27 @@ class Encoder(nn.Module):
             out.update(sentence_loss=s_loss.detach(), sentence_correct=s_correct, sentence_count=s_count)
 
         if self.sbo_head is not None and span_left is not None and span_right is not None:
-            left, right = span_left.reshape(B * L), span_right.reshape(B * L)
-            idx = ((flat_labels != IGNORE_INDEX) & (left >= 0) & (right >= 0)).nonzero().squeeze(1)
-            row = torch.div(idx, L, rounding_mode="floor") * L  # flat index of the row's first token
-            # Clamp: a boundary outside the row must not index another row (or fault on GPU).
-            l_pos = left.index_select(0, idx).clamp(0, L - 1)
-            r_pos = right.index_select(0, idx).clamp(0, L - 1)
-            logits = self.sbo_head(flat_h.index_select(0, rows(row + l_pos)),
-                                   flat_h.index_select(0, rows(row + r_pos)),
-                                   idx - row - l_pos, word)  # position within the span: i - span_left
-            sbo_loss, sbo_correct, sbo_count = _masked_ce(logits, flat_labels.index_select(0, idx))
+            sbo_loss, sbo_correct, sbo_count = self._sbo(flat_h, rows, flat_labels, span_left, span_right, L,
+                                                         predictions)
             loss = loss + sbo_loss
             out.update(sbo_loss=sbo_loss.detach(), sbo_correct=sbo_correct, sbo_count=sbo_count)
 
         out["loss"] = loss
         return out
+
+    def _sbo(self, flat_h: torch.Tensor, rows, flat_labels: torch.Tensor, span_left: torch.Tensor,  # noqa: ANN001
+             span_right: torch.Tensor, L: int, predictions: int | None) -> tuple[torch.Tensor, ...]:
+        """SpanBERT's span-boundary loss over the predicted tokens with both boundaries: (loss, correct, count)."""
+        left, right = span_left.reshape(-1), span_right.reshape(-1)
+        idx, targets = predicted_rows((flat_labels != IGNORE_INDEX) & (left >= 0) & (right >= 0), flat_labels,
+                                      predictions)
+        row = torch.div(idx, L, rounding_mode="floor") * L  # flat index of the row's first token
+        # Clamp: a boundary outside the row must not index another row (or fault on GPU).
+        l_pos = left.index_select(0, idx).clamp(0, L - 1)
+        r_pos = right.index_select(0, idx).clamp(0, L - 1)
+        logits = self.sbo_head(flat_h.index_select(0, rows(row + l_pos)), flat_h.index_select(0, rows(row + r_pos)),
+                               (idx - row - l_pos).clamp(min=0), self.embed.word.weight)  # i - span_left
+        return _masked_ce(logits, targets)
 
     def num_params(self, non_embedding: bool = False) -> int:
         """Unique parameters (shared layers count once); non_embedding drops the embedding tables."""

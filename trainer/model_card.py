@@ -1,12 +1,19 @@
 """The model card (README.md) of an exported run.
 
-What a reader of the Hugging Face folder needs to know where the weights came
-from: the model it started from (``--init``) and the class it is exported as,
-the corpus (manifest URL, version, tokenizer kind and sha256, packing rule,
-tokens per split), the run's config, the steps trained, the tokens seen and
-the last evaluation loss. Tokens and eval loss come from the run's
-``metrics.jsonl`` (the last record of each step, so steps a resumed run
-repeated count once); absent values are written as "not recorded".
+What a reader of the Hugging Face folder needs: the Hub's metadata (``library_name``,
+``pipeline_tag: fill-mask``, ``language``, ``license``), where the weights came from
+(the model it started from with ``--init``, the class it is exported as), what the run
+did (steps of the planned steps, tokens seen, the last evaluation and what its loss
+measures: the MLM cross-entropy in nats at the evaluation's masking rate, or why there
+is none), how to use it (a fill-mask snippet that places the mask token by its text),
+the corpus (version, tokenizer kind and sha256, packing rule, tokens per split) and
+the run's config. Tokens and eval loss come from the run's ``metrics.jsonl`` (the last
+record of each step, so steps a resumed run repeated count once); absent values are
+written as "not recorded", with the reason when the config or corpus tells it.
+
+The card names no folder of the training machine: a local corpus, ``--init`` model or
+run folder is given by its name (``corpus``, not ``/home/me/data/corpus``); remote
+URLs are given without credentials.
 """
 
 from __future__ import annotations
@@ -15,13 +22,25 @@ import json
 import posixpath
 from typing import Any
 
-from schemas.config import TrainConfig
+from schemas.config import MaskingConfig, TrainConfig
 from shardforge.storage import join, read_text, redact_url, write_text_atomic
 from trainer.loggers import METRICS_FILE
 
 # Our architecture names (trainer.export) -> the transformers class the folder loads as.
 CLASS_NAMES = {"roberta": "RobertaForMaskedLM", "xlm-roberta": "XLMRobertaForMaskedLM", "bert": "BertForMaskedLM",
                "albert": "AlbertForMaskedLM"}
+# The license a card states unless the export is told one: the weights' terms follow from the corpus's
+# and the --init model's, which shardforge does not know.
+DEFAULT_LICENSE = "other"
+
+USAGE = '''```python
+from transformers import pipeline
+
+# A special token's string inside a text is text to this tokenizer (split_special_tokens: true, as the
+# corpus was encoded); split_special_tokens=False places the mask token by its string.
+fill = pipeline("fill-mask", model="PATH_OR_HUB_ID", tokenizer_kwargs={"split_special_tokens": False})
+print(fill(f"The capital of France is {fill.tokenizer.mask_token}."))
+```'''
 
 
 def run_folder_of(checkpoint_url: str) -> str:
@@ -29,21 +48,55 @@ def run_folder_of(checkpoint_url: str) -> str:
     return posixpath.dirname(posixpath.dirname(checkpoint_url.rstrip("/")))
 
 
-def read_metrics(run: str, last_step: int) -> dict[str, Any]:
-    """{"tokens_seen": int | None, "eval_loss": float | None, "eval_step": int | None} from metrics.jsonl."""
+def is_local(url: str) -> bool:
+    return "://" not in url or url.startswith("file://")
+
+
+def public_location(url: str) -> str:
+    """A corpus, model or run folder as a card may name it: a local one by its name, a remote URL without
+    credentials (gs://bucket/corpus stays; /home/me/data/corpus is "corpus")."""
+    if not is_local(url):
+        return redact_url(url)
+    path = url.removeprefix("file://").rstrip("/")
+    if posixpath.basename(path) == "manifest.json":
+        path = posixpath.dirname(path)
+    return posixpath.basename(path) or "."
+
+
+def public_config(config: Any) -> Any:
+    """The config as the card prints it: every local path by its name, every URL without credentials."""
+    if isinstance(config, dict):
+        return {k: public_config(v) for k, v in config.items()}
+    if isinstance(config, list):
+        return [public_config(v) for v in config]
+    if isinstance(config, str) and ("://" in config or config.startswith(("/", "~", "."))):
+        return public_location(config)
+    return config
+
+
+def last_records(run: str, last_step: int) -> dict[int, dict[str, Any]] | None:
+    """step -> the last record of that step up to last_step from metrics.jsonl (None: no readable file)."""
     try:
         text = read_text(join(run, METRICS_FILE))
     except (FileNotFoundError, OSError):
-        return {"tokens_seen": None, "eval_loss": None, "eval_step": None}
+        return None
     by_step: dict[int, dict[str, Any]] = {}
     for line in text.splitlines():
         try:
             rec = json.loads(line)
         except ValueError:
             continue  # a torn last line of a killed run
-        step = rec.get("step")
+        step = rec.get("step") if isinstance(rec, dict) else None
         if isinstance(step, int) and step <= last_step:
             by_step[step] = rec  # a resumed run's repeat of a step replaces the first
+    return by_step
+
+
+def read_metrics(run: str, last_step: int) -> dict[str, Any]:
+    """{"tokens_seen": int | None, "eval_loss": float | None, "eval_step": int | None} from metrics.jsonl."""
+    by_step = last_records(run, last_step)
+    if by_step is None:
+        return {"tokens_seen": None, "eval_loss": None, "eval_step": None}
     tokens = 0.0
     eval_loss = eval_step = None
     for step in sorted(by_step):
@@ -57,23 +110,54 @@ def read_metrics(run: str, last_step: int) -> dict[str, Any]:
     return {"tokens_seen": round(tokens) if by_step else None, "eval_loss": eval_loss, "eval_step": eval_step}
 
 
-def model_card(cfg: TrainConfig, state: dict[str, Any], run: str, architecture: str,
-               manifest: dict[str, Any] | None) -> str:
-    """README.md text of an export (pure: everything it says is passed in)."""
-    step = int(state.get("step", 0))
-    m = read_metrics(run, step)
-    cls = CLASS_NAMES.get(architecture, architecture)
-    lines = ["---", "library_name: transformers", "tags: [fill-mask, shardforge]", "---", "",
-             f"# {cls} continued with shardforge" if cfg.init else f"# {cls} trained with shardforge",
-             "", "## Run", "",
-             f"- started from: {redact_url(cfg.init) if cfg.init else 'random initialization'}",
-             f"- exported as: {cls}",
-             f"- steps: {step}",
-             f"- tokens seen: {m['tokens_seen'] if m['tokens_seen'] is not None else 'not recorded'}",
-             "- final eval loss: " + (f"{m['eval_loss']:.4f} (step {m['eval_step']})" if m["eval_loss"] is not None
-                                      else "not recorded (eval_every was 0)"),
-             "", "## Data", "",
-             f"- corpus: {redact_url(cfg.data)}"]
+def masking_phrase(m: MaskingConfig) -> str:
+    return f"{100 * m.rate:g}% of tokens masked ({m.scheme} masking, {100 * m.mask_prob:g}% <mask> / " \
+           f"{100 * m.random_prob:g}% random / the rest kept)"
+
+
+def eval_lines(cfg: TrainConfig, step: int, m: dict[str, Any], has_valid: bool | None, has_metrics: bool) -> list[str]:
+    """The card's evaluation: the loss and what it measures, or why there is none."""
+    if m["eval_loss"] is not None:
+        masking = cfg.eval_masking or cfg.masking
+        return [f"- final eval loss: {m['eval_loss']:.4f} (step {m['eval_step']})",
+                f"- eval loss is the MLM cross-entropy in nats, averaged over the predicted tokens of the first "
+                f"{cfg.eval_batches} batches of the corpus's valid split, at the evaluation masking rate: "
+                f"{masking_phrase(masking)}; perplexity is its exp"]
+    if not has_metrics:
+        why = "the run folder's metrics.jsonl was not found"
+    elif not cfg.eval_batches:
+        why = "evaluation was off: eval_batches=0"
+    elif has_valid is False:
+        why = "the corpus has no valid split"
+    elif step < cfg.steps and (not cfg.eval_every or step < cfg.eval_every):
+        every = f"every {cfg.eval_every} steps and " if cfg.eval_every else ""
+        why = f"the run stopped at step {step} of {cfg.steps}; it evaluates {every}at its last step"
+    else:
+        why = "no evaluation in the run's metrics"
+    return [f"- final eval loss: not recorded ({why})"]
+
+
+def languages(manifest: dict[str, Any] | None) -> list[str]:
+    """The languages the corpus's build kept when its language rule was on (clean.languages), else none."""
+    clean = ((manifest or {}).get("config") or {}).get("clean") or {}
+    langs = clean.get("languages")
+    if clean.get("english_only", True) and isinstance(langs, list) and all(isinstance(x, str) for x in langs):
+        return list(langs)
+    return []
+
+
+def front_matter(manifest: dict[str, Any] | None, license_id: str | None, language: list[str] | None) -> list[str]:
+    """The Hub's YAML metadata block."""
+    langs = language or languages(manifest)
+    lines = ["---", "library_name: transformers", "pipeline_tag: fill-mask", f"license: {license_id or DEFAULT_LICENSE}"]
+    if langs:
+        lines.append(f"language: [{', '.join(json.dumps(x) for x in langs)}]")
+    return [*lines, "tags: [fill-mask, shardforge]", "---"]
+
+
+def data_lines(cfg: TrainConfig, manifest: dict[str, Any] | None) -> list[str]:
+    lines = [f"- corpus: {public_location(cfg.data)}"]
+    lines += [f"- mixed with: {public_location(s.data)}" for s in cfg.mix if s.data != cfg.data]
     if manifest:
         tok = manifest.get("tokenizer", {})
         lines += [f"- manifest version: {manifest.get('version')}",
@@ -83,17 +167,39 @@ def model_card(cfg: TrainConfig, state: dict[str, Any], run: str, architecture: 
                   f"- special ids: {json.dumps(tok.get('special_ids'), sort_keys=True)}"]
         for split, t in sorted((manifest.get("totals") or {}).items()):
             lines.append(f"- {split}: {t.get('samples')} sequences, {t.get('tokens')} tokens, {t.get('shards')} shards")
-    config = cfg.model_dump(mode="json")
-    config["data"] = redact_url(config["data"])
-    config["output"] = redact_url(config["output"])
-    if config.get("init"):
-        config["init"] = redact_url(config["init"])
-    lines += ["", "## Recipe (train config)", "", "```json", json.dumps(config, indent=1, sort_keys=True), "```", ""]
+    return lines
+
+
+def model_card(cfg: TrainConfig, state: dict[str, Any], run: str, architecture: str,
+               manifest: dict[str, Any] | None, license_id: str | None = None, language: list[str] | None = None) -> str:
+    """README.md text of an export (pure: everything it says is passed in)."""
+    step = int(state.get("step", 0))
+    m = read_metrics(run, step)
+    has_valid = None if not manifest else any(
+        isinstance(s, dict) and s.get("split") == "valid" for s in manifest.get("shards") or [])
+    cls = CLASS_NAMES.get(architecture, architecture)
+    planned = f" of {cfg.steps} planned (stopped early; a rerun into its run folder continues it)" \
+        if step < cfg.steps else ""
+    lines = [*front_matter(manifest, license_id, language), "",
+             f"# {cls} continued with shardforge" if cfg.init else f"# {cls} trained with shardforge",
+             "", "A masked language model (an encoder with its MLM head) pretrained with shardforge.",
+             "", "## Use it", "", USAGE,
+             "", "## Run", "",
+             f"- started from: {public_location(cfg.init) if cfg.init else 'random initialization'}",
+             f"- exported as: {cls}",
+             f"- steps: {step}{planned}",
+             f"- tokens seen: {m['tokens_seen'] if m['tokens_seen'] is not None else 'not recorded'}",
+             f"- training masking: {masking_phrase(cfg.masking)}",
+             *eval_lines(cfg, step, m, has_valid, last_records(run, step) is not None),
+             "", "## Data", "", *data_lines(cfg, manifest)]
+    config = public_config(cfg.model_dump(mode="json"))
+    lines += ["", "## Recipe (train config)", "", "Local paths are given by their folder's name.", "",
+              "```json", json.dumps(config, indent=1, sort_keys=True), "```", ""]
     return "\n".join(lines)
 
 
 def write_model_card(out_dir: str, cfg: TrainConfig, state: dict[str, Any], checkpoint_url: str,
-                     arch: str) -> None:
+                     arch: str, license_id: str | None = None, language: list[str] | None = None) -> None:
     """Write README.md into the export folder; the corpus manifest is read when it is still reachable."""
     from schemas.errors import UserError
     from shardforge.storage.contract import load_manifest
@@ -102,4 +208,5 @@ def write_model_card(out_dir: str, cfg: TrainConfig, state: dict[str, Any], chec
         manifest = load_manifest(cfg.data)[0].model_dump(mode="json")
     except (UserError, OSError):
         manifest = None  # the card says what the checkpoint knows
-    write_text_atomic(join(out_dir, "README.md"), model_card(cfg, state, run_folder_of(checkpoint_url), arch, manifest))
+    write_text_atomic(join(out_dir, "README.md"), model_card(cfg, state, run_folder_of(checkpoint_url), arch, manifest,
+                                                             license_id, language))

@@ -6,7 +6,8 @@
   own implementation of Algorithm 2 with per-tensor trust ratio; on CUDA the
   multi-tensor (``torch._foreach_*``) form updates every tensor of a group in
   a few kernel launches instead of ~12 per tensor (same result: tested).
-- Linear warmup then linear decay to 0 (BERT / RoBERTa).
+- Linear warmup then linear decay to 0 (BERT / RoBERTa), or cosine decay to 0, or a
+  constant rate (``optim.schedule``; ``lr_schedule``).
 
 Biases and LayerNorm parameters (every tensor with fewer than 2 dims) get no
 weight decay, as in BERT and RoBERTa.
@@ -14,6 +15,7 @@ weight decay, as in BERT and RoBERTa.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -175,5 +177,25 @@ def linear_schedule(warmup_steps: int, total_steps: int) -> Callable[[int], floa
         if step < warmup_steps:
             return (step + 1) / warmup_steps
         return max(0.0, (total_steps - step) / max(1, total_steps - warmup_steps))
+
+    return multiplier
+
+
+def lr_schedule(name: str, warmup_steps: int, total_steps: int) -> Callable[[int], float]:
+    """LambdaLR multiplier of a named schedule: the same linear warmup, then ``linear`` decay to 0,
+    ``cosine`` decay to 0 (half a cosine over the steps after the warmup) or ``constant`` 1."""
+    linear = linear_schedule(warmup_steps, total_steps)
+    if name == "linear":
+        return linear
+    if name not in ("cosine", "constant"):
+        raise ValueError(f"unknown schedule {name!r}: linear, cosine or constant")
+
+    def multiplier(step: int) -> float:
+        if step < warmup_steps:
+            return linear(step)
+        if name == "constant":
+            return 1.0
+        progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+        return 0.5 * (1.0 + math.cos(math.pi * progress))
 
     return multiplier

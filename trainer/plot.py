@@ -3,6 +3,9 @@
 The x-axis is tokens seen (comparable across batch sizes and accumulation) when the run
 logged them, else the step. Noisy per-step series (loss, gradient norm, accuracy) are drawn
 faint with a debiased exponential moving average over them (``--smooth``, 0 to switch off).
+The losses are labelled with the masking rate each was measured at (training at its own,
+evaluation at ``eval_masking``'s). The MFU panel is always there: where the device's peak is
+unknown (CPUs) it draws the model FLOP/s the run achieved and says why.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from schemas.errors import UserError
 from shardforge.console.args import ArgumentParser
 
 PANELS = [
-    ("loss", "training loss", ["loss", "eval_loss"]),
+    ("loss", "loss (nats)", ["loss", "eval_loss"]),
     ("grad_norm", "gradient norm", ["grad_norm"]),
     ("lr", "learning rate", ["lr"]),
     ("throughput", "tokens / s", ["tokens_per_s"]),
@@ -22,10 +25,17 @@ PANELS = [
     ("data_wait", "data wait share of step time", ["data_wait_share"]),
     ("accuracy", "accuracy", ["mlm_acc", "eval_mlm_acc", "sentence_acc"]),
 ]
-
+ALWAYS = ("mfu",)  # drawn even when the run logged none of its keys: it says why
 
 # Per-step series worth smoothing (evaluations are already averages over many batches).
-NOISY = ("loss", "grad_norm", "mlm_acc", "sentence_acc", "tokens_per_s", "data_wait_share", "mfu")
+NOISY = ("loss", "grad_norm", "mlm_acc", "sentence_acc", "tokens_per_s", "data_wait_share", "mfu", "flops_per_s")
+LABELS = {"loss": "training loss", "eval_loss": "eval loss (MLM)", "mlm_acc": "training MLM accuracy",
+          "eval_mlm_acc": "eval MLM accuracy", "sentence_acc": "sentence head accuracy",
+          "flops_per_s": "model FLOP/s", "tokens_per_s": "tokens/s",
+          "data_wait_share": "data wait (the loader's start-up apart)"}
+# The records' masking rate of each loss (trainer/metrics.py), shown in its label.
+RATE_KEYS = {"loss": "mask_rate", "eval_loss": "eval_mask_rate", "mlm_acc": "mask_rate",
+             "eval_mlm_acc": "eval_mask_rate"}
 
 
 def ema(values: list[float], smooth: float) -> list[float]:
@@ -56,13 +66,76 @@ def series(rows: list[dict[str, Any]], key: str, xs: dict[int, float],
     return x, y, ema(y, smooth) if smooth and key in NOISY and len(y) > 1 else None
 
 
-def plot_run(run: str, out: str | None = None, smooth: float = 0.9, x: str = "auto") -> str:
-    """Write {run}/plots.png (or out) with one panel per metric present; returns the path."""
+def label(rows: list[dict[str, Any]], key: str) -> str:
+    """A series' legend: the loss or accuracy with the masking rate it was measured at (``40% masked``)."""
+    text = LABELS.get(key, key)
+    rates = sorted({float(r[RATE_KEYS[key]]) for r in rows if key in r and RATE_KEYS[key] in r}) \
+        if key in RATE_KEYS else []
+    if rates:
+        text += f", {' / '.join(f'{100 * rate:g}%' for rate in rates)} masked"
+    return text
+
+
+def panel_keys(rows: list[dict[str, Any]], name: str, title: str, keys: list[str]) -> tuple[str, list[str]]:
+    """(the panel's title, the keys it draws): the MFU panel falls back on the model FLOP/s, and says so."""
+    present = [k for k in keys if any(k in r for r in rows)]
+    if name != "mfu" or present:
+        return title, present
+    if any("flops_per_s" in r for r in rows):
+        return ("MFU: this device's peak FLOP/s is unknown (CPU, unlisted GPU)\n"
+                "model FLOP/s achieved; SHARDFORGE_PEAK_FLOPS=peak gives MFU"), ["flops_per_s"]
+    return "MFU: not logged by this run\n(logged on GPUs of known peak FLOP/s)", []
+
+
+def plan_panels(rows: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
+    """(title, keys) of every panel the plot draws: each metric the run logged, and the MFU panel always."""
+    panels = []
+    for name, title, keys in PANELS:
+        title, drawn = panel_keys(rows, name, title, keys)
+        if drawn or name in ALWAYS:
+            panels.append((title, drawn))
+    return panels
+
+
+def draw_panel(ax: Any, title: str, keys: list[str], rows: list[dict[str, Any]], xs: dict[int, float],
+               xlabel: str, smooth: float) -> None:
+    """One panel: every key's curve (noisy ones faint, their smoothed line over them)."""
+    for k in keys:
+        px, py, sy = series(rows, k, xs, smooth)
+        if not px:
+            continue
+        marker = "o" if len(px) < 30 else None
+        if sy is None:
+            ax.plot(px, py, marker=marker, markersize=3, label=label(rows, k))
+        else:  # the raw curve faint, its smoothed line over it in the same colour
+            (line,) = ax.plot(px, py, alpha=0.25, linewidth=0.8)
+            ax.plot(px, sy, color=line.get_color(), label=f"{label(rows, k)} (smoothed {smooth})")
+    ax.set_title(title, fontsize=12 if "\n" not in title else 9)
+    ax.set_xlabel(xlabel)
+    ax.grid(alpha=0.3)
+    if keys:
+        ax.legend(fontsize=8)
+
+
+def import_pyplot() -> Any:
+    """matplotlib's pyplot on the Agg backend, without its notes on its font cache and cache folder."""
+    import logging
+
+    # "Matplotlib is building the font cache; this may take a moment." (first use, a busy machine) and
+    # "created a temporary cache directory" (no writable home) say nothing a user of the plot acts on.
+    for name in ("matplotlib", "matplotlib.font_manager"):
+        logging.getLogger(name).setLevel(logging.ERROR)
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    return plt
+
+
+def plot_run(run: str, out: str | None = None, smooth: float = 0.9, x: str = "auto") -> str:
+    """Write {run}/plots.png (or out) with one panel per metric present (and MFU always); returns the path."""
+    plt = import_pyplot()
     try:
         from trainer.loggers import read_metrics  # imported only once there is a run to plot
 
@@ -71,26 +144,13 @@ def plot_run(run: str, out: str | None = None, smooth: float = 0.9, x: str = "au
         raise UserError(f"no metrics.jsonl in {run}: is this a shardforge run folder?") from None
     if not rows:
         raise UserError(f"{run}/metrics.jsonl is empty")
-    panels = [(t, keys) for _, t, keys in PANELS if any(k in r for r in rows for k in keys)]
+    panels = plan_panels(rows)
     cols = 2
     nrows = (len(panels) + cols - 1) // cols
     fig, axes = plt.subplots(nrows, cols, figsize=(11, 3.2 * nrows), squeeze=False)
     xlabel, xs = x_axis(rows, x)
     for ax, (title, keys) in zip(axes.flat, panels, strict=False):
-        for k in keys:
-            px, py, sy = series(rows, k, xs, smooth)
-            if not px:
-                continue
-            marker = "o" if len(px) < 30 else None
-            if sy is None:
-                ax.plot(px, py, marker=marker, markersize=3, label=k)
-            else:  # the raw curve faint, its smoothed line over it in the same colour
-                (line,) = ax.plot(px, py, alpha=0.25, linewidth=0.8)
-                ax.plot(px, sy, color=line.get_color(), label=f"{k} (smoothed {smooth})")
-        ax.set_title(title)
-        ax.set_xlabel(xlabel)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        draw_panel(ax, title, keys, rows, xs, xlabel, smooth)
     for ax in list(axes.flat)[len(panels):]:
         ax.axis("off")
     fig.suptitle(f"shardforge run: {run}", fontsize=10)

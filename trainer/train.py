@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import sys
 
-from trainer.args import parse_train_args
+from trainer.args import flag_settings, parse_train_args
 
 if __name__ == "__main__":  # --help and flag mistakes are answered before torch is imported
     parse_train_args(sys.argv[1:])
@@ -28,7 +28,6 @@ import contextlib
 import logging
 import math
 import os
-import signal
 import time
 import warnings
 from dataclasses import dataclass
@@ -46,6 +45,7 @@ from shardforge.storage.contract import load_manifest, open_tokenizer
 from trainer import distributed
 from trainer.batch import masked_forward
 from trainer.checkpoint import CheckpointManager
+from trainer.describe import RunShape, describe_run, plan_steps
 from trainer.evaluate import evaluate
 from trainer.hf_init import load_init, resolve_init
 from trainer.loader import ShardLoader
@@ -54,11 +54,15 @@ from trainer.masking import Masker
 from trainer.metrics import RunCounters, StepStats, TrainMetrics, device_peak_flops
 from trainer.mixing import MixedLoader, describe, mix_record, mixed_loader, parse_mix_arg
 from trainer.model import Encoder, flops_per_token, resolve_dims
-from trainer.optim import build_optimizer, linear_schedule
-from trainer.precision import Precision, maybe_compile
+from trainer.optim import build_optimizer, lr_schedule
+from trainer.precision import Precision, compile_enabled, maybe_compile
+from trainer.preempt import Preemption
 from trainer.recipes import check_packing, config_yaml, resolve_train_config
 
 log = logging.getLogger("shardforge.train")
+# The run's description (trainer/describe.py): on stdout from the command line, with its end line;
+# log lines, progress and warnings go to stderr.
+describe_log = logging.getLogger("shardforge.train.run")
 
 
 # ------------------------------------------------------------------ setup helpers
@@ -89,7 +93,9 @@ def check_heads(cfg: TrainConfig, manifest: Manifest) -> None:
 
 
 def micro_batches_per_step(cfg: TrainConfig, world: int, max_len: int) -> int:
-    """Gradient accumulation needed to reach the global batch (in sequences or tokens)."""
+    """Gradient accumulation: as set, else what reaches the global batch (in sequences or tokens), else 1."""
+    if cfg.gradient_accumulation:
+        return cfg.gradient_accumulation
     per_step = cfg.batch_size * world
     if cfg.global_batch_sequences:
         return max(1, math.ceil(cfg.global_batch_sequences / per_step))
@@ -97,26 +103,6 @@ def micro_batches_per_step(cfg: TrainConfig, world: int, max_len: int) -> int:
         tokens = (cfg.tokens_per_batch or cfg.batch_size * max_len) * world
         return max(1, math.ceil(cfg.global_batch_tokens / tokens))
     return 1
-
-
-class Preemption:
-    """SIGTERM (preemption) sets a flag; the loop checkpoints at the end of the step and exits."""
-
-    def __init__(self) -> None:
-        self.requested = False
-        self._old = None
-
-    def __enter__(self) -> Preemption:
-        with contextlib.suppress(ValueError):  # not the main thread
-            self._old = signal.signal(signal.SIGTERM, self._handle)
-        return self
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        self.requested = True
-
-    def __exit__(self, *exc: Any) -> None:
-        if self._old is not None:
-            signal.signal(signal.SIGTERM, self._old)
 
 
 # ------------------------------------------------------------------ setup
@@ -183,8 +169,10 @@ def build_loaders(cfg: TrainConfig, dd: distributed.Dist,
                            corrupt_policy=cfg.corrupt_shards, pin_memory=device.type == "cuda", follow=cfg.follow)
 
     def valid_loader(url: str) -> ShardLoader:
+        # allow_idle: a valid split too small for every rank leaves some ranks only padding (their
+        # rows count for nothing in the token-weighted eval_loss) instead of refusing to evaluate.
         return ShardLoader(url, "valid", batch_size=cfg.batch_size, seed=cfg.seed, rank=dd.rank,
-                           world_size=dd.world_size, shuffle_buffer=1, epochs=1)
+                           world_size=dd.world_size, shuffle_buffer=1, epochs=1, allow_idle=True)
 
     # Several corpora: a deterministic weighted schedule over one loader per corpus (trainer/mixing.py).
     loader: ShardLoader | MixedLoader = train_loader(cfg.data) if not cfg.mix else mixed_loader(
@@ -193,7 +181,7 @@ def build_loaders(cfg: TrainConfig, dd: distributed.Dist,
     if isinstance(loader, MixedLoader) and dd.main:
         log.info("mixing %s", describe(loader.plan))
     valid: ShardLoader | MixedLoader | None = None
-    if cfg.eval_every and manifest.shards_of("valid"):
+    if cfg.eval_batches and manifest.shards_of("valid"):  # evaluated every eval_every steps and at the last
         valid = valid_loader(cfg.data) if not cfg.mix else mixed_loader(
             cfg.mix, "valid", valid_loader, batch_size=cfg.batch_size, tokens_per_batch=None)
     return loader, valid
@@ -207,6 +195,7 @@ def build_metrics(cfg: TrainConfig, dd: distributed.Dist, manifest: Manifest, vo
     return TrainMetrics(
         open_loggers(cfg, enabled=dd.main), enabled=dd.main, total_steps=cfg.steps, start_step=step, log_every=cfg.log_every,
         world_size=dd.world_size, show_bar=sys.stderr.isatty(),
+        mask_rate=cfg.masking.rate, eval_mask_rate=(cfg.eval_masking or cfg.masking).rate,
         # The masked-only head projects to the vocabulary only at predicted positions: count what runs.
         flops_per_token=flops_per_token(dims, manifest.max_seq_len,
                                         lm_head_fraction=cfg.masking.rate if cfg.model.masked_only_head else 1.0),
@@ -231,13 +220,22 @@ def setup(cfg: TrainConfig) -> Run:
     vocab_size, word_starts = vocab_tables(manifest, root)
     special = manifest.tokenizer.special_ids
     pad_id, mask_id = special.get("<pad>", PAD_ID), special.get("<mask>", MASK_ID)
+    accum = micro_batches_per_step(cfg, dd.world_size, manifest.max_seq_len)
+    cfg = plan_steps(cfg, manifest, dd.world_size, accum)  # max_tokens -> steps (trainer/describe.py)
 
     raw_model, model = build_model(cfg, dd, manifest, vocab_size, pad_id)
-    optimizer = build_optimizer(raw_model, cfg.optim)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, linear_schedule(cfg.optim.warmup_steps, cfg.steps))
-    masker, eval_masker = build_maskers(cfg, device, vocab_size, special, word_starts, pad_id, mask_id)
     prec = Precision(cfg.precision, device)  # autocast + fp16 loss scaler (trainer/precision.py)
-    loader, valid = build_loaders(cfg, dd, manifest)
+    masker, eval_masker = build_maskers(cfg, device, vocab_size, special, word_starts, pad_id, mask_id)
+    loader, valid = build_loaders(cfg, dd, manifest)  # a corpus no rank can read is refused before the description
+    if dd.main:  # what the run is, before the optimizer: building one imports torch._dynamo (seconds)
+        shape = RunShape(params=raw_model.num_params(), device=str(device), precision=prec.name,
+                         compiled=compile_enabled(cfg.compile, device), world_size=dd.world_size, accum=accum,
+                         vocab_size=vocab_size)
+        for line in describe_run(cfg, manifest, shape):
+            describe_log.info("%s", line)
+    optimizer = build_optimizer(raw_model, cfg.optim)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lr_schedule(cfg.optim.schedule, cfg.optim.warmup_steps, cfg.steps))
 
     counters = RunCounters(cfg.trackers.loss_smoothing)  # tokens seen, smoothed loss (trainer/metrics.py)
     checkpoints = CheckpointManager(cfg, dd, model=raw_model, optimizer=optimizer, scheduler=scheduler,
@@ -245,8 +243,6 @@ def setup(cfg: TrainConfig) -> Run:
                                     tokenizer_sha256=manifest.tokenizer.sha256, precision=prec,
                                     pad_id=pad_id, counters=counters)
     step = checkpoints.load()
-
-    accum = micro_batches_per_step(cfg, dd.world_size, manifest.max_seq_len)
     metrics = build_metrics(cfg, dd, manifest, vocab_size, step)
     return Run(cfg=cfg, dd=dd, model=model, raw_model=raw_model, optimizer=optimizer, scheduler=scheduler,
                prec=prec, masker=masker, eval_masker=eval_masker, loader=loader, valid=valid, counters=counters,
@@ -254,6 +250,16 @@ def setup(cfg: TrainConfig) -> Run:
 
 
 # ------------------------------------------------------------------ the loop
+
+def stopped_at(cfg: TrainConfig, step: int) -> bool:
+    """Whether the run pauses here (stop_at: a checkpoint, then exit, before the run's last step)."""
+    return cfg.stop_at is not None and step >= cfg.stop_at
+
+
+def evaluation_due(cfg: TrainConfig, step: int) -> bool:
+    """Every eval_every steps, and at the run's last step (what the model card reports)."""
+    return step == cfg.steps or bool(cfg.eval_every) and step % cfg.eval_every == 0
+
 
 def train(cfg: TrainConfig) -> dict[str, Any]:
     """Run training to cfg.steps (resuming from the run's latest checkpoint); returns a summary."""
@@ -264,13 +270,19 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     it = iter(loader)
     model.train()
     with Preemption() as preempt:
-        while step < cfg.steps and not (cfg.stop_at is not None and step >= cfg.stop_at):
+        ahead = None  # the first batch, taken before the first step's clock: the loader's start-up is no data wait
+        if step < cfg.steps and not stopped_at(cfg, step):
+            tw = time.perf_counter()
+            ahead = preempt.next(it)
+            metrics.started(time.perf_counter() - tw)
+        while step < cfg.steps and not stopped_at(cfg, step):
             t0 = time.perf_counter()
             wait = 0.0
             s = StepStats()
             for micro in range(accum):
                 tw = time.perf_counter()
-                host = next(it)
+                host = ahead if ahead is not None else preempt.next(it)  # a data wait: SIGTERM's grace applies
+                ahead = None
                 wait += time.perf_counter() - tw
                 epoch = int(host["epoch"][0])  # from the host batch: reading it on the device would sync
                 sync = contextlib.nullcontext()
@@ -288,38 +300,45 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
             step += 1
             if device.type == "cuda":
                 torch.cuda.synchronize()
-            record = metrics.record(step, s, scheduler.get_last_lr()[0], t0, wait, epoch)
-            record.update(run.counters.update(record["loss"], s.tokens * dd.world_size))
+            tokens = int(distributed.all_reduce_sum([float(s.tokens)], device)[0])  # real tokens of all ranks
+            record = metrics.record(step, s, scheduler.get_last_lr()[0], t0, wait, epoch, tokens=tokens)
+            record.update(run.counters.update(record["loss"], tokens))
             record.update(mix_record(loader))
-            if run.valid is not None and step % cfg.eval_every == 0:
-                record.update(evaluate(model, run.valid, run.eval_masker, cfg, device, prec.autocast))
+            if run.valid is not None and evaluation_due(cfg, step):
+                record.update(evaluate(model, run.valid, run.eval_masker, cfg, device, prec.autocast,
+                                       wait=preempt.next))
             metrics.log(record)
             # Ranks may see SIGTERM at different steps: they stop together.
-            stopped_at = cfg.stop_at is not None and step >= cfg.stop_at
-            stop = dd.any(preempt.requested or stopped_at)
+            paused = stopped_at(cfg, step)
+            stop = dd.any(preempt.requested or paused)
             checkpoints.save(step, force=step == cfg.steps or stop)
             if stop:
                 if dd.main:
                     log.warning("%s: checkpoint saved at step %d, exiting",
-                                f"stop_at={cfg.stop_at}" if stopped_at else "SIGTERM", step)
+                                f"stop_at={cfg.stop_at}" if paused else "SIGTERM", step)
                 break
     it.close()  # shut DataLoader workers down now, not whenever the generator is collected
     metrics.close()
-    dd.barrier()
+    if not preempt.abandoned:  # a rank that left a stalled data wait may have peers inside a collective
+        dd.barrier()
     distributed.teardown(dd)
     return {"steps": step, "first_loss": metrics.first_loss, "last_loss": metrics.last_loss, "output": cfg.output,
-            "params": raw_model.num_params(), "accumulation": accum, "world_size": dd.world_size}
+            "params": raw_model.num_params(), "accumulation": accum, "world_size": dd.world_size,
+            "preempted": preempt.abandoned, "eval": metrics.last_eval}
 
 
 # ------------------------------------------------------------------ CLI
 
 def build_train_config(args: argparse.Namespace, overrides: list[str], require_data: bool = True) -> TrainConfig:
-    """Recipe -> --config -> flags -> --set (trainer/recipes); --mix and --init as flags."""
-    flags = {k: getattr(args, k, None) for k in ("data", "output", "steps", "batch_size", "seed", "num_workers",
-                                                 "tokens_per_batch", "device", "follow", "init")}
+    """Recipe -> --config -> flags -> --set (trainer/recipes); --mix and --init as flags.
+
+    A flag of a section's key (``--lr``: optim.lr) applies as a --set item before the user's own.
+    """
+    flags, dotted = flag_settings(args)  # trainer/args.py: each flag's config key
     if getattr(args, "mix", None):
         flags["mix"] = [parse_mix_arg(m) for m in args.mix]
-    return resolve_train_config(getattr(args, "recipe", None), args.config, flags, overrides, require_data)
+    return resolve_train_config(getattr(args, "recipe", None), args.config, flags, [*dotted, *overrides],
+                                require_data)
 
 
 # torch's notices about its own API that every run of the unpadded path on CPU printed (its nested
@@ -338,8 +357,16 @@ def quiet_torch_notices() -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse_train_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    out = logging.StreamHandler(sys.stdout)
+    out.setFormatter(logging.Formatter("%(message)s"))
+    describe_log.addHandler(out)
+    describe_log.propagate = False
     quiet_torch_notices()
-    return run_cli(lambda: _run(args), interrupted=TRAIN_INTERRUPTED)
+    try:
+        return run_cli(lambda: _run(args), interrupted=TRAIN_INTERRUPTED)
+    finally:  # an in-process caller's logging is as it was
+        describe_log.removeHandler(out)
+        describe_log.propagate = True
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -347,12 +374,14 @@ def _run(args: argparse.Namespace) -> int:
         print(config_yaml(build_train_config(args, args.set, require_data=False)), end="")
         return 0
     summary = train(build_train_config(args, args.set))
-    if int(os.environ.get("RANK", "0")) == 0:
+    if int(os.environ.get("RANK", "0")) == 0 and not summary["preempted"]:  # else its warning said it all
         if summary["first_loss"] is None:
             print(f"nothing to do: the run is already at step {summary['steps']}")
         else:
+            ev = summary["eval"]
+            at = f"; eval loss {ev['eval_loss']:.4f} at step {ev['step']}" if ev else ""
             print(f"trained to step {summary['steps']}: loss {summary['first_loss']:.4f} -> "
-                  f"{summary['last_loss']:.4f}; checkpoints in {join(summary['output'], 'checkpoints')}")
+                  f"{summary['last_loss']:.4f}{at}; checkpoints in {join(summary['output'], 'checkpoints')}")
     return 0
 
 

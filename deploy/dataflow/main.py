@@ -19,7 +19,7 @@ import sys
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-from pipelines.corpus.commit import check_output, one_shot_tag, tag_for
+from pipelines.corpus.commit import check_output, one_shot_attempt, tag_for
 from pipelines.graph import build_pipeline
 from pipelines.options import (
     BuildOptions,
@@ -61,14 +61,15 @@ def make_pipeline(argv: list[str], runner: beam.runners.PipelineRunner | None = 
         refuse_remote_reads(cfg)
     p = beam.Pipeline(runner=runner or opts.view_as(StandardOptions).runner, options=opts)
     if offline:  # nothing listed: each source's pattern stands for its files, and the tag for the attempt
-        files = {src.name: [src.input] for src in cfg.sources}
+        files, expect = {src.name: [src.input] for src in cfg.sources}, None
         tag = tag_for(1, cfg.model_dump(mode="json"), [], None, {"offline_translation_check": True})
     else:  # the commit protocol's attempt tag (docs/storage.md); a committed corpus is never overwritten
         files = None
-        tag = one_shot_tag(cfg)
+        attempt = one_shot_attempt(cfg)  # the workers check the bytes they read against its fingerprints
+        tag, expect = attempt.tag, attempt.fingerprints
         check_output(o.output, tag)
     try:
-        build_pipeline(p, cfg, o.output, files=files, tag=tag, plan=RunnerPlan.of(opts))
+        build_pipeline(p, cfg, o.output, files=files, tag=tag, plan=RunnerPlan.of(opts), expect=expect)
     except BaseException:
         remove_temp_folder(p)  # p never runs
         raise

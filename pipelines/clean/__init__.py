@@ -6,6 +6,7 @@
   fractions, ``DocStats``);
 - ``rules``: the named page and document rules (C4, Gopher), ``clean_document``, ``clean_batch``,
   ``raw_words`` and the registry of rule names (``RULE_NAMES``, ``disabled_rules``);
+- ``pii``: e-mail / IP / phone numbers in kept documents replaced by placeholders;
 - ``langid``: language identification; ``sentences``: sentence splitting.
 
 Plain Python, no Beam: the document processes (``pipelines.localrunner.docpool``) import these modules

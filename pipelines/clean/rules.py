@@ -23,7 +23,8 @@ other statistics in ``pipelines.clean.stats``). The stage before this rewrite is
 tests/reference_clean.py, and tests/test_clean_equivalence.py holds this one to its records.
 Thresholds live in ``CleanConfig``; ``disabled_rules`` switches rules (and line rules) off by name;
 ``RULE_NAMES`` is every name it accepts. A filtered document becomes
-``Reject(bucket="filtered", reason=<rule>)``. ``clean_batch`` is the clean step's work for a batch;
+``Reject(bucket="filtered", reason=<rule>)``. ``clean_batch`` is the clean step's work for a batch
+(the rules, then the PII replacement of ``pipelines.clean.pii``);
 ``raw_words`` the report's word count of the text as read. Plain Python, no Beam: the document
 processes import this module.
 """
@@ -38,6 +39,7 @@ from itertools import repeat
 from pipelines.clean.langid import LanguageGuess, identify, known_codes
 from pipelines.clean.lines import LINE_RULES, filter_lines, line_rules_for
 from pipelines.clean.normalize import BLANK_LINES, has_invalid_utf8, normalize_text, repair_utf8, safe
+from pipelines.clean.pii import PiiFound, PiiRules, redact, rules_of
 from pipelines.clean.sentences import count_sentences
 from pipelines.clean.stats import NGrams, dup_fractions, letter_words, strip_chars
 from pipelines.records import Document, Reject, count_words
@@ -70,15 +72,19 @@ RULE_NAMES = (frozenset(GUARD_RULES + LINE_RULES + PAGE_RULE_NAMES + WEB_PAGE_RU
 
 
 def accepts_language(guess: LanguageGuess, cfg: CleanConfig) -> bool:
-    """The language rule: the detected language is one the user keeps, with enough of the text in it.
+    """The language rule: enough of the text is in the languages the user keeps.
 
-    An empty ``cfg.languages`` keeps every language. The score bound is ``min_language_score``
-    for CLD2 (share of the text) and ``min_english_score`` for the stop-word method.
+    An empty ``cfg.languages`` keeps every language. CLD2: the share of the text's bytes in the
+    kept languages, by CLD2's chunks (``LanguageGuess.shares``: a document a third English and
+    two thirds Tagalog is a third English, whatever CLD2's summary says), is at least
+    ``min_language_score``. The stop-word method: its language is kept and its score (the stop-word
+    share) is at least ``min_english_score``.
     """
     if not cfg.languages:
         return True
-    least = cfg.min_english_score if cfg.language_id == "stopwords" else cfg.min_language_score
-    return guess.code in cfg.languages and guess.score >= least
+    if cfg.language_id == "stopwords":
+        return guess.code in cfg.languages and guess.score >= cfg.min_english_score
+    return guess.share(cfg.languages) >= cfg.min_language_score
 
 
 def disabled_rules(cfg: CleanConfig) -> frozenset[str]:
@@ -258,6 +264,7 @@ def clean_document(doc: Document, cfg: CleanConfig, line_rules: bool = True,
     reason = page_reason(text, lower, cfg, disabled, line_rules)
     if reason is not None:
         return filtered(reason, text)
+    before = None  # the text before the line rules, where they cut lines (near dedupe judges copies on it too)
     if line_rules:
         kept, removed = filter_lines(text, cfg, disabled, lower)
         if line_counts is not None:
@@ -265,7 +272,7 @@ def clean_document(doc: Document, cfg: CleanConfig, line_rules: bool = True,
         if not kept:
             return filtered("empty_after_line_rules", text)
         if removed:
-            text = BLANK_LINES.sub("\n\n", kept)
+            before, text = text, BLANK_LINES.sub("\n\n", kept)
             lower = None
     reason, guess, words = document_reason(text, cfg, disabled, lower)
     if reason is not None:
@@ -273,7 +280,8 @@ def clean_document(doc: Document, cfg: CleanConfig, line_rules: bool = True,
         return dataclasses.replace(out, language=guess.code) if reason == "language" and guess else out
     if guess is None:
         guess = identify(text, cfg.language_id)
-    return dataclasses.replace(doc, text=text, language=guess.code, language_score=guess.score, words=words)
+    return dataclasses.replace(doc, text=text, language=guess.code, language_score=guess.score, words=words,
+                               before_line_rules=before)
 
 
 def raw_words(doc: Document, out: Document | Reject) -> int:
@@ -285,10 +293,13 @@ def raw_words(doc: Document, out: Document | Reject) -> int:
 
 
 def clean_batch(docs: list[Document], cfg: CleanConfig,
-                line_rules: dict[str, bool]) -> list[tuple[Document | Reject, dict[str, int], int]]:
-    """The clean step's work for a batch: per document, what ``clean_document`` made of it, the lines
-    each line rule removed and ``raw_words``. Pure (the step counts): it may run in a document
-    process (``pipelines.localrunner.docpool``). ``line_rules``: source -> whether line rules apply."""
+                line_rules: dict[str, bool]) -> list[tuple[Document | Reject, dict[str, int], int, PiiFound | None]]:
+    """The clean step's work for a batch: per document, what ``clean_document`` made of it with its PII
+    replaced (``pipelines.clean.pii``: in a kept text, and in a filtered one's snippet), the lines each
+    line rule removed, ``raw_words`` and what PII was replaced (None: none). Pure (the step counts): it
+    may run in a document process (``pipelines.localrunner.docpool``). ``line_rules``: source -> whether
+    line rules apply."""
+    rules = rules_of(cfg.pii)
     out = []
     for doc in docs:
         on = line_rules.get(doc.source)
@@ -296,5 +307,25 @@ def clean_batch(docs: list[Document], cfg: CleanConfig,
             on = line_rules_for(doc.source, (), cfg)
         lines: Counter = Counter()
         result = clean_document(doc, cfg, on, lines)
-        out.append((result, dict(lines), raw_words(doc, result)))
+        words = raw_words(doc, result)
+        result, found = redact_record(result, rules)
+        out.append((result, dict(lines), words, found))
     return out
+
+
+def redact_record(record: Document | Reject, rules: PiiRules) -> tuple[Document | Reject, PiiFound | None]:
+    """A kept document with its PII replaced (its word count taken again where the text changed), or a
+    reject with its snippet's; and what was replaced in a kept document (None: nothing)."""
+    if not rules.any:
+        return record, None
+    if type(record) is Document:
+        text, found = redact(record.text, rules)
+        if found is None:
+            return record, None
+        words = record.words if record.words is None else count_words(text)
+        before = record.before_line_rules  # what near dedupe also sketches: the same placeholders there
+        if before is not None:
+            before = redact(before, rules)[0]
+        return dataclasses.replace(record, text=text, words=words, before_line_rules=before), found
+    snippet, found = redact(record.snippet, rules)
+    return (record if found is None else dataclasses.replace(record, snippet=snippet)), None

@@ -8,7 +8,12 @@
 2. It writes every object a manifest will reference under names carrying its
    tag: shards ``{split}-{index:06d}-{tag}.tar``, everything else under
    ``versions/{tag}/``. Two attempts that can produce the same name produce the
-   same bytes, so no attempt can damage another's (or a committed) object.
+   same bytes, and every object is published by a conditional create
+   (``storage.write_stream_atomic(create=True)``), which never replaces one: so no
+   attempt can damage another's (or a committed) object. The reader checks the
+   bytes it reads against the fingerprints the tag was made from
+   (``Attempt.fingerprints``, ``storage.open_checked``), so the same tag never
+   stands for other bytes.
 3. It commits by a conditional create of the manifest
    (``storage.create_if_absent``: O_EXCL-style link locally, GCS
    ``ifGenerationMatch=0``, S3 ``If-None-Match: *``). Of several attempts
@@ -30,6 +35,7 @@ import json
 import logging
 import posixpath
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from pipelines.intermediates import INDEX_META
@@ -164,7 +170,12 @@ def commit_manifest(root: str, name: str, text: str, tag: str) -> str:
     if outcome != "taken":
         return outcome
     raise_if_lost(root, name, tag)
-    raise LostCommit(f"{redact_url(join(root, name))} holds another manifest of this attempt's tag {tag}")
+    # Not a LostCommit (which the commit step only logs): this attempt did not lose to another, it
+    # made other bytes for a version its own tag committed. Nothing is replaced; the build fails.
+    raise UserError(
+        f"{redact_url(join(root, name))} holds another manifest of this attempt's tag {tag}: that version was "
+        "committed from other bytes than this build made (an input changed since, while its listing did not); "
+        "a committed version is never replaced: build into a new folder (or remove this one)")
 
 
 def missing_objects(root: str, m: Manifest) -> list[str]:
@@ -252,11 +263,23 @@ def clean_after_commit(root: str, version: int, committed: Manifest) -> list[str
 # ------------------------------------------------------------------ one-shot builds
 
 
-def one_shot_tag(cfg: BuildConfig, files: dict[str, list[str]] | None = None) -> str:
-    """The attempt tag of a one-shot build (version 1): config + every input file's size and fingerprint.
+@dataclass(frozen=True)
+class Attempt:
+    """A one-shot build's attempt: its tag, and per source the content fingerprint of every input
+    file (URL -> fingerprint) the tag was made from, which the reader checks the bytes it reads
+    against (``shardforge.storage.open_checked``)."""
+
+    tag: str
+    fingerprints: dict[str, dict[str, str]]
+
+
+def one_shot_attempt(cfg: BuildConfig, files: dict[str, list[str]] | None = None) -> Attempt:
+    """The attempt of a one-shot build (version 1): its tag from config + every input file's size and
+    fingerprint, and those fingerprints.
 
     Costs one listing per source, plus a sha256 of each local input file (object
-    stores report a checksum in the listing), and of a tokenizer / index given by URL.
+    stores report a checksum in the listing), and of a tokenizer / index given by URL and of
+    each local evaluation file of ``decontaminate``.
     """
     from pipelines.sources.rawfiles import fingerprint, list_raw_files
     from pipelines.tokenizer.model import load_model
@@ -269,10 +292,14 @@ def one_shot_tag(cfg: BuildConfig, files: dict[str, list[str]] | None = None) ->
             return f"unreadable:{f.size}:{f.mtime}"
 
     inputs = []
+    prints: dict[str, dict[str, str]] = {}
     for src in cfg.sources:
         urls = None if files is None else set(files.get(src.name, []))
-        listed = list_raw_files(src.input) if urls is None else [f for u in sorted(urls) for f in list_raw_files(u)]
-        inputs += [(src.name, *i) for i in input_identity((f.url, f.size, print_of(f)) for f in listed)]
+        listed = list_raw_files(src.input, src.follow_links) if urls is None else [f for u in sorted(urls) for f in list_raw_files(u)]
+        found = prints.setdefault(src.name, {})
+        for f in listed:
+            found[f.url] = print_of(f)
+        inputs += [(src.name, *i) for i in input_identity((f.url, f.size, found[f.url]) for f in listed)]
     extra: dict[str, Any] = {}
     if cfg.tokenizer.model_url:
         extra["tokenizer"] = sha256_bytes(load_model(cfg.tokenizer.model_url))  # one line if missing or invalid
@@ -281,19 +308,34 @@ def one_shot_tag(cfg: BuildConfig, files: dict[str, list[str]] | None = None) ->
             extra["index"] = sha256_url(join(cfg.dedupe.index, INDEX_META))[0]
         except FileNotFoundError:
             raise UserError(f"dedupe index not found: {redact_url(cfg.dedupe.index)} has no index.json") from None
-    return tag_for(1, cfg.model_dump(mode="json"), inputs, None, extra)
+    if cfg.decontaminate.paths:  # the evaluation files' contents decide what is removed
+        from pipelines.dedupe.evalsets import eval_identity
+
+        extra["decontaminate"] = eval_identity(cfg.decontaminate)
+    return Attempt(tag_for(1, cfg.model_dump(mode="json"), inputs, None, extra), prints)
+
+
+def one_shot_tag(cfg: BuildConfig, files: dict[str, list[str]] | None = None) -> str:
+    """The attempt tag of a one-shot build (``one_shot_attempt(...).tag``)."""
+    return one_shot_attempt(cfg, files).tag
 
 
 def check_folder(output: str) -> None:
-    """Refuse (one line) an output that is an existing local file: a corpus is a folder.
+    """Refuse (one line) an output that is an existing local file (a corpus is a folder), or a local
+    folder this process cannot write (read-only, not its own, a full disk).
 
     Checked before any work (the build otherwise ran its stages until a write under it failed).
     An object store has no such conflict: an object and a prefix of the same name coexist."""
-    from shardforge.storage import get_fs, protocol_of, redact_url
+    from shardforge.storage import check_writable, get_fs, protocol_of, redact_url
 
     fs, path = get_fs(output)
     if protocol_of(fs) == "file" and fs.isfile(path):
         raise UserError(f"--output {redact_url(output)} is a file, and a corpus is a folder: choose another --output")
+    try:
+        check_writable(output)
+    except OSError as e:
+        raise UserError(f"--output {redact_url(output)} cannot be written ({e.strerror}: {e.filename}): choose "
+                        "another --output, or make it writable") from None
 
 
 def check_output(output: str, tag: str) -> None:

@@ -98,7 +98,8 @@ class _WriteGroup(beam.DoFn):
                     yield k, members
 
             try:
-                sha, size = write_stream_atomic(join(self.output, name), lambda f, s=samples: write_tar(f, s()))
+                sha, size = write_stream_atomic(join(self.output, name), lambda f, s=samples: write_tar(f, s()),
+                                                 create=True)
             except TemporaryRemoved as e:
                 # Another writer committed this corpus and swept this attempt's temporaries:
                 # this attempt cannot commit. Not raised (a runner logs a raised error with a
@@ -273,7 +274,7 @@ class WriteCorpus(beam.PTransform):
                     logging.getLogger("shardforge.commit").warning("%s", e)
                     return None
                 clean_after_commit(output, m.version, m)
-            elif not unless_swept(lambda: write_text_atomic(join(output, manifest_name), m.to_json()),
+            elif not unless_swept(lambda: write_text_atomic(join(output, manifest_name), m.to_json(), create=True),
                                   f"manifest {manifest_name}"):
                 return None
             return m.model_dump(mode="json")

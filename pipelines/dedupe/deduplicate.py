@@ -10,7 +10,7 @@ import apache_beam as beam
 from pipelines.dedupe.exact import ExactDedupe, ExactVerdicts, exact_entry
 from pipelines.dedupe.index import IndexRow, WriteIndex, index_parts, index_row
 from pipelines.dedupe.minhash import normalized_text_hash
-from pipelines.dedupe.near import DOC_TAG, LSH_TAG, NearDedupe, SketchBatch
+from pipelines.dedupe.near import DOC_TAG, LSH_TAG, NearDedupe, SketchBatch, without_line_rules_text
 from pipelines.dedupe.sketch import NEW, minhasher
 from pipelines.dedupe.spans import SpanDedupe
 from pipelines.records import Document, Duplicate
@@ -213,11 +213,12 @@ class Deduplicate(beam.PTransform):
         if cfg.near:
             kept, dup_parts, new_index, sketches = self._near(docs, part_urls)
         elif cfg.exact:
+            docs = docs | "DropLineRulesText" >> beam.Map(without_line_rules_text)
             ex = docs | "Exact" >> ExactDedupe(old_parts=part_urls)
             kept, dup_parts = ex["kept"], [ex["duplicates"]]
             new_index = kept | "ExactOnlyIndex" >> beam.Map(_exact_only_row)
         else:
-            kept, dup_parts = docs, []
+            kept, dup_parts = docs | "DropLineRulesText" >> beam.Map(without_line_rules_text), []
             new_index = kept | "ExactOnlyIndex" >> beam.Map(_exact_only_row)
         if cfg.repeated_spans:
             spans = kept | "Spans" >> SpanDedupe(cfg.span_sentences)

@@ -351,7 +351,7 @@ class WriteIndex(beam.PTransform):
         def write_meta(names: list[str]) -> None:
             meta = {**params, "parts": old_refs + sorted(names)}
             text = json.dumps(meta, sort_keys=True) + "\n"
-            unless_swept(lambda: write_text_atomic(join(url, INDEX_META), text), "dedupe index")
+            unless_swept(lambda: write_text_atomic(join(url, INDEX_META), text, create=True), "dedupe index")
 
         # index.json is written last: an index without it is incomplete.
         return written | "AllParts" >> beam.combiners.ToList() | "WriteMeta" >> beam.Map(write_meta)

@@ -24,6 +24,8 @@ Pipeline per batch of documents:
    loop (``pipelines.dedupe.minhash_kernel``, numba): bit-identical signatures, ~3x
    less CPU, after a one-time load of about 2 s (1.75-2.17 s measured) that small jobs never pay.
 5. LSH: each band's ``rows`` values are mixed into one 64-bit band key.
+6. Containment (``sampled``, ``anchor_keys``): shingles chosen by value alone, so a passage's are those
+   of any document it was copied into; pairs of consecutive chosen shingles are extra bucket keys.
 """
 
 from __future__ import annotations
@@ -206,10 +208,18 @@ def shingle_sets(texts: Sequence[str], ngram: int, normalized: bool = False) -> 
     of all its words; an empty text has no shingles. Computed for the whole
     batch at once.
     """
+    return shingles_and_anchors(texts, ngram, normalized)[0]
+
+
+def shingles_and_anchors(texts: Sequence[str], ngram: int, normalized: bool = False, anchor_every: int = 0,
+                         ) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """``shingle_sets`` of the texts, and per text its anchor keys (``anchor_keys``; none when
+    ``anchor_every`` is 0): sorted unique int64."""
+    empty = np.empty(0, dtype=np.int64)
     lens, wh = _split_hashed([t if normalized else normalize_text(t) for t in texts])
     total = int(lens.sum())
     if total == 0:
-        return [np.empty(0, dtype=np.uint32) for _ in texts]
+        return [np.empty(0, dtype=np.uint32) for _ in texts], [empty for _ in texts]
     starts = np.concatenate(([0], np.cumsum(lens)[:-1]))
     doc_of_word = np.repeat(np.arange(len(texts), dtype=np.uint64), lens)
 
@@ -238,6 +248,8 @@ def shingle_sets(texts: Sequence[str], ngram: int, normalized: bool = False) -> 
             keys |= h[valid] & _MASK32
         else:
             keys = np.empty(0, dtype=np.uint64)
+        # The windows in text order, before short documents and the sort: what anchors are made of.
+        anchors = anchor_keys(keys, len(texts), anchor_every) if anchor_every else [empty for _ in texts]
         # Short documents (fewer than ngram words, at least one): one shingle of all words.
         short = np.nonzero((lens > 0) & (lens < ngram))[0]
         if short.size:
@@ -258,7 +270,55 @@ def shingle_sets(texts: Sequence[str], ngram: int, normalized: bool = False) -> 
     docs = (keys >> _U64(32)).astype(np.int64)
     vals = (keys & _MASK32).astype(np.uint32)
     bounds = np.searchsorted(docs, np.arange(len(texts) + 1))
-    return [vals[bounds[i] : bounds[i + 1]] for i in range(len(texts))]
+    return [vals[bounds[i] : bounds[i + 1]] for i in range(len(texts))], anchors
+
+
+# Containment needs its own evidence: a passage that is 20 % of a longer document shares 20 % of
+# its MinHash values with it, too few for LSH bands. Both helpers below select shingles by their
+# value alone (a consistent sample), so a passage's selected shingles are those of the longer
+# document at the same place: ``sampled`` for the screen's containment estimate (SAMPLE_EVERY),
+# ``anchor_keys`` for candidates (ANCHOR_EVERY; nested in the screen's sample).
+SAMPLE_EVERY = 16
+ANCHOR_EVERY = 32
+_ANCHOR_SALT = _U64(0x5F3759DF2545F491)
+
+
+def sampled(shingles: np.ndarray, every: int) -> np.ndarray:
+    """bool mask: the shingles (32-bit values) in the consistent 1-in-``every`` sample.
+
+    A value is in when the top half of its Fibonacci product falls in the lowest ``1/every`` of the
+    range, so the 1-in-32 sample is inside the 1-in-16 one."""
+    with np.errstate(over="ignore"):
+        x = np.asarray(shingles, dtype=np.uint64) * _U64(0x9E3779B97F4A7C15)
+    return (x >> _U64(32)) < _U64((1 << 32) // every)
+
+
+def anchor_keys(stream: np.ndarray, n_texts: int, every: int) -> list[np.ndarray]:
+    """Per text, the sorted unique int64 keys of its consecutive sampled shingles, paired in text order.
+
+    ``stream``: ``text index << 32 | shingle`` of every window in text order. A shingle is sampled
+    1 in ``every`` (``sampled``); each pair of consecutive sampled shingles of a text, mixed, is one
+    key. A passage copied into another document (or cut from it) keeps the pairs that lie inside
+    it, whatever the rest of either document: two such documents share a bucket however low their
+    Jaccard. A pair spans ~``every`` words, so unrelated documents rarely share one.
+    """
+    empty = np.empty(0, dtype=np.int64)
+    s = stream[sampled(stream & _MASK32, every)]
+    if s.size < 2:
+        return [empty for _ in range(n_texts)]
+    docs = s >> _U64(32)
+    vals = s & _MASK32
+    same = docs[1:] == docs[:-1]
+    with np.errstate(over="ignore"):
+        pairs = _fmix64(((vals[:-1] << _U64(32)) | vals[1:])[same] ^ _ANCHOR_SALT).view(np.int64)
+    pdoc = docs[:-1][same].astype(np.int64)
+    order = np.lexsort((pairs, pdoc))
+    pairs, pdoc = pairs[order], pdoc[order]
+    if pairs.size > 1:
+        keep = np.concatenate(([True], (pairs[1:] != pairs[:-1]) | (pdoc[1:] != pdoc[:-1])))
+        pairs, pdoc = pairs[keep], pdoc[keep]
+    bounds = np.searchsorted(pdoc, np.arange(n_texts + 1))
+    return [pairs[bounds[i]:bounds[i + 1]] for i in range(n_texts)]
 
 
 @dataclass(frozen=True)
@@ -269,6 +329,7 @@ class MinHasher:
     bands: int = 14
     rows: int = 8
     seed: int = 42
+    anchors: int = 0  # anchor keys after the band keys: 1 shingle in this many sampled (0: none)
 
     @property
     def num_perm(self) -> int:
@@ -342,14 +403,30 @@ class MinHasher:
 _PERM_CACHE: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
 
 
-def sketch_arrays(texts: Sequence[str], hasher: MinHasher) -> tuple[list[str], np.ndarray, np.ndarray, list[np.ndarray]]:
-    """A batch of texts' exact hashes (of the normalized text), MinHash signatures, LSH band keys and
-    shingle sets (vectorized; each text's values do not depend on the batch). Pure, without Beam:
-    it may run in a document process (``pipelines.localrunner.docpool``)."""
+SketchArrays = tuple[list[str], np.ndarray, "np.ndarray | list[np.ndarray]", list[np.ndarray], list[np.ndarray]]
+
+
+def sketch_arrays(texts: Sequence[str], hasher: MinHasher, before: Sequence[str | None] | None = None) -> SketchArrays:
+    """A batch of texts' exact hashes (of the normalized text), MinHash signatures, bucket keys (the
+    LSH band keys, then the anchor keys when ``hasher.anchors``), shingle sets, and the shingles of
+    ``before`` (each text as it was before cleaning cut lines from it; None: nothing was cut) that
+    the text lost (sorted unique; empty where nothing was cut). Vectorized; each text's values do
+    not depend on the batch. Pure, without Beam: it may run in a document process
+    (``pipelines.localrunner.docpool``)."""
     norms = [normalize_text(t) for t in texts]
-    shingles = shingle_sets(norms, hasher.ngram, normalized=True)
+    shingles, anchors = shingles_and_anchors(norms, hasher.ngram, normalized=True, anchor_every=hasher.anchors)
     sigs = hasher.signatures(shingles)
-    return [hash_normalized(n) for n in norms], sigs, hasher.band_keys(sigs), shingles
+    keys = hasher.band_keys(sigs)
+    if hasher.anchors:
+        keys = [np.concatenate([k, a]) for k, a in zip(keys, anchors, strict=True)]
+    empty = np.empty(0, dtype=np.uint32)
+    lost = [empty] * len(texts)
+    cut = [i for i, b in enumerate(before or ()) if b is not None]
+    if cut:
+        raw = shingle_sets([before[i] for i in cut], hasher.ngram)  # type: ignore[index]
+        for i, r in zip(cut, raw, strict=True):
+            lost[i] = np.setdiff1d(r, shingles[i], assume_unique=True)
+    return [hash_normalized(n) for n in norms], sigs, keys, shingles, lost
 
 
 def _perms_cached(seed: int, num_perm: int) -> tuple[np.ndarray, np.ndarray]:
@@ -402,38 +479,55 @@ def overlap(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
 
 @dataclass(frozen=True)
 class NearRule:
-    """When two shingle sets are near duplicates: true similarity, never LSH collisions alone.
+    """When a document may be removed as a near duplicate of another: true similarity, never LSH alone.
 
-    Jaccard >= ``threshold``, or (when ``containment`` is set) overlap
-    coefficient >= ``containment`` with Jaccard >= ``min_jaccard`` and the
-    smaller set holding >= ``min_shingles`` shingles: a copy that adds or drops
-    a paragraph keeps nearly all of the smaller document's shingles while its
-    Jaccard falls with the paragraph's share. The two guards keep a short
-    snippet (few shingles) or a lead paragraph quoted inside a long article
-    (low Jaccard) from counting as a copy.
+    ``judge(a, b)`` asks whether ``b`` may go, ``a`` staying (the order matters). Yes when:
+
+    1. their Jaccard >= ``threshold``; or
+    2. (``containment`` set) ``b`` lies in ``a``: ``|A & B| / |B| >= containment``, with ``b`` holding
+       >= ``min_shingles`` shingles and the Jaccard >= ``min_jaccard`` (0 by default: a passage
+       published on its own, a truncated copy or a text quoted whole in a longer one is a copy
+       whatever the share of the longer one it is; the longer one is never removed for it); or
+    3. (``cleaning``) the texts before cleaning cut lines from them (``a_lost``, ``b_lost``: the
+       shingles each lost) have Jaccard >= ``threshold``, and what is kept of ``b`` lies in what is
+       kept of ``a`` as far as that Jaccard implies for sets of one size (``2t / (1 + t)``: 0.82 at
+       0.7). A copy whose edits cost it a paragraph to the line rules (a substitution that takes a
+       full stop, a truncation mid-sentence) is judged as the copy it was; two pages that share only
+       a template the line rules remove keep nothing in common and stay.
     """
 
     threshold: float
     containment: float | None = None
-    min_jaccard: float = 0.5
+    min_jaccard: float = 0.0
     min_shingles: int = 50
+    cleaning: bool = True
 
     @property
-    def floor(self) -> float:
-        """The lowest Jaccard this rule can accept (what LSH candidates must be screened against)."""
-        if self.containment is None:
-            return self.threshold
-        return min(self.threshold, self.min_jaccard)
+    def kept_share(self) -> float:
+        """The share of ``b`` that must lie in ``a`` on the cleaning path: what Jaccard ``threshold`` implies."""
+        return 2 * self.threshold / (1 + self.threshold)
 
     def accepts(self, a: np.ndarray, b: np.ndarray) -> bool:
-        """True if the sorted-unique shingle arrays ``a`` and ``b`` are near duplicates."""
+        """True if ``b`` may be removed as a near duplicate of ``a`` (sorted-unique shingle arrays)."""
         return self.judge(a, b)[0]
 
-    def judge(self, a: np.ndarray, b: np.ndarray) -> tuple[bool, float]:
-        """(near duplicates?, their true Jaccard) for sorted-unique shingle arrays ``a`` and ``b``."""
-        j, c = overlap(a, b)
+    def judge(self, a: np.ndarray, b: np.ndarray, a_lost: np.ndarray | None = None,
+              b_lost: np.ndarray | None = None) -> tuple[bool, float]:
+        """(may ``b`` be removed as a near duplicate of ``a``?, their true Jaccard)."""
+        if a.size == 0 and b.size == 0:
+            return True, 1.0
+        if a.size == 0 or b.size == 0:
+            return False, 0.0
+        inter = np.intersect1d(a, b, assume_unique=True).size
+        j = inter / (a.size + b.size - inter)
         if j >= self.threshold:
             return True, j
-        ok = (self.containment is not None and c >= self.containment and j >= self.min_jaccard
-              and min(a.size, b.size) >= self.min_shingles)
-        return ok, j
+        if (self.containment is not None and inter / b.size >= self.containment and j >= self.min_jaccard
+                and b.size >= self.min_shingles):
+            return True, j
+        lost = (a_lost is not None and a_lost.size > 0) or (b_lost is not None and b_lost.size > 0)
+        if self.cleaning and lost and inter / b.size >= self.kept_share:
+            ra = a if a_lost is None or not a_lost.size else np.union1d(a, a_lost)
+            rb = b if b_lost is None or not b_lost.size else np.union1d(b, b_lost)
+            return jaccard(ra, rb) >= self.threshold, j
+        return False, j

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import heapq
+import dataclasses
+import math
 from bisect import bisect_right
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -12,6 +13,7 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.metrics import Metrics
 
+from pipelines.dedupe.clusters import resolve_cluster
 from pipelines.dedupe.components import ConnectedComponents
 from pipelines.dedupe.index import (
     IndexLookup,
@@ -21,13 +23,15 @@ from pipelines.dedupe.index import (
     unique_keys,
 )
 from pipelines.dedupe.minhash import (
+    SAMPLE_EVERY,
     MinHasher,
     NearRule,
     estimate_margin,
     estimated_jaccard,
+    sampled,
     sketch_arrays,
 )
-from pipelines.dedupe.sketch import COUNTERS, NEW, OLD, Sketch, near_rule, sketches_of
+from pipelines.dedupe.sketch import COUNTERS, NEW, OLD, Sketch, before_line_rules, near_rule, sketches_of
 from pipelines.localrunner.batching import PooledBatches
 from pipelines.records import Document, Duplicate
 from schemas.config import DedupeConfig
@@ -63,7 +67,8 @@ class SketchBatch(PooledBatches):
         self.doc_rows = doc_rows
 
     def batch_task(self, batch: list[Document]):
-        return sketch_arrays, ([d.text for d in batch], self.hasher)
+        before = before_line_rules(batch)
+        return sketch_arrays, ([d.text for d in batch], self.hasher) + ((before,) if before else ())
 
     def batch_outputs(self, batch: list[Document], arrays) -> Iterator[Any]:
         sketches = sketches_of(batch, arrays)
@@ -73,26 +78,36 @@ class SketchBatch(PooledBatches):
         if self.doc_rows is not None:
             rows = self.doc_rows
             for d, s in zip(batch, sketches, strict=True):
-                yield beam.pvalue.TaggedOutput(DOC_TAG, (d.doc_id, (d, rows(s))))
+                yield beam.pvalue.TaggedOutput(DOC_TAG, (d.doc_id, (without_line_rules_text(d), rows(s))))
+
+
+def without_line_rules_text(d: Document) -> Document:
+    """The document without its text before the line rules (read by the Sketch step only)."""
+    return d if d.before_line_rules is None else dataclasses.replace(d, before_line_rules=None)
 
 
 @dataclass(frozen=True)
 class EdgeScreen:
-    """Which LSH candidates become edges, judged on signatures (2 sigma below what ``NearRule`` accepts).
+    """Which LSH candidates become edges, judged on signatures and samples (below what ``NearRule`` accepts).
 
-    A candidate passes if its estimated Jaccard reaches ``jaccard``, or (the
-    containment path) its estimated Jaccard reaches ``containment_jaccard`` and
-    the overlap coefficient derived from it and the two set sizes,
-    ``J (|A| + |B|) / ((1 + J) min(|A|, |B|))``, reaches ``containment``. Screening
-    containment on its own estimate (not on a lowered Jaccard bar) keeps
-    components tight: loose edges chain a family into one cluster whose kept
-    document is far from most members, which then fail verification.
+    A candidate passes if its estimated Jaccard reaches ``jaccard`` (2 sigma below the rule's
+    threshold), or (the containment path) the smaller document holds >= ``min_shingles`` shingles,
+    the estimated Jaccard reaches ``containment_jaccard`` and the share of the smaller one that lies
+    in the larger reaches ``containment`` less two standard errors. That share is estimated on the
+    consistent samples (``pipelines.dedupe.minhash.sampled``) that follow the ``num_perm`` values of
+    a new document's signature (a passage's sample lies whole in the sample of a text holding it:
+    exact at any Jaccard), or, for an indexed root (its signature comes without one), from the
+    Jaccard estimate and the two set sizes, ``J (|A| + |B|) / ((1 + J) min(|A|, |B|))``, which is
+    only as good as that estimate. Screening containment on its own estimate (not on a lowered
+    Jaccard bar) keeps components tight: loose edges chain a family into one cluster whose kept
+    document is far from most members.
     """
 
     jaccard: float
     containment: float | None = None
     containment_jaccard: float = 0.0
     min_shingles: int = 1
+    num_perm: int = 0  # signature values; what follows them is the sample (0: the whole array is the signature)
 
     @classmethod
     def of(cls, rule: NearRule, num_perm: int) -> EdgeScreen:
@@ -100,19 +115,31 @@ class EdgeScreen:
         def lo(t: float) -> float:
             return max(0.0, t - estimate_margin(t, num_perm))
 
-        if rule.containment is None:
-            return cls(lo(rule.threshold))
-        return cls(lo(rule.threshold), lo(rule.containment), lo(rule.min_jaccard), rule.min_shingles)
+        shares = ([rule.containment] if rule.containment is not None else []) + ([rule.kept_share] if rule.cleaning
+                                                                                  else [])
+        if not shares:
+            return cls(lo(rule.threshold), num_perm=num_perm)
+        return cls(lo(rule.threshold), min(shares), lo(rule.min_jaccard), rule.min_shingles, num_perm)
 
     def passes(self, sig_a: np.ndarray, n_a: int | None, sig_b: np.ndarray, n_b: int | None) -> bool:
-        """True if the pair (signatures, shingle counts; None: unknown) may be a near duplicate."""
-        j = estimated_jaccard(sig_a, sig_b)
+        """True if the pair (signatures with their samples, shingle counts; None: unknown) may be a near duplicate."""
+        a, b = _u32(sig_a), _u32(sig_b)
+        k = self.num_perm or a.size
+        j = estimated_jaccard(a[:k], b[:k])
         if j >= self.jaccard:
             return True
         if self.containment is None or n_a is None or n_b is None or j < self.containment_jaccard:
             return False
         small = min(n_a, n_b)
-        return small >= self.min_shingles and j * (n_a + n_b) / ((1.0 + j) * small) >= self.containment
+        if small < self.min_shingles:
+            return False
+        p = self.containment
+        sample_a, sample_b = a[k:], b[k:]
+        if sample_a.size and sample_b.size:
+            n = min(sample_a.size, sample_b.size)
+            share = np.intersect1d(sample_a, sample_b, assume_unique=True).size / n
+            return share >= p - 2.0 * math.sqrt(p * (1.0 - p) / n)
+        return j * (n_a + n_b) / ((1.0 + j) * small) >= p - estimate_margin(p, k)
 
 
 # What crosses the near step's shuffles is plain tuples of str, int and bytes, which
@@ -128,23 +155,40 @@ def _u32(raw: bytes | np.ndarray) -> np.ndarray:
     return raw if isinstance(raw, np.ndarray) else np.frombuffer(raw, dtype=np.uint32)
 
 
+def bucket_root(members: Iterable[BucketEntry]) -> BucketEntry | None:
+    """A bucket's root: its smallest old node (an indexed document: never removed, so new ones are
+    compared with it), else its longest new document (the smallest node of equals; None: no member).
+
+    The longest, not the smallest id: a bucket shared by a passage, the text it was taken from and
+    a page holding only part of it (a shared lead, a shared half) then pairs the passage with the
+    text that holds it whatever their ids, where a star on the smallest id could pair it with the
+    page that holds only part of it and never with the whole."""
+    old: BucketEntry | None = None
+    longest: BucketEntry | None = None
+    for m in members:
+        if not m[0].startswith(NEW):
+            if old is None or m[0] < old[0]:
+                old = m
+        elif longest is None or (m[1], longest[0]) > (longest[1], m[0]):
+            longest = m
+    return old if old is not None else longest
+
+
 def bucket_candidates(members: Iterable[BucketEntry]) -> Iterator[tuple[str, tuple[str, int, int, bytes]]]:
     """LSH candidates of one bucket: ``(member, (root, member count, root count, root signature))``.
 
-    The root is the bucket's smallest node; every other new member is a
-    candidate with the root only (a star, not a clique: linear in the bucket
-    size; components connect the rest). The root's signature comes along only
-    for an old root (from the index; new signatures are joined later, once per
-    document rather than once per bucket), else it is ``b""``. Buckets of old
-    documents only produce nothing (old documents are never removed).
+    The root is ``bucket_root``; every other new member is a candidate with the
+    root only (a star, not a clique: linear in the bucket size; components
+    connect the rest). The root's signature comes along only for an old root
+    (from the index; new signatures are joined later, once per document rather
+    than once per bucket), else it is ``b""``. Buckets of old documents only
+    produce nothing (old documents are never removed).
     """
-    root: BucketEntry | None = None
-    any_new = False
-    for m in members:
-        any_new = any_new or m[0].startswith(NEW)
-        if root is None or m[0] < root[0]:
-            root = m
-    if root is None or not any_new:
+    members = list(members)
+    if not any(m[0].startswith(NEW) for m in members):
+        return
+    root = bucket_root(members)
+    if root is None:
         return
     root_sig = root[2] if len(root) > 2 else b""
     for m in members:
@@ -326,12 +370,16 @@ def shard_candidates(values: Iterable[ShardBatch | OldShardEntry],
 
 
 def signature_by_node(s: Sketch) -> list[tuple[str, bytes]]:
-    return [(s.node, s.signature.tobytes())] if s.shingles.size else []
+    """What screening needs of a document: its signature, then its consistent sample (``EdgeScreen``)."""
+    if not s.shingles.size:
+        return []
+    return [(s.node, s.signature.tobytes() + s.shingles[sampled(s.shingles, SAMPLE_EVERY)].tobytes())]
 
 
-def shingles_by_node(s: Sketch) -> list[tuple[str, tuple[str, bytes]]]:
-    """What verification needs of a document: its source and shingle set (documents with shingles only)."""
-    return [(s.node, (s.source, s.shingles.tobytes()))] if s.shingles.size else []
+def shingles_by_node(s: Sketch) -> list[tuple[str, tuple[str, bytes, bytes]]]:
+    """What verification needs of a document: its source, shingle set and the shingles its text lost to
+    the line rules (documents with shingles only)."""
+    return [(s.node, (s.source, s.shingles.tobytes(), s.lost.tobytes()))] if s.shingles.size else []
 
 
 def _old_bucket_entries(url: str, band_keys: np.ndarray) -> Iterator[tuple[int, tuple[str, int, bytes]]]:
@@ -345,73 +393,16 @@ def _route_to_root(element: tuple[str, dict[str, Any]]) -> Iterator[tuple[str, t
     sketches, roles = list(groups["sketch"]), list(groups["role"])
     if not sketches or not roles:
         return
-    source, shingles = sketches[0]
+    source, shingles, *rest = sketches[0]
+    lost = rest[0] if rest else b""
     label, is_root, _converged = roles[0]
     if label is not None:
-        yield label, ("member", node, source, shingles)
+        yield label, ("member", node, source, shingles, lost)
     if is_root:
         # A root that also has a parent (rounds ran out before convergence)
         # removes nothing: it may be removed itself, and a duplicate must point
         # at a kept document. Its members stay (recall lost, never precision).
-        yield node, ("root", label is None, shingles)
-
-
-def resolve_cluster(
-    root: str, entries: Iterable[tuple[Any, ...]], rule: NearRule | float, max_members: int
-) -> tuple[list[Duplicate], int, int]:
-    """(duplicates, failed verification, over the cap) for one cluster.
-
-    Every new member whose true shingle sets with the root pass ``rule``
-    (``NearRule``: Jaccard, or containment with its guards; a float is a plain
-    Jaccard threshold) is a near duplicate of the root, up to ``max_members``
-    of them (the smallest doc_ids; the rest are kept). Old members never are.
-    Verification is against the root, never a neighbor: that is what stops
-    transitive closure from chaining unrelated documents.
-    """
-    if not isinstance(rule, NearRule):
-        rule = NearRule(rule)
-    root_shingles: np.ndarray | None = None
-    for e in entries:
-        if e[0] == "root":
-            if not e[1]:
-                return [], 0, 0
-            root_shingles = _u32(e[2])
-    if root_shingles is None:
-        return [], 0, 0
-    failed = 0
-    verified: list[tuple[str, str]] = []  # max-heap of the smallest max_members (node, source), by negation
-    over = 0
-    for e in entries:
-        if e[0] != "member" or not e[1].startswith(NEW):
-            continue
-        _, node, source, shingles = e
-        ok, sim = rule.judge(root_shingles, _u32(shingles))
-        if not ok:
-            failed += 1
-            continue
-        if len(verified) < max_members:
-            heapq.heappush(verified, _Desc(node, source, sim))  # type: ignore[arg-type]
-        else:
-            over += 1
-            heapq.heappushpop(verified, _Desc(node, source, sim))  # type: ignore[arg-type]
-    dups = sorted(
-        (Duplicate(doc_id=d.node[1:], source=d.source, dup_of=root[1:], kind="near",  # type: ignore[attr-defined]
-                   similarity=round(float(d.similarity), 6)) for d in verified),  # type: ignore[attr-defined]
-        key=lambda d: d.doc_id,
-    )
-    return dups, failed, over
-
-
-@dataclass(frozen=True)
-class _Desc:
-    """Heap item ordered by descending node id, so heapq keeps the smallest ids."""
-
-    node: str
-    source: str
-    similarity: float = 0.0  # the verified Jaccard with the root (recorded on the Duplicate)
-
-    def __lt__(self, other: _Desc) -> bool:
-        return self.node > other.node
+        yield node, ("root", label is None, shingles, lost, source)
 
 
 class _ResolveClusters(beam.DoFn):
@@ -539,7 +530,7 @@ class NearDedupe(beam.PTransform):
                 self.old_parts
                 | "ReadOldClustered" >> beam.ParDo(
                     IndexLookup("index_clustered_entries_read", set, sketches_by_id), beam.pvalue.AsList(old_nodes))
-                | "OldShinglesByNode" >> beam.Map(lambda s: (s.node, (s.source, s.shingles.tobytes())))
+                | "OldShinglesByNode" >> beam.Map(lambda s: (s.node, (s.source, s.shingles.tobytes(), b"")))
             )
             shingles = (shingles, old_shingles) | "WithOldClustered" >> beam.Flatten()
         return (

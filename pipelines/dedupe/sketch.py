@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from pipelines.dedupe.minhash import MinHasher, NearRule, sketch_arrays
+from pipelines.dedupe.minhash import MinHasher, NearRule, SketchArrays, sketch_arrays
 from pipelines.records import Document
 from schemas.config import DedupeConfig
 
@@ -14,16 +14,22 @@ COUNTERS = "dedupe"
 OLD, NEW = "0", "1"  # node-id prefixes: indexed documents sort (and win) first
 
 
+_NONE = np.empty(0, dtype=np.uint32)
+
+
 @dataclass(frozen=True)
 class Sketch:
-    """What the near step needs of a document: its node id, signature and shingle set."""
+    """What the near step needs of a document: its node id, signature, bucket keys and shingle set."""
 
     node: str  # OLD/NEW prefix + doc_id
     source: str
     exact_hash: str
     signature: np.ndarray  # uint32[bands * rows]
-    band_keys: np.ndarray  # int64[bands]
+    band_keys: np.ndarray  # int64: the bands' keys, then the anchor keys (the index's ``band_keys`` column)
     shingles: np.ndarray  # sorted unique uint32
+    # The shingles of the text before the line rules that the kept text lacks (sorted unique uint32;
+    # empty when they cut nothing). Verification's cleaning path reads them; the index does not hold them.
+    lost: np.ndarray = field(default_factory=lambda: _NONE, compare=False)
 
     @property
     def doc_id(self) -> str:
@@ -35,20 +41,30 @@ class Sketch:
 
 
 def near_rule(cfg: DedupeConfig) -> NearRule:
-    """The verification rule of a config (Jaccard threshold, containment and its guards)."""
-    return NearRule(cfg.threshold, cfg.containment, cfg.containment_min_jaccard, cfg.containment_min_shingles)
+    """The verification rule of a config (Jaccard threshold, containment and its guards, the cleaning path)."""
+    return NearRule(cfg.threshold, cfg.containment, cfg.containment_min_jaccard, cfg.containment_min_shingles,
+                    cfg.before_line_rules)
 
 
 def minhasher(cfg: DedupeConfig) -> MinHasher:
-    return MinHasher(ngram=cfg.ngram, bands=cfg.bands, rows=cfg.rows, seed=cfg.seed)
+    return MinHasher(ngram=cfg.ngram, bands=cfg.bands, rows=cfg.rows, seed=cfg.seed, anchors=cfg.anchor_every)
+
+
+def before_line_rules(docs: list[Document]) -> list[str | None] | None:
+    """Each document's text before the line rules cut lines from it (None where they cut none), or None
+    for a batch where they cut nothing: what ``sketch_arrays`` takes as ``before``."""
+    before = [d.before_line_rules for d in docs]
+    return before if any(b is not None for b in before) else None
 
 
 def sketch_documents(docs: list[Document], hasher: MinHasher) -> list[Sketch]:
     """Sketches of a batch of new documents (vectorized; identical whatever the batch)."""
-    return sketches_of(docs, sketch_arrays([d.text for d in docs], hasher))
+    return sketches_of(docs, sketch_arrays([d.text for d in docs], hasher, before_line_rules(docs)))
 
 
-def sketches_of(docs: list[Document], arrays: tuple[list[str], np.ndarray, np.ndarray, list[np.ndarray]]) -> list[Sketch]:
+def sketches_of(docs: list[Document], arrays: SketchArrays | tuple) -> list[Sketch]:
     """The Sketches of a batch of new documents from their ``sketch_arrays``."""
-    hashes, sigs, bands, shingles = arrays
-    return [Sketch(NEW + d.doc_id, d.source, hashes[i], sigs[i], bands[i], shingles[i]) for i, d in enumerate(docs)]
+    hashes, sigs, keys, shingles = arrays[:4]
+    lost = arrays[4] if len(arrays) > 4 else [_NONE] * len(docs)
+    return [Sketch(NEW + d.doc_id, d.source, hashes[i], sigs[i], keys[i], shingles[i], lost[i])
+            for i, d in enumerate(docs)]

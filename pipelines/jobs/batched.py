@@ -225,7 +225,7 @@ def build_in_batches(cfg: BuildConfig, output: str, batch_mb: float, beam_args: 
     owner: dict[str, str] = {}
     for src in cfg.sources:
         # The corpus's own files never count as input (an output folder under the input glob).
-        files = [f for f in list_raw_files(src.input) if not is_within(f.url, output)]
+        files = [f for f in list_raw_files(src.input, src.follow_links) if not is_within(f.url, output)]
         if not files:
             raise UserError(f"source {src.name}: no files match {redact_url(src.input)}")
         for f in files:

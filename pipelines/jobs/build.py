@@ -5,7 +5,8 @@
         --runner DataflowRunner --project P --region R --temp_location gs://tmp/beam
 
 The driver of a one-shot build: options, the attempt tag, one run of the graph
-(``pipelines.graph``), the summary. ``--batch_mb`` hands the build to ``pipelines.jobs.batched``.
+(``pipelines.graph``), the summary (a few lines, or JSON with ``--json``). ``--batch_mb`` hands the
+build to ``pipelines.jobs.batched``. Its --help is ``pipelines.flags.BUILD_DESCRIPTION``.
 """
 
 from __future__ import annotations
@@ -16,11 +17,11 @@ import time
 
 from apache_beam.options.pipeline_options import StandardOptions
 
-from pipelines.corpus.commit import check_output, one_shot_tag
-from pipelines.flags import build_parser
+from pipelines.corpus.commit import check_output, one_shot_attempt
+from pipelines.flags import build_parser, take_json
 from pipelines.graph import build_pipeline
 from pipelines.jobs.memory import batching_hint
-from pipelines.jobs.summary import read_report, read_timings, summarize
+from pipelines.jobs.summary import read_report, read_timings, summarize, summary_text
 from pipelines.localrunner import progress
 from pipelines.options import (
     LOCAL_RUNNER,
@@ -35,7 +36,7 @@ from pipelines.options import (
     quiet_beam,
     spill_settings,
 )
-from pipelines.report.record import build_warnings
+from pipelines.report.record import build_warnings, decontamination_warnings
 from pipelines.report.timings import (
     TIMINGS_JSON,
     BuildTimings,
@@ -79,13 +80,14 @@ def run_build(cfg: BuildConfig, output: str, beam_args: list[str] | None = None,
 
     opts = finalize_options(BuildOptions(beam_args or []))  # first: a runner that cannot run says so at once
     runner = describe_runner(opts)  # before make_pipeline, which rewrites the running mode
-    tag = one_shot_tag(cfg)
+    attempt = one_shot_attempt(cfg)  # the tag, and the fingerprints the reader checks what it reads against
+    tag = attempt.tag
     check_output(output, tag)
     timings["tag"] = time.monotonic() - start
     start = time.monotonic()
     try:
         with progress.local_bars(opts), make_pipeline(opts) as p:
-            build_pipeline(p, cfg, output, tag=tag, plan=RunnerPlan.of(opts))
+            build_pipeline(p, cfg, output, tag=tag, plan=RunnerPlan.of(opts), expect=attempt.fingerprints)
     except Exception:
         raise_if_lost(output, MANIFEST_NAME, tag)  # another build committed meanwhile: that is the reason
         raise
@@ -104,18 +106,18 @@ def main(argv: list[str] | None = None) -> int:
     """CLI entry (`python -m pipelines.build`, `shardforge build`); 2 with one line on user errors."""
     quiet_beam()
     argv = sys.argv[1:] if argv is None else argv
-    parser = build_parser()
-    if handle_help(parser, argv):
+    if handle_help(build_parser(), argv):
         return 0
 
     def body() -> int:
-        check_beam_args(argv)  # Beam would silently drop a flag no option knows (a typo, --vocab-size)
-        opts = BuildOptions(argv)
+        as_json, args = take_json(argv)  # the driver's own flag: Beam knows no --json
+        check_beam_args(args)  # Beam would silently drop a flag no option knows (a typo, --vocab-size)
+        opts = BuildOptions(args)
         o = opts.view_as(BuildOptions)
         if not o.output:
             raise UserError("--output URL is required")
         cfg = build_config_from_options(opts)
-        _, beam_args = parser.parse_known_args(argv)
+        _, beam_args = build_parser(runner_flags=False).parse_known_args(args)
         if o.batch_mb is None and opts.view_as(StandardOptions).runner in (None, LOCAL_RUNNER):
             hint = batching_hint(cfg, spilled=spill_settings(opts) is not None)
             if hint:
@@ -133,12 +135,12 @@ def main(argv: list[str] | None = None) -> int:
             summary["stage_seconds"] = stage_doc["stages"] and {k: round(v, 2) for k, v in stage_doc["stages"].items()}
             summary["timings"] = redact_url(join(o.output, TIMINGS_JSON))
             print(summary_line(stage_doc), file=sys.stderr)
-        for w in build_warnings(manifest.model_dump(mode="json")):
+        for w in build_warnings(manifest.model_dump(mode="json")) + decontamination_warnings(
+                (report or {}).get("decontamination")):
             print(w, file=sys.stderr)
         summary["manifest"] = redact_url(join(o.output, "manifest.json"))
         summary["report"] = redact_url(join(o.output, "report.html"))
-        print(json.dumps(summary, indent=1))
+        print(json.dumps(summary, indent=1) if as_json else summary_text(summary, manifest))
         return 0
 
     return run_cli(body, argv, interrupted=DATA_JOB_INTERRUPTED)
-

@@ -225,7 +225,7 @@ def _adopted_inputs(m: Manifest) -> list[InputFile]:
     out: list[InputFile] = []
     for src in m.config.get("sources", []):
         try:
-            files = list_raw_files(src["input"])
+            files = list_raw_files(src["input"], bool(src.get("follow_links")))
         except Exception as e:  # noqa: BLE001 - a redacted or vanished input must not block adoption
             log.warning("adopting: cannot list source %s (%s): its files are not recorded", src.get("name"), e)
             continue
@@ -382,7 +382,12 @@ def batch_tag(state: CorpusState, n: int, cfg: BuildConfig, files: Sequence[tupl
     for src, url, size, fp in files:
         by_source.setdefault(src, []).append((url, size, fp))
     inputs = [[src, *i] for src in sorted(by_source) for i in input_identity(by_source[src])]
-    return tag_for(n, config_identity(cfg.model_dump(mode="json"), state.root), inputs, parent)
+    extra = None
+    if cfg.decontaminate.paths:  # the evaluation files' contents decide what is removed
+        from pipelines.dedupe.evalsets import eval_identity
+
+        extra = {"decontaminate": eval_identity(cfg.decontaminate)}
+    return tag_for(n, config_identity(cfg.model_dump(mode="json"), state.root), inputs, parent, extra)
 
 
 @dataclass
@@ -433,7 +438,8 @@ def ingest_sources(state: CorpusState, batch_files: Sequence[tuple[SourceConfig,
         started = time.monotonic()
         with make_pipeline(opts) as p:
             build_pipeline(p, cfg, work, files={src.name: [f.url for f in fs] for src, fs in batch_files},
-                           append=append, plan=RunnerPlan.of(opts))
+                           append=append, plan=RunnerPlan.of(opts),
+                           expect={src.name: {f.url: prints[f.url] for f in fs} for src, fs in batch_files})
         run = measure(p.result, runner, time.monotonic() - started)
         batch_url = join(work, BATCH_MANIFEST_NAME)
         if not exists(batch_url):  # the batch's commit step found objects of this attempt removed
@@ -476,7 +482,8 @@ class Scan:
     changed: list[tuple[RawFile, LedgerEntry, str]]  # absorbed, then changed: (now, then, why)
 
 
-def scan(pattern: str, ledger: dict[str, LedgerEntry], exclude: str | None = None) -> Scan:
+def scan(pattern: str, ledger: dict[str, LedgerEntry], exclude: str | None = None,
+         follow_links: bool = False) -> Scan:
     """Pending and changed files under the watch glob; `exclude` skips a prefix (the corpus itself).
 
     A changed file is detected by size or store checksum; on local disks
@@ -484,7 +491,7 @@ def scan(pattern: str, ledger: dict[str, LedgerEntry], exclude: str | None = Non
     """
     pending: list[RawFile] = []
     changed: list[tuple[RawFile, LedgerEntry, str]] = []
-    for f in list_raw_files(pattern):
+    for f in list_raw_files(pattern, follow_links):
         if exclude and f.url.startswith(exclude.rstrip("/") + "/"):
             continue
         e = ledger.get(redact_url(f.url))

@@ -17,8 +17,9 @@ from pipelines.clean.lines import line_rules_for
 from pipelines.clean.rules import clean_document
 from pipelines.records import Document
 from pipelines.sources import read_file, split_compression
+from pipelines.sources.compression import decompress
 from pipelines.sources.rawfiles import list_raw_files
-from pipelines.sources.streams import decompress, read_up_to
+from pipelines.sources.streams import read_up_to
 from schemas.config import BuildConfig
 from shardforge.storage import open_read
 
@@ -122,7 +123,7 @@ def batching_hint(cfg: BuildConfig, spilled: bool = True) -> str | None:
     HINT_RSS_BYTES on, or from 80% of this machine's memory if that is less.
     """
     try:
-        listed = {src.name: list_raw_files(src.input) for src in cfg.sources}
+        listed = {src.name: list_raw_files(src.input, src.follow_links) for src in cfg.sources}
         files = [f for fs in listed.values() for f in fs]
         # Compressed input may be far bigger than it is stored: then always look (a sample is cheap).
         if sum(f.size for f in files) < HINT_INPUT_BYTES and not any(_compression(f.url) for f in files):

@@ -310,7 +310,7 @@ def run_repack(tokenized: str, output: str, *, copy_tokenizer: bool = True,
     tag = repack_tag(parent, cfg)
     check_output(output, tag)
     # Written before the pipeline, under the attempt's folder; the manifest (written last) commits it.
-    write_bytes_atomic(join(output, work_dir(tag), stored_path(parent.model)), parent.model)
+    write_bytes_atomic(join(output, work_dir(tag), stored_path(parent.model)), parent.model, create=True)
     with progress.local_bars(opts), make_pipeline(opts) as p:
         repack_pipeline(p, parent, cfg, output, tag)
     raise_if_lost(output, MANIFEST_NAME, tag)  # another writer committed first: one line
@@ -328,7 +328,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def body() -> int:
         check_beam_args(argv)  # Beam would silently drop a flag no option knows
-        o, beam_args = parser.parse_known_args(argv)
+        o, beam_args = repack_parser(runner_flags=False).parse_known_args(argv)  # the rest goes to Beam
         if not o.tokenized or not o.output:
             raise UserError("--tokenized URL (the parent corpus) and --output URL are required")
         manifest = run_repack(

@@ -52,6 +52,7 @@ from pipelines.options import (
     check_beam_args,
     handle_help,
     quiet_beam,
+    source_config,
 )
 from schemas.config import BuildConfig, SourceConfig
 from schemas.errors import UserError
@@ -136,8 +137,11 @@ def run(argv: list[str], stopper: Stopper | None = None) -> int:
         raise UserError("--watch GLOB is required (none is recorded in the corpus yet)")
     source_name = args.source or recorded.get("source") or "other"
     build_argv = rest  # BuildOptions parses the build flags and ignores the Beam ones
-    source = SourceConfig(name=source_name, input=watch,
-                          **({"format": build_known.format} if build_known.format else {}))
+    source = source_config({"name": source_name, "input": watch,
+                            **({"format": build_known.format} if build_known.format else {}),
+                            **({"follow_links": True} if build_known.follow_links else {})},
+                           f"--source {source_name!r}")
+    args.follow_links = build_known.follow_links  # the watch listing refuses the links the reader would
     stopper = stopper or Stopper()
     previous = stopper.install()
     try:
@@ -172,7 +176,8 @@ def _look(watch: str, state: CorpusState, corpus: str, args: argparse.Namespace,
     A service outlives a network outage: a listing that fails on a transient error is logged and
     tried again a poll interval later, instead of ending the service. ``--once`` fails instead
     (one line)."""
-    return _or_wait(lambda: scan(watch, state.ledger, exclude=corpus), f"list {redact_url(watch)}",
+    return _or_wait(lambda: scan(watch, state.ledger, exclude=corpus, follow_links=args.follow_links),
+                    f"list {redact_url(watch)}",
                     "looking again", args, stopper)
 
 

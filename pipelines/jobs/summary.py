@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pipelines.report.record import REPORT_JSON, rule_counts
+from pipelines.report.record import REPORT_JSON, TIMINGS_HTML, rule_counts
+from pipelines.report.summaries import ALL
 from pipelines.report.timings import TIMINGS_JSON
 from schemas.manifest import Manifest, accounting_totals
 from shardforge.storage import exists, join, read_text
@@ -38,6 +39,10 @@ def summarize(m: Manifest, report: dict[str, Any] | None = None) -> dict[str, An
         sizes = report["dedupe"]["cluster_sizes"]
         out["dedupe_clusters"] = {"clusters": sum(sizes.values()),
                                   "largest": max((int(k) for k in sizes), default=0)}
+        out["pii"] = {k: v["replaced"] for k, v in report.get("pii", {}).get("totals", {}).items()}
+        decon = report.get("decontamination")
+        if decon:
+            out["decontaminated"] = {name: b["documents"] for name, b in decon["benchmarks"].items()}
     return out
 
 
@@ -51,3 +56,33 @@ def read_timings(output: str) -> dict[str, Any] | None:
     """The build's timings.json (``pipelines.report.timings``), or None where none was written."""
     url = join(output, TIMINGS_JSON)
     return json.loads(read_text(url)) if exists(url) else None
+
+
+def summary_text(summary: dict[str, Any], m: Manifest) -> str:
+    """The build's summary for a person: a few lines, the report's path last (``--json``: ``summary``)."""
+    splits = ", ".join(f"{name} {t.shards}" for name, t in sorted(m.totals.items()))
+    lines = [
+        f"built corpus {summary['manifest'].rsplit('/', 1)[0]}",
+        f"  documents  {summary['documents_in']:,} in, {summary['kept']:,} kept; {summary['duplicates']:,} "
+        f"duplicates, {summary['filtered']:,} filtered, {summary['rejected']:,} rejected",
+    ]
+    tok = summary.get("tokenizer")
+    if tok:
+        lines.append(f"  tokenizer  {tok['model_type']}, {tok['vocab_size']:,} pieces; {tok['tokens_per_word']:.2f} "
+                     f"tokens per word, <unk> {100 * tok['unk_rate']:.2f}%")
+    fill = summary.get("fill_rate", {})
+    fills = ", ".join(f"{k} {100 * v:.1f}%" for k, v in sorted(fill.items()) if k != ALL)
+    lines.append(f"  shards     {summary['shards']:,} ({splits}): {summary['samples']:,} sequences of at most "
+                 f"{m.max_seq_len} tokens, {summary['tokens']:,} tokens, rule {m.packing_rule}"
+                 + (f"; fill rate {fills}" if fills else ""))
+    if summary.get("pii"):
+        lines.append("  pii        " + ", ".join(f"{n:,} {k}" for k, n in summary["pii"].items())
+                     + " replaced by placeholders")
+    if "decontaminated" in summary:
+        lines.append("  evaluation " + ", ".join(f"{name}: {n:,} documents" for name, n in summary["decontaminated"].items())
+                     + " overlapping (docs/dedupe.md: removed, or trimmed in spans mode)")
+    root = summary["manifest"].rsplit("/", 1)[0]
+    if summary.get("timings"):
+        lines.append(f"  timings    {join(root, TIMINGS_HTML)}  (where the time went, per stage)")
+    lines.append(f"  report     {summary['report']}  (what was kept, filtered and deduplicated, and why)")
+    return "\n".join(lines)

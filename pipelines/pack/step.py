@@ -107,7 +107,8 @@ class _PackGroup(beam.DoFn):
         if self.tokenized_dir is not None:  # the group's documents are the intermediate's part: sorted already
             name = part_name(tokenized_part_index(split, group, groups), "parquet")
             url = join(self.tokenized_dir, name)
-            unless_swept(functools.partial(write_stream_atomic, url, functools.partial(write_tokenized_parquet, ordered)),
+            unless_swept(functools.partial(write_stream_atomic, url, functools.partial(write_tokenized_parquet, ordered),
+                                           create=True),
                          f"part {name}")
             yield beam.pvalue.TaggedOutput(TOKENIZED_PARTS, name)
         chunks = size_runs((planned_tar_size(s, vocab_size) for s in seqs), self.cfg.shards.target_bytes,

@@ -21,10 +21,19 @@ from pipelines.report.record import (
 from pipelines.report.summaries import ALL, BINS_PER_DECADE, EXAMPLES_PER_REASON
 from schemas.config import SAMPLE_BYTES_MIN, SAMPLE_BYTES_PER_PIECE, default_sample_bytes
 
+# C0 controls but tab, LF and CR, DEL and the C1 controls: HTML forbids them (a raw NUL is a parse
+# error), and a snippet of a binary record holds any byte; each is written as its \xNN escape.
+_CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x00, 0x09), 0x0B, 0x0C, *range(0x0E, 0x20), *range(0x7F, 0xA0))}
+
+
+def escape(text: str) -> str:
+    """``html.escape``, and control characters as visible ``\\xNN`` text (what HTML may hold)."""
+    return html.escape(text).translate(_CONTROLS)
+
 
 def page_head(title: str) -> str:
     """The opening of a report page (report.html, timings.html): one style for both, up to its <h1>."""
-    t = html.escape(title)
+    t = escape(title)
     return f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>{t}</title>
 <style>
@@ -32,6 +41,7 @@ body {{ font-family: system-ui, sans-serif; margin: 2em; color: #222; }}
 table {{ border-collapse: collapse; margin: 1em 0; }}
 td, th {{ border: 1px solid #ccc; padding: 4px 8px; text-align: right; }}
 td:first-child, td:last-child {{ text-align: left; }}
+td.id, span.id {{ white-space: nowrap; text-align: left; }}
 tr.total td {{ font-weight: bold; }}
 ul.warn {{ color: #a00; }}
 pre {{ background: #f6f6f6; padding: 1em; font-size: 85%; }}
@@ -41,11 +51,24 @@ figure svg {{ max-width: 100%; height: auto; display: block; }}
 <h1>{t}</h1>"""
 
 
-def table(header: list[str], rows: list[list[Any]]) -> str:
-    """An HTML table: one header row, then `rows` (each value escaped; None is an empty cell)."""
-    esc = [["" if v is None else html.escape(str(v)) for v in r] for r in rows]
-    return ("<table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in header) + "</tr>"
-            + "".join("<tr>" + "".join(f"<td>{v}</td>" for v in r) + "</tr>" for r in esc) + "</table>")
+class Html(str):
+    """A table cell's text that is HTML already (``table`` does not escape it)."""
+
+
+def doc_id_html(doc_id: str) -> str:
+    """A document id kept on one line (a browser would break it at its hyphens)."""
+    return f"<span class=id>{escape(doc_id)}</span>"
+
+
+def table(header: list[str], rows: list[list[Any]], ids: tuple[int, ...] = ()) -> str:
+    """An HTML table: one header row, then `rows` (each value escaped unless it is ``Html``; None is an
+    empty cell). ids: the columns that hold document ids, each kept on one line."""
+    def cell(i: int, v: Any) -> str:
+        text = "" if v is None else v if isinstance(v, Html) else escape(str(v))
+        return f"<td class=id>{text}</td>" if i in ids else f"<td>{text}</td>"
+
+    return ("<table><tr>" + "".join(f"<th>{escape(h)}</th>" for h in header) + "</tr>"
+            + "".join("<tr>" + "".join(cell(i, v) for i, v in enumerate(r)) + "</tr>" for r in rows) + "</table>")
 
 
 def _warnings(report: dict[str, Any]) -> str:
@@ -53,7 +76,7 @@ def _warnings(report: dict[str, Any]) -> str:
     if not report["warnings"]:
         return ""
     return ("<h2>Warnings</h2><ul class=warn>"
-            + "".join(f"<li>{html.escape(w)}</li>" for w in report["warnings"]) + "</ul>")
+            + "".join(f"<li>{escape(w)}</li>" for w in report["warnings"]) + "</ul>")
 
 
 def _sections(report: dict[str, Any], img) -> str:
@@ -69,21 +92,22 @@ def _sections(report: dict[str, Any], img) -> str:
         for e in exs:
             what = e.get("snippet")
             if what is None:
-                what = f"duplicate of {e['dup_of']}" + (f" (similarity {e['similarity']:.3f})"
-                                                        if "similarity" in e else "")
+                what = Html(f"duplicate of {doc_id_html(e['dup_of'])}" + (f" (similarity {e['similarity']:.3f})"
+                                                                          if "similarity" in e else ""))
             ex_rows.append([key, e["source"], e["doc_id"], what])
     parts.append(f"<h2>Examples per reason</h2><p>The {EXAMPLES_PER_REASON} smallest doc_ids per reason; "
                  "every record is in the reject log.</p>"
-                 + (table(["reason", "source", "doc_id", "snippet / kept document"], ex_rows)
+                 + (table(["reason", "source", "doc_id", "snippet / kept document"], ex_rows, ids=(2,))
                     if ex_rows else "<p>none</p>"))
     parts.append("<h2>Dedupe clusters and similarity</h2>" + img(DEDUPE_SVG, "dedupe cluster sizes and similarity"))
+    parts.append(_pii_html(report["pii"]) + _decontamination_html(report.get("decontamination")))
     t = report["tokenizer"]
     parts.append("<h2>Tokenizer</h2>" + table(
         ["kind", "model type", "requested vocabulary", "actual vocabulary", "tokens", "<unk> tokens",
          "<unk> rate", "tokens per word"],
         [[t["kind"], t["model_type"], "reused model" if t["reused"] else t["requested_vocab_size"], t["vocab_size"],
           t["tokens"], t["unk_tokens"], f"{100 * t['unk_rate']:.4f}%", f"{t['tokens_per_word']:.3f}"]])
-        + f"<p>{html.escape(t['unit'])}.</p>" + _training_html(t.get("training"), report["config"]))
+        + f"<p>{escape(t['unit'])}.</p>" + _training_html(t.get("training"), report["config"]))
     parts.append("<h2>Token share per source</h2>" + img(TOKENS_SVG, "token share per source"))
     pk = report["packing"]
     parts.append("<h2>Packed sequences</h2>" + table(
@@ -92,8 +116,8 @@ def _sections(report: dict[str, Any], img) -> str:
         + img(PACKING_SVG, "packed sequence length histogram"))
     off = [r for r, on in report["rules_enabled"].items() if not on]
     parts.append("<h2>Effective config</h2><p>Rules switched off: "
-                 + (html.escape(", ".join(off)) if off else "none") + "</p><pre>"
-                 + html.escape(json.dumps(report["config"], sort_keys=True, indent=1)) + "</pre>")
+                 + (escape(", ".join(off)) if off else "none") + "</p><pre>"
+                 + escape(json.dumps(report["config"], sort_keys=True, indent=1)) + "</pre>")
     sw = report["software"]
     parts.append("<h2>Software</h2><p>Where the report was written; the same input and config on other versions "
                  "of these can give other bytes (another tokenizer model, say).</p>"
@@ -117,12 +141,43 @@ def sample_bound_text(bounded_by: str, config: dict[str, Any]) -> str:
     return f"the {bounded_by} bound ({tok[field]:,}: tokenizer.{field})"
 
 
+def _pii_html(pii: dict[str, Any]) -> str:
+    """PII replaced per source and kind (each kind on or off, its placeholder), and examples in context."""
+    kinds = list(pii["kinds"])
+    on = ", ".join(f"{k} ({'on: ' + v['placeholder'] if v['on'] else 'off'})" for k, v in pii["kinds"].items())
+    rows = [[src] + [f"{c[k]['replaced']} in {c[k]['documents']}" if k in c else 0 for k in kinds]
+            for src, c in pii["sources"].items()]
+    ex = [[kind, e["source"], e["doc_id"], e["context"]] for kind, es in pii["examples"].items() for e in es]
+    return (f"<h2>PII replaced</h2><p>{escape(on)}; IP addresses: "
+            f"{'public only' if pii['ip_public_only'] else 'all'}. Matches in kept documents (in how many "
+            "documents).</p>" + (table(["source"] + kinds, rows) if rows else "<p>none found</p>")
+            + (table(["kind", "source", "doc_id", "example (after replacement)"], ex, ids=(2,)) if ex else ""))
+
+
+def _decontamination_html(d: dict[str, Any] | None) -> str:
+    """Per benchmark file: its texts and n-grams, the documents it matched; per source: removed, trimmed."""
+    if not d:
+        return ""
+    rows = [[name, b["texts"], b["ngrams"], b["short_texts"], b["bad_records"], b["documents"], b["matched_ngrams"]]
+            for name, b in d["benchmarks"].items()]
+    src = [[name, s["removed"], s["trimmed"], s["words_cut"]] for name, s in d["sources"].items()]
+    ex = [[e["doc_id"], e["source"], ", ".join(e["benchmarks"]), "removed" if e["removed"] else "trimmed",
+           e["overlap"]] for e in d["examples"]]
+    return (f"<h2>Decontamination</h2><p>{d['ngram']}-word n-grams shared with the evaluation sets; mode "
+            f"{escape(d['mode'])}; removed documents are counted as {escape(d['reason'])}; "
+            f"{d['candidates']} documents passed the filter to the exact join.</p>"
+            + table(["benchmark file", "texts", "n-grams", "short texts", "bad records", "documents matched",
+                     "n-grams matched"], rows)
+            + (table(["source", "documents removed", "documents trimmed", "words cut"], src) if src else "")
+            + (table(["doc_id", "source", "benchmarks", "verdict", "first overlap"], ex, ids=(0,)) if ex else ""))
+
+
 def _training_html(training: dict[str, Any] | None, config: dict[str, Any]) -> str:
     """One line on the tokenizer's training sample and cost (nothing for a reused model)."""
     if not training:
         return ""
     cut = f", cut by {sample_bound_text(training['bounded_by'], config)}" if training.get("bounded_by") else ""
-    return html.escape(f"Trained on {training['sentences']:,} sentences ({training['bytes'] / 1e6:,.1f} MB) "
+    return escape(f"Trained on {training['sentences']:,} sentences ({training['bytes'] / 1e6:,.1f} MB) "
                        f"from {training['documents']:,} documents{cut}.").join(
         ("<p>", "</p>"))
 
@@ -140,7 +195,7 @@ def _timings_link() -> str:
 
 def figure_html(name: str, alt: str, svg: str) -> str:
     """A chart inline in a page, linking its own file (`name`); `alt` names it for screen readers."""
-    return f'<figure><a href="{name}" aria-label="{html.escape(alt)}">{svg.rstrip()}</a></figure>'
+    return f'<figure><a href="{name}" aria-label="{escape(alt)}">{svg.rstrip()}</a></figure>'
 
 
 def render_html(report: dict[str, Any], svgs: dict[str, str]) -> str:
@@ -149,7 +204,7 @@ def render_html(report: dict[str, Any], svgs: dict[str, str]) -> str:
         return figure_html(name, alt, svgs[name])
 
     def cell(v: Any) -> str:
-        return f"<td>{html.escape(str(v))}</td>"
+        return f"<td>{escape(str(v))}</td>"
 
     rows = []
     for name, s in report["sources"].items():
@@ -161,12 +216,12 @@ def render_html(report: dict[str, Any], svgs: dict[str, str]) -> str:
     rows.append("<tr class=total>" + cell("total") + "".join(cell(t[k]) for k in ("input", "kept", "filtered",
                                                                                   "duplicate", "rejected"))
                 + cell("") + cell("") + "</tr>")
-    splits = "".join(f"<li>{html.escape(k)}: {v.get('documents', 0)} documents, {v.get('samples', 0)} samples, "
+    splits = "".join(f"<li>{escape(k)}: {v.get('documents', 0)} documents, {v.get('samples', 0)} samples, "
                      f"{v.get('tokens', 0)} tokens in {v.get('shards', 0)} shards</li>"
                      for k, v in sorted(report["totals_by_split"].items()))
     return f"""{page_head("shardforge build report")}
 <p>Every input record ends in exactly one bucket: input = kept + filtered + duplicate + rejected.
-Data: <a href="{REPORT_JSON}">{REPORT_JSON}</a>; reject log with reasons and snippets: <code>{html.escape(report["reject_log"] or "rejects")}/part-*.jsonl</code>.</p>
+Data: <a href="{REPORT_JSON}">{REPORT_JSON}</a>; reject log with reasons and snippets: <code>{escape(report["reject_log"] or "rejects")}/part-*.jsonl</code>.</p>
 {_warnings(report)}
 <h2>Records per source</h2>
 <table><tr><th>source</th><th>input</th><th>kept</th><th>filtered</th><th>duplicate</th><th>rejected</th>
@@ -177,7 +232,8 @@ Data: <a href="{REPORT_JSON}">{REPORT_JSON}</a>; reject log with reasons and sni
 <h2>Why records were not kept</h2>
 {img(REASONS_SVG, "records per filter / reject reason")}
 <h2>Document lengths before and after cleaning</h2>
-<p>Log-scale bins of {BINS_PER_DECADE} per decade of words; "after" counts the documents that reach the shards.</p>
+<p>Words per document on a log scale, in bins chosen from the lengths the documents have (report.json
+holds the counts in {BINS_PER_DECADE} bins per decade); "after" counts the documents that reach the shards.</p>
 {img(LENGTHS_SVG, "document length histograms")}
 {_sections(report, img)}
 {_timings_link()}

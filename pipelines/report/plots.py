@@ -5,6 +5,7 @@ source and packed sequence lengths. Each takes the report record (``pipelines.re
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from pipelines.report import charts
@@ -25,27 +26,58 @@ def plot_reasons(report: dict[str, Any]) -> str:
     return charts.hbar_chart(title, labels, values, colors, [str(v) for v in values], "records", integer_x=True)
 
 
+# At most this many bars in a length histogram: the stored bins (BINS_PER_DECADE a decade) are merged
+# into wider ones over the range the documents fill, so a corpus of similar lengths (Brown's texts,
+# ~2,000 words each) gets as many bars as one spread over decades.
+MAX_LENGTH_BARS = 40
+
+
+def length_display_bins(series: list[list[int]]) -> list[tuple[float, float, list[int]]]:
+    """The bins a length chart draws, chosen from the data: (low, high, which stored bins) for each, over
+    the stored bins the series fill, ``MAX_LENGTH_BARS`` at most, each holding at least one whole word
+    count (the stored bins below ~40 words are narrower than one word)."""
+    used = [b for counts in series for b, c in enumerate(counts) if c]
+    if not used:
+        return []
+    first, last = min(used), max(used)
+    groups: list[list[int]] = [[0]] if first == 0 else []
+    start = max(first, 1)
+    width = max(1, math.ceil((last - start + 1) / MAX_LENGTH_BARS))
+    groups += [list(range(k, min(k + width, last + 1))) for k in range(start, last + 1, width)]
+    edges = bin_edges()
+    out: list[tuple[float, float, list[int]]] = []
+    pending: list[int] = []
+    for g in groups:
+        pending += g
+        lo = 0.5 if pending[0] == 0 else edges[pending[0]]
+        hi = 1.0 if pending[-1] == 0 else 10 ** (pending[-1] / BINS_PER_DECADE)
+        if pending[0] == 0 or math.ceil(hi) > math.ceil(lo) or g is groups[-1]:  # holds a whole word count
+            out.append((lo, hi, pending))
+            pending = []
+    return out
+
+
 def plot_lengths(report: dict[str, Any]) -> str:
-    """Length histograms (log-scale word bins) before and after cleaning, per source and overall."""
+    """Length histograms (log-scale word bins chosen from the data) before and after cleaning, per source
+    and overall."""
     lengths = report["lengths"]
     before, after = lengths["before_clean"], lengths["after_clean"]
     keys = [ALL] + sorted(k for k in set(before) | set(after) if k != ALL)
-    edges = bin_edges()
-    # Draw each bin [lo, hi) on a log axis; the empty-document bin is drawn at 0.5 words.
-    lows = [0.5] + edges[1:]
-    highs = [1.0] + [10 ** (k / BINS_PER_DECADE) for k in range(1, NUM_BINS)]
-    # Show the populated range (one empty bin either side), not all seven decades.
-    used = [b for d in (before, after) for counts in d.values() for b, c in enumerate(counts) if c]
-    x_range = (lows[max(0, min(used) - 1)], highs[min(NUM_BINS - 1, max(used) + 1)]) if used else (0.5, 10.0)
+    bins = length_display_bins([counts for d in (before, after) for counts in d.values()])
+    lows, highs = [lo for lo, _, _ in bins], [hi for _, hi, _ in bins]
+    # The filled range and a margin of one bar's width (on the log axis) either side.
+    x_range = (lows[0] * lows[0] / highs[0], highs[-1] * highs[-1] / lows[-1]) if bins else (0.5, 10.0)
     panels = []
     for key in keys:
         series = [("before cleaning", before.get(key, [0] * NUM_BINS), "#999999", 0.35),
                   ("after cleaning + dedupe", after.get(key, [0] * NUM_BINS), "#0072b2", 0.6)]
-        top = max((c for _, counts, _, _ in series for c in counts), default=0) or 1
+        drawn = [[sum(counts[b] for b in which) for _, _, which in bins] for _, counts, _, _ in series]
+        top = max((c for counts in drawn for c in counts), default=0) or 1
         panels.append(charts.Panel(
             title="all sources" if key == ALL else key, xlabel="words per document", ylabel="documents",
             xlim=x_range, ylim=(0, top * 1.15), logx=True, integer_y=True,
-            marks=[charts.step_area(lows, highs, counts, color, op) for _, counts, color, op in series],
+            marks=[charts.step_area(lows, highs, counts, color, op)
+                   for counts, (_, _, color, op) in zip(drawn, series, strict=True) if bins],
             legend=[(f"{name} ({sum(counts)})", color, op) for name, counts, color, op in series]))
     cols = min(2, len(keys))
     return charts.figure(panels, width=550 * cols, panel_height=300, cols=cols,

@@ -5,8 +5,10 @@ into per-source accounting (input / kept / filtered / duplicate / rejected, with
 totals, document-length histograms before and after cleaning, examples per reason, per-rule counts
 per source, the dedupe cluster-size and similarity histograms, tokenizer stats (requested vs actual
 vocabulary, ``<unk>`` rate, tokens per word), token share per source, the packed sequence length
-histogram and fill rate, the effective config with each rule on or off, warnings (a rule removing
-more than half of a source; a vocabulary smaller than asked) and the software versions.
+histogram and fill rate, the PII replaced (per source and kind, with examples), the decontamination
+(per benchmark file), the effective config with each rule on or off, warnings (a rule removing
+more than half of a source; a vocabulary smaller than asked; an evaluation file with unread records
+or no text long enough to match) and the software versions.
 """
 
 from __future__ import annotations
@@ -79,6 +81,39 @@ def build_warnings(manifest: dict[str, Any]) -> list[str]:
     if not asked.get("model_url") and tok.get("vocab_size", 0) < asked.get("vocab_size", 0):
         out.append(f"warning: the tokenizer's vocabulary came out at {tok['vocab_size']} pieces, "
                    f"smaller than the {asked['vocab_size']} asked (too little text or too few distinct words)")
+    return out
+
+
+def pii_stats(manifest: dict[str, Any], pii: dict[str, Any] | None) -> dict[str, Any]:
+    """PII section: each kind on or off with its placeholder (the effective config), what was replaced
+    per source and kind and in all (``replaced`` matches, ``documents`` holding one), the examples."""
+    from schemas.config import CleanConfig
+
+    cfg = CleanConfig.model_validate(manifest.get("config", {}).get("clean", {})).pii
+    pii = pii or {"counts": {}, "examples": {}}
+    totals: dict[str, dict[str, int]] = {}
+    for kinds in pii["counts"].values():
+        for kind, c in kinds.items():
+            t = totals.setdefault(kind, {"replaced": 0, "documents": 0})
+            t["replaced"] += c["replaced"]
+            t["documents"] += c["documents"]
+    return {"kinds": {k: {"on": getattr(cfg, k), "placeholder": getattr(cfg, f"{k}_placeholder")}
+                      for k in ("email", "ip", "phone")},
+            "ip_public_only": cfg.ip_public_only, "sources": pii["counts"], "totals": dict(sorted(totals.items())),
+            "examples": pii["examples"],
+            "unit": "matches replaced by placeholders in kept documents; documents holding at least one"}
+
+
+def decontamination_warnings(section: dict[str, Any] | None) -> list[str]:
+    """A benchmark file with records that did not parse, or with no text long enough to match."""
+    out = []
+    for name, b in sorted((section or {}).get("benchmarks", {}).items()):
+        if b["bad_records"]:
+            out.append(f"warning: decontamination: {b['bad_records']} record(s) of '{name}' are not JSON and were "
+                       "not read")
+        if not b["texts"]:
+            out.append(f"warning: decontamination: no text of '{name}' has {section['ngram']} words; it cannot "
+                       "match any document (set decontaminate.ngram lower)")
     return out
 
 
@@ -198,8 +233,10 @@ def build_report(manifest: dict[str, Any], before: dict[str, list[int]], after: 
         "tokenizer": token_stats(manifest, extra.get("tokens", {}), extra.get("words", {}), extra.get("training")),
         "token_share": token_share(extra.get("tokens", {})),
         "packing": packing_stats(manifest, extra.get("packed_lengths", {})),
+        "pii": pii_stats(manifest, extra.get("pii")),
+        "decontamination": extra.get("decontamination"),
         "config": manifest.get("config", {}),
         "rules_enabled": rules_enabled(manifest.get("config", {})),
-        "warnings": build_warnings(manifest),
+        "warnings": build_warnings(manifest) + decontamination_warnings(extra.get("decontamination")),
         "software": software_versions(),
     }

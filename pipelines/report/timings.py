@@ -33,7 +33,8 @@ OTHER = "other"
 # The stages in build order, each with what it covers (the table's last column).
 STAGES: dict[str, str] = {
     "read": "list, open, decompress and parse the raw files (ReadSources)",
-    "clean": "normalization, line and document rules, language ID (Clean)",
+    "clean": "normalization, line and document rules, language ID, PII replacement (Clean)",
+    "decontaminate": "evaluation n-grams, their filter and index, the overlapping documents (Decontaminate)",
     "dedupe": "exact and near duplicates: sketches, LSH, verification, components, index (Dedupe)",
     "sentences": "sentence splitting (SplitSentences)",
     "tokenizer training": "the bounded training sample and SentencePiece / BPE training (TrainTokenizer)",
@@ -50,6 +51,7 @@ STAGES: dict[str, str] = {
 _TOP_LEVEL: dict[str, str] = {
     "ReadSources": "read", "Read": "read", "AllDocuments": "read", "SpreadDocuments": "read",
     "Clean": "clean",
+    "Decontaminate": "decontaminate",
     "Dedupe": "dedupe",
     "SplitSentences": "sentences",
     "TrainTokenizer": "tokenizer training", "Tokenizer": "tokenizer training",
@@ -67,6 +69,16 @@ ABOUT = ("Run-dependent: wall-clock measurements of the run that wrote this file
          "(the manifest and report.json are byte-identical run to run; this file is not). 'stages' is the "
          "time Beam's state sampler saw each stage's transforms run, summed over bundles, worker processes "
          "and (for --batch_mb) batches; 'driver_seconds' is the wall time the driver process saw.")
+
+
+# The tables' columns, named as the page's text names them (timings.json's keys: stages, driver_seconds).
+STAGE_COLUMN = "sampled seconds"
+DRIVER_COLUMN = "wall seconds"
+PAGE_ABOUT = ("Run-dependent: wall-clock measurements of the run that wrote this page, not part of the corpus "
+              "(the manifest and report.json are byte-identical run to run; this page is not). "
+              f"<b>{STAGE_COLUMN}</b>: the time Beam's state sampler saw each stage's transforms run, summed "
+              f"over bundles, worker processes and (for --batch_mb) batches. <b>{DRIVER_COLUMN}</b>: the time "
+              "the build's driver process saw each of its phases take.")
 
 
 def stage_of(unique_name: str) -> str:
@@ -230,7 +242,7 @@ def plot_stages(doc: dict[str, Any]) -> str:
     if not stages:
         return charts.message_chart("Stage timings", doc["unavailable"] or "no stage timings")
     names = list(stages)
-    xlabel = "seconds" + (f" (summed over {doc['worker_processes']} worker processes)"
+    xlabel = STAGE_COLUMN + (f" (summed over {doc['worker_processes']} worker processes)"
                           if doc["worker_processes"] > 1 else "")
     return charts.hbar_chart("Stage timings", names, [stages[n] for n in names], ["#e69f00"] * len(names),
                              [f"{stages[n]:.2f}" for n in names], xlabel)
@@ -240,7 +252,7 @@ def timings_table(doc: dict[str, Any]) -> str:
     """The "Stage timings" section: the stage table (or why there is none) and the driver phases."""
     head = (f"<h2>Stage timings</h2><p>Runner: {html.escape(str(doc['runner']))}. Run-dependent (not part of the "
             f'corpus): <a href="{TIMINGS_JSON}">{TIMINGS_JSON}</a>.</p>')
-    driver = table(["driver phase", "wall seconds"], [[k, f"{v:.2f}"] for k, v in doc["driver_seconds"].items()])
+    driver = table(["driver phase", DRIVER_COLUMN], [[k, f"{v:.2f}"] for k, v in doc["driver_seconds"].items()])
     if doc["stages"] is None:
         return head + f"<p>{html.escape(doc['unavailable'])}.</p>" + driver
     total = doc["stages_total_seconds"] or 0.0
@@ -250,17 +262,17 @@ def timings_table(doc: dict[str, Any]) -> str:
     if doc["outside_stages_seconds"] is not None:
         rows.append(["outside the stages", f"{doc['outside_stages_seconds']:.2f}", "",
                      "graph construction, planning, moving data between stages"])
-    note = (f"<p>Seconds of bundle processing, summed over {doc['worker_processes']} worker processes that ran "
+    note = (f"<p>The {STAGE_COLUMN} are summed over {doc['worker_processes']} worker processes that ran "
             "at once: the stages can add up to more than the wall time.</p>" if doc["worker_processes"] > 1 else "")
     if doc["unavailable"]:
         note += f"<p>{html.escape(doc['unavailable'])}.</p>"
-    return head + note + table(["stage", "seconds", "share", "what it covers"], rows) + driver
+    return head + note + table(["stage", STAGE_COLUMN, "share", "what it covers"], rows) + driver
 
 
 def render_timings_html(doc: dict[str, Any], svg: str) -> str:
     """timings.html: the table and the bar chart (inline, linking its file)."""
     return f"""{page_head("shardforge build timings")}
-<p>{html.escape(doc["about"])} The build report: <a href="report.html">report.html</a>.</p>
+<p>{PAGE_ABOUT} The build report: <a href="report.html">report.html</a>.</p>
 {timings_table(doc)}
 {figure_html(TIMINGS_SVG, "seconds per stage", svg)}
 </body></html>

@@ -27,6 +27,7 @@ from pipelines.report.summaries import (
     DedupeStats,
     LengthHistogram,
     LengthsAndWords,
+    PiiCounts,
     RejectExamples,
     TokenCounts,
     packed_lengths,
@@ -56,16 +57,17 @@ class WriteReport(beam.PTransform):
     combined in the pipeline, reach the writer. The optional PCollections feed the report's other
     sections (examples, dedupe, tokenizer, packing), each combined to a small summary first: reject_log (Reject / Duplicate: examples per reason),
     duplicates (cluster sizes, similarity), token_counts (``Tokenize.counts``: tokens, <unk> per source)
-    and plans (the packing plans' singleton list from ``WriteCorpus.plans``: sequence lengths), and
-    training (``TrainTokenizer.stats``: the tokenizer sample and training seconds).
+    and plans (the packing plans' singleton list from ``WriteCorpus.plans``: sequence lengths),
+    training (``TrainTokenizer.stats``: the tokenizer sample and training seconds), pii
+    (``CleanDocuments``' per-batch PII summaries) and decontamination (``Decontaminate``'s singleton section).
     """
 
     def __init__(self, output: str, before, after, reject_log=None, duplicates=None, token_counts=None, plans=None,
-                 training=None):
+                 training=None, pii=None, decontamination=None):
         super().__init__()
         self.output, self.before, self.after = output, before, after
         self.optional = {"reject_log": reject_log, "duplicates": duplicates, "token_counts": token_counts,
-                         "plans": plans, "training": training}
+                         "plans": plans, "training": training, "pii": pii, "decontamination": decontamination}
 
     def expand(self, manifest):
         # The small summaries combine in one step (pipelines.metrics.CombineTagged).
@@ -83,6 +85,10 @@ class WriteReport(beam.PTransform):
             parts["packed_lengths"] = o["plans"] | "PackedLengths" >> beam.Map(packed_lengths)
         if o["training"] is not None:
             parts["training"] = o["training"]  # already one small dict (TrainTokenizer.stats)
+        if o["pii"] is not None:
+            summaries["pii"] = (o["pii"], PiiCounts())
+        if o["decontamination"] is not None:
+            parts["decontamination"] = o["decontamination"]  # already one small dict (Decontaminate's stats)
         combined = manifest.pipeline | "Summaries" >> CombineTagged(summaries)
         names = sorted(parts)
         output = self.output

@@ -17,13 +17,16 @@ bounded per file (``max_expansion_ratio``, ``max_decompressed_bytes``), so a bom
 amount of work and rejects the rest of its file.
 
 Accounting contract: every record read gives exactly one Document or one Reject, and a file that
-cannot be read (not a file, unreadable, truncated or corrupt compression, binary junk, empty,
-over its budget) still gives one Reject for the part that could not be read, so nothing is lost
-silently and nothing raises. Besides records, the reader emits per file how many records it
-*read* (``read_counts``, counted by the framers before parsing): that is the build's input
-count, checked against the outcomes by ``pipelines.report.accounting``.
+cannot be read (not a file, a link out of the listed folder, unreadable, truncated or corrupt
+compression, binary junk, empty, over its budget) still gives one Reject for the part that could
+not be read, after every record that decoded before it, so nothing is lost silently and nothing
+raises. Besides records, the reader emits per file how many records it *read* (``read_counts``,
+counted by the framers before parsing): that is the build's input count, checked against the
+outcomes by ``pipelines.report.accounting``; and the paths its doc ids name (``origins``), so
+every reject-log entry can name its file and its place in it.
 
-Layout: ``streams`` (bytes: compression, budgets, encodings, line / array framing),
+Layout: ``compression`` (bytes: decompression that keeps what decodes before a fault, budgets),
+``streams`` (bytes: encodings, binary sniffing, line / array framing),
 ``readers`` (records: one framer and parse per format, the guarded driver ``read_stream``),
 ``files`` (one file's records: ``read_file``), ``listing`` (globs -> judged inputs), ``rawfiles``
 (the input files of a versioned build, with their content fingerprints) and ``transforms`` (the
@@ -39,8 +42,8 @@ which owns the ``invalid_utf8: reject | repair`` policy; metadata fields are rep
 
 from typing import TYPE_CHECKING, Any
 
+from pipelines.sources.compression import split_compression
 from pipelines.sources.files import read_file, read_input
-from pipelines.sources.streams import split_compression
 
 if TYPE_CHECKING:
     from pipelines.sources.transforms import ReadSource, ReadSources

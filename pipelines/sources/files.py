@@ -11,15 +11,18 @@ import posixpath
 from collections.abc import Iterator
 
 from pipelines.records import Reject, make_doc_id
-from pipelines.sources.listing import Input, local_file_problem
+from pipelines.sources.compression import Budget, RawCounter, split_compression
+from pipelines.sources.listing import Input, local_file_problem, skip_detail
 from pipelines.sources.readers import R_UNREADABLE, Record, Tally, detect_format, failure_reason, read_stream
-from pipelines.sources.streams import Budget, RawCounter, safe_snippet, split_compression
+from pipelines.sources.streams import safe_snippet
 from schemas.config import SourceConfig
-from shardforge.storage import is_transient, open_read
+from shardforge.storage import check_unreadable, is_transient, open_checked, open_read, redact_url
 
 
 def _reject(url: str, source: SourceConfig, reason: str, detail: str) -> Reject:
-    return Reject(make_doc_id(source.name, f"{url}!error", 0), source.name, "rejected", reason, safe_snippet(detail))
+    """The one Reject of a file that is not read at all."""
+    return Reject(make_doc_id(source.name, f"{url}!error", 0), source.name, "rejected", reason, safe_snippet(detail),
+                  file=url, position="whole file")
 
 
 def budget_for(source: SourceConfig) -> Budget:
@@ -27,11 +30,14 @@ def budget_for(source: SourceConfig) -> Budget:
     return Budget(source.max_expansion_ratio, source.max_decompressed_bytes)
 
 
-def read_file(url: str, source: SourceConfig, tally: Tally | None = None) -> Iterator[Record]:
+def read_file(url: str, source: SourceConfig, tally: Tally | None = None,
+              expect: str | None = None) -> Iterator[Record]:
     """All records of one file (Documents and Rejects), streamed; `tally` counts what was read.
 
     Never raises on bad input: a path that is not a regular file, or that cannot be opened,
     gives one Reject (transient storage errors still raise, for the runner to retry).
+    expect: the content fingerprint the build's attempt tag was made from; the bytes read are
+    checked against it once the file is read (``storage.InputChanged`` if it changed meanwhile).
     """
     tally = tally if tally is not None else Tally()
     fmt = detect_format(url, source)
@@ -46,10 +52,12 @@ def read_file(url: str, source: SourceConfig, tally: Tally | None = None) -> Ite
         yield _reject(url, source, *problem)
         return
     try:
-        f = open_read(url)
+        f = open_read(url) if expect is None else open_checked(url, expect)
     except Exception as e:  # noqa: BLE001 - a file we cannot open is one rejected input
         if is_transient(e):
             raise
+        if expect is not None:
+            check_unreadable(url, expect, e)  # it was read when the build listed it: it changed
         tally.read += 1
         yield _reject(url, source, failure_reason(e, False), f"{type(e).__name__}: {e}")
         return
@@ -65,13 +73,15 @@ def read_file(url: str, source: SourceConfig, tally: Tally | None = None) -> Ite
         else:
             yield from read_stream(RawCounter(f, budget), url, source, source.max_record_bytes, fmt, comp,  # type: ignore[arg-type]
                                    tally=tally, budget=budget)
+        if expect is not None:
+            f.check()  # type: ignore[union-attr]
 
 
-def read_input(entry: Input, source: SourceConfig, tally: Tally) -> Iterator[Record]:
-    """Records of one listed input: a skipped one (with its reason) is one Reject."""
+def read_input(entry: Input, source: SourceConfig, tally: Tally, expect: str | None = None) -> Iterator[Record]:
+    """Records of one listed input: a skipped one (with its reason) is one Reject; ``expect``: see read_file."""
     url, skip = entry
     if skip is not None:
         tally.read += 1
-        yield _reject(url, source, skip, url)
+        yield _reject(url, source, skip, redact_url(skip_detail(url, skip)))
         return
-    yield from read_file(url, source, tally)
+    yield from read_file(url, source, tally, expect)

@@ -4,6 +4,11 @@ A match that cannot be read as a file is not dropped and does not crash the buil
 an ``Input`` with a skip reason, and the reader turns it into one counted Reject
 (``not_a_file`` for a directory, ``invalid_file_name`` for a name that is not valid UTF-8: such a
 name cannot travel through the pipeline, the manifest or the reject log).
+
+Links stay inside: on a local disk, a match whose real path (links resolved) lies outside the
+folder the pattern names (``listing_root``: a glob's fixed part, a folder, a file itself) is
+``not_a_file`` too, unless the source sets ``follow_links``. A dangling link stays a file the
+reader cannot open (``unreadable``).
 """
 
 from __future__ import annotations
@@ -34,17 +39,61 @@ def is_valid_name(url: str) -> bool:
     return True
 
 
-def judge(url: str, kind: str | None = None) -> Input:
-    """One match -> (URL, None) to read, or (printable name, reason) to count as skipped."""
+def judge(url: str, kind: str | None = None, root: str | None = None) -> Input:
+    """One match -> (URL, None) to read, or (printable name, reason) to count as skipped.
+
+    root: the real path of the listed folder (``listing_root``); a local match that resolves outside
+    it is skipped as ``not_a_file``. None: links are followed wherever they lead.
+    """
     if not is_valid_name(url):
         return printable_name(url), R_INVALID_FILE_NAME
-    if kind == "directory":
+    if kind == "directory" or leaves(url, root):
         return url, R_NOT_A_FILE
     return url, None
 
 
-def list_inputs(pattern: str) -> list[Input]:
-    """Every match of a glob (or the files under a folder URL, or the URL itself), sorted, judged."""
+def listing_root(pattern: str, follow_links: bool = False) -> str | None:
+    """The real path of the local folder a pattern lists: a glob's fixed part (up to the folder of its
+    first wildcard), a folder, or a file itself. None on object stores (no links) or with
+    ``follow_links``: nothing is refused for where it leads."""
+    scheme = pattern.split("://", 1)[0] if "://" in pattern else "file"
+    if follow_links or scheme not in ("file", "local"):  # decided from the URL: no object-store client made
+        return None
+    fs, path = get_fs(pattern)
+    wild = [i for i in (path.find(c) for c in "*?[") if i >= 0]
+    if wild:
+        path = path[:min(wild)].rsplit("/", 1)[0] or "/"
+    return os.path.realpath(path)
+
+
+def leaves(path: str, root: str | None) -> bool:
+    """Whether a local path resolves (links followed) to somewhere outside ``root``; a dangling or
+    looping link does not resolve, and is left to the reader (``unreadable``)."""
+    if root is None:
+        return False
+    try:
+        real = os.path.realpath(path, strict=True)
+    except (OSError, ValueError):
+        return False
+    return real != root and not real.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def skip_detail(url: str, reason: str) -> str:
+    """What a skipped match is, for its reject's snippet: a link out of the listed folder says where it leads."""
+    if reason == R_NOT_A_FILE and _is_local(url):
+        try:
+            real = os.path.realpath(url, strict=True)
+        except (OSError, ValueError):
+            return url
+        if real != os.path.abspath(url) and not os.path.isdir(real):
+            return f"a link out of the listed folder (follow_links reads it) to {real}"
+    return url
+
+
+def list_inputs(pattern: str, follow_links: bool = False) -> list[Input]:
+    """Every match of a glob (or the files under a folder URL, or the URL itself), sorted, judged;
+    a local link out of the listed folder is skipped unless ``follow_links``."""
+    root = listing_root(pattern, follow_links)
     fs, path = get_fs(pattern)
     invalidate(fs)
     if any(c in path for c in "*?["):
@@ -56,7 +105,7 @@ def list_inputs(pattern: str) -> list[Input]:
         found = retry(lambda: fs.find(path, detail=True), f"find {pattern}")
     else:
         found = {path: {"type": "file"}}
-    return sorted((judge(full_url(fs, p), info.get("type")) for p, info in found.items()), key=lambda e: e[0])
+    return sorted((judge(full_url(fs, p), info.get("type"), root) for p, info in found.items()), key=lambda e: e[0])
 
 
 def _unescape(name: str) -> str:
@@ -64,12 +113,14 @@ def _unescape(name: str) -> str:
     return re.sub(r"\\x([0-9a-f]{2})", lambda m: chr(0xDC00 + int(m[1], 16)), name)
 
 
-def judge_urls(urls: Iterable[str]) -> list[Input]:
+def judge_urls(urls: Iterable[str], pattern: str | None = None, follow_links: bool = False) -> list[Input]:
     """Explicitly given URLs (one ingest batch), judged by name: a printable name that
-    ``judge_listing`` made for an undecodable local file name is recognised again."""
+    ``judge_listing`` made for an undecodable local file name is recognised again. pattern: the
+    source's glob, whose folder a local link must not leave (unless ``follow_links``)."""
+    root = None if pattern is None else listing_root(pattern, follow_links)
     out = []
     for u in urls:
-        entry = judge(u)
+        entry = judge(u, None, root)
         if entry[1] is None and "\\x" in u and _is_local(u) and not os.path.lexists(u) \
                 and os.path.lexists(_unescape(u)):
             entry = (u, R_INVALID_FILE_NAME)
@@ -82,15 +133,17 @@ def _is_local(url: str) -> bool:
     return protocol_of(fs) in ("file", "local")
 
 
-def judge_listing(fs: AbstractFileSystem, path: str, info: dict) -> tuple[str, int, str | None]:
+def judge_listing(fs: AbstractFileSystem, path: str, info: dict,
+                  root: str | None = None) -> tuple[str, int, str | None]:
     """One entry of a detailed listing -> (URL or printable name, size, skip reason or None).
 
     For listings that must name every match (the ingest ledger): a link to a regular file is a
-    file of its target's size; a directory, FIFO, device, dangling link or undecodable name is
-    kept with its reason (size 0), so the reader counts it as one rejected input.
+    file of its target's size; a directory, FIFO, device, dangling link, link out of ``root``
+    (``listing_root``) or undecodable name is kept with its reason (size 0), so the reader counts
+    it as one rejected input.
     """
     url = full_url(fs, path)
-    url, skip = judge(url, info.get("type"))
+    url, skip = judge(url, info.get("type"), root)
     size = int(info.get("size") or 0)
     if skip is None and info.get("type", "file") != "file":
         problem = local_file_problem(url) if _is_local(url) else (R_NOT_A_FILE, str(info.get("type")))

@@ -40,14 +40,16 @@ def _checksum_of(info: dict[str, Any]) -> str | None:
     return None
 
 
-def list_raw_files(pattern: str) -> list[RawFile]:
+def list_raw_files(pattern: str, follow_links: bool = False) -> list[RawFile]:
     """Files matching a glob (or under a folder URL), with size, mtime and checksum, in one listing.
 
     Hidden names (a leading '.') are skipped: writers' temporary files and our own
-    atomic-write temporaries must never be ingested half written.
+    atomic-write temporaries must never be ingested half written. A local link out of the listed
+    folder is listed as skipped (``not_a_file``) unless ``follow_links``.
     """
-    from pipelines.sources.listing import judge_listing  # lazy: the package imports apache_beam
+    from pipelines.sources.listing import judge_listing, listing_root  # lazy: the package imports apache_beam
 
+    root = listing_root(pattern, follow_links)
     fs, path = get_fs(pattern)
     invalidate(fs)
     if any(c in path for c in "*?["):
@@ -62,7 +64,7 @@ def list_raw_files(pattern: str) -> list[RawFile]:
             continue
         # Matches that are not readable files (directories, FIFOs, dangling links, undecodable
         # names) stay listed, never opened here: the reader counts each as one rejected input.
-        url, size, skip = judge_listing(fs, p, info)
+        url, size, skip = judge_listing(fs, p, info, root)
         out.append(RawFile(url, size, info_mtime(info), f"skipped:{skip}" if skip else _checksum_of(info)))
     return out
 

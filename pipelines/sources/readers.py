@@ -17,29 +17,35 @@ import posixpath
 import tarfile
 import zlib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
-from pipelines.records import Document, Reject, make_doc_id
-from pipelines.sources.streams import (
+from pipelines.records import Document, Reject, doc_id_at, make_doc_id, origin_key, path_key, position_text
+from pipelines.sources.compression import (
     CHUNK,
-    SNIFF,
     Budget,
     CorruptData,
     ExpansionLimit,
+    decompress,
+    split_compression,
+)
+from pipelines.sources.streams import (
+    CUT,
+    SNIFF,
+    CrLines,
     Prefixed,
     TailTracker,
     Transcoded,
     bom_encoding,
     decode,
-    decompress,
     iter_json_array,
     iter_lines,
     looks_binary,
+    mostly_binary,
+    read_head,
     read_up_to,
     safe_snippet,
     skip_ws,
-    split_compression,
     valid_unicode,
 )
 from schemas.config import SourceConfig
@@ -81,9 +87,13 @@ class Tally:
 
     ``read``: records cut from the file (lines, items, rows, members, documents), plus one for
     each part that could not be read at all (an unreadable file, a corrupt or truncated rest).
+    ``origins``: each path its records' doc ids name (the file, or ``archive!member`` of a nested
+    stream) -> the unit its record index counts (``pipelines.records.position_text``): the reject
+    log's way back from a doc id to the file and the place in it.
     """
 
     read: int = 0
+    origins: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -177,6 +187,8 @@ def parse_json(raw: bytes, length: int, doc_id: str, source: SourceConfig, cap: 
     """One JSON line / array item -> Document or Reject (other exceptions: the driver's guard)."""
     if length > cap:
         return too_large(doc_id, source, raw)
+    if looks_binary(raw):  # a NUL byte is never in JSON text: this record is binary, not the file
+        return Reject(doc_id, source.name, "rejected", R_BINARY, safe_snippet(raw))
     line = decode(raw)
     try:
         obj = json.loads(line)
@@ -186,9 +198,12 @@ def parse_json(raw: bytes, length: int, doc_id: str, source: SourceConfig, cap: 
 
 
 def parse_text(data: bytes, doc_id: str, source: SourceConfig, cap: int) -> Record:
-    """A text document of a text file (already sniffed for binary data and re-encoded) -> Document."""
+    """A text document of a text file (already re-encoded) -> Document, or ``binary`` for NUL bytes
+    in its first ``SNIFF`` bytes (as a tar member's document)."""
     if len(data) > cap:
         return too_large(doc_id, source, data)
+    if looks_binary(data[:SNIFF]):
+        return Reject(doc_id, source.name, "rejected", R_BINARY, safe_snippet(data[:200]))
     return Document(doc_id, source.name, decode(data))
 
 
@@ -204,16 +219,28 @@ def parse_document(data: bytes, doc_id: str, source: SourceConfig, cap: int) -> 
     return Document(doc_id, source.name, decode(data))
 
 
-def not_a_file(doc_id: str, source: SourceConfig, what: str) -> Reject:
-    return Reject(doc_id, source.name, "rejected", R_NOT_A_FILE, what)
+def not_a_file(doc_id: str, source: SourceConfig, what: str, path: str, member: str) -> Reject:
+    return Reject(doc_id, source.name, "rejected", R_NOT_A_FILE, what, file=path, position=f"member {member}")
 
 
 # ------------------------------------------------------------------ framers
 
-def frame_jsonl(stream: BinaryIO, path: str, source: SourceConfig, cap: int) -> Iterator[Frame]:
-    """One JSON object per line; whitespace-only lines are not records. doc_id index = line number."""
+def frame_jsonl(stream: BinaryIO, path: str, source: SourceConfig, cap: int, tally: Tally) -> Iterator[Frame]:
+    """One JSON object per line; whitespace-only lines are not records. doc_id index = line number.
+
+    Lines end in LF or CRLF, or in a lone CR when that is how the file's first line ends. A last
+    line the stream broke after is a record only if it is a whole JSON object (else it is part of
+    the rest the stream's fault rejects).
+    """
+    tally.origins[path] = "line"
+    key = path_key(source.name, path)
     lineno = 0
-    for raw, length, blank in iter_lines(stream, cap):
+    for raw, length, blank in iter_lines(CrLines(stream), cap):  # type: ignore[arg-type]
+        if blank == CUT:
+            if length <= cap and _whole_object(raw):
+                doc_id = doc_id_at(key, lineno)
+                yield Frame(doc_id, parse_json, (raw.rstrip(b"\r"), length, doc_id, source, cap))
+            continue
         if blank:
             lineno += blank
             continue
@@ -221,16 +248,25 @@ def frame_jsonl(stream: BinaryIO, path: str, source: SourceConfig, cap: int) -> 
         lineno += 1
         if length <= cap and not raw.strip():
             continue
-        doc_id = make_doc_id(source.name, path, i)
+        doc_id = doc_id_at(key, i)
         yield Frame(doc_id, parse_json, (raw.rstrip(b"\r"), length, doc_id, source, cap))
 
 
-def frame_json(stream: BinaryIO, path: str, source: SourceConfig, cap: int) -> Iterator[Frame]:
+def _whole_object(raw: bytes) -> bool:
+    try:
+        return isinstance(json.loads(decode(raw)), dict)
+    except (ValueError, RecursionError):
+        return False
+
+
+def frame_json(stream: BinaryIO, path: str, source: SourceConfig, cap: int, tally: Tally) -> Iterator[Frame]:
     """news-please JSON: one object per file, a JSON array of objects, or (misnamed) JSONL."""
     head = skip_ws(stream)
     if not head:
         return
+    tally.origins[path] = "file"
     if head.startswith(b"["):
+        tally.origins[path] = "item"
         for i, (raw, length) in enumerate(iter_json_array(Prefixed(head[1:], stream), cap)):
             doc_id = make_doc_id(source.name, path, i)
             yield Frame(doc_id, parse_json, (raw, length, doc_id, source, cap))
@@ -241,11 +277,11 @@ def frame_json(stream: BinaryIO, path: str, source: SourceConfig, cap: int) -> I
         if _parses_as_one_value(data):
             yield Frame(doc_id, parse_json, (data, len(data), doc_id, source, cap))
         else:
-            yield from frame_jsonl(Prefixed(data, stream), path, source, cap)
+            yield from frame_jsonl(Prefixed(data, stream), path, source, cap, tally)
         return
     # Over the cap: JSONL if its first line is a value by itself, else one huge object.
     if _parses_as_one_value(data.split(b"\n", 1)[0]):
-        yield from frame_jsonl(Prefixed(data, stream), path, source, cap)
+        yield from frame_jsonl(Prefixed(data, stream), path, source, cap, tally)
     else:
         yield Frame(doc_id, too_large, (doc_id, source, data))
 
@@ -262,8 +298,9 @@ def _parses_as_one_value(data: bytes) -> bool:
     return True
 
 
-def frame_text(stream: BinaryIO, path: str, source: SourceConfig, cap: int) -> Iterator[Frame]:
+def frame_text(stream: BinaryIO, path: str, source: SourceConfig, cap: int, tally: Tally) -> Iterator[Frame]:
     """Plain text: one document per file, or several separated by `source.delimiter` lines."""
+    tally.origins[path] = "file" if source.delimiter is None else "document"
     if source.delimiter is None:
         data = read_up_to(stream, cap + 1)
         if len(data) > cap or data.strip():
@@ -320,7 +357,7 @@ def _missing_column(doc_id: str, source: SourceConfig, names: list[str]) -> Reje
                   f"no column {source.text_field!r} in {names}"[:200])
 
 
-def frame_parquet(stream: BinaryIO, path: str, source: SourceConfig, cap: int,
+def frame_parquet(stream: BinaryIO, path: str, source: SourceConfig, cap: int, tally: Tally,
                   budget: Budget | None = None) -> Iterator[Frame]:
     """Parquet in record batches: text (or maintext), title, url, date (or date_publish) columns.
 
@@ -329,6 +366,7 @@ def frame_parquet(stream: BinaryIO, path: str, source: SourceConfig, cap: int,
     """
     import pyarrow.parquet as pq
 
+    tally.origins[path] = "row"
     pf = pq.ParquetFile(stream)  # type: ignore[arg-type]  # needs a seekable file: fsspec's is
     names = set(pf.schema_arrow.names)
     text_col = next((c for c in text_fields(source) if c in names), None)
@@ -342,6 +380,7 @@ def frame_parquet(stream: BinaryIO, path: str, source: SourceConfig, cap: int,
             "date": next((c for c in DATE_FIELDS if c in names), None)}
     lang_col = "language" if source.languages is not None and "language" in names else None
     columns = sorted({text_col, *(c for c in meta.values() if c), *([lang_col] if lang_col else [])})
+    key = path_key(source.name, path)
     i = 0
     for batch in pf.iter_batches(batch_size=256, columns=columns):
         try:
@@ -352,7 +391,7 @@ def frame_parquet(stream: BinaryIO, path: str, source: SourceConfig, cap: int,
             texts = cols[text_col] if cols is not None else ()
             budget.add_inflated(max(batch.nbytes, sum(len(t) for t in texts if isinstance(t, str))))
         for j in range(batch.num_rows):
-            doc_id = make_doc_id(source.name, path, i)
+            doc_id = doc_id_at(key, i)
             i += 1
             yield Frame(doc_id, parse_parquet_row, (cols, batch, j, doc_id, source, cap, text_col, meta, lang_col))
 
@@ -390,6 +429,7 @@ def frame_tar(stream: BinaryIO, path: str, source: SourceConfig, cap: int, depth
     """A streamed tar: each regular member is a document (bounded read), or a nested archive /
     JSON(L) file read with its own reader; every other member (directory, link, device) is one
     `not_a_file` record. doc_id: archive path + member index (non-files: their own index)."""
+    tally.origins[path] = "member"
     tracked = TailTracker(stream)
     with tarfile.open(fileobj=tracked, mode="r|") as tar:  # type: ignore[call-overload]
         index = 0
@@ -399,7 +439,7 @@ def frame_tar(stream: BinaryIO, path: str, source: SourceConfig, cap: int, depth
             if not member.isfile():
                 doc_id = make_doc_id(source.name, f"{path}!not_a_file", others)
                 others += 1
-                yield Frame(doc_id, not_a_file, (doc_id, source, f"{member_kind(member)}: {name}"[:200]))
+                yield Frame(doc_id, not_a_file, (doc_id, source, f"{member_kind(member)}: {name}"[:200], path, name))
                 continue
             f = tar.extractfile(member)
             inner_path = f"{path}!{name}"
@@ -415,13 +455,13 @@ def frame_tar(stream: BinaryIO, path: str, source: SourceConfig, cap: int, depth
     check_tar_end(tracked)
 
 
-FRAMERS: dict[str, Callable[[BinaryIO, str, SourceConfig, int], Iterator[Frame]]] = {
+FRAMERS: dict[str, Callable[[BinaryIO, str, SourceConfig, int, Tally], Iterator[Frame]]] = {
     "jsonl": frame_jsonl, "json": frame_json, "text": frame_text}
 
 
 # ------------------------------------------------------------------ the driver
 
-def failure_reason(exc: BaseException, archive: bool) -> str:
+def failure_reason(exc: BaseException, archive: bool, fmt: str | None = None) -> str:
     """Name why a stream could not be read to its end."""
     if isinstance(exc, ExpansionLimit):
         return exc.reason
@@ -438,6 +478,9 @@ def failure_reason(exc: BaseException, archive: bool) -> str:
         return R_CORRUPT_COMPRESSED
     if "arrow" in type(exc).__module__.lower():
         return R_CORRUPT_PARQUET
+    # pyarrow raises a plain OSError (no errno) for a footer whose metadata does not deserialize
+    if fmt == "parquet" and not (isinstance(exc, OSError) and exc.errno is not None):
+        return R_CORRUPT_PARQUET
     return R_UNREADABLE
 
 
@@ -449,6 +492,41 @@ def parse_guarded(frame: Frame, source: SourceConfig) -> Record:
         return Reject(frame.doc_id, source.name, "rejected", R_PARSE_ERROR, safe_snippet(f"{type(e).__name__}: {e}"))
 
 
+def _stream_items(raw: BinaryIO, path: str, source: SourceConfig, cap: int, fmt: str | None,
+                  compression: str | None, depth: int, tally: Tally, budget: Budget | None,
+                  failure: Callable[[str, str], Reject]) -> Iterator[Item]:
+    """The items of one stream: its framer's frames (with the records of nested streams), or one
+    counted ``failure`` Reject for a stream that is binary data or archives nested too deep."""
+    stream = decompress(raw, compression, budget)
+    if fmt == "parquet":
+        yield from frame_parquet(stream, path, source, cap, tally, budget)
+        return
+    head = read_head(stream, SNIFF)
+    enc = bom_encoding(head[:4]) if fmt != "tar" else None
+    if enc is not None:  # UTF-16/32 text with a byte-order mark: read it as UTF-8
+        stream = Transcoded(Prefixed(head, stream), enc)  # type: ignore[assignment]
+        head = read_head(stream, SNIFF)
+    if fmt is None or fmt == "tar":
+        # tar headers carry "ustar" at byte 257; otherwise guess from the first byte.
+        if head[257:262] == b"ustar":
+            fmt = "tar"
+        elif fmt is None:
+            fmt = "json" if head.lstrip()[:1] in (b"{", b"[") else "text"
+    if fmt == "tar" and depth >= MAX_ARCHIVE_DEPTH:
+        tally.read += 1
+        yield failure(R_CORRUPT_ARCHIVE, f"archives nested deeper than {depth}")
+        return
+    if fmt != "tar" and mostly_binary(head):  # a stray NUL byte rejects its record, not the file
+        tally.read += 1
+        yield failure(R_BINARY, safe_snippet(head[:200]))
+        return
+    stream = Prefixed(head, stream)  # type: ignore[assignment]
+    if fmt == "tar":
+        yield from frame_tar(stream, path, source, cap, depth, tally, budget)
+    else:
+        yield from FRAMERS[fmt](stream, path, source, cap, tally)
+
+
 def read_stream(raw: BinaryIO, path: str, source: SourceConfig, cap: int, fmt: str | None,
                 compression: str | None, depth: int = 0, tally: Tally | None = None,
                 budget: Budget | None = None) -> Iterator[Record]:
@@ -457,44 +535,25 @@ def read_stream(raw: BinaryIO, path: str, source: SourceConfig, cap: int, fmt: s
     Every frame is counted into `tally` before it is parsed. A stream that yields no record
     gives one `empty_file` Reject; a stream that breaks part way (or exceeds its `budget`) gives
     one Reject for its unread rest, after the records read; each of these counts as one read.
+    Those Rejects name the stream and where it broke: after its last record, or the whole file.
     """
     tally = tally if tally is not None else Tally()
     emitted = 0
-    failure_id = make_doc_id(source.name, f"{path}!error", 0)
-    archive = fmt == "tar"
+    own = path_key(source.name, path) + "-"
+    last: str | None = None  # the doc id of this stream's last frame
+
+    def failure(reason: str, snippet: str) -> Reject:
+        unit, key = tally.origins.get(path), origin_key(last) if last is not None else None
+        where = "whole file" if key is None or unit is None else f"after {position_text(unit, key[1])}"
+        return Reject(make_doc_id(source.name, f"{path}!error", 0), source.name, "rejected", reason, snippet,
+                      file=path, position=where)
+
     try:
-        stream = decompress(raw, compression, budget)
-        if fmt == "parquet":
-            items: Iterator[Item] = frame_parquet(stream, path, source, cap, budget)
-        else:
-            head = read_up_to(stream, SNIFF)
-            enc = bom_encoding(head[:4]) if fmt != "tar" else None
-            if enc is not None:  # UTF-16/32 text with a byte-order mark: read it as UTF-8
-                stream = Transcoded(Prefixed(head, stream), enc)  # type: ignore[assignment]
-                head = read_up_to(stream, SNIFF)
-            if fmt is None or fmt == "tar":
-                # tar headers carry "ustar" at byte 257; otherwise guess from the first byte.
-                if head[257:262] == b"ustar":
-                    fmt = "tar"
-                elif fmt is None:
-                    fmt = "json" if head.lstrip()[:1] in (b"{", b"[") else "text"
-            archive = fmt == "tar"
-            if fmt == "tar" and depth >= MAX_ARCHIVE_DEPTH:
-                tally.read += 1
-                yield Reject(failure_id, source.name, "rejected", R_CORRUPT_ARCHIVE, f"archives nested deeper than {depth}")
-                return
-            if fmt != "tar" and looks_binary(head):
-                tally.read += 1
-                yield Reject(failure_id, source.name, "rejected", R_BINARY, safe_snippet(head[:200]))
-                return
-            stream = Prefixed(head, stream)  # type: ignore[assignment]
-            if fmt == "tar":
-                items = frame_tar(stream, path, source, cap, depth, tally, budget)
-            else:
-                items = FRAMERS[fmt](stream, path, source, cap)
-        for item in items:
+        for item in _stream_items(raw, path, source, cap, fmt, compression, depth, tally, budget, failure):
             if type(item) is Frame:
                 tally.read += 1
+                if item.doc_id.startswith(own):
+                    last = item.doc_id
                 item = parse_guarded(item, source)
             emitted += 1
             yield item  # type: ignore[misc]
@@ -504,9 +563,9 @@ def read_stream(raw: BinaryIO, path: str, source: SourceConfig, cap: int, fmt: s
         if isinstance(e, ExpansionLimit) and depth > 0:
             raise  # the budget is the whole file's: reject the rest of the file, not one member
         tally.read += 1
-        reason = failure_reason(e, archive)
-        yield Reject(failure_id, source.name, "rejected", reason, safe_snippet(f"{type(e).__name__}: {e}"))
+        yield failure(failure_reason(e, fmt == "tar" or tally.origins.get(path) == "member", fmt),
+                      safe_snippet(f"{type(e).__name__}: {e}"))
         return
     if emitted == 0:
         tally.read += 1
-        yield Reject(failure_id, source.name, "rejected", R_EMPTY_FILE, "")
+        yield failure(R_EMPTY_FILE, "")

@@ -1,103 +1,23 @@
-"""Byte streams under the readers: decompression, bounded work, re-encoding, and framing.
+"""Byte streams under the readers: re-encoding, binary sniffing, and framing.
 
-Everything here works on ``read(n)`` streams and never parses a record: it cuts lines, JSON
-array items and sniffed heads out of bytes, decompresses them within a per-file work budget
-(decompression bombs), and turns UTF-16/32 text with a byte-order mark into UTF-8.
+Everything here works on ``read(n)`` streams (decompressed by ``compression``) and never parses a
+record: it cuts lines, JSON array items and sniffed heads out of bytes, reads a file whose lines
+end in a lone CR as lines, and turns UTF-16/32 text with a byte-order mark into UTF-8.
 """
 
 from __future__ import annotations
 
-import bz2
 import codecs
-import gzip
-import lzma
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import BinaryIO
 
 from pipelines.records import snippet
+from pipelines.sources.compression import CHUNK, CorruptData, Drained
 
-CHUNK = 1 << 20  # streaming read size
 SNIFF = 8192  # bytes looked at to recognise binary files, byte-order marks and tar archives
-COMPRESSIONS = {".gz": "gzip", ".gzip": "gzip", ".xz": "xz", ".lzma": "xz", ".zst": "zstd", ".zstd": "zstd",
-                ".bz2": "bz2"}
-# Decompressed bytes a file may produce before the expansion-ratio check applies: small files
-# of repetitive text legitimately compress far better than 100:1.
-EXPANSION_GRACE_BYTES = 16 << 20
-# Byte-order marks of text we re-encode to UTF-8 (UTF-32 first: its LE mark starts like UTF-16's).
 BOMS = ((b"\xff\xfe\x00\x00", "utf-32"), (b"\x00\x00\xfe\xff", "utf-32"), (b"\xff\xfe", "utf-16"),
         (b"\xfe\xff", "utf-16"))
-
-
-# ------------------------------------------------------------------ compression
-
-def split_compression(name: str) -> tuple[str, str | None]:
-    """('x.jsonl.gz') -> ('x.jsonl', 'gzip'); no known compression -> (name, None)."""
-    lower = name.lower()
-    for ext, comp in COMPRESSIONS.items():
-        if lower.endswith(ext):
-            return name[: -len(ext)], comp
-    return name, None
-
-
-class CorruptData(Exception):
-    """Compressed data that does not decode."""
-
-
-class ZstdReader:
-    """A read(n) stream over zstd data that raises EOFError on a truncated frame.
-
-    zstandard's stream_reader returns short data silently when the input ends mid-frame; this
-    reader feeds small input chunks to a decompressobj (bounding memory on highly compressible
-    input) and checks the frame end itself. Multi-frame files are read across frames.
-    """
-
-    IN_CHUNK = 2048
-
-    def __init__(self, raw: BinaryIO):
-        import zstandard
-
-        self._zstd = zstandard
-        self._raw = raw
-        self._dobj = zstandard.ZstdDecompressor().decompressobj()
-        self._buf = bytearray()
-        self._done = False
-        self._mid_frame = False
-
-    def _fill(self) -> None:
-        data = self._raw.read(self.IN_CHUNK)
-        if not data:
-            if self._mid_frame and not self._dobj.eof:
-                raise EOFError("zstd stream ended before the end of its frame")
-            self._done = True
-            return
-        while data:
-            try:
-                self._buf += self._dobj.decompress(data)
-            except self._zstd.ZstdError as e:
-                raise CorruptData(f"corrupt zstd data: {e}") from e
-            self._mid_frame = True
-            if self._dobj.eof:
-                data = self._dobj.unused_data
-                self._dobj = self._zstd.ZstdDecompressor().decompressobj()
-                self._mid_frame = False
-            else:
-                data = b""
-
-    def read(self, n: int = -1) -> bytes:
-        while not self._done and (n < 0 or len(self._buf) < n):
-            self._fill()
-        if n < 0 or n >= len(self._buf):
-            out = bytes(self._buf)
-            self._buf.clear()
-        else:
-            out = bytes(self._buf[:n])
-            del self._buf[:n]
-        return out
-
-    def close(self) -> None:
-        pass
 
 
 class Prefixed:
@@ -117,87 +37,6 @@ class Prefixed:
         return self._stream.read(n)
 
 
-# ------------------------------------------------------------------ bounded work per file
-
-class ExpansionLimit(Exception):
-    """A file decompressed to more than its budget allows (a decompression bomb, or a limit set low)."""
-
-    def __init__(self, reason: str, message: str):
-        super().__init__(message)
-        self.reason = reason
-
-
-@dataclass
-class Budget:
-    """The decompression work one input file may cause, shared by every level of nesting.
-
-    ``raw``: bytes read from the file itself; ``inflated``: bytes produced by every decompressor
-    (outer stream and nested members together). Work is bounded by
-    ``max(EXPANSION_GRACE_BYTES, max_ratio * raw)`` and by ``max_bytes``.
-    """
-
-    max_ratio: float | None = None
-    max_bytes: int | None = None
-    raw: int = 0
-    inflated: int = 0
-
-    def add_inflated(self, n: int) -> None:
-        """Count n decompressed bytes; raise ExpansionLimit once over a limit."""
-        self.inflated += n
-        if self.max_bytes is not None and self.inflated > self.max_bytes:
-            raise ExpansionLimit("max_decompressed_bytes",
-                                 f"decompressed past {self.max_bytes} bytes (max_decompressed_bytes)")
-        if (self.max_ratio is not None and self.inflated > EXPANSION_GRACE_BYTES
-                and self.inflated > self.max_ratio * max(self.raw, 1)):
-            raise ExpansionLimit("max_expansion_ratio",
-                                 f"{self.inflated} bytes from {self.raw} compressed bytes: over "
-                                 f"{self.max_ratio:g}:1 (max_expansion_ratio)")
-
-
-class RawCounter:
-    """A read(n) pass-through counting the bytes read from the file itself."""
-
-    def __init__(self, stream: BinaryIO, budget: Budget):
-        self._stream = stream
-        self._budget = budget
-
-    def read(self, n: int = -1) -> bytes:
-        b = self._stream.read(n)
-        self._budget.raw += len(b)
-        return b
-
-
-class Inflated:
-    """A read(n) pass-through over a decompressor, charging what it produces to the budget."""
-
-    def __init__(self, stream: BinaryIO, budget: Budget):
-        self._stream = stream
-        self._budget = budget
-
-    def read(self, n: int = -1) -> bytes:
-        b = self._stream.read(n)
-        if b:
-            self._budget.add_inflated(len(b))
-        return b
-
-
-def decompress(stream: BinaryIO, compression: str | None, budget: Budget | None = None) -> BinaryIO:
-    """A streaming decompressing reader (the stream itself when not compressed), within budget."""
-    if compression is None:
-        return stream
-    if compression == "gzip":
-        out: BinaryIO = gzip.GzipFile(fileobj=stream, mode="rb")  # type: ignore[assignment]
-    elif compression == "xz":
-        out = lzma.LZMAFile(stream)  # type: ignore[assignment]
-    elif compression == "bz2":
-        out = bz2.BZ2File(stream)  # type: ignore[assignment]
-    elif compression == "zstd":
-        out = ZstdReader(stream)  # type: ignore[assignment]
-    else:
-        raise ValueError(f"unknown compression {compression!r}")
-    return Inflated(out, budget) if budget is not None else out  # type: ignore[return-value]
-
-
 # ------------------------------------------------------------------ text encodings
 
 def bom_encoding(head: bytes) -> str | None:
@@ -208,28 +47,52 @@ def bom_encoding(head: bytes) -> str | None:
     return None
 
 
-class Transcoded:
+class Transcoded(Drained):
     """A read(n) stream of UTF-8 over UTF-16/32 text with a byte-order mark (undecodable units -> U+FFFD)."""
 
     def __init__(self, stream: BinaryIO, encoding: str):
+        super().__init__()
         self._stream = stream
         self._decoder = codecs.getincrementaldecoder(encoding)(errors="replace")
-        self._buf = bytearray()
-        self._done = False
+
+    def _produce(self) -> None:
+        data = self._stream.read(CHUNK)
+        text = self._decoder.decode(data, final=not data)
+        self._done = not data
+        self._buf += text.encode("utf-8")
+
+
+class CrLines:
+    """A read(n) stream that reads a file whose lines end in a lone CR (classic Mac) as LF lines.
+
+    Decided by the stream's first line end: CR not followed by LF turns every CR into LF (one
+    byte for one, so lengths and caps are unchanged); LF or CRLF leaves the bytes as they are.
+    """
+
+    def __init__(self, stream: BinaryIO):
+        self._stream = stream
+        self._cr_only: bool | None = None
+        self._held = b""  # a byte read ahead to see what follows a CR at the end of a read
 
     def read(self, n: int = -1) -> bytes:
-        while not self._done and (n < 0 or len(self._buf) < n):
-            data = self._stream.read(CHUNK)
-            text = self._decoder.decode(data, final=not data)
-            self._done = not data
-            self._buf += text.encode("utf-8")
-        if n < 0 or n >= len(self._buf):
-            out = bytes(self._buf)
-            self._buf.clear()
+        if self._held:
+            b, self._held = self._held, b""
+            if n < 0 or n > 1:
+                b += self._stream.read(n if n < 0 else n - 1)
         else:
-            out = bytes(self._buf[:n])
-            del self._buf[:n]
-        return out
+            b = self._stream.read(n)
+        if self._cr_only is None and b:
+            cr, lf = b.find(b"\r"), b.find(b"\n")
+            if lf >= 0 and (cr < 0 or lf < cr):
+                self._cr_only = False
+            elif cr >= 0:
+                if cr + 1 == len(b):
+                    self._held = self._stream.read(1)
+                    nxt = self._held[:1]
+                else:
+                    nxt = b[cr + 1:cr + 2]
+                self._cr_only = nxt != b"\n"
+        return b.replace(b"\r", b"\n") if self._cr_only else b
 
 
 def decode(data: bytes) -> str:
@@ -253,8 +116,25 @@ def safe_snippet(text: str | bytes) -> str:
 
 
 def looks_binary(head: bytes) -> bool:
-    """NUL bytes never occur in UTF-8 text we want; a file (or member) with them is binary."""
+    """NUL bytes never occur in UTF-8 text we want; a document (or record) with them is binary."""
     return b"\x00" in head
+
+
+# C0 control bytes other than whitespace and ESC: text has next to none, binary data ~10 % (random
+# bytes: 26 of 256), UTF-16 without a byte-order mark ~50 % (NUL high bytes).
+CONTROL_BYTES = bytes([*range(0x00, 0x09), *range(0x0E, 0x1B), *range(0x1C, 0x20)])
+BINARY_SHARE = 0.05
+
+
+def mostly_binary(head: bytes) -> bool:
+    """Whether a file's first bytes are binary data rather than text with a stray control byte.
+
+    A file of records (JSON lines, delimited documents) is rejected whole as ``binary`` only when
+    its head is: a NUL byte in one record rejects that record alone.
+    """
+    if not head:
+        return False
+    return (len(head) - len(head.translate(None, CONTROL_BYTES))) > BINARY_SHARE * len(head)
 
 
 # ------------------------------------------------------------------ framing
@@ -272,10 +152,30 @@ def read_up_to(stream: BinaryIO, n: int) -> bytes:
     return b"".join(parts)
 
 
+def read_head(stream: BinaryIO, n: int) -> bytes:
+    """``read_up_to`` for a sniffed head: a stream that decoded fewer bytes before its fault gives
+    those (``Drained`` raises the fault again at the next read, so nothing is lost and nothing skipped)."""
+    parts: list[bytes] = []
+    got = 0
+    while got < n:
+        try:
+            b = stream.read(min(CHUNK, n - got))
+        except (EOFError, CorruptData):
+            if not parts:
+                raise
+            break
+        if not b:
+            break
+        parts.append(b)
+        got += len(b)
+    return b"".join(parts)
+
+
 # One character class, greedy, backing off to the run's last newline: SRE's single-class repeat
 # runs at ~1.5 ms per MiB (a repeated group, (?:[ \t]*\n)+, is 70x slower).
 _BLANK_RUN = re.compile(rb"[ \t\r\f\v\n]*\n")
 _BLANK_START = frozenset(b" \t\r\f\v\n")
+CUT = -1  # iter_lines' ``blank`` for an unterminated line its stream broke after
 
 
 def iter_lines(stream: BinaryIO, cap: int) -> Iterator[tuple[bytes, int, int]]:
@@ -288,11 +188,19 @@ def iter_lines(stream: BinaryIO, cap: int) -> Iterator[tuple[bytes, int, int]]:
     a gigabyte of newlines costs what reading it costs): such a run comes as one item whose
     ``blank`` is the number of lines in it and whose bytes are the run without its last newline
     (so joining items with newlines restores the input); ``blank`` is 0 for every other line.
+
+    A stream that breaks (EOFError, CorruptData) after an unterminated line gives that line with
+    ``blank`` = ``CUT`` before the fault is raised: it may be a whole record that lost its newline.
     """
     pending = bytearray()
     pending_len = 0  # true length of the partial line (pending keeps at most cap bytes)
     while True:
-        chunk = stream.read(CHUNK)
+        try:
+            chunk = stream.read(CHUNK)
+        except (EOFError, CorruptData):
+            if pending_len:  # the stream broke after this unterminated line: the caller judges it
+                yield bytes(pending), pending_len, CUT
+            raise
         if not chunk:
             break
         start = 0

@@ -1,8 +1,9 @@
 """The sources as Beam transforms: ``ReadSources`` (every configured source) and ``ReadSource`` (one).
 
 Each file is one element, reshuffled so files spread over workers; its records come out as
-``documents`` (main output) and ``rejects``, and the number of records it read as ``read_counts``
-(the accounting's input count, ``pipelines.report.accounting``).
+``documents`` (main output) and ``rejects``, the number of records it read as ``read_counts``
+(the accounting's input count, ``pipelines.report.accounting``), and as ``origins`` the paths its
+doc ids name (``(path_key, (path, unit))``: the reject log's way from a doc id to a file and a place).
 """
 
 from __future__ import annotations
@@ -14,30 +15,36 @@ from apache_beam import pvalue
 
 from pipelines.localrunner import progress
 from pipelines.metrics import counted
+from pipelines.records import path_key
 from pipelines.sources.files import read_input
 from pipelines.sources.listing import Input, judge_urls, list_inputs
 from pipelines.sources.readers import Tally
 from schemas.config import SourceConfig
 from schemas.errors import UserError
+from shardforge.storage import check_listed
 
 REJECTS = "rejects"
 READ_COUNTS = "read_counts"
+ORIGINS = "origins"
 
 
 class _ReadFiles(beam.DoFn):
-    def __init__(self, source: SourceConfig, total_files: int | None = None):
+    def __init__(self, source: SourceConfig, total_files: int | None = None, expect: dict[str, str] | None = None):
         self.source = source
         self.total_files = total_files
+        self.expect = expect or {}  # URL -> the content fingerprint the attempt tag was made from
 
     def process(self, entry: Input):
         tally = Tally()
         yield from self._records(entry, tally)
         # What this file contributed to the input count: records read, whatever they parsed to.
         yield pvalue.TaggedOutput(READ_COUNTS, (self.source.name, tally.read))
+        for path, unit in sorted(tally.origins.items()):
+            yield pvalue.TaggedOutput(ORIGINS, (path_key(self.source.name, path), (path, unit)))
         progress.tick(f"read {self.source.name} files", total=self.total_files, unit="file")
 
     def _records(self, entry: Input, tally: Tally):
-        for rec in read_input(entry, self.source, tally):
+        for rec in read_input(entry, self.source, tally, self.expect.get(entry[0])):
             yield counted("read", rec, "documents", REJECTS)
 
 
@@ -45,13 +52,20 @@ class ReadSource(beam.PTransform):
     """Read one configured source: outputs `documents` (main), `rejects` and `read_counts`
     (``(source, records read)`` per file: the input count of the accounting)."""
 
-    def __init__(self, source: SourceConfig, urls: Sequence[str] | None = None):
-        """urls: read exactly these files (e.g. one ingest batch) instead of expanding source.input."""
+    def __init__(self, source: SourceConfig, urls: Sequence[str] | None = None,
+                 expect: dict[str, str] | None = None):
+        """urls: read exactly these files (e.g. one ingest batch) instead of expanding source.input.
+        expect: URL -> content fingerprint the attempt tag was made from; every file read is checked
+        against it (``storage.open_checked``), and the listing must name the same files."""
         super().__init__()
         self.source = source
-        self.inputs = judge_urls(urls) if urls is not None else list_inputs(source.input)
+        self.inputs = (judge_urls(urls, source.input, source.follow_links) if urls is not None
+                       else list_inputs(source.input, source.follow_links))
         if urls is None and not self.inputs:
             raise UserError(f"source {source.name}: no files match {source.input!r}")
+        self.expect = expect
+        if expect is not None:
+            check_listed(source.name, [u for u, skip in self.inputs if skip is None], expect)
 
     @property
     def urls(self) -> list[str]:
@@ -63,8 +77,8 @@ class ReadSource(beam.PTransform):
             pbegin
             | "ListFiles" >> beam.Create(self.inputs)
             | "SpreadFiles" >> beam.Reshuffle()
-            | "ReadFiles" >> beam.ParDo(_ReadFiles(self.source, len(self.inputs))).with_outputs(
-                REJECTS, READ_COUNTS, main="documents")
+            | "ReadFiles" >> beam.ParDo(_ReadFiles(self.source, len(self.inputs), self.expect)).with_outputs(
+                REJECTS, READ_COUNTS, ORIGINS, main="documents")
         )
 
 
@@ -77,10 +91,13 @@ class ReadSources(beam.PTransform):
     files: read exactly these URLs per source name (an ingest batch) instead of each glob.
     """
 
-    def __init__(self, sources: Sequence[SourceConfig], files: dict[str, list[str]] | None = None):
+    def __init__(self, sources: Sequence[SourceConfig], files: dict[str, list[str]] | None = None,
+                 expect: dict[str, dict[str, str]] | None = None):
+        """expect: per source name, URL -> content fingerprint (see ReadSource)."""
         super().__init__()
         # Listing (and its one-line errors) happens here, at construction, as ReadSource does.
-        self.readers = [(src.name, ReadSource(src, None if files is None else files.get(src.name, [])))
+        self.readers = [(src.name, ReadSource(src, None if files is None else files.get(src.name, []),
+                                              None if expect is None else expect.get(src.name, {})))
                         for src in sources]
 
     def expand(self, pbegin):
@@ -89,11 +106,12 @@ class ReadSources(beam.PTransform):
             documents=[r.documents for r in reads] | "AllDocuments" >> beam.Flatten(),
             rejects=[r.rejects for r in reads] | "AllReadRejects" >> beam.Flatten(),
             read_counts=[r.read_counts for r in reads] | "AllReadCounts" >> beam.Flatten(),
+            origins=[r.origins for r in reads] | "AllOrigins" >> beam.Flatten(),
         )
 
 
 class _SourceOutputs(dict):
-    """The three outputs of ReadSources, by attribute or by key (Beam accepts a dict of PCollections)."""
+    """The four outputs of ReadSources, by attribute or by key (Beam accepts a dict of PCollections)."""
 
     def __getattr__(self, name: str):
         try:

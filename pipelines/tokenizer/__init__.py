@@ -1,6 +1,8 @@
 """The tokenizer: trained on a bounded, deterministic sample of the clean corpus (SentencePiece unigram /
 BPE, or byte-level BPE), stored beside the corpus, and applied to every document in batches
-(design: docs/tokenizer.md). The special tokens have fixed ids (``schemas.SPECIAL_TOKENS``).
+(design: docs/tokenizer.md). The special tokens have fixed ids (``schemas.SPECIAL_TOKENS``); their
+strings written in a document are encoded as text (``schemas.tokenizer_files``), so special ids stand only
+where packing puts them.
 
 - ``sample``: the training sample, a bounded bottom-k of the documents by content hash;
 - ``train``: training (one thread, content-keyed order: the same sample gives the same bytes) and the

@@ -13,7 +13,6 @@ from pipelines.coders import TokenizedDocumentCoder  # noqa: F401  (registers th
 from pipelines.localrunner import progress
 from pipelines.localrunner.batching import BundleBatches
 from pipelines.records import SentencedDocument, TokenizedDocument, token_ids
-from schemas import UNK_ID
 from schemas.tokenizer_files import (
     load_tokenizer,
 )
@@ -30,7 +29,10 @@ def resolve_threads(num_threads: int) -> int:
         return max(1, os.cpu_count() or 1)
 
 
-# EncodeBatches's tagged output: a batch's {source: (documents, tokens, <unk> tokens)}.
+# EncodeBatches's tagged output: a batch's {source: (documents, tokens, <unk> tokens)}. <unk> is the
+# tokenizer's own unknown id (an hf_json tokenizer's: BERT's [UNK] is 100), none if it has no such token;
+# a special token's string written in the text is encoded as text (schemas.tokenizer_files), so it
+# never counts as one.
 TOKEN_COUNTS = "token_counts"
 
 
@@ -52,6 +54,7 @@ class EncodeBatches(BundleBatches):
         self.num_threads = num_threads
         self._threads = 1
         self._tok = None
+        self._unk = -1  # the tokenizer's <unk> id (-1: none)
         self._model_sha: str | None = None
         self._model_ref: bytes | None = None
         self.empty = Metrics.counter("tokenize", "empty_documents")
@@ -67,6 +70,7 @@ class EncodeBatches(BundleBatches):
         sha = sha256_bytes(model)
         if self._tok is None or sha != self._model_sha:
             self._tok, self._model_sha = load_tokenizer(model), sha
+            self._unk = self._tok.special_ids.get("<unk>", -1)
         self._model_ref = model
         return self._tok
 
@@ -99,7 +103,7 @@ class EncodeBatches(BundleBatches):
                 c = counts[d.source] = [0, 0, 0]
             c[0] += 1
             c[1] += n
-            c[2] += sum(s.count(UNK_ID) for s in doc_ids)  # the encoder's int lists: a count in C
+            c[2] += sum(s.count(self._unk) for s in doc_ids)  # the encoder's int lists: a count in C
             yield TokenizedDocument(d.doc_id, d.source, sents, n)
         yield beam.pvalue.TaggedOutput(TOKEN_COUNTS, {k: tuple(v) for k, v in sorted(counts.items())})
 

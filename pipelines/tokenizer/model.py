@@ -113,11 +113,15 @@ def load_model(url: str) -> bytes:
 
     A folder (a Hugging Face model's) means its ``tokenizer.json``."""
     try:
+        model = read_bytes(url)
+    except IsADirectoryError:
         try:
-            model = read_bytes(url)
-        except IsADirectoryError:
             model = read_bytes(f"{url.rstrip('/')}/tokenizer.json")
-    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            raise UserError(f"tokenizer model {url} is a folder without a tokenizer.json: give the tokenizer "
+                            "file itself (spm.model, tokenizer.json) or a Hugging Face model folder that "
+                            "holds tokenizer.json") from None
+    except (FileNotFoundError, NotADirectoryError):
         raise UserError(f"tokenizer model not found: {url}") from None
     try:
         load_tokenizer(model)  # validates ids
@@ -133,5 +137,6 @@ def store_model(model: bytes, output: str) -> bytes:
     corpus built with ``--tokenizer URL`` carries its own copy: it trains
     wherever it is read from, whatever the working directory was.
     """
-    unless_swept(lambda: write_bytes_atomic(f"{output.rstrip('/')}/{stored_path(model)}", model), "tokenizer model")
+    unless_swept(lambda: write_bytes_atomic(f"{output.rstrip('/')}/{stored_path(model)}", model, create=True),
+                 "tokenizer model")
     return model

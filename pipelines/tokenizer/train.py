@@ -169,7 +169,7 @@ class TrainTokenizer(beam.PTransform):
                 "tokenizer trained on %d sentences (%.1f MB) in %.1f s", stats["sentences"],
                 stats["bytes"] / 1e6, time.monotonic() - start)
             url = f"{output.rstrip('/')}/{model_path(cfg.model_type)}"
-            unless_swept(lambda: write_bytes_atomic(url, model), "tokenizer model")
+            unless_swept(lambda: write_bytes_atomic(url, model, create=True), "tokenizer model")
             return model, stats
 
         trained = (

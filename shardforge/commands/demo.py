@@ -4,7 +4,8 @@
 2. builds it with the Beam job on the local FnApiRunner (nothing downloaded),
 3. trains a small RoBERTa-style encoder on the shards with the `cpu` recipe
    (trainer/recipes/cpu.yaml: fewer steps than its full run, so the demo stays short),
-4. prints a summary: documents in / kept / duplicates / rejected, shards, tokens, loss.
+4. prints a summary: documents in / kept / duplicates / rejected, shards, tokens, loss (and writes
+   the same numbers as JSON to summary.json in the output folder).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from schemas.config import BuildConfig, SourceConfig
 from shardforge.console.args import ArgumentParser
 
 DEMO_SOURCES = ("ccnews", "openwebtext", "stories")
+SUMMARY_JSON = "summary.json"  # the summary as data, in the output folder
 
 
 def demo_build_config(globs: dict[str, str]) -> BuildConfig:
@@ -85,11 +87,15 @@ def main(argv: list[str] | None = None) -> int:
         "report": os.path.join(corpus, "report.html"),
         "checkpoints": os.path.join(run, "checkpoints"),
     }
+    # The same numbers as data, for a script: beside the corpus and the run, not again on the screen.
+    summary_file = os.path.join(args.output, SUMMARY_JSON)
+    with open(summary_file, "w", encoding="utf-8") as f:
+        f.write(json.dumps(summary, indent=1) + "\n")
     print("\nshardforge demo summary")
     print(f"  documents in {summary['documents_in']}: kept {summary['kept']}, duplicates {summary['duplicates']}, "
           f"filtered {summary['filtered']}, rejected {summary['rejected']}")
     print(f"  shards {summary['shards']}, samples {summary['samples']}, tokens {summary['tokens']}")
     print(f"  loss {summary['first_loss']} (step 1) -> {summary['last_loss']} (step {result['steps']})")
     print(f"  report: {summary['report']}")
-    print(json.dumps(summary, indent=1))
+    print(f"  (these numbers and more as JSON: {summary_file})")
     return 0

@@ -24,10 +24,23 @@ from schemas.manifest import Manifest, manifest_summary
 from schemas.sample import ShardFormatError, decode_sample, iter_tar_samples
 from shardforge.console.args import ArgumentParser
 from shardforge.console.run import run_cli
-from shardforge.storage import join, open_read
+from shardforge.storage import join, open_read, redact_url
 from shardforge.storage.contract import load_manifest, open_tokenizer
 
 BAR_WIDTH = 40
+
+# What a pair sample's label says, by packing rule (pipelines/pack/rules.py; docs/packing.md).
+NSP_LABELS = {0: "B is the text that follows A (is next)", 1: "B comes from another document (not next)"}
+SOP_LABELS = {0: "A and B in their order in the document", 1: "A and B swapped"}
+LABELS = {"segment_pair_nsp": ("next sentence prediction", NSP_LABELS),
+          "sentence_pair_nsp": ("next sentence prediction", NSP_LABELS),
+          "sop": ("sentence order prediction", SOP_LABELS)}
+
+
+def label_meaning(rule: str, label: int) -> str | None:
+    """What a pair sample's label means under the corpus's packing rule (None: the rule has no labels)."""
+    task = LABELS.get(rule)
+    return None if task is None else task[1].get(int(label))
 
 
 def load_tokenizer(m: Manifest, root: str) -> tuple[Any | None, str | None]:
@@ -79,11 +92,12 @@ def inspect_corpus(url: str, split: str = "train", samples: int = 3, max_shards:
                         d["segment_b_start"] = int(np.argmax(s["token_type_ids"])) if s["token_type_ids"].any() else None
                     if "label" in s:
                         d["label"] = s["label"]
+                        d["label_meaning"] = label_meaning(m.packing_rule, s["label"])
                     if "meta" in s:
                         d["meta"] = s["meta"]
                     decoded.append(d)
     return {
-        "url": url,
+        "url": redact_url(url),
         "summary": manifest_summary(m),
         "split": split,
         "samples": decoded,
@@ -115,10 +129,15 @@ def render(r: dict[str, Any]) -> str:
         out.append(f"    {split:<6} {t['shards']:>6} shards {t['samples']:>10} samples {t['tokens']:>12} tokens "
                    f"{t['documents']:>8} docs")
     out.append(f"\nsamples ({r['split']}):")
+    task = LABELS.get(s["packing_rule"])
+    if task is not None:
+        out.append(f"  each sample is a pair <s> A </s> B </s> with a {task[0]} label: "
+                   + "; ".join(f"{k} = {v}" for k, v in task[1].items()))
     for d in r["samples"]:
         ids = " ".join(map(str, d["input_ids"])) + (" …" if d["truncated_ids"] else "")
-        out.append(f"  {d['key']} [{d['shard']}] {d['length']} tokens" +
-                   (f", label {d['label']}" if "label" in d else ""))
+        label = f", label {d['label']} ({d['label_meaning']})" if d.get("label_meaning") else \
+            (f", label {d['label']}" if "label" in d else "")
+        out.append(f"  {d['key']} [{d['shard']}] {d['length']} tokens{label}")
         out.append(f"    ids:  {ids}")
         if "text" in d:
             text = d["text"] if len(d["text"]) <= 300 else d["text"][:300] + " …"

@@ -1,4 +1,5 @@
-"""Credentials never printed: every message, traceback and log line of a CLI goes through `redact_text`.
+"""Credentials never printed: every message, traceback, log line and printed line of a CLI goes through
+`redact_text` (``run_cli`` installs the log filter and the ``RedactingStream`` on stdout and stderr).
 
 A URL that carries credentials (``s3://KEY:SECRET@bucket``, ``?token=…``,
 ``?X-Goog-Signature=…``, ``sig=…``) is printed the way manifests record it
@@ -8,9 +9,14 @@ credentials seen on this process's command line are masked wherever they appear.
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import logging
 import re
+import sys
 import traceback
+from collections.abc import Iterator
+from typing import Any, TextIO
 
 from schemas.errors import UserError
 
@@ -39,6 +45,8 @@ def register_secrets(args: list[str]) -> None:
             if "@" in parts.netloc:
                 userinfo = parts.netloc.rsplit("@", 1)[0]
                 _secrets.update(s for part in userinfo.split(":", 1) for s in (part, unquote(part)))
+                # ... and as HTTP Basic auth sends them (an Authorization header quoted in an error)
+                _secrets.add(base64.b64encode(unquote(userinfo).encode()).decode("ascii"))
             _secrets.update(v for k, v in parse_qsl(parts.query, keep_blank_values=True) if _SECRET_PARAM.search(k))
     _secrets.discard("")
 
@@ -117,3 +125,34 @@ def install_log_redaction() -> None:
 
     make.redacting = True  # type: ignore[attr-defined]
     logging.setLogRecordFactory(make)
+
+
+class RedactingStream:
+    """A text stream (stdout, stderr) that writes everything through ``redact_text``: what a command
+    prints (a summary, a path in a result, a library's warning) carries no credential, whoever prints it."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        self._stream.write(redact_text(text) if isinstance(text, str) else text)
+        return len(text)
+
+    def writelines(self, lines: Any) -> None:
+        for line in lines:
+            self.write(line)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+@contextlib.contextmanager
+def redacted_output() -> Iterator[None]:
+    """sys.stdout and sys.stderr through ``RedactingStream`` while the block runs (a command's body)."""
+    old = sys.stdout, sys.stderr
+    sys.stdout = RedactingStream(old[0])  # type: ignore[assignment]
+    sys.stderr = RedactingStream(old[1])  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = old

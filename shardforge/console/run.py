@@ -7,18 +7,21 @@ neither half (tests/test_boundaries.py).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
 import re
 import sys
+import threading
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from schemas.errors import UserError, causes
 from shardforge.console.redact import (
     install_log_redaction,
     redact_text,
+    redacted_output,
     refuse_url_credentials,
     register_secrets,
 )
@@ -29,8 +32,20 @@ def find_user_error(exc: BaseException) -> UserError | None:
     for e in causes(exc):
         if isinstance(e, UserError):
             return e
-    m = re.search(r"(?:UserError|ShardFormatError): (.+?)(?: \[while running|\n|$)", str(exc))
+    names = "|".join(sorted(_user_error_names()))
+    m = re.search(rf"\b(?:{names}): (.+?)(?: \[while running|\n|$)", str(exc))
     return UserError(m.group(1)) if m else None
+
+
+def _user_error_names() -> set[str]:
+    """UserError and the names of its subclasses loaded in this process (a runner that re-raises an
+    error as text keeps only its class name: ``InputChanged: …``)."""
+    names, todo = set(), [UserError]
+    while todo:
+        cls = todo.pop()
+        names.add(re.escape(cls.__name__))
+        todo += cls.__subclasses__()
+    return names | {"ShardFormatError"}
 
 
 def unreachable_store_error(exc: BaseException) -> UserError | None:
@@ -54,6 +69,23 @@ def unreachable_store_error(exc: BaseException) -> UserError | None:
                      "AWS_ENDPOINT_URL for s3:// URLs)")
 
 
+def access_denied_error(exc: BaseException) -> UserError | None:
+    """A UserError naming the URL when a store or web server refused the credentials (HTTP 401 / 403)
+    anywhere in exc's causes: the user can fix them, and aiohttp's traceback (whose request headers
+    hold the Authorization header) must not be printed."""
+    from shardforge.storage.reads import denied_message  # fsspec: only once a command failed
+    from shardforge.storage.retry import OPERATION_ATTR, access_denied
+
+    denied = access_denied(exc)
+    if denied is None:
+        return None
+    status, url = denied
+    if not url:
+        ops = [getattr(e, OPERATION_ATTR) for e in causes(exc) if isinstance(getattr(e, OPERATION_ATTR, None), str)]
+        url = ops[0].split(" ", 1)[-1] if ops else ""
+    return UserError(denied_message(status, url))
+
+
 # errnos of a path the user named that cannot serve: a file where a folder is needed (or the other
 # way), a folder in the way, no permission, a full or read-only disk, a name too long.
 PATH_ERRNOS = frozenset(getattr(errno, n) for n in ("ENOTDIR", "EISDIR", "EEXIST", "EACCES", "EPERM", "ENOSPC",
@@ -67,13 +99,31 @@ def path_error(exc: BaseException) -> UserError | None:
     for e in causes(exc):
         if isinstance(e, OSError) and e.errno in PATH_ERRNOS and e.filename:
             where = f"{e.filename}" + (f" -> {e.filename2}" if e.filename2 else "")
-            return UserError(f"{e.strerror or os.strerror(e.errno)}: {where}")
+            return UserError(f"{e.strerror or os.strerror(e.errno)}: {where}{FULL_HINT if e.errno in FULL else ''}")
+    for e in causes(exc):  # a full disk is never a bug, also where a library's write names no file
+        if isinstance(e, OSError) and e.errno in FULL:
+            return UserError(f"{e.strerror or os.strerror(e.errno)}{FULL_HINT}")
     return None
 
 
+FULL = frozenset(getattr(errno, n) for n in ("ENOSPC", "EDQUOT") if hasattr(errno, n))
+FULL_HINT = (" (what was written completely stays, nothing half-written is kept or committed: free some space, "
+             "or write to another folder, and run the same command again)")
+
+
+def one_line_error(exc: BaseException) -> UserError | None:
+    """The one line ``run_cli`` prints for exc (a mistake or a condition the user can fix), or None for a
+    traceback. A runner's log of a step's error is left out for the same errors (``pipelines.options``)."""
+    return find_user_error(exc) or unreachable_store_error(exc) or access_denied_error(exc) or path_error(exc)
+
+
+# What Beam's runner appends to an error raised in a step: where it was raised, not what is wrong.
+_RUNNER_SUFFIX = re.compile(r"(?: \[while running '[^']*'\])+$")
+
+
 def user_error_line(message: str) -> str:
-    """The one line a CLI prints for a user error (credentials redacted)."""
-    return f"error: {redact_text(message)}"
+    """The one line a CLI prints for a user error (credentials redacted, the runner's step name dropped)."""
+    return f"error: {redact_text(_RUNNER_SUFFIX.sub('', message))}"
 
 
 # Loggers of the object-store clients that log an error with its traceback before raising it
@@ -138,18 +188,46 @@ def run_cli(body: Callable[[], int], argv: list[str] | None = None, interrupted:
     register_secrets(args)
     try:
         refuse_url_credentials(args)
-        return body()
+        with redacted_output(), _background_errors_told_once() as told:
+            code = body()
+        for line in told:  # a background thread's error the command's own thread never met
+            print(f"warning: {line}", file=sys.stderr)
+        return code
     except KeyboardInterrupt:
         return _interrupted(interrupted)
     except Exception as e:  # noqa: BLE001 - Beam wraps errors raised inside stages
         if was_interrupted(e):
             return _interrupted(interrupted)
-        user = find_user_error(e) or unreachable_store_error(e) or path_error(e)
+        user = one_line_error(e)
         if user is not None:
             print(user_error_line(str(user)), file=sys.stderr)
             return 2
         print(redact_text("".join(traceback.format_exception(e))).rstrip("\n"), file=sys.stderr)
         return 1
+
+
+@contextlib.contextmanager
+def _background_errors_told_once() -> Iterator[list[str]]:
+    """While a command runs, a background thread's error that ``one_line_error`` knows (TensorBoard's
+    writer meeting a full disk) prints no traceback: the thread that owns the writer raises it again
+    on its next call, and the command says it in one line. Those never raised again are yielded, to be
+    said as warnings when the command ends."""
+    seen: list[BaseException] = []
+    previous = threading.excepthook
+
+    def hook(args: threading.ExceptHookArgs) -> None:
+        if args.exc_value is not None and one_line_error(args.exc_value) is not None:
+            seen.append(args.exc_value)
+        else:
+            previous(args)
+
+    told: list[str] = []
+    threading.excepthook = hook
+    try:
+        yield told
+    finally:
+        threading.excepthook = previous
+        told += [user_error_line(str(one_line_error(e)))[len("error: "):] for e in seen]
 
 
 def _interrupted(hint: str) -> int:

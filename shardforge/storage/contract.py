@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from schemas.config import config_from_bytes
+from schemas.config import config_data_from_bytes, config_from_bytes
 from schemas.errors import UserError
 from schemas.manifest import (
     LATEST_NAME,
@@ -25,32 +25,61 @@ from schemas.manifest import (
     parse_manifest,
 )
 from schemas.naming import manifest_version, version_manifest_name
-from shardforge.storage.reads import list_names, read_bytes, read_text
-from shardforge.storage.urls import join
+from shardforge.storage.reads import exists, list_names, read_bytes, read_text
+from shardforge.storage.urls import get_fs, join
 
 M = TypeVar("M", bound=BaseModel)
 
 
 def load_config(cls: type[M], url: str) -> M:
     """Read a YAML/JSON config from any fsspec URL into cls, with one clear error."""
+    return config_from_bytes(cls, _config_bytes(url), url)
+
+
+def load_config_data(cls: type[BaseModel], url: str) -> dict[str, Any]:
+    """A config file's mapping, checked against cls as far as it goes: it may set only some sections and
+    leave the rest (required keys included) to the command's flags (``schemas.config.check_partial_config``)."""
+    return config_data_from_bytes(cls, _config_bytes(url), url)
+
+
+def _config_bytes(url: str) -> bytes:
     try:
-        raw = read_bytes(url)
+        return read_bytes(url)
     except FileNotFoundError:
         raise UserError(f"config not found: {url}") from None
-    return config_from_bytes(cls, raw, url)
 
 
 def load_manifest(url: str) -> tuple[Manifest, str]:
-    """(manifest, corpus root URL) from a corpus root or manifest URL; one clear error."""
+    """(manifest, corpus root URL) from a corpus root or manifest URL; one clear error, which tells a
+    raw file, a folder that is not a corpus and a path that does not exist apart."""
     murl = manifest_url(url)
     try:
         text = read_text(murl)
-    except FileNotFoundError:
-        raise UserError(f"no manifest at {murl}: the corpus does not exist or its build did not finish "
-                        "(the manifest is written last)") from None
+    except (FileNotFoundError, NotADirectoryError):
+        raise UserError(_no_manifest(url, murl)) from None
     except IsADirectoryError:
         raise UserError(f"{murl} is a directory, not a manifest") from None
     return parse_manifest(text, murl), corpus_root(murl)
+
+
+def _no_manifest(url: str, murl: str) -> str:
+    """Why there is no manifest at murl, in the user's terms: url is a file (raw data, say), a folder
+    without a manifest, or nothing at all."""
+    root = corpus_root(murl)
+    fs, path = get_fs(url)
+    try:
+        is_file = murl != url and fs.isfile(path)
+    except OSError:  # the store's own error comes with the next read
+        is_file = False
+    if is_file:
+        return (f"{url} is a file, not a corpus (a corpus is the folder a build writes: shards and their "
+                f"manifest.json): build one from it with `shardforge build --input {url} --output CORPUS`, "
+                "then use CORPUS")
+    if exists(root):
+        return (f"no manifest at {murl}: {root} is a folder but not a corpus. A build writes the manifest "
+                "last, so an unfinished or failed build leaves none; a folder of raw files is built into a "
+                f"corpus with `shardforge build --input '{root}/*' --output CORPUS`")
+    return f"no manifest at {murl}: {root} does not exist (check the path)"
 
 
 def latest_manifest_url(root: str) -> str:

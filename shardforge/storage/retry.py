@@ -168,6 +168,29 @@ def unreachable_endpoint(exc: BaseException) -> str | None:
     return None
 
 
+# What a store or web server answers to missing or refused credentials; the name for the one line.
+DENIED = {401: "Unauthorized", 403: "Forbidden"}
+# Beam keeps a step's error as text: aiohttp's "401, message='Unauthorized', url='…'".
+_DENIED_TEXT = re.compile(r"\b(401|403), message='(?:Unauthorized|Forbidden)', url='([^']*)'")
+
+
+def access_denied(exc: BaseException) -> tuple[int, str] | None:
+    """(401 or 403, the URL asked for, '' if unknown) when exc (or a cause) is a store's or web
+    server's refusal of the credentials: aiohttp's ClientResponseError (fsspec HTTP, gcsfs), gcsfs's
+    HttpError, botocore's ClientError (s3fs); else None."""
+    chain = list(causes(exc))
+    for e in chain:
+        status = http_status(e)
+        if status in DENIED:
+            info = getattr(e, "request_info", None)
+            return status, str(getattr(info, "real_url", "") or "")
+    for e in chain:
+        m = _DENIED_TEXT.search(str(e))
+        if m:
+            return int(m.group(1)), m.group(2)
+    return None
+
+
 def is_transient_or_lost(exc: BaseException) -> bool:
     """is_transient, or a FileNotFoundError (a retried request whose first attempt already landed)."""
     return is_transient(exc) or isinstance(exc, FileNotFoundError)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import posixpath
+import re
+from typing import Any
 
 import fsspec
 from fsspec.core import url_to_fs
@@ -63,6 +65,25 @@ def redact_url(url: str) -> str:
         return f"{parts.scheme}://{parts.path}" + (f"?{query}" if query else "") + \
             (f"#{parts.fragment}" if parts.fragment else "")
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+def redact_urls(data: Any) -> Any:
+    """JSON-like data (a config, a record) with ``redact_url`` applied to every string holding a URL.
+
+    What the project stores about where data came from (a checkpoint's config, a manifest's)
+    goes through this: credentials belong in the environment or the command line, never in a file."""
+    if isinstance(data, str):
+        if "://" not in data:
+            return data
+        try:
+            return redact_url(data)
+        except ValueError:  # not parseable as a URL (a bad port, a stray bracket): drop what could be userinfo
+            return re.sub(r"://[^/@]*@", "://", data)
+    if isinstance(data, dict):
+        return {k: redact_urls(v) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return type(data)(redact_urls(v) for v in data)
+    return data
 
 
 def scheme_path(url: str) -> tuple[str, str]:

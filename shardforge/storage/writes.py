@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import errno
 import fcntl
 import hashlib
 import logging
@@ -11,15 +12,22 @@ import os
 import posixpath
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import IO, Any, Literal
 
 import fsspec
 
+from schemas.errors import UserError
 from shardforge.storage.reads import read_bytes
-from shardforge.storage.retry import IncompleteWriteError, invalidate, is_transient_or_lost, retry
-from shardforge.storage.urls import full_url, get_fs, protocol_of
+from shardforge.storage.retry import (
+    READ_BLOCK_SIZE,
+    IncompleteWriteError,
+    invalidate,
+    is_transient_or_lost,
+    retry,
+)
+from shardforge.storage.urls import full_url, get_fs, protocol_of, redact_url
 
 log = logging.getLogger(__name__)
 
@@ -115,20 +123,12 @@ def holds_bytes(fs: fsspec.AbstractFileSystem, path: str, size: int, md5: bytes 
         return False
     if info.get("size") != size:
         return False
-    if md5 is not None:
-        if isinstance(info.get("md5Hash"), str):  # GCS: base64 of the MD5
-            return base64.b64decode(info["md5Hash"]) == md5
-        # S3 single-part ETags are the hex MD5, except under SSE-KMS / SSE-C encryption
-        # (and multipart ETags never are): then the size check above is all we have.
-        sse = str(info.get("ServerSideEncryption") or "").lower()
-        encrypted = sse.startswith("aws:kms") or bool(info.get("SSECustomerAlgorithm"))
-        etag = str(info.get("ETag") or info.get("etag") or "").strip('"')
-        if not encrypted and len(etag) == 32 and "-" not in etag:
-            return etag == md5.hex()
-    return True
+    stored = _store_md5(info) if md5 is not None else None
+    # S3 ETags under SSE-KMS / SSE-C encryption (and multipart ETags) are no MD5: the size is all we have.
+    return stored is None or stored == md5
 
 
-def _commit(fs: fsspec.AbstractFileSystem, tmp: str, path: str, size: int, md5: bytes | None) -> None:
+def _commit(fs: fsspec.AbstractFileSystem, tmp: str, path: str, w: _HashingWriter, create: bool = False) -> None:
     """Move a complete temporary object to its final name, then check it landed whole.
 
     Object stores have no rename: GCS rewrite / S3 CopyObject create the target
@@ -136,24 +136,106 @@ def _commit(fs: fsspec.AbstractFileSystem, tmp: str, path: str, size: int, md5: 
     temporary is deleted. We call cp_file rather than gcsfs's mv because mv
     first tries the moveTo API, which emulators (and some buckets) answer with
     501, which gcsfs retries for ~30 s before falling back to the same copy.
+    With ``create`` the copy is conditional (``_copy_if_absent``): an existing
+    object is never replaced, and one holding other bytes is an ObjectConflict.
     """
+    size, md5 = w.bytes, w.md5
+    if create and retry(lambda: fs.exists(path), f"stat {path}"):  # also where a store ignores the condition
+        _must_hold(fs, path, w)
+        _remove_quietly(fs, tmp)
+        return
     if protocol_of(fs) in _OBJECT_STORES:
-        retry(lambda: fs.cp_file(tmp, path), f"copy {tmp} -> {path}")
+        try:
+            retry(lambda: _copy_if_absent(fs, tmp, path) if create else fs.cp_file(tmp, path),
+                  f"copy {tmp} -> {path}")
+        except FileExistsError:  # another writer created it meanwhile, or our retried copy had landed
+            _must_hold(fs, path, w)
         _remove_quietly(fs, tmp)
     else:
-        fs.mv(tmp, path)
+        fs.mv(tmp, path)  # (create on other filesystems: the exists-check above, not atomic)
     if not holds_bytes(fs, path, size, md5):
         raise IncompleteWriteError(f"{full_url(fs, path)}: the stored object is not the {size} bytes written")
 
 
-def write_bytes_atomic(url: str, data: bytes) -> None:
+# S3 copies up to 5 GB in one CopyObject, which takes If-None-Match; s3fs copies larger objects
+# in parts, whose completion it calls without it: those rest on the exists-check alone.
+_S3_ONE_STEP_COPY = 5 * 2**30
+
+
+def _copy_if_absent(fs: fsspec.AbstractFileSystem, tmp: str, path: str) -> None:
+    """A server-side copy that creates ``path`` only if no object has that name (FileExistsError
+    otherwise): GCS rewrite with ``ifGenerationMatch=0``, S3 CopyObject with ``If-None-Match: *``."""
+    if protocol_of(fs) in ("gs", "gcs"):
+        b1, k1, _ = fs.split_path(tmp)
+        b2, k2, _ = fs.split_path(path)
+        args = ("POST", "b/{}/o/{}/rewriteTo/b/{}/o/{}", b1, k1, b2, k2)
+        out = fs.call(*args, headers={"Content-Type": "application/json"}, json_out=True, ifGenerationMatch=0)
+        while out.get("done") is not True:
+            out = fs.call(*args, headers={"Content-Type": "application/json"}, json_out=True, ifGenerationMatch=0,
+                          rewriteToken=out["rewriteToken"])
+        invalidate(fs, posixpath.dirname(path))
+    elif fs.size(tmp) <= _S3_ONE_STEP_COPY:
+        fs.cp_file(tmp, path, IfNoneMatch="*")
+    else:
+        fs.cp_file(tmp, path)
+
+
+class ObjectConflict(UserError):
+    """A create found its name holding other bytes: a written object is never replaced."""
+
+
+def _must_hold(fs: fsspec.AbstractFileSystem, path: str, w: _HashingWriter) -> None:
+    """Return if ``path`` holds exactly the bytes ``w`` wrote (an identical rerun), else ObjectConflict.
+
+    Size, then the store's MD5 where it reports one, else the sha256 of the stored bytes."""
+    invalidate(fs, posixpath.dirname(path))
+    info = retry(lambda: fs.info(path), f"info {path}")
+    same = info.get("size") == w.bytes
+    if same:
+        md5 = _store_md5(info) if w.has_md5 else None
+        if md5 is not None:
+            same = md5 == w.md5
+        else:
+            same = _sha256_of(fs, path) == w.sha256
+    if not same:
+        raise ObjectConflict(
+            f"{redact_url(full_url(fs, path))} already holds other bytes ({info.get('size')} bytes) than this "
+            f"write made for it ({w.bytes} bytes): a written object is never replaced. The inputs it was made "
+            "from changed since, or another build's objects carry these names; write into a new folder "
+            "(or remove this one)")
+
+
+def _store_md5(info: dict[str, Any]) -> bytes | None:
+    """The MD5 of an object's bytes as the store reports it (GCS md5Hash, S3 single-part ETag), or None."""
+    if isinstance(info.get("md5Hash"), str):
+        return base64.b64decode(info["md5Hash"])
+    sse = str(info.get("ServerSideEncryption") or "").lower()
+    encrypted = sse.startswith("aws:kms") or bool(info.get("SSECustomerAlgorithm"))
+    etag = str(info.get("ETag") or info.get("etag") or "").strip('"')
+    if not encrypted and len(etag) == 32 and "-" not in etag:
+        return bytes.fromhex(etag)
+    return None
+
+
+def _sha256_of(fs: fsspec.AbstractFileSystem, path: str) -> str:
+    def _hash() -> str:
+        h = hashlib.sha256()
+        with fs.open(path, "rb", block_size=READ_BLOCK_SIZE) as f:
+            while chunk := f.read(READ_BLOCK_SIZE):
+                h.update(chunk)
+        return h.hexdigest()
+
+    return retry(_hash, f"hash {path}")
+
+
+def write_bytes_atomic(url: str, data: bytes, *, create: bool = False) -> None:
     """Write data so that readers see either nothing or the complete object.
 
     The bytes go to a unique temporary name next to the target and are then
     moved into place (fsync + rename on local disks; server-side copy on object
-    stores). Retried as a whole on transient errors.
+    stores). Retried as a whole on transient errors. ``create``: see write_stream_atomic.
     """
-    write_stream_atomic(url, lambda f: f.write(data))
+    write_stream_atomic(url, lambda f: f.write(data), create=create)
 
 
 class _HashingWriter:
@@ -162,6 +244,7 @@ class _HashingWriter:
 
     def __init__(self, f: IO[bytes], md5: bool = True):
         self._f = f
+        self.has_md5 = md5
         self._h = hashlib.sha256()
         self._md5 = hashlib.md5(usedforsecurity=False) if md5 else None
         self.bytes = 0
@@ -191,7 +274,7 @@ class _HashingWriter:
         return self._md5.digest()
 
 
-def write_stream_atomic(url: str, produce: Callable[[IO[bytes]], None]) -> tuple[str, int]:
+def write_stream_atomic(url: str, produce: Callable[[IO[bytes]], None], *, create: bool = False) -> tuple[str, int]:
     """Stream produce(f)'s output to url atomically; returns (sha256, bytes).
 
     Large objects (shards) are streamed to a unique temporary name, never held
@@ -200,6 +283,11 @@ def write_stream_atomic(url: str, produce: Callable[[IO[bytes]], None]) -> tuple
     sibling, or on object stores an uncommitted upload that never becomes an
     object). Retried as a whole on transient errors (produce must be
     repeatable: it is a pure function of its input).
+
+    ``create``: publish only if no object has the name (local disk: ``link(2)``; GCS: rewrite with
+    ``ifGenerationMatch=0``; S3: CopyObject with ``If-None-Match: *``). A name that already holds
+    exactly these bytes is success (an identical rerun); one holding other bytes raises
+    ObjectConflict and is left as it is. Every object of a corpus version is written so.
     """
     fs, path = get_fs(url)
     parent = posixpath.dirname(path)
@@ -210,18 +298,12 @@ def write_stream_atomic(url: str, produce: Callable[[IO[bytes]], None]) -> tuple
         try:
             if local:
                 os.makedirs(parent or ".", exist_ok=True)
-                with _open_locked_tmp(tmp) as raw:
+                with _named(url), _open_locked_tmp(tmp) as raw:
                     w = _HashingWriter(raw, md5=False)
                     produce(w)  # type: ignore[arg-type]
                     raw.flush()
                     os.fsync(raw.fileno())  # data on disk before the rename publishes it
-                try:
-                    os.replace(tmp, path)
-                except FileNotFoundError as e:
-                    if not os.path.exists(tmp):
-                        raise TemporaryRemoved(f"{tmp}: removed before it was published") from e
-                    raise
-                _fsync_dir(parent)
+                _publish_local(fs, tmp, path, w, create)
             else:
                 produced = False
                 try:
@@ -238,7 +320,7 @@ def write_stream_atomic(url: str, produce: Callable[[IO[bytes]], None]) -> tuple
                     log.warning("upload of %s reported %s: %s, but the object is complete; continuing",
                                 full_url(fs, tmp), type(e).__name__, e)
                 try:
-                    _commit(fs, tmp, path, w.bytes, w.md5)
+                    _commit(fs, tmp, path, w, create)
                 except FileNotFoundError as e:
                     if not retry(lambda: fs.exists(tmp), f"stat {tmp}"):
                         raise TemporaryRemoved(f"{full_url(fs, tmp)}: removed before it was published") from e
@@ -260,8 +342,44 @@ def write_stream_atomic(url: str, produce: Callable[[IO[bytes]], None]) -> tuple
     return result
 
 
-def write_text_atomic(url: str, text: str) -> None:
-    write_bytes_atomic(url, text.encode("utf-8"))
+# What a full or read-only disk answers a write; the OS names no file with it.
+_DISK_ERRNOS = frozenset(getattr(errno, n) for n in ("ENOSPC", "EDQUOT", "EFBIG", "EROFS") if hasattr(errno, n))
+
+
+@contextlib.contextmanager
+def _named(url: str) -> Iterator[None]:
+    """A full or read-only disk's error while writing ``url``, with ``url`` as its file name: the
+    command says "No space left on device: URL" in one line (``shardforge.console.run.path_error``)."""
+    try:
+        yield
+    except OSError as e:
+        if e.errno in _DISK_ERRNOS and not e.filename:
+            raise OSError(e.errno, e.strerror or os.strerror(e.errno), url) from e
+        raise
+
+
+def _publish_local(fs: fsspec.AbstractFileSystem, tmp: str, path: str, w: _HashingWriter, create: bool) -> None:
+    """Move a complete, fsynced local temporary to its name: ``rename(2)``, or with ``create``
+    ``link(2)`` (fails if the name exists: then it must hold these bytes) and the temporary removed."""
+    try:
+        if create:
+            os.link(tmp, path)
+        else:
+            os.replace(tmp, path)
+    except FileExistsError:
+        _must_hold(fs, path, w)  # the name is taken: by these bytes (a rerun), or it is an ObjectConflict
+    except FileNotFoundError as e:
+        if not os.path.exists(tmp):
+            raise TemporaryRemoved(f"{tmp}: removed before it was published") from e
+        raise
+    if create:
+        with contextlib.suppress(FileNotFoundError):  # published: a sweep of the temporary is harmless now
+            os.remove(tmp)
+    _fsync_dir(posixpath.dirname(path))
+
+
+def write_text_atomic(url: str, text: str, *, create: bool = False) -> None:
+    write_bytes_atomic(url, text.encode("utf-8"), create=create)
 
 
 def _open_locked_tmp(tmp: str) -> IO[bytes]:
@@ -422,6 +540,25 @@ def remove_object(url: str) -> bool:
             return False
 
     return retry(_rm, f"remove {url}")
+
+
+def check_writable(url: str) -> None:
+    """Raise the OS's error (EACCES, EROFS, ENOSPC …, naming the folder) unless the local folder ``url``
+    can be written: its nearest existing folder takes a hidden temporary file, removed at once.
+    Nothing is created on the way. Other filesystems: nothing checked here."""
+    fs, path = get_fs(url)
+    if not _is_local(fs):
+        return
+    folder = os.path.abspath(path)
+    while not os.path.isdir(folder) and os.path.dirname(folder) != folder:
+        folder = os.path.dirname(folder)
+    probe = tmp_name(os.path.join(folder, "write-check"))
+    try:
+        open(probe, "xb").close()  # noqa: SIM115 - created and closed, nothing written
+    except OSError as e:
+        raise OSError(e.errno, e.strerror or os.strerror(e.errno), folder) from None
+    with contextlib.suppress(OSError):
+        os.remove(probe)
 
 
 def makedirs(url: str) -> None:

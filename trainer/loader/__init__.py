@@ -10,7 +10,11 @@ The long form is docs/loader.md; the shape in brief:
   depend on the world size or the number of workers.
 * **Units.** Rank r owns the partitions with ``p % world_size == r``; worker w
   of a rank owns every ``num_workers``-th of those. A unit (rank, worker)
-  interleaves its partitions one batch at a time (round robin).
+  interleaves its partitions one batch at a time (round robin). Every unit
+  owns data: partitions are at least the units, and a split with fewer
+  non-empty shards than units is dealt as sample ranges of its shards
+  (pieces); where that cannot be done the loader refuses in one line
+  (``allow_idle``: the idle units pad instead).
 * **Equal steps.** Every unit yields the same number of batches per epoch (the
   largest unit's count, computed from manifest counts); a unit that runs dry
   replays its own epoch, flagged ``is_pad``. So DDP ranks never hang on uneven
@@ -25,7 +29,9 @@ The long form is docs/loader.md; the shape in brief:
   sample and token counts before its last sample is released. A failure
   either raises a UserError (policy ``fail``) or turns the shard's
   not-yet-released positions into holes (policy ``skip``), recorded in the
-  state so a resumed run skips the same shard.
+  state so a resumed run skips the same shard. Its positions are then
+  stepped over, not walked: work is bounded by the data, never by the counts
+  a manifest claims.
 """
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from collections.abc import Iterator
@@ -23,6 +24,9 @@ log = logging.getLogger(__name__)
 
 STATE_VERSION = 1
 CORRUPT_POLICIES = ("fail", "skip")
+DEFAULT_PARTITIONS = 64  # partitions=None: this many, or one per reader when the run has more readers
+# What a state must share with the loader it resumes (partitions too, when the loader fixes them).
+_STRICT = ("fingerprint", "split", "seed", "shuffle_buffer", "batch_size", "tokens_per_batch")
 
 
 class ShardLoader:
@@ -36,13 +40,22 @@ class ShardLoader:
     for pair rules ``token_type_ids`` int64 [B, L] and ``sentence_labels``
     int64 [B]. Iteration continues from the loader's current state (see
     ``state_dict``) and runs ``epochs`` epochs in total (forever when None).
+
+    Every reader (a rank's DataLoader worker, or the rank itself without
+    workers) gets data of its own: ``partitions`` (None: 64, or one per reader
+    when there are more) are at least the readers, and a split with fewer
+    non-empty shards than readers is cut into sample ranges (fixed-size
+    batches; see ``Plan``). Where that cannot be done (too few samples, a
+    token budget, fixed partitions below the readers) the loader refuses in
+    one line, unless ``allow_idle`` (evaluation, which weighs by real tokens):
+    then the idle readers only pad.
     """
 
     def __init__(self, manifest_url: str, split: str = "train", *, batch_size: int | None = 8,
                  tokens_per_batch: int | None = None, seed: int = 0, rank: int = 0, world_size: int = 1,
                  num_workers: int = 0, shuffle_buffer: int = 1000, corrupt_policy: str = "fail",
-                 pin_memory: bool = False, epochs: int | None = None, partitions: int = 64,
-                 follow: bool = False):
+                 pin_memory: bool = False, epochs: int | None = None, partitions: int | None = None,
+                 follow: bool = False, allow_idle: bool = False):
         if corrupt_policy not in CORRUPT_POLICIES:
             raise UserError(f"corrupt_policy must be one of {CORRUPT_POLICIES}, got {corrupt_policy!r}")
         if tokens_per_batch is None and (batch_size is None or batch_size < 1):
@@ -51,42 +64,82 @@ class ShardLoader:
             raise UserError("tokens_per_batch must be >= 1")
         if not 0 <= rank < world_size:
             raise UserError(f"rank {rank} is not in a world of size {world_size}")
-        if partitions < 1 or shuffle_buffer < 1 or num_workers < 0:
+        if (partitions is not None and partitions < 1) or shuffle_buffer < 1 or num_workers < 0:
             raise UserError("partitions and shuffle_buffer must be >= 1, num_workers >= 0")
         if epochs is not None and epochs < 0:
             raise UserError("epochs must be >= 0 or None")
         self.follow = follow
-        self._plan_args = (split, seed, partitions, shuffle_buffer,
-                           None if tokens_per_batch is not None else batch_size, tokens_per_batch)
-        # Following a served corpus: read what `latest` names (manifest-v{N}.json); else the given manifest.
-        self._root = corpus_root(manifest_url_of(manifest_url))
-        self.manifest_url = latest_manifest_url(self._root) if follow else manifest_url
-        self.plan = Plan(self.manifest_url, *self._plan_args)
-        if self.plan.total_samples == 0:
-            raise UserError(f"{manifest_url} has no {split!r} samples")
         self.split = split
         self.rank, self.world_size = rank, world_size
         self.num_workers = num_workers
         self.units = max(1, num_workers)  # num_workers=0 reads in-process as one unit
+        self.readers = world_size * self.units
+        self._fixed_partitions = partitions is not None
+        self._partitions = partitions if partitions is not None else max(DEFAULT_PARTITIONS, self.readers)
+        self._batching = (split, seed, shuffle_buffer, None if tokens_per_batch is not None else batch_size,
+                          tokens_per_batch)
+        # Following a served corpus: read what `latest` names (manifest-v{N}.json); else the given manifest.
+        self._root = corpus_root(manifest_url_of(manifest_url))
+        self.manifest_url = latest_manifest_url(self._root) if follow else manifest_url
+        self._set_plan(self._make_plan(self.manifest_url))
+        if self.plan.total_samples == 0:
+            raise UserError(f"{manifest_url} has no {split!r} samples")
+        self._check_readers(allow_idle)
         self.corrupt_policy = corrupt_policy
         self.epochs = epochs
         self.pin_memory = pin_memory
         if pin_memory and not torch.cuda.is_available():
             log.warning("pin_memory=True but no CUDA device is available; not pinning")
             self.pin_memory = False
-        if world_size * self.units > partitions:
-            log.warning("%d ranks x %d workers > %d partitions: some units own no data and only pad",
-                        world_size, self.units, partitions)
-        self.own_parts = [p for p in range(partitions) if p % world_size == rank]
-        self._full_segment = self.plan.segment_batches(world_size, self.units, lambda p: self.plan.part_batches[p])
-        self.steps_per_epoch: int = self.units * self._full_segment
         self._plan_changed = False
+        self._adopted = False  # the plan is a resumed state's layout until the epoch ends
         self.skipped_shards: list[str] = []
         self._epoch = 0
         self._segment = self._full_segment
         self._t = 0  # batches this rank delivered in the current segment
         self._cursors: dict[int, Cursor] = {p: [0, 0, 0, 0] for p in self.own_parts}
         self._pads: dict[int, int] = {}
+
+    # ------------------------------------------------------------ the plan and its readers
+
+    def _make_plan(self, url: str, partitions: int | None = None, readers: int | None = None) -> Plan:
+        """The plan of ``url`` for this layout (or for the given partitions and readers: a resumed state's)."""
+        split, seed, shuffle_buffer, batch_size, tokens_per_batch = self._batching
+        return Plan(url, split, seed, partitions or self._partitions, shuffle_buffer, batch_size, tokens_per_batch,
+                    readers=readers or self.readers)
+
+    def _set_plan(self, plan: Plan) -> None:
+        self.plan = plan
+        self.own_parts = [p for p in range(plan.P) if p % self.world_size == self.rank]
+        self._full_segment = plan.segment_batches(self.world_size, self.units, lambda p: plan.part_batches[p])
+        self.steps_per_epoch: int = self.units * self._full_segment
+
+    def _check_readers(self, allow_idle: bool) -> None:
+        """UserError (one line) when a reader would own no sample: it could only repeat others' data."""
+        plan, w, units = self.plan, self.world_size, self.units
+        idle = [(r, u) for r in range(w) for u in range(units)
+                if not any(plan.part_samples[p] for p in plan.unit_parts(w, units, r, u))]
+        if not idle:
+            return
+        ranks = f"{w} rank{'s' if w != 1 else ''}"
+        who = f"{self.readers} readers ({ranks} x {units} DataLoader workers)" if self.num_workers else \
+            f"{self.readers} reader{'s' if w != 1 else ''} ({ranks}, no DataLoader workers)"
+        live = sum(1 for n, *_ in plan.infos if n > 0)
+        if self.readers > plan.P:
+            why = f"{who} > partitions={plan.P}: raise partitions, or use fewer ranks or num_workers"
+        elif plan.T is not None:
+            why = (f"{live} non-empty shard{'s' if live != 1 else ''} for {who}: with tokens_per_batch a shard is "
+                   "read whole by one reader (the manifest counts tokens per shard); use at most "
+                   f"{live} reader{'s' if live != 1 else ''} (fewer ranks or num_workers), or rebuild with smaller shards "
+                   "(shards.target_samples)")
+        else:
+            why = (f"{plan.total_samples} sample{'s' if plan.total_samples != 1 else ''} for {who}; use fewer "
+                   "ranks or num_workers")
+        if not allow_idle:
+            raise UserError(f"split {self.split!r} of {self.manifest_url}: {len(idle)} of {self.readers} readers "
+                            f"would get no data of their own: {why}")
+        log.warning("split %r: %d of %d readers own no data and only pad (%s)", self.split, len(idle),
+                    self.readers, why)
 
     # ------------------------------------------------------------ iteration
 
@@ -117,28 +170,21 @@ class ShardLoader:
 
     def _next_epoch(self) -> None:
         self._epoch += 1
-        if self.follow:
-            self._maybe_switch_manifest()
+        # At an epoch boundary: a followed corpus's latest version (the same one on every rank), and this
+        # layout's own plan again after a resumed state's. New versions only append shards, so global
+        # sample ids (and hence the keyed masks) of the samples already there do not change.
+        latest = _agree_on(latest_manifest_url(self._root)) if self.follow else self.manifest_url
+        if latest != self.manifest_url:
+            log.info("following corpus: %s -> %s", self.manifest_url, latest)
+        if latest != self.manifest_url or self._adopted:
+            self._use_manifest(latest)
         self._segment, self._t, self._pads = self._full_segment, 0, {}
         self._cursors = {p: [0, 0, 0, 0] for p in self.own_parts}
 
     def _use_manifest(self, url: str) -> None:
-        """Re-plan on another version of the corpus (same loader arguments)."""
-        plan = Plan(url, *self._plan_args)
-        self.plan, self.manifest_url, self._plan_changed = plan, url, True
-        self._full_segment = plan.segment_batches(self.world_size, self.units, lambda p: plan.part_batches[p])
-        self.steps_per_epoch = self.units * self._full_segment
-
-    def _maybe_switch_manifest(self) -> None:
-        """At an epoch boundary: adopt the corpus's latest version, the same one on every rank.
-
-        New versions only append shards, so global sample ids (and hence the
-        keyed masks) of the samples already there do not change.
-        """
-        latest = _agree_on(latest_manifest_url(self._root))
-        if latest != self.manifest_url:
-            log.info("following corpus: %s -> %s", self.manifest_url, latest)
-            self._use_manifest(latest)
+        """Re-plan on another version of the corpus (same loader arguments, this layout)."""
+        self._set_plan(self._make_plan(url))
+        self.manifest_url, self._plan_changed, self._adopted = url, True, False
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
         while True:
@@ -153,6 +199,7 @@ class ShardLoader:
             self._next_epoch()  # an elastic resume can leave an empty remainder
         if self.epochs is not None and self._epoch >= self.epochs:
             return
+        self._plan_changed = False  # the streams below start on the plan now in place
         starts = self._unit_starts()
         source: Iterator[dict[str, Any]]
         if self.num_workers == 0:
@@ -160,8 +207,11 @@ class ShardLoader:
         else:
             ds = UnitDataset(self.plan, starts, self._t % self.units, self.corrupt_policy, self.epochs)
             # collate_fn=identity_collate: keep the packed numpy batch as it is (see pack).
+            # generator: the DataLoader draws its workers' base seed from it, not from torch's global
+            # RNG, which a resumed run restores: a draw there would shift every dropout mask after it.
             source = iter(DataLoader(ds, batch_size=None, num_workers=self.num_workers,
-                                     collate_fn=identity_collate, worker_init_fn=worker_init))
+                                     collate_fn=identity_collate, worker_init_fn=worker_init,
+                                     generator=torch.Generator().manual_seed(self.plan.seed)))
         try:
             for packed in source:
                 pad_id = self.plan.pad_id
@@ -172,6 +222,11 @@ class ShardLoader:
                 yield batch
                 if self._plan_changed:
                     return
+        except GeneratorExit:  # the consumer closed the stream: the workers shut down in turn
+            raise
+        except BaseException:  # an error or an interrupt (SIGTERM's Preempted, Ctrl-C) while waiting for data
+            _stop_workers(source)
+            raise
         finally:
             close = getattr(source, "close", None)
             if close is not None:
@@ -198,7 +253,7 @@ class ShardLoader:
     def _config(self) -> dict[str, Any]:
         p = self.plan
         return {"fingerprint": p.fingerprint, "split": p.split, "seed": p.seed, "partitions": p.P,
-                "shuffle_buffer": p.K, "batch_size": p.B, "tokens_per_batch": p.T}
+                "shuffle_buffer": p.K, "batch_size": p.B, "tokens_per_batch": p.T, "split_readers": p.readers}
 
     def state_dict(self) -> dict[str, Any]:
         """This rank's position: plain ints, strings and lists (safe for torch.load(weights_only=True)).
@@ -223,7 +278,8 @@ class ShardLoader:
             raise UserError("no loader states to merge")
         first = states[0]
         same = ("version", "fingerprint", "split", "seed", "partitions", "shuffle_buffer", "batch_size",
-                "tokens_per_batch", "world_size", "num_workers", "epoch", "segment_batches", "step_in_segment")
+                "tokens_per_batch", "split_readers", "world_size", "num_workers", "epoch", "segment_batches",
+                "step_in_segment")
         for s in states[1:]:
             diff = [k for k in same if s.get(k) != first.get(k)]
             if diff:
@@ -235,7 +291,7 @@ class ShardLoader:
                     raise UserError(f"loader states disagree on partition {c[0]}")
                 cursors[c[0]] = list(c)
         skipped = sorted({n for s in states for n in s["skipped_shards"]})
-        return {**{k: first[k] for k in same},
+        return {**{k: first.get(k) for k in same},
                 "ranks": sorted({r for s in states for r in s["ranks"]}),
                 "cursors": [cursors[p] for p in sorted(cursors)],
                 "pads": sorted(list(x) for s in states for x in s["pads"]),
@@ -252,10 +308,11 @@ class ShardLoader:
             self._use_manifest(storage.join(self._root, recorded))
             self._plan_changed = False
         mine = self._config()
-        diff = [k for k in mine if state.get(k) != mine[k]]
+        diff = [k for k in (*_STRICT, *(("partitions",) if self._fixed_partitions else ())) if state.get(k) != mine[k]]
         if diff:
             raise UserError(f"loader state is from a different corpus or loader config (differs in {diff}); "
                             "resume with the same manifest, split, seed, partitions, shuffle_buffer and batching")
+        self._adopt_layout(state)
         cursors = {c[0]: list(c[1:]) for c in state["cursors"]}
         known = set(self.plan.names)
         self.skipped_shards = [n for n in state["skipped_shards"] if n in known]
@@ -280,6 +337,30 @@ class ShardLoader:
             self.world_size, self.units, lambda p: max(0, self.plan.part_batches[p] - cursors[p][0]))
         self._t = 0
         self._pads = {}
+
+
+    def _adopt_layout(self, state: dict[str, Any]) -> None:
+        """Plan with the state's partitions and pieces (they follow the layout it was taken on) until the
+        epoch ends: its cursors mean positions in that plan. Partitions the loader fixes stay fixed."""
+        partitions = state.get("partitions")
+        readers = int(state.get("split_readers") or 1)  # a state without the key never split a shard
+        if self._fixed_partitions or not isinstance(partitions, int) or partitions < 1:
+            partitions = self.plan.P
+        if (partitions, readers) == (self.plan.P, self.plan.readers):
+            return
+        plan = self._make_plan(self.manifest_url, partitions, readers)
+        if (plan.P, plan.readers, plan.part_pieces) != (self.plan.P, self.plan.readers, self.plan.part_pieces):
+            self._set_plan(plan)
+            self._adopted = True
+
+
+def _stop_workers(source: Any) -> None:
+    """End a DataLoader's workers at once: they may be stuck in a read that never returns, and the
+    DataLoader's own shutdown waits 5 s for each worker in turn before it kills it."""
+    for w in getattr(source, "_workers", ()):  # the DataLoader iterator's worker processes (torch's attribute)
+        with contextlib.suppress(Exception):
+            if w.is_alive():
+                w.terminate()  # a worker ends at once on its parent's SIGTERM (torch's worker handler)
 
 
 def _collective_device(group: Any = None) -> torch.device:

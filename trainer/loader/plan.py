@@ -1,8 +1,14 @@
-"""The static plan of a split: shards dealt into partitions, per-epoch orders and windows, keyed RNG.
+"""The static plan of a split: shards (or pieces of them) dealt into partitions, per-epoch orders and
+windows, keyed RNG.
 
 Everything here is a pure function of the manifest and the loader's
-arguments (seed, partitions, shuffle buffer, batching): no I/O beyond reading
-the manifest once, picklable, the same on every rank and worker.
+arguments (seed, partitions, shuffle buffer, batching, readers): no I/O beyond
+reading the manifest once, picklable, the same on every rank and worker.
+
+A *piece* is what is dealt: a whole shard, or, when a split has fewer
+non-empty shards than the run has readers (ranks x DataLoader workers) and
+batches hold a fixed number of samples, a contiguous range of one shard's
+samples (``pieces_per_shard``), so that every reader gets data of its own.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ _MASK64 = (1 << 64) - 1
 KEY_DEAL, KEY_SHARD_ORDER, KEY_WINDOW_SHIFT, KEY_WINDOW_PERM, KEY_GROUP_ORDER = range(1, 6)
 
 Cursor = list[int]  # [batches_done, pos, tokens_before_pos, batches_done_in_group]
+Piece = tuple[int, int, int]  # (shard index, first sample, end sample): a range of one shard's samples
 
 
 def keyed_rng(*key: int) -> np.random.Generator:
@@ -36,11 +43,35 @@ def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def pieces_per_shard(samples: list[int], readers: int) -> list[int]:
+    """How many pieces each shard is cut into so that ``readers`` readers each get one: 1 each when
+    there are at least as many non-empty shards as readers, else ``readers`` pieces apportioned by
+    sample count (largest remainder; at least one per shard, never more than its samples)."""
+    total = sum(samples)
+    if sum(1 for n in samples if n > 0) >= readers or total == 0:
+        return [1] * len(samples)
+    quotas = [readers * n / total for n in samples]
+    k = [min(max(1, int(q)), max(1, n)) for q, n in zip(quotas, samples, strict=True)]
+    by_remainder = sorted(range(len(samples)), key=lambda i: (-(quotas[i] - int(quotas[i])), i))
+    for i in by_remainder:
+        if sum(k) >= readers:
+            break
+        if k[i] < samples[i]:
+            k[i] += 1
+    return k
+
+
 class Plan:
-    """Everything derived from the manifest and the loader's arguments (picklable, no I/O)."""
+    """Everything derived from the manifest and the loader's arguments (picklable, no I/O).
+
+    ``readers``: how many readers (ranks x workers) the run has; a split with
+    fewer non-empty shards is cut into pieces for them (fixed-size batches
+    only: token-budget batch counts come from the manifest's per-shard token
+    counts). ``self.readers`` is what the pieces were cut for (1: whole shards).
+    """
 
     def __init__(self, manifest_url: str, split: str, seed: int, partitions: int, shuffle_buffer: int,
-                 batch_size: int | None, tokens_per_batch: int | None):
+                 batch_size: int | None, tokens_per_batch: int | None, readers: int = 1):
         manifest, root = load_manifest(manifest_url)
         gid_base: dict[str, int] = {}
         total = 0
@@ -65,17 +96,28 @@ class Plan:
         self.total_samples = sum(s.samples for s in shards)
         self.fingerprint = hashlib.sha256(json.dumps(
             [split, [(s.name, s.samples, s.tokens, s.sha256) for s in shards]]).encode()).hexdigest()[:16]
-        self.part_shards = self._deal([s.samples for s in shards])
-        self.part_samples = [sum(self.infos[i][0] for i in ps) for ps in self.part_shards]
-        self.part_tokens = [sum(self.infos[i][1] for i in ps) for ps in self.part_shards]
+        counts = [s.samples for s in shards]
+        k = pieces_per_shard(counts, readers) if self.T is None else [1] * len(counts)
+        self.readers = readers if any(x > 1 for x in k) else 1
+        self.pieces: list[Piece] = [(i, n * j // ki, n * (j + 1) // ki)
+                                    for i, (n, ki) in enumerate(zip(counts, k, strict=True)) for j in range(ki)]
+        self.part_pieces = self._deal([hi - lo for _, lo, hi in self.pieces])
+        self.part_samples = [sum(self.piece_samples(i) for i in ps) for ps in self.part_pieces]
+        # Token counts are known per shard only: with a token budget every piece is a whole shard.
+        self.part_tokens = [sum(self.infos[self.pieces[i][0]][1] for i in ps) for ps in self.part_pieces]
         if self.T is not None:
             self.part_batches = [ceil_div(x, self.T) for x in self.part_tokens]
         else:
             assert self.B is not None
             self.part_batches = [ceil_div(n, self.B) for n in self.part_samples]
 
+    def piece_samples(self, i: int) -> int:
+        """The samples of piece i (the manifest's count for a whole shard)."""
+        _, lo, hi = self.pieces[i]
+        return hi - lo
+
     def _deal(self, samples: list[int]) -> list[list[int]]:
-        """Shards -> partitions, balanced by sample count (largest first to the lightest partition).
+        """Pieces -> partitions, balanced by sample count (largest first to the lightest partition).
 
         Keyed by seed only, not by epoch: partition sizes, and so steps_per_epoch,
         stay the same every epoch. Ties are broken by a seeded shuffle.
@@ -91,9 +133,9 @@ class Plan:
             heapq.heappush(heap, (load + samples[i], p))
         return [sorted(ps) for ps in parts]
 
-    def shard_order(self, epoch: int, p: int) -> list[int]:
-        """The order partition p reads its shards in, in this epoch (keyed by seed, epoch, p)."""
-        order = list(self.part_shards[p])
+    def piece_order(self, epoch: int, p: int) -> list[int]:
+        """The order partition p reads its pieces in, in this epoch (keyed by seed, epoch, p)."""
+        order = list(self.part_pieces[p])
         keyed_rng(self.seed, KEY_SHARD_ORDER, epoch, p).shuffle(order)
         return order
 

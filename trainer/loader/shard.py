@@ -2,7 +2,9 @@
 
 A failure of any kind raises ``ShardCorrupt`` at a fixed position of the
 shard (before its first sample for bytes/sha256, before its last for counts),
-which keeps an epoch exact on resume whichever policy handles it.
+which keeps an epoch exact on resume whichever policy handles it. A piece of a
+shard that several readers share (``iter_piece``) is released only after the
+whole shard has been checked, so its pieces fail together, at their start.
 """
 
 from __future__ import annotations
@@ -131,14 +133,34 @@ def check_ids(name: str, key: str, ids: np.ndarray, vocab_size: int, max_len: in
                                   f"vocabulary of {vocab_size}")
 
 
-def iter_shard(plan: Plan, s: int, start: int) -> Iterator[Sample]:
+def iter_piece(plan: Plan, i: int, start: int) -> Iterator[Sample]:
+    """Samples of piece ``i`` of the plan from its offset ``start`` on (a whole shard, or a range of one)."""
+    s, lo, hi = plan.pieces[i]
+    if lo == 0 and hi == plan.infos[s][0]:
+        return iter_shard(plan, s, start)
+    return iter_shard(plan, s, lo + start, stop=hi)
+
+
+def iter_shard(plan: Plan, s: int, start: int, stop: int | None = None) -> Iterator[Sample]:
     """Samples of shard ``s`` of the plan from offset ``start`` on; raises ShardCorrupt on any failure.
 
     The shard's bytes and sha256 are verified before its first sample is
     released (fetch_verified); its sample and token counts before its last.
     Either way the failure point of a shard is a fixed position, which keeps
-    the epoch exact on resume.
+    the epoch exact on resume. With ``stop`` (a piece of a shard that several
+    readers share) only samples before ``stop`` are released, and only after
+    the whole shard has been read and checked: every piece of a shard fails
+    before its first sample, or none does.
     """
+    if stop is None:
+        yield from _read_shard(plan, s, start, None)
+        return
+    yield from list(_read_shard(plan, s, start, stop))
+
+
+def _read_shard(plan: Plan, s: int, start: int, stop: int | None) -> Iterator[Sample]:
+    """The checked samples of shard ``s`` in [start, stop) (to its end without ``stop``); the whole shard
+    is read and checked whatever the range."""
     name, gid_base = plan.names[s], plan.gid_base[s]
     n_samples, n_tokens, n_bytes, sha = plan.infos[s]
     f: IO[bytes] | None = None
@@ -163,7 +185,7 @@ def iter_shard(plan: Plan, s: int, start: int) -> Iterator[Sample]:
                     raise ShardCorrupt(name, f"has more samples than the manifest says ({n_samples})")
                 if tokens != n_tokens:
                     raise ShardCorrupt(name, f"has {tokens} tokens, the manifest says {n_tokens}")
-            if count - 1 >= start:
+            if count - 1 >= start and (stop is None or count - 1 < stop):
                 label = d.get("label")
                 yield Sample(gid_base + count - 1, s, ids, d.get("token_type_ids"), label)
     except ShardCorrupt:
@@ -173,4 +195,3 @@ def iter_shard(plan: Plan, s: int, start: int) -> Iterator[Sample]:
     finally:
         if f is not None:
             f.close()
-

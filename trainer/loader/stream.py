@@ -1,18 +1,24 @@
-"""One partition's batch stream in one epoch: positions read in shard order, shuffled in blocks, batched.
+"""One partition's batch stream in one epoch: positions read in piece order, shuffled in blocks, batched.
 
 Fixed-size batches take B consecutive non-hole entries of the block-shuffled
 sequence; token-budget batches cut groups of windows into runs of about equal
 real tokens (``split_by_tokens``). A stream resumes from its cursor.
+
+The positions of a skipped shard are holes, and a window that holds nothing
+but holes is stepped over in one go (``PositionReader.first_live``): the work
+of an epoch is bounded by the samples read, never by the counts a manifest
+claims for a shard that turned out not to hold them.
 """
 
 from __future__ import annotations
 
+import bisect
 import logging
 from collections.abc import Iterator
 
 from schemas.errors import UserError
 from trainer.loader.plan import KEY_GROUP_ORDER, KEY_WINDOW_PERM, Cursor, Plan, keyed_rng
-from trainer.loader.shard import Sample, ShardCorrupt, iter_shard
+from trainer.loader.shard import Sample, ShardCorrupt, iter_piece
 
 log = logging.getLogger(__name__)
 
@@ -38,17 +44,29 @@ class UnitCtx:
 
 
 class PositionReader:
-    """Reads positions of a partition's epoch stream in order; holes (None) for skipped shards."""
+    """Reads positions of a partition's epoch stream in order; holes (None) for skipped shards.
+
+    ``order`` lists the partition's pieces (plan.pieces) in this epoch's order.
+    """
 
     def __init__(self, plan: Plan, order: list[int], ctx: UnitCtx):
         self.plan, self.order, self.ctx = plan, order, ctx
         self.starts = [0]
-        for s in order:
-            self.starts.append(self.starts[-1] + plan.infos[s][0])
-        self.k = 0  # index into order of the shard being read
+        for i in order:
+            self.starts.append(self.starts[-1] + plan.piece_samples(i))
+        self.k = 0  # index into order of the piece being read
         self.gen: Iterator[Sample] | None = None
-        self.gen_k = -1  # order index of the shard the open generator reads
+        self.gen_k = -1  # order index of the piece the open generator reads
         self.gen_next = -1  # position the open generator yields next
+
+    def first_live(self, pos: int) -> int:
+        """The first position >= pos that is not a hole as far as is known now (the end when none is)."""
+        k = bisect.bisect_right(self.starts, pos) - 1
+        while k < len(self.order):
+            if self.starts[k + 1] > pos and self.plan.pieces[self.order[k]][0] not in self.ctx.skipped:
+                return max(pos, self.starts[k])
+            k += 1
+        return self.starts[-1]
 
     def read(self, lo: int, hi: int) -> list[Sample | None]:
         """Samples at positions lo..hi-1 of the epoch stream; None where a shard is skipped."""
@@ -57,7 +75,8 @@ class PositionReader:
         while q < hi:
             while q >= self.starts[self.k + 1]:
                 self.k += 1
-            s = self.order[self.k]
+            piece = self.order[self.k]
+            s = self.plan.pieces[piece][0]
             end = self.starts[self.k + 1]
             if s in self.ctx.skipped:
                 n = min(hi, end) - q
@@ -68,7 +87,7 @@ class PositionReader:
             if self.gen is None or self.gen_k != self.k or self.gen_next != q:
                 self._close()
                 plan = self.plan
-                self.gen = iter_shard(plan, s, q - self.starts[self.k])
+                self.gen = iter_piece(plan, piece, q - self.starts[self.k])
                 self.gen_k, self.gen_next = self.k, q
             try:
                 sample = next(self.gen)
@@ -112,7 +131,7 @@ class PartitionStream:
         self.n = plan.part_samples[p]
         self.max_batches = plan.part_batches[p]
         self.shift = plan.window_shift(epoch, p)
-        self.reader = PositionReader(plan, plan.shard_order(epoch, p), ctx)
+        self.reader = PositionReader(plan, plan.piece_order(epoch, p), ctx)
         self.done = self.b >= self.max_batches or self.pos >= self.n
         self._win_j = -1
         self._win: list[Sample | None] = []
@@ -161,6 +180,10 @@ class PartitionStream:
             j = self._window_of(self.pos)
             if j != self._win_j:
                 lo, hi = self._bounds(j)
+                live = self.reader.first_live(lo)
+                if live >= hi:  # nothing but holes: on to the window of the next live position
+                    self.pos = self.n if live >= self.n else self._bounds(self._window_of(live))[0]
+                    continue
                 entries = self._drop_skipped(self.reader.read(lo, hi))
                 perm = keyed_rng(self.plan.seed, KEY_WINDOW_PERM, self.epoch, self.p, j).permutation(hi - lo)
                 self._win = [entries[i] for i in perm]
@@ -187,11 +210,20 @@ class PartitionStream:
         T = self.plan.T
         assert T is not None
         j0 = j = self._window_of(self.pos)
-        entries: list[Sample | None] = []
+        samples: list[Sample] = []
+        tokens = 0
         while True:
             lo, hi = self._bounds(j)
-            entries = self._drop_skipped(entries + self.reader.read(lo, hi))
-            tokens = sum(int(e.ids.shape[0]) for e in entries if e is not None)
+            live = self.reader.first_live(lo)
+            if hi <= live < self.n:  # nothing but holes: carry the group on to the next live window
+                j = self._window_of(live)
+                continue
+            if live >= self.n:  # holes to the end: the group's last window
+                hi = self.n
+            else:
+                sk = self.ctx.skipped
+                samples = [e for e in samples + self.reader.read(lo, hi) if e is not None and e.shard not in sk]
+                tokens = sum(int(e.ids.shape[0]) for e in samples)
             final = hi >= self.n
             before = self.tok // T
             # Running count of batches = floor(tokens so far / T), and exactly
@@ -201,7 +233,6 @@ class PartitionStream:
             if b > 0 or final:
                 break
             j += 1  # too few tokens for a batch: carry the window into the next one
-        samples = [e for e in entries if e is not None]
         if not samples:  # all holes: move on without emitting
             self.pos, self.tok, self.skip = hi, self.tok + tokens, 0
             return

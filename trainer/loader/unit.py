@@ -71,7 +71,8 @@ class Replay:
                 self.parts = list(range(self.plan.P))
                 self.ctx = UnitCtx(self.plan, self.ctx.policy, set(self.ctx.skipped))
             self._new_pass()
-        raise UserError(f"split {self.plan.split!r} has no readable sample to pad uneven ranks with")
+        raise UserError(f"split {self.plan.split!r} has no readable sample: every shard of it was skipped as "
+                        "corrupt (corrupt_shards: skip; the warnings above name them)")
 
     def close(self) -> None:
         for s in self.streams:

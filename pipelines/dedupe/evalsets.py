@@ -1,0 +1,325 @@
+"""The evaluation sets of benchmark decontamination, and the n-grams both sides are compared by.
+
+Plain Python and numpy, no Beam (``pipelines.dedupe.decontaminate`` is the stage):
+
+- the evaluation files: listed (``eval_files``, one clear line for a path that matches nothing or a
+  file of a kind not read), identified for the attempt tag (``eval_identity``), read as texts
+  (``eval_texts``: JSONL and JSON records, whose string values are ``record_text``; text files by
+  blank-line paragraphs; ``.gz`` / ``.bz2`` / ``.xz``);
+- word n-gram hashes (``ngram_hashes``, ``batch_ngram_hashes``): words are ``\\w+`` runs with
+  apostrophes inside a word dropped, lower-cased (NFKC for non-ASCII words), each hashed with
+  blake2b (memoized per process), and every n consecutive word hashes combined by a polynomial and a
+  64-bit mixer; ``overlap_spans``: where a text's matched n-grams lie;
+- ``Bloom``, the bounded filter of the evaluation n-grams (``filter_shape``), and the hash partitions
+  of the index (``partition_of``, ``split_parts``).
+"""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import hashlib
+import io
+import json
+import lzma
+import math
+import posixpath
+import re
+import unicodedata
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import IO, Any
+
+import numpy as np
+
+from schemas.config import DecontaminateConfig
+from schemas.errors import UserError
+from shardforge.storage import open_read, redact_url
+
+# ------------------------------------------------------------------ n-gram hashes (plain numpy)
+
+# A word: a run of word characters, apostrophes inside it dropped ("Academy's" is "academys" on both sides).
+WORD = re.compile(r"\w+(?:['\u2019]\w+)*")
+_WORD_CACHE_MAX = 1 << 18
+_word_cache: dict[str, int] = {}
+_P = np.uint64(0x9E3779B97F4A7C15)  # the multiplier of the polynomial over a window's word hashes
+_M1, _M2 = np.uint64(0xFF51AFD7ED558CCD), np.uint64(0xC4CEB9FE1A85EC53)
+_S33 = np.uint64(33)
+
+
+def _word_hash(word: str) -> int:
+    key = word.lower() if word.isascii() else unicodedata.normalize("NFKC", word).lower()
+    if "'" in key or "\u2019" in key:
+        key = key.replace("'", "").replace("\u2019", "")
+    digest = hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=8, person=b"sf-decon").digest()
+    return int.from_bytes(digest, "little", signed=True)
+
+
+def word_hashes(words: list[str]) -> np.ndarray:
+    """Each word's 64-bit hash (int64), memoized per process (a Zipfian vocabulary hits the memo)."""
+    cache = _word_cache
+    if len(cache) > _WORD_CACHE_MAX:
+        cache.clear()
+    for w in set(words).difference(cache):
+        cache[w] = _word_hash(w)
+    return np.fromiter(map(cache.__getitem__, words), dtype=np.int64, count=len(words))
+
+
+def _mix(h: np.ndarray) -> np.ndarray:
+    h ^= h >> _S33
+    h *= _M1
+    h ^= h >> _S33
+    h *= _M2
+    h ^= h >> _S33
+    return h
+
+
+def window_hashes(words: np.ndarray, n: int) -> np.ndarray:
+    """The hash of every n consecutive word hashes (int64; empty when there are fewer than n words)."""
+    m = len(words) - n + 1
+    if m <= 0:
+        return np.empty(0, dtype=np.int64)
+    u = words.view(np.uint64)
+    h = u[:m].copy()
+    for j in range(1, n):
+        h *= _P
+        h += u[j:j + m]
+    return _mix(h).view(np.int64)
+
+
+def ngram_hashes(text: str, n: int) -> np.ndarray:
+    """The hash of every word n-gram of ``text`` in order (position i: words i .. i+n-1)."""
+    words = WORD.findall(text)
+    return window_hashes(word_hashes(words), n) if len(words) >= n else np.empty(0, dtype=np.int64)
+
+
+def batch_ngram_hashes(texts: list[str], n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Every text's n-gram hashes at once: (hashes, the index of the text each belongs to), in text
+    order. The same hashes as ``ngram_hashes`` per text, in a fixed number of numpy calls per batch
+    (per text they cost more than the hashing: ~45 of ~100 ms per MB of prose)."""
+    words = [WORD.findall(t) for t in texts]
+    counts = np.fromiter(map(len, words), dtype=np.int64, count=len(texts))
+    hashes = window_hashes(word_hashes([w for ws in words for w in ws]), n)
+    if not len(hashes):
+        return hashes, np.empty(0, dtype=np.int64)
+    ends = np.cumsum(counts)
+    owner = np.repeat(np.arange(len(texts)), counts)[:len(hashes)]
+    inside = np.arange(n, len(hashes) + n) <= ends[owner]  # the window ends in the text it starts in
+    return hashes[inside], owner[inside]
+
+
+def eval_text(text: str) -> str:
+    """An evaluation text as documents are compared: NFC (the clean stage's normal form)."""
+    return text if text.isascii() else unicodedata.normalize("NFC", text)
+
+
+# ------------------------------------------------------------------ the Bloom filter
+
+
+@dataclass
+class Bloom:
+    """A Bloom filter over 64-bit hashes: ``2**log2_bits`` bits, ``k`` probes by double hashing."""
+
+    bits: np.ndarray  # uint8
+    k: int
+
+    @classmethod
+    def empty(cls, log2_bits: int, k: int) -> Bloom:
+        return cls(np.zeros(1 << max(0, log2_bits - 3), dtype=np.uint8), k)
+
+    def _probes(self, hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.uint64]:
+        u = hashes.view(np.uint64)
+        mask = np.uint64(len(self.bits) * 8 - 1)
+        return u & mask, (u >> np.uint64(32)) | np.uint64(1), mask
+
+    def add(self, hashes: np.ndarray) -> None:
+        h1, h2, mask = self._probes(hashes)
+        for i in range(self.k):
+            pos = (h1 + np.uint64(i) * h2) & mask
+            np.bitwise_or.at(self.bits, (pos >> np.uint64(3)).astype(np.intp),
+                             np.left_shift(1, (pos & np.uint64(7)).astype(np.uint8)).astype(np.uint8))
+
+    def contains(self, hashes: np.ndarray) -> np.ndarray:
+        """A bool per hash: maybe in the set (True), or surely not (False)."""
+        h1, h2, mask = self._probes(hashes)
+        idx = np.arange(len(hashes))
+        for i in range(self.k):
+            pos = (h1 + np.uint64(i) * h2) & mask
+            hit = (self.bits[(pos >> np.uint64(3)).astype(np.intp)] >> (pos & np.uint64(7)).astype(np.uint8)) & 1
+            keep = hit.astype(bool)
+            idx, h1, h2 = idx[keep], h1[keep], h2[keep]
+            if not len(idx):
+                break
+        out = np.zeros(len(hashes), dtype=bool)
+        out[idx] = True
+        return out
+
+    def merge(self, other: Bloom) -> None:
+        np.bitwise_or(self.bits, other.bits, out=self.bits)
+
+
+def filter_shape(expected: int, max_bytes: int) -> tuple[int, int]:
+    """(log2 of the bits, probes) of a filter for ``expected`` hashes: 32 bits a hash (a false positive
+    rate near 3e-7, so a 500-word document is a false candidate about once in 6,000) within
+    ``max_bytes``; past it the rate grows, and with it the candidates' work, never a wrong removal."""
+    expected = max(1, expected)
+    log2_bits = max(16, math.ceil(math.log2(expected * 32)))
+    log2_bits = min(log2_bits, max(16, int(math.log2(max(1, max_bytes) * 8))))
+    k = round(math.log(2) * (1 << log2_bits) / expected)
+    return log2_bits, max(1, min(16, k))
+
+
+# ------------------------------------------------------------------ the evaluation files
+
+
+@dataclass(frozen=True)
+class EvalFile:
+    """One evaluation file: its URL, the name the report gives it, its size and content fingerprint."""
+
+    url: str
+    name: str
+    size: int
+    fingerprint: str
+
+
+_OPENERS = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}
+_REFUSED = (".zst", ".zip", ".tar", ".parquet", ".7z")
+
+
+def eval_files(cfg: DecontaminateConfig) -> list[EvalFile]:
+    """Every file the configured paths match, with a name (its file name; the redacted URL where two
+    share one); one clear line for a path that matches nothing or a file of a kind not read."""
+    from pipelines.sources.rawfiles import fingerprint, list_raw_files
+
+    found: dict[str, Any] = {}
+    for path in cfg.paths:
+        listed = [f for f in list_raw_files(path) if not (f.checksum or "").startswith("skipped:")]
+        if not listed:
+            raise UserError(f"--decontaminate {redact_url(path)}: no file matches it")
+        for f in listed:
+            found.setdefault(f.url, f)
+    urls = sorted(found)
+    names = [posixpath.basename(u.rstrip("/")) for u in urls]
+    out = []
+    for url, name in zip(urls, names, strict=True):
+        if url.lower().endswith(_REFUSED):
+            raise UserError(f"--decontaminate {redact_url(url)}: {name.rsplit('.', 1)[-1]} files are not read; give "
+                            "JSONL, JSON or text files (optionally .gz, .bz2 or .xz)")
+        out.append(EvalFile(url, redact_url(url) if names.count(name) > 1 else name, found[url].size,
+                            fingerprint(found[url])))
+    return out
+
+
+def eval_identity(cfg: DecontaminateConfig) -> list[list[Any]]:
+    """What the attempt tag hashes of the evaluation files (names, sizes, fingerprints): other
+    evaluation sets give other outputs, so another tag."""
+    return [[e.name, e.size, e.fingerprint] for e in eval_files(cfg)] if cfg.paths else []
+
+
+def _open_text(url: str) -> IO[str]:
+    raw: Any = open_read(url)
+    lower = url.lower()
+    for ext, opener in _OPENERS.items():
+        if lower.endswith(ext):
+            raw = opener(raw)
+            lower = lower[: -len(ext)]
+            break
+    return io.TextIOWrapper(raw, encoding="utf-8", errors="replace", newline=None)
+
+
+def _format_of(url: str) -> str:
+    lower = url.lower()
+    for ext in _OPENERS:
+        lower = lower.removesuffix(ext)
+    if lower.endswith((".jsonl", ".ndjson")):
+        return "jsonl"
+    return "json" if lower.endswith(".json") else "text"
+
+
+def record_text(value: Any, fields: list[str] | None = None) -> str:
+    """A JSON record's text: its string values (only ``fields`` of an object, where given; nested
+    lists and objects included), joined by newlines."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict):
+        items = [value[f] for f in fields if f in value] if fields else list(value.values())
+    elif isinstance(value, list):
+        items = value
+    else:
+        return ""
+    return "\n".join(t for t in (record_text(v) for v in items) if t)
+
+
+def eval_texts(url: str, fields: list[str] | None = None, block_chars: int = 1 << 20) -> Iterator[str | None]:
+    """The texts of one evaluation file, in order (None for a JSON line that does not parse)."""
+    kind = _format_of(url)
+    with _open_text(url) as f:
+        if kind == "json":
+            try:
+                data = json.load(f)
+            except ValueError:
+                yield None
+                return
+            for item in data if isinstance(data, list) else [data]:
+                yield record_text(item, fields)
+        elif kind == "jsonl":
+            for line in f:
+                if line.strip():
+                    try:
+                        yield record_text(json.loads(line), fields)
+                    except ValueError:
+                        yield None
+        else:
+            block: list[str] = []
+            size = 0
+            for line in f:
+                if line.strip():
+                    block.append(line)
+                    size += len(line)
+                if (not line.strip() or size >= block_chars) and block:
+                    yield "".join(block)
+                    block, size = [], 0
+            if block:
+                yield "".join(block)
+
+
+def partition_of(hashes: np.ndarray, log2_parts: int) -> np.ndarray:
+    """The index partition of each hash: its top ``log2_parts`` bits."""
+    if not log2_parts:
+        return np.zeros(len(hashes), dtype=np.int64)
+    return (hashes.view(np.uint64) >> np.uint64(64 - log2_parts)).astype(np.int64)
+
+
+def split_parts(hashes: np.ndarray, log2_parts: int) -> Iterator[tuple[int, np.ndarray]]:
+    """``(partition, the sorted distinct hashes in it)`` for each partition ``hashes`` reach."""
+    hashes = np.unique(hashes)
+    parts = partition_of(hashes, log2_parts)
+    order = np.argsort(parts, kind="stable")
+    hashes, parts = hashes[order], parts[order]
+    keys, firsts = np.unique(parts, return_index=True)
+    yield from zip(keys.tolist(), np.split(hashes, firsts[1:]), strict=True)
+
+
+def overlap_spans(text: str, n: int, matched: set[int]) -> list[tuple[int, int]]:
+    """Character spans of ``text`` covered by its n-grams whose hash is in ``matched``, merged."""
+    spans = [m.span() for m in WORD.finditer(text)]
+    hashes = window_hashes(word_hashes([text[s:e] for s, e in spans]), n)
+    covered = np.zeros(len(spans) + 1, dtype=np.int32)
+    for i in np.flatnonzero(np.isin(hashes, np.fromiter(matched, dtype=np.int64, count=len(matched)))).tolist():
+        covered[i] += 1
+        covered[i + n] -= 1
+    out: list[tuple[int, int]] = []
+    last = -2
+    for i in np.flatnonzero(np.cumsum(covered[:-1]) > 0).tolist():
+        if i == last + 1:
+            out[-1] = (out[-1][0], spans[i][1])
+        else:
+            out.append(spans[i])
+        last = i
+    return out
+
+
+def expected_words(f: EvalFile) -> int:
+    """An upper estimate of a file's words (so of its n-grams): ~6 bytes a word, 4x for compression."""
+    grow = 4 if f.url.lower().endswith(tuple(_OPENERS)) else 1
+    return max(1, f.size * grow // 6)

@@ -1,0 +1,222 @@
+"""The Beam commands as a newcomer meets them, through the real entry points: --help in the user's words
+with the defaults, a mistyped flag or value answered in one line before Beam is imported, a config key
+spelled wrong answered like a flag, a config that sets only some sections, a path that is not a corpus
+told apart from one that does not exist, and one install command for the Dataflow extra.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+ENV = {**os.environ, "PYTHONPATH": str(REPO)}
+
+# Runs a module as `python -m MODULE ARGS` would; its last line says whether Beam was imported, and the exit code.
+BEAM_PROBE = """
+import runpy, sys
+module, sys.argv = sys.argv[1], sys.argv[1:]
+code = 0
+try:
+    runpy.run_module(module, run_name="__main__", alter_sys=True)
+except SystemExit as e:
+    code = e.code
+print("probe:", "apache_beam" in sys.modules, code)
+sys.exit(code)
+"""
+
+
+def run(*args: str, cwd: Path | str = REPO, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=cwd, env=ENV, timeout=timeout)
+
+
+def one_line_error(res: subprocess.CompletedProcess) -> str:
+    lines = res.stderr.strip().splitlines()
+    assert res.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: "), res.stderr[-3000:]
+    return lines[0]
+
+
+# ------------------------------------------------------------------ --help
+
+
+def test_build_help_speaks_the_users_words_shows_defaults_and_offers_the_flags() -> None:
+    from pipelines.flags import FORMATS, RULES, TOKENIZER_KINDS
+    from schemas.config import BuildConfig, PackingConfig, TokenizerConfig
+
+    res = run("-m", "shardforge.cli", "build", "--help")
+    assert res.returncode == 0 and res.stderr == "", res.stderr
+    text = " ".join(res.stdout.split())  # argparse wraps the help: compare words, not lines
+    # no module names, no internals
+    for word in ("pipelines", "jobs.", "attempt tag", "``", "driver", "graph"):
+        assert word not in text, word
+    assert text.startswith("usage: shardforge build ") and "shardforge build --input 'data/*.jsonl'" in text
+    # the defaults, as the config has them
+    seed = BuildConfig.model_fields["seed"].default
+    for flag, value in (("--vocab_size N", TokenizerConfig().vocab_size), ("--seed N", seed),
+                        ("--valid_fraction F", PackingConfig().valid_fraction),
+                        ("--max_seq_len N", PackingConfig().max_seq_len),
+                        ("--tokenizer_kind KIND", TokenizerConfig().model_type), ("--spill_mb MB", 32)):
+        help_of = text[text.index(flag + " "):]
+        assert re.search(rf"\(default: {re.escape(str(value))}[);]", help_of[:400]), (flag, help_of[:400])
+    assert "(default: 8000)" in text and "(default: 0.01)" in text and "(default: 1234)" in text
+    # the values a flag takes
+    for values in (FORMATS, RULES, TOKENIZER_KINDS):
+        assert ", ".join(values) in text, values
+    # the local runner's cores and memory and the summary are flags, and so are tokenizer kind, languages, text field
+    for flag in ("--doc_processes N", "--spill_mb MB", "--spill_dir DIR", "--tokenizer_kind KIND", "--languages CODES",
+                 "--text_field FIELD", "--json"):
+        assert re.search(rf"^  {re.escape(flag)}", res.stdout, re.M), flag
+
+
+def test_repack_help_offers_no_flag_it_refuses() -> None:
+    res = run("-m", "shardforge.cli", "repack", "--help")
+    assert res.returncode == 0 and res.stderr == ""
+    assert "Refused" not in res.stdout and "--tokenizer_ref" not in res.stdout and "pipelines" not in res.stdout
+    assert "--spill_mb MB" in res.stdout and "--doc_processes" not in res.stdout  # repack cleans no documents
+
+
+# ------------------------------------------------------------------ mistakes before Beam is imported
+
+
+@pytest.mark.parametrize("args, says", [
+    (["pipelines.build", "--input", "x", "--output", "o", "--vocab-size", "9"],
+     "unknown flag: --vocab-size (did you mean --vocab_size?)"),
+    (["shardforge.cli", "build", "--input", "x", "--output", "o", "--max_seq_length", "9", "--jsn"],
+     "unknown flags: --max_seq_length (did you mean --max_seq_len?), --jsn (did you mean --json?)"),
+    (["pipelines.build", "--input", "x", "--output", "o", "--rule", "sopp"],
+     "--rule 'sopp' is not one of full_sentences, doc_sentences, segment_pair_nsp, sentence_pair_nsp, sop "
+     "(did you mean sop?)"),
+    (["shardforge.cli", "build", "--input", "x", "--output", "o", "--format", "jsnl"], "--format 'jsnl' is not one of"),
+    (["pipelines.build", "--input", "x", "--output", "o", "--vocab_size", "many"],
+     "argument --vocab_size: invalid int value: 'many'"),
+    (["shardforge.cli", "repack", "--tokenized", "p", "--output", "o", "--rule", "x"], "--rule 'x' is not one of"),
+    (["pipelines.repack", "--tokenized", "p", "--output", "o", "--doc_processes", "2"], "unknown flag: --doc_processes"),
+])
+def test_flag_mistakes_are_one_line_before_beam_is_imported(args, says, tmp_path) -> None:
+    """Beam takes 2 s to import (9-13 s on a busy machine): a mistyped flag or value needs none of it, and
+    a bad value names the flag the user typed (not the config key it sets: packing.rule)."""
+    res = run("-c", BEAM_PROBE, *args, cwd=tmp_path)
+    assert res.stdout.splitlines()[-1] == "probe: False 2", res.stdout[-500:] + res.stderr[-2000:]
+    line = one_line_error(res)
+    assert says in line and "packing.rule" not in line, line
+    assert not (tmp_path / "o").exists()
+
+
+def test_beam_flags_is_the_list_of_beams_own_options() -> None:
+    """The list the early check trusts is what Beam's registered option classes hold at the pinned version
+    (a Beam upgrade that adds or drops a flag fails here: update pipelines.flags.BEAM_FLAGS)."""
+    import argparse
+    import importlib.metadata
+
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from pipelines.flags import BEAM_FLAGS, BEAM_VERSION
+
+    assert importlib.metadata.version("apache-beam") == BEAM_VERSION
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    for cls in {c for c in PipelineOptions.__subclasses__() if c.__module__.startswith("apache_beam.")}:
+        cls._add_argparse_args(parser)
+    assert {s for a in parser._actions for s in a.option_strings} == BEAM_FLAGS
+
+
+def test_a_runner_with_options_of_its_own_leaves_unknown_flags_to_beam() -> None:
+    """A runner given by its module path (or Beam's DaskRunner) may bring options of its own: only the check
+    after Beam's import can know them."""
+    from pipelines.flags import beam_flags_known, build_parser, check_flags
+
+    assert beam_flags_known([]) and beam_flags_known(["--runner", "DataflowRunner"])
+    assert beam_flags_known(["--runner=flink"]) and beam_flags_known(["--runner", "FnApiRunner"])
+    assert not beam_flags_known(["--runner", "my.pkg.MyRunner"]) and not beam_flags_known(["--runner=my.pkg.R"])
+    assert not beam_flags_known(["--runner", "DaskRunner"])
+    check_flags(build_parser(), ["--runner", "my.pkg.MyRunner", "--my_runner_option", "1"])  # no exit
+    with pytest.raises(SystemExit):
+        check_flags(build_parser(), ["--runner", "DataflowRunner", "--my_runner_option", "1"])
+
+
+# ------------------------------------------------------------------ configs
+
+
+def test_a_config_key_spelled_wrong_is_answered_like_a_flag(tmp_path) -> None:
+    cfg = tmp_path / "build.yaml"
+    cfg.write_text("tokenizer:\n  vocab_sise: 300\npackng: {rule: sop}\n")
+    res = run("-m", "pipelines.build", "--config", str(cfg), "--input", str(tmp_path / "a.jsonl"), "--output",
+              str(tmp_path / "o"))
+    line = one_line_error(res)
+    assert "tokenizer.vocab_sise: unknown key (did you mean vocab_size?)" in line, line
+    assert "packng: unknown key (did you mean packing?)" in line and "Extra inputs" not in line, line
+
+
+def test_a_config_that_sets_some_sections_combines_with_the_flags(tmp_path) -> None:
+    """`tokenizer: {model_type: byte_bpe}` and --input: the sources come from the flag, the rest from the file."""
+    from pipelines.options import BuildOptions, build_config_from_options
+    from schemas.errors import UserError
+
+    cfg = tmp_path / "partial.yaml"
+    cfg.write_text("tokenizer: {model_type: byte_bpe}\n")
+    built = build_config_from_options(BuildOptions(["--config", str(cfg), "--input", "news=raw/*.jsonl",
+                                                    "--languages", "en,de", "--text_field", "body"]))
+    assert built.tokenizer.model_type == "byte_bpe" and built.tokenizer.vocab_size == 8000
+    assert [(s.name, s.input, s.text_field) for s in built.sources] == [("news", "raw/*.jsonl", "body")]
+    assert built.clean.languages == ["en", "de"]
+    assert build_config_from_options(BuildOptions(["--input", "x", "--languages", "any"])).clean.languages == []
+    with pytest.raises(UserError, match="no input"):  # neither the file nor the flags name a source
+        build_config_from_options(BuildOptions(["--config", str(cfg)]))
+    cfg.write_text("tokenizer: {model_type: byte}\n")  # what the file sets is still checked
+    with pytest.raises(UserError, match=r"tokenizer\.model_type"):
+        build_config_from_options(BuildOptions(["--config", str(cfg), "--input", "x"]))
+
+
+# ------------------------------------------------------------------ a path that is not a corpus
+
+
+def test_validate_tells_a_file_a_folder_and_nothing_apart(tmp_path) -> None:
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    (raw / "plain.jsonl").write_text('{"text": "hello"}\n')
+    lines = {what: one_line_error(run("-m", "shardforge.cli", "validate", str(path)))
+             for what, path in (("file", raw / "plain.jsonl"), ("folder", raw), ("nothing", tmp_path / "nope"))}
+    assert lines["file"] == (f"error: {raw}/plain.jsonl is a file, not a corpus (a corpus is the folder a build "
+                             "writes: shards and their manifest.json): build one from it with `shardforge build "
+                             f"--input {raw}/plain.jsonl --output CORPUS`, then use CORPUS")
+    assert f"{raw} is a folder but not a corpus" in lines["folder"] and f"--input '{raw}/*'" in lines["folder"]
+    assert lines["nothing"] == f"error: no manifest at {tmp_path}/nope/manifest.json: {tmp_path}/nope does not exist " \
+                               "(check the path)"
+
+
+def test_train_on_a_raw_file_says_to_build_a_corpus_first(tmp_path) -> None:
+    (tmp_path / "plain.jsonl").write_text('{"text": "hello"}\n')
+    res = run("-m", "shardforge.cli", "train", "--data", "plain.jsonl", "--steps", "1", "--output", "run",
+              cwd=tmp_path)
+    line = one_line_error(res)
+    assert line.startswith(f"error: {tmp_path}/plain.jsonl is a file, not a corpus") and "Not a directory" not in line
+    assert f"shardforge build --input {tmp_path}/plain.jsonl --output CORPUS" in line
+    assert not (tmp_path / "run").exists()
+
+
+# ------------------------------------------------------------------ the Dataflow extra
+
+
+def test_the_dataflow_extra_has_one_install_command() -> None:
+    """Every place that tells how to install the Dataflow client gives the README's command."""
+    from pipelines.localrunner.preflight import DATAFLOW_INSTALL
+
+    assert DATAFLOW_INSTALL in (REPO / "README.md").read_text()
+    files = [REPO / "README.md", *REPO.glob("docs/*.md"), *REPO.glob("deploy/**/*"), *REPO.glob("scripts/*.sh"),
+             *REPO.glob("pipelines/**/*.py"), *REPO.glob("shardforge/**/*.py")]
+    found = 0
+    for path in files:
+        if not path.is_file() or path.suffix in (".pyc",):
+            continue
+        text = " ".join(path.read_text(errors="replace").replace("#", " ").split())
+        for m in re.finditer(r"pip install", text):
+            after = text[m.start():m.start() + 80]
+            if "dataflow" in after or "[gcp]" in after:
+                found += 1
+                begin = m.start() - len(".venv/bin/")
+                assert text[begin:begin + len(DATAFLOW_INSTALL)] == DATAFLOW_INSTALL, (path, text[begin:begin + 90])
+    assert found >= 4

@@ -1,0 +1,107 @@
+"""The README's path with the example configs (examples/build.yaml, examples/train.yaml), through the real
+commands on a small corpus of real news: the build config combined with --input and flags, the summary a
+person reads, the train config printed and trained for a few steps, and a pair corpus whose labels
+`inspect` explains.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from realtext import news_documents
+
+REPO = Path(__file__).resolve().parent.parent
+ENV = {**os.environ, "PYTHONPATH": str(REPO)}
+BUILD_YAML = REPO / "examples" / "build.yaml"
+TRAIN_YAML = REPO / "examples" / "train.yaml"
+
+
+def run(*args: str, cwd: Path | str = REPO, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=cwd, env=ENV, timeout=timeout)
+
+
+def test_the_build_example_holds_the_defaults_and_lacks_only_the_sources() -> None:
+    """What examples/build.yaml says are the defaults are the defaults: the file stays true to the code."""
+    from schemas.config import BuildConfig
+    from shardforge.storage.contract import load_config_data
+
+    data = load_config_data(BuildConfig, str(BUILD_YAML))
+    assert "sources" not in data and {"clean", "dedupe", "tokenizer", "packing", "shards", "seed"} <= set(data)
+    source = {"name": "news", "input": "raw/*.jsonl"}
+    assert BuildConfig.model_validate({**data, "sources": [source]}) == BuildConfig.model_validate({"sources": [source]})
+
+
+@pytest.fixture(scope="module")
+def example_build(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    """`python -m pipelines.build --config examples/build.yaml --input ...` on 60 news articles, with the
+    flags a small corpus needs and the new ones (tokenizer kind, languages, text field)."""
+    tmp = tmp_path_factory.mktemp("example")
+    with open(tmp / "news.jsonl", "w", encoding="utf-8") as f:
+        f.writelines(json.dumps({"body": t}) + "\n" for t in news_documents()[:60])
+    out = tmp / "corpus"
+    res = run("-m", "pipelines.build", "--config", str(BUILD_YAML), "--input", f"news={tmp / 'news.jsonl'}",
+              "--output", str(out), "--text_field", "body", "--tokenizer_kind", "bpe", "--languages", "en",
+              "--vocab_size", "400", "--max_seq_len", "128", "--shard_samples", "100", cwd=tmp)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return out, res
+
+
+def test_the_build_example_combines_with_the_flags_and_prints_a_summary_for_a_person(example_build) -> None:
+    out, res = example_build
+    m = json.loads((out / "manifest.json").read_text())
+    cfg = m["config"]
+    assert [(s["name"], s["text_field"]) for s in cfg["sources"]] == [("news", "body")]
+    assert cfg["tokenizer"]["model_type"] == "bpe" and cfg["tokenizer"]["vocab_size"] == 400
+    assert cfg["clean"]["languages"] == ["en"] and cfg["packing"]["valid_fraction"] == 0.01  # the file's
+    kept = sum(a["kept"] for a in m["accounting"].values())
+    # A few lines, the report's path last; no JSON (that is --json's).
+    lines = res.stdout.strip().splitlines()
+    assert 4 <= len(lines) <= 8 and "{" not in res.stdout, res.stdout
+    assert lines[0] == f"built corpus {out}"
+    assert lines[1].startswith(f"  documents  60 in, {kept} kept; ")
+    assert lines[2].startswith("  tokenizer  bpe, 400 pieces; ")
+    assert lines[-1] == f"  report     {out}/report.html  (what was kept, filtered and deduplicated, and why)"
+    assert f"{out}/timings.html" in res.stdout and (out / "timings.html").is_file()
+    assert res.stderr.count("stage timings (s):") == 1  # where the time went stays one line on stderr
+
+
+def test_the_train_example_resolves_and_trains(example_build, tmp_path) -> None:
+    """The config --print-config shows (resolved in-process: the CLI's one costs a torch import) holds the
+    file's values; then a few steps of the example on the example corpus (a tiny model)."""
+    from trainer.recipes import resolve_train_config
+
+    example = yaml.safe_load(TRAIN_YAML.read_text())
+    resolved = resolve_train_config(None, str(TRAIN_YAML), {}, []).model_dump(mode="json")
+    for section in ("model", "masking", "optim"):
+        assert resolved[section] | example[section] == resolved[section], section
+    assert resolved["steps"] == example["steps"] and resolved["data"] == os.path.abspath(example["data"])
+    out, _ = example_build
+    res = run("-m", "trainer.train", "--config", str(TRAIN_YAML), "--data", str(out), "--output", str(tmp_path / "run"),
+              "--steps", "2", "--batch_size", "4", "--set", "model.size=tiny", "--set", "optim.warmup_steps=1",
+              "--set", "eval_every=0", "--set", "checkpoint_every=0", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    records = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines() if x]
+    assert max(r.get("step", 0) for r in records) == 2
+
+
+def test_inspect_says_what_a_pair_label_means(example_build, tmp_path) -> None:
+    out, _ = example_build
+    res = run("-m", "shardforge.cli", "repack", "--tokenized", str(out), "--output", str(tmp_path / "sop"),
+              "--rule", "sop")
+    assert res.returncode == 0, res.stderr[-3000:]
+    res = run("-m", "shardforge.cli", "inspect", str(tmp_path / "sop"), "--samples", "4")
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert ("a sentence order prediction label: 0 = A and B in their order in the document; 1 = A and B swapped"
+            in res.stdout)
+    labelled = [x for x in res.stdout.splitlines() if ", label " in x]
+    assert len(labelled) == 4 and all(x.endswith(("label 0 (A and B in their order in the document)",
+                                                  "label 1 (A and B swapped)")) for x in labelled), labelled
+    res = run("-m", "shardforge.cli", "inspect", str(tmp_path / "sop"), "--samples", "4", "--json")
+    samples = json.loads(res.stdout)["samples"]
+    assert {s["label_meaning"] for s in samples} <= {"A and B in their order in the document", "A and B swapped"}

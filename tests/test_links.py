@@ -1,0 +1,83 @@
+"""Links stay inside the folder a source lists: a local link whose target is outside it is refused
+and counted (``not_a_file``), unless the source follows links; links that stay inside are read.
+
+The same judgement in the three listings: the one-shot glob (``list_inputs``), the ledger listing of
+batched builds and the corpus service (``list_raw_files``), and the explicit files of one ingest
+batch (``judge_urls``, against the source's glob).
+"""
+
+from __future__ import annotations
+
+import os
+
+from pipelines.options import BuildOptions, build_config_from_options
+from pipelines.sources import read_input
+from pipelines.sources.listing import judge_urls, list_inputs
+from pipelines.sources.rawfiles import list_raw_files
+from pipelines.sources.readers import Tally
+from schemas.config import SourceConfig
+
+
+def linked_folder(tmp_path):
+    """raw/ (the listed folder) with a file, links inside and out; outside/ holds a secret."""
+    raw, outside = tmp_path / "raw", tmp_path / "outside"
+    (raw / "sub").mkdir(parents=True)
+    outside.mkdir()
+    (raw / "good.jsonl").write_text('{"text": "inside"}\n')
+    (raw / "sub" / "deep.jsonl").write_text('{"text": "deep inside"}\n')
+    (outside / "secret.jsonl").write_text('{"text": "outside text"}\n')
+    os.symlink(raw / "good.jsonl", raw / "alias.jsonl")  # stays inside: read
+    os.symlink("sub/deep.jsonl", raw / "rel.jsonl")  # relative, inside: read
+    os.symlink(outside / "secret.jsonl", raw / "leak.jsonl")  # leaves: refused
+    os.symlink("../../outside/secret.jsonl", raw / "sub" / "leak2.jsonl")  # leaves, relative, deeper
+    os.symlink(tmp_path / "nowhere", raw / "gone.jsonl")  # dangling: the reader says unreadable
+    return raw, outside
+
+
+def test_a_glob_refuses_links_out_of_its_folder_unless_told_to_follow(tmp_path):
+    raw, _ = linked_folder(tmp_path)
+    judged = dict(list_inputs(str(raw / "*.jsonl")))
+    assert judged == {str(raw / "good.jsonl"): None, str(raw / "alias.jsonl"): None, str(raw / "rel.jsonl"): None,
+                      str(raw / "gone.jsonl"): None, str(raw / "leak.jsonl"): "not_a_file"}
+    assert dict(list_inputs(str(raw)))[str(raw / "sub" / "leak2.jsonl")] == "not_a_file"  # a folder URL too
+    assert dict(list_inputs(str(raw / "**" / "*.jsonl")))[str(raw / "sub" / "leak2.jsonl")] == "not_a_file"
+    followed = dict(list_inputs(str(raw / "*.jsonl"), follow_links=True))
+    assert followed[str(raw / "leak.jsonl")] is None
+    # a file named on its own is read whatever it links to: it is what was listed
+    assert dict(list_inputs(str(raw / "leak.jsonl"))) == {str(raw / "leak.jsonl"): None}
+
+
+def test_the_refused_link_is_one_counted_reject_that_says_where_it_leads(tmp_path):
+    raw, outside = linked_folder(tmp_path)
+    entry = (str(raw / "leak.jsonl"), "not_a_file")
+    tally = Tally()
+    recs = list(read_input(entry, SourceConfig(name="web", input=str(raw / "*.jsonl")), tally))
+    assert tally.read == 1 and [r.reason for r in recs] == ["not_a_file"]
+    assert str(outside / "secret.jsonl") in recs[0].snippet and "follow_links" in recs[0].snippet
+    assert (recs[0].file, recs[0].position) == (str(raw / "leak.jsonl"), "whole file")
+
+
+def test_the_ledger_listing_and_an_ingest_batch_judge_links_the_same_way(tmp_path):
+    raw, outside = linked_folder(tmp_path)
+    listed = {f.url: f for f in list_raw_files(str(raw))}
+    leak = listed[str(raw / "sub" / "leak2.jsonl")]
+    assert (leak.size, leak.checksum) == (0, "skipped:not_a_file")
+    assert listed[str(raw / "alias.jsonl")].checksum is None  # inside: a file, fingerprinted when needed
+    followed = {f.url: f for f in list_raw_files(str(raw), follow_links=True)}
+    assert followed[str(raw / "sub" / "leak2.jsonl")].size == os.path.getsize(outside / "secret.jsonl")
+    urls = [str(raw / "alias.jsonl"), str(raw / "leak.jsonl")]
+    assert dict(judge_urls(urls, str(raw / "*.jsonl"))) == {urls[0]: None, urls[1]: "not_a_file"}
+    assert dict(judge_urls(urls, str(raw / "*.jsonl"), follow_links=True)) == {u: None for u in urls}
+
+
+def test_follow_links_is_a_build_flag_and_a_source_setting(tmp_path):
+    cfg = build_config_from_options(BuildOptions(["--input", "web=raw/*.jsonl", "--follow_links"]))
+    assert [s.follow_links for s in cfg.sources] == [True]
+    cfg = build_config_from_options(BuildOptions(["--input", "web=raw/*.jsonl"]))
+    assert [s.follow_links for s in cfg.sources] == [False]
+
+
+def test_a_source_tagged_other_keeps_its_name_among_several_inputs():
+    cfg = build_config_from_options(BuildOptions(["--input", "a/*.jsonl", "--input", "b/*.jsonl",
+                                                  "--input", "web=c/*.jsonl", "--input", "other=d/*.jsonl"]))
+    assert [s.name for s in cfg.sources] == ["other0", "other1", "web", "other"]

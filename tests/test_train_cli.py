@@ -1,0 +1,264 @@
+"""The trainer as a newcomer meets it: --help and its flags, what a run says at start and as it goes,
+the evaluation at the end, the model card of its export and the plot of its metrics."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from schemas.config import TrainConfig
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def parse(*argv: str):
+    from trainer.args import parse_train_args
+
+    return parse_train_args(list(argv))
+
+
+def resolved(*argv: str) -> TrainConfig:
+    from trainer.train import build_train_config
+
+    args = parse(*argv)
+    return build_train_config(args, args.set, require_data=False)
+
+
+# ------------------------------------------------------------------ flags
+
+
+def test_run_mlm_flags_set_their_config_keys_and_set_still_wins() -> None:
+    cfg = resolved("--learning_rate", "1e-4", "--warmup_steps", "50", "--lr_scheduler_type", "cosine",
+                   "--mlm_probability", "0.3", "--gradient_accumulation_steps", "4", "--eval_steps", "200",
+                   "--save_steps", "500", "--save_total_limit", "2", "--logging_steps", "5", "--precision", "bf16",
+                   "--seed", "7", "--max_steps", "900", "--no-resume", "--masking", "span", "--model_size", "small",
+                   "--optim", "lamb", "--weight_decay", "0.02")
+    assert (cfg.optim.lr, cfg.optim.warmup_steps, cfg.optim.schedule, cfg.optim.name) == (1e-4, 50, "cosine", "lamb")
+    assert (cfg.masking.rate, cfg.masking.scheme, cfg.model.size, cfg.optim.weight_decay) == (0.3, "span", "small", 0.02)
+    assert (cfg.gradient_accumulation, cfg.eval_every, cfg.checkpoint_every, cfg.keep_last) == (4, 200, 500, 2)
+    assert (cfg.log_every, cfg.precision, cfg.seed, cfg.steps, cfg.resume) == (5, "bf16", 7, 900, False)
+    # Later wins: a recipe, then the flags, then --set.
+    cfg = resolved("--recipe", "cpu", "--lr", "1e-3", "--set", "optim.lr=3e-3", "--mask_rate", "0.2")
+    assert cfg.optim.lr == 3e-3 and cfg.masking.rate == 0.2 and cfg.model.hidden == 128
+    assert resolved("--recipe", "cpu").optim.lr == 2e-3  # an unset flag leaves the recipe's value
+    assert resolved("--max_tokens", "1000000").max_tokens == 1_000_000
+
+
+def test_steps_and_max_tokens_together_is_one_line(capsys) -> None:
+    with pytest.raises(SystemExit) as e:
+        parse("--steps", "10", "--max_tokens", "1000")
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--steps or --max_tokens" in err
+
+
+def test_help_shows_defaults_config_keys_and_every_set_key() -> None:
+    res = subprocess.run([sys.executable, "-m", "trainer.train", "--help"], capture_output=True, text=True,
+                         cwd=REPO, timeout=120)
+    assert res.returncode == 0 and res.stderr == ""
+    text = " ".join(res.stdout.split())  # argparse wraps help at the terminal's width
+    for shown in ("--lr, --learning_rate FLOAT", "[optim.lr; default 0.0005]", "--mask_rate, --mlm_probability",
+                  "[masking.rate; default 0.15]", "--gradient_accumulation, --gradient_accumulation_steps INT",
+                  "--eval_every, --eval_steps INT", "--checkpoint_every, --save_steps INT", "--resume, --no-resume",
+                  "--precision {auto,fp32,bf16,fp16}", "[precision; default auto]", "[seed; default 0]",
+                  "--steps, --max_steps INT", "[steps; default 100]", "--max_tokens INT",
+                  "--schedule, --lr_scheduler_type {linear,cosine,constant}", "--print-config"):
+        assert shown in text, shown
+    keys = res.stdout.split("every config key", 1)[1]
+    from trainer.recipes import valid_keys
+
+    for key in valid_keys():  # each key --set takes is listed, sections as section.{key ...}
+        assert key.rsplit(".", 1)[-1] in keys, key
+
+
+def test_schedules() -> None:
+    from trainer.optim import lr_schedule
+
+    cosine, constant, linear = (lr_schedule(n, 2, 10) for n in ("cosine", "constant", "linear"))
+    assert [cosine(s) for s in (0, 1, 2)] == [0.5, 1.0, 1.0]
+    assert cosine(6) == pytest.approx(0.5) and cosine(10) == pytest.approx(0.0)
+    assert [constant(s) for s in (0, 1, 5, 10)] == [0.5, 1.0, 1.0, 1.0]
+    assert linear(6) == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="unknown schedule"):
+        lr_schedule("step", 2, 10)
+
+
+# ------------------------------------------------------------------ what a run says
+
+
+def test_the_description_names_the_run_and_max_tokens_sets_the_steps(small_corpus) -> None:
+    from shardforge.storage.contract import load_manifest
+    from trainer.describe import RunShape, describe_run, plan_steps, tokens_per_step
+
+    root, _ = small_corpus
+    manifest, _ = load_manifest(root)
+    cfg = TrainConfig.model_validate({"data": "https://alice:s3cret@example.com/corpus", "output": "gs://b/runs/r1",
+                                      "max_tokens": 100_000, "batch_size": 8, "eval_every": 50,
+                                      "masking": {"rate": 0.4}, "eval_masking": {"rate": 0.15}})
+    per_step = tokens_per_step(cfg, manifest, 2, 3)
+    train = manifest.shards_of("train")
+    assert per_step == pytest.approx(8 * 2 * 3 * sum(s.tokens for s in train) / sum(s.samples for s in train))
+    planned = plan_steps(cfg, manifest, 2, 3)
+    assert planned.steps == math.ceil(100_000 / per_step) and plan_steps(planned.model_copy(
+        update={"max_tokens": None}), manifest, 2, 3).steps == planned.steps
+    lines = describe_run(planned, manifest, RunShape(params=1_234_567, device="cuda:0", precision="bf16",
+                                                      compiled=True, world_size=2, accum=3, vocab_size=400))
+    text = "\n".join(lines)
+    assert "s3cret" not in text and "example.com/corpus" in text, text
+    assert "1.23M parameters" in lines[0] and "cuda:0 x 2 processes, precision bf16" in lines[1]
+    assert f"length: {planned.steps:,} steps (max_tokens 100,000) x 48 sequences" in lines[3]
+    assert "2 processes, 3 micro-batches" in lines[3]
+    assert "masking token 40% (evaluated at token 15%)" in lines[4]
+    assert f"every 50 steps and at step {planned.steps}" in lines[5] and "token 15% masking" in lines[5]
+    assert "gs://b/runs/r1/checkpoints" in lines[6] and "TensorBoard" not in lines[6]  # remote: no event files
+
+
+def test_a_run_describes_itself_before_the_optimizer_logs_from_step_one_and_evaluates_at_the_end(
+        small_corpus, tmp_path, caplog, monkeypatch) -> None:
+    """One short run: the description is out before the optimizer is built (its import of torch._dynamo is
+    the slow part of the start); a progress line with tokens/s and ETA comes at step 1; the loader's
+    start-up (a first batch 1 s late) is its own number, not step 1's data wait; with eval_every 0 the
+    last step evaluates, and the end line says so."""
+    import time
+
+    import trainer.train as train_mod
+    from trainer.loader import ShardLoader
+    from trainer.loggers import read_metrics
+
+    before_optimizer: list[str] = []
+    build_optimizer = train_mod.build_optimizer
+
+    def watched(*args, **kw):
+        before_optimizer.extend(r.getMessage() for r in caplog.records)
+        return build_optimizer(*args, **kw)
+
+    slow_start = {"train": True}
+    iterate = ShardLoader.__iter__
+
+    def late_first_batch(self):
+        if self.split == "train" and slow_start["train"]:
+            slow_start["train"] = False
+            time.sleep(1.0)
+        yield from iterate(self)
+
+    monkeypatch.setattr(train_mod, "build_optimizer", watched)
+    monkeypatch.setattr(ShardLoader, "__iter__", late_first_batch)
+    root, _ = small_corpus
+    out = str(tmp_path / "run")
+    caplog.set_level(logging.INFO, logger="shardforge.train")
+    res = train_mod.train(TrainConfig.model_validate({
+        "data": root, "output": out, "steps": 3, "batch_size": 4, "device": "cpu", "log_every": 10,
+        "eval_batches": 2, "model": {"size": "tiny"}, "masking": {"rate": 0.3}}))
+    said = "\n".join(before_optimizer)
+    for start in ("model: size=tiny", "device: cpu, precision fp32", f"corpus: {root}", "length: 3 steps x 4 sequences",
+                  "evaluation: at step 3, 2 valid batches", f"output: checkpoints {out}/checkpoints"):
+        assert start in said, (start, said)
+    lines = [r.getMessage() for r in caplog.records]
+    step1 = next(line for line in lines if line.startswith("step 1/3 "))
+    assert "tok/s" in step1 and " eta " in step1
+    assert any(line.startswith("step 3/3 ") and "| eval loss" in line and "30% masked" in line for line in lines)
+    rows = read_metrics(out)
+    assert rows[0]["data_startup_s"] >= 1.0 and rows[0]["data_wait_share"] < 0.5, rows[0]
+    assert "eval_loss" in rows[-1] and rows[-1]["eval_mask_rate"] == 0.3 and rows[-1]["mask_rate"] == 0.3
+    assert all("eval_loss" not in r for r in rows[:-1]) and all(r["flops_per_s"] > 0 for r in rows)
+    assert res["eval"]["step"] == 3 and res["eval"]["eval_loss"] == rows[-1]["eval_loss"]
+
+
+# ------------------------------------------------------------------ the model card
+
+
+def card_for(tmp_path: Path, records: list[dict], step: int, manifest: dict | None = None, **cfg) -> str:
+    from trainer.model_card import model_card
+
+    run = tmp_path / "run"
+    run.mkdir(exist_ok=True)
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    config = TrainConfig.model_validate({"data": "/home/someone/data/corpus", "output": str(run),
+                                         "init": "/home/someone/models/roberta-base", **cfg})
+    return model_card(config, {"step": step}, str(run), "roberta", manifest)
+
+
+def test_the_card_says_why_an_evaluation_is_missing(tmp_path) -> None:
+    rec = [{"step": s, "tokens_per_s": 10.0, "step_time": 1.0} for s in range(1, 31)]
+    stopped = card_for(tmp_path, rec, 30, steps=60, eval_every=200)
+    assert "final eval loss: not recorded (the run stopped at step 30 of 60; it evaluates every 200 steps and " \
+           "at its last step)" in stopped
+    assert "- steps: 30 of 60 planned" in stopped and "eval_every was 0" not in stopped
+    assert "evaluation was off: eval_batches=0" in card_for(tmp_path, rec, 30, steps=30, eval_batches=0)
+    no_valid = {"shards": [{"split": "train"}], "totals": {}, "tokenizer": {}}
+    assert "the corpus has no valid split" in card_for(tmp_path, rec, 30, no_valid, steps=30)
+
+
+def test_the_card_names_no_local_folder_and_states_what_eval_loss_measures(tmp_path) -> None:
+    rec = [{"step": 1, "tokens_per_s": 10.0, "step_time": 1.0},
+           {"step": 2, "tokens_per_s": 10.0, "step_time": 1.0, "eval_loss": 4.5}]
+    manifest = {"config": {"clean": {"english_only": True, "languages": ["en", "de"]}}, "tokenizer": {},
+                "shards": [{"split": "valid"}], "totals": {}}
+    card = card_for(tmp_path, rec, 2, manifest, steps=2, eval_batches=3, masking={"rate": 0.4},
+                    eval_masking={"rate": 0.15, "scheme": "whole_word"},
+                    trackers={"mlflow_tracking_uri": "file:///home/someone/mlruns"})
+    head = card.split("---")[1]
+    assert "pipeline_tag: fill-mask" in head and "license: other" in head and 'language: ["en", "de"]' in head
+    assert "/home/someone" not in card and str(tmp_path) not in card
+    assert "started from: roberta-base\n" in card and "- corpus: corpus\n" in card
+    assert "final eval loss: 4.5000 (step 2)" in card
+    assert "MLM cross-entropy in nats" in card and "first 3 batches" in card
+    assert "evaluation masking rate: 15% of tokens masked (whole_word masking" in card
+    assert "training masking: 40% of tokens masked" in card
+    assert 'tokenizer_kwargs={"split_special_tokens": False}' in card
+    from trainer.model_card import model_card
+
+    cfg = TrainConfig.model_validate({"data": "gs://u:pw@bucket/corpus"})
+    other = model_card(cfg, {"step": 0}, str(tmp_path / "none"), "bert", {"config": {"clean": {"english_only": False}}},
+                       "apache-2.0", ["fr"])
+    assert "license: apache-2.0" in other and 'language: ["fr"]' in other and "pw" not in other
+    assert "- corpus: gs://" in other and "metrics.jsonl was not found" in other
+
+
+# ------------------------------------------------------------------ the plot
+
+
+def test_the_plot_has_its_mfu_panel_and_labels_each_loss_with_its_masking_rate() -> None:
+    from trainer.plot import label, plan_panels
+
+    rows = [{"step": s, "loss": 5.0, "lr": 1e-3, "tokens_per_s": 100.0, "data_wait_share": 0.0,
+             "flops_per_s": 1e9, "mask_rate": 0.4} for s in (1, 2)]
+    rows.append({"step": 2, "eval_loss": 4.0, "eval_mask_rate": 0.15})
+    titles = [t for t, _ in plan_panels(rows)]
+    mfu = next(t for t in titles if t.startswith("MFU"))
+    assert "peak FLOP/s is unknown" in mfu and ["flops_per_s"] in [k for _, k in plan_panels(rows)]
+    assert ("model FLOPs utilization", ["mfu"]) in plan_panels([{**r, "mfu": 0.3} for r in rows[:2]])
+    assert any(t.startswith("MFU: not logged") for t, _ in plan_panels([{"step": 1, "loss": 1.0}]))
+    assert label(rows, "loss") == "training loss, 40% masked"
+    assert label(rows, "eval_loss") == "eval loss (MLM), 15% masked"
+    assert label([{"step": 1, "loss": 1.0}], "loss") == "training loss"
+
+
+def test_plot_says_nothing_about_matplotlib_caches(tmp_path) -> None:
+    """A first plot on a machine whose matplotlib has no cache (and no writable config folder) printed
+    'Matplotlib is building the font cache' (after 5 s: here at once) and a temporary-folder note."""
+    run = tmp_path / "run"
+    run.mkdir()
+    rows = [{"step": s, "loss": 5.0 - s / 10, "tokens_seen": 100 * s} for s in range(1, 4)]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "file").write_text("")
+    config = tmp_path / "file" / "mplconfig"  # no folder can be made there: matplotlib falls back on a fresh
+    # temporary one, so it builds its font cache (as on a first use)
+    probe = ("import threading, sys\n"
+             "Timer = threading.Timer\n"
+             "threading.Timer = lambda delay, fn, *a, **k: Timer(0, fn, *a, **k)  # the 5 s grace: none\n"
+             "from shardforge.cli import main\n"
+             "sys.exit(main(['plot', sys.argv[1]]))\n")
+    env = {**os.environ, "PYTHONPATH": str(REPO), "MPLCONFIGDIR": str(config)}
+    res = subprocess.run([sys.executable, "-c", probe, str(run)], capture_output=True, text=True, env=env,
+                         cwd=REPO, timeout=300)
+    assert res.returncode == 0 and res.stdout.strip() == str(run / "plots.png"), res.stderr
+    assert res.stderr == "", res.stderr
+

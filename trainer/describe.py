@@ -1,0 +1,159 @@
+"""What a run says about itself before it trains: model, device, corpus, length, evaluation, output.
+
+The trainer prints these lines as soon as the model is built, before the slow
+part of its start (building the optimizer imports ``torch._dynamo``: seconds,
+more on a busy machine) and long before the first step line. ``plan_steps``
+turns ``max_tokens`` into steps. Everything here is a pure function of the
+resolved config, the corpus's manifest and a few numbers the setup measured,
+so the text is tested without training.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from schemas.config import MaskingConfig, TrainConfig
+from schemas.manifest import Manifest
+from shardforge.storage import join, redact_url
+from trainer.checkpoint import describe_model
+
+
+@dataclass(frozen=True)
+class RunShape:
+    """What setup knows of a run before its optimizer exists."""
+
+    params: int  # the model's parameters (shared ones once)
+    device: str  # cpu, cuda:0, ...
+    precision: str  # bf16 | fp16 | fp32: what runs
+    compiled: bool  # torch.compile on
+    world_size: int
+    accum: int  # micro-batches per optimizer step
+    vocab_size: int
+
+
+def mean_sequence_tokens(manifest: Manifest) -> float:
+    """The train split's real tokens per sequence (its shards' totals), at least 1."""
+    shards = manifest.shards_of("train")
+    samples = sum(s.samples for s in shards)
+    return max(1.0, sum(s.tokens for s in shards) / samples) if samples else 1.0
+
+
+def sequences_per_step(cfg: TrainConfig, world_size: int, accum: int) -> int | None:
+    """Sequences an optimizer step takes over every process (None: batches by token budget)."""
+    return None if cfg.tokens_per_batch else cfg.batch_size * world_size * accum
+
+
+def tokens_per_step(cfg: TrainConfig, manifest: Manifest, world_size: int, accum: int) -> float:
+    """About how many real tokens an optimizer step takes: the budget, or sequences x the mean length."""
+    if cfg.tokens_per_batch:
+        return float(cfg.tokens_per_batch * world_size * accum)
+    return cfg.batch_size * world_size * accum * mean_sequence_tokens(manifest)
+
+
+def plan_steps(cfg: TrainConfig, manifest: Manifest, world_size: int, accum: int) -> TrainConfig:
+    """The config with ``steps`` set from ``max_tokens`` (unchanged when max_tokens is not set)."""
+    if cfg.max_tokens is None:
+        return cfg
+    steps = max(1, math.ceil(cfg.max_tokens / tokens_per_step(cfg, manifest, world_size, accum)))
+    return cfg.model_copy(update={"steps": steps})
+
+
+def count(n: float) -> str:
+    """1234 -> 1,234; 1234567 -> 1.23M; 2.5e9 -> 2.50B."""
+    for size, unit in ((1e9, "B"), (1e6, "M")):
+        if n >= size:
+            return f"{n / size:.2f}{unit}"
+    return f"{round(n):,}"
+
+
+def masking_text(m: MaskingConfig) -> str:
+    """token 40%, whole_word 15%, ..."""
+    return f"{m.scheme} {100 * m.rate:g}%"
+
+
+def where(url: str) -> str:
+    """A URL as a log line shows it: without credentials."""
+    return redact_url(url)
+
+
+def corpus_line(cfg: TrainConfig, manifest: Manifest) -> str:
+    tok = manifest.tokenizer
+    parts = []
+    for split in ("train", "valid"):
+        shards = manifest.shards_of(split)
+        if shards:
+            parts.append(f"{split} {count(sum(s.tokens for s in shards))} tokens in "
+                         f"{sum(s.samples for s in shards):,} sequences ({len(shards)} shards)")
+    mixed = f" and {len(cfg.mix) - 1} more (--mix)" if len(cfg.mix) > 1 else ""
+    return (f"corpus: {where(cfg.data)}{mixed} (v{manifest.version}, {manifest.packing_rule}, max_seq_len "
+            f"{manifest.max_seq_len}, {tok.kind} {tok.model_type} vocabulary {tok.vocab_size:,}): "
+            f"{'; '.join(parts) or 'no train shards'}")
+
+
+def passes(x: float) -> str:
+    """12.3, 0.4, 0.017: how often the run reads its train split."""
+    return f"{x:.1f}" if x >= 0.1 else f"{x:.2g}"
+
+
+def length_line(cfg: TrainConfig, manifest: Manifest, shape: RunShape) -> str:
+    per_step = tokens_per_step(cfg, manifest, shape.world_size, shape.accum)
+    seqs = sequences_per_step(cfg, shape.world_size, shape.accum)
+    batch = (f"{seqs:,} sequences (~{count(per_step)} tokens)" if seqs is not None
+             else f"{count(per_step)} tokens (budget)")
+    how = []
+    if shape.world_size > 1:
+        how.append(f"{shape.world_size} processes")
+    if shape.accum > 1:
+        how.append(f"{shape.accum} micro-batches")
+    train_tokens = sum(s.tokens for s in manifest.shards_of("train")) or 1
+    total = per_step * cfg.steps
+    chose = f" (max_tokens {count(cfg.max_tokens)})" if cfg.max_tokens is not None else ""
+    split = f" ({', '.join(how)})" if how else ""
+    return (f"length: {cfg.steps:,} steps{chose} x {batch} a step{split} = ~{count(total)} tokens, "
+            f"{passes(total / train_tokens)} passes over the train split")
+
+
+def optim_line(cfg: TrainConfig) -> str:
+    o = cfg.optim
+    eval_masking = f" (evaluated at {masking_text(cfg.eval_masking)})" if cfg.eval_masking is not None else ""
+    decay = {"linear": "linear decay to 0", "cosine": "cosine decay to 0", "constant": "then constant"}[o.schedule]
+    return (f"optimizer: {o.name} lr {o.lr:g}, {o.warmup_steps:,} warmup steps, {decay}; "
+            f"masking {masking_text(cfg.masking)}{eval_masking}; seed {cfg.seed}")
+
+
+def eval_line(cfg: TrainConfig, manifest: Manifest) -> str:
+    if not cfg.eval_batches:
+        return "evaluation: off (eval_batches=0)"
+    if not manifest.shards_of("valid"):
+        return "evaluation: none (the corpus has no valid split)"
+    when = f"every {cfg.eval_every:,} steps and at step {cfg.steps:,}" if cfg.eval_every else f"at step {cfg.steps:,}"
+    masking = cfg.eval_masking or cfg.masking
+    return (f"evaluation: {when}, {cfg.eval_batches} valid batches, MLM cross-entropy (nats) at "
+            f"{masking_text(masking)} masking")
+
+
+def output_line(cfg: TrainConfig) -> str:
+    every = f"every {cfg.checkpoint_every:,} steps and at the end" if cfg.checkpoint_every else "at the end"
+    resume = "; a rerun resumes from the newest" if cfg.resume else ""
+    logs = [f"metrics {where(join(cfg.output, 'metrics.jsonl'))}"]
+    if cfg.trackers.tensorboard and ("://" not in cfg.output or cfg.output.startswith("file://")):
+        logs.append(f"TensorBoard {where(join(cfg.output, 'tb'))}")
+    logs += [name for name, on in (("W&B", cfg.trackers.wandb), ("MLflow", cfg.trackers.mlflow)) if on]
+    return (f"output: checkpoints {where(join(cfg.output, 'checkpoints'))} ({every}, keep {cfg.keep_last}{resume}); "
+            f"{', '.join(logs)}; a line every {cfg.log_every} steps")
+
+
+def describe_run(cfg: TrainConfig, manifest: Manifest, shape: RunShape) -> list[str]:
+    """The run's description, one line per concern."""
+    return [
+        f"model: {describe_model(cfg.model, shape.vocab_size)}; {count(shape.params)} parameters"
+        + (f", from {where(cfg.init)}" if cfg.init else ""),
+        f"device: {shape.device}{f' x {shape.world_size} processes' if shape.world_size > 1 else ''}, precision "
+        f"{shape.precision}, torch.compile {'on' if shape.compiled else 'off'}",
+        corpus_line(cfg, manifest),
+        length_line(cfg, manifest, shape),
+        optim_line(cfg),
+        eval_line(cfg, manifest),
+        output_line(cfg),
+    ]

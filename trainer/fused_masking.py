@@ -1,0 +1,362 @@
+"""Dynamic masking as a few compiled kernels: the same masks as trainer.masking.Masker, bit for bit.
+
+The reference Masker (trainer/masking.py) is a chain of small tensor ops: on
+a GPU each op is a kernel launch, and a call of 136 (token) to 336 (span)
+aten ops is bound by launches, not arithmetic. Here every step of it is
+rewritten as what a compiler fuses: elementwise work (the keyed hash, table
+lookups, the 80/10/10 choice) and per-row reductions. The ops that do not
+fuse (sort / top-k, cumsum, cummax, scatter) become masked reductions over
+a row's pairs of positions:
+
+- the units taken in priority order (top-k, then a cumsum of their lengths):
+  ``before[i] = sum of the lengths of the units whose priority is below unit i's``;
+- a cumsum / cummax along the row: a sum / max over the positions ``j <= i``;
+- a scatter-add / scatter-amax by unit: a sum / max over the positions of that unit.
+
+That costs O(L^2) arithmetic per row (about 8 M simple ops for 32 x 512),
+which a GPU does in microseconds and which never leaves the kernel as a
+[B, L, L] tensor: each reduction is one loop. ``torch.compile`` (inductor:
+C++ on CPU, Triton on CUDA) turns a scheme's call into a handful of kernels
+(``tests/test_fused_masking.py`` counts them in the generated code: at most
+10 per scheme, no extern calls); every random choice is integer arithmetic,
+so the result equals the reference bit for bit on every device.
+
+The only difference from the reference: it breaks ties between two units of
+one row whose 64-bit priorities are equal by position, where ``topk`` breaks
+them as it likes (a chance of about L^2 / 2^65 per row).
+
+``FusedMasker`` wraps a Masker with the same call. Every constant is a
+tensor input and the shapes are dynamic, so one compiled function per scheme
+serves every rate, seed, epoch, vocabulary and batch shape. Where compiling
+is not possible (no C++ compiler, no Triton, an unsupported Python) the
+first call falls back to the reference Masker, with one warning.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from trainer.masking import IGNORE_INDEX, STREAMS, Masker, signed, stream_base
+
+log = logging.getLogger("shardforge.masking")
+
+_G = signed(0x9E3779B97F4A7C15)  # splitmix64's increment (the golden ratio)
+_MUL1 = signed(0xBF58476D1CE4E5B9)
+_MUL2 = signed(0x94D049BB133111EB)
+_INT64_MAX = (1 << 63) - 1
+# Stream numbers (trainer.masking's order): budget, priority, 80/10/10, per-span 80/10/10, length, gap, offset.
+_BUDGET, _PRIO, _DECIDE, _SPAN_DECIDE, _LEN, _GAP, _OFFSET = range(1, 8)
+# Layout of the int64 constants tensor.
+_RATE, _T_MASK, _T_RANDOM, _MASK_ID, _PAD_ID, _K = range(6)
+
+
+# ------------------------------------------------------------------ elementwise building blocks
+
+
+def _srl(z: torch.Tensor, s: int) -> torch.Tensor:
+    """Logical right shift of int64 (torch's >> is arithmetic)."""
+    return (z >> s) & ((1 << (64 - s)) - 1)
+
+
+def _mix(z: torch.Tensor) -> torch.Tensor:
+    """splitmix64's finalizer, out of place (the reference's in-place form, for the compiler)."""
+    z = (z ^ _srl(z, 30)) * _MUL1
+    z = (z ^ _srl(z, 27)) * _MUL2
+    return z ^ _srl(z, 31)
+
+
+def _row_key(sids: torch.Tensor, keys: torch.Tensor, stream: int) -> torch.Tensor:
+    """int64 [B, 1]: a row's key for one stream (keys[stream] is stream_base(seed, epoch, stream))."""
+    return _mix(sids * _G + keys[stream])[:, None]
+
+
+def _hash(row_key: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """Hash of (row, index) for index [N] or [B, N]."""
+    return _mix(row_key + (index + 1) * _G)
+
+
+def _u32(h: torch.Tensor) -> torch.Tensor:
+    return _srl(h, 32)
+
+
+def _lookup(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    return table[index]
+
+
+# ------------------------------------------------------------------ reductions over pairs of positions
+
+
+def _cumsum(x: torch.Tensor) -> torch.Tensor:
+    """Inclusive cumsum along dim 1 of [B, N], as a reduction over j <= i."""
+    n = x.shape[1]
+    idx = torch.arange(n, device=x.device)
+    upto = idx[None, :] <= idx[:, None]  # [i, j]: j <= i
+    return torch.where(upto[None], x[:, None, :], 0).sum(2)
+
+
+def _last_start(start: torch.Tensor) -> torch.Tensor:
+    """For each position, the last position <= it where ``start`` holds, 0 when none (cummax, clamped)."""
+    n = start.shape[1]
+    idx = torch.arange(n, device=start.device)
+    cand = torch.where(start[:, None, :] & (idx[None, :] <= idx[:, None])[None], idx[None, None, :], -1)
+    return cand.amax(2).clamp(min=0)
+
+
+def _per_unit_sum(ustart: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+    """scatter_add(ustart, value) into zeros: at each position u, the sum of value over positions with ustart == u."""
+    n = ustart.shape[1]
+    idx = torch.arange(n, device=ustart.device)
+    return torch.where(ustart[:, None, :] == idx[None, :, None], value[:, None, :], 0).sum(2)
+
+
+def _per_unit_max(ustart: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+    """scatter_reduce(ustart, value, "amax") into zeros (include_self): max(0, max over the unit)."""
+    n = ustart.shape[1]
+    idx = torch.arange(n, device=ustart.device)
+    return torch.where(ustart[:, None, :] == idx[None, :, None], value[:, None, :], 0).amax(2)
+
+
+def _before(prio: torch.Tensor, length: torch.Tensor) -> torch.Tensor:
+    """For each unit, the total length of the units ahead of it in priority order (the reference's
+    exclusive cumsum of lengths in top-k order)."""
+    return torch.where(prio[:, None, :] < prio[:, :, None], length[:, None, :], 0).sum(2)
+
+
+# ------------------------------------------------------------------ the steps of a call
+
+
+def _common(ids: torch.Tensor, sids: torch.Tensor, keys: torch.Tensor, consts: torch.Tensor,
+            is_special: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(special, maskable, the row's target in 32-bit fixed point [B, 1], its rounding uniform [B, 1])."""
+    special = _lookup(is_special, ids)
+    maskable = ~special
+    target = maskable.sum(1, keepdim=True) * consts[_RATE]
+    u_budget = _u32(_mix(_row_key(sids, keys, _BUDGET)))
+    return special, maskable, target, u_budget
+
+
+def _slot_starts(ids: torch.Tensor, is_special: torch.Tensor, word_starts: torch.Tensor,
+                 consts: torch.Tensor) -> torch.Tensor:
+    """A slot (a whole word or one special token) begins here."""
+    pos = torch.arange(ids.shape[1], device=ids.device)
+    prev_special = (pos == 0) | _lookup(is_special, torch.gather(ids, 1, (pos - 1).clamp(min=0).expand_as(ids)))
+    return (ids != consts[_PAD_ID]) & (_lookup(word_starts, ids) | prev_special)
+
+
+def _take(before: torch.Tensor, length: torch.Tensor, budget: torch.Tensor, crossing: bool) -> torch.Tensor:
+    """The reference's rule for taking a unit, from its place in the priority order."""
+    if crossing:
+        return (length > 0) & (before < budget)
+    return (length > 0) & ((2 * before + length < 2 * budget) | ((before == 0) & (budget > 0)))
+
+
+def _tile(sids: torch.Tensor, keys: torch.Tensor, consts: torch.Tensor, seg: torch.Tensor,
+          len_table: torch.Tensor, gap_table: torch.Tensor, word_slot: torch.Tensor,
+          maskable: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(member, unit_start): the reference's span tiling (Masker._tile_spans) as reductions."""
+    L = word_slot.shape[1]
+    span_len = _lookup(len_table, _srl(_hash(_row_key(sids, keys, _LEN), seg), 48))
+    gap = _lookup(gap_table, _srl(_hash(_row_key(sids, keys, _GAP), seg), 48))
+    offset = _u32(_mix(_row_key(sids, keys, _OFFSET))) % consts[_K]
+    end = _cumsum(gap + span_len) - offset
+    begin = (end - span_len).clamp(0, L)
+    end = end.clamp(0, L)
+    slot = (_cumsum(word_slot.long()) - 1).clamp(min=0)
+    s = slot[:, :, None]
+    # One reduction for two counts: the reference's painted +1 / -1 summed up to each token's slot (the
+    # spans covering it, at most J: the low 32 bits) and the spans beginning at that slot (the high bits).
+    b, e = begin[:, None, :], end[:, None, :]
+    counts = ((b <= s).long() - (e <= s).long() + ((b == s).long() << 32)).sum(2)
+    covered, first = (counts & 0xFFFFFFFF) > 0, (counts >> 32) > 0
+    member = maskable & covered
+    return member, member & word_slot & first
+
+
+def _replace(ids: torch.Tensor, sids: torch.Tensor, keys: torch.Tensor, consts: torch.Tensor,
+             allowed: torch.Tensor, selected: torch.Tensor, ustart: torch.Tensor | None,
+             pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(masked ids, labels): <mask> / a random token / kept, as the reference decides."""
+    h_dec = _hash(_row_key(sids, keys, _DECIDE), pos)
+    u_dec = _u32(h_dec) if ustart is None else _u32(_hash(_row_key(sids, keys, _SPAN_DECIDE), ustart))
+    rand_ids = _lookup(allowed, (h_dec & 0x7FFFFFFF) % allowed.shape[0])
+    out = torch.where(selected & (u_dec < consts[_T_MASK]), consts[_MASK_ID], ids)
+    use_rand = selected & (u_dec >= consts[_T_MASK]) & (u_dec < consts[_T_RANDOM])
+    out = torch.where(use_rand, rand_ids, out)
+    return out, torch.where(selected, ids, IGNORE_INDEX)
+
+
+def _select_units(ids: torch.Tensor, sids: torch.Tensor, keys: torch.Tensor, target: torch.Tensor,
+                  u_budget: torch.Tensor, member: torch.Tensor, unit_start: torch.Tensor, pos: torch.Tensor,
+                  spans: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(selected, ustart, ulen) for the word, span and n-gram schemes (Masker._select)."""
+    ustart = _last_start(unit_start)
+    ulen = _per_unit_sum(ustart, member.long())
+    if spans:  # lower the budget by the expected overshoot of the crossing unit (Masker._expected_overshoot)
+        x = torch.where(unit_start, ulen, 0)
+        sx, sxx = x.sum(1, keepdim=True), (x * x).sum(1, keepdim=True)
+        target = (target - ((sxx - sx) << 32) // (2 * sx).clamp(min=1)).clamp(min=0)
+    budget = (target + u_budget) >> 32
+    prio = torch.where(unit_start, _hash(_row_key(sids, keys, _PRIO), pos), _INT64_MAX)
+    chosen = _take(_before(prio, ulen), ulen, budget, crossing=spans)
+    return member & torch.gather(chosen, 1, ustart), ustart, ulen
+
+
+# ------------------------------------------------------------------ one function per scheme
+
+
+def mask_token(ids, sids, keys, consts, is_special, allowed):  # noqa: ANN001, ANN201 - compiled
+    """RoBERTa's token masking: (input_ids, labels)."""
+    pos = torch.arange(ids.shape[1], device=ids.device)
+    special, maskable, target, u_budget = _common(ids, sids, keys, consts, is_special)
+    budget = (target + u_budget) >> 32
+    prio = torch.where(maskable, _hash(_row_key(sids, keys, _PRIO), pos), _INT64_MAX)
+    length = maskable.long()
+    selected = _take(_before(prio, length), length, budget, crossing=False)
+    return _replace(ids, sids, keys, consts, allowed, selected, None, pos)
+
+
+def mask_whole_word(ids, sids, keys, consts, is_special, allowed, word_starts):  # noqa: ANN001, ANN201
+    """Whole-word masking: (input_ids, labels)."""
+    pos = torch.arange(ids.shape[1], device=ids.device)
+    special, maskable, target, u_budget = _common(ids, sids, keys, consts, is_special)
+    unit_start = maskable & _slot_starts(ids, is_special, word_starts, consts)
+    selected, _, _ = _select_units(ids, sids, keys, target, u_budget, maskable, unit_start, pos, spans=False)
+    return _replace(ids, sids, keys, consts, allowed, selected, None, pos)
+
+
+def _spans(ids, sids, keys, consts, is_special, allowed, word_starts, len_table, gap_table, seg,
+           per_span: bool):  # noqa: ANN001, ANN202
+    pos = torch.arange(ids.shape[1], device=ids.device)
+    special, maskable, target, u_budget = _common(ids, sids, keys, consts, is_special)
+    word_slot = maskable & _slot_starts(ids, is_special, word_starts, consts)
+    member, unit_start = _tile(sids, keys, consts, seg, len_table, gap_table, word_slot, maskable)
+    selected, ustart, _ = _select_units(ids, sids, keys, target, u_budget, member, unit_start, pos, spans=True)
+    out, labels = _replace(ids, sids, keys, consts, allowed, selected, ustart if per_span else None, pos)
+    return out, labels, selected, member, ustart, pos
+
+
+def mask_span(ids, sids, keys, consts, is_special, allowed, word_starts, len_table, gap_table,  # noqa: ANN001
+              seg):  # noqa: ANN001, ANN201
+    """SpanBERT's spans: (input_ids, labels, span_left, span_right)."""
+    out, labels, selected, member, ustart, pos = _spans(ids, sids, keys, consts, is_special, allowed,
+                                                        word_starts, len_table, gap_table, seg, per_span=True)
+    n_tokens = torch.where(ids != consts[_PAD_ID], pos + 1, 0).amax(1, keepdim=True)
+    last = torch.gather(_per_unit_max(ustart, torch.where(member, pos, 0)), 1, ustart)
+    left = (ustart - 1).clamp(min=0)
+    right = torch.minimum(last + 1, (n_tokens - 1).clamp(min=0))
+    return out, labels, torch.where(selected, left, -1), torch.where(selected, right, -1)
+
+
+def mask_ngram(ids, sids, keys, consts, is_special, allowed, word_starts, len_table, gap_table,  # noqa: ANN001
+               seg):  # noqa: ANN001, ANN201
+    """ALBERT's n-grams: (input_ids, labels)."""
+    out, labels, *_ = _spans(ids, sids, keys, consts, is_special, allowed, word_starts, len_table, gap_table, seg,
+                             per_span=False)
+    return out, labels
+
+
+SCHEMES: dict[str, Callable[..., Any]] = {"token": mask_token, "whole_word": mask_whole_word, "span": mask_span,
+                                          "ngram": mask_ngram}
+OUTPUTS = {"token": ("input_ids", "labels"), "whole_word": ("input_ids", "labels"),
+           "span": ("input_ids", "labels", "span_left", "span_right"), "ngram": ("input_ids", "labels")}
+
+# One compiled function per scheme for the whole process: every Masker of a scheme shares it.
+_COMPILED: dict[str, Callable[..., Any]] = {}
+
+
+def compiled(scheme: str) -> Callable[..., Any]:
+    """The scheme's function under torch.compile (dynamic shapes: no recompile per batch shape)."""
+    if scheme not in _COMPILED:
+        _COMPILED[scheme] = torch.compile(SCHEMES[scheme], dynamic=True, fullgraph=True)
+    return _COMPILED[scheme]
+
+
+class FusedMasker:
+    """A Masker's masks from one compiled function per scheme: same call, same outputs, few kernels.
+
+    ``compile=False`` runs the same functions eagerly (every reduction then
+    materializes [B, L, L]: a test reference, not a fast path). The first
+    compiled call that fails (no compiler for this device) switches this
+    masker to the reference Masker for good, with one warning.
+    """
+
+    def __init__(self, masker: Masker, compile: bool = True) -> None:
+        self.reference = masker
+        self.cfg = masker.cfg
+        self.fn = compiled(masker.cfg.scheme) if compile else SCHEMES[masker.cfg.scheme]
+        self.fallback: str | None = None  # why the reference Masker runs instead, once it does
+        self._keys: dict[tuple[int, int, str], torch.Tensor] = {}
+        self._on: tuple[torch.device, tuple] | None = None
+
+    def to(self, device: torch.device | str) -> FusedMasker:
+        """Move the reference masker's tables (in place); returns self."""
+        self.reference.to(device)
+        self._on = None
+        return self
+
+    @property
+    def pad_id(self) -> int:
+        return self.reference.pad_id
+
+    def prediction_bound(self, input_ids: torch.Tensor) -> int:
+        """Masker.prediction_bound: the masks are the same."""
+        return self.reference.prediction_bound(input_ids)
+
+    @property
+    def check_ids(self) -> bool:
+        return self.reference.check_ids
+
+    @check_ids.setter
+    def check_ids(self, value: bool) -> None:
+        self.reference.check_ids = value
+
+    def _inputs(self, device: torch.device) -> tuple:
+        """(consts, tables...) on the device, built once per device."""
+        if self._on is None or self._on[0] != device:
+            t = self.reference.tables()
+            r = self.reference
+            consts = torch.tensor([t.rate, t.t_mask, t.t_random, r.mask_id, r.pad_id, t.offset_range],
+                                  dtype=torch.int64, device=device)
+            tables: tuple = (t.is_special, t.allowed)
+            if self.cfg.scheme != "token":
+                tables += (t.word_starts,)
+            if self.cfg.scheme in ("span", "ngram"):
+                tables += (t.len_table, t.gap_table)
+            self._on = (device, (consts, *tables))
+        return self._on[1]
+
+    def _stream_keys(self, seed: int, epoch: int, device: torch.device) -> torch.Tensor:
+        """int64 [8]: stream_base of streams 1..7 (index 0 unused), copied to the device once per (seed, epoch)."""
+        key = (seed, epoch, str(device))
+        if key not in self._keys:
+            if len(self._keys) > 8:
+                self._keys.clear()
+            bases = [0] + [stream_base(seed, epoch, s) for s in range(1, STREAMS + 1)]
+            self._keys[key] = torch.tensor(bases, dtype=torch.int64, device=device)
+        return self._keys[key]
+
+    def segments(self, length: int, device: torch.device) -> torch.Tensor:
+        """The span tiling's segment counter 0 .. L + offset_range - 1 (its size carries the count)."""
+        return torch.arange(length + self.reference.tables().offset_range, device=device)
+
+    @torch.no_grad()
+    def __call__(self, input_ids: torch.Tensor, sample_ids: torch.Tensor, epoch: int,
+                 seed: int) -> dict[str, torch.Tensor]:
+        """The reference Masker's outputs for this batch (Masker.__call__)."""
+        if self.fallback is not None:
+            return self.reference(input_ids, sample_ids, epoch=epoch, seed=seed)
+        ids, sids = self.reference.checked(input_ids, sample_ids)
+        args = [ids, sids, self._stream_keys(int(seed), int(epoch), ids.device), *self._inputs(ids.device)]
+        if self.cfg.scheme in ("span", "ngram"):
+            args.append(self.segments(ids.shape[1], ids.device))
+        try:
+            outs = self.fn(*args)
+        except Exception as e:  # compiling needs a C++ compiler (CPU) or Triton (CUDA)
+            self.fallback = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200] if str(e).strip() else ''}"
+            log.warning("fused masking unavailable (%s): masking with the reference ops instead", self.fallback)
+            return self.reference(input_ids, sample_ids, epoch=epoch, seed=seed)
+        return dict(zip(OUTPUTS[self.cfg.scheme], outs, strict=True))
