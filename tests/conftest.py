@@ -129,6 +129,28 @@ def s3_bucket(s3_emulator: str) -> str:
     return f"s3://{name}"
 
 
+@pytest.fixture(params=["file", "memory", "gs", "s3"])
+def store_url(request, tmp_path) -> str:
+    """A fresh, empty folder URL on each storage backend (local disk, fsspec memory, the gcs and s3 emulators)."""
+    if request.param == "file":
+        return str(tmp_path / "store")
+    if request.param == "memory":
+        return f"memory://sf-{os.getpid()}-{time.monotonic_ns()}"
+    return request.getfixturevalue({"gs": "gcs_bucket", "s3": "s3_bucket"}[request.param]) + "/store"
+
+
+def listing(url: str) -> list[str]:
+    """The names of the objects under a folder URL, read fresh (fsspec's listing cache dropped); [] if none."""
+    from shardforge import storage
+
+    fs, path = storage.get_fs(url)
+    storage.invalidate(fs)
+    try:
+        return sorted(os.path.basename(p) for p in fs.find(path, withdirs=False))
+    except FileNotFoundError:
+        return []
+
+
 @pytest.fixture(scope="session", autouse=True)
 def contained_temp_dir(tmp_path_factory) -> Iterator[str]:
     """The test process's temp files under pytest's own temp folder (whose old runs pytest removes).

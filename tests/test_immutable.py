@@ -18,10 +18,10 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
+from conftest import listing
 from test_serve import articles, small_config
 
 from pipelines.sources.rawfiles import fingerprint, list_raw_files
@@ -30,23 +30,6 @@ from shardforge import storage
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(params=["file", "memory", "gs", "s3"])
-def store_url(request, tmp_path) -> str:
-    """A fresh, empty folder URL on each backend."""
-    if request.param == "file":
-        return str(tmp_path / "store")
-    if request.param == "memory":
-        return f"memory://sf-immutable-{os.getpid()}-{time.monotonic_ns()}"
-    return request.getfixturevalue({"gs": "gcs_bucket", "s3": "s3_bucket"}[request.param]) + "/store"
-
-
-def objects(url: str) -> list[str]:
-    fs, path = storage.get_fs(url)
-    storage.invalidate(fs)
-    try:
-        return sorted(os.path.basename(p) for p in fs.find(path, withdirs=False))
-    except FileNotFoundError:
-        return []
 
 
 # ---------------------------------------------------------------- the primitive, every backend
@@ -64,7 +47,7 @@ def test_a_create_never_replaces_an_object_on_every_backend(store_url) -> None:
         with pytest.raises(storage.ObjectConflict, match="already holds other bytes"):
             storage.write_bytes_atomic(url, other, create=True)
         assert storage.read_bytes(url) == first
-    assert objects(store_url) == ["train-000000-v1-0123456789abcdef.tar"]
+    assert listing(store_url) == ["train-000000-v1-0123456789abcdef.tar"]
     # A plain write (a pointer, a report) still replaces.
     storage.write_bytes_atomic(storage.join(store_url, "latest"), b"1")
     storage.write_bytes_atomic(storage.join(store_url, "latest"), b"2")
@@ -85,7 +68,7 @@ def test_the_publish_step_itself_is_conditional(backend, request, tmp_path, monk
         storage.write_bytes_atomic(url, b"a loser's other bytes", create=True)
     monkeypatch.undo()
     assert storage.read_bytes(url) == b"the winner's bytes"
-    assert objects(storage.join(base, "versions/v1-0123456789abcdef/tokenizer")) == ["spm.model"]
+    assert listing(storage.join(base, "versions/v1-0123456789abcdef/tokenizer")) == ["spm.model"]
 
 
 # ---------------------------------------------------------------- the reader checks what it reads

@@ -27,6 +27,7 @@ from contextlib import contextmanager
 from typing import IO
 
 import pytest
+from conftest import listing
 from faultproxy import FaultProxy
 
 from pipelines.corpus.commit import manifest_tag
@@ -130,23 +131,6 @@ def test_retry_retries_transient_errors_only():
 
 # ---------------------------------------------------------------- atomic writer on each backend (fast)
 
-@pytest.fixture(params=["file", "memory", "gs", "s3"])
-def store_url(request, tmp_path) -> str:
-    """A fresh, empty folder URL on each backend."""
-    if request.param == "file":
-        return str(tmp_path / "store")
-    if request.param == "memory":
-        return f"memory://sf-{os.getpid()}-{time.monotonic_ns()}"
-    return request.getfixturevalue({"gs": "gcs_bucket", "s3": "s3_bucket"}[request.param]) + "/store"
-
-
-def listing(url: str) -> list[str]:
-    fs, path = storage.get_fs(url)
-    storage.invalidate(fs)
-    try:
-        return sorted(os.path.basename(p) for p in fs.find(path, withdirs=False))
-    except FileNotFoundError:
-        return []
 
 
 def test_atomic_write_roundtrip_on_every_backend(store_url):
