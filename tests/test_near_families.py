@@ -74,16 +74,57 @@ def test_the_kept_document_is_the_one_the_most_others_may_go_for() -> None:
     assert resolve_cluster("1a-lead", entries, RULE, 1000)[0] == dups
 
 
-def test_a_large_cluster_keeps_its_root_and_gives_the_rest_more_rounds() -> None:
-    """Over ``CENTER_MAX`` documents no pair is judged twice over: the root is kept first, and documents it does
-    not take get rounds of their own (the smallest id kept), up to four."""
+def test_a_large_cluster_keeps_one_document_per_family_in_it() -> None:
+    """Over ``CENTER_MAX`` documents the cluster is split greedily, longest first: two families of 21 near copies
+    each keep one document apiece (the longest) and every other member goes for its own family's."""
     base, other = _span(0, 500), _span(100_000, 100_500)
     docs = {"1a": base, "1b": other}
     docs.update({f"1c{i:02d}": np.union1d(base[:-i - 1], _span(7_000 + 10 * i, 7_000 + 10 * i + 5)) for i in range(20)})
     docs.update({f"1d{i:02d}": np.union1d(other[:-i - 1], _span(8_000 + 10 * i, 8_000 + 10 * i + 5)) for i in range(20)})
     assert len(docs) > CENTER_MAX
     dups, failed, _ = resolve_cluster("1a", _entries("1a", docs), RULE, 1000)
-    assert {d.dup_of for d in dups} == {"a", "b"} and len(dups) == 40 and failed == 0
+    assert {d.dup_of for d in dups} == {"c00", "d00"} and len(dups) == 40 and failed == 0
+    assert all(RULE.accepts(docs["1" + d.dup_of], docs["1" + d.doc_id]) for d in dups)
+
+
+def test_a_large_cluster_chained_by_loose_edges_finds_every_family_in_it() -> None:
+    """Loose edges joined 30 unrelated pages and 8 families (an original and a copy with one word replaced) into
+    one cluster whose smallest id is an unrelated page. Every copy goes for its original, whatever the ids and the
+    order the group arrives in; no unrelated page goes (before: four rounds of the smallest ids found none)."""
+    docs = {f"1a{i:02d}": _span(1000 * i, 1000 * i + 120) for i in range(30)}
+    for f in range(8):
+        orig = _span(200_000 + 1000 * f, 200_000 + 1000 * f + 150)
+        docs[f"1f{f}-orig"] = orig
+        docs[f"1e{f}-copy"] = np.union1d(orig[3:], _span(900_000 + 10 * f, 900_000 + 10 * f + 3))
+    assert len(docs) > CENTER_MAX
+    dups, failed, over = resolve_cluster("1a00", _entries("1a00", docs), RULE, 1000)
+    # Each pair is as long: the smaller node id, the copy, is kept.
+    assert [(d.doc_id, d.dup_of) for d in dups] == [(f"f{f}-orig", f"e{f}-copy") for f in range(8)]
+    assert failed == 30 and over == 0
+    entries = _entries("1a00", docs)
+    random.Random(3).shuffle(entries)
+    assert resolve_cluster("1a00", entries, RULE, 1000)[0] == dups
+
+
+def test_the_containment_screen_needs_the_jaccard_its_share_implies() -> None:
+    """Two documents of ~100 shingles carry samples of six: all six shared says little, and their signatures agree
+    on a fifth of the values (Jaccard ~0.2, where 82 % of one in the other implies ~0.66): no edge (before: an
+    edge, which chained unrelated pages into one cluster). A 400-shingle passage in a 954-shingle text (Jaccard
+    0.42, its whole sample shared) stays an edge."""
+    from pipelines.dedupe.near import EdgeScreen
+
+    screen = EdgeScreen.of(RULE, 112)
+    sig = np.arange(112, dtype=np.uint32)
+
+    def with_sample(equal: int, sample: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        other = sig.copy()
+        other[equal:] += 1000
+        return np.concatenate([sig, sample]), np.concatenate([other, sample])
+
+    a, b = with_sample(22, _span(5000, 5006))
+    assert not screen.passes(a, 104, b, 98)
+    a, b = with_sample(47, _span(5000, 5025))
+    assert screen.passes(a, 954, b, 400)
 
 
 def _cleaned(items) -> list[Document]:

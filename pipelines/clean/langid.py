@@ -7,10 +7,11 @@
   read from disk at run time, and the result is a pure function of the text (deterministic). It
   names 165 languages with ISO 639-1 style codes ("en", "de", "zh", "zh-Hant", ...; "un" when the
   text carries no evidence). The code is CLD2's top language and the score its percentage of the
-  text (0..1), as CLD2 sums them up; ``shares`` is each language's share of the text's bytes by
-  CLD2's own chunks (``returnVectors``), which the language rule reads: CLD2's summary calls a
+  text (0..1), as CLD2 sums them up; ``shares`` is each language's share of the text's bytes,
+  paragraph by paragraph (``paragraph_shares``: each paragraph's bytes split by CLD2's own chunks of
+  that paragraph, ``returnVectors``), which the language rule reads: CLD2's summary calls a
   document whose English is a third English half the time (it sums over the chunks it trusts),
-  its chunks do not. On a short text (fewer than ``SHORT_WORDS`` words) CLD2's English needs an
+  its chunks do not. On a short paragraph (fewer than ``SHORT_WORDS`` words) CLD2's English needs an
   English function word besides (``english_evidence``): UI strings of Tagalog or Malay full of
   English technical terms otherwise pass. Measured by ``benchmarks/bench_langid.py``.
 * ``stopwords``: the earlier English filter, kept as a named option for comparison: the share of
@@ -121,6 +122,9 @@ UNKNOWN = "un"  # CLD2's code for "no evidence"; the stop-word method returns it
 
 # Below this many words, CLD2's English needs an English function word too (english_evidence).
 SHORT_WORDS = 30
+# A run of lines shorter than this many words (a heading, a caption, a list item) joins the next
+# lines into one paragraph for CLD2 (paragraphs): a few words carry little evidence of a language.
+PARAGRAPH_WORDS = 10
 
 
 @dataclass(frozen=True)
@@ -149,20 +153,61 @@ def known_codes(method: Method = "cld2") -> frozenset[str]:
 
 
 def identify_cld2(text: str) -> LanguageGuess:
-    """CLD2's top language and the share of the text it covers, and each language's share by CLD2's chunks.
+    """CLD2's top language and the share of the text it covers, and each language's share paragraph by
+    paragraph (``paragraph_shares``).
 
     isPlainText: our text is already plain (CLD2 would otherwise skip anything between < and >).
-    Text CLD2 refuses (it validates UTF-8 strictly, e.g. noncharacters) counts as unknown.
+    Text CLD2 refuses (it validates UTF-8 strictly, e.g. noncharacters) is unknown, with the shares of the
+    paragraphs it reads.
     """
     try:
         _, _, details = pycld2.detect(text, isPlainText=True)
-        # A second call for the chunks: asked for them, CLD2 sums its percentages a little differently
-        # (99 -> 98 for 2 % of real articles), and the recorded score stays what it was.
-        chunks = pycld2.detect(text, isPlainText=True, returnVectors=True)[3]
-    except pycld2.error:
-        return LanguageGuess(UNKNOWN, 0.0)
+    except pycld2.error:  # the paragraphs CLD2 reads still count
+        return LanguageGuess(UNKNOWN, 0.0, paragraph_shares(text))
     _, code, percent, _ = details[0]
-    return LanguageGuess(code, percent / 100.0, chunk_shares(text, chunks))
+    return LanguageGuess(code, percent / 100.0, paragraph_shares(text))
+
+
+def paragraphs(text: str) -> list[str]:
+    """The text's paragraphs for CLD2: its non-empty lines, a run of lines shorter than ``PARAGRAPH_WORDS``
+    words joined to the lines after it (what remains at the end joins the last paragraph)."""
+    out: list[str] = []
+    run: list[str] = []
+    words = 0
+    for line in text.split("\n"):
+        if line.strip():
+            run.append(line)
+            words += len(line.split())
+            if words >= PARAGRAPH_WORDS:
+                out.append("\n".join(run))
+                run, words = [], 0
+    if run:
+        if out:
+            out[-1] += "\n" + "\n".join(run)
+        else:
+            out.append("\n".join(run))
+    return out
+
+
+def paragraph_shares(text: str) -> tuple[tuple[str, float], ...]:
+    """Each language's share of the text's bytes, paragraph by paragraph: a paragraph's bytes are split
+    among languages as CLD2's chunks of that paragraph split it (``chunk_shares``; a paragraph CLD2 refuses
+    or finds no chunk in is unknown), largest first (ties by code). A chunk never spans two paragraphs, so a
+    short English paragraph among others is counted as English, and one of another language is not."""
+    size: dict[str, float] = {}
+    total = 0
+    for para in paragraphs(text):
+        n = len(para.encode("utf-8", "surrogatepass"))
+        total += n
+        try:
+            shares = chunk_shares(para, pycld2.detect(para, isPlainText=True, returnVectors=True)[3])
+        except pycld2.error:
+            shares = ()
+        for c, share in shares or ((UNKNOWN, 1.0),):
+            size[c] = size.get(c, 0.0) + share * n
+    if not total:
+        return ()
+    return tuple(sorted(((c, v / total) for c, v in size.items()), key=lambda cs: (-cs[1], cs[0])))
 
 
 def chunk_shares(text: str, chunks: Iterable[tuple[int, int, str, str]]) -> tuple[tuple[str, float], ...]:

@@ -9,13 +9,19 @@ Which document is kept matters as much as the rule. Per round:
 
 1. the kept document is the one the most others of the cluster may go for (the family's original
    rather than a negative that a loose edge joined, or a copy of it), among clusters of up to
-   ``CENTER_MAX`` documents (the smallest node id of equals); in larger ones, and where the cluster's
-   root is an indexed document (never removed: it is kept), the root, as before;
+   ``CENTER_MAX`` documents (the smallest node id of equals); where the cluster's root is an indexed
+   document (never removed: it is kept), the root;
 2. if that document lies in a longer one that does not lie in it (a passage published alone, a
    truncated copy, a text quoted whole in a longer one), the longest such is kept instead and the
    first goes for it, with every copy that may go for the first;
 3. the documents no kept document verified get another round (a cluster holding two families, or a
    family and a negative), up to ``MAX_KEEPERS`` rounds.
+
+A cluster of more than ``CENTER_MAX`` documents (loose edges joined several families, or pages sharing a
+template) is split greedily instead (``_resolve_large``): its documents longest first (an indexed root
+before all), each goes for the first kept document it may go for, else is kept itself; at most
+``LARGE_JUDGEMENTS`` judgements, after which the rest stay (recall lost, never precision). Every
+family in it is found, not only those of the first few smallest ids.
 
 Pure functions of the cluster's documents and node ids (no Beam): any order in, the same verdicts out.
 """
@@ -39,6 +45,8 @@ MAX_KEEPERS = 4
 # Clusters up to this size choose their kept document by how many others may go for it (every pair
 # judged once: 32 documents, 992 judgements, ~30 ms); larger ones keep their root (one pass a round).
 CENTER_MAX = 32
+# The most judgements one large cluster may cost (~50 us each on news-length documents: ~1 s).
+LARGE_JUDGEMENTS = 20_000
 _NONE = np.empty(0, dtype=np.uint32)
 Doc = tuple[str, str, np.ndarray, np.ndarray]  # node, source, shingles, shingles lost to the line rules
 
@@ -139,6 +147,47 @@ def _center(live: list[Doc], judge: _Judge) -> Doc:
     return max(live, key=lambda k: sum(judge(k, d)[0] for d in live if d[0] != k[0]))
 
 
+def _resolve_large(root: Doc, docs: list[Doc], judge: _Judge, max_members: int
+                   ) -> tuple[list[Duplicate], set[str], int]:
+    """A large cluster split greedily: (duplicates, kept documents that others went for, over the cap).
+
+    ``docs``: the cluster's documents, ``root`` among them. Longest first (the smallest node id of
+    equals; an indexed root before all), each document goes for the first kept one it may go for, else
+    is kept. A longer text is kept before the passages it holds, so they go to it. Order-free: the
+    order is a function of the documents."""
+    order = sorted(docs, key=lambda d: (d[0].startswith(NEW), -d[2].size, d[0]))
+    if not root[0].startswith(NEW):
+        order = [root] + [d for d in order if d[0] != root[0]]
+    keepers: list[Doc] = []
+    members: dict[str, list[_Desc]] = {}
+    budget = LARGE_JUDGEMENTS
+    for d in order:
+        if not d[0].startswith(NEW):
+            if d[0] == root[0]:
+                keepers.append(d)
+            continue
+        went = False
+        for k in keepers:
+            if budget <= 0:
+                break
+            budget -= 1
+            ok, sim = judge(k, d)
+            if ok:
+                members.setdefault(k[0], []).append(_Desc(d[0], d[1], sim))
+                went = True
+                break
+        if not went and budget > 0:
+            keepers.append(d)
+    dups: list[Duplicate] = []
+    over = 0
+    for k, gone in members.items():
+        gone.sort(key=lambda v: v.node)
+        over += max(0, len(gone) - max_members)
+        dups += [Duplicate(doc_id=v.node[1:], source=v.source, dup_of=k[1:], kind="near",
+                           similarity=round(float(v.similarity), 6)) for v in gone[:max_members]]
+    return dups, set(members), over
+
+
 def resolve_cluster(
     root: str, entries: Iterable[tuple[Any, ...]], rule: NearRule | float, max_members: int
 ) -> tuple[list[Duplicate], int, int]:
@@ -146,8 +195,9 @@ def resolve_cluster(
     for one cluster's group.
 
     ``rule``: a ``NearRule`` (a float is a plain Jaccard threshold). The rounds of the module's
-    docstring; old (indexed) documents are never removed. A root whose components did not converge
-    removes nothing (it may have a parent that removes it; recall is lost, never precision).
+    docstring (``_resolve_large`` over ``CENTER_MAX`` documents); old (indexed) documents are never
+    removed. A root whose components did not converge removes nothing (it may have a parent that
+    removes it; recall is lost, never precision).
     """
     if not isinstance(rule, NearRule):
         rule = NearRule(rule)
@@ -155,32 +205,38 @@ def resolve_cluster(
     if root_entry is None or not root_entry[1]:
         return [], 0, 0
     judge = _Judge(rule)
-    small = sum(1 for _ in entries) <= CENTER_MAX
-    docs: Iterable[Doc] = sorted(cluster_docs(root, entries)) if small else cluster_docs(root, entries)
+    docs: list[Doc] = sorted(cluster_docs(root, entries))
     keeper: Doc | None = next(cluster_docs(root, [root_entry]))
+    if len(docs) > CENTER_MAX:
+        dups, kept_for, over = _resolve_large(keeper, docs, judge, max_members)  # type: ignore[arg-type]
+    else:
+        dups, kept_for, over = _resolve_small(keeper, docs, judge, max_members)  # type: ignore[arg-type]
+    gone = {NEW + d.doc_id for d in dups}
+    failed = sum(1 for d in docs if d[0].startswith(NEW) and d[0] not in gone and d[0] not in kept_for)
+    return sorted(dups, key=lambda d: d.doc_id), failed, over
+
+
+def _resolve_small(keeper: Doc, docs: list[Doc], judge: _Judge, max_members: int
+                   ) -> tuple[list[Duplicate], set[str], int]:
+    """The rounds of a cluster of up to ``CENTER_MAX`` documents: (duplicates, kept documents that others
+    went for, over the cap)."""
     done: set[str] = set()  # kept documents, and the documents verified against one
     dups: list[Duplicate] = []
     over = 0
-    kept_for: set[str] = set()  # kept documents that others went for
+    kept_for: set[str] = set()
     for turn in range(MAX_KEEPERS):
-        if small and (turn or keeper[0].startswith(NEW)):  # type: ignore[index]
+        if turn or keeper[0].startswith(NEW):  # type: ignore[index]
             live = [d for d in docs if d[0] not in done and d[0].startswith(NEW)]
-            keeper = _center(live, judge) if live else None
+            keeper = _center(live, judge) if live else None  # type: ignore[assignment]
         if keeper is None:
             break
         first = keeper
         if keeper[0].startswith(NEW):
             keeper = judge.holder(keeper, (d for d in docs if d[0] not in done))
         done.add(keeper[0])
-        removed, capped = _remove_for(keeper, first, docs if small else cluster_docs(root, entries), done, judge,
-                                      max_members)
+        removed, capped = _remove_for(keeper, first, docs, done, judge, max_members)
         dups += removed
         over += capped
         if removed or capped:
             kept_for.add(keeper[0])
-        if not small:
-            keeper = min((d for d in cluster_docs(root, entries) if d[0] not in done), default=None)
-    gone = {NEW + d.doc_id for d in dups}
-    failed = sum(1 for d in cluster_docs(root, entries)
-                 if d[0].startswith(NEW) and d[0] not in gone and d[0] not in kept_for)
-    return sorted(dups, key=lambda d: d.doc_id), failed, over
+    return dups, kept_for, over

@@ -279,7 +279,7 @@ def shingles_and_anchors(texts: Sequence[str], ngram: int, normalized: bool = Fa
 # document at the same place: ``sampled`` for the screen's containment estimate (SAMPLE_EVERY),
 # ``anchor_keys`` for candidates (ANCHOR_EVERY; nested in the screen's sample).
 SAMPLE_EVERY = 16
-ANCHOR_EVERY = 32
+ANCHOR_EVERY = 16  # DedupeConfig.anchor_every's default
 _ANCHOR_SALT = _U64(0x5F3759DF2545F491)
 
 

@@ -98,7 +98,9 @@ class EdgeScreen:
     a new document's signature (a passage's sample lies whole in the sample of a text holding it:
     exact at any Jaccard), or, for an indexed root (its signature comes without one), from the
     Jaccard estimate and the two set sizes, ``J (|A| + |B|) / ((1 + J) min(|A|, |B|))``, which is
-    only as good as that estimate. Screening containment on its own estimate (not on a lowered
+    only as good as that estimate. Either way the Jaccard estimate must also reach (less two standard
+    errors) the Jaccard that share implies at the two sizes: a short document's sample holds a few
+    shingles, which cannot tell a share of 0.3 from 0.8 between two pages of one size. Screening containment on its own estimate (not on a lowered
     Jaccard bar) keeps components tight: loose edges chain a family into one cluster whose kept
     document is far from most members.
     """
@@ -134,6 +136,11 @@ class EdgeScreen:
         if small < self.min_shingles:
             return False
         p = self.containment
+        # The Jaccard that a share p of the smaller set lying in the larger implies at these sizes: a
+        # sample of a few shingles (a short document's) cannot tell 0.3 from 0.8, the signature can.
+        implied = p * small / (n_a + n_b - p * small)
+        if j < implied - estimate_margin(implied, k):
+            return False
         sample_a, sample_b = a[k:], b[k:]
         if sample_a.size and sample_b.size:
             n = min(sample_a.size, sample_b.size)
