@@ -1,9 +1,9 @@
 """The Beam commands' own flags and their --help, without Beam (importing it takes ~2 s).
 
 ``python -m pipelines.build`` / ``repack`` / ``serve`` (and ``shardforge build`` / ``repack`` / ``serve``)
-answer ``--help`` from here before anything imports Beam (``exit_on_help``), and ``build`` and ``repack``
-refuse a mistyped flag or a bad value here too (``check_flags``), against their own flags and a list of
-Beam's (``BEAM_FLAGS``). The same adders register the flags on Beam's ``PipelineOptions``
+answer ``--help`` from here before anything imports Beam (``build_help`` …), and refuse a mistyped flag,
+a bad value or a missing --input / --output here too (``check_flags``), against their own flags and a
+list of Beam's (``BEAM_FLAGS``). The same adders register the flags on Beam's ``PipelineOptions``
 (``pipelines.options.BuildOptions`` …), so the help and the parser the job runs with are one list, and
 the job checks argv again once Beam is imported. ``--help_beam`` (Beam's own options) needs Beam:
 ``pipelines.options.handle_help``.
@@ -33,6 +33,7 @@ from schemas.config import (
     TokenizerConfig,
 )
 from shardforge.console.args import ArgumentParser, option_strings, unknown_args_message
+from shardforge.console.run import exit_if_stdout_closed
 
 DEFAULT_SPILL_MB = 32
 
@@ -66,6 +67,7 @@ A new corpus with another packing rule, sequence length, split or shard size,
 from an existing corpus's tokenized documents: nothing is cleaned, deduplicated
 or tokenized again, and the tokenizer is the parent's (copied into the new corpus).
 With the parent's own settings the shards come out the same bytes as the parent's.
+It prints a short summary (--json: the summary as JSON).
 
 examples:
   %(prog)s --tokenized out/corpus --output out/corpus-doc --rule doc_sentences
@@ -158,10 +160,10 @@ def add_build_flags(parser: Any) -> None:
                         "see docs/scaling.md). A rerun resumes after the last committed batch.")
 
 
-def add_summary_flags(parser: Any) -> None:
-    """What the build prints (the driver's own: not a Beam option, ``take_json``)."""
+def add_summary_flags(parser: Any, what: str = "build") -> None:
+    """What the build (or repack) prints (the driver's own: not a Beam option, ``take_json``)."""
     parser.add_argument("--json", action="store_true", default=False,
-                        help="Print the build's summary as JSON on stdout (default: a few lines for a person).")
+                        help=f"Print the {what}'s summary as JSON on stdout (default: a few lines for a person).")
 
 
 def take_json(argv: Sequence[str]) -> tuple[bool, list[str]]:
@@ -281,6 +283,7 @@ def repack_parser(runner_flags: bool = True) -> ArgumentParser:
         add_repack_flags(p)
         if runner_flags:
             add_local_runner_flags(p, doc_processes=False)
+        add_summary_flags(p.add_argument_group("output"), "repack")
 
     return command_parser("python -m pipelines.repack", REPACK_DESCRIPTION, add)
 
@@ -289,6 +292,15 @@ def serve_parser() -> ArgumentParser:
     p = command_parser("python -m pipelines.serve", (module_doc("pipelines.jobs.serve") or "") + SERVE_HELP_NOTE,
                        lambda _: None)
     add_serve_flags(p)
+    return p
+
+
+def serve_check_parser() -> ArgumentParser:
+    """Every flag serve takes besides Beam's (its own, the build's, the local runner's), for ``check_flags``;
+    the job itself refuses --input / --output (it takes --watch and --corpus)."""
+    p = serve_parser()
+    add_build_flags(p)
+    add_local_runner_flags(p)
     return p
 
 
@@ -306,42 +318,52 @@ def answer_help(parser: Callable[[], argparse.ArgumentParser], argv: Sequence[st
     """Print the command's --help if argv asks for it; True if it did."""
     if not wants_help(argv):
         return False
-    print_help(parser())
+    with exit_if_stdout_closed():  # `--help | head`: no BrokenPipeError traceback
+        print_help(parser())
+        sys.stdout.flush()
     return True
 
 
-def exit_on_help(parser: Callable[[], argparse.ArgumentParser], argv: Sequence[str], *,
-                 check: bool = False) -> None:
-    """As the program (before Beam is imported): print --help and exit 0 if argv asks for it.
+def build_missing(ns: argparse.Namespace) -> str | None:
+    """What a build's command line lacks (None: nothing): an --output, and inputs (--input, or a --config,
+    whose sources are checked once it is read)."""
+    if not ns.output:
+        return "--output URL is required (where the corpus goes)"
+    if not ns.input and not ns.config:
+        return "no input: give --input URL (or a --config with sources)"
+    return None
 
-    check: then refuse a mistaken flag or value in one line, exit 2 (``check_flags``)."""
-    if answer_help(parser, argv):
-        sys.stdout.flush()
-        raise SystemExit(0)
-    if check:
-        check_flags(parser(), argv)
+
+def repack_missing(ns: argparse.Namespace) -> str | None:
+    if not ns.tokenized or not ns.output:
+        return "--tokenized URL (the parent corpus) and --output URL are required"
+    return None
 
 
 def build_help(argv: Sequence[str]) -> bool:
-    """``shardforge build`` before the build module (and Beam) is imported: True where it answered --help;
-    a mistaken flag or value exits 2 with one line (``check_flags``)."""
+    """``shardforge build`` / ``python -m pipelines.build`` before the build module (and Beam) is imported:
+    True where it answered --help; a mistaken flag or value, or a missing --input / --output, exits 2
+    with one line (``check_flags``)."""
     if answer_help(build_parser, argv):
         return True
-    check_flags(build_parser(), argv)
+    check_flags(build_parser(), argv, build_missing)
     return False
 
 
 def repack_help(argv: Sequence[str]) -> bool:
-    """``shardforge repack`` before the repack module (and Beam) is imported: as ``build_help``."""
+    """``shardforge repack`` / ``python -m pipelines.repack`` before Beam is imported: as ``build_help``."""
     if answer_help(repack_parser, argv):
         return True
-    check_flags(repack_parser(), argv)
+    check_flags(repack_parser(), argv, repack_missing)
     return False
 
 
 def serve_help(argv: Sequence[str]) -> bool:
-    """``shardforge serve --help`` before the serve module (and Beam) is imported; True if answered."""
-    return answer_help(serve_parser, argv)
+    """``shardforge serve`` before the serve module (and Beam) is imported: as ``build_help``."""
+    if answer_help(serve_parser, argv):
+        return True
+    check_flags(serve_check_parser(), argv)
+    return False
 
 
 # ---------------------------------------------------------------- flag mistakes, before Beam is imported
@@ -426,11 +448,22 @@ def choice_problem(flag: str, value: str, choices: Sequence[str]) -> str:
     return f"--{flag} {value!r} is not one of {', '.join(choices)}{hint}"
 
 
-def check_flags(parser: argparse.ArgumentParser, argv: Sequence[str]) -> None:
+def check_flags(parser: argparse.ArgumentParser, argv: Sequence[str],
+                missing: Callable[[argparse.Namespace], str | None] | None = None) -> None:
     """Exit 2 with one line (the parser's error) on a flag neither the command nor Beam knows, a value of
     the wrong type, or a value not among a flag's choices (``FLAG_CHOICES``), before Beam is imported.
-    What passes is checked again once Beam is imported (``pipelines.options.check_beam_args``)."""
-    ns, extra = parser.parse_known_args(list(argv))  # a value of the wrong type: parser.error
+    missing: what the command line lacks besides argparse's required flags (``build_missing``); nothing is
+    missing from ``--help_beam``. A mistyped flag is named before a required flag is missing (``serve --corpus`` misspelled is the
+    misspelling, not "--corpus is required"). What passes is checked again once Beam is imported
+    (``pipelines.options.check_beam_args``)."""
+    required = [a for a in parser._actions if a.required]
+    for action in required:
+        action.required = False
+    try:
+        ns, extra = parser.parse_known_args(list(argv))  # a value of the wrong type: parser.error
+    finally:
+        for action in required:
+            action.required = True
     for flag, choices in FLAG_CHOICES.items():
         value = getattr(ns, flag, None)
         if value is not None and value not in choices:
@@ -440,3 +473,8 @@ def check_flags(parser: argparse.ArgumentParser, argv: Sequence[str]) -> None:
     unknown = [a for a in extra if a.startswith("--") and a != "--" and a.split("=", 1)[0] not in BEAM_FLAGS]
     if unknown:
         parser.error(unknown_args_message(unknown, [*option_strings(parser), *sorted(BEAM_FLAGS)]))
+    if required:
+        parser.parse_known_args(list(argv))  # now a missing required flag: parser.error
+    problem = missing(ns) if missing is not None and "--help_beam" not in argv else None
+    if problem:
+        parser.error(problem)

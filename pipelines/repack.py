@@ -3,11 +3,13 @@
 
 import sys
 
-from pipelines.flags import exit_on_help, repack_parser
+from pipelines.flags import repack_help
 from pipelines.localrunner.preflight import before_beam
 
 if __name__ in ("__main__", "__mp_main__"):  # the command, or the main module of a process it spawned
-    exit_on_help(repack_parser, sys.argv[1:], check=True)  # a mistyped flag: one line, before Beam
+    if repack_help(sys.argv[1:]):  # --help; a mistyped flag or a missing --output: one line, before Beam
+        sys.stdout.flush()
+        raise SystemExit(0)
     before_beam(sys.argv[1:])
 
 from pipelines.jobs.repack import main  # noqa: E402

@@ -27,7 +27,7 @@ from collections.abc import Callable
 
 from shardforge import __version__
 from shardforge.console.args import set_invoked_as
-from shardforge.console.run import run_cli
+from shardforge.console.run import exit_if_stdout_closed, run_cli
 
 # name -> (module, function, one-line help); modules are imported on use.
 COMMANDS: dict[str, tuple[str, str, str]] = {
@@ -46,7 +46,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
 
 # name -> (module, function) that checks a command's flags without its heavy imports (torch, Beam), so
 # that --help (and for train, flag mistakes) is answered at once; the command's own main parses them again.
-EARLY_PARSERS: dict[str, tuple[str, str]] = {"train": ("trainer.args", "parse_train_args"),
+EARLY_PARSERS: dict[str, tuple[str, str]] = {"train": ("trainer.args", "check_train_args"),
                                              "export": ("trainer.args", "parse_export_args"),
                                              "build": ("pipelines.flags", "build_help"),
                                              "repack": ("pipelines.flags", "repack_help"),
@@ -68,7 +68,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--version", action="version", version=f"shardforge {__version__}")
     parser.add_argument("command", choices=sorted(COMMANDS), help="subcommand (see above); COMMAND --help for its flags")
     if not argv or argv[0] in ("-h", "--help"):
-        parser.print_help()
+        with exit_if_stdout_closed():
+            parser.print_help()
+            sys.stdout.flush()
         return 0
     if argv[0] == "--version":
         print(f"shardforge {__version__}")
@@ -93,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         if name in EARLY_PARSERS:
             module, func = EARLY_PARSERS[name]
             # train's and export's exit on --help and on mistakes; build's, repack's and serve's say True
-            # where they answered --help (build's and repack's exit on a mistaken flag or value)
+            # where they answered --help and exit on a mistaken flag or value
             if getattr(importlib.import_module(module), func)(rest) is True:
                 return 0
         return run_cli(lambda: int(_entry(name)(rest) or 0), rest)

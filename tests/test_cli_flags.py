@@ -96,6 +96,18 @@ def test_repack_help_offers_no_flag_it_refuses() -> None:
      "argument --vocab_size: invalid int value: 'many'"),
     (["shardforge.cli", "repack", "--tokenized", "p", "--output", "o", "--rule", "x"], "--rule 'x' is not one of"),
     (["pipelines.repack", "--tokenized", "p", "--output", "o", "--doc_processes", "2"], "unknown flag: --doc_processes"),
+    # serve: a misspelled flag is named before the required --corpus it may be the misspelling of
+    (["pipelines.serve", "--wath", "w/*.jsonl"], "unknown flag: --wath (did you mean --watch?)"),
+    (["shardforge.cli", "serve", "--watch", "w/*.jsonl", "--corpus", "o", "--vocab-size", "9"],
+     "unknown flag: --vocab-size (did you mean --vocab_size?)"),
+    (["shardforge.cli", "serve", "--watch", "w/*.jsonl", "--corpus", "o", "--rule", "x"], "--rule 'x' is not one of"),
+    (["pipelines.serve", "--watch", "w/*.jsonl"], "the following arguments are required: --corpus"),
+    # what the command line lacks, before Beam too
+    (["pipelines.build", "--input", "x"], "--output URL is required"),
+    (["shardforge.cli", "build", "--output", "o", "--vocab_size", "9"], "no input: give --input URL"),
+    (["pipelines.repack", "--output", "o"], "--tokenized URL (the parent corpus) and --output URL are required"),
+    # python -m shardforge is the shardforge command
+    (["shardforge", "build", "--inptu", "x", "--output", "o"], "unknown flag: --inptu (did you mean --input?)"),
 ])
 def test_flag_mistakes_are_one_line_before_beam_is_imported(args, says, tmp_path) -> None:
     """Beam takes 2 s to import (9-13 s on a busy machine): a mistyped flag or value needs none of it, and
@@ -196,6 +208,70 @@ def test_train_on_a_raw_file_says_to_build_a_corpus_first(tmp_path) -> None:
     assert line.startswith(f"error: {tmp_path}/plain.jsonl is a file, not a corpus") and "Not a directory" not in line
     assert f"shardforge build --input {tmp_path}/plain.jsonl --output CORPUS" in line
     assert not (tmp_path / "run").exists()
+    # Said before torch is imported (seconds on a busy machine), by both entry points, for each kind of path.
+    (tmp_path / "raw").mkdir()
+    for entry, data, says in ((["shardforge.cli", "train"], "plain.jsonl", "is a file, not a corpus"),
+                              (["trainer.train"], "raw", "is a folder but not a corpus"),
+                              (["trainer.train"], "nothing", "does not exist")):
+        res = run("-c", BEAM_PROBE.replace("apache_beam", "torch"), *entry, "--data", data, cwd=tmp_path)
+        assert res.stdout.splitlines()[-1] == "probe: False 2", res.stdout[-500:] + res.stderr[-2000:]
+        assert says in one_line_error(res), res.stderr
+
+
+def test_python_m_shardforge_is_the_shardforge_command() -> None:
+    res = run("-m", "shardforge", "--help")
+    assert res.returncode == 0 and res.stdout.startswith("usage: shardforge ") and res.stderr == "", res.stderr
+    res = run("-m", "shardforge", "--version")
+    assert res.returncode == 0 and res.stdout.startswith("shardforge "), res.stdout
+
+
+# Writes many lines through run_cli, as a command does; a reader that stops after one line closes the pipe.
+PIPE_PROBE = """
+import sys
+from shardforge.console.run import run_cli
+
+def body():
+    if sys.argv[1] == "socket":
+        raise BrokenPipeError(32, "Broken pipe")  # a connection of the command's own, not its stdout
+    for i in range(200000):
+        print("line", i)
+    return 0
+
+sys.exit(run_cli(body))
+"""
+
+
+def test_output_into_a_reader_that_stops_early_ends_quietly() -> None:
+    """`shardforge inspect CORPUS | head`: status 141 as `cat` would give, no BrokenPipeError traceback; a
+    broken pipe of anything but stdout is still the error it is."""
+    proc = subprocess.Popen([sys.executable, "-c", PIPE_PROBE, "stdout"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, cwd=REPO, env=ENV)
+    assert proc.stdout is not None and proc.stdout.readline() == b"line 0\n"
+    proc.stdout.close()
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 141 and err == b"", err.decode()[-2000:]
+    res = run("-c", PIPE_PROBE, "socket")
+    assert res.returncode == 1 and "BrokenPipeError" in res.stderr, res.stderr[-2000:]
+    for args in (["-m", "pipelines.build", "--help"], ["-m", "shardforge", "train", "--help"]):
+        proc = subprocess.Popen([sys.executable, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO,
+                                env=ENV)
+        assert proc.stdout is not None
+        proc.stdout.close()  # before the help is printed
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode in (0, 141) and err == b"", (args, err.decode()[-2000:])
+
+
+def test_docs_hold_code_in_code_spans_and_prose_outside() -> None:
+    """A sentence of docs/ reads as one: no code span holds a phrase of prose (docs/storage.md once read
+    "All storage access goes through `storage/ (the neutral storage package)`.")."""
+    found = []
+    for path in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
+        text = re.sub(r"```.*?```", "", path.read_text(), flags=re.S)
+        found += [(path.name, span) for span in re.findall(r"`([^`\n]+)`", text)
+                  if re.search(r"\((the|a|an) [a-z]+ [a-z]+", span)]
+    assert not found, found
+    storage = (REPO / "docs" / "storage.md").read_text()
+    assert "All storage access goes through `shardforge.storage` (fsspec;" in " ".join(storage.split())
 
 
 # ------------------------------------------------------------------ the Dataflow extra

@@ -95,6 +95,11 @@ def test_inspect_says_what_a_pair_label_means(example_build, tmp_path) -> None:
     res = run("-m", "shardforge.cli", "repack", "--tokenized", str(out), "--output", str(tmp_path / "sop"),
               "--rule", "sop")
     assert res.returncode == 0, res.stderr[-3000:]
+    # Repack's summary is a few lines for a person, as the build's (JSON is --json's).
+    lines = res.stdout.strip().splitlines()
+    assert lines[0] == f"repacked corpus {tmp_path / 'sop'}" and "{" not in res.stdout, res.stdout
+    assert lines[1].startswith(f"  from       {out} ") and "rule sop" in lines[2] and len(lines) == 4
+    assert lines[-1].startswith(f"  look       shardforge inspect {tmp_path / 'sop'}")
     res = run("-m", "shardforge.cli", "inspect", str(tmp_path / "sop"), "--samples", "4")
     assert res.returncode == 0, res.stderr[-3000:]
     assert ("a sentence order prediction label: 0 = A and B in their order in the document; 1 = A and B swapped"
@@ -105,3 +110,8 @@ def test_inspect_says_what_a_pair_label_means(example_build, tmp_path) -> None:
     res = run("-m", "shardforge.cli", "inspect", str(tmp_path / "sop"), "--samples", "4", "--json")
     samples = json.loads(res.stdout)["samples"]
     assert {s["label_meaning"] for s in samples} <= {"A and B in their order in the document", "A and B swapped"}
+    from shardforge.commands.inspect import label_meaning
+
+    # NSP as the packer writes it (pipelines/pack/rules.py): 0 = B is A's continuation, 1 = B is random
+    assert "is next" in label_meaning("segment_pair_nsp", 0) and "another document" in label_meaning(
+        "sentence_pair_nsp", 1) and label_meaning("full_sentences", 0) is None

@@ -200,7 +200,7 @@ def test_sop_via_cli_and_a_repacked_corpus_points_back_to_its_origin(parent, tmp
     assert rc == 2 and len(err) == 1 and "--tokenizer_ref" in err[0]
     assert not os.path.exists(sop)
     rc = cli.main(["repack", "--tokenized", out, "--output", sop, "--rule", "sop", "--max_seq_len", "64",
-                   "--seed", "99"])
+                   "--seed", "99", "--json"])
     assert rc == 0, capsys.readouterr().err
     assert json.loads(capsys.readouterr().out)["packing_rule"] == "sop"
     m2, _ = load_manifest(sop)

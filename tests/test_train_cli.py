@@ -51,6 +51,34 @@ def test_run_mlm_flags_set_their_config_keys_and_set_still_wins() -> None:
     assert resolved("--max_tokens", "1000000").max_tokens == 1_000_000
 
 
+def test_resume_from_checkpoint_continues_a_run_under_run_mlms_name(tmp_path) -> None:
+    from schemas.errors import UserError
+
+    run = tmp_path / "r1"
+    (run / "checkpoints").mkdir(parents=True)
+    for step in (10, 20):
+        (run / "checkpoints" / f"ckpt-{step:08d}.pt").write_bytes(b"")
+    for given in (run, run / "checkpoints", run / "checkpoints" / "ckpt-00000020.pt"):
+        cfg = resolved("--resume_from_checkpoint", str(given), "--no-resume")
+        assert (cfg.output, cfg.resume) == (str(run), True), given
+    assert resolved("--resume_from_checkpoint", str(run), "--output", str(run)).output == str(run)
+    with pytest.raises(UserError, match=r"resumes from the newest checkpoint .*\(ckpt-00000020\.pt\)"):
+        resolved("--resume_from_checkpoint", str(run / "checkpoints" / "ckpt-00000010.pt"))
+    with pytest.raises(UserError, match="but --output is"):
+        resolved("--resume_from_checkpoint", str(run), "--output", str(tmp_path / "other"))
+
+
+def test_a_train_config_key_spelled_wrong_is_answered_like_a_flag(tmp_path) -> None:
+    from schemas.errors import UserError
+
+    cfg = tmp_path / "train.yaml"
+    cfg.write_text("optim:\n  lrr: 0.001\nstepz: 10\n")
+    with pytest.raises(UserError) as e:
+        resolved("--config", str(cfg))
+    assert "optim.lrr: unknown key (did you mean lr?)" in str(e.value), e.value
+    assert "stepz: unknown key (did you mean steps?)" in str(e.value) and "Extra inputs" not in str(e.value)
+
+
 def test_steps_and_max_tokens_together_is_one_line(capsys) -> None:
     with pytest.raises(SystemExit) as e:
         parse("--steps", "10", "--max_tokens", "1000")
@@ -69,7 +97,8 @@ def test_help_shows_defaults_config_keys_and_every_set_key() -> None:
                   "--eval_every, --eval_steps INT", "--checkpoint_every, --save_steps INT", "--resume, --no-resume",
                   "--precision {auto,fp32,bf16,fp16}", "[precision; default auto]", "[seed; default 0]",
                   "--steps, --max_steps INT", "[steps; default 100]", "--max_tokens INT",
-                  "--schedule, --lr_scheduler_type {linear,cosine,constant}", "--print-config"):
+                  "--schedule, --lr_scheduler_type {linear,cosine,constant}", "--print-config",
+                  "--resume_from_checkpoint RUN"):
         assert shown in text, shown
     keys = res.stdout.split("every config key", 1)[1]
     from trainer.recipes import valid_keys
@@ -118,6 +147,9 @@ def test_the_description_names_the_run_and_max_tokens_sets_the_steps(small_corpu
     assert "masking token 40% (evaluated at token 15%)" in lines[4]
     assert f"every 50 steps and at step {planned.steps}" in lines[5] and "token 15% masking" in lines[5]
     assert "gs://b/runs/r1/checkpoints" in lines[6] and "TensorBoard" not in lines[6]  # remote: no event files
+    from trainer.describe import eval_line
+
+    assert ", 1 valid batch, " in eval_line(planned.model_copy(update={"eval_batches": 1}), manifest)
 
 
 def test_a_run_describes_itself_before_the_optimizer_logs_from_step_one_and_evaluates_at_the_end(

@@ -186,6 +186,9 @@ def train_parser() -> ArgumentParser:
     p.add_argument("--resume", action=argparse.BooleanOptionalAction, default=None,
                    help="Resume from the newest checkpoint in --output (the default); --no-resume starts over "
                         "there. To continue a run, give its --output.")
+    p.add_argument("--resume_from_checkpoint", metavar="RUN", default=None,
+                   help="Continue the run in this folder (or its checkpoints/ folder, or its newest "
+                        "ckpt-N.pt): --output RUN with --resume, under run_mlm's name.")
     for title, flags in CONFIG_FLAGS.items():
         group = p.add_argument_group(title)
         for f in flags:
@@ -204,6 +207,34 @@ def parse_train_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.steps is not None and args.max_tokens is not None:
         p.error("give --steps or --max_tokens, not both")
+    return args
+
+
+def check_train_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """``parse_train_args``, then, for the command before it imports torch (seconds): a local --data that
+    is no corpus (a raw file, a folder without a manifest, nothing) is one line and exit 2 at once, in
+    the words the trainer would use later (``shardforge.storage.contract.load_manifest``)."""
+    import os
+    import sys
+
+    args = parse_train_args(argv)
+    data = args.data
+    if args.print_config or not data or ("://" in data and not data.startswith("file://")):
+        return args
+    path = data.removeprefix("file://")
+    if os.path.isfile(os.path.join(path, "manifest.json")) or (path.endswith(".json") and os.path.isfile(path)):
+        return args  # a corpus, as far as a look can tell: the trainer reads it
+    from schemas.errors import UserError
+    from shardforge.console.run import user_error_line
+    from shardforge.storage.contract import load_manifest
+
+    try:  # a served corpus's root passes; anything else says what it is
+        load_manifest(data if data.startswith("file://") else os.path.abspath(data))  # as the trainer names it
+    except UserError as e:
+        print(user_error_line(str(e)), file=sys.stderr)
+        raise SystemExit(2) from None
+    except Exception:  # noqa: BLE001 - anything else is the trainer's to say, through its own error handling
+        pass
     return args
 
 

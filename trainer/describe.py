@@ -129,7 +129,8 @@ def eval_line(cfg: TrainConfig, manifest: Manifest) -> str:
         return "evaluation: none (the corpus has no valid split)"
     when = f"every {cfg.eval_every:,} steps and at step {cfg.steps:,}" if cfg.eval_every else f"at step {cfg.steps:,}"
     masking = cfg.eval_masking or cfg.masking
-    return (f"evaluation: {when}, {cfg.eval_batches} valid batches, MLM cross-entropy (nats) at "
+    batches = f"{cfg.eval_batches} valid batch{'es' if cfg.eval_batches != 1 else ''}"
+    return (f"evaluation: {when}, {batches}, MLM cross-entropy (nats) at "
             f"{masking_text(masking)} masking")
 
 

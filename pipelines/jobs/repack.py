@@ -26,8 +26,9 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines.coders import TokenizedDocumentCoder  # noqa: F401  (registers the coder)
 from pipelines.corpus.shards import WriteCorpus
-from pipelines.flags import add_repack_flags, repack_parser
+from pipelines.flags import add_repack_flags, repack_parser, take_json
 from pipelines.intermediates import TOKENIZED_SCHEMA
+from pipelines.jobs.summary import repack_summary, repack_summary_text
 from pipelines.localrunner import progress
 from pipelines.options import (
     CachedViews,
@@ -51,7 +52,6 @@ from shardforge.storage import (
     expand_glob,
     join,
     open_read,
-    redact_url,
     sha256_bytes,
     write_bytes_atomic,
 )
@@ -327,8 +327,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     def body() -> int:
-        check_beam_args(argv)  # Beam would silently drop a flag no option knows
-        o, beam_args = repack_parser(runner_flags=False).parse_known_args(argv)  # the rest goes to Beam
+        as_json, args = take_json(argv)  # the driver's own flag: Beam knows no --json
+        check_beam_args(args)  # Beam would silently drop a flag no option knows
+        o, beam_args = repack_parser(runner_flags=False).parse_known_args(args)  # the rest goes to Beam
         if not o.tokenized or not o.output:
             raise UserError("--tokenized URL (the parent corpus) and --output URL are required")
         manifest = run_repack(
@@ -336,10 +337,8 @@ def main(argv: list[str] | None = None) -> int:
             rule=o.rule, max_seq_len=o.max_seq_len, short_seq_prob=o.short_seq_prob, seed=o.seed,
             valid_fraction=o.valid_fraction, shard_bytes=o.shard_bytes, shard_samples=o.shard_samples,
             groups=o.groups)
-        totals = {split: t.model_dump() for split, t in manifest.totals.items()}
-        parent = redact_url(manifest.parent) if manifest.parent else None
-        print(json.dumps({"parent": parent, "packing_rule": manifest.packing_rule,
-                          "shards": len(manifest.shards), "totals": totals}, indent=1))
+        print(json.dumps(repack_summary(manifest), indent=1) if as_json
+              else repack_summary_text(manifest, o.output))
         return 0
 
     return run_cli(body, argv, interrupted=DATA_JOB_INTERRUPTED)

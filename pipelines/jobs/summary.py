@@ -10,7 +10,7 @@ from pipelines.report.record import REPORT_JSON, TIMINGS_HTML, rule_counts
 from pipelines.report.summaries import ALL
 from pipelines.report.timings import TIMINGS_JSON
 from schemas.manifest import Manifest, accounting_totals
-from shardforge.storage import exists, join, read_text
+from shardforge.storage import exists, join, read_text, redact_url
 
 
 def summarize(m: Manifest, report: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -58,9 +58,30 @@ def read_timings(output: str) -> dict[str, Any] | None:
     return json.loads(read_text(url)) if exists(url) else None
 
 
+def shards_line(m: Manifest) -> str:
+    """``  shards     19 (train 17, valid 2): 1,138 sequences of at most 128 tokens, 117,866 tokens, rule sop``"""
+    splits = ", ".join(f"{name} {t.shards}" for name, t in sorted(m.totals.items()))
+    return (f"  shards     {len(m.shards):,} ({splits}): {sum(t.samples for t in m.totals.values()):,} sequences of "
+            f"at most {m.max_seq_len} tokens, {sum(t.tokens for t in m.totals.values()):,} tokens, "
+            f"rule {m.packing_rule}")
+
+
+def repack_summary(m: Manifest) -> dict[str, Any]:
+    """Repack's summary as data (``--json``): its parent, rule, shards and totals per split."""
+    return {"parent": redact_url(m.parent) if m.parent else None, "packing_rule": m.packing_rule,
+            "shards": len(m.shards), "totals": {split: t.model_dump() for split, t in m.totals.items()}}
+
+
+def repack_summary_text(m: Manifest, output: str) -> str:
+    """Repack's summary for a person: the new corpus, its parent, its shards, and how to look at it."""
+    parent = redact_url(m.parent).removesuffix("/manifest.json") if m.parent else "?"
+    root = redact_url(output.rstrip("/"))
+    return "\n".join([f"repacked corpus {root}", f"  from       {parent} (its tokenized documents and tokenizer)",
+                      shards_line(m), f"  look       shardforge inspect {root}  (samples, and what a label means)"])
+
+
 def summary_text(summary: dict[str, Any], m: Manifest) -> str:
     """The build's summary for a person: a few lines, the report's path last (``--json``: ``summary``)."""
-    splits = ", ".join(f"{name} {t.shards}" for name, t in sorted(m.totals.items()))
     lines = [
         f"built corpus {summary['manifest'].rsplit('/', 1)[0]}",
         f"  documents  {summary['documents_in']:,} in, {summary['kept']:,} kept; {summary['duplicates']:,} "
@@ -72,9 +93,7 @@ def summary_text(summary: dict[str, Any], m: Manifest) -> str:
                      f"tokens per word, <unk> {100 * tok['unk_rate']:.2f}%")
     fill = summary.get("fill_rate", {})
     fills = ", ".join(f"{k} {100 * v:.1f}%" for k, v in sorted(fill.items()) if k != ALL)
-    lines.append(f"  shards     {summary['shards']:,} ({splits}): {summary['samples']:,} sequences of at most "
-                 f"{m.max_seq_len} tokens, {summary['tokens']:,} tokens, rule {m.packing_rule}"
-                 + (f"; fill rate {fills}" if fills else ""))
+    lines.append(shards_line(m) + (f"; fill rate {fills}" if fills else ""))
     if summary.get("pii"):
         lines.append("  pii        " + ", ".join(f"{n:,} {k}" for k, n in summary["pii"].items())
                      + " replaced by placeholders")

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any, NoReturn
 
 from shardforge.console.redact import register_secrets
-from shardforge.console.run import user_error_line
+from shardforge.console.run import exit_if_stdout_closed, user_error_line
 
 _invoked_as: str | None = None
 
@@ -80,6 +80,10 @@ class ArgumentParser(argparse.ArgumentParser):
         if extra:
             self.error(unknown_args_message(extra, option_strings(self)))
         return ns
+
+    def print_help(self, file: Any = None) -> None:
+        with exit_if_stdout_closed():  # `--help | head`: no BrokenPipeError traceback
+            super().print_help(file)
 
     def error(self, message: str) -> NoReturn:
         """One line on stderr, exit 2 (argparse's default prints the whole usage block first)."""

@@ -173,12 +173,45 @@ def was_interrupted(exc: BaseException) -> bool:
     return any(isinstance(e, KeyboardInterrupt) or _INTERRUPT_TEXT.match(str(e)) for e in causes(exc))
 
 
+STDOUT_CLOSED = 141  # 128 + SIGPIPE: the shell's status of a command whose reader closed the pipe
+
+
+def stdout_closed() -> bool:
+    """True when stdout is a pipe whose reader has gone (``| head`` that read its lines): polling it says
+    POLLERR. Then stdout points at /dev/null, so that Python's own flush at exit prints no second error."""
+    import select
+
+    try:
+        fd = sys.__stdout__.fileno() if sys.__stdout__ is not None else 1
+        poller = select.poll()
+        poller.register(fd, select.POLLOUT)
+        if not any(ev & select.POLLERR for _, ev in poller.poll(0)):
+            return False
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, fd)
+        os.close(devnull)
+        return True
+    except (ValueError, OSError, AttributeError):
+        return False
+
+
+@contextlib.contextmanager
+def exit_if_stdout_closed() -> Iterator[None]:
+    """Around printing (--help): a reader that left (``| head``) ends the command quietly, status 141."""
+    try:
+        yield
+    except BrokenPipeError:
+        if not stdout_closed():
+            raise
+        raise SystemExit(STDOUT_CLOSED) from None
+
+
 def run_cli(body: Callable[[], int], argv: list[str] | None = None, interrupted: str = "") -> int:
     """Run a command's body: a user error (also one a runner re-raised wrapped) prints one line, exit 2.
 
     Ctrl-C prints "interrupted" and the command's ``interrupted`` text (what is left, how to go on)
-    instead of a traceback, exit 130, also where a runner wrapped the KeyboardInterrupt.
-    Any other exception is a bug or an infrastructure failure: its traceback is
+    instead of a traceback, exit 130, also where a runner wrapped the KeyboardInterrupt. Output into a
+    reader that left (``| head``) ends quietly, exit 141 (``stdout_closed``). Any other exception is a bug or an infrastructure failure: its traceback is
     printed with credentials redacted, exit 1. argv: the command's arguments when
     they are not this process's (an in-process call), for their credentials to be masked.
     """
@@ -198,6 +231,8 @@ def run_cli(body: Callable[[], int], argv: list[str] | None = None, interrupted:
     except Exception as e:  # noqa: BLE001 - Beam wraps errors raised inside stages
         if was_interrupted(e):
             return _interrupted(interrupted)
+        if isinstance(e, BrokenPipeError) and stdout_closed():
+            return STDOUT_CLOSED  # the reader of our output left (`| head`): nothing to say, nowhere to say it
         user = one_line_error(e)
         if user is not None:
             print(user_error_line(str(user)), file=sys.stderr)
