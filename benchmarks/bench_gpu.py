@@ -1,25 +1,40 @@
 """Benchmark: the trainer on whatever GPU is present, in one run (``bash benchmarks/gpu.sh``).
 
-1. The CUDA-only tests (tests/test_fastpath.py and tests/test_masking.py, ``-k cuda``).
-2. Training-step throughput, MFU and peak GPU memory at base and large, seq 512, bf16, for eager and
-   ``torch.compile``, masked-only and full LM head, FULL-SENTENCES (full-length rows: the no-mask path)
-   and DOC-SENTENCES (variable lengths in token-budget batches, bucketed by length as the loader does:
-   the unpadded path). One step = the trainer's step: attention path picked from the host mask,
-   forward under autocast, backward, clip 1.0, fused AdamW.
+Parts (FULL_PLAN and QUICK_PLAN give their priority order; a part starts only while its estimated time
+fits in the mode's limit; the report is rewritten after every part, so a run cut short keeps what it
+measured):
+
+1. The CUDA-only tests (tests/test_fastpath.py, tests/test_masking.py, ``-k cuda``; the fused masker's
+   CUDA checks, bit-identity and kernel count, run in part 4 instead of compiling its schemes twice).
+2. Training-step throughput, MFU and peak GPU memory at base and large, seq 512, bf16: eager and
+   ``torch.compile`` (also with CUDA graphs, ``reduce-overhead``, and with the compiled AdamW step),
+   masked-only and full LM head, FULL-SENTENCES (full-length rows: the no-mask path) and DOC-SENTENCES
+   (variable lengths in token-budget batches, bucketed by length as the loader does: the unpadded path;
+   compiled rows bucket their shapes as trainer.batch does and count dynamo's graphs). One step = the
+   trainer's step: attention path picked from the host mask, forward under autocast with the predicted
+   positions' static bound, backward, clip 1.0, fused AdamW.
 3. HF ``RobertaForMaskedLM`` (SDPA attention) on the same batches, same step: the baseline ratio.
-4. Masking time on the device as a share of the step, for all four schemes.
-5. Data wait with 4 and 8 DataLoader workers: the trainer itself, streaming the demo corpus from a GCS
+4. Masking on the device for all four schemes, the reference ops against the fused (compiled) masker:
+   time, share of the eager and compiled step, launches per call, bit-identity with the CPU reference.
+5. The micro-batch sweep: the compiled base step at 32..256 rows × 512 per micro-batch, gradient
+   accumulation keeping a global batch of 256 rows per optimizer step.
+6. Profiles (torch.profiler) of the eager and compiled base steps: top kernels by GPU time, kernel launches
+   per step, host syncs per step (torch.cuda.set_sync_debug_mode), in the report.
+7. Data wait with 4 and 8 DataLoader workers: the trainer itself, streaming the demo corpus from a GCS
    emulator on 127.0.0.1 (``benchmarks/bench_datawait.py``'s harness).
+
+Modes: the full run fits in 8 minutes (``gpu.sh``'s limit); ``--quick`` in 4 (base only: eager and compiled
+FULL-SENTENCES, masking, two sweep points, profiles; no tests, no data wait); ``--dry-run`` (alias
+``--smoke``) runs every part at tiny sizes on the CPU in about two minutes (compile with the ``eager``
+dynamo backend, fused masking with inductor's C++ for one scheme): run it before spending GPU time.
 
 MFU counts useful FLOPs only: the masked-only head's FLOPs (vocabulary projection at the 15% predicted
 positions) for both heads, and attention at each sequence's real length. Peak FLOP/s comes from
 ``trainer.metrics.device_peak_flops`` (``SHARDFORGE_PEAK_FLOPS`` overrides it).
 
-Without a CUDA device the script says so and exits 2. ``--smoke`` runs every part at tiny sizes on the
-CPU in about a minute (compile with the ``eager`` dynamo backend, 1 and 2 workers): tests/test_fastpath.py
-runs it so that this script cannot rot.
+Without a CUDA device (and without ``--dry-run``) the script says so and exits 2.
 
-    python benchmarks/bench_gpu.py [--sizes base large] [--steps 10] [--budget-s 840] [--smoke]
+    python benchmarks/bench_gpu.py [--quick | --dry-run] [--sizes base large] [--steps 10] [--limit-s 465]
 """
 
 from __future__ import annotations
@@ -34,7 +49,6 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import NamedTuple
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
@@ -44,9 +58,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script:
 from benchmarks.common import (  # noqa: E402
     ROOT,
     bench_parser,
-    command_line,
     gcs_emulator,
-    machine,
     scratch_dir,
     set_gcsfs_env,
     time_calls,
@@ -58,13 +70,30 @@ set_gcsfs_env()  # before anything imports gcsfs
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+from benchmarks.gpu_report import Results, report  # noqa: E402
+
 MASK_RATE = 0.15
+F, D = "FULL-SENTENCES", "DOC-SENTENCES"
+# The parts in priority order: a row (size, batches, head, mode) or a named part.
+FULL_PLAN = ("tests", ("base", F, "masked-only", "eager"), ("base", F, "HF", "eager"),
+             ("base", F, "masked-only", "compile"), "masking", ("large", F, "masked-only", "compile"),
+             ("base", D, "masked-only", "eager"), ("base", D, "masked-only", "compile"),
+             ("large", D, "masked-only", "compile"), ("base", F, "masked-only", "compile+cudagraphs"),
+             ("base", F, "masked-only", "compile+compiled AdamW"), ("large", F, "masked-only", "eager"),
+             ("large", D, "masked-only", "eager"), ("base", D, "HF", "eager"), "datawait",
+             ("base", F, "full head", "eager"), ("base", F, "full head", "compile"), ("large", F, "HF", "eager"))
+QUICK_PLAN = (("base", F, "masked-only", "eager"), ("base", F, "HF", "eager"),
+              ("base", F, "masked-only", "compile"), "masking", ("base", D, "masked-only", "eager"))
+# Seconds a part is expected to take on an H200 (compiles dominate): a part starts only if it fits.
+COST = {"tests": 90, "masking": 80, "datawait": 100, "eager": 15, "compile": 80, "sweep": 70}
 
 
 @dataclass(frozen=True)
 class Setup:
-    """Sizes and counts of one run mode."""
+    """Sizes, counts and the plan of one run mode."""
 
+    mode: str  # full | quick | dry-run
+    plan: tuple
     sizes: tuple[str, ...]
     seq: int
     batch: int  # FULL-SENTENCES rows per batch
@@ -78,16 +107,27 @@ class Setup:
     datawait_batch: int
     datawait_steps: int
     docs_per_source: int
+    sweep: tuple[int, ...]  # rows per micro-batch
+    global_batch: int  # rows per optimizer step in the sweep
+    limit_s: float  # the whole run (gpu.sh kills it a little later)
+    fused_compile: tuple[str, ...] = ("token", "whole_word", "span", "ngram")  # schemes the fused masker compiles
     full_batches: int = 4  # distinct batches cycled per configuration
     doc_batches: int = 8
+    scale: float = 1.0  # COST multiplier
+    # The fused masker's CUDA test is left out: the masking part checks the same on the device in-process.
+    tests_k: str = "cuda and not fused"
+    test_files: str = "tests/test_fastpath.py tests/test_masking.py tests/test_fused_masking.py"
 
 
-GPU = Setup(sizes=("base", "large"), seq=512, batch=32, tokens=16384, vocab=50265, warmup=3, steps=10,
-            compile_backend="inductor", workers=(4, 8), datawait_size="base", datawait_batch=32,
-            datawait_steps=20, docs_per_source=120)
-SMOKE = Setup(sizes=("tiny",), seq=64, batch=4, tokens=256, vocab=1000, warmup=1, steps=2,
-              compile_backend="eager", workers=(1, 2), datawait_size="tiny", datawait_batch=4,
-              datawait_steps=4, docs_per_source=20, full_batches=2, doc_batches=3)
+GPU = Setup(mode="full", plan=FULL_PLAN, sizes=("base", "large"), seq=512, batch=32, tokens=16384, vocab=50265,
+            warmup=3, steps=10, compile_backend="inductor", workers=(4, 8), datawait_size="base", datawait_batch=32,
+            datawait_steps=20, docs_per_source=120, sweep=(32, 64, 128, 256), global_batch=256, limit_s=465)
+QUICK = replace(GPU, mode="quick", plan=QUICK_PLAN, sizes=("base",), steps=6, sweep=(64, 256), limit_s=225)
+DRY = Setup(mode="dry-run", plan=tuple(dict.fromkeys(x if isinstance(x, str) else ("tiny", *x[1:]) for x in FULL_PLAN)),
+            sizes=("tiny",), seq=64, batch=4, tokens=256, vocab=1000, warmup=1, steps=2, compile_backend="eager",
+            workers=(1, 2), datawait_size="tiny", datawait_batch=4, datawait_steps=4, docs_per_source=20,
+            sweep=(1, 2, 4), global_batch=4, limit_s=300, fused_compile=("token",), full_batches=2, doc_batches=3,
+            scale=0.1)
 
 
 # ------------------------------------------------------------------ batches
@@ -161,6 +201,7 @@ class Row:
     peak_gib: float | None = None
     first_s: float = math.nan  # the warm-up steps, compilation included
     note: str = ""
+    graphs: int | None = None  # dynamo graphs compiled for the row (compiled rows)
 
 
 def useful_flops(dims, batch: dict[str, torch.Tensor]) -> float:
@@ -198,31 +239,9 @@ def measure(step: Callable[[int], None], batches: list[dict[str, torch.Tensor]],
         row.mfu = sum(useful_flops(dims, b) for b in used) / (timed.wall * s.steps) / peak
     if cuda:
         row.peak_gib = torch.cuda.max_memory_allocated(dev) / 2**30
+    if "compile" in row.mode:
+        row.graphs = int(torch._dynamo.utils.counters["stats"]["unique_graphs"])
     return row
-
-
-def ours_step(model: torch.nn.Module, raw: torch.nn.Module, batches: list[dict[str, torch.Tensor]],
-              dev: torch.device) -> Callable[[int], None]:
-    """The trainer's step on pre-copied batches (the attention path picked from the host mask every step)."""
-    from schemas.config import OptimConfig
-    from trainer.model import attention_inputs
-    from trainer.optim import build_optimizer
-    from trainer.precision import Precision
-
-    opt = build_optimizer(raw, OptimConfig())
-    prec = Precision("bf16" if dev.type == "cuda" else "fp32", dev)
-    on_dev = [{k: v.to(dev) for k, v in b.items()} for b in batches]
-    params = list(raw.parameters())
-
-    def step(i: int) -> None:
-        kw = attention_inputs(on_dev[i], batches[i]["attention_mask"], dev)
-        with prec.autocast():
-            out = model(**kw)
-        prec.backward(out["loss"])
-        prec.step(opt, params, 1.0)
-        opt.zero_grad(set_to_none=True)
-
-    return step
 
 
 def hf_step(model: torch.nn.Module, batches: list[dict[str, torch.Tensor]], dev: torch.device) -> Callable[[int], None]:
@@ -248,126 +267,20 @@ def hf_step(model: torch.nn.Module, batches: list[dict[str, torch.Tensor]], dev:
 # ------------------------------------------------------------------ parts
 
 
-def run_cuda_tests() -> str:
+def run_cuda_tests(s: Setup, timeout: float) -> str:
     """The CUDA-only tests; their pytest summary line."""
-    cmd = [sys.executable, "-m", "pytest", "tests/test_fastpath.py", "tests/test_masking.py", "-k", "cuda", "-q",
-           "-p", "no:cacheprovider", "-W", "ignore::UserWarning"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=420)
+    cmd = [sys.executable, "-m", "pytest", *s.test_files.split(), "-k", s.tests_k, "-q", "-p", "no:cacheprovider",
+           "-W", "ignore::UserWarning"]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return f"stopped after {timeout:.0f} s (time limit)"
     lines = [x for x in proc.stdout.strip().splitlines() if x.strip()]
     summary = lines[-1] if lines else proc.stderr.strip()[-300:]
     print(f"CUDA tests: {summary}", flush=True)
     if proc.returncode != 0:
         print(proc.stdout[-4000:], flush=True)
     return summary
-
-
-def throughput(s: Setup, dev: torch.device, deadline: float, mode: str, enabled: bool = True) -> list[Row]:
-    """Every (size, batch kind, head) row of one mode (eager: with the HF baseline; compile: ours only)."""
-    from schemas.config import ModelConfig
-    from trainer.metrics import device_peak_flops
-    from trainer.model import Encoder
-    from trainer.precision import maybe_compile
-
-    peak = device_peak_flops(torch.cuda.get_device_name(dev) if dev.type == "cuda" else None)
-    kinds = {"FULL-SENTENCES": full_batches(s, s.full_batches), "DOC-SENTENCES": doc_batches(s, s.doc_batches)}
-    heads = ("masked-only", "full head", "HF") if mode == "eager" else ("masked-only", "full head")
-    rows: list[Row] = []
-    for size, kind, head in [(size, kind, head) for size in s.sizes for kind in kinds for head in heads]:
-        row = Row(size, kind, head, mode)
-        rows.append(row)
-        if not enabled:
-            row.note = f"not run: --no-{mode}"
-            continue
-        if time.monotonic() > deadline:
-            row.note = "not run: time budget (--budget-s)"
-            print(f"  {size} {kind} {head} {mode}: skipped (time budget)", flush=True)
-            continue
-        torch.manual_seed(0)
-        cfg = ModelConfig(size=size, masked_only_head=head != "full head")
-        raw = Encoder(cfg, s.vocab).to(dev)
-        dims = raw.dims
-        try:
-            if head == "HF":
-                from benchmarks.bench_model import hf_roberta
-
-                del raw
-                hf = hf_roberta(dims, 0.1).to(dev)
-                measure(hf_step(hf, kinds[kind], dev), kinds[kind], s, dev, dims, peak, row)
-                del hf
-            else:
-                model = maybe_compile(raw, mode == "compile", dev, backend=s.compile_backend)
-                measure(ours_step(model, raw, kinds[kind], dev), kinds[kind], s, dev, dims, peak, row)
-                del model, raw
-        except torch.OutOfMemoryError:
-            row.note = "out of GPU memory"
-        except Exception as e:  # one configuration failing must not lose the others' numbers
-            traceback.print_exc()
-            row.note = f"failed: {error_line(e, 160)}"
-        finally:
-            if dev.type == "cuda":
-                torch.cuda.empty_cache()
-            torch._dynamo.reset()
-        mfu = f"{row.mfu:.1%}" if row.mfu is not None else "n/a"
-        print(f"  {size} {kind} {head} {mode}: {row.ms:.1f} ms/step, {row.tokens_s:,.0f} tok/s, MFU {mfu}, "
-              f"first steps {row.first_s:.1f} s {row.note}", flush=True)
-    return rows
-
-
-# aten ops that copy a value to the host (a CUDA sync) or size their output by the data
-HOST_SYNC_OPS = frozenset({"_local_scalar_dense", "nonzero", "masked_select", "unique", "_unique2",
-                           "unique_consecutive", "repeat_interleave"})
-
-
-def count_ops(fn: Callable[[], object]) -> tuple[int, int]:
-    """(aten ops dispatched, of which host syncs) by one call of fn: on a GPU each op is at least one
-    kernel launch, so a call of many small ops is bound by launches, not arithmetic."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    class Count(TorchDispatchMode):
-        ops = syncs = 0
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            Count.ops += 1
-            Count.syncs += func.overloadpacket.__name__ in HOST_SYNC_OPS
-            return func(*args, **(kwargs or {}))
-
-    with Count():
-        fn()
-    return Count.ops, Count.syncs
-
-
-class MaskingRow(NamedTuple):
-    scheme: str
-    ms: float  # per FULL batch on the device
-    share: float  # of masking + step
-    ops: int  # aten ops per call (count_ops)
-    syncs: int  # of which host syncs
-
-
-def masking_shares(s: Setup, dev: torch.device, step_ms: float) -> list[MaskingRow]:
-    """One row per masking scheme (all four)."""
-    from benchmarks.bench_masking import SPECIAL_IDS, make_vocab
-    from schemas import MASK_ID, PAD_ID
-    from schemas.config import MaskingConfig
-    from trainer.masking import Masker, word_start_table
-
-    pieces = make_vocab(s.vocab, np.random.default_rng(0))
-    ws = word_start_table(pieces, SPECIAL_IDS)
-    host = full_batches(s, 1)[0]["input_ids"]
-    ids, sids = host.to(dev), torch.arange(host.shape[0], device=dev)
-    sync = torch.cuda.synchronize if dev.type == "cuda" else None
-    out = []
-    for scheme in ("token", "whole_word", "span", "ngram"):
-        m = Masker(MaskingConfig(scheme=scheme), s.vocab, SPECIAL_IDS, MASK_ID, PAD_ID, ws).to(dev)
-        for _ in range(2):
-            m(ids, sids, epoch=0, seed=0)
-        t = time_calls(lambda m=m: m(ids, sids, epoch=0, seed=0), calls=max(s.steps, 5), sync=sync)
-        ms = t.wall * 1e3
-        ops, syncs = count_ops(lambda m=m: m(ids, sids, epoch=0, seed=0))
-        out.append(MaskingRow(scheme, ms, ms / (ms + step_ms), ops, syncs))
-        print(f"  masking {scheme}: {ms:.2f} ms/batch, {ms / (ms + step_ms):.2%} of the step, {ops} aten ops "
-              f"({syncs} host syncs)", flush=True)
-    return out
 
 
 def data_wait(s: Setup, dev: torch.device) -> list[tuple[int, dict[str, float]]]:
@@ -386,151 +299,248 @@ def data_wait(s: Setup, dev: torch.device) -> list[tuple[int, dict[str, float]]]
     return rows
 
 
-# ------------------------------------------------------------------ report
-
-
 def error_line(e: BaseException, width: int) -> str:
     """An exception as one short line for a table: its type and the first line of its message."""
     first = str(e).splitlines()[0][:width] if str(e) else ""
     return f"{type(e).__name__}: {first}"
 
 
-def guarded(part: str, fn: Callable[[], list], failures: list[str]) -> list:
-    """fn()'s result; [] if it raised (its traceback printed, the failure noted for the report): a part
-    failing on a lent GPU (an API the device's torch or transformers lacks) must not lose the other parts."""
-    try:
-        return fn()
-    except Exception as e:
-        traceback.print_exc()
-        failures.append(f"{part}: {error_line(e, 200)}")
-        print(f"  {part} FAILED: {failures[-1]}", flush=True)
-        return []
+class Bench:
+    """One run: its setup, device and clock, what it measured so far (``res``), written after every part."""
+
+    def __init__(self, s: Setup, dev: torch.device, out: str) -> None:
+        from trainer.metrics import device_peak_flops
+
+        self.s, self.dev, self.out = s, dev, out
+        self.t0 = time.monotonic()
+        name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else None
+        self.peak = device_peak_flops(name)
+        self.res = Results(s.mode, name or "none (CPU dry run)")
+        self.kinds = {F: full_batches(s, s.full_batches), D: doc_batches(s, s.doc_batches)}
+        self.ms: dict[tuple[str, str], float] = {}  # (size, mode) -> the FULL masked-only step
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.t0
+
+    def fits(self, what: str, cost: float) -> bool:
+        """Whether a part expected to take ``cost`` s (scaled) still fits in the limit; noted when not."""
+        if self.elapsed() + cost * self.s.scale <= self.s.limit_s:
+            return True
+        self.res.skipped.append(f"{what}: not started, {cost * self.s.scale:.0f} s would pass the "
+                                f"{self.s.limit_s:.0f} s limit at {self.elapsed():.0f} s")
+        print(f"  {what}: skipped (time limit)", flush=True)
+        return False
+
+    def save(self) -> None:
+        from trainer.batch import CHOICES
+
+        self.res.attention = sorted(str(c) for c in CHOICES)
+        write_results(self.out, report(self.s, self.res, self.elapsed()))
+
+    def guarded(self, part: str, fn: Callable[[], object]) -> object:
+        """fn()'s result, None if it raised (traceback printed, failure noted): one part failing on a lent
+        GPU (an API the device's torch lacks) must not lose the others."""
+        try:
+            return fn()
+        except Exception as e:
+            traceback.print_exc()
+            self.res.failures.append(f"{part}: {error_line(e, 200)}")
+            print(f"  {part} FAILED: {self.res.failures[-1]}", flush=True)
+            return None
+
+    def run(self) -> None:
+        from benchmarks.gpu_levers import matmul_flops, peak_note
+
+        self.res.peak_note = self.guarded("matmul peak", lambda: peak_note(self.peak, matmul_flops(self.dev))) or ""
+        for item in self.s.plan:
+            if item == "tests":
+                if self.fits("CUDA tests", COST["tests"]):
+                    left = self.s.limit_s - self.elapsed() - 60
+                    self.res.tests = run_cuda_tests(self.s, min(COST["tests"] * 1.4, left))
+            elif item == "masking":
+                if self.fits("masking", COST["masking"]):
+                    self.res.masking = self.guarded("masking", self.masking) or []
+            elif item == "datawait":
+                if self.fits("data wait", COST["datawait"]):
+                    self.res.waits = self.guarded("data wait", lambda: data_wait(self.s, self.dev)) or []
+            else:
+                self.row(*item)
+            self.save()
+
+    def row(self, size: str, kind: str, head: str, mode: str) -> None:
+        """Measure one configuration (and, for the first size's FULL masked-only rows, profile it; the
+        compiled one also runs the micro-batch sweep on the same compiled model)."""
+        from benchmarks.gpu_levers import build_step
+        from schemas.config import ModelConfig
+        from trainer.model import Encoder
+        from trainer.precision import maybe_compile
+
+        s, dev = self.s, self.dev
+        row = Row(size, kind, head, mode)
+        cost = COST["compile" if "compile" in mode else "eager"] * (1.4 if size == "large" else 1.0)
+        if not self.fits(f"{size} {kind} {head} {mode}", cost):
+            row.note = "not run: time limit"
+            self.res.rows.append(row)
+            return
+        self.res.rows.append(row)
+        torch.manual_seed(0)
+        torch._dynamo.reset()
+        torch._dynamo.utils.counters.clear()  # graphs are counted per row
+        batches = self.kinds[kind]
+        raw = Encoder(ModelConfig(size=size, masked_only_head=head != "full head"), s.vocab).to(dev)
+        dims = raw.dims
+        try:
+            if head == "HF":
+                from benchmarks.bench_model import hf_roberta
+
+                del raw
+                hf = hf_roberta(dims, 0.1).to(dev)
+                measure(hf_step(hf, batches, dev), batches, s, dev, dims, self.peak, row)
+                del hf
+            else:
+                compiled = mode.startswith("compile")
+                model = maybe_compile(raw, compiled, dev, backend=s.compile_backend,
+                                      mode="reduce-overhead" if "cudagraphs" in mode else "default")
+                step = build_step(model, raw, batches, dev, compiled, "compiled" if "AdamW" in mode else "fused",
+                                  backend=s.compile_backend)
+                measure(step, batches, s, dev, dims, self.peak, row)
+                if kind == F and head == "masked-only" and size == s.sizes[0] and mode in ("eager", "compile"):
+                    self.ms[(size, mode)] = row.ms
+                    self.extras(model, raw, step, mode)
+                del model, raw, step
+        except torch.OutOfMemoryError:
+            row.note = "out of GPU memory"
+        except Exception as e:  # one configuration failing must not lose the others' numbers
+            traceback.print_exc()
+            row.note = f"failed: {error_line(e, 160)}"
+        finally:
+            if dev.type == "cuda":
+                torch.cuda.empty_cache()
+        mfu = f"{row.mfu:.1%}" if row.mfu is not None else "n/a"
+        print(f"  {size} {kind} {head} {mode}: {row.ms:.1f} ms/step, {row.tokens_s:,.0f} tok/s, MFU {mfu}, "
+              f"first steps {row.first_s:.1f} s, graphs {row.graphs} {row.note}", flush=True)
+
+    def extras(self, model: torch.nn.Module, raw: torch.nn.Module, step: Callable[[int], None], mode: str) -> None:
+        """The profile of this step and, compiled, the micro-batch sweep on the same model."""
+        from benchmarks.gpu_levers import profile_step
+        from trainer.hostsync import HostSyncs, cuda_syncs
+
+        dev, s = self.dev, self.s
+        what = f"{s.sizes[0]} FULL-SENTENCES masked-only {mode} step ({s.batch} × {s.seq})"
+
+        def count() -> float:
+            if dev.type == "cuda":
+                return float(cuda_syncs(lambda: step(0)))
+            if mode != "eager":
+                return math.nan
+            with HostSyncs() as counter:
+                step(0)
+            return float(counter.syncs)
+
+        prof = self.guarded(f"profile ({mode})", lambda: profile_step(what, step, 3, dev, count_syncs=count))
+        if prof is not None:
+            self.res.profiles.append(prof)
+        if mode == "compile" and self.fits("micro-batch sweep", COST["sweep"]):
+            self.guarded("micro-batch sweep", lambda: self.sweep(model, raw))
+
+    def sweep(self, model: torch.nn.Module, raw: torch.nn.Module) -> None:
+        """Rows per micro-batch from s.sweep, accumulating to s.global_batch rows per optimizer step."""
+        from benchmarks.gpu_levers import SweepRow, build_step, sweep_row
+
+        s, dev = self.s, self.dev
+        self.res.sweep_what = (f"The compiled {s.sizes[0]} masked-only step (the row above's compiled model: batch "
+                               "sizes are marked dynamic, so no recompile per size) on FULL-SENTENCES rows; "
+                               "timed optimizer steps after one warm-up step.")
+        for micro in s.sweep:
+            accum = max(1, s.global_batch // micro)
+            if not self.fits(f"sweep point {micro}", COST["sweep"] / len(s.sweep)):
+                self.res.sweep.append(SweepRow(micro, accum, math.nan, math.nan, None, None, math.nan,
+                                               "not run: time limit"))
+                continue
+            batches = full_batches(replace(s, batch=micro), min(accum, 4), seed=micro)
+            try:
+                step = build_step(model, raw, batches, dev, True, accum=accum, backend=s.compile_backend)
+                flops = sum(useful_flops(raw.dims, batches[j % len(batches)]) for j in range(accum))
+                r = sweep_row(micro, accum, step, micro * accum * s.seq, flops, max(2, s.steps // 2), 1, dev,
+                              self.peak)
+            except torch.OutOfMemoryError:
+                r = SweepRow(micro, accum, math.nan, math.nan, None, None, math.nan, "out of GPU memory")
+            finally:
+                if dev.type == "cuda":
+                    torch.cuda.empty_cache()
+            self.res.sweep.append(r)
+            print(f"  sweep {micro} x {accum}: {r.ms:.1f} ms/step, {r.tokens_s:,.0f} tok/s {r.note}", flush=True)
+
+    def masking(self) -> list:
+        """Reference vs fused masking on one FULL-SENTENCES batch of the first size's vocabulary."""
+        from benchmarks.bench_masking import SPECIAL_IDS, make_vocab
+        from benchmarks.gpu_levers import masking_compare
+        from schemas import MASK_ID, PAD_ID
+        from schemas.config import MaskingConfig
+        from trainer.masking import Masker, word_start_table
+
+        s = self.s
+        ws = word_start_table(make_vocab(s.vocab, np.random.default_rng(0)), SPECIAL_IDS)
+        ids = self.kinds[F][0]["input_ids"].to(self.dev)
+        size = s.sizes[0]
+        steps = (self.ms.get((size, "eager"), math.nan), self.ms.get((size, "compile"), math.nan))
+        torch._dynamo.reset()
+        return masking_compare(lambda scheme: Masker(MaskingConfig(scheme=scheme), s.vocab, SPECIAL_IDS, MASK_ID,
+                                                     PAD_ID, ws), ids, s.fused_compile, steps, max(s.steps, 5))
 
 
-def fmt(x: float | None, spec: str, missing: str = "n/a") -> str:
-    return missing if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
+# ------------------------------------------------------------------ main
 
 
-def report(s: Setup, smoke: bool, dev: torch.device, tests: str, rows: list[Row],
-           masking: list[MaskingRow], waits: list[tuple[int, dict[str, float]]], wall: float,
-           failures: list[str] = ()) -> list[str]:
-    gpu = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "none (CPU smoke run)"
-    lines = ["# The trainer on a GPU", "",
-             f"Machine: {machine(torch_details=True)}. Device: **{gpu}**.", "",
-             f"Command: `{command_line()}` ({wall / 60:.1f} min).", ""]
-    if smoke:
-        lines += ["**smoke mode**: tiny sizes on the CPU, compile with the `eager` dynamo backend; these "
-                  "numbers only show that every part of the script runs.", ""]
-    lines += ["## CUDA-only tests", "", f"`pytest tests/test_fastpath.py tests/test_masking.py -k cuda`: {tests}", ""]
-    lines += [f"## Training step: seq {s.seq}, {'bf16' if dev.type == 'cuda' else 'fp32'}, AdamW "
-              f"({'fused' if dev.type == 'cuda' else 'for-loop on CPU'}), clip 1.0",
-              "",
-              f"FULL-SENTENCES: {s.batch} × {s.seq} full rows (no-mask path). DOC-SENTENCES: ~{s.tokens} real "
-              "tokens per batch, synthetic lengths (40% full rows, the rest uniform in "
-              f"[{s.seq // 8}, {s.seq})), bucketed by length like the loader (unpadded path). "
-              "Warm-up: every batch once (at least "
-              f"{s.warmup} steps; compilation included: 'first steps'), then {s.steps} timed steps. "
-              "tokens/s counts real tokens; MFU counts useful FLOPs only (LM head at the 15% predicted "
-              "positions for both heads, attention at real lengths); peak memory is "
-              "`torch.cuda.max_memory_allocated`. × HF: tokens/s over HF's on the same batches.", "",
-              "| size | batches | head | mode | ms / step | tokens / s | MFU | peak memory GiB | first steps s | "
-              "× HF | note |",
-              "|---|---|---|---|---:|---:|---:|---:|---:|---:|---|"]
-    hf = {(r.size, r.kind): r.tokens_s for r in rows if r.head == "HF"}
-    for r in rows:
-        base = hf.get((r.size, r.kind), math.nan)
-        ratio = r.tokens_s / base if r.head != "HF" and base == base and base else math.nan
-        head = "HF RobertaForMaskedLM (sdpa)" if r.head == "HF" else r.head
-        lines.append(f"| {r.size} | {r.kind} | {head} | {r.mode} | {fmt(r.ms, '.1f', '—')} | "
-                     f"{fmt(r.tokens_s, ',.0f', '—')} | {fmt(r.mfu, '.1%')} | {fmt(r.peak_gib, '.1f')} | "
-                     f"{fmt(r.first_s, '.1f', '—')} | {fmt(ratio, '.2f', '—')} | {r.note} |")
-    lines += ["", "## Masking on the device, as a share of the step", "",
-              f"One FULL-SENTENCES batch ({s.batch} × {s.seq}); share = masking / (masking + the fastest "
-              f"{s.sizes[0]} FULL-SENTENCES masked-only step).", "",
-              "| scheme | ms / batch | share of step | aten ops / call | of which host syncs |",
-              "|---|---:|---:|---:|---:|"]
-    lines += [f"| {m.scheme} | {m.ms:.2f} | {m.share:.2%} | {m.ops} | {m.syncs} |" for m in masking]
-    lines += ["", "## Data wait (the trainer streaming shards from the GCS emulator on 127.0.0.1)", "",
-              f"`trainer.train` at size {s.datawait_size}, batch {s.datawait_batch} × up to {s.seq}, "
-              f"{s.datawait_steps} steps (eager; the first 2 steps, worker start-up, left out).", "",
-              "| DataLoader workers | mean data wait / step | max | median step s | tokens / s |",
-              "|---:|---:|---:|---:|---:|"]
-    lines += [f"| {w} | {r['wait_share']:.2%} | {r['max_wait_share']:.2%} | {r['step_s']:.3f} | "
-              f"{r['tokens_per_s']:,.0f} |" for w, r in waits]
-    if failures:
-        lines += ["", "## Parts that failed (traceback in the run's output)", ""] + [f"- {f}" for f in failures]
-    lines += ["", "## Against the targets", ""]
-    lines += ["Not judged: a smoke run measures nothing."] if smoke else targets(s, rows, masking, waits)
-    return lines
-
-
-def targets(s: Setup, rows: list[Row], masking: list[MaskingRow],
-            waits: list[tuple[int, dict[str, float]]]) -> list[str]:
-    """The four targets (MFU, DOC-SENTENCES speed, masking share, data wait), each met / missed / not measured."""
-    size = "base" if "base" in s.sizes else s.sizes[0]
-    ours = [r for r in rows if r.size == size and r.head == "masked-only" and r.tokens_s == r.tokens_s]
-    full = [r for r in ours if r.kind == "FULL-SENTENCES"]
-    doc = [r for r in ours if r.kind == "DOC-SENTENCES"]
-    out = []
-    best_mfu = max((r.mfu for r in full if r.mfu is not None), default=None)
-    out.append(f"- MFU ≥ 50% at {size}/{s.seq}/bf16: " + (f"{best_mfu:.1%}: **{'met' if best_mfu >= 0.5 else 'missed'}**"
-                                                          if best_mfu is not None else "not measured (peak unknown)"))
-    if full and doc:
-        f, d = max(r.tokens_s for r in full), max(r.tokens_s for r in doc)
-        out.append(f"- DOC-SENTENCES within 10% of FULL-SENTENCES tokens/s: {d / f:.2f}×: "
-                   f"**{'met' if d >= 0.9 * f else 'missed'}**")
-    if masking:
-        worst = max(m.share for m in masking)
-        out.append(f"- masking < 2% of a step (worst scheme): {worst:.2%}: **{'met' if worst < 0.02 else 'missed'}**")
-    w4 = [r for w, r in waits if w == 4]
-    if w4:
-        out.append(f"- data wait < 1% with 4 workers: {w4[0]['wait_share']:.2%}: "
-                   f"**{'met' if w4[0]['wait_share'] < 0.01 else 'missed'}**")
-    return out
-
-
-def main() -> int:
-    ap = bench_parser(__doc__, "gpu")
-    ap.add_argument("--smoke", action="store_true", help="Tiny sizes on the CPU: check that every part runs.")
-    ap.add_argument("--sizes", nargs="+", help="Model sizes (default: base large; smoke: tiny).")
-    ap.add_argument("--steps", type=int, help="Timed steps per configuration.")
-    ap.add_argument("--budget-s", type=float, default=720.0,
-                    help="Start no new configuration after this many seconds (the compiled rows come last; "
-                         "one started before the budget ends still finishes: the whole run stays under 15 min).")
-    ap.add_argument("--no-compile", action="store_true", help="Leave out the torch.compile rows.")
-    ap.add_argument("--no-tests", action="store_true", help="Leave out the CUDA-only tests.")
-    args = ap.parse_args()
-    if not args.smoke and not torch.cuda.is_available():
-        print("bench_gpu: no CUDA device on this machine (torch.cuda.is_available() is False): nothing "
-              "measured. Run `bash benchmarks/gpu.sh` on a GPU machine, or `--smoke` for the CPU check.",
-              file=sys.stderr)
-        return 2
-    warnings.filterwarnings("ignore")
-    s = SMOKE if args.smoke else GPU
+def setup_of(args) -> Setup:  # noqa: ANN001 - argparse.Namespace
+    """The mode's Setup with the command line's changes (sizes, steps, limit, parts left out)."""
+    s = DRY if args.dry_run else QUICK if args.quick else GPU
     if args.sizes:
         s = replace(s, sizes=tuple(args.sizes))
     if args.steps:
         s = replace(s, steps=args.steps)
-    dev = torch.device("cpu") if args.smoke else torch.device("cuda", 0)
+    if args.limit_s:
+        s = replace(s, limit_s=args.limit_s)
+    plan = [x for x in s.plan if isinstance(x, str) or x[0] in s.sizes]
+    if args.no_compile:
+        plan = [x for x in plan if isinstance(x, str) or not x[3].startswith("compile")]
+    if args.no_tests:
+        plan = [x for x in plan if x != "tests"]
+    return replace(s, plan=tuple(plan))
+
+
+def main() -> int:
+    ap = bench_parser(__doc__, "gpu")
+    how = ap.add_mutually_exclusive_group()
+    how.add_argument("--quick", action="store_true", help="The base rows, masking, sweep and profiles in 4 minutes.")
+    how.add_argument("--dry-run", "--smoke", dest="dry_run", action="store_true",
+                     help="Every part at tiny sizes on the CPU (about two minutes): run before spending GPU time.")
+    ap.add_argument("--sizes", nargs="+", help="Model sizes (default: base large; quick: base; dry run: tiny).")
+    ap.add_argument("--steps", type=int, help="Timed steps per configuration.")
+    ap.add_argument("--limit-s", "--budget-s", dest="limit_s", type=float,
+                    help="Start no part that is expected to end after this many seconds (full 465, quick 225).")
+    ap.add_argument("--no-compile", action="store_true", help="Leave out the torch.compile rows (and the sweep).")
+    ap.add_argument("--no-tests", action="store_true", help="Leave out the CUDA-only tests.")
+    args = ap.parse_args()
+    if not args.dry_run and not torch.cuda.is_available():
+        print("bench_gpu: no CUDA device on this machine (torch.cuda.is_available() is False): nothing "
+              "measured. Run `bash benchmarks/gpu.sh` on a GPU machine, or `--dry-run` for the CPU check.",
+              file=sys.stderr)
+        return 2
+    warnings.filterwarnings("ignore")
+    s = setup_of(args)
+    if args.out == str(ROOT / "benchmarks" / "results" / "gpu.md") and s.mode != "full":
+        args.out = str(ROOT / "benchmarks" / "results" / f"gpu-{s.mode}.md")
+    dev = torch.device("cpu") if args.dry_run else torch.device("cuda", 0)
     if dev.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
-    t0 = time.monotonic()
-    deadline = t0 + args.budget_s
-    tests = "not run (smoke mode: no GPU)" if args.smoke else "not run (--no-tests)" if args.no_tests \
-        else run_cuda_tests()
-    print(f"training steps on {dev} (eager):", flush=True)
-    rows = throughput(s, dev, deadline, "eager")
-    ref = [r.ms for r in rows if r.size == s.sizes[0] and r.kind == "FULL-SENTENCES" and r.head == "masked-only"
-           and r.ms == r.ms]
-    failures: list[str] = []
-    masking = guarded("masking", lambda: masking_shares(s, dev, min(ref)), failures) if ref else []
-    waits = guarded("data wait", lambda: data_wait(s, dev), failures)
-    print(f"training steps on {dev} (torch.compile, backend {s.compile_backend}):", flush=True)
-    rows += throughput(s, dev, deadline, "compile", enabled=not args.no_compile)
-    lines = report(s, args.smoke, dev, tests, rows, masking, waits, time.monotonic() - t0, failures)
-    print("\n".join(lines))
-    write_results(args.out, lines)
+    bench = Bench(s, dev, args.out)
+    if "tests" not in s.plan:
+        bench.res.tests = f"not run ({'--no-tests' if args.no_tests else s.mode + ' mode'})"
+    print(f"bench_gpu {s.mode} on {bench.res.device}: limit {s.limit_s:.0f} s", flush=True)
+    bench.run()
+    print("\n".join(report(s, bench.res, bench.elapsed())))
     return 0
 
 

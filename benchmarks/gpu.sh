@@ -1,16 +1,29 @@
 #!/usr/bin/env bash
 # The GPU benchmark in one command: the trainer on whatever GPU is present.
 #
-#   bash benchmarks/gpu.sh [bench_gpu.py options]
+#   bash benchmarks/gpu.sh              # the full run: at most 8 minutes
+#   bash benchmarks/gpu.sh --quick      # base only, no tests, no data wait: at most 4 minutes
+#   bash benchmarks/gpu.sh --dry-run    # every part at tiny sizes on the CPU (~2 minutes): run it first
+#   bash benchmarks/gpu.sh [--quick] [bench_gpu.py options]
 #
 # Runs the CUDA-only tests, then training-step throughput / MFU / peak memory (base and large, seq 512,
-# bf16; eager and torch.compile; masked-only and full head; FULL- and DOC-SENTENCES; HF
-# RobertaForMaskedLM as the baseline), masking time per scheme and data wait with 4 and 8 workers
-# from a GCS emulator on 127.0.0.1. Prints a table and writes benchmarks/results/gpu.md. Bounded at
-# 15 minutes. Without a CUDA device it says so and exits 2 (nothing is measured).
+# bf16; eager, torch.compile, CUDA graphs, compiled AdamW; masked-only and full head; FULL- and
+# DOC-SENTENCES; HF RobertaForMaskedLM as the baseline), masking per scheme (reference vs fused), the
+# micro-batch sweep (32..256 rows, accumulating to 256), profiles (top kernels, launches and host syncs
+# per step) and data wait with 4 and 8 workers from a GCS emulator on 127.0.0.1. Writes
+# benchmarks/results/gpu.md (gpu-quick.md, gpu-dry-run.md) after every part, so a run stopped by the
+# limit keeps what it measured. Without a CUDA device (and without --dry-run) it says so and exits 2.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python}"
 if [ -x .venv/bin/python ] && [ -z "${PYTHON:-}" ]; then PY=.venv/bin/python; fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-exec timeout 900 "$PY" benchmarks/bench_gpu.py "$@"
+LIMIT=480
+for arg in "$@"; do
+  case "$arg" in
+    --quick) LIMIT=240 ;;
+    --dry-run|--smoke) LIMIT=300 ;;
+  esac
+done
+# The script plans to end 15 s before this; the hard limit only catches a part that overran.
+exec timeout --kill-after=10 "$LIMIT" "$PY" benchmarks/bench_gpu.py "$@"

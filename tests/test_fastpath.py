@@ -437,27 +437,33 @@ def test_cuda_fp16_training_steps() -> None:
 # ------------------------------------------------------------------ the GPU benchmark cannot rot
 
 
-@pytest.mark.slow  # ~1 min of CPU (a Beam corpus build, two trainer runs, 16 tiny configurations)
-def test_bench_gpu_smoke_mode_runs_on_cpu(tmp_path) -> None:
-    """benchmarks/bench_gpu.py --smoke: every measurement at tiny sizes on CPU, the results table written."""
+@pytest.mark.slow  # ~1 min of CPU (a Beam corpus build, two trainer runs, 10 tiny rows, one inductor compile)
+def test_bench_gpu_dry_run_runs_every_part_on_cpu(tmp_path) -> None:
+    """benchmarks/gpu.sh --dry-run: every part of the GPU run at tiny sizes on CPU, the results written."""
     out = tmp_path / "gpu.md"
-    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_gpu.py"), "--smoke", "--out", str(out)],
+    proc = subprocess.run(["bash", str(REPO / "benchmarks" / "gpu.sh"), "--dry-run", "--out", str(out)],
                           capture_output=True, text=True, timeout=600, cwd=REPO)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     text = out.read_text()
     for part in ("FULL-SENTENCES", "DOC-SENTENCES", "masked-only", "full head", "| eager |", "| compile |",
-                 "Masking", "Data wait", "peak memory", "RobertaForMaskedLM", "smoke mode", "| span |",
-                 "| ngram |"):
+                 "| compile+cudagraphs |", "| compile+compiled AdamW |", "Masking", "Data wait", "peak memory",
+                 "RobertaForMaskedLM", "dry run", "Micro-batch sweep", "Profile: tiny FULL-SENTENCES masked-only "
+                 "eager", "Profile: tiny FULL-SENTENCES masked-only compile", "Attention kernels chosen"):
         assert part in text, part
     # Every configuration measured something (no row left empty), and both worker counts ran.
     rows = [line for line in text.splitlines() if line.startswith("| tiny |")]
     cells = [[c.strip() for c in line.strip("|").split("|")] for line in rows]
     assert len(rows) == 10 and all(c[4] != "—" and float(c[4]) > 0 and not c[-1] for c in cells), rows
     assert "\n| 1 |" in text and "\n| 2 |" in text
-    assert "Parts that failed" not in text
-    # The masking table counts each scheme's ops: span masking dispatches more than token masking.
-    ops = {m[0]: int(m[1]) for m in re.findall(r"^\| (\w+) \| [\d.]+ \| [\d.]+% \| (\d+) \| \d+ \|$", text, re.M)}
-    assert set(ops) == {"token", "whole_word", "span", "ngram"} and ops["span"] > ops["token"] > 50, ops
+    assert "Parts that failed" not in text and "Parts not run" not in text
+    # Masking: both forms of every scheme, the same masks; the compiled token scheme in at most 10 kernels.
+    masking = {(m[0], m[1]): int(m[2]) for m in re.findall(
+        r"^\| (\w+) \| (reference|fused) \| [\d.]+ \| [\d.]+% \| [\d.]+% \| (\d+) \| .* \| yes \|$", text, re.M)}
+    assert len(masking) == 8, masking
+    assert masking[("span", "reference")] > masking[("token", "reference")] > 50
+    assert 1 <= masking[("token", "fused")] <= 10
+    sweep = re.findall(r"^\| (\d) \| (\d) \| [\d.]+ \|", text, re.M)
+    assert sweep == [("1", "4"), ("2", "2"), ("4", "1")], sweep
 
 
 def test_bench_gpu_without_cuda_says_so() -> None:

@@ -35,11 +35,13 @@ first call falls back to the reference Masker, with one warning.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from typing import Any
+import re
+from collections.abc import Callable, Iterable
+from typing import Any, Literal
 
 import torch
 
+from schemas.config import MaskingConfig
 from trainer.masking import IGNORE_INDEX, STREAMS, Masker, signed, stream_base
 
 log = logging.getLogger("shardforge.masking")
@@ -287,7 +289,8 @@ class FusedMasker:
     def __init__(self, masker: Masker, compile: bool = True) -> None:
         self.reference = masker
         self.cfg = masker.cfg
-        self.fn = compiled(masker.cfg.scheme) if compile else SCHEMES[masker.cfg.scheme]
+        # Compiled at the first call (torch.compile imports dynamo: seconds), eager form when compile=False.
+        self.fn: Callable[..., Any] | None = None if compile else SCHEMES[masker.cfg.scheme]
         self.fallback: str | None = None  # why the reference Masker runs instead, once it does
         self._keys: dict[tuple[int, int, str], torch.Tensor] = {}
         self._on: tuple[torch.device, tuple] | None = None
@@ -354,9 +357,56 @@ class FusedMasker:
         if self.cfg.scheme in ("span", "ngram"):
             args.append(self.segments(ids.shape[1], ids.device))
         try:
+            if self.fn is None:
+                self.fn = compiled(self.cfg.scheme)
             outs = self.fn(*args)
         except Exception as e:  # compiling needs a C++ compiler (CPU) or Triton (CUDA)
             self.fallback = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200] if str(e).strip() else ''}"
             log.warning("fused masking unavailable (%s): masking with the reference ops instead", self.fallback)
             return self.reference(input_ids, sample_ids, epoch=epoch, seed=seed)
         return dict(zip(OUTPUTS[self.cfg.scheme], outs, strict=True))
+
+
+MaskingImpl = Literal["auto", "fused", "reference"]
+
+
+def make_masker(cfg: MaskingConfig, vocab_size: int, special_ids: Iterable[int], mask_id: int, pad_id: int,
+                word_starts: torch.Tensor | None, *, device: torch.device,
+                impl: MaskingImpl = "auto") -> Masker | FusedMasker:
+    """The trainer's masker on ``device``: the reference ops or the compiled ones (the same masks).
+
+    ``auto``: fused on CUDA, where a call of 136-336 small ops is bound by kernel launches; the
+    reference on CPU, where one compile costs ~20-30 s per scheme and the fused form's O(L^2)
+    reductions do not beat the reference's sorts and scans. A fused masker whose compile fails
+    (no Triton, no C++ compiler) masks with the reference ops, with one warning.
+    """
+    if impl not in ("auto", "fused", "reference"):
+        raise ValueError(f"masking_impl must be auto, fused or reference, got {impl!r}")
+    masker = Masker(cfg, vocab_size, special_ids, mask_id=mask_id, pad_id=pad_id, word_starts=word_starts).to(device)
+    fused = impl == "fused" or impl == "auto" and device.type == "cuda"
+    return FusedMasker(masker).to(device) if fused else masker
+
+
+_LAUNCH = re.compile(r"^\s+(?:(?P<kernel>(?:cpp|triton)_\w+)(?:\.run)?|(?P<extern>extern_kernels\.\w+|aten\.\w+"
+                     r"|torch\.ops\.\w+\.\w+))\(", re.M)
+
+
+def launches(code: str) -> tuple[list[str], list[str]]:
+    """(generated kernels, extern / aten calls) that inductor's output code launches per call, in order.
+
+    Read from the module's ``call`` (what ``torch._inductor.utils.run_and_get_code`` returns): a C++
+    kernel is ``cpp_fused_...(``, a Triton one ``triton_..._N.run(``; anything else that runs is an
+    extern kernel (``extern_kernels.mm``) or an aten fallback. Allocations are not launches.
+    """
+    start = code.find("def call(")
+    body = code[start:] if start >= 0 else code
+    kernels, extern = [], []
+    for m in _LAUNCH.finditer(body):
+        (kernels if m.group("kernel") else extern).append(m.group("kernel") or m.group("extern"))
+    return kernels, extern
+
+
+def loop_nests(code: str) -> int:
+    """Outer loop nests in inductor's C++ kernels (``for(int64_t x0=``): on a GPU, where Triton cannot fuse
+    two reductions over different ranges into one kernel, each nest is about one kernel."""
+    return code.count("for(int64_t x0=")

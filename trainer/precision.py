@@ -11,7 +11,8 @@
   ``Precision.step`` is a plain clip + step.
 - ``compile``: ``auto`` compiles the model with ``torch.compile`` on CUDA
   and runs eager on CPU (where compiling a model costs a minute or more and
-  gains little); ``true`` / ``false`` force it.
+  gains little); ``true`` / ``false`` force it; ``compile_mode`` passes
+  torch.compile's mode (``reduce-overhead``: CUDA graphs).
 
 The trainer calls ``Precision.autocast()`` around the forward pass,
 ``Precision.backward(loss)`` and ``Precision.step(optimizer, params, clip)``
@@ -123,7 +124,7 @@ def compile_enabled(setting: CompileSetting, device: torch.device) -> bool:
 
 
 def maybe_compile(model: nn.Module, setting: CompileSetting, device: torch.device,
-                  backend: str = "inductor") -> nn.Module:
+                  backend: str = "inductor", mode: str = "default") -> nn.Module:
     """``torch.compile(model)`` when the setting asks for it on this device, else the model itself.
 
     The compiled wrapper shares the model's parameters: save and load the
@@ -131,7 +132,13 @@ def maybe_compile(model: nn.Module, setting: CompileSetting, device: torch.devic
     (token-budget batches, the unpadded path's token count), so dynamic
     shapes are left to torch's automatic detection: a shape that changes
     once is recompiled as dynamic, not once per value.
+
+    ``mode``: torch.compile's (``reduce-overhead`` records CUDA graphs of the compiled forward and
+    backward, replayed per shape: fewer launches, more memory; on CPU it compiles as ``default``).
+    Modes other than ``default`` are inductor's: another backend takes none.
     """
     if not compile_enabled(setting, device):
         return model
-    return torch.compile(model, backend=backend)  # type: ignore[return-value]
+    if mode == "default" or backend != "inductor":
+        return torch.compile(model, backend=backend)  # type: ignore[return-value]
+    return torch.compile(model, backend=backend, mode=mode)  # type: ignore[return-value]

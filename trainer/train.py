@@ -18,16 +18,18 @@ from __future__ import annotations
 
 import sys
 
-from trainer.args import flag_settings, parse_train_args
+from trainer.args import check_train_args, flag_settings, parse_train_args
 
-if __name__ == "__main__":  # --help and flag mistakes are answered before torch is imported
-    parse_train_args(sys.argv[1:])
+if __name__ == "__main__":  # --help, flag mistakes and a --data that is no corpus: before torch is imported
+    check_train_args(sys.argv[1:])
 
 import argparse
 import contextlib
 import logging
 import math
 import os
+import posixpath
+import re
 import time
 import warnings
 from dataclasses import dataclass
@@ -42,9 +44,9 @@ from schemas.manifest import Manifest
 from shardforge.console.run import TRAIN_INTERRUPTED, run_cli
 from shardforge.storage import join
 from shardforge.storage.contract import load_manifest, open_tokenizer
-from trainer import distributed
+from trainer import distributed, fused_masking
 from trainer.batch import masked_forward
-from trainer.checkpoint import CheckpointManager
+from trainer.checkpoint import CKPT_DIR, CheckpointManager, latest_checkpoint
 from trainer.describe import RunShape, describe_run, plan_steps
 from trainer.evaluate import evaluate
 from trainer.hf_init import load_init, resolve_init
@@ -137,7 +139,7 @@ def build_model(cfg: TrainConfig, dd: distributed.Dist, manifest: Manifest, voca
     if cfg.init:  # start from the Hugging Face weights (a resumed run loads its checkpoint after)
         load_init(model, cfg, manifest, vocab_size)
     raw_model = model
-    model = maybe_compile(model, cfg.compile, device)  # trainer/precision.py
+    model = maybe_compile(model, cfg.compile, device, mode=cfg.compile_mode)  # trainer/precision.py
     if dd.world_size > 1:
         model = torch.nn.parallel.DistributedDataParallel(
             model, device_ids=[device.index] if device.type == "cuda" else None)
@@ -147,9 +149,9 @@ def build_model(cfg: TrainConfig, dd: distributed.Dist, manifest: Manifest, voca
 def build_maskers(cfg: TrainConfig, device: torch.device, vocab_size: int, special: dict[str, int],
                   word_starts: torch.Tensor, pad_id: int, mask_id: int) -> tuple[Masker, Masker]:
     """(the training masker, the evaluation masker): the same one unless cfg.eval_masking is set."""
-    def make_masker(masking: MaskingConfig) -> Masker:
-        return Masker(masking, vocab_size, special.values(), mask_id=mask_id, pad_id=pad_id,
-                      word_starts=word_starts).to(device)
+    def make_masker(masking: MaskingConfig) -> Masker:  # the reference ops or the fused ones: the same masks
+        return fused_masking.make_masker(masking, vocab_size, special.values(), mask_id, pad_id, word_starts,
+                                         device=device, impl=cfg.masking_impl)  # type: ignore[return-value]
 
     masker = make_masker(cfg.masking)
     # eval_masking: e.g. train at 40 % but report the valid loss at the standard 15 %.
@@ -329,12 +331,33 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
 
 # ------------------------------------------------------------------ CLI
 
+def run_to_resume(path: str, output: str | None) -> str:
+    """The run folder ``--resume_from_checkpoint PATH`` continues: PATH itself, the run of its checkpoints/
+    folder, or the run of its newest checkpoint (a run resumes from its newest: an older one is refused)."""
+    run, name = path.rstrip("/"), posixpath.basename(path.rstrip("/"))
+    if re.fullmatch(r"ckpt-\d{8}\.pt", name):
+        run = posixpath.dirname(posixpath.dirname(run)) or "."
+        newest = latest_checkpoint(run)
+        if newest is None or posixpath.basename(newest) != name:
+            raise UserError(f"--resume_from_checkpoint {path}: a run resumes from the newest checkpoint in its "
+                            f"checkpoints/ folder ({posixpath.basename(newest) if newest else 'none there'}); to go "
+                            f"on from {name}, copy it into the checkpoints/ folder of a new --output")
+    elif name == CKPT_DIR:
+        run = posixpath.dirname(run) or "."
+    if output is not None and output.rstrip("/") != run:
+        raise UserError(f"--resume_from_checkpoint {path} continues the run in {run}, but --output is {output}: "
+                        "give one of them")
+    return run
+
+
 def build_train_config(args: argparse.Namespace, overrides: list[str], require_data: bool = True) -> TrainConfig:
     """Recipe -> --config -> flags -> --set (trainer/recipes); --mix and --init as flags.
 
     A flag of a section's key (``--lr``: optim.lr) applies as a --set item before the user's own.
     """
     flags, dotted = flag_settings(args)  # trainer/args.py: each flag's config key
+    if getattr(args, "resume_from_checkpoint", None):
+        flags.update(output=run_to_resume(args.resume_from_checkpoint, flags.get("output")), resume=True)
     if getattr(args, "mix", None):
         flags["mix"] = [parse_mix_arg(m) for m in args.mix]
     return resolve_train_config(getattr(args, "recipe", None), args.config, flags, [*dotted, *overrides],

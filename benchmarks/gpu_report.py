@@ -1,0 +1,172 @@
+"""The GPU benchmark's report (``bench_gpu.py``): markdown tables from what was measured, the targets judged.
+
+Written after every part of a run, so a run stopped by its time limit still leaves what it measured.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from benchmarks.common import command_line, machine
+
+
+@dataclass
+class Results:
+    """Everything a run measured so far."""
+
+    mode: str  # full | quick | dry-run
+    device: str  # the GPU's name, or "none (CPU dry run)"
+    tests: str = "not run"
+    rows: list = field(default_factory=list)  # bench_gpu.Row
+    masking: list = field(default_factory=list)  # gpu_levers.MaskingRow
+    sweep: list = field(default_factory=list)  # gpu_levers.SweepRow
+    sweep_what: str = ""
+    profiles: list = field(default_factory=list)  # gpu_levers.Profile
+    waits: list = field(default_factory=list)  # (workers, bench_datawait.run's dict)
+    failures: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)  # parts left out (time budget, flags)
+    attention: list[str] = field(default_factory=list)  # attention kernels chosen (trainer.batch.CHOICES)
+    peak_note: str = ""  # the peak MFU divides by, and the measured matmul rate
+
+
+def fmt(x: float | None, spec: str, missing: str = "n/a") -> str:
+    return missing if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
+
+
+def report(s, res: Results, wall: float) -> list[str]:  # noqa: ANN001 - s: bench_gpu.Setup
+    dry = res.mode == "dry-run"
+    lines = ["# The trainer on a GPU", "",
+             f"Machine: {machine(torch_details=True)}. Device: **{res.device}**. Mode: **{res.mode}**.", "",
+             f"Command: `{command_line()}` ({wall / 60:.1f} min so far).", ""]
+    if dry:
+        lines += ["**dry run**: tiny sizes on the CPU, compile with the `eager` dynamo backend (fused masking: "
+                  "inductor's C++ for the token scheme); these numbers only show that every part of the script "
+                  "runs. Nothing here is a GPU figure.", ""]
+    lines += ["## CUDA-only tests", "", f"`pytest {s.test_files} -k '{s.tests_k}'`: {res.tests}", ""]
+    lines += step_table(s, res)
+    lines += masking_table(s, res)
+    lines += sweep_table(s, res)
+    for p in res.profiles:
+        lines += profile_section(p)
+    lines += ["", "## Data wait (the trainer streaming shards from the GCS emulator on 127.0.0.1)", "",
+              f"`trainer.train` at size {s.datawait_size}, batch {s.datawait_batch} × up to {s.seq}, "
+              f"{s.datawait_steps} steps (eager; the first 2 steps, worker start-up, left out).", "",
+              "| DataLoader workers | mean data wait / step | max | median step s | tokens / s |",
+              "|---:|---:|---:|---:|---:|"]
+    lines += [f"| {w} | {r['wait_share']:.2%} | {r['max_wait_share']:.2%} | {r['step_s']:.3f} | "
+              f"{r['tokens_per_s']:,.0f} |" for w, r in res.waits]
+    if res.attention:
+        lines += ["", "## Attention kernels chosen (trainer.attention, per path and shape)", ""]
+        lines += [f"- {c}" for c in res.attention]
+    if res.skipped:
+        lines += ["", "## Parts not run", ""] + [f"- {x}" for x in res.skipped]
+    if res.failures:
+        lines += ["", "## Parts that failed (traceback in the run's output)", ""] + [f"- {f}" for f in res.failures]
+    lines += ["", "## Against the targets", ""]
+    lines += ["Not judged: a dry run measures nothing."] if dry else targets(s, res)
+    return lines
+
+
+def step_table(s, res: Results) -> list[str]:  # noqa: ANN001
+    gpu = res.device != "none (CPU dry run)"
+    lines = [f"## Training step: seq {s.seq}, {'bf16' if gpu else 'fp32'}, AdamW "
+             f"({'fused' if gpu else 'for-loop on CPU'} unless the mode says compiled), clip 1.0", "",
+             f"FULL-SENTENCES: {s.batch} × {s.seq} full rows (no-mask path). DOC-SENTENCES: ~{s.tokens} real "
+             "tokens per batch, synthetic lengths (40% full rows, the rest uniform in "
+             f"[{s.seq // 8}, {s.seq})), bucketed by length like the loader (unpadded path; compiled: rows padded "
+             "to 64 columns, packed tokens to a multiple of 64, sizes marked dynamic, as trainer.batch does). "
+             f"Warm-up: every batch once (at least {s.warmup} steps; compilation included: 'first steps'), then "
+             f"{s.steps} timed steps. tokens/s counts real tokens; MFU counts useful FLOPs only (LM head at the 15% "
+             "predicted positions for both heads, attention at real lengths) over the peak named below; peak "
+             "memory is `torch.cuda.max_memory_allocated`; graphs: dynamo's compiled graphs for the row "
+             "(recompiles included). × HF: tokens/s over HF's on the same batches.", "",
+             "| size | batches | head | mode | ms / step | tokens / s | MFU | peak memory GiB | first steps s | "
+             "graphs | × HF | note |",
+             "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    hf = {(r.size, r.kind): r.tokens_s for r in res.rows if r.head == "HF"}
+    for r in res.rows:
+        base = hf.get((r.size, r.kind), math.nan)
+        ratio = r.tokens_s / base if r.head != "HF" and base == base and base else math.nan
+        head = "HF RobertaForMaskedLM (sdpa)" if r.head == "HF" else r.head
+        lines.append(f"| {r.size} | {r.kind} | {head} | {r.mode} | {fmt(r.ms, '.1f', '—')} | "
+                     f"{fmt(r.tokens_s, ',.0f', '—')} | {fmt(r.mfu, '.1%')} | {fmt(r.peak_gib, '.1f')} | "
+                     f"{fmt(r.first_s, '.1f', '—')} | {r.graphs if r.graphs is not None else '—'} | "
+                     f"{fmt(ratio, '.2f', '—')} | {r.note} |")
+    if res.peak_note:
+        lines += ["", res.peak_note]
+    return lines
+
+
+def masking_table(s, res: Results) -> list[str]:  # noqa: ANN001
+    lines = ["", "## Masking on the device: the reference ops against the fused (compiled) ones", "",
+             f"One FULL-SENTENCES batch ({s.batch} × {s.seq}); share = masking / (masking + the "
+             f"{s.sizes[0]} FULL-SENTENCES masked-only step), eager and compiled. Reference: aten ops a call "
+             "dispatches (each a kernel launch on a GPU) and, of those, host syncs (trainer.hostsync). Fused: "
+             "kernels in inductor's generated code for the call (extern calls after the +). 'same': the "
+             "device's masks equal the CPU reference's bit for bit.", "",
+             "| scheme | masking | ms / batch | share of eager step | share of compiled step | launches / call | "
+             "host syncs | first call s | same |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---|"]
+    for m in res.masking:
+        launches = f"{m.launches}+{m.extern}" if m.extern else str(m.launches)
+        lines.append(f"| {m.scheme} | {m.impl} | {m.ms:.3f} | {m.share_eager:.2%} | {fmt(m.share_compiled, '.2%')} | "
+                     f"{launches} | {m.syncs if m.syncs >= 0 else '—'} | {m.compile_s:.1f} | "
+                     f"{'yes' if m.identical else '**no**'} |")
+    return lines
+
+
+def sweep_table(s, res: Results) -> list[str]:  # noqa: ANN001
+    lines = ["", f"## Micro-batch sweep (gradient accumulation to {s.global_batch} rows × {s.seq} per optimizer step)",
+             "", res.sweep_what or "not run", "",
+             "| rows per micro-batch | micro-batches per step | ms / optimizer step | tokens / s | MFU | "
+             "peak memory GiB | warm-up s | note |",
+             "|---:|---:|---:|---:|---:|---:|---:|---|"]
+    lines += [f"| {r.micro} | {r.accum} | {fmt(r.ms, '.1f', '—')} | {fmt(r.tokens_s, ',.0f', '—')} | "
+              f"{fmt(r.mfu, '.1%')} | {fmt(r.peak_gib, '.1f')} | {fmt(r.first_s, '.1f', '—')} | {r.note} |"
+              for r in res.sweep]
+    return lines
+
+
+def profile_section(p) -> list[str]:  # noqa: ANN001 - gpu_levers.Profile
+    lines = ["", f"## Profile: {p.what} ({p.steps} steps under torch.profiler)", "",
+             f"- kernel launches per step: **{p.launches_per_step:.0f}** (CUDA runtime launch calls; on CPU: aten ops)",
+             f"- host syncs per step: **{fmt(p.syncs_per_step, '.1f')}** (CUDA: torch.cuda.set_sync_debug_mode "
+             f"warnings over one step; CPU: trainer.hostsync's count); blocking CUDA calls seen by the profiler: "
+             f"{fmt(p.sync_calls_per_step, '.1f')} per step",
+             f"- dynamo graphs compiled for this model so far: {p.graphs}", "",
+             "| kernel (or op) | ms / step | calls / step |", "|---|---:|---:|"]
+    lines += [f"| `{name.replace('|', '/')}` | {ms:.3f} | {calls} |" for name, ms, calls in p.top]
+    return lines
+
+
+def targets(s, res: Results) -> list[str]:  # noqa: ANN001
+    """The targets (MFU, DOC-SENTENCES speed, masking share, data wait), each met / missed / not measured."""
+    out = []
+    for size in [x for x in ("base", "large") if x in s.sizes]:
+        ours = [r for r in res.rows if r.size == size and r.head == "masked-only" and r.tokens_s == r.tokens_s]
+        full = [r for r in ours if r.kind == "FULL-SENTENCES"]
+        best = max((r.mfu for r in full if r.mfu is not None), default=None)
+        sweep = [r.mfu for r in res.sweep if r.mfu is not None] if size == s.sizes[0] else []
+        best = max([x for x in [best, *sweep] if x is not None], default=None)
+        out.append(f"- MFU ≥ 50% at {size}/{s.seq}/bf16 (best row or sweep point): " +
+                   (f"{best:.1%}: **{'met' if best >= 0.5 else 'missed'}**" if best is not None
+                    else "not measured"))
+        for mode in ("eager", "compile"):
+            f = [r.tokens_s for r in full if r.mode == mode]
+            d = [r.tokens_s for r in ours if r.kind == "DOC-SENTENCES" and r.mode == mode]
+            if f and d:
+                out.append(f"- {size} {mode} DOC-SENTENCES ≥ 0.9× FULL-SENTENCES tokens/s: {max(d) / max(f):.2f}×: "
+                           f"**{'met' if max(d) >= 0.9 * max(f) else 'missed'}**")
+    fused = [m for m in res.masking if m.impl == "fused"]
+    if fused:
+        worst = max((m.share_compiled if m.share_compiled == m.share_compiled else m.share_eager) for m in fused)
+        out.append(f"- fused masking < 2% of the compiled step (worst scheme): {worst:.2%}: "
+                   f"**{'met' if worst < 0.02 else 'missed'}**; ≤ 10 kernels a call: "
+                   f"**{'met' if all(0 < m.launches <= 10 and not m.extern for m in fused) else 'missed'}**; "
+                   f"bit-identical: **{'met' if all(m.identical for m in res.masking) else 'MISSED'}**")
+    w4 = [r for w, r in res.waits if w == 4]
+    if w4:
+        out.append(f"- data wait < 1% with 4 workers: {w4[0]['wait_share']:.2%}: "
+                   f"**{'met' if w4[0]['wait_share'] < 0.01 else 'missed'}**")
+    return out or ["- nothing measured"]

@@ -1,0 +1,182 @@
+"""Tests for trainer/fused_masking.py: the same masks as trainer.masking.Masker, bit for bit, in few kernels.
+
+The eager form of the fused functions (``compile=False``: the same code, every reduction a [B, L, L]
+tensor) is checked against the reference over every scheme, several rates, seeds, epochs and ragged
+batches: that is where a rewrite would go wrong, and it runs in seconds. The compiled form (inductor's
+C++ backend on CPU) is checked on fewer batches, and its generated code is read to count the kernels a
+call launches. Compiling costs ~20-30 s per scheme on a cold inductor cache on a busy 2-core machine
+(~1-3 s warm), so that test is marked slow.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+from schemas import BOS_ID, EOS_ID, MASK_ID, PAD_ID, SPECIAL_TOKENS
+from schemas.config import MaskingConfig
+from trainer.fused_masking import FusedMasker, launches, loop_nests, make_masker
+from trainer.masking import Masker
+
+V = 1000
+SPECIALS = sorted(SPECIAL_TOKENS.values())
+SCHEMES = ["token", "whole_word", "span", "ngram"]
+CUDA = torch.cuda.is_available()
+
+
+def words(gen: torch.Generator) -> torch.Tensor:
+    ws = torch.rand(V, generator=gen) < 0.6
+    ws[SPECIALS] = True
+    return ws
+
+
+def reference(scheme: str, ws: torch.Tensor, **kw: float) -> Masker:
+    return Masker(MaskingConfig(scheme=scheme, **kw), V, SPECIALS, MASK_ID, PAD_ID,
+                  ws if scheme != "token" else None)
+
+
+def ragged(gen: torch.Generator, B: int, L: int, separator_every: int = 0) -> torch.Tensor:
+    """Rows `<s> ... </s>` of random lengths (an empty row and a 2-token row among them), right-padded to L."""
+    lengths = torch.randint(2, L + 1, (B,), generator=gen).tolist()
+    lengths[0] = L
+    if B > 2:
+        lengths[1], lengths[2] = 0, 2
+    ids = torch.full((B, L), PAD_ID, dtype=torch.int64)
+    for r, n in enumerate(lengths):
+        if n == 0:
+            continue
+        row = torch.randint(len(SPECIALS), V, (n,), generator=gen)
+        row[0], row[n - 1] = BOS_ID, EOS_ID
+        if separator_every:
+            row[separator_every: n - 1: separator_every] = EOS_ID
+        ids[r, :n] = row
+    return ids
+
+
+def assert_same(ref: dict[str, torch.Tensor], got: dict[str, torch.Tensor], what: str) -> None:
+    assert ref.keys() == got.keys(), what
+    for k in ref:
+        assert ref[k].dtype == got[k].dtype and torch.equal(ref[k], got[k]), f"{what}: {k} differs"
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+@pytest.mark.parametrize("rate", [0.05, 0.15, 0.4])
+def test_fused_functions_equal_the_reference(scheme: str, rate: float) -> None:
+    gen = torch.Generator().manual_seed(int(rate * 100) + len(scheme))
+    ws = words(gen)
+    ref = reference(scheme, ws, rate=rate)
+    fused = FusedMasker(ref, compile=False)
+    for B, L, sep in [(6, 48, 0), (4, 64, 11), (1, 17, 0), (9, 8, 3)]:
+        ids = ragged(gen, B, L, sep)
+        sids = torch.randint(0, 2**40, (B,), generator=gen)
+        for seed, epoch in [(0, 0), (7, 3), (123456789, 41)]:
+            assert_same(ref(ids, sids, epoch=epoch, seed=seed), fused(ids, sids, epoch=epoch, seed=seed),
+                        f"{scheme} rate {rate} {B}x{L} seed {seed} epoch {epoch}")
+
+
+@pytest.mark.parametrize("scheme", ["span", "ngram"])
+def test_fused_span_laws_with_other_parameters(scheme: str) -> None:
+    gen = torch.Generator().manual_seed(5)
+    ws = words(gen)
+    kw = {"span_p": 0.5, "span_max": 4} if scheme == "span" else {"ngram_max": 5}
+    ref = reference(scheme, ws, rate=0.3, mask_prob=0.5, random_prob=0.3, **kw)
+    fused = FusedMasker(ref, compile=False)
+    ids = ragged(gen, 5, 96, separator_every=13)
+    sids = torch.arange(5) * 1000
+    assert_same(ref(ids, sids, epoch=2, seed=9), fused(ids, sids, epoch=2, seed=9), scheme)
+
+
+def test_fused_masker_keeps_the_reference_interface() -> None:
+    gen = torch.Generator().manual_seed(1)
+    ref = reference("whole_word", words(gen))
+    fused = FusedMasker(ref, compile=False)
+    ids = ragged(gen, 4, 32)
+    assert fused.pad_id == ref.pad_id and fused.prediction_bound(ids) == ref.prediction_bound(ids)
+    fused.check_ids = False
+    assert ref.check_ids is False
+    with pytest.raises(ValueError, match="input_ids must be"):
+        fused(ids[0], torch.arange(1), epoch=0, seed=0)
+
+
+def test_a_failing_compile_falls_back_to_the_reference(caplog) -> None:
+    gen = torch.Generator().manual_seed(2)
+    ref = reference("token", words(gen))
+    fused = FusedMasker(ref, compile=False)
+
+    def broken(*args: object) -> None:
+        raise RuntimeError("no C++ compiler\nmore")
+
+    fused.fn = broken
+    ids, sids = ragged(gen, 3, 20), torch.arange(3)
+    assert_same(ref(ids, sids, epoch=0, seed=0), fused(ids, sids, epoch=0, seed=0), "fallback")
+    assert fused.fallback == "RuntimeError: no C++ compiler"
+    assert "fused masking unavailable" in caplog.text
+    assert_same(ref(ids, sids, epoch=1, seed=0), fused(ids, sids, epoch=1, seed=0), "after the fallback")
+
+
+def test_make_masker_follows_the_setting() -> None:
+    gen = torch.Generator().manual_seed(3)
+    ws = words(gen)
+    args = (MaskingConfig(scheme="span"), V, SPECIALS, MASK_ID, PAD_ID, ws)
+    cpu = torch.device("cpu")
+    assert type(make_masker(*args, device=cpu, impl="auto")) is Masker  # CPU: compiling costs more than it saves
+    assert type(make_masker(*args, device=cpu, impl="reference")) is Masker
+    assert type(make_masker(*args, device=cpu, impl="fused")) is FusedMasker
+    with pytest.raises(ValueError, match="masking_impl"):
+        make_masker(*args, device=cpu, impl="triton")
+
+
+@pytest.mark.slow  # compiles all four schemes: ~100 s on a cold inductor cache (2 busy cores), ~10 s warm
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_compiled_masking_is_bit_identical_in_few_kernels(scheme: str) -> None:
+    """One compile per scheme (dynamic shapes) serves every batch shape, rate, seed and epoch, bit for bit,
+    in at most 10 kernels a call (the reference dispatches 136-336 aten ops: one launch each on a GPU)."""
+    from torch._inductor.utils import run_and_get_code
+
+    gen = torch.Generator().manual_seed(11)
+    ws = words(gen)
+    ref = reference(scheme, ws)
+    fused = FusedMasker(ref)
+    ids, sids = ragged(gen, 5, 40, separator_every=9), torch.arange(5)
+    got, codes = run_and_get_code(lambda: fused(ids, sids, epoch=0, seed=0))
+    assert fused.fallback is None, fused.fallback
+    assert_same(ref(ids, sids, epoch=0, seed=0), got, "first call")
+    assert len(codes) == 1, "one graph: no graph break"
+    kernels, extern = launches(codes[0])
+    assert 1 <= len(kernels) <= 10 and not extern, (kernels, extern)
+    # The C++ backend fuses a call into one kernel; its loop nests are the CPU's proxy for Triton's kernels.
+    assert 1 <= loop_nests(codes[0]) <= 10, loop_nests(codes[0])
+    for rate, (B, L) in [(0.15, (3, 77)), (0.4, (8, 128))]:
+        other = reference(scheme, ws, rate=rate)
+        again = FusedMasker(other)
+        ids, sids = ragged(gen, B, L, separator_every=10), torch.randint(0, 10**9, (B,), generator=gen)
+        assert_same(other(ids, sids, epoch=4, seed=77), again(ids, sids, epoch=4, seed=77), f"rate {rate} {B}x{L}")
+
+
+def test_launches_reads_inductor_output_code() -> None:
+    code = "def call(self, args):\n    buf0 = empty_strided_cpu((4, ), (1, ), torch.int64)\n" \
+           "    cpp_fused_add_0(arg0_1, buf0)\n    extern_kernels.mm(a, b, out=c)\n" \
+           "    triton_poi_fused_mul_1.run(buf0, 4, stream=stream0)\n    return (buf0, )\n"
+    kernels, extern = launches(code)
+    assert kernels == ["cpp_fused_add_0", "triton_poi_fused_mul_1"] and extern == ["extern_kernels.mm"]
+    assert re.search("cpp_fused", code)
+
+
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_cuda_fused_masking_matches_cpu_reference(scheme: str) -> None:
+    """On a GPU (Triton kernels): the CPU reference's masks, bit for bit, in at most 10 kernels a call."""
+    from torch._inductor.utils import run_and_get_code
+
+    gen = torch.Generator().manual_seed(13)
+    ws = words(gen)
+    ref = reference(scheme, ws)
+    fused = FusedMasker(reference(scheme, ws)).to("cuda")
+    ids, sids = ragged(gen, 32, 512, separator_every=97), torch.arange(32) * 7919
+    got, codes = run_and_get_code(lambda: fused(ids.cuda(), sids.cuda(), epoch=1, seed=5))
+    assert fused.fallback is None, fused.fallback
+    assert_same(ref(ids, sids, epoch=1, seed=5), {k: v.cpu() for k, v in got.items()}, "cuda")
+    kernels, extern = launches(codes[0])
+    assert 1 <= len(kernels) <= 10 and not extern, (kernels, extern)
