@@ -15,7 +15,9 @@ virtual environment, ``--datatrove-python``, so our pinned packages stay as they
 3. **Precision on real prose**: every replacement either tool makes in prose that holds no PII
    (gensim's Lee news and Wikipedia, the Python documentation's topics), in botocore's AWS
    reference (example addresses and private / documentation IP ranges) and in the metadata and
-   changelog texts outside their headers, listed in the results file to be judged.
+   changelog texts outside their headers: counted per kind beside what those texts hold (numbers,
+   years, prices, decimals, ranges, dotted numbers), with the first few shown (people's addresses
+   with the local part cut); ``--list FILE`` writes every one, unmasked, to be judged.
 4. **Speed**: MB of UTF-8 text per CPU-second in one process, best of ``--rounds`` alternated rounds,
    on the prose with the AWS reference, and on the metadata with the changelogs (dense in addresses,
    numbers and versions).
@@ -241,12 +243,102 @@ def _by_kind(items: list[str]) -> str:
     return ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())) or "0"
 
 
+# What a loose pattern would take for PII: counted in each text group, so "0 replacements" means something.
+HAZARD_PATTERNS = {
+    "numbers": r"\b\d[\d,.]*\b", "years": r"\b(?:1[5-9]|20)\d\d\b", "prices": r"[$£€]\s?\d",
+    "decimals": r"\b\d+\.\d+\b", "ranges": r"\b\d+[-–]\d+\b",
+    "dotted x.y.z": r"(?<![\d.])\d+\.\d+\.\d+(?![\d.])", "dotted w.x.y.z": r"(?<![\d.])\d+(?:\.\d+){3}(?![\d.])",
+    "@": r"@"}
+EXAMPLES = 5  # replacements shown per tool and text group (the rest with --list)
+_ADDRESS = re.compile(r"([\w.%'+-]+)@([\w-]+(?:\.[\w-]+)+)")
+_SHOWN_DOMAINS = ("example.", "anycompany.", "amazon.")  # documentation and service addresses, shown as written
+
+
+def masked(text: str) -> str:
+    """E-mail addresses of people in ``text`` with the local part cut to its first character (the results
+    file is committed: it shows which address was taken, not whose); documentation addresses as written."""
+    def one(m: re.Match) -> str:
+        if any(d in m.group(2).lower() for d in _SHOWN_DOMAINS):
+            return m.group()
+        return f"{m.group(1)[0]}…@{m.group(2)}"
+    return _ADDRESS.sub(one, text)
+
+
+def text_profile(groups: dict[str, list[str]]) -> list[str]:
+    """A table of what each text group holds: MB, and the numbers, dates, prices and dotted numbers in it."""
+    out = ["| text | MB | " + " | ".join(HAZARD_PATTERNS) + " |", "|---|---|" + "---|" * len(HAZARD_PATTERNS)]
+    for name, texts in groups.items():
+        joined = "\n".join(texts)
+        counts = [f"{len(re.findall(p, joined)):,}" for p in HAZARD_PATTERNS.values()]
+        out.append(f"| {name} | {len(joined.encode()) / 1e6:.1f} | " + " | ".join(counts) + " |")
+    return out
+
+
+def evaluate(tools, dt: str | None, prose, aws, meta, deb) -> tuple[dict, dict, dict, list]:
+    """The planted cases, the real header addresses and every replacement in real text, per tool."""
+    truth = truth_lines(meta + deb)
+    truth_set = {line for line, _ in truth}
+    rest = ["\n".join(x for x in t.split("\n") if x not in truth_set) for t in meta + deb]
+    groups = {"prose": prose, "aws": aws, REST: rest}
+    judged: dict[str, dict[str, Any]] = {}
+    real: dict[str, dict[str, int]] = {}
+    found: dict[str, dict[str, list[str]]] = {}
+    for name, (fn, kinds) in tools.items():
+        judged[name] = judge_cases(fn, kinds)
+        real[name] = judge_lines(truth, [fn(line) for line, _ in truth])
+        rules = rules_of(PiiConfig(phone=kinds == ("email", "ip", "phone")))
+        found[name] = {k: replacements(v, rules) for k, v in groups.items()}
+    if dt:
+        name = "datatrove 0.10 PIIFormatter"
+        case_texts = [c.text for c in cases()]
+        it = iter(run_datatrove(dt, case_texts + [line for line, _ in truth] + prose + aws + rest, 1)["out"])
+        by_case = dict(zip(case_texts, [next(it) for _ in case_texts], strict=True))
+        judged[name] = judge_cases(by_case.__getitem__, DATATROVE_KINDS)
+        real[name] = judge_lines(truth, [next(it) for _ in truth])
+        found[name] = {k: datatrove_replacements(v, [next(it) for _ in v]) for k, v in groups.items()}
+    return judged, real, found, [truth, groups]
+
+
+REST = "metadata and changelogs (outside the header lines)"
+
+
+def write_tables(judged, real, found, truth, groups, n_meta: int, n_deb: int) -> list[str]:
+    out = ["## Planted cases (tests/pii_corpus.py): exact replacements\n",
+           "| tool | email | ip | phone | hazards unchanged | wrong outputs |", "|---|---|---|---|---|---|"]
+    for name, j in judged.items():
+        cols = [f"{j['found'][k][0]}/{j['found'][k][1]}" if k in j["found"] else "n/a" for k in ("email", "ip", "phone")]
+        out.append(f"| {name} | {' | '.join(cols)} | {j['hazards_ok']}/{j['hazards']} | {'; '.join(j['wrong']) or '-'} |")
+    out += ["", f"## Real addresses: {len(truth)} header lines of {n_meta} package METADATA files and "
+            f"{n_deb} Debian changelogs\n", "| tool | addresses replaced | lines exactly right |", "|---|---|---|"]
+    for name, r in real.items():
+        out.append(f"| {name} | {r['replaced']}/{r['addresses']} ({100 * r['replaced'] / max(1, r['addresses']):.1f} %) "
+                   f"| {r['lines_exact']}/{r['lines']} |")
+    out += ["", "## What the real texts hold (regular-expression counts: what a loose pattern would take)\n"]
+    out += text_profile(groups)
+    out += ["", "## Replacements in real text\n",
+            "| tool | " + " | ".join(f"{k} ({sum(len(t) for t in v) / 1e6:.1f} MB)" for k, v in groups.items()) + " |",
+            "|---|---|---|---|"]
+    for name, f in found.items():
+        out.append(f"| {name} | " + " | ".join(_by_kind(f[k]) for k in groups) + " |")
+    out += ["", f"Examples: the first {EXAMPLES} of each kind, tool and text (people's addresses with the local part cut "
+            "to its first character; `--list FILE` writes every one as found, to be judged)."]
+    for name, f in found.items():
+        for k, items in f.items():
+            if items:
+                shown = [x for kind in sorted({x.split(":", 1)[0] for x in items})
+                         for x in [y for y in items if y.split(":", 1)[0] == kind][:EXAMPLES]]
+                out += ["", f"### {name}: {k} ({_by_kind(items)})", ""] + [f"- {masked(x)}" for x in shown]
+    return out
+
+
 def main() -> int:
     ap = bench_parser(__doc__, "pii")
     ap.add_argument("--datatrove-python", default=None, help="Python of a venv with datatrove (skipped without).")
     ap.add_argument("--rounds", type=int, default=5, help="Alternated speed rounds (best of each).")
     ap.add_argument("--build", type=float, default=0.0, help="MB of prose for the build's CPU per MB (0: skip).")
     ap.add_argument("--build-rounds", type=int, default=3)
+    ap.add_argument("--list", default=None, metavar="FILE",
+                    help="Write every replacement of every tool, unmasked, to FILE (keep it out of the repository).")
     args = ap.parse_args()
     dt = args.datatrove_python
     ph = {f"{k}_placeholder": v for k, v in PLACEHOLDERS.items()}
@@ -256,62 +348,24 @@ def main() -> int:
 
     prose = news_documents() + wiki_documents() + list(pydoc_data.topics.topics.values())
     aws, meta, deb = aws_documents(), metadata_texts(), debian_changelogs()
-    truth = truth_lines(meta + deb)
-    truth_set = {line for line, _ in truth}
-    rest = ["\n".join(x for x in t.split("\n") if x not in truth_set) for t in meta + deb]
-    case_texts = [c.text for c in cases()]
+    judged, real, found, (truth, groups) = evaluate(tools, dt, prose, aws, meta, deb)
     out: list[str] = ["# PII stage vs datatrove's PIIFormatter\n", f"Command: `{command_line()}`  ",
                       f"Machine: {machine('datatrove')}\n"]
-    judged: dict[str, dict[str, Any]] = {}
-    real: dict[str, dict[str, int]] = {}
-    found: dict[str, dict[str, list[str]]] = {}
-    for name, (fn, kinds) in tools.items():
-        judged[name] = judge_cases(fn, kinds)
-        real[name] = judge_lines(truth, [fn(line) for line, _ in truth])
-        rules = rules_of(PiiConfig(phone=kinds == ("email", "ip", "phone")))
-        found[name] = {"prose": replacements(prose, rules), "aws": replacements(aws, rules),
-                       "metadata and changelogs (outside the header lines)": replacements(rest, rules)}
-    if dt:
-        name = "datatrove 0.10 PIIFormatter"
-        outs = run_datatrove(dt, case_texts + [line for line, _ in truth] + prose + aws + rest, 1)["out"]
-        it = iter(outs)
-        by_case = dict(zip(case_texts, [next(it) for _ in case_texts], strict=True))
-        judged[name] = judge_cases(by_case.__getitem__, DATATROVE_KINDS)
-        real[name] = judge_lines(truth, [next(it) for _ in truth])
-        found[name] = {k: datatrove_replacements(v, [next(it) for _ in v]) for k, v in
-                       (("prose", prose), ("aws", aws), ("metadata and changelogs (outside the header lines)", rest))}
-    out += ["## Planted cases (tests/pii_corpus.py): exact replacements\n",
-            "| tool | email | ip | phone | hazards unchanged | wrong outputs |", "|---|---|---|---|---|---|"]
-    for name, j in judged.items():
-        cols = [f"{j['found'][k][0]}/{j['found'][k][1]}" if k in j["found"] else "n/a" for k in ("email", "ip", "phone")]
-        out.append(f"| {name} | {' | '.join(cols)} | {j['hazards_ok']}/{j['hazards']} | {'; '.join(j['wrong']) or '-'} |")
-    out += ["", f"## Real addresses: {len(truth)} header lines of {len(meta)} package METADATA files and "
-            f"{len(deb)} Debian changelogs\n", "| tool | addresses replaced | lines exactly right |", "|---|---|---|"]
-    for name, r in real.items():
-        out.append(f"| {name} | {r['replaced']}/{r['addresses']} ({100 * r['replaced'] / max(1, r['addresses']):.1f} %) "
-                   f"| {r['lines_exact']}/{r['lines']} |")
-    mb = {"prose": prose, "aws": aws, "metadata and changelogs (outside the header lines)": rest}
-    out += ["", "## Replacements in real text (each listed below, to be judged)\n",
-            "| tool | " + " | ".join(f"{k} ({sum(len(t) for t in v) / 1e6:.1f} MB)" for k, v in mb.items()) + " |",
-            "|---|---|---|---|"]
-    for name, f in found.items():
-        out.append(f"| {name} | " + " | ".join(_by_kind(f[k]) for k in mb) + " |")
-    for name, f in found.items():
-        for k, items in f.items():
-            shown = items if name.startswith("ours") else items[:200]
-            more = f" (the first {len(shown)} of {len(items)})" if len(shown) < len(items) else ""
-            out += ["", f"### {name}: {k}{more}", ""] + [f"- {x}" for x in shown]
-    groups = {"prose and the AWS reference": prose + aws, "metadata and changelogs": meta + deb}
-    rates = {g: speed(texts, args.rounds, dt) for g, texts in groups.items()}
-    sizes = {g: sum(len(t.encode()) for t in texts) / 1e6 for g, texts in groups.items()}
+    out += write_tables(judged, real, found, truth, groups, len(meta), len(deb))
+    if args.list:
+        Path(args.list).write_text("\n".join(f"{name} | {k} | {x}" for name, f in found.items()
+                                             for k, items in f.items() for x in items) + "\n", encoding="utf-8")
+    speeds = {"prose and the AWS reference": prose + aws, "metadata and changelogs": meta + deb}
+    rates = {g: speed(texts, args.rounds, dt) for g, texts in speeds.items()}
+    sizes = {g: sum(len(t.encode()) for t in texts) / 1e6 for g, texts in speeds.items()}
     out += ["", f"## Speed: MB of UTF-8 text per CPU-second, one process, best of {args.rounds} alternated rounds\n",
-            "| tool | " + " | ".join(f"{g} ({sizes[g]:.1f} MB)" for g in groups) + " |", "|---|---|---|"]
+            "| tool | " + " | ".join(f"{g} ({sizes[g]:.1f} MB)" for g in speeds) + " |", "|---|---|---|"]
     for tool in rates["prose and the AWS reference"]:
-        out.append(f"| {tool} | " + " | ".join(f"{rates[g][tool]:.1f}" for g in groups) + " |")
+        out.append(f"| {tool} | " + " | ".join(f"{rates[g][tool]:.1f}" for g in speeds) + " |")
     if dt:
-        ratios = [rates[g]["ours (email + ip, the defaults)"] / rates[g]["datatrove PIIFormatter"] for g in groups]
+        ratios = [rates[g]["ours (email + ip, the defaults)"] / rates[g]["datatrove PIIFormatter"] for g in speeds]
         out.append("\nOurs at the defaults against datatrove: " + ", ".join(
-            f"**{r:.2f}x** on {g}" for r, g in zip(ratios, groups, strict=True)) + ".")
+            f"**{r:.2f}x** on {g}" for r, g in zip(ratios, speeds, strict=True)) + ".")
     if args.build:
         out += ["", "## The build's CPU per MB\n"] + build_cpu(args.build, args.build_rounds)
     out.append(f"\n{machine(load=True)}")

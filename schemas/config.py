@@ -141,12 +141,13 @@ class DedupeConfig(Strict):
     containment_min_shingles: int = Field(50, ge=1)
     # Also judge a copy by its text before C4's line rules cut lines from it (a substitution that takes
     # a full stop, a cut mid-sentence cost it a paragraph there): Jaccard >= `threshold` before them,
-    # and what is kept of it lies in what is kept of the other (docs/dedupe.md, "Cleaning").
+    # and what is kept of it lies in what is kept of the other (docs/dedupe.md, section 2b).
     before_line_rules: bool = True
     # Containment candidates: 1 shingle in `anchor_every` (chosen by value) is an anchor, and each pair
     # of consecutive anchors is an extra LSH key, so a passage and a longer text holding it meet
-    # whatever their Jaccard (0: band keys only).
-    anchor_every: int = Field(32, ge=0, le=4096)
+    # whatever their Jaccard (0: band keys only). 16, not 32: a passage of ~130 shingles then holds
+    # fewer than two anchors 3 times in 1,000, not 9 in 100 (docs/dedupe.md, section 2b).
+    anchor_every: int = Field(16, ge=0, le=4096)
     seed: int = 42
     # Guard against transitive-closure blow-ups: verified edges only, and
     # members must be similar to their cluster's kept document.
@@ -338,6 +339,10 @@ class OptimConfig(Strict):
     # After the warmup: linear decay to 0 at the last step (BERT / RoBERTa), cosine decay to 0, or constant.
     schedule: Literal["linear", "cosine", "constant"] = "linear"
     clip_norm: float | None = 1.0
+    # The optimizer step's kernels: auto (AdamW fused on CUDA, LAMB multi-tensor on CUDA, per-tensor loops on
+    # CPU), fused (AdamW's single fused kernel; CPU too), foreach (multi-tensor ops), loop (per tensor), or
+    # compiled (torch.compile of the step, the learning rate a tensor so the schedule does not recompile it).
+    impl: Literal["auto", "fused", "foreach", "loop", "compiled"] = "auto"
 
 
 class MixSource(Strict):
@@ -414,6 +419,11 @@ class TrainConfig(Strict):
     # auto: bf16 on a CUDA GPU with bf16, fp16 (+ loss scaler) on one without, fp32 on CPU (trainer/precision.py).
     precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
     compile: bool | Literal["auto"] = "auto"  # torch.compile; auto: on CUDA only
+    # torch.compile's mode for the model: reduce-overhead records CUDA graphs of the compiled step (CUDA only).
+    compile_mode: Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"] = "default"
+    # Masking on the device (trainer/fused_masking.py; the same masks bit for bit): auto is fused on CUDA
+    # (a few compiled kernels instead of 136-336 small ops) and the reference ops on CPU.
+    masking_impl: Literal["auto", "fused", "reference"] = "auto"
     # Ragged batches run unpadded (real tokens only, varlen attention); full-length ones always drop the mask.
     unpad: bool = True
     corrupt_shards: Literal["fail", "skip"] = "fail"

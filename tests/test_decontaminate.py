@@ -1,11 +1,12 @@
 """Benchmark decontamination: real evaluation texts planted into a real corpus are found, near misses kept.
 
 The n-gram hashes and their normalization, the bounded Bloom filter (no false negatives, its size
-capped whatever the evaluation set), the evaluation file formats, the Beam stage on the in-process
-runner (document and spans modes; a filter far too small still gives exact verdicts), the attempt
-tag following the evaluation files' content, and a build through the real command line with one
-evaluation set on the GCS emulator: every removed document counted as ``filtered: decontaminated``,
-the report naming each benchmark file with its counts.
+capped whatever the evaluation set), the evaluation file formats (a JSON array split by the streaming
+scanner), the Beam stage on the in-process runner (document and spans modes; a filter far too small
+and an index in many partitions still give exact verdicts), the attempt tag following the evaluation
+files' content, and a build through the real command line with one evaluation set on the GCS
+emulator: every removed document counted as ``filtered: decontaminated``, the report naming each
+benchmark file with its counts.
 """
 
 from __future__ import annotations
@@ -79,6 +80,12 @@ def test_evaluation_file_formats(tmp_path) -> None:
     js = tmp_path / "set.json.gz"
     js.write_bytes(gzip.compress(json.dumps([{"text": "one"}, {"text": "two"}]).encode()))
     assert list(eval_texts(str(js))) == ["one", "two"]
+    pretty = tmp_path / "pretty.json"  # items split by the streaming scanner: brackets and commas inside strings
+    pretty.write_text('[\n  {"q": "a, [b] {c}", "choices": ["x", "y,]"]},\n  "bare",\n  {broken},\n  {"z": "\\"}"}\n]\n')
+    assert list(eval_texts(str(pretty))) == ["a, [b] {c}\nx\ny,]", "bare", None, '"}']
+    one = tmp_path / "one.json"
+    one.write_text('{"question": "only one", "answer": "yes"}')
+    assert list(eval_texts(str(one), ["question"])) == ["only one"]
     tx = tmp_path / "passages.txt"
     tx.write_text("para one\nstill one\n\n\npara two\n")
     assert list(eval_texts(str(tx))) == ["para one\nstill one\n", "para two\n"]
@@ -171,6 +178,18 @@ def test_a_filter_far_too_small_costs_work_never_a_wrong_removal(planted, tmp_pa
     res = _run(corpus.documents, cfg, tmp_path)
     assert {int(k.split("-")[1]) for k in res["removed"]} == set(corpus.contaminated)
     assert res["stats"]["candidates"] > 3 * len(corpus.contaminated)
+
+
+def test_an_index_in_many_partitions_gives_the_same_verdicts(planted, tmp_path, monkeypatch) -> None:
+    """Partitions of ~64 evaluation hashes (hundreds of them, as a large evaluation set gets at the default
+    size): each candidate's hashes meet only their partition's, and every contaminated document is
+    still found, nothing else."""
+    corpus, evals, _ = planted
+    monkeypatch.setattr(Decontaminate, "PART_HASHES", 64)
+    stage = Decontaminate(DecontaminateConfig(paths=[evals]))
+    assert stage.log2_parts >= 7
+    res = _run(corpus.documents, DecontaminateConfig(paths=[evals]), tmp_path)
+    assert {int(k.split("-")[1]) for k in res["removed"]} == set(corpus.contaminated)
 
 
 def test_a_path_matching_nothing_or_an_unread_kind_is_one_line(tmp_path) -> None:

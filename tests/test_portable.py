@@ -21,6 +21,7 @@ import gzip
 import io
 import json
 import os
+import posixpath
 import random
 import signal
 import subprocess
@@ -35,6 +36,8 @@ from pathlib import Path
 import pytest
 from conftest import free_port, wait_port
 from determinism import compare
+
+from shardforge.storage import is_tmp_name
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKERS = 2
@@ -230,6 +233,10 @@ def differences(a: Path, b: Path) -> list[str]:
     out = []
     for line in compare(a, b):
         name = line.split("] ", 1)[-1].split(":", 1)[0]
+        if line.startswith("only in one build: ") and is_tmp_name(posixpath.basename(line.rsplit(": ", 1)[-1])):
+            # A worker of a failed job that outlived it may leave a hidden temporary (never listed, never
+            # read) that a later commit sweeps once its writer is gone and it is older than the grace.
+            continue
         if name.startswith("ingest/ledger/"):
             rows = [[{k: v for k, v in json.loads(r).items() if k not in LEDGER_TIMES}
                      for r in (d / name).read_text().splitlines()] for d in (a, b)]

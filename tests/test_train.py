@@ -310,14 +310,14 @@ def test_torch_compile_option_trains_and_checkpoints_plain_weights(corpus, tmp_p
 
     calls = []
 
-    def compile_aot_eager(model, setting, device):
-        calls.append(setting)
-        return maybe_compile(model, setting, device, backend="aot_eager")
+    def compile_aot_eager(model, setting, device, mode="default"):
+        calls.append((setting, mode))
+        return maybe_compile(model, setting, device, backend="aot_eager", mode=mode)
 
     monkeypatch.setattr(train_mod, "maybe_compile", compile_aot_eager)
     out = str(tmp_path / "compiled")
     res = train(cfg(corpus, out, steps=2, compile=True))
-    assert calls == [True]
+    assert calls == [(True, "default")]
     assert res["steps"] == 2 and math.isfinite(res["last_loss"])
     state = load_checkpoint(list_checkpoints(out)[-1][1])["model"]
     assert not any(k.startswith("_orig_mod.") for k in state)  # loadable without torch.compile

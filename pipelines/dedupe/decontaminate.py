@@ -15,16 +15,16 @@ short; a JSON line that does not parse is counted as bad. The files, the hashes 
 
 How it scales (docs/dedupe.md, "Decontamination"): every n-gram is a 64-bit hash (blake2b words,
 a polynomial over the n words, a 64-bit mixer). The evaluation n-grams make two things: a Bloom
-filter of at most ``filter_mb`` (sized from the files' bytes), the only side input, which every
-document's n-grams are tested against in memory, a batch of documents at a time; and an index
-hash-partitioned by the hashes' top bits into partitions of ~2**18 hashes each. Documents with a
-filter hit (the contaminated ones, and the filter's false positives) send their hit hashes, split
-by partition, to a ``CoGroupByKey`` on the partition with the index: one partition's evaluation
-hashes are held, the candidates' streamed past them, exact matches only, whatever the evaluation
-sets' size (a set bigger than the filter holds makes more documents candidates: more work, never a
-wrong removal). The candidates then meet their matches by doc id. Removed documents are counted as
-``filtered: decontaminated`` in the accounting; the report's ``decontamination`` section names each
-benchmark file with its counts.
+filter of at most ``filter_mb`` (sized from the files' bytes), the only side input (every worker
+holds it: bounded whatever the evaluation sets' size), which every document's n-grams are tested
+against in memory, a batch of documents at a time; and an index hash-partitioned by the hashes' top
+bits into partitions of ~2**18 hashes each. Documents with a filter hit (the contaminated ones, and
+the filter's false positives) send their hit hashes, split by partition, to a ``GroupByKey`` on the
+partition with the index: one partition's evaluation hashes are held, the candidates' streamed past
+them, exact matches only (a set bigger than the filter holds makes more documents candidates: more
+work, never a wrong removal). The candidates then meet their matches by doc id. Removed documents
+are counted as ``filtered: decontaminated`` in the accounting; the report's ``decontamination``
+section names each benchmark file with its counts.
 """
 
 from __future__ import annotations
@@ -171,17 +171,33 @@ def _eval_parts(named: tuple[str, np.ndarray], log2_parts: int) -> Iterator[tupl
         yield part, (name, hashes_in)
 
 
-def _matches(joined: tuple[int, dict[str, Any]]) -> Iterator[tuple[str, tuple[str, np.ndarray]]]:
-    """One index partition: its evaluation hashes per file (held: the partition is bounded) against each
-    candidate's hit hashes (streamed) -> ``(doc_id, (benchmark, the hashes it shares))``."""
-    _, sides = joined
+EVAL, DOCS = "e", "d"  # the two sides of the hash join, tagged in one GroupByKey
+
+
+def _tagged(tag: str):
+    return lambda kv: (kv[0], (tag, kv[1]))
+
+
+def _matches(grouped: tuple[int, Iterable[tuple[str, tuple[str, np.ndarray]]]]
+             ) -> Iterator[tuple[str, tuple[str, np.ndarray]]]:
+    """One index partition: its evaluation hashes per file (held: ~PART_HASHES of them) against each
+    candidate's hit hashes -> ``(doc_id, (benchmark, the hashes it shares))``.
+
+    Two passes over the grouped values (a GroupByKey's values may be iterated again; a runner pages a
+    large group in from its shuffle): the first keeps only the evaluation side, the second streams the
+    candidates past it, so a partition's candidates are never held, however many the corpus sends
+    (``CoGroupByKey`` would hold both sides as lists)."""
+    _, values = grouped
     index: dict[str, list[np.ndarray]] = {}
-    for name, hashes in sides["eval"]:
-        index.setdefault(name, []).append(hashes)
+    for tag, (name, hashes) in values:
+        if tag == EVAL:
+            index.setdefault(name, []).append(hashes)
     if not index:
         return
     held = {name: np.unique(np.concatenate(parts)) for name, parts in sorted(index.items())}
-    for doc_id, hashes in sides["docs"]:
+    for tag, (doc_id, hashes) in values:
+        if tag != DOCS:
+            continue
         for name, known in held.items():
             shared = hashes[np.isin(hashes, known, assume_unique=True)]
             if len(shared):
@@ -330,7 +346,8 @@ class Decontaminate(beam.PTransform):
         probe = docs | "Probe" >> beam.ParDo(_Probe(cfg.ngram, self.log2_parts), pvalue.AsSingleton(bloom)).with_outputs(
             SUSPECTS, HITS, main="clear")
         index = read.ngrams | "EvalIndex" >> beam.FlatMap(_eval_parts, self.log2_parts)
-        matches = ({"eval": index, "docs": probe[HITS]} | "JoinHashes" >> beam.CoGroupByKey()
+        matches = ((index | "TagEval" >> beam.Map(_tagged(EVAL)), probe[HITS] | "TagDocs" >> beam.Map(_tagged(DOCS)))
+                   | "HashSides" >> beam.Flatten() | "JoinHashes" >> beam.GroupByKey()
                    | "Matches" >> beam.FlatMap(_matches))
         verdict = ({"doc": probe[SUSPECTS], "match": matches} | "JoinCandidates" >> beam.CoGroupByKey()
                    | "Verdict" >> beam.ParDo(_Verdict(cfg)).with_outputs(REJECTS, STATS, main="documents"))

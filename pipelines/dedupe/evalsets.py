@@ -32,6 +32,7 @@ from typing import IO, Any
 
 import numpy as np
 
+from pipelines.sources.streams import Prefixed, iter_json_array, skip_ws
 from schemas.config import DecontaminateConfig
 from schemas.errors import UserError
 from shardforge.storage import open_read, redact_url
@@ -216,15 +217,40 @@ def eval_identity(cfg: DecontaminateConfig) -> list[list[Any]]:
     return [[e.name, e.size, e.fingerprint] for e in eval_files(cfg)] if cfg.paths else []
 
 
-def _open_text(url: str) -> IO[str]:
+def _open_binary(url: str) -> IO[bytes]:
     raw: Any = open_read(url)
     lower = url.lower()
     for ext, opener in _OPENERS.items():
         if lower.endswith(ext):
-            raw = opener(raw)
-            lower = lower[: -len(ext)]
-            break
-    return io.TextIOWrapper(raw, encoding="utf-8", errors="replace", newline=None)
+            return opener(raw)
+    return raw
+
+
+def _open_text(url: str) -> IO[str]:
+    return io.TextIOWrapper(_open_binary(url), encoding="utf-8", errors="replace", newline=None)
+
+
+JSON_ITEM_MAX = 1 << 26  # bytes of one item of a JSON array; a longer one is a bad record
+
+
+def _json_values(url: str) -> Iterator[Any]:
+    """The records of a ``.json`` file: the items of a top-level array, split by the readers' streaming
+    scanner (a file of any size is never held whole), or the one value it holds (None: not JSON)."""
+    with _open_binary(url) as raw:
+        head = skip_ws(raw)
+        if not head:
+            return
+        if head.startswith(b"["):
+            for item, length in iter_json_array(Prefixed(head[1:], raw), JSON_ITEM_MAX):
+                try:
+                    yield json.loads(item) if length <= JSON_ITEM_MAX else None
+                except ValueError:
+                    yield None
+            return
+        try:
+            yield json.loads(head + raw.read())
+        except ValueError:
+            yield None
 
 
 def _format_of(url: str) -> str:
@@ -253,16 +279,12 @@ def record_text(value: Any, fields: list[str] | None = None) -> str:
 def eval_texts(url: str, fields: list[str] | None = None, block_chars: int = 1 << 20) -> Iterator[str | None]:
     """The texts of one evaluation file, in order (None for a JSON line that does not parse)."""
     kind = _format_of(url)
+    if kind == "json":
+        for value in _json_values(url):
+            yield None if value is None else record_text(value, fields)
+        return
     with _open_text(url) as f:
-        if kind == "json":
-            try:
-                data = json.load(f)
-            except ValueError:
-                yield None
-                return
-            for item in data if isinstance(data, list) else [data]:
-                yield record_text(item, fields)
-        elif kind == "jsonl":
+        if kind == "jsonl":
             for line in f:
                 if line.strip():
                     try:
