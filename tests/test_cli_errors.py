@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from probes import import_probe
 
 REPO = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -161,18 +162,7 @@ def test_help_names_the_command_as_the_user_ran_it(args, usage) -> None:
         assert "Apache Beam's own options" in res.stdout and "--help_beam" in res.stdout
 
 
-# Runs a module as `python -m MODULE ARGS` would, then says which modules it had imported when it exited.
-IMPORT_PROBE = """
-import runpy, sys
-module, sys.argv = sys.argv[1], sys.argv[1:]
-code = 0
-try:
-    runpy.run_module(module, run_name="__main__", alter_sys=True)
-except SystemExit as e:
-    code = e.code
-print("probe:", "torch" in sys.modules, "trainer.args" in sys.modules, code)
-sys.exit(code)
-"""
+IMPORT_PROBE = import_probe("torch", "trainer.args")
 
 
 @pytest.mark.parametrize("args, code", [
@@ -195,7 +185,7 @@ def test_the_trainer_answers_help_and_flag_mistakes_before_importing_torch(args,
     assert res.stdout.splitlines()[-1] == "probe: True True 0", res.stdout[-500:] + res.stderr[-2000:]
 
 
-TORCH_PROBE = IMPORT_PROBE.replace('"torch" in sys.modules, "trainer.args" in sys.modules', '"torch" in sys.modules')
+TORCH_PROBE = import_probe("torch")
 
 
 @pytest.mark.parametrize("args, code", [
@@ -212,8 +202,7 @@ def test_export_and_plot_answer_help_before_importing_torch(args, code) -> None:
         assert one_line_error(res)
 
 
-BEAM_PROBE = IMPORT_PROBE.replace('"torch" in sys.modules, "trainer.args" in sys.modules',
-                                  '"apache_beam" in sys.modules')
+BEAM_PROBE = import_probe("apache_beam")
 
 
 @pytest.mark.parametrize("args, module", [

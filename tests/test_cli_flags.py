@@ -13,22 +13,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from probes import import_probe
 
 REPO = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "PYTHONPATH": str(REPO)}
 
-# Runs a module as `python -m MODULE ARGS` would; its last line says whether Beam was imported, and the exit code.
-BEAM_PROBE = """
-import runpy, sys
-module, sys.argv = sys.argv[1], sys.argv[1:]
-code = 0
-try:
-    runpy.run_module(module, run_name="__main__", alter_sys=True)
-except SystemExit as e:
-    code = e.code
-print("probe:", "apache_beam" in sys.modules, code)
-sys.exit(code)
-"""
+BEAM_PROBE = import_probe("apache_beam")
 
 
 def run(*args: str, cwd: Path | str = REPO, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -213,7 +203,7 @@ def test_train_on_a_raw_file_says_to_build_a_corpus_first(tmp_path) -> None:
     for entry, data, says in ((["shardforge.cli", "train"], "plain.jsonl", "is a file, not a corpus"),
                               (["trainer.train"], "raw", "is a folder but not a corpus"),
                               (["trainer.train"], "nothing", "does not exist")):
-        res = run("-c", BEAM_PROBE.replace("apache_beam", "torch"), *entry, "--data", data, cwd=tmp_path)
+        res = run("-c", import_probe("torch"), *entry, "--data", data, cwd=tmp_path)
         assert res.stdout.splitlines()[-1] == "probe: False 2", res.stdout[-500:] + res.stderr[-2000:]
         assert says in one_line_error(res), res.stderr
 
