@@ -142,6 +142,11 @@ def test_the_description_names_the_run_and_max_tokens_sets_the_steps(small_corpu
     text = "\n".join(lines)
     assert "s3cret" not in text and "example.com/corpus" in text, text
     assert "1.23M parameters" in lines[0] and "cuda:0 x 2 processes, precision bf16" in lines[1]
+    assert "torch.compile on, reference masking ops" in lines[1]
+    fused = describe_run(planned.model_copy(update={"compile_mode": "reduce-overhead"}), manifest, RunShape(
+        params=1, device="cuda:0", precision="bf16", compiled=True, world_size=1, accum=1, vocab_size=400,
+        masking="fused"))
+    assert "torch.compile on (reduce-overhead), fused masking ops" in fused[1], fused[1]
     assert f"length: {planned.steps:,} steps (max_tokens 100,000) x 48 sequences" in lines[3]
     assert "2 processes, 3 micro-batches" in lines[3]
     assert "masking token 40% (evaluated at token 15%)" in lines[4]
@@ -189,7 +194,8 @@ def test_a_run_describes_itself_before_the_optimizer_logs_from_step_one_and_eval
         "data": root, "output": out, "steps": 3, "batch_size": 4, "device": "cpu", "log_every": 10,
         "eval_batches": 2, "model": {"size": "tiny"}, "masking": {"rate": 0.3}}))
     said = "\n".join(before_optimizer)
-    for start in ("model: size=tiny", "device: cpu, precision fp32", f"corpus: {root}", "length: 3 steps x 4 sequences",
+    for start in ("model: size=tiny", "device: cpu, precision fp32, torch.compile off, reference masking ops",
+                  f"corpus: {root}", "length: 3 steps x 4 sequences",
                   "evaluation: at step 3, 2 valid batches", f"output: checkpoints {out}/checkpoints"):
         assert start in said, (start, said)
     lines = [r.getMessage() for r in caplog.records]

@@ -30,6 +30,7 @@ class RunShape:
     world_size: int
     accum: int  # micro-batches per optimizer step
     vocab_size: int
+    masking: str = "reference"  # the masker that runs: fused (compiled kernels) or reference (plain ops)
 
 
 def mean_sequence_tokens(manifest: Manifest) -> float:
@@ -145,13 +146,20 @@ def output_line(cfg: TrainConfig) -> str:
             f"{', '.join(logs)}; a line every {cfg.log_every} steps")
 
 
+def compile_text(cfg: TrainConfig, shape: RunShape) -> str:
+    """torch.compile on (with its mode, where not the default) or off."""
+    if not shape.compiled:
+        return "off"
+    return "on" if cfg.compile_mode == "default" else f"on ({cfg.compile_mode})"
+
+
 def describe_run(cfg: TrainConfig, manifest: Manifest, shape: RunShape) -> list[str]:
     """The run's description, one line per concern."""
     return [
         f"model: {describe_model(cfg.model, shape.vocab_size)}; {count(shape.params)} parameters"
         + (f", from {where(cfg.init)}" if cfg.init else ""),
         f"device: {shape.device}{f' x {shape.world_size} processes' if shape.world_size > 1 else ''}, precision "
-        f"{shape.precision}, torch.compile {'on' if shape.compiled else 'off'}",
+        f"{shape.precision}, torch.compile {compile_text(cfg, shape)}, {shape.masking} masking ops",
         corpus_line(cfg, manifest),
         length_line(cfg, manifest, shape),
         optim_line(cfg),

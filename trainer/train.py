@@ -232,7 +232,8 @@ def setup(cfg: TrainConfig) -> Run:
     if dd.main:  # what the run is, before the optimizer: building one imports torch._dynamo (seconds)
         shape = RunShape(params=raw_model.num_params(), device=str(device), precision=prec.name,
                          compiled=compile_enabled(cfg.compile, device), world_size=dd.world_size, accum=accum,
-                         vocab_size=vocab_size)
+                         vocab_size=vocab_size,
+                         masking="fused" if isinstance(masker, fused_masking.FusedMasker) else "reference")
         for line in describe_run(cfg, manifest, shape):
             describe_log.info("%s", line)
     optimizer = build_optimizer(raw_model, cfg.optim)
