@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 import random
 import sys
@@ -272,7 +273,7 @@ def test_cluster_size_cap() -> None:
 
 # ------------------------------------------------------------------ incremental
 
-def test_incremental_index(tmp_path: Path) -> None:
+def test_incremental_index(tmp_path: Path, caplog) -> None:
     rng = random.Random(8)
     old_texts = [_words(rng, 200) for _ in range(6)]
     old = [Document(f"old-{i}", "ccnews", " ".join(w)) for i, w in enumerate(old_texts)]
@@ -312,6 +313,12 @@ def test_incremental_index(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="other parameters"):
         Deduplicate(DedupeConfig(bands=10), index_in=idx1).expand(beam.Pipeline(runner="FnApiRunner")
                                                                   | beam.Create([]))
+    # An index of another anchor rate is still read, with a warning that says what it costs.
+    with caplog.at_level(logging.WARNING, logger="shardforge.dedupe"):
+        assert index_parts(idx1, DedupeConfig(anchor_every=32)) == index_parts(idx1, DedupeConfig())
+    warned = [r.getMessage() for r in caplog.records if "anchor_every" in r.getMessage()]
+    assert len(warned) == 1 and "anchor_every 16 and this build uses 32" in warned[0], warned
+    assert json.loads((tmp_path / "idx1" / "index.json").read_text())["anchor_every"] == 16
     with pytest.raises(UserError, match="separate folders"):
         Deduplicate(DedupeConfig(), index_in=idx1, index_out=idx1 + "/")
     with pytest.raises(UserError, match="separate folders"):  # the same folder spelled another way

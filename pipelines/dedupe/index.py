@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -22,11 +23,14 @@ from shardforge.storage import (
     join,
     open_read,
     read_text,
+    redact_url,
     relative_url,
     resolve_url,
     unless_swept,
     write_text_atomic,
 )
+
+log = logging.getLogger("shardforge.dedupe")
 
 INDEX_VERSION = 1
 # Index part files hold at most this many entries, and about this many bytes of arrays (an entry's
@@ -56,7 +60,11 @@ def index_schema():
 def index_params(cfg: DedupeConfig) -> dict[str, Any]:
     """What must match for an index to be comparable with this config."""
     return {"version": INDEX_VERSION, "ngram": cfg.ngram, "bands": cfg.bands, "rows": cfg.rows,
-            "seed": cfg.seed, "near": cfg.near}
+            "seed": cfg.seed, "near": cfg.near, "anchor_every": cfg.anchor_every}
+
+
+# Parameters an index may differ in: it stays usable, with less recall (said in a warning).
+SOFT_PARAMS = ("near", "anchor_every")
 
 
 # One index entry as it crosses a shuffle: (doc_id, source, exact_hash, signature,
@@ -312,11 +320,17 @@ def index_parts(index_url: str, cfg: DedupeConfig) -> list[str]:
         raise UserError(f"no dedupe index at {index_url} ({INDEX_META} missing)")
     meta = json.loads(read_text(meta_url))
     want = index_params(cfg)
-    diff = {k: (meta.get(k), v) for k, v in want.items() if k != "near" and meta.get(k) != v}
+    diff = {k: (meta.get(k), v) for k, v in want.items() if k not in SOFT_PARAMS and meta.get(k) != v}
     if diff:
         raise UserError(f"dedupe index {index_url} was built with other parameters (index, config): {diff}")
     if cfg.near and not meta.get("near"):
         raise UserError(f"dedupe index {index_url} has no signatures (built with near=false)")
+    anchors = meta.get("anchor_every", 0)  # indexes written before anchors existed have none
+    if cfg.near and anchors != cfg.anchor_every:
+        log.warning("dedupe index %s was built with anchor_every %s and this build uses %s: a new document "
+                    "contained in an indexed one (or the reverse) is found by the band keys only (less recall "
+                    "on passages and truncated copies); set dedupe.anchor_every to %s to match it",
+                    redact_url(index_url), anchors, cfg.anchor_every, anchors)
     if "parts" in meta:  # append-only index: parts of earlier indexes are listed, not copied
         return [resolve_url(index_url, ref) for ref in meta["parts"]]
     return expand_glob(join(index_url, "part-*.parquet"))
