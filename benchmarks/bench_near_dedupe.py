@@ -62,7 +62,9 @@ from pathlib import Path
 
 import numpy as np
 
-from pipelines.dedupe.minhash import (
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repo root
+
+from pipelines.dedupe.minhash import (  # noqa: E402
     KERNEL_AFTER,
     KERNEL_ENV,
     MinHasher,
@@ -70,9 +72,9 @@ from pipelines.dedupe.minhash import (
     overlap,
     shingle_sets,
 )
-from pipelines.records import Document
-from schemas.config import DedupeConfig
-from tests.near_dedupe_corpus import FAMILIES, NEGATIVES, Item, build_corpus, score
+from pipelines.records import Document  # noqa: E402
+from schemas.config import DedupeConfig  # noqa: E402
+from tests.near_dedupe_corpus import FAMILIES, NEGATIVES, Item, build_corpus, score  # noqa: E402
 
 LENGTHS = {"news": 450, "full": 1600}
 OLD_DEFAULTS = DedupeConfig(ngram=5, bands=14, rows=8, threshold=0.8, containment=None)
