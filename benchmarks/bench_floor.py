@@ -95,8 +95,7 @@ def run_floor(raw: str, vocab_size: int) -> dict[str, Any]:
     from pipelines.clean.rules import clean_document
     from pipelines.clean.sentences import split_sentences
     from pipelines.corpus.shards import encoded_samples
-    from pipelines.dedupe.minhash import hash_normalized, normalize_text, shingle_sets
-    from pipelines.dedupe.sketch import minhasher
+    from pipelines.dedupe.sketch import minhasher, sketch_documents
     from pipelines.intermediates import size_runs
     from pipelines.localrunner.heap import tune_collector
     from pipelines.pack.rules import group_of, split_of
@@ -124,18 +123,14 @@ def run_floor(raw: str, vocab_size: int) -> dict[str, Any]:
     on = line_rules_for(src.name, cfg.sources, cfg.clean)
     kept = stage("clean", lambda: [d for d in (clean_document(x, cfg.clean, on) for x in docs)
                                    if isinstance(d, Document)])
-    norms = stage("exact hash", lambda: [normalize_text(d.text) for d in kept])
-    hashes = stage("exact hash", lambda: [hash_normalized(n) for n in norms])
     hasher = minhasher(cfg.dedupe)
 
-    def sketch() -> int:
-        n = 0
-        for i in range(0, len(norms), 512):
-            sigs = hasher.signatures(shingle_sets(norms[i:i + 512], hasher.ngram, normalized=True))
-            n += len(hasher.band_keys(sigs))
-        return n
+    def sketch() -> list[str]:
+        # The Sketch step's own per-document work, in its batches: normalized text, exact hash,
+        # shingles, signature, band and anchor keys, and the shingles the line rules took.
+        return [s.exact_hash for i in range(0, len(kept), 512) for s in sketch_documents(kept[i:i + 512], hasher)]
 
-    stage("minhash+bands", sketch)
+    hashes = stage("minhash+bands", sketch)  # the exact hash is in it (the "exact hash" stage stays 0)
     sentenced = stage("sentences", lambda: [SentencedDocument(d.doc_id, d.source, tuple(split_sentences(d.text)))
                                             for d in kept])
     tok = cfg.tokenizer
