@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from realtext import news_documents, wiki_documents
+from realtext import after_second_sentence, news_documents, wiki_documents
 
 STRIDE = 6
 FORMS = ("as written", "upper case", "spaced", "no punctuation")
@@ -36,13 +36,8 @@ class PlantedCorpus:
 
 
 def _cut(article: str) -> int:
-    cut = -1
-    for _ in range(2):
-        i = article.find(". ", cut + 1)
-        if i == -1:
-            break
-        cut = i
-    return cut + 2 if cut != -1 else len(article) // 2
+    cut = after_second_sentence(article)
+    return len(article) // 2 if cut is None else cut
 
 
 def _forms(words: list[str], k: int) -> str:

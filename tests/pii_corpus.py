@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from realtext import news_documents
+from realtext import after_second_sentence, news_documents
 
 # (kind, sentence with {} where the value goes, the value)
 PLANTED: list[tuple[str, str, str]] = [
@@ -115,15 +115,10 @@ class Case:
 
 def _sentences(article: str) -> tuple[str, str]:
     """The article cut after its second sentence (". " then a capital), or after its first half."""
-    cut = -1
-    for _ in range(2):
-        i = article.find(". ", cut + 1)
-        if i == -1:
-            break
-        cut = i
-    if cut == -1:
-        cut = len(article) // 2
-    return article[: cut + 2], article[cut + 2:]
+    cut = after_second_sentence(article)
+    if cut is None:
+        cut = len(article) // 2 + 2
+    return article[:cut], article[cut:]
 
 
 def cases() -> list[Case]:

@@ -82,6 +82,18 @@ def windows(text: str, n: int = WINDOW_WORDS, limit: int | None = None) -> list[
     return out[:limit] if limit is not None else out
 
 
+def after_second_sentence(article: str) -> int | None:
+    """Where an article's second sentence ends (just past its second ". "; past the first if it has
+    one only), or None for a text without any: where the planted-corpus builders cut an article."""
+    cut = -1
+    for _ in range(2):
+        i = article.find(". ", cut + 1)
+        if i == -1:
+            break
+        cut = i
+    return cut + 2 if cut != -1 else None
+
+
 def write_jsonl(path: str, docs: list[str]) -> str:
     """Write documents as a JSONL source file ({"text": ...} per line) for a build; returns the path."""
     with open(path, "w", encoding="utf-8") as f:
