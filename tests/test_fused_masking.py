@@ -14,27 +14,15 @@ import re
 
 import pytest
 import torch
+from test_masking import SPECIALS, V, make_batch, masker, word_table
 
-from schemas import BOS_ID, EOS_ID, MASK_ID, PAD_ID, SPECIAL_TOKENS
+from schemas import MASK_ID, PAD_ID
 from schemas.config import MaskingConfig
 from trainer.fused_masking import FusedMasker, launches, loop_nests, make_masker
 from trainer.masking import Masker
 
-V = 1000
-SPECIALS = sorted(SPECIAL_TOKENS.values())
 SCHEMES = ["token", "whole_word", "span", "ngram"]
 CUDA = torch.cuda.is_available()
-
-
-def words(gen: torch.Generator) -> torch.Tensor:
-    ws = torch.rand(V, generator=gen) < 0.6
-    ws[SPECIALS] = True
-    return ws
-
-
-def reference(scheme: str, ws: torch.Tensor, **kw: float) -> Masker:
-    return Masker(MaskingConfig(scheme=scheme, **kw), V, SPECIALS, MASK_ID, PAD_ID,
-                  ws if scheme != "token" else None)
 
 
 def ragged(gen: torch.Generator, B: int, L: int, separator_every: int = 0) -> torch.Tensor:
@@ -43,16 +31,7 @@ def ragged(gen: torch.Generator, B: int, L: int, separator_every: int = 0) -> to
     lengths[0] = L
     if B > 2:
         lengths[1], lengths[2] = 0, 2
-    ids = torch.full((B, L), PAD_ID, dtype=torch.int64)
-    for r, n in enumerate(lengths):
-        if n == 0:
-            continue
-        row = torch.randint(len(SPECIALS), V, (n,), generator=gen)
-        row[0], row[n - 1] = BOS_ID, EOS_ID
-        if separator_every:
-            row[separator_every: n - 1: separator_every] = EOS_ID
-        ids[r, :n] = row
-    return ids
+    return make_batch(lengths, L, gen, separator_every)
 
 
 def assert_same(ref: dict[str, torch.Tensor], got: dict[str, torch.Tensor], what: str) -> None:
@@ -65,8 +44,8 @@ def assert_same(ref: dict[str, torch.Tensor], got: dict[str, torch.Tensor], what
 @pytest.mark.parametrize("rate", [0.05, 0.15, 0.4])
 def test_fused_functions_equal_the_reference(scheme: str, rate: float) -> None:
     gen = torch.Generator().manual_seed(int(rate * 100) + len(scheme))
-    ws = words(gen)
-    ref = reference(scheme, ws, rate=rate)
+    ws = word_table(gen)
+    ref = masker(scheme, ws, rate=rate)
     fused = FusedMasker(ref, compile=False)
     for B, L, sep in [(6, 48, 0), (4, 64, 11), (1, 17, 0), (9, 8, 3)]:
         ids = ragged(gen, B, L, sep)
@@ -79,9 +58,9 @@ def test_fused_functions_equal_the_reference(scheme: str, rate: float) -> None:
 @pytest.mark.parametrize("scheme", ["span", "ngram"])
 def test_fused_span_laws_with_other_parameters(scheme: str) -> None:
     gen = torch.Generator().manual_seed(5)
-    ws = words(gen)
+    ws = word_table(gen)
     kw = {"span_p": 0.5, "span_max": 4} if scheme == "span" else {"ngram_max": 5}
-    ref = reference(scheme, ws, rate=0.3, mask_prob=0.5, random_prob=0.3, **kw)
+    ref = masker(scheme, ws, rate=0.3, mask_prob=0.5, random_prob=0.3, **kw)
     fused = FusedMasker(ref, compile=False)
     ids = ragged(gen, 5, 96, separator_every=13)
     sids = torch.arange(5) * 1000
@@ -90,7 +69,7 @@ def test_fused_span_laws_with_other_parameters(scheme: str) -> None:
 
 def test_fused_masker_keeps_the_reference_interface() -> None:
     gen = torch.Generator().manual_seed(1)
-    ref = reference("whole_word", words(gen))
+    ref = masker("whole_word", word_table(gen))
     fused = FusedMasker(ref, compile=False)
     ids = ragged(gen, 4, 32)
     assert fused.pad_id == ref.pad_id and fused.prediction_bound(ids) == ref.prediction_bound(ids)
@@ -102,7 +81,7 @@ def test_fused_masker_keeps_the_reference_interface() -> None:
 
 def test_a_failing_compile_falls_back_to_the_reference(caplog) -> None:
     gen = torch.Generator().manual_seed(2)
-    ref = reference("token", words(gen))
+    ref = masker("token", word_table(gen))
     fused = FusedMasker(ref, compile=False)
 
     def broken(*args: object) -> None:
@@ -118,7 +97,7 @@ def test_a_failing_compile_falls_back_to_the_reference(caplog) -> None:
 
 def test_make_masker_follows_the_setting() -> None:
     gen = torch.Generator().manual_seed(3)
-    ws = words(gen)
+    ws = word_table(gen)
     args = (MaskingConfig(scheme="span"), V, SPECIALS, MASK_ID, PAD_ID, ws)
     cpu = torch.device("cpu")
     assert type(make_masker(*args, device=cpu, impl="auto")) is Masker  # CPU: compiling costs more than it saves
@@ -136,8 +115,8 @@ def test_compiled_masking_is_bit_identical_in_few_kernels(scheme: str) -> None:
     from torch._inductor.utils import run_and_get_code
 
     gen = torch.Generator().manual_seed(11)
-    ws = words(gen)
-    ref = reference(scheme, ws)
+    ws = word_table(gen)
+    ref = masker(scheme, ws)
     fused = FusedMasker(ref)
     ids, sids = ragged(gen, 5, 40, separator_every=9), torch.arange(5)
     got, codes = run_and_get_code(lambda: fused(ids, sids, epoch=0, seed=0))
@@ -149,7 +128,7 @@ def test_compiled_masking_is_bit_identical_in_few_kernels(scheme: str) -> None:
     # The C++ backend fuses a call into one kernel; its loop nests are the CPU's proxy for Triton's kernels.
     assert 1 <= loop_nests(codes[0]) <= 10, loop_nests(codes[0])
     for rate, (B, L) in [(0.15, (3, 77)), (0.4, (8, 128))]:
-        other = reference(scheme, ws, rate=rate)
+        other = masker(scheme, ws, rate=rate)
         again = FusedMasker(other)
         ids, sids = ragged(gen, B, L, separator_every=10), torch.randint(0, 10**9, (B,), generator=gen)
         assert_same(other(ids, sids, epoch=4, seed=77), again(ids, sids, epoch=4, seed=77), f"rate {rate} {B}x{L}")
@@ -171,9 +150,9 @@ def test_cuda_fused_masking_matches_cpu_reference(scheme: str) -> None:
     from torch._inductor.utils import run_and_get_code
 
     gen = torch.Generator().manual_seed(13)
-    ws = words(gen)
-    ref = reference(scheme, ws)
-    fused = FusedMasker(reference(scheme, ws)).to("cuda")
+    ws = word_table(gen)
+    ref = masker(scheme, ws)
+    fused = FusedMasker(masker(scheme, ws)).to("cuda")
     ids, sids = ragged(gen, 32, 512, separator_every=97), torch.arange(32) * 7919
     got, codes = run_and_get_code(lambda: fused(ids.cuda(), sids.cuda(), epoch=1, seed=5))
     assert fused.fallback is None, fused.fallback

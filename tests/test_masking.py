@@ -22,9 +22,11 @@ SCHEMES = ["token", "whole_word", "span", "ngram"]
 def make_batch(
     lengths: list[int], L: int, gen: torch.Generator, separator_every: int = 0
 ) -> torch.Tensor:
-    """Rows `<s> tokens... </s>` of the given total lengths, right-padded to L."""
+    """Rows `<s> tokens... </s>` of the given total lengths (0: an empty row), right-padded to L."""
     ids = torch.full((len(lengths), L), PAD_ID, dtype=torch.int64)
     for r, n in enumerate(lengths):
+        if n == 0:  # an empty row: padding only
+            continue
         row = torch.randint(len(SPECIALS), V, (n,), generator=gen)
         row[0], row[n - 1] = BOS_ID, EOS_ID
         if separator_every:
