@@ -63,7 +63,7 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig, output: str, *,
     files: read exactly these URLs per source name instead of each source's glob.
     append: write the shards into an existing corpus (see AppendTo); ``output`` is
     then the batch's own folder and the ingest driver commits.
-    tag: the attempt tag of a one-shot build (default: ``pipelines.corpus.commit.one_shot_tag``). Shards
+    tag: the attempt tag of a one-shot build (default: ``pipelines.corpus.commit.one_shot_attempt(...).tag``). Shards
     carry it; everything else goes under ``output/versions/{tag}/``; the manifest
     is committed by a conditional create (docs/architecture.md, "Commit protocol").
     plan: the choices that depend on the runner (``RunnerPlan.of(options)``; default: one in-process worker).

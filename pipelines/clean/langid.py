@@ -152,9 +152,9 @@ def known_codes(method: Method = "cld2") -> frozenset[str]:
     return frozenset(code for _, code in pycld2.LANGUAGES) - {UNKNOWN}
 
 
-def identify_cld2(text: str) -> LanguageGuess:
+def identify_cld2(text: str, shares: bool = True) -> LanguageGuess:
     """CLD2's top language and the share of the text it covers, and each language's share paragraph by
-    paragraph (``paragraph_shares``).
+    paragraph (``paragraph_shares``; left out, with its CLD2 call per paragraph, when ``shares`` is False).
 
     isPlainText: our text is already plain (CLD2 would otherwise skip anything between < and >).
     Text CLD2 refuses (it validates UTF-8 strictly, e.g. noncharacters) is unknown, with the shares of the
@@ -163,9 +163,9 @@ def identify_cld2(text: str) -> LanguageGuess:
     try:
         _, _, details = pycld2.detect(text, isPlainText=True)
     except pycld2.error:  # the paragraphs CLD2 reads still count
-        return LanguageGuess(UNKNOWN, 0.0, paragraph_shares(text))
+        return LanguageGuess(UNKNOWN, 0.0, paragraph_shares(text) if shares else ())
     _, code, percent, _ = details[0]
-    return LanguageGuess(code, percent / 100.0, paragraph_shares(text))
+    return LanguageGuess(code, percent / 100.0, paragraph_shares(text) if shares else ())
 
 
 def paragraphs(text: str) -> list[str]:
@@ -241,6 +241,7 @@ def identify_stopwords(text: str) -> LanguageGuess:
     return LanguageGuess(best, shares[best]) if shares[best] > 0 else LanguageGuess(UNKNOWN, 0.0)
 
 
-def identify(text: str, method: Method = "cld2") -> LanguageGuess:
-    """The document's language by the named method."""
-    return identify_stopwords(text) if method == "stopwords" else identify_cld2(text)
+def identify(text: str, method: Method = "cld2", shares: bool = True) -> LanguageGuess:
+    """The document's language by the named method (``shares``: with CLD2's paragraph shares, which only
+    the language rule reads)."""
+    return identify_stopwords(text) if method == "stopwords" else identify_cld2(text, shares)

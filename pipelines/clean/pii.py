@@ -260,9 +260,6 @@ class PiiRules:
     def any(self) -> bool:
         return self.email or self.ip or self.phone
 
-    def placeholder(self, kind: str) -> str:
-        return dict(self.placeholders)[kind]
-
 
 def rules_of(cfg: PiiConfig) -> PiiRules:
     """The rules of a config (cached per setting: the clean step asks once a document)."""
@@ -317,6 +314,7 @@ def redact(text: str, rules: PiiRules) -> tuple[str, PiiFound | None]:
     spans = find_spans(text, rules)
     if not spans:
         return text, None
+    holders = dict(rules.placeholders)
     parts: list[str] = []
     counts: dict[str, int] = {}
     firsts: dict[str, int] = {}  # kind -> where its first placeholder starts in the new text
@@ -325,14 +323,14 @@ def redact(text: str, rules: PiiRules) -> tuple[str, PiiFound | None]:
         parts.append(text[pos:s])
         out_len += s - pos
         firsts.setdefault(kind, out_len)
-        holder = rules.placeholder(kind)
+        holder = holders[kind]
         parts.append(holder)
         out_len += len(holder)
         counts[kind] = counts.get(kind, 0) + 1
         pos = e
     parts.append(text[pos:])
     new = "".join(parts)
-    examples = tuple((k, _context(new, at, len(rules.placeholder(k)))) for k, at in sorted(firsts.items()))
+    examples = tuple((k, _context(new, at, len(holders[k]))) for k, at in sorted(firsts.items()))
     return new, PiiFound(tuple(sorted(counts.items())), examples)
 
 

@@ -278,8 +278,8 @@ def clean_document(doc: Document, cfg: CleanConfig, line_rules: bool = True,
     if reason is not None:
         out = filtered(reason, text)
         return dataclasses.replace(out, language=guess.code) if reason == "language" and guess else out
-    if guess is None:
-        guess = identify(text, cfg.language_id)
+    if guess is None:  # the language rule did not run: the document's language and score only
+        guess = identify(text, cfg.language_id, shares=False)
     return dataclasses.replace(doc, text=text, language=guess.code, language_score=guess.score, words=words,
                                before_line_rules=before)
 

@@ -315,11 +315,6 @@ def one_shot_attempt(cfg: BuildConfig, files: dict[str, list[str]] | None = None
     return Attempt(tag_for(1, cfg.model_dump(mode="json"), inputs, None, extra), prints)
 
 
-def one_shot_tag(cfg: BuildConfig, files: dict[str, list[str]] | None = None) -> str:
-    """The attempt tag of a one-shot build (``one_shot_attempt(...).tag``)."""
-    return one_shot_attempt(cfg, files).tag
-
-
 def check_folder(output: str) -> None:
     """Refuse (one line) an output that is an existing local file (a corpus is a folder), or a local
     folder this process cannot write (read-only, not its own, a full disk).

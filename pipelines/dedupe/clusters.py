@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from pipelines.dedupe.minhash import NearRule
-from pipelines.dedupe.sketch import NEW
+from pipelines.dedupe.sketch import NEW, u32
 from pipelines.records import Duplicate
 
 # Rounds of kept documents in one cluster: bounds the work in a cluster that loose edges joined
@@ -47,22 +47,17 @@ MAX_KEEPERS = 4
 CENTER_MAX = 32
 # The most judgements one large cluster may cost (~50 us each on news-length documents: ~1 s).
 LARGE_JUDGEMENTS = 20_000
-_NONE = np.empty(0, dtype=np.uint32)
 Doc = tuple[str, str, np.ndarray, np.ndarray]  # node, source, shingles, shingles lost to the line rules
 
 
-def _u32(raw: bytes | np.ndarray) -> np.ndarray:
-    return raw if isinstance(raw, np.ndarray) else np.frombuffer(raw, dtype=np.uint32)
-
-
 def cluster_docs(root: str, entries: Iterable[tuple[Any, ...]]) -> Iterator[Doc]:
-    """The documents of a cluster's group, its root included: ``("root", converged, shingles[, lost, source])``
-    and ``("member", node, source, shingles[, lost])`` entries as ``Doc``s."""
+    """The documents of a cluster's group, its root included: ``("root", converged, shingles, lost, source)``
+    and ``("member", node, source, shingles, lost)`` entries as ``Doc``s."""
     for e in entries:
         if e[0] == "root":
-            yield root, e[4] if len(e) > 4 else "", _u32(e[2]), _u32(e[3]) if len(e) > 3 else _NONE
+            yield root, e[4], u32(e[2]), u32(e[3])
         else:
-            yield e[1], e[2], _u32(e[3]), _u32(e[4]) if len(e) > 4 else _NONE
+            yield e[1], e[2], u32(e[3]), u32(e[4])
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ from pipelines.dedupe.minhash import (
     sampled,
     sketch_arrays,
 )
-from pipelines.dedupe.sketch import COUNTERS, NEW, OLD, Sketch, before_line_rules, near_rule, sketches_of
+from pipelines.dedupe.sketch import COUNTERS, NEW, OLD, Sketch, before_line_rules, near_rule, sketches_of, u32
 from pipelines.localrunner.batching import PooledBatches
 from pipelines.records import Document, Duplicate
 from schemas.config import DedupeConfig
@@ -125,7 +125,7 @@ class EdgeScreen:
 
     def passes(self, sig_a: np.ndarray, n_a: int | None, sig_b: np.ndarray, n_b: int | None) -> bool:
         """True if the pair (signatures with their samples, shingle counts; None: unknown) may be a near duplicate."""
-        a, b = _u32(sig_a), _u32(sig_b)
+        a, b = u32(sig_a), u32(sig_b)
         k = self.num_perm or a.size
         j = estimated_jaccard(a[:k], b[:k])
         if j >= self.jaccard:
@@ -155,11 +155,6 @@ class EdgeScreen:
 # sets as the raw bytes of their uint32 arrays. Signatures travel only through the
 # two screening joins, once per document each; shingles only to verification.
 BucketEntry = tuple[str, int] | tuple[str, int, bytes]  # (node, shingle count[, signature: old roots only])
-
-
-def _u32(raw: bytes | np.ndarray) -> np.ndarray:
-    """A uint32 array from the bytes that crossed a shuffle (arrays pass through)."""
-    return raw if isinstance(raw, np.ndarray) else np.frombuffer(raw, dtype=np.uint32)
 
 
 def bucket_root(members: Iterable[BucketEntry]) -> BucketEntry | None:
@@ -192,8 +187,6 @@ def bucket_candidates(members: Iterable[BucketEntry]) -> Iterator[tuple[str, tup
     produce nothing (old documents are never removed).
     """
     members = list(members)
-    if not any(m[0].startswith(NEW) for m in members):
-        return
     root = bucket_root(members)
     if root is None:
         return
@@ -214,7 +207,7 @@ def screen_at_member(member: str, member_sig: bytes, candidates: Iterable[tuple[
             continue
         seen.add(root)
         if root_sig:
-            if screen.passes(_u32(member_sig), n_m, _u32(root_sig), n_r):
+            if screen.passes(u32(member_sig), n_m, u32(root_sig), n_r):
                 yield "edge", (root, member)
         else:
             yield root, (member, member_sig, n_m, n_r)
@@ -235,7 +228,7 @@ def bucket_edges(members: Iterable[BucketEntry | tuple[str, np.ndarray, int]], s
     members = list(members)
     sig = {m[0]: m[1] for m in members}
     for member, (root, n_m, n_r, _) in bucket_candidates([(m[0], m[2]) for m in members]):
-        if screen.passes(_u32(sig[member]), n_m, _u32(sig[root]), n_r):
+        if screen.passes(u32(sig[member]), n_m, u32(sig[root]), n_r):
             yield (root, member)
 
 
@@ -269,9 +262,9 @@ class _ScreenAtRoot(beam.DoFn):
         sigs = list(g["sig"])
         if not sigs:
             return
-        root_sig = _u32(sigs[0])
+        root_sig = u32(sigs[0])
         for member, member_sig, n_m, n_r in g["req"]:
-            if self.screen.passes(_u32(member_sig), n_m, root_sig, n_r):
+            if self.screen.passes(u32(member_sig), n_m, root_sig, n_r):
                 self.edges.inc()
                 yield (root, member)
 
@@ -400,8 +393,7 @@ def _route_to_root(element: tuple[str, dict[str, Any]]) -> Iterator[tuple[str, t
     sketches, roles = list(groups["sketch"]), list(groups["role"])
     if not sketches or not roles:
         return
-    source, shingles, *rest = sketches[0]
-    lost = rest[0] if rest else b""
+    source, shingles, lost = sketches[0]
     label, is_root, _converged = roles[0]
     if label is not None:
         yield label, ("member", node, source, shingles, lost)

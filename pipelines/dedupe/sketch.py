@@ -17,6 +17,11 @@ OLD, NEW = "0", "1"  # node-id prefixes: indexed documents sort (and win) first
 _NONE = np.empty(0, dtype=np.uint32)
 
 
+def u32(raw: bytes | np.ndarray) -> np.ndarray:
+    """A uint32 array from the bytes that crossed a shuffle (arrays pass through)."""
+    return raw if isinstance(raw, np.ndarray) else np.frombuffer(raw, dtype=np.uint32)
+
+
 @dataclass(frozen=True)
 class Sketch:
     """What the near step needs of a document: its node id, signature, bucket keys and shingle set."""
@@ -62,9 +67,8 @@ def sketch_documents(docs: list[Document], hasher: MinHasher) -> list[Sketch]:
     return sketches_of(docs, sketch_arrays([d.text for d in docs], hasher, before_line_rules(docs)))
 
 
-def sketches_of(docs: list[Document], arrays: SketchArrays | tuple) -> list[Sketch]:
+def sketches_of(docs: list[Document], arrays: SketchArrays) -> list[Sketch]:
     """The Sketches of a batch of new documents from their ``sketch_arrays``."""
-    hashes, sigs, keys, shingles = arrays[:4]
-    lost = arrays[4] if len(arrays) > 4 else [_NONE] * len(docs)
+    hashes, sigs, keys, shingles, lost = arrays
     return [Sketch(NEW + d.doc_id, d.source, hashes[i], sigs[i], keys[i], shingles[i], lost[i])
             for i, d in enumerate(docs)]
