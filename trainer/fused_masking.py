@@ -42,16 +42,31 @@ from typing import Any, Literal
 import torch
 
 from schemas.config import MaskingConfig
-from trainer.masking import IGNORE_INDEX, STREAMS, Masker, signed, stream_base
+from trainer.masking import (
+    GOLDEN,
+    IGNORE_INDEX,
+    INT64_MAX,
+    MUL1,
+    MUL2,
+    S_BUDGET,
+    S_DECIDE,
+    S_GAP,
+    S_LEN,
+    S_OFFSET,
+    S_PRIO,
+    S_SPAN_DECIDE,
+    STREAMS,
+    Masker,
+    signed,
+    srl,
+    stream_base,
+    top32,
+)
 
 log = logging.getLogger("shardforge.masking")
 
-_G = signed(0x9E3779B97F4A7C15)  # splitmix64's increment (the golden ratio)
-_MUL1 = signed(0xBF58476D1CE4E5B9)
-_MUL2 = signed(0x94D049BB133111EB)
-_INT64_MAX = (1 << 63) - 1
-# Stream numbers (trainer.masking's order): budget, priority, 80/10/10, per-span 80/10/10, length, gap, offset.
-_BUDGET, _PRIO, _DECIDE, _SPAN_DECIDE, _LEN, _GAP, _OFFSET = range(1, 8)
+# The reference's constants as int64 tensor operands (splitmix64's increment and multipliers).
+_G, _MUL1, _MUL2 = signed(GOLDEN), signed(MUL1), signed(MUL2)
 # Layout of the int64 constants tensor.
 _RATE, _T_MASK, _T_RANDOM, _MASK_ID, _PAD_ID, _K = range(6)
 
@@ -59,16 +74,11 @@ _RATE, _T_MASK, _T_RANDOM, _MASK_ID, _PAD_ID, _K = range(6)
 # ------------------------------------------------------------------ elementwise building blocks
 
 
-def _srl(z: torch.Tensor, s: int) -> torch.Tensor:
-    """Logical right shift of int64 (torch's >> is arithmetic)."""
-    return (z >> s) & ((1 << (64 - s)) - 1)
-
-
 def _mix(z: torch.Tensor) -> torch.Tensor:
     """splitmix64's finalizer, out of place (the reference's in-place form, for the compiler)."""
-    z = (z ^ _srl(z, 30)) * _MUL1
-    z = (z ^ _srl(z, 27)) * _MUL2
-    return z ^ _srl(z, 31)
+    z = (z ^ srl(z, 30)) * _MUL1
+    z = (z ^ srl(z, 27)) * _MUL2
+    return z ^ srl(z, 31)
 
 
 def _row_key(sids: torch.Tensor, keys: torch.Tensor, stream: int) -> torch.Tensor:
@@ -79,10 +89,6 @@ def _row_key(sids: torch.Tensor, keys: torch.Tensor, stream: int) -> torch.Tenso
 def _hash(row_key: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     """Hash of (row, index) for index [N] or [B, N]."""
     return _mix(row_key + (index + 1) * _G)
-
-
-def _u32(h: torch.Tensor) -> torch.Tensor:
-    return _srl(h, 32)
 
 
 def _lookup(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
@@ -137,7 +143,7 @@ def _common(ids: torch.Tensor, sids: torch.Tensor, keys: torch.Tensor, consts: t
     special = _lookup(is_special, ids)
     maskable = ~special
     target = maskable.sum(1, keepdim=True) * consts[_RATE]
-    u_budget = _u32(_mix(_row_key(sids, keys, _BUDGET)))
+    u_budget = top32(_mix(_row_key(sids, keys, S_BUDGET)))
     return special, maskable, target, u_budget
 
 
@@ -161,9 +167,9 @@ def _tile(sids: torch.Tensor, keys: torch.Tensor, consts: torch.Tensor, seg: tor
           maskable: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(member, unit_start): the reference's span tiling (Masker._tile_spans) as reductions."""
     L = word_slot.shape[1]
-    span_len = _lookup(len_table, _srl(_hash(_row_key(sids, keys, _LEN), seg), 48))
-    gap = _lookup(gap_table, _srl(_hash(_row_key(sids, keys, _GAP), seg), 48))
-    offset = _u32(_mix(_row_key(sids, keys, _OFFSET))) % consts[_K]
+    span_len = _lookup(len_table, srl(_hash(_row_key(sids, keys, S_LEN), seg), 48))
+    gap = _lookup(gap_table, srl(_hash(_row_key(sids, keys, S_GAP), seg), 48))
+    offset = top32(_mix(_row_key(sids, keys, S_OFFSET))) % consts[_K]
     end = _cumsum(gap + span_len) - offset
     begin = (end - span_len).clamp(0, L)
     end = end.clamp(0, L)
@@ -182,8 +188,8 @@ def _replace(ids: torch.Tensor, sids: torch.Tensor, keys: torch.Tensor, consts: 
              allowed: torch.Tensor, selected: torch.Tensor, ustart: torch.Tensor | None,
              pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(masked ids, labels): <mask> / a random token / kept, as the reference decides."""
-    h_dec = _hash(_row_key(sids, keys, _DECIDE), pos)
-    u_dec = _u32(h_dec) if ustart is None else _u32(_hash(_row_key(sids, keys, _SPAN_DECIDE), ustart))
+    h_dec = _hash(_row_key(sids, keys, S_DECIDE), pos)
+    u_dec = top32(h_dec) if ustart is None else top32(_hash(_row_key(sids, keys, S_SPAN_DECIDE), ustart))
     rand_ids = _lookup(allowed, (h_dec & 0x7FFFFFFF) % allowed.shape[0])
     out = torch.where(selected & (u_dec < consts[_T_MASK]), consts[_MASK_ID], ids)
     use_rand = selected & (u_dec >= consts[_T_MASK]) & (u_dec < consts[_T_RANDOM])
@@ -202,7 +208,7 @@ def _select_units(ids: torch.Tensor, sids: torch.Tensor, keys: torch.Tensor, tar
         sx, sxx = x.sum(1, keepdim=True), (x * x).sum(1, keepdim=True)
         target = (target - ((sxx - sx) << 32) // (2 * sx).clamp(min=1)).clamp(min=0)
     budget = (target + u_budget) >> 32
-    prio = torch.where(unit_start, _hash(_row_key(sids, keys, _PRIO), pos), _INT64_MAX)
+    prio = torch.where(unit_start, _hash(_row_key(sids, keys, S_PRIO), pos), INT64_MAX)
     chosen = _take(_before(prio, ulen), ulen, budget, crossing=spans)
     return member & torch.gather(chosen, 1, ustart), ustart, ulen
 
@@ -215,7 +221,7 @@ def mask_token(ids, sids, keys, consts, is_special, allowed):  # noqa: ANN001, A
     pos = torch.arange(ids.shape[1], device=ids.device)
     special, maskable, target, u_budget = _common(ids, sids, keys, consts, is_special)
     budget = (target + u_budget) >> 32
-    prio = torch.where(maskable, _hash(_row_key(sids, keys, _PRIO), pos), _INT64_MAX)
+    prio = torch.where(maskable, _hash(_row_key(sids, keys, S_PRIO), pos), INT64_MAX)
     length = maskable.long()
     selected = _take(_before(prio, length), length, budget, crossing=False)
     return _replace(ids, sids, keys, consts, allowed, selected, None, pos)

@@ -33,14 +33,14 @@ WORD_START = "\u2581"  # SentencePiece's word-boundary marker
 # ---------------------------------------------------------------- keyed hashing
 
 _M64 = (1 << 64) - 1
-_GOLDEN = 0x9E3779B97F4A7C15
-_MUL1 = 0xBF58476D1CE4E5B9
-_MUL2 = 0x94D049BB133111EB
-_INT64_MAX = (1 << 63) - 1
+GOLDEN = 0x9E3779B97F4A7C15
+MUL1 = 0xBF58476D1CE4E5B9
+MUL2 = 0x94D049BB133111EB
+INT64_MAX = (1 << 63) - 1
 _U32 = 1 << 32
 
 # One stream per independent random choice; changing a value changes every mask.
-_S_BUDGET, _S_PRIO, _S_DECIDE, _S_SPAN_DECIDE, _S_LEN, _S_GAP, _S_OFFSET = range(1, 8)
+S_BUDGET, S_PRIO, S_DECIDE, S_SPAN_DECIDE, S_LEN, S_GAP, S_OFFSET = range(1, 8)
 STREAMS = 7  # streams 1..7 above
 
 
@@ -53,17 +53,17 @@ def signed(x: int) -> int:
 def mix_int(z: int) -> int:
     """splitmix64's finalizer on a Python int (the reference for the tensor version)."""
     z &= _M64
-    z = ((z ^ (z >> 30)) * _MUL1) & _M64
-    z = ((z ^ (z >> 27)) * _MUL2) & _M64
+    z = ((z ^ (z >> 30)) * MUL1) & _M64
+    z = ((z ^ (z >> 27)) * MUL2) & _M64
     return z ^ (z >> 31)
 
 
 def stream_base(seed: int, epoch: int, stream: int) -> int:
     """The int64 key of one random stream of one (seed, epoch): what every row's key starts from."""
-    return signed(mix_int(mix_int(mix_int(seed + _GOLDEN) + epoch * _GOLDEN) + stream * _GOLDEN))
+    return signed(mix_int(mix_int(mix_int(seed + GOLDEN) + epoch * GOLDEN) + stream * GOLDEN))
 
 
-def _srl(z: torch.Tensor, s: int) -> torch.Tensor:
+def srl(z: torch.Tensor, s: int) -> torch.Tensor:
     # torch's >> on int64 is arithmetic; masking off the sign copies makes it logical.
     return (z >> s) & ((1 << (64 - s)) - 1)
 
@@ -75,7 +75,7 @@ def mix(z: torch.Tensor) -> torch.Tensor:
     than the arithmetic.
     """
     z = z.clone()
-    for shift, mul in ((30, _MUL1), (27, _MUL2), (31, 0)):
+    for shift, mul in ((30, MUL1), (27, MUL2), (31, 0)):
         t = z >> shift
         t &= (1 << (64 - shift)) - 1
         z ^= t
@@ -84,9 +84,9 @@ def mix(z: torch.Tensor) -> torch.Tensor:
     return z
 
 
-def _u32(h: torch.Tensor) -> torch.Tensor:
+def top32(h: torch.Tensor) -> torch.Tensor:
     """Top 32 bits of a hash as int64 in [0, 2**32): a uniform integer."""
-    return _srl(h, 32)
+    return srl(h, 32)
 
 
 def _fixed(p: float) -> int:
@@ -276,12 +276,12 @@ class Masker:
     @staticmethod
     def _row_keys(sample_ids: torch.Tensor, seed: int, epoch: int, stream: int) -> torch.Tensor:
         """Per-row hash state for one stream: int64 [B]."""
-        return mix(sample_ids * signed(_GOLDEN) + stream_base(seed, epoch, stream))
+        return mix(sample_ids * signed(GOLDEN) + stream_base(seed, epoch, stream))
 
     @staticmethod
     def _hash(row_keys: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
         """Hash of (row, index): int64 [B, N] for index [N] or [B, N] (splitmix64's stream)."""
-        return mix(row_keys[:, None] + (index + 1) * signed(_GOLDEN))
+        return mix(row_keys[:, None] + (index + 1) * signed(GOLDEN))
 
     # ------------------------------------------------------------- the call
 
@@ -358,7 +358,7 @@ class Masker:
         scheme = self.cfg.scheme
         n_maskable = maskable.sum(dim=1)
         # Probabilistic rounding keeps the expected budget exactly rate × maskable.
-        u_budget = _u32(mix(self._row_keys(sids, seed, epoch, _S_BUDGET)))
+        u_budget = top32(mix(self._row_keys(sids, seed, epoch, S_BUDGET)))
         target = n_maskable * self._rate  # 32-bit fixed point
         ustart = ulen = None
         if scheme in ("span", "ngram"):
@@ -367,7 +367,7 @@ class Masker:
             target = (target - self._expected_overshoot(ulen, unit_start)).clamp_(min=0)
         budget = (target + u_budget) >> 32
         prio = torch.where(
-            unit_start, self._hash(self._row_keys(sids, seed, epoch, _S_PRIO), pos), _INT64_MAX
+            unit_start, self._hash(self._row_keys(sids, seed, epoch, S_PRIO), pos), INT64_MAX
         )
         if scheme == "token":
             selected = self._take_by_priority(prio, maskable.long(), budget)
@@ -385,12 +385,12 @@ class Masker:
                  ustart: torch.Tensor | None, pos: torch.Tensor) -> dict[str, torch.Tensor]:
         """Replace the selected tokens (<mask>, a random token, or kept); {"input_ids", "labels"}."""
         # 80/10/10: per span for SpanBERT (as its paper does), per token otherwise.
-        h_dec = self._hash(self._row_keys(sids, seed, epoch, _S_DECIDE), pos)
+        h_dec = self._hash(self._row_keys(sids, seed, epoch, S_DECIDE), pos)
         if self.cfg.scheme == "span":
             assert ustart is not None
-            u_dec = _u32(self._hash(self._row_keys(sids, seed, epoch, _S_SPAN_DECIDE), ustart))
+            u_dec = top32(self._hash(self._row_keys(sids, seed, epoch, S_SPAN_DECIDE), ustart))
         else:
-            u_dec = _u32(h_dec)  # top bits decide, low bits (below) pick the random token
+            u_dec = top32(h_dec)  # top bits decide, low bits (below) pick the random token
         rand_ids = _lookup(self._allowed, (h_dec & 0x7FFFFFFF) % self._allowed.numel())
         out_ids = torch.where(selected & (u_dec < self._t_mask), self.mask_id, ids)
         use_rand = selected & (u_dec >= self._t_mask) & (u_dec < self._t_random)
@@ -478,9 +478,9 @@ class Masker:
         B, L = slot_start.shape
         K = self._offset_range
         j = torch.arange(L + K, device=pos.device)  # enough segments: each covers >= 1 slot
-        span_len = _lookup(self._len_table, _srl(self._hash(self._row_keys(sids, seed, epoch, _S_LEN), j), 48))
-        gap = _lookup(self._gap_table, _srl(self._hash(self._row_keys(sids, seed, epoch, _S_GAP), j), 48))
-        offset = _u32(mix(self._row_keys(sids, seed, epoch, _S_OFFSET))) % K
+        span_len = _lookup(self._len_table, srl(self._hash(self._row_keys(sids, seed, epoch, S_LEN), j), 48))
+        gap = _lookup(self._gap_table, srl(self._hash(self._row_keys(sids, seed, epoch, S_GAP), j), 48))
+        offset = top32(mix(self._row_keys(sids, seed, epoch, S_OFFSET))) % K
         end = torch.cumsum(gap + span_len, dim=1) - offset[:, None]  # exclusive, slot coordinates
         begin = end - span_len
         # Paint the disjoint spans onto slot space: +1 at each begin, -1 at each end
