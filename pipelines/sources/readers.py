@@ -267,8 +267,9 @@ def frame_json(stream: BinaryIO, path: str, source: SourceConfig, cap: int, tall
     tally.origins[path] = "file"
     if head.startswith(b"["):
         tally.origins[path] = "item"
+        key = path_key(source.name, path)
         for i, (raw, length) in enumerate(iter_json_array(Prefixed(head[1:], stream), cap)):
-            doc_id = make_doc_id(source.name, path, i)
+            doc_id = doc_id_at(key, i)
             yield Frame(doc_id, parse_json, (raw, length, doc_id, source, cap))
         return
     data = head + read_up_to(stream, cap + 1 - len(head)) if len(head) <= cap else head
@@ -311,11 +312,12 @@ def frame_text(stream: BinaryIO, path: str, source: SourceConfig, cap: int, tall
     parts: list[bytes] = []
     size = 0
     index = 0
+    key = path_key(source.name, path)
 
     def flush() -> Iterator[Frame]:
         nonlocal parts, size, index
         if size > cap or any(p.strip() for p in parts):
-            doc_id = make_doc_id(source.name, path, index)
+            doc_id = doc_id_at(key, index)
             index += 1
             if size > cap:  # the parts hold only the head of this document
                 yield Frame(doc_id, too_large, (doc_id, source, b"\n".join(parts)))
@@ -371,8 +373,9 @@ def frame_parquet(stream: BinaryIO, path: str, source: SourceConfig, cap: int, t
     names = set(pf.schema_arrow.names)
     text_col = next((c for c in text_fields(source) if c in names), None)
     if text_col is None:
+        key = path_key(source.name, path)
         for i in range(pf.metadata.num_rows):
-            doc_id = make_doc_id(source.name, path, i)
+            doc_id = doc_id_at(key, i)
             yield Frame(doc_id, _missing_column, (doc_id, source, sorted(names)))
         return
     meta = {"url": next((c for c in URL_FIELDS if c in names), None),
@@ -431,6 +434,7 @@ def frame_tar(stream: BinaryIO, path: str, source: SourceConfig, cap: int, depth
     `not_a_file` record. doc_id: archive path + member index (non-files: their own index)."""
     tally.origins[path] = "member"
     tracked = TailTracker(stream)
+    member_key = path_key(source.name, path)
     with tarfile.open(fileobj=tracked, mode="r|") as tar:  # type: ignore[call-overload]
         index = 0
         others = 0
@@ -449,7 +453,7 @@ def frame_tar(stream: BinaryIO, path: str, source: SourceConfig, cap: int, depth
                 # Nested archive or record file: its records are indexed (and counted) inside it.
                 yield from read_stream(f, inner_path, source, cap, fmt, comp, depth + 1, tally, budget)
                 continue
-            doc_id = make_doc_id(source.name, path, index)
+            doc_id = doc_id_at(member_key, index)
             index += 1
             yield Frame(doc_id, parse_document, (read_up_to(f, cap + 1), doc_id, source, cap))
     check_tar_end(tracked)
