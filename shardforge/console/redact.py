@@ -71,15 +71,13 @@ def refuse_url_credentials(args: list[str]) -> None:
 def redact_text(text: str) -> str:
     """text with every URL in it redacted (credentials dropped) and every known credential masked."""
     if "://" in text:
-        from shardforge.storage import redact_url  # fsspec (~0.2 s) loads only when a URL needs redacting
+        # fsspec (~0.2 s) loads only when a URL needs redacting
+        from shardforge.storage.urls import redact_url_lenient
 
         def one(m: re.Match[str]) -> str:
             url = m.group(0)
             tail = url[len(url.rstrip(".,;:!?")):]  # sentence punctuation after a URL stays outside it
-            try:
-                return redact_url(url[:len(url) - len(tail)]) + tail
-            except ValueError:  # not parseable as a URL (e.g. a bad port): drop what could be userinfo
-                return re.sub(r"://[^/@]*@", "://", url)
+            return redact_url_lenient(url[:len(url) - len(tail)]) + tail
 
         text = _URL_IN_TEXT.sub(one, text)
     for secret in sorted(_secrets, key=len, reverse=True):

@@ -67,6 +67,15 @@ def redact_url(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
+def redact_url_lenient(url: str) -> str:
+    """``redact_url``, or for a string that does not parse as a URL (a bad port, a stray bracket) the
+    string without whatever could be userinfo."""
+    try:
+        return redact_url(url)
+    except ValueError:
+        return re.sub(r"://[^/@]*@", "://", url)
+
+
 def redact_urls(data: Any) -> Any:
     """JSON-like data (a config, a record) with ``redact_url`` applied to every string holding a URL.
 
@@ -75,10 +84,7 @@ def redact_urls(data: Any) -> Any:
     if isinstance(data, str):
         if "://" not in data:
             return data
-        try:
-            return redact_url(data)
-        except ValueError:  # not parseable as a URL (a bad port, a stray bracket): drop what could be userinfo
-            return re.sub(r"://[^/@]*@", "://", data)
+        return redact_url_lenient(data)
     if isinstance(data, dict):
         return {k: redact_urls(v) for k, v in data.items()}
     if isinstance(data, (list, tuple)):
