@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, get_args
 
+from pipelines.localrunner.preflight import runner_in_argv
 from schemas.config import (
     BuildConfig,
     CleanConfig,
@@ -431,11 +432,12 @@ def beam_flags_known(argv: Sequence[str]) -> bool:
             return False
     except importlib.metadata.PackageNotFoundError:
         return False
-    runners = [a.split("=", 1)[1] if a.startswith("--runner=") else (argv[i + 1] if i + 1 < len(argv) else "")
-               for i, a in enumerate(argv) if a == "--runner" or a.startswith("--runner=")]
-    if not runners:
+    if argv and argv[-1] == "--runner":
+        return False  # a --runner without its value: Beam's own parser says so
+    runner = runner_in_argv(argv)
+    if runner is None:
         return True
-    name = runners[-1].lower()
+    name = runner.lower()
     return (name[:-len("runner")] if name.endswith("runner") else name) in RUNNERS_OF_BEAM_FLAGS
 
 

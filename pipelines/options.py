@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from apache_beam.options import pipeline_options as beam_options
 from apache_beam.options.pipeline_options import PipelineOptions, SetupOptions, StandardOptions
 
+from pipelines.clean.pii import KINDS as PII_KINDS
 from pipelines.flags import DEFAULT_SPILL_MB, add_build_flags, add_local_runner_flags, answer_help
 from pipelines.localrunner.preflight import (  # noqa: F401 - re-exported: the runner checks live together
     DASK_REFUSED,
@@ -220,14 +221,13 @@ def build_config_from_options(opts: BuildOptions) -> BuildConfig:
 
 def pii_kinds(arg: str) -> dict[str, bool]:
     """``--pii email,ip`` -> each kind on or off (``none``: every kind off); one line for an unknown kind."""
-    kinds = ("email", "ip", "phone")
     given = {k.strip() for k in arg.split(",") if k.strip()}
     if given == {"none"}:
         given = set()
-    unknown = sorted(given - set(kinds))
+    unknown = sorted(given - set(PII_KINDS))
     if unknown:
-        raise UserError(f"--pii {arg!r}: unknown kind(s) {unknown}; give a comma list of {', '.join(kinds)}, or none")
-    return {k: k in given for k in kinds}
+        raise UserError(f"--pii {arg!r}: unknown kind(s) {unknown}; give a comma list of {', '.join(PII_KINDS)}, or none")
+    return {k: k in given for k in PII_KINDS}
 
 
 def finalize_options(opts: PipelineOptions, *, check_runner: bool = True) -> PipelineOptions:

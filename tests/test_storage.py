@@ -173,7 +173,7 @@ def test_a_temporary_removed_under_its_writer_is_named_as_such(store_url, monkey
     import shardforge.storage.writes as writes
 
     fs, _ = storage.get_fs(store_url)
-    if writes._is_local(fs):
+    if storage.is_local_fs(fs):
         def produce(f) -> None:
             f.write(b"x" * 1000)
             for name in os.listdir(store_url):

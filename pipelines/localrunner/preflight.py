@@ -78,15 +78,28 @@ def dataflow_client_missing() -> str | None:
             f"(missing {', '.join(missing)}): {DATAFLOW_INSTALL} (from the repository root)")
 
 
-def runner_in_argv(argv: Sequence[str]) -> str | None:
-    """The value of the last ``--runner X`` / ``--runner=X`` in argv (as Beam's parser reads it), or None."""
-    runner = None
+def flag_values(argv: Sequence[str], flag: str) -> list[str]:
+    """Every value of ``flag`` in argv (``--flag X`` or ``--flag=X``), in order; a ``--flag`` that ends
+    argv has no value and is left out."""
+    out = []
     for i, arg in enumerate(argv):
-        if arg == "--runner" and i + 1 < len(argv):
-            runner = argv[i + 1]
-        elif arg.startswith("--runner="):
-            runner = arg.split("=", 1)[1]
-    return runner
+        if arg == flag and i + 1 < len(argv):
+            out.append(argv[i + 1])
+        elif arg.startswith(flag + "="):
+            out.append(arg.split("=", 1)[1])
+    return out
+
+
+def last_flag(argv: Sequence[str], flag: str) -> str | None:
+    """The value of the last ``flag`` in argv (``--flag X`` or ``--flag=X``, as Beam's parser reads
+    it), or None: the one parser of a flag's value before the command's own parser runs."""
+    values = flag_values(argv, flag)
+    return values[-1] if values else None
+
+
+def runner_in_argv(argv: Sequence[str]) -> str | None:
+    """The value of the last ``--runner X`` / ``--runner=X`` in argv, or None."""
+    return last_flag(argv, "--runner")
 
 
 # Optional integrations that Beam imports whenever they are installed and that a local build never
@@ -178,22 +191,6 @@ LOCATION_FLAGS = ("--input", "--output", "--tokenized", "--watch", "--corpus")
 def runner_name(runner: str | None) -> str:
     """'apache_beam.runners.portability.flink_runner.FlinkRunner' or 'flink' -> 'flink'; '' for none."""
     return (runner or "").rsplit(".", 1)[-1].lower().removesuffix("runner")
-
-
-def flag_values(argv: Sequence[str], flag: str) -> list[str]:
-    """Every value of ``flag`` in argv (``--flag X`` or ``--flag=X``), in order."""
-    out = []
-    for i, arg in enumerate(argv):
-        if arg == flag and i + 1 < len(argv):
-            out.append(argv[i + 1])
-        elif arg.startswith(flag + "="):
-            out.append(arg.split("=", 1)[1])
-    return out
-
-
-def last_flag(argv: Sequence[str], flag: str) -> str | None:
-    values = flag_values(argv, flag)
-    return values[-1] if values else None
 
 
 def runner_problems(argv: Sequence[str]) -> list[str]:

@@ -87,6 +87,7 @@ def build_warnings(manifest: dict[str, Any]) -> list[str]:
 def pii_stats(manifest: dict[str, Any], pii: dict[str, Any] | None) -> dict[str, Any]:
     """PII section: each kind on or off with its placeholder (the effective config), what was replaced
     per source and kind and in all (``replaced`` matches, ``documents`` holding one), the examples."""
+    from pipelines.clean.pii import KINDS
     from schemas.config import CleanConfig
 
     cfg = CleanConfig.model_validate(manifest.get("config", {}).get("clean", {})).pii
@@ -98,7 +99,7 @@ def pii_stats(manifest: dict[str, Any], pii: dict[str, Any] | None) -> dict[str,
             t["replaced"] += c["replaced"]
             t["documents"] += c["documents"]
     return {"kinds": {k: {"on": getattr(cfg, k), "placeholder": getattr(cfg, f"{k}_placeholder")}
-                      for k in ("email", "ip", "phone")},
+                      for k in KINDS},
             "ip_public_only": cfg.ip_public_only, "sources": pii["counts"], "totals": dict(sorted(totals.items())),
             "examples": pii["examples"],
             "unit": "matches replaced by placeholders in kept documents; documents holding at least one"}

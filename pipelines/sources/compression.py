@@ -218,31 +218,35 @@ class Budget:
                                  f"{self.max_ratio:g}:1 (max_expansion_ratio)")
 
 
-class RawCounter:
-    """A read(n) pass-through counting the bytes read from the file itself."""
+class _Charged:
+    """A read(n) pass-through that hands the length of every non-empty read to ``_charge``."""
 
     def __init__(self, stream: BinaryIO, budget: Budget):
         self._stream = stream
         self._budget = budget
 
-    def read(self, n: int = -1) -> bytes:
-        b = self._stream.read(n)
-        self._budget.raw += len(b)
-        return b
-
-
-class Inflated:
-    """A read(n) pass-through over a decompressor, charging what it produces to the budget."""
-
-    def __init__(self, stream: BinaryIO, budget: Budget):
-        self._stream = stream
-        self._budget = budget
+    def _charge(self, n: int) -> None:
+        raise NotImplementedError
 
     def read(self, n: int = -1) -> bytes:
         b = self._stream.read(n)
         if b:
-            self._budget.add_inflated(len(b))
+            self._charge(len(b))
         return b
+
+
+class RawCounter(_Charged):
+    """A read(n) pass-through counting the bytes read from the file itself."""
+
+    def _charge(self, n: int) -> None:
+        self._budget.raw += n
+
+
+class Inflated(_Charged):
+    """A read(n) pass-through over a decompressor, charging what it produces to the budget."""
+
+    def _charge(self, n: int) -> None:
+        self._budget.add_inflated(n)
 
 
 def decompress(stream: BinaryIO, compression: str | None, budget: Budget | None = None) -> BinaryIO:

@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from fsspec import AbstractFileSystem
 
 from pipelines.sources.readers import R_INVALID_FILE_NAME, R_NOT_A_FILE, R_UNREADABLE
-from shardforge.storage import full_url, get_fs, invalidate, protocol_of, raise_if_unreachable, retry
+from shardforge.storage import full_url, get_fs, invalidate, is_local_fs, raise_if_unreachable, retry
 
 Input = tuple[str, "str | None"]  # (URL, or the escaped name when it is invalid; skip reason or None)
 
@@ -129,8 +129,8 @@ def judge_urls(urls: Iterable[str], pattern: str | None = None, follow_links: bo
 
 
 def _is_local(url: str) -> bool:
-    fs, _ = get_fs(url)
-    return protocol_of(fs) in ("file", "local")
+    """Whether url names a path on this machine's disk (as fsspec opens it)."""
+    return is_local_fs(get_fs(url)[0])
 
 
 def judge_listing(fs: AbstractFileSystem, path: str, info: dict,
@@ -161,7 +161,7 @@ def local_file_problem(url: str) -> tuple[str, str] | None:
     Remote stores hold only objects (their 'directories' are caught by list_inputs).
     """
     fs, path = get_fs(url)
-    if protocol_of(fs) not in ("file", "local"):
+    if not is_local_fs(fs):
         return None
     try:
         mode = os.stat(path).st_mode  # follows links: a dangling or looping link fails here

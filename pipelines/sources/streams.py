@@ -139,12 +139,20 @@ def mostly_binary(head: bytes) -> bool:
 
 # ------------------------------------------------------------------ framing
 
-def read_up_to(stream: BinaryIO, n: int) -> bytes:
-    """Read n bytes (fewer only at the end of the stream); decompressors may return short reads."""
+def read_up_to(stream: BinaryIO, n: int, keep_before_fault: bool = False) -> bytes:
+    """Read n bytes (fewer only at the end of the stream); decompressors may return short reads.
+
+    ``keep_before_fault``: a fault (EOFError, CorruptData) after some bytes ends the read with those
+    bytes; one before any byte is raised. Without it, every fault is raised."""
     parts: list[bytes] = []
     got = 0
     while got < n:
-        b = stream.read(min(CHUNK, n - got))
+        try:
+            b = stream.read(min(CHUNK, n - got))
+        except (EOFError, CorruptData):
+            if not (keep_before_fault and parts):
+                raise
+            break
         if not b:
             break
         parts.append(b)
@@ -155,20 +163,7 @@ def read_up_to(stream: BinaryIO, n: int) -> bytes:
 def read_head(stream: BinaryIO, n: int) -> bytes:
     """``read_up_to`` for a sniffed head: a stream that decoded fewer bytes before its fault gives
     those (``Drained`` raises the fault again at the next read, so nothing is lost and nothing skipped)."""
-    parts: list[bytes] = []
-    got = 0
-    while got < n:
-        try:
-            b = stream.read(min(CHUNK, n - got))
-        except (EOFError, CorruptData):
-            if not parts:
-                raise
-            break
-        if not b:
-            break
-        parts.append(b)
-        got += len(b)
-    return b"".join(parts)
+    return read_up_to(stream, n, keep_before_fault=True)
 
 
 # One character class, greedy, backing off to the run's last newline: SRE's single-class repeat

@@ -34,10 +34,14 @@ def protocol_of(fs: fsspec.AbstractFileSystem) -> str:
     return p[0] if isinstance(p, (tuple, list)) else p
 
 
+def is_local_fs(fs: fsspec.AbstractFileSystem) -> bool:
+    """Whether fs is this machine's disk (fsspec's local filesystem)."""
+    return protocol_of(fs) in ("file", "local")
+
+
 def full_url(fs: fsspec.AbstractFileSystem, path: str) -> str:
     """Inverse of get_fs: a URL that get_fs maps back to (fs, path)."""
-    proto = protocol_of(fs)
-    if proto in ("file", "local"):
+    if is_local_fs(fs):
         return path
     return fs.unstrip_protocol(path)
 

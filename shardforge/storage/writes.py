@@ -27,7 +27,7 @@ from shardforge.storage.retry import (
     is_transient_or_lost,
     retry,
 )
-from shardforge.storage.urls import full_url, get_fs, protocol_of, redact_url
+from shardforge.storage.urls import full_url, get_fs, is_local_fs, protocol_of, redact_url
 
 log = logging.getLogger(__name__)
 
@@ -80,10 +80,6 @@ def is_tmp_name(path: str) -> bool:
 
 
 _OBJECT_STORES = ("gs", "gcs", "s3", "s3a")
-
-
-def _is_local(fs: fsspec.AbstractFileSystem) -> bool:
-    return protocol_of(fs) in ("file", "local")
 
 
 def _remove_quietly(fs: fsspec.AbstractFileSystem, path: str) -> None:
@@ -146,10 +142,12 @@ def _commit(fs: fsspec.AbstractFileSystem, tmp: str, path: str, w: _HashingWrite
         return
     if protocol_of(fs) in _OBJECT_STORES:
         try:
-            retry(lambda: _copy_if_absent(fs, tmp, path) if create else fs.cp_file(tmp, path),
+            retry(lambda: _copy_if_absent(fs, tmp, path, size) if create else fs.cp_file(tmp, path),
                   f"copy {tmp} -> {path}")
         except FileExistsError:  # another writer created it meanwhile, or our retried copy had landed
-            _must_hold(fs, path, w)
+            _must_hold(fs, path, w)  # checked: the name holds exactly these bytes
+            _remove_quietly(fs, tmp)
+            return
         _remove_quietly(fs, tmp)
     else:
         fs.mv(tmp, path)  # (create on other filesystems: the exists-check above, not atomic)
@@ -162,9 +160,10 @@ def _commit(fs: fsspec.AbstractFileSystem, tmp: str, path: str, w: _HashingWrite
 _S3_ONE_STEP_COPY = 5 * 2**30
 
 
-def _copy_if_absent(fs: fsspec.AbstractFileSystem, tmp: str, path: str) -> None:
+def _copy_if_absent(fs: fsspec.AbstractFileSystem, tmp: str, path: str, size: int) -> None:
     """A server-side copy that creates ``path`` only if no object has that name (FileExistsError
-    otherwise): GCS rewrite with ``ifGenerationMatch=0``, S3 CopyObject with ``If-None-Match: *``."""
+    otherwise): GCS rewrite with ``ifGenerationMatch=0``, S3 CopyObject with ``If-None-Match: *``.
+    ``size``: the bytes written to ``tmp`` (the writer counted them: no request asks the store)."""
     if protocol_of(fs) in ("gs", "gcs"):
         b1, k1, _ = fs.split_path(tmp)
         b2, k2, _ = fs.split_path(path)
@@ -174,7 +173,7 @@ def _copy_if_absent(fs: fsspec.AbstractFileSystem, tmp: str, path: str) -> None:
             out = fs.call(*args, headers={"Content-Type": "application/json"}, json_out=True, ifGenerationMatch=0,
                           rewriteToken=out["rewriteToken"])
         invalidate(fs, posixpath.dirname(path))
-    elif fs.size(tmp) <= _S3_ONE_STEP_COPY:
+    elif size <= _S3_ONE_STEP_COPY:
         fs.cp_file(tmp, path, IfNoneMatch="*")
     else:
         fs.cp_file(tmp, path)
@@ -291,7 +290,7 @@ def write_stream_atomic(url: str, produce: Callable[[IO[bytes]], None], *, creat
     """
     fs, path = get_fs(url)
     parent = posixpath.dirname(path)
-    local = _is_local(fs)
+    local = is_local_fs(fs)
 
     def _write() -> tuple[str, int]:
         tmp = tmp_name(path)
@@ -418,7 +417,7 @@ def create_if_absent(url: str, data: bytes) -> CreateOutcome:
     parent = posixpath.dirname(path)
 
     def _create() -> None:
-        if _is_local(fs):
+        if is_local_fs(fs):
             os.makedirs(parent or ".", exist_ok=True)
             tmp = tmp_name(path)
             try:
@@ -477,7 +476,7 @@ def tmp_is_stale(fs: fsspec.AbstractFileSystem, path: str, info: dict[str, Any] 
     than ``STALE_TMP_LOCAL_S``. Object stores: older than ``STALE_TMP_OBJECT_S``.
     """
     now = time.time()
-    if _is_local(fs):
+    if is_local_fs(fs):
         try:
             fd = os.open(path, os.O_RDONLY)
         except OSError:
@@ -547,7 +546,7 @@ def check_writable(url: str) -> None:
     can be written: its nearest existing folder takes a hidden temporary file, removed at once.
     Nothing is created on the way. Other filesystems: nothing checked here."""
     fs, path = get_fs(url)
-    if not _is_local(fs):
+    if not is_local_fs(fs):
         return
     folder = os.path.abspath(path)
     while not os.path.isdir(folder) and os.path.dirname(folder) != folder:
@@ -563,7 +562,7 @@ def check_writable(url: str) -> None:
 
 def makedirs(url: str) -> None:
     fs, path = get_fs(url)
-    if protocol_of(fs) in ("file", "local"):
+    if is_local_fs(fs):
         os.makedirs(path, exist_ok=True)
 
 
