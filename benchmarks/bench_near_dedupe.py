@@ -279,9 +279,10 @@ def near_shuffle_bytes(texts: list[str], cfg: DedupeConfig | None = None) -> dic
     """
     import apache_beam as beam
 
+    from pipelines.dedupe.candidates import lsh_shard_batches
     from pipelines.dedupe.deduplicate import SIGNATURE_BATCH
     from pipelines.dedupe.index import index_row
-    from pipelines.dedupe.near import lsh_shard_batches, shingles_by_node, signature_by_node
+    from pipelines.dedupe.near import shingles_by_node, signature_by_node
     from pipelines.dedupe.sketch import minhasher, sketch_documents
 
     class _Refuse(beam.coders.Coder):
@@ -296,7 +297,7 @@ def near_shuffle_bytes(texts: list[str], cfg: DedupeConfig | None = None) -> dic
     sketches = sketch_documents(docs, minhasher(cfg or DedupeConfig()))
     parts = {
         "bucket entries": [e for i in range(0, len(sketches), SIGNATURE_BATCH)
-                           for e in lsh_shard_batches(sketches[i:i + SIGNATURE_BATCH])],
+                           for e in lsh_shard_batches(sketches[i:i + SIGNATURE_BATCH], minhasher(cfg or DedupeConfig()))],
         "signatures (x2 joins)": [e for s in sketches for e in signature_by_node(s)] * 2,
         "shingle sets": [e for s in sketches for e in shingles_by_node(s)],
         "index rows": [(s.doc_id, index_row(s)) for s in sketches],

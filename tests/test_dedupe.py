@@ -819,16 +819,15 @@ def test_near_step_elements_need_no_pickle() -> None:
     are plain tuples."""
     import numpy as np
 
-    from pipelines.dedupe.index import index_row
-    from pipelines.dedupe.near import (
+    from pipelines.dedupe.candidates import (
         EdgeScreen,
         lsh_shard_batches,
         old_shard_entry,
         screen_at_member,
         shard_candidates,
-        shingles_by_node,
-        signature_by_node,
     )
+    from pipelines.dedupe.index import index_row
+    from pipelines.dedupe.near import shingles_by_node, signature_by_node
     from pipelines.dedupe.sketch import sketch_documents
 
     rng = random.Random(8)
@@ -840,7 +839,7 @@ def test_near_step_elements_need_no_pickle() -> None:
     for s in sketches:
         elements += signature_by_node(s) + shingles_by_node(s)
         elements.append((s.doc_id, index_row(s)))
-    batches = list(lsh_shard_batches(sketches))
+    batches = list(lsh_shard_batches(sketches, minhasher(DedupeConfig())))
     old_root = old_shard_entry((int(sketches[0].band_keys[0]), ("0old", 9, sketches[0].signature.tobytes())))
     elements += batches + [old_root]
     by_shard = defaultdict(list)
@@ -895,9 +894,9 @@ def test_index_part_bytes_equal_those_of_per_row_arrays(monkeypatch) -> None:
     assert sketches_to_parquet([]) == sketches_to_parquet([])
 
 
-def _by_key_candidates(new: list[tuple[int, tuple[str, int]]], old: list[tuple[int, tuple[str, int, bytes]]]) -> list:
+def _by_key_candidates(new: list[tuple[int, tuple[str, int, int]]], old: list[tuple[int, tuple[str, int, bytes]]]) -> list:
     """The reference: bucket entries grouped by band key in a dict, ``bucket_candidates`` per bucket."""
-    from pipelines.dedupe.near import bucket_candidates
+    from pipelines.dedupe.candidates import bucket_candidates
 
     buckets = defaultdict(list)
     for key, entry in [*new, *old]:
@@ -909,7 +908,7 @@ def _sharded_candidates(batches: list[tuple[int, tuple]], old: list[tuple[int, t
                         rng: random.Random) -> list:
     """What the pipeline computes: shard batches and old roots grouped by shard (in any order),
     ``shard_candidates`` per shard."""
-    from pipelines.dedupe.near import old_shard_entry, shard_candidates
+    from pipelines.dedupe.candidates import old_shard_entry, shard_candidates
 
     shards = defaultdict(list)
     for shard, value in [*batches, *map(old_shard_entry, old)]:
@@ -924,18 +923,19 @@ def _sharded_candidates(batches: list[tuple[int, tuple]], old: list[tuple[int, t
 @pytest.mark.parametrize("seed", range(6))
 def test_shard_candidates_equal_bucket_candidates_on_random_entries(seed: int) -> None:
     """Per-shard grouping in numpy yields the candidates (with multiplicity) of per-bucket grouping:
-    multi-member buckets, a node repeated in a bucket, old roots with new members, old-only buckets,
-    keys of either sign, batches of any size, and empty input."""
+    multi-member buckets, a node repeated in a bucket, entries whose key may not make them members,
+    old roots with new members, old-only buckets, keys of either sign, batches of any size, and empty input."""
     import numpy as np
 
-    from pipelines.dedupe.near import LSH_SHARDS, lsh_shard
+    from pipelines.dedupe.candidates import BAND, FOUND, LSH_SHARDS, lsh_shard
 
     rng = random.Random(seed)
     # Few distinct keys (so buckets collide), of either sign and near the int64 limits.
     pool = [rng.randrange(-2**63, 2**63) for _ in range(40)] + [-1, 0, 1, LSH_SHARDS, -LSH_SHARDS, 2**63 - 1, -2**63]
     nodes = [f"1n{i:02d}" for i in range(30)]
     counts = {n: rng.randint(1, 500) for n in nodes}
-    new = [(rng.choice(pool), (n, counts[n])) for n in rng.choices(nodes, k=rng.randint(0, 300))]
+    roles = [BAND, FOUND, 1, 2, 4]  # a band key, a key that only finds it, query anchors of documents with 1, 2, 4
+    new = [(rng.choice(pool), (n, counts[n], rng.choice(roles))) for n in rng.choices(nodes, k=rng.randint(0, 300))]
     new += [new[0]] * 2 if new else []  # the same node twice in one bucket
     old_keys = rng.sample(pool, 12) + [rng.randrange(2**40) for _ in range(5)]  # some in no new bucket
     old = [(k, (f"0o{rng.randrange(8)}", rng.randint(1, 500), np.full(4, i, np.uint32).tobytes()))
@@ -949,15 +949,18 @@ def test_shard_candidates_equal_bucket_candidates_on_random_entries(seed: int) -
         size = rng.randint(1, 50)
         chunk, i = new[i:i + size], i + size
         by_shard = defaultdict(list)
-        for key, (node, n) in chunk:
-            by_shard[lsh_shard(key)].append((key, node, n))
+        for key, (node, n, role) in chunk:
+            by_shard[lsh_shard(key)].append((key, node, n, role))
         for shard, rows in by_shard.items():
             batches.append((shard, (np.array([r[0] for r in rows], np.int64).tobytes(),
-                                    np.array([r[2] for r in rows], np.uint32).tobytes(), tuple(r[1] for r in rows))))
+                                    np.array([r[2] for r in rows], np.uint32).tobytes(), tuple(r[1] for r in rows),
+                                    np.array([r[3] for r in rows], np.uint16).tobytes())))
     want = _by_key_candidates(new, old)
     assert _sharded_candidates(batches, old, rng) == want
     if seed == 0:
         assert any(c[1][0].startswith("0") for c in want) and any(c[1][3] == b"" for c in want)
+        assert len(want) != len(_by_key_candidates([(k, (n, c, BAND)) for k, (n, c, _) in new], old))
+        assert {c[1][4] for c in want} == {0, 1, 2, 4}
     assert _sharded_candidates([], [], rng) == [] == _by_key_candidates([], [])
     assert _sharded_candidates([], old, rng) == []  # old documents only: nothing
 
@@ -989,10 +992,11 @@ def test_near_dedupe_alone_makes_its_shard_batches_per_sketch() -> None:
 
 def test_lsh_shard_batches_hold_the_bucket_entries_of_the_batch() -> None:
     """A batch's shard batches are its documents' bucket entries (none for an empty document), each in
-    the shard of its key, and their candidates are those of per-bucket grouping."""
+    the shard of its key, with the member flag of its place among the document's keys, and their
+    candidates are those of per-bucket grouping."""
     import numpy as np
 
-    from pipelines.dedupe.near import bucket_entries, lsh_shard, lsh_shard_batches
+    from pipelines.dedupe.candidates import BAND, FOUND, bucket_entries, lsh_shard, lsh_shard_batches
     from pipelines.dedupe.sketch import sketch_documents
 
     rng = random.Random(3)
@@ -1002,52 +1006,139 @@ def test_lsh_shard_batches_hold_the_bucket_entries_of_the_batch() -> None:
     docs = [Document(f"d{i:02d}", "web", t) for i, t in enumerate(texts)]
     sketches = sketch_documents(docs, minhasher(DedupeConfig()))
     assert any(s.shingles.size == 0 for s in sketches)
-    entries = sorted(e for s in sketches for e in bucket_entries(s))
-    batches = [b for cut in (sketches[:7], sketches[7:]) for b in lsh_shard_batches(cut)]
-    got = []
-    for shard, (keys, counts, nodes) in batches:
-        keys, counts = np.frombuffer(keys, np.int64), np.frombuffer(counts, np.uint32)
-        assert len(keys) == len(counts) == len(nodes) > 0
-        assert all(lsh_shard(int(k)) == shard for k in keys)
-        got += [(int(k), (node, int(n))) for k, n, node in zip(keys, counts, nodes, strict=True)]
-    assert sorted(got) == entries
-    assert list(lsh_shard_batches([s for s in sketches if s.shingles.size == 0])) == []
-    want = _by_key_candidates(entries, [])
-    assert want  # the copies share buckets
-    assert _sharded_candidates(batches, [], rng) == want
+    for queries in (0, 2):
+        hasher = minhasher(DedupeConfig(anchor_queries=queries))
+        bands = hasher.bands
+        entries = sorted(e for s in sketches for e in bucket_entries(s, hasher))
+        batches = [b for cut in (sketches[:7], sketches[7:]) for b in lsh_shard_batches(cut, hasher)]
+        got = []
+        for shard, (keys, counts, nodes, roles) in batches:
+            keys, counts, roles = (np.frombuffer(keys, np.int64), np.frombuffer(counts, np.uint32),
+                                   np.frombuffer(roles, np.uint16))
+            assert len(keys) == len(counts) == len(nodes) == len(roles) > 0
+            assert all(lsh_shard(int(k)) == shard for k in keys)
+            got += [(int(k), (node, int(n), int(r))) for k, n, node, r in zip(keys, counts, nodes, roles, strict=True)]
+        assert sorted(got) == entries
+        for s in sketches:  # bands, then the smallest anchors query (all of them with anchor_queries 0)
+            if not s.shingles.size:
+                continue
+            mine = [e[1][2] for e in bucket_entries(s, hasher)]
+            anchors = s.band_keys.size - bands
+            q = anchors if queries == 0 else min(queries, anchors)
+            assert mine == [BAND] * bands + [q] * q + [FOUND] * (anchors - q)
+        assert list(lsh_shard_batches([s for s in sketches if s.shingles.size == 0], hasher)) == []
+        want = _by_key_candidates(entries, [])
+        assert want  # the copies share buckets
+        assert _sharded_candidates(batches, [], rng) == want
 
 
 def test_bucket_candidates_pair_new_members_with_their_root_once() -> None:
-    """A bucket pairs each new member with its root: its smallest old node, else its longest new document
+    """A band bucket pairs each new member with its root: its smallest old node, else its longest new document
     (the smallest id of equals); an old root's signature rides along; a pair met in many buckets is
     screened once; buckets of old documents only give nothing."""
     import numpy as np
 
-    from pipelines.dedupe.near import EdgeScreen, bucket_candidates, bucket_edges, screen_at_member
+    from pipelines.dedupe.candidates import (
+        BAND,
+        FOUND,
+        EdgeScreen,
+        bucket_candidates,
+        bucket_edges,
+        screen_at_member,
+    )
 
     same = np.arange(112, dtype=np.uint32)
     other = same + 1000
     old_sig = same.tobytes()
-    bucket = [("1b", 60), ("0a", 60, old_sig), ("1c", 60), ("1d", 60)]
+    bucket = [("1b", 60, BAND), ("0a", 60, old_sig), ("1c", 60, BAND), ("1d", 60, BAND), ("1e", 60, FOUND)]
     cands = list(bucket_candidates(bucket))
-    assert cands == [("1b", ("0a", 60, 60, old_sig)), ("1c", ("0a", 60, 60, old_sig)),
-                     ("1d", ("0a", 60, 60, old_sig))]
+    assert cands == [("1b", ("0a", 60, 60, old_sig, 0)), ("1c", ("0a", 60, 60, old_sig, 0)),
+                     ("1d", ("0a", 60, 60, old_sig, 0))]
     assert list(bucket_candidates([("0a", 5, old_sig), ("0b", 5, old_sig)])) == []
-    assert list(bucket_candidates([("1x", 5)])) == []
+    assert list(bucket_candidates([("1x", 5, BAND)])) == []
     # At the member: the old root is screened here (its signature came along), each pair once.
     screen = EdgeScreen(0.9)
     out = list(screen_at_member("1c", same.tobytes(), [c for m, c in cands + cands if m == "1c"], screen))
     assert out == [("edge", ("0a", "1c"))]
     assert list(screen_at_member("1d", other.tobytes(), [cands[2][1]], screen)) == []
     # A new root: a request to join the root's signature, carrying the member's.
-    new_cands = list(bucket_candidates([("1q", 70), ("1p", 80)]))
-    assert new_cands == [("1q", ("1p", 70, 80, b""))]
+    new_cands = list(bucket_candidates([("1q", 70, BAND), ("1p", 80, BAND)]))
+    assert new_cands == [("1q", ("1p", 70, 80, b"", 0))]
     # The longest new document, whatever its id (a passage meets the text it lies in, not a page that
     # shares only part of it); the smallest id of equals.
-    assert list(bucket_candidates([("1a", 50), ("1c", 90), ("1b", 90)])) == [
-        ("1a", ("1b", 50, 90, b"")), ("1c", ("1b", 90, 90, b""))]
+    assert list(bucket_candidates([("1a", 50, BAND), ("1c", 90, BAND), ("1b", 90, BAND)])) == [
+        ("1a", ("1b", 50, 90, b"", 0)), ("1c", ("1b", 90, 90, b"", 0))]
     assert list(screen_at_member("1q", other.tobytes(), [new_cands[0][1]], screen)) == [
         ("1p", ("1q", other.tobytes(), 70, 80))]
     # The one-function reference agrees: star on the root, screened on signatures.
     members = [("1b", same, 60), ("0a", same, 60), ("1c", same, 60), ("1d", other, 60)]
     assert list(bucket_edges(members, 0.9)) == [("0a", "1b"), ("0a", "1c")]
+
+
+def test_anchor_buckets_pair_a_query_with_longer_entries_and_screen_at_a_quorum(monkeypatch) -> None:
+    """In an anchor bucket, a query entry meets up to ANCHOR_ROOTS entries that rank before it as roots
+    (the old root first, then the longest); an entry that only finds is never a member; at the member,
+    a root met through anchors alone is screened only in half the member's query anchors, a band
+    candidate always."""
+    import numpy as np
+
+    from pipelines.dedupe import candidates
+    from pipelines.dedupe.candidates import (
+        FOUND,
+        EdgeScreen,
+        anchor_quorum,
+        bucket_candidates,
+        screen_at_member,
+    )
+
+    monkeypatch.setattr(candidates, "ANCHOR_ROOTS", 3)
+    old_sig = np.arange(4, dtype=np.uint32).tobytes()
+    bucket = [("1m", 50, 4), ("1s", 20, 4), ("1l", 900, FOUND), ("1k", 800, 2), ("1j", 800, FOUND),
+              ("1h", 700, FOUND), ("0z", 10, old_sig), ("1g", 600, FOUND)]
+    got = list(bucket_candidates(bucket))
+    # 1m: the old root, then the longest (1l, then 1j before 1k: equals by id), three in all.
+    assert [c for c in got if c[0] == "1m"] == [
+        ("1m", ("0z", 50, 10, old_sig, 4)), ("1m", ("1l", 50, 900, b"", 4)), ("1m", ("1j", 50, 800, b"", 4))]
+    assert [c[1][0] for c in got if c[0] == "1k"] == ["0z", "1l", "1j"]  # what ranks before it, up to 3
+    assert {c[0] for c in got} == {"1m", "1s", "1k"}  # FOUND entries are never members
+    # No old root: the longest first, and nothing ranks before the longest.
+    assert list(bucket_candidates([("1a", 5, 1), ("1b", 9, 1)])) == [("1a", ("1b", 5, 9, b"", 1))]
+
+    assert [anchor_quorum(q) for q in (1, 2, 3, 4, 5)] == [1, 1, 2, 2, 3]
+    sig = np.arange(112, dtype=np.uint32).tobytes()
+    screen = EdgeScreen(0.9)
+    anchored = [("1r", 10, 99, b"", 4), ("1t", 10, 99, b"", 4), ("1r", 10, 99, b"", 4)]
+    # 1r met in 2 of 4 query anchors: screened (a request to its root); 1t in 1 of 4: not.
+    assert [o[0] for o in screen_at_member("1m", sig, anchored, screen)] == ["1r"]
+    # A band candidate is screened whatever the anchors say, once.
+    band = [("1t", 10, 99, b"", 0)]
+    assert sorted(o[0] for o in screen_at_member("1m", sig, anchored + band, screen)) == ["1r", "1t"]
+
+
+
+def test_an_exact_twin_never_takes_an_anchor_root_place_and_old_roots_keep_what_can_matter(monkeypatch) -> None:
+    """Roots come one per shingle count: an exact duplicate (its twin's count, a larger node id, or an
+    old twin) never takes a place, so skipping it at the member gives a run without it. ``old_roots``
+    keeps the smallest old node and the first ranked old entries, whatever the order it is fed."""
+    import random as _random
+
+    from pipelines.dedupe import candidates
+    from pipelines.dedupe.candidates import bucket_candidates, old_roots
+
+    monkeypatch.setattr(candidates, "ANCHOR_ROOTS", 2)
+    twin = [("1a", 10, 1), ("1t", 90, 2), ("1u", 90, 2), ("1v", 80, 2)]  # 1u: an exact copy of 1t
+    assert [c[1][0] for c in bucket_candidates(twin) if c[0] == "1a"] == ["1t", "1v"]
+    assert [c[1][0] for c in bucket_candidates([e for e in twin if e[0] != "1u"]) if c[0] == "1a"] == ["1t", "1v"]
+    # An old twin: the new copy has its count and never ranks.
+    with_old = [("1a", 10, 1), ("0t", 90, b"s"), ("1u", 90, 2), ("1v", 80, 2)]
+    assert [c[1][0] for c in bucket_candidates(with_old) if c[0] == "1a"] == ["0t", "1v"]
+
+    old = [("0b", 5, b"b"), ("0c", 70, b"c"), ("0d", 70, b"d"), ("0e", 60, b"e"), ("0f", 50, b"f"), ("0a", 1, b"a")]
+    want = [("0a", 1, b"a"), ("0c", 70, b"c"), ("0e", 60, b"e")]  # smallest node, then two ranked (one per count)
+    assert old_roots(old) == want
+    rng = _random.Random(0)
+    for _ in range(20):
+        shuffled = rng.sample(old, len(old))
+        cut = rng.randrange(len(old))
+        assert old_roots(old_roots(shuffled[:cut]) + old_roots(shuffled[cut:])) == want
+    assert old_roots([]) == []

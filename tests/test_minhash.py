@@ -209,8 +209,8 @@ def test_lsh_catches_near_duplicates_empirically() -> None:
 
 def test_near_rule_paths_and_guards() -> None:
     """Jaccard path, containment path, and the two guards that keep snippets and shared leads apart."""
+    from pipelines.dedupe.candidates import EdgeScreen
     from pipelines.dedupe.minhash import NearRule, overlap
-    from pipelines.dedupe.near import EdgeScreen
 
     rule = NearRule(0.7, 0.9, min_jaccard=0.5, min_shingles=50)
     base = np.arange(1000, dtype=np.uint32)
@@ -423,7 +423,8 @@ def test_cleaning_path_judges_a_copy_by_the_text_before_the_line_rules() -> None
 def test_the_screen_estimates_containment_on_the_samples() -> None:
     """A passage at Jaccard ~0.2 passes the screen on the samples its signature carries; a shared half does not;
     an indexed root (a signature without a sample) falls back on the Jaccard estimate and the sizes."""
-    from pipelines.dedupe.near import EdgeScreen, signature_by_node
+    from pipelines.dedupe.candidates import EdgeScreen
+    from pipelines.dedupe.near import signature_by_node
     from pipelines.dedupe.sketch import Sketch, near_rule
     from schemas.config import DedupeConfig
 

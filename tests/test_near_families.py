@@ -111,7 +111,7 @@ def test_the_containment_screen_needs_the_jaccard_its_share_implies() -> None:
     on a fifth of the values (Jaccard ~0.2, where 82 % of one in the other implies ~0.66): no edge (before: an
     edge, which chained unrelated pages into one cluster). A 400-shingle passage in a 954-shingle text (Jaccard
     0.42, its whole sample shared) stays an edge."""
-    from pipelines.dedupe.near import EdgeScreen
+    from pipelines.dedupe.candidates import EdgeScreen
 
     screen = EdgeScreen.of(RULE, 112)
     sig = np.arange(112, dtype=np.uint32)

@@ -293,26 +293,6 @@ class IndexLookup(beam.DoFn):
             yield item
 
 
-class SmallestNode(beam.CombineFn):
-    """The bucket entry with the smallest node id (the only old entry of a bucket that can matter)."""
-
-    def create_accumulator(self):
-        return None
-
-    def add_input(self, acc, entry):
-        return entry if acc is None or entry[0] < acc[0] else acc
-
-    def merge_accumulators(self, accs):
-        best = None
-        for a in accs:
-            if a is not None and (best is None or a[0] < best[0]):
-                best = a
-        return best
-
-    def extract_output(self, acc):
-        return acc
-
-
 def index_parts(index_url: str, cfg: DedupeConfig) -> list[str]:
     """Part files of an existing index, after checking it was built with compatible parameters."""
     meta_url = join(index_url, INDEX_META)

@@ -52,7 +52,8 @@ def near_rule(cfg: DedupeConfig) -> NearRule:
 
 
 def minhasher(cfg: DedupeConfig) -> MinHasher:
-    return MinHasher(ngram=cfg.ngram, bands=cfg.bands, rows=cfg.rows, seed=cfg.seed, anchors=cfg.anchor_every)
+    return MinHasher(ngram=cfg.ngram, bands=cfg.bands, rows=cfg.rows, seed=cfg.seed, anchors=cfg.anchor_every,
+                     anchor_queries=cfg.anchor_queries)
 
 
 def before_line_rules(docs: list[Document]) -> list[str | None] | None:
