@@ -303,7 +303,7 @@ def near_shuffle_bytes(texts: list[str], cfg: DedupeConfig | None = None) -> dic
         "index rows": [(s.doc_id, index_row(s)) for s in sketches],
     }
     out = {name: sum(len(coder.encode(e)) for e in els) / len(docs) for name, els in parts.items()}
-    entries = sum(len(nodes) for _, (_, _, nodes) in parts["bucket entries"])
+    entries = sum(len(nodes) for _, (_, _, nodes, _) in parts["bucket entries"])
     out["bucket entries per document"] = entries / len(docs)
     out["bytes per bucket entry"] = out["bucket entries"] / max(1.0, out["bucket entries per document"])
     out["LSH shard elements per document"] = len(parts["bucket entries"]) / len(docs)
