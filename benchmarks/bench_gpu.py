@@ -4,8 +4,9 @@ Parts (FULL_PLAN and QUICK_PLAN give their priority order; a part starts only wh
 fits in the mode's limit; the report is rewritten after every part, so a run cut short keeps what it
 measured):
 
-1. The CUDA-only tests (tests/test_fastpath.py, tests/test_masking.py, ``-k cuda``; the fused masker's
-   CUDA checks, bit-identity and kernel count, run in part 4 instead of compiling its schemes twice).
+1. The CUDA-only tests (tests/test_fastpath.py, tests/test_masking.py, tests/test_mask_ahead.py, ``-k cuda``;
+   the fused masker's CUDA checks, bit-identity and kernel count, run in part 4 instead of compiling its
+   schemes twice).
 2. Training-step throughput, MFU and peak GPU memory at base and large, seq 512, bf16: eager and
    ``torch.compile`` (also with CUDA graphs, ``reduce-overhead``, and with the compiled AdamW step),
    masked-only and full LM head, FULL-SENTENCES (full-length rows: the no-mask path) and DOC-SENTENCES
@@ -15,7 +16,9 @@ measured):
    positions' static bound, backward, clip 1.0, fused AdamW.
 3. HF ``RobertaForMaskedLM`` (SDPA attention) on the same batches, same step: the baseline ratio.
 4. Masking on the device for all four schemes, the reference ops against the fused (compiled) masker:
-   time, share of the eager and compiled step, launches per call, bit-identity with the CPU reference.
+   time, share of the eager and compiled step, launches per call, bit-identity with the CPU reference;
+   and masking's share of the base eager and compiled steps (the rows' own models, kept for it) as the
+   trainer's loop runs them, masking ahead on a side stream off and on (``masking_overlap``).
 5. The micro-batch sweep: the compiled base step at 32..256 rows × 512 per micro-batch, gradient
    accumulation keeping a global batch of 256 rows per optimizer step.
 6. Profiles (torch.profiler) of the eager and compiled base steps: top kernels by GPU time, kernel launches
@@ -85,7 +88,9 @@ FULL_PLAN = ("tests", ("base", F, "masked-only", "eager"), ("base", F, "HF", "ea
 QUICK_PLAN = (("base", F, "masked-only", "eager"), ("base", F, "HF", "eager"),
               ("base", F, "masked-only", "compile"), "masking", ("base", D, "masked-only", "eager"))
 # Seconds a part is expected to take on an H200 (compiles dominate): a part starts only if it fits.
-COST = {"tests": 90, "masking": 80, "datawait": 100, "eager": 15, "compile": 80, "sweep": 70}
+# masking: the four schemes' compiles, and the base steps with masking ahead off and on (~10 s: no compile
+# but the token scheme's, which the four then find in inductor's cache).
+COST = {"tests": 90, "masking": 90, "datawait": 100, "eager": 15, "compile": 80, "sweep": 70}
 
 
 @dataclass(frozen=True)
@@ -116,7 +121,8 @@ class Setup:
     scale: float = 1.0  # COST multiplier
     # The fused masker's CUDA test is left out: the masking part checks the same on the device in-process.
     tests_k: str = "cuda and not fused"
-    test_files: str = "tests/test_fastpath.py tests/test_masking.py tests/test_fused_masking.py"
+    test_files: str = ("tests/test_fastpath.py tests/test_masking.py tests/test_fused_masking.py "
+                       "tests/test_mask_ahead.py")
 
 
 GPU = Setup(mode="full", plan=FULL_PLAN, sizes=("base", "large"), seq=512, batch=32, tokens=16384, vocab=50265,
@@ -318,6 +324,8 @@ class Bench:
         self.res = Results(s.mode, name or "none (CPU dry run)")
         self.kinds = {F: full_batches(s, s.full_batches), D: doc_batches(s, s.doc_batches)}
         self.ms: dict[tuple[str, str], float] = {}  # (size, mode) -> the FULL masked-only step
+        # mode -> (what the loop calls, the Encoder) of those steps, kept for the masking part
+        self.kept: dict[str, tuple[torch.nn.Module, torch.nn.Module]] = {}
 
     def elapsed(self) -> float:
         return time.monotonic() - self.t0
@@ -360,6 +368,7 @@ class Bench:
             elif item == "masking":
                 if self.fits("masking", COST["masking"]):
                     self.res.masking = self.guarded("masking", self.masking) or []
+                self.kept.clear()
             elif item == "datawait":
                 if self.fits("data wait", COST["datawait"]):
                     self.res.waits = self.guarded("data wait", lambda: data_wait(self.s, self.dev)) or []
@@ -407,6 +416,7 @@ class Bench:
                 if kind == F and head == "masked-only" and size == s.sizes[0] and mode in ("eager", "compile"):
                     self.ms[(size, mode)] = row.ms
                     self.extras(model, raw, step, mode)
+                    self.kept[mode] = (model, raw)
                 del model, raw, step
         except torch.OutOfMemoryError:
             row.note = "out of GPU memory"
@@ -474,7 +484,7 @@ class Bench:
     def masking(self) -> list:
         """Reference vs fused masking on one FULL-SENTENCES batch of the first size's vocabulary."""
         from benchmarks.bench_masking import SPECIAL_IDS, make_vocab
-        from benchmarks.gpu_levers import masking_compare
+        from benchmarks.gpu_levers import masking_compare, masking_overlap, trainer_masker
         from schemas import MASK_ID, PAD_ID
         from schemas.config import MaskingConfig
         from trainer.masking import Masker, word_start_table
@@ -484,9 +494,19 @@ class Bench:
         ids = self.kinds[F][0]["input_ids"].to(self.dev)
         size = s.sizes[0]
         steps = (self.ms.get((size, "eager"), math.nan), self.ms.get((size, "compile"), math.nan))
+
+        def masker_of(scheme: str) -> Masker:
+            return Masker(MaskingConfig(scheme=scheme), s.vocab, SPECIAL_IDS, MASK_ID, PAD_ID, ws)
+
+        if self.kept:  # before the reset below: the compiled model is still compiled
+            self.res.overlap = self.guarded("masking ahead", lambda: masking_overlap(
+                self.kept, self.kinds[F], trainer_masker(masker_of("token"), self.dev), "token", self.dev, s.steps,
+                s.warmup)) or []
+            self.kept.clear()
+            if self.dev.type == "cuda":
+                torch.cuda.empty_cache()
         torch._dynamo.reset()
-        return masking_compare(lambda scheme: Masker(MaskingConfig(scheme=scheme), s.vocab, SPECIAL_IDS, MASK_ID,
-                                                     PAD_ID, ws), ids, s.fused_compile, steps, max(s.steps, 5))
+        return masking_compare(masker_of, ids, s.fused_compile, steps, max(s.steps, 5))
 
 
 # ------------------------------------------------------------------ main

@@ -8,7 +8,8 @@
 #
 # Runs the CUDA-only tests, then training-step throughput / MFU / peak memory (base and large, seq 512,
 # bf16; eager, torch.compile, CUDA graphs, compiled AdamW; masked-only and full head; FULL- and
-# DOC-SENTENCES; HF RobertaForMaskedLM as the baseline), masking per scheme (reference vs fused), the
+# DOC-SENTENCES; HF RobertaForMaskedLM as the baseline), masking per scheme (reference vs fused) and its
+# share of the base steps with masking ahead off and on (masking_overlap), the
 # micro-batch sweep (32..256 rows, accumulating to 256), profiles (top kernels, launches and host syncs
 # per step) and data wait with 4 and 8 workers from a GCS emulator on 127.0.0.1. Writes
 # benchmarks/results/gpu.md (gpu-quick.md, gpu-dry-run.md) after every part, so a run stopped by the

@@ -1,5 +1,6 @@
-"""The GPU benchmark's lever parts (``bench_gpu.py`` runs them): masking reference vs fused, the micro-batch
-sweep with gradient accumulation, and the profiler summary of a step (top kernels, launches, host syncs).
+"""The GPU benchmark's lever parts (``bench_gpu.py`` runs them): masking reference vs fused, masking's share
+of the base step with masking ahead off and on, the micro-batch sweep with gradient accumulation, and the
+profiler summary of a step (top kernels, launches, host syncs).
 
 Each part takes the step or the batches it measures from its caller, so the same code runs on a GPU and,
 at tiny sizes, on the CPU (``bench_gpu.py --dry-run``).
@@ -80,6 +81,118 @@ def masking_compare(masker_of: Callable[[str], object], ids: torch.Tensor, compi
             if getattr(m, "fallback", None):
                 print(f"  (fused {scheme} fell back to the reference: {m.fallback})", flush=True)
     return out
+
+
+class OverlapRow(NamedTuple):
+    mode: str  # eager | compile: the base step (the step table's model)
+    scheme: str
+    overlap: bool  # the next batch masked ahead on a side stream (trainer.batch.MaskAhead)
+    bare_ms: float  # per step, with a masker that hands back masks made beforehand (no masking kernels)
+    masked_ms: float  # per step, masking as the loop runs it
+    share: float  # (masked_ms - bare_ms) / masked_ms: what masking adds to the step
+
+
+class Replayed:
+    """A masker handing back, in order, the masks ``masker`` made for the batches beforehand: the step gets
+    the same inputs without the masking's kernels (the bare step)."""
+
+    def __init__(self, masker: object, outputs: list[dict[str, torch.Tensor]]) -> None:
+        self.masker, self.outputs, self.calls = masker, outputs, 0
+        self.pad_id = masker.pad_id
+
+    def prediction_bound(self, input_ids: torch.Tensor) -> int:
+        return self.masker.prediction_bound(input_ids)
+
+    def __call__(self, input_ids: torch.Tensor, sample_ids: torch.Tensor, epoch: int, seed: int) -> dict:
+        out = self.outputs[self.calls % len(self.outputs)]
+        self.calls += 1
+        return dict(out)
+
+
+def loop_step(model: torch.nn.Module, raw: torch.nn.Module, hosts: list[dict[str, torch.Tensor]], masker: object,
+              dev: torch.device, overlap: bool, opt: torch.optim.Optimizer, prec: object) -> Callable[[int], None]:
+    """trainer.train's step on host batches: the batch handed over (masked ahead on a side stream while the
+    step before ran, with ``overlap``; else copied and masked now), forward, backward, clip, optimizer step,
+    then (overlap) the next batch taken ahead, and the loop's device sync."""
+    from trainer.batch import MaskAhead, forward
+
+    pipe = MaskAhead(dev, overlap)
+    params = list(raw.parameters())
+    pending: list = []
+    sync = torch.cuda.synchronize if dev.type == "cuda" else None
+
+    def take(i: int) -> object:
+        return pipe.prepare(model, masker, hosts[i % len(hosts)], epoch=0, seed=0)
+
+    def step(i: int) -> None:
+        batch = pipe.hand_over(pending.pop() if pending else take(i))
+        out = forward(model, batch, dev, prec.autocast)
+        prec.backward(out["loss"])
+        prec.step(opt, params, 1.0)
+        opt.zero_grad(set_to_none=True)
+        if pipe.overlap:
+            pending.append(take(i + 1))
+        if sync:
+            sync()
+
+    return step
+
+
+def loader_batches(batches: list[dict[str, torch.Tensor]], dev: torch.device) -> list[dict[str, torch.Tensor]]:
+    """The benchmark's batches as the loader hands them: unmasked ids, sample ids, epoch; pinned on CUDA."""
+    out = []
+    for i, b in enumerate(batches):
+        rows = b["input_ids"].shape[0]
+        host = {"input_ids": torch.where(b["labels"] != -100, b["labels"], b["input_ids"]),
+                "attention_mask": b["attention_mask"], "sample_ids": torch.arange(rows) + i * rows,
+                "epoch": torch.zeros(rows, dtype=torch.long)}
+        out.append({k: v.pin_memory() for k, v in host.items()} if dev.type == "cuda" else host)
+    return out
+
+
+def trainer_masker(reference: object, dev: torch.device) -> object:
+    """The masker the trainer builds from a host reference Masker (``masking_impl: auto``): fused on CUDA,
+    the reference ops on the CPU; ids not range-checked (as on CUDA)."""
+    from trainer.fused_masking import FusedMasker
+
+    ref = reference.to(dev)
+    ref.check_ids = False
+    return FusedMasker(ref).to(dev) if dev.type == "cuda" else ref
+
+
+def masking_overlap(models: dict[str, tuple[torch.nn.Module, torch.nn.Module]], batches: list[dict[str, torch.Tensor]],
+                    masker: object, scheme: str, dev: torch.device, steps: int, warmup: int) -> list[OverlapRow]:
+    """Masking's share of each base step (``models``: mode -> (what the loop calls, the Encoder)) as the
+    trainer's loop runs it, with masking ahead off and on: the step with the masker against the same step
+    with its masks replayed (trainer.batch's prepare / forward / MaskAhead, the trainer's masker)."""
+    from schemas.config import OptimConfig
+    from trainer.optim import build_optimizer
+    from trainer.precision import Precision
+
+    cuda = dev.type == "cuda"
+    hosts = loader_batches(batches, dev)
+    outputs = [masker(h["input_ids"].to(dev), h["sample_ids"].to(dev), epoch=0, seed=0) for h in hosts]
+    prec = Precision("bf16" if cuda else "fp32", dev)
+    sync = torch.cuda.synchronize if cuda else None
+    rows = []
+    for mode, (model, raw) in models.items():
+        opt = build_optimizer(raw, OptimConfig(impl="fused"))
+        for overlap in (False, True):
+            ms = {}
+            for what, m in (("bare", Replayed(masker, outputs)), ("masked", masker)):
+                step = loop_step(model, raw, hosts, m, dev, overlap, opt, prec)
+                first = max(warmup, len(hosts))  # every batch before the clock: no recompile inside it
+                for i in range(first):
+                    step(i)
+                counter = iter(range(first, first + steps))
+                ms[what] = time_calls(lambda step=step, counter=counter: step(next(counter)), calls=steps,
+                                      sync=sync).wall * 1e3
+            rows.append(OverlapRow(mode, scheme, overlap, ms["bare"], ms["masked"],
+                                   (ms["masked"] - ms["bare"]) / ms["masked"]))
+            print(f"  masking {scheme} {'ahead' if overlap else 'in place'}, {mode} step: {ms['bare']:.2f} ms bare, "
+                  f"{ms['masked']:.2f} ms masked: {rows[-1].share:.2%} of the step", flush=True)
+        del opt
+    return rows
 
 
 class SweepRow(NamedTuple):

@@ -148,11 +148,11 @@ class DedupeConfig(Strict):
     # whatever their Jaccard (0: band keys only). 16, not 32: a passage of ~130 shingles then holds
     # fewer than two anchors 3 times in 1,000, not 9 in 100 (docs/dedupe.md, section 2b).
     anchor_every: int = Field(16, ge=0, le=4096)
-    # A document looks for a longer text holding it through its `anchor_queries` smallest anchor keys
-    # (by value: a passage's are anchors of the text it lies in); all its anchors let shorter ones find
-    # it. 4, not all: documents sharing a paragraph are 6.7x fewer candidates, while a passage that
-    # lies in another misses it only if all 4 buckets are won by a third, longer text that holds those
-    # parts (docs/dedupe.md, section 2b). 0: every anchor.
+    # In an anchor bucket shared by many documents (a paragraph or template many pages reuse), only a
+    # document's `anchor_queries` smallest anchors (by value) pair it with the bucket's root, which is
+    # then screened only if it met half of them; every anchor does in a bucket of <= 3 documents.
+    # On prose that reuses paragraphs: 2.8-6x fewer candidates, the same passages found
+    # (docs/dedupe.md, section 2b). 0: every anchor, always.
     anchor_queries: int = Field(4, ge=0, le=4096)
     seed: int = 42
     # Guard against transitive-closure blow-ups: verified edges only, and
@@ -432,7 +432,8 @@ class TrainConfig(Strict):
     masking_impl: Literal["auto", "fused", "reference"] = "auto"
     # Mask ahead (trainer/batch.py, MaskAhead): copy and mask the next batch on a side CUDA stream while
     # the current step computes (the same batches, masks and losses); auto is on on CUDA, off on CPU.
-    masking_overlap: Literal["auto", "on", "off"] = "auto"
+    # Off by default until its CUDA test and its share of the step have run on a GPU (benchmarks/gpu.sh).
+    masking_overlap: Literal["auto", "on", "off"] = "off"
     # Ragged batches run unpadded (real tokens only, varlen attention); full-length ones always drop the mask.
     unpad: bool = True
     corrupt_shards: Literal["fail", "skip"] = "fail"

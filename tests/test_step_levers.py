@@ -3,7 +3,7 @@
 - gradient accumulation over micro-batches = one batch of the global size (loss and gradients), so a
   micro-batch sweep keeps the recipe's optimization;
 - no host sync inside a step (masking, forward, backward, clipping, the optimizer), counted by
-  trainer.hostsync on every attention path and both maskers;
+  trainer.hostsync on every attention path and both maskers, masked in place or ahead (``masking_overlap``);
 - the optimizer step's kernels (``optim.impl``: fused, multi-tensor, per-tensor, compiled) give the
   per-tensor loop's parameters;
 - ``compile_mode`` (CUDA graphs with ``reduce-overhead``) reaches torch.compile; ``masking_impl`` picks
@@ -99,10 +99,13 @@ def test_host_sync_counter_sees_what_would_stall_a_gpu() -> None:
     assert not is_sync(torch.ops.aten.add.Tensor, (x, x), {})
 
 
-def one_step_syncs(masker: Masker | FusedMasker, host: dict[str, torch.Tensor], unpad: bool, **model_kw: object) -> HostSyncs:
+def one_step_syncs(masker: Masker | FusedMasker, host: dict[str, torch.Tensor], unpad: bool, overlap: bool = False,
+                   **model_kw: object) -> HostSyncs:
     """Host syncs of one training step after the batch is on the device: masking, forward, backward,
     clip, optimizer step. The host-side planning (attention path, layout) is not counted: it reads the
-    host batch, as the trainer does before the copy."""
+    host batch, as the trainer does before the copy. ``overlap``: the batch masked ahead on the side
+    stream (batch_mod.MaskAhead, torch.cpu's no-op streams here) and handed over, as the trainer's loop
+    does with ``masking_overlap``."""
     m = encoder(**model_kw)
     opt = build_optimizer(m, OptimConfig(impl="fused"))  # the CUDA default (auto: fused on CUDA)
     prec = Precision("fp32", CPU)
@@ -118,7 +121,12 @@ def one_step_syncs(masker: Masker | FusedMasker, host: dict[str, torch.Tensor], 
     batch_mod.to_device, batch_mod.attention_inputs, batch_mod.plan = copied, counter.paused(inputs), counter.paused(plan)
     try:
         with counter:
-            out, _ = batch_mod.masked_forward(m, masker, host, CPU, prec.autocast, epoch=0, seed=0, unpad=unpad)
+            if overlap:
+                pipe = batch_mod.MaskAhead(CPU, True)
+                batch = pipe.hand_over(pipe.prepare(m, masker, host, epoch=0, seed=0, unpad=unpad))
+                out = batch_mod.forward(m, batch, CPU, prec.autocast)
+            else:
+                out, _ = batch_mod.masked_forward(m, masker, host, CPU, prec.autocast, epoch=0, seed=0, unpad=unpad)
             prec.backward(out["loss"])
             prec.step(opt, list(m.parameters()), 1.0)
             opt.zero_grad(set_to_none=True)
@@ -127,17 +135,18 @@ def one_step_syncs(masker: Masker | FusedMasker, host: dict[str, torch.Tensor], 
     return counter
 
 
+@pytest.mark.parametrize("overlap", [False, True], ids=["in place", "masked ahead"])
 @pytest.mark.parametrize("path", ["no mask", "unpadded", "masked"])
 @pytest.mark.parametrize("scheme,fused", [("token", False), ("span", False), ("whole_word", True), ("ngram", True)])
-def test_no_host_sync_inside_a_training_step(path: str, scheme: str, fused: bool) -> None:
+def test_no_host_sync_inside_a_training_step(path: str, scheme: str, fused: bool, overlap: bool) -> None:
     lengths = [32] * 4 if path == "no mask" else [32, 20, 9, 31]
     ws = torch.rand(V, generator=torch.Generator().manual_seed(1)) < 0.6
     masker = Masker(MaskingConfig(scheme=scheme), V, SPECIALS, MASK_ID, PAD_ID, ws)
     masker.check_ids = False  # the CPU-only id range check (off on CUDA)
     m = FusedMasker(masker, compile=False) if fused else masker
     for head in (True, False):
-        counter = one_step_syncs(m, host_batch(lengths, 32), unpad=path != "masked", masked_only_head=head,
-                                 span_boundary=scheme == "span")
+        counter = one_step_syncs(m, host_batch(lengths, 32), unpad=path != "masked", overlap=overlap,
+                                 masked_only_head=head, span_boundary=scheme == "span")
         assert counter.ops > 300, "the step ran under the counter"
         assert counter.syncs == 0, (path, scheme, head, dict(counter.by_op))
 

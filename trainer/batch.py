@@ -1,7 +1,11 @@
 """A loader batch on its way into the model: to the device, masked, padding rows silenced, forward.
 
-Training and evaluation run the same forward (``masked_forward``); they differ
-only in the masking seed and what they do with the outputs. Everything about
+Training and evaluation run the same forward (``masked_forward``: ``prepare``,
+the copy and the masking, then ``forward``); they differ only in the masking
+seed and what they do with the outputs. ``MaskAhead`` prepares the training
+loop's next batch on a side CUDA stream while the current step computes
+(``masking_overlap``), so the copy and the masking leave the step's critical
+path; the batches, masks and losses are the same either way. Everything about
 the batch's shape is decided here, on the host, before the copy: the
 attention path and kernel (trainer/attention.py, each new choice logged once),
 the bound on predicted positions that lets the heads gather without a host
@@ -14,12 +18,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-from trainer.attention import ROW_BUCKET, TOKEN_BUCKET, Choice, attention_inputs, plan
+from trainer.attention import ROW_BUCKET, TOKEN_BUCKET, Choice, Unpadded, attention_inputs, plan
 from trainer.masking import IGNORE_INDEX, Masker
 
 log = logging.getLogger("shardforge.batch")
@@ -115,15 +120,33 @@ def autocast_dtype(model: torch.nn.Module, device: torch.device) -> torch.dtype:
     return next(model.parameters()).dtype
 
 
-def masked_forward(model: torch.nn.Module, masker: Masker, host: dict[str, torch.Tensor], device: torch.device,
-                   autocast: Callable[[], AbstractContextManager[Any]], *, epoch: int,
-                   seed: int, unpad: bool = True, attention: str = "auto") -> tuple[dict[str, torch.Tensor], int]:
-    """(model outputs, real tokens) of one host batch: copy, mask on the device, forward under autocast.
+@dataclass
+class Prepared:
+    """A batch on the device, masked, its attention inputs laid out: what ``forward`` runs.
 
-    The token count, the attention path and kernel (no mask for a full-length batch, the unpadded
-    varlen layout for a ragged one when ``unpad``; ``attention`` names a kernel to prefer) and the
-    bound on predicted positions are read from the host batch: reading them after the copy would
-    sync the device. A compiled model gets bucketed shapes (trainer/attention.py, "Bucketing").
+    Everything read from the host batch (the token count, the prediction bound, the attention path) is
+    read before the copy. ``host`` keeps the (pinned) host batch referenced as long as the prepared batch
+    is, so it outlives the copy queued from it (torch's pinned allocator also holds a block until the
+    copies queued from it are done).
+    """
+
+    kw: dict[str, Any]  # the model's keyword arguments, the attention kernel not yet planned
+    predictions: int  # the bound on predicted positions (Masker.prediction_bound)
+    tokens: int  # real tokens of the batch's real rows
+    epoch: int  # the epoch the batch belongs to (read from the host batch)
+    bucketed: bool  # a compiled model's shapes: mark the varying sizes dynamic
+    host: dict[str, torch.Tensor]  # the host batch the copy reads
+    ready: Any = None  # an event recorded on the stream that prepared it (None on the CPU)
+
+
+def prepare(model: torch.nn.Module, masker: Masker, host: dict[str, torch.Tensor], device: torch.device, *,
+            epoch: int, seed: int, unpad: bool = True) -> Prepared:
+    """Copy one host batch to the device and mask it there (on the current stream).
+
+    The token count, the attention path (no mask for a full-length batch, the unpadded varlen layout
+    for a ragged one when ``unpad``) and the bound on predicted positions are read from the host batch:
+    reading them after the copy would sync the device. A compiled model gets bucketed shapes
+    (trainer/attention.py, "Bucketing").
     """
     tokens = real_tokens(host)
     bucketed = compiled(model)
@@ -135,15 +158,115 @@ def masked_forward(model: torch.nn.Module, masker: Masker, host: dict[str, torch
     drop_padding_rows(batch, masked)
     kw = attention_inputs(model_inputs(batch, masked), host["attention_mask"], device, unpad,
                           bucket=TOKEN_BUCKET if bucketed else 0)
+    return Prepared(kw, predictions, tokens, epoch, bucketed, host)
+
+
+def forward(model: torch.nn.Module, batch: Prepared, device: torch.device,
+            autocast: Callable[[], AbstractContextManager[Any]], attention: str = "auto") -> dict[str, torch.Tensor]:
+    """The model's outputs on a prepared batch: the attention kernel picked (``attention`` names one to
+    prefer; each new choice logged once), the forward run under autocast."""
     dims = encoder_of(model).dims
     with autocast():
-        kw, choice = plan(kw, dims.heads, dims.head_dim, dims.dropout if model.training else 0.0, device,
+        kw, choice = plan(batch.kw, dims.heads, dims.head_dim, dims.dropout if model.training else 0.0, device,
                           autocast_dtype(model, device), attention)
         if choice not in CHOICES:
             CHOICES.add(choice)
             log.info("%s", choice)
-        kw["predictions"] = predictions
-        if bucketed:
+        kw["predictions"] = batch.predictions
+        if batch.bucketed:
             mark_dynamic(kw)
-        out = model(**kw)
-    return out, tokens
+        return model(**kw)
+
+
+def masked_forward(model: torch.nn.Module, masker: Masker, host: dict[str, torch.Tensor], device: torch.device,
+                   autocast: Callable[[], AbstractContextManager[Any]], *, epoch: int,
+                   seed: int, unpad: bool = True, attention: str = "auto") -> tuple[dict[str, torch.Tensor], int]:
+    """(model outputs, real tokens) of one host batch: ``prepare`` it on the current stream, ``forward``."""
+    batch = prepare(model, masker, host, device, epoch=epoch, seed=seed, unpad=unpad)
+    return forward(model, batch, device, autocast, attention), batch.tokens
+
+
+# ------------------------------------------------------------------ mask ahead
+
+
+def overlap_on(setting: str, device: torch.device) -> bool:
+    """Whether batches are masked ahead (``masking_overlap``): auto is on CUDA only."""
+    if setting not in ("auto", "on", "off"):
+        raise ValueError(f"masking_overlap must be auto, on or off, got {setting!r}")
+    return setting == "on" or setting == "auto" and device.type == "cuda"
+
+
+def device_tensors(kw: dict[str, Any]) -> list[torch.Tensor]:
+    """Every tensor of a prepared batch's keyword arguments (the unpadded layout's included)."""
+    out = []
+    for v in kw.values():
+        if isinstance(v, torch.Tensor):
+            out.append(v)
+        elif isinstance(v, Unpadded):
+            out += [t for t in v if isinstance(t, torch.Tensor)]
+    return out
+
+
+def used_on(tensors: list[torch.Tensor], stream: Any) -> None:
+    """Tell the caching allocator that CUDA tensors made on another stream are used on ``stream``: their
+    memory is not handed out again before the work ``stream`` has queued when they are freed is done."""
+    for t in tensors:
+        if t.is_cuda:
+            t.record_stream(stream)
+
+
+class MaskAhead:
+    """Prepares batches (copy, mask, layout) on a side stream, so that the next batch's copy and masking
+    run while the current step computes, off its critical path.
+
+    The caller prepares batch N+1 right after it has queued step N's kernels, and hands it over before
+    step N+1's forward. On CUDA:
+
+    - the side stream first waits for the main stream as it stood when the previous batch was handed over
+      (the first time: for all of it). Whatever the main stream queued before the step now running (the
+      masker's tables, evaluation, earlier steps) is done before the side stream writes; it does not wait
+      for the running step, which is the overlap;
+    - ``hand_over`` makes the main stream wait for the side stream, and records every tensor of the batch
+      as used on the main stream (``record_stream``): the caching allocator does not give their memory
+      back to the side stream before the main stream's work on them is done;
+    - the pinned host batch stays referenced by the prepared batch (``Prepared.host``).
+
+    No call here syncs the host. On the CPU the streams are torch.cpu's: the same calls, doing nothing
+    (work runs in program order). With ``overlap`` off there is no side stream: ``prepare`` runs on the
+    current stream, as ``masked_forward`` does.
+    """
+
+    def __init__(self, device: torch.device, overlap: bool, streams: Any = None) -> None:
+        self.device = device
+        self.streams = streams if streams is not None else torch.get_device_module(device.type)
+        self.side: Any = None
+        if overlap:  # torch.cpu.Stream takes no device
+            self.side = self.streams.Stream(device) if device.type == "cuda" else self.streams.Stream()
+        self.released: Any = None  # the main stream's event at the last hand-over
+
+    @property
+    def overlap(self) -> bool:
+        return self.side is not None
+
+    def prepare(self, model: torch.nn.Module, masker: Masker, host: dict[str, torch.Tensor], *, epoch: int,
+                seed: int, unpad: bool = True) -> Prepared:
+        """``prepare`` on the side stream (overlap on), else on the current stream."""
+        if self.side is None:
+            return prepare(model, masker, host, self.device, epoch=epoch, seed=seed, unpad=unpad)
+        if self.released is None:
+            self.side.wait_stream(self.streams.current_stream(self.device))
+        else:
+            self.side.wait_event(self.released)
+        with self.streams.stream(self.side):
+            batch = prepare(model, masker, host, self.device, epoch=epoch, seed=seed, unpad=unpad)
+            batch.ready = self.side.record_event()
+        return batch
+
+    def hand_over(self, batch: Prepared) -> Prepared:
+        """The prepared batch, safe to use on the current (main) stream."""
+        if self.side is not None:
+            main = self.streams.current_stream(self.device)
+            main.wait_stream(self.side)
+            used_on(device_tensors(batch.kw), main)
+            self.released = main.record_event()
+        return batch

@@ -31,6 +31,7 @@ class RunShape:
     accum: int  # micro-batches per optimizer step
     vocab_size: int
     masking: str = "reference"  # the masker that runs: fused (compiled kernels) or reference (plain ops)
+    masking_ahead: bool = False  # masking_overlap: the next batch masked on a side stream (trainer/batch.py)
 
 
 def mean_sequence_tokens(manifest: Manifest) -> float:
@@ -159,7 +160,8 @@ def describe_run(cfg: TrainConfig, manifest: Manifest, shape: RunShape) -> list[
         f"model: {describe_model(cfg.model, shape.vocab_size)}; {count(shape.params)} parameters"
         + (f", from {where(cfg.init)}" if cfg.init else ""),
         f"device: {shape.device}{f' x {shape.world_size} processes' if shape.world_size > 1 else ''}, precision "
-        f"{shape.precision}, torch.compile {compile_text(cfg, shape)}, {shape.masking} masking ops",
+        f"{shape.precision}, torch.compile {compile_text(cfg, shape)}, {shape.masking} masking ops"
+        + (" (one batch ahead, on a side stream)" if shape.masking_ahead else ""),
         corpus_line(cfg, manifest),
         length_line(cfg, manifest, shape),
         optim_line(cfg),

@@ -7,9 +7,11 @@
 loop needs (a `Run`: model, optimizer, precision, loaders, maskers, checkpoints,
 metrics), resuming from the run's latest checkpoint. `train()` is then the whole
 loop, top to bottom: data -> mask -> forward -> loss -> backward -> step -> log
--> checkpoint. Concerns with their own state live in their own modules:
+-> checkpoint; its `Feed` takes the batches, and with mask ahead
+(`masking_overlap`) masks the next one on a side stream while a step computes.
+Concerns with their own state live in their own modules:
 distributed (process group, device, RNG per rank), loader, masking, batch (the
-forward of one batch), model, optim, evaluate, checkpoint (the
+forward of one batch, mask ahead), model, optim, evaluate, checkpoint (the
 CheckpointManager), metrics (the step record and progress text) and loggers
 (where records go).
 """
@@ -25,6 +27,7 @@ if __name__ == "__main__":  # --help, flag mistakes and a --data that is no corp
 
 import argparse
 import contextlib
+import copy
 import logging
 import math
 import os
@@ -45,7 +48,7 @@ from shardforge.console.run import TRAIN_INTERRUPTED, run_cli
 from shardforge.storage import join
 from shardforge.storage.contract import load_manifest, open_tokenizer
 from trainer import distributed, fused_masking
-from trainer.batch import masked_forward
+from trainer.batch import MaskAhead, Prepared, forward, overlap_on
 from trainer.checkpoint import CKPT_DIR, CheckpointManager, latest_checkpoint
 from trainer.describe import RunShape, describe_run, plan_steps
 from trainer.evaluate import evaluate
@@ -58,7 +61,7 @@ from trainer.mixing import MixedLoader, describe, mix_record, mixed_loader, pars
 from trainer.model import Encoder, flops_per_token, resolve_dims
 from trainer.optim import build_optimizer, lr_schedule
 from trainer.precision import Precision, compile_enabled, maybe_compile
-from trainer.preempt import Preemption
+from trainer.preempt import Preempted, Preemption
 from trainer.recipes import check_packing, config_yaml, resolve_train_config
 
 log = logging.getLogger("shardforge.train")
@@ -233,7 +236,8 @@ def setup(cfg: TrainConfig) -> Run:
         shape = RunShape(params=raw_model.num_params(), device=str(device), precision=prec.name,
                          compiled=compile_enabled(cfg.compile, device), world_size=dd.world_size, accum=accum,
                          vocab_size=vocab_size,
-                         masking="fused" if isinstance(masker, fused_masking.FusedMasker) else "reference")
+                         masking="fused" if isinstance(masker, fused_masking.FusedMasker) else "reference",
+                         masking_ahead=overlap_on(cfg.masking_overlap, device))
         for line in describe_run(cfg, manifest, shape):
             describe_log.info("%s", line)
     optimizer = build_optimizer(raw_model, cfg.optim)
@@ -264,49 +268,154 @@ def evaluation_due(cfg: TrainConfig, step: int) -> bool:
     return step == cfg.steps or bool(cfg.eval_every) and step % cfg.eval_every == 0
 
 
+class LoaderPosition:
+    """A ShardLoader's position frozen at one moment: all a checkpoint reads of a loader (``state_dict``)."""
+
+    def __init__(self, state: dict[str, Any]) -> None:
+        self.state = state
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.state
+
+
+def frozen_position(loader: ShardLoader | MixedLoader) -> Any:
+    """The loader's position now, kept while the loader moves on: what a checkpoint taken later saves
+    and, for a mix, the token shares the step's record reports (a copy of the MixedLoader whose sources
+    are frozen positions)."""
+    if isinstance(loader, MixedLoader):
+        view = copy.copy(loader)
+        view.loaders = [LoaderPosition(ld.state_dict()) for ld in loader.loaders]
+        view.schedule = copy.deepcopy(loader.schedule)
+        view.tokens = list(loader.tokens)
+        return view
+    return LoaderPosition(loader.state_dict())
+
+
+class Feed:
+    """The loop's micro-batches: taken from the loader (SIGTERM's grace applies to the wait), then copied
+    and masked on the device (trainer/batch.py).
+
+    With mask ahead (``masking_overlap``) the loop calls ``ahead`` as soon as a micro-batch's work (or the
+    step's) is queued: the next batch is taken and prepared on the side stream while that work computes.
+    Taken at a step boundary, it is a batch of the next step that the loader has already counted; so
+    ``position`` keeps the loader's position of before it for this step's checkpoint and record: a resumed
+    run sees that batch again, and no batch is skipped or seen twice.
+    """
+
+    def __init__(self, run: Run, preempt: Preemption) -> None:
+        self.run, self.preempt = run, preempt
+        self.it = iter(run.loader)
+        self.pipe = MaskAhead(run.dd.device, overlap_on(run.cfg.masking_overlap, run.dd.device))
+        self.host: dict[str, torch.Tensor] | None = None  # taken, not yet prepared (no mask ahead)
+        self.ready: Prepared | None = None  # taken and prepared ahead
+        self.held: Any = None  # the loader's position before `ready` was taken at a step boundary
+        self.wait = 0.0  # seconds waited for data since `waited()`
+
+    def take(self, boundary: bool = False) -> None:
+        """Take the next host batch; with mask ahead, prepare it on the side stream at once."""
+        if boundary:
+            self.held = frozen_position(self.run.loader)
+        tw = time.perf_counter()
+        host = self.preempt.next(self.it)
+        self.wait += time.perf_counter() - tw
+        if self.pipe.overlap:
+            self.ready = self.prepare(host)
+        else:
+            self.host = host
+
+    def prepare(self, host: dict[str, torch.Tensor]) -> Prepared:
+        cfg = self.run.cfg
+        # the epoch from the host batch: reading it on the device would sync
+        return self.pipe.prepare(self.run.model, self.run.masker, host, epoch=int(host["epoch"][0]),
+                                 seed=cfg.seed, unpad=cfg.unpad)
+
+    def next(self) -> Prepared:
+        """The next micro-batch, prepared and safe to use on the current stream."""
+        if self.ready is None and self.host is None:
+            self.take()
+        if self.ready is not None:
+            batch, self.ready, self.held = self.pipe.hand_over(self.ready), None, None
+            return batch
+        host, self.host = self.host, None
+        assert host is not None
+        return self.prepare(host)
+
+    def ahead(self, boundary: bool) -> None:
+        """With mask ahead, take and prepare the next micro-batch now. At a step boundary, a wait abandoned
+        after SIGTERM (trainer/preempt.py) ends only the taking: the step already queued still ends and
+        checkpoints, and the run stops there, as SIGTERM asked."""
+        if not self.pipe.overlap:
+            return
+        if not boundary:
+            self.take()
+            return
+        try:
+            self.take(boundary=True)
+        except Preempted:
+            self.ready = None
+
+    def position(self) -> Any:
+        """The loader as this step's checkpoint and record see it: before any batch taken ahead."""
+        return self.held if self.held is not None else self.run.loader
+
+    def waited(self) -> float:
+        """Seconds waited for data since the last call."""
+        wait, self.wait = self.wait, 0.0
+        return wait
+
+    def close(self) -> None:
+        self.it.close()  # shut DataLoader workers down now, not whenever the generator is collected
+
+
+def save_at(checkpoints: CheckpointManager, step: int, force: bool, position: Any) -> None:
+    """``checkpoints.save`` with the loader at ``position`` (Feed.position)."""
+    live, checkpoints.loader = checkpoints.loader, position
+    try:
+        checkpoints.save(step, force=force)
+    finally:
+        checkpoints.loader = live
+
+
 def train(cfg: TrainConfig) -> dict[str, Any]:
     """Run training to cfg.steps (resuming from the run's latest checkpoint); returns a summary."""
     run = setup(cfg)
     cfg, dd, device, step, accum = run.cfg, run.dd, run.dd.device, run.step, run.accum
     model, raw_model, optimizer, scheduler, prec = run.model, run.raw_model, run.optimizer, run.scheduler, run.prec
-    masker, loader, metrics, checkpoints = run.masker, run.loader, run.metrics, run.checkpoints
-    it = iter(loader)
+    metrics, checkpoints = run.metrics, run.checkpoints
     model.train()
     with Preemption() as preempt:
-        ahead = None  # the first batch, taken before the first step's clock: the loader's start-up is no data wait
+        feed = Feed(run, preempt)
         if step < cfg.steps and not stopped_at(cfg, step):
-            tw = time.perf_counter()
-            ahead = preempt.next(it)
-            metrics.started(time.perf_counter() - tw)
+            feed.take()  # the first batch, before the first step's clock: the loader's start-up is no data wait
+            metrics.started(feed.waited())
         while step < cfg.steps and not stopped_at(cfg, step):
             t0 = time.perf_counter()
-            wait = 0.0
             s = StepStats()
             for micro in range(accum):
-                tw = time.perf_counter()
-                host = ahead if ahead is not None else preempt.next(it)  # a data wait: SIGTERM's grace applies
-                ahead = None
-                wait += time.perf_counter() - tw
-                epoch = int(host["epoch"][0])  # from the host batch: reading it on the device would sync
+                batch = feed.next()  # a data wait: SIGTERM's grace applies
                 sync = contextlib.nullcontext()
                 if dd.world_size > 1 and micro < accum - 1:
                     sync = model.no_sync()  # type: ignore[operator]
                 with sync:  # no gradient all-reduce until the last micro-batch
-                    out, tokens = masked_forward(model, masker, host, device, prec.autocast, epoch=epoch,
-                                                 seed=cfg.seed, unpad=cfg.unpad)
+                    out = forward(model, batch, device, prec.autocast)
                     prec.backward(out["loss"] / accum)  # scaled under fp16
-                s.add(out, tokens, 1.0 / accum)
+                s.add(out, batch.tokens, 1.0 / accum)
+                if micro < accum - 1:
+                    feed.ahead(boundary=False)
             prec.step(optimizer, raw_model.parameters(), cfg.optim.clip_norm)  # clip + step (fp16: unscale)
             s.add_value("grad_norm", prec.grad_norm)
             scheduler.step()
             optimizer.zero_grad(set_to_none=True)
             step += 1
+            if step < cfg.steps and not stopped_at(cfg, step):
+                feed.ahead(boundary=True)  # the next step's first batch, masked while this step computes
             if device.type == "cuda":
                 torch.cuda.synchronize()
             tokens = int(distributed.all_reduce_sum([float(s.tokens)], device)[0])  # real tokens of all ranks
-            record = metrics.record(step, s, scheduler.get_last_lr()[0], t0, wait, epoch, tokens=tokens)
+            record = metrics.record(step, s, scheduler.get_last_lr()[0], t0, feed.waited(), batch.epoch,
+                                    tokens=tokens)
             record.update(run.counters.update(record["loss"], tokens))
-            record.update(mix_record(loader))
+            record.update(mix_record(feed.position()))
             if run.valid is not None and evaluation_due(cfg, step):
                 record.update(evaluate(model, run.valid, run.eval_masker, cfg, device, prec.autocast,
                                        wait=preempt.next))
@@ -314,13 +423,13 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
             # Ranks may see SIGTERM at different steps: they stop together.
             paused = stopped_at(cfg, step)
             stop = dd.any(preempt.requested or paused)
-            checkpoints.save(step, force=step == cfg.steps or stop)
+            save_at(checkpoints, step, step == cfg.steps or stop, feed.position())
             if stop:
                 if dd.main:
                     log.warning("%s: checkpoint saved at step %d, exiting",
                                 f"stop_at={cfg.stop_at}" if paused else "SIGTERM", step)
                 break
-    it.close()  # shut DataLoader workers down now, not whenever the generator is collected
+    feed.close()
     metrics.close()
     if not preempt.abandoned:  # a rank that left a stalled data wait may have peers inside a collective
         dd.barrier()
