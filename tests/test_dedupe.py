@@ -840,7 +840,7 @@ def test_near_step_elements_need_no_pickle() -> None:
         elements += signature_by_node(s) + shingles_by_node(s)
         elements.append((s.doc_id, index_row(s)))
     batches = list(lsh_shard_batches(sketches, minhasher(DedupeConfig())))
-    old_root = old_shard_entry((int(sketches[0].band_keys[0]), ("0old", 9, sketches[0].signature.tobytes())))
+    old_root = old_shard_entry((int(sketches[0].band_keys[0]), ("0old", 9, sketches[0].signature.tobytes(), (9, 12))))
     elements += batches + [old_root]
     by_shard = defaultdict(list)
     for shard, value in batches + [old_root]:
@@ -927,20 +927,20 @@ def test_shard_candidates_equal_bucket_candidates_on_random_entries(seed: int) -
     old roots with new members, old-only buckets, keys of either sign, batches of any size, and empty input."""
     import numpy as np
 
-    from pipelines.dedupe.candidates import BAND, FOUND, LSH_SHARDS, lsh_shard
+    from pipelines.dedupe.candidates import ALWAYS, ANCHOR, LSH_SHARDS, lsh_shard
 
     rng = random.Random(seed)
     # Few distinct keys (so buckets collide), of either sign and near the int64 limits.
     pool = [rng.randrange(-2**63, 2**63) for _ in range(40)] + [-1, 0, 1, LSH_SHARDS, -LSH_SHARDS, 2**63 - 1, -2**63]
     nodes = [f"1n{i:02d}" for i in range(30)]
     counts = {n: rng.randint(1, 500) for n in nodes}
-    roles = [BAND, FOUND, 1, 2, 4]  # a band key, a key that only finds it, query anchors of documents with 1, 2, 4
+    roles = [ALWAYS, ANCHOR, 1, 2, 4]  # a band key, an anchor, query anchors of documents with 1, 2, 4
     new = [(rng.choice(pool), (n, counts[n], rng.choice(roles))) for n in rng.choices(nodes, k=rng.randint(0, 300))]
     new += [new[0]] * 2 if new else []  # the same node twice in one bucket
     old_keys = rng.sample(pool, 12) + [rng.randrange(2**40) for _ in range(5)]  # some in no new bucket
-    old = [(k, (f"0o{rng.randrange(8)}", rng.randint(1, 500), np.full(4, i, np.uint32).tobytes()))
+    old = [(k, (f"0o{rng.randrange(8)}", (n := rng.randint(1, 500)), np.full(4, i, np.uint32).tobytes(), (n, 3, 9)))
            for i, k in enumerate(old_keys)]
-    old += [(old_keys[0], ("0o9", 7, b"\x01" * 16))]  # two old entries in one bucket
+    old += [(old_keys[0], ("0o9", 7, b"\x01" * 16, (7,)))]  # two old entries in one bucket
 
     # New entries in shard batches, as lsh_shard_batches lays them out, cut into batches of random size.
     batches = []
@@ -959,7 +959,7 @@ def test_shard_candidates_equal_bucket_candidates_on_random_entries(seed: int) -
     assert _sharded_candidates(batches, old, rng) == want
     if seed == 0:
         assert any(c[1][0].startswith("0") for c in want) and any(c[1][3] == b"" for c in want)
-        assert len(want) != len(_by_key_candidates([(k, (n, c, BAND)) for k, (n, c, _) in new], old))
+        assert len(want) != len(_by_key_candidates([(k, (n, c, ALWAYS)) for k, (n, c, _) in new], old))
         assert {c[1][4] for c in want} == {0, 1, 2, 4}
     assert _sharded_candidates([], [], rng) == [] == _by_key_candidates([], [])
     assert _sharded_candidates([], old, rng) == []  # old documents only: nothing
@@ -996,7 +996,7 @@ def test_lsh_shard_batches_hold_the_bucket_entries_of_the_batch() -> None:
     candidates are those of per-bucket grouping."""
     import numpy as np
 
-    from pipelines.dedupe.candidates import BAND, FOUND, bucket_entries, lsh_shard, lsh_shard_batches
+    from pipelines.dedupe.candidates import ALWAYS, ANCHOR, bucket_entries, lsh_shard, lsh_shard_batches
     from pipelines.dedupe.sketch import sketch_documents
 
     rng = random.Random(3)
@@ -1019,13 +1019,14 @@ def test_lsh_shard_batches_hold_the_bucket_entries_of_the_batch() -> None:
             assert all(lsh_shard(int(k)) == shard for k in keys)
             got += [(int(k), (node, int(n), int(r))) for k, n, node, r in zip(keys, counts, nodes, roles, strict=True)]
         assert sorted(got) == entries
-        for s in sketches:  # bands, then the smallest anchors query (all of them with anchor_queries 0)
+        for s in sketches:  # bands, then the smallest anchors query (every key always, with anchor_queries 0)
             if not s.shingles.size:
                 continue
             mine = [e[1][2] for e in bucket_entries(s, hasher)]
             anchors = s.band_keys.size - bands
-            q = anchors if queries == 0 else min(queries, anchors)
-            assert mine == [BAND] * bands + [q] * q + [FOUND] * (anchors - q)
+            q = min(queries, anchors)
+            assert mine == ([ALWAYS] * s.band_keys.size if queries == 0 else
+                            [ALWAYS] * bands + [q] * q + [ANCHOR] * (anchors - q))
         assert list(lsh_shard_batches([s for s in sketches if s.shingles.size == 0], hasher)) == []
         want = _by_key_candidates(entries, [])
         assert want  # the copies share buckets
@@ -1039,8 +1040,7 @@ def test_bucket_candidates_pair_new_members_with_their_root_once() -> None:
     import numpy as np
 
     from pipelines.dedupe.candidates import (
-        BAND,
-        FOUND,
+        ALWAYS,
         EdgeScreen,
         bucket_candidates,
         bucket_edges,
@@ -1050,23 +1050,23 @@ def test_bucket_candidates_pair_new_members_with_their_root_once() -> None:
     same = np.arange(112, dtype=np.uint32)
     other = same + 1000
     old_sig = same.tobytes()
-    bucket = [("1b", 60, BAND), ("0a", 60, old_sig), ("1c", 60, BAND), ("1d", 60, BAND), ("1e", 60, FOUND)]
+    bucket = [("1b", 60, ALWAYS), ("0a", 60, old_sig, (60,)), ("1c", 60, ALWAYS), ("1d", 60, ALWAYS)]
     cands = list(bucket_candidates(bucket))
     assert cands == [("1b", ("0a", 60, 60, old_sig, 0)), ("1c", ("0a", 60, 60, old_sig, 0)),
                      ("1d", ("0a", 60, 60, old_sig, 0))]
-    assert list(bucket_candidates([("0a", 5, old_sig), ("0b", 5, old_sig)])) == []
-    assert list(bucket_candidates([("1x", 5, BAND)])) == []
+    assert list(bucket_candidates([("0a", 5, old_sig, (5,)), ("0b", 5, old_sig, (5,))])) == []
+    assert list(bucket_candidates([("1x", 5, ALWAYS)])) == []
     # At the member: the old root is screened here (its signature came along), each pair once.
     screen = EdgeScreen(0.9)
     out = list(screen_at_member("1c", same.tobytes(), [c for m, c in cands + cands if m == "1c"], screen))
     assert out == [("edge", ("0a", "1c"))]
     assert list(screen_at_member("1d", other.tobytes(), [cands[2][1]], screen)) == []
     # A new root: a request to join the root's signature, carrying the member's.
-    new_cands = list(bucket_candidates([("1q", 70, BAND), ("1p", 80, BAND)]))
+    new_cands = list(bucket_candidates([("1q", 70, ALWAYS), ("1p", 80, ALWAYS)]))
     assert new_cands == [("1q", ("1p", 70, 80, b"", 0))]
     # The longest new document, whatever its id (a passage meets the text it lies in, not a page that
     # shares only part of it); the smallest id of equals.
-    assert list(bucket_candidates([("1a", 50, BAND), ("1c", 90, BAND), ("1b", 90, BAND)])) == [
+    assert list(bucket_candidates([("1a", 50, ALWAYS), ("1c", 90, ALWAYS), ("1b", 90, ALWAYS)])) == [
         ("1a", ("1b", 50, 90, b"", 0)), ("1c", ("1b", 90, 90, b"", 0))]
     assert list(screen_at_member("1q", other.tobytes(), [new_cands[0][1]], screen)) == [
         ("1p", ("1q", other.tobytes(), 70, 80))]
@@ -1075,70 +1075,70 @@ def test_bucket_candidates_pair_new_members_with_their_root_once() -> None:
     assert list(bucket_edges(members, 0.9)) == [("0a", "1b"), ("0a", "1c")]
 
 
-def test_anchor_buckets_pair_a_query_with_longer_entries_and_screen_at_a_quorum(monkeypatch) -> None:
-    """In an anchor bucket, a query entry meets up to ANCHOR_ROOTS entries that rank before it as roots
-    (the old root first, then the longest); an entry that only finds is never a member; at the member,
-    a root met through anchors alone is screened only in half the member's query anchors, a band
-    candidate always."""
+def test_anchor_buckets_make_members_by_size_and_screen_large_ones_at_a_quorum() -> None:
+    """In an anchor bucket of at most SMALL_BUCKET documents (by shingle count, old ones included) every
+    entry is a member, always screened; in a larger one only the query anchors, and at the member a
+    root met that way is screened only in half the member's query anchors; a band candidate always."""
     import numpy as np
 
-    from pipelines.dedupe import candidates
     from pipelines.dedupe.candidates import (
-        FOUND,
+        ANCHOR,
+        SMALL_BUCKET,
         EdgeScreen,
         anchor_quorum,
         bucket_candidates,
+        bucket_size,
         screen_at_member,
     )
 
-    monkeypatch.setattr(candidates, "ANCHOR_ROOTS", 3)
+    assert SMALL_BUCKET == 3
+    small = [("1a", 50, ANCHOR), ("1b", 90, 4), ("1c", 70, ANCHOR), ("1d", 70, ANCHOR)]  # 1d: 1c's count
+    assert bucket_size(small) == 3
+    assert list(bucket_candidates(small)) == [("1a", ("1b", 50, 90, b"", 0)), ("1c", ("1b", 70, 90, b"", 0)),
+                                              ("1d", ("1b", 70, 90, b"", 0))]
+    large = small + [("1e", 20, ANCHOR)]
+    assert bucket_size(large) == 4
+    assert list(bucket_candidates(large)) == []  # no query anchor but the root's
+    large += [("1f", 30, 2)]
+    assert list(bucket_candidates(large)) == [("1f", ("1b", 30, 90, b"", 2))]
+    # An old root's counts count: this bucket of two new documents holds four.
     old_sig = np.arange(4, dtype=np.uint32).tobytes()
-    bucket = [("1m", 50, 4), ("1s", 20, 4), ("1l", 900, FOUND), ("1k", 800, 2), ("1j", 800, FOUND),
-              ("1h", 700, FOUND), ("0z", 10, old_sig), ("1g", 600, FOUND)]
-    got = list(bucket_candidates(bucket))
-    # 1m: the old root, then the longest (1l, then 1j before 1k: equals by id), three in all.
-    assert [c for c in got if c[0] == "1m"] == [
-        ("1m", ("0z", 50, 10, old_sig, 4)), ("1m", ("1l", 50, 900, b"", 4)), ("1m", ("1j", 50, 800, b"", 4))]
-    assert [c[1][0] for c in got if c[0] == "1k"] == ["0z", "1l", "1j"]  # what ranks before it, up to 3
-    assert {c[0] for c in got} == {"1m", "1s", "1k"}  # FOUND entries are never members
-    # No old root: the longest first, and nothing ranks before the longest.
-    assert list(bucket_candidates([("1a", 5, 1), ("1b", 9, 1)])) == [("1a", ("1b", 5, 9, b"", 1))]
+    with_old = [("1a", 50, ANCHOR), ("1f", 30, 2), ("0z", 10, old_sig, (10, 11, 12))]
+    assert bucket_size(with_old) == 5
+    assert list(bucket_candidates(with_old)) == [("1f", ("0z", 30, 10, old_sig, 2))]
 
     assert [anchor_quorum(q) for q in (1, 2, 3, 4, 5)] == [1, 1, 2, 2, 3]
     sig = np.arange(112, dtype=np.uint32).tobytes()
     screen = EdgeScreen(0.9)
-    anchored = [("1r", 10, 99, b"", 4), ("1t", 10, 99, b"", 4), ("1r", 10, 99, b"", 4)]
+    queried = [("1r", 10, 99, b"", 4), ("1t", 10, 99, b"", 4), ("1r", 10, 99, b"", 4)]
     # 1r met in 2 of 4 query anchors: screened (a request to its root); 1t in 1 of 4: not.
-    assert [o[0] for o in screen_at_member("1m", sig, anchored, screen)] == ["1r"]
-    # A band candidate is screened whatever the anchors say, once.
-    band = [("1t", 10, 99, b"", 0)]
-    assert sorted(o[0] for o in screen_at_member("1m", sig, anchored + band, screen)) == ["1r", "1t"]
+    assert [o[0] for o in screen_at_member("1m", sig, queried, screen)] == ["1r"]
+    # A band or small-bucket candidate is screened whatever the queries say, once.
+    always = [("1t", 10, 99, b"", 0)]
+    assert sorted(o[0] for o in screen_at_member("1m", sig, queried + always + always, screen)) == ["1r", "1t"]
 
 
-
-def test_an_exact_twin_never_takes_an_anchor_root_place_and_old_roots_keep_what_can_matter(monkeypatch) -> None:
-    """Roots come one per shingle count: an exact duplicate (its twin's count, a larger node id, or an
-    old twin) never takes a place, so skipping it at the member gives a run without it. ``old_roots``
-    keeps the smallest old node and the first ranked old entries, whatever the order it is fed."""
+def test_an_exact_twin_leaves_a_bucket_as_it_was_and_old_roots_combine_in_any_order() -> None:
+    """An exact duplicate (its twin's count, a larger node id, or an old twin) changes neither a bucket's
+    root nor its size, so skipping it at the member gives a run without it. ``old_root`` is the
+    smallest old node with the old counts a bucket's size needs, whatever the order it is fed."""
     import random as _random
 
-    from pipelines.dedupe import candidates
-    from pipelines.dedupe.candidates import bucket_candidates, old_roots
+    from pipelines.dedupe.candidates import ANCHOR, SMALL_BUCKET, bucket_candidates, bucket_size, old_root
 
-    monkeypatch.setattr(candidates, "ANCHOR_ROOTS", 2)
-    twin = [("1a", 10, 1), ("1t", 90, 2), ("1u", 90, 2), ("1v", 80, 2)]  # 1u: an exact copy of 1t
-    assert [c[1][0] for c in bucket_candidates(twin) if c[0] == "1a"] == ["1t", "1v"]
-    assert [c[1][0] for c in bucket_candidates([e for e in twin if e[0] != "1u"]) if c[0] == "1a"] == ["1t", "1v"]
-    # An old twin: the new copy has its count and never ranks.
-    with_old = [("1a", 10, 1), ("0t", 90, b"s"), ("1u", 90, 2), ("1v", 80, 2)]
-    assert [c[1][0] for c in bucket_candidates(with_old) if c[0] == "1a"] == ["0t", "1v"]
+    bucket = [("1a", 10, ANCHOR), ("1t", 90, ANCHOR), ("1v", 80, ANCHOR)]
+    twin = bucket + [("1u", 90, ANCHOR)]  # 1u: an exact copy of 1t
+    assert bucket_size(twin) == bucket_size(bucket) == 3
+    assert [c for c in bucket_candidates(twin) if c[0] != "1u"] == list(bucket_candidates(bucket))
+    old = [("0t", 90, b"s", (90,))]
+    assert bucket_size(bucket[:1] + old + [("1u", 90, ANCHOR)]) == bucket_size(bucket[:1] + old) == 2
 
-    old = [("0b", 5, b"b"), ("0c", 70, b"c"), ("0d", 70, b"d"), ("0e", 60, b"e"), ("0f", 50, b"f"), ("0a", 1, b"a")]
-    want = [("0a", 1, b"a"), ("0c", 70, b"c"), ("0e", 60, b"e")]  # smallest node, then two ranked (one per count)
-    assert old_roots(old) == want
+    entries = [("0b", 5, b"b"), ("0c", 70, b"c"), ("0d", 70, b"d"), ("0e", 60, b"e"), ("0f", 50, b"f"), ("0g", 9, b"g")]
+    want = ("0b", 5, b"b", (5, 9, 50, 60)[:SMALL_BUCKET + 1])
+    assert old_root(entries) == want
     rng = _random.Random(0)
     for _ in range(20):
-        shuffled = rng.sample(old, len(old))
-        cut = rng.randrange(len(old))
-        assert old_roots(old_roots(shuffled[:cut]) + old_roots(shuffled[cut:])) == want
-    assert old_roots([]) == []
+        shuffled = rng.sample(entries, len(entries))
+        cut = rng.randrange(1, len(entries))
+        assert old_root([old_root(shuffled[:cut]), old_root(shuffled[cut:])]) == want
+        assert old_root([old_root([e]) for e in shuffled]) == want

@@ -1,22 +1,20 @@
 """Which pairs of documents the near step screens: LSH buckets, their candidates, and the screen (no Beam).
 
-Two kinds of bucket key lead to candidates (``pipelines.dedupe.minhash``):
+Every new member of a bucket is paired with the bucket's root (its smallest old
+node, else its longest new document): a star, so a bucket costs its size. Two
+kinds of bucket key lead there (``pipelines.dedupe.minhash``):
 
-* **band keys**, shared by documents of similar shingle sets: each new member of
-  a bucket is paired with the bucket's root (its smallest old node, else its
-  longest new document), a star, so a bucket costs its size;
+* **band keys**, shared by documents of similar shingle sets: every member;
 * **anchor keys** (pairs of consecutive shingles chosen by value), shared by a
-  passage and every text holding it. A document *queries* with its
-  ``anchor_queries`` smallest anchors and is *found* through all of them: in a
-  bucket of one of its query anchors it is paired with up to ``ANCHOR_ROOTS``
-  entries longer than it (old ones first, then the longest). A text holding
-  a passage holds all its anchors, so it meets the passage in each query bucket
-  where fewer than ``ANCHOR_ROOTS`` longer documents share that part; documents
-  that share a paragraph meet in the buckets of that paragraph only. At the
-  member, a root met through anchors alone is screened only if it was met in at
-  least half of the member's query anchors (``anchor_quorum``): that keeps the
-  texts holding the passage (an edited copy loses a few anchors) and drops most
-  pages that share one paragraph with it.
+  passage and every text holding it. In a *small* bucket (at most
+  ``SMALL_BUCKET`` documents, counted by shingle count) every member: an anchor
+  few documents share (where a passage's text meets a paragraph boundary of its
+  source, say) is the evidence that finds a passage's source. In a larger one (a
+  paragraph or a template many pages reuse) only a document's
+  ``anchor_queries`` smallest anchors make it a member, and at the member a root
+  met that way is screened only if it met it in at least half of them
+  (``anchor_quorum``): a text holding the passage holds all its anchors; a page
+  sharing one paragraph with it meets it in the queries of that paragraph only.
 
 A root that passes goes to ``EdgeScreen``, on signatures and consistent samples.
 
@@ -44,19 +42,20 @@ from pipelines.dedupe.sketch import NEW, Sketch, u32
 # Dataflow 64 workers can share the step and no key holds the whole corpus; an element is a few KB (a
 # 512-document batch has ~110 entries per shard). Changing it changes no verdict, only the grouping.
 LSH_SHARDS = 64
-# The most longer documents an anchor query pairs a document with, per bucket: a paragraph shared by
-# many pages costs each of them this many candidates, not one per page.
-ANCHOR_ROOTS = 8
-# An entry's role in its bucket: BAND (a band key: a member paired with the root), FOUND (an anchor
-# that only lets shorter documents find it), or a query anchor, stored as the number of query
+# An anchor bucket of at most this many documents (distinct shingle counts, old ones included) makes
+# every entry a member; a larger one only the query anchors.
+SMALL_BUCKET = 3
+# An entry's role in its bucket: ALWAYS a member (a band key; every key with ``anchor_queries`` 0),
+# ANCHOR (an anchor: a member in a small bucket), or a query anchor, stored as the number of query
 # anchors its document has (1..anchor_queries: what the member's quorum is counted against).
-BAND, FOUND = 0xFFFF, 0
+ALWAYS, ANCHOR = 0xFFFF, 0
 
-# A bucket entry: (node, shingle count, role) for a new document, or (node, shingle count, signature)
-# for an old bucket root (never a member).
-BucketEntry = tuple[str, int, int] | tuple[str, int, bytes]
+# A bucket entry: (node, shingle count, role) for a new document, or (node, shingle count, signature,
+# old shingle counts) for an old bucket root (never a member; the counts are those of the old
+# documents holding the key, up to SMALL_BUCKET + 1 of them: what the bucket's size needs).
+BucketEntry = tuple[str, int, int] | tuple[str, int, bytes, tuple[int, ...]]
 # A candidate, keyed by its member: (root, member count, root count, root signature: old roots only,
-# else b"", the member's query anchors: 0 for a band candidate).
+# else b"", the member's query anchors where a quorum applies, else 0: always screened).
 Candidate = tuple[str, int, int, bytes, int]
 
 
@@ -123,11 +122,6 @@ class EdgeScreen:
         return j * (n_a + n_b) / ((1.0 + j) * small) >= p - estimate_margin(p, k)
 
 
-def _longer(a: BucketEntry, b: BucketEntry) -> bool:
-    """True if ``a`` ranks before ``b`` as a root: more shingles, or as many and the smaller node id."""
-    return (a[1], b[0]) > (b[1], a[0])
-
-
 def bucket_root(members: Iterable[BucketEntry]) -> BucketEntry | None:
     """A bucket's root: its smallest old node (an indexed document: never removed, so new ones are
     compared with it), else its longest new document (the smallest node of equals; None: no member).
@@ -142,77 +136,61 @@ def bucket_root(members: Iterable[BucketEntry]) -> BucketEntry | None:
         if not m[0].startswith(NEW):
             if old is None or m[0] < old[0]:
                 old = m
-        elif longest is None or _longer(m, longest):
+        elif longest is None or (m[1], longest[0]) > (longest[1], m[0]):
             longest = m
     return old if old is not None else longest
 
 
-def _root_signature(root: BucketEntry) -> bytes:
-    return b"" if root[0].startswith(NEW) else root[2]  # type: ignore[return-value]
+def bucket_size(members: Iterable[BucketEntry]) -> int:
+    """Documents in a bucket, counted by distinct shingle count (an exact duplicate has its twin's: a
+    bucket is as large with it as without it), old ones by the counts their root carries."""
+    counts: set[int] = set()
+    for m in members:
+        counts.update(m[3] if not m[0].startswith(NEW) else (m[1],))  # type: ignore[misc]
+    return len(counts)
 
 
-def _ranked_roots(members: list[BucketEntry]) -> list[BucketEntry]:
-    """An anchor bucket's entries in the order they are roots: the old entries, then the new ones,
-    each longest first (the smallest node of equals), one per shingle count. An exact duplicate
-    has its twin's count and ranks after it (a new twin has the smaller node id, an old one comes
-    first, and ``old_roots`` keeps the old entries it could take a place from), so it never takes a
-    place: the verdicts and the work of a run without it. Of two different documents of one count
-    in one bucket, the first only."""
-    out: list[BucketEntry] = []
-    taken: set[int] = set()
-    for new in (False, True):
-        for e in sorted((e for e in members if e[0].startswith(NEW) == new), key=lambda e: (-e[1], e[0])):
-            if e[1] not in taken:
-                out.append(e)
-                taken.add(e[1])
-    return out
-
-
-def old_roots(entries: Iterable[tuple[str, int, bytes]]) -> list[tuple[str, int, bytes]]:
-    """Of the old entries of one key, those that can matter: the smallest node (a band bucket's root)
-    and the first ``ANCHOR_ROOTS`` in ``_ranked_roots``' order (an anchor bucket's roots), sorted by
-    node. Order-free and idempotent, so a combiner may apply it to any part of the entries."""
+def old_root(entries: Iterable[tuple[str, int, bytes]]) -> tuple[str, int, bytes, tuple[int, ...]]:
+    """The old entries of one key as one: the smallest node (the bucket's root) with the smallest
+    ``SMALL_BUCKET + 1`` distinct shingle counts among them (enough to tell a small bucket). Order-free
+    and idempotent on its own output, so a combiner may apply it to any part of the entries."""
     entries = list(entries)
-    if not entries:
-        return []
-    keep = {min(entries)[0]: min(entries)}
-    for e in _ranked_roots(entries)[:ANCHOR_ROOTS]:  # type: ignore[arg-type]
-        keep.setdefault(e[0], e)  # type: ignore[arg-type]
-    return [keep[n] for n in sorted(keep)]
+    first = min(entries, key=lambda e: e[0])
+    counts = sorted({c for e in entries for c in (e[3] if len(e) > 3 else (e[1],))})  # type: ignore[misc]
+    return first[0], first[1], first[2], tuple(counts[:SMALL_BUCKET + 1])
 
 
 def bucket_candidates(members: Iterable[BucketEntry]) -> Iterator[tuple[str, Candidate]]:
     """LSH candidates of one bucket: ``(member, (root, member count, root count, root signature, queries))``.
 
-    A new entry of role BAND is paired with ``bucket_root`` (a star, not a clique:
-    linear in the bucket size; components connect the rest); a query anchor with
-    up to ``ANCHOR_ROOTS`` entries that rank before it as roots (``_ranked_roots``:
-    the old entries first, then the longest new ones), ``queries`` carrying its document's number
-    of query anchors; a FOUND entry is never a member. The root's signature comes
-    along only for an old root (from the index; new signatures are joined later,
-    once per document rather than once per bucket), else it is ``b""``. Buckets
-    of old documents only produce nothing (old documents are never removed).
+    Every new entry but the root is paired with ``bucket_root`` (a star, not a
+    clique: linear in the bucket size; components connect the rest) if it is
+    a member here: an ALWAYS entry (a band key), an anchor in a bucket of at most
+    ``SMALL_BUCKET`` documents (``queries`` 0: always screened), a query anchor
+    in a larger one (``queries``: its document's number of query anchors, for
+    the quorum). The root's signature comes along only for an old root (from the
+    index; new signatures are joined later, once per document rather than once
+    per bucket), else it is ``b""``. Buckets of old documents only produce
+    nothing (old documents are never removed).
     """
     members = list(members)
     root = bucket_root(members)
     if root is None:
         return
-    ranked: list[BucketEntry] | None = None
+    root_sig = b"" if root[0].startswith(NEW) else root[2]
+    small: bool | None = None
     for m in members:
-        if not m[0].startswith(NEW) or m[2] == FOUND:
+        if m[0] == root[0] or not m[0].startswith(NEW):
             continue
-        if m[2] == BAND:
-            if m[0] != root[0]:
-                yield m[0], (root[0], m[1], root[1], _root_signature(root), 0)
-            continue
-        if ranked is None:
-            ranked = _ranked_roots(members)
-        n = 0
-        for r in ranked:
-            if n == ANCHOR_ROOTS or (r[0].startswith(NEW) and not _longer(r, m)):
-                break
-            n += 1
-            yield m[0], (r[0], m[1], r[1], _root_signature(r), m[2])  # type: ignore[misc]
+        queries = 0
+        if m[2] != ALWAYS:
+            if small is None:
+                small = bucket_size(members) <= SMALL_BUCKET
+            if not small:
+                if m[2] == ANCHOR:
+                    continue
+                queries = m[2]
+        yield m[0], (root[0], m[1], root[1], root_sig, queries)  # type: ignore[misc]
 
 
 def anchor_quorum(queries: int) -> int:
@@ -224,8 +202,9 @@ def screen_at_member(member: str, member_sig: bytes, candidates: Iterable[Candid
                      ) -> Iterator[tuple[str, str] | tuple[str, tuple[str, bytes, int, int]]]:
     """One new node's distinct candidate roots that are screened: ``("edge", (root, member))`` for old
     roots that pass ``screen`` (their signature came with the bucket), ``(root, (member, signature,
-    counts))`` for new roots, whose signature is joined next. A root is screened if a band key paired
-    them, or if it met the member in ``anchor_quorum`` of its query anchors; each pair once."""
+    counts))`` for new roots, whose signature is joined next. A root is screened if a band key or a
+    small anchor bucket paired them, or if it met the member in ``anchor_quorum`` of its query
+    anchors; each pair once."""
     band: dict[str, Candidate] = {}
     anchored: dict[str, Candidate] = {}
     met: Counter[str] = Counter()
@@ -259,21 +238,23 @@ def bucket_edges(members: Iterable[tuple[str, np.ndarray, int]], screen: EdgeScr
         screen = EdgeScreen(screen)
     members = list(members)
     sig = {m[0]: m[1] for m in members}
-    for member, (root, n_m, n_r, _, _) in bucket_candidates([(m[0], m[2], BAND) for m in members]):
+    for member, (root, n_m, n_r, _, _) in bucket_candidates([(m[0], m[2], ALWAYS) for m in members]):
         if screen.passes(u32(sig[member]), n_m, u32(sig[root]), n_r):
             yield (root, member)
 
 
 def key_roles(sketches: Sequence[Sketch], hasher: MinHasher) -> list[np.ndarray]:
-    """Per sketch, the role (uint16) of each of its bucket keys: BAND for the band keys, then for
-    its anchors (sorted) the document's number of query anchors for its ``anchor_queries`` smallest
-    (all where that is 0), FOUND for the rest."""
+    """Per sketch, the role (uint16) of each of its bucket keys: ALWAYS for the band keys, then for
+    its anchors (sorted) the document's number of query anchors for its ``anchor_queries`` smallest,
+    ANCHOR for the rest; with ``anchor_queries`` 0, ALWAYS for every key (a star from every anchor)."""
     out = []
     for s in sketches:
-        anchors = s.band_keys.size - hasher.bands
-        queries = anchors if not hasher.anchor_queries else min(anchors, hasher.anchor_queries)
-        roles = np.full(s.band_keys.size, FOUND, dtype=np.uint16)
-        roles[:hasher.bands] = BAND
+        if not hasher.anchor_queries:
+            out.append(np.full(s.band_keys.size, ALWAYS, dtype=np.uint16))
+            continue
+        queries = min(s.band_keys.size - hasher.bands, hasher.anchor_queries)
+        roles = np.full(s.band_keys.size, ANCHOR, dtype=np.uint16)
+        roles[:hasher.bands] = ALWAYS
         roles[hasher.bands:hasher.bands + queries] = queries
         out.append(roles)
     return out
@@ -290,9 +271,9 @@ def bucket_entries(s: Sketch, hasher: MinHasher) -> Iterator[tuple[int, tuple[st
 
 # What crosses the bucket shuffle, keyed by LSH shard: a batch's entries of that shard as four
 # parallel columns (keys as int64 bytes, shingle counts as uint32 bytes, node ids, roles as uint16
-# bytes), or one old bucket root from the index (key, node, count, signature).
+# bytes), or one old bucket root from the index (key, node, count, signature, old counts: ``old_root``).
 ShardBatch = tuple[bytes, bytes, tuple[str, ...], bytes]
-OldShardEntry = tuple[int, str, int, bytes]
+OldShardEntry = tuple[int, str, int, bytes, tuple[int, ...]]
 
 
 def lsh_shard(key: int, shards: int = LSH_SHARDS) -> int:
@@ -327,10 +308,10 @@ def lsh_shard_batches(sketches: Sequence[Sketch], hasher: MinHasher,
         yield int(sorted_shards[start]), (keys[idx].tobytes(), counts[idx].tobytes(), nodes, roles[idx].tobytes())
 
 
-def old_shard_entry(entry: tuple[int, tuple[str, int, bytes]]) -> tuple[int, OldShardEntry]:
-    """An old bucket root (``OldBucketRoot``'s output) keyed by the shard of its band key."""
-    key, (node, n, sig) = entry
-    return lsh_shard(key), (key, node, n, sig)
+def old_shard_entry(entry: tuple[int, tuple[str, int, bytes, tuple[int, ...]]]) -> tuple[int, OldShardEntry]:
+    """An old bucket root (``old_root``'s output) keyed by the shard of its key."""
+    key, (node, n, sig, counts) = entry
+    return lsh_shard(key), (key, node, n, sig, counts)
 
 
 def shard_candidates(values: Iterable[ShardBatch | OldShardEntry]) -> Iterator[tuple[str, Candidate]]:
@@ -338,9 +319,10 @@ def shard_candidates(values: Iterable[ShardBatch | OldShardEntry]) -> Iterator[t
 
     ``values``: the shard's batches of new entries and its old bucket roots. The
     keys are concatenated and sorted in numpy; only the buckets with two or more
-    entries of which one may be a member (a few, in a corpus without many
-    duplicates) are built as Python lists, so a bucket that can give no
-    candidate costs no Python work. The candidates are those of
+    entries that can give a candidate (a band key or a query anchor among them,
+    an old root, or few enough documents that every anchor is a member: a few, in
+    a corpus without many duplicates) are built as Python lists, so a bucket that
+    can give none costs no Python work. The candidates are those of
     ``bucket_candidates`` over the same entries grouped by key, bucket for bucket.
     """
     key_parts: list[np.ndarray] = []
@@ -367,16 +349,21 @@ def shard_candidates(values: Iterable[ShardBatch | OldShardEntry]) -> Iterator[t
     starts = np.flatnonzero(np.r_[True, ~same_as_next])
     sizes = np.diff(np.r_[starts, keys.size])
     counts = np.concatenate(count_parts) if count_parts else np.zeros(0, np.uint32)
-    roles = np.concatenate(role_parts + [np.full(len(old), FOUND, dtype=np.uint16)])
-    members_in = np.add.reduceat((roles[order] != FOUND).astype(np.int64), starts)
-    useful = (sizes >= 2) & (members_in >= 1)
     n_new = counts.size
+    roles = np.concatenate(role_parts + [np.full(len(old), ANCHOR, dtype=np.uint16)])
+    is_old = order >= n_new
+    always = np.add.reduceat(((roles[order] != ANCHOR) | is_old).astype(np.int64), starts) > 0
+    # Documents per bucket by distinct shingle count (bucket_size) among the new entries.
+    bucket_of = np.repeat(np.arange(starts.size, dtype=np.int64), sizes)[~is_old]
+    pairs = np.unique((bucket_of << 32) | counts[order[~is_old]].astype(np.int64))
+    distinct = np.bincount(pairs >> 32, minlength=starts.size)
+    useful = (sizes >= 2) & (always | (distinct <= SMALL_BUCKET))
     offsets = np.cumsum([0] + [len(p) for p in node_parts]).tolist()
 
     def entry(i: int) -> BucketEntry:
         if i >= n_new:
             o = old[i - n_new]
-            return (o[1], o[2], o[3])
+            return (o[1], o[2], o[3], o[4])
         part = bisect_right(offsets, i) - 1
         return (node_parts[part][i - offsets[part]], int(counts[i]), int(roles[i]))
 

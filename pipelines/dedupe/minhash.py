@@ -330,15 +330,7 @@ class MinHasher:
     rows: int = 8
     seed: int = 42
     anchors: int = 0  # anchor keys after the band keys: 1 shingle in this many sampled (0: none)
-    anchor_queries: int = 0  # a document's smallest anchor keys that make it a candidate member (0: all)
-
-    @property
-    def member_keys(self) -> int | None:
-        """How many of a document's bucket keys (bands, then sorted anchors) make it a candidate member
-        of their bucket; the rest only let a shorter document find it (None: every key)."""
-        if not self.anchors or not self.anchor_queries:
-            return None
-        return self.bands + self.anchor_queries
+    anchor_queries: int = 0  # a document's smallest anchor keys that are members of a large bucket (0: all)
 
     @property
     def num_perm(self) -> int:

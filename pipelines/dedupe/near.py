@@ -14,7 +14,7 @@ from apache_beam.metrics import Metrics
 from pipelines.dedupe.candidates import (
     EdgeScreen,
     lsh_shard_batches,
-    old_roots,
+    old_root,
     old_shard_entry,
     screen_at_member,
     shard_candidates,
@@ -158,19 +158,20 @@ def _route_to_root(element: tuple[str, dict[str, Any]]) -> Iterator[tuple[str, t
         yield node, ("root", label is None, shingles, lost, source)
 
 
-class _OldRoots(beam.CombineFn):
-    """The old entries of a key that can matter (``old_roots``), combined from any parts."""
+class _OldRoot(beam.CombineFn):
+    """The old entries of a key as one (``old_root``: the bucket's root and the old shingle counts)."""
 
-    def create_accumulator(self) -> list:
-        return []
+    def create_accumulator(self) -> tuple | None:
+        return None
 
-    def add_input(self, acc: list, entry: tuple[str, int, bytes]) -> list:
-        return old_roots([*acc, entry])
+    def add_input(self, acc: tuple | None, entry: tuple) -> tuple:
+        return old_root([entry] if acc is None else [acc, entry])
 
-    def merge_accumulators(self, accs: Iterable[list]) -> list:
-        return old_roots([e for a in accs for e in a])
+    def merge_accumulators(self, accs: Iterable[tuple | None]) -> tuple | None:
+        parts = [a for a in accs if a is not None]
+        return old_root(parts) if parts else None
 
-    def extract_output(self, acc: list) -> list:
+    def extract_output(self, acc: tuple | None) -> tuple | None:
         return acc
 
 
@@ -200,8 +201,8 @@ class NearDedupe(beam.PTransform):
     documents only what can change a verdict enters the shuffles, so a batch
     costs its own size whatever the index's: per LSH bucket holding a new
     document where it may be a member, the old entries ``bucket_candidates`` can
-    compare new members with (``old_roots``: the smallest node id, a band bucket's
-    root, and an anchor bucket's first roots; no other old entry makes an edge), as (node, count,
+    compare new members with (the smallest node id: the root; no other old entry
+    makes an edge), with the old shingle counts that tell a bucket's size (``old_root``), as (node, count,
     signature); after the components, the shingles of the old nodes that are
     cluster roots. The verdicts are those of a run with the whole index.
 
@@ -254,17 +255,15 @@ class NearDedupe(beam.PTransform):
             # Sketch step's, made from its batches of documents).
             entries = sketches | "ShardBatches" >> beam.FlatMap(lambda s: lsh_shard_batches([s], hasher))
         if self.old_parts is not None:
-            # Old roots matter only in buckets where a new document may be a member.
-            member_keys = hasher.member_keys
             new_keys = sketches | "NewBandKeys" >> beam.FlatMap(
-                lambda s: [s.band_keys[:member_keys].tobytes()] if s.shingles.size else [])
+                lambda s: [s.band_keys.tobytes()] if s.shingles.size else [])
             old_entries = (
                 self.old_parts
                 | "OldBucketEntries" >> beam.ParDo(
                     IndexLookup("index_bucket_entries_read", unique_keys, _old_bucket_entries),
                     beam.pvalue.AsList(new_keys))
-                | "OldBucketRoots" >> beam.CombinePerKey(_OldRoots())
-                | "OldRootShard" >> beam.FlatMapTuple(lambda key, roots: [old_shard_entry((key, r)) for r in roots])
+                | "OldBucketRoot" >> beam.CombinePerKey(_OldRoot())
+                | "OldRootShard" >> beam.Map(old_shard_entry)
             )
             entries = (entries, old_entries) | "WithOld" >> beam.Flatten()
         # Screening needs both signatures of a candidate pair: joined at the member,
