@@ -24,8 +24,8 @@ Which kernel runs is decided on the host from what is static about a batch
 itself and carries no label: losses and gradients are unchanged), so the
 packed tensors take a bounded set of sizes; batch.py also pads the rows to a
 multiple of 64 columns and marks the batch dimensions dynamic, so a compiled
-model compiles once for every batch instead of once per shape (tested with
-dynamo's counters).
+model compiles once for every batch instead of once per shape (counted in
+tests/test_compile_shapes.py).
 """
 
 from __future__ import annotations
