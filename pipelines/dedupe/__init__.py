@@ -35,7 +35,8 @@ first and otherwise the smallest doc_id.
 
 Modules: ``minhash`` (MinHash signatures and LSH banding, numpy; ``minhash_kernel``, the fused loop
 compiled by numba), ``sketch`` (the per-document record and node ids), ``exact``, ``components``
-(connected components), ``near`` (LSH candidates, screening, clusters, verification), ``spans``
+(connected components), ``candidates`` (LSH buckets, their candidates and the screen, no Beam), ``near``
+(the near step as Beam transforms: candidates, screening, clusters, verification), ``spans``
 (repeated spans), ``index`` (the persistent append-only index) and ``deduplicate`` (all of them
 wired together).
 
