@@ -168,7 +168,7 @@ def forward(model: torch.nn.Module, batch: Prepared, device: torch.device,
     dims = encoder_of(model).dims
     with autocast():
         kw, choice = plan(batch.kw, dims.heads, dims.head_dim, dims.dropout if model.training else 0.0, device,
-                          autocast_dtype(model, device), attention)
+                          autocast_dtype(model, device), attention, compiled=batch.bucketed)
         if choice not in CHOICES:
             CHOICES.add(choice)
             log.info("%s", choice)
