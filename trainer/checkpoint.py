@@ -169,11 +169,13 @@ class CheckpointManager:
         every = self.cfg.checkpoint_every
         return bool(every) and step % every == 0
 
-    def save(self, step: int, force: bool = False) -> str | None:
-        """Checkpoint step when it is due (or force); the URL written on the main rank, else None."""
+    def save(self, step: int, force: bool = False, loader: Any = None) -> str | None:
+        """Checkpoint step when it is due (or force); the URL written on the main rank, else None.
+        ``loader``: the loader position to save (anything with ``state_dict``), if not the live loader's."""
         if not (force or self.due(step)):
             return None
-        loader_state = gather_loader_state(self.loader)  # a collective: every rank's partitions, for elastic resume
+        # a collective: every rank's partitions, for elastic resume
+        loader_state = gather_loader_state(self.loader if loader is None else loader)
         rng = gather_rng(self.dd)  # a collective too: one RNG state per rank (dropout differs by rank)
         if not self.dd.main:
             return None

@@ -367,15 +367,6 @@ class Feed:
         self.it.close()  # shut DataLoader workers down now, not whenever the generator is collected
 
 
-def save_at(checkpoints: CheckpointManager, step: int, force: bool, position: Any) -> None:
-    """``checkpoints.save`` with the loader at ``position`` (Feed.position)."""
-    live, checkpoints.loader = checkpoints.loader, position
-    try:
-        checkpoints.save(step, force=force)
-    finally:
-        checkpoints.loader = live
-
-
 def train(cfg: TrainConfig) -> dict[str, Any]:
     """Run training to cfg.steps (resuming from the run's latest checkpoint); returns a summary."""
     run = setup(cfg)
@@ -423,7 +414,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
             # Ranks may see SIGTERM at different steps: they stop together.
             paused = stopped_at(cfg, step)
             stop = dd.any(preempt.requested or paused)
-            save_at(checkpoints, step, step == cfg.steps or stop, feed.position())
+            checkpoints.save(step, force=step == cfg.steps or stop, loader=feed.position())
             if stop:
                 if dd.main:
                     log.warning("%s: checkpoint saved at step %d, exiting",

@@ -205,17 +205,17 @@ def screen_at_member(member: str, member_sig: bytes, candidates: Iterable[Candid
     counts))`` for new roots, whose signature is joined next. A root is screened if a band key or a
     small anchor bucket paired them, or if it met the member in ``anchor_quorum`` of its query
     anchors; each pair once."""
-    band: dict[str, Candidate] = {}
-    anchored: dict[str, Candidate] = {}
+    always: dict[str, Candidate] = {}
+    queried: dict[str, Candidate] = {}
     met: Counter[str] = Counter()
     for c in candidates:
         if c[4] == 0:
-            band.setdefault(c[0], c)
+            always.setdefault(c[0], c)
         else:
-            anchored.setdefault(c[0], c)
+            queried.setdefault(c[0], c)
             met[c[0]] += 1
-    chosen = list(band.values()) + [c for r, c in anchored.items()
-                                    if r not in band and met[r] >= anchor_quorum(c[4])]
+    chosen = list(always.values()) + [c for r, c in queried.items()
+                                      if r not in always and met[r] >= anchor_quorum(c[4])]
     for root, n_m, n_r, root_sig, _ in chosen:
         if root_sig:
             if screen.passes(u32(member_sig), n_m, u32(root_sig), n_r):
