@@ -71,7 +71,7 @@ def bench_target(base: str, shards: list[list], blobs: list[bytes], repeats: int
     def plain_write() -> None:
         for i, data in enumerate(blobs):
             _, path = storage.get_fs(storage.join(base, f"plain/train-{i:06d}.tar"))
-            if storage.protocol_of(fs) in ("file", "local"):
+            if storage.is_local_fs(fs):
                 os.makedirs(os.path.dirname(path), exist_ok=True)
             with fs.open(path, "wb") as f:
                 f.write(data)

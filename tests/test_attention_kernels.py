@@ -7,7 +7,7 @@ import pytest
 import torch
 from test_fastpath import assert_same, batch, inputs_for, loss_and_grads, model
 
-from trainer.attention import attention_inputs, pick_backend, plan
+from trainer.attention import attention_inputs, pick_backend, plan, unpad
 
 CPU = torch.device("cpu")
 
@@ -42,3 +42,22 @@ def test_plan_picks_padded_where_it_computes_fewer_scores() -> None:
     # 64 rows padded to 2,048 for 5,000 tokens: more scores padded, and too many tokens for a [T, T] mask.
     assert pick_backend("unpadded", CPU, torch.float32, heads, head_dim, 2048, 0.0, packed_tokens=5000,
                         rows=64) == "nested"
+
+
+def test_the_cuda_layout_leaves_out_what_only_the_cpu_kernels_read() -> None:
+    """On CUDA the unpadded path runs flash or efficient, which read cu_seqlens: the layout carries no
+    per-token sequence ids there (one tensor fewer to build and copy per batch)."""
+    mask = (torch.arange(32)[None, :] < torch.tensor([32, 7, 20, 1])[:, None]).long()
+    full, lean = unpad(mask, 16), unpad(mask, 16, doc=False)
+    assert lean.doc is None and full.doc is not None
+    for a, b in zip(full._replace(doc=None), lean, strict=True):
+        assert (a == b).all() if isinstance(a, torch.Tensor) else a == b
+    assert full.doc.tolist() == [i for i, n in enumerate([32, 7, 20, 1, 4]) for _ in range(n)]
+    cuda = torch.device("cuda", 0)
+    for dtype in (torch.float32, torch.float16, torch.bfloat16):
+        for want in ("auto", "flash", "efficient"):
+            # an fp32 pick never asks the device; the half-precision ones do when there is one
+            if dtype != torch.float32 and not torch.cuda.is_available():
+                continue
+            assert pick_backend("unpadded", cuda, dtype, 4, 16, 64, 0.0, want, packed_tokens=64,
+                                rows=4) in ("flash", "efficient")

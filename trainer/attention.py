@@ -74,8 +74,10 @@ class Unpadded(NamedTuple):
                              doc=move(self.doc))
 
 
-def unpad(attention_mask: torch.Tensor, bucket: int = 0) -> Unpadded:
+def unpad(attention_mask: torch.Tensor, bucket: int = 0, doc: bool = True) -> Unpadded:
     """The packed layout of a [B, L] mask (1 = real token). Every row must hold at least one real token.
+
+    ``doc=False`` leaves out the per-token sequence ids, which only the CPU kernels read (``dense``).
 
     ``bucket > 1`` rounds the packed length up to a multiple of ``bucket`` with one filler sequence
     that reads a padding position (a full batch has none: it is never bucketed). The filler is
@@ -98,8 +100,8 @@ def unpad(attention_mask: torch.Tensor, bucket: int = 0) -> Unpadded:
         seqs = torch.cat([lengths, lengths.new_tensor([fill])])
     offsets = torch.zeros(seqs.numel() + 1, dtype=torch.long, device=mask.device)
     offsets[1:] = torch.cumsum(seqs, 0)
-    doc = torch.repeat_interleave(torch.arange(seqs.numel(), device=mask.device), seqs)
-    return Unpadded(indices, offsets, int(seqs.max()), packed_index, offsets.to(torch.int32), doc,
+    seq_of = torch.repeat_interleave(torch.arange(seqs.numel(), device=mask.device), seqs) if doc else None
+    return Unpadded(indices, offsets, int(seqs.max()), packed_index, offsets.to(torch.int32), seq_of,
                     real_tokens=real if indices.numel() != real else -1, rows=mask.shape[0])
 
 
@@ -239,7 +241,8 @@ def attention_inputs(kw: dict, host_mask: torch.Tensor, device: torch.device, un
     if bool(host_mask.all()):
         kw["attention_mask"] = None
     elif unpadded:
-        kw["unpadded"] = unpad(host_mask, bucket).to(device)
+        # the CUDA kernels (flash, efficient) read cu_seqlens, never the per-token sequence ids
+        kw["unpadded"] = unpad(host_mask, bucket, doc=device.type != "cuda").to(device)
     return kw
 
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from schemas.config import TrainConfig
 from schemas.errors import UserError
-from shardforge.storage import get_fs, join, protocol_of, redact_url
+from shardforge.storage import get_fs, is_local_fs, join, redact_url
 
 METRICS_FILE = "metrics.jsonl"
 
@@ -39,7 +39,7 @@ class MetricsLogger:
         if enabled:
             parent = self._path.rsplit("/", 1)[0]
             self._fs.makedirs(parent, exist_ok=True)
-            if tensorboard and protocol_of(self._fs) in ("file", "local"):
+            if tensorboard and is_local_fs(self._fs):
                 try:
                     from torch.utils.tensorboard import SummaryWriter
 
@@ -61,7 +61,7 @@ class MetricsLogger:
         if not self.enabled or not self._lines:
             return
         data = "".join(line + "\n" for line in self._lines)
-        if protocol_of(self._fs) in ("file", "local"):
+        if is_local_fs(self._fs):
             with open(self._path, "ab", buffering=0) as f:
                 end = f.seek(0, os.SEEK_END)
                 rest = memoryview(data.encode("utf-8"))

@@ -93,10 +93,10 @@ def last_records(run: str, last_step: int) -> dict[int, dict[str, Any]] | None:
 
 
 def read_metrics(run: str, last_step: int) -> dict[str, Any]:
-    """{"tokens_seen": int | None, "eval_loss": float | None, "eval_step": int | None} from metrics.jsonl."""
+    """{"tokens_seen", "eval_loss", "eval_step", "found"} from metrics.jsonl (found: the file was readable)."""
     by_step = last_records(run, last_step)
     if by_step is None:
-        return {"tokens_seen": None, "eval_loss": None, "eval_step": None}
+        return {"tokens_seen": None, "eval_loss": None, "eval_step": None, "found": False}
     tokens = 0.0
     eval_loss = eval_step = None
     for step in sorted(by_step):
@@ -107,7 +107,8 @@ def read_metrics(run: str, last_step: int) -> dict[str, Any]:
             tokens += float(rec["tokens_per_s"]) * float(rec["step_time"])
         if "eval_loss" in rec:
             eval_loss, eval_step = float(rec["eval_loss"]), step
-    return {"tokens_seen": round(tokens) if by_step else None, "eval_loss": eval_loss, "eval_step": eval_step}
+    return {"tokens_seen": round(tokens) if by_step else None, "eval_loss": eval_loss, "eval_step": eval_step,
+            "found": True}
 
 
 def masking_phrase(m: MaskingConfig) -> str:
@@ -172,7 +173,7 @@ def data_lines(cfg: TrainConfig, manifest: dict[str, Any] | None) -> list[str]:
 
 def model_card(cfg: TrainConfig, state: dict[str, Any], run: str, architecture: str,
                manifest: dict[str, Any] | None, license_id: str | None = None, language: list[str] | None = None) -> str:
-    """README.md text of an export (pure: everything it says is passed in)."""
+    """README.md text of an export: what it says is passed in, but for the run's metrics.jsonl (read once)."""
     step = int(state.get("step", 0))
     m = read_metrics(run, step)
     has_valid = None if not manifest else any(
@@ -190,7 +191,7 @@ def model_card(cfg: TrainConfig, state: dict[str, Any], run: str, architecture: 
              f"- steps: {step}{planned}",
              f"- tokens seen: {m['tokens_seen'] if m['tokens_seen'] is not None else 'not recorded'}",
              f"- training masking: {masking_phrase(cfg.masking)}",
-             *eval_lines(cfg, step, m, has_valid, last_records(run, step) is not None),
+             *eval_lines(cfg, step, m, has_valid, m["found"]),
              "", "## Data", "", *data_lines(cfg, manifest)]
     config = public_config(cfg.model_dump(mode="json"))
     lines += ["", "## Recipe (train config)", "", "Local paths are given by their folder's name.", "",

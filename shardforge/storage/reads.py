@@ -21,7 +21,7 @@ from shardforge.storage.retry import (
     not_connected,
     retry,
 )
-from shardforge.storage.urls import full_url, get_fs, protocol_of
+from shardforge.storage.urls import full_url, get_fs, is_local_fs, protocol_of
 
 # ---------------------------------------------------------------- reads
 
@@ -212,7 +212,7 @@ def local_copy(url: str) -> Iterator[str]:
     import tempfile
 
     fs, path = get_fs(url)
-    if protocol_of(fs) in ("file", "local"):
+    if is_local_fs(fs):
         yield path
         return
     with tempfile.TemporaryDirectory() as d:
