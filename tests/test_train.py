@@ -244,6 +244,27 @@ def test_ddp_two_processes_on_gloo_then_elastic_resume_on_one(corpus, tmp_path):
     assert load_checkpoint(list_checkpoints(out)[-1][1])["step"] == 6
 
 
+def test_a_rank_that_joined_a_group_leaves_with_its_code_and_its_output_flushed():
+    """A torchrun rank ends through distributed.leave: the code it was given, and what it printed and
+    logged still there (stdout into a pipe is block-buffered: os._exit alone would drop it). A process
+    that never joined a group gets its code back and exits on its own."""
+    script = ("import logging, sys\n"
+              "from trainer import distributed\n"
+              "logging.basicConfig(level=logging.INFO)\n"
+              "assert distributed.leave(5) == 5  # never joined: the code back, no exit\n"
+              "distributed._joined = True\n"
+              "print('printed before leaving')\n"
+              "logging.getLogger('shardforge.train').warning('logged before leaving')\n"
+              "distributed.leave(3)\n"
+              "print('after leaving')\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}  # Python's default buffering
+    r = subprocess.run([sys.executable, "-c", script], env={**env, "PYTHONPATH": REPO},
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 3, r.stderr[-2000:]
+    assert r.stdout == "printed before leaving\n"
+    assert "logged before leaving" in r.stderr
+
+
 def test_plot_draws_every_logged_metric(tmp_path):
     import json
 

@@ -487,10 +487,11 @@ def main(argv: list[str] | None = None) -> int:
     describe_log.propagate = False
     quiet_torch_notices()
     try:
-        return run_cli(lambda: _run(args), interrupted=TRAIN_INTERRUPTED)
+        code = run_cli(lambda: _run(args), interrupted=TRAIN_INTERRUPTED)
     finally:  # an in-process caller's logging is as it was
         describe_log.removeHandler(out)
         describe_log.propagate = True
+    return distributed.leave(code)  # a torchrun rank ends here (trainer/distributed.py says why)
 
 
 def _run(args: argparse.Namespace) -> int:
