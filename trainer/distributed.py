@@ -91,6 +91,9 @@ def pick_device(requested: str, local_rank: int) -> torch.device:
     return torch.device("cpu")
 
 
+_joined = False  # this process joined a process group (``setup``; ``leave`` reads it)
+
+
 def setup(requested_device: str) -> Dist:
     """Decide the device once, join the process group (NCCL on GPUs, gloo on CPUs) and bind the GPU."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -109,14 +112,10 @@ def setup(requested_device: str) -> Dist:
 
 
 def teardown(dd: Dist) -> None:
-    """Leave the process group (when this run joined one). A process that exits with it alive leaves
-    its backend's threads to the interpreter's exit: seen under gloo as one rank aborting
-    ("terminate called without an active exception") after a clean stop."""
+    """Leave the process group (when this run joined one), every rank past the loop's last collective.
+    Under DDP the group's threads outlive this (``leave`` says what the process's exit does about it)."""
     if dd.world_size > 1 and dist.is_initialized():
         dist.destroy_process_group()
-
-
-_joined = False  # this process joined a process group (``setup``)
 
 
 def leave(code: int) -> int:

@@ -116,7 +116,7 @@ def masking_phrase(m: MaskingConfig) -> str:
            f"{100 * m.random_prob:g}% random / the rest kept)"
 
 
-def eval_lines(cfg: TrainConfig, step: int, m: dict[str, Any], has_valid: bool | None, has_metrics: bool) -> list[str]:
+def eval_lines(cfg: TrainConfig, step: int, m: dict[str, Any], has_valid: bool | None) -> list[str]:
     """The card's evaluation: the loss and what it measures, or why there is none."""
     if m["eval_loss"] is not None:
         masking = cfg.eval_masking or cfg.masking
@@ -124,7 +124,7 @@ def eval_lines(cfg: TrainConfig, step: int, m: dict[str, Any], has_valid: bool |
                 f"- eval loss is the MLM cross-entropy in nats, averaged over the predicted tokens of the first "
                 f"{cfg.eval_batches} batches of the corpus's valid split, at the evaluation masking rate: "
                 f"{masking_phrase(masking)}; perplexity is its exp"]
-    if not has_metrics:
+    if not m["found"]:
         why = "the run folder's metrics.jsonl was not found"
     elif not cfg.eval_batches:
         why = "evaluation was off: eval_batches=0"
@@ -191,7 +191,7 @@ def model_card(cfg: TrainConfig, state: dict[str, Any], run: str, architecture: 
              f"- steps: {step}{planned}",
              f"- tokens seen: {m['tokens_seen'] if m['tokens_seen'] is not None else 'not recorded'}",
              f"- training masking: {masking_phrase(cfg.masking)}",
-             *eval_lines(cfg, step, m, has_valid, m["found"]),
+             *eval_lines(cfg, step, m, has_valid),
              "", "## Data", "", *data_lines(cfg, manifest)]
     config = public_config(cfg.model_dump(mode="json"))
     lines += ["", "## Recipe (train config)", "", "Local paths are given by their folder's name.", "",
