@@ -17,8 +17,7 @@ portable run):
   goes through the runner once, so this is the data a cluster would shuffle, per input GB for
   docs/scaling.md.
 
-Every configuration of one size builds the same input at the same path (document ids hash the path),
-and the results say whether their manifests are byte-identical (they must be).
+Every configuration of one size builds the same input file, and the results say whether their manifests are byte-identical (they must be).
 
 The input is ``tests/determinism.write_dup_corpus``: English-like articles with exact and near
 duplicate families spread over 8 files (the dedupe stages have work to do), and its build config

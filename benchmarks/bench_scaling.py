@@ -15,10 +15,7 @@ any descendant. The sampler also notes which fused stage was running at each
 sample (by wrapping FnApiRunner's private ``_execute_bundle``; diagnostics only),
 so the results name the stages at which memory peaks.
 
-Every configuration of one size builds the SAME input file, written once by the parent at one
-path: document ids hash the input path (``pipelines.records.make_doc_id``), so the same text at
-two paths is two different corpora (another train/valid split, other packing groups, another
-tokenizer sample order) and their token counts differ. Each row records the sha256 of its
+Every configuration of one size builds the SAME input file, written once by the parent. Each row records the sha256 of its
 manifest (which lists every shard's sha256), and the results say whether the configurations
 that must give the same bytes did (``MUST_MATCH``: every ``workersN`` and ``procsN`` = ``default``,
 ``capped-mp`` = ``capped``).
@@ -182,8 +179,8 @@ def corpus_stats(path: Path) -> tuple[int, int]:
 def input_path(inputs: Path, megabytes: float, batched: bool, text: str = "synth") -> Path:
     """Where the parent writes the input of one size: a file, or for ``batched`` a folder of files.
 
-    One path per size and layout for every configuration: document ids hash the path, so
-    configurations that must agree (``MUST_MATCH``) must read the same one.
+    One path per size and layout for every configuration: configurations that must agree
+    (``MUST_MATCH``) read the same file.
     """
     return inputs / (f"raw-{text}-{megabytes:g}mb" + ("" if batched else ".jsonl"))
 
@@ -832,7 +829,7 @@ def main() -> int:
         + "**Peak RSS** is the peak of the sum of RSS over the child and its "
         "live descendants (sampled every 50 ms, and never below the child's ru_maxrss); \"start\" is the "
         "child's RSS before the pipeline (interpreter, imports, input counted). Every configuration of a size "
-        "builds the same input file (written once, at one path: document ids hash the path).",
+        "builds the same input file (written once).",
         "",
     ]
     lines += conclusion(results, pack, spm)

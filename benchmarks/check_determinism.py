@@ -13,10 +13,8 @@ word edit rates of 1-10 %, copies that add a paragraph (containment) and a share
 boilerplate footer (repeated spans), shuffled over several files so that the
 copies of a family land in different files and bundles. Each build runs in a
 fresh process through the real CLI (``python -m pipelines.build``), one after
-another, from ONE input folder. Document ids hash the input path
-(``pipelines.records.make_doc_id``), so two builds of the same text at two paths
-legitimately differ (train/valid split, packing groups, tokenizer sample order):
-compare builds of one path only. The input, the builds and the comparison are
+another, from one input folder (a copy elsewhere builds the same corpus: document
+ids hash a file's name under its input's folder, ``pipelines.sources.naming``). The input, the builds and the comparison are
 ``tests/determinism.py`` (tests/test_determinism.py runs the same check, smaller).
 
 On a difference it says which files differ, by stage (clean / dedupe index /

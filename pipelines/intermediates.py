@@ -350,6 +350,8 @@ def reject_row(r: Any, origins: Mapping[str, tuple[str, str]] | None = None) -> 
         del row["language"]
     if row.get("similarity", "") is None:  # only near duplicates carry a verified similarity
         del row["similarity"]
+    if row.get("dup_of_index") is False:  # said only of a duplicate of an indexed (earlier) document
+        del row["dup_of_index"]
     if not isinstance(r, Reject):
         row["bucket"] = "duplicate"
     file, position = row.pop("file", None), row.pop("position", None)

@@ -14,7 +14,7 @@ SNIPPET_CHARS = 200
 
 @dataclass(frozen=True)
 class Document:
-    """One document. doc_id is stable: derived from source + path + record index."""
+    """One document. doc_id is stable: derived from source + file name + record index (``make_doc_id``)."""
 
     doc_id: str
     source: str
@@ -62,6 +62,9 @@ class Duplicate:
     # Near duplicates: the verified similarity to dup_of (shingle Jaccard) that removed it; else None.
     # A measurement about the record, not its identity: equality ignores it.
     similarity: float | None = field(default=None, compare=False)
+    # dup_of is a document of the dedupe index (an earlier corpus), not of this build. Doc ids name
+    # files under their input's folder, so a corpus built from another folder may reuse an id.
+    dup_of_index: bool = False
 
 
 @dataclass(frozen=True)
@@ -136,7 +139,8 @@ class TokenizedDocument:
 
 
 def path_key(source: str, path: str) -> str:
-    """The part of a doc id that names its file: source and a short hash of the path."""
+    """The part of a doc id that names its file: source and a short hash of its name (the readers hash its
+    path under the source's input folder: ``pipelines.sources.naming``)."""
     # surrogateescape: a path holding undecodable bytes (a tar member name) hashes to its bytes
     h = hashlib.blake2b(path.encode("utf-8", "surrogateescape"), digest_size=6).hexdigest()
     return f"{source}-{h}"
@@ -148,7 +152,7 @@ def doc_id_at(key: str, index: int) -> str:
 
 
 def make_doc_id(source: str, path: str, index: int) -> str:
-    """Stable id: source, a short hash of the path, and the record index in that file."""
+    """Stable id: source, a short hash of the file's name, and the record index in that file."""
     return doc_id_at(path_key(source, path), index)
 
 

@@ -7,7 +7,7 @@ boilerplate footer, shuffled over several files so that the copies of a family l
 files and bundles); ``build`` runs one build through the real CLI (``python -m pipelines.build``) in a
 fresh process; ``compare`` lists every file that differs between two corpus folders, by stage, with
 the first differing row of a Parquet or JSONL intermediate (the earliest stage that differs is where
-to look). Document ids hash the input path, so compare builds of one input path only.
+to look).
 """
 
 from __future__ import annotations

@@ -296,8 +296,8 @@ def test_incremental_index(tmp_path: Path, caplog) -> None:
     _check_partition(new, kept2, dups2, frozenset(d.doc_id for d in old))
     assert [d.doc_id for d in kept2] == ["b-fresh"]
     assert dups2 == [
-        Duplicate("a-new-exact", "openwebtext", "old-1", "exact"),
-        Duplicate("a-new-near", "openwebtext", "old-2", "near"),
+        Duplicate("a-new-exact", "openwebtext", "old-1", "exact", dup_of_index=True),
+        Duplicate("a-new-near", "openwebtext", "old-2", "near", dup_of_index=True),
         Duplicate("c-fresh-copy", "stories", "b-fresh", "exact"),
     ]
     # The new index holds the old entries and the newly kept document.
@@ -323,6 +323,29 @@ def test_incremental_index(tmp_path: Path, caplog) -> None:
         Deduplicate(DedupeConfig(), index_in=idx1, index_out=idx1 + "/")
     with pytest.raises(UserError, match="separate folders"):  # the same folder spelled another way
         Deduplicate(DedupeConfig(), index_in=os.path.relpath(idx1), index_out=idx1 + "/sub")
+
+
+@pytest.mark.parametrize("local", [False, True], ids=["joined", "side-inputs"])
+def test_an_index_whose_ids_the_new_documents_reuse_removes_only_copies(tmp_path: Path, local: bool) -> None:
+    """Doc ids name a file under its input's folder: a release built from another folder with the same
+    file names reuses the old release's ids for other documents. Old and new stay apart: a new document
+    that is no copy is kept whatever its id; copies name the old document they copy."""
+    rng = random.Random(9)
+    ids = [f"ccnews-0123456789ab-{i:08d}" for i in range(4)]
+    old_texts = [" ".join(_words(rng, 200)) for _ in ids]
+    idx = str(tmp_path / "idx")
+    run_dedupe([Document(i, "ccnews", t) for i, t in zip(ids, old_texts, strict=True)],
+               DedupeConfig(components_rounds=4), index_out=idx)
+    near = old_texts[3].split()
+    near[50] = "changed"
+    new_texts = [" ".join(_words(rng, 200)), old_texts[2], " ".join(near), old_texts[0] + " " + old_texts[1]]
+    new = [Document(i, "ccnews", t) for i, t in zip(ids, new_texts, strict=True)]
+    kept, dups = run_dedupe(new, DedupeConfig(components_rounds=4), index_in=idx, local=local)
+    assert [d.doc_id for d in kept] == [ids[0], ids[3]]  # new text, and two old texts joined: not a copy
+    assert [d.text for d in kept] == [new_texts[0], new_texts[3]]
+    # ids[1] copies the indexed ids[2], whose id this build's near copy ids[2] reuses: it still names it
+    assert dups == [Duplicate(ids[1], "ccnews", ids[2], "exact", dup_of_index=True),
+                    Duplicate(ids[2], "ccnews", ids[3], "near", dup_of_index=True)]
 
 
 def _index_entries(url: str) -> list[tuple]:
@@ -737,7 +760,7 @@ def test_index_is_append_only_and_moves_with_its_corpus(tmp_path: Path) -> None:
     part_v1 = (root / "v1" / "index" / "part-00000.parquet").read_bytes()
     kept, dups = run_dedupe([Document("c1", "web", texts[2]), Document("c2", "web", texts[0])], DedupeConfig(),
                             index_in=idx[1], index_out=idx[2], index_root=str(root))
-    assert [d.doc_id for d in kept] == ["c1"] and dups == [Duplicate("c2", "web", "a1", "exact")]
+    assert [d.doc_id for d in kept] == ["c1"] and dups == [Duplicate("c2", "web", "a1", "exact", dup_of_index=True)]
     # Earlier parts are referenced, never rewritten; references are relative to the index.
     meta = json.loads((root / "v3" / "index" / "index.json").read_text())
     assert meta["parts"] == ["../../v1/index/part-00000.parquet", "../../v2/index/part-00000.parquet",
@@ -752,7 +775,7 @@ def test_index_is_append_only_and_moves_with_its_corpus(tmp_path: Path) -> None:
                                                "v3/index/part-00000.parquet")]
     _, dups = run_dedupe([Document("d1", "web", texts[1] + " extra")], DedupeConfig(),
                          index_in=str(moved / "v3" / "index"))
-    assert dups == [Duplicate("d1", "web", "b1", "near")]
+    assert dups == [Duplicate("d1", "web", "b1", "near", dup_of_index=True)]
     # Another corpus's index is referenced by its full URL: moving this corpus cannot break it.
     other = str(tmp_path / "mine" / "index")
     run_dedupe([Document("e1", "web", texts[3])], DedupeConfig(), index_in=str(moved / "v3" / "index"),
@@ -762,8 +785,8 @@ def test_index_is_append_only_and_moves_with_its_corpus(tmp_path: Path) -> None:
     # A document read again (same doc_id as an indexed one) is a duplicate of the indexed document.
     kept, dups = run_dedupe([Document("a1", "web", texts[0]), Document("zz", "web", texts[2])], DedupeConfig(),
                             index_in=other)
-    assert [d.doc_id for d in kept] == [] and dups == [Duplicate("a1", "web", "a1", "exact"),
-                                                       Duplicate("zz", "web", "c1", "exact")]
+    assert [d.doc_id for d in kept] == [] and dups == [Duplicate("a1", "web", "a1", "exact", dup_of_index=True),
+                                                       Duplicate("zz", "web", "c1", "exact", dup_of_index=True)]
 
 
 # ------------------------------------------------------------------ near: real text

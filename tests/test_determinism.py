@@ -60,9 +60,7 @@ def test_near_duplicate_heavy_build_is_byte_identical_with_everything_spilled(tm
 
 def test_scaling_benchmark_compares_builds_of_one_input_path(tmp_path: Path) -> None:
     """bench_scaling's `default`, `workers2` and `procs2` rows build the same input file and report
-    byte-identical manifests. Before, every child wrote its corpus into its own temporary folder;
-    document ids hash the input path, so the two rows were different corpora and their token
-    counts differed (2,670,977 vs 2,670,984 at 6 MB), which read as a determinism defect."""
+    byte-identical manifests."""
     out = tmp_path / "scaling.md"
     res = subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_scaling.py"), "--sizes", "0.3",
                           "--configs", "default,workers2,procs2", "--no-bounds", "--out", str(out)],

@@ -120,7 +120,6 @@ def test_same_rule_gives_byte_identical_shards(parent, tmp_path):
     files = sorted(glob.glob(os.path.join(out, m.intermediates["tokenized"], "part-*.parquet")))
     # One part per packing group that holds documents: train's groups 0-2, then valid's 3-5
     # (pipelines.corpus.shards.tokenized_part_index); each document in the part of the group it routes to.
-    # (Document ids hash the input's path, a pytest folder: which groups get documents varies.)
     groups = cfg.packing.groups
     where = {}
     for f in files:

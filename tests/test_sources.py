@@ -30,6 +30,7 @@ from pipelines.intermediates import WriteParts, rejects_to_jsonl
 from pipelines.records import Document, Reject, make_doc_id
 from pipelines.sources import ReadSource, read_file
 from pipelines.sources.listing import list_inputs
+from pipelines.sources.naming import id_name
 from pipelines.sources.readers import Tally, read_stream
 from pipelines.sources.streams import iter_json_array, iter_lines
 from schemas.config import SourceConfig
@@ -79,8 +80,8 @@ def test_jsonl_every_line_is_accounted_for(tmp_path):
     recs = read(p)
     assert outcome(recs) == ["doc", "doc", "rejected:malformed_json", "rejected:missing_text_field",
                              "rejected:missing_text_field", "doc", "doc"]
-    # doc ids are the line numbers, stable across runs
-    assert [r.doc_id for r in recs] == [make_doc_id("ccnews", str(p), i) for i in (0, 2, 3, 4, 5, 6, 7)]
+    # doc ids: the file's name under its input's folder (not where that is) and the line numbers
+    assert [r.doc_id for r in recs] == [make_doc_id("ccnews", "a.jsonl", i) for i in (0, 2, 3, 4, 5, 6, 7)]
     two = recs[1]
     assert (two.text, two.title, two.url, two.date) == ("two", "T", "https://x", "2020-01-02")
     # invalid UTF-8 is kept (as surrogates) for the cleaning stage to reject or repair
@@ -161,7 +162,7 @@ def test_parquet_streams_record_batches(tmp_path):
     assert len(recs) == n
     assert collections.Counter(outcome(recs)) == {"doc": 990, "rejected:missing_text_field": 10}
     assert recs[5].text == article(5) and recs[5].title == "t5" and recs[5].date == "5"
-    assert [r.doc_id for r in recs] == [make_doc_id("ccnews", str(tmp_path / "cc.parquet"), i) for i in range(n)]
+    assert [r.doc_id for r in recs] == [make_doc_id("ccnews", "cc.parquet", i) for i in range(n)]
 
 
 def test_parquet_without_text_column_and_corrupt_file(tmp_path):
@@ -352,6 +353,43 @@ def test_read_source_in_beam_mixed_bad_input(tmp_path):
     assert all(r["source"] == "mixed" and r["bucket"] == "rejected" and r["doc_id"] for r in rows)
 
 
+@pytest.mark.parametrize(("pattern", "url", "name"), [
+    ("gs://b/cc/*.jsonl", "gs://b/cc/a.jsonl", "a.jsonl"),
+    ("gcs://b/cc/*.jsonl", "gs://b/cc/a.jsonl", "a.jsonl"),  # one filesystem, two schemes
+    ("s3://b/cc/20*/x.jsonl", "s3://b/cc/2019/x.jsonl", "2019/x.jsonl"),  # the fixed part ends at a wildcard
+    ("/d/cc/**/*.jsonl", "/d/cc/2019/01/a.jsonl", "2019/01/a.jsonl"),
+    ("/d/cc", "/d/cc/sub/b.jsonl", "sub/b.jsonl"),  # a folder
+    ("/d/cc/", "/d/cc/b.jsonl", "b.jsonl"),
+    ("/d/cc/a.jsonl", "/d/cc/a.jsonl", "a.jsonl"),  # the one file named
+    ("file:///d/cc/*.jsonl", "/d/cc/a.jsonl", "a.jsonl"),
+    ("/d/owt/*.xz", "/d/owt/u.xz!0001/b.txt", "u.xz!0001/b.txt"),  # a nested member keeps its part
+    ("/d/owt/u.xz", "/d/owt/u.xz!0001/b.txt", "u.xz!0001/b.txt"),
+    ("/d/cc/*.jsonl", "/d/cc/a.jsonl!error", "a.jsonl!error"),
+    ("memory://cc/*.jsonl", "memory://cc/a.jsonl", "a.jsonl"),
+    ("/*.jsonl", "/a.jsonl", "a.jsonl"),
+    ("/other/*.jsonl", "/d/cc/a.jsonl", "/d/cc/a.jsonl"),  # not under the root (an ingest batch): whole
+    ("gs://b/cc/*", "/d/cc/a", "/d/cc/a"),  # another filesystem: whole
+    ("simplecache::gs://b/cc/*", "gs://b/cc/a", "gs://b/cc/a"),  # chained: whole
+])
+def test_doc_ids_hash_a_files_name_under_its_inputs_folder(pattern, url, name):
+    assert id_name(pattern, url) == name
+
+
+def test_a_relative_pattern_names_files_the_same_from_any_working_folder(tmp_path, monkeypatch):
+    """ReadSource pins a local pattern where the driver resolves it: a worker started in another
+    folder reads the same doc ids, and a copy of the folder elsewhere gives them too."""
+    for folder in ("data", "copy/of/data"):
+        (tmp_path / folder).mkdir(parents=True)
+        (tmp_path / folder / "a.jsonl").write_bytes(b'{"text": "one"}\n{"text": "two"}\n')
+    monkeypatch.chdir(tmp_path)
+    pinned = ReadSource(src("data/*.jsonl")).source
+    assert pinned.input == str(tmp_path / "data" / "*.jsonl")
+    monkeypatch.chdir(tmp_path / "copy")
+    ids = [r.doc_id for r in read_file(str(tmp_path / "data" / "a.jsonl"), pinned)]
+    assert ids == [make_doc_id("ccnews", "a.jsonl", i) for i in (0, 1)]
+    assert [r.doc_id for r in read_file("of/data/a.jsonl", src("of/data/*.jsonl"))] == ids
+
+
 def test_reads_from_object_store(gcs_bucket):
     import gcsfs
 
@@ -487,7 +525,7 @@ def test_blank_lines_are_skipped_in_bulk(tmp_path):
     recs = read(p)
     cpu = time.process_time() - t0
     assert [r.text for r in recs] == ["a", "b"]
-    assert recs[1].doc_id == make_doc_id("ccnews", str(p), 1 + (128 << 20))  # line numbers still true
+    assert recs[1].doc_id == make_doc_id("ccnews", p.name, 1 + (128 << 20))  # line numbers still true
     # a Python step per line took ~1 us each (128 M lines: minutes); bulk runs take the read time
     assert cpu < 5.0, f"{cpu:.2f} s CPU for 128 MiB of newlines"
 

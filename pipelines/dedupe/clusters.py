@@ -129,7 +129,8 @@ def _remove_for(keeper: Doc, first: Doc, docs: Iterable[Doc], done: set[str], ju
             over += 1
             heapq.heappushpop(verified, _Desc(d[0], d[1], sim))
     return [Duplicate(doc_id=v.node[1:], source=v.source, dup_of=keeper[0][1:], kind="near",
-                      similarity=round(float(v.similarity), 6)) for v in verified], over
+                      similarity=round(float(v.similarity), 6), dup_of_index=not keeper[0].startswith(NEW))
+            for v in verified], over
 
 
 def _center(live: list[Doc], judge: _Judge) -> Doc:
@@ -179,7 +180,8 @@ def _resolve_large(root: Doc, docs: list[Doc], judge: _Judge, max_members: int
         gone.sort(key=lambda v: v.node)
         over += max(0, len(gone) - max_members)
         dups += [Duplicate(doc_id=v.node[1:], source=v.source, dup_of=k[1:], kind="near",
-                           similarity=round(float(v.similarity), 6)) for v in gone[:max_members]]
+                           similarity=round(float(v.similarity), 6), dup_of_index=not k.startswith(NEW))
+                 for v in gone[:max_members]]
     return dups, set(members), over
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,12 +21,29 @@ from shardforge.storage import is_within
 
 SIGNATURE_BATCH = 512  # documents the Sketch step hashes together (numpy work is per batch)
 
-def _repoint_to_kept(element: tuple[str, dict[str, Any]]) -> Iterator[Duplicate]:
+def target_key(d: Duplicate) -> tuple[bool, str]:
+    """The document a duplicate points at, as the repoint joins key it: an indexed document (an earlier
+    corpus's, never removed) apart from this build's document of the same id."""
+    return d.dup_of_index, d.dup_of
+
+
+def removed_key(d: Duplicate) -> tuple[bool, str]:
+    """The key of the build's document a duplicate removes (``target_key`` of what points at it)."""
+    return False, d.doc_id
+
+
+def repointed(d: Duplicate, to: Duplicate) -> Duplicate:
+    """``d`` pointed at what its removed target ``to`` points at (a similarity measured with the removed
+    target is dropped)."""
+    return dataclasses.replace(d, dup_of=to.dup_of, dup_of_index=to.dup_of_index, similarity=None)
+
+
+def _repoint_to_kept(element: tuple[tuple[bool, str], dict[str, Any]]) -> Iterator[Duplicate]:
     """Duplicates of one document, re-pointed at its span target if it was emptied by spans."""
     _, g = element
     span = list(g["span"])
     for d in g["dup"]:
-        yield d if not span else Duplicate(d.doc_id, d.source, span[0].dup_of, d.kind)
+        yield d if not span else repointed(d, span[0])
 
 
 def _drop_removed(element: tuple[str, dict[str, Any]]) -> Iterator[IndexRow]:
@@ -87,12 +105,12 @@ class _ApplyVerdicts(beam.DoFn):
         yield from _verdict_outputs(doc, row, doc_id in self._exact, self._near.get(doc_id))
 
 
-def _repoint_exact(element: tuple[str, dict[str, Any]]) -> Iterator[Duplicate]:
+def _repoint_exact(element: tuple[tuple[bool, str], dict[str, Any]]) -> Iterator[Duplicate]:
     """Exact duplicates of one document, re-pointed at its near-duplicate target if it has one."""
     _, g = element
     near = list(g["near"])
     for d in g["exact"]:
-        yield d if not near else Duplicate(d.doc_id, d.source, near[0].dup_of, d.kind)
+        yield d if not near else repointed(d, near[0])
 
 
 def _exact_only_row(d: Document) -> IndexRow:
@@ -140,8 +158,8 @@ class RepointExact(beam.PTransform):
 
     def expand(self, pcolls):
         exact, near = pcolls
-        return ({"exact": exact | "ExactByTarget" >> beam.Map(lambda d: (d.dup_of, d)),
-                 "near": near | "NearByID" >> beam.Map(lambda d: (d.doc_id, d))}
+        return ({"exact": exact | "ExactByTarget" >> beam.Map(lambda d: (target_key(d), d)),
+                 "near": near | "NearByID" >> beam.Map(lambda d: (removed_key(d), d))}
                 | "JoinChains" >> beam.CoGroupByKey()
                 | "Repoint" >> beam.FlatMap(_repoint_exact))
 
@@ -152,8 +170,8 @@ class RepointToKept(beam.PTransform):
 
     def expand(self, pcolls):
         earlier, span_dups = pcolls
-        return ({"dup": earlier | "DupByTarget" >> beam.Map(lambda d: (d.dup_of, d)),
-                 "span": span_dups | "SpanByID" >> beam.Map(lambda d: (d.doc_id, d))}
+        return ({"dup": earlier | "DupByTarget" >> beam.Map(lambda d: (target_key(d), d)),
+                 "span": span_dups | "SpanByID" >> beam.Map(lambda d: (removed_key(d), d))}
                 | "JoinSpanTargets" >> beam.CoGroupByKey()
                 | "RepointSpan" >> beam.FlatMap(_repoint_to_kept))
 

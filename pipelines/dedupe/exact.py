@@ -38,7 +38,7 @@ def resolve_exact_group(docs: Iterable[Document], old_ids: Iterable[str] = ()) -
         target = keep.doc_id
     for d in docs:
         if old or d.doc_id != target:
-            yield Duplicate(doc_id=d.doc_id, source=d.source, dup_of=target, kind="exact")
+            yield Duplicate(doc_id=d.doc_id, source=d.source, dup_of=target, kind="exact", dup_of_index=old)
 
 
 class _ResolveExact(beam.DoFn):

@@ -92,8 +92,9 @@ def _sections(report: dict[str, Any], img) -> str:
         for e in exs:
             what = e.get("snippet")
             if what is None:
-                what = Html(f"duplicate of {doc_id_html(e['dup_of'])}" + (f" (similarity {e['similarity']:.3f})"
-                                                                          if "similarity" in e else ""))
+                what = Html(f"duplicate of {doc_id_html(e['dup_of'])}"
+                            + (" of the dedupe index" if e.get("dup_of_index") else "")
+                            + (f" (similarity {e['similarity']:.3f})" if "similarity" in e else ""))
             ex_rows.append([key, e["source"], e["doc_id"], what])
     parts.append(f"<h2>Examples per reason</h2><p>The {EXAMPLES_PER_REASON} smallest doc_ids per reason; "
                  "every record is in the reject log.</p>"

@@ -109,6 +109,8 @@ def example_of(r: Reject | Duplicate) -> dict[str, Any]:
         ex["dup_of"] = r.dup_of
         if r.similarity is not None:
             ex["similarity"] = r.similarity
+        if r.dup_of_index:
+            ex["dup_of_index"] = True
     else:
         ex["snippet"] = r.snippet
         if r.language is not None:
@@ -274,7 +276,7 @@ class DedupeStats(beam.PTransform):
     def expand(self, duplicates):
         sizes = (
             duplicates
-            | "ByTarget" >> beam.Map(lambda d: (d.dup_of, 1))
+            | "ByTarget" >> beam.Map(lambda d: ((d.dup_of_index, d.dup_of), 1))
             | "Removed" >> beam.CombinePerKey(sum)
             | "Size" >> beam.Map(lambda kv: (str(kv[1] + 1), 1))
             | "Clusters" >> beam.CombinePerKey(sum)

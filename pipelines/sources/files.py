@@ -10,9 +10,10 @@ from __future__ import annotations
 import posixpath
 from collections.abc import Iterator
 
-from pipelines.records import Reject, make_doc_id
+from pipelines.records import Reject, doc_id_at
 from pipelines.sources.compression import Budget, RawCounter, split_compression
 from pipelines.sources.listing import Input, local_file_problem, skip_detail
+from pipelines.sources.naming import file_key
 from pipelines.sources.readers import R_UNREADABLE, Record, Tally, detect_format, failure_reason, read_stream
 from pipelines.sources.streams import safe_snippet
 from schemas.config import SourceConfig
@@ -21,7 +22,7 @@ from shardforge.storage import check_unreadable, is_transient, open_checked, ope
 
 def _reject(url: str, source: SourceConfig, reason: str, detail: str) -> Reject:
     """The one Reject of a file that is not read at all."""
-    return Reject(make_doc_id(source.name, f"{url}!error", 0), source.name, "rejected", reason, safe_snippet(detail),
+    return Reject(doc_id_at(file_key(source, f"{url}!error"), 0), source.name, "rejected", reason, safe_snippet(detail),
                   file=url, position="whole file")
 
 

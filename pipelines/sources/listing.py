@@ -20,6 +20,7 @@ from collections.abc import Iterable
 
 from fsspec import AbstractFileSystem
 
+from pipelines.sources.naming import fixed_folder
 from pipelines.sources.readers import R_INVALID_FILE_NAME, R_NOT_A_FILE, R_UNREADABLE
 from shardforge.storage import full_url, get_fs, invalidate, is_local_fs, raise_if_unreachable, retry
 
@@ -59,11 +60,7 @@ def listing_root(pattern: str, follow_links: bool = False) -> str | None:
     scheme = pattern.split("://", 1)[0] if "://" in pattern else "file"
     if follow_links or scheme not in ("file", "local"):  # decided from the URL: no object-store client made
         return None
-    fs, path = get_fs(pattern)
-    wild = [i for i in (path.find(c) for c in "*?[") if i >= 0]
-    if wild:
-        path = path[:min(wild)].rsplit("/", 1)[0] or "/"
-    return os.path.realpath(path)
+    return os.path.realpath(fixed_folder(get_fs(pattern)[1]))
 
 
 def leaves(path: str, root: str | None) -> bool:

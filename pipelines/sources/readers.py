@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
-from pipelines.records import Document, Reject, doc_id_at, make_doc_id, origin_key, path_key, position_text
+from pipelines.records import Document, Reject, doc_id_at, origin_key, position_text
 from pipelines.sources.compression import (
     CHUNK,
     Budget,
@@ -29,6 +29,7 @@ from pipelines.sources.compression import (
     decompress,
     split_compression,
 )
+from pipelines.sources.naming import file_key
 from pipelines.sources.streams import (
     CUT,
     SNIFF,
@@ -233,7 +234,7 @@ def frame_jsonl(stream: BinaryIO, path: str, source: SourceConfig, cap: int, tal
     the rest the stream's fault rejects).
     """
     tally.origins[path] = "line"
-    key = path_key(source.name, path)
+    key = file_key(source, path)
     lineno = 0
     for raw, length, blank in iter_lines(CrLines(stream), cap):  # type: ignore[arg-type]
         if blank == CUT:
@@ -267,13 +268,13 @@ def frame_json(stream: BinaryIO, path: str, source: SourceConfig, cap: int, tall
     tally.origins[path] = "file"
     if head.startswith(b"["):
         tally.origins[path] = "item"
-        key = path_key(source.name, path)
+        key = file_key(source, path)
         for i, (raw, length) in enumerate(iter_json_array(Prefixed(head[1:], stream), cap)):
             doc_id = doc_id_at(key, i)
             yield Frame(doc_id, parse_json, (raw, length, doc_id, source, cap))
         return
     data = head + read_up_to(stream, cap + 1 - len(head)) if len(head) <= cap else head
-    doc_id = make_doc_id(source.name, path, 0)
+    doc_id = doc_id_at(file_key(source, path), 0)
     if len(data) <= cap:
         if _parses_as_one_value(data):
             yield Frame(doc_id, parse_json, (data, len(data), doc_id, source, cap))
@@ -305,14 +306,14 @@ def frame_text(stream: BinaryIO, path: str, source: SourceConfig, cap: int, tall
     if source.delimiter is None:
         data = read_up_to(stream, cap + 1)
         if len(data) > cap or data.strip():
-            doc_id = make_doc_id(source.name, path, 0)
+            doc_id = doc_id_at(file_key(source, path), 0)
             yield Frame(doc_id, parse_text, (data, doc_id, source, cap))
         return
     delim = source.delimiter.strip().encode("utf-8")
     parts: list[bytes] = []
     size = 0
     index = 0
-    key = path_key(source.name, path)
+    key = file_key(source, path)
 
     def flush() -> Iterator[Frame]:
         nonlocal parts, size, index
@@ -373,7 +374,7 @@ def frame_parquet(stream: BinaryIO, path: str, source: SourceConfig, cap: int, t
     names = set(pf.schema_arrow.names)
     text_col = next((c for c in text_fields(source) if c in names), None)
     if text_col is None:
-        key = path_key(source.name, path)
+        key = file_key(source, path)
         for i in range(pf.metadata.num_rows):
             doc_id = doc_id_at(key, i)
             yield Frame(doc_id, _missing_column, (doc_id, source, sorted(names)))
@@ -383,7 +384,7 @@ def frame_parquet(stream: BinaryIO, path: str, source: SourceConfig, cap: int, t
             "date": next((c for c in DATE_FIELDS if c in names), None)}
     lang_col = "language" if source.languages is not None and "language" in names else None
     columns = sorted({text_col, *(c for c in meta.values() if c), *([lang_col] if lang_col else [])})
-    key = path_key(source.name, path)
+    key = file_key(source, path)
     i = 0
     for batch in pf.iter_batches(batch_size=256, columns=columns):
         try:
@@ -434,14 +435,14 @@ def frame_tar(stream: BinaryIO, path: str, source: SourceConfig, cap: int, depth
     `not_a_file` record. doc_id: archive path + member index (non-files: their own index)."""
     tally.origins[path] = "member"
     tracked = TailTracker(stream)
-    member_key = path_key(source.name, path)
+    member_key = file_key(source, path)
     with tarfile.open(fileobj=tracked, mode="r|") as tar:  # type: ignore[call-overload]
         index = 0
         others = 0
         for member in tar:
             name = member.name
             if not member.isfile():
-                doc_id = make_doc_id(source.name, f"{path}!not_a_file", others)
+                doc_id = doc_id_at(file_key(source, f"{path}!not_a_file"), others)
                 others += 1
                 yield Frame(doc_id, not_a_file, (doc_id, source, f"{member_kind(member)}: {name}"[:200], path, name))
                 continue
@@ -543,13 +544,13 @@ def read_stream(raw: BinaryIO, path: str, source: SourceConfig, cap: int, fmt: s
     """
     tally = tally if tally is not None else Tally()
     emitted = 0
-    own = path_key(source.name, path) + "-"
+    own = file_key(source, path) + "-"
     last: str | None = None  # the doc id of this stream's last frame
 
     def failure(reason: str, snippet: str) -> Reject:
         unit, key = tally.origins.get(path), origin_key(last) if last is not None else None
         where = "whole file" if key is None or unit is None else f"after {position_text(unit, key[1])}"
-        return Reject(make_doc_id(source.name, f"{path}!error", 0), source.name, "rejected", reason, snippet,
+        return Reject(doc_id_at(file_key(source, f"{path}!error"), 0), source.name, "rejected", reason, snippet,
                       file=path, position=where)
 
     try:

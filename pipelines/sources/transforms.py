@@ -15,9 +15,9 @@ from apache_beam import pvalue
 
 from pipelines.localrunner import progress
 from pipelines.metrics import counted
-from pipelines.records import path_key
 from pipelines.sources.files import read_input
 from pipelines.sources.listing import Input, judge_urls, list_inputs
+from pipelines.sources.naming import file_key, pinned
 from pipelines.sources.readers import Tally
 from schemas.config import SourceConfig
 from schemas.errors import UserError
@@ -40,7 +40,7 @@ class _ReadFiles(beam.DoFn):
         # What this file contributed to the input count: records read, whatever they parsed to.
         yield pvalue.TaggedOutput(READ_COUNTS, (self.source.name, tally.read))
         for path, unit in sorted(tally.origins.items()):
-            yield pvalue.TaggedOutput(ORIGINS, (path_key(self.source.name, path), (path, unit)))
+            yield pvalue.TaggedOutput(ORIGINS, (file_key(self.source, path), (path, unit)))
         progress.tick(f"read {self.source.name} files", total=self.total_files, unit="file")
 
     def _records(self, entry: Input, tally: Tally):
@@ -58,7 +58,8 @@ class ReadSource(beam.PTransform):
         expect: URL -> content fingerprint the attempt tag was made from; every file read is checked
         against it (``storage.open_checked``), and the listing must name the same files."""
         super().__init__()
-        self.source = source
+        # Workers name files relative to the input's folder (doc ids): a local one as this process resolves it.
+        self.source = source.model_copy(update={"input": pinned(source.input)})
         self.inputs = (judge_urls(urls, source.input, source.follow_links) if urls is not None
                        else list_inputs(source.input, source.follow_links))
         if urls is None and not self.inputs:
