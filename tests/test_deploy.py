@@ -610,6 +610,16 @@ def test_test_environment_is_the_locked_one():
     assert not differ, f"installed != constraints.txt (installed, locked): {differ}"
 
 
+def test_a_bare_pytest_from_another_folder_finds_the_tests_helpers(tmp_path):
+    """`pytest FILE` (the console script, not `python -m pytest`) run outside the repository: a test that
+    imports its helpers as `tests.*` still finds them (the pytest config puts the root on sys.path)."""
+    test = "tests/test_minhash.py::test_fast_normalization_equals_its_definition"  # imports tests.prose
+    res = subprocess.run([str(Path(sys.executable).with_name("pytest")), "-q", "-p", "no:cacheprovider",
+                          str(ROOT / test)], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                         env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    assert res.returncode == 0 and "1 passed" in res.stdout, res.stdout[-2000:] + res.stderr[-2000:]
+
+
 def test_setup_script_installs_from_the_constraints():
     setup = (ROOT / "scripts" / "setup.sh").read_text()
     installs = [ln for ln in setup.splitlines() if "pip install" in ln and not ln.lstrip().startswith("#")]
