@@ -29,6 +29,8 @@ class SourceConfig(Strict):
     """One raw input: a name (ccnews | openwebtext | stories | yours) and a URL/glob."""
 
     name: str = Field(pattern=r"^[a-z0-9_]{1,40}$")
+    # A file URL, a folder, or a glob. Doc ids name each file by its path under the folder this names
+    # (a glob's fixed part): the same files in another folder or bucket build the same corpus.
     input: str
     format: SourceFormat = "auto"
     text_field: str = "text"
