@@ -193,11 +193,15 @@ def test_reject_log_entries_name_the_file_and_the_place_from_the_doc_id():
             Duplicate(make_doc_id("web", "b.tar", 3), "web", make_doc_id("web", url, 0), "exact"),
             Reject(make_doc_id("web", "c.jsonl!error", 0), "web", "rejected", "unreadable",
                    "ClientResponseError: 401, url='https://bob:SECRET@example.org/c.jsonl'", file="c.jsonl",
-                   position="after line 4")]
+                   position="after line 4"),
+            Duplicate(make_doc_id("web", "b.tar", 4), "web", make_doc_id("web", url, 0), "exact", dup_of_index=True)]
     rows = [json.loads(line) for line in rejects_to_jsonl(recs, origins).decode().splitlines()]
     assert [(r["file"], r["position"]) for r in rows] == [
-        ("https://example.org/raw/a.jsonl", "line 12"), ("b.tar", "member 3"), ("c.jsonl", "after line 4")]
+        ("https://example.org/raw/a.jsonl", "line 12"), ("b.tar", "member 3"), ("c.jsonl", "after line 4"),
+        ("b.tar", "member 4")]
     assert rows[1]["bucket"] == "duplicate" and "PASS" not in json.dumps(rows) and "SECRET" not in json.dumps(rows)
+    # a duplicate of a dedupe index's document says so; the others carry no such key
+    assert [r.get("dup_of_index") for r in rows] == [None, None, None, True]
 
 
 def test_report_html_writes_control_bytes_of_a_snippet_as_visible_escapes():

@@ -221,6 +221,11 @@ def test_doc_ids_stay_on_one_line(tmp_path):
     assert re.search(r"td\.id, span\.id \{[^}]*white-space: nowrap", page)
     assert f"<td class=id>{doc}</td>" in page and f"<td class=id>{kept}</td>" in page
     assert f"duplicate of <span class=id>{kept}</span> (similarity 0.900)" in page
+    extra["examples"]["duplicate:exact"] = [{"doc_id": kept, "source": "ccnews", "dup_of": doc, "dup_of_index": True}]
+    write_report({"accounting": {"ccnews": {"input": 4, "kept": 1, "filtered": {"min_words": 1},
+                                            "duplicate": {"near": 1, "exact": 1}}}}, {}, {}, str(tmp_path), extra)
+    page = (tmp_path / REPORT_HTML).read_text()
+    assert f"duplicate of <span class=id>{doc}</span> of the dedupe index</td>" in page
 
 
 def test_write_report_transform(tmp_path):
@@ -262,7 +267,8 @@ def test_a_report_swept_by_another_writers_commit_is_a_warning_not_a_failed_step
 
 def test_examples_are_the_smallest_doc_ids_per_reason_on_any_split():
     recs = [Reject(f"s-{i:03d}", "s", "filtered", "min_words", f"text {i}") for i in range(10)]
-    recs += [Duplicate("s-900", "s", "s-001", "near", 0.91), Reject("t-1", "t", "rejected", "bad", "x")]
+    recs += [Duplicate("s-900", "s", "s-001", "near", 0.91), Reject("t-1", "t", "rejected", "bad", "x"),
+             Duplicate("s-901", "s", "s-001", "exact", dup_of_index=True)]
     fn = RejectExamples(3)
     whole = fn.extract_output(fn.merge_accumulators([
         fn.add_input(fn.create_accumulator(), r) for r in reversed(recs)]))
@@ -276,17 +282,20 @@ def test_examples_are_the_smallest_doc_ids_per_reason_on_any_split():
     assert [e["doc_id"] for e in whole["filtered:min_words"]] == ["s-000", "s-001", "s-002"]
     assert whole["filtered:min_words"][1]["snippet"] == "text 1"
     assert whole["duplicate:near"] == [{"doc_id": "s-900", "source": "s", "dup_of": "s-001", "similarity": 0.91}]
-    assert list(whole) == ["duplicate:near", "filtered:min_words", "rejected:bad"]
+    assert whole["duplicate:exact"] == [{"doc_id": "s-901", "source": "s", "dup_of": "s-001", "dup_of_index": True}]
+    assert list(whole) == ["duplicate:exact", "duplicate:near", "filtered:min_words", "rejected:bad"]
 
 
 def test_dedupe_stats_in_beam(tmp_path):
     dups = [Duplicate("a2", "x", "a1", "exact"), Duplicate("a3", "x", "a1", "near", 0.93),
-            Duplicate("b2", "y", "b1", "near", 0.71), Duplicate("c2", "y", "c1", "span")]
+            Duplicate("b2", "y", "b1", "near", 0.71), Duplicate("c2", "y", "c1", "span"),
+            # an indexed document of id a1 is another cluster than this build's a1
+            Duplicate("a4", "x", "a1", "exact", dup_of_index=True)]
     out = tmp_path / "stats.json"
     with BeamTestPipeline(runner="FnApiRunner") as p:
         _ = p | beam.Create(dups) | DedupeStats() | beam.Map(lambda s: out.write_text(json.dumps(s)))
     stats = json.loads(out.read_text())
-    assert stats["cluster_sizes"] == {"2": 2, "3": 1}
+    assert stats["cluster_sizes"] == {"2": 3, "3": 1}
     want = [0] * SIMILARITY_BINS
     want[similarity_bin(0.93)] += 1
     want[similarity_bin(0.71)] += 1
