@@ -684,6 +684,21 @@ def test_span_chains_resolve_to_kept_documents(tmp_path: Path) -> None:
     assert counters["span_unresolved_kept_whole"] == 1
 
 
+def test_a_copy_of_an_indexed_document_is_not_repointed_by_spans_of_a_new_document_of_its_id(tmp_path: Path) -> None:
+    """z copies the indexed m; this build's own m (another file under the same name) is emptied by
+    repeated spans, for b. z still names the indexed m: a span target is always this build's document."""
+    s = [f"Sentence number {w} is here." for w in ("one", "two", "three")]
+    cfg = DedupeConfig(near=False, repeated_spans=True)
+    old_text = "An older text of its own. It has three sentences. Here is the third one."
+    idx = str(tmp_path / "idx")
+    run_dedupe([Document("m", "x", old_text)], cfg, index_out=idx)
+    new = [Document("b", "x", " ".join(s + ["Unique to b."])), Document("m", "x", " ".join(s)),
+           Document("z", "x", old_text)]
+    kept, dups = run_dedupe(new, cfg, index_in=idx)
+    assert [d.doc_id for d in kept] == ["b"]
+    assert dups == [Duplicate("m", "x", "b", "span"), Duplicate("z", "x", "m", "exact", dup_of_index=True)]
+
+
 @pytest.mark.slow
 def test_spans_deterministic_under_shuffled_input(boiler_corpus: list[Document]) -> None:
     docs = _overlap_corpus(seed=5, n_docs=40) + boiler_corpus
