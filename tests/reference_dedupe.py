@@ -110,7 +110,7 @@ class ReferenceDeduplicate(beam.PTransform):
         part_urls = None
         if self.index_in:
             old_parts = index_parts(self.index_in, cfg)
-            part_urls = p | "IndexParts" >> beam.Create(old_parts)
+            part_urls = p | "IndexParts" >> beam.Create(list(enumerate(old_parts)))  # (number, url)
 
         dup_parts: list[beam.PCollection] = []
         kept = docs

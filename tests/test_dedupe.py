@@ -348,6 +348,30 @@ def test_an_index_whose_ids_the_new_documents_reuse_removes_only_copies(tmp_path
                     Duplicate(ids[2], "ccnews", ids[3], "near", dup_of_index=True)]
 
 
+
+@pytest.mark.parametrize("local", [False, True], ids=["joined", "side-inputs"])
+def test_an_index_holding_one_id_twice_keeps_its_documents_apart(tmp_path: Path, local: bool) -> None:
+    """Two releases built from folders holding the same file names: the index lists both under one doc id.
+    A near copy of either is verified against the document it copies, on both wirings, and said to be a
+    duplicate of that id."""
+    rng = random.Random(11)
+    same = "ccnews-0123456789ab-00000000"
+    a, b = (" ".join(_words(rng, 200)) for _ in range(2))
+    cfg = DedupeConfig(components_rounds=4)
+    v1, v2 = str(tmp_path / "v1"), str(tmp_path / "v2")
+    run_dedupe([Document(same, "ccnews", a)], cfg, index_out=v1)
+    kept, _ = run_dedupe([Document(same, "ccnews", b)], cfg, index_in=v1, index_out=v2)
+    assert [d.text for d in kept] == [b]
+    near_a, near_b = a.split(), b.split()
+    near_a[40], near_b[120] = "changed", "altered"
+    new = [Document("ccnews-fedcba987654-00000000", "ccnews", " ".join(near_a)),
+           Document("ccnews-fedcba987654-00000001", "ccnews", " ".join(near_b))]
+    kept, dups = run_dedupe(new, cfg, index_in=v2, local=local)
+    assert not kept
+    assert dups == [Duplicate(new[0].doc_id, "ccnews", same, "near", dup_of_index=True),
+                    Duplicate(new[1].doc_id, "ccnews", same, "near", dup_of_index=True)]
+    assert all(d.similarity > 0.9 for d in dups), dups
+
 def _index_entries(url: str) -> list[tuple]:
     from pipelines.dedupe.index import index_parts, read_index_part
 

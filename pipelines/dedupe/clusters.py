@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from pipelines.dedupe.minhash import NearRule
-from pipelines.dedupe.sketch import NEW, u32
+from pipelines.dedupe.sketch import NEW, node_doc_id, u32
 from pipelines.records import Duplicate
 
 # Rounds of kept documents in one cluster: bounds the work in a cluster that loose edges joined
@@ -128,7 +128,7 @@ def _remove_for(keeper: Doc, first: Doc, docs: Iterable[Doc], done: set[str], ju
         else:
             over += 1
             heapq.heappushpop(verified, _Desc(d[0], d[1], sim))
-    return [Duplicate(doc_id=v.node[1:], source=v.source, dup_of=keeper[0][1:], kind="near",
+    return [Duplicate(doc_id=v.node[1:], source=v.source, dup_of=node_doc_id(keeper[0]), kind="near",
                       similarity=round(float(v.similarity), 6), dup_of_index=not keeper[0].startswith(NEW))
             for v in verified], over
 
@@ -179,7 +179,7 @@ def _resolve_large(root: Doc, docs: list[Doc], judge: _Judge, max_members: int
     for k, gone in members.items():
         gone.sort(key=lambda v: v.node)
         over += max(0, len(gone) - max_members)
-        dups += [Duplicate(doc_id=v.node[1:], source=v.source, dup_of=k[1:], kind="near",
+        dups += [Duplicate(doc_id=v.node[1:], source=v.source, dup_of=node_doc_id(k), kind="near",
                            similarity=round(float(v.similarity), 6), dup_of_index=not k.startswith(NEW))
                  for v in gone[:max_members]]
     return dups, set(members), over

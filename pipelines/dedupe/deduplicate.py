@@ -226,7 +226,8 @@ class Deduplicate(beam.PTransform):
     def expand(self, docs: beam.PCollection) -> dict[str, beam.PCollection]:
         cfg = self.cfg
         old_parts = index_parts(self.index_in, cfg) if self.index_in else []
-        part_urls = docs.pipeline | "IndexParts" >> beam.Create(old_parts) if self.index_in else None
+        # (number, url): an indexed document's node names its part (``sketch.old_node``)
+        part_urls = docs.pipeline | "IndexParts" >> beam.Create(list(enumerate(old_parts))) if self.index_in else None
         sketches = None
         if cfg.near:
             kept, dup_parts, new_index, sketches = self._near(docs, part_urls)

@@ -65,7 +65,7 @@ class ExactDedupe(beam.PTransform):
     """Exact duplicates by normalized-text hash, optionally against an old corpus's hashes.
 
     ``old_hashes``: PCollection[(exact_hash, doc_id)] of an old corpus, or
-    ``old_parts``: a PCollection of signature-index part URLs, from which only
+    ``old_parts``: a PCollection of the signature index's parts, ``(number, url)``, from which only
     the entries whose hash occurs among this run's documents are read (so the
     old corpus never passes through the shuffle, whatever its size).
     """

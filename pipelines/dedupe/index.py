@@ -12,7 +12,7 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.metrics import Metrics
 
-from pipelines.dedupe.sketch import COUNTERS, OLD, Sketch
+from pipelines.dedupe.sketch import COUNTERS, OLD, Sketch, node_part, old_node
 from pipelines.intermediates import INDEX_META, PartCount, WriteParts, write_row_groups
 from schemas.config import DedupeConfig
 from schemas.errors import UserError
@@ -144,20 +144,25 @@ def _index_table(rows: Sequence[IndexRow], schema):
     return pa.table(cols, schema=schema)
 
 
-def read_index_part(url: str) -> Iterator[Sketch]:
-    """Sketches (as old documents) of one index part file."""
+def read_index_part(url: str, part: int | None = None) -> Iterator[Sketch]:
+    """Sketches (as old documents) of one index part file; ``part``: its number in the index's list
+    (``old_node``), None for nodes that name the doc id alone."""
     import pyarrow.parquet as pq
 
     with open_read(url) as f:
         table = pq.read_table(f)
-    yield from _table_sketches(table)
+    yield from _table_sketches(table, part)
 
 
-def _table_sketches(table) -> Iterator[Sketch]:
+def _node(doc_id: str, part: int | None) -> str:
+    return OLD + doc_id if part is None else old_node(doc_id, part)
+
+
+def _table_sketches(table, part: int | None) -> Iterator[Sketch]:
     cols = {name: table.column(name) for name in table.column_names}
     for i in range(table.num_rows):
         yield Sketch(
-            OLD + cols["doc_id"][i].as_py(),
+            _node(cols["doc_id"][i].as_py(), part),
             cols["source"][i].as_py(),
             cols["exact_hash"][i].as_py(),
             cols["signature"][i].values.to_numpy(zero_copy_only=False).astype(np.uint32),
@@ -183,8 +188,9 @@ def _string_hits(column, wanted: set[str]) -> np.ndarray:
 
 
 def read_index_matches(url: str, *, hashes: set[str] | None = None, band_keys: np.ndarray | None = None,
-                       doc_ids: set[str] | None = None) -> Iterator[Sketch]:
-    """The entries of one index part that can matter to a batch of new documents, as old Sketches.
+                       doc_ids: set[str] | None = None, part: int | None = None) -> Iterator[Sketch]:
+    """The entries of one index part that can matter to a batch of new documents, as old Sketches
+    (``part``: as in ``read_index_part``).
 
     An entry is read if its exact hash is in ``hashes``, it shares a band key
     with ``band_keys`` (sorted unique int64) or its doc_id is in ``doc_ids``.
@@ -208,11 +214,13 @@ def read_index_matches(url: str, *, hashes: set[str] | None = None, band_keys: n
                 mask |= _string_hits(t.column("doc_id"), doc_ids)
             rows = np.flatnonzero(mask)
             if rows.size:
-                yield from _table_sketches(pf.read_row_group(g).take(rows))
+                yield from _table_sketches(pf.read_row_group(g).take(rows), part)
 
 
-def index_bucket_entries(url: str, band_keys: np.ndarray) -> Iterator[tuple[int, tuple[str, np.ndarray]]]:
-    """``(band key, (old node, signature))`` for every band key of ``band_keys`` an entry of one part holds.
+def index_bucket_entries(url: str, band_keys: np.ndarray, part: int | None = None
+                         ) -> Iterator[tuple[int, tuple[str, np.ndarray, int]]]:
+    """``(band key, (old node, signature, shingle count))`` for every band key of ``band_keys`` an entry
+    of one part holds (``part``: as in ``read_index_part``).
 
     What the LSH step needs of the old documents sharing a bucket with a new
     one: no shingles, no text (those are fetched later, only for the old
@@ -229,7 +237,7 @@ def index_bucket_entries(url: str, band_keys: np.ndarray) -> Iterator[tuple[int,
                 continue
             size_col = "num_shingles" if "num_shingles" in pf.schema_arrow.names else "shingles"
             hit = pf.read_row_group(g, columns=["doc_id", "signature", size_col]).take(rows)
-            nodes = [OLD + d for d in hit.column("doc_id").to_pylist()]
+            nodes = [_node(d, part) for d in hit.column("doc_id").to_pylist()]
             sizes = (hit.column(size_col).to_pylist() if size_col == "num_shingles" else
                      hit.column(size_col).combine_chunks().value_lengths().to_pylist())
             sig_col = hit.column("signature").combine_chunks()
@@ -245,7 +253,7 @@ def index_bucket_entries(url: str, band_keys: np.ndarray) -> Iterator[tuple[int,
                 yield int(values[j]), (nodes[r], sigs[sig_start[r]:sig_start[r + 1]].copy(), int(sizes[r]))
 
 
-def index_exact_matches(url: str, hashes: set[str]) -> Iterator[tuple[str, str]]:
+def index_exact_matches(url: str, hashes: set[str], part: int | None = None) -> Iterator[tuple[str, str]]:
     """``(exact_hash, doc_id)`` of the entries of one part whose hash is in ``hashes`` (two columns read)."""
     import pyarrow.parquet as pq
 
@@ -265,14 +273,27 @@ def unique_keys(key_arrays: list[bytes | np.ndarray]) -> np.ndarray:
                                      for k in key_arrays]).astype(np.int64))
 
 
-def sketches_by_id(url: str, doc_ids: set[str]) -> Iterator[Sketch]:
-    return read_index_matches(url, doc_ids=doc_ids)
+def nodes_by_part(nodes: list[str]) -> dict[int, set[str]]:
+    """Indexed documents' nodes (``old_node``) -> {part number: their doc ids}."""
+    out: dict[int, set[str]] = {}
+    for node in nodes:
+        doc_id, part = node_part(node)
+        out.setdefault(part, set()).add(doc_id)
+    return out
+
+
+def sketches_of_nodes(url: str, by_part: dict[int, set[str]], part: int) -> Iterator[Sketch]:
+    """The Sketches of the indexed documents ``nodes_by_part`` names in part number ``part`` (a part naming
+    none is not read)."""
+    doc_ids = by_part.get(part)
+    return read_index_matches(url, doc_ids=doc_ids, part=part) if doc_ids else iter(())
 
 
 class IndexLookup(beam.DoFn):
-    """``lookup(part_url, derive(side input))`` for each index part, counting what it reads.
+    """``lookup(part_url, derive(side input), part number)`` for each index part (elements: ``(part number,
+    url)``, the index's list enumerated), counting what it reads.
 
-    ``derive`` turns the batch's side input (new hashes, band keys, doc_ids)
+    ``derive`` turns the batch's side input (new hashes, band keys, old nodes)
     into the probe once per side input, not once per part. An empty side
     input reads nothing.
     """
@@ -283,12 +304,13 @@ class IndexLookup(beam.DoFn):
         self._side: Any = None
         self._probe: Any = None
 
-    def process(self, url: str, side: list[Any]) -> Iterator[Any]:
+    def process(self, part: tuple[int, str], side: list[Any]) -> Iterator[Any]:
         if not side:
             return
         if side is not self._side:
             self._side, self._probe = side, self.derive(side)
-        for item in self.lookup(url, self._probe):
+        number, url = part
+        for item in self.lookup(url, self._probe, number):
             self.read.inc()
             yield item
 

@@ -24,7 +24,8 @@ from pipelines.dedupe.components import ConnectedComponents
 from pipelines.dedupe.index import (
     IndexLookup,
     index_bucket_entries,
-    sketches_by_id,
+    nodes_by_part,
+    sketches_of_nodes,
     unique_keys,
 )
 from pipelines.dedupe.minhash import SAMPLE_EVERY, MinHasher, NearRule, sampled, sketch_arrays
@@ -136,8 +137,8 @@ def shingles_by_node(s: Sketch) -> list[tuple[str, tuple[str, bytes, bytes]]]:
     return [(s.node, (s.source, s.shingles.tobytes(), s.lost.tobytes()))] if s.shingles.size else []
 
 
-def _old_bucket_entries(url: str, band_keys: np.ndarray) -> Iterator[tuple[int, tuple[str, int, bytes]]]:
-    for key, (node, sig, n) in index_bucket_entries(url, band_keys):
+def _old_bucket_entries(url: str, band_keys: np.ndarray, part: int) -> Iterator[tuple[int, tuple[str, int, bytes]]]:
+    for key, (node, sig, n) in index_bucket_entries(url, band_keys, part):
         yield key, (node, n, sig.tobytes())
 
 
@@ -197,7 +198,8 @@ class _ResolveClusters(beam.DoFn):
 class NearDedupe(beam.PTransform):
     """Near duplicates among Sketches (plus an old corpus's index): PCollection[Duplicate] of new documents.
 
-    ``old_parts``: a PCollection of signature-index part URLs. Of the old
+    ``old_parts``: a PCollection of the signature index's parts, ``(number, url)`` (the index's list
+    enumerated: an old node names its part, ``sketch.old_node``). Of the old
     documents only what can change a verdict enters the shuffles, so a batch
     costs its own size whatever the index's: per LSH bucket holding a new
     document where it may be a member, the old entries ``bucket_candidates`` can
@@ -297,11 +299,12 @@ class NearDedupe(beam.PTransform):
         if self.old_parts is not None:
             # Old nodes matter only as cluster roots (resolve_cluster never removes an old member).
             old_nodes = roles | "OldRoots" >> beam.FlatMap(
-                lambda r: [r[0][1:]] if r[0].startswith(OLD) and r[1][1] else [])
+                lambda r: [r[0]] if r[0].startswith(OLD) and r[1][1] else [])
             old_shingles = (
                 self.old_parts
                 | "ReadOldClustered" >> beam.ParDo(
-                    IndexLookup("index_clustered_entries_read", set, sketches_by_id), beam.pvalue.AsList(old_nodes))
+                    IndexLookup("index_clustered_entries_read", nodes_by_part, sketches_of_nodes),
+                    beam.pvalue.AsList(old_nodes))
                 | "OldShinglesByNode" >> beam.Map(lambda s: (s.node, (s.source, s.shingles.tobytes(), b"")))
             )
             shingles = (shingles, old_shingles) | "WithOldClustered" >> beam.Flatten()

@@ -12,6 +12,27 @@ from schemas.config import DedupeConfig
 
 COUNTERS = "dedupe"
 OLD, NEW = "0", "1"  # node-id prefixes: indexed documents sort (and win) first
+# An indexed document's node also names its index part (its place in the index's list): an index may
+# hold one doc id twice (releases built from folders with the same file names), and those are two
+# documents. The separator sorts below every character of a doc id, so nodes of distinct ids keep
+# their ids' order.
+PART = "\x1f"
+
+
+def old_node(doc_id: str, part: int) -> str:
+    """The node of the indexed document ``doc_id`` of index part number ``part``."""
+    return f"{OLD}{doc_id}{PART}{part}"
+
+
+def node_doc_id(node: str) -> str:
+    """The doc id a node names (an indexed one's without its part)."""
+    return node[1:].split(PART, 1)[0]
+
+
+def node_part(node: str) -> tuple[str, int]:
+    """(doc id, part number) of an indexed document's node."""
+    doc_id, part = node[1:].split(PART, 1)
+    return doc_id, int(part)
 
 
 _NONE = np.empty(0, dtype=np.uint32)
@@ -26,7 +47,7 @@ def u32(raw: bytes | np.ndarray) -> np.ndarray:
 class Sketch:
     """What the near step needs of a document: its node id, signature, bucket keys and shingle set."""
 
-    node: str  # OLD/NEW prefix + doc_id
+    node: str  # NEW + doc_id, or OLD + doc_id + PART + part number (``old_node``)
     source: str
     exact_hash: str
     signature: np.ndarray  # uint32[bands * rows]
@@ -38,7 +59,7 @@ class Sketch:
 
     @property
     def doc_id(self) -> str:
-        return self.node[1:]
+        return node_doc_id(self.node)
 
     @property
     def old(self) -> bool:
