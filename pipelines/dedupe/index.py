@@ -12,7 +12,7 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.metrics import Metrics
 
-from pipelines.dedupe.sketch import COUNTERS, OLD, Sketch, node_part, old_node
+from pipelines.dedupe.sketch import COUNTERS, Sketch, node_part, old_node
 from pipelines.intermediates import INDEX_META, PartCount, WriteParts, write_row_groups
 from schemas.config import DedupeConfig
 from schemas.errors import UserError
@@ -144,9 +144,9 @@ def _index_table(rows: Sequence[IndexRow], schema):
     return pa.table(cols, schema=schema)
 
 
-def read_index_part(url: str, part: int | None = None) -> Iterator[Sketch]:
-    """Sketches (as old documents) of one index part file; ``part``: its number in the index's list
-    (``old_node``), None for nodes that name the doc id alone."""
+def read_index_part(url: str, part: int = 0) -> Iterator[Sketch]:
+    """Sketches (as old documents) of one index part file; ``part``: its number in the index's list,
+    which their nodes name (``old_node``)."""
     import pyarrow.parquet as pq
 
     with open_read(url) as f:
@@ -154,15 +154,11 @@ def read_index_part(url: str, part: int | None = None) -> Iterator[Sketch]:
     yield from _table_sketches(table, part)
 
 
-def _node(doc_id: str, part: int | None) -> str:
-    return OLD + doc_id if part is None else old_node(doc_id, part)
-
-
-def _table_sketches(table, part: int | None) -> Iterator[Sketch]:
+def _table_sketches(table, part: int) -> Iterator[Sketch]:
     cols = {name: table.column(name) for name in table.column_names}
     for i in range(table.num_rows):
         yield Sketch(
-            _node(cols["doc_id"][i].as_py(), part),
+            old_node(cols["doc_id"][i].as_py(), part),
             cols["source"][i].as_py(),
             cols["exact_hash"][i].as_py(),
             cols["signature"][i].values.to_numpy(zero_copy_only=False).astype(np.uint32),
@@ -188,7 +184,7 @@ def _string_hits(column, wanted: set[str]) -> np.ndarray:
 
 
 def read_index_matches(url: str, *, hashes: set[str] | None = None, band_keys: np.ndarray | None = None,
-                       doc_ids: set[str] | None = None, part: int | None = None) -> Iterator[Sketch]:
+                       doc_ids: set[str] | None = None, part: int = 0) -> Iterator[Sketch]:
     """The entries of one index part that can matter to a batch of new documents, as old Sketches
     (``part``: as in ``read_index_part``).
 
@@ -217,7 +213,7 @@ def read_index_matches(url: str, *, hashes: set[str] | None = None, band_keys: n
                 yield from _table_sketches(pf.read_row_group(g).take(rows), part)
 
 
-def index_bucket_entries(url: str, band_keys: np.ndarray, part: int | None = None
+def index_bucket_entries(url: str, band_keys: np.ndarray, part: int = 0
                          ) -> Iterator[tuple[int, tuple[str, np.ndarray, int]]]:
     """``(band key, (old node, signature, shingle count))`` for every band key of ``band_keys`` an entry
     of one part holds (``part``: as in ``read_index_part``).
@@ -237,7 +233,7 @@ def index_bucket_entries(url: str, band_keys: np.ndarray, part: int | None = Non
                 continue
             size_col = "num_shingles" if "num_shingles" in pf.schema_arrow.names else "shingles"
             hit = pf.read_row_group(g, columns=["doc_id", "signature", size_col]).take(rows)
-            nodes = [_node(d, part) for d in hit.column("doc_id").to_pylist()]
+            nodes = [old_node(d, part) for d in hit.column("doc_id").to_pylist()]
             sizes = (hit.column(size_col).to_pylist() if size_col == "num_shingles" else
                      hit.column(size_col).combine_chunks().value_lengths().to_pylist())
             sig_col = hit.column("signature").combine_chunks()
@@ -253,8 +249,9 @@ def index_bucket_entries(url: str, band_keys: np.ndarray, part: int | None = Non
                 yield int(values[j]), (nodes[r], sigs[sig_start[r]:sig_start[r + 1]].copy(), int(sizes[r]))
 
 
-def index_exact_matches(url: str, hashes: set[str], part: int | None = None) -> Iterator[tuple[str, str]]:
-    """``(exact_hash, doc_id)`` of the entries of one part whose hash is in ``hashes`` (two columns read)."""
+def index_exact_matches(url: str, hashes: set[str], part: int = 0) -> Iterator[tuple[str, str]]:
+    """``(exact_hash, doc_id)`` of the entries of one part whose hash is in ``hashes`` (two columns read;
+    ``part`` is not needed: the pairs name doc ids, not nodes)."""
     import pyarrow.parquet as pq
 
     with open_read(url) as f:
