@@ -155,8 +155,8 @@ def direct_costs(inputs: dict[str, Any], rounds: int) -> list[str]:
     probe step does (per input MB; the first pass with a cold word memo, then the best of ``rounds``)."""
     import numpy as np
 
+    from pipelines.dedupe.bloom import Bloom
     from pipelines.dedupe.evalsets import (
-        Bloom,
         batch_ngram_hashes,
         eval_text,
         eval_texts,

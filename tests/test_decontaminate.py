@@ -22,9 +22,9 @@ import numpy as np
 import pytest
 from decontamination_corpus import planted_corpus
 
+from pipelines.dedupe.bloom import Bloom
 from pipelines.dedupe.decontaminate import DECONTAMINATED, Decontaminate
 from pipelines.dedupe.evalsets import (
-    Bloom,
     batch_ngram_hashes,
     eval_text,
     eval_texts,

@@ -784,6 +784,77 @@ def test_index_lookup_reads_exactly_the_entries_that_can_match(tmp_path: Path, m
     assert [(k, node, n) for k, (node, _, n) in old_entries] == [(k, node, n) for k, (node, _, n) in got_entries]
 
 
+def test_lookups_probe_with_a_filter_of_the_keys(tmp_path: Path) -> None:
+    """``key_filter``: no key missed, the size set by bits a key, a false positive rate within the
+    design's bound on random keys, native coding; a lookup through it reads what the keys read."""
+    import numpy as np
+
+    from pipelines.dedupe.bloom import Bloom
+    from pipelines.dedupe.index import (
+        PROBE_BITS_PER_KEY,
+        exact_keys,
+        index_bucket_entries,
+        index_exact_matches,
+        key_filter,
+        read_index_part,
+        sketches_to_parquet,
+    )
+    from pipelines.dedupe.sketch import sketch_documents
+
+    gen = np.random.default_rng(5)
+    keys = gen.integers(-(2**63), 2**63 - 1, size=300_000, dtype=np.int64)
+    arrays = [keys[i:i + 53].tobytes() for i in range(0, keys.size, 53)]
+    wire = key_filter(arrays)
+    coder = beam.coders.FastPrimitivesCoder(fallback_coder=_NoPickle())
+    assert coder.decode(coder.encode(wire)) == wire
+    bloom = Bloom.from_wire(wire)
+    assert bloom.contains(keys).all()
+    bits = len(wire[1]) * 8
+    assert PROBE_BITS_PER_KEY * keys.size <= bits < 2 * PROBE_BITS_PER_KEY * keys.size
+    others = gen.integers(-(2**63), 2**63 - 1, size=1_000_000, dtype=np.int64)
+    assert bloom.contains(others).mean() < 1e-4  # 0.6185 ** 20 = 6.7e-5 at the least bits a key
+    # Through an index part: the same entries as the exact keys (and hashes) read.
+    rng = random.Random(6)
+    docs = [Document(f"d{i:02d}", "web", " ".join(_words(rng, 80))) for i in range(12)]
+    sketches = sketch_documents(docs, minhasher(DedupeConfig()))
+    part = tmp_path / "part-00000.parquet"
+    part.write_bytes(sketches_to_parquet(sketches))
+    everything = list(read_index_part(str(part)))
+    probe = np.unique(np.concatenate([everything[2].band_keys[:3], everything[7].band_keys[-2:]]))
+    via_filter = Bloom.from_wire(key_filter([probe.tobytes()]))
+    exact = list(index_bucket_entries(str(part), probe))
+    assert [(k, n) for k, (n, _, _) in index_bucket_entries(str(part), via_filter)] == \
+        [(k, n) for k, (n, _, _) in exact] and {n for _, (n, _, _) in exact} == {everything[2].node, everything[7].node}
+    hashes = {everything[4].exact_hash, "f" * 32}
+    hash_filter = Bloom.from_wire(key_filter([exact_keys(sorted(hashes)).tobytes()]))
+    assert list(index_exact_matches(str(part), hash_filter)) == list(index_exact_matches(str(part), hashes)) == \
+        [(everything[4].exact_hash, "d04")]
+
+
+def test_key_filter_step_gives_one_filter_or_none(tmp_path: Path) -> None:
+    """``KeyFilter`` on a runner: one filter of every key of its arrays (empty ones skipped), and
+    nothing for no keys (a lookup's side input is then None: nothing is read)."""
+    import numpy as np
+
+    from pipelines.dedupe.bloom import Bloom
+    from pipelines.dedupe.index import KeyFilter
+
+    keys = np.random.default_rng(2).integers(-(2**63), 2**63 - 1, size=2000, dtype=np.int64)
+    out = tmp_path / "filters.json"
+
+    def dump(filters: list) -> None:
+        out.write_text(json.dumps([[k, bits.hex()] for k, bits in filters]))
+
+    for arrays in ([keys[:700].tobytes(), b"", keys[700:].tobytes()], [b"", b""]):
+        with beam.Pipeline(runner="FnApiRunner") as p:
+            _ = (p | beam.Create(arrays) | KeyFilter() | beam.combiners.ToList() | beam.Map(dump))
+        filters = [(k, bytes.fromhex(b)) for k, b in json.loads(out.read_text())]
+        if any(arrays):
+            assert len(filters) == 1 and Bloom.from_wire(filters[0]).contains(keys).all()
+        else:
+            assert filters == []
+
+
 def test_index_is_append_only_and_moves_with_its_corpus(tmp_path: Path) -> None:
     import shutil
 

@@ -135,3 +135,45 @@ def test_new_wiring_matches_against_an_old_index(tmp_path: Path) -> None:
     assert {d["kind"] for d in dups if d["dup_of"] in old_ids} == {"exact", "near"}
     assert _index_files(run2 / "new-index") == _index_files(run2 / "reference-index") == \
         _index_files(run2 / "lookups-index")
+
+
+def test_a_leaky_key_filter_changes_reads_not_verdicts(tmp_path: Path, monkeypatch) -> None:
+    """The index lookups probe with a filter of the new keys and hashes; its false positives are read,
+    then dropped by the joins by key: with a filter that lets nearly every indexed entry through, the
+    verdicts, duplicate records, other counters and index files equal those of the default filter, on
+    every wiring."""
+    import pyarrow.parquet as pq
+
+    import pipelines.dedupe.index as index
+
+    first, _ = make_corpus(families=12, unrelated=15, words=120, exact_per_family=1, seed=11)
+    run1 = tmp_path / "run1"
+    run1.mkdir()
+    _run_both(first, DedupeConfig(components_rounds=4), run1)
+    second, _ = make_corpus(families=8, unrelated=10, words=120, exact_per_family=1, seed=12)
+    rng = random.Random(4)
+    for i, d in enumerate(rng.sample(first, 8)):
+        second.append(Document(f"new-exact-{i}", d.source, d.text.upper()))
+        words = d.text.split()
+        words[len(words) // 3] = "altered"
+        second.append(Document(f"new-near-{i}", d.source, " ".join(words)))
+    got = {}
+    for variant in ("tight", "leaky"):
+        if variant == "leaky":  # 8 bits, 1 probe: nearly every key tests positive
+            monkeypatch.setattr(index, "bloom_shape", lambda expected, bits_per_hash, max_bytes=None: (3, 1))
+        out = tmp_path / variant
+        out.mkdir()
+        got[variant] = _run_both(second, DedupeConfig(components_rounds=4), out, index_in=str(run1 / "new-index"))
+        got[variant]["index"] = {name: _index_files(out / f"{name}-index") for name in ("new", "lookups", "reference")}
+    tight, leaky = got["tight"], got["leaky"]
+    indexed = sum(pq.ParquetFile(p).metadata.num_rows for p in (run1 / "new-index").glob("*.parquet"))
+    for name in ("new", "lookups", "reference"):
+        read = {k: (tight[name]["counters"].pop(k), leaky[name]["counters"].pop(k))
+                for k in ("index_bucket_entries_read", "index_exact_entries_read")}
+        # The leaky filter lets through far more than the matches (the exact one: every indexed hash).
+        assert all(t < lk for t, lk in read.values()), (name, read)
+        assert read["index_exact_entries_read"][1] >= 0.9 * indexed
+    assert tight == leaky
+    dups = [json.loads(line) for line in tight["new"]["duplicates"].splitlines()]
+    old_ids = {d.doc_id for d in first}
+    assert {d["kind"] for d in dups if d["dup_of"] in old_ids and d["dup_of_index"]} == {"exact", "near"}

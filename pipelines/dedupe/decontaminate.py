@@ -38,9 +38,9 @@ import apache_beam as beam
 import numpy as np
 from apache_beam import pvalue
 
+from pipelines.dedupe.bloom import Bloom
 from pipelines.dedupe.evalsets import (
     WORD,
-    Bloom,
     EvalFile,
     batch_ngram_hashes,
     eval_files,

@@ -10,7 +10,8 @@ Plain Python and numpy, no Beam (``pipelines.dedupe.decontaminate`` is the stage
   apostrophes inside a word dropped, lower-cased (NFKC for non-ASCII words), each hashed with
   blake2b (memoized per process), and every n consecutive word hashes combined by a polynomial and a
   64-bit mixer; ``overlap_spans``: where a text's matched n-grams lie;
-- ``Bloom``, the bounded filter of the evaluation n-grams (``filter_shape``), and the hash partitions
+- the size of the bounded filter of the evaluation n-grams (``filter_shape``; the filter is
+  ``pipelines.dedupe.bloom.Bloom``), and the hash partitions
   of the index (``partition_of``, ``split_parts``).
 """
 
@@ -22,7 +23,6 @@ import hashlib
 import io
 import json
 import lzma
-import math
 import posixpath
 import re
 import unicodedata
@@ -32,6 +32,7 @@ from typing import IO, Any
 
 import numpy as np
 
+from pipelines.dedupe.bloom import bloom_shape
 from pipelines.sources.streams import Prefixed, iter_json_array, skip_ws
 from schemas.config import DecontaminateConfig
 from schemas.errors import UserError
@@ -114,60 +115,14 @@ def eval_text(text: str) -> str:
     return text if text.isascii() else unicodedata.normalize("NFC", text)
 
 
-# ------------------------------------------------------------------ the Bloom filter
-
-
-@dataclass
-class Bloom:
-    """A Bloom filter over 64-bit hashes: ``2**log2_bits`` bits, ``k`` probes by double hashing."""
-
-    bits: np.ndarray  # uint8
-    k: int
-
-    @classmethod
-    def empty(cls, log2_bits: int, k: int) -> Bloom:
-        return cls(np.zeros(1 << max(0, log2_bits - 3), dtype=np.uint8), k)
-
-    def _probes(self, hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.uint64]:
-        u = hashes.view(np.uint64)
-        mask = np.uint64(len(self.bits) * 8 - 1)
-        return u & mask, (u >> np.uint64(32)) | np.uint64(1), mask
-
-    def add(self, hashes: np.ndarray) -> None:
-        h1, h2, mask = self._probes(hashes)
-        for i in range(self.k):
-            pos = (h1 + np.uint64(i) * h2) & mask
-            np.bitwise_or.at(self.bits, (pos >> np.uint64(3)).astype(np.intp),
-                             np.left_shift(1, (pos & np.uint64(7)).astype(np.uint8)).astype(np.uint8))
-
-    def contains(self, hashes: np.ndarray) -> np.ndarray:
-        """A bool per hash: maybe in the set (True), or surely not (False)."""
-        h1, h2, mask = self._probes(hashes)
-        idx = np.arange(len(hashes))
-        for i in range(self.k):
-            pos = (h1 + np.uint64(i) * h2) & mask
-            hit = (self.bits[(pos >> np.uint64(3)).astype(np.intp)] >> (pos & np.uint64(7)).astype(np.uint8)) & 1
-            keep = hit.astype(bool)
-            idx, h1, h2 = idx[keep], h1[keep], h2[keep]
-            if not len(idx):
-                break
-        out = np.zeros(len(hashes), dtype=bool)
-        out[idx] = True
-        return out
-
-    def merge(self, other: Bloom) -> None:
-        np.bitwise_or(self.bits, other.bits, out=self.bits)
+# ------------------------------------------------------------------ the filter's size
 
 
 def filter_shape(expected: int, max_bytes: int) -> tuple[int, int]:
-    """(log2 of the bits, probes) of a filter for ``expected`` hashes: 32 bits a hash (a false positive
+    """(log2 of the bits, probes) of a ``Bloom`` for ``expected`` hashes: 32 bits a hash (a false positive
     rate near 3e-7, so a 500-word document is a false candidate about once in 6,000) within
     ``max_bytes``; past it the rate grows, and with it the candidates' work, never a wrong removal."""
-    expected = max(1, expected)
-    log2_bits = max(16, math.ceil(math.log2(expected * 32)))
-    log2_bits = min(log2_bits, max(16, int(math.log2(max(1, max_bytes) * 8))))
-    k = round(math.log(2) * (1 << log2_bits) / expected)
-    return log2_bits, max(1, min(16, k))
+    return bloom_shape(expected, 32, max_bytes)
 
 
 # ------------------------------------------------------------------ the evaluation files

@@ -8,7 +8,7 @@ from typing import Any, NamedTuple
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
-from pipelines.dedupe.index import IndexLookup, index_exact_matches
+from pipelines.dedupe.index import IndexLookup, KeyFilter, exact_keys, filter_probe, index_exact_matches
 from pipelines.dedupe.minhash import (
     normalized_text_hash,
 )
@@ -56,9 +56,14 @@ class _ResolveExact(beam.DoFn):
 
 
 def _old_exact_hashes(old_parts: beam.PCollection, new_hashes: beam.PCollection) -> beam.PCollection:
-    """(exact_hash, old doc_id) of the index entries whose hash occurs among ``new_hashes``."""
+    """(exact_hash, old doc_id) of the index entries whose hash occurs among ``new_hashes`` (and the few a
+    filter of them lets through: the join by hash that follows drops those)."""
+    new_filter = (new_hashes
+                  | "NewHashKeys" >> beam.Map(lambda h: exact_keys([h]).tobytes())
+                  | "NewHashFilter" >> KeyFilter())
     return old_parts | "OldHashes" >> beam.ParDo(
-        IndexLookup("index_exact_entries_read", set, index_exact_matches), beam.pvalue.AsList(new_hashes))
+        IndexLookup("index_exact_entries_read", filter_probe, index_exact_matches),
+        beam.pvalue.AsSingleton(new_filter, default_value=None))
 
 
 class ExactDedupe(beam.PTransform):
@@ -66,7 +71,8 @@ class ExactDedupe(beam.PTransform):
 
     ``old_hashes``: PCollection[(exact_hash, doc_id)] of an old corpus, or
     ``old_parts``: a PCollection of the signature index's parts, ``(number, url)``, from which only
-    the entries whose hash occurs among this run's documents are read (so the
+    the entries whose hash occurs among this run's documents are read (give or take the few a filter of
+    the hashes lets through, which the join drops; so the
     old corpus never passes through the shuffle, whatever its size).
     """
 

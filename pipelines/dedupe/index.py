@@ -5,13 +5,14 @@ from __future__ import annotations
 import io
 import json
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import apache_beam as beam
 import numpy as np
 from apache_beam.metrics import Metrics
 
+from pipelines.dedupe.bloom import Bloom, BloomWire, bloom_shape
 from pipelines.dedupe.sketch import COUNTERS, Sketch, node_part, old_node
 from pipelines.intermediates import INDEX_META, PartCount, WriteParts, write_row_groups
 from schemas.config import DedupeConfig
@@ -167,29 +168,51 @@ def _table_sketches(table, part: int) -> Iterator[Sketch]:
         )
 
 
-def _row_hits(lists, keys: np.ndarray) -> np.ndarray:
-    """bool[rows]: which rows of a list<int64> column hold at least one of the sorted unique `keys`."""
+# What a lookup probes an index part with: the exact set (sorted unique int64 keys, or a set of exact
+# hashes), or a filter of it (``Bloom``: a superset, so a read may include an entry the later join by key
+# drops; never one missing).
+KeyProbe = np.ndarray | Bloom
+HashProbe = set[str] | Bloom
+
+
+def _members(probe: KeyProbe, values: np.ndarray) -> np.ndarray:
+    """bool per int64 value: is it in the probe (or, for a filter, maybe)."""
+    if isinstance(probe, Bloom):
+        return probe.contains(values)
+    if values.size == 0 or probe.size == 0:
+        return np.zeros(values.size, dtype=bool)
+    pos = np.minimum(np.searchsorted(probe, values), probe.size - 1)
+    return probe[pos] == values
+
+
+def _row_hits(lists, probe: KeyProbe) -> np.ndarray:
+    """bool[rows]: which rows of a list<int64> column hold at least one key of ``probe``."""
     lengths = lists.value_lengths().fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
     values = lists.flatten().to_numpy(zero_copy_only=False).astype(np.int64)
-    if values.size == 0 or keys.size == 0:
-        return np.zeros(len(lengths), dtype=bool)
-    pos = np.minimum(np.searchsorted(keys, values), keys.size - 1)
-    hit = np.concatenate([[0], np.cumsum(keys[pos] == values)])
+    hit = np.concatenate([[0], np.cumsum(_members(probe, values))])
     ends = np.cumsum(lengths)
     return (hit[ends] - hit[ends - lengths]) > 0
 
 
-def _string_hits(column, wanted: set[str]) -> np.ndarray:
-    return np.fromiter((v in wanted for v in column.to_pylist()), bool, len(column))
+def exact_keys(hashes: Sequence[str]) -> np.ndarray:
+    """int64 keys of exact hashes (hex digests: their first 64 bits), what a filter of them holds."""
+    return np.fromiter((int(h[:16], 16) for h in hashes), dtype=np.uint64, count=len(hashes)).view(np.int64)
 
 
-def read_index_matches(url: str, *, hashes: set[str] | None = None, band_keys: np.ndarray | None = None,
+def _string_hits(column, wanted: HashProbe) -> np.ndarray:
+    values = column.to_pylist()
+    if isinstance(wanted, Bloom):
+        return wanted.contains(exact_keys(values))
+    return np.fromiter((v in wanted for v in values), bool, len(values))
+
+
+def read_index_matches(url: str, *, hashes: HashProbe | None = None, band_keys: KeyProbe | None = None,
                        doc_ids: set[str] | None = None, part: int = 0) -> Iterator[Sketch]:
     """The entries of one index part that can matter to a batch of new documents, as old Sketches
     (``part``: as in ``read_index_part``).
 
     An entry is read if its exact hash is in ``hashes``, it shares a band key
-    with ``band_keys`` (sorted unique int64) or its doc_id is in ``doc_ids``.
+    with ``band_keys`` (sorted unique int64, or a filter of them) or its doc_id is in ``doc_ids``.
     Only the probe columns of every row group are read, and the full rows of
     the groups holding a match. Memory: one row group at a time.
     """
@@ -213,10 +236,10 @@ def read_index_matches(url: str, *, hashes: set[str] | None = None, band_keys: n
                 yield from _table_sketches(pf.read_row_group(g).take(rows), part)
 
 
-def index_bucket_entries(url: str, band_keys: np.ndarray, part: int = 0
+def index_bucket_entries(url: str, band_keys: KeyProbe, part: int = 0
                          ) -> Iterator[tuple[int, tuple[str, np.ndarray, int]]]:
-    """``(band key, (old node, signature, shingle count))`` for every band key of ``band_keys`` an entry
-    of one part holds (``part``: as in ``read_index_part``).
+    """``(band key, (old node, signature, shingle count))`` for every band key of ``band_keys`` (sorted
+    unique int64, or a filter of them) an entry of one part holds (``part``: as in ``read_index_part``).
 
     What the LSH step needs of the old documents sharing a bucket with a new
     one: no shingles, no text (those are fetched later, only for the old
@@ -243,15 +266,14 @@ def index_bucket_entries(url: str, band_keys: np.ndarray, part: int = 0
             key_col = t.column("band_keys").combine_chunks().take(rows)
             values = key_col.flatten().to_numpy(zero_copy_only=False).astype(np.int64)
             row_of = np.repeat(np.arange(hit.num_rows), key_col.value_lengths().to_numpy(zero_copy_only=False))
-            pos = np.minimum(np.searchsorted(band_keys, values), band_keys.size - 1)
-            for j in np.flatnonzero(band_keys[pos] == values).tolist():
+            for j in np.flatnonzero(_members(band_keys, values)).tolist():
                 r = int(row_of[j])
                 yield int(values[j]), (nodes[r], sigs[sig_start[r]:sig_start[r + 1]].copy(), int(sizes[r]))
 
 
-def index_exact_matches(url: str, hashes: set[str], part: int = 0) -> Iterator[tuple[str, str]]:
-    """``(exact_hash, doc_id)`` of the entries of one part whose hash is in ``hashes`` (two columns read;
-    ``part`` is not needed: the pairs name doc ids, not nodes)."""
+def index_exact_matches(url: str, hashes: HashProbe, part: int = 0) -> Iterator[tuple[str, str]]:
+    """``(exact_hash, doc_id)`` of the entries of one part whose hash is in ``hashes`` (a set, or a filter
+    of their ``exact_keys``; two columns read; ``part`` is not needed: the pairs name doc ids, not nodes)."""
     import pyarrow.parquet as pq
 
     with open_read(url) as f:
@@ -264,10 +286,61 @@ def index_exact_matches(url: str, hashes: set[str], part: int = 0) -> Iterator[t
                 yield from zip(hit.column("exact_hash").to_pylist(), hit.column("doc_id").to_pylist(), strict=True)
 
 
+# Bits of a lookup's filter per new key (a power of two: 20 to 40). The false positive rate is then
+# 7e-5 or less a key, so an indexed document (~50 keys: 28 bands and ~20 anchors a KB of text) is read
+# for nothing about once per 300 builds at most; the filter is 2.5 to 5 bytes a key, where the keys
+# themselves (int64, then sorted unique) held 8, and more while being sorted.
+PROBE_BITS_PER_KEY = 20
+_ADD_CHUNK = 1 << 16  # keys added to the filter at a time (its temporaries: ~40 bytes a key)
+
+
 def unique_keys(key_arrays: list[bytes | np.ndarray]) -> np.ndarray:
-    """Sorted unique int64 band keys of a batch (arrays, or their raw bytes as they cross a side input)."""
+    """Sorted unique int64 band keys of a batch (arrays, or their raw bytes)."""
     return np.unique(np.concatenate([np.frombuffer(k, dtype=np.int64) if isinstance(k, bytes) else k
                                      for k in key_arrays]).astype(np.int64))
+
+
+def key_filter(key_arrays: Iterable[bytes], bits_per_key: int = PROBE_BITS_PER_KEY) -> BloomWire:
+    """A filter of every int64 key in ``key_arrays`` (raw bytes; iterated twice: counted, then added),
+    sized for the count. Holds the filter and one chunk of keys, not the keys."""
+    count = sum(len(k) // 8 for k in key_arrays)
+    bloom = Bloom.empty(*bloom_shape(count, bits_per_key))
+    chunk: list[bytes] = []
+    held = 0
+    for k in key_arrays:
+        chunk.append(k)
+        held += len(k) // 8
+        if held >= _ADD_CHUNK:
+            bloom.add(np.frombuffer(b"".join(chunk), dtype=np.int64))
+            chunk, held = [], 0
+    if chunk:
+        bloom.add(np.frombuffer(b"".join(chunk), dtype=np.int64))
+    return bloom.to_wire()
+
+
+class KeyFilter(beam.PTransform):
+    """PCollection[bytes: int64 keys] -> one ``BloomWire`` filter of all of them (nothing when there are
+    none): what an index lookup is given instead of the keys. Every worker reading index parts holds
+    it, so it is sized by bits per key (``PROBE_BITS_PER_KEY``), not by the keys' 8 bytes; one worker
+    builds it from a stream of the keys. A lookup's hits then meet the new keys in a join by key, which
+    drops the filter's false positives."""
+
+    def __init__(self, bits_per_key: int | None = None) -> None:
+        super().__init__()
+        self.bits_per_key = PROBE_BITS_PER_KEY if bits_per_key is None else bits_per_key
+
+    def expand(self, keys: beam.PCollection) -> beam.PCollection:
+        bits = self.bits_per_key
+        return (keys
+                | "Nonempty" >> beam.Filter(len)
+                | "OneGroup" >> beam.Map(lambda k: (0, k))
+                | "Gather" >> beam.GroupByKey()
+                | "Build" >> beam.MapTuple(lambda _, arrays: key_filter(arrays, bits)))
+
+
+def filter_probe(wire: BloomWire | None) -> Bloom | None:
+    """A lookup's side input (``KeyFilter``'s output, None when it gave none) as the filter to probe."""
+    return None if wire is None else Bloom.from_wire(wire)
 
 
 def nodes_by_part(nodes: list[str]) -> dict[int, set[str]]:
@@ -290,9 +363,9 @@ class IndexLookup(beam.DoFn):
     """``lookup(part_url, derive(side input), part number)`` for each index part (elements: ``(part number,
     url)``, the index's list enumerated), counting what it reads.
 
-    ``derive`` turns the batch's side input (new hashes, band keys, old nodes)
-    into the probe once per side input, not once per part. An empty side
-    input reads nothing.
+    ``derive`` turns the batch's side input (a ``KeyFilter`` of the new keys or hashes, or the old
+    nodes) into the probe once per side input, not once per part. An empty side input (None, or
+    an empty list) reads nothing.
     """
 
     def __init__(self, counter: str, derive: Any, lookup: Any) -> None:
@@ -301,7 +374,7 @@ class IndexLookup(beam.DoFn):
         self._side: Any = None
         self._probe: Any = None
 
-    def process(self, part: tuple[int, str], side: list[Any]) -> Iterator[Any]:
+    def process(self, part: tuple[int, str], side: Any) -> Iterator[Any]:
         if not side:
             return
         if side is not self._side:

@@ -8,7 +8,6 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 import apache_beam as beam
-import numpy as np
 from apache_beam.metrics import Metrics
 
 from pipelines.dedupe.candidates import (
@@ -23,10 +22,12 @@ from pipelines.dedupe.clusters import resolve_cluster
 from pipelines.dedupe.components import ConnectedComponents
 from pipelines.dedupe.index import (
     IndexLookup,
+    KeyFilter,
+    KeyProbe,
+    filter_probe,
     index_bucket_entries,
     nodes_by_part,
     sketches_of_nodes,
-    unique_keys,
 )
 from pipelines.dedupe.minhash import SAMPLE_EVERY, MinHasher, NearRule, sampled, sketch_arrays
 from pipelines.dedupe.sketch import (
@@ -137,7 +138,7 @@ def shingles_by_node(s: Sketch) -> list[tuple[str, tuple[str, bytes, bytes]]]:
     return [(s.node, (s.source, s.shingles.tobytes(), s.lost.tobytes()))] if s.shingles.size else []
 
 
-def _old_bucket_entries(url: str, band_keys: np.ndarray, part: int) -> Iterator[tuple[int, tuple[str, int, bytes]]]:
+def _old_bucket_entries(url: str, band_keys: KeyProbe, part: int) -> Iterator[tuple[int, tuple[str, int, bytes]]]:
     for key, (node, sig, n) in index_bucket_entries(url, band_keys, part):
         yield key, (node, n, sig.tobytes())
 
@@ -257,13 +258,14 @@ class NearDedupe(beam.PTransform):
             # Sketch step's, made from its batches of documents).
             entries = sketches | "ShardBatches" >> beam.FlatMap(lambda s: lsh_shard_batches([s], hasher))
         if self.old_parts is not None:
-            new_keys = sketches | "NewBandKeys" >> beam.FlatMap(
-                lambda s: [s.band_keys.tobytes()] if s.shingles.size else [])
+            new_keys = (sketches
+                        | "NewBandKeys" >> beam.FlatMap(lambda s: [s.band_keys.tobytes()] if s.shingles.size else [])
+                        | "NewKeyFilter" >> KeyFilter())
             old_entries = (
                 self.old_parts
                 | "OldBucketEntries" >> beam.ParDo(
-                    IndexLookup("index_bucket_entries_read", unique_keys, _old_bucket_entries),
-                    beam.pvalue.AsList(new_keys))
+                    IndexLookup("index_bucket_entries_read", filter_probe, _old_bucket_entries),
+                    beam.pvalue.AsSingleton(new_keys, default_value=None))
                 | "OldBucketRoot" >> beam.CombinePerKey(_OldRoot())
                 | "OldRootShard" >> beam.Map(old_shard_entry)
             )
