@@ -831,6 +831,34 @@ def test_lookups_probe_with_a_filter_of_the_keys(tmp_path: Path) -> None:
         [(everything[4].exact_hash, "d04")]
 
 
+def test_exact_keys_of_a_column_equal_those_of_its_values() -> None:
+    """The vectorized keys of an index's exact-hash column (32 hex digits) are ``exact_keys`` of its
+    values, sliced and chunked columns included; other strings take the value-by-value path; digests
+    that share a half get different keys."""
+    import hashlib
+
+    import numpy as np
+    import pyarrow as pa
+
+    from pipelines.dedupe.index import _column_exact_keys, exact_keys
+
+    digests = [hashlib.blake2b(str(i).encode(), digest_size=16).hexdigest() for i in range(50)]
+    cases = [
+        pa.array(digests),
+        pa.array(digests).slice(7, 30),
+        pa.chunked_array([digests[:20], digests[20:]]),
+        pa.array([d.upper() for d in digests[:5]]),
+        pa.array(["not-hex-at-all", digests[0], "ab"]),
+        pa.array([f"{i:032x}" for i in range(5)]),
+    ]
+    for col in cases:
+        values = col.to_pylist()
+        assert np.array_equal(_column_exact_keys(col), exact_keys(values)), values[:2]
+    assert np.array_equal(exact_keys([d.upper() for d in digests[:5]]), exact_keys(digests[:5]))
+    sequential = exact_keys([f"{i:032x}" for i in range(1000)] + [f"{i:016x}{0:016x}" for i in range(1, 1000)])
+    assert np.unique(sequential).size == 1999
+
+
 def test_key_filter_step_gives_one_filter_or_none(tmp_path: Path) -> None:
     """``KeyFilter`` on a runner: one filter of every key of its arrays (empty ones skipped), and
     nothing for no keys (a lookup's side input is then None: nothing is read)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import logging
@@ -194,15 +195,73 @@ def _row_hits(lists, probe: KeyProbe) -> np.ndarray:
     return (hit[ends] - hit[ends - lengths]) > 0
 
 
+_MASK64 = (1 << 64) - 1
+
+
+def _halves(h: str) -> tuple[int, int]:
+    """An exact hash as two 64-bit halves: a hex digest's (blake2b-128), or another string's blake2b."""
+    try:
+        x = int(h, 16)
+    except ValueError:
+        x = int.from_bytes(hashlib.blake2b(h.encode("utf-8"), digest_size=16).digest(), "big")
+    return (x >> 64) & _MASK64, x & _MASK64
+
+
+def _mixed(z: np.ndarray) -> np.ndarray:
+    """uint64 values through splitmix64's finalizer."""
+    with np.errstate(over="ignore"):
+        z = z ^ (z >> np.uint64(30))
+        z *= np.uint64(0xBF58476D1CE4E5B9)
+        z ^= z >> np.uint64(27)
+        z *= np.uint64(0x94D049BB133111EB)
+        z ^= z >> np.uint64(31)
+    return z
+
+
+def _keys_of(high: np.ndarray, low: np.ndarray) -> np.ndarray:
+    return _mixed(_mixed(high) ^ low).view(np.int64)
+
+
 def exact_keys(hashes: Sequence[str]) -> np.ndarray:
-    """int64 keys of exact hashes (hex digests: their first 64 bits), what a filter of them holds."""
-    return np.fromiter((int(h[:16], 16) for h in hashes), dtype=np.uint64, count=len(hashes)).view(np.int64)
+    """int64 keys of exact hashes (what a filter of them holds): both 64-bit halves of the digest (any
+    other string: of its blake2b), mixed (splitmix64's finalizer) so that every bit counts and the
+    filter's probes stay independent even for hashes that are not uniform (a filter assumes they are)."""
+    halves = [_halves(h) for h in hashes]
+    high = np.fromiter((a for a, _ in halves), dtype=np.uint64, count=len(halves))
+    low = np.fromiter((b for _, b in halves), dtype=np.uint64, count=len(halves))
+    return _keys_of(high, low)
+
+
+_NIBBLE = np.full(256, 255, dtype=np.uint8)  # ASCII byte -> its hex digit's value (255: not a hex digit)
+_NIBBLE[np.frombuffer(b"0123456789abcdef", dtype=np.uint8)] = np.arange(16)
+_NIBBLE[np.frombuffer(b"ABCDEF", dtype=np.uint8)] = np.arange(10, 16)
+
+
+def _column_exact_keys(column) -> np.ndarray:
+    """``exact_keys`` of a string column: vectorized where every value is 32 hex digits (what the
+    index holds), else value by value."""
+    import pyarrow as pa
+
+    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    n = len(arr)
+    if n and arr.null_count == 0 and pa.types.is_string(arr.type):
+        offsets = np.frombuffer(arr.buffers()[1], dtype=np.int32)[arr.offset:arr.offset + n + 1]
+        if offsets[-1] - offsets[0] == 32 * n and (np.diff(offsets) == 32).all():
+            digits = _NIBBLE[np.frombuffer(arr.buffers()[2], dtype=np.uint8)[offsets[0]:offsets[-1]]].reshape(n, 32)
+            if not (digits == 255).any():
+                high, low = np.zeros(n, dtype=np.uint64), np.zeros(n, dtype=np.uint64)
+                for j in range(16):
+                    shift = np.uint64(4 * (15 - j))
+                    high |= digits[:, j].astype(np.uint64) << shift
+                    low |= digits[:, 16 + j].astype(np.uint64) << shift
+                return _keys_of(high, low)
+    return exact_keys(arr.to_pylist())
 
 
 def _string_hits(column, wanted: HashProbe) -> np.ndarray:
-    values = column.to_pylist()
     if isinstance(wanted, Bloom):
-        return wanted.contains(exact_keys(values))
+        return wanted.contains(_column_exact_keys(column))
+    values = column.to_pylist()
     return np.fromiter((v in wanted for v in values), bool, len(values))
 
 
