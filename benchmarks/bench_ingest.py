@@ -154,7 +154,10 @@ def write_synthetic_index(url: str, size: int, cfg, shingles_per_doc: int = 200,
     for p, start in enumerate(range(0, size, part)):
         n = min(part, size - start)
         sigs = rng.integers(0, 2**32, size=(n, perm), dtype=np.uint32)
-        bands = hasher.band_keys(sigs)
+        # The band keys, then the anchor keys (1 shingle pair in cfg.anchor_every, as a real entry holds).
+        anchors = rng.integers(-(2**63), 2**63 - 1, size=(n, shingles_per_doc // max(1, cfg.anchor_every)),
+                               dtype=np.int64) if cfg.anchor_every else np.empty((n, 0), np.int64)
+        bands = np.concatenate([hasher.band_keys(sigs), anchors], axis=1)
         sh = np.sort(rng.integers(0, 2**32, size=(n, shingles_per_doc), dtype=np.uint32), axis=1)
         table = pa.table({
             "doc_id": pa.array([f"old-{start + i:09d}" for i in range(n)], pa.string()),
@@ -163,6 +166,7 @@ def write_synthetic_index(url: str, size: int, cfg, shingles_per_doc: int = 200,
             "signature": pa.array(list(sigs), pa.list_(pa.uint32())),
             "band_keys": pa.array(list(bands), pa.list_(pa.int64())),
             "shingles": pa.array(list(sh), pa.large_list(pa.uint32())),
+            "num_shingles": pa.array(np.full(n, shingles_per_doc, np.int32)),
         }, schema=index_schema())
         pq.write_table(table, os.path.join(url, f"part-{p:05d}.parquet"), compression="zstd")
     with open(os.path.join(url, INDEX_META), "w") as f:
@@ -208,6 +212,7 @@ def bench_index(work: Path, sizes: list[int], new_docs: int) -> dict:
     ys = np.array([r["seconds"] for r in rows], float)
     slope, icept = np.polyfit(xs, ys, 1) if len(rows) >= 2 else (ys[0] / xs[0], 0.0)
     return {"new_docs": new_docs, "no_index_s": base_s, "rows": rows, "fit_slope_us": slope * 1e6,
+            "bands": cfg.bands, "band_rows": cfg.rows, "anchors": 200 // cfg.anchor_every if cfg.anchor_every else 0,
             "fit_intercept_s": icept, "extrapolated_1m_s": icept + slope * 1e6}
 
 
@@ -238,8 +243,9 @@ def render(trickle: dict | None, index: dict | None, args: argparse.Namespace) -
     if index:
         i = index
         out += ["## Dedupe against a growing signature index", "",
-                f"`Deduplicate` (exact + near, 14×8 MinHash) of {i['new_docs']} new documents against a synthetic "
-                f"index of S entries (random signatures, 200 shingles each, the index's Parquet layout): each "
+                f"`Deduplicate` (exact + near, the default {i['bands']}×{i['band_rows']} MinHash with anchors) of "
+                f"{i['new_docs']} new documents against a synthetic index of S entries (random signatures, 200 "
+                f"shingles and {i['anchors']} anchor keys each, the index's Parquet layout): each "
                 f"part's probe columns (exact hashes, band keys) are scanned, the entries that can match are "
                 f"read, and the new index lists the old parts and adds its own, as each ingest does. "
                 f"Baseline: no index, {i['no_index_s']:.1f} s.", "",
