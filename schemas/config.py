@@ -165,6 +165,11 @@ class DedupeConfig(Strict):
     components_rounds: int = Field(12, ge=1, le=64)
     # Persisted signature index of an existing corpus (incremental dedupe).
     index: str | None = None
+    # Against an index, every worker that reads its parts holds a filter of this run's new band keys
+    # (and one of its exact hashes), 20-40 bits a key (~53 bytes a KB of new text), at most this
+    # size each. Past it (~5.8 GB of new text at 256) the filter lets more through: more old entries
+    # are read and shuffled, never more memory or another verdict (docs/dedupe.md, section 3).
+    index_filter_mb: float = Field(256.0, gt=0, le=16384)
     # C4-style: drop every repeat of a span of `span_sentences` consecutive sentences after
     # its first occurrence (smallest doc_id, position), within this batch (docs/dedupe.md).
     repeated_spans: bool = False

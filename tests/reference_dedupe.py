@@ -115,7 +115,7 @@ class ReferenceDeduplicate(beam.PTransform):
         dup_parts: list[beam.PCollection] = []
         kept = docs
         if cfg.exact:
-            ex = kept | "Exact" >> ExactDedupe(old_parts=part_urls)
+            ex = kept | "Exact" >> ExactDedupe(old_parts=part_urls, filter_mb=cfg.index_filter_mb)
             kept = ex["kept"]
             dup_parts.append(ex["duplicates"])
 

@@ -813,6 +813,10 @@ def test_lookups_probe_with_a_filter_of_the_keys(tmp_path: Path) -> None:
     assert PROBE_BITS_PER_KEY * keys.size <= bits < 2 * PROBE_BITS_PER_KEY * keys.size
     others = gen.integers(-(2**63), 2**63 - 1, size=1_000_000, dtype=np.int64)
     assert bloom.contains(others).mean() < 1e-4  # 0.6185 ** 20 = 6.7e-5 at the least bits a key
+    # Capped (dedupe.index_filter_mb): no bigger than the cap, still no key missed, more let through.
+    capped = Bloom.from_wire(key_filter(arrays, max_bytes=1 << 18))
+    assert len(capped.bits) == 1 << 18 and capped.contains(keys).all()
+    assert 1e-3 < capped.contains(others).mean() < 0.5
     # Through an index part: the same entries as the exact keys (and hashes) read.
     rng = random.Random(6)
     docs = [Document(f"d{i:02d}", "web", " ".join(_words(rng, 80))) for i in range(12)]

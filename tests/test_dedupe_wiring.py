@@ -158,14 +158,23 @@ def test_a_leaky_key_filter_changes_reads_not_verdicts(tmp_path: Path, monkeypat
         words[len(words) // 3] = "altered"
         second.append(Document(f"new-near-{i}", d.source, " ".join(words)))
     got = {}
+    caps: list[int | None] = []
+
+    def leaky_shape(expected: int, bits_per_hash: int, max_bytes: int | None = None) -> tuple[int, int]:
+        caps.append(max_bytes)
+        return 3, 1  # 8 bits, 1 probe: nearly every key tests positive
+
+    cfg = DedupeConfig(components_rounds=4, index_filter_mb=1.5)
     for variant in ("tight", "leaky"):
-        if variant == "leaky":  # 8 bits, 1 probe: nearly every key tests positive
-            monkeypatch.setattr(index, "bloom_shape", lambda expected, bits_per_hash, max_bytes=None: (3, 1))
+        if variant == "leaky":
+            monkeypatch.setattr(index, "bloom_shape", leaky_shape)
         out = tmp_path / variant
         out.mkdir()
-        got[variant] = _run_both(second, DedupeConfig(components_rounds=4), out, index_in=str(run1 / "new-index"))
+        got[variant] = _run_both(second, cfg, out, index_in=str(run1 / "new-index"))
         got[variant]["index"] = {name: _index_files(out / f"{name}-index") for name in ("new", "lookups", "reference")}
     tight, leaky = got["tight"], got["leaky"]
+    # Each wiring built two filters (band keys, exact hashes), each capped at dedupe.index_filter_mb.
+    assert caps == [int(1.5 * (1 << 20))] * 6
     indexed = sum(pq.ParquetFile(p).metadata.num_rows for p in (run1 / "new-index").glob("*.parquet"))
     for name in ("new", "lookups", "reference"):
         read = {k: (tight[name]["counters"].pop(k), leaky[name]["counters"].pop(k))

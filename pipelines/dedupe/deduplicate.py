@@ -233,7 +233,7 @@ class Deduplicate(beam.PTransform):
             kept, dup_parts, new_index, sketches = self._near(docs, part_urls)
         elif cfg.exact:
             docs = docs | "DropLineRulesText" >> beam.Map(without_line_rules_text)
-            ex = docs | "Exact" >> ExactDedupe(old_parts=part_urls)
+            ex = docs | "Exact" >> ExactDedupe(old_parts=part_urls, filter_mb=cfg.index_filter_mb)
             kept, dup_parts = ex["kept"], [ex["duplicates"]]
             new_index = kept | "ExactOnlyIndex" >> beam.Map(_exact_only_row)
         else:
@@ -271,7 +271,7 @@ class Deduplicate(beam.PTransform):
         sketches = sketched.sketches
         exact = None
         if cfg.exact:
-            exact = sketches | "ExactEntries" >> beam.Map(exact_entry) | "Exact" >> ExactVerdicts(part_urls)
+            exact = sketches | "ExactEntries" >> beam.Map(exact_entry) | "Exact" >> ExactVerdicts(part_urls, cfg.index_filter_mb)
         skip = None if exact is None else exact | "ExactNodes" >> beam.Map(lambda d: NEW + d.doc_id)
         near = sketches | "Near" >> NearDedupe(cfg, part_urls, buckets=sketched[LSH_TAG], skip=skip,
                                              components_in_memory=self.one_machine)

@@ -55,12 +55,13 @@ class _ResolveExact(beam.DoFn):
                 yield out
 
 
-def _old_exact_hashes(old_parts: beam.PCollection, new_hashes: beam.PCollection) -> beam.PCollection:
+def _old_exact_hashes(old_parts: beam.PCollection, new_hashes: beam.PCollection,
+                      filter_mb: float | None) -> beam.PCollection:
     """(exact_hash, old doc_id) of the index entries whose hash occurs among ``new_hashes`` (and the few a
     filter of them lets through: the join by hash that follows drops those)."""
     new_filter = (new_hashes
                   | "NewHashKeys" >> beam.Map(lambda h: exact_keys([h]).tobytes())
-                  | "NewHashFilter" >> KeyFilter())
+                  | "NewHashFilter" >> KeyFilter(filter_mb))
     return old_parts | "OldHashes" >> beam.ParDo(
         IndexLookup("index_exact_entries_read", filter_probe, index_exact_matches),
         beam.pvalue.AsSingleton(new_filter, default_value=None))
@@ -73,22 +74,25 @@ class ExactDedupe(beam.PTransform):
     ``old_parts``: a PCollection of the signature index's parts, ``(number, url)``, from which only
     the entries whose hash occurs among this run's documents are read (give or take the few a filter of
     the hashes lets through, which the join drops; so the
-    old corpus never passes through the shuffle, whatever its size).
+    old corpus never passes through the shuffle, whatever its size). ``filter_mb``: the most that
+    filter may take (``dedupe.index_filter_mb``; None: sized for the hashes alone).
     """
 
-    def __init__(self, old_hashes: beam.PCollection | None = None, old_parts: beam.PCollection | None = None) -> None:
+    def __init__(self, old_hashes: beam.PCollection | None = None, old_parts: beam.PCollection | None = None,
+                 filter_mb: float | None = None) -> None:
         super().__init__()
         if old_hashes is not None and old_parts is not None:
             raise ValueError("ExactDedupe: give old_hashes or old_parts, not both")
         self.old_hashes = old_hashes
         self.old_parts = old_parts
+        self.filter_mb = filter_mb
 
     def expand(self, docs: beam.PCollection) -> dict[str, beam.PCollection]:
         keyed = docs | "KeyByHash" >> beam.Map(lambda d: (normalized_text_hash(d.text), d))
         groups: dict[str, beam.PCollection] = {"new": keyed}
         old = self.old_hashes
         if self.old_parts is not None:
-            old = _old_exact_hashes(self.old_parts, keyed | "NewHashes" >> beam.Keys())
+            old = _old_exact_hashes(self.old_parts, keyed | "NewHashes" >> beam.Keys(), self.filter_mb)
         if old is not None:
             groups["old"] = old
         res = (
@@ -142,9 +146,10 @@ class ExactVerdicts(beam.PTransform):
     once, with the near-duplicate ones. ``old_parts``: as in ``ExactDedupe``.
     """
 
-    def __init__(self, old_parts: beam.PCollection | None = None) -> None:
+    def __init__(self, old_parts: beam.PCollection | None = None, filter_mb: float | None = None) -> None:
         super().__init__()
         self.old_parts = old_parts
+        self.filter_mb = filter_mb
 
     def expand(self, entries: beam.PCollection) -> beam.PCollection:
         if self.old_parts is None:
@@ -152,5 +157,5 @@ class ExactVerdicts(beam.PTransform):
             # and regroups every entry, ~4 steps per document for nothing).
             return entries | "Group" >> beam.GroupByKey() | "Resolve" >> beam.ParDo(_ExactVerdicts())
         groups: dict[str, beam.PCollection] = {"new": entries}
-        groups["old"] = _old_exact_hashes(self.old_parts, entries | "NewHashes" >> beam.Keys())
+        groups["old"] = _old_exact_hashes(self.old_parts, entries | "NewHashes" >> beam.Keys(), self.filter_mb)
         return groups | "Group" >> beam.CoGroupByKey() | "Resolve" >> beam.ParDo(_ExactVerdicts())

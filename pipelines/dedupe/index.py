@@ -359,11 +359,12 @@ def unique_keys(key_arrays: list[bytes | np.ndarray]) -> np.ndarray:
                                      for k in key_arrays]).astype(np.int64))
 
 
-def key_filter(key_arrays: Iterable[bytes], bits_per_key: int = PROBE_BITS_PER_KEY) -> BloomWire:
+def key_filter(key_arrays: Iterable[bytes], bits_per_key: int = PROBE_BITS_PER_KEY,
+               max_bytes: int | None = None) -> BloomWire:
     """A filter of every int64 key in ``key_arrays`` (raw bytes; iterated twice: counted, then added),
-    sized for the count. Holds the filter and one chunk of keys, not the keys."""
+    sized for the count, at most ``max_bytes``. Holds the filter and one chunk of keys, not the keys."""
     count = sum(len(k) // 8 for k in key_arrays)
-    bloom = Bloom.empty(*bloom_shape(count, bits_per_key))
+    bloom = Bloom.empty(*bloom_shape(count, bits_per_key, max_bytes))
     chunk: list[bytes] = []
     held = 0
     for k in key_arrays:
@@ -380,21 +381,23 @@ def key_filter(key_arrays: Iterable[bytes], bits_per_key: int = PROBE_BITS_PER_K
 class KeyFilter(beam.PTransform):
     """PCollection[bytes: int64 keys] -> one ``BloomWire`` filter of all of them (nothing when there are
     none): what an index lookup is given instead of the keys. Every worker reading index parts holds
-    it, so it is sized by bits per key (``PROBE_BITS_PER_KEY``), not by the keys' 8 bytes; one worker
-    builds it from a stream of the keys. A lookup's hits then meet the new keys in a join by key, which
+    it, so it is sized by bits per key (``PROBE_BITS_PER_KEY``), not by the keys' 8 bytes, and at most
+    ``max_mb`` (``dedupe.index_filter_mb``: past it, more false positives); one worker builds it
+    from a stream of the keys. A lookup's hits then meet the new keys in a join by key, which
     drops the filter's false positives."""
 
-    def __init__(self, bits_per_key: int | None = None) -> None:
+    def __init__(self, max_mb: float | None = None, bits_per_key: int | None = None) -> None:
         super().__init__()
+        self.max_bytes = None if max_mb is None else max(1, int(max_mb * (1 << 20)))
         self.bits_per_key = PROBE_BITS_PER_KEY if bits_per_key is None else bits_per_key
 
     def expand(self, keys: beam.PCollection) -> beam.PCollection:
-        bits = self.bits_per_key
+        bits, max_bytes = self.bits_per_key, self.max_bytes
         return (keys
                 | "Nonempty" >> beam.Filter(len)
                 | "OneGroup" >> beam.Map(lambda k: (0, k))
                 | "Gather" >> beam.GroupByKey()
-                | "Build" >> beam.MapTuple(lambda _, arrays: key_filter(arrays, bits)))
+                | "Build" >> beam.MapTuple(lambda _, arrays: key_filter(arrays, bits, max_bytes)))
 
 
 def filter_probe(wire: BloomWire | None) -> Bloom | None:

@@ -260,7 +260,7 @@ class NearDedupe(beam.PTransform):
         if self.old_parts is not None:
             new_keys = (sketches
                         | "NewBandKeys" >> beam.FlatMap(lambda s: [s.band_keys.tobytes()] if s.shingles.size else [])
-                        | "NewKeyFilter" >> KeyFilter())
+                        | "NewKeyFilter" >> KeyFilter(cfg.index_filter_mb))
             old_entries = (
                 self.old_parts
                 | "OldBucketEntries" >> beam.ParDo(
