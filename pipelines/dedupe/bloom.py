@@ -50,19 +50,29 @@ class Bloom:
                              np.left_shift(1, (pos & np.uint64(7)).astype(np.uint8)).astype(np.uint8))
 
     def contains(self, hashes: np.ndarray) -> np.ndarray:
-        """A bool per hash: maybe in the set (True), or surely not (False)."""
-        h1, h2, mask = self._probes(hashes)
-        idx = np.arange(len(hashes))
-        for i in range(self.k):
-            pos = (h1 + np.uint64(i) * h2) & mask
-            hit = (self.bits[(pos >> np.uint64(3)).astype(np.intp)] >> (pos & np.uint64(7)).astype(np.uint8)) & 1
-            keep = hit.astype(bool)
-            idx, h1, h2 = idx[keep], h1[keep], h2[keep]
-            if not len(idx):
-                break
+        """A bool per hash: maybe in the set (True), or surely not (False).
+
+        The first probe runs on every hash without the second hash's arrays; the later ones only on
+        the survivors (most hashes of a lookup are not in the set, and half or more fail there)."""
+        u = hashes.view(np.uint64)
+        mask = np.uint64(len(self.bits) * 8 - 1)
+        idx = np.flatnonzero(self._bit(u & mask))
+        if self.k > 1 and idx.size:
+            u = u[idx]
+            h1, h2 = u & mask, (u >> np.uint64(32)) | np.uint64(1)
+            for i in range(1, self.k):
+                keep = np.flatnonzero(self._bit((h1 + np.uint64(i) * h2) & mask))
+                if keep.size < idx.size:
+                    idx, h1, h2 = idx[keep], h1[keep], h2[keep]
+                if not idx.size:
+                    break
         out = np.zeros(len(hashes), dtype=bool)
         out[idx] = True
         return out
+
+    def _bit(self, pos: np.ndarray) -> np.ndarray:
+        """uint8 per bit position: 1 where the bit is set."""
+        return (self.bits[pos >> np.uint64(3)] >> (pos & np.uint64(7)).astype(np.uint8)) & np.uint8(1)
 
     def merge(self, other: Bloom) -> None:
         np.bitwise_or(self.bits, other.bits, out=self.bits)
