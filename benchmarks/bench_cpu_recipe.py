@@ -168,7 +168,7 @@ def main() -> int:
     met = gap >= TARGET_GAP_NATS and cpu <= CPU_BUDGET_S
     lines = [
         "# The `cpu` recipe on real prose", "",
-        f"Command: `{command_line()}`  ", f"Machine: {machine('torch', torch_details=True, load=True)}", "",
+        f"Command: `{command_line()}`  ", f"Machine: {machine(torch_details=True, load=True)}", "",
         f"Corpus: {base['train_tokens']:.0f} train / {base['valid_tokens']:.0f} valid tokens "
         f"(Wikipedia + Lee news from gensim's test data + AWS API reference from botocore's, {mb:.1f} MB of "
         f"prose; SentencePiece unigram {args.vocab}, 128-token FULL-SENTENCES).  ",

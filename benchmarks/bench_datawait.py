@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script:
 
 from benchmarks.common import (  # noqa: E402
     bench_parser,
+    command_line,
     gcs_emulator,
     machine,
     scratch_dir,
@@ -91,7 +92,7 @@ def main() -> int:
 
     lines = ["# Data-wait share of step time (is training starved by the loader?)", "",
              f"Machine: {machine()}.", "",
-             f"Command: `python benchmarks/bench_datawait.py --steps {args.steps} --batch {args.batch}` — {args.workers} DataLoader "
+             f"Command: `{command_line()}` — {args.workers} DataLoader "
              f"workers, batch {args.batch} × up to 512 tokens, CPU training, fp32; mean over steps 3..{args.steps} "
              "(the first steps include worker start-up and the first shard fetch).", "",
              "| model | shards on | mean data wait / step time | max | median step s | tokens/s |",

@@ -226,11 +226,15 @@ def stage_table(sizes: list[float], folder: Path, rounds: int) -> tuple[list[str
                        f"{r['filter_bytes'] / 2**20:.3g} MB, k={r['probes']} | {ngrams:,} | {r['stats']['candidates']} | "
                        f"{len(removed & planted)}/{len(planted)} | {len(removed - planted)} |")
     (a, ca), (b, cb) = sorted(over.items())[0], sorted(over.items())[-1]
-    marginal = (cb - ca) / (b - a) if b > a else float("nan")
-    out += ["", f"The small set's stage over its baseline: {ca:.2f} CPU-s at {a:.1f} MB, {cb:.2f} at {b:.1f} MB: "
-            f"**{marginal:.3f} CPU-s per input MB** at the margin (every document hashed and probed), and "
-            f"{ca - marginal * a:.2f} CPU-s fixed (reading the {Path(inputs['small']).stat().st_size / 1e6:.1f} MB "
-            "evaluation set, its filter, the extra steps)."]
+    if b > a:
+        marginal = (cb - ca) / (b - a)
+        out += ["", f"The small set's stage over its baseline: {ca:.2f} CPU-s at {a:.1f} MB, {cb:.2f} at {b:.1f} MB: "
+                f"**{marginal:.3f} CPU-s per input MB** at the margin (every document hashed and probed), and "
+                f"{ca - marginal * a:.2f} CPU-s fixed (reading the {Path(inputs['small']).stat().st_size / 1e6:.1f} "
+                "MB evaluation set, its filter, the extra steps)."]
+    else:
+        out += ["", f"The small set's stage over its baseline: {ca:.2f} CPU-s at {a:.1f} MB (the cost at the margin "
+                "and the fixed cost need two sizes: --mb A,B)."]
     return out, inputs
 
 

@@ -19,7 +19,6 @@ Run: ``python benchmarks/bench_fixed.py [--runs 3]`` (~1 minute).
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import subprocess
 import sys
@@ -29,7 +28,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repo root
 
-from benchmarks.common import ROOT, command_line, machine, scratch_dir, write_results  # noqa: E402
+from benchmarks.common import ROOT, bench_parser, command_line, machine, scratch_dir, write_results  # noqa: E402
 
 
 def _cpu() -> float:
@@ -102,7 +101,7 @@ def _unwatch() -> None:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = bench_parser(__doc__, "fixed")
     ap.add_argument("--runs", type=int, default=3, help="Builds per mode, alternated (default 3).")
     args = ap.parse_args()
     imports: dict[bool, list[tuple[float, float]]] = {False: [], True: []}
@@ -141,7 +140,7 @@ def main() -> int:
     lines += ["", f"Build CPU, Beam's / memoized: **{ratio:.2f}x** (totals: {totals['beam']} vs {totals['memoized']})"]
     text = "\n".join(lines)
     print(text)
-    write_results(ROOT / "benchmarks" / "results" / "fixed.md",
+    write_results(args.out,
                   ["# Fixed cost of a build", "", f"`{command_line()}`", "", machine("apache-beam", load=True), "",
                    text, ""])
     return 0

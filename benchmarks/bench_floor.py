@@ -335,6 +335,8 @@ def main() -> int:
     parser.add_argument("--step_depth", type=int, default=2,
                         help="Name parts of a step in the costliest-steps list (2: Dedupe/Near; 3: one level finer).")
     parser.add_argument("--label", default="", help="A note for the results file (what changed).")
+    parser.add_argument("--out", "--output", dest="out", default=None,
+                        help="Markdown results file (default: benchmarks/results/floor-<MB>mb.md).")
     parser.add_argument("--repeat", type=int, default=1,
                         help="Run floor and build alternately this many times each; the fastest run of each "
                              "is compared (a shared machine's speed drifts between runs).")
@@ -392,7 +394,7 @@ def main() -> int:
     print(text)
     header = [f"# Build vs its floor ({mb:.0f} MB)", "", f"`{command_line()}`", "", machine("apache-beam", load=True),
               ""] + ([f"Change measured: {args.label}", ""] if args.label else [])
-    write_results(ROOT / "benchmarks" / "results" / f"floor-{mb:.0f}mb.md", header + [text, ""])
+    write_results(args.out or ROOT / "benchmarks" / "results" / f"floor-{mb:.0f}mb.md", header + [text, ""])
     return 0
 
 

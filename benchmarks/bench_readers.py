@@ -1,6 +1,6 @@
 """Bounded work per hostile input: a gzip "newline bomb" through the source readers.
 
-    python benchmarks/bench_readers.py [--gib 1] [--baseline-source OLD_SOURCES.py --baseline-mib 16]
+    python benchmarks/bench_readers.py [--gib 1] [--baseline-tree OLD_CHECKOUT --baseline-mib 16]
 
 Generates a gzip of ``--gib`` GiB of newlines (about 1 MB per GiB at level 9) and reads it as
 JSONL with ``pipelines.sources.read_file``, timing CPU seconds:
@@ -8,10 +8,11 @@ JSONL with ``pipelines.sources.read_file``, timing CPU seconds:
 * ours, default limits: the per-file expansion limit (``max_expansion_ratio`` 100 after a
   16 MiB grace) rejects the rest of the file;
 * ours, limits off: the whole stream is decompressed and its blank lines skipped in bulk;
-* baseline (optional): a reader module given by path, e.g. the pre-fix ``pipelines/sources.py``
-  (``git show ea2cc6c:pipelines/sources.py > /tmp/old_sources.py``), which stepped through
-  every empty line in Python. It runs on a ``--baseline-mib`` slice of the same bomb (it is
-  linear in the line count) and is extrapolated to the full size.
+* baseline (optional): the readers of an older checkout, e.g. before the fix
+  (``git worktree add /tmp/old ea2cc6c``, then ``--baseline-tree /tmp/old``), which stepped
+  through every empty line in Python. Its ``pipelines.sources.read_file`` runs in a child
+  process that imports that tree (its own modules, not today's), on a ``--baseline-mib`` slice
+  of the same bomb (it is linear in the line count), and is extrapolated to the full size.
 
 Writes benchmarks/results/readers.md.
 """
@@ -19,7 +20,8 @@ Writes benchmarks/results/readers.md.
 from __future__ import annotations
 
 import gzip
-import importlib.util
+import json
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -52,10 +54,33 @@ def outcomes(records) -> list[str]:
     return [getattr(r, "reason", "doc") for r in records]
 
 
+# Run in a child process whose sys.path starts at the older checkout: (CPU seconds, outcomes) as JSON.
+_BASELINE = """
+import json, sys, time
+sys.path.insert(0, sys.argv[1])
+from pipelines.sources import read_file
+from schemas.config import SourceConfig
+t0 = time.process_time()
+recs = list(read_file(sys.argv[2], SourceConfig(name="bench", input=sys.argv[2])))
+print(json.dumps([time.process_time() - t0, [getattr(r, "reason", "doc") for r in recs]]))
+"""
+
+
+def baseline_read(tree: str, path: Path) -> tuple[float, list[str]]:
+    """CPU seconds and outcomes of reading ``path`` with the readers of the checkout at ``tree``."""
+    res = subprocess.run([sys.executable, "-c", _BASELINE, str(Path(tree).resolve()), str(path)],
+                         capture_output=True, text=True, cwd=tree)
+    if res.returncode != 0:
+        raise SystemExit(f"--baseline-tree {tree}: its reader failed:\n{res.stderr[-2000:]}")
+    cpu, outs = json.loads(res.stdout.strip().splitlines()[-1])
+    return cpu, outs
+
+
 def main() -> None:
     ap = bench_parser(__doc__, "readers")
     ap.add_argument("--gib", type=float, default=1.0, help="Size of the decompressed bomb in GiB.")
-    ap.add_argument("--baseline-source", default=None, help="A sources.py to compare with (the old reader).")
+    ap.add_argument("--baseline-tree", default=None,
+                    help="A checkout of an older commit whose pipelines.sources.read_file is the baseline.")
     ap.add_argument("--baseline-mib", type=int, default=16, help="Slice of the bomb the baseline reads.")
     args = ap.parse_args()
     mib = int(args.gib * 1024)
@@ -71,15 +96,12 @@ def main() -> None:
         off = src.model_copy(update={"max_expansion_ratio": None, "max_decompressed_bytes": None})
         cpu, recs = cpu_of(lambda: list(read_file(str(bomb), off)))
         rows.append(("ours, limits off (bulk blank skipping only)", mib, cpu, cpu, outcomes(recs)))
-        if args.baseline_source:
-            spec = importlib.util.spec_from_file_location("baseline_sources", args.baseline_source)
-            old = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(old)  # type: ignore[union-attr]
+        if args.baseline_tree:
             part = d / "slice.jsonl.gz"
             write_bomb(part, args.baseline_mib)
-            cpu, recs = cpu_of(lambda: list(old.read_file(str(part), SourceConfig(name="bench", input=str(part)))))
-            rows.append((f"baseline `{args.baseline_source}`", args.baseline_mib, cpu, cpu * mib / args.baseline_mib,
-                         outcomes(recs)))
+            cpu, outs = baseline_read(args.baseline_tree, part)
+            rows.append((f"baseline: the readers of `{args.baseline_tree}`", args.baseline_mib, cpu,
+                         cpu * mib / args.baseline_mib, outs))
     lines = [
         "# Bounded work per hostile input: gzip newline bomb",
         "",

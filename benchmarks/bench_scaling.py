@@ -776,6 +776,8 @@ def main() -> int:
     unknown = [c for c in configs if c not in CONFIGS and not scaled(c)]
     if unknown:
         ap.error(f"unknown configs {unknown}; known: {CONFIGS}, workersN and procsN (N >= 2)")
+    if args.text == "prose" and "batched" in configs:
+        ap.error("--text prose writes one input file: not for the batched configuration (it needs many files)")
     results: dict[str, list[dict[str, Any]]] = {}
     with scratch_dir("sf-scaling-inputs-") as inputs:  # one input per size, shared by every config
         for config in configs:
