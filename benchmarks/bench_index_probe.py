@@ -31,6 +31,8 @@ import time
 import tracemalloc
 from pathlib import Path
 
+import numpy as np
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repo root
 
 from benchmarks.common import bench_parser, command_line, machine, write_results  # noqa: E402
@@ -42,7 +44,6 @@ from pipelines.dedupe.index import (  # noqa: E402
     index_exact_matches,
     key_filter,
     sketches_to_parquet,
-    unique_keys,
 )
 from pipelines.dedupe.sketch import minhasher, sketch_documents  # noqa: E402
 from pipelines.records import Document  # noqa: E402
@@ -54,6 +55,11 @@ def _documents(path: Path, mb: float, seed: int, tag: str) -> list[Document]:
     write_prose_corpus(path, mb, seed=seed)
     with path.open(encoding="utf-8") as f:
         return [Document(f"{tag}-{i:07d}", "web", json.loads(line)["text"]) for i, line in enumerate(f)]
+
+
+def unique_keys(key_arrays: list[bytes]) -> np.ndarray:
+    """The probe before the filter: the side input's key arrays made one sorted unique int64 array."""
+    return np.unique(np.concatenate([np.frombuffer(k, dtype=np.int64) for k in key_arrays]))
 
 
 def _traced(fn):

@@ -72,11 +72,10 @@ class ExactDedupe(beam.PTransform):
 
     ``old_hashes``: PCollection[(exact_hash, doc_id)] of an old corpus, or
     ``old_parts``: a PCollection of the signature index's parts, ``(number, url)``, from which only
-    the entries whose hash occurs among this run's documents are read (give or take the few a filter of
-    the hashes lets through, which the join drops; so the
-    old corpus never passes through the shuffle, whatever its size). ``filter_mb``: the most that
-    filter may take (``dedupe.index_filter_mb``; None: sized for the hashes alone).
-    """
+    the entries whose hash occurs among this run's documents are read, give or take the few that a
+    filter of the hashes lets through and the join drops (so the old corpus never passes through the
+    shuffle, whatever its size). ``filter_mb``: the most that filter may take
+    (``dedupe.index_filter_mb``; None: sized for the hashes alone)."""
 
     def __init__(self, old_hashes: beam.PCollection | None = None, old_parts: beam.PCollection | None = None,
                  filter_mb: float | None = None) -> None:

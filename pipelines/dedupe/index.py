@@ -346,17 +346,11 @@ def index_exact_matches(url: str, hashes: HashProbe, part: int = 0) -> Iterator[
 
 
 # Bits of a lookup's filter per new key (a power of two: 20 to 40). The false positive rate is then
-# 7e-5 or less a key, so an indexed document (~50 keys: 28 bands and ~20 anchors a KB of text) is read
-# for nothing about once per 300 builds at most; the filter is 2.5 to 5 bytes a key, where the keys
-# themselves (int64, then sorted unique) held 8, and more while being sorted.
+# 7e-5 or less a key, so an indexed document (~57 keys for 3 KB of text: 28 bands and ~10 anchors a
+# KB) is read for nothing about once in 250 runs at most; the filter is 2.5 to 5 bytes a key, where
+# the keys themselves (int64, then sorted unique) held 8, and more while being sorted.
 PROBE_BITS_PER_KEY = 20
 _ADD_CHUNK = 1 << 16  # keys added to the filter at a time (its temporaries: ~40 bytes a key)
-
-
-def unique_keys(key_arrays: list[bytes | np.ndarray]) -> np.ndarray:
-    """Sorted unique int64 band keys of a batch (arrays, or their raw bytes)."""
-    return np.unique(np.concatenate([np.frombuffer(k, dtype=np.int64) if isinstance(k, bytes) else k
-                                     for k in key_arrays]).astype(np.int64))
 
 
 def key_filter(key_arrays: Iterable[bytes], bits_per_key: int = PROBE_BITS_PER_KEY,
