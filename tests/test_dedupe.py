@@ -856,7 +856,7 @@ def test_exact_keys_of_a_column_equal_those_of_its_values() -> None:
     import numpy as np
     import pyarrow as pa
 
-    from pipelines.dedupe.index import _column_exact_keys, exact_keys
+    from pipelines.dedupe.index import column_exact_keys, exact_keys
 
     digests = [hashlib.blake2b(str(i).encode(), digest_size=16).hexdigest() for i in range(50)]
     cases = [
@@ -869,7 +869,7 @@ def test_exact_keys_of_a_column_equal_those_of_its_values() -> None:
     ]
     for col in cases:
         values = col.to_pylist()
-        assert np.array_equal(_column_exact_keys(col), exact_keys(values)), values[:2]
+        assert np.array_equal(column_exact_keys(col), exact_keys(values)), values[:2]
     assert np.array_equal(exact_keys([d.upper() for d in digests[:5]]), exact_keys(digests[:5]))
     sequential = exact_keys([f"{i:032x}" for i in range(1000)] + [f"{i:016x}{0:016x}" for i in range(1, 1000)])
     assert np.unique(sequential).size == 1999

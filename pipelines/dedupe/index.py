@@ -237,7 +237,7 @@ _NIBBLE[np.frombuffer(b"0123456789abcdef", dtype=np.uint8)] = np.arange(16)
 _NIBBLE[np.frombuffer(b"ABCDEF", dtype=np.uint8)] = np.arange(10, 16)
 
 
-def _column_exact_keys(column) -> np.ndarray:
+def column_exact_keys(column) -> np.ndarray:
     """``exact_keys`` of a string column: vectorized where every value is 32 hex digits (what the
     index holds), else value by value."""
     import pyarrow as pa
@@ -260,7 +260,7 @@ def _column_exact_keys(column) -> np.ndarray:
 
 def _string_hits(column, wanted: HashProbe) -> np.ndarray:
     if isinstance(wanted, Bloom):
-        return wanted.contains(_column_exact_keys(column))
+        return wanted.contains(column_exact_keys(column))
     values = column.to_pylist()
     return np.fromiter((v in wanted for v in values), bool, len(values))
 
