@@ -792,7 +792,6 @@ def test_lookups_probe_with_a_filter_of_the_keys(tmp_path: Path) -> None:
     from pipelines.dedupe.bloom import Bloom
     from pipelines.dedupe.index import (
         PROBE_BITS_PER_KEY,
-        exact_keys,
         index_bucket_entries,
         index_exact_matches,
         key_filter,
@@ -842,7 +841,7 @@ def test_lookups_probe_with_a_filter_of_the_keys(tmp_path: Path) -> None:
     assert [(k, n) for k, (n, _, _) in index_bucket_entries(str(part), via_filter)] == \
         [(k, n) for k, (n, _, _) in exact] and {n for _, (n, _, _) in exact} == {everything[2].node, everything[7].node}
     hashes = {everything[4].exact_hash, "f" * 32}
-    hash_filter = Bloom.from_wire(key_filter([exact_keys(sorted(hashes)).tobytes()]))
+    hash_filter = Bloom.from_wire(key_filter(sorted(hashes), hashes=True))
     assert list(index_exact_matches(str(part), hash_filter)) == list(index_exact_matches(str(part), hashes)) == \
         [(everything[4].exact_hash, "d04")]
 

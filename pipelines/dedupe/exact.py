@@ -8,7 +8,7 @@ from typing import Any, NamedTuple
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
-from pipelines.dedupe.index import IndexLookup, KeyFilter, exact_keys, filter_probe, index_exact_matches
+from pipelines.dedupe.index import IndexLookup, KeyFilter, filter_probe, index_exact_matches
 from pipelines.dedupe.minhash import (
     normalized_text_hash,
 )
@@ -59,9 +59,7 @@ def _old_exact_hashes(old_parts: beam.PCollection, new_hashes: beam.PCollection,
                       filter_mb: float | None) -> beam.PCollection:
     """(exact_hash, old doc_id) of the index entries whose hash occurs among ``new_hashes`` (and the few a
     filter of them lets through: the join by hash that follows drops those)."""
-    new_filter = (new_hashes
-                  | "NewHashKeys" >> beam.Map(lambda h: exact_keys([h]).tobytes())
-                  | "NewHashFilter" >> KeyFilter(filter_mb))
+    new_filter = new_hashes | "NewHashFilter" >> KeyFilter(filter_mb, hashes=True)
     return old_parts | "OldHashes" >> beam.ParDo(
         IndexLookup("index_exact_entries_read", filter_probe, index_exact_matches),
         beam.pvalue.AsSingleton(new_filter, default_value=None))

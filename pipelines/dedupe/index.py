@@ -353,45 +353,53 @@ PROBE_BITS_PER_KEY = 20
 _ADD_CHUNK = 1 << 16  # keys added to the filter at a time (its temporaries: ~40 bytes a key)
 
 
-def key_filter(key_arrays: Iterable[bytes], bits_per_key: int = PROBE_BITS_PER_KEY,
-               max_bytes: int | None = None) -> BloomWire:
-    """A filter of every int64 key in ``key_arrays`` (raw bytes; iterated twice: counted, then added),
-    sized for the count, at most ``max_bytes``. Holds the filter and one chunk of keys, not the keys."""
-    count = sum(len(k) // 8 for k in key_arrays)
-    bloom = Bloom.empty(*bloom_shape(count, bits_per_key, max_bytes))
-    chunk: list[bytes] = []
+def _raw_keys(chunk: list[bytes]) -> np.ndarray:
+    return np.frombuffer(b"".join(chunk), dtype=np.int64)
+
+
+def key_filter(elements: Iterable[bytes | str], bits_per_key: int = PROBE_BITS_PER_KEY,
+               max_bytes: int | None = None, hashes: bool = False) -> BloomWire:
+    """A filter of every key of ``elements`` (iterated twice: counted, then added), sized for the
+    count, at most ``max_bytes``: raw int64 keys (bytes), or with ``hashes`` exact hashes (one
+    ``exact_keys`` key each, computed a chunk at a time). Holds the filter and one chunk, not the keys."""
+    size = (lambda e: 1) if hashes else (lambda e: len(e) // 8)
+    keys_of = exact_keys if hashes else _raw_keys
+    bloom = Bloom.empty(*bloom_shape(sum(map(size, elements)), bits_per_key, max_bytes))
+    chunk: list = []
     held = 0
-    for k in key_arrays:
-        chunk.append(k)
-        held += len(k) // 8
+    for e in elements:
+        chunk.append(e)
+        held += size(e)
         if held >= _ADD_CHUNK:
-            bloom.add(np.frombuffer(b"".join(chunk), dtype=np.int64))
+            bloom.add(keys_of(chunk))
             chunk, held = [], 0
     if chunk:
-        bloom.add(np.frombuffer(b"".join(chunk), dtype=np.int64))
+        bloom.add(keys_of(chunk))
     return bloom.to_wire()
 
 
 class KeyFilter(beam.PTransform):
-    """PCollection[bytes: int64 keys] -> one ``BloomWire`` filter of all of them (nothing when there are
-    none): what an index lookup is given instead of the keys. Every worker reading index parts holds
-    it, so it is sized by bits per key (``PROBE_BITS_PER_KEY``), not by the keys' 8 bytes, and at most
-    ``max_mb`` (``dedupe.index_filter_mb``: past it, more false positives); one worker builds it
-    from a stream of the keys. A lookup's hits then meet the new keys in a join by key, which
-    drops the filter's false positives."""
+    """PCollection[bytes: int64 keys], or with ``hashes`` PCollection[str: exact hashes] -> one
+    ``BloomWire`` filter of all their keys (nothing when there are none): what an index lookup is
+    given instead of the keys. Every worker reading index parts holds it, so it is sized by bits per
+    key (``PROBE_BITS_PER_KEY``), not by the keys' 8 bytes, and at most ``max_mb``
+    (``dedupe.index_filter_mb``: past it, more false positives); one worker builds it from a stream
+    of the keys. A lookup's hits then meet the new keys in a join by key, which drops the filter's
+    false positives."""
 
-    def __init__(self, max_mb: float | None = None, bits_per_key: int | None = None) -> None:
+    def __init__(self, max_mb: float | None = None, bits_per_key: int | None = None, hashes: bool = False) -> None:
         super().__init__()
         self.max_bytes = None if max_mb is None else max(1, int(max_mb * (1 << 20)))
         self.bits_per_key = PROBE_BITS_PER_KEY if bits_per_key is None else bits_per_key
+        self.hashes = hashes
 
     def expand(self, keys: beam.PCollection) -> beam.PCollection:
-        bits, max_bytes = self.bits_per_key, self.max_bytes
+        bits, max_bytes, hashes = self.bits_per_key, self.max_bytes, self.hashes
         return (keys
                 | "Nonempty" >> beam.Filter(len)
                 | "OneGroup" >> beam.Map(lambda k: (0, k))
                 | "Gather" >> beam.GroupByKey()
-                | "Build" >> beam.MapTuple(lambda _, arrays: key_filter(arrays, bits, max_bytes)))
+                | "Build" >> beam.MapTuple(lambda _, elements: key_filter(elements, bits, max_bytes, hashes)))
 
 
 def filter_probe(wire: BloomWire | None) -> Bloom | None:
