@@ -110,12 +110,14 @@ def test_an_input_that_was_no_file_to_read_or_vanished_is_a_change(tmp_path) -> 
 
 
 def test_a_listing_that_differs_from_the_fingerprinted_one_is_refused() -> None:
-    expected = {"/raw/a.jsonl": "sha256:00", "/raw/b.jsonl": "sha256:11", "/raw/.part": "sha256:22",
+    expected = {"/raw/a.jsonl": "sha256:00", "/raw/b.jsonl": "sha256:11", "/raw/.part": "skipped:hidden_file",
                 "/raw/d": "skipped:not_a_file"}
-    storage.check_listed("news", ["/raw/a.jsonl", "/raw/b.jsonl", "/raw/.c.tmp"], expected)  # hidden: not ours
+    storage.check_listed("news", ["/raw/a.jsonl", "/raw/b.jsonl"], expected)  # skipped ones are never read
     storage.check_listed("news", ["/raw/a.jsonl", "/raw/b.jsonl", "/raw/d"], expected)  # the reader rejects d
     with pytest.raises(storage.InputChanged, match="appeared: /raw/c.jsonl; vanished: /raw/b.jsonl"):
         storage.check_listed("news", ["/raw/a.jsonl", "/raw/c.jsonl"], expected)
+    with pytest.raises(storage.InputChanged, match="appeared: /raw/.late.jsonl"):  # a hidden name read (asked for)
+        storage.check_listed("news", ["/raw/a.jsonl", "/raw/b.jsonl", "/raw/.late.jsonl"], expected)
 
 
 # ---------------------------------------------------------------- the scenario, through the CLI

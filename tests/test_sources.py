@@ -55,10 +55,11 @@ def article(i: int) -> str:
     return f"Article number {i} tells a story about the town. It has several sentences. The end."
 
 
-def tar_bytes(members: dict[str, bytes]) -> bytes:
+def tar_bytes(members: dict[str, bytes] | list[tuple[str, bytes]]) -> bytes:
+    """A tar of (name, bytes) members, in order (a list may name a member twice)."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as t:
-        for name, data in members.items():
+        for name, data in (members.items() if isinstance(members, dict) else members):
             info = tarfile.TarInfo(name)
             info.size = len(data)
             t.addfile(info, io.BytesIO(data))
@@ -125,6 +126,41 @@ def test_json_array_items_split_across_read_chunks():
     assert got == items
 
 
+def test_json_arrays_one_after_another_and_what_follows_an_array(tmp_path):
+    a, b = [{"text": f"a{i}"} for i in range(3)], [{"text": f"b{i}"} for i in range(40)]
+    (tmp_path / "cat.json").write_text(json.dumps(a) + "\n" + json.dumps(b, indent=2) + "\n\n")
+    recs, n_read = count_read(tmp_path / "cat.json")
+    assert [r.text for r in recs] == [d["text"] for d in a + b] and n_read == 43
+    assert [r.doc_id for r in recs] == [make_doc_id("ccnews", "cat.json", i) for i in range(43)]
+    # anything else after an array is one more record, rejected with what it starts with
+    (tmp_path / "tail.json").write_text(json.dumps(a) + ' {"text": "tail"} garbage')
+    recs, n_read = count_read(tmp_path / "tail.json")
+    assert outcome(recs) == ["doc"] * 3 + ["rejected:malformed_json"] and n_read == 4
+    assert recs[-1].snippet.startswith('data after the JSON array (not read): {"text": "tail"}')
+
+
+def test_pretty_printed_json_objects_one_after_another_are_one_record_each(tmp_path):
+    objs = [{"maintext": f"article {i}", "title": f"t{i}"} for i in range(3)]
+    (tmp_path / "cat.json").write_text("\n".join(json.dumps(o, indent=4) for o in objs) + "\n")
+    recs, n_read = count_read(tmp_path / "cat.json")
+    assert [(r.text, r.title) for r in recs] == [(o["maintext"], o["title"]) for o in objs] and n_read == 3
+    # not a run of whole values (a cut one): line by line, as before
+    (tmp_path / "cut.json").write_text(json.dumps(objs[0], indent=4) + "\n{\n")
+    recs, n_read = count_read(tmp_path / "cut.json")
+    assert set(outcome(recs)) == {"rejected:malformed_json"} and n_read == len(recs) == 5
+
+
+def test_misnamed_jsonl_whose_first_line_is_over_the_cap_reads_on(tmp_path):
+    lines = [json.dumps({"text": "x" * 5000})] + [json.dumps({"text": f"t{i}"}) for i in range(50)]
+    for name in ("big.json", "big.jsonl"):
+        (tmp_path / name).write_text("\n".join(lines) + "\n")
+        recs, n_read = count_read(tmp_path / name, max_record_bytes=1024)
+        assert outcome(recs) == ["filtered:max_doc_bytes"] + ["doc"] * 50 and n_read == 51, name
+    # one pretty-printed object over the cap is still one record
+    (tmp_path / "huge.json").write_text(json.dumps({"text": "x" * 5000}, indent=2))
+    assert outcome(read(tmp_path / "huge.json", max_record_bytes=1024)) == ["filtered:max_doc_bytes"]
+
+
 def test_language_field_filter(tmp_path):
     p = tmp_path / "cc.jsonl"
     p.write_text("\n".join(json.dumps({"maintext": f"t{i}", "language": lang})
@@ -172,6 +208,16 @@ def test_parquet_without_text_column_and_corrupt_file(tmp_path):
     good = (tmp_path / "x.parquet").read_bytes()
     (tmp_path / "cut.parquet").write_bytes(good[: len(good) // 2])
     assert outcome(read(tmp_path / "cut.parquet")) == ["rejected:corrupt_parquet"]
+
+
+def test_parquet_text_falls_back_per_row_and_says_why_a_row_has_none(tmp_path):
+    pq.write_table(pa.table({"text": [None, "t1", None], "maintext": ["m0", "m1", None]}), tmp_path / "both.parquet")
+    recs = read(tmp_path / "both.parquet")  # the first non-null field wins, as in a JSON record
+    assert [getattr(r, "text", None) for r in recs] == ["m0", "t1", None]
+    assert recs[2].snippet == "'text' and 'maintext' null in this row"
+    pq.write_table(pa.table({"text": pa.array([1, 2], pa.int64())}), tmp_path / "ints.parquet")
+    assert {(r.reason, r.snippet) for r in read(tmp_path / "ints.parquet")} == {
+        ("missing_text_field", "column 'text' is int64, not text")}
 
 
 # ------------------------------------------------------------------ OpenWebText archives
@@ -224,6 +270,10 @@ def test_text_one_document_per_file_and_delimited(tmp_path):
     recs = read(tmp_path / "many.txt", name="stories", delimiter="<|endoftext|>")
     assert [r.text for r in recs] == ["first story\nline two", "second", "third"]
     assert len({r.doc_id for r in recs}) == 3
+    # classic Mac line ends (a lone CR) split the same way
+    (tmp_path / "mac.txt").write_bytes((tmp_path / "many.txt").read_bytes().replace(b"\n", b"\r"))
+    mac = read(tmp_path / "mac.txt", name="stories", delimiter="<|endoftext|>")
+    assert [r.text for r in mac] == [r.text for r in recs]
 
 
 @pytest.mark.parametrize("ext", sorted(COMPRESS))
@@ -460,6 +510,39 @@ def test_tar_members_that_are_not_files_are_counted(tmp_path):
     assert n_read == 7 and len({r.doc_id for r in recs}) == 7
 
 
+def test_tar_members_of_one_name_give_every_record_its_own_id(tmp_path):
+    """`tar -r` appends a new copy of a member under its old name: ids must not collide (dedupe keys by id)."""
+    rec = lambda t: json.dumps({"text": t}).encode() + b"\n"  # noqa: E731
+    members = [("day.jsonl", rec("first") + rec("second")), ("day.jsonl", rec("third")),
+               ("day.jsonl#1", rec("named like a repeat")), ("day.jsonl", rec("fourth"))]
+    (tmp_path / "a.tar").write_bytes(tar_bytes(members))
+    recs, n_read = count_read(tmp_path / "a.tar")
+    assert [r.text for r in recs] == ["first", "second", "third", rec("named like a repeat").decode(), "fourth"]
+    assert n_read == 5  # (a member named `day.jsonl#1` is no JSONL file: one text document)
+    assert len({r.doc_id for r in recs}) == 5
+    # the first copy keeps the ids it has alone, so appending to an archive leaves them as they were
+    (tmp_path / "before").mkdir()
+    (tmp_path / "before" / "a.tar").write_bytes(tar_bytes(members[:1]))
+    assert [r.doc_id for r in read(tmp_path / "before" / "a.tar")] == [r.doc_id for r in recs[:2]]
+
+
+def test_hidden_names_are_counted_never_read_in_both_listings(tmp_path):
+    from pipelines.sources.rawfiles import list_raw_files
+
+    d = tmp_path / "raw"
+    d.mkdir()
+    (d / "good.jsonl").write_text('{"text": "g"}\n')
+    (d / ".good.jsonl.tmp").write_text('{"text": "half writ')
+    entries = dict(list_inputs(str(d)))
+    assert entries == {str(d / "good.jsonl"): None, str(d / ".good.jsonl.tmp"): "hidden_file"}
+    assert dict(list_inputs(str(d / "*"))) == entries
+    ledger = {f.url.split("/")[-1]: f.checksum for f in list_raw_files(str(d))}
+    assert ledger == {"good.jsonl": None, ".good.jsonl.tmp": "skipped:hidden_file"}  # None: local, no checksum
+    recs, n_read = count_read(d / ".good.jsonl.tmp")  # a file named by the pattern itself is read
+    assert n_read == 1 and outcome(recs) == ["rejected:malformed_json"]
+    assert dict(list_inputs(str(d / ".*"))) == {str(d / ".good.jsonl.tmp"): None}  # a glob asking for them
+
+
 @pytest.mark.parametrize("encoding", ["utf-16", "utf-16-be", "utf-32"])
 def test_utf16_and_utf32_text_with_a_bom_is_decoded(tmp_path, encoding):
     text = "Ünïcode story: naïve café.\nSecond line.\n"
@@ -625,9 +708,19 @@ def hostile_folder(root, demo_corpus) -> tuple[str, int]:
         t.addfile(info, io.BytesIO(data))
     (raw / "members.tar").write_bytes(buf.getvalue())
     (raw / "story.txt").write_bytes(("Once upon a time. " * 20).encode("utf-16"))
+    (raw / ".late.jsonl").write_text('{"text": "a writer\'s temporary: never read"}\n')
+    # `tar -r` appends a member under a name already there: the first copy's record is an exact
+    # duplicate of a document of part-1, the second's is new (both need their own doc ids)
+    copied = next(line for line in open(raw / "part-1.jsonl", "rb").read().splitlines() if line.startswith(b"{"))
+    (raw / "appended.tar").write_bytes(tar_bytes([("day.jsonl", copied + b"\n"),
+                                                  ("day.jsonl", json.dumps({"text": article(7)}).encode())]))
+    # `cat a.json b.json`: two arrays, one after the other
+    (raw / "two.json").write_text(json.dumps([{"text": article(8)}, {"text": article(9)}]) + "\n"
+                                  + json.dumps([{"text": article(10)}, {"text": article(11)}]) + "\n")
     good = non_blank_lines(raw / "part-0.jsonl") + non_blank_lines(raw / "part-1.jsonl")
-    # + directory, bad name, dangling link, fifo, bomb (one each), 6 tar members, the UTF-16 story
-    return str(raw / "*"), good + 5 + 6 + 1
+    # + directory, bad name, dangling link, fifo, bomb (one each), 6 tar members, the UTF-16 story,
+    # the hidden file, 2 records of the appended tar, 4 of the two arrays
+    return str(raw / "*"), good + 5 + 6 + 1 + 1 + 2 + 4
 
 
 @pytest.mark.slow
@@ -655,6 +748,8 @@ def test_cli_build_survives_the_hostile_catalogue_and_counts_every_input(tmp_pat
     assert (rejected["parse_error"], rejected["invalid_file_name"], rejected["unreadable"],
             rejected["max_expansion_ratio"], rejected["not_a_file"]) == (1, 1, 1, 1, 1 + 1 + 5)
     assert "binary" not in rejected  # the UTF-16 story was decoded
+    assert rejected["hidden_file"] == 1  # in both kinds of build
+    assert acct["duplicate"]["exact"] >= 1
     # kept documents carry their metadata as valid UTF-8 (WriteClean wrote it)
     clean = pa.concat_tables([pq.read_table(p) for p in sorted(out.glob("**/clean/part-*.parquet"))])
     ours = [(t, u) for t, u in zip(clean.column("title").to_pylist(), clean.column("url").to_pylist(), strict=True)

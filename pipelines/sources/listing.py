@@ -5,6 +5,12 @@ an ``Input`` with a skip reason, and the reader turns it into one counted Reject
 (``not_a_file`` for a directory, ``invalid_file_name`` for a name that is not valid UTF-8: such a
 name cannot travel through the pipeline, the manifest or the reject log).
 
+Hidden names (a leading '.') that a glob or folder matches are never read: writers' temporaries
+(write-then-rename uploads, our own atomic writes) must not be read half written. Each is one
+``hidden_file`` reject, in every kind of build. A pattern whose own last part starts with '.'
+and is the file's name or a glob (``raw/.late.jsonl``, ``raw/.*.jsonl``) asks for hidden names,
+and they are read.
+
 Links stay inside: on a local disk, a match whose real path (links resolved) lies outside the
 folder the pattern names (``listing_root``: a glob's fixed part, a folder, a file itself) is
 ``not_a_file`` too, unless the source sets ``follow_links``. A dangling link stays a file the
@@ -14,6 +20,7 @@ reader cannot open (``unreadable``).
 from __future__ import annotations
 
 import os
+import posixpath
 import re
 import stat
 from collections.abc import Iterable
@@ -21,7 +28,7 @@ from collections.abc import Iterable
 from fsspec import AbstractFileSystem
 
 from pipelines.sources.naming import fixed_folder
-from pipelines.sources.readers import R_INVALID_FILE_NAME, R_NOT_A_FILE, R_UNREADABLE
+from pipelines.sources.readers import R_HIDDEN_FILE, R_INVALID_FILE_NAME, R_NOT_A_FILE, R_UNREADABLE
 from shardforge.storage import full_url, get_fs, invalidate, is_local_fs, raise_if_unreachable, retry
 
 Input = tuple[str, "str | None"]  # (URL, or the escaped name when it is invalid; skip reason or None)
@@ -40,14 +47,27 @@ def is_valid_name(url: str) -> bool:
     return True
 
 
-def judge(url: str, kind: str | None = None, root: str | None = None) -> Input:
+def hidden(url: str, pattern: str | None) -> bool:
+    """Whether a match of ``pattern`` is a hidden name it did not ask for (see the module's docstring)."""
+    name = posixpath.basename(url.rstrip("/"))
+    if not name.startswith("."):
+        return False
+    last = "" if pattern is None else posixpath.basename(pattern.rstrip("/"))
+    asked = pattern is None or (last.startswith(".") and (last == name or any(c in last for c in "*?[")))
+    return not asked
+
+
+def judge(url: str, kind: str | None = None, root: str | None = None, pattern: str | None = None) -> Input:
     """One match -> (URL, None) to read, or (printable name, reason) to count as skipped.
 
     root: the real path of the listed folder (``listing_root``); a local match that resolves outside
-    it is skipped as ``not_a_file``. None: links are followed wherever they lead.
+    it is skipped as ``not_a_file``. None: links are followed wherever they lead. pattern: the glob
+    or folder that matched it (hidden names; None: a name is judged as if it was asked for).
     """
     if not is_valid_name(url):
         return printable_name(url), R_INVALID_FILE_NAME
+    if hidden(url, pattern):
+        return url, R_HIDDEN_FILE
     if kind == "directory" or leaves(url, root):
         return url, R_NOT_A_FILE
     return url, None
@@ -102,7 +122,8 @@ def list_inputs(pattern: str, follow_links: bool = False) -> list[Input]:
         found = retry(lambda: fs.find(path, detail=True), f"find {pattern}")
     else:
         found = {path: {"type": "file"}}
-    return sorted((judge(full_url(fs, p), info.get("type"), root) for p, info in found.items()), key=lambda e: e[0])
+    return sorted((judge(full_url(fs, p), info.get("type"), root, pattern) for p, info in found.items()),
+                  key=lambda e: e[0])
 
 
 def _unescape(name: str) -> str:
@@ -117,7 +138,7 @@ def judge_urls(urls: Iterable[str], pattern: str | None = None, follow_links: bo
     root = None if pattern is None else listing_root(pattern, follow_links)
     out = []
     for u in urls:
-        entry = judge(u, None, root)
+        entry = judge(u, None, root, pattern)
         if entry[1] is None and "\\x" in u and _is_local(u) and not os.path.lexists(u) \
                 and os.path.lexists(_unescape(u)):
             entry = (u, R_INVALID_FILE_NAME)
@@ -130,17 +151,17 @@ def _is_local(url: str) -> bool:
     return is_local_fs(get_fs(url)[0])
 
 
-def judge_listing(fs: AbstractFileSystem, path: str, info: dict,
-                  root: str | None = None) -> tuple[str, int, str | None]:
+def judge_listing(fs: AbstractFileSystem, path: str, info: dict, root: str | None = None,
+                  pattern: str | None = None) -> tuple[str, int, str | None]:
     """One entry of a detailed listing -> (URL or printable name, size, skip reason or None).
 
     For listings that must name every match (the ingest ledger): a link to a regular file is a
     file of its target's size; a directory, FIFO, device, dangling link, link out of ``root``
-    (``listing_root``) or undecodable name is kept with its reason (size 0), so the reader counts
-    it as one rejected input.
+    (``listing_root``), undecodable or hidden name is kept with its reason (size 0), so the reader
+    counts it as one rejected input.
     """
     url = full_url(fs, path)
-    url, skip = judge(url, info.get("type"), root)
+    url, skip = judge(url, info.get("type"), root, pattern)
     size = int(info.get("size") or 0)
     if skip is None and info.get("type", "file") != "file":
         problem = local_file_problem(url) if _is_local(url) else (R_NOT_A_FILE, str(info.get("type")))

@@ -7,7 +7,6 @@ drivers (their ledgers); imports no driver.
 from __future__ import annotations
 
 import base64
-import posixpath
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,9 +42,10 @@ def _checksum_of(info: dict[str, Any]) -> str | None:
 def list_raw_files(pattern: str, follow_links: bool = False) -> list[RawFile]:
     """Files matching a glob (or under a folder URL), with size, mtime and checksum, in one listing.
 
-    Hidden names (a leading '.') are skipped: writers' temporary files and our own
-    atomic-write temporaries must never be ingested half written. A local link out of the listed
-    folder is listed as skipped (``not_a_file``) unless ``follow_links``.
+    Hidden names (a leading '.') that the pattern did not ask for are listed as skipped
+    (``hidden_file``): writers' temporary files and our own atomic-write temporaries must never be
+    read half written. A local link out of the listed folder is listed as skipped (``not_a_file``)
+    unless ``follow_links``.
     """
     from pipelines.sources.listing import judge_listing, listing_root  # lazy: the package imports apache_beam
 
@@ -60,11 +60,9 @@ def list_raw_files(pattern: str, follow_links: bool = False) -> list[RawFile]:
         found = retry(lambda: fs.find(path, detail=True), f"find {pattern}")
     out = []
     for p, info in sorted(found.items()):
-        if posixpath.basename(p).startswith("."):
-            continue
-        # Matches that are not readable files (directories, FIFOs, dangling links, undecodable
-        # names) stay listed, never opened here: the reader counts each as one rejected input.
-        url, size, skip = judge_listing(fs, p, info, root)
+        # Matches that are not readable files (directories, FIFOs, dangling links, undecodable or
+        # hidden names) stay listed, never opened here: the reader counts each as one rejected input.
+        url, size, skip = judge_listing(fs, p, info, root, pattern)
         out.append(RawFile(url, size, info_mtime(info), f"skipped:{skip}" if skip else _checksum_of(info)))
     return out
 

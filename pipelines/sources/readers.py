@@ -72,6 +72,7 @@ R_CORRUPT_PARQUET = "corrupt_parquet"
 R_UNREADABLE = "unreadable"
 R_NOT_A_FILE = "not_a_file"  # a directory / link / device matching the glob, or such a tar member
 R_INVALID_FILE_NAME = "invalid_file_name"  # a file name that is not valid UTF-8
+R_HIDDEN_FILE = "hidden_file"  # a name with a leading '.' that a glob or folder matched: a writer's temporary
 
 # Field names by layout: the first present one wins (news-please writes `maintext`).
 TEXT_FIELDS = ("maintext", "text")
@@ -261,31 +262,90 @@ def _whole_object(raw: bytes) -> bool:
 
 
 def frame_json(stream: BinaryIO, path: str, source: SourceConfig, cap: int, tally: Tally) -> Iterator[Frame]:
-    """news-please JSON: one object per file, a JSON array of objects, or (misnamed) JSONL."""
+    """news-please JSON: one object per file, JSON arrays of objects (one after another, as
+    ``cat a.json b.json`` leaves them), objects one after another (pretty-printed, concatenated),
+    or (misnamed) JSONL. Bytes after an array that are not another array are one malformed record."""
     head = skip_ws(stream)
     if not head:
         return
     tally.origins[path] = "file"
     if head.startswith(b"["):
-        tally.origins[path] = "item"
-        key = file_key(source, path)
-        for i, (raw, length) in enumerate(iter_json_array(Prefixed(head[1:], stream), cap)):
-            doc_id = doc_id_at(key, i)
-            yield Frame(doc_id, parse_json, (raw, length, doc_id, source, cap))
+        yield from _frame_arrays(Prefixed(head[1:], stream), path, source, cap, tally)
         return
     data = head + read_up_to(stream, cap + 1 - len(head)) if len(head) <= cap else head
     doc_id = doc_id_at(file_key(source, path), 0)
+    first_line = data.split(b"\n", 1)[0]
     if len(data) <= cap:
         if _parses_as_one_value(data):
             yield Frame(doc_id, parse_json, (data, len(data), doc_id, source, cap))
-        else:
+            return
+        values = None if _parses_as_one_value(first_line) else _concatenated_values(data)
+        if values is None:
             yield from frame_jsonl(Prefixed(data, stream), path, source, cap, tally)
+            return
+        tally.origins[path] = "item"
+        key = file_key(source, path)
+        for i, raw in enumerate(values):
+            doc_id = doc_id_at(key, i)
+            yield Frame(doc_id, parse_json, (raw, len(raw), doc_id, source, cap))
         return
-    # Over the cap: JSONL if its first line is a value by itself, else one huge object.
-    if _parses_as_one_value(data.split(b"\n", 1)[0]):
+    # Over the cap: JSONL if its first line is a value by itself or longer than the cap (the
+    # JSONL framer filters that line and reads on), else one huge object.
+    if len(first_line) == len(data) or _parses_as_one_value(first_line):
         yield from frame_jsonl(Prefixed(data, stream), path, source, cap, tally)
     else:
         yield Frame(doc_id, too_large, (doc_id, source, data))
+
+
+def _frame_arrays(stream: BinaryIO, path: str, source: SourceConfig, cap: int, tally: Tally) -> Iterator[Frame]:
+    """The items of a JSON array (its '[' consumed) and of the arrays after it, indexed on; bytes after an
+    array that do not start another one are one more record, a ``malformed_json`` Reject."""
+    tally.origins[path] = "item"
+    key = file_key(source, path)
+    i = 0
+    while True:
+        after: list[bytes] = []
+        for raw, length in iter_json_array(stream, cap, after):
+            doc_id = doc_id_at(key, i)
+            i += 1
+            yield Frame(doc_id, parse_json, (raw, length, doc_id, source, cap))
+        if not after:  # the stream ended inside the array
+            return
+        tail = Prefixed(after[0], stream)
+        rest = skip_ws(tail)  # type: ignore[arg-type]
+        if not rest:
+            return
+        if not rest.startswith(b"["):
+            doc_id = doc_id_at(key, i)
+            yield Frame(doc_id, _after_array, (doc_id, source, rest[:200]))
+            return
+        stream = Prefixed(rest[1:], tail)  # type: ignore[assignment, arg-type]
+
+
+def _after_array(doc_id: str, source: SourceConfig, rest: bytes) -> Reject:
+    return Reject(doc_id, source.name, "rejected", R_MALFORMED_JSON,
+                  safe_snippet("data after the JSON array (not read): " + decode(rest)))
+
+
+def _concatenated_values(data: bytes) -> list[bytes] | None:
+    """The bytes of each JSON value when ``data`` is two or more values one after another (only
+    whitespace between them); None otherwise."""
+    text = decode(data)
+    decoder = json.JSONDecoder()
+    values: list[bytes] = []
+    pos = 0
+    try:
+        while True:
+            while pos < len(text) and text[pos] in " \t\r\n":
+                pos += 1
+            if pos == len(text):
+                break
+            _, end = decoder.raw_decode(text, pos)
+            values.append(text[pos:end].encode("utf-8", "surrogateescape"))
+            pos = end
+    except (ValueError, RecursionError):
+        return None
+    return values if len(values) > 1 else None
 
 
 def _parses_as_one_value(data: bytes) -> bool:
@@ -326,7 +386,7 @@ def frame_text(stream: BinaryIO, path: str, source: SourceConfig, cap: int, tall
                 yield Frame(doc_id, parse_text, (b"\n".join(parts), doc_id, source, cap))
         parts, size = [], 0
 
-    for raw, length, _ in iter_lines(stream, cap):
+    for raw, length, _ in iter_lines(CrLines(stream), cap):  # type: ignore[arg-type]
         if length <= cap and raw.strip() == delim:
             yield from flush()
             continue
@@ -337,14 +397,19 @@ def frame_text(stream: BinaryIO, path: str, source: SourceConfig, cap: int, tall
 
 
 def parse_parquet_row(cols: dict[str, list] | None, batch: Any, j: int, doc_id: str, source: SourceConfig,
-                      cap: int, text_col: str, meta: dict[str, str | None], lang_col: str | None) -> Record:
-    """Row j of a record batch (already converted to Python as `cols`, or None: convert this row)."""
+                      cap: int, text_cols: tuple[str, ...], meta: dict[str, str | None],
+                      lang_col: str | None) -> Record:
+    """Row j of a record batch (already converted to Python as `cols`, or None: convert this row).
+    The text is the first of ``text_cols`` that is not null in this row, as for a JSON record."""
     if cols is None:  # the batch as a whole did not convert: convert this row alone (it may raise)
         cols = {k: [v] for k, v in batch.slice(j, 1).to_pylist()[0].items()}
         j = 0
+    text_col = next((c for c in text_cols if cols[c][j] is not None), text_cols[0])
     text = cols[text_col][j]
     if not isinstance(text, str):
-        return Reject(doc_id, source.name, "rejected", R_MISSING_TEXT, "")
+        what = (f"column {text_col!r} is {batch.schema.field(text_col).type}, not text" if text is not None
+                else f"{' and '.join(repr(c) for c in text_cols)} null in this row")
+        return Reject(doc_id, source.name, "rejected", R_MISSING_TEXT, what)
     if len(text) > cap:  # characters <= bytes: a cheap first check; cleaning checks bytes
         return too_large(doc_id, source, text[:cap].encode("utf-8", "surrogatepass"))
     if lang_col and isinstance(cols[lang_col][j], str) and cols[lang_col][j].lower() not in source.languages:
@@ -372,8 +437,8 @@ def frame_parquet(stream: BinaryIO, path: str, source: SourceConfig, cap: int, t
     tally.origins[path] = "row"
     pf = pq.ParquetFile(stream)  # type: ignore[arg-type]  # needs a seekable file: fsspec's is
     names = set(pf.schema_arrow.names)
-    text_col = next((c for c in text_fields(source) if c in names), None)
-    if text_col is None:
+    text_cols = tuple(c for c in text_fields(source) if c in names)
+    if not text_cols:
         key = file_key(source, path)
         for i in range(pf.metadata.num_rows):
             doc_id = doc_id_at(key, i)
@@ -383,7 +448,7 @@ def frame_parquet(stream: BinaryIO, path: str, source: SourceConfig, cap: int, t
             "title": next((c for c in TITLE_FIELDS if c in names), None),
             "date": next((c for c in DATE_FIELDS if c in names), None)}
     lang_col = "language" if source.languages is not None and "language" in names else None
-    columns = sorted({text_col, *(c for c in meta.values() if c), *([lang_col] if lang_col else [])})
+    columns = sorted({*text_cols, *(c for c in meta.values() if c), *([lang_col] if lang_col else [])})
     key = file_key(source, path)
     i = 0
     for batch in pf.iter_batches(batch_size=256, columns=columns):
@@ -392,12 +457,12 @@ def frame_parquet(stream: BinaryIO, path: str, source: SourceConfig, cap: int, t
         except Exception:  # noqa: BLE001 - e.g. invalid UTF-8 in a string column: convert row by row
             cols = None
         if budget is not None:  # dictionary-encoded columns are small in Arrow, not once decoded
-            texts = cols[text_col] if cols is not None else ()
+            texts = [t for c in text_cols for t in cols[c]] if cols is not None else ()
             budget.add_inflated(max(batch.nbytes, sum(len(t) for t in texts if isinstance(t, str))))
         for j in range(batch.num_rows):
             doc_id = doc_id_at(key, i)
             i += 1
-            yield Frame(doc_id, parse_parquet_row, (cols, batch, j, doc_id, source, cap, text_col, meta, lang_col))
+            yield Frame(doc_id, parse_parquet_row, (cols, batch, j, doc_id, source, cap, text_cols, meta, lang_col))
 
 
 def check_tar_end(tracked: TailTracker) -> None:
@@ -428,14 +493,29 @@ def member_kind(member: tarfile.TarInfo) -> str:
     return f"tar type {member.type!r}"
 
 
+def unique_member_path(path: str, name: str, used: set[str]) -> str:
+    """``path!name``, or ``path!name#k`` with the least k >= 1 not in ``used`` when a member of that
+    name came before; added to ``used``."""
+    inner = f"{path}!{name}"
+    k = 0
+    while inner in used:
+        k += 1
+        inner = f"{path}!{name}#{k}"
+    used.add(inner)
+    return inner
+
+
 def frame_tar(stream: BinaryIO, path: str, source: SourceConfig, cap: int, depth: int, tally: Tally,
               budget: Budget | None) -> Iterator[Item]:
     """A streamed tar: each regular member is a document (bounded read), or a nested archive /
     JSON(L) file read with its own reader; every other member (directory, link, device) is one
-    `not_a_file` record. doc_id: archive path + member index (non-files: their own index)."""
+    `not_a_file` record. doc_id: archive path + member index (non-files: their own index); a nested
+    file's records: ``archive!member`` + their index, where a member name that repeats (``tar -r``
+    appends a new copy under the same name) gets ``#k`` on its k-th repeat, so no two records share an id."""
     tally.origins[path] = "member"
     tracked = TailTracker(stream)
     member_key = file_key(source, path)
+    nested: set[str] = set()  # the inner paths of nested files so far
     with tarfile.open(fileobj=tracked, mode="r|") as tar:  # type: ignore[call-overload]
         index = 0
         others = 0
@@ -447,10 +527,10 @@ def frame_tar(stream: BinaryIO, path: str, source: SourceConfig, cap: int, depth
                 yield Frame(doc_id, not_a_file, (doc_id, source, f"{member_kind(member)}: {name}"[:200], path, name))
                 continue
             f = tar.extractfile(member)
-            inner_path = f"{path}!{name}"
             base, comp = split_compression(posixpath.basename(name))
             fmt = format_by_name(base)
             if comp is not None or fmt in ("tar", "jsonl", "json"):
+                inner_path = unique_member_path(path, name, nested)
                 # Nested archive or record file: its records are indexed (and counted) inside it.
                 yield from read_stream(f, inner_path, source, cap, fmt, comp, depth + 1, tally, budget)
                 continue

@@ -234,12 +234,14 @@ _IN_STRING = re.compile(rb'["\\]')
 _OUTSIDE = re.compile(rb'[\[\]{}",]')
 
 
-def iter_json_array(stream: BinaryIO, cap: int) -> Iterator[tuple[bytes, int]]:
+def iter_json_array(stream: BinaryIO, cap: int, after: list[bytes] | None = None) -> Iterator[tuple[bytes, int]]:
     """(item bytes, full length) per top-level item of a JSON array (its '[' already consumed).
 
     A small scanner tracks strings, escapes and nesting so items are split without parsing the
     whole array; an item keeps at most `cap` bytes. Malformed input gives malformed items (the
-    caller's json.loads rejects them), never an exception.
+    caller's json.loads rejects them), never an exception. At the array's closing ']', the bytes
+    read past it are appended to ``after`` (the stream goes on from there); nothing is appended
+    when the stream ends first.
     """
     item = bytearray()
     item_len = 0
@@ -286,6 +288,8 @@ def iter_json_array(stream: BinaryIO, cap: int) -> Iterator[tuple[bytes, int]]:
                 item_len = 0
                 seg_start = pos
                 if c == b"]":
+                    if after is not None:
+                        after.append(chunk[pos:])
                     return
         seg = chunk[seg_start:n]
         room = cap - len(item)

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import posixpath
 from collections.abc import Sequence
 from typing import IO, Any
 
@@ -166,16 +165,10 @@ class CheckedReader:
 
 def check_listed(source: str, urls: Sequence[str], expected: dict[str, str]) -> None:
     """InputChanged unless the files a source's reader will open (``urls``) are those its fingerprints
-    were taken of (``expected``, inputs listed as skipped left out).
-
-    Hidden names (a leading '.') are left out: the fingerprinted listing skips them as writers'
-    temporaries."""
-    def visible(u: str) -> bool:
-        return not posixpath.basename(u.rstrip("/")).startswith(".")
-
-    listed = {u for u in urls if visible(u)}
-    appeared = sorted(listed - {u for u in expected if visible(u)})
-    vanished = sorted({u for u, fp in expected.items() if visible(u) and not fp.startswith("skipped:")} - listed)
+    were taken of (``expected``, inputs listed as skipped left out)."""
+    listed = set(urls)
+    appeared = sorted(listed - set(expected))
+    vanished = sorted({u for u, fp in expected.items() if not fp.startswith("skipped:")} - listed)
     if appeared or vanished:
         what = "; ".join(f"{verb} {', '.join(redact_url(u) for u in us[:3])}{' …' if len(us) > 3 else ''}"
                          for verb, us in (("appeared:", appeared), ("vanished:", vanished)) if us)
