@@ -325,14 +325,35 @@ def answer_help(parser: Callable[[], argparse.ArgumentParser], argv: Sequence[st
     return True
 
 
+def tagged(arg: str) -> bool:
+    """Whether an --input names its source (NAME=URL)."""
+    return "=" in arg and "://" not in arg.split("=", 1)[0]
+
+
+def split_input(arg: str) -> tuple[str, str]:
+    """'ccnews=gs://b/x/*.jsonl' -> ('ccnews', url); an untagged URL gets the name 'other'."""
+    if tagged(arg):
+        name, url = arg.split("=", 1)
+        return name.strip(), url.strip()
+    return "other", arg
+
+
+def empty_input(arg: str) -> str | None:
+    """The one line for an --input whose URL is empty (``--input "$RAW"`` with RAW unset, ``news=``):
+    read as a path, it would build the working folder. None for any other."""
+    if split_input(arg)[1].strip():
+        return None
+    return f"--input {arg!r} names no file, folder or glob" + (" after NAME=" if tagged(arg) else "")
+
+
 def build_missing(ns: argparse.Namespace) -> str | None:
     """What a build's command line lacks (None: nothing): an --output, and inputs (--input, or a --config,
-    whose sources are checked once it is read)."""
+    whose sources are checked once it is read); an --input with no URL."""
     if not ns.output:
         return "--output URL is required (where the corpus goes)"
     if not ns.input and not ns.config:
         return "no input: give --input URL (or a --config with sources)"
-    return None
+    return next((p for p in map(empty_input, ns.input or ()) if p), None)
 
 
 def repack_missing(ns: argparse.Namespace) -> str | None:

@@ -21,7 +21,14 @@ from apache_beam.options import pipeline_options as beam_options
 from apache_beam.options.pipeline_options import PipelineOptions, SetupOptions, StandardOptions
 
 from pipelines.clean.pii import KINDS as PII_KINDS
-from pipelines.flags import DEFAULT_SPILL_MB, add_build_flags, add_local_runner_flags, answer_help
+from pipelines.flags import (
+    DEFAULT_SPILL_MB,
+    add_build_flags,
+    add_local_runner_flags,
+    answer_help,
+    split_input,
+    tagged,
+)
 from pipelines.localrunner.preflight import (  # noqa: F401 - re-exported: the runner checks live together
     DASK_REFUSED,
     DATAFLOW_INSTALL,
@@ -141,19 +148,6 @@ def spill_settings(opts: PipelineOptions):
     if mb < 0:
         return None
     return SpillSettings(buffer_bytes=int(mb * (1 << 20)), directory=o.spill_dir)
-
-
-def tagged(arg: str) -> bool:
-    """Whether an --input names its source (NAME=URL)."""
-    return "=" in arg and "://" not in arg.split("=", 1)[0]
-
-
-def split_input(arg: str) -> tuple[str, str]:
-    """'ccnews=gs://b/x/*.jsonl' -> ('ccnews', url); an untagged URL gets the name 'other'."""
-    if tagged(arg):
-        name, url = arg.split("=", 1)
-        return name.strip(), url.strip()
-    return "other", arg
 
 
 def source_config(data: dict[str, Any], given: str) -> SourceConfig:

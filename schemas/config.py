@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from schemas.errors import UserError
 
@@ -55,6 +55,13 @@ class SourceConfig(Strict):
     # A symbolic link matched by `input` whose target lies outside the folder it names (the glob's
     # fixed part) is not read (one `not_a_file` reject) unless this is true.
     follow_links: bool = False
+
+    @field_validator("input")
+    @classmethod
+    def _input_names_something(cls, v: str) -> str:
+        if not v.strip():  # read as a path, "" would be the working folder
+            raise ValueError("empty: give a file URL, a folder or a glob")
+        return v
 
 
 class PiiConfig(Strict):

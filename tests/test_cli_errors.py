@@ -567,7 +567,7 @@ def test_a_bare_scheme_in_a_message_survives_redaction() -> None:
     ["-m", "pipelines.build", "--input", "../../evil=f.txt"],
     ["-m", "pipelines.build", "--input", "a/b=data.jsonl"],
     ["-m", "pipelines.build", "--input", "=f"],
-    ["-m", "shardforge.cli", "build", "--input", "a/b="],
+    ["-m", "shardforge.cli", "build", "--input", "a/b=f"],
 ])
 def test_a_hostile_source_name_is_one_line(args, tmp_path) -> None:
     """A source name is 1-40 of a-z, 0-9, _: anything else (a path, an empty name) is refused in one line

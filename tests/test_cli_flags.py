@@ -95,6 +95,10 @@ def test_repack_help_offers_no_flag_it_refuses() -> None:
     # what the command line lacks, before Beam too
     (["pipelines.build", "--input", "x"], "--output URL is required"),
     (["shardforge.cli", "build", "--output", "o", "--vocab_size", "9"], "no input: give --input URL"),
+    # an empty URL ("$RAW" unset) would read the working folder, subfolders and all
+    (["pipelines.build", "--input", "", "--output", "o"], "--input '' names no file, folder or glob"),
+    (["shardforge.cli", "build", "--input", "news= ", "--output", "o"],
+     "--input 'news= ' names no file, folder or glob after NAME="),
     (["pipelines.repack", "--output", "o"], "--tokenized URL (the parent corpus) and --output URL are required"),
     # python -m shardforge is the shardforge command
     (["shardforge", "build", "--inptu", "x", "--output", "o"], "unknown flag: --inptu (did you mean --input?)"),
@@ -167,6 +171,9 @@ def test_a_config_that_sets_some_sections_combines_with_the_flags(tmp_path) -> N
     assert built.clean.languages == ["en", "de"]
     assert build_config_from_options(BuildOptions(["--input", "x", "--languages", "any"])).clean.languages == []
     with pytest.raises(UserError, match="no input"):  # neither the file nor the flags name a source
+        build_config_from_options(BuildOptions(["--config", str(cfg)]))
+    cfg.write_text("sources: [{name: news, input: ' '}]\n")  # a config's empty input is refused too
+    with pytest.raises(UserError, match=r"sources\.0\.input: .*empty: give a file URL, a folder or a glob"):
         build_config_from_options(BuildOptions(["--config", str(cfg)]))
     cfg.write_text("tokenizer: {model_type: byte}\n")  # what the file sets is still checked
     with pytest.raises(UserError, match=r"tokenizer\.model_type"):
