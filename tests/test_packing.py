@@ -280,12 +280,11 @@ def test_pair_labels_balanced(rule):
     n = len(seqs)
     ones = sum(s.label for s in seqs)
     assert n > 2000
-    # Coin-decided pairs are 50/50 (0.05 is 4.5 sigma at n=2000); forced random
-    # nexts (A with nothing after it, as in BERT) tilt NSP towards label 1.
-    coin_ones = ones - stats.forced_random_next
-    coin_n = n - stats.forced_random_next
-    assert abs(coin_ones / coin_n - 0.5) < 0.05
-    assert abs(ones / n - 0.5) < 0.1
+    # Every pair takes the keyed coin, a lone last segment too (BERT forces a random B there: its
+    # labels come out 53-57% random next): 0.03 is 2.7 sigma at n=2000
+    assert abs(ones / n - 0.5) < 0.03, ones / n
+    if rule != "sop":
+        assert stats.split_for_pair > 0  # lone last segments on real next
 
 
 def test_single_document_group_falls_back_to_real_next():
@@ -310,7 +309,7 @@ def test_random_next_puts_back_unused_segments():
     # sentences never overshoot a target, so nothing is truncated.
     docs, _ = make_docs(random_shape(random.Random(6), 50, max_sents=150, max_len=1))
     seqs, stats = pack_group(docs, cfg_for("segment_pair_nsp", 64, short=0.0), 2, 0)
-    assert stats.random_next - stats.forced_random_next > 10
+    assert stats.random_next > 10
     assert stats.truncated_tokens == 0
     home = home_tokens(seqs, "segment_pair_nsp")
     assert sorted(home) == [t for d in docs for s in d.sentences for t in s]

@@ -116,7 +116,7 @@ def pack_segment_pairs(
     """BERT's create_instances_from_document (and ALBERT's SOP variant), keyed.
 
     Segments accumulate into a chunk up to the target length (or the document's end); a keyed
-    split point divides the chunk into A and B. Two deliberate differences from BERT:
+    split point divides the chunk into A and B. Three deliberate differences from BERT:
 
     * a chunk closes at the last sentence boundary *before* the target (BERT closes once it has
       reached it, so the last sentence overshoots and BERT's truncation cuts 70-75% of pairs
@@ -124,9 +124,12 @@ def pack_segment_pairs(
       each is at most half the budget), so a pair is cut only when its sentences cannot fit;
       truncation stays as the fallback for that (counted in ``truncated_pairs``). A document's
       last sentence joins the chunk before it when the sequence can hold it, rather than
-      being cut in two (SOP) or sent off with a forced random next (NSP);
+      being cut in two for a pair of its own;
     * the short target is drawn per chunk (BERT draws it once per document, so 10% of
-      documents were all short instead of 10% of sequences).
+      documents were all short instead of 10% of sequences);
+    * a chunk of one segment (a document's last, after a random next put the others back) takes
+      the NSP coin like any other and, on real next, is cut in two (BERT always gives it a random B:
+      53-57% of its labels were random next instead of the paper's 50%).
     """
     max_tokens = cfg.max_seq_len - 3
     p = cfg.effective_short_seq_prob
@@ -143,8 +146,8 @@ def pack_segment_pairs(
             while i < n and (i - start < 2 or chunk_len + len(segs[i]) <= target):
                 chunk_len += len(segs[i])
                 i += 1
-            # A document's last sentence left alone would have to be cut in two (SOP) or get
-            # a forced random next: it joins this chunk when the sequence can hold it.
+            # A document's last sentence left alone would have to be cut in two for a pair
+            # (SOP, or NSP's real next): it joins this chunk when the sequence can hold it.
             if i == n - 1 and chunk_len + len(segs[i]) <= max_tokens:
                 chunk_len += len(segs[i])
                 i += 1
@@ -183,7 +186,8 @@ def _nsp_pair(
     """Emit one NSP pair from a chunk; returns how many chunk segments were put back."""
     doc_id = pool[own][0]
     a_end = keyed_randint(1, len(chunk) - 1, seed, doc_id, _S_A_END, start) if len(chunk) >= 2 else 1
-    want_random = len(chunk) == 1 or unit_hash(seed, doc_id, _S_NSP, start) < 0.5
+    # A lone one-token segment cannot be cut for a real next: it takes a random B when there is one.
+    want_random = unit_hash(seed, doc_id, _S_NSP, start) < 0.5 or (len(chunk) == 1 and len(chunk[0]) < 2)
     r = _random_doc(pool, own, seed, doc_id, _S_NSP_DOC, start) if want_random else None
     if r is not None:
         a = _concat(chunk[:a_end])
@@ -199,11 +203,10 @@ def _nsp_pair(
             j += 1
         label, doc_ids, put_back = 1, (doc_id, other_id), len(chunk) - a_end
         stats.random_next += 1
-        stats.forced_random_next += int(len(chunk) == 1)
     else:
         if len(chunk) >= 2:
             a, b = _concat(chunk[:a_end]), _concat(chunk[a_end:])
-        else:  # a lone segment in a one-document group: cut it to get a real next
+        else:  # a lone segment (a document's last, or its only one): cut it to get a real next
             halves = _split_single(chunk[0], stats)
             if halves is None:
                 return 0
@@ -271,7 +274,9 @@ def pack_sentence_pairs(
     """A is one sentence; B is the next sentence (label 0) or a random sentence of another document (1).
 
     A real pair consumes both sentences; after a random next the displaced
-    sentence is put back and becomes the next A. short_seq_prob does not apply:
+    sentence is put back and becomes the next A. A document's last sentence, alone, is cut in
+    two when the coin says real next (BERT gives it a random B whatever the coin, which tilts the
+    labels towards random next). short_seq_prob does not apply:
     pieces are at most half the budget, so a pair always fits whole.
     """
     max_tokens = cfg.max_seq_len - 3
@@ -282,7 +287,7 @@ def pack_sentence_pairs(
         while i < n:
             idx = i
             has_next = i + 1 < n
-            want_random = not has_next or unit_hash(seed, doc_id, _S_NSP, idx) < 0.5
+            want_random = unit_hash(seed, doc_id, _S_NSP, idx) < 0.5 or (not has_next and len(segs[idx]) < 2)
             r = _random_doc(pool, own, seed, doc_id, _S_NSP_DOC, idx) if want_random else None
             if r is not None:
                 other_id, other = pool[r]
@@ -290,13 +295,12 @@ def pack_sentence_pairs(
                 b = list(other[keyed_randint(0, len(other) - 1, seed, doc_id, _S_NSP_START, idx)])
                 label, doc_ids, i = 1, (doc_id, other_id), idx + 1
                 stats.random_next += 1
-                stats.forced_random_next += int(not has_next)
             elif has_next:
                 a, b = list(segs[idx]), list(segs[idx + 1])
                 label, doc_ids, i = 0, (doc_id,), idx + 2
                 stats.real_next += 1
                 stats.fallback_real_next += int(want_random)
-            else:  # last sentence of the only document: cut it to get a real next
+            else:  # a document's last sentence, alone: cut it to get a real next
                 i = idx + 1
                 halves = _split_single(segs[idx], stats)
                 if halves is None:
@@ -304,7 +308,7 @@ def pack_sentence_pairs(
                 a, b = halves
                 label, doc_ids = 0, (doc_id,)
                 stats.real_next += 1
-                stats.fallback_real_next += 1
+                stats.fallback_real_next += int(want_random)
             # Cannot trigger with half-budget pieces; kept so the length bound never rests on that.
             a, b, ra, rb = truncate_pair(a, b, max_tokens, (seed, doc_id, _S_TRUNC, idx))
             _account_pair(stats, a, b, ra, rb, borrowed_b=label == 1)

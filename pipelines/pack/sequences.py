@@ -56,7 +56,7 @@ class PackStats:
     home_tokens: int = 0  # input tokens placed in their one home sequence
     borrowed_tokens: int = 0  # random-next B tokens copied from another document
     split_long_sentences: int = 0  # sentences longer than the piece cap, split into pieces
-    split_for_pair: int = 0  # single-segment pairs made by cutting one segment in two
+    split_for_pair: int = 0  # single-segment pairs made by cutting one segment in two (a lone last one's real next)
     dropped_tokens: int = 0  # home tokens that could not form any sequence (1-token pair leftovers)
     short_targets: int = 0  # sequences whose target length was shortened (short_seq_prob)
     pairs: int = 0  # pair sequences (SEGMENT-PAIR, SENTENCE-PAIR, SOP)
@@ -65,8 +65,7 @@ class PackStats:
     truncated_tokens: int = 0  # home tokens removed by truncation
     truncated_borrowed_tokens: int = 0  # borrowed (random-next) tokens removed by truncation
     real_next: int = 0  # NSP label 0 (fallback_real_next included)
-    random_next: int = 0  # NSP label 1 (forced_random_next included)
-    forced_random_next: int = 0  # A had no continuation (single segment / last sentence)
+    random_next: int = 0  # NSP label 1
     fallback_real_next: int = 0  # coin said random but the group has no other document
     in_order: int = 0  # SOP label 0
     swapped: int = 0  # SOP label 1
