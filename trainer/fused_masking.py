@@ -155,11 +155,14 @@ def _slot_starts(ids: torch.Tensor, is_special: torch.Tensor, word_starts: torch
     return (ids != consts[_PAD_ID]) & (_lookup(word_starts, ids) | prev_special)
 
 
-def _take(before: torch.Tensor, length: torch.Tensor, budget: torch.Tensor, crossing: bool) -> torch.Tensor:
+def _take(before: torch.Tensor, length: torch.Tensor, budget: torch.Tensor, prio: torch.Tensor,
+          crossing: bool) -> torch.Tensor:
     """The reference's rule for taking a unit, from its place in the priority order."""
     if crossing:
         return (length > 0) & (before < budget)
-    return (length > 0) & ((2 * before + length < 2 * budget) | ((before == 0) & (budget > 0)))
+    twice_end = 2 * before + length
+    return (length > 0) & ((twice_end < 2 * budget) | ((twice_end == 2 * budget) & ((prio & 1) == 1))
+                           | ((before == 0) & (budget > 0)))
 
 
 def _tile(sids: torch.Tensor, keys: torch.Tensor, consts: torch.Tensor, seg: torch.Tensor,
@@ -209,7 +212,7 @@ def _select_units(ids: torch.Tensor, sids: torch.Tensor, keys: torch.Tensor, tar
         target = (target - ((sxx - sx) << 32) // (2 * sx).clamp(min=1)).clamp(min=0)
     budget = (target + u_budget) >> 32
     prio = torch.where(unit_start, _hash(_row_key(sids, keys, S_PRIO), pos), INT64_MAX)
-    chosen = _take(_before(prio, ulen), ulen, budget, crossing=spans)
+    chosen = _take(_before(prio, ulen), ulen, budget, prio, crossing=spans)
     return member & torch.gather(chosen, 1, ustart), ustart, ulen
 
 
@@ -223,7 +226,7 @@ def mask_token(ids, sids, keys, consts, is_special, allowed):  # noqa: ANN001, A
     budget = (target + u_budget) >> 32
     prio = torch.where(maskable, _hash(_row_key(sids, keys, S_PRIO), pos), INT64_MAX)
     length = maskable.long()
-    selected = _take(_before(prio, length), length, budget, crossing=False)
+    selected = _take(_before(prio, length), length, budget, prio, crossing=False)
     return _replace(ids, sids, keys, consts, allowed, selected, None, pos)
 
 
