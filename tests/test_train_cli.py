@@ -148,7 +148,16 @@ def test_the_description_names_the_run_and_max_tokens_sets_the_steps(small_corpu
         masking="fused"))
     assert "torch.compile on (reduce-overhead), fused masking ops" in fused[1], fused[1]
     assert f"length: {planned.steps:,} steps (max_tokens 100,000) x 48 sequences" in lines[3]
-    assert "2 processes, 3 micro-batches" in lines[3]
+    assert "2 processes, 3 micro-batches" in lines[3] and "full:" not in lines[3]
+    from trainer.describe import length_line, mean_sequence_tokens
+
+    doc = manifest.model_copy(update={"packing_rule": "doc_sentences"})
+    shape = RunShape(params=1, device="cpu", precision="fp32", compiled=False, world_size=1, accum=1, vocab_size=400)
+    assert length_line(planned, doc, shape).endswith(
+        f"doc_sentences sequences hold {mean_sequence_tokens(doc):.0f} of {doc.max_seq_len} tokens on average, "
+        f"so a batch is ~{100 * mean_sequence_tokens(doc) / doc.max_seq_len:.0f}% full: RoBERTa grows the batch to "
+        f"a full one's tokens (--tokens_per_batch {8 * doc.max_seq_len})")
+    assert "full:" not in length_line(planned.model_copy(update={"tokens_per_batch": 4096}), doc, shape)
     assert "masking token 40% (evaluated at token 15%)" in lines[4]
     assert f"every 50 steps and at step {planned.steps}" in lines[5] and "token 15% masking" in lines[5]
     assert "gs://b/runs/r1/checkpoints" in lines[6] and "TensorBoard" not in lines[6]  # remote: no event files

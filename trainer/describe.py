@@ -113,7 +113,21 @@ def length_line(cfg: TrainConfig, manifest: Manifest, shape: RunShape) -> str:
     chose = f" (max_tokens {count(cfg.max_tokens)})" if cfg.max_tokens is not None else ""
     split = f" ({', '.join(how)})" if how else ""
     return (f"length: {cfg.steps:,} steps{chose} x {batch} a step{split} = ~{count(total)} tokens, "
-            f"{passes(total / train_tokens)} passes over the train split")
+            f"{passes(total / train_tokens)} passes over the train split{short_rows_note(cfg, manifest)}")
+
+
+SHORT_ROW_RULES = ("doc_sentences", "sentence_pair_nsp")  # rules whose sequences end early by design
+
+
+def short_rows_note(cfg: TrainConfig, manifest: Manifest) -> str:
+    """For a corpus of short sequences batched by count: what a batch holds, and the flag that gives
+    RoBERTa's batches of about a full batch's tokens ("" otherwise)."""
+    if cfg.tokens_per_batch or manifest.packing_rule not in SHORT_ROW_RULES:
+        return ""
+    mean = mean_sequence_tokens(manifest)
+    return (f"; {manifest.packing_rule} sequences hold {mean:.0f} of {manifest.max_seq_len} tokens on average, "
+            f"so a batch is ~{100 * mean / manifest.max_seq_len:.0f}% full: RoBERTa grows the batch to a full one's "
+            f"tokens (--tokens_per_batch {cfg.batch_size * manifest.max_seq_len})")
 
 
 def optim_line(cfg: TrainConfig) -> str:
