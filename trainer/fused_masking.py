@@ -52,7 +52,7 @@ from trainer.masking import (
     S_DECIDE,
     S_GAP,
     S_LEN,
-    S_OFFSET,
+    S_PHASE,
     S_PRIO,
     S_SPAN_DECIDE,
     STREAMS,
@@ -68,7 +68,7 @@ log = logging.getLogger("shardforge.masking")
 # The reference's constants as int64 tensor operands (splitmix64's increment and multipliers).
 _G, _MUL1, _MUL2 = signed(GOLDEN), signed(MUL1), signed(MUL2)
 # Layout of the int64 constants tensor.
-_RATE, _T_MASK, _T_RANDOM, _MASK_ID, _PAD_ID, _K = range(6)
+_RATE, _T_MASK, _T_RANDOM, _MASK_ID, _PAD_ID = range(5)
 
 
 # ------------------------------------------------------------------ elementwise building blocks
@@ -165,15 +165,17 @@ def _take(before: torch.Tensor, length: torch.Tensor, budget: torch.Tensor, prio
                            | ((before == 0) & (budget > 0)))
 
 
-def _tile(sids: torch.Tensor, keys: torch.Tensor, consts: torch.Tensor, seg: torch.Tensor,
-          len_table: torch.Tensor, gap_table: torch.Tensor, word_slot: torch.Tensor,
+def _tile(sids: torch.Tensor, keys: torch.Tensor, seg: torch.Tensor, len_table: torch.Tensor,
+          gap_table: torch.Tensor, phase_table: torch.Tensor, word_slot: torch.Tensor,
           maskable: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(member, unit_start): the reference's span tiling (Masker._tile_spans) as reductions."""
     L = word_slot.shape[1]
     span_len = _lookup(len_table, srl(_hash(_row_key(sids, keys, S_LEN), seg), 48))
     gap = _lookup(gap_table, srl(_hash(_row_key(sids, keys, S_GAP), seg), 48))
-    offset = top32(_mix(_row_key(sids, keys, S_OFFSET))) % consts[_K]
-    end = _cumsum(gap + span_len) - offset
+    phase = _lookup(phase_table, srl(_mix(_row_key(sids, keys, S_PHASE)), 48))  # [B, 1]
+    gap = torch.where(seg == 0, (-phase).clamp(min=0), gap)
+    span_len = torch.where((seg == 0) & (phase > 0), phase, span_len)
+    end = _cumsum(gap + span_len)
     begin = (end - span_len).clamp(0, L)
     end = end.clamp(0, L)
     slot = (_cumsum(word_slot.long()) - 1).clamp(min=0)
@@ -239,22 +241,23 @@ def mask_whole_word(ids, sids, keys, consts, is_special, allowed, word_starts): 
     return _replace(ids, sids, keys, consts, allowed, selected, None, pos)
 
 
-def _spans(ids, sids, keys, consts, is_special, allowed, word_starts, len_table, gap_table, seg,
+def _spans(ids, sids, keys, consts, is_special, allowed, word_starts, len_table, gap_table, phase_table, seg,
            per_span: bool):  # noqa: ANN001, ANN202
     pos = torch.arange(ids.shape[1], device=ids.device)
     special, maskable, target, u_budget = _common(ids, sids, keys, consts, is_special)
     word_slot = maskable & _slot_starts(ids, is_special, word_starts, consts)
-    member, unit_start = _tile(sids, keys, consts, seg, len_table, gap_table, word_slot, maskable)
+    member, unit_start = _tile(sids, keys, seg, len_table, gap_table, phase_table, word_slot, maskable)
     selected, ustart, _ = _select_units(ids, sids, keys, target, u_budget, member, unit_start, pos, spans=True)
     out, labels = _replace(ids, sids, keys, consts, allowed, selected, ustart if per_span else None, pos)
     return out, labels, selected, member, ustart, pos
 
 
 def mask_span(ids, sids, keys, consts, is_special, allowed, word_starts, len_table, gap_table,  # noqa: ANN001
-              seg):  # noqa: ANN001, ANN201
+              phase_table, seg):  # noqa: ANN001, ANN201
     """SpanBERT's spans: (input_ids, labels, span_left, span_right)."""
     out, labels, selected, member, ustart, pos = _spans(ids, sids, keys, consts, is_special, allowed,
-                                                        word_starts, len_table, gap_table, seg, per_span=True)
+                                                        word_starts, len_table, gap_table, phase_table, seg,
+                                                        per_span=True)
     n_tokens = torch.where(ids != consts[_PAD_ID], pos + 1, 0).amax(1, keepdim=True)
     last = torch.gather(_per_unit_max(ustart, torch.where(member, pos, 0)), 1, ustart)
     left = (ustart - 1).clamp(min=0)
@@ -263,10 +266,10 @@ def mask_span(ids, sids, keys, consts, is_special, allowed, word_starts, len_tab
 
 
 def mask_ngram(ids, sids, keys, consts, is_special, allowed, word_starts, len_table, gap_table,  # noqa: ANN001
-               seg):  # noqa: ANN001, ANN201
+               phase_table, seg):  # noqa: ANN001, ANN201
     """ALBERT's n-grams: (input_ids, labels)."""
-    out, labels, *_ = _spans(ids, sids, keys, consts, is_special, allowed, word_starts, len_table, gap_table, seg,
-                             per_span=False)
+    out, labels, *_ = _spans(ids, sids, keys, consts, is_special, allowed, word_starts, len_table, gap_table,
+                             phase_table, seg, per_span=False)
     return out, labels
 
 
@@ -331,13 +334,13 @@ class FusedMasker:
         if self._on is None or self._on[0] != device:
             t = self.reference.tables()
             r = self.reference
-            consts = torch.tensor([t.rate, t.t_mask, t.t_random, r.mask_id, r.pad_id, t.offset_range],
+            consts = torch.tensor([t.rate, t.t_mask, t.t_random, r.mask_id, r.pad_id],
                                   dtype=torch.int64, device=device)
             tables: tuple = (t.is_special, t.allowed)
             if self.cfg.scheme != "token":
                 tables += (t.word_starts,)
             if self.cfg.scheme in ("span", "ngram"):
-                tables += (t.len_table, t.gap_table)
+                tables += (t.len_table, t.gap_table, t.phase_table)
             self._on = (device, (consts, *tables))
         return self._on[1]
 
@@ -352,8 +355,8 @@ class FusedMasker:
         return self._keys[key]
 
     def segments(self, length: int, device: torch.device) -> torch.Tensor:
-        """The span tiling's segment counter 0 .. L + offset_range - 1 (its size carries the count)."""
-        return torch.arange(length + self.reference.tables().offset_range, device=device)
+        """The span tiling's segment counter 0 .. L (its size carries the count)."""
+        return torch.arange(length + 1, device=device)
 
     @torch.no_grad()
     def __call__(self, input_ids: torch.Tensor, sample_ids: torch.Tensor, epoch: int,

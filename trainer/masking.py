@@ -40,7 +40,7 @@ INT64_MAX = (1 << 63) - 1
 _U32 = 1 << 32
 
 # One stream per independent random choice; changing a value changes every mask.
-S_BUDGET, S_PRIO, S_DECIDE, S_SPAN_DECIDE, S_LEN, S_GAP, S_OFFSET = range(1, 8)
+S_BUDGET, S_PRIO, S_DECIDE, S_SPAN_DECIDE, S_LEN, S_GAP, S_PHASE = range(1, 8)
 STREAMS = 7  # streams 1..7 above
 
 
@@ -97,8 +97,9 @@ def _fixed(p: float) -> int:
 _TABLE_BITS = 16
 
 
-def _inverse_cdf_table(probs: Sequence[float], first: int) -> torch.Tensor:
-    """int64 [2**16]: value for each 16-bit uniform bin, so P(value = first + k) ≈ probs[k].
+def _inverse_cdf_table(probs: Sequence[float], first: int = 0, values: Sequence[int] | None = None) -> torch.Tensor:
+    """int64 [2**16]: value for each 16-bit uniform bin, so P(value = first + k) ≈ probs[k] (or
+    P(value = values[k]) ≈ probs[k] when ``values`` is given; probs need not sum to 1).
 
     Sampling is one gather of integers, hence identical on every device; the
     law is exact to 2**-16 per value (a geometric tail below that is cut off).
@@ -110,7 +111,23 @@ def _inverse_cdf_table(probs: Sequence[float], first: int) -> torch.Tensor:
         acc += p / total
         cut.append(min(n, round(acc * n)))
     bins = torch.arange(n, dtype=torch.int64)
-    return first + torch.searchsorted(torch.tensor(cut, dtype=torch.int64), bins, right=True)
+    index = torch.searchsorted(torch.tensor(cut, dtype=torch.int64), bins, right=True)
+    return first + index if values is None else torch.tensor(list(values), dtype=torch.int64)[index]
+
+
+def _phase_law(len_probs: Sequence[float], len_first: int, gap_probs: Sequence[float],
+               gap_first: int) -> tuple[list[float], list[int]]:
+    """The stationary start of a tiling that alternates gaps and spans (lengths by the two laws): slot 0
+    lies in a span with probability E[span] / (E[span] + E[gap]), and then r slots of that span are left
+    (itself included) with probability ∝ P(span >= r); likewise in a gap. As (weights, values): +r for the
+    rest of a span, -r for the rest of a gap. Both weights are P(X >= r) over E[span] + E[gap]."""
+    def tail(probs: Sequence[float], first: int) -> list[float]:  # P(X >= r), r = 1 .. max
+        total = sum(probs)
+        top = first + len(probs) - 1
+        return [sum(p for k, p in enumerate(probs) if first + k >= r) / total for r in range(1, top + 1)]
+
+    spans, gaps = tail(len_probs, len_first), tail(gap_probs, gap_first)
+    return spans + gaps, [r for r in range(1, len(spans) + 1)] + [-r for r in range(1, len(gaps) + 1)]
 
 
 def _lookup(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
@@ -136,10 +153,10 @@ class MaskTables(NamedTuple):
     word_starts: torch.Tensor | None  # bool [V] (word schemes): the token starts a word (specials included)
     len_table: torch.Tensor | None  # int64 [2**16] (span, ngram): span length in words per 16-bit bin
     gap_table: torch.Tensor | None  # int64 [2**16] (span, ngram): gap length in slots per 16-bit bin
+    phase_table: torch.Tensor | None  # int64 [2**16] (span, ngram): the tiling's start (``_phase_law``) per bin
     rate: int  # the mask rate as a threshold on a uniform 32-bit integer
     t_mask: int  # below it a selected token becomes <mask>
     t_random: int  # below it (and not below t_mask) a random token
-    offset_range: int  # (span, ngram) the tiling's start offset is uniform in [0, offset_range)
 
 
 class Masker:
@@ -192,6 +209,7 @@ class Masker:
         # Span / n-gram length laws and the tiling that proposes candidate spans.
         self._len_table: torch.Tensor | None = None
         self._gap_table: torch.Tensor | None = None
+        self._phase_table: torch.Tensor | None = None
         if cfg.scheme in ("span", "ngram"):
             if cfg.scheme == "span":
                 # SpanBERT: geometric(p) truncated to 1..span_max and renormalized (mean 3.8).
@@ -214,9 +232,10 @@ class Masker:
             while keep > 0 and keep ** len(gap_probs) > 2.0**-20:
                 gap_probs.append(keep ** len(gap_probs))
             self._gap_table = _inverse_cdf_table(gap_probs, first=gap_min)
-            # A random start offset of a few cycles makes the tiling (nearly) stationary,
-            # so the first words of a sequence are masked as often as the rest.
-            self._offset_range = max(1, 4 * math.ceil(mean_len + mean_gap))
+            # The tiling starts in its stationary state, so a row's first words are masked as often as
+            # the rest (a tiling that starts with a gap masks them ~10% less often).
+            weights, values = _phase_law(probs, 1, gap_probs, gap_min)
+            self._phase_table = _inverse_cdf_table(weights, values=values)
 
     # ------------------------------------------------------------- plumbing
 
@@ -230,12 +249,15 @@ class Masker:
             self._len_table = self._len_table.to(device)
         if self._gap_table is not None:
             self._gap_table = self._gap_table.to(device)
+        if self._phase_table is not None:
+            self._phase_table = self._phase_table.to(device)
         return self
 
     def tables(self) -> MaskTables:
         """The lookup tables and fixed-point constants every call uses (on the masker's device)."""
-        return MaskTables(self._is_special, self._allowed, self._word_starts, self._len_table, self._gap_table,
-                          self._rate, self._t_mask, self._t_random, getattr(self, "_offset_range", 1))
+        return MaskTables(is_special=self._is_special, allowed=self._allowed, word_starts=self._word_starts,
+                          len_table=self._len_table, gap_table=self._gap_table, phase_table=self._phase_table,
+                          rate=self._rate, t_mask=self._t_mask, t_random=self._t_random)
 
     def prediction_bound(self, input_ids: torch.Tensor) -> int:
         """At least as many positions as this masker can select in the batch, whatever the seed and epoch,
@@ -478,14 +500,16 @@ class Masker:
         shorten exactly the long spans and put lengths 8-10 ~10 % under the law
         in rows with separators.
         """
-        assert self._len_table is not None and self._gap_table is not None
+        assert self._len_table is not None and self._gap_table is not None and self._phase_table is not None
         B, L = slot_start.shape
-        K = self._offset_range
-        j = torch.arange(L + K, device=pos.device)  # enough segments: each covers >= 1 slot
+        j = torch.arange(L + 1, device=pos.device)  # enough segments: each covers >= 1 slot
         span_len = _lookup(self._len_table, srl(self._hash(self._row_keys(sids, seed, epoch, S_LEN), j), 48))
         gap = _lookup(self._gap_table, srl(self._hash(self._row_keys(sids, seed, epoch, S_GAP), j), 48))
-        offset = top32(mix(self._row_keys(sids, seed, epoch, S_OFFSET))) % K
-        end = torch.cumsum(gap + span_len, dim=1) - offset[:, None]  # exclusive, slot coordinates
+        # Segment 0 starts the tiling in its stationary state: inside a span (the rest of it) or a gap.
+        phase = _lookup(self._phase_table, srl(mix(self._row_keys(sids, seed, epoch, S_PHASE)), 48))[:, None]
+        gap = torch.where(j == 0, (-phase).clamp(min=0), gap)
+        span_len = torch.where((j == 0) & (phase > 0), phase, span_len)
+        end = torch.cumsum(gap + span_len, dim=1)  # exclusive, slot coordinates
         begin = end - span_len
         # Paint the disjoint spans onto slot space: +1 at each begin, -1 at each end
         # (clipped to the row), then a cumsum says which slots are covered.
