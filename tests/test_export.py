@@ -103,6 +103,8 @@ def test_tokenizer_rejects_other_special_ids(tmp_path: Path) -> None:
 
 EXPORTS = {
     "roberta": ({}, "XLMRobertaForMaskedLM"),
+    # bert-base recipe's shape: E = H, no sharing, an NSP head (two token types): exported as XLM-R.
+    "roberta_nsp": ({"sentence_head": "nsp", "layers": 3}, "XLMRobertaForMaskedLM"),
     "albert_factorized_shared": ({"embedding_size": 32, "share": "all", "sentence_head": "sop"}, "AlbertForMaskedLM"),
     "albert_factorized": ({"embedding_size": 16, "layers": 3}, "AlbertForMaskedLM"),
     "albert_shared_eq": ({"share": "all", "layers": 3}, "AlbertForMaskedLM"),
@@ -110,8 +112,20 @@ EXPORTS = {
 }
 
 
+def _assert_pair_layout(ids: list[int], types: list[int] | None) -> None:
+    """A pair as the shards hold one: <s> A </s> B </s>, type 0 up to the first </s> and 1 after it
+    (0 on padding)."""
+    eos, pad = SPECIAL_TOKENS["</s>"], SPECIAL_TOKENS["<pad>"]
+    first, n = ids.index(eos), len(ids) - ids.count(pad)
+    assert ids[first + 1] != eos and ids[n - 1] == eos and ids[first + 1:n].count(eos) == 1
+    assert types == [0] * (first + 1) + [1] * (n - first - 1) + [0] * (len(ids) - n)
+
+
 @pytest.mark.parametrize("variant", list(EXPORTS))
 def test_export_loads_and_matches_logits(spm_path: str, tmp_path: Path, variant: str) -> None:
+    """The exported model computes our logits on what the exported tokenizer gives for sentence pairs:
+    a model with a second token type (a sentence head's) gets segment B as type 1 from the default
+    call, as pretraining on pairs did; a model with one gets no token_type_ids."""
     kw, cls = EXPORTS[variant]
     cfg = ModelConfig(**kw)
     model = _trained_like(cfg, _vocab(spm_path))
@@ -127,31 +141,67 @@ def test_export_loads_and_matches_logits(spm_path: str, tmp_path: Path, variant:
     hf.eval()
     tok = transformers.AutoTokenizer.from_pretrained(str(out))
     assert (tok.mask_token_id, tok.pad_token_id) == (SPECIAL_TOKENS["<mask>"], SPECIAL_TOKENS["<pad>"])
-    enc = tok(TEXTS, padding=True, return_tensors="pt")  # right-padded batch of unequal lengths
+    enc = tok(TEXTS, TEXTS[::-1], padding=True, return_tensors="pt")  # right-padded pairs of unequal lengths
     assert (enc["attention_mask"] == 0).any()
-    args = {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]}
-    if model.dims.type_vocab_size == 2:  # exercise segment B's embedding too
-        tt = torch.zeros_like(enc["input_ids"])
-        tt[:, 6:] = 1
-        args["token_type_ids"] = tt
+    two_types = model.dims.type_vocab_size == 2
+    assert ("token_type_ids" in enc) == two_types == (hf.config.type_vocab_size == 2)
+    for i, ids in enumerate(enc["input_ids"].tolist()):
+        if two_types:
+            _assert_pair_layout(ids, enc["token_type_ids"][i].tolist())
+        elif cls.startswith("XLMRoberta"):  # RoBERTa's <s> A </s></s> B </s>
+            assert ids.count(SPECIAL_TOKENS["</s>"]) == 3
+    if not two_types:  # asked for, they are all 0: one token type row, none to overrun
+        asked = tok(TEXTS[0], TEXTS[1], return_token_type_ids=True)["token_type_ids"]
+        assert set(asked) == {0}
     with torch.no_grad():
-        ours = model(**args)["logits"]
-        theirs = hf(**args).logits
+        ours = model(**enc)["logits"]
+        theirs = hf(**enc).logits
     real = enc["attention_mask"].bool()
     torch.testing.assert_close(theirs[real], ours[real], atol=1e-4, rtol=0)
+    if two_types:  # segment B's embedding mattered: the same pairs with all-zero types differ
+        with torch.no_grad():
+            zeros = hf(**{**enc, "token_type_ids": torch.zeros_like(enc["token_type_ids"])}).logits
+        assert (zeros[real] - theirs[real]).abs().max() > 1e-3
 
 
 def test_fill_mask_pipeline_runs(spm_path: str, tmp_path: Path) -> None:
+    """The plain pipeline call works on an export; what differs from the corpus's encoding (a special
+    token's string written in the input is that token) is what split_special_tokens=True undoes."""
+    from schemas.tokenizer_files import load_tokenizer
+
+    build = load_tokenizer(Path(spm_path).read_bytes())  # how the build encoded documents
+    text = "The cat <mask> on the mat </s><s> <pad>."
     for kw in ({}, {"embedding_size": 32, "share": "all"}):
         cfg = ModelConfig(**kw)
         out = tmp_path / f"hf{len(kw)}"
         export_hf(_trained_like(cfg, _vocab(spm_path)), cfg, spm_path, str(out))
-        # The export encodes "<mask>" written in text as text (split_special_tokens); the pipeline places it.
-        fill = transformers.pipeline("fill-mask", model=str(out), device="cpu",
-                                     tokenizer_kwargs={"split_special_tokens": False})
+        assert json.loads((out / "tokenizer_config.json").read_text())["split_special_tokens"] is False
+        fill = transformers.pipeline("fill-mask", model=str(out), device="cpu")
         preds = fill("The cat <mask> on the mat.", top_k=3)
         assert len(preds) == 3
         assert all(0 <= p["token"] < _vocab(spm_path) and "<mask>" not in p["sequence"] for p in preds)
+
+        tok = fill.tokenizer
+        placed_only = {i for name, i in SPECIAL_TOKENS.items() if name != "<unk>"}  # "<" may be unknown
+        placed = tok(text, add_special_tokens=False)["input_ids"]
+        assert [i for i in placed if i in placed_only] == [SPECIAL_TOKENS[t] for t in ("<mask>", "</s>", "<s>", "<pad>")]
+        as_text = tok(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+        assert as_text == build.encode([text])[0] and not set(as_text) & placed_only
+        split = transformers.AutoTokenizer.from_pretrained(str(out), split_special_tokens=True)
+        assert split(text, add_special_tokens=False)["input_ids"] == as_text
+        with pytest.raises(Exception, match="No mask_token"):  # the corpus's reading: "<mask>" is text
+            fill("The cat <mask> on the mat.", tokenizer_kwargs={"split_special_tokens": True})
+
+
+def test_the_model_cards_snippet_runs_on_an_export(spm_path: str, tmp_path: Path, capsys) -> None:
+    from trainer.model_card import USAGE
+
+    cfg = ModelConfig(embedding_size=32, share="all", sentence_head="sop")
+    out = tmp_path / "hf"
+    export_hf(_trained_like(cfg, _vocab(spm_path)), cfg, spm_path, str(out))
+    code = USAGE.split("```python\n")[1].split("```")[0].replace("PATH_OR_HUB_ID", str(out))
+    exec(compile(code, "README.md", "exec"), {})
+    assert "'score'" in capsys.readouterr().out  # the pipeline's predictions were printed
 
 
 def test_export_to_an_fsspec_url(spm_path: str, tmp_path: Path) -> None:
@@ -373,10 +423,10 @@ def test_bpe_export_loads_and_fills_masks(bpe_path: str, tmp_path: Path) -> None
     real = enc["attention_mask"].bool()
     torch.testing.assert_close(theirs[real], ours[real], atol=1e-4, rtol=0)
     fill = transformers.pipeline("fill-mask", model=str(out), device="cpu")
-    with pytest.raises(Exception, match="No mask_token"):  # "<mask>" written in text is text
-        fill("The cat <mask> on the mat 東京.")
-    preds = fill("The cat <mask> on the mat 東京.", top_k=3, tokenizer_kwargs={"split_special_tokens": False})
+    preds = fill("The cat <mask> on the mat 東京.", top_k=3)
     assert len(preds) == 3 and all(0 <= p["token"] < sp.get_piece_size() for p in preds)
+    with pytest.raises(Exception, match="No mask_token"):  # split: "<mask>" written in text is text
+        fill("The cat <mask> on the mat 東京.", tokenizer_kwargs={"split_special_tokens": True})
 
 
 def test_export_refuses_models_it_cannot_reproduce(tmp_path: Path) -> None:
@@ -456,24 +506,26 @@ def test_byte_bpe_tokenizer_is_exported_as_roberta(tmp_path: Path) -> None:
     build = load_tokenizer(data)  # how the build encodes a corpus with it
     for arch in ("xlm-roberta", "albert"):
         out = tmp_path / arch
-        cfg = ModelConfig() if arch == "xlm-roberta" else ModelConfig(embedding_size=16)
+        cfg = ModelConfig() if arch == "xlm-roberta" else ModelConfig(embedding_size=16, sentence_head="sop")
         export_hf(Encoder(cfg, vocab), cfg, str(path), str(out))
         assert {"tokenizer.json", "vocab.json", "merges.txt"} <= set(os.listdir(out))
         fast = transformers.RobertaTokenizerFast.from_pretrained(str(out))
         auto = transformers.AutoTokenizer.from_pretrained(str(out))
         for text in sents[:50] + ["A <mask> in 1977 cost $5 & 30% of £3."]:
-            ids = auto(text)["input_ids"]
-            assert ids[1:-1] == build.encode([text])[0]  # the literal "<mask>" too: text is text
+            ids = auto(text, split_special_tokens=True)["input_ids"]
+            assert ids[1:-1] == build.encode([text])[0]  # the literal "<mask>" too: text is text when split
             if "<mask>" not in text:
                 assert ids[1:-1] == raw.encode(text, add_special_tokens=False).ids
-            assert fast(text)["input_ids"] == ids  # RobertaTokenizerFast, RoBERTa's own pipeline, agrees on text
-        # A <mask> placed in the text: the ids around it are the shards' (no space inserted after it).
-        placed = auto("at the <mask>.", split_special_tokens=False, add_special_tokens=False)["input_ids"]
+                assert auto(text)["input_ids"] == ids
+            # RobertaTokenizerFast, RoBERTa's own pipeline, agrees on text
+            assert fast(text, split_special_tokens=True)["input_ids"] == ids
+        # A <mask> placed in the text (the default): the ids around it are the shards' (no space inserted after it).
+        placed = auto("at the <mask>.", add_special_tokens=False)["input_ids"]
         assert placed == raw.encode("at the", add_special_tokens=False).ids + [4, raw.token_to_id(".")]
-        pair = auto("one two", "three", return_token_type_ids=True)
-        if arch == "xlm-roberta":  # RoBERTa: <s> A </s></s> B </s>
-            assert pair["input_ids"] == [0, *one_two, 2, 2, *three, 2]
-        else:  # ALBERT: <s> A </s> B </s>, segment B has type 1
+        pair = auto("one two", "three")
+        if arch == "xlm-roberta":  # RoBERTa: <s> A </s></s> B </s>, no segment ids
+            assert pair["input_ids"] == [0, *one_two, 2, 2, *three, 2] and "token_type_ids" not in pair
+        else:  # ALBERT trained on pairs (SOP): <s> A </s> B </s>, segment B has type 1
             assert pair["input_ids"] == [0, *one_two, 2, *three, 2]
             assert pair["token_type_ids"] == [0] * (len(one_two) + 2) + [1] * (len(three) + 1)
     with pytest.raises(ValueError, match="pieces"):

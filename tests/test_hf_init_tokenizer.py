@@ -1,9 +1,11 @@
-"""--init refuses a model trained with another tokenizer than the corpus's, in one line with the override.
+"""--init and the model's tokenizer: refused when it is another than the corpus's; exported as the model's.
 
 Vocabulary size and pad id can match by chance (ALBERT's unigram weights and a
 WordPiece corpus of the same size): the manifest records the corpus
 tokenizer's sha256, which one of the model folder's tokenizer files must have,
-or its tokenizer.json must give every id the same token. The models and
+or its tokenizer.json must give every id the same token. The export of a run
+started from a model gives what the model's own tokenizer gives: segment ids
+for a BERT / ALBERT pair, the mask token placed by its text. The models and
 tokenizers are made here (tests/test_hf_init.py); the text is real news.
 """
 
@@ -15,8 +17,9 @@ import subprocess
 import sys
 
 import pytest
+import torch
 from realtext import news_documents, write_jsonl
-from test_hf_init import ROOT, save_hf, wordpiece_json
+from test_hf_init import ROOT, albert_unigram_json, roberta_bpe_json, save_hf, wordpiece_json
 
 from schemas.errors import UserError
 from schemas.tokenizer_files import load_tokenizer
@@ -79,3 +82,67 @@ def test_init_refuses_a_model_of_another_tokenizer_in_one_line(tmp_path):
     with pytest.raises(UserError, match="no tokenizer file .* put the model's tokenizer.json there"):
         check_tokenizer(str(init), manifest, corpus)
 
+
+
+# arch -> (the model's tokenizer.json, its tokenizer class as a hub folder names it)
+INIT_TOKENIZERS = {"bert": (wordpiece_json, "BertTokenizer"), "albert": (albert_unigram_json, "AlbertTokenizer"),
+                   "roberta": (roberta_bpe_json, "RobertaTokenizer")}
+
+
+@pytest.mark.parametrize("arch", list(INIT_TOKENIZERS))
+def test_init_export_tokenizer_gives_the_models_inputs_and_fills_masks(tmp_path, arch):
+    """A model started from with --init, exported: its tokenizer gives a pair the token types of the model's
+    own tokenizer.json (segment B = 1 for BERT / ALBERT, and token_type_ids by default, as the BERT
+    tokenizer class does; none for RoBERTa), the exported model's logits on that pair are our model's,
+    and the plain fill-mask pipeline finds the mask token as the model's own tokenizer places it."""
+    from tokenizers import Tokenizer
+    from transformers import AutoModelForMaskedLM, AutoTokenizer, pipeline
+
+    from trainer.export import export_hf
+    from trainer.hf_init import build_encoder, init_model_config
+
+    make, cls = INIT_TOKENIZERS[arch]
+    data = make([s for d in news_documents(limit=30) for s in d.split(". ")])
+    init, out = tmp_path / "model", tmp_path / "hf"
+    save_hf(str(init), arch, vocab=load_tokenizer(data).vocab_size, max_position_embeddings=66)
+    (init / "tokenizer.json").write_bytes(data)
+    (init / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": cls}))
+    model = build_encoder(str(init)).eval()  # the trainer's model of that folder
+    export_hf(model, init_model_config(str(init)), str(init / "tokenizer.json"), str(out))
+
+    tok_cfg = json.loads((out / "tokenizer_config.json").read_text())
+    segments = arch != "roberta"
+    assert tok_cfg["split_special_tokens"] is False
+    assert ("token_type_ids" in tok_cfg["model_input_names"]) == segments
+    assert tok_cfg.get("do_lower_case") == (True if arch == "bert" else None)  # the WordPiece normalizer lowercases
+    tok = AutoTokenizer.from_pretrained(str(out))
+    raw = Tokenizer.from_str(data.decode())  # the model's own tokenizer.json, as the build encodes with it
+    firsts = ["The council approved the plan.", "Fire crews were called out"]
+    seconds = ["It meets on Monday.", "The government said it would act on the report"]
+    enc = tok(firsts, seconds, padding=True, return_tensors="pt")
+    assert ("token_type_ids" in enc) == segments
+    for i, (a, b) in enumerate(zip(firsts, seconds, strict=True)):
+        want = raw.encode(a, b)
+        n = len(want.ids)
+        assert enc["input_ids"][i, :n].tolist() == want.ids
+        if segments:
+            assert enc["token_type_ids"][i, :n].tolist() == want.type_ids and 1 in want.type_ids
+    if arch == "bert":  # the BERT class's own default call gives the same (the regression this guards)
+        src = AutoTokenizer.from_pretrained(str(init))
+        assert dict(tok(firsts[0], seconds[0])) == dict(src(firsts[0], seconds[0]))
+    hf = AutoModelForMaskedLM.from_pretrained(str(out)).eval()
+    with torch.no_grad():
+        ours = model(**enc)["logits"]
+        theirs = hf(**enc).logits
+    real = enc["attention_mask"].bool()
+    torch.testing.assert_close(theirs[real], ours[real], atol=1e-4, rtol=0)
+
+    text = f"The council approved the {tok.mask_token} plan."
+    preds = pipeline("fill-mask", model=str(out), device="cpu")(text, top_k=2)
+    assert len(preds) == 2 and all(p["token"] < hf.config.vocab_size for p in preds)
+    placed = tok(text)["input_ids"]
+    assert placed == raw.encode(text).ids and placed.count(tok.mask_token_id) == 1  # the model's own placing
+    # Split, the mask token's string is text again, as the build encoded documents (running text: after a
+    # space, which makes a difference to RoBERTa's byte-level tokenizer only).
+    as_text = tok(" " + text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+    assert as_text == load_tokenizer(data).encode([text])[0] and tok.mask_token_id not in as_text

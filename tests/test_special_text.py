@@ -184,8 +184,8 @@ def test_the_export_gives_the_shards_ids_on_every_document(corpus):
     from transformers import AutoTokenizer
 
     kind, out, m, _, hf_dir = corpus
-    hf = AutoTokenizer.from_pretrained(hf_dir)
-    assert hf.split_special_tokens  # a document is encoded as text: its "<mask>" is not the mask token
+    hf = AutoTokenizer.from_pretrained(hf_dir, split_special_tokens=True)  # documents as the build encoded them
+    assert not AutoTokenizer.from_pretrained(hf_dir).split_special_tokens  # the default places <mask> (fill-mask)
     expected = {}
     for doc_id, text in clean_texts(out, m).items():
         enc = hf(split_sentences(text), add_special_tokens=False)["input_ids"]

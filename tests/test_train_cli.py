@@ -259,7 +259,7 @@ def test_the_card_names_no_local_folder_and_states_what_eval_loss_measures(tmp_p
     assert "MLM cross-entropy in nats" in card and "first 3 batches" in card
     assert "evaluation masking rate: 15% of tokens masked (whole_word masking" in card
     assert "training masking: 40% of tokens masked" in card
-    assert 'tokenizer_kwargs={"split_special_tokens": False}' in card
+    assert 'pipeline("fill-mask", model="PATH_OR_HUB_ID")' in card and "split_special_tokens=True" in card
     from trainer.model_card import model_card
 
     cfg = TrainConfig.model_validate({"data": "gs://u:pw@bucket/corpus"})

@@ -226,7 +226,7 @@ def export_hf(model: Encoder, cfg: ModelConfig, spm_model_path: str, out_dir: st
 
     check_exportable(dims, arch)
 
-    tok = tokenizer_files(read_bytes(spm_model_path), arch, dims.max_seq_len)
+    tok = tokenizer_files(read_bytes(spm_model_path), arch, dims.max_seq_len, dims.type_vocab_size)
     if tok.vocab_size != dims.vocab_size:
         raise ValueError(f"the tokenizer has {tok.vocab_size} pieces but the model has "
                          f"vocab_size {dims.vocab_size}")

@@ -4,7 +4,7 @@
 the two things an existing model's architecture and tokenizer need: the check
 that the model's activations can be expressed by the chosen class, and the
 tokenizer files of an ``hf_json`` corpus (the model's own ``tokenizer.json``, as the
-build encoded with it, with a ``tokenizer_config.json`` naming its special tokens).
+build encoded with it, with a ``tokenizer_config.json`` naming its special tokens and inputs).
 Kept apart from ``trainer.hf_init`` (which imports the export's mapping) so
 that the export never imports the importer.
 """
@@ -33,18 +33,28 @@ def check_exportable(dims: ModelDims, arch: str) -> None:
                          f"this model's head uses {dims.lm_head_act}")
 
 
-def hf_json_tokenizer_files(data: bytes, max_len: int) -> dict[str, str]:
+def hf_json_tokenizer_files(data: bytes, max_len: int, token_types: bool) -> dict[str, str]:
     """tokenizer.json, tokenizer_config.json and special_tokens_map.json for an hf_json tokenizer.
 
     The special tokens are named by role as transformers' fast tokenizers expect
     (cls/sep/pad/mask/unk, plus bos/eos for RoBERTa-style ``<s>``/``</s>``), so
     ``AutoTokenizer`` gives the model's own ids and its pair template. The tokenizer.json is the
     given one as the build encoded the corpus with it (``schemas.tokenizer_files.text_only_spec``:
-    the same ids, but a special token's string written in text stays text), and
-    ``split_special_tokens`` is on, so that a document encodes to the shards' ids; a caller places a
-    special token by its text with ``split_special_tokens=False`` (docs/tokenizer.md).
+    the same ids, but a special token's string written in text stays text when transformers splits
+    special tokens). ``split_special_tokens`` is false, as in the model's own Hugging Face
+    tokenizer: a special token's exact string in the input is that token (``[MASK]`` for the
+    fill-mask pipeline); ``split_special_tokens=True`` encodes a document as the shards hold it
+    (docs/tokenizer.md).
+
+    The export sees the model's tokenizer.json only (the corpus's copy), not the rest of its folder,
+    so what the model's tokenizer_config.json would add comes from the model and that file:
+    ``model_input_names`` lists ``token_type_ids`` where the model takes segment ids
+    (``token_types``: BERT and ALBERT), and ``do_lower_case`` is written where the normalizer says
+    whether it lowercases. The class stays the generic ``PreTrainedTokenizerFast``, which follows
+    tokenizer.json as written (a model-specific class of transformers 5 rebuilds parts of the pipeline).
     """
     from schemas.tokenizer_files import load_tokenizer, text_only_spec
+    from trainer.hf_tokenizer import tokenizer_config
 
     roles = load_tokenizer(data).special_tokens
     specials: dict[str, Any] = {"cls_token": roles["<s>"], "sep_token": roles["</s>"],
@@ -53,9 +63,29 @@ def hf_json_tokenizer_files(data: bytes, max_len: int) -> dict[str, str]:
         specials["unk_token"] = roles["<unk>"]
     if roles["<s>"] == "<s>":  # RoBERTa / XLM-R also name them bos / eos
         specials.update(bos_token=roles["<s>"], eos_token=roles["</s>"])
-    tok_cfg = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": max_len,
-               "clean_up_tokenization_spaces": False, "split_special_tokens": True, **specials}
-    spec = text_only_spec(json.loads(data), roles.values())
+    source = json.loads(data)
+    tok_cfg = tokenizer_config(max_len, specials, token_types)
+    lower = lowercases(source.get("normalizer"))
+    if lower is not None:
+        tok_cfg["do_lower_case"] = lower
+    spec = text_only_spec(source, roles.values())
     return {"tokenizer.json": json.dumps(spec, ensure_ascii=False, indent=2),
             "tokenizer_config.json": json.dumps(tok_cfg, indent=2) + "\n",
             "special_tokens_map.json": json.dumps(specials, indent=2) + "\n"}
+
+
+def lowercases(normalizer: dict[str, Any] | None) -> bool | None:
+    """Whether a tokenizer.json normalizer lowercases: a ``BertNormalizer``'s ``lowercase`` or a ``Lowercase``
+    step (in a ``Sequence`` too); None when it has neither (nothing to say)."""
+    if not isinstance(normalizer, dict):
+        return None
+    kind = normalizer.get("type")
+    if kind == "Lowercase":
+        return True
+    if kind == "BertNormalizer":
+        return bool(normalizer.get("lowercase", True))
+    if kind == "Sequence":
+        found = [lowercases(n) for n in normalizer.get("normalizers") or []]
+        found = [f for f in found if f is not None]
+        return any(found) if found else None
+    return None

@@ -20,18 +20,28 @@ leading space added where the text starts, so ids equal the corpus's.
 Special tokens, as the build encodes text and as masked-LM training saw them
 (docs/tokenizer.md, "Special tokens written in text"):
 
-- written in a document, a special token's string is text: the export sets
-  ``split_special_tokens`` (transformers' switch), and its pre-tokenizer cuts
-  the string after its first character as the build does, so ``tok(document)``
-  gives the shards' ids whatever the document holds;
-- placed by the caller (``split_special_tokens=False``, e.g. the fill-mask
-  pipeline's ``tokenizer_kwargs``), a special token takes the whitespace before
-  it and the text after it continues without a new dummy prefix, so
-  ``"at the <mask>."`` gives ``▁at ▁the <mask> .``: a masked word as the shards
-  hold it, where sentencepiece would give ``▁at ▁the ▁ <mask> .`` and a plain
-  Metaspace ``▁at ▁the <mask> ▁ .``. Other user-defined pieces (a reused
-  model's) are matched whole, as transformers does for added tokens, without the
-  lone ``▁`` sentencepiece puts before them.
+- placed by the caller, a special token's exact string in the input is that
+  token (``split_special_tokens`` is false, transformers' default, so that
+  ``pipeline("fill-mask", model=folder)`` finds ``<mask>``). It takes the
+  whitespace before it and the text after it continues without a new dummy
+  prefix, so ``"at the <mask>."`` gives ``▁at ▁the <mask> .``: a masked word as
+  the shards hold it, where sentencepiece would give ``▁at ▁the ▁ <mask> .``
+  and a plain Metaspace ``▁at ▁the <mask> ▁ .``. Other user-defined pieces (a
+  reused model's) are matched whole, as transformers does for added tokens,
+  without the lone ``▁`` sentencepiece puts before them;
+- written in a document, the build encoded such a string as text. With
+  ``split_special_tokens=True`` (a call's argument or ``from_pretrained``'s)
+  the export does too: the pre-tokenizer cuts the string after its first
+  character as the build does, so ``tok(document)`` gives the shards' ids
+  whatever the document holds. transformers cannot split the other special
+  tokens' strings while matching ``<mask>``'s (it marks every named token
+  special), hence the default that the fill-mask pipeline needs.
+
+``tokenizer_config.json`` names the generic ``PreTrainedTokenizerFast``, which
+follows ``tokenizer.json`` as written, and lists ``token_type_ids`` among the
+model's inputs for a model with a second token type (a sentence head's), so that
+``tok(a, b)`` gives the shards' ``<s> A </s> B </s>`` with segment B as type 1,
+as pretraining on pairs used it.
 
 ``tokenizer_files`` gives every tokenizer file of an export folder
 (``tokenizer.json``, ``tokenizer_config.json``, ``special_tokens_map.json``,
@@ -52,6 +62,31 @@ from schemas.tokenizer_files import proto_fields, sentencepiece_literal_rule
 # The two Hugging Face architectures an export targets; the tokenizer's pair template depends on it.
 XLM_ROBERTA = "xlm-roberta"
 ALBERT = "albert"
+# The architectures whose usual configs have a second token type (segment B).
+TOKEN_TYPE_ARCHITECTURES = (ALBERT, "bert")
+_ROBERTA_PAIR = (XLM_ROBERTA, "roberta")  # <s> A </s></s> B </s>, one token type
+
+
+def segment_types(arch: str, type_vocab_size: int | None) -> bool:
+    """Whether a pair's segment B has type 1: the model has a second type row (type_vocab_size >= 2, as
+    a model trained with a sentence head on pair shards), or, where its size is not given, the
+    architecture usually has one (ALBERT, BERT)."""
+    return type_vocab_size >= 2 if type_vocab_size is not None else arch in TOKEN_TYPE_ARCHITECTURES
+
+
+def tokenizer_config(max_len: int, specials: dict[str, Any], token_types: bool) -> dict[str, Any]:
+    """The tokenizer_config.json fields every export writes (then a kind's own ones).
+
+    ``split_special_tokens`` false: a special token's exact string in the input is that token, as
+    transformers' tokenizers and the fill-mask pipeline expect (the build encoded it as text;
+    ``split_special_tokens=True`` gives the shards' ids). ``model_input_names`` lists
+    ``token_type_ids`` where the model takes segment ids (``token_types``), so ``tok(a, b)`` gives
+    segment B its type as pretraining did.
+    """
+    names = ["input_ids", "token_type_ids", "attention_mask"] if token_types else ["input_ids", "attention_mask"]
+    return {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": max_len,
+            "clean_up_tokenization_spaces": False, "split_special_tokens": False, "model_input_names": names,
+            **specials}
 
 
 def spm_normalizer_spec(model_bytes: bytes) -> dict[str, Any]:
@@ -152,12 +187,13 @@ def _check_whitespace(pieces: list[SpmPiece]) -> None:
                              "treat_whitespace_as_suffix=true); the export cannot reproduce it")
 
 
-def build_tokenizer_json(model_bytes: bytes, arch: str = XLM_ROBERTA) -> str:
+def build_tokenizer_json(model_bytes: bytes, arch: str = XLM_ROBERTA, type_vocab_size: int | None = None) -> str:
     """tokenizer.json (HF tokenizers format) giving the SentencePiece model's ids.
 
     A unigram model becomes a tokenizers Unigram with the same pieces and scores;
     a BPE model becomes a tokenizers BPE with merge rules derived from its pieces
-    (see bpe_merges). ValueError for a model it cannot reproduce.
+    (see bpe_merges). ValueError for a model it cannot reproduce. The pair template
+    follows the architecture and the model's token types (``_pair_template``).
     """
     import sentencepiece as spm
     from tokenizers import AddedToken, Tokenizer, decoders
@@ -198,7 +234,7 @@ def build_tokenizer_json(model_bytes: bytes, arch: str = XLM_ROBERTA) -> str:
     # does; left in the vocabulary alone, the model would only ever spell them out.
     tok.add_tokens([AddedToken(p.piece, special=False, normalized=True) for p in pieces
                     if p.type == PIECE_USER_DEFINED and p.piece not in SPECIAL_TOKENS])
-    tok.post_processor = _pair_template(arch)
+    tok.post_processor = _pair_template(arch, type_vocab_size)
     return tok.to_str(pretty=True)
 
 
@@ -228,21 +264,25 @@ def _text_pipeline(tok: Any, spec: dict[str, Any], literal: str) -> None:
     tok.pre_tokenizer = pre_tokenizers.Sequence([*words, metaspace, cut])
 
 
-def _pair_template(arch: str) -> Any:
-    """The post-processor: RoBERTa's <s> A </s> </s> B </s> (one segment type) or BERT/ALBERT's with type 1."""
+def _pair_template(arch: str, type_vocab_size: int | None = None) -> Any:
+    """The post-processor: RoBERTa's <s> A </s> </s> B </s> (one segment type), or the shards' pair layout
+    <s> A </s> B </s> with segment B as type 1 where the model has that type (segment_types), as type 0
+    for an ALBERT / BERT export with one type."""
     from tokenizers import processors
 
     bos, eos = "<s>", "</s>"
-    if arch == XLM_ROBERTA:
+    if segment_types(arch, type_vocab_size):
+        pair = f"{bos}:0 $A:0 {eos}:0 $B:1 {eos}:1"
+    elif arch in _ROBERTA_PAIR:
         pair = f"{bos} $A {eos} {eos} $B {eos}"
     else:
-        pair = f"{bos}:0 $A:0 {eos}:0 $B:1 {eos}:1"
+        pair = f"{bos} $A {eos} $B {eos}"
     return processors.TemplateProcessing(
         single=f"{bos} $A {eos}", pair=pair,
         special_tokens=[(bos, SPECIAL_TOKENS[bos]), (eos, SPECIAL_TOKENS[eos])])
 
 
-def build_byte_bpe_files(data: bytes, arch: str = XLM_ROBERTA) -> dict[str, str]:
+def build_byte_bpe_files(data: bytes, arch: str = XLM_ROBERTA, type_vocab_size: int | None = None) -> dict[str, str]:
     """tokenizer.json, vocab.json and merges.txt of a byte-level BPE corpus tokenizer (schemas.tokenizer_files).
 
     The trained file is kept (its RobertaProcessing already gives RoBERTa's pair
@@ -250,9 +290,9 @@ def build_byte_bpe_files(data: bytes, arch: str = XLM_ROBERTA) -> dict[str, str]
     after a space, and ByteLevel's ``add_prefix_space`` would add one after every
     special token placed in the text too (``<mask>.`` as ``<mask> Ġ .``, never seen in
     training). A Metaspace step whose "space" is a space adds it only where the text
-    starts (``prepend_scheme: first``), then ByteLevel runs without its own. An ALBERT
-    export gets segment ids for the pair. vocab.json and merges.txt are the GPT-2
-    files that RobertaTokenizer (slow) reads too.
+    starts (``prepend_scheme: first``), then ByteLevel runs without its own. Any other
+    pair layout than RoBERTa's (``_pair_template``) replaces the trained one.
+    vocab.json and merges.txt are the GPT-2 files that RobertaTokenizer (slow) reads too.
     """
     from tokenizers import Tokenizer, pre_tokenizers
 
@@ -263,8 +303,8 @@ def build_byte_bpe_files(data: bytes, arch: str = XLM_ROBERTA) -> dict[str, str]
     tok.pre_tokenizer = pre_tokenizers.Sequence([
         pre_tokenizers.Metaspace(replacement=" ", prepend_scheme="first", split=False),
         pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True)])
-    if arch != XLM_ROBERTA:
-        tok.post_processor = _pair_template(arch)
+    if arch not in _ROBERTA_PAIR or segment_types(arch, type_vocab_size):
+        tok.post_processor = _pair_template(arch, type_vocab_size)
     spec = json.loads(tok.to_str())
     vocab = dict(sorted(spec["model"]["vocab"].items(), key=lambda kv: kv[1]))
     merges = [m if isinstance(m, str) else " ".join(m) for m in spec["model"]["merges"]]
@@ -287,13 +327,20 @@ class TokenizerFiles:
     special_ids: dict[str, int] | None = None  # an hf_json tokenizer's own ids (None: shardforge's)
 
 
-def tokenizer_files(data: bytes, arch: str, max_seq_len: int) -> TokenizerFiles:
+def tokenizer_files(data: bytes, arch: str, max_seq_len: int, type_vocab_size: int | None = None) -> TokenizerFiles:
     """Every tokenizer file of an export folder from the corpus's tokenizer file (any kind).
 
     Built (and special ids validated) before anything is written. A
     SentencePiece model is converted to tokenizer.json and copied as spm.model;
     a byte-level BPE tokenizer.json is kept, with vocab.json and merges.txt; a
     foreign tokenizer.json (hf_json) is kept as it is, with its own special ids.
+
+    type_vocab_size: the model's. With a second type, a pair is the shards' <s> A </s> B </s> with
+    segment B as type 1, and ``token_type_ids`` is among the tokenizer's outputs; with one, a pair
+    has no segment ids. Where it is not given, an existing model's tokenizer (hf_json) takes its
+    architecture's usual token types (BERT, ALBERT), and ours the pair template of the architecture
+    without ``token_type_ids`` among the outputs: an ALBERT-shaped model trained without a
+    sentence head has a single type, which a segment id of 1 would overrun.
     """
     from schemas.tokenizer_files import BYTE_BPE, HF_JSON, load_tokenizer, tokenizer_kind
 
@@ -302,21 +349,21 @@ def tokenizer_files(data: bytes, arch: str, max_seq_len: int) -> TokenizerFiles:
         from trainer.hf_files import hf_json_tokenizer_files
 
         foreign = load_tokenizer(data)
-        return TokenizerFiles(dict(hf_json_tokenizer_files(data, max_seq_len)), foreign.vocab_size,
+        token_types = segment_types(arch, type_vocab_size)
+        return TokenizerFiles(dict(hf_json_tokenizer_files(data, max_seq_len, token_types)), foreign.vocab_size,
                               foreign.special_ids)
     byte_bpe = kind == BYTE_BPE
     files: dict[str, str | bytes]
     if byte_bpe:
         from tokenizers import Tokenizer
 
-        files = dict(build_byte_bpe_files(data, arch))
+        files = dict(build_byte_bpe_files(data, arch, type_vocab_size))
         n_pieces = Tokenizer.from_str(str(files["tokenizer.json"])).get_vocab_size(with_added_tokens=True)
     else:
-        files = {"tokenizer.json": build_tokenizer_json(data, arch)}
+        files = {"tokenizer.json": build_tokenizer_json(data, arch, type_vocab_size)}
         n_pieces = len(json.loads(files["tokenizer.json"])["model"]["vocab"])
     specials = _special_tokens_map()
-    tok_cfg: dict[str, Any] = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": max_seq_len,
-                               "clean_up_tokenization_spaces": False, "split_special_tokens": True, **specials}
+    tok_cfg = tokenizer_config(max_seq_len, specials, type_vocab_size is not None and type_vocab_size >= 2)
     if byte_bpe:
         # The corpus encodes every sentence with a leading space (pipelines.tokenizer.train.train_byte_bpe).
         # The generic class follows tokenizer.json (its pre-tokenizer and pair template); transformers 5's

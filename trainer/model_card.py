@@ -5,7 +5,7 @@ What a reader of the Hugging Face folder needs: the Hub's metadata (``library_na
 (the model it started from with ``--init``, the class it is exported as), what the run
 did (steps of the planned steps, tokens seen, the last evaluation and what its loss
 measures: the MLM cross-entropy in nats at the evaluation's masking rate, or why there
-is none), how to use it (a fill-mask snippet that places the mask token by its text),
+is none), how to use it (a plain fill-mask snippet, and how to encode documents as the corpus did),
 the corpus (version, tokenizer kind and sha256, packing rule, tokens per split) and
 the run's config. Tokens and eval loss come from the run's ``metrics.jsonl`` (the last
 record of each step, so steps a resumed run repeated count once); absent values are
@@ -34,12 +34,15 @@ CLASS_NAMES = {"roberta": "RobertaForMaskedLM", "xlm-roberta": "XLMRobertaForMas
 DEFAULT_LICENSE = "other"
 
 USAGE = '''```python
-from transformers import pipeline
+from transformers import AutoTokenizer, pipeline
 
-# A special token's string inside a text is text to this tokenizer (split_special_tokens: true, as the
-# corpus was encoded); split_special_tokens=False places the mask token by its string.
-fill = pipeline("fill-mask", model="PATH_OR_HUB_ID", tokenizer_kwargs={"split_special_tokens": False})
+fill = pipeline("fill-mask", model="PATH_OR_HUB_ID")
 print(fill(f"The capital of France is {fill.tokenizer.mask_token}."))
+
+# The tokenizer reads a special token's exact string in its input (the mask token's, the start and
+# separator tokens') as that token (split_special_tokens: false). The training corpus encoded such a
+# string written in a document as plain text; to encode documents exactly as pretraining saw them:
+tok = AutoTokenizer.from_pretrained("PATH_OR_HUB_ID", split_special_tokens=True)
 ```'''
 
 
