@@ -356,6 +356,9 @@ class OptimConfig(Strict):
     eps: float = 1e-6
     weight_decay: float = 0.01
     warmup_steps: int = Field(0, ge=0)
+    # Hugging Face's warmup_ratio: warmup_steps = ceil(ratio × steps) once the steps are known (max_tokens
+    # included); only when warmup_steps is 0, as in Hugging Face.
+    warmup_ratio: float | None = Field(None, ge=0, lt=1)
     # After the warmup: linear decay to 0 at the last step (BERT / RoBERTa), cosine decay to 0, or constant.
     schedule: Literal["linear", "cosine", "constant"] = "linear"
     clip_norm: float | None = 1.0
@@ -409,6 +412,9 @@ class TrainConfig(Strict):
     max_tokens: int | None = Field(None, ge=1)
     # Stop (with a checkpoint) once this step is reached, e.g. before a scheduled preemption.
     stop_at: int | None = Field(None, ge=1)
+    # Resuming a run that trained on another corpus (BERT's 128-token phase, then 512): model, optimizer,
+    # schedule and step carry on, and this corpus is read from its start. Without it that is refused.
+    switch_corpus: bool = False
     batch_size: int = Field(8, ge=1)  # sequences per micro-batch per rank
     # Global batch target; gradient accumulation fills it (None: one micro-batch).
     global_batch_sequences: int | None = None

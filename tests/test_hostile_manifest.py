@@ -356,8 +356,8 @@ def test_resume_skips_a_truncated_newest_checkpoint_and_says_so(corpus, tmp_path
     r = run(*train_args(root, out, 4, "checkpoint_every=2"))
     assert r.returncode == 0, r.stderr[-4000:]
     ckpts = sorted(os.listdir(os.path.join(out, "checkpoints")))
-    assert ckpts == ["ckpt-00000002.pt", "ckpt-00000004.pt"]
-    newest = os.path.join(out, "checkpoints", ckpts[-1])
+    assert ckpts == ["ckpt-00000002.pt", "ckpt-00000002.pt.sha256", "ckpt-00000004.pt", "ckpt-00000004.pt.sha256"]
+    newest = os.path.join(out, "checkpoints", "ckpt-00000004.pt")
     with open(newest, "r+b") as f:  # a full disk / an interrupted copy
         f.truncate(os.path.getsize(newest) // 2)
     r = run(*train_args(root, out, 6, "checkpoint_every=2"))
@@ -367,14 +367,28 @@ def test_resume_skips_a_truncated_newest_checkpoint_and_says_so(corpus, tmp_path
     assert "resumed from" in r.stderr and "ckpt-00000002.pt at step 2" in r.stderr
     assert "trained to step 6" in r.stdout
     rows = [json.loads(x) for x in open(os.path.join(out, "metrics.jsonl"))]
-    assert [x["step"] for x in rows][-4:] == [3, 4, 5, 6]  # steps 3-4 were trained again
+    assert [x["step"] for x in rows] == [1, 2, 3, 4, 5, 6]  # steps 3-4 trained again, logged once
+
+    # Bytes flipped inside the newest (its size unchanged: torch.load would take it): its sha256 says so.
+    newest = os.path.join(out, "checkpoints", "ckpt-00000006.pt")
+    with open(newest, "r+b") as f:
+        f.seek(os.path.getsize(newest) // 2)
+        chunk = f.read(64)
+        f.seek(-len(chunk), os.SEEK_CUR)
+        f.write(bytes(b ^ 0xFF for b in chunk))
+    r = run(*train_args(root, out, 8, "checkpoint_every=2"))
+    assert r.returncode == 0, r.stderr[-4000:]
+    skipped = [x for x in r.stderr.splitlines() if "skipping checkpoint" in x]
+    assert len(skipped) == 1 and "ckpt-00000006.pt" in skipped[0] and "do not match the sha256" in skipped[0], skipped
+    assert "ckpt-00000004.pt at step 4" in r.stderr
 
     # Every checkpoint damaged: one clear line, not a silent restart from scratch.
     for name in os.listdir(os.path.join(out, "checkpoints")):
         path = os.path.join(out, "checkpoints", name)
-        with open(path, "r+b") as f:
-            f.truncate(100)
-    r = run(*train_args(root, out, 8, "checkpoint_every=2"))
+        if name.endswith(".pt"):
+            with open(path, "r+b") as f:
+                f.truncate(100)
+    r = run(*train_args(root, out, 10, "checkpoint_every=2"))
     one_error_line(r, "none of the", "checkpoints in", "loads")
     assert len([x for x in r.stderr.splitlines() if "skipping checkpoint" in x]) == 3
 
@@ -459,7 +473,7 @@ def test_export_of_a_malicious_checkpoint_is_one_line_and_runs_nothing(corpus, t
     run_dir = tmp_path / "trained"
     r = run(*train_args(root, str(run_dir), 1))
     assert r.returncode == 0, r.stderr[-3000:]
-    good = torch.load(next((run_dir / "checkpoints").iterdir()), weights_only=True)
+    good = torch.load(run_dir / "checkpoints" / "ckpt-00000001.pt", weights_only=True)
     cases = {
         "evil.pt": (_checkpoint_file(str(tmp_path / "evil.pt"), pickled=pickle.dumps({"model": Evil()}, protocol=2)),
                     "it names posix.system, which no checkpoint holds; refused without running any of it"),

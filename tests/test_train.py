@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import shutil
@@ -14,6 +15,7 @@ import time
 import pytest
 
 from schemas.config import TrainConfig
+from schemas.errors import UserError
 from trainer.checkpoint import list_checkpoints, load_checkpoint
 from trainer.loggers import read_metrics
 from trainer.train import train
@@ -63,14 +65,96 @@ def test_exact_resume_matches_uninterrupted_run(corpus, tmp_path):
     full, part = str(tmp_path / "full"), str(tmp_path / "part")
     train(cfg(corpus, full, steps=12))
     train(cfg(corpus, part, steps=12, stop_at=5))  # stopped at step 5 with a checkpoint
+    with open(os.path.join(part, "metrics.jsonl"), "a") as f:  # steps logged after it, then lost (SIGKILL)
+        f.write('{"step": 6, "loss": 99.0}\n{"step": 7, "lo')
     train(cfg(corpus, part, steps=12))  # resumed
     a, b = read_metrics(full), read_metrics(part)
-    assert [r["step"] for r in b] == list(range(1, 13))
+    assert [r["step"] for r in b] == list(range(1, 13))  # steps 6-7 once: the lost timeline's records went
     for ra, rb in zip(a, b, strict=True):
         assert abs(ra["loss"] - rb["loss"]) <= 1e-6, (ra["step"], ra["loss"], rb["loss"])
     sa = load_checkpoint(list_checkpoints(full)[-1][1])["model"]
     sb = load_checkpoint(list_checkpoints(part)[-1][1])["model"]
     assert all(bool((sa[k] == sb[k]).all()) for k in sa)
+
+
+def test_no_resume_refuses_a_folder_holding_checkpoints(corpus, tmp_path):
+    """--no-resume into an earlier run's folder: keep_last (newest by step) removed the new run's
+    checkpoints as soon as they were written, and export then shipped the old model."""
+    out = str(tmp_path / "run")
+    train(cfg(corpus, out, steps=6, checkpoint_every=3, keep_last=3))
+    with pytest.raises(UserError, match=r"--no-resume: .*checkpoints holds 2 checkpoints of an earlier run \(up to "
+                                        r"step 6\); a new run there would mix with them"):
+        train(cfg(corpus, out, steps=2, resume=False))
+    assert [s for s, _ in list_checkpoints(out)] == [3, 6]
+
+
+def test_a_checkpoint_temporary_left_by_sigkill_is_removed_when_the_run_resumes(corpus, tmp_path):
+    from shardforge.storage import STALE_TMP_LOCAL_S, tmp_name
+
+    out = str(tmp_path / "run")
+    train(cfg(corpus, out, steps=4, stop_at=2))
+    left = tmp_name(os.path.join(out, "checkpoints", "ckpt-00000004.pt"))  # what a SIGKILL mid-write leaves
+    open(left, "wb").write(b"\0" * 1000)
+    old = time.time() - STALE_TMP_LOCAL_S - 1
+    os.utime(left, (old, old))
+    train(cfg(corpus, out, steps=4))
+    assert not os.path.exists(left) and [s for s, _ in list_checkpoints(out)] == [2, 4]
+
+
+def test_a_checkpoint_past_the_step_resumed_from_is_removed_never_the_new_one(tmp_path):
+    from trainer.checkpoint import save_checkpoint
+
+    run = str(tmp_path / "run")
+    for step in (4, 8, 12):
+        save_checkpoint(run, step, {"step": step}, keep_last=3)
+    # resumed from 4 (8 and 12 did not load): writing 8 again keeps 4 and the new 8, drops the old 12
+    save_checkpoint(run, 8, {"step": 8, "new": True}, keep_last=1)
+    assert [s for s, _ in list_checkpoints(run)] == [8]
+    assert load_checkpoint(list_checkpoints(run)[0][1]) == {"step": 8, "new": True}
+
+
+def test_a_resume_that_changes_the_optimizer_is_one_line_and_a_corpus_switch_is_explicit(corpus, tmp_path):
+    out = str(tmp_path / "run")
+    train(cfg(corpus, out, steps=6, stop_at=3))
+    with pytest.raises(UserError, match=r"resumes its optimizer and schedule as saved, and this run changes them "
+                                        r"\(optim.name 'adamw' -> 'lamb'; optim.lr 0.003 -> 0.01\)"):
+        train(cfg(corpus, out, steps=6, optim={"lr": 0.01, "name": "lamb"}))
+    other = str(tmp_path / "other")  # another corpus of the same tokenizer: one train shard fewer
+    shutil.copytree(corpus, other)
+    spec = json.load(open(os.path.join(other, "manifest.json")))
+    train_shards = [s for s in spec["shards"] if s["split"] == "train"]
+    spec["shards"] = [s for s in spec["shards"] if s is not train_shards[-1]]
+    open(os.path.join(other, "manifest.json"), "w").write(json.dumps(spec))
+    with pytest.raises(UserError, match="switch_corpus=true"):
+        train(cfg(other, out, steps=6))
+    res = train(cfg(other, out, steps=6, switch_corpus=True))
+    assert res["steps"] == 6 and [r["step"] for r in read_metrics(out)][-3:] == [4, 5, 6]
+
+
+def test_a_corpus_longer_than_the_models_positions_is_one_line_before_any_work(corpus, tmp_path):
+    n = json.load(open(os.path.join(corpus, "manifest.json")))["max_seq_len"]
+    with pytest.raises(UserError, match=rf"^corpus sequences are up to {n} tokens; this model takes {n - 8} "
+                                        rf"\(model.max_positions {n - 6}\): --set model.max_positions={n + 2}, or a "
+                                        rf"corpus built with --max_seq_len {n - 8}$"):
+        train(cfg(corpus, str(tmp_path / "run"), model={"max_positions": n - 6}))
+    assert not os.path.exists(tmp_path / "run" / "checkpoints")
+
+
+def test_warmup_ratio_sets_the_warmup_steps_once_the_steps_are_known(corpus, tmp_path):
+    out = str(tmp_path / "run")
+    train(cfg(corpus, out, steps=10, log_every=1, optim={"warmup_steps": 0, "warmup_ratio": 0.25}))
+    assert load_checkpoint(list_checkpoints(out)[-1][1])["config"]["optim"]["warmup_steps"] == 3  # ceil(2.5)
+    same = str(tmp_path / "same")
+    train(cfg(corpus, same, steps=10, log_every=1, optim={"warmup_steps": 3}))
+    assert [r["lr"] for r in read_metrics(out)] == [r["lr"] for r in read_metrics(same)]
+
+
+def test_a_corpus_is_never_a_runs_output(corpus, tmp_path):
+    data = str(tmp_path / "corpus")
+    shutil.copytree(corpus, data)
+    with pytest.raises(UserError, match=r"is a corpus \(it holds manifest.json\); a run writes its checkpoints"):
+        train(cfg(data, data))
+    assert sorted(os.listdir(data)) == sorted(os.listdir(corpus))
 
 
 def test_streams_from_gcs_emulator(corpus, gcs_bucket):
@@ -101,10 +185,12 @@ def test_sigterm_saves_a_checkpoint(corpus, tmp_path):
         time.sleep(0.2)
     proc.send_signal(signal.SIGTERM)
     output, _ = proc.communicate(timeout=120)
-    assert proc.returncode == 0, output
+    # not 0: a scheduler must not take a preempted run for a finished one (a shell's 128 + SIGTERM)
+    assert proc.returncode == 143, output
     ckpts = list_checkpoints(out)
     assert ckpts and 0 < ckpts[-1][0] < 100000
-    assert "SIGTERM" in output
+    assert f"preempted (SIGTERM) at step {ckpts[-1][0]} of 100000: run the same command again to resume from " \
+        f"the checkpoint of step {ckpts[-1][0]}" in output, output[-2000:]
 
 
 class Trainer:
@@ -160,7 +246,7 @@ def test_a_shard_claiming_samples_it_lacks_costs_no_time_and_sigterm_still_stops
     run.wait_for(lambda text: len(read_metrics(out)) >= found + 10)  # ten more steps after the shard's claim
     output = run.terminate(30)
     assert "skipping corrupt shard" in output and len(read_metrics(out)) >= found + 10, output[-3000:]
-    assert run.proc.returncode == 0 and "SIGTERM" in output and list_checkpoints(out)
+    assert run.proc.returncode == 143 and "SIGTERM" in output and list_checkpoints(out)
 
 
 class StallingStore:
@@ -220,8 +306,9 @@ def test_sigterm_while_the_data_stalls_ends_the_run_within_seconds(corpus, tmp_p
         assert store.asked.wait(90), "".join(run.lines)[-3000:]
         time.sleep(0.5)  # the trainer now waits for bytes that never come
         output = run.terminate(15)
-    assert run.proc.returncode == 0 and "Traceback" not in output, output[-3000:]
+    assert run.proc.returncode == 143 and "Traceback" not in output, output[-3000:]
     assert "SIGTERM: still waiting for data 2 s later; exiting without a checkpoint" in output
+    assert "run the same command again to resume from its last checkpoint" in output
     assert not list_checkpoints(out)
 
 

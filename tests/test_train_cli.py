@@ -66,6 +66,13 @@ def test_resume_from_checkpoint_continues_a_run_under_run_mlms_name(tmp_path) ->
         resolved("--resume_from_checkpoint", str(run / "checkpoints" / "ckpt-00000010.pt"))
     with pytest.raises(UserError, match="but --output is"):
         resolved("--resume_from_checkpoint", str(run), "--output", str(tmp_path / "other"))
+    # a mistyped path, or a folder with nothing to resume, does not start a run over
+    (tmp_path / "empty").mkdir()
+    for nothing in (tmp_path / "r2", tmp_path / "empty"):
+        with pytest.raises(UserError, match=rf"--resume_from_checkpoint {nothing}: no checkpoint in "
+                                            rf"{nothing}/checkpoints to resume from \(to start a new run there, "
+                                            r"give --output\)"):
+            resolved("--resume_from_checkpoint", str(nothing))
 
 
 def test_a_train_config_key_spelled_wrong_is_answered_like_a_flag(tmp_path) -> None:

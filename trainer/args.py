@@ -4,9 +4,10 @@ trainer imports torch (seconds on a cold start), by ``python -m trainer.train``,
 
 Every flag of the trainer but the corpus, recipe and config file sets one key of the train config
 (``CONFIG_FLAGS``; the names a Hugging Face ``run_mlm.py`` user types are accepted too:
-``--learning_rate``, ``--mlm_probability``, ``--gradient_accumulation_steps``, ...). ``--help``
-shows each flag's config key and default (read from ``schemas.config`` only when help is printed)
-and lists every key ``--set`` takes.
+``--learning_rate``, ``--mlm_probability``, ``--output_dir``, ``--bf16``, ...). A run_mlm flag with no
+equivalent here (``--num_train_epochs``, ``--do_eval``, ...: ``NO_EQUIVALENT``) is one line saying what
+to give instead, exit 2. ``--help`` shows each flag's config key and default (read from
+``schemas.config`` only when help is printed) and lists every key ``--set`` takes.
 """
 
 from __future__ import annotations
@@ -14,11 +15,11 @@ from __future__ import annotations
 import argparse
 import json
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from shardforge.console.args import ArgumentParser
+from shardforge.console.args import ArgumentParser, option_strings, unknown_args_message
 
 DESCRIPTION = """Train an encoder on a shardforge corpus: stream shards, mask on the device, step, log, checkpoint.
 
@@ -29,6 +30,8 @@ DESCRIPTION = """Train an encoder on a shardforge corpus: stream shards, mask on
 Settings apply in this order, later wins: --recipe, --config, the flags below, --set KEY=VALUE.
 The defaults shown are the train config's own; a recipe or config file sets its own values
 (--print-config prints what a run will use). A rerun into the same --output resumes it.
+Hugging Face run_mlm.py's flag names work too (each flag's second name); one with no equivalent here
+(--num_train_epochs, --max_seq_length, --do_eval, ...) says what to give instead.
 """
 
 
@@ -64,6 +67,8 @@ CONFIG_FLAGS: dict[str, list[ConfigFlag]] = {
     "optimizer and schedule": [
         ConfigFlag(("--lr", "--learning_rate"), "optim.lr", "Peak learning rate.", float),
         ConfigFlag(("--warmup_steps",), "optim.warmup_steps", "Steps of linear warmup from 0 to the peak.", int),
+        ConfigFlag(("--warmup_ratio",), "optim.warmup_ratio",
+                   "Warmup as a share of the run's steps (run_mlm's; when --warmup_steps is 0).", float),
         ConfigFlag(("--schedule", "--lr_scheduler_type"), "optim.schedule",
                    "After the warmup: linear decay to 0, cosine decay to 0, or constant.",
                    choices=("linear", "cosine", "constant")),
@@ -71,6 +76,13 @@ CONFIG_FLAGS: dict[str, list[ConfigFlag]] = {
                    choices=("adamw", "lamb")),
         ConfigFlag(("--weight_decay",), "optim.weight_decay", "Decoupled weight decay (not on biases, LayerNorm).",
                    float),
+        ConfigFlag(("--beta1", "--adam_beta1"), "optim.beta1", "The optimizer's first-moment decay (AdamW, LAMB).",
+                   float),
+        ConfigFlag(("--beta2", "--adam_beta2"), "optim.beta2", "The optimizer's second-moment decay (AdamW, LAMB).",
+                   float),
+        ConfigFlag(("--eps", "--adam_epsilon"), "optim.eps", "The optimizer's epsilon (AdamW, LAMB).", float),
+        ConfigFlag(("--clip_norm", "--max_grad_norm"), "optim.clip_norm",
+                   "Clip the gradients' global norm to this (0: no clipping).", float),
     ],
     "model and masking": [
         ConfigFlag(("--model_size",), "model.size", "Encoder size (docs/models.md).",
@@ -100,6 +112,47 @@ CONFIG_FLAGS: dict[str, list[ConfigFlag]] = {
                    "same seed, corpus and config repeats the run).", int),
     ],
 }
+
+
+# run_mlm.py / TrainingArguments flags with no equivalent here: each is one line saying what to give instead.
+NO_EQUIVALENT: dict[str, str] = {
+    "--num_train_epochs": "the length is --steps or --max_tokens (tokens); one epoch is the train split's tokens "
+                          "(shardforge inspect CORPUS shows them)",
+    "--max_seq_length": "set by the corpus: build it (or shardforge repack it) with --max_seq_len",
+    "--overwrite_output_dir": "a rerun into the same --output resumes from its newest checkpoint; to start "
+                              "over, give a new --output (or remove its checkpoints/)",
+    "--do_train": "training always runs; evaluation is --eval_every N and --eval_batches N (0: none)",
+    "--do_eval": "evaluation runs every --eval_every steps and at the last step on --eval_batches valid batches "
+                 "(--eval_batches 0: none)",
+    "--per_device_eval_batch_size": "evaluation batches are --batch_size sequences; --eval_batches sets how many",
+    "--report_to": "metrics.jsonl and TensorBoard (--set trackers.tensorboard=false: off) are written to --output; "
+                   "--set trackers.wandb=true or trackers.mlflow=true adds W&B or MLflow",
+    "--logging_dir": "the logs go into --output (metrics.jsonl, TensorBoard in tb/)",
+}
+
+
+class NoEquivalent(argparse.Action):
+    """A flag of NO_EQUIVALENT: one line saying what to give instead, exit 2 (with or without a value)."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs="?", help=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        parser.error(f"{option_string}: {NO_EQUIVALENT[self.option_strings[0]]}")
+
+
+def bool_value(text: str) -> bool:
+    """A boolean flag's optional value as Hugging Face's parser reads it (true/false, yes/no, 1/0)."""
+    if text.lower() in ("true", "t", "yes", "y", "1"):
+        return True
+    if text.lower() in ("false", "f", "no", "n", "0"):
+        return False
+    raise argparse.ArgumentTypeError(f"true or false, not {text!r}")
+
+
+# run_mlm's precision switches: --bf16 is --precision bf16, --fp16 is --precision fp16 (a value of false: unset).
+PRECISION_SWITCHES = ("bf16", "fp16")
 
 
 def config_flags() -> list[ConfigFlag]:
@@ -157,11 +210,18 @@ class TrainHelpFormatter(argparse.RawDescriptionHelpFormatter):
 
 
 class TrainParser(ArgumentParser):
-    """The trainer's parser: --help ends with every --set key (worked out only when help is printed)."""
+    """The trainer's parser: --help ends with every --set key (worked out only when help is printed), and an
+    unknown flag's suggestion is a flag that works (none of NO_EQUIVALENT)."""
 
     def format_help(self) -> str:
         self.epilog = set_keys_text()
         return super().format_help()
+
+    def parse_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:  # type: ignore[override]
+        ns, extra = self.parse_known_args(args, namespace)
+        if extra:
+            self.error(unknown_args_message(extra, [s for s in option_strings(self) if s not in NO_EQUIVALENT]))
+        return ns
 
 
 def train_parser() -> ArgumentParser:
@@ -172,15 +232,18 @@ def train_parser() -> ArgumentParser:
     p.add_argument("--mix", action="append", metavar="URL=WEIGHT",
                    help="Mix several corpora (repeat the flag): URL=0.7 is a share of the training tokens, "
                         "URL=x2 repeats a corpus twice as often as its size gives (fairseq upsampling).")
-    p.add_argument("--output", help="Run folder URL: checkpoints, metrics.jsonl, TensorBoard logs (default runs/run). "
-                                    "A run folder that holds checkpoints is resumed from its newest.")
+    p.add_argument("--output", "--output_dir", help="Run folder URL: checkpoints, metrics.jsonl, TensorBoard logs "
+                                                    "(default runs/run). A run folder that holds checkpoints is "
+                                                    "resumed from its newest.")
     p.add_argument("--recipe", help="Named recipe of a paper (roberta-base, albert-large, spanbert-base, cpu, ...: "
                                     "docs/recipes.md); --config, flags and --set override it.")
     p.add_argument("--config", help="Train config YAML/JSON (examples/train.yaml); flags override it.")
     p.add_argument("--print-config", action="store_true",
                    help="Print the resolved config (recipe + config + flags + --set) as YAML and exit.")
-    p.add_argument("--init", help="Continue pretraining a Hugging Face model folder (Roberta/XLMRoberta/Bert/"
-                                  "AlbertForMaskedLM): its shape and weights (docs/continued-pretraining.md).")
+    p.add_argument("--init", "--model_name_or_path",
+                   help="Continue pretraining a Hugging Face model folder (Roberta/XLMRoberta/Bert/"
+                        "AlbertForMaskedLM): its shape and weights (docs/continued-pretraining.md); a local or "
+                        "fsspec folder, never a Hub name (nothing is downloaded).")
     p.add_argument("--follow", action="store_true", default=None,
                    help="Follow a served corpus: adopt its latest version at every epoch boundary.")
     p.add_argument("--resume", action=argparse.BooleanOptionalAction, default=None,
@@ -195,6 +258,13 @@ def train_parser() -> ArgumentParser:
             action = group.add_argument(*f.names, dest=f.dest, type=f.type, choices=f.choices, help=f.help,
                                         metavar=f.type.__name__.upper() if f.type in (int, float) else None)
             action.config_key = f.key  # type: ignore[attr-defined]
+        if title == "precision and devices":
+            for name in PRECISION_SWITCHES:
+                action = group.add_argument(f"--{name}", nargs="?", const=True, default=None, type=bool_value,
+                                            metavar="true|false", help=f"--precision {name}, under run_mlm's name.")
+                action.config_key = "precision"  # type: ignore[attr-defined]
+    for name in NO_EQUIVALENT:
+        p.add_argument(name, action=NoEquivalent)
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="Override any config key, e.g. --set model.dropout=0.0 --set masking.span_p=0.2 "
                         "(keys: the list below).")
@@ -207,6 +277,13 @@ def parse_train_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.steps is not None and args.max_tokens is not None:
         p.error("give --steps or --max_tokens, not both")
+    switched = [name for name in PRECISION_SWITCHES if getattr(args, name)]
+    if len(switched) > 1:
+        p.error("give --bf16 or --fp16, not both")
+    if switched:  # --bf16 / --fp16 set precision as --precision does
+        if args.precision not in (None, switched[0]):
+            p.error(f"give --{switched[0]} or --precision {args.precision}, not both")
+        args.precision = switched[0]
     return args
 
 

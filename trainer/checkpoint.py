@@ -14,6 +14,8 @@ kept (the newest ``keep_last``) and how a run resumes (``load()``).
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import io
 import logging
 import posixpath
@@ -25,7 +27,17 @@ import torch
 
 from schemas.config import ModelConfig, TrainConfig
 from schemas.errors import UserError
-from shardforge.storage import get_fs, join, list_names, read_bytes, redact_urls, retry, write_bytes_atomic
+from shardforge.storage import (
+    get_fs,
+    join,
+    list_names,
+    read_bytes,
+    redact_url,
+    redact_urls,
+    remove_stale_tmps,
+    retry,
+    write_bytes_atomic,
+)
 from trainer.distributed import Dist, gather_rng, restore_rng
 from trainer.loader import ShardLoader
 from trainer.mixing import MixedLoader, gather_loader_state
@@ -33,6 +45,7 @@ from trainer.model import resolve_dims
 
 log = logging.getLogger(__name__)
 CKPT_DIR = "checkpoints"
+DIGEST_SUFFIX = ".sha256"  # ckpt-N.pt.sha256: the sha256 (hex) of ckpt-N.pt's bytes
 _NAME = re.compile(r"ckpt-(\d{8})\.pt$")
 
 
@@ -51,17 +64,35 @@ def list_checkpoints(run: str) -> list[tuple[int, str]]:
 
 
 def save_checkpoint(run: str, step: int, state: dict[str, Any], keep_last: int = 3) -> str:
-    """Write state atomically as checkpoint `step`; keep only the newest keep_last."""
+    """Write state atomically as checkpoint `step`; keep only the newest keep_last up to it. Checkpoints of
+    later steps are of a timeline the run went back from (it resumed from an older one: they did not load)
+    and are removed: never this one."""
     buf = io.BytesIO()
     torch.save(state, buf)
     url = join(checkpoint_dir(run), f"ckpt-{step:08d}.pt")
-    write_bytes_atomic(url, buf.getvalue())
+    data = buf.getvalue()
+    # The blob's sha256 beside it, written first: load_checkpoint refuses a blob whose bytes changed
+    # (torch.load checks no data CRC, so flipped bytes loaded as damaged weights).
+    write_bytes_atomic(url + DIGEST_SUFFIX, hashlib.sha256(data).hexdigest().encode())
+    write_bytes_atomic(url, data)
     if keep_last > 0:
         fs, _ = get_fs(url)
-        for _, old in list_checkpoints(run)[:-keep_last]:
-            _, p = get_fs(old)
-            retry(lambda p=p: fs.rm(p), f"remove {old}")
+        found = list_checkpoints(run)
+        upto = [u for s, u in found if s <= step]
+        for old in [u for s, u in found if s > step] + upto[:-keep_last]:
+            for gone in (old, old + DIGEST_SUFFIX):
+                _, p = get_fs(gone)
+                with contextlib.suppress(FileNotFoundError):
+                    retry(lambda p=p: fs.rm(p), f"remove {gone}")
     return url
+
+
+def recorded_digest(url: str) -> str | None:
+    """The sha256 written beside a checkpoint (None for one written before digests were)."""
+    try:
+        return read_bytes(url + DIGEST_SUFFIX).decode("ascii", "replace").strip()
+    except FileNotFoundError:
+        return None
 
 
 def load_checkpoint(url: str) -> dict[str, Any]:
@@ -70,6 +101,11 @@ def load_checkpoint(url: str) -> dict[str, Any]:
         data = read_bytes(url)
     except FileNotFoundError:
         raise UserError(f"checkpoint not found: {url}") from None
+    digest = recorded_digest(url)
+    if digest is not None and hashlib.sha256(data).hexdigest() != digest:
+        raise UserError(f"{url} is not a loadable shardforge checkpoint: its bytes do not match the sha256 "
+                        f"recorded when it was written ({posixpath.basename(url)}{DIGEST_SUFFIX}): damaged on disk "
+                        "or in transit")
     try:
         with warnings.catch_warnings():  # torch's notes on a foreign pickle protocol: the refusal says it
             warnings.simplefilter("ignore")
@@ -144,16 +180,30 @@ class CheckpointManager:
         self.pad_id = pad_id  # recorded: export rebuilds the model with it (BERT's is 0)
 
     def load(self) -> int:
-        """Restore the newest checkpoint that loads (when cfg.resume); the step to continue from (0: none)."""
-        found = load_latest_checkpoint(self.cfg.output) if self.cfg.resume else None
+        """Restore the newest checkpoint that loads (when cfg.resume); the step to continue from (0: none).
+
+        Without resume, a run folder that holds checkpoints is refused: the new run's checkpoints would
+        sit among the old run's, and retention (the newest keep_last by step) would remove the new ones.
+        """
+        if self.dd.main:  # a checkpoint write cut by SIGKILL leaves a full-size temporary: remove it
+            remove_stale_tmps(checkpoint_dir(self.cfg.output))
+        if not self.cfg.resume:
+            held = list_checkpoints(self.cfg.output)
+            if held:
+                raise UserError(f"--no-resume: {checkpoint_dir(self.cfg.output)} holds {len(held)} checkpoints of an "
+                                f"earlier run (up to step {held[-1][0]}); a new run there would mix with them: train "
+                                "into a new --output, or remove that folder first")
+            return 0
+        found = load_latest_checkpoint(self.cfg.output)
         if not found:
             return 0
         url, state = found
         check_same_model(self.model, state, url, self.cfg, self.vocab_size)
+        check_same_optimizer(state, url, self.cfg)
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
-        self.loader.load_state_dict(state["loader"])
+        self._load_loader(state, url)
         step = int(state["step"])
         restore_rng(state["rng"], self.dd, self.cfg.seed + self.dd.rank + step)
         if self.precision is not None:
@@ -163,6 +213,19 @@ class CheckpointManager:
         if self.dd.main:
             log.info("resumed from %s at step %d", url, step)
         return step
+
+    def _load_loader(self, state: dict[str, Any], url: str) -> None:
+        """The loader's position; with ``switch_corpus``, a checkpoint of another corpus leaves this corpus's
+        loader at its start (the checkpoint's own corpus resumes exactly, as always)."""
+        before = str(state.get("config", {}).get("data", ""))
+        try:
+            self.loader.load_state_dict(state["loader"])
+        except UserError:
+            if not (self.cfg.switch_corpus and before != redact_url(self.cfg.data)):
+                raise
+            if self.dd.main:
+                log.warning("switch_corpus: %s trained on %s; this run goes on from its step on %s, read from "
+                            "its start", url, before, redact_url(self.cfg.data))
 
     def due(self, step: int) -> bool:
         """Whether step is a checkpoint_every step."""
@@ -199,6 +262,26 @@ def describe_model(model: ModelConfig, vocab_size: int) -> str:
         ("max_positions", d.max_positions, ModelConfig().max_positions)) if value != default]
     return (f"size={model.size}: {d.layers} layers, hidden {d.hidden}, {d.heads} heads, "
             f"intermediate {d.intermediate}, vocab {d.vocab_size}" + "".join(f", {e}" for e in extras))
+
+
+# What the optimizer and its schedule resume with from a checkpoint, whatever the config says now.
+RESUMED_OPTIM = ("name", "lr", "beta1", "beta2", "eps", "weight_decay", "warmup_steps", "schedule")
+
+
+def check_same_optimizer(state: dict[str, Any], ckpt: str, cfg: TrainConfig) -> None:
+    """UserError when the config changes what the optimizer resumes with (its state and the schedule's
+    base rates come from the checkpoint: a new --lr would be printed and recorded, not used; another
+    optimizer cannot take the saved state)."""
+    saved = state.get("config", {}).get("optim")
+    if not isinstance(saved, dict):
+        return
+    now = cfg.optim.model_dump(mode="json")
+    changed = [f"optim.{k} {saved[k]!r} -> {now[k]!r}" for k in RESUMED_OPTIM if k in saved and saved[k] != now[k]]
+    if changed:
+        raise UserError(
+            f"run folder {cfg.output}: {posixpath.basename(ckpt)} (step {int(state['step'])}) resumes its optimizer "
+            f"and schedule as saved, and this run changes them ({'; '.join(changed)}): resume with the run's "
+            "settings, or start a new run from its weights (shardforge export, then --init) with new ones")
 
 
 def check_same_model(model: torch.nn.Module, state: dict[str, Any], ckpt: str, cfg: TrainConfig,

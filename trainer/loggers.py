@@ -84,6 +84,30 @@ class MetricsLogger:
             self._tb.close()
 
 
+def trim_metrics(run: str, step: int) -> int:
+    """Drop the records of steps after ``step`` from a run's metrics.jsonl (a run resumed from its
+    checkpoint of ``step`` logs those steps again; at 0, an earlier run that never checkpointed); the
+    number dropped. The main rank calls it before it logs."""
+    url = join(run, METRICS_FILE)
+    fs, path = get_fs(url)
+    if not fs.exists(path):
+        return 0
+    lines = [line for line in fs.cat_file(path).decode("utf-8", "replace").splitlines() if line.strip()]
+
+    def keep(line: str) -> bool:  # a line cut by a killed writer does not parse: it goes too
+        try:
+            record = json.loads(line)
+        except ValueError:
+            return False
+        return isinstance(record, dict) and record.get("step", 0) <= step
+
+    kept = [line for line in lines if keep(line)]
+    dropped = len(lines) - len(kept)
+    if dropped:
+        fs.pipe_file(path, "".join(line + "\n" for line in kept).encode("utf-8"))
+    return dropped
+
+
 def read_metrics(run: str) -> list[dict[str, Any]]:
     from shardforge.storage import read_text
 

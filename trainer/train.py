@@ -45,16 +45,16 @@ from schemas.config import PAIR_RULES, MaskingConfig, TrainConfig
 from schemas.errors import UserError
 from schemas.manifest import Manifest
 from shardforge.console.run import TRAIN_INTERRUPTED, run_cli
-from shardforge.storage import join
+from shardforge.storage import exists, join, redact_url
 from shardforge.storage.contract import load_manifest, open_tokenizer
 from trainer import distributed, fused_masking
 from trainer.batch import MaskAhead, Prepared, forward, overlap_on
-from trainer.checkpoint import CKPT_DIR, CheckpointManager, latest_checkpoint
+from trainer.checkpoint import CKPT_DIR, CheckpointManager, checkpoint_dir, latest_checkpoint
 from trainer.describe import RunShape, describe_run, plan_steps
 from trainer.evaluate import evaluate
-from trainer.hf_init import load_init, resolve_init
+from trainer.hf_init import check_corpus, load_init, resolve_init
 from trainer.loader import ShardLoader
-from trainer.loggers import open_loggers
+from trainer.loggers import open_loggers, trim_metrics
 from trainer.masking import Masker
 from trainer.metrics import RunCounters, StepStats, TrainMetrics, device_peak_flops
 from trainer.mixing import MixedLoader, describe, mix_record, mixed_loader, parse_mix_arg
@@ -95,6 +95,17 @@ def check_heads(cfg: TrainConfig, manifest: Manifest) -> None:
                         rule, want.upper())
         elif head != want:
             log.warning("model.sentence_head=%s on a %s corpus: the labels mean %s", head, rule, want.upper())
+
+
+def check_positions(cfg: TrainConfig, manifest: Manifest, vocab_size: int, pad_id: int) -> None:
+    """One line, before any work, when the corpus's sequences are longer than the model's positions take."""
+    dims = resolve_dims(cfg.model, vocab_size, pad_id)
+    if manifest.max_seq_len > dims.max_seq_len:
+        need = manifest.max_seq_len + pad_id + 1
+        source = f"the --init model's {dims.max_positions}" if cfg.init else f"model.max_positions {dims.max_positions}"
+        raise UserError(f"corpus sequences are up to {manifest.max_seq_len} tokens; this model takes "
+                        f"{dims.max_seq_len} ({source}): --set model.max_positions={need}, or a corpus built "
+                        f"with --max_seq_len {dims.max_seq_len}")
 
 
 def micro_batches_per_step(cfg: TrainConfig, world: int, max_len: int) -> int:
@@ -220,13 +231,22 @@ def setup(cfg: TrainConfig) -> Run:
     manifest, root = load_manifest(cfg.data)
     if not manifest.shards_of("train"):
         raise UserError(f"corpus {root} has no train shards")
+    if exists(join(cfg.output, "manifest.json")):  # a committed corpus never changes
+        raise UserError(f"--output {redact_url(cfg.output)} is a corpus (it holds manifest.json); a run writes its "
+                        "checkpoints and metrics into its --output: give a run folder of its own")
     check_packing(cfg, manifest.packing_rule, root)  # the rule the recipe trains on (trainer/recipes)
     check_heads(cfg, manifest)
     vocab_size, word_starts = vocab_tables(manifest, root)
     special = manifest.tokenizer.special_ids
     pad_id, mask_id = special.get("<pad>", PAD_ID), special.get("<mask>", MASK_ID)
+    if cfg.init:  # the model's vocabulary against the corpus's first: a wrong corpus is the likelier mistake
+        check_corpus(cfg.init, manifest, vocab_size)
+    check_positions(cfg, manifest, vocab_size, pad_id)
     accum = micro_batches_per_step(cfg, dd.world_size, manifest.max_seq_len)
     cfg = plan_steps(cfg, manifest, dd.world_size, accum)  # max_tokens -> steps (trainer/describe.py)
+    if cfg.optim.warmup_ratio is not None and cfg.optim.warmup_steps == 0:  # Hugging Face's warmup_ratio
+        warmup = math.ceil(cfg.optim.warmup_ratio * cfg.steps)
+        cfg = cfg.model_copy(update={"optim": cfg.optim.model_copy(update={"warmup_steps": warmup})})
 
     raw_model, model = build_model(cfg, dd, manifest, vocab_size, pad_id)
     prec = Precision(cfg.precision, device)  # autocast + fp16 loss scaler (trainer/precision.py)
@@ -250,6 +270,8 @@ def setup(cfg: TrainConfig) -> Run:
                                     tokenizer_sha256=manifest.tokenizer.sha256, precision=prec,
                                     pad_id=pad_id, counters=counters)
     step = checkpoints.load()
+    if dd.main and trim_metrics(cfg.output, step):  # records of steps the run goes back over (or a dead run's)
+        log.info("metrics.jsonl: dropped the records after step %d, which this run logs again", step)
     metrics = build_metrics(cfg, dd, manifest, vocab_size, step)
     return Run(cfg=cfg, dd=dd, model=model, raw_model=raw_model, optimizer=optimizer, scheduler=scheduler,
                prec=prec, masker=masker, eval_masker=eval_masker, loader=loader, valid=valid, counters=counters,
@@ -374,6 +396,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     model, raw_model, optimizer, scheduler, prec = run.model, run.raw_model, run.optimizer, run.scheduler, run.prec
     metrics, checkpoints = run.metrics, run.checkpoints
     model.train()
+    signalled = False  # stopped by SIGTERM (this rank's or a peer's), not by reaching steps or stop_at
     with Preemption() as preempt:
         feed = Feed(run, preempt)
         if step < cfg.steps and not stopped_at(cfg, step):
@@ -416,6 +439,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
             stop = dd.any(preempt.requested or paused)
             checkpoints.save(step, force=step == cfg.steps or stop, loader=feed.position())
             if stop:
+                signalled = not paused
                 if dd.main:
                     log.warning("%s: checkpoint saved at step %d, exiting",
                                 f"stop_at={cfg.stop_at}" if paused else "SIGTERM", step)
@@ -427,7 +451,8 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     distributed.teardown(dd)
     return {"steps": step, "first_loss": metrics.first_loss, "last_loss": metrics.last_loss, "output": cfg.output,
             "params": raw_model.num_params(), "accumulation": accum, "world_size": dd.world_size,
-            "preempted": preempt.abandoned, "eval": metrics.last_eval}
+            "preempted": preempt.abandoned, "signalled": signalled or preempt.abandoned, "eval": metrics.last_eval,
+            "total_steps": cfg.steps}
 
 
 # ------------------------------------------------------------------ CLI
@@ -448,6 +473,9 @@ def run_to_resume(path: str, output: str | None) -> str:
     if output is not None and output.rstrip("/") != run:
         raise UserError(f"--resume_from_checkpoint {path} continues the run in {run}, but --output is {output}: "
                         "give one of them")
+    if latest_checkpoint(run) is None:  # a mistyped path must not start a run over
+        raise UserError(f"--resume_from_checkpoint {path}: no checkpoint in {checkpoint_dir(run)} to resume from "
+                        "(to start a new run there, give --output)")
     return run
 
 
@@ -494,12 +522,22 @@ def main(argv: list[str] | None = None) -> int:
     return distributed.leave(code)  # a torchrun rank ends here (trainer/distributed.py says why)
 
 
+PREEMPTED_EXIT = 143  # 128 + SIGTERM, as a shell reports a process SIGTERM ended: not done, rerun to resume
+
+
 def _run(args: argparse.Namespace) -> int:
     if args.print_config:
         print(config_yaml(build_train_config(args, args.set, require_data=False)), end="")
         return 0
     summary = train(build_train_config(args, args.set))
-    if int(os.environ.get("RANK", "0")) == 0 and not summary["preempted"]:  # else its warning said it all
+    main_rank = int(os.environ.get("RANK", "0")) == 0
+    if summary["signalled"]:  # a scheduler must not take a preempted run for a finished one
+        if main_rank:
+            saved = "its last checkpoint" if summary["preempted"] else f"the checkpoint of step {summary['steps']}"
+            print(f"preempted (SIGTERM) at step {summary['steps']} of {summary['total_steps']}: run the same command "
+                  f"again to resume from {saved}")
+        return PREEMPTED_EXIT
+    if main_rank:
         if summary["first_loss"] is None:
             print(f"nothing to do: the run is already at step {summary['steps']}")
         else:

@@ -311,7 +311,8 @@ class ShardLoader:
         diff = [k for k in (*_STRICT, *(("partitions",) if self._fixed_partitions else ())) if state.get(k) != mine[k]]
         if diff:
             raise UserError(f"loader state is from a different corpus or loader config (differs in {diff}); "
-                            "resume with the same manifest, split, seed, partitions, shuffle_buffer and batching")
+                            "resume with the same manifest, split, seed, partitions, shuffle_buffer and batching "
+                            "(to go on with the run on another corpus, read from its start: --set switch_corpus=true)")
         self._adopt_layout(state)
         cursors = {c[0]: list(c[1:]) for c in state["cursors"]}
         known = set(self.plan.names)

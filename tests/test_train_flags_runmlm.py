@@ -1,0 +1,162 @@
+"""Hugging Face run_mlm.py / TrainingArguments flag names on the trainer's command line: the ones with an
+equivalent set its config key, the rest are one line saying what to give instead (trainer/args.py)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from probes import import_probe
+
+from schemas.config import TrainConfig
+
+REPO = Path(__file__).resolve().parent.parent
+ENV = {**os.environ, "PYTHONPATH": str(REPO)}
+
+
+def parse(*argv: str):
+    from trainer.args import parse_train_args
+
+    return parse_train_args(list(argv))
+
+
+def resolved(*argv: str) -> TrainConfig:
+    from trainer.train import build_train_config
+
+    args = parse(*argv)
+    return build_train_config(args, args.set, require_data=False)
+
+
+def refused(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    """The one stderr line of a parse that exits 2."""
+    with pytest.raises(SystemExit) as e:
+        parse(*argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: "), err
+    return err.strip()
+
+
+def test_run_mlm_second_names_set_their_config_keys(tmp_path) -> None:
+    model = str(tmp_path / "roberta-base")  # a local --init folder is taken as an absolute path
+    cfg = resolved("--output_dir", "runs/r7", "--model_name_or_path", model, "--adam_beta1", "0.8",
+                   "--adam_beta2", "0.999", "--adam_epsilon", "1e-8", "--max_grad_norm", "0.5")
+    assert (cfg.output, cfg.init) == ("runs/r7", model)
+    assert (cfg.optim.beta1, cfg.optim.beta2, cfg.optim.eps, cfg.optim.clip_norm) == (0.8, 0.999, 1e-8, 0.5)
+    # The own names set the same keys; --set still wins over both.
+    cfg = resolved("--output", "o", "--init", model, "--beta1", "0.7", "--beta2", "0.9", "--eps", "1e-7",
+                   "--clip_norm", "2", "--set", "optim.beta2=0.95")
+    assert (cfg.output, cfg.init, cfg.optim.beta1, cfg.optim.beta2, cfg.optim.eps, cfg.optim.clip_norm) == (
+        "o", model, 0.7, 0.95, 1e-7, 2.0)
+    assert resolved("--max_grad_norm", "0").optim.clip_norm == 0.0  # HF's 0: no clipping (ours too)
+    # Unset, they leave the recipe's values.
+    cpu = resolved("--recipe", "cpu")
+    assert resolved("--recipe", "cpu", "--lr", "1e-3").optim.model_dump(exclude={"lr"}) == \
+        cpu.optim.model_dump(exclude={"lr"})
+
+
+def test_resume_from_checkpoint_agrees_with_output_dir(tmp_path) -> None:
+    run = tmp_path / "r1"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "checkpoints" / "ckpt-00000010.pt").write_bytes(b"")
+    cfg = resolved("--output_dir", str(run), "--resume_from_checkpoint", str(run))
+    assert cfg.output == str(run) and cfg.resume is True
+
+
+@pytest.mark.parametrize("argv, precision", [
+    (["--bf16"], "bf16"),
+    (["--fp16"], "fp16"),
+    (["--bf16", "True"], "bf16"),  # HF's parser takes an optional boolean value
+    (["--fp16=true"], "fp16"),
+    (["--bf16", "false"], "auto"),  # as if not given
+    (["--bf16", "--precision", "bf16"], "bf16"),
+    (["--fp16", "false", "--precision", "fp32"], "fp32"),
+    (["--bf16", "--steps", "5"], "bf16"),  # the next flag is not taken for a value
+])
+def test_bf16_and_fp16_set_precision(argv: list[str], precision: str) -> None:
+    assert resolved(*argv).precision == precision
+
+
+@pytest.mark.parametrize("argv, line", [
+    (["--bf16", "--fp16"], "give --bf16 or --fp16, not both"),
+    (["--precision", "fp32", "--bf16"], "give --bf16 or --precision fp32, not both"),
+    (["--fp16", "--precision", "bf16"], "give --fp16 or --precision bf16, not both"),
+    (["--bf16", "maybe"], "argument --bf16: true or false, not 'maybe'"),
+])
+def test_bf16_and_fp16_mistakes_are_one_line(capsys: pytest.CaptureFixture[str], argv: list[str], line: str) -> None:
+    assert line in refused(capsys, *argv)
+
+
+NO_EQUIVALENT_LINES = {
+    "--num_train_epochs": "--steps or --max_tokens",
+    "--max_seq_length": "set by the corpus: build it (or shardforge repack it) with --max_seq_len",
+    "--overwrite_output_dir": "to start over, give a new --output (or remove its checkpoints/)",
+    "--do_train": "training always runs; evaluation is --eval_every N and --eval_batches N",
+    "--do_eval": "every --eval_every steps and at the last step on --eval_batches valid batches",
+    "--per_device_eval_batch_size": "evaluation batches are --batch_size sequences",
+    "--report_to": "--set trackers.wandb=true or trackers.mlflow=true",
+    "--logging_dir": "the logs go into --output",
+}
+
+
+@pytest.mark.parametrize("flag", sorted(NO_EQUIVALENT_LINES))
+def test_flags_without_an_equivalent_say_what_to_give_instead(capsys: pytest.CaptureFixture[str], flag: str) -> None:
+    from trainer.args import NO_EQUIVALENT
+
+    assert set(NO_EQUIVALENT) == set(NO_EQUIVALENT_LINES)
+    for argv in ([flag], [flag, "3"], [f"{flag}=3"], ["--steps", "5", flag, "--lr", "1e-3"]):
+        line = refused(capsys, "--data", "d", *argv)
+        assert line.startswith(f"error: {flag}: ") and NO_EQUIVALENT_LINES[flag] in line, line
+        assert "unknown flag" not in line
+
+
+def test_an_unknown_flag_is_never_pointed_at_one_without_an_equivalent(capsys: pytest.CaptureFixture[str]) -> None:
+    assert refused(capsys, "--data", "d", "--train_file", "x").startswith("error: unknown flag: --train_file (see ")
+    assert "(did you mean --steps?)" in refused(capsys, "--data", "d", "--stpes", "3")
+
+
+def test_every_run_mlm_name_of_the_audit_is_accepted_or_answered(capsys: pytest.CaptureFixture[str]) -> None:
+    """None of these is an "unknown flag" any more."""
+    accepted = {"--output_dir": "x", "--max_grad_norm": "1.0", "--adam_beta1": "0.9", "--adam_beta2": "0.98",
+                "--adam_epsilon": "1e-6", "--model_name_or_path": "x", "--bf16": None, "--fp16": None,
+                "--per_device_train_batch_size": "8", "--learning_rate": "1e-4", "--max_steps": "10",
+                "--save_steps": "5", "--logging_steps": "5", "--seed": "1", "--mlm_probability": "0.15",
+                "--gradient_accumulation_steps": "2", "--warmup_steps": "3", "--weight_decay": "0.01",
+                "--lr_scheduler_type": "linear", "--eval_steps": "5", "--save_total_limit": "2",
+                "--dataloader_num_workers": "1", "--optim": "adamw"}
+    for flag, value in accepted.items():
+        parse("--data", "c", flag, *([value] if value is not None else []))
+    for flag in NO_EQUIVALENT_LINES:
+        assert "unknown flag" not in refused(capsys, "--data", "c", flag, "1")
+
+
+def test_help_lists_the_run_mlm_names() -> None:
+    from trainer.args import train_parser
+
+    text = " ".join(train_parser().format_help().split())  # argparse wraps help at the terminal's width
+    for shown in ("--output, --output_dir OUTPUT", "--init, --model_name_or_path INIT",
+                  "--beta1, --adam_beta1 FLOAT", "[optim.beta1; default 0.9]", "--beta2, --adam_beta2 FLOAT",
+                  "--eps, --adam_epsilon FLOAT", "[optim.eps; default 1e-06]",
+                  "--clip_norm, --max_grad_norm FLOAT", "[optim.clip_norm; default 1.0]",
+                  "--bf16 [true|false] --precision bf16", "--fp16 [true|false] --precision fp16",
+                  "--num_train_epochs, --max_seq_length", "--warmup_ratio FLOAT", "[optim.warmup_ratio"):
+        assert shown in text, shown
+    for hidden in ("--overwrite_output_dir", "--report_to", "--logging_dir", "--per_device_eval_batch_size"):
+        assert hidden not in text, hidden  # no flag of theirs to list: they only answer
+
+
+@pytest.mark.parametrize("flag, value, words", [
+    ("--num_train_epochs", "3", "error: --num_train_epochs: the length is --steps or --max_tokens (tokens); "
+                                "one epoch is the train split's tokens (shardforge inspect CORPUS shows them)"),
+    ("--max_seq_length", "512", "error: --max_seq_length: set by the corpus: build it (or shardforge repack it) "
+                                "with --max_seq_len"),
+])
+def test_the_trainer_answers_them_in_one_line_before_importing_torch(flag: str, value: str, words: str) -> None:
+    res = subprocess.run([sys.executable, "-c", import_probe("torch"), "trainer.train", "--data", "d", flag, value],
+                         capture_output=True, text=True, cwd=REPO, env=ENV, timeout=120)
+    assert res.stdout.splitlines()[-1] == "probe: False 2", res.stdout[-500:] + res.stderr[-2000:]
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(words) and "Traceback" not in res.stderr, res.stderr
