@@ -43,7 +43,8 @@ from pipelines.localrunner.preflight import (  # noqa: F401 - re-exported: the r
     runner_in_argv,
     runner_name,
 )
-from schemas.config import BuildConfig, SourceConfig, parse_config
+from schemas.config import BuildConfig, SourceConfig
+from schemas.configfile import parse_config
 from schemas.errors import UserError
 from shardforge.console.args import option_strings, unknown_args_message
 from shardforge.storage.contract import load_config_data

@@ -15,7 +15,8 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from schemas import SCHEMA_VERSION, SPECIAL_TOKENS
-from schemas.config import PackingRule, format_validation_error
+from schemas.config import PackingRule
+from schemas.configfile import format_validation_error
 from schemas.errors import UserError
 
 MANIFEST_NAME = "manifest.json"

@@ -9,7 +9,8 @@ import sys
 import numpy as np
 import pytest
 
-from schemas.config import BuildConfig, TrainConfig, parse_config
+from schemas.config import BuildConfig, TrainConfig
+from schemas.configfile import parse_config
 from schemas.errors import UserError
 from schemas.manifest import LATEST_NAME, Manifest, ShardInfo, TokenizerInfo, parse_manifest
 from schemas.naming import manifest_version, version_key_prefix, version_manifest_name

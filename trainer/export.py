@@ -247,7 +247,8 @@ def export_hf(model: Encoder, cfg: ModelConfig, spm_model_path: str, out_dir: st
 
 def checkpoint_config(state: Any, url: str) -> Any:
     """The TrainConfig a loaded checkpoint records, or one line saying why the file is not a checkpoint."""
-    from schemas.config import TrainConfig, parse_config
+    from schemas.config import TrainConfig
+    from schemas.configfile import parse_config
     from schemas.errors import UserError
 
     if not isinstance(state, dict) or not isinstance(state.get("config"), dict) or \

@@ -33,6 +33,21 @@ def check_exportable(dims: ModelDims, arch: str) -> None:
                          f"this model's head uses {dims.lm_head_act}")
 
 
+def tokenizer_config(max_len: int, specials: dict[str, Any], token_types: bool) -> dict[str, Any]:
+    """The tokenizer_config.json fields every export writes (then a kind's own ones).
+
+    ``split_special_tokens`` false: a special token's exact string in the input is that token, as
+    transformers' tokenizers and the fill-mask pipeline expect (the build encoded it as text;
+    ``split_special_tokens=True`` gives the shards' ids). ``model_input_names`` lists
+    ``token_type_ids`` where the model takes segment ids (``token_types``), so ``tok(a, b)`` gives
+    segment B its type as pretraining did.
+    """
+    names = ["input_ids", "token_type_ids", "attention_mask"] if token_types else ["input_ids", "attention_mask"]
+    return {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": max_len,
+            "clean_up_tokenization_spaces": False, "split_special_tokens": False, "model_input_names": names,
+            **specials}
+
+
 def hf_json_tokenizer_files(data: bytes, max_len: int, token_types: bool) -> dict[str, str]:
     """tokenizer.json, tokenizer_config.json and special_tokens_map.json for an hf_json tokenizer.
 
@@ -54,7 +69,6 @@ def hf_json_tokenizer_files(data: bytes, max_len: int, token_types: bool) -> dic
     tokenizer.json as written (a model-specific class of transformers 5 rebuilds parts of the pipeline).
     """
     from schemas.tokenizer_files import load_tokenizer, text_only_spec
-    from trainer.hf_tokenizer import tokenizer_config
 
     roles = load_tokenizer(data).special_tokens
     specials: dict[str, Any] = {"cls_token": roles["<s>"], "sep_token": roles["</s>"],

@@ -74,21 +74,6 @@ def segment_types(arch: str, type_vocab_size: int | None) -> bool:
     return type_vocab_size >= 2 if type_vocab_size is not None else arch in TOKEN_TYPE_ARCHITECTURES
 
 
-def tokenizer_config(max_len: int, specials: dict[str, Any], token_types: bool) -> dict[str, Any]:
-    """The tokenizer_config.json fields every export writes (then a kind's own ones).
-
-    ``split_special_tokens`` false: a special token's exact string in the input is that token, as
-    transformers' tokenizers and the fill-mask pipeline expect (the build encoded it as text;
-    ``split_special_tokens=True`` gives the shards' ids). ``model_input_names`` lists
-    ``token_type_ids`` where the model takes segment ids (``token_types``), so ``tok(a, b)`` gives
-    segment B its type as pretraining did.
-    """
-    names = ["input_ids", "token_type_ids", "attention_mask"] if token_types else ["input_ids", "attention_mask"]
-    return {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": max_len,
-            "clean_up_tokenization_spaces": False, "split_special_tokens": False, "model_input_names": names,
-            **specials}
-
-
 def spm_normalizer_spec(model_bytes: bytes) -> dict[str, Any]:
     """precompiled_charsmap, add_dummy_prefix, remove_extra_whitespaces of an spm model file.
 
@@ -363,6 +348,8 @@ def tokenizer_files(data: bytes, arch: str, max_seq_len: int, type_vocab_size: i
         files = {"tokenizer.json": build_tokenizer_json(data, arch, type_vocab_size)}
         n_pieces = len(json.loads(files["tokenizer.json"])["model"]["vocab"])
     specials = _special_tokens_map()
+    from trainer.hf_files import tokenizer_config
+
     tok_cfg = tokenizer_config(max_seq_len, specials, type_vocab_size is not None and type_vocab_size >= 2)
     if byte_bpe:
         # The corpus encodes every sentence with a leading space (pipelines.tokenizer.train.train_byte_bpe).

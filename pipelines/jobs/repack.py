@@ -41,7 +41,8 @@ from pipelines.options import (
 from pipelines.pack.step import TokenGroups
 from pipelines.records import TokenizedDocument, token_ids
 from pipelines.tokenizer.model import load_model, stored_path
-from schemas.config import BuildConfig, parse_config
+from schemas.config import BuildConfig
+from schemas.configfile import parse_config
 from schemas.errors import UserError
 from schemas.manifest import MANIFEST_NAME, Manifest, SourceAccount
 from schemas.naming import TAG_RE, VERSIONS_DIR, version_manifest_name

@@ -27,7 +27,8 @@ every reject-log entry can name its file and its place in it.
 
 Layout: ``compression`` (bytes: decompression that keeps what decodes before a fault, budgets),
 ``streams`` (bytes: encodings, binary sniffing, line / array framing),
-``readers`` (records: one framer and parse per format, the guarded driver ``read_stream``),
+``parsing`` (one record: the reasons, the frame and tally, one parse per record kind),
+``readers`` (records: one framer per format, the guarded driver ``read_stream``),
 ``files`` (one file's records: ``read_file``), ``listing`` (globs -> judged inputs), ``naming`` (the
 name a file's doc ids hash: its path under the input's folder), ``rawfiles``
 (the input files of a versioned build, with their content fingerprints) and ``transforms`` (the

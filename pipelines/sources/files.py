@@ -14,7 +14,8 @@ from pipelines.records import Reject, doc_id_at
 from pipelines.sources.compression import Budget, RawCounter, split_compression
 from pipelines.sources.listing import Input, local_file_problem, skip_detail
 from pipelines.sources.naming import file_key
-from pipelines.sources.readers import R_UNREADABLE, Record, Tally, detect_format, failure_reason, read_stream
+from pipelines.sources.parsing import R_UNREADABLE, Record, Tally
+from pipelines.sources.readers import detect_format, failure_reason, read_stream
 from pipelines.sources.streams import safe_snippet
 from schemas.config import SourceConfig
 from shardforge.storage import check_unreadable, is_transient, open_checked, open_read, redact_url

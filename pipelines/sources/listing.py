@@ -28,7 +28,7 @@ from collections.abc import Iterable
 from fsspec import AbstractFileSystem
 
 from pipelines.sources.naming import fixed_folder
-from pipelines.sources.readers import R_HIDDEN_FILE, R_INVALID_FILE_NAME, R_NOT_A_FILE, R_UNREADABLE
+from pipelines.sources.parsing import R_HIDDEN_FILE, R_INVALID_FILE_NAME, R_NOT_A_FILE, R_UNREADABLE
 from shardforge.storage import full_url, get_fs, invalidate, is_local_fs, raise_if_unreachable, retry
 
 Input = tuple[str, "str | None"]  # (URL, or the escaped name when it is invalid; skip reason or None)

@@ -18,7 +18,7 @@ from pipelines.metrics import counted
 from pipelines.sources.files import read_input
 from pipelines.sources.listing import Input, judge_urls, list_inputs
 from pipelines.sources.naming import file_key, pinned
-from pipelines.sources.readers import Tally
+from pipelines.sources.parsing import Tally
 from schemas.config import SourceConfig
 from schemas.errors import UserError
 from shardforge.storage import check_listed

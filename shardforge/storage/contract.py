@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from schemas.config import config_data_from_bytes, config_from_bytes
+from schemas.configfile import config_data_from_bytes, config_from_bytes
 from schemas.errors import UserError
 from schemas.manifest import (
     LATEST_NAME,
@@ -38,7 +38,7 @@ def load_config(cls: type[M], url: str) -> M:
 
 def load_config_data(cls: type[BaseModel], url: str) -> dict[str, Any]:
     """A config file's mapping, checked against cls as far as it goes: it may set only some sections and
-    leave the rest (required keys included) to the command's flags (``schemas.config.check_partial_config``)."""
+    leave the rest (required keys included) to the command's flags (``schemas.configfile.check_partial_config``)."""
     return config_data_from_bytes(cls, _config_bytes(url), url)
 
 

@@ -19,7 +19,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from schemas.config import TrainConfig, parse_config
+from schemas.config import TrainConfig
+from schemas.configfile import parse_config
 from schemas.errors import UserError
 from shardforge.storage.contract import load_config
 

@@ -1,0 +1,133 @@
+"""Configs read and checked: a config file's bytes (YAML or JSON) or a mapping as one of the models of
+``schemas.config``, every validation failure as one line in the user's words (an unknown key with the
+closest known one, as a mistyped flag is answered).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from schemas.errors import UserError
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def _model_at(cls: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The model class whose keys live at ``loc`` (a validation error's path) under cls, or None."""
+    import typing
+
+    model: Any = cls
+    for part in loc:
+        if isinstance(part, int) or model is None:  # a list item: the list's element type came before
+            continue
+        field = model.model_fields.get(part) if isinstance(model, type) and issubclass(model, BaseModel) else None
+        if field is None:
+            return None
+        found = None
+        for arg in (field.annotation, *typing.get_args(field.annotation)):
+            for t in (arg, *typing.get_args(arg)):  # list[SourceConfig], SourceConfig | None, ...
+                if isinstance(t, type) and issubclass(t, BaseModel):
+                    found = t
+        model = found
+    return model if isinstance(model, type) and issubclass(model, BaseModel) else None
+
+
+def _error_text(cls: type[BaseModel] | None, err: Any) -> str:
+    """One validation error in the user's words: an unknown key with the closest known one."""
+    loc = ".".join(str(x) for x in err["loc"]) or "(root)"
+    if err["type"] == "extra_forbidden" and cls is not None:
+        import difflib
+
+        model = _model_at(cls, tuple(err["loc"][:-1]))
+        known = sorted(model.model_fields) if model is not None else []
+        key = str(err["loc"][-1])
+        close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+        where = ".".join(str(x) for x in err["loc"][:-1])
+        hint = f"did you mean {close[0]}?" if close else f"known keys{f' of {where}' if where else ''}: " \
+                                                          f"{', '.join(known)}"
+        return f"{loc}: unknown key ({hint})" if known else f"{loc}: unknown key"
+    if err["type"] == "missing":
+        return f"{loc}: required, and not given"
+    return f"{loc}: {err['msg']}"
+
+
+def format_validation_error(e: ValidationError, cls: type[BaseModel] | None = None) -> str:
+    """A pydantic error as one line: each wrong field with what is wrong (cls: the model validated, so
+    that an unknown key is answered with the closest known one, as a mistyped flag is)."""
+    return "; ".join(_error_text(cls, err) for err in e.errors())
+
+
+def parse_config(cls: type[M], data: dict[str, Any], what: str = "config") -> M:
+    try:
+        return cls.model_validate(data)
+    except ValidationError as e:
+        raise UserError(f"invalid {what}: {format_validation_error(e, cls)}") from None
+
+
+def check_partial_config(cls: type[BaseModel], data: dict[str, Any], what: str = "config") -> dict[str, Any]:
+    """data, checked as far as it goes: every key it sets must be valid, but a required key it leaves out
+    (a build config's ``sources``, a train config's ``data``) may come from the command's flags, which
+    are merged in before the whole config is validated. One UserError otherwise."""
+    try:
+        cls.model_validate(data)
+    except ValidationError as e:
+        errors = [err for err in e.errors() if not (err["type"] == "missing" and len(err["loc"]) == 1)]
+        if errors:
+            raise UserError(f"invalid {what}: "
+                            f"{'; '.join(_error_text(cls, err) for err in errors)}") from None
+    return data
+
+
+def yaml_problem(e: Exception) -> str:
+    """A PyYAML error in one line: where (1-based line and column), what, and in what construct.
+
+    PyYAML's own text spreads over lines, with an excerpt and a caret for each place."""
+    def at(mark: Any) -> str:
+        return f"line {mark.line + 1}, column {mark.column + 1}"
+
+    problem, mark = getattr(e, "problem", None), getattr(e, "problem_mark", None)
+    if not problem or mark is None:
+        return " ".join(str(e).split())
+    out = f"{at(mark)}: {problem}"
+    context, context_mark = getattr(e, "context", None), getattr(e, "context_mark", None)
+    if context:
+        out += f" ({context}{f' at {at(context_mark)}' if context_mark is not None else ''})"
+    return out
+
+
+def config_from_bytes(cls: type[M], raw: bytes, where: str) -> M:
+    """A YAML (``where`` ending in .yaml / .yml) or JSON config file's bytes as cls, with one clear error."""
+    return parse_config(cls, config_data_from_bytes(cls, raw, where), what=f"config {where}")
+
+
+def config_data_from_bytes(cls: type[BaseModel], raw: bytes, where: str) -> dict[str, Any]:
+    """A config file's mapping, checked against cls as far as it goes (``check_partial_config``): a file
+    may set only some sections and leave the rest, required keys included, to the command's flags."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:  # a config saved in another encoding (Latin-1, UTF-16), or not text
+        line = raw[:e.start].count(b"\n") + 1
+        raise UserError(f"{where} is not UTF-8 text: byte 0x{raw[e.start]:02x} on line {line} ({e.reason}); "
+                        "save it as UTF-8") from None
+    if where.endswith((".yaml", ".yml")):
+        try:
+            import yaml
+        except ImportError:
+            raise UserError("reading YAML configs needs PyYAML (pip install pyyaml)") from None
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as e:
+            raise UserError(f"{where} is not valid YAML: {yaml_problem(e)}") from None
+    else:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise UserError(f"{where} is not valid JSON: {e}") from None
+    if data is None:
+        data = {}  # an empty file, or one of comments only: every setting from the flags and defaults
+    if not isinstance(data, dict):
+        raise UserError(f"{where}: a config must be a mapping")
+    return check_partial_config(cls, data, what=f"config {where}")
