@@ -84,8 +84,11 @@ def test_checkpoint_manager_load_restores_every_object_and_the_rng(tmp_path):
     assert b.optimizer.state_dict()["state"].keys() == a.optimizer.state_dict()["state"].keys()
     got_batch = next(iter(b.loader))
     assert torch.equal(got_batch["sample_ids"], want_batch["sample_ids"])  # exact loader resume
-    _, fresh = parts(url, run, resume=False)
+    _, fresh = parts(url, str(tmp_path / "new"), resume=False)
     assert fresh.load() == 0
+    _, again = parts(url, run, resume=False)  # not over the run's checkpoints: retention would remove its own
+    with pytest.raises(UserError, match=r"--no-resume: .* holds 1 checkpoints of an earlier run \(up to step 1\)"):
+        again.load()
 
 
 def test_checkpoint_manager_refuses_another_model_shape_in_one_line(tmp_path):
