@@ -339,11 +339,11 @@ def check_tokenizer(path: str, manifest: Manifest, corpus: str) -> None:
                     f"{join(path, 'tokenizer.json')}{off}")
 
 
-def load_init(model: Encoder, cfg: TrainConfig, manifest: Manifest, vocab_size: int) -> None:
-    """The train-loop hook: check the corpus against ``cfg.init`` and load its weights into ``model``."""
+def load_init(model: Encoder, cfg: TrainConfig, manifest: Manifest) -> None:
+    """The train-loop hook: check the corpus's tokenizer against ``cfg.init`` and load its weights into
+    ``model`` (setup checked its vocabulary and pad id, ``check_corpus``, before any work)."""
     if not cfg.init:
         raise ValueError("load_init needs cfg.init")
-    check_corpus(cfg.init, manifest, vocab_size)
     if cfg.init_tokenizer_check:
         check_tokenizer(cfg.init, manifest, cfg.data)
     else:

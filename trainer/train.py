@@ -151,7 +151,7 @@ def build_model(cfg: TrainConfig, dd: distributed.Dist, manifest: Manifest, voca
     device = dd.device
     model = Encoder(cfg.model, vocab_size, pad_id=pad_id).to(device)
     if cfg.init:  # start from the Hugging Face weights (a resumed run loads its checkpoint after)
-        load_init(model, cfg, manifest, vocab_size)
+        load_init(model, cfg, manifest)
     raw_model = model
     model = maybe_compile(model, cfg.compile, device, mode=cfg.compile_mode)  # trainer/precision.py
     if dd.world_size > 1:

@@ -29,7 +29,7 @@ from fsspec import AbstractFileSystem
 
 from pipelines.sources.naming import fixed_folder
 from pipelines.sources.parsing import R_HIDDEN_FILE, R_INVALID_FILE_NAME, R_NOT_A_FILE, R_UNREADABLE
-from shardforge.storage import full_url, get_fs, invalidate, is_local_fs, raise_if_unreachable, retry
+from shardforge.storage import full_url, get_fs, invalidate, is_glob, is_local_fs, raise_if_unreachable, retry
 
 Input = tuple[str, "str | None"]  # (URL, or the escaped name when it is invalid; skip reason or None)
 
@@ -53,7 +53,7 @@ def hidden(url: str, pattern: str | None) -> bool:
     if not name.startswith("."):
         return False
     last = "" if pattern is None else posixpath.basename(pattern.rstrip("/"))
-    asked = pattern is None or (last.startswith(".") and (last == name or any(c in last for c in "*?[")))
+    asked = pattern is None or (last.startswith(".") and (last == name or is_glob(last)))
     return not asked
 
 
@@ -113,7 +113,7 @@ def list_inputs(pattern: str, follow_links: bool = False) -> list[Input]:
     root = listing_root(pattern, follow_links)
     fs, path = get_fs(pattern)
     invalidate(fs)
-    if any(c in path for c in "*?["):
+    if is_glob(path):
         found = retry(lambda: fs.glob(path, detail=True), f"glob {pattern}")
     elif not retry(lambda: fs.exists(path), f"exists {pattern}"):
         raise_if_unreachable(fs, path, pattern)

@@ -10,7 +10,7 @@ import base64
 from dataclasses import dataclass
 from typing import Any
 
-from shardforge.storage import get_fs, info_mtime, invalidate, retry, sha256_url
+from shardforge.storage import get_fs, info_mtime, invalidate, is_glob, retry, sha256_url
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ def list_raw_files(pattern: str, follow_links: bool = False) -> list[RawFile]:
     root = listing_root(pattern, follow_links)
     fs, path = get_fs(pattern)
     invalidate(fs)
-    if any(c in path for c in "*?["):
+    if is_glob(path):
         found = retry(lambda: fs.glob(path, detail=True), f"glob {pattern}")
     elif retry(lambda: fs.isfile(path), f"isfile {pattern}"):
         found = {path: retry(lambda: fs.info(path), f"info {pattern}")}

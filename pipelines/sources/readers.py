@@ -162,25 +162,25 @@ def frame_json(stream: BinaryIO, path: str, source: SourceConfig, cap: int, tall
         yield from _frame_arrays(Prefixed(head[1:], stream), path, source, cap, tally)
         return
     data = head + read_up_to(stream, cap + 1 - len(head)) if len(head) <= cap else head
-    doc_id = doc_id_at(file_key(source, path), 0)
-    first_line = data.split(b"\n", 1)[0]
+    key = file_key(source, path)
+    doc_id = doc_id_at(key, 0)
     if len(data) <= cap:
         if _parses_as_one_value(data):
             yield Frame(doc_id, parse_json, (data, len(data), doc_id, source, cap))
             return
-        values = None if _parses_as_one_value(first_line) else _concatenated_values(data)
+        values = None if _parses_as_one_value(data.split(b"\n", 1)[0]) else _concatenated_values(data)
         if values is None:
             yield from frame_jsonl(Prefixed(data, stream), path, source, cap, tally)
             return
         tally.origins[path] = "item"
-        key = file_key(source, path)
         for i, raw in enumerate(values):
             doc_id = doc_id_at(key, i)
             yield Frame(doc_id, parse_json, (raw, len(raw), doc_id, source, cap))
         return
     # Over the cap: JSONL if its first line is a value by itself or longer than the cap (the
     # JSONL framer filters that line and reads on), else one huge object.
-    if len(first_line) == len(data) or _parses_as_one_value(first_line):
+    newline = data.find(b"\n")
+    if newline < 0 or _parses_as_one_value(data[:newline]):
         yield from frame_jsonl(Prefixed(data, stream), path, source, cap, tally)
     else:
         yield Frame(doc_id, too_large, (doc_id, source, data))

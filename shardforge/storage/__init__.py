@@ -44,6 +44,7 @@ from shardforge.storage.urls import (  # noqa: F401
     absolute,
     full_url,
     get_fs,
+    is_glob,
     is_local_fs,
     is_within,
     join,
@@ -77,4 +78,4 @@ from shardforge.storage.writes import (  # noqa: F401
     write_text_atomic,
 )
 
-__all__ = ['AccessDenied', 'IncompleteWriteError', 'InputChanged', 'ObjectConflict', 'READ_BLOCK_SIZE', 'RETRY_ATTEMPTS', 'RETRY_BASE_DELAY', 'RETRY_MAX_DELAY', 'STALE_TMP_LOCAL_S', 'STALE_TMP_OBJECT_S', 'TMP_PREFIX', 'TMP_SUFFIX', 'TemporaryRemoved', 'absolute', 'access_denied', 'check_listed', 'check_unreadable', 'check_writable', 'create_if_absent', 'denied_message', 'exists', 'expand_glob', 'full_url', 'get_fs', 'http_status', 'info_mtime', 'invalidate', 'is_local_fs', 'is_tmp_name', 'is_transient', 'is_transient_or_lost', 'is_within', 'join', 'list_names', 'local_copy', 'makedirs', 'open_checked', 'open_read', 'protocol_of', 'read_bytes', 'read_text', 'redact_url', 'redact_urls', 'relative_url', 'remove_object', 'remove_stale_tmps', 'remove_tree', 'resolve_url', 'retry', 'scheme_path', 'sha256_bytes', 'sha256_url', 'tmp_is_stale', 'tmp_name', 'unless_swept', 'write_bytes_atomic', 'write_stream_atomic', 'write_text_atomic']
+__all__ = ['AccessDenied', 'IncompleteWriteError', 'InputChanged', 'ObjectConflict', 'READ_BLOCK_SIZE', 'RETRY_ATTEMPTS', 'RETRY_BASE_DELAY', 'RETRY_MAX_DELAY', 'STALE_TMP_LOCAL_S', 'STALE_TMP_OBJECT_S', 'TMP_PREFIX', 'TMP_SUFFIX', 'TemporaryRemoved', 'absolute', 'access_denied', 'check_listed', 'check_unreadable', 'check_writable', 'create_if_absent', 'denied_message', 'exists', 'expand_glob', 'full_url', 'get_fs', 'http_status', 'info_mtime', 'invalidate', 'is_glob', 'is_local_fs', 'is_tmp_name', 'is_transient', 'is_transient_or_lost', 'is_within', 'join', 'list_names', 'local_copy', 'makedirs', 'open_checked', 'open_read', 'protocol_of', 'read_bytes', 'read_text', 'redact_url', 'redact_urls', 'relative_url', 'remove_object', 'remove_stale_tmps', 'remove_tree', 'resolve_url', 'retry', 'scheme_path', 'sha256_bytes', 'sha256_url', 'tmp_is_stale', 'tmp_name', 'unless_swept', 'write_bytes_atomic', 'write_stream_atomic', 'write_text_atomic']

@@ -21,7 +21,7 @@ from shardforge.storage.retry import (
     not_connected,
     retry,
 )
-from shardforge.storage.urls import full_url, get_fs, is_local_fs, protocol_of
+from shardforge.storage.urls import full_url, get_fs, is_glob, is_local_fs, protocol_of
 
 # ---------------------------------------------------------------- reads
 
@@ -142,7 +142,7 @@ def expand_glob(pattern: str) -> list[str]:
     """Sorted URLs matching a glob (or the URL itself if it has no wildcard)."""
     fs, path = get_fs(pattern)
     invalidate(fs)
-    if any(c in path for c in "*?["):
+    if is_glob(path):
         found = retry(lambda: fs.glob(path), f"glob {pattern}")
     else:
         found = [path] if retry(lambda: fs.exists(path), f"exists {pattern}") else []

@@ -21,6 +21,11 @@ def join(url: str, *parts: str) -> str:
     return out
 
 
+def is_glob(path: str) -> bool:
+    """Whether a path or URL holds a glob wildcard (``*``, ``?``, ``[``)."""
+    return any(c in path for c in "*?[")
+
+
 def get_fs(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
     """(filesystem, path) for a URL, with a clear error for unknown schemes."""
     try:
