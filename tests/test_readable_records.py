@@ -183,6 +183,34 @@ def test_a_tar_member_that_is_a_link_names_the_archive_and_the_member(tmp_path):
     assert (recs[0].file, recs[0].position) == (str(tmp_path / "a.tar"), "member docs/link.txt")
 
 
+def test_a_tar_cut_after_members_of_any_kind_names_the_last_member_read(tmp_path):
+    import tarfile
+
+    def tar_of(*members: tuple[str, bytes | None]) -> bytes:
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as t:
+            for name, data in members:
+                info = tarfile.TarInfo(name)
+                if data is None:
+                    info.type = tarfile.DIRTYPE
+                    t.addfile(info)
+                else:
+                    info.size = len(data)
+                    t.addfile(info, io.BytesIO(data))
+        return buf.getvalue()
+
+    # Only non-file members before the cut: the position names the directory, not the whole file.
+    only_dirs = tar_of(("a/", None), ("b/", None), ("b/x.txt", b"some words " * 80))
+    recs, n = read(tmp_path, "dirs.tar", only_dirs[: 1024 + 300])
+    assert reasons(recs) == ["not_a_file", "not_a_file", "truncated_archive"] and n == 3
+    assert recs[-1].position == "after member b"  # tarfile drops the slash
+    # A nested JSONL member read to its end, then the cut: after that member, by name.
+    nested = tar_of(("one.txt", b"first document " * 40), ("more.jsonl", jsonl(3)), ("two.txt", b"cut " * 400))
+    recs, n = read(tmp_path, "nested.tar", nested[: nested.index(b"two.txt") + 100])  # inside its header
+    assert len(docs(recs)) == 4 and reasons(recs) == ["truncated_archive"] and n == 5
+    assert recs[-1].position == "after member more.jsonl"
+
+
 def test_reject_log_entries_name_the_file_and_the_place_from_the_doc_id():
     from pipelines.intermediates import rejects_to_jsonl
     from pipelines.records import Duplicate, path_key

@@ -59,10 +59,13 @@ class Tally:
     ``origins``: each path its records' doc ids name (the file, or ``archive!member`` of a nested
     stream) -> the unit its record index counts (``pipelines.records.position_text``): the reject
     log's way back from a doc id to the file and the place in it.
+    ``last_member``: each tar's path -> the name of the last member it read to its end (of any
+    kind): where a tar that breaks after it broke.
     """
 
     read: int = 0
     origins: dict[str, str] = field(default_factory=dict)
+    last_member: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(slots=True)

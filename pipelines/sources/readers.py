@@ -385,6 +385,7 @@ def frame_tar(stream: BinaryIO, path: str, source: SourceConfig, cap: int, depth
                 doc_id = doc_id_at(file_key(source, f"{path}!not_a_file"), others)
                 others += 1
                 yield Frame(doc_id, not_a_file, (doc_id, source, f"{member_kind(member)}: {name}"[:200], path, name))
+                tally.last_member[path] = name
                 continue
             f = tar.extractfile(member)
             base, comp = split_compression(posixpath.basename(name))
@@ -393,10 +394,12 @@ def frame_tar(stream: BinaryIO, path: str, source: SourceConfig, cap: int, depth
                 inner_path = unique_member_path(path, name, nested)
                 # Nested archive or record file: its records are indexed (and counted) inside it.
                 yield from read_stream(f, inner_path, source, cap, fmt, comp, depth + 1, tally, budget)
+                tally.last_member[path] = name
                 continue
             doc_id = doc_id_at(member_key, index)
             index += 1
             yield Frame(doc_id, parse_document, (read_up_to(f, cap + 1), doc_id, source, cap))
+            tally.last_member[path] = name
     check_tar_end(tracked)
 
 
@@ -480,7 +483,8 @@ def read_stream(raw: BinaryIO, path: str, source: SourceConfig, cap: int, fmt: s
     Every frame is counted into `tally` before it is parsed. A stream that yields no record
     gives one `empty_file` Reject; a stream that breaks part way (or exceeds its `budget`) gives
     one Reject for its unread rest, after the records read; each of these counts as one read.
-    Those Rejects name the stream and where it broke: after its last record, or the whole file.
+    Those Rejects name the stream and where it broke: after its last record (a tar: after the name
+    of its last member read), or the whole file.
     """
     tally = tally if tally is not None else Tally()
     emitted = 0
@@ -490,6 +494,8 @@ def read_stream(raw: BinaryIO, path: str, source: SourceConfig, cap: int, fmt: s
     def failure(reason: str, snippet: str) -> Reject:
         unit, key = tally.origins.get(path), origin_key(last) if last is not None else None
         where = "whole file" if key is None or unit is None else f"after {position_text(unit, key[1])}"
+        if path in tally.last_member:  # a tar: its members' names say where, whatever their kind
+            where = f"after member {tally.last_member[path]}"
         return Reject(doc_id_at(file_key(source, f"{path}!error"), 0), source.name, "rejected", reason, snippet,
                       file=path, position=where)
 
