@@ -713,6 +713,30 @@ def test_launcher_single_node_defaults_and_required_urls(trainer_flags):
     assert missing.returncode != 0 and "DATA_URL" in missing.stderr
 
 
+def test_launcher_exits_143_when_terminated_and_passes_torchrun_status_on(tmp_path):
+    """torchrun exits 1 after a SIGTERM its workers ended with 143: the launcher (the container's main
+    process) forwards the signal, waits for torchrun, and exits 143 so the Job sees a preemption."""
+    import signal
+    import time
+
+    fake = tmp_path / "torchrun"  # stands in for torchrun: on SIGTERM its workers checkpoint, then it exits 1
+    fake.write_text("#!/usr/bin/env bash\ntrap 'sleep 0.5; echo got-term >&2; exit 1' TERM\n"
+                    "for i in $(seq 300); do sleep 0.1; done\nexit ${FAKE_RC:-0}\n")
+    fake.chmod(0o755)
+    env = {**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}", "DATA_URL": "x", "OUTPUT_URL": "y",
+           "NPROC_PER_NODE": "1", "FAKE_RC": "3"}
+    env.pop("LAUNCH_PRINT_ONLY", None)
+    p = subprocess.Popen(["bash", "deploy/trainer/launch.sh"], env=env, cwd=ROOT, stderr=subprocess.PIPE, text=True)
+    time.sleep(1.0)
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=30)
+    assert p.returncode == 143 and "got-term" in err and "torchrun ended with status 1; exiting 143" in err, err
+    env["FAKE_RC"], fake_quick = "3", fake.read_text().replace("seq 300", "seq 1")
+    fake.write_text(fake_quick)
+    done = subprocess.run(["bash", "deploy/trainer/launch.sh"], env=env, cwd=ROOT, capture_output=True, timeout=30)
+    assert done.returncode == 3
+
+
 def test_deploy_scripts_pass_bash_syntax_check():
     scripts = sorted(glob.glob(str(DEPLOY / "**" / "*.sh"), recursive=True) + glob.glob(str(ROOT / "scripts" / "*.sh")))
     assert any(s.endswith("lock.sh") for s in scripts)

@@ -47,4 +47,26 @@ if [[ "${LAUNCH_PRINT_ONLY:-0}" == 1 ]]; then
   exit 0
 fi
 echo "launch: node $NODE_RANK/$NNODES, $NPROC_PER_NODE processes, rendezvous $MASTER_ADDR:$MASTER_PORT" >&2
-exec "${cmd[@]}"
+# SIGTERM (a preemption, the pod's deletion) goes on to torchrun, whose workers checkpoint at the end of
+# their step and exit 143. torchrun itself then exits 1, as after a crash; this script exits 143, so a
+# preemption stays what it is to the Job. torchrun SIGKILLs its workers 30 s after its SIGTERM: a step
+# and a checkpoint write longer than that resume from the checkpoint before.
+terminated=0
+trap 'terminated=143; kill -TERM "$child" 2>/dev/null || true' TERM
+# Ctrl-C (docker run -it): a background child ignores SIGINT, so it gets the same graceful SIGTERM.
+trap 'terminated=130; kill -TERM "$child" 2>/dev/null || true' INT
+"${cmd[@]}" &
+child=$!
+set +e
+wait "$child"
+while kill -0 "$child" 2>/dev/null; do  # a trapped signal ends `wait` early: wait for torchrun's own end
+  wait "$child"
+done
+wait "$child"  # the status bash kept of the ended child
+rc=$?
+if [[ "$terminated" != 0 ]]; then
+  echo "launch: $([[ $terminated == 143 ]] && echo SIGTERM || echo SIGINT): torchrun ended with status $rc;" \
+    "exiting $terminated (stopped: run the same command again to resume)" >&2
+  exit "$terminated"
+fi
+exit "$rc"
