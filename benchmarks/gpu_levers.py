@@ -209,15 +209,18 @@ class SweepRow(NamedTuple):
 def accumulated_step(model: torch.nn.Module, raw: torch.nn.Module, batches: list[dict[str, torch.Tensor]],
                      dev: torch.device, accum: int, make_inputs: Callable, opt: torch.optim.Optimizer,
                      prec: object) -> Callable[[int], None]:
-    """An optimizer step of ``accum`` micro-batches (loss / accum each, as trainer.train does)."""
+    """An optimizer step of ``accum`` micro-batches, each loss over the step's target counts (trainer/step.py)."""
+    from trainer.model import target_counts
+
     params = list(raw.parameters())
 
     def step(i: int) -> None:
-        for j in range(accum):
-            k = (i * accum + j) % len(batches)
+        inputs = [make_inputs((i * accum + j) % len(batches)) for j in range(accum)]
+        denominators = torch.stack([target_counts(**kw) for kw in inputs]).sum(0).clamp(min=1)
+        for kw in inputs:
             with prec.autocast():
-                out = model(**make_inputs(k))
-            prec.backward(out["loss"] / accum)
+                out = model(**kw, loss_denominators=denominators)
+            prec.backward(out["loss"])
         prec.step(opt, params, 1.0)
         opt.zero_grad(set_to_none=True)
 

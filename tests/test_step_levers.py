@@ -1,7 +1,6 @@
 """The step's speed levers, checked on CPU: each changes how a step runs, never what it computes.
 
-- gradient accumulation over micro-batches = one batch of the global size (loss and gradients), so a
-  micro-batch sweep keeps the recipe's optimization;
+- (gradient accumulation over micro-batches = one batch of the global size: tests/test_step_weighting.py);
 - no host sync inside a step (masking, forward, backward, clipping, the optimizer), counted by
   trainer.hostsync on every attention path and both maskers, masked in place or ahead (``masking_overlap``);
 - the optimizer step's kernels (``optim.impl``: fused, multi-tensor, per-tensor, compiled) give the
@@ -21,7 +20,7 @@ from schemas.config import MaskingConfig, ModelConfig, OptimConfig, TrainConfig
 from trainer.fused_masking import FusedMasker
 from trainer.hostsync import HostSyncs, is_sync
 from trainer.masking import IGNORE_INDEX, Masker
-from trainer.model import Encoder, attention_inputs
+from trainer.model import Encoder
 from trainer.optim import CompiledAdamW, build_optimizer, lr_schedule
 from trainer.precision import Precision, maybe_compile
 
@@ -52,33 +51,6 @@ def host_batch(lengths: list[int], L: int, seed: int = 0, labelled: int = 0) -> 
 def encoder(seed: int = 0, **kw: object) -> Encoder:
     torch.manual_seed(seed)
     return Encoder(ModelConfig(dropout=0.0, **kw), V)
-
-
-# ------------------------------------------------------------------ gradient accumulation
-
-
-@pytest.mark.parametrize("lengths", [[24] * 8, [24, 9, 17, 24, 5, 20, 12, 24]], ids=["full rows", "ragged"])
-@pytest.mark.parametrize("micro", [1, 2, 4])
-def test_accumulated_micro_batches_match_one_global_batch(lengths: list[int], micro: int) -> None:
-    """The trainer's accumulation (loss / accum per micro-batch, gradients summed) = one batch of 8 rows."""
-    host = host_batch(lengths, 24, seed=3, labelled=3)
-
-    def loss_and_grads(rows: list[slice]) -> tuple[float, list[torch.Tensor]]:
-        m = encoder()
-        total = 0.0
-        for sl in rows:
-            part = {k: host[k][sl] for k in ("input_ids", "attention_mask", "labels")}
-            kw = attention_inputs(dict(part), part["attention_mask"], CPU)
-            loss = m(**kw)["loss"] / len(rows)
-            loss.backward()
-            total += float(loss.detach())
-        return total, [p.grad.clone() for p in m.parameters()]
-
-    whole = loss_and_grads([slice(0, 8)])
-    parts = loss_and_grads([slice(i, i + micro) for i in range(0, 8, micro)])
-    assert parts[0] == pytest.approx(whole[0], rel=1e-5)
-    for a, b in zip(whole[1], parts[1], strict=True):
-        torch.testing.assert_close(b, a, atol=1e-6, rtol=1e-4)
 
 
 # ------------------------------------------------------------------ host syncs

@@ -57,7 +57,9 @@ def test_checkpoint_manager_saves_when_due_or_forced_and_keeps_the_last_k(tmp_pa
     assert [s for s, _ in list_checkpoints(run)] == [6, 7]  # keep_last=2: step 3 removed
     state = load_checkpoint(saved[7])
     assert set(state) == {"model", "optimizer", "scheduler", "loader", "rng", "step", "config", "vocab_size",
-                          "manifest"}
+                          "manifest", "step_batch"}
+    assert state["step_batch"] == {"world_size": 1, "accumulation": 1, "batch_size": m.cfg.batch_size,
+                                   "tokens_per_batch": None}
     assert state["step"] == 7 and state["config"]["checkpoint_every"] == 3 and len(state["rng"]["cpu"]) == 1
     # checkpoint_every=0: only forced saves.
     _, never = parts(url, str(tmp_path / "run2"))
@@ -132,6 +134,27 @@ def test_train_metrics_sums_micro_batches_and_writes_records(tmp_path):
     metrics.log(rec)
     metrics.close()
     assert [r["step"] for r in read_metrics(run)] == [1]
+
+
+def test_train_metrics_combines_the_ranks_shares_into_the_global_batch(tmp_path):
+    """Each rank's loss is its share of the global batch's loss: a record sums shares, counts and tokens
+    over the ranks (the trainer's combine is an all-reduce)."""
+    ranks = []
+    for share, correct, count, tokens in [(1.5, 1.0, 2.0, 30), (2.5, 5.0, 6.0, 50)]:
+        s = StepStats()
+        s.add({"loss": torch.tensor(share), "mlm_correct": torch.tensor(correct), "mlm_count": torch.tensor(count)},
+              tokens=tokens, scale=1.0)
+        ranks.append(s)
+    other = ranks[1].values() | {"tokens": float(ranks[1].tokens)}
+
+    def combine(values: list[float]) -> list[float]:  # rank 0's view of an all-reduce with rank 1
+        keys = ("loss", *StepStats.KEYS, "tokens")
+        return [v + other[k] for k, v in zip(keys, values, strict=True)]
+
+    metrics = TrainMetrics(str(tmp_path / "run"), enabled=False, total_steps=1, start_step=0, log_every=1,
+                           world_size=2, flops_per_token=1.0, peak_flops=None, show_bar=False, combine=combine)
+    rec = metrics.record(1, ranks[0], lr=0.1, started=0.0, wait=0.0, epoch=0)
+    assert rec["loss"] == 4.0 and rec["mlm_acc"] == 0.75 and metrics.step_tokens == 80
 
 
 def test_padding_rows_carry_no_loss_and_no_tokens():
@@ -224,3 +247,35 @@ def test_a_gpu_that_is_there_passes_the_check(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     distributed.check_cuda("cuda:1", 1)
+
+
+def test_the_global_batch_is_what_the_steps_take_or_a_note_says_what_they_take():
+    from trainer.train import micro_batches_per_step
+
+    def accum(world: int, **kw) -> tuple[int, str | None]:
+        return micro_batches_per_step(TrainConfig.model_validate({"data": "x", "batch_size": 16, **kw}), world, 512)
+
+    assert accum(2, global_batch_sequences=64) == (2, None)
+    steps, note = accum(2, global_batch_sequences=48)  # 2 ranks x 16 divide 64, not 48
+    assert steps == 2 and "48 sequences asked" in note and "take 64" in note
+    # A token budget: the global batch's sequences count as full-length ones (64 x 512 tokens), not batch_size's.
+    assert accum(2, global_batch_sequences=64, tokens_per_batch=8192) == (2, None)
+    assert accum(1, global_batch_sequences=64, tokens_per_batch=8192)[0] == 4
+    assert accum(4, gradient_accumulation=3, global_batch_sequences=64) == (3, None)
+    assert accum(1) == (1, None)
+
+
+def test_a_resume_that_changes_the_global_batch_warns_and_another_micro_batch_is_one_line(tmp_path, caplog):
+    url = str(make_corpus(tmp_path / "c", [20, 12]))
+    run = str(tmp_path / "run")
+    _, m = parts(url, run)
+    m.save(3, force=True)
+    cfg, again = parts(url, run)
+    again.accum = 2  # the same ranks, twice the micro-batches: twice the global batch
+    with caplog.at_level("WARNING", logger="trainer.checkpoint"):
+        assert again.load() == 3
+    assert any("take 8 sequences (1 ranks x 4 x 2" in r.getMessage() and "took 4 sequences" in r.getMessage()
+               for r in caplog.records), [r.getMessage() for r in caplog.records]
+    smaller = ShardLoader(url, "train", batch_size=2, seed=0, shuffle_buffer=8)
+    with pytest.raises(UserError, match=r"batches are cut at batch_size 4, and it is resumed with batch_size 2"):
+        smaller.load_state_dict(m.loader.state_dict())

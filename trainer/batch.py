@@ -162,9 +162,11 @@ def prepare(model: torch.nn.Module, masker: Masker, host: dict[str, torch.Tensor
 
 
 def forward(model: torch.nn.Module, batch: Prepared, device: torch.device,
-            autocast: Callable[[], AbstractContextManager[Any]], attention: str = "auto") -> dict[str, torch.Tensor]:
+            autocast: Callable[[], AbstractContextManager[Any]], attention: str = "auto",
+            denominators: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
     """The model's outputs on a prepared batch: the attention kernel picked (``attention`` names one to
-    prefer; each new choice logged once), the forward run under autocast."""
+    prefer; each new choice logged once), the forward run under autocast. ``denominators``: what each loss
+    divides its summed cross-entropy by (the model's ``loss_denominators``; None: the batch's own counts)."""
     dims = encoder_of(model).dims
     with autocast():
         kw, choice = plan(batch.kw, dims.heads, dims.head_dim, dims.dropout if model.training else 0.0, device,
@@ -173,6 +175,8 @@ def forward(model: torch.nn.Module, batch: Prepared, device: torch.device,
             CHOICES.add(choice)
             log.info("%s", choice)
         kw["predictions"] = batch.predictions
+        if denominators is not None:
+            kw["loss_denominators"] = denominators
         if batch.bucketed:
             mark_dynamic(kw)
         return model(**kw)

@@ -171,8 +171,8 @@ class CheckpointManager:
 
     def __init__(self, cfg: TrainConfig, dd: Dist, *, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                  scheduler: Any, loader: ShardLoader | MixedLoader, vocab_size: int, tokenizer_sha256: str,
-                 precision: Any = None, pad_id: int | None = None, counters: Any = None):
-        self.cfg, self.dd = cfg, dd
+                 precision: Any = None, pad_id: int | None = None, counters: Any = None, accum: int = 1):
+        self.cfg, self.dd, self.accum = cfg, dd, accum
         self.model, self.optimizer, self.scheduler, self.loader = model, optimizer, scheduler, loader
         self.vocab_size, self.tokenizer_sha256 = vocab_size, tokenizer_sha256
         self.precision = precision  # trainer.precision.Precision: the fp16 loss scaler's state
@@ -212,7 +212,18 @@ class CheckpointManager:
             self.counters.load_state_dict(state.get("counters", {}))
         if self.dd.main:
             log.info("resumed from %s at step %d", url, step)
+            saved, now = state.get("step_batch"), self.step_batch()
+            if isinstance(saved, dict) and step_batch_size(saved) != step_batch_size(now):
+                log.warning("this run's steps take %s; %s took %s: the schedule and the optimizer's state go on as "
+                            "saved (to keep the batch: --set global_batch_sequences=..., or --gradient_accumulation)",
+                            describe_step_batch(now), posixpath.basename(url), describe_step_batch(saved))
         return step
+
+    def step_batch(self) -> dict[str, Any]:
+        """What one optimizer step takes: ranks, micro-batches per step and the micro-batch (saved, compared
+        on resume: a changed world size or accumulation changes the global batch mid-run)."""
+        return {"world_size": self.dd.world_size, "accumulation": self.accum, "batch_size": self.cfg.batch_size,
+                "tokens_per_batch": self.cfg.tokens_per_batch}
 
     def _load_loader(self, state: dict[str, Any], url: str) -> None:
         """The loader's position; with ``switch_corpus``, a checkpoint of another corpus leaves this corpus's
@@ -246,11 +257,25 @@ class CheckpointManager:
             "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(), "loader": loader_state, "rng": rng, "step": step,
             "config": redact_urls(self.cfg.model_dump(mode="json")), "vocab_size": self.vocab_size,  # no credentials
-            "manifest": self.tokenizer_sha256,
+            "manifest": self.tokenizer_sha256, "step_batch": self.step_batch(),
             **({"scaler": self.precision.state_dict()} if self.precision is not None else {}),
             **({"pad_id": self.pad_id} if self.pad_id is not None else {}),
             **({"counters": self.counters.state_dict()} if self.counters is not None else {}),
         }, self.cfg.keep_last)
+
+
+def step_batch_size(b: dict[str, Any]) -> tuple[int, str]:
+    """(size, unit) of a step's global batch from a ``step_batch`` record."""
+    tokens = b.get("tokens_per_batch")
+    per = int(tokens or b.get("batch_size") or 0)
+    return per * int(b.get("accumulation") or 1) * int(b.get("world_size") or 1), "tokens" if tokens else "sequences"
+
+
+def describe_step_batch(b: dict[str, Any]) -> str:
+    """``32 sequences (2 ranks x 16 x 1 micro-batches)``."""
+    size, unit = step_batch_size(b)
+    per = b.get("tokens_per_batch") or b.get("batch_size")
+    return f"{size} {unit} ({b.get('world_size')} ranks x {per} x {b.get('accumulation')} micro-batches)"
 
 
 def describe_model(model: ModelConfig, vocab_size: int) -> str:

@@ -48,6 +48,12 @@ class Dist:
         dist.all_gather(parts, t.to(dev))
         return [p.cpu() for p in parts]
 
+    def sum_(self, t: torch.Tensor) -> torch.Tensor:
+        """``t`` summed over ranks in place (a tensor on ``collective_device``; queued, no host sync on GPUs)."""
+        if self.world_size > 1:
+            dist.all_reduce(t)
+        return t
+
     def any(self, flag: bool) -> bool:
         """True on every rank when it is true on one (ranks may see SIGTERM at different steps)."""
         if self.world_size == 1:

@@ -22,6 +22,7 @@ import os
 import sys
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -84,6 +85,7 @@ class StepStats:
     def __init__(self) -> None:
         self._sums: dict[str, torch.Tensor] = {}
         self.tokens = 0
+        self.epoch = 0  # the epoch of the step's last micro-batch
 
     def add(self, out: dict[str, torch.Tensor], tokens: int, scale: float) -> None:
         """Add one micro-batch's outputs (its loss weighted by scale) and its real token count."""
@@ -202,14 +204,19 @@ class RunCounters:
 class TrainMetrics:
     """What the loop reports per step: the record (JSONL + TensorBoard), the log line, the bar, starvation.
 
-    Only the main rank writes; every rank builds records (their values are
-    this rank's, the token rate is scaled to the world).
+    Only the main rank writes; every rank builds records. ``combine`` sums a list of values over the ranks
+    (trainer.distributed.all_reduce_sum): a record's loss, accuracies and tokens are then the step's over
+    the global batch, each rank's loss being its share of it. Without it they are this rank's, the token
+    rate scaled to the world.
     """
 
     def __init__(self, run: str | Any, *, enabled: bool, total_steps: int, start_step: int, log_every: int,
                  world_size: int, flops_per_token: float, peak_flops: float | None, show_bar: bool,
-                 mask_rate: float | None = None, eval_mask_rate: float | None = None):
+                 mask_rate: float | None = None, eval_mask_rate: float | None = None,
+                 combine: Callable[[list[float]], list[float]] | None = None):
         self.enabled, self.total_steps, self.log_every, self.world_size = enabled, total_steps, log_every, world_size
+        self.combine = combine
+        self.step_tokens = 0  # the last record's real tokens (all ranks)
         self.start_step = start_step
         # The masking rates the losses are measured at (records: mask_rate, eval_mask_rate; the plot's labels).
         self.mask_rate, self.eval_mask_rate = mask_rate, eval_mask_rate
@@ -226,16 +233,22 @@ class TrainMetrics:
         self.last_loss: float | None = None
 
     def record(self, step: int, stats: StepStats, lr: float, started: float, wait: float,
-               epoch: int, tokens: int | None = None) -> dict[str, Any]:
+               epoch: int) -> dict[str, Any]:
         """The record of a step that began at ``started`` (perf_counter); watches data wait and the loss.
 
-        tokens: the step's real tokens over all ranks (default: this rank's times the world size).
-        The step's one host sync (``stats.values()``) happens here, inside the step's time.
+        The step's one host sync (``stats.values()``) and its sum over ranks happen here, inside the
+        step's time.
         """
         v = stats.values()
+        tokens = stats.tokens * self.world_size
+        if self.combine is not None:
+            keys = ("loss", *StepStats.KEYS)
+            *sums, total = self.combine([v[k] for k in keys] + [float(stats.tokens)])
+            v.update(zip(keys, sums, strict=True))
+            tokens = int(total)
+        self.step_tokens = tokens
         dt = time.perf_counter() - started
-        record = step_record(step, v, stats.tokens * self.world_size if tokens is None else tokens, lr, dt, wait,
-                             epoch, self.flops_per_token, self.peak_flops)
+        record = step_record(step, v, tokens, lr, dt, wait, epoch, self.flops_per_token, self.peak_flops)
         if self._clock is None:
             self._clock = started
             if self.startup_s is not None:

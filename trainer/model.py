@@ -279,14 +279,42 @@ class SpanBoundaryHead(nn.Module):
 # ================================================================= encoder
 
 
-def _masked_ce(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(mean loss over targets != IGNORE_INDEX, correct count, target count); 0 loss when nothing is predicted."""
+def _masked_ce(logits: torch.Tensor, targets: torch.Tensor,
+               denominator: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(loss, correct count, target count) over targets != IGNORE_INDEX: the loss is the targets' summed
+    cross-entropy over their own count (the batch's mean), or over ``denominator`` when given (the batch's
+    share of a larger batch's mean); 0 when nothing is predicted."""
     active = targets != IGNORE_INDEX
     count = active.sum()
     # Sum / max(count, 1) instead of a mean: a batch with no predictions gives 0, not NaN.
-    loss = F.cross_entropy(logits, targets, ignore_index=IGNORE_INDEX, reduction="sum") / count.clamp(min=1)
+    loss = F.cross_entropy(logits, targets, ignore_index=IGNORE_INDEX, reduction="sum")
+    loss = loss / (count.clamp(min=1) if denominator is None else denominator)
     correct = ((logits.argmax(-1) == targets) & active).sum()
     return loss, correct.detach(), count.detach()
+
+
+# The losses a batch's targets feed, in the order of ``target_counts`` and of ``loss_denominators``.
+LOSS_TERMS = ("mlm", "sentence", "sbo")
+
+
+def sbo_active(flat_labels: torch.Tensor, left: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
+    """The span-boundary loss's targets: predicted tokens inside a span with both boundaries."""
+    return (flat_labels != IGNORE_INDEX) & (left >= 0) & (right >= 0)
+
+
+def target_counts(labels: torch.Tensor, sentence_labels: torch.Tensor | None = None,
+                  span_left: torch.Tensor | None = None, span_right: torch.Tensor | None = None,
+                  **_: object) -> torch.Tensor:
+    """How many targets each of LOSS_TERMS has in a batch (float32 [3], on the batch's device, no sync):
+    what a step sums over its micro-batches and ranks to weigh every target of the global batch alike.
+    Takes the model's keyword arguments."""
+    zero = labels.new_zeros((), dtype=torch.float32)
+    mlm = (labels != IGNORE_INDEX).sum().float()
+    sentence = (sentence_labels != IGNORE_INDEX).sum().float() if sentence_labels is not None else zero
+    sbo = zero
+    if span_left is not None and span_right is not None:
+        sbo = sbo_active(labels.reshape(-1), span_left.reshape(-1), span_right.reshape(-1)).sum().float()
+    return torch.stack([mlm, sentence, sbo])
 
 
 def predicted_rows(active: torch.Tensor, flat_labels: torch.Tensor,
@@ -376,7 +404,8 @@ class Encoder(nn.Module):
                 labels: torch.Tensor | None = None, token_type_ids: torch.Tensor | None = None,
                 sentence_labels: torch.Tensor | None = None, span_left: torch.Tensor | None = None,
                 span_right: torch.Tensor | None = None, unpadded: Unpadded | None = None,
-                attention_backend: str | None = None, predictions: int | None = None) -> dict[str, torch.Tensor]:
+                attention_backend: str | None = None, predictions: int | None = None,
+                loss_denominators: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         """Losses and detached stats when labels are given; otherwise logits.
 
         labels: int64 [B, L], IGNORE_INDEX (-100) where not predicted. sentence_labels: [B]
@@ -387,6 +416,9 @@ class Encoder(nn.Module):
         then runs on real tokens only; same losses (``attention_inputs`` picks).
         predictions: at least the number of labels (``Masker.prediction_bound``): the masked-only
         heads then gather that many rows without a host sync; None gathers exactly (``nonzero``).
+        loss_denominators: float [3], one per LOSS_TERMS: each loss sums its targets' cross-entropy over
+        this instead of over the batch's own count (a training step's micro-batches weigh every target of
+        the global batch alike); None: each loss is the batch's own mean.
         """
         h = self.encode(input_ids, attention_mask, token_type_ids, unpadded, attention_backend)
         B, L = input_ids.shape
@@ -416,27 +448,31 @@ class Encoder(nn.Module):
             return out
 
         flat_labels = labels.reshape(B * L)
+        denom = loss_denominators
         if self.dims.masked_only_head:
             # Gather the predicted positions first: the vocabulary projection then
             # costs (#masked x E x V) instead of (B x L x E x V).
             idx, targets = predicted_rows(flat_labels != IGNORE_INDEX, flat_labels, predictions)
-            mlm_loss, correct, count = _masked_ce(self.lm_head(flat_h.index_select(0, rows(idx)), word), targets)
+            mlm_loss, correct, count = _masked_ce(self.lm_head(flat_h.index_select(0, rows(idx)), word), targets,
+                                                  denom[0] if denom is not None else None)
         else:
             # (The unpadded layout's filler reads a padding position: its label is IGNORE_INDEX.)
             head_labels = flat_labels if unpadded is None else flat_labels.index_select(0, unpadded.indices)
-            mlm_loss, correct, count = _masked_ce(self.lm_head(flat_h, word), head_labels)
+            mlm_loss, correct, count = _masked_ce(self.lm_head(flat_h, word), head_labels,
+                                                  denom[0] if denom is not None else None)
         loss = mlm_loss
         out.update(mlm_loss=mlm_loss.detach(), mlm_correct=correct, mlm_count=count)
 
         if self.sentence_head is not None and sentence_labels is not None:
             s_loss, s_correct, s_count = _masked_ce(self.sentence_head(flat_h.index_select(0, rows(firsts))),
-                                                    sentence_labels.reshape(-1).long())
+                                                    sentence_labels.reshape(-1).long(),
+                                                    denom[1] if denom is not None else None)
             loss = loss + s_loss
             out.update(sentence_loss=s_loss.detach(), sentence_correct=s_correct, sentence_count=s_count)
 
         if self.sbo_head is not None and span_left is not None and span_right is not None:
             sbo_loss, sbo_correct, sbo_count = self._sbo(flat_h, rows, flat_labels, span_left, span_right, L,
-                                                         predictions)
+                                                         predictions, denom[2] if denom is not None else None)
             loss = loss + sbo_loss
             out.update(sbo_loss=sbo_loss.detach(), sbo_correct=sbo_correct, sbo_count=sbo_count)
 
@@ -444,18 +480,18 @@ class Encoder(nn.Module):
         return out
 
     def _sbo(self, flat_h: torch.Tensor, rows, flat_labels: torch.Tensor, span_left: torch.Tensor,  # noqa: ANN001
-             span_right: torch.Tensor, L: int, predictions: int | None) -> tuple[torch.Tensor, ...]:
+             span_right: torch.Tensor, L: int, predictions: int | None,
+             denominator: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
         """SpanBERT's span-boundary loss over the predicted tokens with both boundaries: (loss, correct, count)."""
         left, right = span_left.reshape(-1), span_right.reshape(-1)
-        idx, targets = predicted_rows((flat_labels != IGNORE_INDEX) & (left >= 0) & (right >= 0), flat_labels,
-                                      predictions)
+        idx, targets = predicted_rows(sbo_active(flat_labels, left, right), flat_labels, predictions)
         row = torch.div(idx, L, rounding_mode="floor") * L  # flat index of the row's first token
         # Clamp: a boundary outside the row must not index another row (or fault on GPU).
         l_pos = left.index_select(0, idx).clamp(0, L - 1)
         r_pos = right.index_select(0, idx).clamp(0, L - 1)
         logits = self.sbo_head(flat_h.index_select(0, rows(row + l_pos)), flat_h.index_select(0, rows(row + r_pos)),
                                (idx - row - l_pos).clamp(min=0), self.embed.word.weight)  # i - span_left
-        return _masked_ce(logits, targets)
+        return _masked_ce(logits, targets, denominator)
 
     def num_params(self, non_embedding: bool = False) -> int:
         """Unique parameters (shared layers count once); non_embedding drops the embedding tables."""

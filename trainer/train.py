@@ -7,8 +7,10 @@
 loop needs (a `Run`: model, optimizer, precision, loaders, maskers, checkpoints,
 metrics), resuming from the run's latest checkpoint. `train()` is then the whole
 loop, top to bottom: data -> mask -> forward -> loss -> backward -> step -> log
--> checkpoint; its `Feed` takes the batches, and with mask ahead
-(`masking_overlap`) masks the next one on a side stream while a step computes.
+-> checkpoint. trainer/step.py holds its parts: the `Run`, the `Feed` that takes
+the batches (with mask ahead, `masking_overlap`, it masks the next one on a side
+stream while a step computes) and one optimizer step, whose losses weigh every
+target of the global batch alike.
 Concerns with their own state live in their own modules:
 distributed (process group, device, RNG per rank), loader, masking, batch (the
 forward of one batch, mask ahead), model, optim, evaluate, checkpoint (the
@@ -26,8 +28,6 @@ if __name__ == "__main__":  # --help, flag mistakes and a --data that is no corp
     check_train_args(sys.argv[1:])
 
 import argparse
-import contextlib
-import copy
 import logging
 import math
 import os
@@ -35,7 +35,6 @@ import posixpath
 import re
 import time
 import warnings
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -48,7 +47,7 @@ from shardforge.console.run import TRAIN_INTERRUPTED, run_cli
 from shardforge.storage import exists, join, redact_url
 from shardforge.storage.contract import load_manifest, open_tokenizer
 from trainer import distributed, fused_masking
-from trainer.batch import MaskAhead, Prepared, forward, overlap_on
+from trainer.batch import overlap_on
 from trainer.checkpoint import CKPT_DIR, CheckpointManager, checkpoint_dir, latest_checkpoint
 from trainer.describe import RunShape, describe_run, plan_steps
 from trainer.evaluate import evaluate
@@ -56,13 +55,14 @@ from trainer.hf_init import check_corpus, load_init, resolve_init
 from trainer.loader import ShardLoader
 from trainer.loggers import open_loggers, trim_metrics
 from trainer.masking import Masker
-from trainer.metrics import RunCounters, StepStats, TrainMetrics, device_peak_flops
+from trainer.metrics import RunCounters, TrainMetrics, device_peak_flops
 from trainer.mixing import MixedLoader, describe, mix_record, mixed_loader, parse_mix_arg
 from trainer.model import Encoder, flops_per_token, resolve_dims
 from trainer.optim import build_optimizer, lr_schedule
 from trainer.precision import Precision, compile_enabled, maybe_compile
-from trainer.preempt import Preempted, Preemption
+from trainer.preempt import Preemption
 from trainer.recipes import check_packing, config_yaml, resolve_train_config
+from trainer.step import Feed, Run, train_step
 
 log = logging.getLogger("shardforge.train")
 # The run's description (trainer/describe.py): on stdout from the command line, with its end line;
@@ -108,42 +108,33 @@ def check_positions(cfg: TrainConfig, manifest: Manifest, vocab_size: int, pad_i
                         f"with --max_seq_len {dims.max_seq_len}")
 
 
-def micro_batches_per_step(cfg: TrainConfig, world: int, max_len: int) -> int:
-    """Gradient accumulation: as set, else what reaches the global batch (in sequences or tokens), else 1."""
+def micro_batches_per_step(cfg: TrainConfig, world: int, max_len: int) -> tuple[int, str | None]:
+    """(gradient accumulation, a note when the global batch asked for is not what the steps take).
+
+    As set, else what reaches the global batch, else 1. ``global_batch_sequences`` counts sequences of up
+    to ``max_len`` tokens: with a token budget per micro-batch (``tokens_per_batch``, DOC-SENTENCES'
+    batches) it is that many full-length sequences' tokens, as RoBERTa counts its batches. A global batch
+    that the micro-batches of all ranks do not divide is rounded up, and the note says to what.
+    """
     if cfg.gradient_accumulation:
-        return cfg.gradient_accumulation
-    per_step = cfg.batch_size * world
+        return cfg.gradient_accumulation, None
     if cfg.global_batch_sequences:
-        return max(1, math.ceil(cfg.global_batch_sequences / per_step))
-    if cfg.global_batch_tokens:
-        tokens = (cfg.tokens_per_batch or cfg.batch_size * max_len) * world
-        return max(1, math.ceil(cfg.global_batch_tokens / tokens))
-    return 1
+        asked, unit, per_micro = cfg.global_batch_sequences, "sequences", cfg.batch_size
+        if cfg.tokens_per_batch:
+            asked, unit, per_micro = cfg.global_batch_sequences * max_len, "tokens", cfg.tokens_per_batch
+    elif cfg.global_batch_tokens:
+        asked, unit, per_micro = cfg.global_batch_tokens, "tokens", cfg.tokens_per_batch or cfg.batch_size * max_len
+    else:
+        return 1, None
+    accum = max(1, math.ceil(asked / (per_micro * world)))
+    took = accum * per_micro * world
+    note = None if took == asked else (
+        f"global batch: {asked} {unit} asked; {world} rank(s) x {per_micro} x {accum} micro-batch(es) take {took} "
+        f"per step (rounded up: a global batch that {per_micro * world} divides is taken exactly)")
+    return accum, note
 
 
 # ------------------------------------------------------------------ setup
-
-@dataclass
-class Run:
-    """What the loop needs, built once by `setup()`."""
-
-    cfg: TrainConfig  # resolved: --init has fixed the model's shape
-    dd: distributed.Dist
-    model: torch.nn.Module  # what the loop calls: compiled and/or DDP-wrapped
-    raw_model: Encoder  # the module itself: its parameters, checkpoints, size
-    optimizer: torch.optim.Optimizer
-    scheduler: torch.optim.lr_scheduler.LambdaLR
-    prec: Precision  # autocast + fp16 loss scaler
-    masker: Masker
-    eval_masker: Masker
-    loader: ShardLoader | MixedLoader
-    valid: ShardLoader | MixedLoader | None
-    counters: RunCounters  # tokens seen, smoothed loss (checkpointed)
-    checkpoints: CheckpointManager
-    metrics: TrainMetrics
-    accum: int  # micro-batches per optimizer step
-    step: int  # the step the loop starts from (the latest checkpoint's, else 0)
-
 
 def build_model(cfg: TrainConfig, dd: distributed.Dist, manifest: Manifest, vocab_size: int,
                 pad_id: int) -> tuple[Encoder, torch.nn.Module]:
@@ -215,7 +206,8 @@ def build_metrics(cfg: TrainConfig, dd: distributed.Dist, manifest: Manifest, vo
         # The masked-only head projects to the vocabulary only at predicted positions: count what runs.
         flops_per_token=flops_per_token(dims, manifest.max_seq_len,
                                         lm_head_fraction=cfg.masking.rate if cfg.model.masked_only_head else 1.0),
-        peak_flops=device_peak_flops(torch.cuda.get_device_name(device) if device.type == "cuda" else None))
+        peak_flops=device_peak_flops(torch.cuda.get_device_name(device) if device.type == "cuda" else None),
+        combine=lambda values: distributed.all_reduce_sum(values, device))  # one collective per step
 
 
 def setup(cfg: TrainConfig) -> Run:
@@ -242,7 +234,9 @@ def setup(cfg: TrainConfig) -> Run:
     if cfg.init:  # the model's vocabulary against the corpus's first: a wrong corpus is the likelier mistake
         check_corpus(cfg.init, manifest, vocab_size)
     check_positions(cfg, manifest, vocab_size, pad_id)
-    accum = micro_batches_per_step(cfg, dd.world_size, manifest.max_seq_len)
+    accum, note = micro_batches_per_step(cfg, dd.world_size, manifest.max_seq_len)
+    if note and dd.main:
+        log.warning("%s", note)
     cfg = plan_steps(cfg, manifest, dd.world_size, accum)  # max_tokens -> steps (trainer/describe.py)
     if cfg.optim.warmup_ratio is not None and cfg.optim.warmup_steps == 0:  # Hugging Face's warmup_ratio
         warmup = math.ceil(cfg.optim.warmup_ratio * cfg.steps)
@@ -268,7 +262,7 @@ def setup(cfg: TrainConfig) -> Run:
     checkpoints = CheckpointManager(cfg, dd, model=raw_model, optimizer=optimizer, scheduler=scheduler,
                                     loader=loader, vocab_size=vocab_size,
                                     tokenizer_sha256=manifest.tokenizer.sha256, precision=prec,
-                                    pad_id=pad_id, counters=counters)
+                                    pad_id=pad_id, counters=counters, accum=accum)
     step = checkpoints.load()
     if dd.main and trim_metrics(cfg.output, step):  # records of steps the run goes back over (or a dead run's)
         log.info("metrics.jsonl: dropped the records after step %d, which this run logs again", step)
@@ -290,145 +284,36 @@ def evaluation_due(cfg: TrainConfig, step: int) -> bool:
     return step == cfg.steps or bool(cfg.eval_every) and step % cfg.eval_every == 0
 
 
-class LoaderPosition:
-    """A ShardLoader's position frozen at one moment: all a checkpoint reads of a loader (``state_dict``)."""
-
-    def __init__(self, state: dict[str, Any]) -> None:
-        self.state = state
-
-    def state_dict(self) -> dict[str, Any]:
-        return self.state
-
-
-def frozen_position(loader: ShardLoader | MixedLoader) -> Any:
-    """The loader's position now, kept while the loader moves on: what a checkpoint taken later saves
-    and, for a mix, the token shares the step's record reports (a copy of the MixedLoader whose sources
-    are frozen positions)."""
-    if isinstance(loader, MixedLoader):
-        view = copy.copy(loader)
-        view.loaders = [LoaderPosition(ld.state_dict()) for ld in loader.loaders]
-        view.schedule = copy.deepcopy(loader.schedule)
-        view.tokens = list(loader.tokens)
-        return view
-    return LoaderPosition(loader.state_dict())
-
-
-class Feed:
-    """The loop's micro-batches: taken from the loader (SIGTERM's grace applies to the wait), then copied
-    and masked on the device (trainer/batch.py).
-
-    With mask ahead (``masking_overlap``) the loop calls ``ahead`` as soon as a micro-batch's work (or the
-    step's) is queued: the next batch is taken and prepared on the side stream while that work computes.
-    Taken at a step boundary, it is a batch of the next step that the loader has already counted; so
-    ``position`` keeps the loader's position of before it for this step's checkpoint and record: a resumed
-    run sees that batch again, and no batch is skipped or seen twice.
-    """
-
-    def __init__(self, run: Run, preempt: Preemption) -> None:
-        self.run, self.preempt = run, preempt
-        self.it = iter(run.loader)
-        self.pipe = MaskAhead(run.dd.device, overlap_on(run.cfg.masking_overlap, run.dd.device))
-        self.host: dict[str, torch.Tensor] | None = None  # taken, not yet prepared (no mask ahead)
-        self.ready: Prepared | None = None  # taken and prepared ahead
-        self.held: Any = None  # the loader's position before `ready` was taken at a step boundary
-        self.wait = 0.0  # seconds waited for data since `waited()`
-
-    def take(self, boundary: bool = False) -> None:
-        """Take the next host batch; with mask ahead, prepare it on the side stream at once."""
-        if boundary:
-            self.held = frozen_position(self.run.loader)
-        tw = time.perf_counter()
-        host = self.preempt.next(self.it)
-        self.wait += time.perf_counter() - tw
-        if self.pipe.overlap:
-            self.ready = self.prepare(host)
-        else:
-            self.host = host
-
-    def prepare(self, host: dict[str, torch.Tensor]) -> Prepared:
-        cfg = self.run.cfg
-        # the epoch from the host batch: reading it on the device would sync
-        return self.pipe.prepare(self.run.model, self.run.masker, host, epoch=int(host["epoch"][0]),
-                                 seed=cfg.seed, unpad=cfg.unpad)
-
-    def next(self) -> Prepared:
-        """The next micro-batch, prepared and safe to use on the current stream."""
-        if self.ready is None and self.host is None:
-            self.take()
-        if self.ready is not None:
-            batch, self.ready, self.held = self.pipe.hand_over(self.ready), None, None
-            return batch
-        host, self.host = self.host, None
-        assert host is not None
-        return self.prepare(host)
-
-    def ahead(self, boundary: bool) -> None:
-        """With mask ahead, take and prepare the next micro-batch now. At a step boundary, a wait abandoned
-        after SIGTERM (trainer/preempt.py) ends only the taking: the step already queued still ends and
-        checkpoints, and the run stops there, as SIGTERM asked."""
-        if not self.pipe.overlap:
-            return
-        if not boundary:
-            self.take()
-            return
-        try:
-            self.take(boundary=True)
-        except Preempted:
-            self.ready = None
-
-    def position(self) -> Any:
-        """The loader as this step's checkpoint and record see it: before any batch taken ahead."""
-        return self.held if self.held is not None else self.run.loader
-
-    def waited(self) -> float:
-        """Seconds waited for data since the last call."""
-        wait, self.wait = self.wait, 0.0
-        return wait
-
-    def close(self) -> None:
-        self.it.close()  # shut DataLoader workers down now, not whenever the generator is collected
-
-
 def train(cfg: TrainConfig) -> dict[str, Any]:
     """Run training to cfg.steps (resuming from the run's latest checkpoint); returns a summary."""
     run = setup(cfg)
     cfg, dd, device, step, accum = run.cfg, run.dd, run.dd.device, run.step, run.accum
-    model, raw_model, optimizer, scheduler, prec = run.model, run.raw_model, run.optimizer, run.scheduler, run.prec
+    model, raw_model, scheduler, prec = run.model, run.raw_model, run.scheduler, run.prec
     metrics, checkpoints = run.metrics, run.checkpoints
     model.train()
     signalled = False  # stopped by SIGTERM (this rank's or a peer's), not by reaching steps or stop_at
+    skipped = 0  # steps' worth of micro-batches that were repeats only on every rank
     with Preemption() as preempt:
         feed = Feed(run, preempt)
         if step < cfg.steps and not stopped_at(cfg, step):
             feed.take()  # the first batch, before the first step's clock: the loader's start-up is no data wait
             metrics.started(feed.waited())
+        t0: float | None = None
         while step < cfg.steps and not stopped_at(cfg, step):
-            t0 = time.perf_counter()
-            s = StepStats()
-            for micro in range(accum):
-                batch = feed.next()  # a data wait: SIGTERM's grace applies
-                sync = contextlib.nullcontext()
-                if dd.world_size > 1 and micro < accum - 1:
-                    sync = model.no_sync()  # type: ignore[operator]
-                with sync:  # no gradient all-reduce until the last micro-batch
-                    out = forward(model, batch, device, prec.autocast)
-                    prec.backward(out["loss"] / accum)  # scaled under fp16
-                s.add(out, batch.tokens, 1.0 / accum)
-                if micro < accum - 1:
-                    feed.ahead(boundary=False)
-            prec.step(optimizer, raw_model.parameters(), cfg.optim.clip_norm)  # clip + step (fp16: unscale)
-            s.add_value("grad_norm", prec.grad_norm)
-            scheduler.step()
-            optimizer.zero_grad(set_to_none=True)
+            t0 = time.perf_counter() if t0 is None else t0  # a step with no data is timed with the next
+            s = train_step(run, feed)  # trainer/step.py: micro-batches, losses over the global batch, update
+            if s is None:  # every rank's micro-batches were repeats only: no step
+                feed.ahead(boundary=True)
+                skipped += 1
+                continue
             step += 1
             if step < cfg.steps and not stopped_at(cfg, step):
                 feed.ahead(boundary=True)  # the next step's first batch, masked while this step computes
             if device.type == "cuda":
                 torch.cuda.synchronize()
-            tokens = int(distributed.all_reduce_sum([float(s.tokens)], device)[0])  # real tokens of all ranks
-            record = metrics.record(step, s, scheduler.get_last_lr()[0], t0, feed.waited(), batch.epoch,
-                                    tokens=tokens)
-            record.update(run.counters.update(record["loss"], tokens))
+            record = metrics.record(step, s, scheduler.get_last_lr()[0], t0, feed.waited(), s.epoch)
+            t0 = None
+            record.update(run.counters.update(record["loss"], metrics.step_tokens))
             record.update(mix_record(feed.position()))
             if run.valid is not None and evaluation_due(cfg, step):
                 record.update(evaluate(model, run.valid, run.eval_masker, cfg, device, prec.autocast,
@@ -446,6 +331,9 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
                 break
     feed.close()
     metrics.close()
+    if skipped and dd.main:
+        log.info("%d time(s) every rank's micro-batches were rows repeated to keep the ranks in step (an "
+                 "epoch's end): no optimizer step for those", skipped)
     if not preempt.abandoned:  # a rank that left a stalled data wait may have peers inside a collective
         dd.barrier()
     distributed.teardown(dd)

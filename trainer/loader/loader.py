@@ -309,6 +309,13 @@ class ShardLoader:
             self._plan_changed = False
         mine = self._config()
         diff = [k for k in (*_STRICT, *(("partitions",) if self._fixed_partitions else ())) if state.get(k) != mine[k]]
+        batching = [k for k in diff if k in ("batch_size", "tokens_per_batch")]
+        if batching and batching == diff:
+            was = ", ".join(f"{k} {state.get(k)}" for k in batching)
+            raise UserError(f"this run's batches are cut at {was}, and it is resumed with "
+                            f"{', '.join(f'{k} {mine[k]}' for k in batching)}: a run keeps its micro-batch for its "
+                            f"life (it decides which samples share a batch); resume with {was} (to take fewer rows "
+                            "at once, start a run with a smaller batch_size and more gradient_accumulation)")
         if diff:
             raise UserError(f"loader state is from a different corpus or loader config (differs in {diff}); "
                             "resume with the same manifest, split, seed, partitions, shuffle_buffer and batching "
