@@ -38,3 +38,25 @@ def test_demo_runs_the_whole_path_and_the_model_learns(tmp_path: Path) -> None:
     check = subprocess.run([sys.executable, "-m", "shardforge.cli", "validate", str(corpus)], cwd=ROOT,
                            capture_output=True, text=True, timeout=600)
     assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_demo_clears_only_a_folder_a_demo_wrote(tmp_path: Path) -> None:
+    """The demo clears its --output first: a folder holding anything else is one line, and stays as it was."""
+    from schemas.errors import UserError
+    from shardforge.commands.demo import check_demo_folder
+
+    mine = tmp_path / "thesis"
+    mine.mkdir()
+    (mine / "thesis.txt").write_text("three years of work")
+    res = subprocess.run([sys.executable, "-m", "shardforge.cli", "demo", "--output", str(mine)], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2 and "holds thesis.txt, which no demo wrote" in res.stderr, res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1 and (mine / "thesis.txt").read_text() == "three years of work"
+    earlier = tmp_path / "demo"
+    for name in ("raw", "corpus", "run"):
+        (earlier / name).mkdir(parents=True)
+    (earlier / "summary.json").write_text("{}")
+    check_demo_folder(str(earlier))  # an earlier demo's folder: cleared and written again
+    check_demo_folder(str(tmp_path / "empty"))  # absent: nothing to clear
+    with pytest.raises(UserError, match="is a file"):
+        check_demo_folder(str(mine / "thesis.txt"))

@@ -18,10 +18,12 @@ import shutil
 import time
 
 from schemas.config import BuildConfig, SourceConfig
+from schemas.errors import UserError
 from shardforge.console.args import ArgumentParser
 
 DEMO_SOURCES = ("ccnews", "openwebtext", "stories")
 SUMMARY_JSON = "summary.json"  # the summary as data, in the output folder
+DEMO_ENTRIES = ("raw", "corpus", "run")  # the folders a demo writes beside it
 
 
 def demo_build_config(globs: dict[str, str]) -> BuildConfig:
@@ -38,18 +40,37 @@ def demo_build_config(globs: dict[str, str]) -> BuildConfig:
     })
 
 
+def check_demo_folder(path: str) -> None:
+    """UserError unless ``path`` is a folder the demo may clear: empty, or holding only what a demo writes."""
+    if not os.path.exists(path):
+        return
+    if not os.path.isdir(path):
+        raise UserError(f"--output {path} is a file, not a folder: give the demo a folder of its own")
+    foreign = sorted(set(os.listdir(path)) - {*DEMO_ENTRIES, SUMMARY_JSON})
+    if foreign:
+        shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+        raise UserError(f"--output {path} holds {shown}, which no demo wrote; the demo clears its folder first: "
+                        "give it a new or empty folder (or an earlier demo's)")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = ArgumentParser(prog="shardforge demo", description=__doc__,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--output", default="demo-output", help="Local folder for raw data, corpus and run.")
+    p.add_argument("--output", default="demo-output",
+                   help="Local folder for raw data, corpus and run, cleared first: new, empty, or an earlier "
+                        "demo's (default: %(default)s).")
     p.add_argument("--docs", type=int, default=80, help="Documents per generated source.")
-    p.add_argument("--steps", type=int, default=60, help="Training steps of the cpu recipe (its full run: 4000).")
+    p.add_argument("--steps", type=int, default=60,
+                   help="Training steps of the cpu recipe (its full run: 4000; default: %(default)s).")
     p.add_argument("--keep", action="store_true", help="Do not clear the output folder first.")
     args = p.parse_args(argv)
+    if args.steps < 1:
+        p.error(f"argument --steps: {args.steps} is not a step count (1 or more)")
     logging.basicConfig(level=logging.WARNING)
     if os.path.exists(args.output) and not args.keep:
+        check_demo_folder(args.output)
         shutil.rmtree(args.output)
-    raw, corpus, run = (os.path.join(args.output, d) for d in ("raw", "corpus", "run"))
+    raw, corpus, run = (os.path.join(args.output, d) for d in DEMO_ENTRIES)
 
     from pipelines.options import quiet_beam
     from shardforge.commands.synth import write_demo_corpus
