@@ -405,6 +405,10 @@ def test_export_cli_gives_a_loadable_hf_folder(corpus, tmp_path):
     exec(snippet.replace("print(", "filled = (").replace("PATH_OR_HUB_ID", hf), scope)
     filled = scope["filled"]
     assert len(filled) == 5 and all(c["sequence"].startswith("The capital of France is") for c in filled)
+    # An output folder that holds files (an earlier export, an --init model) is replaced only when asked.
+    weights = os.path.getmtime(os.path.join(hf, "model.safetensors"))
+    assert cli(["export", run, hf]) == 2 and os.path.getmtime(os.path.join(hf, "model.safetensors")) == weights
+    assert cli(["export", run, hf, "--overwrite"]) == 0
 
 
 def test_torch_compile_option_trains_and_checkpoints_plain_weights(corpus, tmp_path, monkeypatch):

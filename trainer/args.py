@@ -350,6 +350,9 @@ def export_parser() -> ArgumentParser:
     p.add_argument("--language", action="append", metavar="CODE",
                    help="the model card's language (repeat for several; default: the languages the corpus's "
                         "build kept, when its language rule was on)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="write into an output folder that already holds files, replacing the files an export writes "
+                        "(default: refused, so an earlier export or an --init model is never replaced by mistake)")
     return p
 
 

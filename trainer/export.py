@@ -281,15 +281,35 @@ def checkpoint_model(state: dict[str, Any], cfg: Any, url: str) -> Encoder:
     return model.eval()
 
 
+def check_export_folder(out_dir: str) -> None:
+    """UserError when ``out_dir`` already holds files: an export replaces config, weights, tokenizer and card."""
+    from schemas.errors import UserError
+    from shardforge.storage import get_fs, redact_url
+
+    fs, path = get_fs(out_dir)
+    if not fs.exists(path):
+        return
+    if not fs.isdir(path):
+        raise UserError(f"export output {redact_url(out_dir)} is a file: give a folder")
+    held = sorted(p.rstrip("/").rsplit("/", 1)[-1] for p in fs.ls(path, detail=False))
+    if held:
+        shown = ", ".join(held[:4]) + (f" and {len(held) - 4} more" if len(held) > 4 else "")
+        raise UserError(f"export output {redact_url(out_dir)} already holds {shown}: give a new folder, or "
+                        "--overwrite to replace the files an export writes (an earlier export of this run)")
+
+
 def export_checkpoint(ckpt: str, out_dir: str, tokenizer: str | None = None, license_id: str | None = None,
-                      language: list[str] | None = None) -> str:
+                      language: list[str] | None = None, overwrite: bool = True) -> str:
     """Export a training checkpoint (file, or run folder: its latest) to a Hugging Face folder (the model
-    card's license and language: trainer/model_card.py's defaults unless given)."""
+    card's license and language: trainer/model_card.py's defaults unless given). Without ``overwrite``, an
+    output folder that holds files is refused (the command line's default)."""
     from schemas.errors import UserError
     from shardforge.storage import AccessDenied, exists, local_copy
     from shardforge.storage.contract import load_manifest, tokenizer_url
     from trainer.checkpoint import latest_checkpoint, load_checkpoint
 
+    if not overwrite:
+        check_export_folder(out_dir)
     url = ckpt if ckpt.endswith(".pt") else latest_checkpoint(ckpt)
     if url is None:
         raise UserError(f"no checkpoint found in {ckpt}")
@@ -334,5 +354,6 @@ def main(argv: list[str] | None = None) -> int:
     from trainer.args import parse_export_args
 
     args = parse_export_args(argv)
-    print(redact_text(export_checkpoint(args.checkpoint, args.out, args.tokenizer, args.license, args.language)))
+    print(redact_text(export_checkpoint(args.checkpoint, args.out, args.tokenizer, args.license, args.language,
+                                        overwrite=args.overwrite)))
     return 0
