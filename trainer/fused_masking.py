@@ -208,10 +208,11 @@ def _select_units(ids: torch.Tensor, sids: torch.Tensor, keys: torch.Tensor, tar
     """(selected, ustart, ulen) for the word, span and n-gram schemes (Masker._select)."""
     ustart = _last_start(unit_start)
     ulen = _per_unit_sum(ustart, member.long())
-    if spans:  # lower the budget by the expected overshoot of the crossing unit (Masker._expected_overshoot)
+    if spans:  # the budget that averages the target, the crossing unit taken whole (Masker._span_budget)
         x = torch.where(unit_start, ulen, 0)
-        sx, sxx = x.sum(1, keepdim=True), (x * x).sum(1, keepdim=True)
-        target = (target - ((sxx - sx) << 32) // (2 * sx).clamp(min=1)).clamp(min=0)
+        sx, sxx, n = x.sum(1, keepdim=True), (x * x).sum(1, keepdim=True), unit_start.sum(1, keepdim=True)
+        large = (target - ((sxx - sx) << 32) // (2 * sx).clamp(min=1)).clamp(min=1 << 32)
+        target = torch.where(target * n < sx << 32, (target * n) // sx.clamp(min=1), large)
     budget = (target + u_budget) >> 32
     prio = torch.where(unit_start, _hash(_row_key(sids, keys, S_PRIO), pos), INT64_MAX)
     chosen = _take(_before(prio, ulen), ulen, budget, prio, crossing=spans)

@@ -386,7 +386,7 @@ class Masker:
         if scheme in ("span", "ngram"):
             ustart = torch.cummax(torch.where(unit_start, pos, -1), dim=1).values.clamp_(min=0)
             ulen = torch.zeros_like(ids).scatter_add_(1, ustart, member.long())
-            target = (target - self._expected_overshoot(ulen, unit_start)).clamp_(min=0)
+            target = self._span_budget(target, ulen, unit_start)
         budget = (target + u_budget) >> 32
         prio = torch.where(
             unit_start, self._hash(self._row_keys(sids, seed, epoch, S_PRIO), pos), INT64_MAX
@@ -469,15 +469,24 @@ class Masker:
         return torch.zeros_like(prio, dtype=torch.bool).scatter_(1, order, take)
 
     @staticmethod
-    def _expected_overshoot(ulen: torch.Tensor, unit_start: torch.Tensor) -> torch.Tensor:
-        """Expected tokens past the budget when the crossing unit is taken whole, per row, in
-        32-bit fixed point: (E[X²] - E[X]) / (2 E[X]) over the row's candidate unit lengths X
-        (the mean overshoot of a renewal process on the integers). Integer arithmetic only, so
-        it is identical on every device."""
+    def _span_budget(target: torch.Tensor, ulen: torch.Tensor, unit_start: torch.Tensor) -> torch.Tensor:
+        """The budget units are taken up to (the crossing unit included), per row, in 32-bit fixed point,
+        such that the tokens taken average ``target``; integer arithmetic only, so it is identical on every
+        device. X: the row's candidate unit lengths in tokens.
+
+        A target of at least E[X] is lowered by the expected overshoot of the crossing unit,
+        (E[X²] - E[X]) / (2 E[X]) (the mean overshoot of a renewal process on the integers), and kept at
+        1 or more. A smaller target (short rows of long words, where one span is longer than the
+        row's budget) becomes target / E[X], below 1: rounded up with that probability, one unit is
+        taken (E[X] tokens on average), else none. Lowering such a target by the overshoot left
+        nothing: 64-token rows of 5-token words had 5% of their tokens masked by spans, not 15%.
+        """
         x = torch.where(unit_start, ulen, 0)
         sx = x.sum(dim=1)
         sxx = (x * x).sum(dim=1)
-        return ((sxx - sx) << 32) // (2 * sx).clamp(min=1)
+        n = unit_start.sum(dim=1)
+        large = (target - ((sxx - sx) << 32) // (2 * sx).clamp(min=1)).clamp(min=1 << 32)
+        return torch.where(target * n < sx << 32, (target * n) // sx.clamp(min=1), large)
 
     def _tile_spans(
         self,
