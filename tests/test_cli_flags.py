@@ -293,3 +293,13 @@ def test_the_dataflow_extra_has_one_install_command() -> None:
                 begin = m.start() - len(".venv/bin/")
                 assert text[begin:begin + len(DATAFLOW_INSTALL)] == DATAFLOW_INSTALL, (path, text[begin:begin + 90])
     assert found >= 4
+
+
+@pytest.mark.parametrize("pattern", ["nest", "nest/**", "nest/**/*.jsonl"])
+def test_a_one_shot_output_inside_its_recursive_input_is_one_line(tmp_path, pattern) -> None:
+    """A rerun would read the corpus's own files (or a killed attempt's) as input: 53 documents in became 328."""
+    (tmp_path / "nest" / "raw").mkdir(parents=True)
+    (tmp_path / "nest" / "raw" / "a.jsonl").write_text('{"text": "one document"}\n')
+    res = run("-m", "shardforge", "build", "--input", pattern, "--output", "nest/corpus", cwd=tmp_path)
+    assert res.returncode == 2 and "lies inside source other's input" in res.stderr, res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1 and not (tmp_path / "nest" / "corpus").exists()

@@ -44,11 +44,24 @@ from pipelines.report.timings import (
     summary_line,
     write_timings,
 )
+from pipelines.sources.naming import fixed_folder
 from schemas.config import BuildConfig
 from schemas.errors import UserError
 from schemas.manifest import MANIFEST_NAME, Manifest
 from shardforge.console.run import DATA_JOB_INTERRUPTED, run_cli
-from shardforge.storage import exists, join, redact_url
+from shardforge.storage import exists, is_glob, is_within, join, redact_url
+
+
+def check_output_outside_inputs(cfg: BuildConfig, output: str) -> None:
+    """UserError when a source's input lists everything under a folder (a folder, or a ``**`` glob) that holds
+    ``output``: a rerun would read the corpus's own files (or an interrupted attempt's) as input. A batched
+    build leaves them out of its listing instead."""
+    for src in cfg.sources:
+        recursive = not is_glob(src.input) or "**" in src.input
+        if recursive and is_within(output, fixed_folder(src.input)):
+            raise UserError(f"--output {redact_url(output)} lies inside source {src.name}'s input "
+                            f"{redact_url(src.input)}: a rerun would read the corpus's own files as input; put the "
+                            "output elsewhere, or name the input files by a pattern that cannot reach it")
 
 
 def run_build(cfg: BuildConfig, output: str, beam_args: list[str] | None = None,
@@ -78,6 +91,7 @@ def run_build(cfg: BuildConfig, output: str, beam_args: list[str] | None = None,
         return m
     from pipelines.corpus.commit import raise_if_lost
 
+    check_output_outside_inputs(cfg, output)
     opts = finalize_options(BuildOptions(beam_args or []))  # first: a runner that cannot run says so at once
     runner = describe_runner(opts)  # before make_pipeline, which rewrites the running mode
     attempt = one_shot_attempt(cfg)  # the tag, and the fingerprints the reader checks what it reads against
