@@ -4,7 +4,7 @@
 import sys
 
 from pipelines.flags import serve_help
-from pipelines.localrunner.preflight import before_beam, command_main
+from pipelines.localrunner.preflight import before_beam, interruptible_import
 
 if __name__ in ("__main__", "__mp_main__"):  # the command, or the main module of a process it spawned
     if serve_help(sys.argv[1:]):  # --help; a mistyped flag: one line, before Beam
@@ -12,7 +12,8 @@ if __name__ in ("__main__", "__mp_main__"):  # the command, or the main module o
         raise SystemExit(0)
     before_beam(sys.argv[1:])
 
-main = command_main("pipelines.jobs.serve")  # Ctrl-C while Beam is imported: one line
+with interruptible_import():  # Ctrl-C while Beam is imported: one line
+    from pipelines.jobs.serve import main
 
 if __name__ == "__main__":
     sys.exit(main())

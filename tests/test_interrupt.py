@@ -100,17 +100,11 @@ def test_ctrl_c_during_a_real_build_is_one_line(tmp_path) -> None:
     assert not (out / "manifest.json").exists()
 
 
-def test_ctrl_c_while_a_data_command_imports_beam_is_one_line(monkeypatch, capsys):
+def test_ctrl_c_while_a_data_command_imports_beam_is_one_line(capsys):
     """``python -m pipelines.build`` imports Beam for a second or two before the command's Ctrl-C handling
     is in place: a Ctrl-C then printed a 26-line traceback and the process died of SIGINT."""
-    import importlib
+    from pipelines.localrunner.preflight import interruptible_import
 
-    from pipelines.localrunner.preflight import command_main
-
-    def interrupted(name: str):
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(importlib, "import_module", interrupted)
-    with pytest.raises(SystemExit) as stop:
-        command_main("pipelines.jobs.build")
+    with pytest.raises(SystemExit) as stop, interruptible_import():
+        raise KeyboardInterrupt  # as the import of Beam is, by a Ctrl-C
     assert stop.value.code == 130 and capsys.readouterr().err == "interrupted: nothing was started\n"

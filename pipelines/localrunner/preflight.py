@@ -359,11 +359,13 @@ def runner_download_failed(runner: str, exc: BaseException) -> UserError | None:
     return None
 
 
-def command_main(module: str) -> Any:
-    """A data command's ``main``, imported (Beam with it, a second or two); Ctrl-C meanwhile ends the
-    command with one line and exit 130, as Ctrl-C does once it runs (``shardforge.console.run``)."""
+
+@contextlib.contextmanager
+def interruptible_import() -> Iterator[None]:
+    """Around a data command's import of its ``main`` (Beam with it, a second or two): Ctrl-C meanwhile ends
+    the command with one line and exit 130, as Ctrl-C does once it runs (``shardforge.console.run``)."""
     try:
-        return importlib.import_module(module).main
+        yield
     except KeyboardInterrupt:
         print("interrupted: nothing was started", file=sys.stderr)
         raise SystemExit(130) from None
