@@ -277,8 +277,9 @@ def _runs_through_run_cli(tree: ast.Module) -> bool:
 
 
 def _main_module(tree: ast.Module) -> str | None:
-    """The module a thin entry point takes its ``main`` from (``from pipelines.jobs.build import main``)."""
-    for n in tree.body:
+    """The module a thin entry point takes its ``main`` from (``from pipelines.jobs.build import main``, at the
+    top level or inside a ``with``)."""
+    for n in ast.walk(tree):
         if isinstance(n, ast.ImportFrom) and n.module and any(a.name == "main" for a in n.names):
             return n.module
     return None
