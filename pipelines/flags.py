@@ -33,7 +33,7 @@ from schemas.config import (
     SourceFormat,
     TokenizerConfig,
 )
-from shardforge.console.args import ArgumentParser, option_strings, unknown_args_message
+from shardforge.console.args import ArgumentParser, above, at_least, option_strings, unknown_args_message
 from shardforge.console.run import exit_if_stdout_closed
 
 DEFAULT_SPILL_MB = 32
@@ -173,6 +173,17 @@ def take_json(argv: Sequence[str]) -> tuple[bool, list[str]]:
     return len(rest) != len(argv), rest
 
 
+def spill_mb_value(text: str) -> float:
+    """``--spill_mb``'s argparse type: 0 or more MB, or -1 (keep everything in memory); else one line."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of MB: {text!r}") from None
+    if not (value >= 0 or value == -1):
+        raise argparse.ArgumentTypeError(f"must be 0 or more MB, or -1 to keep everything in memory, not {text}")
+    return value
+
+
 def add_local_runner_flags(parser: Any, doc_processes: bool = True) -> None:
     """The local runner's cores and memory (``LocalRunnerOptions``): every command that runs a pipeline.
 
@@ -186,7 +197,7 @@ def add_local_runner_flags(parser: Any, doc_processes: bool = True) -> None:
                             "build's own process). The faster way to use a machine's cores; the output does not "
                             "depend on it (docs/scaling.md; Beam's --direct_num_workers N runs N whole workers "
                             "instead).")
-    g.add_argument("--spill_mb", type=float, default=None, metavar="MB",
+    g.add_argument("--spill_mb", type=spill_mb_value, default=None, metavar="MB",
                    help="MB of data each step keeps in memory on its way to the next; the rest goes to "
                         f"temporary files (default: {DEFAULT_SPILL_MB}; 0 spills everything; -1 keeps everything "
                         "in memory). The output does not depend on it.")
@@ -234,18 +245,22 @@ def add_serve_flags(p: Any) -> None:
                    help="Glob or folder URL of raw files to ingest (default: the one recorded in the corpus).")
     p.add_argument("--corpus", required=True, help="Corpus root URL (created at the first batch).")
     p.add_argument("--source", default=None, help="Source name of the watched files (default: recorded, else 'other').")
-    p.add_argument("--poll", type=float, default=30.0, help="Seconds between looks at the watch glob.")
-    p.add_argument("--settle", type=float, default=5.0,
+    p.add_argument("--poll", type=above(0), default=30.0,
+                   help="Seconds between looks at the watch glob (default: %(default)g).")
+    p.add_argument("--settle", type=at_least(0, float), default=5.0,
                    help="A file is taken only once its modification time is this many seconds old "
-                        "(a local file may still be being written).")
-    p.add_argument("--max_files", type=int, default=256, help="Most files per batch (= per version).")
+                        "(a local file may still be being written; default: %(default)g).")
+    p.add_argument("--max_files", type=at_least(1), default=256,
+                   help="Most files per batch (= per version; default: %(default)s).")
     p.add_argument("--once", action="store_true", help="Ingest what is pending now, then exit.")
     p.add_argument("--batch_retries", type=int, default=3,
                    help="How many times a batch that failed on a transient error (the store could not be "
                         "reached, a 5xx, a dropped connection) is tried again in place, after pauses of "
                         "--poll seconds doubling each time, before the service stops (0: stop at once; "
-                        "--once never waits).")
-    p.add_argument("--log_level", default="INFO")
+                        "--once never waits; default: %(default)s).")
+    p.add_argument("--log_level", default="INFO", type=str.upper, choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+                   help="Logging level of the service's log lines: DEBUG, INFO, WARNING or ERROR "
+                        "(default: %(default)s).")
 
 
 def module_doc(module: str) -> str | None:

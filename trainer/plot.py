@@ -177,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--smooth", type=float, default=0.9,
                    help="EMA weight of the past for noisy per-step curves, in [0, 1) (0: raw only; default 0.9)")
     p.add_argument("--x", choices=("auto", "tokens", "step"), default="auto",
-                   help="x-axis: tokens seen (auto: when the run logged them) or step")
+                   help="x-axis: tokens seen (auto: when the run logged them) or step (default auto)")
     args = p.parse_args(argv)
     if not 0 <= args.smooth < 1:
         raise UserError(f"--smooth must be in [0, 1), got {args.smooth}")

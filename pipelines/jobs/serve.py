@@ -198,11 +198,24 @@ def _recovered(corpus: str, args: argparse.Namespace, stopper: Stopper) -> Corpu
     return _or_wait(lambda: recover(corpus), f"read the corpus {redact_url(corpus)}", "trying again", args, stopper)
 
 
+def _nothing_to_ingest(watch: str, state: CorpusState, start_version: int) -> None:
+    """``--once`` ends with nothing pending: where this run committed nothing, one line saying so (a glob
+    that matches no file is most often a typo)."""
+    if state.version != start_version:
+        return
+    if state.ledger:
+        log.warning("--once: no new file under --watch %s: nothing to ingest (the corpus holds the %d "
+                    "ingested before)", redact_url(watch), len(state.ledger))
+    else:
+        log.warning("--once: --watch %s matches no file: nothing to ingest", redact_url(watch))
+
+
 def _loop(args: argparse.Namespace, corpus: str, watch: str, source: SourceConfig, build_argv: list[str],
           beam_args: list[str], stopper: Stopper) -> int:
     source_name = source.name
 
     state: CorpusState = recover(corpus)
+    start_version = state.version
     log.info("corpus %s at version %d (%d files absorbed)", redact_url(corpus), state.version, len(state.ledger))
     write_text_atomic(join(corpus, SERVE_STATE), json.dumps(
         {"watch": redact_url(watch), "source": source_name, "poll": args.poll, "settle": args.settle,
@@ -260,6 +273,7 @@ def _loop(args: argparse.Namespace, corpus: str, watch: str, source: SourceConfi
                     continue  # look again at once: more may be waiting
             elif args.once:
                 if not look.pending:
+                    _nothing_to_ingest(watch, state, start_version)
                     break
                 stopper.sleep(min(args.poll, args.settle))  # --once waits for files to settle
                 continue

@@ -22,7 +22,7 @@ import numpy as np
 from schemas.errors import UserError
 from schemas.manifest import Manifest, manifest_summary
 from schemas.sample import ShardFormatError, decode_sample, iter_tar_samples
-from shardforge.console.args import ArgumentParser
+from shardforge.console.args import ArgumentParser, at_least
 from shardforge.console.run import run_cli
 from shardforge.storage import join, open_read, redact_url
 from shardforge.storage.contract import load_manifest, open_tokenizer
@@ -159,9 +159,9 @@ def main(argv: list[str] | None = None) -> int:
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("url", help="Corpus root or manifest URL (local folder, gs://, s3://, memory://).")
     p.add_argument("--split", default="train", choices=["train", "valid"], help="Split to sample (train).")
-    p.add_argument("--samples", type=int, default=3, help="Decoded samples to show (3).")
-    p.add_argument("--max-shards", type=int, default=4, help="Shards read for the length histogram (4).")
-    p.add_argument("--bins", type=int, default=8, help="Histogram bins (8).")
+    p.add_argument("--samples", type=at_least(0), default=3, help="Decoded samples to show (3; 0: none).")
+    p.add_argument("--max-shards", type=at_least(1), default=4, help="Shards read for the length histogram (4).")
+    p.add_argument("--bins", type=at_least(1), default=8, help="Histogram bins (8).")
     p.add_argument("--json", action="store_true", help="Print the result as JSON.")
     args = p.parse_args(argv)
     r = inspect_corpus(args.url, split=args.split, samples=args.samples, max_shards=args.max_shards,

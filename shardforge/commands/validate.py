@@ -38,7 +38,7 @@ from schemas.sample import (
     decode_sample,
     iter_tar_samples,
 )
-from shardforge.console.args import ArgumentParser
+from shardforge.console.args import ArgumentParser, at_least
 from shardforge.storage import READ_BLOCK_SIZE, get_fs, invalidate, is_tmp_name, join, open_read, retry
 from shardforge.storage.contract import load_manifest, open_tokenizer, read_tokenizer_model
 
@@ -256,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     p = ArgumentParser(prog="shardforge validate", description=__doc__,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("url", help="Corpus root or manifest URL (local folder, gs://, s3://, memory://).")
-    p.add_argument("--jobs", type=int, default=4, help="Shards read in parallel (default 4).")
+    p.add_argument("--jobs", type=at_least(1), default=4, help="Shards read in parallel (default 4).")
     p.add_argument("--json", action="store_true", help="Print the result as JSON.")
     p.add_argument("--no-progress", action="store_true", help="No progress bar (default: shown on a terminal).")
     args = p.parse_args(argv)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NoReturn
 
 from shardforge.console.redact import register_secrets
@@ -95,3 +95,29 @@ def fail(message: str, prog: str) -> NoReturn:
     print(f"{user_error_line(message)} (see {prog} --help)", file=sys.stderr)
     sys.exit(2)
 
+
+
+def at_least(low: float, kind: Callable[[str], Any] = int) -> Callable[[str], Any]:
+    """An argparse ``type``: a ``kind`` number that is ``low`` or more; anything else is the flag's one-line
+    error (``argument --bins: must be 1 or more, not 0``). Not a number: argparse's ``invalid int value``."""
+    def parse(text: str) -> Any:
+        value = kind(text)  # ValueError: argparse says "invalid int value: 'x'"
+        if not value >= low:  # NaN too
+            raise argparse.ArgumentTypeError(f"must be {low} or more, not {text}")
+        return value
+
+    parse.__name__ = getattr(kind, "__name__", "value")
+    return parse
+
+
+def above(low: float, kind: Callable[[str], Any] = float) -> Callable[[str], Any]:
+    """An argparse ``type``: a ``kind`` number greater than ``low`` (``argument --poll: must be more than 0,
+    not -1``); as ``at_least``."""
+    def parse(text: str) -> Any:
+        value = kind(text)
+        if not value > low:
+            raise argparse.ArgumentTypeError(f"must be more than {low}, not {text}")
+        return value
+
+    parse.__name__ = getattr(kind, "__name__", "value")
+    return parse
