@@ -8,6 +8,7 @@ into one readable UserError.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -254,7 +255,7 @@ PAIR_RULES = ("segment_pair_nsp", "sentence_pair_nsp", "sop")
 class PackingConfig(Strict):
     rule: PackingRule = "full_sentences"
     max_seq_len: int = Field(512, ge=8, le=1 << 16)
-    short_seq_prob: float | None = None  # None: 0.1 for pair rules, 0 otherwise
+    short_seq_prob: float | None = Field(None, ge=0, le=1)  # None: 0.1 for pair rules, 0 otherwise
     valid_fraction: float = Field(0.01, ge=0, lt=1)
     # Documents are packed within deterministic groups (by doc hash), in
     # parallel; a group's documents must fit one worker's memory. `groups`
@@ -302,6 +303,10 @@ class BuildConfig(Strict):
 # ============================================================ train config
 
 ModelSize = Literal["tiny", "small", "base", "large"]
+# The hidden width and attention heads of each named size (trainer/model.py SIZES has the whole shapes; a
+# test keeps the two alike): what an override of one is checked against before any work.
+SIZE_HIDDEN_HEADS: dict[str, tuple[int, int]] = {"tiny": (64, 2), "small": (512, 8), "base": (768, 12),
+                                                 "large": (1024, 16)}
 
 
 class ModelConfig(Strict):
@@ -327,6 +332,18 @@ class ModelConfig(Strict):
     lm_head_act: Literal["gelu", "gelu_new"] = "gelu"  # RoBERTa's head is always erf GELU; BERT/ALBERT's hidden_act
     # The Hugging Face class export writes (auto: XLM-RoBERTa, or ALBERT for factorized / shared models).
     architecture: Literal["auto", "roberta", "xlm-roberta", "bert", "albert"] = "auto"
+
+    @model_validator(mode="after")
+    def _heads_divide_hidden(self) -> ModelConfig:
+        """Every attention head takes hidden / heads dimensions: refuse heads that do not divide hidden."""
+        size_hidden, size_heads = SIZE_HIDDEN_HEADS[self.size]
+        hidden, heads = self.hidden or size_hidden, self.heads or size_heads
+        if hidden % heads:
+            size = f" (size {self.size}'s)"
+            raise ValueError(f"hidden {hidden}{'' if self.hidden else size} is not divisible by heads {heads}"
+                             f"{'' if self.heads else size}: set heads to a divisor of {hidden}, or hidden to "
+                             f"a multiple of {heads}")
+        return self
 
 
 class MaskingConfig(Strict):
@@ -434,9 +451,9 @@ class TrainConfig(Strict):
     # each evaluation takes the first eval_batches batches (0: no evaluation at all).
     eval_every: int = Field(0, ge=0)
     eval_batches: int = Field(10, ge=0)
-    log_every: int = 10
-    checkpoint_every: int = 0
-    keep_last: int = 3
+    log_every: int = Field(10, ge=0)  # 0: progress lines at the first and last step and evaluations only
+    checkpoint_every: int = Field(0, ge=0)  # 0: at the last step (and forced saves) only
+    keep_last: int = Field(3, ge=0)  # 0: keep every checkpoint
     resume: bool = True
     device: str = "auto"
     # auto: bf16 on a CUDA GPU with bf16, fp16 (+ loss scaler) on one without, fp32 on CPU (trainer/precision.py).
@@ -464,6 +481,15 @@ class TrainConfig(Strict):
     recipe: str | None = None
     packing_rules: list[PackingRule] | None = None
     trackers: TrackersConfig = TrackersConfig()
+
+    @field_validator("device")
+    @classmethod
+    def _known_device(cls, v: str) -> str:
+        """The devices the trainer places a run on (trainer/distributed.py pick_device)."""
+        if not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", v):
+            raise ValueError(f"{v!r} is not a device: give auto, cpu, cuda (each rank's GPU), cuda:N (GPU N) "
+                             "or mps")
+        return v
 
     @model_validator(mode="before")
     @classmethod

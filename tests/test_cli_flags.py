@@ -303,3 +303,20 @@ def test_a_one_shot_output_inside_its_recursive_input_is_one_line(tmp_path, patt
     res = run("-m", "shardforge", "build", "--input", pattern, "--output", "nest/corpus", cwd=tmp_path)
     assert res.returncode == 2 and "lies inside source other's input" in res.stderr, res.stderr
     assert len(res.stderr.strip().splitlines()) == 1 and not (tmp_path / "nest" / "corpus").exists()
+
+
+TORCH_PROBE = import_probe("torch")
+
+
+@pytest.mark.parametrize("args,says", [
+    (["trainer.train", "--data", "c", "--lr", "0"], "optim.lr: Input should be greater than 0"),
+    (["shardforge.cli", "train", "--data", "c", "--recipe", "nope"], "unknown recipe 'nope'"),
+    (["shardforge.cli", "train", "--data", "c", "--set", "model.hiden=3"], "unknown key 'model.hiden'"),
+    (["trainer.train", "--data", "c", "--steps", "0"], "steps"),
+    (["trainer.train", "--data", "c", "--set", "model.heads=3"], "not divisible by heads 3"),
+])
+def test_train_config_mistakes_are_one_line_before_torch_is_imported(args, says, tmp_path) -> None:
+    """torch takes 3-7 s to import on a busy machine: a config mistake needs none of it."""
+    res = run("-c", TORCH_PROBE, *args, cwd=tmp_path)
+    assert res.stdout.splitlines()[-1] == "probe: False 2", res.stdout[-500:] + res.stderr[-2000:]
+    assert says in one_line_error(res)

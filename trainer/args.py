@@ -98,9 +98,11 @@ CONFIG_FLAGS: dict[str, list[ConfigFlag]] = {
         ConfigFlag(("--eval_batches",), "eval_batches", "Valid batches per evaluation (0: no evaluation).", int),
         ConfigFlag(("--checkpoint_every", "--save_steps"), "checkpoint_every",
                    "Checkpoint every N steps; the last step always does (0: only it).", int),
-        ConfigFlag(("--keep_last", "--save_total_limit"), "keep_last", "Checkpoints kept (the newest).", int),
+        ConfigFlag(("--keep_last", "--save_total_limit"), "keep_last",
+                   "Checkpoints kept, the newest (0: keep every one).", int),
         ConfigFlag(("--log_every", "--logging_steps"), "log_every",
-                   "A progress line every N steps (and at the first and last step).", int),
+                   "A progress line every N steps, and at the first and last step and each evaluation "
+                   "(0: only those; metrics.jsonl has every step).", int),
     ],
     "precision and devices": [
         ConfigFlag(("--precision",), "precision", "auto: bf16 on a GPU that has it, fp16 (+ loss scaling) on one "
@@ -295,6 +297,7 @@ def check_train_args(argv: list[str] | None = None) -> argparse.Namespace:
     import sys
 
     args = parse_train_args(argv)
+    check_config_early(args)
     data = args.data
     if args.print_config or not data or ("://" in data and not data.startswith("file://")):
         return args
@@ -313,6 +316,29 @@ def check_train_args(argv: list[str] | None = None) -> argparse.Namespace:
     except Exception:  # noqa: BLE001 - anything else is the trainer's to say, through its own error handling
         pass
     return args
+
+
+def check_config_early(args: argparse.Namespace) -> None:
+    """A config mistake (an unknown recipe or key, a value out of range, a --set typo) as one line and exit 2
+    before torch is imported (seconds), as the trainer would say it; a run resumed from a checkpoint path
+    or mixing corpora is left to the trainer, which resolves those first."""
+    import sys
+
+    if getattr(args, "resume_from_checkpoint", None) or getattr(args, "mix", None):
+        return
+    from schemas.errors import UserError
+    from shardforge.console.run import user_error_line
+    from trainer.recipes import resolve_train_config
+
+    flags, dotted = flag_settings(args)
+    try:
+        resolve_train_config(getattr(args, "recipe", None), args.config, flags, [*dotted, *args.set],
+                             require_data=not args.print_config)
+    except UserError as e:
+        print(user_error_line(str(e)), file=sys.stderr)
+        raise SystemExit(2) from None
+    except Exception:  # noqa: BLE001 - anything else (an unreachable config URL) is the trainer's to say
+        pass
 
 
 TOP_LEVEL_FLAGS = ("data", "output", "init", "follow", "resume")

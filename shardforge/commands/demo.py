@@ -19,7 +19,7 @@ import time
 
 from schemas.config import BuildConfig, SourceConfig
 from schemas.errors import UserError
-from shardforge.console.args import ArgumentParser
+from shardforge.console.args import ArgumentParser, at_least
 
 DEMO_SOURCES = ("ccnews", "openwebtext", "stories")
 SUMMARY_JSON = "summary.json"  # the summary as data, in the output folder
@@ -59,7 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--output", default="demo-output",
                    help="Local folder for raw data, corpus and run, cleared first: new, empty, or an earlier "
                         "demo's (default: %(default)s).")
-    p.add_argument("--docs", type=int, default=80, help="Documents per generated source.")
+    p.add_argument("--docs", type=at_least(3), default=80,
+                   help="Documents per generated source, 3 or more (default: %(default)s).")
     p.add_argument("--steps", type=int, default=60,
                    help="Training steps of the cpu recipe (its full run: 4000; default: %(default)s).")
     p.add_argument("--keep", action="store_true", help="Do not clear the output folder first.")
