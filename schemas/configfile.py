@@ -51,6 +51,8 @@ def _error_text(cls: type[BaseModel] | None, err: Any) -> str:
         return f"{loc}: unknown key ({hint})" if known else f"{loc}: unknown key"
     if err["type"] == "missing":
         return f"{loc}: required, and not given"
+    if err["type"] == "value_error":  # a validator's own words, without pydantic's "Value error, "
+        return f"{loc}: {err.get('ctx', {}).get('error', err['msg'])}"
     return f"{loc}: {err['msg']}"
 
 
@@ -98,6 +100,42 @@ def yaml_problem(e: Exception) -> str:
     return out
 
 
+def _unique_key_loader(yaml: Any) -> type:
+    """PyYAML's safe loader that refuses a key repeated in one mapping, at any depth (plain PyYAML keeps
+    the last and drops the earlier silently: a second ``optim:`` section replaced the first). Merged
+    keys (``<<: *base``) may still be overridden, as YAML intends."""
+    from yaml.constructor import ConstructorError
+
+    class UniqueKeyLoader(yaml.SafeLoader):
+        def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
+            first: dict[Any, Any] = {}
+            for key_node, _ in node.value if isinstance(node, yaml.MappingNode) else ():
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    seen = first.get(key)
+                except TypeError:  # an unhashable key: PyYAML's own error says so
+                    continue
+                if seen is not None:
+                    raise ConstructorError(None, None, f"duplicate key {key!r} (first on line {seen.line + 1}): "
+                                           "write each key once", key_node.start_mark)
+                first[key] = key_node.start_mark
+            return super().construct_mapping(node, deep=deep)
+
+    return UniqueKeyLoader
+
+
+def _refuse_duplicate_json_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object as a dict, refusing a key given twice (json keeps the last one silently)."""
+    data: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in data:
+            raise UserError(f"duplicate key {key!r}: write each key once")
+        data[key] = value
+    return data
+
+
 def config_from_bytes(cls: type[M], raw: bytes, where: str) -> M:
     """A YAML (``where`` ending in .yaml / .yml) or JSON config file's bytes as cls, with one clear error."""
     return parse_config(cls, config_data_from_bytes(cls, raw, where), what=f"config {where}")
@@ -118,13 +156,15 @@ def config_data_from_bytes(cls: type[BaseModel], raw: bytes, where: str) -> dict
         except ImportError:
             raise UserError("reading YAML configs needs PyYAML (pip install pyyaml)") from None
         try:
-            data = yaml.safe_load(text)
+            data = yaml.load(text, Loader=_unique_key_loader(yaml))  # a safe loader
         except yaml.YAMLError as e:
             raise UserError(f"{where} is not valid YAML: {yaml_problem(e)}") from None
     else:
         try:
-            data = json.loads(text)
+            data = json.loads(text, object_pairs_hook=_refuse_duplicate_json_keys)
         except json.JSONDecodeError as e:
+            raise UserError(f"{where} is not valid JSON: {e}") from None
+        except UserError as e:
             raise UserError(f"{where} is not valid JSON: {e}") from None
     if data is None:
         data = {}  # an empty file, or one of comments only: every setting from the flags and defaults

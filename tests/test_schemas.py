@@ -175,3 +175,30 @@ def test_a_config_that_is_not_utf8_is_one_line(tmp_path) -> None:
     with pytest.raises(UserError) as info:
         load_config(BuildConfig, str(path))
     assert str(info.value) == f"{path} is not UTF-8 text: byte 0xe9 on line 4 (invalid continuation byte); save it as UTF-8"
+
+
+@pytest.mark.parametrize("cls,text,where", [
+    (BuildConfig, "tokenizer:\n  vocab_size: 300\ntokenizer:\n  model_type: bpe\n",
+     "line 3, column 1: duplicate key 'tokenizer' (first on line 1)"),
+    (TrainConfig, "data: toy\noptim:\n  lr: 1.0e-4\n  warmup_steps: 1\n  lr: 2.0e-4\n",
+     "line 5, column 3: duplicate key 'lr' (first on line 3)"),
+])
+def test_a_key_given_twice_in_a_yaml_config_is_one_line(tmp_path, cls, text, where) -> None:
+    """PyYAML keeps the last of a repeated key: the first section or value was dropped silently."""
+    path = tmp_path / "dup.yaml"
+    path.write_text(text)
+    with pytest.raises(UserError) as info:
+        load_config(cls, str(path))
+    assert str(info.value) == f"{path} is not valid YAML: {where}: write each key once"
+
+
+def test_a_key_given_twice_in_a_json_config_is_one_line_and_yaml_merges_still_override(tmp_path) -> None:
+    path = tmp_path / "dup.json"
+    path.write_text('{"data": "toy", "optim": {"lr": 0.001, "lr": 0.002}}')
+    with pytest.raises(UserError) as info:
+        load_config(TrainConfig, str(path))
+    assert str(info.value) == f"{path} is not valid JSON: duplicate key 'lr': write each key once"
+    merged = tmp_path / "merged.yaml"
+    merged.write_text("data: toy\noptim: {<<: {lr: 1.0e-4, warmup_steps: 2}, lr: 2.0e-4}\n")
+    optim = load_config(TrainConfig, str(merged)).optim
+    assert (optim.lr, optim.warmup_steps) == (2.0e-4, 2)
