@@ -102,3 +102,54 @@ def test_a_refused_credential_is_one_line(served, tmp_path) -> None:
         assert f"answered {status} {'Unauthorized' if status == '401' else 'Forbidden'}" in line, line
         assert "http://127.0.0.1:" in line and "@" not in line.split(" answered")[0], line
     assert not (tmp_path / "out").exists()
+
+
+def test_missing_s3_credentials_are_one_line(s3_emulator, s3_bucket, tmp_path) -> None:
+    """No AWS credentials anywhere (environment, empty config files, no metadata server), or only a key
+    id: inspect, train and a build that writes to S3 each say so in one line naming the URL and where
+    credentials come from, exit 2, no botocore traceback, the key id given not printed."""
+    empty = tmp_path / "empty"
+    empty.write_text("")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_") or k == "AWS_DEFAULT_REGION"}
+    env.update(PYTHONPATH=str(ROOT), FSSPEC_S3_ENDPOINT_URL=s3_emulator, AWS_EC2_METADATA_DISABLED="true",
+               AWS_CONFIG_FILE=str(empty), AWS_SHARED_CREDENTIALS_FILE=str(empty))
+    (tmp_path / "raw.jsonl").write_text(json.dumps({"text": "a line of text"}) + "\n")
+    cases = {"inspect": (["-m", "shardforge.cli", "inspect", f"{s3_bucket}/corpus"], env),
+             "train": (["-m", "trainer.train", "--data", f"{s3_bucket}/corpus", "--steps", "1"], env),
+             "build": (["-m", "pipelines.build", "--input", "raw.jsonl", "--output", f"{s3_bucket}/out"], env),
+             "partial": (["-m", "shardforge.cli", "inspect", f"{s3_bucket}/corpus"],
+                         dict(env, AWS_ACCESS_KEY_ID=ENV_SECRETS["AWS_ACCESS_KEY_ID"]))}
+    for name, (args, case_env) in cases.items():
+        res = subprocess.run([sys.executable, *args], env=case_env, capture_output=True, text=True, cwd=tmp_path,
+                             timeout=300)
+        assert res.returncode == 2 and "Traceback" not in res.stderr, (name, res.stderr[-3000:])
+        (line,) = [x for x in res.stderr.splitlines() if x.startswith("error:")]
+        assert line.startswith(f"error: no AWS credentials for {s3_bucket}/"), (name, line)
+        assert "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE" in line and "instance role" in line
+        assert ENV_SECRETS["AWS_ACCESS_KEY_ID"] not in res.stdout + res.stderr, name
+        if name == "partial":
+            assert "missing: AWS_SECRET_ACCESS_KEY" in line, line
+
+
+def test_missing_s3_credentials_re_raised_as_text_are_one_line() -> None:
+    """A runner that re-raised botocore's error kept only its text: still the one line."""
+    from shardforge.console.run import one_line_error
+
+    err = RuntimeError("botocore.exceptions.NoCredentialsError: Unable to locate credentials [while running 'Read']")
+    assert str(one_line_error(err)).startswith("no AWS credentials for an s3:// URL (Unable to locate credentials): ")
+    assert one_line_error(RuntimeError("Unable to locate credentials")) is None
+
+
+@pytest.mark.parametrize("command", ["pipelines.build", "trainer.train", "shardforge build", "shardforge train"])
+def test_credentials_in_a_config_files_url_are_refused_as_on_the_command_line(tmp_path, command) -> None:
+    """s3fs took 'KEY:SECRET@bucket' from a config file as a bucket name, and botocore's traceback quoted it."""
+    secret = "UrlSecretXYZ"
+    (tmp_path / "train.yaml").write_text(f"data: s3://AKIAURLKEY:{secret}@audit/c1\noutput: run\nsteps: 2\n")
+    (tmp_path / "build.json").write_text(json.dumps(
+        {"sources": [{"name": "a", "input": f"s3://AKIAURLKEY:{secret}@audit/raw/*.jsonl"}]}))
+    module, _, sub = command.partition(" ")
+    config = "train.yaml" if "train" in command else "build.json"
+    res = run("-m", module, *([sub] if sub else []), f"--config={config}" if sub else "--config", *([] if sub else
+              [config]), *(["--output", "out"] if "build" in command else []), cwd=tmp_path)
+    assert res.returncode == 2 and secret not in res.stdout + res.stderr, res.stderr
+    assert res.stderr.strip().splitlines() == [res.stderr.strip()] and "credentials inside a s3:// URL" in res.stderr

@@ -68,6 +68,23 @@ def refuse_url_credentials(args: list[str]) -> None:
                     "(AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or AWS_PROFILE; GOOGLE_APPLICATION_CREDENTIALS)")
 
 
+def config_texts(args: list[str]) -> list[str]:
+    """The text of each config file the arguments name (``--config FILE``, ``--config=FILE``), for its URLs'
+    credentials to be refused and masked as the command line's are; one that cannot be read is left to the
+    command, which says why."""
+    urls = [a.split("=", 1)[1] for a in args if a.startswith("--config=")]
+    urls += [b for a, b in zip(args, args[1:], strict=False) if a == "--config"]
+    texts = []
+    for url in urls:
+        try:
+            from shardforge.storage import read_bytes  # lazy: fsspec only when a config is named
+
+            texts.append(read_bytes(url)[: 1 << 20].decode("utf-8", errors="replace"))
+        except Exception:  # noqa: BLE001 - unreadable here is the command's to report, in its words
+            continue
+    return texts
+
+
 def redact_text(text: str) -> str:
     """text with every URL in it redacted (credentials dropped) and every known credential masked."""
     if "://" in text:

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 
 from schemas.errors import UserError, causes
 from shardforge.console.redact import (
+    config_texts,
     install_log_redaction,
     redact_text,
     redacted_output,
@@ -86,6 +87,33 @@ def access_denied_error(exc: BaseException) -> UserError | None:
     return UserError(denied_message(status, url))
 
 
+# botocore's errors for S3 credentials it found none of, or only part of (s3fs raises them as they
+# are; a runner that re-raised one kept its name in the text). Matched by name and module, so that a
+# command that never touched S3 loads no botocore.
+_NO_CREDENTIALS = frozenset({"NoCredentialsError", "PartialCredentialsError"})
+_NO_CREDENTIALS_TEXT = re.compile(r"\b(?:NoCredentialsError|PartialCredentialsError): (.+?)(?: \[while running|\n|$)")
+
+
+def missing_credentials_error(exc: BaseException) -> UserError | None:
+    """A UserError naming the URL and where S3's credentials come from when botocore found none (or
+    only part of them) anywhere in exc's causes; else None. botocore's words name no secret."""
+    from shardforge.storage.retry import OPERATION_ATTR  # fsspec: only once a command failed
+
+    chain = list(causes(exc))
+    found = next((str(e) for e in chain if any(t.__name__ in _NO_CREDENTIALS and t.__module__.startswith("botocore")
+                                               for t in type(e).__mro__)), None)
+    if found is None:
+        match = next((m for m in map(_NO_CREDENTIALS_TEXT.search, map(str, chain)) if m), None)
+        if match is None:
+            return None
+        found = match.group(1)
+    ops = [getattr(e, OPERATION_ATTR) for e in chain if isinstance(getattr(e, OPERATION_ATTR, None), str)]
+    url = ops[0].split(" ", 1)[-1] if ops else "an s3:// URL"
+    return UserError(f"no AWS credentials for {url} ({found.rstrip('.')}): s3:// URLs take them from the "
+                     "environment: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE (a profile "
+                     "of ~/.aws/credentials), or run where an instance role provides them")
+
+
 # errnos of a path the user named that cannot serve: a file where a folder is needed (or the other
 # way), a folder in the way, no permission, a full or read-only disk, a name too long.
 PATH_ERRNOS = frozenset(getattr(errno, n) for n in ("ENOTDIR", "EISDIR", "EEXIST", "EACCES", "EPERM", "ENOSPC",
@@ -114,7 +142,8 @@ FULL_HINT = (" (what was written completely stays, nothing half-written is kept 
 def one_line_error(exc: BaseException) -> UserError | None:
     """The one line ``run_cli`` prints for exc (a mistake or a condition the user can fix), or None for a
     traceback. A runner's log of a step's error is left out for the same errors (``pipelines.options``)."""
-    return find_user_error(exc) or unreachable_store_error(exc) or access_denied_error(exc) or path_error(exc)
+    return (find_user_error(exc) or unreachable_store_error(exc) or access_denied_error(exc)
+            or missing_credentials_error(exc) or path_error(exc))
 
 
 # What Beam's runner appends to an error raised in a step: where it was raised, not what is wrong.
@@ -221,6 +250,9 @@ def run_cli(body: Callable[[], int], argv: list[str] | None = None, interrupted:
     register_secrets(args)
     try:
         refuse_url_credentials(args)
+        configs = config_texts(args)  # a URL inside a --config file: refused and masked as on the command line
+        register_secrets(configs)
+        refuse_url_credentials(configs)
         with redacted_output(), _background_errors_told_once() as told:
             code = body()
         for line in told:  # a background thread's error the command's own thread never met
