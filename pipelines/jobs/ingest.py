@@ -56,6 +56,7 @@ from schemas.manifest import (
 )
 from schemas.naming import SHARD_NAME_RE, VERSIONS_DIR, version_key_prefix, version_manifest_name, work_dir
 from shardforge.storage import (
+    absolute,
     exists,
     is_within,
     join,
@@ -158,7 +159,11 @@ def recover(root: str, clean_orphans: bool = True) -> CorpusState:
     dead attempts of versions up to the latest, stale temporaries), never an
     attempt at a later version (it may be another writer's, running now).
     A plain-build corpus (manifest.json, no versions) is adopted as version 1.
+    A local root is made absolute: what a batch records of its own folder (its config's index and
+    tokenizer paths) is then the same however ``--output`` was spelled, so an attempt cut short
+    resumes under another spelling (an attempt never replaces an object with other bytes).
     """
+    root = absolute(root)
     versions = committed_versions(root)
     repaired: list[str] = []
     if not versions and exists(join(root, MANIFEST_NAME)):
