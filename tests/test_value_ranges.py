@@ -165,3 +165,13 @@ def test_train_help_says_what_0_means() -> None:
     text = " ".join(train_parser().format_help().split())
     assert "Checkpoints kept, the newest (0: keep every one)." in text
     assert "each evaluation (0: only those; metrics.jsonl has every step)." in text
+
+
+def test_the_run_description_says_what_zero_means() -> None:
+    from schemas.config import TrainConfig
+    from trainer.describe import output_line
+
+    zero = output_line(TrainConfig.model_validate({"data": "c", "output": "r", "keep_last": 0, "log_every": 0}))
+    assert "keep all" in zero and "a line at the first and last step" in zero
+    some = output_line(TrainConfig.model_validate({"data": "c", "output": "r", "keep_last": 2, "log_every": 5}))
+    assert "keep 2" in some and "a line every 5 steps" in some

@@ -157,8 +157,10 @@ def output_line(cfg: TrainConfig) -> str:
     if cfg.trackers.tensorboard and ("://" not in cfg.output or cfg.output.startswith("file://")):
         logs.append(f"TensorBoard {where(join(cfg.output, 'tb'))}")
     logs += [name for name, on in (("W&B", cfg.trackers.wandb), ("MLflow", cfg.trackers.mlflow)) if on]
-    return (f"output: checkpoints {where(join(cfg.output, 'checkpoints'))} ({every}, keep {cfg.keep_last}{resume}); "
-            f"{', '.join(logs)}; a line every {cfg.log_every} steps")
+    keep = f"keep {cfg.keep_last}" if cfg.keep_last else "keep all"
+    lines = f"a line every {cfg.log_every} steps" if cfg.log_every else "a line at the first and last step"
+    return (f"output: checkpoints {where(join(cfg.output, 'checkpoints'))} ({every}, {keep}{resume}); "
+            f"{', '.join(logs)}; {lines}")
 
 
 def compile_text(cfg: TrainConfig, shape: RunShape) -> str:
