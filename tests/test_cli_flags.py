@@ -93,6 +93,8 @@ def test_repack_help_offers_no_flag_it_refuses() -> None:
     (["shardforge.cli", "serve", "--watch", "w/*.jsonl", "--corpus", "o", "--rule", "x"], "--rule 'x' is not one of"),
     (["pipelines.serve", "--watch", "w/*.jsonl"], "the following arguments are required: --corpus"),
     # what the command line lacks, before Beam too
+    (["pipelines.build", "--input", "x", "--output", "o", "--rule", "SEGMENT-PAIR+NSP"],
+     "(did you mean segment_pair_nsp?)"),  # the papers' spelling, as README.md writes the rules
     (["pipelines.build", "--input", "x"], "--output URL is required"),
     (["shardforge.cli", "build", "--output", "o", "--vocab_size", "9"], "no input: give --input URL"),
     # an empty URL ("$RAW" unset) would read the working folder, subfolders and all
