@@ -66,3 +66,26 @@ def test_demo_refuses_too_few_docs_in_one_line(docs, tmp_path: Path) -> None:
     res = run("-m", "shardforge.cli", "demo", "--output", str(tmp_path / "demo"), "--docs", docs, "--steps", "1")
     assert one_line_error(res) == f"error: argument --docs: must be 3 or more, not {docs} (see shardforge demo --help)"
     assert not (tmp_path / "demo").exists()
+
+
+def test_export_of_a_missing_path_or_a_file_says_which(tmp_path: Path) -> None:
+    """Both said something else: 'no checkpoint found in runs/nope', and 'Not a directory: …/checkpoints'."""
+    (tmp_path / "manifest.json").write_text("{}")
+    missing = one_line_error(run("-m", "shardforge.cli", "export", str(tmp_path / "nope"), str(tmp_path / "a")))
+    assert "nope does not exist: give a run folder" in missing
+    a_file = one_line_error(run("-m", "shardforge.cli", "export", str(tmp_path / "manifest.json"), str(tmp_path / "b")))
+    assert "manifest.json is a file but not a checkpoint" in a_file
+
+
+def test_plot_names_the_file_it_writes(tmp_path: Path) -> None:
+    """``--out myplot`` printed 'myplot' while matplotlib wrote myplot.png."""
+    import json
+
+    from trainer.plot import plot_run
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "metrics.jsonl").write_text("".join(
+        json.dumps({"step": s, "loss": 5.0 - s / 10, "lr": 1e-4, "tokens_per_s": 100.0}) + "\n" for s in (1, 2, 3)))
+    written = plot_run(str(run_dir), str(tmp_path / "myplot"))
+    assert written == str(tmp_path / "myplot.png") and Path(written).is_file()

@@ -310,7 +310,14 @@ def export_checkpoint(ckpt: str, out_dir: str, tokenizer: str | None = None, lic
 
     if not overwrite:
         check_export_folder(out_dir)
-    url = ckpt if ckpt.endswith(".pt") else latest_checkpoint(ckpt)
+    if not ckpt.endswith(".pt") and not exists(ckpt):
+        raise UserError(f"{ckpt} does not exist: give a run folder (the --output of a run) or its checkpoint file "
+                        "(checkpoints/ckpt-NNNNNNNN.pt)")
+    try:
+        url = ckpt if ckpt.endswith(".pt") else latest_checkpoint(ckpt)
+    except NotADirectoryError:
+        raise UserError(f"{ckpt} is a file but not a checkpoint: give a run folder (the --output of a run) or its "
+                        "checkpoint file (checkpoints/ckpt-NNNNNNNN.pt)") from None
     if url is None:
         raise UserError(f"no checkpoint found in {ckpt}")
     state = load_checkpoint(url)

@@ -11,6 +11,7 @@ unknown (CPUs) it draws the model FLOP/s the run achieved and says why.
 from __future__ import annotations
 
 import os
+import posixpath
 from typing import Any
 
 from schemas.errors import UserError
@@ -156,6 +157,8 @@ def plot_run(run: str, out: str | None = None, smooth: float = 0.9, x: str = "au
     fig.suptitle(f"shardforge run: {run}", fontsize=10)
     fig.tight_layout()
     path = out or os.path.join(run, "plots.png")
+    if not posixpath.splitext(path.rstrip("/"))[1]:  # what matplotlib would write: the name said, not a guess
+        path += ".png"
     if "://" in path:
         import io
 
