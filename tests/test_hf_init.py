@@ -220,6 +220,9 @@ def test_init_fixes_the_shape_and_refuses_a_contradiction(tmp_path):
     assert resolve_init(no_drop).model.dropout == 0.0
     with pytest.raises(UserError, match=r"drop model.hidden=64 \(the model has 32\)"):
         resolve_init(TrainConfig.model_validate({"data": "x", "init": str(tmp_path), "model": {"hidden": 64}}))
+    # A named size of another shape (--model_size large: hidden 1024, 16 heads) contradicts it too.
+    with pytest.raises(UserError, match=r"drop model.size='large' \(hidden 1024, 16 heads; the model has hidden 32"):
+        resolve_init(TrainConfig.model_validate({"data": "x", "init": str(tmp_path), "model": {"size": "large"}}))
     # A config file holds every field at its default (what `build_train_config` loads): not a contradiction.
     import argparse
 

@@ -51,7 +51,7 @@ from typing import Any
 
 import torch
 
-from schemas.config import ModelConfig, TrainConfig
+from schemas.config import SIZE_HIDDEN_HEADS, ModelConfig, TrainConfig
 from schemas.errors import UserError
 from schemas.manifest import Manifest
 from shardforge.storage import exists, join, read_bytes, sha256_bytes
@@ -183,6 +183,11 @@ def resolve_init(cfg: TrainConfig) -> TrainConfig:
     fields = ModelConfig.model_fields
     clash = [f"model.{k}={getattr(cfg.model, k)!r} (the model has {getattr(want, k)!r})" for k in _SHAPE_FIELDS
              if getattr(cfg.model, k) not in (fields[k].default, getattr(want, k))]
+    size = cfg.model.size  # a named size other than the model's own (a recipe's base on a base model agrees)
+    if size != fields["size"].default and SIZE_HIDDEN_HEADS[size] != (want.hidden, want.heads):
+        hidden, heads = SIZE_HIDDEN_HEADS[size]
+        clash.append(f"model.size={size!r} (hidden {hidden}, {heads} heads; the model has hidden {want.hidden}, "
+                     f"{want.heads} heads)")
     if clash:
         raise UserError(f"--init {cfg.init} fixes the model's shape; drop {'; '.join(clash)}")
     if cfg.model.sentence_head != "none" and (want.type_vocab_size or 1) < 2:
