@@ -150,7 +150,8 @@ def config_data_from_bytes(cls: type[BaseModel], raw: bytes, where: str) -> dict
         line = raw[:e.start].count(b"\n") + 1
         raise UserError(f"{where} is not UTF-8 text: byte 0x{raw[e.start]:02x} on line {line} ({e.reason}); "
                         "save it as UTF-8") from None
-    if where.endswith((".yaml", ".yml")):
+    # YAML by its name; a name without .json (a pipe: --config <(...)) is YAML unless it reads as a JSON object
+    if where.endswith((".yaml", ".yml")) or not where.endswith(".json") and not text.lstrip().startswith("{"):
         try:
             import yaml
         except ImportError:

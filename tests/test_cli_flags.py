@@ -322,3 +322,13 @@ def test_train_config_mistakes_are_one_line_before_torch_is_imported(args, says,
     res = run("-c", TORCH_PROBE, *args, cwd=tmp_path)
     assert res.stdout.splitlines()[-1] == "probe: False 2", res.stdout[-500:] + res.stderr[-2000:]
     assert says in one_line_error(res)
+
+
+def test_a_config_from_a_pipe_is_read_once_and_as_yaml(tmp_path) -> None:
+    """``--config <(...)`` or /dev/stdin: fsspec's local reads seek (a traceback: 'not seekable'), the name has
+    no .yaml to tell the format, and the command line's checks and the command each read the config."""
+    res = subprocess.run([sys.executable, "-m", "trainer.train", "--print-config", "--config", "/dev/stdin"],
+                         input="data: corpus\nsteps: 7\n", capture_output=True, text=True, cwd=tmp_path, env=ENV,
+                         timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "steps: 7" in res.stdout.splitlines() and f"data: {tmp_path / 'corpus'}" in res.stdout

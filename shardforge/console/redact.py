@@ -77,9 +77,9 @@ def config_texts(args: list[str]) -> list[str]:
     texts = []
     for url in urls:
         try:
-            from shardforge.storage import read_bytes  # lazy: fsspec only when a config is named
+            from shardforge.storage.contract import config_bytes  # lazy: fsspec only when a config is named
 
-            texts.append(read_bytes(url)[: 1 << 20].decode("utf-8", errors="replace"))
+            texts.append(config_bytes(url)[: 1 << 20].decode("utf-8", errors="replace"))
         except Exception:  # noqa: BLE001 - unreadable here is the command's to report, in its words
             continue
     return texts

@@ -7,6 +7,7 @@ commands read a corpus through it, so a corpus that ``validate`` accepts can alw
 
 from __future__ import annotations
 
+import os
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
@@ -33,20 +34,36 @@ M = TypeVar("M", bound=BaseModel)
 
 def load_config(cls: type[M], url: str) -> M:
     """Read a YAML/JSON config from any fsspec URL into cls, with one clear error."""
-    return config_from_bytes(cls, _config_bytes(url), url)
+    return config_from_bytes(cls, config_bytes(url), url)
 
 
 def load_config_data(cls: type[BaseModel], url: str) -> dict[str, Any]:
     """A config file's mapping, checked against cls as far as it goes: it may set only some sections and
     leave the rest (required keys included) to the command's flags (``schemas.configfile.check_partial_config``)."""
-    return config_data_from_bytes(cls, _config_bytes(url), url)
+    return config_data_from_bytes(cls, config_bytes(url), url)
 
 
-def _config_bytes(url: str) -> bytes:
+# A config read from a pipe (``--config <(...)``, /dev/stdin) can be read once: its bytes, kept for the
+# process's later reads (the command line's checks, then the command).
+_PIPED: dict[str, bytes] = {}
+
+
+def config_bytes(url: str) -> bytes:
+    """A config file's bytes: any fsspec URL, or a local pipe (read once, then remembered)."""
+    if url in _PIPED:
+        return _PIPED[url]
+    local = url.removeprefix("file://") if "://" not in url or url.startswith("file://") else None
+    if local is not None and os.path.exists(local) and not os.path.isfile(local) and not os.path.isdir(local):
+        with open(local, "rb") as f:  # a pipe cannot seek, as fsspec's local reads do
+            _PIPED[url] = f.read()
+        return _PIPED[url]
     try:
         return read_bytes(url)
     except FileNotFoundError:
         raise UserError(f"config not found: {url}") from None
+
+
+
 
 
 def load_manifest(url: str) -> tuple[Manifest, str]:
