@@ -272,8 +272,10 @@ def test_a_single_rank_state_cannot_resume_another_world_size(corpus: str) -> No
     with pytest.raises(UserError, match="merge the states"):
         c.load_state_dict(ShardLoader(corpus, batch_size=4, partitions=2, world_size=3,
                                       allow_idle=True).state_dict())
-    with pytest.raises(UserError, match="different corpus or loader config"):
+    with pytest.raises(UserError, match="batches are cut at batch_size 4, and it is resumed with batch_size 5"):
         ShardLoader(corpus, batch_size=5, partitions=8).load_state_dict(a[0].state_dict())
+    with pytest.raises(UserError, match="different corpus or loader config"):
+        ShardLoader(corpus, batch_size=4, partitions=8, seed=9).load_state_dict(a[0].state_dict())
 
 
 # ------------------------------------------------------------ token budget (DOC-SENTENCES)

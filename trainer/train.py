@@ -305,7 +305,13 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
             if s is None:  # every rank's micro-batches were repeats only: no step
                 feed.ahead(boundary=True)
                 skipped += 1
-                continue
+                if not dd.any(preempt.requested):  # a run of such steps (a unit padding for a skipped shard)
+                    continue
+                checkpoints.save(step, force=True, loader=feed.position())  # SIGTERM is still honoured
+                signalled = True
+                if dd.main:
+                    log.warning("SIGTERM: checkpoint saved at step %d, exiting", step)
+                break
             step += 1
             if step < cfg.steps and not stopped_at(cfg, step):
                 feed.ahead(boundary=True)  # the next step's first batch, masked while this step computes
