@@ -303,10 +303,13 @@ class BuildConfig(Strict):
 # ============================================================ train config
 
 ModelSize = Literal["tiny", "small", "base", "large"]
-# The hidden width and attention heads of each named size (trainer/model.py SIZES has the whole shapes; a
-# test keeps the two alike): what an override of one is checked against before any work.
-SIZE_HIDDEN_HEADS: dict[str, tuple[int, int]] = {"tiny": (64, 2), "small": (512, 8), "base": (768, 12),
-                                                 "large": (1024, 16)}
+# Each named size's shape: what trainer/model.py builds, and what an override is checked against before any work.
+MODEL_SIZES: dict[str, dict[str, int]] = {
+    "tiny": {"hidden": 64, "layers": 2, "heads": 2, "intermediate": 128},
+    "small": {"hidden": 512, "layers": 4, "heads": 8, "intermediate": 2048},
+    "base": {"hidden": 768, "layers": 12, "heads": 12, "intermediate": 3072},
+    "large": {"hidden": 1024, "layers": 24, "heads": 16, "intermediate": 4096},
+}
 
 
 class ModelConfig(Strict):
@@ -336,7 +339,7 @@ class ModelConfig(Strict):
     @model_validator(mode="after")
     def _heads_divide_hidden(self) -> ModelConfig:
         """Every attention head takes hidden / heads dimensions: refuse heads that do not divide hidden."""
-        size_hidden, size_heads = SIZE_HIDDEN_HEADS[self.size]
+        size_hidden, size_heads = MODEL_SIZES[self.size]["hidden"], MODEL_SIZES[self.size]["heads"]
         hidden, heads = self.hidden or size_hidden, self.heads or size_heads
         if hidden % heads:
             size = f" (size {self.size}'s)"

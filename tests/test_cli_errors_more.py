@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from test_cli_errors import one_line_error, run
 
-from schemas.config import SIZE_HIDDEN_HEADS, ModelConfig, TrainConfig
+from schemas.config import ModelConfig, TrainConfig
 
 
 def test_train_refuses_an_unknown_device_in_one_line(small_corpus, tmp_path) -> None:
@@ -37,13 +37,6 @@ def test_train_refuses_heads_that_do_not_divide_hidden_in_one_line(small_corpus,
     with pytest.raises(ValueError, match=r"hidden 100 is not divisible by heads 16 \(size large's\)"):
         ModelConfig(size="large", hidden=100)
     assert ModelConfig(size="tiny", hidden=96, heads=3).heads == 3
-
-
-def test_the_schemas_sizes_are_the_trainers() -> None:
-    """The contract checks heads against each size's hidden width: the same numbers the model is built with."""
-    from trainer.model import SIZES
-
-    assert SIZE_HIDDEN_HEADS == {name: (s["hidden"], s["heads"]) for name, s in SIZES.items()}
 
 
 def test_serve_refuses_an_unknown_log_level_in_one_line(tmp_path) -> None:

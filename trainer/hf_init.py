@@ -51,7 +51,7 @@ from typing import Any
 
 import torch
 
-from schemas.config import SIZE_HIDDEN_HEADS, ModelConfig, TrainConfig
+from schemas.config import MODEL_SIZES, ModelConfig, TrainConfig
 from schemas.errors import UserError
 from schemas.manifest import Manifest
 from shardforge.storage import exists, join, read_bytes, sha256_bytes
@@ -184,8 +184,8 @@ def resolve_init(cfg: TrainConfig) -> TrainConfig:
     clash = [f"model.{k}={getattr(cfg.model, k)!r} (the model has {getattr(want, k)!r})" for k in _SHAPE_FIELDS
              if getattr(cfg.model, k) not in (fields[k].default, getattr(want, k))]
     size = cfg.model.size  # a named size other than the model's own (a recipe's base on a base model agrees)
-    if size != fields["size"].default and SIZE_HIDDEN_HEADS[size] != (want.hidden, want.heads):
-        hidden, heads = SIZE_HIDDEN_HEADS[size]
+    hidden, heads = MODEL_SIZES[size]["hidden"], MODEL_SIZES[size]["heads"]
+    if size != fields["size"].default and (hidden, heads) != (want.hidden, want.heads):
         clash.append(f"model.size={size!r} (hidden {hidden}, {heads} heads; the model has hidden {want.hidden}, "
                      f"{want.heads} heads)")
     if clash:

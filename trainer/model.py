@@ -41,7 +41,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from schemas.config import ModelConfig
+from schemas.config import MODEL_SIZES, ModelConfig
 from trainer.attention import Unpadded, attention_inputs, sdpa, unpad, varlen_attention
 from trainer.masking import IGNORE_INDEX
 
@@ -50,12 +50,7 @@ __all__ = ["SIZES", "Encoder", "ModelDims", "Unpadded", "attention_inputs", "flo
 
 # Named sizes. tiny is for tests; small is BERT-Small (Turc et al. 2019);
 # base and large are BERT/RoBERTa's.
-SIZES: dict[str, dict] = {
-    "tiny": {"hidden": 64, "layers": 2, "heads": 2, "intermediate": 128},
-    "small": {"hidden": 512, "layers": 4, "heads": 8, "intermediate": 2048},
-    "base": {"hidden": 768, "layers": 12, "heads": 12, "intermediate": 3072},
-    "large": {"hidden": 1024, "layers": 24, "heads": 16, "intermediate": 4096},
-}
+SIZES = MODEL_SIZES  # each named size's shape (the contract's table: schemas/config.py)
 
 
 @dataclass(frozen=True)
@@ -448,31 +443,29 @@ class Encoder(nn.Module):
             return out
 
         flat_labels = labels.reshape(B * L)
-        denom = loss_denominators
+        # One denominator per loss (LOSS_TERMS order), or each loss over its own targets.
+        mlm_d, sentence_d, sbo_d = loss_denominators.unbind() if loss_denominators is not None else (None,) * 3
         if self.dims.masked_only_head:
             # Gather the predicted positions first: the vocabulary projection then
             # costs (#masked x E x V) instead of (B x L x E x V).
             idx, targets = predicted_rows(flat_labels != IGNORE_INDEX, flat_labels, predictions)
-            mlm_loss, correct, count = _masked_ce(self.lm_head(flat_h.index_select(0, rows(idx)), word), targets,
-                                                  denom[0] if denom is not None else None)
+            mlm_loss, correct, count = _masked_ce(self.lm_head(flat_h.index_select(0, rows(idx)), word), targets, mlm_d)
         else:
             # (The unpadded layout's filler reads a padding position: its label is IGNORE_INDEX.)
             head_labels = flat_labels if unpadded is None else flat_labels.index_select(0, unpadded.indices)
-            mlm_loss, correct, count = _masked_ce(self.lm_head(flat_h, word), head_labels,
-                                                  denom[0] if denom is not None else None)
+            mlm_loss, correct, count = _masked_ce(self.lm_head(flat_h, word), head_labels, mlm_d)
         loss = mlm_loss
         out.update(mlm_loss=mlm_loss.detach(), mlm_correct=correct, mlm_count=count)
 
         if self.sentence_head is not None and sentence_labels is not None:
             s_loss, s_correct, s_count = _masked_ce(self.sentence_head(flat_h.index_select(0, rows(firsts))),
-                                                    sentence_labels.reshape(-1).long(),
-                                                    denom[1] if denom is not None else None)
+                                                    sentence_labels.reshape(-1).long(), sentence_d)
             loss = loss + s_loss
             out.update(sentence_loss=s_loss.detach(), sentence_correct=s_correct, sentence_count=s_count)
 
         if self.sbo_head is not None and span_left is not None and span_right is not None:
             sbo_loss, sbo_correct, sbo_count = self._sbo(flat_h, rows, flat_labels, span_left, span_right, L,
-                                                         predictions, denom[2] if denom is not None else None)
+                                                         predictions, sbo_d)
             loss = loss + sbo_loss
             out.update(sbo_loss=sbo_loss.detach(), sbo_correct=sbo_correct, sbo_count=sbo_count)
 

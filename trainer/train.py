@@ -302,33 +302,29 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
         while step < cfg.steps and not stopped_at(cfg, step):
             t0 = time.perf_counter() if t0 is None else t0  # a step with no data is timed with the next
             s = train_step(run, feed)  # trainer/step.py: micro-batches, losses over the global batch, update
-            if s is None:  # every rank's micro-batches were repeats only: no step
+            if s is None:  # every rank's micro-batches were repeats only: no step (SIGTERM still stops the run)
                 feed.ahead(boundary=True)
                 skipped += 1
-                if not dd.any(preempt.requested):  # a run of such steps (a unit padding for a skipped shard)
-                    continue
-                checkpoints.save(step, force=True, loader=feed.position())  # SIGTERM is still honoured
-                signalled = True
-                if dd.main:
-                    log.warning("SIGTERM: checkpoint saved at step %d, exiting", step)
-                break
-            step += 1
-            if step < cfg.steps and not stopped_at(cfg, step):
-                feed.ahead(boundary=True)  # the next step's first batch, masked while this step computes
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            record = metrics.record(step, s, scheduler.get_last_lr()[0], t0, feed.waited(), s.epoch)
-            t0 = None
-            record.update(run.counters.update(record["loss"], metrics.step_tokens))
-            record.update(mix_record(feed.position()))
-            if run.valid is not None and evaluation_due(cfg, step):
-                record.update(evaluate(model, run.valid, run.eval_masker, cfg, device, prec.autocast,
-                                       wait=preempt.next))
-            metrics.log(record)
+                paused = False
+            else:
+                step += 1
+                if step < cfg.steps and not stopped_at(cfg, step):
+                    feed.ahead(boundary=True)  # the next step's first batch, masked while this step computes
+                if device.type == "cuda":
+                    torch.cuda.synchronize()
+                record = metrics.record(step, s, scheduler.get_last_lr()[0], t0, feed.waited(), s.epoch)
+                t0 = None
+                record.update(run.counters.update(record["loss"], metrics.step_tokens))
+                record.update(mix_record(feed.position()))
+                if run.valid is not None and evaluation_due(cfg, step):
+                    record.update(evaluate(model, run.valid, run.eval_masker, cfg, device, prec.autocast,
+                                           wait=preempt.next))
+                metrics.log(record)
+                paused = stopped_at(cfg, step)
             # Ranks may see SIGTERM at different steps: they stop together.
-            paused = stopped_at(cfg, step)
             stop = dd.any(preempt.requested or paused)
-            checkpoints.save(step, force=step == cfg.steps or stop, loader=feed.position())
+            if s is not None or stop:
+                checkpoints.save(step, force=step == cfg.steps or stop, loader=feed.position())
             if stop:
                 signalled = not paused
                 if dd.main:

@@ -97,27 +97,25 @@ def fail(message: str, prog: str) -> NoReturn:
 
 
 
-def at_least(low: float, kind: Callable[[str], Any] = int) -> Callable[[str], Any]:
-    """An argparse ``type``: a ``kind`` number that is ``low`` or more; anything else is the flag's one-line
-    error (``argument --bins: must be 1 or more, not 0``). Not a number: argparse's ``invalid int value``."""
+def _bounded(kind: Callable[[str], Any], ok: Callable[[Any], bool], bound: str) -> Callable[[str], Any]:
+    """An argparse ``type``: a ``kind`` number for which ``ok`` holds (NaN never does); anything else is the
+    flag's one-line error (``argument --bins: must be 1 or more, not 0``). Not a number: argparse's own
+    ``invalid int value``."""
     def parse(text: str) -> Any:
         value = kind(text)  # ValueError: argparse says "invalid int value: 'x'"
-        if not value >= low:  # NaN too
-            raise argparse.ArgumentTypeError(f"must be {low} or more, not {text}")
+        if not ok(value):
+            raise argparse.ArgumentTypeError(f"must be {bound}, not {text}")
         return value
 
     parse.__name__ = getattr(kind, "__name__", "value")
     return parse
+
+
+def at_least(low: float, kind: Callable[[str], Any] = int) -> Callable[[str], Any]:
+    """An argparse ``type``: a ``kind`` number that is ``low`` or more."""
+    return _bounded(kind, lambda v: v >= low, f"{low} or more")
 
 
 def above(low: float, kind: Callable[[str], Any] = float) -> Callable[[str], Any]:
-    """An argparse ``type``: a ``kind`` number greater than ``low`` (``argument --poll: must be more than 0,
-    not -1``); as ``at_least``."""
-    def parse(text: str) -> Any:
-        value = kind(text)
-        if not value > low:
-            raise argparse.ArgumentTypeError(f"must be more than {low}, not {text}")
-        return value
-
-    parse.__name__ = getattr(kind, "__name__", "value")
-    return parse
+    """An argparse ``type``: a ``kind`` number greater than ``low`` (``argument --poll: must be more than 0``)."""
+    return _bounded(kind, lambda v: v > low, f"more than {low}")
