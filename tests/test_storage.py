@@ -196,6 +196,35 @@ def test_a_temporary_removed_under_its_writer_is_named_as_such(store_url, monkey
     assert listing(store_url) == []
 
 
+def test_a_version_folder_swept_while_a_writer_enters_it_is_a_removed_temporary(tmp_path, monkeypatch):
+    """The sweep can land between a local writer making its folder and creating its
+    temporary there: TemporaryRemoved (the step says "lost"), not a bare FileNotFoundError
+    that a runner logs with a traceback and retries."""
+    import shutil
+
+    import shardforge.storage.writes as writes
+
+    version = tmp_path / "corpus" / "versions" / "v1-loser"
+    real = writes._open_locked_tmp
+
+    def swept_then_open(tmp: str):
+        shutil.rmtree(version)  # the winner's cleanup removes the losing attempt's folder
+        return real(tmp)
+
+    monkeypatch.setattr(writes, "_open_locked_tmp", swept_then_open)
+    target = str(version / "tokenized" / "part-00000.parquet")
+    with pytest.raises(storage.TemporaryRemoved, match="removed while"):
+        storage.write_stream_atomic(target, lambda f: f.write(b"x"), create=True)
+    assert storage.unless_swept(lambda: storage.write_stream_atomic(target, lambda f: f.write(b"x")), "part") is False
+    assert not version.exists()
+
+    # A folder that is still there is not a sweep: the error stays what it was.
+    monkeypatch.setattr(writes, "_open_locked_tmp", lambda tmp: open(os.path.join(tmp, "missing", "x"), "xb"))
+    with pytest.raises(FileNotFoundError) as e:
+        storage.write_stream_atomic(str(tmp_path / "kept" / "a.bin"), lambda f: f.write(b"x"))
+    assert not isinstance(e.value, storage.TemporaryRemoved)
+
+
 KILLED_WRITER = textwrap.dedent("""
     import os, signal, sys
     sys.path.insert(0, {root!r})

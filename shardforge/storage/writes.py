@@ -296,8 +296,7 @@ def write_stream_atomic(url: str, produce: Callable[[IO[bytes]], None], *, creat
         tmp = tmp_name(path)
         try:
             if local:
-                os.makedirs(parent or ".", exist_ok=True)
-                with _named(url), _open_locked_tmp(tmp) as raw:
+                with _named(url), _create_local_tmp(parent, tmp) as raw:
                     w = _HashingWriter(raw, md5=False)
                     produce(w)  # type: ignore[arg-type]
                     raw.flush()
@@ -379,6 +378,22 @@ def _publish_local(fs: fsspec.AbstractFileSystem, tmp: str, path: str, w: _Hashi
 
 def write_text_atomic(url: str, text: str, *, create: bool = False) -> None:
     write_bytes_atomic(url, text.encode("utf-8"), create=create)
+
+
+def _create_local_tmp(parent: str, tmp: str) -> IO[bytes]:
+    """The folder made and the locked temporary created in it.
+
+    Either step fails with FileNotFoundError only when the folder is removed while
+    it is being made or entered: a committed writer sweeping this attempt's version
+    folder. That is the swept case, TemporaryRemoved, not a crash.
+    """
+    try:
+        os.makedirs(parent or ".", exist_ok=True)
+        return _open_locked_tmp(tmp)
+    except FileNotFoundError as e:
+        if os.path.isdir(parent or "."):
+            raise
+        raise TemporaryRemoved(f"{parent}: removed while {posixpath.basename(tmp)} was created in it") from e
 
 
 def _open_locked_tmp(tmp: str) -> IO[bytes]:
