@@ -129,6 +129,51 @@ def test_retry_retries_transient_errors_only():
     assert len(calls) == 4
 
 
+def test_nested_retries_do_not_multiply():
+    """An inner retry that ran out of tries is not run again by the outer one (a stat inside a
+    write): a store that keeps failing costs one operation's tries, not their product."""
+    calls = []
+
+    def inner() -> None:
+        calls.append(1)
+        raise ConnectionResetError("reset by peer")
+
+    def outer() -> None:
+        storage.retry(inner, "inner", attempts=4)
+
+    with pytest.raises(ConnectionResetError):
+        storage.retry(outer, "outer", attempts=5)
+    assert len(calls) == 4
+    calls.clear()
+
+    def wrapped() -> None:  # raised from the exhausted one: still given up on
+        try:
+            storage.retry(inner, "inner", attempts=3)
+        except ConnectionResetError as e:
+            raise TimeoutError("timed out") from e
+
+    with pytest.raises(TimeoutError):
+        storage.retry(wrapped, "outer", attempts=5)
+    assert len(calls) == 3
+    calls.clear()
+
+    tries = {"inner": 0, "outer": 0}
+
+    def inner_flaky_once() -> None:
+        tries["inner"] += 1
+        if tries["inner"] == 1:
+            raise TimeoutError("timed out")
+
+    def outer_flaky() -> None:  # its inner retry got through; its own fresh failures are retried
+        tries["outer"] += 1
+        storage.retry(inner_flaky_once, "inner", attempts=3)
+        if tries["outer"] < 3:
+            raise ConnectionResetError("reset by peer")
+
+    storage.retry(outer_flaky, "outer", attempts=5)
+    assert tries == {"inner": 4, "outer": 3}
+
+
 # ---------------------------------------------------------------- atomic writer on each backend (fast)
 
 
@@ -386,6 +431,21 @@ def test_s3_lost_replies_to_complete_copy_and_delete(s3_emulator, s3_bucket, s3_
     for name, data in blobs.items():
         assert storage.read_bytes(f"{s3_bucket}/l/{name}") == data, name
         assert storage.sha256_url(f"{s3_bucket}/l/{name}") == (hashlib.sha256(data).hexdigest(), len(data))
+
+
+def test_s3_a_store_that_keeps_failing_costs_one_operations_tries(s3_emulator, s3_bucket, monkeypatch):
+    """Every HEAD answers 503 (the write's final check): the writer gives up after its tries of
+    that check, not after the tries of the whole write times the tries of the check."""
+    import s3fs
+
+    monkeypatch.setattr(s3fs.S3FileSystem, "retries", 1)
+    options = {"config_kwargs": {"retries": {"total_max_attempts": 1, "mode": "standard"}}}
+    with FaultProxy(s3_emulator, rate=1.0, seed=0, max_faults=10_000, active_s=120, kinds=("503",),
+                    methods=("HEAD",)) as proxy:
+        with s3_through(proxy.url, **options), pytest.raises(OSError):
+            storage.write_bytes_atomic(f"{s3_bucket}/d/down.bin", b"x" * 1000)
+    heads = [p for m, p, _ in proxy.log if m == "HEAD"]
+    assert len(heads) == storage.RETRY_ATTEMPTS, (len(heads), proxy.stats)
 
 
 def test_s3_read_path_survives_injected_faults(s3_emulator, s3_bucket, s3_retry_stack):

@@ -25,6 +25,7 @@ RETRY_ATTEMPTS = int(os.environ.get("SHARDFORGE_RETRY_ATTEMPTS", "6"))
 RETRY_BASE_DELAY = float(os.environ.get("SHARDFORGE_RETRY_BASE_DELAY", "0.2"))
 RETRY_MAX_DELAY = float(os.environ.get("SHARDFORGE_RETRY_MAX_DELAY", "30"))
 OPERATION_ATTR = "shardforge_operation"  # set by ``retry`` on an error it gives up on: "read gs://b/o"
+EXHAUSTED_ATTR = "shardforge_retries_exhausted"  # set by ``retry`` on a transient error it ran out of tries on
 
 # ---------------------------------------------------------------- retries
 
@@ -202,18 +203,27 @@ def retry(fn: Callable[[], T], what: str, attempts: int | None = None, on_retry:
     gcsfs and s3fs already retry single HTTP requests; this outer loop retries
     whole operations (an upload + move, a full read) after their retries gave
     up, and covers errors they do not retry (a stream cut mid-body, a 502).
+
+    Nested calls do not multiply: an error that an inner ``retry`` (a stat
+    inside a write) already ran out of tries on is given up on at once by the
+    outer ones, so a store that keeps failing costs one operation's tries, not
+    the product of every level's.
     """
     attempts = attempts or RETRY_ATTEMPTS
     for i in range(attempts):
         try:
             return fn()
         except Exception as e:  # noqa: BLE001 - classified below
-            if i == attempts - 1 or not is_transient(e) or not_connected(e):
+            last = i == attempts - 1
+            if last or not is_transient(e) or not_connected(e) or retried_out(e):
                 if not hasattr(e, OPERATION_ATTR):
                     # What was being done, for the one-line error of an unreachable store. An
                     # attribute, not a note: Beam words a wrapped error by its last line.
                     with contextlib.suppress(AttributeError):
                         setattr(e, OPERATION_ATTR, what)
+                if last:
+                    with contextlib.suppress(AttributeError):
+                        setattr(e, EXHAUSTED_ATTR, True)
                 raise
             delay = min(RETRY_MAX_DELAY, RETRY_BASE_DELAY * (2**i)) * (0.5 + random.random())
             log.warning("transient error on %s (%s: %s); retry %d/%d in %.2fs",
@@ -222,6 +232,20 @@ def retry(fn: Callable[[], T], what: str, attempts: int | None = None, on_retry:
                 on_retry()
             time.sleep(delay)
     raise AssertionError("unreachable")
+
+
+def retried_out(exc: BaseException) -> bool:
+    """Did a ``retry`` already run out of tries on this error, or on one it was raised ``from``?
+
+    Only explicit causes count: an error raised while handling another is a new failure."""
+    e: BaseException | None = exc
+    for _ in range(16):
+        if e is None:
+            return False
+        if getattr(e, EXHAUSTED_ATTR, False):
+            return True
+        e = e.__cause__
+    return False
 
 
 def invalidate(fs: fsspec.AbstractFileSystem, path: str | None = None) -> None:
