@@ -148,6 +148,10 @@ def test_unknown_shardforge_command_suggests_one() -> None:
     (["-m", "pipelines.repack", "--help"], "usage: python -m pipelines.repack "),
     (["-m", "pipelines.serve", "--help"], "usage: python -m pipelines.serve "),
     (["-m", "trainer.train", "--help"], "usage: python -m trainer.train "),
+    (["-m", "trainer.export", "--help"], "usage: python -m trainer.export "),
+    (["-m", "trainer.plot", "--help"], "usage: python -m trainer.plot "),
+    (["-m", "shardforge.cli", "export", "--help"], "usage: shardforge export "),
+    (["-m", "shardforge.cli", "plot", "--help"], "usage: shardforge plot "),
     (["-m", "shardforge.cli", "build", "--help"], "usage: shardforge build "),
     (["-m", "shardforge.cli", "repack", "--help"], "usage: shardforge repack "),
     (["-m", "shardforge.cli", "serve", "--help"], "usage: shardforge serve "),
@@ -160,6 +164,16 @@ def test_help_names_the_command_as_the_user_ran_it(args, usage) -> None:
     assert res.stderr == ""  # no 'apitools not found' warning, nothing else
     if "pipelines" in args[1] or args[2:3] in (["build"], ["repack"], ["serve"]):
         assert "Apache Beam's own options" in res.stdout and "--help_beam" in res.stdout
+
+
+@pytest.mark.parametrize("module, args, says", [
+    ("trainer.export", ["no-such-run", "out"], "no-such-run does not exist"),
+    ("trainer.plot", ["no-such-run"], "no metrics.jsonl in no-such-run"),
+])
+def test_export_and_plot_as_modules_run_as_their_commands(tmp_path, module, args, says) -> None:
+    """`python -m trainer.export` / `trainer.plot` are the commands (they did nothing before)."""
+    res = run("-m", module, *args, cwd=tmp_path)
+    assert says in one_line_error(res)
 
 
 IMPORT_PROBE = import_probe("torch", "trainer.args")

@@ -364,7 +364,7 @@ def flag_settings(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
 
 def export_parser() -> ArgumentParser:
     """``shardforge export``'s flags (``trainer.export``)."""
-    p = ArgumentParser(prog="shardforge export",
+    p = ArgumentParser(prog="python -m trainer.export",
                        description="Write a Hugging Face folder (config.json, model.safetensors, "
                                    "tokenizer files, README.md: the model card) from a shardforge checkpoint.")
     p.add_argument("checkpoint", help="ckpt-NNNNNNNN.pt, or a run folder (its latest checkpoint)")

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from typing import Any
 
 import torch
@@ -364,3 +365,9 @@ def main(argv: list[str] | None = None) -> int:
     print(redact_text(export_checkpoint(args.checkpoint, args.out, args.tokenizer, args.license, args.language,
                                         overwrite=args.overwrite)))
     return 0
+
+
+if __name__ == "__main__":
+    from shardforge.console.run import run_cli
+
+    sys.exit(run_cli(lambda: main(sys.argv[1:]), sys.argv[1:]))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import posixpath
+import sys
 from typing import Any
 
 from schemas.errors import UserError
@@ -174,7 +175,7 @@ def plot_run(run: str, out: str | None = None, smooth: float = 0.9, x: str = "au
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = ArgumentParser(prog="shardforge plot", description=__doc__)
+    p = ArgumentParser(prog="python -m trainer.plot", description=__doc__)
     p.add_argument("run", help="Run folder (local or fsspec URL) holding metrics.jsonl")
     p.add_argument("--out", help="PNG path (default RUN/plots.png)")
     p.add_argument("--smooth", type=float, default=0.9,
@@ -186,3 +187,9 @@ def main(argv: list[str] | None = None) -> int:
         raise UserError(f"--smooth must be in [0, 1), got {args.smooth}")
     print(plot_run(args.run, args.out, smooth=args.smooth, x=args.x))
     return 0
+
+
+if __name__ == "__main__":
+    from shardforge.console.run import run_cli
+
+    sys.exit(run_cli(lambda: main(sys.argv[1:]), sys.argv[1:]))
