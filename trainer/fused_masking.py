@@ -290,6 +290,13 @@ def compiled(scheme: str) -> Callable[..., Any]:
     return _COMPILED[scheme]
 
 
+def _static(t: torch.Tensor) -> torch.Tensor:
+    """t with its sizes static for the compiler: under ``dynamic=True`` a table whose size equals the
+    batch's (5 constants, a batch of 5 rows) would otherwise tie the two and recompile at the next shape."""
+    torch._dynamo.mark_static(t)
+    return t
+
+
 class FusedMasker:
     """A Masker's masks from one compiled function per scheme: same call, same outputs, few kernels.
 
@@ -342,7 +349,7 @@ class FusedMasker:
                 tables += (t.word_starts,)
             if self.cfg.scheme in ("span", "ngram"):
                 tables += (t.len_table, t.gap_table, t.phase_table)
-            self._on = (device, (consts, *tables))
+            self._on = (device, tuple(_static(x) for x in (consts, *tables)))
         return self._on[1]
 
     def _stream_keys(self, seed: int, epoch: int, device: torch.device) -> torch.Tensor:
@@ -352,7 +359,7 @@ class FusedMasker:
             if len(self._keys) > 8:
                 self._keys.clear()
             bases = [0] + [stream_base(seed, epoch, s) for s in range(1, STREAMS + 1)]
-            self._keys[key] = torch.tensor(bases, dtype=torch.int64, device=device)
+            self._keys[key] = _static(torch.tensor(bases, dtype=torch.int64, device=device))
         return self._keys[key]
 
     def segments(self, length: int, device: torch.device) -> torch.Tensor:
