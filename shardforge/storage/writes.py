@@ -82,8 +82,11 @@ def is_tmp_name(path: str) -> bool:
 _OBJECT_STORES = ("gs", "gcs", "s3", "s3a")
 
 
-def _remove_quietly(fs: fsspec.AbstractFileSystem, path: str) -> None:
-    """Best-effort removal of a temporary object (a leftover is hidden and harmless)."""
+def _remove_quietly(fs: fsspec.AbstractFileSystem, path: str, attempts: int | None = None) -> None:
+    """Best-effort removal of a temporary object (a leftover is hidden and harmless).
+
+    ``attempts=1`` where the write is failing anyway: the client's own retries only, not ours
+    inside every try of the write (a stale temporary is swept later: ``remove_stale_tmps``)."""
     def _rm() -> None:
         try:
             fs.rm_file(path)
@@ -91,7 +94,7 @@ def _remove_quietly(fs: fsspec.AbstractFileSystem, path: str) -> None:
             pass  # never written, or a retried DELETE whose first attempt landed
 
     try:
-        retry(_rm, f"remove {path}")
+        retry(_rm, f"remove {path}", attempts=attempts)
     except Exception as e:  # noqa: BLE001 - cleanup must not mask the real outcome
         log.warning("could not remove temporary %s (%s); it is hidden and safe to delete", path, e)
 
@@ -331,7 +334,7 @@ def write_stream_atomic(url: str, produce: Callable[[IO[bytes]], None], *, creat
                 with contextlib.suppress(OSError):
                     os.remove(tmp)
             else:
-                _remove_quietly(fs, tmp)
+                _remove_quietly(fs, tmp, attempts=1)
             raise
         return w.sha256, w.bytes
 
