@@ -94,8 +94,11 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig, output: str, *,
         index_root=append.corpus if append is not None else root, one_machine=plan.one_machine)
     kept, duplicates = dedupe["kept"], dedupe["duplicates"]
 
+    reject_log = (rejects, duplicates) | "RejectLog" >> beam.Flatten()
+
     sentenced = kept | "SplitSentences" >> SplitSentences()
-    model, tokenizer_path, training = tokenizer_model(p, sentenced, cfg, output, make_room=plan.make_room)
+    model, tokenizer_path, training = tokenizer_model(p, sentenced, cfg, output, make_room=plan.make_room,
+                                                      lost=reject_log)
     tokenize = Tokenize(model, cfg.tokenizer.encode_batch, cfg.tokenizer.encode_threads)
     tokenized_all = sentenced | "Tokenize" >> tokenize
     tokenized = tokenized_all | "HasTokens" >> DropEmpty()
@@ -104,7 +107,6 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig, output: str, *,
     accounts = read.read_counts | "Account" >> Account(rejects, duplicates, tokenized_all)
     groups = tokenized | "Groups" >> TokenGroups(cfg)
 
-    reject_log = (rejects, duplicates) | "RejectLog" >> beam.Flatten()
     written = [reject_log | "WriteRejects" >> WriteRejectLog(join(output, REJECTS_DIR), origins=read.origins)]
     intermediates: dict[str, str] = {"rejects": REJECTS_DIR, "dedupe_index": DEDUPE_INDEX_DIR}
     tokenized_dir = None

@@ -194,3 +194,9 @@ def stable_hash(*parts: object) -> int:
 def unit_hash(*parts: object) -> float:
     """stable_hash mapped to [0, 1): a content-keyed coin flip."""
     return stable_hash(*parts) / 2.0**64
+
+
+def why_lost(r: Reject | Duplicate) -> str:
+    """The reason a record left the corpus, as the reject log names it: a rule's or the reader's
+    reason, or "exact duplicate" / "near duplicate" / "span duplicate"."""
+    return f"{r.kind} duplicate" if isinstance(r, Duplicate) else r.reason

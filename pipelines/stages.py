@@ -21,7 +21,8 @@ from pipelines.clean.sentences import split_batch
 from pipelines.dedupe.decontaminate import Decontaminate
 from pipelines.localrunner.batching import PooledBatches
 from pipelines.metrics import counted, counter
-from pipelines.records import Document, SentencedDocument, TokenizedDocument
+from pipelines.records import Document, SentencedDocument, TokenizedDocument, why_lost
+from pipelines.sources.parsing import R_MALFORMED_JSON, R_MISSING_TEXT
 from pipelines.tokenizer.model import load_model, model_path, store_model, stored_path
 from pipelines.tokenizer.train import TrainTokenizer
 from schemas.config import BuildConfig, CleanConfig, DecontaminateConfig, SourceConfig
@@ -137,14 +138,30 @@ class ReuseTokenizer(beam.PTransform):
                 | "CopyTokenizer" >> beam.Map(store_model, self.output))
 
 
+# What to check when every document left for one reason (the error of a build with nothing left).
+LOSS_HINTS = {
+    R_MISSING_TEXT: "no record holds text under the source's text field: name the JSON field or Parquet column "
+                    "that does (--text_field FIELD, or text_field in the source's config; default text)",
+    R_MALFORMED_JSON: "the inputs do not parse as JSON Lines or a JSON array: check the source's format",
+    "language": "the language rule kept none: give the corpus's languages (--languages CODES, e.g. de,fr)",
+    "empty_after_line_rules": "C4's line rules left no line (a line under clean.line_min_words words, or without "
+                              "an end mark, is removed): for text unlike news or web prose switch them off "
+                              "(clean: {line_rules: false} in a --config file, or name the source stories)",
+    "min_words": "every document is under clean.min_words words: lower it for short texts (--min_words N)",
+}
+
+
 def tokenizer_model(p: beam.Pipeline, sentenced, cfg: BuildConfig, output: str,
-                    make_room: Callable[[], object] | None = None):
+                    make_room: Callable[[], object] | None = None, lost=None):
     """(singleton PCollection of the model bytes, its path under ``output``, the training's cost
     as a singleton PCollection for the report, or None for a reused model). ``make_room``: called
-    before training (``pipelines.options.RunnerPlan``)."""
+    before training (``pipelines.options.RunnerPlan``). ``lost``: the Rejects and Duplicates, whose
+    reasons the error of a corpus left empty counts."""
     if cfg.tokenizer.model_url:
         reuse = ReuseTokenizer(cfg.tokenizer.model_url, output)
         return p | "Tokenizer" >> reuse, reuse.path, None
-    trainer = TrainTokenizer(cfg.tokenizer, cfg.seed, output, make_room=make_room)
+    losses = None if lost is None else lost | "WhyLost" >> beam.Map(why_lost)
+    trainer = TrainTokenizer(cfg.tokenizer, cfg.seed, output, make_room=make_room, losses=losses,
+                             hints=LOSS_HINTS)
     trained = sentenced | "TrainTokenizer" >> trainer
     return trained, model_path(cfg.tokenizer.model_type), trainer.stats

@@ -145,7 +145,37 @@ def test_a_corpus_that_cleaning_empties_gives_one_clear_line(tmp_path):
     assert r.returncode == 2, r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1, r.stderr
-    assert lines[0].startswith("error: tokenizer: the clean corpus is empty") and "filtered" in lines[0]
+    assert lines[0].startswith("error: tokenizer: the clean corpus is empty"), lines[0]
+    # Why, counted, and what to change for the reason that took them all.
+    assert "all 2 documents left it (2 empty_after_line_rules)" in lines[0] and "line_rules: false" in lines[0]
+
+
+def test_a_wrong_text_field_is_named_in_the_one_line(tmp_path):
+    """Records whose text is under another field: every one is rejected as missing_text_field, and
+    the line says so and names the flag, rather than only that the corpus is empty."""
+    raw = tmp_path / "news.jsonl"
+    body = "The council met on Tuesday to discuss the budget for the coming year. Members voted to approve it."
+    raw.write_text("".join(json.dumps({"body": f"{body} Item {i}."}) + "\n" for i in range(7)))
+    r = subprocess.run([sys.executable, "-m", "pipelines.build", "--input", f"news={raw}", "--output",
+                        str(tmp_path / "o"), "--vocab_size", "300"], capture_output=True, text=True)
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert "all 7 documents left it (7 missing_text_field)" in lines[0] and "--text_field FIELD" in lines[0], lines[0]
+    ok = subprocess.run([sys.executable, "-m", "pipelines.build", "--input", f"news={raw}", "--output",
+                         str(tmp_path / "o"), "--vocab_size", "300", "--text_field", "body", "--min_words", "5"],
+                        capture_output=True, text=True)
+    assert ok.returncode == 0 and "missing_text_field" not in ok.stderr, ok.stderr[-2000:]
+
+
+def test_the_empty_corpus_line_counts_the_commonest_reasons_first():
+    from pipelines.tokenizer.train import empty_corpus_message
+
+    why = {"min_words": 3, "exact duplicate": 5, "binary": 1, "language": 3, "markup": 2}
+    line = empty_corpus_message(why, {"exact duplicate": "HINT"})
+    assert line.endswith("all 14 documents left it (5 exact duplicate, 3 language, 3 min_words, 2 markup, ...): HINT")
+    assert "clean rules" in empty_corpus_message({"markup": 1}, {})
+    assert "no document held a sentence" in empty_corpus_message({}, {})
 
 
 def test_manifest_loads(built):

@@ -124,6 +124,19 @@ def _train_sentencepiece(sentences: Iterable[str], cfg: TokenizerConfig) -> byte
     return buf.getvalue()
 
 
+def empty_corpus_message(why: dict[str, int], hints: dict[str, str]) -> str:
+    """The one line for a build that has nothing left to train its tokenizer on: how many documents
+    left for which reasons (most first), and what to check for the commonest one."""
+    lost = sum(why.values())
+    head = "tokenizer: the clean corpus is empty, nothing to train on"
+    if not lost:
+        return f"{head} (no document held a sentence: check the inputs)"
+    top = sorted(why.items(), key=lambda kv: (-kv[1], kv[0]))
+    counts = ", ".join(f"{n} {reason}" for reason, n in top[:4]) + (", ..." if len(top) > 4 else "")
+    hint = hints.get(top[0][0], "check the inputs, and the clean rules for text unlike news or web prose")
+    return f"{head}: all {lost} documents left it ({counts}): {hint}"
+
+
 class TrainTokenizer(beam.PTransform):
     """Sentenced documents -> a one-element PCollection with the trained tokenizer file's bytes.
 
@@ -140,22 +153,24 @@ class TrainTokenizer(beam.PTransform):
     """
 
     def __init__(self, cfg: TokenizerConfig, seed: int, output: str,
-                 make_room: Callable[[], object] | None = None):
+                 make_room: Callable[[], object] | None = None, losses=None,
+                 hints: dict[str, str] | None = None):
         super().__init__()
         self.cfg, self.seed, self.output, self.make_room = cfg, seed, output, make_room
+        # What left the corpus (a PCollection of reason names, one per document lost): counted for the
+        # one line that says why nothing is left to train on, with ``hints`` for the reasons that have one.
+        self.losses, self.hints = losses, hints or {}
         self.stats = None
 
     def expand(self, docs):
-        seed, cfg, output, make_room = self.seed, self.cfg, self.output, self.make_room
+        seed, cfg, output, make_room, hints = self.seed, self.cfg, self.output, self.make_room, self.hints
         bounds = SampleBounds.of(cfg)
 
-        def train(sample: list[SampleEntry]) -> tuple[bytes, dict[str, object]]:
+        def train(sample: list[SampleEntry], why: dict[str, int] | None = None) -> tuple[bytes, dict[str, object]]:
             plan, stats = training_plan(sample, bounds)
             del sample  # the plan holds what training reads; the rest of the sample can go
             if not stats["sentences"]:
-                raise UserError("tokenizer: the clean corpus is empty, nothing to train on (every document was "
-                                "filtered, rejected or a duplicate: check the inputs, and the clean rules for "
-                                "text unlike news or web prose)")
+                raise UserError(empty_corpus_message(why or {}, hints))
             # The peak of a build below the sample caps: start it from what is live, not from the
             # high-water mark of the stages before (whose freed pages glibc and pyarrow keep), and
             # with the stage data that waits for later stages out of memory where the runner can.
@@ -172,11 +187,15 @@ class TrainTokenizer(beam.PTransform):
             unless_swept(lambda: write_bytes_atomic(url, model, create=True), "tokenizer model")
             return model, stats
 
+        side = {}
+        if self.losses is not None:
+            why = self.losses | "CountLosses" >> beam.combiners.Count.PerElement()
+            side["why"] = beam.pvalue.AsDict(why)
         trained = (
             docs
             | "KeyForSample" >> beam.Map(lambda d: sample_entry(seed, d))
             | "BoundedSample" >> beam.CombineGlobally(BoundedSample(bounds))
-            | "Train" >> beam.Map(train)
+            | "Train" >> beam.Map(train, **side)
         )
         self.stats = trained | "TrainingStats" >> beam.Map(lambda t: t[1])
         return trained | "Model" >> beam.Map(lambda t: t[0])
