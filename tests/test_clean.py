@@ -167,6 +167,16 @@ def test_unknown_disabled_rule_is_an_error():
     CleanDocuments(CleanConfig(disabled_rules=sorted(RULE_NAMES)))
 
 
+def test_language_names_for_codes_get_the_codes():
+    """`languages: [english]` is a name, not a code: the error gives the code; a code that is neither
+    keeps the general error."""
+    with pytest.raises(UserError, match=r"not names: 'english' is 'en', 'German' is 'de' \(give en,de\)"):
+        CleanDocuments(CleanConfig(languages=["english", "German"]))
+    with pytest.raises(UserError, match=r"unknown code\(s\) \['english', 'xx'\]"):
+        CleanDocuments(CleanConfig(languages=["english", "xx"]))
+    CleanDocuments(CleanConfig(languages=["en", "de"]))
+
+
 @settings(max_examples=150, deadline=None)
 @given(st.lists(st.sampled_from(["a", "bb", "ccc", "dddd", "e", "ff"]), min_size=0, max_size=60))
 def test_dup_ngram_fast_path_matches_definition(ws):

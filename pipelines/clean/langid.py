@@ -152,6 +152,12 @@ def known_codes(method: Method = "cld2") -> frozenset[str]:
     return frozenset(code for _, code in pycld2.LANGUAGES) - {UNKNOWN}
 
 
+def code_of_name(name: str) -> str | None:
+    """The code of a language given by its English name ("english", "German"), or None."""
+    names = {n.lower(): code for n, code in pycld2.LANGUAGES if code != UNKNOWN}
+    return names.get(name.strip().lower())
+
+
 def identify_cld2(text: str, shares: bool = True) -> LanguageGuess:
     """CLD2's top language and the share of the text it covers, and each language's share paragraph by
     paragraph (``paragraph_shares``; left out, with its CLD2 call per paragraph, when ``shares`` is False).

@@ -36,7 +36,7 @@ import re
 from collections import Counter
 from itertools import repeat
 
-from pipelines.clean.langid import LanguageGuess, identify, known_codes
+from pipelines.clean.langid import LanguageGuess, code_of_name, identify, known_codes
 from pipelines.clean.lines import LINE_RULES, filter_lines, line_rules_for
 from pipelines.clean.normalize import BLANK_LINES, has_invalid_utf8, normalize_text, repair_utf8, safe
 from pipelines.clean.pii import PiiFound, PiiRules, redact, rules_of
@@ -100,8 +100,13 @@ def check_rule_names(cfg: CleanConfig) -> None:
     codes = known_codes(cfg.language_id)
     bad = sorted(set(cfg.languages) - codes)
     if bad:
+        named = {b: code_of_name(b) for b in cfg.languages if b not in codes}  # in the order given
+        if all(c in codes for c in named.values()):  # names, not codes: say the codes
+            said = ", ".join(f"{b!r} is {c!r}" for b, c in named.items())
+            raise UserError(f"clean.languages takes ISO 639-1 codes, not names: {said} "
+                            f"(give {','.join(c for c in named.values())})")
         raise UserError(f"clean.languages: unknown code(s) {bad} for language_id={cfg.language_id!r}; "
-                        f"use ISO 639-1 codes such as {sorted(codes)[:12]}...")
+                        "use ISO 639-1 codes: en, de, fr, es, zh, ... (CLD2's; see docs/cleaning.md)")
 
 
 def page_reason(text: str, lower: str, c: CleanConfig, disabled: frozenset[str], web: bool) -> str | None:
