@@ -171,4 +171,21 @@ def config_data_from_bytes(cls: type[BaseModel], raw: bytes, where: str) -> dict
         data = {}  # an empty file, or one of comments only: every setting from the flags and defaults
     if not isinstance(data, dict):
         raise UserError(f"{where}: a config must be a mapping")
+    _refuse_the_other_kind(cls, data, where)
     return check_partial_config(cls, data, what=f"config {where}")
+
+
+def _refuse_the_other_kind(cls: type[BaseModel], data: dict[str, Any], where: str) -> None:
+    """One short line for a build config given to train (or the other way round), rather than every
+    key the command knows: the file's unknown keys are all the other command's sections."""
+    from schemas.config import BuildConfig, TrainConfig
+
+    kinds = {BuildConfig: "build", TrainConfig: "train"}
+    if cls not in kinds:
+        return
+    other = TrainConfig if cls is BuildConfig else BuildConfig
+    unknown = [k for k in data if k not in cls.model_fields]
+    if unknown and all(k in other.model_fields for k in unknown):
+        raise UserError(f"{where} is a {kinds[other]} config ({', '.join(map(str, unknown[:4]))} are "
+                        f"{kinds[other]} settings), not a {kinds[cls]} one: give it to shardforge "
+                        f"{kinds[other]} --config")

@@ -176,6 +176,20 @@ def test_export_and_plot_as_modules_run_as_their_commands(tmp_path, module, args
     assert says in one_line_error(res)
 
 
+@pytest.mark.parametrize("args, says", [
+    (["-m", "trainer.train", "--config", "examples/build.yaml", "--data", "d"],
+     "examples/build.yaml is a build config (clean, dedupe, tokenizer, packing are build settings), not a train "
+     "one: give it to shardforge build --config"),
+    (["-m", "pipelines.build", "--config", "examples/train.yaml", "--output", "o"],
+     "examples/train.yaml is a train config (data, output, steps, batch_size are train settings), not a build "
+     "one: give it to shardforge train --config"),
+])
+def test_the_other_commands_config_is_named_as_such(args, says) -> None:
+    """A build config given to train (or back) is one short line, not the 1 KB list of known keys."""
+    line = one_line_error(run(*args))
+    assert line == f"error: {says}", line
+
+
 IMPORT_PROBE = import_probe("torch", "trainer.args")
 
 
