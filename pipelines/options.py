@@ -185,33 +185,38 @@ def build_config_from_options(opts: BuildOptions) -> BuildConfig:
     if o.follow_links:
         data["sources"] = [{**s, "follow_links": True} for s in data["sources"]]
 
-    def put(section: str, key: str, value: Any) -> None:
+    given: dict[str, str] = {}  # config key -> the flag that set it, for an error about its value
+
+    def put(section: str, key: str, flag: str, value: Any = None) -> None:
+        value = getattr(o, flag) if value is None else value
         if value is not None:
             data.setdefault(section, {})[key] = value
+            given[f"{section}.{key}"] = f"--{flag}"
 
-    put("packing", "rule", o.rule)
-    put("packing", "max_seq_len", o.max_seq_len)
-    put("packing", "valid_fraction", o.valid_fraction)
-    put("tokenizer", "vocab_size", o.vocab_size)
-    put("tokenizer", "model_type", o.tokenizer_kind)
+    put("packing", "rule", "rule")
+    put("packing", "max_seq_len", "max_seq_len")
+    put("packing", "valid_fraction", "valid_fraction")
+    put("tokenizer", "vocab_size", "vocab_size")
+    put("tokenizer", "model_type", "tokenizer_kind")
     if o.languages is not None:  # "any": every language kept (the language is still recorded)
         codes = [c.strip() for c in o.languages.split(",") if c.strip()]
-        put("clean", "languages", [] if codes == ["any"] else codes)
-    put("tokenizer", "model_url", o.tokenizer)
-    put("shards", "target_bytes", o.shard_bytes)
-    put("shards", "target_samples", o.shard_samples)
-    put("clean", "min_words", o.min_words)
-    put("dedupe", "index", o.dedupe_index)
+        put("clean", "languages", "languages", [] if codes == ["any"] else codes)
+    put("tokenizer", "model_url", "tokenizer")
+    put("shards", "target_bytes", "shard_bytes")
+    put("shards", "target_samples", "shard_samples")
+    put("clean", "min_words", "min_words")
+    put("dedupe", "index", "dedupe_index")
     if o.pii is not None:
         data.setdefault("clean", {})["pii"] = {**data.get("clean", {}).get("pii", {}), **pii_kinds(o.pii)}
-    put("decontaminate", "paths", o.decontaminate)
-    put("decontaminate", "ngram", o.decontaminate_ngram)
-    put("decontaminate", "mode", o.decontaminate_mode)
+    put("decontaminate", "paths", "decontaminate")
+    put("decontaminate", "ngram", "decontaminate_ngram")
+    put("decontaminate", "mode", "decontaminate_mode")
     if o.no_near_dedupe:
-        put("dedupe", "near", False)
+        put("dedupe", "near", "no_near_dedupe", False)
     if o.seed is not None:
         data["seed"] = o.seed
-    return parse_config(BuildConfig, data, what="build config")
+        given["seed"] = "--seed"
+    return parse_config(BuildConfig, data, what="build config", flags=given)
 
 
 def pii_kinds(arg: str) -> dict[str, bool]:

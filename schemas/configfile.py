@@ -35,9 +35,12 @@ def _model_at(cls: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] | N
     return model if isinstance(model, type) and issubclass(model, BaseModel) else None
 
 
-def _error_text(cls: type[BaseModel] | None, err: Any) -> str:
-    """One validation error in the user's words: an unknown key with the closest known one."""
+def _error_text(cls: type[BaseModel] | None, err: Any, flags: dict[str, str] | None = None) -> str:
+    """One validation error in the user's words: an unknown key with the closest known one; a key a
+    flag set named by the flag first (``flags``: dotted key -> the flag given, ``--lr (optim.lr)``)."""
     loc = ".".join(str(x) for x in err["loc"]) or "(root)"
+    if flags and loc in flags:
+        loc = f"{flags[loc]} ({loc})"
     if err["type"] == "extra_forbidden" and cls is not None:
         import difflib
 
@@ -56,17 +59,19 @@ def _error_text(cls: type[BaseModel] | None, err: Any) -> str:
     return f"{loc}: {err['msg']}"
 
 
-def format_validation_error(e: ValidationError, cls: type[BaseModel] | None = None) -> str:
+def format_validation_error(e: ValidationError, cls: type[BaseModel] | None = None,
+                            flags: dict[str, str] | None = None) -> str:
     """A pydantic error as one line: each wrong field with what is wrong (cls: the model validated, so
-    that an unknown key is answered with the closest known one, as a mistyped flag is)."""
-    return "; ".join(_error_text(cls, err) for err in e.errors())
+    that an unknown key is answered with the closest known one, as a mistyped flag is; flags: the
+    keys the command's flags set, named by those flags)."""
+    return "; ".join(_error_text(cls, err, flags) for err in e.errors())
 
 
-def parse_config(cls: type[M], data: dict[str, Any], what: str = "config") -> M:
+def parse_config(cls: type[M], data: dict[str, Any], what: str = "config", flags: dict[str, str] | None = None) -> M:
     try:
         return cls.model_validate(data)
     except ValidationError as e:
-        raise UserError(f"invalid {what}: {format_validation_error(e, cls)}") from None
+        raise UserError(f"invalid {what}: {format_validation_error(e, cls, flags)}") from None
 
 
 def check_partial_config(cls: type[BaseModel], data: dict[str, Any], what: str = "config") -> dict[str, Any]:

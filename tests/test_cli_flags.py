@@ -311,7 +311,9 @@ TORCH_PROBE = import_probe("torch")
 
 
 @pytest.mark.parametrize("args,says", [
-    (["trainer.train", "--data", "c", "--lr", "0"], "optim.lr: Input should be greater than 0"),
+    (["trainer.train", "--data", "c", "--lr", "0"], "invalid train config: --lr (optim.lr): Input should be greater "
+                                                    "than 0"),  # the flag the user gave, and its key
+    (["trainer.train", "--data", "c", "--lr", "1", "--set", "optim.lr=0"], "config: optim.lr: Input should be"),
     (["shardforge.cli", "train", "--data", "c", "--recipe", "nope"], "unknown recipe 'nope'"),
     (["shardforge.cli", "train", "--data", "c", "--set", "model.hiden=3"], "unknown key 'model.hiden'"),
     (["trainer.train", "--data", "c", "--steps", "0"], "steps"),
@@ -322,6 +324,17 @@ def test_train_config_mistakes_are_one_line_before_torch_is_imported(args, says,
     res = run("-c", TORCH_PROBE, *args, cwd=tmp_path)
     assert res.stdout.splitlines()[-1] == "probe: False 2", res.stdout[-500:] + res.stderr[-2000:]
     assert says in one_line_error(res)
+
+
+@pytest.mark.parametrize("args,says", [
+    (["-m", "pipelines.build", "--input", "raw.jsonl", "--output", "o", "--max_seq_len", "3"],
+     "error: invalid build config: --max_seq_len (packing.max_seq_len): Input should be greater than or equal to 8"),
+    (["-m", "shardforge", "build", "--input", "raw.jsonl", "--output", "o", "--vocab_size", "5"],
+     "error: invalid build config: --vocab_size (tokenizer.vocab_size): Input should be greater than or equal to 64"),
+])
+def test_a_build_flag_out_of_range_is_named_as_the_flag(args, says, tmp_path) -> None:
+    (tmp_path / "raw.jsonl").write_text('{"text": "one document"}\n')
+    assert one_line_error(run(*args, cwd=tmp_path)) == says
 
 
 def test_a_config_from_a_pipe_is_read_once_and_as_yaml(tmp_path) -> None:

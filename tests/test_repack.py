@@ -227,6 +227,14 @@ def test_sop_via_cli_and_a_repacked_corpus_points_back_to_its_origin(parent, tmp
     assert not split_docs["train"] & split_docs["valid"]
 
 
+def test_a_repack_flag_out_of_range_is_named_as_the_flag(parent):
+    src = resolve_parent(parent[1])
+    with pytest.raises(UserError) as e:
+        repack_config(src.manifest, max_seq_len=3, shard_samples=0)
+    assert str(e.value).startswith("invalid repack config: --max_seq_len (packing.max_seq_len): Input should be")
+    assert "--shard_samples (shards.target_samples)" in str(e.value)
+
+
 def test_repack_graph_has_no_clean_dedupe_or_tokenize(parent, tmp_path):
     _, out, m = parent
     src = resolve_parent(out)

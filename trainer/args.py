@@ -333,7 +333,7 @@ def check_config_early(args: argparse.Namespace) -> None:
     flags, dotted = flag_settings(args)
     try:
         resolve_train_config(getattr(args, "recipe", None), args.config, flags, [*dotted, *args.set],
-                             require_data=not args.print_config)
+                             require_data=not args.print_config, flag_names=flag_names(args))
     except UserError as e:
         print(user_error_line(str(e)), file=sys.stderr)
         raise SystemExit(2) from None
@@ -342,6 +342,13 @@ def check_config_early(args: argparse.Namespace) -> None:
 
 
 TOP_LEVEL_FLAGS = ("data", "output", "init", "follow", "resume")
+
+
+def flag_names(args: argparse.Namespace) -> dict[str, str]:
+    """Config key -> the flag that set it (its first name), for the keys flags set and --set did not."""
+    overridden = {item.split("=", 1)[0].strip() for item in getattr(args, "set", None) or []}
+    return {f.key: f.names[0] for f in config_flags()
+            if getattr(args, f.dest, None) is not None and f.key not in overridden}
 
 
 def flag_settings(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:

@@ -164,21 +164,26 @@ def repack_config(parent: Manifest, *, rule: str | None = None, max_seq_len: int
     rebuilds this corpus from raw text too.
     """
     data = json.loads(json.dumps(parent.config))  # deep copy
+    given: dict[str, str] = {}  # config key -> the flag that set it, for an error about its value
     packing = data.setdefault("packing", {})
     for key, value in (("rule", rule), ("max_seq_len", max_seq_len), ("short_seq_prob", short_seq_prob),
                        ("valid_fraction", valid_fraction), ("groups", groups)):
         if value is not None:
             packing[key] = value
+            given[f"packing.{key}"] = f"--{key}"
     shards = data.setdefault("shards", {})
     if shard_bytes is not None:
         shards["target_bytes"] = shard_bytes
+        given["shards.target_bytes"] = "--shard_bytes"
     if shard_samples is not None:
         shards["target_samples"] = shard_samples
+        given["shards.target_samples"] = "--shard_samples"
     if seed is not None:
         data["seed"] = seed
+        given["seed"] = "--seed"
     if model_url is not None:
         data.setdefault("tokenizer", {})["model_url"] = model_url
-    return parse_config(BuildConfig, data, what="repack config")
+    return parse_config(BuildConfig, data, what="repack config", flags=given)
 
 
 # ------------------------------------------------------------------ reading

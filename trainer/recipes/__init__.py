@@ -108,10 +108,12 @@ def apply_set(data: dict[str, Any], item: str) -> None:
 # ------------------------------------------------------------------ resolution
 
 def resolve_train_config(recipe: str | None, config_url: str | None, flags: dict[str, Any],
-                         overrides: list[str], require_data: bool = True) -> TrainConfig:
+                         overrides: list[str], require_data: bool = True,
+                         flag_names: dict[str, str] | None = None) -> TrainConfig:
     """The train config from a recipe, a config file, flags (None: not given) and --set items.
 
     require_data=False (``--print-config``) accepts a missing --data and fills NO_DATA.
+    flag_names: config key -> the flag that set it, to name the flag in an error about its value.
     """
     from shardforge.storage import absolute
 
@@ -139,7 +141,8 @@ def resolve_train_config(recipe: str | None, config_url: str | None, flags: dict
     else:
         # Checkpoints record the config: a relative corpus path would only resolve from this directory.
         data["data"] = absolute(str(data["data"]))
-    return parse_config(TrainConfig, data, what=f"train config (recipe {recipe})" if recipe else "train config")
+    return parse_config(TrainConfig, data, what=f"train config (recipe {recipe})" if recipe else "train config",
+                        flags=flag_names)
 
 
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> None:
