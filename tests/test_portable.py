@@ -359,6 +359,10 @@ def test_runner_mistakes_found_before_beam_starts_are_one_line_at_once(raw):
     # A local copy that is not there.
     line, wall = one_line(["--runner", "FlinkRunner", "--flink_job_server_jar", str(raw / "flink-job-server.jar")], raw)
     assert "--flink_job_server_jar" in line and "no such file" in line and wall < 10, (line, wall)
+    # A local copy that is no jar (Beam's job service failed to start, in 11 ERROR lines).
+    (raw / "notes.jar").write_text("not a jar\n")
+    line, wall = one_line(["--runner", "FlinkRunner", "--flink_job_server_jar", str(raw / "notes.jar")], raw)
+    assert "notes.jar: not a jar" in line and wall < 10, (line, wall)
     # A job server nothing answers at (Beam waited 300 s for it).
     line, wall = one_line(["--runner", "PortableRunner", "--job_endpoint", f"localhost:{free_port()}"], raw)
     assert "nothing answers at --job_endpoint" in line and wall < 10, (line, wall)

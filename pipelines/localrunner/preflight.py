@@ -208,6 +208,9 @@ def runner_problems(argv: Sequence[str]) -> list[str]:
         copy = last_flag(argv, flag)
         if copy and "://" not in copy and not os.path.exists(copy):
             problems.append(f"{flag} {copy}: no such file (it names a local copy of {what})")
+        elif copy and "://" not in copy and name != "prism" and not is_jar(copy):
+            problems.append(f"{flag} {copy}: not a jar (a jar is a zip archive; this file does not start as one): "
+                            f"it names a local copy of {what}")
         java = last_flag(argv, "--job_server_java_launcher") or "java"
         if name != "prism" and not endpoint and shutil.which(java) is None:
             problems.append(f"--runner {runner} starts {what} here, a Java program, and there is no {java!r} on PATH: "
@@ -217,6 +220,15 @@ def runner_problems(argv: Sequence[str]) -> list[str]:
         problems.append(f"nothing answers at --job_endpoint {endpoint}: start the job server first (docs/flink.md) "
                         "or correct the address")
     return problems
+
+
+def is_jar(path: str) -> bool:
+    """Whether a local file starts as a zip archive does (a jar is one); a folder is not a jar."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(4) in (b"PK\x03\x04", b"PK\x05\x06")
+    except OSError:
+        return False
 
 
 def answers(endpoint: str, timeout: float = 3.0) -> bool:
