@@ -12,7 +12,7 @@ if __name__ in ("__main__", "__mp_main__"):  # the command, or the main module o
         raise SystemExit(0)
     before_beam(sys.argv[1:])
 
-with interruptible_import():  # Ctrl-C while Beam is imported: one line
+with interruptible_import(quiet=__name__ == "__mp_main__"):  # Ctrl-C while Beam is imported: one line
     from pipelines.jobs.repack import main
 
 if __name__ == "__main__":

@@ -100,6 +100,31 @@ def test_ctrl_c_during_a_real_build_is_one_line(tmp_path) -> None:
     assert not (out / "manifest.json").exists()
 
 
+def test_ctrl_c_during_a_batched_build_is_one_line(tmp_path) -> None:
+    """A terminal's Ctrl-C reaches the whole process group: the build and the process running its batch.
+    The batch process printed Beam's log of the KeyboardInterrupt with its traceback; the build says it once."""
+    import os
+
+    sys.path.insert(0, str(REPO / "tests"))
+    from realtext import wiki_documents, write_jsonl
+
+    raw = tmp_path / "raw.jsonl"
+    write_jsonl(str(raw), wiki_documents())
+    out = tmp_path / "corpus"
+    proc = subprocess.Popen([sys.executable, "-m", "pipelines.build", "--input", f"wiki={raw}", "--output", str(out),
+                             "--batch_mb", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
+                            start_new_session=True)
+    deadline = time.monotonic() + 60
+    while not (out / "versions").exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(2.0)  # the first batch's process is in its stages
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-3000:]
+    assert "Traceback" not in err and "ERROR" not in err, err[-3000:]
+    assert err.strip().splitlines() == [f"interrupted: {DATA_JOB_INTERRUPTED}"], err[-3000:]
+
+
 def test_ctrl_c_while_a_data_command_imports_beam_is_one_line(capsys):
     """``python -m pipelines.build`` imports Beam for a second or two before the command's Ctrl-C handling
     is in place: a Ctrl-C then printed a 26-line traceback and the process died of SIGINT."""

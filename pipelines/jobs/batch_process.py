@@ -16,18 +16,31 @@ def run_batch(output: str, batch_files: list[tuple[Any, tuple[Any, ...]]], cfg: 
               conn: Any) -> None:
     """One batch in a fresh process: everything it allocated goes back to the OS when it exits.
     ``batch_files``: (SourceConfig, RawFiles) pairs; ``cfg``: the BuildConfig; the outcome goes to
-    the parent through ``conn``."""
+    the parent through ``conn``. A Ctrl-C (a terminal's SIGINT reaches both processes) is told to the
+    parent without a trace, wherever it lands; the parent says "interrupted" once."""
+    try:
+        conn.send(_outcome(output, batch_files, cfg, beam_args))
+    except KeyboardInterrupt:
+        conn.send(("interrupted",))
+    finally:
+        conn.close()
+
+
+def _outcome(output: str, batch_files: list[tuple[Any, tuple[Any, ...]]], cfg: Any, beam_args: list[str]) -> tuple:
     from pipelines.localrunner.preflight import local_build_process
 
     local_build_process()
     from pipelines.jobs.ingest import ingest_sources, recover
-    from shardforge.console.run import find_user_error
+    from shardforge.console.redact import install_log_redaction
+    from shardforge.console.run import find_user_error, quiet_library_logs, was_interrupted
 
+    install_log_redaction()  # the parent's log rules: no credential, no trace of a Ctrl-C inside a step
+    quiet_library_logs()
     try:
         res = ingest_sources(recover(output, clean_orphans=False), batch_files, cfg, beam_args)
-        conn.send(("ok", res.version, res.new_shards, res.timings.to_json() if res.timings else None))
-    except BaseException as e:  # reported to the parent, which raises it there
+        return ("ok", res.version, res.new_shards, res.timings.to_json() if res.timings else None)
+    except Exception as e:  # reported to the parent, which raises it there
+        if was_interrupted(e):  # a KeyboardInterrupt a runner wrapped
+            return ("interrupted",)
         user = find_user_error(e)
-        conn.send(("user", str(user)) if user is not None else ("error", traceback.format_exc()))
-    finally:
-        conn.close()
+        return ("user", str(user)) if user is not None else ("error", traceback.format_exc())

@@ -202,6 +202,8 @@ def _run_isolated(output: str, batch_files: list[tuple[SourceConfig, tuple[RawFi
         msg = ("error", "the batch process died without a word (killed? out of memory?)")
     finally:
         proc.join()
+    if msg[0] == "interrupted":  # a Ctrl-C that reached the batch process alone (the parent's own raises above)
+        raise KeyboardInterrupt
     if msg[0] == "user":
         raise UserError(msg[1])
     if msg[0] != "ok":

@@ -373,11 +373,14 @@ def runner_download_failed(runner: str, exc: BaseException) -> UserError | None:
 
 
 @contextlib.contextmanager
-def interruptible_import() -> Iterator[None]:
+def interruptible_import(quiet: bool = False) -> Iterator[None]:
     """Around a data command's import of its ``main`` (Beam with it, a second or two): Ctrl-C meanwhile ends
-    the command with one line and exit 130, as Ctrl-C does once it runs (``shardforge.console.run``)."""
+    the command with one line and exit 130, as Ctrl-C does once it runs (``shardforge.console.run``).
+    ``quiet``: a process a batched build spawned (its module is ``__mp_main__``), which imports the
+    command's module again: its parent, which the terminal's Ctrl-C reached too, says it."""
     try:
         yield
     except KeyboardInterrupt:
-        print("interrupted: nothing was started", file=sys.stderr)
+        if not quiet:
+            print("interrupted: nothing was started", file=sys.stderr)
         raise SystemExit(130) from None
