@@ -459,6 +459,10 @@ class TrainConfig(Strict):
     keep_last: int = Field(3, ge=0)  # 0: keep every checkpoint
     resume: bool = True
     device: str = "auto"
+    # Seconds a rank waits for the others in a collective (a step's all-reduce, a barrier) before the run
+    # fails: a rank that hung stops the run (Hugging Face's ddp_timeout; torch's own default is 10 min on
+    # NCCL and 30 on gloo). Raise it where one rank may do long work the others wait for.
+    ddp_timeout: float = Field(600, gt=0)
     # auto: bf16 on a CUDA GPU with bf16, fp16 (+ loss scaler) on one without, fp32 on CPU (trainer/precision.py).
     precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
     compile: bool | Literal["auto"] = "auto"  # torch.compile; auto: on CUDA only

@@ -135,3 +135,51 @@ def test_resume_is_exact_for_workers_dropout_and_masking(one_shard, tmp_path, wo
     sa = load_checkpoint(list_checkpoints(full)[-1][1])["model"]
     sb = load_checkpoint(list_checkpoints(part)[-1][1])["model"]
     assert all(torch.equal(sa[k], sb[k]) for k in sa)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_a_hung_rank_stops_the_run_after_ddp_timeout_in_one_line(one_shard, tmp_path):
+    """Rank 1 stopped (SIGSTOP: hung, not dead) mid-run: rank 0's next collective gives up after
+    --ddp_timeout, not torch's 30 min on gloo, and says so in one line instead of gloo's traceback."""
+    import signal
+    import time
+
+    out, err_path = tmp_path / "run", tmp_path / "stderr"
+    exe = shutil.which("torchrun", path=os.path.dirname(sys.executable)) or "torchrun"
+    env = {**os.environ, "PYTHONPATH": REPO, "OMP_NUM_THREADS": "1"}
+    with open(err_path, "w") as err:
+        proc = subprocess.Popen([exe, "--standalone", "--nproc_per_node", "2",
+                                 *cli_args(one_shard, str(out), 100_000, "num_workers=0"), "--ddp_timeout", "3"],
+                                env=env, stdout=subprocess.DEVNULL, stderr=err)
+    ranks: dict[int, int] = {}
+    try:
+        deadline = time.monotonic() + 120
+        while not (out / "metrics.jsonl").exists() or len(read_metrics(str(out))) < 3:  # it is training
+            assert proc.poll() is None and time.monotonic() < deadline, err_path.read_text()[-3000:]
+            time.sleep(0.2)
+        for pid in subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split():
+            environ = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
+            rank = next(int(v.split(b"=")[1]) for v in environ if v.startswith(b"RANK="))
+            ranks[rank] = int(pid)
+        stopped = time.monotonic()
+        os.kill(ranks[1], signal.SIGSTOP)
+        while _alive(ranks[0]) and time.monotonic() < stopped + 60:
+            time.sleep(0.1)
+        waited = time.monotonic() - stopped
+    finally:
+        for pid in ranks.values():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        proc.wait(timeout=120)
+    text = err_path.read_text()
+    assert proc.returncode != 0 and waited < 30, (waited, text[-3000:])
+    assert ("error: rank 0 of 2: a collective waited 3 s (ddp_timeout) for the other ranks: one of them hung or "
+            "died") in text, text[-3000:]
+    assert "unbound_buffer" not in text and 'trainer/step.py"' not in text, text[-3000:]  # no gloo traceback

@@ -108,6 +108,8 @@ CONFIG_FLAGS: dict[str, list[ConfigFlag]] = {
         ConfigFlag(("--precision",), "precision", "auto: bf16 on a GPU that has it, fp16 (+ loss scaling) on one "
                    "without, fp32 on CPU.", choices=("auto", "fp32", "bf16", "fp16")),
         ConfigFlag(("--device",), "device", "auto | cpu | cuda | cuda:N.", str),
+        ConfigFlag(("--ddp_timeout",), "ddp_timeout", "Seconds a rank waits for the others in a collective "
+                   "before the run fails (a rank that hung).", float),
         ConfigFlag(("--num_workers", "--dataloader_num_workers"), "num_workers",
                    "DataLoader worker processes per process (0: read in the training process).", int),
         ConfigFlag(("--seed",), "seed", "Seed of the weights, the data order and the masks (a rerun with the "

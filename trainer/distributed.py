@@ -8,8 +8,10 @@ collectives all follow from it.
 
 from __future__ import annotations
 
+import datetime
 import logging
 import os
+import re
 import sys
 from dataclasses import dataclass, field
 from typing import Any
@@ -100,8 +102,9 @@ def pick_device(requested: str, local_rank: int) -> torch.device:
 _joined = False  # this process joined a process group (``setup``; ``leave`` reads it)
 
 
-def setup(requested_device: str) -> Dist:
-    """Decide the device once, join the process group (NCCL on GPUs, gloo on CPUs) and bind the GPU."""
+def setup(requested_device: str, timeout_s: float | None = None) -> Dist:
+    """Decide the device once, join the process group (NCCL on GPUs, gloo on CPUs) and bind the GPU.
+    ``timeout_s``: how long a collective waits for every rank before it fails (None: torch's default)."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0")) if world > 1 else 0
     device = pick_device(requested_device, local_rank)
@@ -111,10 +114,25 @@ def setup(requested_device: str) -> Dist:
     if world == 1:
         return Dist(device=device)
     if not dist.is_initialized():
-        dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
+        timeout = {} if timeout_s is None else {"timeout": datetime.timedelta(seconds=timeout_s)}
+        dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo", **timeout)
     global _joined
     _joined = True
     return Dist(dist.get_rank(), dist.get_world_size(), local_rank, device)
+
+
+# How gloo and NCCL word a collective that waited past the process group's timeout.
+_TIMED_OUT = re.compile(r"Timed out waiting \d+ms|collective operation timeout|Watchdog caught", re.I)
+
+
+def collective_timeout(e: BaseException, timeout_s: float) -> UserError | None:
+    """The one line for a collective that waited ``timeout_s`` for the other ranks (``e``: what torch
+    raised), or None when e is something else."""
+    if not (dist.is_available() and dist.is_initialized() and _TIMED_OUT.search(str(e))):
+        return None
+    return UserError(f"rank {dist.get_rank()} of {dist.get_world_size()}: a collective waited {timeout_s:g} s "
+                     "(ddp_timeout) for the other ranks: one of them hung or died, and its own log says why "
+                     "(where a rank does long work the others wait for, raise --ddp_timeout)")
 
 
 def teardown(dd: Dist) -> None:

@@ -215,7 +215,7 @@ def setup(cfg: TrainConfig) -> Run:
 
     Order matters for reproducibility: the seed is set before the model's weights are drawn.
     """
-    dd = distributed.setup(cfg.device)  # the device is decided here, once
+    dd = distributed.setup(cfg.device, cfg.ddp_timeout)  # the device is decided here, once
     device = dd.device
     torch.manual_seed(cfg.seed + dd.rank)
     cfg = resolve_init(cfg)  # --init fixes the model's shape (trainer/hf_init.py)
@@ -419,7 +419,14 @@ def _run(args: argparse.Namespace) -> int:
     if args.print_config:
         print(config_yaml(build_train_config(args, args.set, require_data=False)), end="")
         return 0
-    summary = train(build_train_config(args, args.set))
+    cfg = build_train_config(args, args.set)
+    try:
+        summary = train(cfg)
+    except RuntimeError as e:  # a collective that waited ddp_timeout for a rank that hung: one line
+        timed_out = distributed.collective_timeout(e, cfg.ddp_timeout)
+        if timed_out is None:
+            raise
+        raise timed_out from None
     main_rank = int(os.environ.get("RANK", "0")) == 0
     if summary["signalled"]:  # a scheduler must not take a preempted run for a finished one
         if main_rank:
