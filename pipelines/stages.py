@@ -21,7 +21,7 @@ from pipelines.clean.sentences import split_batch
 from pipelines.dedupe.decontaminate import Decontaminate
 from pipelines.localrunner.batching import PooledBatches
 from pipelines.metrics import counted, counter
-from pipelines.records import Document, SentencedDocument, TokenizedDocument, why_lost
+from pipelines.records import Document, SentencedDocument, TokenizedDocument
 from pipelines.sources.parsing import R_MALFORMED_JSON, R_MISSING_TEXT
 from pipelines.tokenizer.model import load_model, model_path, store_model, stored_path
 from pipelines.tokenizer.train import TrainTokenizer
@@ -160,8 +160,6 @@ def tokenizer_model(p: beam.Pipeline, sentenced, cfg: BuildConfig, output: str,
     if cfg.tokenizer.model_url:
         reuse = ReuseTokenizer(cfg.tokenizer.model_url, output)
         return p | "Tokenizer" >> reuse, reuse.path, None
-    losses = None if lost is None else lost | "WhyLost" >> beam.Map(why_lost)
-    trainer = TrainTokenizer(cfg.tokenizer, cfg.seed, output, make_room=make_room, losses=losses,
-                             hints=LOSS_HINTS)
+    trainer = TrainTokenizer(cfg.tokenizer, cfg.seed, output, make_room=make_room, losses=lost, hints=LOSS_HINTS)
     trained = sentenced | "TrainTokenizer" >> trainer
     return trained, model_path(cfg.tokenizer.model_type), trainer.stats

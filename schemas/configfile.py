@@ -39,8 +39,8 @@ def _error_text(cls: type[BaseModel] | None, err: Any, flags: dict[str, str] | N
     """One validation error in the user's words: an unknown key with the closest known one; a key a
     flag set named by the flag first (``flags``: dotted key -> the flag given, ``--lr (optim.lr)``)."""
     loc = ".".join(str(x) for x in err["loc"]) or "(root)"
-    if flags and loc in flags:
-        loc = f"{flags[loc]} ({loc})"
+    if flags and loc in flags:  # "--lr (optim.lr)"; "--device" for the key device
+        loc = flags[loc] if flags[loc].lstrip("-") == loc else f"{flags[loc]} ({loc})"
     if err["type"] == "extra_forbidden" and cls is not None:
         import difflib
 

@@ -18,7 +18,7 @@ def test_train_refuses_an_unknown_device_in_one_line(small_corpus, tmp_path) -> 
     """--device gpu reached torch.device: "Expected one of cpu, cuda, ... device type" with its traceback."""
     res = run("-m", "trainer.train", "--data", small_corpus[0], "--output", str(tmp_path / "run"), "--steps", "1",
               "--device", "gpu")
-    assert one_line_error(res) == ("error: invalid train config: device: 'gpu' is not a device: give auto, cpu, "
+    assert one_line_error(res) == ("error: invalid train config: --device: 'gpu' is not a device: give auto, cpu, "
                                    "cuda (each rank's GPU), cuda:N (GPU N) or mps")
     assert not (tmp_path / "run").exists()
     for device in ("auto", "cpu", "cuda", "cuda:1", "mps"):

@@ -16,6 +16,7 @@ import apache_beam as beam
 
 from pipelines.coders import TokenizedDocumentCoder  # noqa: F401  (registers the coder of TokenizedDocument)
 from pipelines.localrunner.heap import release_free_memory
+from pipelines.records import why_lost
 from pipelines.tokenizer.model import model_path
 from pipelines.tokenizer.sample import (
     MAX_SENTENCE_CHARS,
@@ -157,8 +158,8 @@ class TrainTokenizer(beam.PTransform):
                  hints: dict[str, str] | None = None):
         super().__init__()
         self.cfg, self.seed, self.output, self.make_room = cfg, seed, output, make_room
-        # What left the corpus (a PCollection of reason names, one per document lost): counted for the
-        # one line that says why nothing is left to train on, with ``hints`` for the reasons that have one.
+        # What left the corpus (the Rejects and Duplicates): their reasons counted for the one line that
+        # says why nothing is left to train on, with ``hints`` for the reasons that have one.
         self.losses, self.hints = losses, hints or {}
         self.stats = None
 
@@ -189,7 +190,8 @@ class TrainTokenizer(beam.PTransform):
 
         side = {}
         if self.losses is not None:
-            why = self.losses | "CountLosses" >> beam.combiners.Count.PerElement()
+            why = (self.losses | "WhyLost" >> beam.Map(why_lost)
+                   | "CountLosses" >> beam.combiners.Count.PerElement())
             side["why"] = beam.pvalue.AsDict(why)
         trained = (
             docs
