@@ -196,7 +196,6 @@ def unit_hash(*parts: object) -> float:
     return stable_hash(*parts) / 2.0**64
 
 
-def why_lost(r: Reject | Duplicate) -> str:
-    """The reason a record left the corpus, as the reject log names it: a rule's or the reader's
-    reason, or "exact duplicate" / "near duplicate" / "span duplicate"."""
-    return f"{r.kind} duplicate" if isinstance(r, Duplicate) else r.reason
+def reason_key(r: Reject | Duplicate) -> str:
+    """The name of a record's reason in the report: ``bucket:reason`` (``duplicate:kind`` for duplicates)."""
+    return f"duplicate:{r.kind}" if isinstance(r, Duplicate) else f"{r.bucket}:{r.reason}"

@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from schemas.config import BuildConfig, TrainConfig
 from schemas.errors import UserError
 
 M = TypeVar("M", bound=BaseModel)
@@ -183,8 +184,6 @@ def config_data_from_bytes(cls: type[BaseModel], raw: bytes, where: str) -> dict
 def _refuse_the_other_kind(cls: type[BaseModel], data: dict[str, Any], where: str) -> None:
     """One short line for a build config given to train (or the other way round), rather than every
     key the command knows: the file's unknown keys are all the other command's sections."""
-    from schemas.config import BuildConfig, TrainConfig
-
     kinds = {BuildConfig: "build", TrainConfig: "train"}
     if cls not in kinds:
         return

@@ -171,10 +171,11 @@ def test_a_wrong_text_field_is_named_in_the_one_line(tmp_path):
 def test_the_empty_corpus_line_counts_the_commonest_reasons_first():
     from pipelines.tokenizer.train import empty_corpus_message
 
-    why = {"min_words": 3, "exact duplicate": 5, "binary": 1, "language": 3, "markup": 2}
+    why = {"filtered:min_words": 3, "duplicate:exact": 5, "rejected:binary": 1, "filtered:language": 3,
+           "filtered:markup": 2}
     line = empty_corpus_message(why, {"exact duplicate": "HINT"})
     assert line.endswith("all 14 documents left it (5 exact duplicate, 3 language, 3 min_words, 2 markup, ...): HINT")
-    assert "clean rules" in empty_corpus_message({"markup": 1}, {})
+    assert "clean rules" in empty_corpus_message({"filtered:markup": 1}, {})
     assert "no document held a sentence" in empty_corpus_message({}, {})
 
 

@@ -98,14 +98,13 @@ def check_rule_names(cfg: CleanConfig) -> None:
     if unknown:
         raise UserError(f"clean.disabled_rules: unknown rule(s) {unknown}; known: {sorted(RULE_NAMES)}")
     codes = known_codes(cfg.language_id)
-    bad = sorted(set(cfg.languages) - codes)
-    if bad:
-        named = {b: code_of_name(b) for b in cfg.languages if b not in codes}  # in the order given
+    named = {b: code_of_name(b) for b in cfg.languages if b not in codes}  # the unknown, in the order given
+    if named:
         if all(c in codes for c in named.values()):  # names, not codes: say the codes
             said = ", ".join(f"{b!r} is {c!r}" for b, c in named.items())
             raise UserError(f"clean.languages takes ISO 639-1 codes, not names: {said} "
                             f"(give {','.join(c for c in named.values())})")
-        raise UserError(f"clean.languages: unknown code(s) {bad} for language_id={cfg.language_id!r}; "
+        raise UserError(f"clean.languages: unknown code(s) {sorted(named)} for language_id={cfg.language_id!r}; "
                         "use ISO 639-1 codes: en, de, fr, es, zh, ... (CLD2's; see docs/cleaning.md)")
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import apache_beam as beam
 
-from pipelines.records import Document, Duplicate, Reject, count_words
+from pipelines.records import Document, Duplicate, Reject, count_words, reason_key
 
 EXAMPLES_PER_REASON = 3
 SIMILARITY_BINS = 20  # [0, 0.05), [0.05, 0.1), ... [0.95, 1.0]
@@ -95,11 +95,6 @@ def _merge_dicts(accs: Iterable[dict[str, Any]], merge) -> dict[str, Any]:
 
 def _add_counts(a: dict[str, int], b: dict[str, int]) -> dict[str, int]:
     return {k: a.get(k, 0) + b.get(k, 0) for k in sorted(set(a) | set(b))}
-
-
-def reason_key(r: Reject | Duplicate) -> str:
-    """The report's name of a record's reason: ``bucket:reason`` (``duplicate:kind`` for duplicates)."""
-    return f"duplicate:{r.kind}" if isinstance(r, Duplicate) else f"{r.bucket}:{r.reason}"
 
 
 def example_of(r: Reject | Duplicate) -> dict[str, Any]:

@@ -16,7 +16,7 @@ import apache_beam as beam
 
 from pipelines.coders import TokenizedDocumentCoder  # noqa: F401  (registers the coder of TokenizedDocument)
 from pipelines.localrunner.heap import release_free_memory
-from pipelines.records import why_lost
+from pipelines.records import reason_key
 from pipelines.tokenizer.model import model_path
 from pipelines.tokenizer.sample import (
     MAX_SENTENCE_CHARS,
@@ -125,14 +125,22 @@ def _train_sentencepiece(sentences: Iterable[str], cfg: TokenizerConfig) -> byte
     return buf.getvalue()
 
 
+def _said(key: str) -> str:
+    """A report's reason key as the one line says it: ``rejected:missing_text_field`` -> ``missing_text_field``,
+    ``duplicate:exact`` -> ``exact duplicate``."""
+    bucket, _, reason = key.partition(":")
+    return f"{reason} duplicate" if bucket == "duplicate" else reason
+
+
 def empty_corpus_message(why: dict[str, int], hints: dict[str, str]) -> str:
     """The one line for a build that has nothing left to train its tokenizer on: how many documents
-    left for which reasons (most first), and what to check for the commonest one."""
+    left for which reasons (``why``: counts by ``pipelines.records.reason_key``; most first), and what
+    to check for the commonest one (``hints``: by reason)."""
     lost = sum(why.values())
     head = "tokenizer: the clean corpus is empty, nothing to train on"
     if not lost:
         return f"{head} (no document held a sentence: check the inputs)"
-    top = sorted(why.items(), key=lambda kv: (-kv[1], kv[0]))
+    top = sorted(((_said(k), n) for k, n in why.items()), key=lambda kv: (-kv[1], kv[0]))
     counts = ", ".join(f"{n} {reason}" for reason, n in top[:4]) + (", ..." if len(top) > 4 else "")
     hint = hints.get(top[0][0], "check the inputs, and the clean rules for text unlike news or web prose")
     return f"{head}: all {lost} documents left it ({counts}): {hint}"
@@ -190,7 +198,7 @@ class TrainTokenizer(beam.PTransform):
 
         side = {}
         if self.losses is not None:
-            why = (self.losses | "WhyLost" >> beam.Map(why_lost)
+            why = (self.losses | "WhyLost" >> beam.Map(reason_key)
                    | "CountLosses" >> beam.combiners.Count.PerElement())
             side["why"] = beam.pvalue.AsDict(why)
         trained = (
