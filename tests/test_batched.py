@@ -225,6 +225,31 @@ def test_an_interrupted_build_resumes_to_byte_identical_output(batched, tmp_path
 
 
 @pytest.mark.slow
+def test_a_batch_cut_before_its_commit_resumes_after_the_folder_moved(batched, tmp_path, monkeypatch) -> None:
+    """A batch's own manifest names the corpus's tokenizer and index relative to the corpus, so the
+    attempt's objects do not depend on the folder: cut before its commit, moved, resumed, the same corpus."""
+    import pipelines.jobs.ingest as ingest
+
+    out, moved = str(tmp_path / "corpus"), str(tmp_path / "moved")
+    mb = batch_mb(batched["globs"])
+    build_in_batches(batched["cfg"], out, mb, max_batches=1, isolate=False)
+    commit = ingest.commit_version
+
+    def cut(*args: Any, **kwargs: Any) -> None:
+        raise KeyboardInterrupt  # batch 2's pipeline wrote its objects; its commit never happens
+
+    monkeypatch.setattr(ingest, "commit_version", cut)
+    with pytest.raises(KeyboardInterrupt):
+        build_in_batches(batched["cfg"], out, mb, isolate=False)
+    monkeypatch.setattr(ingest, "commit_version", commit)
+    attempt = [p for p in Path(out, "versions").glob("v2-*/batch-manifest.json")]
+    assert len(attempt) == 1 and out not in attempt[0].read_text()
+    os.rename(out, moved)
+    assert build_in_batches(batched["cfg"], moved, mb, isolate=False) == batched["manifest"]
+    assert committed_files(moved) == committed_files(batched["out"])
+
+
+@pytest.mark.slow
 def test_a_batch_with_document_processes_writes_the_same_bytes(batched, tmp_path, monkeypatch) -> None:
     """``--doc_processes 2`` reaches a batch's own process (its pipeline cleans, sketches and splits in
     two document processes) and its version is byte-identical to the first version of the build without."""

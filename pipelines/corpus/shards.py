@@ -49,8 +49,10 @@ from schemas.sample import (
 from schemas.tokenizer_files import load_tokenizer
 from shardforge.storage import (
     TemporaryRemoved,
+    is_within,
     join,
     redact_url,
+    relative_url,
     unless_swept,
     write_stream_atomic,
     write_text_atomic,
@@ -131,7 +133,10 @@ def members_of(cfg: BuildConfig) -> list[str]:
 def assemble_manifest(shards: list[dict[str, Any]], plans: list[tuple[GroupKey, dict[str, Any]]],
                       model: bytes, accounts: dict[str, SourceAccount], cfg: BuildConfig,
                       tokenizer_path: str, parent: str | None, extra_counters: dict[str, int],
-                      intermediates: dict[str, str]) -> Manifest:
+                      intermediates: dict[str, str], corpus: str | None = None) -> Manifest:
+    """The manifest of this build's shards. ``corpus``: the corpus a batch appends to; its own tokenizer
+    and index are then recorded relative to it, so the batch's manifest does not name the corpus's
+    folder (an attempt cut short and resumed after the folder moved writes the same bytes)."""
     infos = sorted((ShardInfo.model_validate(s) for s in shards), key=lambda s: (s.split, s.name))
     totals: dict[str, SplitTotals] = {}
     for s in infos:
@@ -153,8 +158,11 @@ def assemble_manifest(shards: list[dict[str, Any]], plans: list[tuple[GroupKey, 
     for src in config["sources"]:
         src["input"] = redact_url(src["input"])
     for sect, key in (("tokenizer", "model_url"), ("dedupe", "index")):
-        if config[sect].get(key):
-            config[sect][key] = redact_url(config[sect][key])
+        value = config[sect].get(key)
+        if value and corpus is not None and is_within(value, corpus):
+            config[sect][key] = relative_url(corpus, value)
+        elif value:
+            config[sect][key] = redact_url(value)
     return Manifest(
         parent=parent,
         config=config,
@@ -243,7 +251,7 @@ class WriteCorpus(beam.PTransform):
             _WriteGroup(cfg, self.shard_root, self.shard_offsets, self.key_prefix, self.tag),
             AsSingleton(vocab), AsSingleton(offsets))
 
-        parent, tok_path, inter = self.parent, self.tokenizer_path, self.intermediates
+        parent, tok_path, inter, shard_root = self.parent, self.tokenizer_path, self.intermediates, self.shard_root
         manifest_name, tag, conditional = self.manifest_name, self.tag, self.commit
 
         def commit(shard_list, plan_list_, model, accounts, extra, *_after):
@@ -254,7 +262,8 @@ class WriteCorpus(beam.PTransform):
                     redact_url(join(output, manifest_name)), len(lost), ", ".join(lost[:3]))
                 return None
             check_balanced(accounts)
-            m = assemble_manifest(shard_list, plan_list_, model, accounts, cfg, tok_path, parent, extra, inter)
+            m = assemble_manifest(shard_list, plan_list_, model, accounts, cfg, tok_path, parent, extra, inter,
+                                  corpus=None if shard_root == output else shard_root)
             from pipelines.corpus.commit import missing_objects
 
             missing = missing_objects(output, m)
