@@ -242,7 +242,7 @@ def test_a_batch_cut_before_its_commit_resumes_after_the_folder_moved(batched, t
     with pytest.raises(KeyboardInterrupt):
         build_in_batches(batched["cfg"], out, mb, isolate=False)
     monkeypatch.setattr(ingest, "commit_version", commit)
-    attempt = [p for p in Path(out, "versions").glob("v2-*/batch-manifest.json")]
+    attempt = list(Path(out, "versions").glob("v2-*/batch-manifest.json"))
     assert len(attempt) == 1 and out not in attempt[0].read_text()
     os.rename(out, moved)
     assert build_in_batches(batched["cfg"], moved, mb, isolate=False) == batched["manifest"]

@@ -58,11 +58,9 @@ from schemas.naming import SHARD_NAME_RE, VERSIONS_DIR, version_key_prefix, vers
 from shardforge.storage import (
     absolute,
     exists,
-    is_within,
     join,
     read_text,
     redact_url,
-    relative_url,
     write_text_atomic,
 )
 from shardforge.storage.contract import committed_versions, load_version, read_latest_pointer
@@ -297,12 +295,13 @@ def _sum_accounts(a: SourceAccount, b: SourceAccount) -> SourceAccount:
 
 
 def merge_version(parent: Manifest | None, batch: Manifest, n: int, inputs: list[InputFile],
-                  root: str | None = None, tag: str = "") -> Manifest:
+                  tag: str = "") -> Manifest:
     """Version n = the parent's shards (unchanged, first) + the batch's new shards; totals summed.
 
-    root: the corpus URL; the recorded config names the corpus's own tokenizer and index
-    relative to it, so a corpus's manifests do not depend on where it was built.
-    tag: the attempt's tag; the batch's own objects are under ``versions/{tag}/``.
+    The batch's config is recorded as its manifest has it (its build names the corpus's own tokenizer and
+    index relative to the corpus: ``pipelines.corpus.shards.assemble_manifest``), so a corpus's manifests
+    do not depend on where it was built. tag: the attempt's tag; the batch's own objects are under
+    ``versions/{tag}/``.
     """
     vdir = work_dir(tag) if tag else f"{VERSIONS_DIR}/v{n}"
     tokenizer = batch.tokenizer
@@ -334,16 +333,10 @@ def merge_version(parent: Manifest | None, batch: Manifest, n: int, inputs: list
     for k, v in batch.counters.items():
         counters[k] = counters.get(k, 0) + v
     intermediates = {k: f"{vdir}/{v}" for k, v in batch.intermediates.items()}
-    config = dict(batch.config)
-    for sect, key in (("tokenizer", "model_url"), ("dedupe", "index")):
-        value = config.get(sect, {}).get(key)
-        if value:
-            inside = root is not None and is_within(value, root)
-            config[sect] = {**config[sect], key: relative_url(root, value) if inside else redact_url(value)}
     return Manifest(
         version=n,
         parent=version_manifest_name(n - 1) if parent else None,
-        config=config,
+        config=batch.config,
         packing_rule=batch.packing_rule,
         max_seq_len=batch.max_seq_len,
         ids_dtype=batch.ids_dtype,
@@ -461,7 +454,7 @@ def ingest_sources(state: CorpusState, batch_files: Sequence[tuple[SourceConfig,
         raise
     inputs = [InputFile(path=redact_url(f.url), source=source_of[f.url], size=f.size, fingerprint=prints[f.url])
               for f in files]
-    m = merge_version(state.latest, batch, n, inputs, root, tag)
+    m = merge_version(state.latest, batch, n, inputs, tag)
     seen = seen_at or {}
     entries = [LedgerEntry(path=i.path, source=i.source, size=i.size, fingerprint=i.fingerprint, version=n,
                            mtime=f.mtime, landed_at=f.mtime, seen_at=seen.get(f.url))
