@@ -151,6 +151,24 @@ def listing(url: str) -> list[str]:
         return []
 
 
+@pytest.fixture(autouse=True)
+def root_log_left_as_found() -> Iterator[None]:
+    """A command run in-process leaves no handler of its own on the root logger: one left there writes to
+    the stream of that test's capture after it is closed, and every later test's log line then prints a
+    "Logging error" traceback (pytest's own handlers come and go per phase and are not counted)."""
+    import logging
+
+    def handlers() -> list[logging.Handler]:
+        return [h for h in logging.getLogger().handlers if not type(h).__module__.startswith("_pytest")]
+
+    before = handlers()
+    yield
+    leaked = [h for h in handlers() if h not in before]
+    for h in leaked:
+        logging.getLogger().removeHandler(h)
+    assert not leaked, f"the test left handlers on the root logger: {leaked}"
+
+
 @pytest.fixture(scope="session", autouse=True)
 def contained_temp_dir(tmp_path_factory) -> Iterator[str]:
     """The test process's temp files under pytest's own temp folder (whose old runs pytest removes).

@@ -407,6 +407,28 @@ def test_a_listing_that_cannot_reach_the_store_waits_for_the_next_poll(tmp_path,
            "in 0 s" in err, err
 
 
+def test_serve_puts_an_in_process_callers_logging_back(tmp_path, capsys):
+    """run() logs to the stderr of its call, then leaves the root logger as it found it: a handler it
+    left behind would write to that stream after its owner closed it (as capsys does after a test)."""
+    import logging
+
+    import pipelines.jobs.serve as serve
+
+    args, _ = _one_file_service(tmp_path)
+    root = logging.getLogger()
+    mine = logging.StreamHandler(io.StringIO())
+    root.addHandler(mine)
+    handlers, level = root.handlers[:], root.level
+    try:
+        assert serve.run([*args, "--once"]) == 0
+        assert "shardforge.serve INFO stopped at version 1" in capsys.readouterr().err
+        assert root.handlers == handlers and root.level == level
+        logging.getLogger("pipelines.test").warning("after the run")
+        assert mine.stream.getvalue().endswith("after the run\n")
+    finally:
+        root.removeHandler(mine)
+
+
 def test_a_batch_that_fails_on_a_transient_error_is_tried_again_in_place(tmp_path, monkeypatch, capsys):
     """A batch whose build fails on a transient error is tried again after a pause (it ended the
     service); a failure after the batch committed does not ingest its files twice."""

@@ -28,12 +28,13 @@ one line.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import TypeVar
 
@@ -122,7 +123,31 @@ def first_config(build_argv: list[str], source: str, watch: str) -> BuildConfig 
 def run(argv: list[str], stopper: Stopper | None = None) -> int:
     """The serve loop; returns the process exit code."""
     args, rest = parse_args(argv)
-    logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s", force=True)
+    with _root_log(args.log_level):
+        return _serve(args, rest, stopper)
+
+
+@contextlib.contextmanager
+def _root_log(level: str) -> Iterator[None]:
+    """The serve loop's log lines on stderr at ``level``, in place of the root logger's handlers; an
+    in-process caller's handlers and level are put back after (not closed, as basicConfig's force does)."""
+    root = logging.getLogger()
+    handlers, before = root.handlers[:], root.level
+    for h in handlers:
+        root.removeHandler(h)
+    logging.basicConfig(level=level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        yield
+    finally:
+        for h in root.handlers[:]:
+            root.removeHandler(h)
+            h.close()
+        for h in handlers:
+            root.addHandler(h)
+        root.setLevel(before)
+
+
+def _serve(args: argparse.Namespace, rest: list[str], stopper: Stopper | None) -> int:
     bparser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     BuildOptions._add_argparse_args(bparser)
     build_known, beam_args = bparser.parse_known_args(rest)
