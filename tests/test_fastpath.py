@@ -238,7 +238,7 @@ def test_compile_matches_eager_on_every_path(variant: str) -> None:
     assert compiled_graphs() >= 3  # really compiled, not silently eager
 
 
-@pytest.mark.slow  # ~40 s: inductor compiles the forward and backward kernels with gcc
+@pytest.mark.slow  # ~1 min on 2 busy cores: inductor compiles the forward and backward kernels with gcc
 def test_inductor_compile_matches_eager_on_the_unpadded_path() -> None:
     """inductor's generated C++ (needs a C compiler; this machine has gcc) on the most involved variant,
     its unpadded batch given as the trainer gives it to a compiled model (trainer.batch.forward): the
