@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import io
 import logging
+import signal
+import subprocess
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -408,6 +411,51 @@ def test_no_sample_of_a_changed_shard_is_released_whatever_the_shuffle_buffer(tm
     assert not set(ids) & bad
     assert sorted(ids) == sorted(set(split_gids(UNEVEN)) - bad)
     assert ld.skipped_shards == ["train-000002.tar"]
+
+
+def test_interrupted_while_workers_start_raises_the_interrupt_and_nothing_later(
+        corpus: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An interrupt (Ctrl-C, SIGTERM's Preempted) during the data wait ends the workers at once,
+    here before they have set their signal handlers (as a just-forked worker on a busy machine has
+    not): they die of the SIGTERM. torch's SIGCHLD check must not then report them, neither in place
+    of the interrupt nor at a later SIGCHLD while the interrupt's traceback keeps the iterator alive.
+    Before, that later report reached the next test that started a process."""
+    from torch.utils.data._utils import worker
+
+    set_handlers = worker.signal_handling._set_worker_signal_handlers
+
+    def late(*args: Any) -> None:  # runs in the forked workers
+        time.sleep(60)  # ended by the SIGTERM long before
+        set_handlers(*args)
+
+    monkeypatch.setattr(worker.signal_handling, "_set_worker_signal_handlers", late)
+
+    def interrupt(*_: Any) -> None:
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.3)  # the parent waits for data; the workers sleep
+        with pytest.raises(KeyboardInterrupt) as excinfo:
+            take(ShardLoader(corpus, batch_size=4, epochs=1, num_workers=2))
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    tb = excinfo.tb
+    iterators = {}
+    while tb is not None:
+        it = tb.tb_frame.f_locals.get("self")
+        if hasattr(it, "_workers"):  # torch's DataLoader iterator, in the frames of its wait
+            iterators[id(it)] = it
+        tb = tb.tb_next
+    workers = [w for it in iterators.values() for w in it._workers]
+    assert len(workers) == 2  # the iterator lives on in the traceback, as in a test's excinfo
+    for w in workers:
+        w.join(10)
+    assert [w.exitcode for w in workers] == [-signal.SIGTERM] * 2  # killed before their handlers
+    subprocess.run(["true"], check=True)  # a SIGCHLD: torch's check runs
+    time.sleep(0.2)
+    torch._C._error_if_any_worker_fails()  # and nothing is reported
 
 
 def test_all_shards_corrupt_is_an_error_not_a_hang(tmp_path: Path) -> None:

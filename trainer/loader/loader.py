@@ -364,11 +364,22 @@ class ShardLoader:
 
 def _stop_workers(source: Any) -> None:
     """End a DataLoader's workers at once: they may be stuck in a read that never returns, and the
-    DataLoader's own shutdown waits 5 s for each worker in turn before it kills it."""
-    for w in getattr(source, "_workers", ()):  # the DataLoader iterator's worker processes (torch's attribute)
+    DataLoader's own shutdown waits 5 s for each worker in turn before it kills it.
+
+    Their pids leave torch's SIGCHLD check first, as the DataLoader's own shutdown does before it
+    kills a worker: a worker that had not yet set its signal handlers (just forked, on a busy
+    machine) dies of the SIGTERM, and the check would then raise "DataLoader worker (pid N) is
+    killed by signal: Terminated" in this process at its next SIGCHLD: in place of the error being
+    handled, or in unrelated code later while the iterator lives on in that error's traceback."""
+    if getattr(source, "_worker_pids_set", False):  # torch's attributes of a multi-process iterator
+        from torch.utils.data._utils import signal_handling
+
+        signal_handling._remove_worker_pids(id(source))
+        source._worker_pids_set = False
+    for w in getattr(source, "_workers", ()):
         with contextlib.suppress(Exception):
             if w.is_alive():
-                w.terminate()  # a worker ends at once on its parent's SIGTERM (torch's worker handler)
+                w.terminate()  # a worker whose handlers are set exits 0 on its parent's SIGTERM
 
 
 def _collective_device(group: Any = None) -> torch.device:
