@@ -1,15 +1,12 @@
 #!/usr/bin/env bash
-# Install, then run the whole test suite (slow end-to-end tests included) on 3 processes.
-# Three on a 2-core machine, not two: tests also wait (servers, signals, timeouts, emulators),
-# and a third test process fills those waits (measured on 2 cores, one quiet machine: 945 s wall
-# at 2 processes with the CPUs 92 % busy, 848 s at 3 with them 98 % busy).
+# Install, then run the whole test suite (slow end-to-end tests included) on 2 processes.
 # Where the machine allows it, the tests run in a fresh network namespace with only
 # loopback (unshare -n): proof that nothing in the suite reaches the internet.
 # Set SHARDFORGE_NETNS=0 to run them in the normal network namespace.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-cmd=(.venv/bin/python -m pytest -n 3 --dist loadfile -q -ra "$@")
+cmd=(.venv/bin/python -m pytest -n 2 --dist loadfile -q -ra "$@")
 if [ "${SHARDFORGE_NETNS:-1}" = 1 ] && command -v unshare >/dev/null && command -v ip >/dev/null \
    && unshare -rn true 2>/dev/null; then
   echo "running the tests with loopback-only networking (unshare -rn)"
