@@ -6,6 +6,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+# Byte-compile the repository's modules once. The suite starts ~550 Python processes, and where
+# PYTHONDONTWRITEBYTECODE is set (as on this project's machines) none leaves a .pyc behind, so each one
+# compiled every module it imported from source again (tests/test_cli_errors.py: 84 -> 70 s).
+.venv/bin/python -m compileall -q -j 0 pipelines trainer shardforge schemas tests benchmarks deploy >/dev/null
 cmd=(.venv/bin/python -m pytest -n 2 --dist loadfile -q -ra "$@")
 if [ "${SHARDFORGE_NETNS:-1}" = 1 ] && command -v unshare >/dev/null && command -v ip >/dev/null \
    && unshare -rn true 2>/dev/null; then
