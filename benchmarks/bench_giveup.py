@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -33,6 +32,7 @@ from benchmarks.common import (  # noqa: E402
     bench_parser,
     command_line,
     free_port,
+    local_server,
     machine,
     set_gcsfs_env,
     write_results,
@@ -58,27 +58,12 @@ def emulator(store: str) -> Iterator[str]:
     """The tests' emulator of ``store`` on 127.0.0.1 (tests/s3_emulator.py: moto with S3's atomic
     conditional writes; tests/gcs_emulator.py: gcp-storage-emulator with GCS's ifGenerationMatch=0);
     yields its URL."""
-    import socket
-
     port = free_port()
     args = (["-H", "127.0.0.1", "-p", str(port)] if store == "s3"
             else ["start", "--host", "127.0.0.1", "--port", str(port), "--in-memory"])
     script = ROOT / "tests" / ("s3_emulator.py" if store == "s3" else "gcs_emulator.py")
-    proc = subprocess.Popen([sys.executable, str(script), *args], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the {store} emulator did not start on port {port}")
-            time.sleep(0.05)
+    with local_server([sys.executable, str(script), *args], port, f"the {store} emulator"):
         yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
 
 
 @contextlib.contextmanager

@@ -205,6 +205,29 @@ def free_port() -> int:
 
 
 @contextmanager
+def local_server(cmd: list[str], port: int, what: str, timeout: float = 30.0) -> Iterator[None]:
+    """Run ``cmd`` (a server that listens on 127.0.0.1:``port``) for the duration of the block:
+    returns once it accepts connections, stops it on exit."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"{what} did not start on port {port}")
+            time.sleep(0.05)
+        yield
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+@contextmanager
 def gcs_emulator(timeout: float = 30.0) -> Iterator[str]:
     """An in-memory gcp-storage-emulator on 127.0.0.1 for the duration of the block; yields its URL.
 
@@ -215,22 +238,7 @@ def gcs_emulator(timeout: float = 30.0) -> Iterator[str]:
     # The venv's bin folder first: the scripts may run without the venv activated.
     exe = shutil.which("gcp-storage-emulator", path=str(Path(sys.executable).parent)) or "gcp-storage-emulator"
     cmd = [exe, "start", "--host", "127.0.0.1", "--port", str(port), "--in-memory"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + timeout
-        while True:
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"gcp-storage-emulator did not start on port {port}")
-            time.sleep(0.05)
+    with local_server(cmd, port, "gcp-storage-emulator", timeout):
         url = f"http://127.0.0.1:{port}"
         os.environ["STORAGE_EMULATOR_HOST"] = url
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
