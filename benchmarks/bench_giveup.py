@@ -134,7 +134,7 @@ def make_bucket(store: str, endpoint: str, name: str) -> str:
     return f"{store}://{name}"
 
 
-def rows_for(store: str, upstream: str, cases: list[tuple[str, bool]], quiet: Callable[[str], None]) -> list[str]:
+def rows_for(store: str, upstream: str, cases: list[tuple[str, bool]], say: Callable[[str], None]) -> list[str]:
     if store == "gs":
         os.environ["STORAGE_EMULATOR_HOST"] = upstream
     bucket = make_bucket(store, upstream, "giveup")
@@ -142,12 +142,12 @@ def rows_for(store: str, upstream: str, cases: list[tuple[str, bool]], quiet: Ca
     for i, (failing, client_retries) in enumerate(cases):
         url = f"{bucket}/d{i}/shard.tar"
         ours = give_up(url, upstream, store, failing, client_retries)
-        quiet(f"{store} {failing} clients {'on' if client_retries else 'off'}: ours {ours}")
+        say(f"{store} {failing} clients {'on' if client_retries else 'off'}: ours {ours}")
         base: tuple[int, int, float] | None = None
         if not client_retries:
             with nested_retries():
                 base = give_up(url + ".base", upstream, store, failing, client_retries)
-            quiet(f"  nested {base}")
+            say(f"  nested {base}")
         name = {"s3": "S3 (moto)", "gs": "GCS (emulator)"}[store]
         clients = "as shipped" if client_retries else "off"
 
@@ -178,12 +178,12 @@ def main() -> None:
              "| store, what fails | clients' retries | baseline (nested) | ours | ours vs baseline |",
              "|---|---|---|---|---|"]
     with emulator("s3") as s3:
-        lines += rows_for("s3", s3, s3_cases, say)
+        rows = rows_for("s3", s3, s3_cases, say)
     if args.shipped:
         with emulator("gs") as gcs:
-            lines += rows_for("gs", gcs, [("every request", True)], say)
-    write_results(args.out, lines)
-    print("\n".join(lines[-len(s3_cases) - (1 if args.shipped else 0):]))
+            rows += rows_for("gs", gcs, [("every request", True)], say)
+    write_results(args.out, lines + rows)
+    print("\n".join(rows))
 
 
 if __name__ == "__main__":
