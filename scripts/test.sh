@@ -3,6 +3,9 @@
 # Where the machine allows it, the tests run in a fresh network namespace with only
 # loopback (unshare -n): proof that nothing in the suite reaches the internet.
 # Set SHARDFORGE_NETNS=0 to run them in the normal network namespace.
+# The tests run the commands as a user does (`python -m trainer.train ...`); most of those runs are forked
+# from a server that has imported torch or Beam once (tests/forkserver.py says where it is and is not used).
+# Set SHARDFORGE_TEST_FORKSERVER=0 to start a fresh interpreter for every run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from forkserver import run_python
 
 from pipelines.corpus.commit import committed_tags
 from pipelines.jobs.batched import PLAN_NAME, build_in_batches, plan_batches
@@ -272,9 +273,9 @@ def test_other_inputs_or_a_plain_corpus_are_refused_with_one_line(batched, tmp_p
     with pytest.raises(UserError, match="not built with --batch_mb"):
         build_in_batches(batched["cfg"], str(plain), 1.0)
     assert not (plain / PLAN_NAME).exists()
-    res = subprocess.run([sys.executable, "-m", "pipelines.build", "--input", "/no/such/*.jsonl", "--output",
-                          str(tmp_path / "x"), "--batch_mb", "10"], capture_output=True, text=True, cwd=ROOT,
-                         timeout=120)
+    res = run_python(["-m", "pipelines.build", "--input", "/no/such/*.jsonl", "--output",
+                      str(tmp_path / "x"), "--batch_mb", "10"], capture_output=True, text=True, cwd=ROOT,
+                     timeout=120)
     assert res.returncode != 0 and "no files match" in res.stderr and "Traceback" not in res.stderr
 
 

@@ -13,6 +13,7 @@ import tarfile
 
 import numpy as np
 import pytest
+from forkserver import run_python
 
 from pipelines.corpus.commit import manifest_tag
 from pipelines.jobs.build import run_build
@@ -128,8 +129,8 @@ def test_reused_tokenizer_by_url(built, demo_corpus, tmp_path):
 
 
 def test_cli_bad_input_gives_one_clear_line(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "pipelines.build", "--input", str(tmp_path / "nothing*.jsonl"),
-                        "--output", str(tmp_path / "o")], capture_output=True, text=True)
+    r = run_python(["-m", "pipelines.build", "--input", str(tmp_path / "nothing*.jsonl"),
+                    "--output", str(tmp_path / "o")], capture_output=True, text=True)
     assert r.returncode == 2
     assert r.stderr.strip().splitlines()[-1].startswith("error: source other: no files match")
     assert "Traceback" not in r.stderr
@@ -140,8 +141,8 @@ def test_a_corpus_that_cleaning_empties_gives_one_clear_line(tmp_path):
     train on), yet the user sees one line, not Beam's log of the stage's traceback."""
     raw = tmp_path / "tiny.jsonl"
     raw.write_text('{"text": "hi"}\n{"text": "a short one"}\n')
-    r = subprocess.run([sys.executable, "-m", "pipelines.build", "--input", str(raw), "--output", str(tmp_path / "o")],
-                       capture_output=True, text=True)
+    r = run_python(["-m", "pipelines.build", "--input", str(raw), "--output", str(tmp_path / "o")],
+                   capture_output=True, text=True)
     assert r.returncode == 2, r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1, r.stderr
@@ -156,15 +157,15 @@ def test_a_wrong_text_field_is_named_in_the_one_line(tmp_path):
     raw = tmp_path / "news.jsonl"
     body = "The council met on Tuesday to discuss the budget for the coming year. Members voted to approve it."
     raw.write_text("".join(json.dumps({"body": f"{body} Item {i}."}) + "\n" for i in range(7)))
-    r = subprocess.run([sys.executable, "-m", "pipelines.build", "--input", f"news={raw}", "--output",
-                        str(tmp_path / "o"), "--vocab_size", "300"], capture_output=True, text=True)
+    r = run_python(["-m", "pipelines.build", "--input", f"news={raw}", "--output",
+                    str(tmp_path / "o"), "--vocab_size", "300"], capture_output=True, text=True)
     assert r.returncode == 2, r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
     assert "all 7 documents left it (7 missing_text_field)" in lines[0] and "--text_field FIELD" in lines[0], lines[0]
-    ok = subprocess.run([sys.executable, "-m", "pipelines.build", "--input", f"news={raw}", "--output",
-                         str(tmp_path / "o"), "--vocab_size", "300", "--text_field", "body", "--min_words", "5"],
-                        capture_output=True, text=True)
+    ok = run_python(["-m", "pipelines.build", "--input", f"news={raw}", "--output",
+                     str(tmp_path / "o"), "--vocab_size", "300", "--text_field", "body", "--min_words", "5"],
+                    capture_output=True, text=True)
     assert ok.returncode == 0 and "missing_text_field" not in ok.stderr, ok.stderr[-2000:]
 
 
@@ -258,8 +259,8 @@ def test_two_worker_processes_through_the_cli_are_byte_identical(built, tmp_path
     config = tmp_path / "config.json"
     config.write_text(cfg.model_dump_json())
     two = tmp_path / "two"
-    res = subprocess.run([sys.executable, "-m", "pipelines.build", "--config", str(config), "--output", str(two),
-                          "--direct_num_workers", "2"], capture_output=True, text=True, timeout=900)
+    res = run_python(["-m", "pipelines.build", "--config", str(config), "--output", str(two),
+                      "--direct_num_workers", "2"], capture_output=True, text=True, timeout=900)
     assert res.returncode == 0, res.stderr[-3000:]
     assert files_digest(str(two)) == files_digest(out)
 

@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from forkserver import run_python
 from probes import import_probe
 
 REPO = Path(__file__).resolve().parent.parent
@@ -26,7 +27,7 @@ ENV = {**os.environ, "PYTHONPATH": str(REPO)}
 
 def run(*args: str, cwd: Path | str = REPO, timeout: float = 300) -> subprocess.CompletedProcess:
     """Run `python ARGS` as the user would; the repo on PYTHONPATH so any cwd works."""
-    return subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=cwd, env=ENV, timeout=timeout)
+    return run_python(args, capture_output=True, text=True, cwd=cwd, env=ENV, timeout=timeout)
 
 
 def one_line_error(res: subprocess.CompletedProcess) -> str:

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from forkserver import run_python
 from probes import import_probe
 
 REPO = Path(__file__).resolve().parent.parent
@@ -22,7 +23,7 @@ BEAM_PROBE = import_probe("apache_beam")
 
 
 def run(*args: str, cwd: Path | str = REPO, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=cwd, env=ENV, timeout=timeout)
+    return run_python(args, capture_output=True, text=True, cwd=cwd, env=ENV, timeout=timeout)
 
 
 def one_line_error(res: subprocess.CompletedProcess) -> str:

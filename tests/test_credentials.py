@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from forkserver import run_python
 from httpserver import FileServer
 from test_serve import articles, small_config
 
@@ -32,7 +33,7 @@ TRAIN = ["--steps", "2", "--batch_size", "4", "--device", "cpu", "--set", "model
 
 def run(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(ROOT), **ENV_SECRETS)
-    return subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True, cwd=cwd, timeout=600)
+    return run_python(args, env=env, capture_output=True, text=True, cwd=cwd, timeout=600)
 
 
 @pytest.fixture

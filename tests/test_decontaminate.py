@@ -21,6 +21,7 @@ import apache_beam as beam
 import numpy as np
 import pytest
 from decontamination_corpus import planted_corpus
+from forkserver import run_python
 
 from pipelines.dedupe.bloom import Bloom
 from pipelines.dedupe.decontaminate import DECONTAMINATED, Decontaminate
@@ -232,9 +233,9 @@ def test_build_removes_contaminated_documents_with_the_accounting_balanced(plant
     # C4's line rules off: they would drop the line a plant's first half ends (no end mark) before it is looked at.
     config = tmp_path / "build.json"
     config.write_text(json.dumps({"sources": [{"name": "news", "input": str(raw)}], "clean": {"line_rules": False}}))
-    res = subprocess.run([sys.executable, "-m", "pipelines.build", "--config", str(config), "--output", str(out),
-                          "--vocab_size", "400", "--decontaminate", url, "--decontaminate", short],
-                         capture_output=True, text=True, timeout=600)
+    res = run_python(["-m", "pipelines.build", "--config", str(config), "--output", str(out),
+                      "--vocab_size", "400", "--decontaminate", url, "--decontaminate", short],
+                     capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
     report = json.loads((out / "report.json").read_text())
     news = report["sources"]["news"]

@@ -20,6 +20,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from forkserver import run_python
 from test_serve import articles, small_config
 
 pytestmark = pytest.mark.slow
@@ -122,11 +123,11 @@ def test_a_full_disk_during_a_build_is_one_line_commits_nothing_and_a_rerun_is_c
     one_line(res, "No space left on device: ", str(disk / "corpus"), "run the same command again")
     assert not (disk / "corpus" / "manifest.json").exists() and not leftovers(disk)
     # Room again: the same command over the debris commits what a build on an empty disk commits.
-    again = subprocess.run([sys.executable, "-m", "pipelines.build", *build_args(raw, disk / "corpus")], env=ENV,
-                           capture_output=True, text=True, timeout=600)
+    again = run_python(["-m", "pipelines.build", *build_args(raw, disk / "corpus")], env=ENV,
+                       capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr[-3000:]
-    clean = subprocess.run([sys.executable, "-m", "pipelines.build", *build_args(raw, tmp_path / "clean")], env=ENV,
-                           capture_output=True, text=True, timeout=600)
+    clean = run_python(["-m", "pipelines.build", *build_args(raw, tmp_path / "clean")], env=ENV,
+                       capture_output=True, text=True, timeout=600)
     assert clean.returncode == 0, clean.stderr[-3000:]
     rerun, fresh = disk / "corpus", tmp_path / "clean"
     assert (rerun / "manifest.json").read_bytes() == (fresh / "manifest.json").read_bytes()
@@ -144,8 +145,8 @@ def test_a_full_disk_during_training_is_one_line_and_a_rerun_is_clean(raw, tmp_p
     TensorBoard off) meets ENOSPC: one line naming the file, no partial checkpoint and no half line;
     the rerun trains to the end."""
     corpus = tmp_path / "corpus"
-    built = subprocess.run([sys.executable, "-m", "pipelines.build", *build_args(raw, corpus)], env=ENV,
-                           capture_output=True, text=True, timeout=600)
+    built = run_python(["-m", "pipelines.build", *build_args(raw, corpus)], env=ENV,
+                       capture_output=True, text=True, timeout=600)
     assert built.returncode == 0, built.stderr[-3000:]
     disk = tmp_path / "disk"
     tensorboard = ["--set", "trackers.tensorboard=false"] if ballast_kb else []
@@ -153,8 +154,8 @@ def test_a_full_disk_during_training_is_one_line_and_a_rerun_is_clean(raw, tmp_p
                             *TRAIN, *tensorboard, quota=quota, ballast_kb=ballast_kb)
     one_line(res, f"No space left on device: {disk / 'run' / full}")
     assert not list((disk / "run").glob("checkpoints/*.pt")) and not leftovers(disk)
-    again = subprocess.run([sys.executable, "-m", "trainer.train", "--data", str(corpus), "--output",
-                            str(disk / "run"), *TRAIN], env=ENV, capture_output=True, text=True, timeout=600)
+    again = run_python(["-m", "trainer.train", "--data", str(corpus), "--output",
+                        str(disk / "run"), *TRAIN], env=ENV, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0 and "trained to step 2" in again.stdout, again.stderr[-3000:]
     rows = [json.loads(line) for line in (disk / "run" / "metrics.jsonl").read_text().splitlines()]
     assert rows and rows[-1]["step"] == 2
@@ -164,8 +165,8 @@ def test_a_full_disk_under_tensorboards_writer_thread_is_one_line(raw, tmp_path)
     """TensorBoard writes from a thread of its own, which prints the traceback of its error and leaves
     it to the next call of the training loop: the command says it once, in one line (exit 2)."""
     corpus = tmp_path / "corpus"
-    built = subprocess.run([sys.executable, "-m", "pipelines.build", *build_args(raw, corpus)], env=ENV,
-                           capture_output=True, text=True, timeout=600)
+    built = run_python(["-m", "pipelines.build", *build_args(raw, corpus)], env=ENV,
+                       capture_output=True, text=True, timeout=600)
     assert built.returncode == 0, built.stderr[-3000:]
     run = tmp_path / "run"
     res = run_on_small_disk(4, run / "tb", "trainer.train", "--data", str(corpus), "--output", str(run),

@@ -15,7 +15,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import threading
 import zlib
 from collections.abc import Iterator
@@ -23,6 +22,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from forkserver import run_python
 
 from schemas.sample import iter_tar_samples, tar_bytes
 
@@ -35,7 +35,7 @@ SECRET = "The lighthouse keeper wrote about zebras"
 
 def run(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
     """`python -m ARGS`, as a user would run it."""
-    return subprocess.run([sys.executable, "-m", *args], env=ENV, capture_output=True, text=True, timeout=timeout)
+    return run_python(["-m", *args], env=ENV, capture_output=True, text=True, timeout=timeout)
 
 
 def one_error_line(r: subprocess.CompletedProcess) -> str:

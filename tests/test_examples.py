@@ -9,11 +9,11 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from forkserver import run_python
 from realtext import news_documents
 
 REPO = Path(__file__).resolve().parent.parent
@@ -23,7 +23,7 @@ TRAIN_YAML = REPO / "examples" / "train.yaml"
 
 
 def run(*args: str, cwd: Path | str = REPO, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=cwd, env=ENV, timeout=timeout)
+    return run_python(args, capture_output=True, text=True, cwd=cwd, env=ENV, timeout=timeout)
 
 
 def test_the_build_example_holds_the_defaults_and_lacks_only_the_sources() -> None:

@@ -12,11 +12,11 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 
 import numpy as np
 import pytest
 import torch
+from forkserver import run_python
 from realtext import news_documents, write_jsonl
 
 from schemas.errors import UserError
@@ -378,7 +378,7 @@ def test_wordpiece_whole_word_masking_masks_whole_words():
 
 def _run(*args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": ROOT}
-    r = subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
+    r = run_python([*args], capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     return r
 
@@ -523,9 +523,9 @@ def test_init_with_a_corpus_of_another_tokenizer_is_one_line(tmp_path):
     init = tmp_path / "bert"
     save_hf(str(init), "bert")
     env = {**os.environ, "PYTHONPATH": ROOT}
-    r = subprocess.run([sys.executable, "-m", "trainer.train", "--data", corpus, "--init", str(init), "--steps", "1",
-                        "--output", str(tmp_path / "run"), "--device", "cpu"], capture_output=True, text=True,
-                       cwd=ROOT, env=env)
+    r = run_python(["-m", "trainer.train", "--data", corpus, "--init", str(init), "--steps", "1",
+                    "--output", str(tmp_path / "run"), "--device", "cpu"], capture_output=True, text=True,
+                   cwd=ROOT, env=env)
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert "the model has vocab_size 120, the corpus's tokenizer 500" in r.stderr.strip().splitlines()[-1]
 

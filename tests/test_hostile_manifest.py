@@ -15,13 +15,13 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import pytest
+from forkserver import run_python
 
 from schemas.errors import UserError
 from schemas.manifest import check_corpus_name, parse_manifest
@@ -43,8 +43,7 @@ ENV = {**os.environ, "PYTHONPATH": REPO, "OMP_NUM_THREADS": "1"}
 
 def run(*args: str, cwd: str | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
     """`python -m ARGS` in a second process, as a user would run it."""
-    return subprocess.run([sys.executable, "-m", *args], env=ENV, cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout)
+    return run_python(["-m", *args], env=ENV, cwd=cwd, capture_output=True, text=True, timeout=timeout)
 
 
 def one_error_line(r: subprocess.CompletedProcess, *needles: str) -> str:

@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+from forkserver import run_python
 
 from schemas.config import MixSource, TrainConfig
 from schemas.errors import UserError
@@ -180,9 +181,9 @@ def test_mixed_training_run_logs_shares_and_resumes_exactly(two_corpora, tmp_pat
 
 
 def test_a_bad_mix_flag_is_one_clear_line(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "trainer.train", "--mix", "somewhere=heavy", "--output",
-                        str(tmp_path / "r")], env={**os.environ, "PYTHONPATH": REPO}, capture_output=True,
-                       text=True, timeout=120)
+    r = run_python(["-m", "trainer.train", "--mix", "somewhere=heavy", "--output",
+                    str(tmp_path / "r")], env={**os.environ, "PYTHONPATH": REPO}, capture_output=True,
+                   text=True, timeout=120)
     assert r.returncode != 0
     assert "Traceback" not in r.stderr and "--mix 'somewhere=heavy'" in r.stderr
 

@@ -6,12 +6,11 @@ from __future__ import annotations
 import glob
 import json
 import random
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from forkserver import run_python
 
 from pipelines.dedupe.clusters import CENTER_MAX, resolve_cluster
 from pipelines.dedupe.sketch import near_rule
@@ -169,8 +168,8 @@ def test_the_build_catches_them_through_its_cli(tmp_path: Path) -> None:
     raw = tmp_path / "web.jsonl"
     raw.write_text("".join(json.dumps({"text": it.text}) + "\n" for it in items), encoding="utf-8")
     out = tmp_path / "corpus"
-    proc = subprocess.run([sys.executable, "-m", "pipelines.build", "--input", f"web={raw}", "--output", str(out),
-                           "--vocab_size", "600"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    proc = run_python(["-m", "pipelines.build", "--input", f"web={raw}", "--output", str(out),
+                       "--vocab_size", "600"], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     by_line = {i: it.doc_id for i, it in enumerate(items)}
     dup_of, filtered = {}, set()

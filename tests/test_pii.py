@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from forkserver import run_python
 from pii_corpus import HAZARDS, PLANTED, cases
 from realtext import news_documents, wiki_documents
 
@@ -167,8 +168,8 @@ def test_build_replaces_pii_and_reports_it_per_source_and_kind(tmp_path) -> None
     raw = tmp_path / "raw.jsonl"
     planted, n = _write_corpus(raw)
     out = tmp_path / "corpus"
-    res = subprocess.run([sys.executable, "-m", "pipelines.build", "--input", f"news={raw}", "--output", str(out),
-                          "--vocab_size", "400"], capture_output=True, text=True, timeout=600)
+    res = run_python(["-m", "pipelines.build", "--input", f"news={raw}", "--output", str(out),
+                      "--vocab_size", "400"], capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-2000:]
     report = json.loads((out / "report.json").read_text())
     pii = report["pii"]
@@ -199,8 +200,8 @@ def test_build_replaces_pii_and_reports_it_per_source_and_kind(tmp_path) -> None
     assert _clean_texts(again) == kept_text
     # --pii none: the same corpus keeps them (the flag reaches the config).
     off = tmp_path / "off"
-    res = subprocess.run([sys.executable, "-m", "pipelines.build", "--input", f"news={raw}", "--output", str(off),
-                          "--vocab_size", "400", "--pii", "none"], capture_output=True, text=True, timeout=600)
+    res = run_python(["-m", "pipelines.build", "--input", f"news={raw}", "--output", str(off),
+                      "--vocab_size", "400", "--pii", "none"], capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-2000:]
     assert json.loads((off / "report.json").read_text())["pii"]["totals"] == {}
     assert sum(planted[0] in t for t in _clean_texts(off)) == 1
@@ -215,8 +216,8 @@ def _clean_texts(corpus: Path) -> list[str]:
 def test_pii_flag_mistakes_are_one_line(tmp_path) -> None:
     raw = tmp_path / "raw.jsonl"
     raw.write_text(json.dumps({"text": "x"}) + "\n")
-    res = subprocess.run([sys.executable, "-m", "pipelines.build", "--input", str(raw), "--output",
-                          str(tmp_path / "o"), "--pii", "email,phones"], capture_output=True, text=True, timeout=120)
+    res = run_python(["-m", "pipelines.build", "--input", str(raw), "--output",
+                      str(tmp_path / "o"), "--pii", "email,phones"], capture_output=True, text=True, timeout=120)
     assert res.returncode == 2
     assert res.stderr.strip().splitlines() == [
         "error: --pii 'email,phones': unknown kind(s) ['phones']; give a comma list of email, ip, phone, or none"]

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 import yaml
+from forkserver import run_python
 
 from schemas.config import TrainConfig
 from schemas.errors import UserError
@@ -72,7 +73,7 @@ def resolve(recipe: str | None, *sets: str, data: str | None = "corpus", config:
 
 
 def run(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=REPO, env=ENV, timeout=timeout)
+    return run_python(args, capture_output=True, text=True, cwd=REPO, env=ENV, timeout=timeout)
 
 
 def one_line_error(res: subprocess.CompletedProcess) -> str:

@@ -6,8 +6,6 @@ import html
 import json
 import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 from xml.etree import ElementTree
 
@@ -16,6 +14,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline  # not a test class to collect
+from forkserver import run_python
 from realtext import news_documents, write_jsonl
 
 from pipelines.records import Document, Duplicate, Reject, count_words
@@ -311,8 +310,8 @@ def _cli_build(config: dict, tmp: Path, name: str) -> tuple[Path, dict, dict, di
     out = tmp / name
     root = Path(__file__).resolve().parent.parent
     env = {**os.environ, "PYTHONPATH": f"{root}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    proc = subprocess.run([sys.executable, "-m", "pipelines.build", "--config", str(cfg_path), "--output", str(out),
-                           "--json"], capture_output=True, text=True, env=env, cwd=root, timeout=300)
+    proc = run_python(["-m", "pipelines.build", "--config", str(cfg_path), "--output", str(out),
+                       "--json"], capture_output=True, text=True, env=env, cwd=root, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return (out, json.loads((out / "manifest.json").read_text()), json.loads((out / REPORT_JSON).read_text()),
             json.loads(proc.stdout), proc.stderr)

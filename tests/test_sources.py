@@ -12,8 +12,6 @@ import io
 import json
 import lzma
 import os
-import subprocess
-import sys
 import tarfile
 import time
 import tracemalloc
@@ -25,6 +23,7 @@ import pytest
 import zstandard
 from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline  # pytest collects names Test*
 from apache_beam.testing.util import assert_that, equal_to
+from forkserver import run_python
 
 from pipelines.intermediates import WriteParts, rejects_to_jsonl
 from pipelines.records import Document, Reject, make_doc_id
@@ -735,9 +734,9 @@ def test_cli_build_survives_the_hostile_catalogue_and_counts_every_input(tmp_pat
     cfg["tokenizer"]["vocab_size"] = 400
     (tmp_path / "cfg.json").write_text(json.dumps(cfg))
     out = tmp_path / "corpus"
-    r = subprocess.run([sys.executable, "-m", "pipelines.build", "--config", str(tmp_path / "cfg.json"),
-                        "--output", str(out), *(["--batch_mb", "1"] if batched else [])],
-                       capture_output=True, text=True, timeout=600)
+    r = run_python(["-m", "pipelines.build", "--config", str(tmp_path / "cfg.json"),
+                    "--output", str(out), *(["--batch_mb", "1"] if batched else [])],
+                   capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "Traceback" not in r.stderr
     acct = json.loads((out / "manifest.json").read_text())["accounting"]["ccnews"]

@@ -9,13 +9,12 @@ from __future__ import annotations
 import glob
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import apache_beam as beam
 import pytest
+from forkserver import run_python
 
 from pipelines.report.record import REPORT_HTML, REPORT_JSON, TIMINGS_HTML, TIMINGS_JSON, TIMINGS_SVG
 from pipelines.report.timings import OTHER, STAGES, stage_of
@@ -39,8 +38,8 @@ def cli_build(config: dict[str, Any], out: Path, *flags: str) -> tuple[dict[str,
     cfg_path = out.parent / f"{out.name}.json"
     cfg_path.write_text(json.dumps(config))
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    proc = subprocess.run([sys.executable, "-m", "pipelines.build", "--config", str(cfg_path), "--output", str(out),
-                           "--json", *flags], capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+    proc = run_python(["-m", "pipelines.build", "--config", str(cfg_path), "--output", str(out),
+                       "--json", *flags], capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout), proc.stderr
 

@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 from apache_beam.testing import test_pipeline
 from apache_beam.testing.util import assert_that, equal_to
+from forkserver import run_python
 from realtext import news_documents, write_jsonl
 
 from pipelines.clean.sentences import split_sentences
@@ -404,8 +405,8 @@ def test_bad_reused_model_fails_the_build_cli_in_one_line(docs, tmp_path):
     bad.write_bytes(spm_default_ids_model(docs))
     raw = tmp_path / "raw.jsonl"
     raw.write_text(json.dumps({"text": "One sentence here. Another one there."}) + "\n")
-    r = subprocess.run([sys.executable, "-m", "pipelines.build", "--input", str(raw), "--output",
-                        str(tmp_path / "out"), "--tokenizer", str(bad)], capture_output=True, text=True)
+    r = run_python(["-m", "pipelines.build", "--input", str(raw), "--output",
+                    str(tmp_path / "out"), "--tokenizer", str(bad)], capture_output=True, text=True)
     assert r.returncode == 2, r.stderr
     assert r.stderr.strip().splitlines()[-1].startswith("error: tokenizer: <s> has id 1, shardforge needs 0")
     assert "Traceback" not in r.stderr

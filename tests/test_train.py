@@ -13,6 +13,7 @@ import threading
 import time
 
 import pytest
+from forkserver import run_python
 
 from schemas.config import TrainConfig
 from schemas.errors import UserError
@@ -324,7 +325,7 @@ def test_ddp_two_processes_on_gloo_then_elastic_resume_on_one(corpus, tmp_path):
     state = load_checkpoint(list_checkpoints(out)[-1][1])
     assert state["step"] == 3
     # the checkpoint holds every rank's loader partitions, so one process can take over
-    r = subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True, timeout=300)
+    r = run_python([*args], env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     rows = read_metrics(out)
     assert [x["step"] for x in rows] == list(range(1, 7))
