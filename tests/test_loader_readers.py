@@ -150,3 +150,34 @@ def test_a_shard_claiming_more_samples_than_it_holds_costs_what_it_holds(tmp_pat
         honest = {10**15 + i for i in range(train[1])}  # global ids count the claim: shards in manifest order
         assert honest <= set(real_ids(got))  # the honest shard, whole
         assert len(got) == 40  # equal steps still come (the claim's epoch pads)
+
+
+def test_an_epoch_that_only_replays_ends_when_told_and_resumes_exactly(tmp_path: Path) -> None:
+    """The same claim: once the honest shard is read, every unit only replays (``replaying``) for as long
+    as the claim; ``end_epoch`` (the trainer's answer to a step of repeats only) starts the next epoch at
+    once, and a state saved there resumes on the same batches."""
+    train = [20, 20]
+    m = make_corpus(tmp_path / "c", train)
+    spec = json.loads(m.read_text())
+    spec["shards"][0]["samples"] = 10**15
+    m.write_text(json.dumps(spec))
+    honest = {10**15 + i for i in range(train[1])}
+    kw = dict(corrupt_policy="skip", shuffle_buffer=8, batch_size=4)
+    for workers in (0, 2):
+        ld = ShardLoader(str(m), num_workers=workers, **kw)
+        it = iter(ld)
+        first = []
+        with deadline(30):
+            while not ld.replaying:
+                first.append(next(it))
+        assert honest <= set(real_ids(first)) and first[-1]["is_pad"].all(), workers
+        assert ld.epoch == 0 and not ShardLoader(str(m), num_workers=workers, **kw).replaying
+        ld.end_epoch()
+        state = roundtrip(ld.state_dict())
+        with deadline(30):
+            second = [next(it) for _ in range(10)]
+        it.close()
+        assert {int(e) for b in second for e in b["epoch"]} == {1} and set(real_ids(second)) == honest, workers
+        resumed = ShardLoader(str(m), num_workers=workers, **kw)
+        resumed.load_state_dict(state)
+        assert same_batches(take(resumed, 10), second), workers

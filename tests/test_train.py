@@ -232,7 +232,8 @@ def test_a_shard_claiming_samples_it_lacks_costs_no_time_and_sigterm_still_stops
     """A manifest claiming 10^15 samples for a train shard, corrupt_shards=skip: once the shard is found
     out (it ends after its real samples) it is skipped and its claimed positions stepped over; steps go on
     and SIGTERM stops the run with a checkpoint. Before, the loader walked the claimed positions: no step
-    for minutes, and SIGTERM ignored."""
+    for minutes, and SIGTERM ignored; later, the epoch went on with batches of repeats for as long as the
+    claim (no step either), until the trainer ended an epoch that only repeats."""
     import json
 
     data, out = str(tmp_path / "corpus"), str(tmp_path / "run")
@@ -244,9 +245,13 @@ def test_a_shard_claiming_samples_it_lacks_costs_no_time_and_sigterm_still_stops
     run = Trainer(data, out, "corrupt_shards=skip", "shuffle_buffer=64", "batch_size=32")
     run.wait_for(lambda text: "skipping corrupt shard" in text)
     found = len(read_metrics(out))
-    run.wait_for(lambda text: len(read_metrics(out)) >= found + 10)  # ten more steps after the shard's claim
+    def next_epoch_steps() -> int:  # the claim's epoch ends with the data (no steps of repeats for the claim)
+        return sum(r["epoch"] >= 1 for r in read_metrics(out))
+
+    run.wait_for(lambda text: len(read_metrics(out)) >= found + 10 and next_epoch_steps() >= 3)
     output = run.terminate(30)
     assert "skipping corrupt shard" in output and len(read_metrics(out)) >= found + 10, output[-3000:]
+    assert next_epoch_steps() >= 3, output[-3000:]
     assert run.proc.returncode == 143 and "SIGTERM" in output and list_checkpoints(out)
 
 

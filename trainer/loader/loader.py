@@ -153,6 +153,18 @@ class ShardLoader:
         """Steps until the epoch ends (shorter than steps_per_epoch after an elastic resume)."""
         return self.units * self._segment - self._t
 
+    @property
+    def replaying(self) -> bool:
+        """True when every unit of this rank has run dry this epoch and only replays (``is_pad`` batches)."""
+        return all(self._pads.get(u, 0) > 0 for u in range(self.units))
+
+    def end_epoch(self) -> None:
+        """End the epoch here: the next batch is the next epoch's first. For an epoch whose every unit, on
+        every rank, only replays: its length comes from the manifest's counts, and a corrupt shard that
+        claimed samples it lacks (skipped) would leave it replaying for as long as the claim."""
+        self._next_epoch()
+        self._plan_changed = True  # the streams restart from the new epoch's start
+
     def _unit_starts(self) -> list[dict[str, Any]]:
         skipped = {i for i, n in enumerate(self.plan.names) if n in set(self.skipped_shards)}
         starts = []
