@@ -41,6 +41,7 @@ def probe(tmp_path, monkeypatch) -> dict[str, str]:
     monkeypatch.setitem(forkserver.ROUTES, "forkprobe", "probe")
     monkeypatch.setattr(forkserver, "_servers", {})
     monkeypatch.setattr(forkserver, "_seen", forkserver.Counter())
+    monkeypatch.setenv("SHARDFORGE_TEST_FORKSERVER", "1")  # these tests are of the server: on even where the suite's is off
     work = tmp_path / "work"
     work.mkdir()
     env = {**os.environ, "PYTHONPATH": str(tmp_path / "mods"), "PROBE_SETTING": "first", "PROBE_EXIT": "3",
@@ -104,7 +105,7 @@ def test_a_crash_is_a_traceback_and_exit_1_and_a_timeout_kills_the_run(probe) ->
         probe_run(probe, check=True)
 
 
-def test_only_routed_modules_on_a_local_runner_go_to_a_server(probe) -> None:
+def test_only_routed_modules_on_a_local_runner_go_to_a_server(probe, monkeypatch) -> None:
     cwd = str(REPO)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     assert forkserver.route(["-m", "pipelines.build", "--input", "x"], env, cwd) == "beam-local"
@@ -113,13 +114,9 @@ def test_only_routed_modules_on_a_local_runner_go_to_a_server(probe) -> None:
     assert forkserver.route(["-m", "trainer.train"], {}, "/") == "torch"
     assert forkserver.route(["-c", "pass"], env, cwd) is None
     assert forkserver.route(["-m", "shardforge.cli", "demo"], env, cwd) is None
-    monkeypatch_env = {**probe["env"], "SHARDFORGE_TEST_FORKSERVER": "0"}
-    os.environ["SHARDFORGE_TEST_FORKSERVER"] = "0"
-    try:
-        for _ in range(3):
-            assert probe_run(probe, env=monkeypatch_env).returncode == 3
-    finally:
-        del os.environ["SHARDFORGE_TEST_FORKSERVER"]
+    monkeypatch.setenv("SHARDFORGE_TEST_FORKSERVER", "0")
+    for _ in range(3):
+        assert probe_run(probe, env={**probe["env"], "SHARDFORGE_TEST_FORKSERVER": "0"}).returncode == 3
     assert not forkserver._servers
 
 
@@ -130,6 +127,7 @@ def test_only_routed_modules_on_a_local_runner_go_to_a_server(probe) -> None:
 def test_real_commands_answer_the_same_forked_and_fresh(args, monkeypatch) -> None:
     monkeypatch.setattr(forkserver, "_servers", {})
     monkeypatch.setattr(forkserver, "_seen", forkserver.Counter())
+    monkeypatch.setenv("SHARDFORGE_TEST_FORKSERVER", "1")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     try:
         runs = [run_python(args, env=env, cwd=REPO, capture_output=True, text=True, timeout=120) for _ in range(2)]

@@ -117,7 +117,11 @@ def test_ctrl_c_during_a_batched_build_is_one_line(tmp_path) -> None:
     deadline = time.monotonic() + 60
     while not (out / "versions").exists() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
-    time.sleep(2.0)  # the first batch's process is in its stages
+    # versions/ is made by the batch process's pipeline, a few seconds before the batch ends (~3.6 s after the
+    # process starts, ~5 s before it ends, on a loaded 2-core machine): signal at once, well inside that window
+    # (waiting 2 s more once let a fast batch finish first: the build then exited 0).
+    time.sleep(0.3)
+    assert proc.poll() is None, "the build finished before the Ctrl-C could be sent"
     os.killpg(proc.pid, signal.SIGINT)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err[-3000:]
