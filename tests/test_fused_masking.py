@@ -18,7 +18,7 @@ from test_masking import SPECIALS, V, make_batch, masker, word_table
 
 from schemas import MASK_ID, PAD_ID
 from schemas.config import MaskingConfig
-from trainer.fused_masking import FusedMasker, launches, loop_nests, make_masker
+from trainer.fused_masking import FusedMasker, launches, make_masker
 from trainer.masking import Masker
 
 SCHEMES = ["token", "whole_word", "span", "ngram"]
@@ -125,9 +125,7 @@ def test_compiled_masking_is_bit_identical_in_few_kernels(scheme: str) -> None:
     assert_same(ref(ids, sids, epoch=0, seed=0), got, "first call")
     assert len(codes) == 1, "one graph: no graph break"
     kernels, extern = launches(codes[0])
-    assert 1 <= len(kernels) <= 10 and not extern, (kernels, extern)
-    # The C++ backend fuses a call into one kernel; its loop nests are the CPU's proxy for Triton's kernels.
-    assert 1 <= loop_nests(codes[0]) <= 10, loop_nests(codes[0])
+    assert 1 <= len(kernels) <= 10 and not extern, (kernels, extern)  # the Triton count: test_triton_masking.py
     for rate, (B, L) in [(0.15, (3, 77)), (0.4, (8, 128))]:
         other = masker(scheme, ws, rate=rate)
         again = FusedMasker(other)

@@ -17,9 +17,11 @@ That costs O(L^2) arithmetic per row (about 8 M simple ops for 32 x 512),
 which a GPU does in microseconds and which never leaves the kernel as a
 [B, L, L] tensor: each reduction is one loop. ``torch.compile`` (inductor:
 C++ on CPU, Triton on CUDA) turns a scheme's call into a handful of kernels
-(``tests/test_fused_masking.py`` counts them in the generated code: at most
-10 per scheme, no extern calls); every random choice is integer arithmetic,
-so the result equals the reference bit for bit on every device.
+(counted in the generated code: one C++ kernel per scheme, and 3 / 5 / 10 / 10
+Triton kernels for token / whole word / span / n-gram, which
+``tests/test_triton_masking.py`` generates and runs on the CPU under Triton's
+interpreter); every random choice is integer arithmetic, so the result equals
+the reference bit for bit on every device.
 
 The only difference from the reference: it breaks ties between two units of
 one row whose 64-bit priorities are equal by position, where ``topk`` breaks
@@ -86,9 +88,13 @@ def _row_key(sids: torch.Tensor, keys: torch.Tensor, stream: int) -> torch.Tenso
     return _mix(sids * _G + keys[stream])[:, None]
 
 
-def _hash(row_key: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    """Hash of (row, index) for index [N] or [B, N]."""
-    return _mix(row_key + (index + 1) * _G)
+def _hash(row_key: torch.Tensor, index: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+    """Hash of (row, index) for index [N] or [B, N].
+
+    The increment is read from ``keys[0]``, not written as a constant: with a constant, inductor folds
+    ``arange * increment`` into an index expression, which its Triton code evaluates in 32-bit
+    integers (a compile error in Triton's frontend, or a truncated hash)."""
+    return _mix(row_key + (index + 1) * keys[0])
 
 
 def _lookup(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
@@ -170,8 +176,8 @@ def _tile(sids: torch.Tensor, keys: torch.Tensor, seg: torch.Tensor, len_table: 
           maskable: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(member, unit_start): the reference's span tiling (Masker._tile_spans) as reductions."""
     L = word_slot.shape[1]
-    span_len = _lookup(len_table, srl(_hash(_row_key(sids, keys, S_LEN), seg), 48))
-    gap = _lookup(gap_table, srl(_hash(_row_key(sids, keys, S_GAP), seg), 48))
+    span_len = _lookup(len_table, srl(_hash(_row_key(sids, keys, S_LEN), seg, keys), 48))
+    gap = _lookup(gap_table, srl(_hash(_row_key(sids, keys, S_GAP), seg, keys), 48))
     phase = _lookup(phase_table, srl(_mix(_row_key(sids, keys, S_PHASE)), 48))  # [B, 1]
     gap = torch.where(seg == 0, (-phase).clamp(min=0), gap)
     span_len = torch.where((seg == 0) & (phase > 0), phase, span_len)
@@ -193,8 +199,8 @@ def _replace(ids: torch.Tensor, sids: torch.Tensor, keys: torch.Tensor, consts: 
              allowed: torch.Tensor, selected: torch.Tensor, ustart: torch.Tensor | None,
              pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(masked ids, labels): <mask> / a random token / kept, as the reference decides."""
-    h_dec = _hash(_row_key(sids, keys, S_DECIDE), pos)
-    u_dec = top32(h_dec) if ustart is None else top32(_hash(_row_key(sids, keys, S_SPAN_DECIDE), ustart))
+    h_dec = _hash(_row_key(sids, keys, S_DECIDE), pos, keys)
+    u_dec = top32(h_dec) if ustart is None else top32(_hash(_row_key(sids, keys, S_SPAN_DECIDE), ustart, keys))
     rand_ids = _lookup(allowed, (h_dec & 0x7FFFFFFF) % allowed.shape[0])
     out = torch.where(selected & (u_dec < consts[_T_MASK]), consts[_MASK_ID], ids)
     use_rand = selected & (u_dec >= consts[_T_MASK]) & (u_dec < consts[_T_RANDOM])
@@ -214,7 +220,7 @@ def _select_units(ids: torch.Tensor, sids: torch.Tensor, keys: torch.Tensor, tar
         large = (target - ((sxx - sx) << 32) // (2 * sx).clamp(min=1)).clamp(min=1 << 32)
         target = torch.where(target * n < sx << 32, (target * n) // sx.clamp(min=1), large)
     budget = (target + u_budget) >> 32
-    prio = torch.where(unit_start, _hash(_row_key(sids, keys, S_PRIO), pos), INT64_MAX)
+    prio = torch.where(unit_start, _hash(_row_key(sids, keys, S_PRIO), pos, keys), INT64_MAX)
     chosen = _take(_before(prio, ulen), ulen, budget, prio, crossing=spans)
     return member & torch.gather(chosen, 1, ustart), ustart, ulen
 
@@ -227,7 +233,7 @@ def mask_token(ids, sids, keys, consts, is_special, allowed):  # noqa: ANN001, A
     pos = torch.arange(ids.shape[1], device=ids.device)
     special, maskable, target, u_budget = _common(ids, sids, keys, consts, is_special)
     budget = (target + u_budget) >> 32
-    prio = torch.where(maskable, _hash(_row_key(sids, keys, S_PRIO), pos), INT64_MAX)
+    prio = torch.where(maskable, _hash(_row_key(sids, keys, S_PRIO), pos, keys), INT64_MAX)
     length = maskable.long()
     selected = _take(_before(prio, length), length, budget, prio, crossing=False)
     return _replace(ids, sids, keys, consts, allowed, selected, None, pos)
@@ -353,12 +359,13 @@ class FusedMasker:
         return self._on[1]
 
     def _stream_keys(self, seed: int, epoch: int, device: torch.device) -> torch.Tensor:
-        """int64 [8]: stream_base of streams 1..7 (index 0 unused), copied to the device once per (seed, epoch)."""
+        """int64 [8]: splitmix64's increment, then stream_base of streams 1..7; copied to the device once per
+        (seed, epoch)."""
         key = (seed, epoch, str(device))
         if key not in self._keys:
             if len(self._keys) > 8:
                 self._keys.clear()
-            bases = [0] + [stream_base(seed, epoch, s) for s in range(1, STREAMS + 1)]
+            bases = [_G] + [stream_base(seed, epoch, s) for s in range(1, STREAMS + 1)]
             self._keys[key] = _static(torch.tensor(bases, dtype=torch.int64, device=device))
         return self._keys[key]
 
@@ -424,9 +431,3 @@ def launches(code: str) -> tuple[list[str], list[str]]:
     for m in _LAUNCH.finditer(body):
         (kernels if m.group("kernel") else extern).append(m.group("kernel") or m.group("extern"))
     return kernels, extern
-
-
-def loop_nests(code: str) -> int:
-    """Outer loop nests in inductor's C++ kernels (``for(int64_t x0=``): on a GPU, where Triton cannot fuse
-    two reductions over different ranges into one kernel, each nest is about one kernel."""
-    return code.count("for(int64_t x0=")
