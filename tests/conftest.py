@@ -153,8 +153,8 @@ def listing(url: str) -> list[str]:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Files that hold slow tests first, each file's tests in their own order. Under ``--dist loadfile``
-    xdist hands the files out in this order; a long file handed out last kept one worker busy alone at
-    the end of the run, where short files now fill the gaps."""
+    xdist hands the files out in this order; a long file handed out last can keep one worker busy alone
+    at the end of the run, where short files now fill the gaps."""
     slow = {item.path for item in items if item.get_closest_marker("slow")}
     items.sort(key=lambda item: item.path not in slow)  # a stable sort: the order within each group stays
 

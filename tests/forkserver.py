@@ -23,6 +23,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import shutil
 import signal
 import socket
 import struct
@@ -101,12 +102,13 @@ def run_python(args: Sequence[str], *, env: dict[str, str] | None = None, cwd: s
     return res
 
 
-def _stop_all() -> None:
+def stop_all() -> None:
+    """Stop this test process's servers (at exit, and in tests that start their own)."""
     for server in _servers.values():
         server.stop()
 
 
-atexit.register(_stop_all)
+atexit.register(stop_all)
 
 
 class Server:
@@ -169,9 +171,7 @@ class Server:
     def stop(self) -> None:
         self.proc.kill()
         self.proc.wait()
-        for name in os.listdir(self.dir):
-            os.unlink(os.path.join(self.dir, name))
-        os.rmdir(self.dir)
+        shutil.rmtree(self.dir)
 
 
 class _Lines:

@@ -47,8 +47,7 @@ def probe(tmp_path, monkeypatch) -> dict[str, str]:
     env = {**os.environ, "PYTHONPATH": str(tmp_path / "mods"), "PROBE_SETTING": "first", "PROBE_EXIT": "3",
            "TMPDIR": str(tmp_path)}
     yield {"env": env, "cwd": str(work)}
-    for server in forkserver._servers.values():
-        server.stop()
+    forkserver.stop_all()
 
 
 def probe_run(probe: dict, *extra: str, **kw) -> subprocess.CompletedProcess:
@@ -133,8 +132,7 @@ def test_real_commands_answer_the_same_forked_and_fresh(args, monkeypatch) -> No
         runs = [run_python(args, env=env, cwd=REPO, capture_output=True, text=True, timeout=120) for _ in range(2)]
         assert len(forkserver._servers) == 1
     finally:
-        for server in forkserver._servers.values():
-            server.stop()
+        forkserver.stop_all()
     fresh = subprocess.run([sys.executable, *args], env=env, cwd=REPO, capture_output=True, text=True, timeout=120,
                            stdin=subprocess.DEVNULL)
     for res in runs:
