@@ -181,3 +181,57 @@ def test_an_epoch_that_only_replays_ends_when_told_and_resumes_exactly(tmp_path:
         resumed = ShardLoader(str(m), num_workers=workers, **kw)
         resumed.load_state_dict(state)
         assert same_batches(take(resumed, 10), second), workers
+
+
+def test_a_mixed_source_that_only_replays_ends_its_epoch_and_resumes_exactly(tmp_path: Path) -> None:
+    """The same claim in one source of a mix: the steps (trainer/step.py ``step_has_data``) end that
+    source's epoch once its unit only replays (before, only a single corpus's epoch ended: the mix drew
+    the source's batches of repeats for as long as the claim); the other source's epoch goes on, and a
+    state saved there resumes on the same batches."""
+    from types import SimpleNamespace
+
+    from trainer.distributed import Dist
+    from trainer.mixing import MixedLoader, MixPlan, batch_tokens
+    from trainer.step import step_has_data
+
+    bad, good = make_corpus(tmp_path / "bad", [20, 20]), make_corpus(tmp_path / "good", [40])
+    spec = json.loads(bad.read_text())
+    spec["shards"][0]["samples"] = 10**15
+    bad.write_text(json.dumps(spec))
+    honest = {10**15 + i for i in range(20)}
+    kw = dict(corrupt_policy="skip", shuffle_buffer=8, batch_size=4)
+    plan = MixPlan(names=("bad", "good"), urls=(str(bad), str(good)), token_shares=(0.5, 0.5),
+                   batch_weights=(0.5, 0.5))
+
+    def mix() -> MixedLoader:
+        return MixedLoader([ShardLoader(str(bad), **kw), ShardLoader(str(good), **kw)], plan)
+
+    def steps(m: MixedLoader, it: Iterator[dict[str, torch.Tensor]], n: int) -> list[tuple[str, Any]]:
+        out = []
+        for _ in range(n):
+            batch = next(it)
+            step_has_data([SimpleNamespace(tokens=batch_tokens(batch))], m, Dist())  # type: ignore[list-item]
+            out.append((m.last_source, batch))
+        return out
+
+    m = mix()
+    it = iter(m)
+    first: list[tuple[str, Any]] = []
+    with deadline(30):
+        while m.loaders[0].epoch == 0:
+            first += steps(m, it, 1)
+            assert len(first) < 40, "the source's epoch did not end with its data"
+    drawn = [b for src, b in first if src == "bad"]
+    assert honest <= set(real_ids(drawn)) and sum(bool(b["is_pad"].all()) for b in drawn) == 1  # one replay
+    assert m.loaders[1].epoch == 0
+    state = roundtrip(m.state_dict())
+    with deadline(30):
+        second = steps(m, it, 12)
+    it.close()
+    assert {int(e) for src, b in second if src == "bad" for e in b["epoch"]} == {1}
+    again = mix()
+    again.load_state_dict(state)
+    with deadline(30):
+        resumed = steps(again, iter(again), 12)
+    assert [s for s, _ in resumed] == [s for s, _ in second]
+    assert same_batches([b for _, b in resumed], [b for _, b in second])

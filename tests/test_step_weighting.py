@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 import torch
@@ -22,6 +23,7 @@ from schemas.config import MaskingConfig, ModelConfig
 from trainer.distributed import Dist
 from trainer.masking import Masker
 from trainer.metrics import StepStats
+from trainer.mixing import MixedLoader, MixPlan
 from trainer.model import Encoder
 from trainer.precision import Precision
 from trainer.step import train_step
@@ -56,14 +58,25 @@ def prepared(model: Encoder, masker: Masker, rows: list[int], pad: bool = False)
     return batch_mod.prepare(model, masker, host_rows(rows, pad), CPU, epoch=0, seed=5)
 
 
+class Corpus:
+    """What the step asks of a corpus's loader: whether it only replays its epoch, and to end that epoch."""
+
+    def __init__(self, replaying: bool) -> None:
+        self.replaying, self.ended = replaying, 0
+
+    def end_epoch(self) -> None:
+        self.ended += 1
+
+
 def one_step(model: torch.nn.Module, raw: Encoder, batches: list[batch_mod.Prepared],
-             dd: Dist) -> tuple[StepStats | None, list[torch.Tensor], int]:
+             dd: Dist, loader: Any = None) -> tuple[StepStats | None, list[torch.Tensor], int]:
     """train_step on these micro-batches with SGD at lr 1: (stats, minus the gradient, schedule steps)."""
     before = [p.detach().clone() for p in raw.parameters()]
     opt = torch.optim.SGD(raw.parameters(), lr=1.0)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda _: 1.0)
     run = SimpleNamespace(dd=dd, model=model, raw_model=raw, prec=Precision("fp32", CPU), accum=len(batches),
-                          optimizer=opt, scheduler=sched, cfg=SimpleNamespace(optim=SimpleNamespace(clip_norm=None)))
+                          optimizer=opt, scheduler=sched, cfg=SimpleNamespace(optim=SimpleNamespace(clip_norm=None)),
+                          loader=Corpus(False) if loader is None else loader)
     feed = SimpleNamespace(step_batches=lambda accum: batches)
     s = train_step(run, feed)  # type: ignore[arg-type]
     return s, [p.detach() - b for p, b in zip(raw.parameters(), before, strict=True)], sched.last_epoch
@@ -105,8 +118,29 @@ def test_a_step_of_repeats_only_is_no_step() -> None:
     assert s is None and ticks == 0 and all(not d.any() for d in delta)
 
 
+def test_a_corpus_that_only_replays_ends_its_epoch_at_the_step() -> None:
+    """Of a mix's sources, the one whose units all only replay (a corrupt shard's claim) ends its epoch at
+    the step, with data in it or not; the others' epochs go on."""
+    model, masker = model_and_masker()
+    for pad in (False, True):
+        mix = mixed(Corpus(True), Corpus(False))
+        s, _, ticks = one_step(model, model, [prepared(model, masker, [2, 3], pad=pad)], Dist(), mix)
+        assert (s is None) == pad and ticks == int(not pad)
+        assert [c.ended for c in mix.loaders] == [1, 0]
+    alone = Corpus(True)
+    assert one_step(model, model, [prepared(model, masker, [1], pad=True)], Dist(), alone)[0] is None
+    assert alone.ended == 1
+
+
+def mixed(*sources: Corpus) -> MixedLoader:
+    n = len(sources)
+    return MixedLoader(list(sources), MixPlan(names=tuple(f"s{i}" for i in range(n)), urls=("",) * n,
+                                              token_shares=(1 / n,) * n, batch_weights=(1 / n,) * n))
+
+
 def rank_step(rank: int, init: str, out: str) -> None:
-    """Rank ``rank`` of 2 (gloo): rank 0 takes rows 0-2 then 3, rank 1 rows 4-7 then a micro-batch of repeats."""
+    """Rank ``rank`` of 2 (gloo): rank 0 takes rows 0-2 then 3, rank 1 rows 4-7 then a micro-batch of repeats.
+    Of the loader's three sources, the first only replays on both ranks, the second on rank 0 only."""
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
@@ -118,9 +152,11 @@ def rank_step(rank: int, init: str, out: str) -> None:
         parts = [[0, 1, 2], [3]] if rank == 0 else [[4, 5, 6, 7], "pad"]
         batches = [prepared(raw, masker, [4, 5], pad=True) if rows == "pad" else prepared(raw, masker, rows)
                    for rows in parts]
-        s, delta, ticks = one_step(model, raw, batches, Dist(rank=rank, world_size=2))
+        mix = mixed(Corpus(True), Corpus(rank == 0), Corpus(False))
+        s, delta, ticks = one_step(model, raw, batches, Dist(rank=rank, world_size=2), mix)
         assert s is not None
-        torch.save({"loss_share": s.values()["loss"], "delta": delta, "ticks": ticks}, os.path.join(out, f"{rank}.pt"))
+        torch.save({"loss_share": s.values()["loss"], "delta": delta, "ticks": ticks,
+                    "ended": [c.ended for c in mix.loaders]}, os.path.join(out, f"{rank}.pt"))
     finally:
         dist.destroy_process_group()
 
@@ -135,6 +171,7 @@ def test_two_ranks_move_the_weights_as_one_batch_of_all_their_rows(tmp_path) -> 
     want_loss, want = whole_batch()
     got = [torch.load(tmp_path / f"{r}.pt", weights_only=True) for r in (0, 1)]
     assert got[0]["ticks"] == got[1]["ticks"] == 1
+    assert got[0]["ended"] == got[1]["ended"] == [1, 0, 0]  # only where every rank only replays
     assert got[0]["loss_share"] + got[1]["loss_share"] == pytest.approx(want_loss, rel=1e-5)  # what a record sums
     for rank in (0, 1):
         for d, ref in zip(got[rank]["delta"], want, strict=True):

@@ -58,11 +58,15 @@ class Dist:
 
     def any(self, flag: bool) -> bool:
         """True on every rank when it is true on one (ranks may see SIGTERM at different steps)."""
+        return self.any_each([flag])[0]
+
+    def any_each(self, flags: list[bool]) -> list[bool]:
+        """Each flag true on every rank when it is true on one: one collective for all of them."""
         if self.world_size == 1:
-            return flag
-        t = torch.tensor([int(flag)], device=self.device)
+            return list(flags)
+        t = torch.tensor([int(f) for f in flags], device=self.device)
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        return bool(t.item())
+        return [bool(x) for x in t.tolist()]
 
     def barrier(self) -> None:
         """Wait for every rank (no-op in one process)."""

@@ -173,6 +173,26 @@ def loss_denominators(batches: list[Prepared], dd: distributed.Dist) -> torch.Te
     return dd.sum_(counts).clamp(min=1).to(dd.device) / dd.world_size
 
 
+def corpora(loader: ShardLoader | MixedLoader) -> list[ShardLoader]:
+    """The corpora a loader reads, each with epochs of its own: a mix's sources, or the loader itself."""
+    return list(loader.loaders) if isinstance(loader, MixedLoader) else [loader]
+
+
+def step_has_data(batches: list[Prepared], loader: ShardLoader | MixedLoader, dd: distributed.Dist) -> bool:
+    """Whether any rank's micro-batches of this step hold real rows. The same collective ends the epoch of
+    every corpus whose every unit, on every rank, only replays (``ShardLoader.replaying``): with honest
+    counts no corpus gets there before its epoch's end, but a shard skipped as corrupt that claimed samples
+    it lacks would have its corpus replay for as long as the claim (in a mix, a share of every later step).
+    Decided from loader positions only, after the step's last micro-batch was taken: a resumed run decides
+    the same at the same step."""
+    sources = corpora(loader)
+    flags = dd.any_each([any(b.tokens for b in batches)] + [not c.replaying for c in sources])  # host values
+    for corpus, live in zip(sources, flags[1:], strict=True):
+        if not live:
+            corpus.end_epoch()
+    return flags[0]
+
+
 def train_step(run: Run, feed: Feed) -> StepStats | None:
     """One optimizer step (forward and backward of each micro-batch, then clip, update and schedule tick):
     its stats on the device, the step's loss on this rank being its share of the global batch's loss. None
@@ -180,7 +200,7 @@ def train_step(run: Run, feed: Feed) -> StepStats | None:
     position."""
     dd, model, prec = run.dd, run.model, run.prec
     batches = feed.step_batches(run.accum)
-    if not dd.any(any(b.tokens for b in batches)):  # host counts: no sync; a collective over several ranks
+    if not step_has_data(batches, run.loader, dd):  # host counts: no sync; a collective over several ranks
         return None
     denominators = loss_denominators(batches, dd)
     s = StepStats()

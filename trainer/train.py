@@ -284,14 +284,6 @@ def evaluation_due(cfg: TrainConfig, step: int) -> bool:
     return step == cfg.steps or bool(cfg.eval_every) and step % cfg.eval_every == 0
 
 
-def epoch_replays_only(loader: ShardLoader | MixedLoader, dd: distributed.Dist) -> bool:
-    """True on every rank when every unit of every rank only replays its epoch (a mixed loader: False, its
-    sources' epochs are their own)."""
-    if not isinstance(loader, ShardLoader):
-        return False
-    return not dd.any(not loader.replaying)
-
-
 def train(cfg: TrainConfig) -> dict[str, Any]:
     """Run training to cfg.steps (resuming from the run's latest checkpoint); returns a summary."""
     run = setup(cfg)
@@ -311,8 +303,6 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
             t0 = time.perf_counter() if t0 is None else t0  # a step with no data is timed with the next
             s = train_step(run, feed)  # trainer/step.py: micro-batches, losses over the global batch, update
             if s is None:  # every rank's micro-batches were repeats only: no step (SIGTERM still stops the run)
-                if epoch_replays_only(run.loader, run.dd):
-                    run.loader.end_epoch()
                 feed.ahead(boundary=True)
                 skipped += 1
                 paused = False

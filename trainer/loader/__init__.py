@@ -19,8 +19,9 @@ The long form is docs/loader.md; the shape in brief:
   largest unit's count, computed from manifest counts); a unit that runs dry
   replays its own epoch, flagged ``is_pad``. So DDP ranks never hang on uneven
   shards and every real sample is still seen exactly once per epoch. When every
-  unit only replays (``replaying``), the trainer may end the epoch there
-  (``end_epoch``): counts a corrupt shard claimed do not stretch it.
+  unit of every rank only replays (``replaying``), the trainer ends the epoch
+  there (``end_epoch``; each source of a mix on its own): counts a corrupt
+  shard claimed do not stretch it.
 * **Exact resume.** Batches carry the cursor of the partition they came from,
   so the main process knows exactly what was delivered (batches prefetched by
   workers do not count). State = epoch + per-partition cursors.
