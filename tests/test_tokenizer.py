@@ -116,6 +116,22 @@ def test_input_sentence_size_bounds_training(docs):
     assert train_sentencepiece(sents, small) == train_sentencepiece(sents[:200], small)
 
 
+@pytest.mark.parametrize("error", [KeyboardInterrupt(), OSError("store went away")], ids=["ctrl-c", "storage"])
+def test_what_the_sentences_raise_reaches_the_caller_as_itself(docs, error):
+    """SentencePiece reads the sentences through a callback and reported what it raised as a RuntimeError
+    ("INTERNAL: KeyboardInterrupt: <EMPTY MESSAGE>"): a Ctrl-C landing there was logged with a traceback
+    instead of being said once."""
+    sents = [s for d in docs for s in d.sentences]
+
+    def failing():
+        yield from sents[:50]
+        raise error
+
+    with pytest.raises(type(error)) as got:
+        train_sentencepiece(failing(), UNIGRAM)
+    assert got.value is error
+
+
 def test_bounded_sample_is_the_same_however_the_corpus_is_split(docs):
     """The sample combine (BoundedSample) gives the same entries for any partition and order of
     the corpus: it only ever drops entries the whole corpus's sample cannot need."""

@@ -90,11 +90,37 @@ def _required_pieces_error(e: RuntimeError, cfg: TokenizerConfig) -> UserError |
                      f"{' or set byte_fallback: false' if cfg.byte_fallback else ''}")
 
 
+class _Reading:
+    """The sentences as SentencePiece reads them, keeping what their iterator raised (a Ctrl-C landing in
+    it, a storage error): SentencePiece reports it only as a RuntimeError naming its type
+    ("INTERNAL: KeyboardInterrupt: <EMPTY MESSAGE>"), which hid a Ctrl-C from the command's handling."""
+
+    def __init__(self, sentences: Iterable[str]) -> None:
+        self.it = iter(sentences)
+        self.raised: BaseException | None = None
+
+    def __iter__(self) -> _Reading:
+        return self
+
+    def __next__(self) -> str:
+        try:
+            return next(self.it)
+        except StopIteration:
+            raise
+        except BaseException as e:
+            self.raised = e
+            raise
+
+
 def train_sentencepiece(sentences: Iterable[str], cfg: TokenizerConfig) -> bytes:
-    """Train a SentencePiece model on the sentences (in the given order); returns the model bytes."""
+    """Train a SentencePiece model on the sentences (in the given order); returns the model bytes. What the
+    sentences' iterator raises is raised as itself."""
+    reading = _Reading(sentences)
     try:
-        return _train_sentencepiece(sentences, cfg)
+        return _train_sentencepiece(reading, cfg)
     except RuntimeError as e:
+        if reading.raised is not None:
+            raise reading.raised from None
         err = _required_pieces_error(e, cfg)
         if err is None:
             raise
@@ -106,7 +132,7 @@ def _train_sentencepiece(sentences: Iterable[str], cfg: TokenizerConfig) -> byte
 
     buf = io.BytesIO()
     spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(sentences),
+        sentence_iterator=sentences,
         model_writer=buf,
         vocab_size=cfg.vocab_size,
         model_type=cfg.model_type,
