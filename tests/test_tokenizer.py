@@ -132,6 +132,23 @@ def test_what_the_sentences_raise_reaches_the_caller_as_itself(docs, error):
     assert got.value is error
 
 
+def test_a_ctrl_c_anywhere_in_the_read_callback_is_a_ctrl_c(docs, monkeypatch):
+    """A signal's handler runs at any bytecode: also outside the read that keeps what it raised."""
+    import pipelines.tokenizer.train as train_mod
+
+    sents = [s for d in docs for s in d.sentences]
+    calls = iter(range(len(sents)))
+
+    def interrupted(self):
+        if next(calls) == 20:
+            raise KeyboardInterrupt
+        return next(self.it)
+
+    monkeypatch.setattr(train_mod._Reading, "__next__", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        train_sentencepiece(sents, UNIGRAM)
+
+
 def test_bounded_sample_is_the_same_however_the_corpus_is_split(docs):
     """The sample combine (BoundedSample) gives the same entries for any partition and order of
     the corpus: it only ever drops entries the whole corpus's sample cannot need."""

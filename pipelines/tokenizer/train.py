@@ -90,6 +90,9 @@ def _required_pieces_error(e: RuntimeError, cfg: TokenizerConfig) -> UserError |
                      f"{' or set byte_fallback: false' if cfg.byte_fallback else ''}")
 
 
+_CALLBACK_INTERRUPTED = "INTERNAL: KeyboardInterrupt"  # how SentencePiece says a callback raised KeyboardInterrupt
+
+
 class _Reading:
     """The sentences as SentencePiece reads them, keeping what their iterator raised (a Ctrl-C landing in
     it, a storage error): SentencePiece reports it only as a RuntimeError naming its type
@@ -121,6 +124,8 @@ def train_sentencepiece(sentences: Iterable[str], cfg: TokenizerConfig) -> bytes
     except RuntimeError as e:
         if reading.raised is not None:
             raise reading.raised from None
+        if str(e).startswith(_CALLBACK_INTERRUPTED):  # a Ctrl-C landing in the callback outside the read above
+            raise KeyboardInterrupt from None
         err = _required_pieces_error(e, cfg)
         if err is None:
             raise
