@@ -27,6 +27,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import itertools  # noqa: E402
 import shutil  # noqa: E402
+import signal  # noqa: E402
 import socket  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
@@ -36,6 +37,13 @@ from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 import pytest  # noqa: E402
+
+# A suite started as a background job of a non-interactive shell (`cmd &`, nohup) inherits SIGINT
+# ignored, and so does every command a test starts: a test's Ctrl-C to a build was ignored (the build
+# went on and exited 0) and servers stopped with SIGINT waited out their timeout (test_portable: 20 s).
+# The tests run as from a terminal.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 _bucket_ids = itertools.count()
 

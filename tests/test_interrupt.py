@@ -86,8 +86,7 @@ def test_ctrl_c_during_a_real_build_is_one_line(tmp_path) -> None:
     cfg.write_text(f"sources:\n  - name: wiki\n    input: {raw}\n")
     out = tmp_path / "corpus"
     proc = subprocess.Popen([sys.executable, "-m", "pipelines.build", "--config", str(cfg), "--output", str(out)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
     deadline = time.monotonic() + 60
     while not (out / "versions").exists() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
