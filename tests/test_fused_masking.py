@@ -4,8 +4,8 @@ The eager form of the fused functions (``compile=False``: the same code, every r
 tensor) is checked against the reference over every scheme, several rates, seeds, epochs and ragged
 batches: that is where a rewrite would go wrong, and it runs in seconds. The compiled form (inductor's
 C++ backend on CPU) is checked on fewer batches (which must not compile again), and its generated code
-is read to count the kernels a call launches. Compiling costs ~20-30 s per scheme on a cold inductor
-cache on a busy 2-core machine (~1-3 s warm), so that test is marked slow.
+is read to count the kernels a call launches. Compiling costs ~20-80 s per scheme on a cold inductor
+cache on a busy 2-core machine (~1-3 s warm), so that test is marked slow and compiles one scheme.
 """
 
 from __future__ import annotations
@@ -107,11 +107,14 @@ def test_make_masker_follows_the_setting() -> None:
         make_masker(*args, device=cpu, impl="triton")
 
 
-@pytest.mark.slow  # compiles each of the four schemes once: 20-35 s each on a cold inductor cache (2 busy cores)
-@pytest.mark.parametrize("scheme", SCHEMES)
+@pytest.mark.slow  # one compile: 30-80 s on a cold inductor cache (2 busy cores)
+@pytest.mark.parametrize("scheme", ["span"])
 def test_compiled_masking_is_bit_identical_in_few_kernels(scheme: str) -> None:
-    """One compile per scheme (dynamic shapes) serves every batch shape, rate, seed and epoch, bit for bit,
-    in at most 10 kernels a call (the reference dispatches 136-336 aten ops: one launch each on a GPU)."""
+    """One compile (dynamic shapes) serves every batch shape, rate, seed and epoch, bit for bit, in at most
+    10 kernels a call (the reference dispatches 136-336 aten ops: one launch each on a GPU). Span, the
+    largest graph, here; every scheme's graph is compiled (to Triton) and checked the same way in
+    tests/test_triton_masking.py, and the token scheme's C++ compile also by the GPU benchmark's dry run
+    (tests/test_fastpath.py): the C++ code of the others was ~60 CPU-s more and told nothing new."""
     from torch._dynamo.utils import counters
     from torch._inductor.utils import run_and_get_code
 
