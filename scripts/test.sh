@@ -13,7 +13,9 @@ bash scripts/setup.sh
 # PYTHONDONTWRITEBYTECODE is set (as on this project's machines) none leaves a .pyc behind, so each one
 # compiled every module it imported from source again (tests/test_cli_errors.py: 84 -> 70 s).
 .venv/bin/python -m compileall -q -j 0 pipelines trainer shardforge schemas tests benchmarks deploy >/dev/null
-cmd=(.venv/bin/python -m pytest -n 2 --dist loadfile -q -ra "$@")
+# --no-loadscope-reorder: xdist hands the files out in collection order (tests/conftest.py puts the files
+# that hold slow tests first), not sorted by their number of tests, which put a one-test file of ~90 s last.
+cmd=(.venv/bin/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder -q -ra "$@")
 if [ "${SHARDFORGE_NETNS:-1}" = 1 ] && command -v unshare >/dev/null && command -v ip >/dev/null \
    && unshare -rn true 2>/dev/null; then
   echo "running the tests with loopback-only networking (unshare -rn)"

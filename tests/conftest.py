@@ -160,9 +160,11 @@ def listing(url: str) -> list[str]:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Files that hold slow tests first, each file's tests in their own order. Under ``--dist loadfile``
-    xdist hands the files out in this order; a long file handed out last can keep one worker busy alone
-    at the end of the run, where short files now fill the gaps."""
+    """Files that hold slow tests first, each file's tests in their own order. Under ``--dist loadfile
+    --no-loadscope-reorder`` (scripts/test.sh) xdist hands the files out in this order; a long file handed
+    out last can keep one worker busy alone at the end of the run, where short files now fill the gaps.
+    (Without that flag xdist sorts the files by their number of tests: the one-test Triton file of ~90 s
+    went last, and one worker ran alone for the last ~90 s.)"""
     slow = {item.path for item in items if item.get_closest_marker("slow")}
     items.sort(key=lambda item: item.path not in slow)  # a stable sort: the order within each group stays
 
