@@ -42,6 +42,7 @@ Without a CUDA device (and without ``--dry-run``) the script says so and exits 2
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import os
 import subprocess
@@ -91,6 +92,18 @@ QUICK_PLAN = (("base", F, "masked-only", "eager"), ("base", F, "HF", "eager"),
 # masking: the four schemes' compiles, and the base steps with masking ahead off and on (~10 s: no compile
 # but the token scheme's, which the four then find in inductor's cache).
 COST = {"tests": 90, "masking": 90, "datawait": 100, "eager": 15, "compile": 80, "sweep": 70}
+# Modules every part imports, and those of single parts (a part whose modules are missing is not run).
+CORE_MODULES = ("pydantic", "webdataset", "yaml", "safetensors")
+PART_MODULES = {"tests": ("pytest", "hypothesis"), "datawait": ("apache_beam", "gcsfs", "gcp_storage_emulator"),
+                "HF": ("transformers",)}
+NO_PACKAGES_HINT = ("install shardforge's packages (bash scripts/setup.sh); on a GPU machine without a package "
+                    "registry, run `bash benchmarks/gpu_wheels.sh` where pip works and send .whl/ along: gpu.sh "
+                    "installs the missing ones")
+
+
+def lacking(modules: tuple[str, ...]) -> list[str]:
+    """The modules of ``modules`` this interpreter cannot import (not found on its path)."""
+    return [m for m in modules if importlib.util.find_spec(m) is None]
 
 
 @dataclass(frozen=True)
@@ -361,6 +374,15 @@ class Bench:
 
         self.res.peak_note = self.guarded("matmul peak", lambda: peak_note(self.peak, matmul_flops(self.dev))) or ""
         for item in self.s.plan:
+            need = lacking(PART_MODULES.get(item if isinstance(item, str) else item[2], ()))
+            if need:
+                what = item if isinstance(item, str) else " ".join(item)
+                self.res.skipped.append(f"{what}: not run, missing Python packages ({', '.join(need)}): "
+                                        f"{NO_PACKAGES_HINT}")
+                print(f"  {what}: skipped (missing {', '.join(need)})", flush=True)
+                if item == "tests":
+                    self.res.tests = f"not run (missing {', '.join(need)})"
+                continue
             if item == "tests":
                 if self.fits("CUDA tests", COST["tests"]):
                     left = self.s.limit_s - self.elapsed() - 60
@@ -542,6 +564,11 @@ def main() -> int:
     ap.add_argument("--no-compile", action="store_true", help="Leave out the torch.compile rows (and the sweep).")
     ap.add_argument("--no-tests", action="store_true", help="Leave out the CUDA-only tests.")
     args = ap.parse_args()
+    need = lacking(CORE_MODULES)
+    if need:
+        print(f"bench_gpu: this Python ({sys.executable}) lacks {', '.join(need)}: {NO_PACKAGES_HINT}.",
+              file=sys.stderr)
+        return 2
     if not args.dry_run and not torch.cuda.is_available():
         print("bench_gpu: no CUDA device on this machine (torch.cuda.is_available() is False): nothing "
               "measured. Run `bash benchmarks/gpu.sh` on a GPU machine, or `--dry-run` for the CPU check.",

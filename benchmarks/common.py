@@ -235,9 +235,10 @@ def gcs_emulator(timeout: float = 30.0) -> Iterator[str]:
     """
     set_gcsfs_env()
     port = free_port()
-    # The venv's bin folder first: the scripts may run without the venv activated.
-    exe = shutil.which("gcp-storage-emulator", path=str(Path(sys.executable).parent)) or "gcp-storage-emulator"
-    cmd = [exe, "start", "--host", "127.0.0.1", "--port", str(port), "--in-memory"]
+    # As a module of this interpreter: its console script may be on no PATH (a venv not activated, or
+    # packages installed with pip --target on a GPU machine).
+    cmd = [sys.executable, "-m", "gcp_storage_emulator", "start", "--host", "127.0.0.1", "--port", str(port),
+           "--in-memory"]
     with local_server(cmd, port, "gcp-storage-emulator", timeout):
         url = f"http://127.0.0.1:{port}"
         os.environ["STORAGE_EMULATOR_HOST"] = url

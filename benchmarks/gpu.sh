@@ -14,11 +14,26 @@
 # per step) and data wait with 4 and 8 workers from a GCS emulator on 127.0.0.1. Writes
 # benchmarks/results/gpu.md (gpu-quick.md, gpu-dry-run.md) after every part, so a run stopped by the
 # limit keeps what it measured. Without a CUDA device (and without --dry-run) it says so and exits 2.
+#
+# On a GPU machine without a package registry: run `bash benchmarks/gpu_wheels.sh` where pip works and
+# send .whl/ along (or point SHARDFORGE_WHEELS at another folder); this script first installs those
+# carried wheels whose package is missing here (~3 s, into /tmp/shardforge-site; the machine's own torch,
+# triton and numpy untouched). PYTHON picks the interpreter (default: .venv's, else python, else python3).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PY="${PYTHON:-python}"
-if [ -x .venv/bin/python ] && [ -z "${PYTHON:-}" ]; then PY=.venv/bin/python; fi
+PY="${PYTHON:-}"
+if [ -z "$PY" ]; then
+  if [ -x .venv/bin/python ]; then PY=.venv/bin/python
+  elif command -v python >/dev/null; then PY=python
+  else PY=python3; fi
+fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+WHEELS="${SHARDFORGE_WHEELS:-.whl}"
+if [ -d "$WHEELS" ]; then
+  SITE=/tmp/shardforge-site
+  "$PY" benchmarks/carried_wheels.py "$WHEELS" "$SITE"
+  export PYTHONPATH="$PWD:$SITE${PYTHONPATH#"$PWD"}"
+fi
 LIMIT=480
 for arg in "$@"; do
   case "$arg" in
