@@ -5,6 +5,7 @@
 #
 #   bash benchmarks/gpu_wheels.sh                        # CPython 3.12, manylinux x86-64, into .whl/
 #   bash benchmarks/gpu_wheels.sh --python-version 3.11 --dest /tmp/w   # another interpreter, folder
+#   bash benchmarks/gpu_wheels.sh --list                 # the pins it would download; nothing fetched
 #
 # The list: what shardforge's GPU run imports (the trainer, the CUDA tests, and the data-wait part's
 # build and GCS emulator) and a CUDA PyTorch image commonly lacks, with everything those need that
@@ -15,11 +16,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PYV=3.12
 DEST=.whl
+LIST=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --python-version) PYV="$2"; shift 2 ;;
     --dest) DEST="$2"; shift 2 ;;
-    -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --list) LIST=1; shift ;;
+    -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "gpu_wheels.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -42,6 +45,7 @@ for name in "${NAMES[@]}"; do
     echo "gpu_wheels.sh: $name has no version in constraints.txt" >&2; exit 1; }
   pins+=("$pin")
 done
+if [ "$LIST" = 1 ]; then printf '%s\n' "${pins[@]}"; exit 0; fi
 platforms=()
 for p in manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64 manylinux1_x86_64; do
   platforms+=(--platform "$p")

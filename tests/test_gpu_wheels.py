@@ -5,12 +5,50 @@ traceback after minutes of GPU time."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import zipfile
+from importlib import metadata
 from pathlib import Path
 
+from packaging.requirements import Requirement
+
 REPO = Path(__file__).resolve().parents[1]
+# Distributions the carried wheels need that the lent GPU image has (its package list, read 2026-11-17).
+IMAGE_HAS = {"aiohttp", "fsspec", "grpcio", "numpy", "packaging", "pillow", "protobuf", "pyarrow", "pyparsing",
+             "python-dateutil", "pyyaml", "requests", "sortedcontainers", "typing-extensions"}
+# Where the wheels are installed: the lent image's Python.
+TARGET = {"python_version": "3.12", "python_full_version": "3.12.3", "sys_platform": "linux",
+          "platform_system": "Linux", "platform_machine": "x86_64", "implementation_name": "cpython",
+          "platform_python_implementation": "CPython", "os_name": "posix", "extra": ""}
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def test_the_wheel_list_is_pinned_and_closed_over_what_the_image_lacks() -> None:
+    """gpu_wheels.sh --list: one pin per package, constraints.txt's version; every package those need is
+    in the list or in the image (a dependency a new release adds fails here, not on a lent GPU)."""
+    proc = subprocess.run(["bash", str(REPO / "benchmarks" / "gpu_wheels.sh"), "--list"], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    pins = dict(line.split("==") for line in proc.stdout.split())
+    listed = {_norm(n) for n in pins}
+    assert len(listed) == len(pins) == 42
+    assert {"pydantic", "webdataset", "gcsfs", "apache-beam", "gcp-storage-emulator"} <= listed
+    constraints = dict(x.split("==") for x in (REPO / "constraints.txt").read_text().split() if "==" in x)
+    assert all(constraints.get(n) == v for n, v in pins.items()), pins
+    needed = {}
+    for name in listed:
+        assert metadata.version(name) == pins.get(name, pins.get(name.replace("-", "_")))  # the venv's = the pin
+        for line in metadata.requires(name) or []:
+            req = Requirement(line)
+            if req.marker is None or req.marker.evaluate(TARGET):
+                needed.setdefault(_norm(req.name), set()).add(name)
+    missing = {n: sorted(by) for n, by in needed.items() if n not in listed and n not in IMAGE_HAS}
+    assert not missing, missing
 
 
 def _wheel(folder: Path, name: str, version: str, source: str) -> Path:
