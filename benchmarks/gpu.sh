@@ -18,14 +18,14 @@
 # On a GPU machine without a package registry: run `bash benchmarks/gpu_wheels.sh` where pip works and
 # send .whl/ along (or point SHARDFORGE_WHEELS at another folder); this script first installs those
 # carried wheels whose package is missing here (~3 s, into /tmp/shardforge-site; the machine's own torch,
-# triton and numpy untouched). PYTHON picks the interpreter (default: .venv's, else python, else python3).
+# triton and numpy untouched). PYTHON picks the interpreter (default: .venv's, else python3, else python).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-}"
 if [ -z "$PY" ]; then
   if [ -x .venv/bin/python ]; then PY=.venv/bin/python
-  elif command -v python >/dev/null; then PY=python
-  else PY=python3; fi
+  elif command -v python3 >/dev/null; then PY=python3
+  else PY=python; fi
 fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 WHEELS="${SHARDFORGE_WHEELS:-.whl}"
