@@ -136,3 +136,24 @@ def test_ctrl_c_while_a_data_command_imports_beam_is_one_line(capsys):
     with pytest.raises(SystemExit) as stop, interruptible_import():
         raise KeyboardInterrupt  # as the import of Beam is, by a Ctrl-C
     assert stop.value.code == 130 and capsys.readouterr().err == "interrupted: nothing was started\n"
+
+
+def test_ctrl_c_after_the_commit_says_the_version_is_committed(demo_corpus, tmp_path, monkeypatch, capsys) -> None:
+    """A Ctrl-C while the build reads its report for the summary, after manifest.json: the version is
+    complete, which the line says (not "nothing unfinished was committed"); the rerun prints the summary."""
+    import pipelines.jobs.build as build
+    from shardforge.console.run import DATA_JOB_COMMITTED
+
+    out = tmp_path / "corpus"
+    argv = ["--input", demo_corpus["ccnews"], "--output", str(out)]
+
+    def interrupt(url: str) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(build, "read_report", interrupt)
+    assert build.main(argv) == 130
+    assert capsys.readouterr().err.strip().splitlines()[-1] == f"interrupted: {DATA_JOB_COMMITTED}"
+    assert (out / "manifest.json").is_file()
+    monkeypatch.undo()
+    assert build.main(argv) == 0
+    assert "shards" in capsys.readouterr().out

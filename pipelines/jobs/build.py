@@ -48,7 +48,7 @@ from pipelines.sources.naming import fixed_folder
 from schemas.config import BuildConfig
 from schemas.errors import UserError
 from schemas.manifest import MANIFEST_NAME, Manifest
-from shardforge.console.run import DATA_JOB_INTERRUPTED, run_cli
+from shardforge.console.run import DATA_JOB_COMMITTED, DATA_JOB_INTERRUPTED, run_cli
 from shardforge.storage import exists, is_glob, is_within, join, redact_url
 
 
@@ -123,6 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     if handle_help(build_parser(), argv):
         return 0
 
+    committed: list[str] = []  # the output, once its version is committed (a Ctrl-C after that says so)
+
     def body() -> int:
         as_json, args = take_json(argv)  # the driver's own flag: Beam knows no --json
         check_beam_args(args)  # Beam would silently drop a flag no option knows (a typo, --vocab-size)
@@ -138,6 +140,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(hint, file=sys.stderr)
         timings: dict[str, float] = {}
         manifest = run_build(cfg, o.output, beam_args, batch_mb=o.batch_mb, timings=timings)
+        committed.append(o.output)
         report = read_report(o.output)
         summary = summarize(manifest, report)
         # Wall time this driver process saw per phase, in seconds (the pipeline's includes writing
@@ -157,4 +160,4 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(summary, indent=1) if as_json else summary_text(summary, manifest))
         return 0
 
-    return run_cli(body, argv, interrupted=DATA_JOB_INTERRUPTED)
+    return run_cli(body, argv, interrupted=lambda: DATA_JOB_COMMITTED if committed else DATA_JOB_INTERRUPTED)

@@ -46,7 +46,7 @@ from schemas.configfile import parse_config
 from schemas.errors import UserError
 from schemas.manifest import MANIFEST_NAME, Manifest, SourceAccount
 from schemas.naming import TAG_RE, VERSIONS_DIR, version_manifest_name
-from shardforge.console.run import DATA_JOB_INTERRUPTED, run_cli
+from shardforge.console.run import DATA_JOB_COMMITTED, DATA_JOB_INTERRUPTED, run_cli
 from shardforge.storage import (
     absolute,
     exists,
@@ -332,6 +332,8 @@ def main(argv: list[str] | None = None) -> int:
     if handle_help(parser, argv):
         return 0
 
+    committed: list[str] = []  # the output, once its version is committed (a Ctrl-C after that says so)
+
     def body() -> int:
         as_json, args = take_json(argv)  # the driver's own flag: Beam knows no --json
         check_beam_args(args)  # Beam would silently drop a flag no option knows
@@ -343,11 +345,12 @@ def main(argv: list[str] | None = None) -> int:
             rule=o.rule, max_seq_len=o.max_seq_len, short_seq_prob=o.short_seq_prob, seed=o.seed,
             valid_fraction=o.valid_fraction, shard_bytes=o.shard_bytes, shard_samples=o.shard_samples,
             groups=o.groups)
+        committed.append(o.output)
         print(json.dumps(repack_summary(manifest), indent=1) if as_json
               else repack_summary_text(manifest, o.output))
         return 0
 
-    return run_cli(body, argv, interrupted=DATA_JOB_INTERRUPTED)
+    return run_cli(body, argv, interrupted=lambda: DATA_JOB_COMMITTED if committed else DATA_JOB_INTERRUPTED)
 
 
 __all__ = ["RepackOptions", "ReadTokenized", "Parent", "iter_tokenized", "repack_config", "repack_pipeline",

@@ -191,6 +191,8 @@ def quiet_library_logs() -> None:
 INTERRUPTED = 130  # 128 + SIGINT: the shell's status of a command stopped by Ctrl-C
 DATA_JOB_INTERRUPTED = ("nothing unfinished was committed (a corpus version is committed by its manifest, written "
                         "last); run the same command again to finish")
+DATA_JOB_COMMITTED = ("the corpus version was committed before the interrupt (its manifest.json is written): "
+                      "only the summary was cut short; running the same command again prints it")
 TRAIN_INTERRUPTED = ("run the same command again to resume from the run's last checkpoint, if one was saved "
                      "(SIGTERM instead of Ctrl-C saves one at the end of the current step, then exits)")
 # What Beam's runner makes of a KeyboardInterrupt raised inside a step: "KeyboardInterrupt [while running 'X']".
@@ -235,11 +237,13 @@ def exit_if_stdout_closed() -> Iterator[None]:
         raise SystemExit(STDOUT_CLOSED) from None
 
 
-def run_cli(body: Callable[[], int], argv: list[str] | None = None, interrupted: str = "") -> int:
+def run_cli(body: Callable[[], int], argv: list[str] | None = None,
+            interrupted: str | Callable[[], str] = "") -> int:
     """Run a command's body: a user error (also one a runner re-raised wrapped) prints one line, exit 2.
 
-    Ctrl-C prints "interrupted" and the command's ``interrupted`` text (what is left, how to go on)
-    instead of a traceback, exit 130, also where a runner wrapped the KeyboardInterrupt. Output into a
+    Ctrl-C prints "interrupted" and the command's ``interrupted`` text (what is left, how to go on; a
+    function is asked for it when the interrupt comes) instead of a traceback, exit 130, also where a
+    runner wrapped the KeyboardInterrupt. Output into a
     reader that left (``| head``) ends quietly, exit 141 (``stdout_closed``). Any other exception is a bug or an infrastructure failure: its traceback is
     printed with credentials redacted, exit 1. argv: the command's arguments when
     they are not this process's (an in-process call), for their credentials to be masked.
@@ -297,6 +301,7 @@ def _background_errors_told_once() -> Iterator[list[str]]:
         told += [user_error_line(str(one_line_error(e)))[len("error: "):] for e in seen]
 
 
-def _interrupted(hint: str) -> int:
-    print(f"interrupted{f': {hint}' if hint else ''}", file=sys.stderr)
+def _interrupted(hint: str | Callable[[], str]) -> int:
+    text = hint() if callable(hint) else hint
+    print(f"interrupted{f': {text}' if text else ''}", file=sys.stderr)
     return INTERRUPTED
