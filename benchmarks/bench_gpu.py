@@ -382,6 +382,7 @@ class Bench:
                 print(f"  {what}: skipped (missing {', '.join(need)})", flush=True)
                 if item == "tests":
                     self.res.tests = f"not run (missing {', '.join(need)})"
+                self.save()
                 continue
             if item == "tests":
                 if self.fits("CUDA tests", COST["tests"]):
