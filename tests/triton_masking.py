@@ -18,26 +18,21 @@ runs it; needs the ``triton`` package (the dev extra), no GPU.
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
-os.environ["TRITON_INTERPRET"] = "1"  # read when the generated kernels are defined: before any is
-os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")  # interpreted kernels need no compile workers
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
 
+# Sets TRITON_INTERPRET before any kernel is defined, and inductor's Triton backend for CPU tensors.
+from benchmarks.check_triton_step import interpret_on_cpu  # noqa: E402
+
+interpret_on_cpu()
+
 import torch  # noqa: E402
-import torch._inductor.config as inductor_config  # noqa: E402
-import torch.utils._triton as torch_triton  # noqa: E402
 from test_fused_masking import assert_same, ragged  # noqa: E402
 from test_masking import masker, word_table  # noqa: E402
 
 from trainer.fused_masking import FusedMasker, launches  # noqa: E402
-
-inductor_config.cpu_backend = "triton"
-# Inductor puts the active Triton backend's hash in each kernel's autotuning cache key, and asks Triton's
-# driver for it; with no GPU there is no active driver. The interpreter needs none: a fixed key will do.
-torch_triton.triton_hash_with_backend = lambda: "interpreted-on-cpu"
 
 # (rows, columns, masking rate, a separator token every n positions): the first compiles, the others
 # must reuse that compile (dynamic shapes, every constant a tensor input).

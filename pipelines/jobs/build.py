@@ -48,7 +48,7 @@ from pipelines.sources.naming import fixed_folder
 from schemas.config import BuildConfig
 from schemas.errors import UserError
 from schemas.manifest import MANIFEST_NAME, Manifest
-from shardforge.console.run import DATA_JOB_COMMITTED, DATA_JOB_INTERRUPTED, run_cli
+from shardforge.console.run import data_job_interrupted, run_cli
 from shardforge.storage import exists, is_glob, is_within, join, redact_url
 
 
@@ -160,4 +160,4 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(summary, indent=1) if as_json else summary_text(summary, manifest))
         return 0
 
-    return run_cli(body, argv, interrupted=lambda: DATA_JOB_COMMITTED if committed else DATA_JOB_INTERRUPTED)
+    return run_cli(body, argv, interrupted=data_job_interrupted(committed))

@@ -46,7 +46,7 @@ from schemas.configfile import parse_config
 from schemas.errors import UserError
 from schemas.manifest import MANIFEST_NAME, Manifest, SourceAccount
 from schemas.naming import TAG_RE, VERSIONS_DIR, version_manifest_name
-from shardforge.console.run import DATA_JOB_COMMITTED, DATA_JOB_INTERRUPTED, run_cli
+from shardforge.console.run import data_job_interrupted, run_cli
 from shardforge.storage import (
     absolute,
     exists,
@@ -350,7 +350,7 @@ def main(argv: list[str] | None = None) -> int:
               else repack_summary_text(manifest, o.output))
         return 0
 
-    return run_cli(body, argv, interrupted=lambda: DATA_JOB_COMMITTED if committed else DATA_JOB_INTERRUPTED)
+    return run_cli(body, argv, interrupted=data_job_interrupted(committed))
 
 
 __all__ = ["RepackOptions", "ReadTokenized", "Parent", "iter_tokenized", "repack_config", "repack_pipeline",

@@ -193,6 +193,13 @@ DATA_JOB_INTERRUPTED = ("nothing unfinished was committed (a corpus version is c
                         "last); run the same command again to finish")
 DATA_JOB_COMMITTED = ("the corpus version was committed before the interrupt (its manifest.json is written): "
                       "only the summary was cut short; running the same command again prints it")
+
+
+def data_job_interrupted(committed: list[str]) -> Callable[[], str]:
+    """A data job's Ctrl-C text: DATA_JOB_COMMITTED once ``committed`` holds its output, else DATA_JOB_INTERRUPTED."""
+    return lambda: DATA_JOB_COMMITTED if committed else DATA_JOB_INTERRUPTED
+
+
 TRAIN_INTERRUPTED = ("run the same command again to resume from the run's last checkpoint, if one was saved "
                      "(SIGTERM instead of Ctrl-C saves one at the end of the current step, then exits)")
 # What Beam's runner makes of a KeyboardInterrupt raised inside a step: "KeyboardInterrupt [while running 'X']".
