@@ -393,30 +393,32 @@ def test_cuda_side_stream_masks_while_the_main_stream_is_busy() -> None:
     assert torch.equal(out["loss"], want["loss"])
 
 
-@needs_cuda
 @pytest.mark.slow
-def test_cuda_on_and_off_give_the_same_run(small_corpus, tmp_path, monkeypatch) -> None:
-    """The whole loop on the GPU (fused masking, eager, fp32): every micro-batch that reaches the model holds
-    the same ids, labels and layout on and off (copied on the main stream when the model takes it: a
-    missing wait would show here), the loader positions in the checkpoints are the same, and so are the
-    losses (the first bit for bit; later ones to what the GPU's atomics in the backward allow)."""
-    import trainer.train as train_mod
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=needs_cuda)])
+def test_on_and_off_feed_the_model_the_same_batches(device: str, small_corpus, tmp_path, monkeypatch) -> None:
+    """The whole loop (eager, fp32; on the GPU with fused masking): every micro-batch that reaches the model
+    holds the same ids, labels and layout on and off (on a GPU: copied on the main stream when the model
+    takes it, so a missing wait would show here), the loader positions in the checkpoints are the same, and
+    so are the losses (the first bit for bit; later ones to what a GPU's atomics in the backward allow).
+    The CPU case runs the same capture of what the step hands the model, so it cannot go stale unseen."""
+    import trainer.step as step_mod
 
     root, _ = small_corpus
     seen: dict[str, list[dict[str, torch.Tensor]]] = {"off": [], "on": []}
-    real = train_mod.forward
+    real = step_mod.forward
     outs = {}
+    steps = 10 if device == "cuda" else 4
     for setting in ("off", "on"):
         def taking(model: Any, batch: Any, *a: Any, setting: str = setting, **kw: Any) -> Any:
             seen[setting].append({k: t.clone() for k, t in batch.kw.items() if isinstance(t, torch.Tensor)})
             return real(model, batch, *a, **kw)
 
-        monkeypatch.setattr(train_mod, "forward", taking)
+        monkeypatch.setattr(step_mod, "forward", taking)
         outs[setting] = str(tmp_path / setting)
-        train(run_cfg(root, outs[setting], device="cuda", compile=False, precision="fp32", steps=10,
-                      masking_impl="fused", masking_overlap=setting, tokens_per_batch=700,
-                      masking={"scheme": "token"}))
-    assert len(seen["on"]) == len(seen["off"]) == 20
+        train(run_cfg(root, outs[setting], device=device, compile=False, precision="fp32", steps=steps,
+                      masking_impl="fused" if device == "cuda" else "reference", masking_overlap=setting,
+                      tokens_per_batch=700, masking={"scheme": "token"}))
+    assert len(seen["on"]) == len(seen["off"]) == steps * 3  # steps x gradient_accumulation
     for a, b in zip(seen["off"], seen["on"], strict=True):
         assert a.keys() == b.keys() and all(torch.equal(a[k].cpu(), b[k].cpu()) for k in a)
     ra, rb = results(outs["off"]), results(outs["on"])
