@@ -26,10 +26,15 @@ measured):
 7. Data wait with 4 and 8 DataLoader workers: the trainer itself, streaming the demo corpus from a GCS
    emulator on 127.0.0.1 (``benchmarks/bench_datawait.py``'s harness).
 
-Modes: the full run fits in 8 minutes (``gpu.sh``'s limit); ``--quick`` in 4 (base only: eager and compiled
-FULL-SENTENCES, masking, two sweep points, profiles; no tests, no data wait); ``--dry-run`` (alias
-``--smoke``) runs every part at tiny sizes on the CPU in about two minutes (compile with the ``eager``
-dynamo backend, fused masking with inductor's C++ for one scheme): run it before spending GPU time.
+Modes: the full run fits in 8 minutes (``gpu.sh``'s limit): on an H200 with a cold compile cache that is the
+tests, every eager row, the base compiled FULL-SENTENCES row with its profile and sweep, masking and the data
+wait; ``--rest`` (a second call, 8 minutes too) runs the compiled rows that leaves out (CUDA graphs, compiled
+AdamW, DOC-SENTENCES, full head; ``--rest --sizes large`` the large ones): each is a whole-model compile of
+1.5-4 minutes. ``--plan`` lists a mode's parts with their expected seconds and which fit, running nothing.
+``--quick`` fits in 4 (base only: eager and compiled FULL-SENTENCES, masking, two sweep points, profiles; no
+tests, no data wait); ``--dry-run`` (alias ``--smoke``) runs every part at tiny sizes on the CPU in about two
+minutes (compile with the ``eager`` dynamo backend, fused masking with inductor's C++ for one scheme): run it
+before spending GPU time.
 
 MFU counts useful FLOPs only: the masked-only head's FLOPs (vocabulary projection at the 15% predicted
 positions) for both heads, and attention at each sequence's real length. Peak FLOP/s comes from
@@ -37,7 +42,8 @@ positions) for both heads, and attention at each sequence's real length. Peak FL
 
 Without a CUDA device (and without ``--dry-run``) the script says so and exits 2.
 
-    python benchmarks/bench_gpu.py [--quick | --dry-run] [--sizes base large] [--steps 10] [--limit-s 465]
+    python benchmarks/bench_gpu.py [--quick | --rest | --dry-run] [--plan] [--sizes base large] [--steps 10]
+                                   [--limit-s 465]
 """
 
 from __future__ import annotations
@@ -78,20 +84,47 @@ from benchmarks.gpu_report import Results, report  # noqa: E402
 
 MASK_RATE = 0.15
 F, D = "FULL-SENTENCES", "DOC-SENTENCES"
-# The parts in priority order: a row (size, batches, head, mode) or a named part.
+# The parts in priority order: a row (size, batches, head, mode) or a named part. A part starts only while its
+# expected cost (``part_cost``) fits in the mode's limit, so a part too dear for the time left is passed over
+# and the cheaper ones after it still run. On an H200 with a cold compile cache the full run's 8 minutes hold
+# the tests, the eager rows, the base compiled row with its profile and sweep, masking and the data wait;
+# the compiled rows after the first (each a fresh whole-model compile of 1.5-3 minutes) are ``--rest``'s.
 FULL_PLAN = ("tests", ("base", F, "masked-only", "eager"), ("base", F, "HF", "eager"),
-             ("base", F, "masked-only", "compile"), "masking", ("large", F, "masked-only", "compile"),
-             ("base", D, "masked-only", "eager"), ("base", D, "masked-only", "compile"),
-             ("large", D, "masked-only", "compile"), ("base", F, "masked-only", "compile+cudagraphs"),
-             ("base", F, "masked-only", "compile+compiled AdamW"), ("large", F, "masked-only", "eager"),
-             ("large", D, "masked-only", "eager"), ("base", D, "HF", "eager"), "datawait",
-             ("base", F, "full head", "eager"), ("base", F, "full head", "compile"), ("large", F, "HF", "eager"))
+             ("base", F, "masked-only", "compile"), "masking", ("base", D, "masked-only", "eager"),
+             ("base", F, "masked-only", "eager+cuDNN attention"), ("large", F, "masked-only", "eager"), ("large", D, "masked-only", "eager"), ("base", D, "HF", "eager"),
+             "datawait", ("base", F, "full head", "eager"), ("large", F, "HF", "eager"), ("large", D, "HF", "eager"),
+             ("base", F, "masked-only", "compile+cudagraphs"), ("base", F, "masked-only", "compile+compiled AdamW"),
+             ("base", F, "masked-only", "compile+cuDNN attention"), ("base", D, "masked-only", "compile"), ("large", F, "masked-only", "compile"),
+             ("large", D, "masked-only", "compile"), ("base", F, "full head", "compile"))
+REST_PLAN = tuple(x for x in FULL_PLAN if isinstance(x, tuple) and x[3].startswith("compile")
+                  and x != ("base", F, "masked-only", "compile"))
 QUICK_PLAN = (("base", F, "masked-only", "eager"), ("base", F, "HF", "eager"),
               ("base", F, "masked-only", "compile"), "masking", ("base", D, "masked-only", "eager"))
-# Seconds a part is expected to take on an H200 (compiles dominate): a part starts only if it fits.
-# masking: the four schemes' compiles, and the base steps with masking ahead off and on (~10 s: no compile
-# but the token scheme's, which the four then find in inductor's cache).
-COST = {"tests": 90, "masking": 90, "datawait": 100, "eager": 15, "compile": 80, "sweep": 70}
+# Seconds a part took on an H200 (16 vCPUs, inductor's cache cold; first full run, 2026-12-04), a little
+# rounded up: compiles dominate (base 82 s of first steps, large 175, base DOC-SENTENCES 108: its shapes).
+# masking: masking ahead off and on (~10 s), then the four schemes' fused compiles (1-13 s each).
+COST = {"tests": 75, "masking": 60, "datawait": 50, "eager": 10, "compile": 90, "sweep": 40}
+SIZE_COST = {"eager": 1.5, "compile": 2.1}  # large over base
+DOC_COMPILE = 1.3  # DOC-SENTENCES compiles a graph per dynamic-shape bucket
+
+
+def sweep_cost(s: Setup) -> float:
+    """Expected seconds of the micro-batch sweep (COST's is for four points; one recompile for the sizes)."""
+    return COST["sweep"] * len(s.sweep) / 4 * s.scale
+
+
+def part_cost(item: str | tuple[str, str, str, str]) -> float:
+    """Expected seconds of a plan item on an H200 (before the mode's scale)."""
+    if isinstance(item, str):
+        return COST[item]
+    size, kind, head, mode = item
+    how = "compile" if mode.startswith("compile") else "eager"
+    cost = COST[how] * (SIZE_COST[how] if size == "large" else 1.0)
+    if how == "compile" and kind == D:
+        cost *= DOC_COMPILE
+    return cost
+
+
 # Modules every part imports, and those of single parts (a part whose modules are missing is not run).
 CORE_MODULES = ("pydantic", "webdataset", "yaml", "safetensors")
 PART_MODULES = {"tests": ("pytest", "hypothesis"), "datawait": ("apache_beam", "gcsfs", "gcp_storage_emulator"),
@@ -141,6 +174,7 @@ class Setup:
 GPU = Setup(mode="full", plan=FULL_PLAN, sizes=("base", "large"), seq=512, batch=32, tokens=16384, vocab=50265,
             warmup=3, steps=10, compile_backend="inductor", workers=(4, 8), datawait_size="base", datawait_batch=32,
             datawait_steps=20, docs_per_source=120, sweep=(32, 64, 128, 256), global_batch=256, limit_s=465)
+REST = replace(GPU, mode="rest", plan=REST_PLAN)
 QUICK = replace(GPU, mode="quick", plan=QUICK_PLAN, sizes=("base",), steps=6, sweep=(64, 256), limit_s=225)
 DRY = Setup(mode="dry-run", plan=tuple(dict.fromkeys(x if isinstance(x, str) else ("tiny", *x[1:]) for x in FULL_PLAN)),
             sizes=("tiny",), seq=64, batch=4, tokens=256, vocab=1000, warmup=1, steps=2, compile_backend="eager",
@@ -409,7 +443,7 @@ class Bench:
 
         s, dev = self.s, self.dev
         row = Row(size, kind, head, mode)
-        cost = COST["compile" if "compile" in mode else "eager"] * (1.4 if size == "large" else 1.0)
+        cost = part_cost((size, kind, head, mode))
         if not self.fits(f"{size} {kind} {head} {mode}", cost):
             row.note = "not run: time limit"
             self.res.rows.append(row)
@@ -433,9 +467,16 @@ class Bench:
                 compiled = mode.startswith("compile")
                 model = maybe_compile(raw, compiled, dev, backend=s.compile_backend,
                                       mode="reduce-overhead" if "cudagraphs" in mode else "default")
+                attention = "cudnn" if "cuDNN" in mode else "auto"
                 step = build_step(model, raw, batches, dev, compiled, "compiled" if "AdamW" in mode else "fused",
-                                  backend=s.compile_backend)
+                                  backend=s.compile_backend, attention=attention)
                 measure(step, batches, s, dev, dims, self.peak, row)
+                if attention != "auto":
+                    from trainer.batch import CHOICES
+
+                    used = {c.backend for c in CHOICES if c.path != "unpadded" and c.device == dev.type}
+                    row.note = f"attention: {attention}" if attention in used else \
+                        f"attention: {attention} refused the shape ({', '.join(sorted(used))})"
                 if kind == F and head == "masked-only" and size == s.sizes[0] and mode in ("eager", "compile"):
                     self.ms[(size, mode)] = row.ms
                     self.extras(model, raw, step, mode)
@@ -473,7 +514,7 @@ class Bench:
         prof = self.guarded(f"profile ({mode})", lambda: profile_step(what, step, 3, dev, count_syncs=count))
         if prof is not None:
             self.res.profiles.append(prof)
-        if mode == "compile" and self.fits("micro-batch sweep", COST["sweep"]):
+        if mode == "compile" and self.fits("micro-batch sweep", sweep_cost(s) / s.scale):
             self.guarded("micro-batch sweep", lambda: self.sweep(model, raw))
 
     def sweep(self, model: torch.nn.Module, raw: torch.nn.Module) -> None:
@@ -486,7 +527,7 @@ class Bench:
                                "timed optimizer steps after one warm-up step.")
         for micro in s.sweep:
             accum = max(1, s.global_batch // micro)
-            if not self.fits(f"sweep point {micro}", COST["sweep"] / len(s.sweep)):
+            if not self.fits(f"sweep point {micro}", sweep_cost(s) / s.scale / len(s.sweep)):
                 self.res.sweep.append(SweepRow(micro, accum, math.nan, math.nan, None, None, math.nan,
                                                "not run: time limit"))
                 continue
@@ -535,9 +576,40 @@ class Bench:
 # ------------------------------------------------------------------ main
 
 
+def item_name(item: str | tuple[str, str, str, str]) -> str:
+    return item if isinstance(item, str) else " ".join(item)
+
+
+def expected(s: Setup) -> list[tuple[str | tuple[str, str, str, str], float, bool]]:
+    """(item, expected seconds, starts) for the mode's plan, every part taking its expected cost: the same
+    rule as the run's (a part starts only if it ends by the limit). The first size's compiled FULL masked-only
+    row counts its micro-batch sweep too, which starts only if it fits after the row."""
+    t, out = 0.0, []
+    for item in s.plan:
+        cost = part_cost(item) * s.scale
+        starts = t + cost <= s.limit_s
+        if starts:
+            t += cost
+            if item == (s.sizes[0], F, "masked-only", "compile") and t + sweep_cost(s) <= s.limit_s:
+                t += sweep_cost(s)
+                cost += sweep_cost(s)
+        out.append((item, cost, starts))
+    return out
+
+
+def plan_lines(s: Setup) -> list[str]:
+    """``--plan``'s listing."""
+    rows = expected(s)
+    lines = [f"bench_gpu {s.mode}: limit {s.limit_s:.0f} s; expected seconds on an H200 (inductor's cache cold)"]
+    lines += [f"  {'runs   ' if starts else 'left out'} {cost:5.0f} s  {item_name(item)}" for item, cost, starts in rows]
+    lines.append(f"  expected total {sum(c for _, c, starts in rows if starts):.0f} s")
+    return lines
+
+
+
 def setup_of(args) -> Setup:  # noqa: ANN001 - argparse.Namespace
     """The mode's Setup with the command line's changes (sizes, steps, limit, parts left out)."""
-    s = DRY if args.dry_run else QUICK if args.quick else GPU
+    s = DRY if args.dry_run else QUICK if args.quick else REST if args.rest else GPU
     if args.sizes:
         s = replace(s, sizes=tuple(args.sizes))
     if args.steps:
@@ -556,6 +628,9 @@ def main() -> int:
     ap = bench_parser(__doc__, "gpu")
     how = ap.add_mutually_exclusive_group()
     how.add_argument("--quick", action="store_true", help="The base rows, masking, sweep and profiles in 4 minutes.")
+    how.add_argument("--rest", action="store_true",
+                     help="The compiled rows the full run's 8 minutes leave out (CUDA graphs, compiled AdamW, "
+                          "DOC-SENTENCES, large, full head): a second call.")
     how.add_argument("--dry-run", "--smoke", dest="dry_run", action="store_true",
                      help="Every part at tiny sizes on the CPU (about two minutes): run before spending GPU time.")
     ap.add_argument("--sizes", nargs="+", help="Model sizes (default: base large; quick: base; dry run: tiny).")
@@ -564,7 +639,14 @@ def main() -> int:
                     help="Start no part that is expected to end after this many seconds (full 465, quick 225).")
     ap.add_argument("--no-compile", action="store_true", help="Leave out the torch.compile rows (and the sweep).")
     ap.add_argument("--no-tests", action="store_true", help="Leave out the CUDA-only tests.")
+    ap.add_argument("--plan", action="store_true",
+                    help="Print the parts in order with their expected seconds on an H200 and which fit the limit; "
+                         "run nothing (no GPU needed).")
     args = ap.parse_args()
+    if args.plan:
+        s = setup_of(args)
+        print("\n".join(plan_lines(s)))
+        return 0
     need = lacking(CORE_MODULES)
     if need:
         print(f"bench_gpu: this Python ({sys.executable}) lacks {', '.join(need)}: {NO_PACKAGES_HINT}.",

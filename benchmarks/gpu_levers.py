@@ -265,7 +265,7 @@ def padded_columns(batch: dict[str, torch.Tensor], multiple: int) -> dict[str, t
 
 
 def step_inputs(batches: list[dict[str, torch.Tensor]], dev: torch.device, compiled: bool,
-                dims) -> Callable[[int], dict]:  # noqa: ANN001 - dims: trainer.model.ModelDims
+                dims, attention: str = "auto") -> Callable[[int], dict]:  # noqa: ANN001 - dims: trainer.model.ModelDims
     """The model's keyword arguments for batch i, built as trainer.batch.masked_forward builds them: the
     attention path and layout from the host mask, the static prediction bound, and for a compiled model
     the bucketed columns and packed tokens with the varying sizes marked dynamic."""
@@ -280,7 +280,7 @@ def step_inputs(batches: list[dict[str, torch.Tensor]], dev: torch.device, compi
 
     def inputs(i: int) -> dict:
         kw = attention_inputs(dict(on_dev[i]), host[i]["attention_mask"], dev, bucket=TOKEN_BUCKET if compiled else 0)
-        kw, choice = plan(kw, dims.heads, dims.head_dim, dims.dropout, dev, dtype)
+        kw, choice = plan(kw, dims.heads, dims.head_dim, dims.dropout, dev, dtype, attention)
         CHOICES.add(choice)
         kw["predictions"] = bounds[i]
         if compiled:
@@ -292,16 +292,18 @@ def step_inputs(batches: list[dict[str, torch.Tensor]], dev: torch.device, compi
 
 def build_step(model: torch.nn.Module, raw: torch.nn.Module, batches: list[dict[str, torch.Tensor]],
                dev: torch.device, compiled: bool, optim_impl: str = "fused", accum: int = 1,
-               backend: str = "inductor") -> Callable[[int], None]:
+               backend: str = "inductor", attention: str = "auto") -> Callable[[int], None]:
     """The trainer's step on pre-copied batches (``accum`` micro-batches per optimizer step; AdamW fused as on
-    CUDA by default, on the CPU of a dry run too)."""
+    CUDA by default, on the CPU of a dry run too; ``attention``: the kernel to prefer, as the trainer's
+    ``attention`` setting)."""
     from schemas.config import OptimConfig
     from trainer.optim import build_optimizer
     from trainer.precision import Precision
 
     opt = build_optimizer(raw, OptimConfig(impl=optim_impl), compile_backend=backend)
     prec = Precision("bf16" if dev.type == "cuda" else "fp32", dev)
-    return accumulated_step(model, raw, batches, dev, accum, step_inputs(batches, dev, compiled, raw.dims), opt, prec)
+    return accumulated_step(model, raw, batches, dev, accum, step_inputs(batches, dev, compiled, raw.dims, attention),
+                            opt, prec)
 
 
 class Profile(NamedTuple):
