@@ -93,6 +93,7 @@ FULL_PLAN = ("tests", ("base", F, "masked-only", "eager"), ("base", F, "HF", "ea
              ("base", F, "masked-only", "compile"), "masking", ("base", D, "masked-only", "eager"),
              ("base", F, "masked-only", "eager+cuDNN attention"), ("large", F, "masked-only", "eager"), ("large", D, "masked-only", "eager"), ("base", D, "HF", "eager"),
              "datawait", ("base", F, "full head", "eager"), ("large", F, "HF", "eager"), ("large", D, "HF", "eager"),
+             ("base", F, "masked-only", "compile by layers"), ("large", F, "masked-only", "compile by layers"),
              ("base", F, "masked-only", "compile+cudagraphs"), ("base", F, "masked-only", "compile+compiled AdamW"),
              ("base", F, "masked-only", "compile+cuDNN attention"), ("base", D, "masked-only", "compile"), ("large", F, "masked-only", "compile"),
              ("large", D, "masked-only", "compile"), ("base", F, "full head", "compile"))
@@ -106,6 +107,9 @@ QUICK_PLAN = (("base", F, "masked-only", "eager"), ("base", F, "HF", "eager"),
 COST = {"tests": 75, "masking": 60, "datawait": 50, "eager": 10, "compile": 90, "sweep": 40}
 SIZE_COST = {"eager": 1.5, "compile": 2.1}  # large over base
 DOC_COMPILE = 1.3  # DOC-SENTENCES compiles a graph per dynamic-shape bucket
+# compile_scope layers compiles one block, not every layer: a guess until a GPU run measures it (large's
+# layer is no dearer to compile than base's).
+BY_LAYERS = 0.4
 
 
 def sweep_cost(s: Setup) -> float:
@@ -122,6 +126,8 @@ def part_cost(item: str | tuple[str, str, str, str]) -> float:
     cost = COST[how] * (SIZE_COST[how] if size == "large" else 1.0)
     if how == "compile" and kind == D:
         cost *= DOC_COMPILE
+    if "by layers" in mode:
+        cost = COST["compile"] * BY_LAYERS
     return cost
 
 
@@ -466,7 +472,8 @@ class Bench:
             else:
                 compiled = mode.startswith("compile")
                 model = maybe_compile(raw, compiled, dev, backend=s.compile_backend,
-                                      mode="reduce-overhead" if "cudagraphs" in mode else "default")
+                                      mode="reduce-overhead" if "cudagraphs" in mode else "default",
+                                      scope="layers" if "by layers" in mode else "model")
                 attention = "cudnn" if "cuDNN" in mode else "auto"
                 step = build_step(model, raw, batches, dev, compiled, "compiled" if "AdamW" in mode else "fused",
                                   backend=s.compile_backend, attention=attention)

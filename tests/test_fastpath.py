@@ -457,14 +457,14 @@ def test_bench_gpu_dry_run_runs_every_part_on_cpu(tmp_path) -> None:
     text = out.read_text()
     for part in ("FULL-SENTENCES", "DOC-SENTENCES", "masked-only", "full head", "| eager |", "| compile |",
                  "| compile+cudagraphs |", "| compile+compiled AdamW |", "| eager+cuDNN attention |",
-                 "| compile+cuDNN attention |", "Masking", "Data wait", "peak memory",
+                 "| compile+cuDNN attention |", "| compile by layers |", "Masking", "Data wait", "peak memory",
                  "RobertaForMaskedLM", "dry run", "Micro-batch sweep", "Profile: tiny FULL-SENTENCES masked-only "
                  "eager", "Profile: tiny FULL-SENTENCES masked-only compile", "Attention kernels chosen"):
         assert part in text, part
     # Every configuration measured something (no row left empty), and both worker counts ran.
     rows = [line for line in text.splitlines() if line.startswith("| tiny |")]
     cells = [[c.strip() for c in line.strip("|").split("|")] for line in rows]
-    assert len(rows) == 12 and all(c[4] != "—" and float(c[4]) > 0 for c in cells), rows
+    assert len(rows) == 13 and all(c[4] != "—" and float(c[4]) > 0 for c in cells), rows
     # Every row but the cuDNN ones (whose note names the kernel: on a CPU torch picks) has an empty note.
     assert all(not c[-1] for c in cells if "cuDNN" not in c[3]), rows
     assert all(c[-1].startswith("attention: cudnn refused the shape") for c in cells if "cuDNN" in c[3]), rows

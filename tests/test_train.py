@@ -417,28 +417,31 @@ def test_export_cli_gives_a_loadable_hf_folder(corpus, tmp_path):
     assert cli(["export", run, hf, "--overwrite"]) == 0
 
 
-def test_torch_compile_option_trains_and_checkpoints_plain_weights(corpus, tmp_path, monkeypatch):
-    """The trainer's compile switch: a compiled model trains and saves plain weights.
+@pytest.mark.parametrize("scope", ["model", "layers"])
+def test_torch_compile_option_trains_and_checkpoints_plain_weights(corpus, tmp_path, monkeypatch, scope):
+    """The trainer's compile switch, whole model or by layers: a compiled model trains and saves plain weights.
 
     dynamo with the aot_eager backend (the graphs inductor would lower) keeps this at seconds;
     inductor's generated code is checked against eager in test_fastpath.
     """
     import trainer.train as train_mod
-    from trainer.precision import maybe_compile
+    from trainer.precision import is_compiled, maybe_compile
 
-    calls = []
+    calls, models = [], []
 
-    def compile_aot_eager(model, setting, device, mode="default"):
-        calls.append((setting, mode))
-        return maybe_compile(model, setting, device, backend="aot_eager", mode=mode)
+    def compile_aot_eager(model, setting, device, mode="default", scope="model"):
+        calls.append((setting, mode, scope))
+        models.append(maybe_compile(model, setting, device, backend="aot_eager", mode=mode, scope=scope))
+        return models[-1]
 
     monkeypatch.setattr(train_mod, "maybe_compile", compile_aot_eager)
     out = str(tmp_path / "compiled")
-    res = train(cfg(corpus, out, steps=2, compile=True))
-    assert calls == [(True, "default")]
+    res = train(cfg(corpus, out, steps=2, compile=True, compile_scope=scope))
+    assert calls == [(True, "default", scope)] and is_compiled(models[0])
+    assert hasattr(models[0], "_orig_mod") == (scope == "model")
     assert res["steps"] == 2 and math.isfinite(res["last_loss"])
     state = load_checkpoint(list_checkpoints(out)[-1][1])["model"]
-    assert not any(k.startswith("_orig_mod.") for k in state)  # loadable without torch.compile
+    assert not any("_orig_mod" in k for k in state)  # loadable without torch.compile
 
 
 @pytest.mark.parametrize("variant", ["albert_sop", "spanbert_nsp"])

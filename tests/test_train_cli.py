@@ -154,6 +154,10 @@ def test_the_description_names_the_run_and_max_tokens_sets_the_steps(small_corpu
         params=1, device="cuda:0", precision="bf16", compiled=True, world_size=1, accum=1, vocab_size=400,
         masking="fused"))
     assert "torch.compile on (reduce-overhead), fused masking ops" in fused[1], fused[1]
+    regional = describe_run(planned.model_copy(update={"compile_mode": "reduce-overhead", "compile_scope": "layers"}),
+                            manifest, RunShape(params=1, device="cuda:0", precision="bf16", compiled=True,
+                                               world_size=1, accum=1, vocab_size=400))
+    assert "torch.compile on (reduce-overhead, by layers)" in regional[1], regional[1]
     assert f"length: {planned.steps:,} steps (max_tokens 100,000) x 48 sequences" in lines[3]
     assert "2 processes, 3 micro-batches" in lines[3] and "full:" not in lines[3]
     from trainer.describe import length_line, mean_sequence_tokens

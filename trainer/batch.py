@@ -26,6 +26,7 @@ import torch.nn.functional as F
 
 from trainer.attention import ROW_BUCKET, TOKEN_BUCKET, Choice, Unpadded, attention_inputs, plan
 from trainer.masking import IGNORE_INDEX, Masker
+from trainer.precision import is_compiled
 
 log = logging.getLogger("shardforge.batch")
 
@@ -76,8 +77,8 @@ def encoder_of(model: torch.nn.Module) -> torch.nn.Module:
 
 
 def compiled(model: torch.nn.Module) -> bool:
-    """Whether the model is torch.compile'd (under DDP too)."""
-    return hasattr(getattr(model, "module", model), "_orig_mod")
+    """Whether the model is torch.compile'd, whole or by layers (under DDP too)."""
+    return is_compiled(model)
 
 
 def pad_columns(host: dict[str, torch.Tensor], multiple: int, pad_id: int) -> dict[str, torch.Tensor]:

@@ -167,7 +167,9 @@ def compile_text(cfg: TrainConfig, shape: RunShape) -> str:
     """torch.compile on (with its mode, where not the default) or off."""
     if not shape.compiled:
         return "off"
-    return "on" if cfg.compile_mode == "default" else f"on ({cfg.compile_mode})"
+    how = [x for x in (cfg.compile_mode if cfg.compile_mode != "default" else "",
+                       "by layers" if cfg.compile_scope == "layers" else "") if x]
+    return f"on ({', '.join(how)})" if how else "on"
 
 
 def describe_run(cfg: TrainConfig, manifest: Manifest, shape: RunShape) -> list[str]:

@@ -124,8 +124,13 @@ def compile_enabled(setting: CompileSetting, device: torch.device) -> bool:
 
 
 def maybe_compile(model: nn.Module, setting: CompileSetting, device: torch.device,
-                  backend: str = "inductor", mode: str = "default") -> nn.Module:
+                  backend: str = "inductor", mode: str = "default", scope: str = "model") -> nn.Module:
     """``torch.compile(model)`` when the setting asks for it on this device, else the model itself.
+
+    ``scope`` "layers": instead of wrapping the model, compile its repeated blocks and its LM head in place
+    (``nn.Module.compile``; ``compiled_regions`` names them) and return the model itself: every layer runs
+    the same block code, so one compile serves them all, and the embeddings, gathers and losses between the
+    regions run eagerly.
 
     The compiled wrapper shares the model's parameters: save and load the
     original module's state_dict (no ``_orig_mod.`` prefix). Batch shapes vary
@@ -137,8 +142,30 @@ def maybe_compile(model: nn.Module, setting: CompileSetting, device: torch.devic
     backward, replayed per shape: fewer launches, more memory; on CPU it compiles as ``default``).
     Modes other than ``default`` are inductor's: another backend takes none.
     """
+    if scope not in ("model", "layers"):
+        raise ValueError(f"compile_scope must be model or layers, got {scope!r}")
     if not compile_enabled(setting, device):
         return model
-    if mode == "default" or backend != "inductor":
-        return torch.compile(model, backend=backend)  # type: ignore[return-value]
-    return torch.compile(model, backend=backend, mode=mode)  # type: ignore[return-value]
+    kw: dict[str, Any] = {"backend": backend} if mode == "default" or backend != "inductor" else \
+        {"backend": backend, "mode": mode}
+    if scope == "layers":
+        for region in compiled_regions(model):
+            region.compile(**kw)
+        return model
+    return torch.compile(model, **kw)  # type: ignore[return-value]
+
+
+def compiled_regions(model: nn.Module) -> list[nn.Module]:
+    """The modules ``compile_scope: layers`` compiles: every attention and feed-forward block (a shared one,
+    ALBERT's, once) and the LM head."""
+    regions = [*getattr(model, "attn", []), *getattr(model, "ffn", [])]
+    head = getattr(model, "lm_head", None)
+    return regions + ([head] if head is not None else [])
+
+
+def is_compiled(model: nn.Module) -> bool:
+    """Whether torch.compile wraps the model (``_orig_mod``) or compiled any of its modules in place."""
+    inner = getattr(model, "module", model)  # DDP
+    if hasattr(inner, "_orig_mod"):
+        return True
+    return any(getattr(m, "_compiled_call_impl", None) is not None for m in compiled_regions(inner))

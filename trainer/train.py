@@ -144,7 +144,7 @@ def build_model(cfg: TrainConfig, dd: distributed.Dist, manifest: Manifest, voca
     if cfg.init:  # start from the Hugging Face weights (a resumed run loads its checkpoint after)
         load_init(model, cfg, manifest)
     raw_model = model
-    model = maybe_compile(model, cfg.compile, device, mode=cfg.compile_mode)  # trainer/precision.py
+    model = maybe_compile(model, cfg.compile, device, mode=cfg.compile_mode, scope=cfg.compile_scope)
     if dd.world_size > 1:
         model = torch.nn.parallel.DistributedDataParallel(
             model, device_ids=[device.index] if device.type == "cuda" else None)
