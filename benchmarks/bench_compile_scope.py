@@ -4,7 +4,9 @@ For each size: the whole model under ``torch.compile`` (the baseline, the traine
 compiled by layers (each attention and feed-forward block and the LM head compiled in place: one compile
 serves every layer), both with inductor on the device at hand (C++ on a CPU, Triton on a GPU). It times the
 first training step (compilation included) and the steps after it, counts dynamo's graphs, and checks the
-loss and every gradient against the eager model on the same batch. Prints the compile-time ratio.
+loss and every gradient against the eager model on the same batch. Prints the compile-time ratio. Each
+(size, scope) runs in a process of its own with an empty inductor cache, so neither reuses the other's
+compiled kernels.
 
     python benchmarks/bench_compile_scope.py                      # tiny and small on whatever device
     python benchmarks/bench_compile_scope.py --sizes base large   # the papers' sizes (a GPU's job)
@@ -22,6 +24,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script:
 from benchmarks.common import bench_parser, command_line, machine, write_results  # noqa: E402
 
 
+def argparse_hidden() -> str:
+    import argparse
+
+    return argparse.SUPPRESS
+
+
 def batches(dev, vocab: int, rows: int, seq: int, n: int) -> list[dict]:  # noqa: ANN001 - torch.device
     """FULL-SENTENCES rows (the no-mask path), 15 % of positions as targets."""
     import torch
@@ -32,8 +40,9 @@ def batches(dev, vocab: int, rows: int, seq: int, n: int) -> list[dict]:  # noqa
     return [make_batch([seq] * rows, vocab, g) for _ in range(n)]
 
 
-def one_size(size: str, dev, rows: int, seq: int, steps: int, backend: str) -> list[dict]:  # noqa: ANN001
-    """The eager reference and the two scopes on one model size: a row per scope."""
+def one_scope(size: str, scope: str, dev, rows: int, seq: int, steps: int,  # noqa: ANN001 - torch.device
+              backend: str) -> dict:
+    """The eager reference and one scope on one model size: its row."""
     import torch
     from torch._dynamo.utils import counters
 
@@ -58,37 +67,54 @@ def one_size(size: str, dev, rows: int, seq: int, steps: int, backend: str) -> l
             loss = model(**kw)["loss"]
         loss.backward()
         inner = getattr(model, "_orig_mod", model)
-        return float(loss), {n: p.grad.detach().float().clone() for n, p in inner.named_parameters()
+        return float(loss.detach()), {n: p.grad.detach().float().clone() for n, p in inner.named_parameters()
                              if p.grad is not None}
 
     eager = fresh()
     want = loss_and_grads(eager, step_inputs(host, dev, False, eager.dims)(0))
     del eager
-    rows_out = []
-    for scope in ("model", "layers"):
-        torch._dynamo.reset()
-        counters.clear()
-        raw = fresh()
-        model = maybe_compile(raw, True, dev, backend=backend, scope=scope)
-        inputs = step_inputs(host, dev, True, raw.dims)
-        t0 = time.perf_counter()
-        got = loss_and_grads(model, inputs(0))
-        sync()
-        first = time.perf_counter() - t0
-        t1 = time.perf_counter()
-        for i in range(steps):
-            loss_and_grads(model, inputs(i % len(host)))
-        sync()
-        ms = (time.perf_counter() - t1) / steps * 1e3
-        grad_diff = max(float((got[1][n] - want[1][n]).abs().max()) for n in want[1])
-        rows_out.append({"size": size, "scope": scope, "first_s": first, "ms": ms,
-                         "graphs": int(counters["stats"]["unique_graphs"]), "loss_diff": abs(got[0] - want[0]),
-                         "grad_diff": grad_diff, "same_keys": got[1].keys() == want[1].keys()})
-        r = rows_out[-1]
-        print(f"  {size} {scope}: first step {first:.1f} s, then {ms:.1f} ms/step, graphs {r['graphs']}, "
-              f"|loss - eager| {r['loss_diff']:.2e}, max |grad - eager| {grad_diff:.2e}", flush=True)
-        del model, raw
-    return rows_out
+    torch._dynamo.reset()
+    counters.clear()
+    raw = fresh()
+    model = maybe_compile(raw, True, dev, backend=backend, scope=scope)
+    inputs = step_inputs(host, dev, True, raw.dims)
+    t0 = time.perf_counter()
+    got = loss_and_grads(model, inputs(0))
+    sync()
+    first = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    for i in range(steps):
+        loss_and_grads(model, inputs(i % len(host)))
+    sync()
+    ms = (time.perf_counter() - t1) / steps * 1e3
+    grad_diff = max(float((got[1][n] - want[1][n]).abs().max()) for n in want[1])
+    row = {"size": size, "scope": scope, "first_s": first, "ms": ms,
+           "graphs": int(counters["stats"]["unique_graphs"]), "loss_diff": abs(got[0] - want[0]),
+           "grad_diff": grad_diff, "same_keys": list(got[1]) == list(want[1])}
+    print(f"  {size} {scope}: first step {first:.1f} s, then {ms:.1f} ms/step, graphs {row['graphs']}, "
+          f"|loss - eager| {row['loss_diff']:.2e}, max |grad - eager| {grad_diff:.2e}", flush=True)
+    del model, raw
+    return row
+
+
+def in_own_process(size: str, scope: str, args) -> dict:  # noqa: ANN001 - argparse.Namespace
+    """one_scope in a child process with an empty inductor cache (its printed line passed on)."""
+    import json
+    import os
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="sf-compile-scope-") as cache:
+        env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache}
+        cmd = [sys.executable, __file__, "--one", size, scope, "--steps", str(args.steps), "--backend", args.backend,
+               "--rows", str(args.rows), "--seq", str(args.seq)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        raise SystemExit(f"bench_compile_scope: {size} {scope} failed:\n{proc.stderr[-3000:]}")
+    for line in lines[:-1]:
+        print(line, flush=True)
+    return json.loads(lines[-1])
 
 
 def main() -> int:
@@ -98,19 +124,24 @@ def main() -> int:
     ap.add_argument("--seq", type=int, default=None, help="Tokens per row (default: 128 on CPU, 512 on a GPU).")
     ap.add_argument("--steps", type=int, default=3, help="Timed steps after the first (default: %(default)s).")
     ap.add_argument("--backend", default="inductor", help="torch.compile backend (default: %(default)s).")
+    ap.add_argument("--one", nargs=2, metavar=("SIZE", "SCOPE"), help=argparse_hidden())
     args = ap.parse_args()
+
+    import json
 
     import torch
 
     dev = torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
     cuda = dev.type == "cuda"
     sizes = args.sizes or (["base"] if cuda else ["tiny", "small"])
-    rows, seq = args.rows or (32 if cuda else 8), args.seq or (512 if cuda else 128)
+    args.rows, args.seq = args.rows or (32 if cuda else 8), args.seq or (512 if cuda else 128)
+    rows, seq = args.rows, args.seq
+    if args.one:
+        print(json.dumps(one_scope(*args.one, dev, rows, seq, args.steps, args.backend)))
+        return 0
     print(f"bench_compile_scope on {dev}: sizes {' '.join(sizes)}, {rows} x {seq}, backend {args.backend}",
           flush=True)
-    results = []
-    for size in sizes:
-        results += one_size(size, dev, rows, seq, args.steps, args.backend)
+    results = [in_own_process(size, scope, args) for size in sizes for scope in ("model", "layers")]
     tol = 5e-2 if cuda else 1e-4  # bf16 autocast on a GPU, fp32 on a CPU
     lines = ["# Compiling the whole model against compiling it by layers (`compile_scope`)", "",
              f"Machine: {machine(torch_details=True, load=True)}. Device: {dev}. Command: `{command_line()}`.", "",
