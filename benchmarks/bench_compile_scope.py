@@ -14,6 +14,7 @@ compiled kernels.
 
 from __future__ import annotations
 
+import argparse
 import math
 import sys
 import time
@@ -24,13 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script:
 from benchmarks.common import bench_parser, command_line, machine, write_results  # noqa: E402
 
 
-def argparse_hidden() -> str:
-    import argparse
-
-    return argparse.SUPPRESS
-
-
-def batches(dev, vocab: int, rows: int, seq: int, n: int) -> list[dict]:  # noqa: ANN001 - torch.device
+def batches(vocab: int, rows: int, seq: int, n: int) -> list[dict]:
     """FULL-SENTENCES rows (the no-mask path), 15 % of positions as targets."""
     import torch
 
@@ -52,7 +47,7 @@ def one_scope(size: str, scope: str, dev, rows: int, seq: int, steps: int,  # no
     from trainer.precision import Precision, maybe_compile
 
     vocab = 50265 if dev.type == "cuda" else 8000
-    host = batches(dev, vocab, rows, seq, 2)
+    host = batches(vocab, rows, seq, 2)
     prec = Precision("bf16" if dev.type == "cuda" else "fp32", dev)
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
 
@@ -124,7 +119,7 @@ def main() -> int:
     ap.add_argument("--seq", type=int, default=None, help="Tokens per row (default: 128 on CPU, 512 on a GPU).")
     ap.add_argument("--steps", type=int, default=3, help="Timed steps after the first (default: %(default)s).")
     ap.add_argument("--backend", default="inductor", help="torch.compile backend (default: %(default)s).")
-    ap.add_argument("--one", nargs=2, metavar=("SIZE", "SCOPE"), help=argparse_hidden())
+    ap.add_argument("--one", nargs=2, metavar=("SIZE", "SCOPE"), help=argparse.SUPPRESS)  # a child's part
     args = ap.parse_args()
 
     import json

@@ -28,9 +28,9 @@ measured):
 
 Modes: the full run fits in 8 minutes (``gpu.sh``'s limit): on an H200 with a cold compile cache that is the
 tests, every eager row, the base compiled FULL-SENTENCES row with its profile and sweep, masking and the data
-wait; ``--rest`` (a second call, 8 minutes too) runs the compiled rows that leaves out (CUDA graphs, compiled
-AdamW, DOC-SENTENCES, full head; ``--rest --sizes large`` the large ones): each is a whole-model compile of
-1.5-4 minutes. ``--plan`` lists a mode's parts with their expected seconds and which fit, running nothing.
+wait; ``--rest`` (a second call, 8 minutes too) runs the compiled rows that leaves out (compiled by layers,
+CUDA graphs, compiled AdamW, cuDNN attention, DOC-SENTENCES, full head; ``--rest --sizes large`` the large
+ones): each whole-model compile takes 1.5-4 minutes. ``--plan`` lists a mode's parts with their expected seconds and which fit, running nothing.
 ``--quick`` fits in 4 (base only: eager and compiled FULL-SENTENCES, masking, two sweep points, profiles; no
 tests, no data wait); ``--dry-run`` (alias ``--smoke``) runs every part at tiny sizes on the CPU in about two
 minutes (compile with the ``eager`` dynamo backend, fused masking with inductor's C++ for one scheme): run it
@@ -91,12 +91,14 @@ F, D = "FULL-SENTENCES", "DOC-SENTENCES"
 # the compiled rows after the first (each a fresh whole-model compile of 1.5-3 minutes) are ``--rest``'s.
 FULL_PLAN = ("tests", ("base", F, "masked-only", "eager"), ("base", F, "HF", "eager"),
              ("base", F, "masked-only", "compile"), "masking", ("base", D, "masked-only", "eager"),
-             ("base", F, "masked-only", "eager+cuDNN attention"), ("large", F, "masked-only", "eager"), ("large", D, "masked-only", "eager"), ("base", D, "HF", "eager"),
-             "datawait", ("base", F, "full head", "eager"), ("large", F, "HF", "eager"), ("large", D, "HF", "eager"),
+             ("base", F, "masked-only", "eager+cuDNN attention"), ("large", F, "masked-only", "eager"),
+             ("large", D, "masked-only", "eager"), ("base", D, "HF", "eager"), "datawait",
+             ("base", F, "full head", "eager"), ("large", F, "HF", "eager"), ("large", D, "HF", "eager"),
              ("base", F, "masked-only", "compile by layers"), ("large", F, "masked-only", "compile by layers"),
              ("base", F, "masked-only", "compile+cudagraphs"), ("base", F, "masked-only", "compile+compiled AdamW"),
-             ("base", F, "masked-only", "compile+cuDNN attention"), ("base", D, "masked-only", "compile"), ("large", F, "masked-only", "compile"),
-             ("large", D, "masked-only", "compile"), ("base", F, "full head", "compile"))
+             ("base", F, "masked-only", "compile+cuDNN attention"), ("base", D, "masked-only", "compile"),
+             ("large", F, "masked-only", "compile"), ("large", D, "masked-only", "compile"),
+             ("base", F, "full head", "compile"))
 REST_PLAN = tuple(x for x in FULL_PLAN if isinstance(x, tuple) and x[3].startswith("compile")
                   and x != ("base", F, "masked-only", "compile"))
 QUICK_PLAN = (("base", F, "masked-only", "eager"), ("base", F, "HF", "eager"),
@@ -121,14 +123,12 @@ def part_cost(item: str | tuple[str, str, str, str]) -> float:
     """Expected seconds of a plan item on an H200 (before the mode's scale)."""
     if isinstance(item, str):
         return COST[item]
-    size, kind, head, mode = item
+    size, kind, _, mode = item
+    if "by layers" in mode:
+        return COST["compile"] * BY_LAYERS
     how = "compile" if mode.startswith("compile") else "eager"
     cost = COST[how] * (SIZE_COST[how] if size == "large" else 1.0)
-    if how == "compile" and kind == D:
-        cost *= DOC_COMPILE
-    if "by layers" in mode:
-        cost = COST["compile"] * BY_LAYERS
-    return cost
+    return cost * DOC_COMPILE if how == "compile" and kind == D else cost
 
 
 # Modules every part imports, and those of single parts (a part whose modules are missing is not run).
@@ -584,6 +584,7 @@ class Bench:
 
 
 def item_name(item: str | tuple[str, str, str, str]) -> str:
+    """A plan item as the listings name it: a part's name, or a row's four words."""
     return item if isinstance(item, str) else " ".join(item)
 
 
@@ -613,7 +614,6 @@ def plan_lines(s: Setup) -> list[str]:
     return lines
 
 
-
 def setup_of(args) -> Setup:  # noqa: ANN001 - argparse.Namespace
     """The mode's Setup with the command line's changes (sizes, steps, limit, parts left out)."""
     s = DRY if args.dry_run else QUICK if args.quick else REST if args.rest else GPU
@@ -636,8 +636,8 @@ def main() -> int:
     how = ap.add_mutually_exclusive_group()
     how.add_argument("--quick", action="store_true", help="The base rows, masking, sweep and profiles in 4 minutes.")
     how.add_argument("--rest", action="store_true",
-                     help="The compiled rows the full run's 8 minutes leave out (CUDA graphs, compiled AdamW, "
-                          "DOC-SENTENCES, large, full head): a second call.")
+                     help="The compiled rows the full run's 8 minutes leave out (by layers, CUDA graphs, compiled "
+                          "AdamW, cuDNN attention, DOC-SENTENCES, large, full head): a second call.")
     how.add_argument("--dry-run", "--smoke", dest="dry_run", action="store_true",
                      help="Every part at tiny sizes on the CPU (about two minutes): run before spending GPU time.")
     ap.add_argument("--sizes", nargs="+", help="Model sizes (default: base large; quick: base; dry run: tiny).")

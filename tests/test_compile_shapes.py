@@ -68,5 +68,5 @@ def test_doc_sentences_batches_compile_a_bounded_number_of_times(model_kw: dict)
 def test_without_the_buckets_every_batch_compiles(monkeypatch) -> None:
     """The control: the same batches without the buckets and dynamic marks compile once each."""
     batches = doc_sentences_batches(12)
-    monkeypatch.setattr(batch_mod, "compiled", lambda model: False)
+    monkeypatch.setattr(batch_mod, "is_compiled", lambda model: False)
     assert compiles({}, batches, bucketed=False) == len(batches)

@@ -76,11 +76,6 @@ def encoder_of(model: torch.nn.Module) -> torch.nn.Module:
     return getattr(inner, "_orig_mod", inner)
 
 
-def compiled(model: torch.nn.Module) -> bool:
-    """Whether the model is torch.compile'd, whole or by layers (under DDP too)."""
-    return is_compiled(model)
-
-
 def pad_columns(host: dict[str, torch.Tensor], multiple: int, pad_id: int) -> dict[str, torch.Tensor]:
     """The host batch with its rows padded to a multiple of ``multiple`` columns (pad ids, no mask, no label).
 
@@ -150,7 +145,7 @@ def prepare(model: torch.nn.Module, masker: Masker, host: dict[str, torch.Tensor
     (trainer/attention.py, "Bucketing").
     """
     tokens = real_tokens(host)
-    bucketed = compiled(model)
+    bucketed = is_compiled(model)
     if bucketed and not bool(host["attention_mask"].all()):
         host = pad_columns(host, ROW_BUCKET, masker.pad_id)
     predictions = masker.prediction_bound(host["input_ids"])
