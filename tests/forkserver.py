@@ -37,9 +37,11 @@ from pathlib import Path
 from pipelines.localrunner.preflight import is_local_runner, runner_in_argv
 
 # What a server imports before it forks, per kind of command: the steps the command's entry point takes
-# before its own modules are imported.
+# before its own modules are imported. A training run also imports torch._dynamo before its first step
+# (torch.optim's optimizers load it when built: 2.7 s on a 2-vCPU machine, as long as torch itself), so the
+# torch server loads it as well (an export run finds it loaded and does not use it).
 PRELOADS = {
-    "torch": ("import torch",),
+    "torch": ("import torch", "import torch._dynamo"),
     "beam-local": ("from pipelines.localrunner.preflight import local_build_process", "local_build_process()",
                    "import apache_beam"),
 }
