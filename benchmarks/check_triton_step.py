@@ -19,7 +19,9 @@ and exits 1 on the first mismatch. Needs the ``triton`` package (the dev extra),
 Two gaps of Triton's interpreter (3.7) are bridged here, for this check only: the libdevice functions
 inductor's kernels call (rsqrt, erf, pow, ...) are not interpreted, so they run as ``tl.math``'s; and an
 atomic add whose mask is broadcast from one row updates only the first column (``atomic_rmw`` is handed
-the broadcast views, not contiguous copies), which shows as wrong embedding gradients.
+the broadcast views, not contiguous copies), which shows as wrong embedding gradients. And one of its costs
+is avoided: it patches triton.language again at every device-function call inside a kernel (the patch
+the kernel's launch made is kept instead).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import os
 import sys
 import time
 import warnings
+import weakref
 from dataclasses import replace
 from pathlib import Path
 
@@ -67,6 +70,30 @@ def interpret_on_cpu() -> None:
         return rmw(self, op, ptr, val, mask, sem, scope)
 
     builder.create_atomic_rmw = create_atomic_rmw
+
+    # A kernel's launch patches triton.language for the interpreter, and so does every call of a device
+    # function inside it (inductor's helpers: maximum, promote_to_tensor, ...): walking the modules with
+    # inspect.getmembers each time, most of an interpreted check's time. A call whose modules the running
+    # kernel has patched already keeps that patch, which the kernel's end restores.
+    patch_lang, scope_class = interpreter._patch_lang, interpreter._LangPatchScope
+    patched: set[int] = set()
+    modules: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # per function: the language modules it sees
+
+    def patch_once(fn):  # noqa: ANN001, ANN202 - the interpreter's signature
+        langs = modules.get(fn)
+        if langs is None:
+            langs = modules[fn] = {id(v) for v in fn.__globals__.values() if v is tl or v is tl.core}
+        if langs and langs <= patched:
+            return scope_class()
+        patched.update(langs)
+        return patch_lang(fn)
+
+    class Scope(scope_class):
+        def restore(self) -> None:
+            patched.clear()
+            super().restore()
+
+    interpreter._patch_lang, interpreter._LangPatchScope = patch_once, Scope
 
 
 def worst(a: torch.Tensor, b: torch.Tensor) -> float:
