@@ -84,8 +84,51 @@ def stop_server(proc: subprocess.Popen) -> None:
         proc.kill()
 
 
+# The object-store clients' own retry waits, divided by this in the test process (see short_client_backoff).
+BACKOFF_DIVISOR = 20
+
+
+class _ShortSleeps:
+    """The asyncio module as a client module sees it, with ``sleep``'s delay divided by BACKOFF_DIVISOR."""
+
+    def __getattr__(self, name: str) -> Any:
+        import asyncio
+
+        return getattr(asyncio, name)
+
+    @staticmethod
+    async def sleep(delay: float, result: Any = None) -> Any:
+        import asyncio
+
+        return await asyncio.sleep(delay / BACKOFF_DIVISOR, result)
+
+
 @pytest.fixture(scope="session")
-def gcs_emulator() -> Iterator[str]:
+def short_client_backoff() -> Iterator[None]:
+    """gcsfs, s3fs and botocore wait between their own retries (gcsfs ~1 s before its first, 2 s before
+    its second); the tests that put a fault proxy in front of the emulators spent ~45 s of the suite
+    asleep in those waits. In the test process they wait a twentieth as long: the same faults, the same
+    requests, the same retries and give-ups (commands the tests start as processes wait in full). The
+    emulator fixtures set it up; shardforge's own retry loop is shortened by SHARDFORGE_RETRY_BASE_DELAY."""
+    import aiobotocore.endpoint
+    import gcsfs.retry
+    import s3fs.core
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(gcsfs.retry, "asyncio", _ShortSleeps())
+    mp.setattr(s3fs.core, "asyncio", _ShortSleeps())
+    original = aiobotocore.endpoint.AioEndpoint._sleep
+
+    async def short_sleep(self: Any, amount: float) -> None:
+        await original(self, amount / BACKOFF_DIVISOR)
+
+    mp.setattr(aiobotocore.endpoint.AioEndpoint, "_sleep", short_sleep)
+    yield
+    mp.undo()
+
+
+@pytest.fixture(scope="session")
+def gcs_emulator(short_client_backoff) -> Iterator[str]:
     """A gcp-storage-emulator on 127.0.0.1; gcsfs (token anon) talks to it. Yields its URL."""
     port = free_port()
     # Through tests/gcs_emulator.py: the emulator plus GCS's ifGenerationMatch=0 rule (the commit primitive).
@@ -111,7 +154,7 @@ def gcs_bucket(gcs_emulator: str) -> str:
 
 
 @pytest.fixture(scope="session")
-def s3_emulator() -> Iterator[str]:
+def s3_emulator(short_client_backoff) -> Iterator[str]:
     """A moto server on 127.0.0.1 standing in for S3 (through tests/s3_emulator.py: its conditional
     writes atomic, as S3's are). Yields its endpoint URL."""
     port = free_port()
