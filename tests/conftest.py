@@ -25,6 +25,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # torch loads, so set here, before any test module imports it; subprocesses inherit it.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
+import asyncio  # noqa: E402
 import itertools  # noqa: E402
 import shutil  # noqa: E402
 import signal  # noqa: E402
@@ -92,37 +93,28 @@ class _ShortSleeps:
     """The asyncio module as a client module sees it, with ``sleep``'s delay divided by BACKOFF_DIVISOR."""
 
     def __getattr__(self, name: str) -> Any:
-        import asyncio
-
         return getattr(asyncio, name)
 
     @staticmethod
     async def sleep(delay: float, result: Any = None) -> Any:
-        import asyncio
-
         return await asyncio.sleep(delay / BACKOFF_DIVISOR, result)
 
 
 @pytest.fixture(scope="session")
 def short_client_backoff() -> Iterator[None]:
-    """gcsfs, s3fs and botocore wait between their own retries (gcsfs ~1 s before its first, 2 s before
-    its second); the tests that put a fault proxy in front of the emulators spent ~45 s of the suite
+    """gcsfs, s3fs and botocore wait between their own retries (gcsfs 0.5-1.5 s before its first, 1-2 s
+    before its second); the tests that put a fault proxy in front of the emulators spent ~45 s of the suite
     asleep in those waits. In the test process they wait a twentieth as long: the same faults, the same
     requests, the same retries and give-ups (commands the tests start as processes wait in full). The
-    emulator fixtures set it up; shardforge's own retry loop is shortened by SHARDFORGE_RETRY_BASE_DELAY."""
+    emulator fixtures set it up; shardforge's own retry loop is shortened by SHARDFORGE_RETRY_BASE_DELAY.
+    Each client module sleeps through its ``asyncio`` global (aiobotocore's in ``AioEndpoint._sleep``)."""
     import aiobotocore.endpoint
     import gcsfs.retry
     import s3fs.core
 
     mp = pytest.MonkeyPatch()
-    mp.setattr(gcsfs.retry, "asyncio", _ShortSleeps())
-    mp.setattr(s3fs.core, "asyncio", _ShortSleeps())
-    original = aiobotocore.endpoint.AioEndpoint._sleep
-
-    async def short_sleep(self: Any, amount: float) -> None:
-        await original(self, amount / BACKOFF_DIVISOR)
-
-    mp.setattr(aiobotocore.endpoint.AioEndpoint, "_sleep", short_sleep)
+    for module in (gcsfs.retry, s3fs.core, aiobotocore.endpoint):
+        mp.setattr(module, "asyncio", _ShortSleeps())
     yield
     mp.undo()
 

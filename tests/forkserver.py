@@ -1,13 +1,13 @@
 """`run_python(args, ...)`: `subprocess.run([sys.executable, *args], ...)` for the tests' command runs, from a warm start.
 
-Each `python -m trainer.train ...` or `python -m pipelines.build ...` a test runs as a user would first spends
-1-2 CPU-s importing torch or Apache Beam: about 250 CPU-s of the suite. Here a fork server per kind of command
-has done that once, the way the command's own entry point does it (a data job's local-process set-up,
-``pipelines.localrunner.preflight.local_build_process``, before Beam; torch and torch._dynamo for the trainer), and forks a
-new process for each run. The run is still a separate process with its own pid, argv, environment, working
-directory, stdin, stdout, stderr and exit code, and it imports our modules itself (the server imports only
-what the command imports before its own code starts, and torch._dynamo, which a training run imports too); what the server printed while importing is printed again at
-the start of every run, as a fresh interpreter would print it.
+Each `python -m trainer.train ...` or `python -m pipelines.build ...` a test runs as a user would first spends 1-2
+CPU-s importing torch or Apache Beam: about 250 CPU-s of the suite. Here a fork server per kind of command has done
+that once, the way the command's own entry point does it (a data job's local-process set-up,
+``pipelines.localrunner.preflight.local_build_process``, before Beam; torch and torch._dynamo for the trainer), and
+forks a new process for each run. The run is still a separate process with its own pid, argv, environment, working
+directory, stdin, stdout, stderr and exit code, and it imports our modules itself (the server imports only what the
+command imports before its own code starts, and torch._dynamo, which a training run imports too); what the server
+printed while importing is printed again at the start of every run, as a fresh interpreter would print it.
 
 What a forked run shares with the server, and so where it is not used (those call ``subprocess`` directly):
 the hash seed (tests that compare two processes' output for determinism), the process group and session
