@@ -68,6 +68,29 @@ def test_fused_span_laws_with_other_parameters(scheme: str) -> None:
     assert_same(ref(ids, sids, epoch=2, seed=9), fused(ids, sids, epoch=2, seed=9), scheme)
 
 
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_fused_functions_equal_the_reference_with_specials_and_padding_anywhere(scheme: str) -> None:
+    """Rows the packer never writes (special tokens and padding at any position, words of one piece or of
+    many), other laws and rates: the same masks."""
+    gen = torch.Generator().manual_seed(len(scheme) + 31)
+    for trial in range(12):
+        pick = torch.randint(0, 1 << 30, (8,), generator=gen).tolist()
+        ws = word_table(gen, start_share=[0.05, 0.3, 0.6, 0.95][pick[0] % 4])
+        kw = {"span": {"span_p": [0.05, 0.2, 0.9][pick[1] % 3], "span_max": [1, 3, 10, 30][pick[2] % 4]},
+              "ngram": {"ngram_max": [1, 3, 6][pick[1] % 3]}}.get(scheme, {})
+        ref = masker(scheme, ws, rate=[0.01, 0.15, 0.5, 0.8][pick[3] % 4], **kw)
+        B, L = 1 + pick[4] % 5, 1 + pick[5] % 90
+        ids = torch.randint(len(SPECIALS), V, (B, L), generator=gen)
+        special = torch.tensor(SPECIALS)[torch.randint(0, len(SPECIALS), (B, L), generator=gen)]
+        ids = torch.where(torch.rand(B, L, generator=gen) < [0.0, 0.05, 0.3][pick[6] % 3], special, ids)
+        for row, cut in enumerate(torch.randint(0, L + 1, (B,), generator=gen).tolist()):
+            ids[row, cut:] = PAD_ID if (pick[7] >> row) & 1 else ids[row, cut:]
+        sids = torch.randint(0, 2**40, (B,), generator=gen)
+        assert_same(ref(ids, sids, epoch=trial, seed=pick[0]),
+                    FusedMasker(ref, compile=False)(ids, sids, epoch=trial, seed=pick[0]),
+                    f"{scheme} trial {trial} {B}x{L}")
+
+
 def test_fused_masker_keeps_the_reference_interface() -> None:
     gen = torch.Generator().manual_seed(1)
     ref = masker("whole_word", word_table(gen))
@@ -94,6 +117,23 @@ def test_a_failing_compile_falls_back_to_the_reference(caplog) -> None:
     assert fused.fallback == "RuntimeError: no C++ compiler"
     assert "fused masking unavailable" in caplog.text
     assert_same(ref(ids, sids, epoch=1, seed=0), fused(ids, sids, epoch=1, seed=0), "after the fallback")
+
+
+@pytest.mark.parametrize("scheme", ["span", "ngram"])
+def test_rows_past_the_packed_fields_are_masked_by_the_reference(scheme: str, monkeypatch) -> None:
+    """Rows too long for the span tiling's packed counts go to the reference ops, every call, no fallback."""
+    gen = torch.Generator().manual_seed(4)
+    ref = masker(scheme, word_table(gen))
+    fused = FusedMasker(ref, compile=False)
+    monkeypatch.setattr("trainer.fused_masking.MAX_SPAN_ROW", 24)
+    ids, sids = ragged(gen, 3, 24, separator_every=5), torch.arange(3)
+    real, calls = fused.fn, []
+    fused.fn = lambda *a: calls.append(a) or real(*a)  # counts the fused calls
+    assert_same(ref(ids, sids, epoch=1, seed=2), fused(ids, sids, epoch=1, seed=2), "24 columns: reference")
+    assert not calls and fused.fallback is None
+    short = ids[:, :23]
+    assert_same(ref(short, sids, epoch=1, seed=2), fused(short, sids, epoch=1, seed=2), "23 columns: fused")
+    assert len(calls) == 1
 
 
 def test_make_masker_follows_the_setting() -> None:

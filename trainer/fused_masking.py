@@ -13,12 +13,17 @@ a row's pairs of positions:
 - a cumsum / cummax along the row: a sum / max over the positions ``j <= i``;
 - a scatter-add / scatter-amax by unit: a sum / max over the positions of that unit.
 
+The span and n-gram schemes arrange their reductions so that few loops remain: two cumsums packed
+into one, a unit's length found from its number (computed with the tiling) rather than from its first
+position, the row totals the budget needs repeated at every position so that they run in the loop of
+the priority order's sums, and the priorities returned (stored once, not hashed again for each pair).
+
 That costs O(L^2) arithmetic per row (about 8 M simple ops for 32 x 512),
 which a GPU does in microseconds and which never leaves the kernel as a
 [B, L, L] tensor: each reduction is one loop. ``torch.compile`` (inductor:
 C++ on CPU, Triton on CUDA) turns a scheme's call into a handful of kernels
-(counted in the generated code: one C++ kernel per scheme, and 3 / 5 / 10 / 10
-Triton kernels for token / whole word / span / n-gram, which
+(counted in the generated code: one C++ kernel per scheme, and 3 / 5 / 6 / 6
+Triton kernels for token / whole word / span / n-gram with torch 2.13, which
 ``tests/test_triton_masking.py`` generates and runs on the CPU under Triton's
 interpreter); every random choice is integer arithmetic, so the result equals
 the reference bit for bit on every device.
@@ -71,6 +76,11 @@ log = logging.getLogger("shardforge.masking")
 _G, _MUL1, _MUL2 = signed(GOLDEN), signed(MUL1), signed(MUL2)
 # Layout of the int64 constants tensor.
 _RATE, _T_MASK, _T_RANDOM, _MASK_ID, _PAD_ID = range(5)
+# Masks of the packed fields of the span tiling's reductions, and the longest row they hold (longer rows are
+# masked by the reference ops): a count of segments (at most L) in 21 bits, a sum of segment lengths in 40
+# (a gap and a span, each at most ~2^16 as the laws' tables have 2^16 bins: under 2^38 for L < 2^20).
+_LOW21, _LOW40 = (1 << 21) - 1, (1 << 40) - 1
+MAX_SPAN_ROW = 1 << 20
 
 
 # ------------------------------------------------------------------ elementwise building blocks
@@ -127,11 +137,25 @@ def _per_unit_sum(ustart: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
     return torch.where(ustart[:, None, :] == idx[None, :, None], value[:, None, :], 0).sum(2)
 
 
-def _per_unit_max(ustart: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
-    """scatter_reduce(ustart, value, "amax") into zeros (include_self): max(0, max over the unit)."""
-    n = ustart.shape[1]
-    idx = torch.arange(n, device=ustart.device)
-    return torch.where(ustart[:, None, :] == idx[None, :, None], value[:, None, :], 0).amax(2)
+def _row_sum(x: torch.Tensor) -> torch.Tensor:
+    """[B, L] -> [B, L]: every position holds its row's sum (a [B] sum repeated, as one more reduction of
+    the [B, L] x L loops the other sums run in)."""
+    return x[:, None, :].expand(-1, x.shape[1], -1).sum(2)
+
+
+def _row_max(x: torch.Tensor) -> torch.Tensor:
+    """[B, L] -> [B, L]: every position holds its row's max (as _row_sum)."""
+    return x[:, None, :].expand(-1, x.shape[1], -1).amax(2)
+
+
+def _unit_sum(unit: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+    """At each position i, the sum of value over the positions j with unit[j] == unit[i]."""
+    return torch.where(unit[:, None, :] == unit[:, :, None], value[:, None, :], 0).sum(2)
+
+
+def _unit_max(unit: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+    """At each position i, max(0, the max of value over the positions j with unit[j] == unit[i])."""
+    return torch.where(unit[:, None, :] == unit[:, :, None], value[:, None, :], 0).amax(2)
 
 
 def _before(prio: torch.Tensor, length: torch.Tensor) -> torch.Tensor:
@@ -171,28 +195,39 @@ def _take(before: torch.Tensor, length: torch.Tensor, budget: torch.Tensor, prio
                            | ((before == 0) & (budget > 0)))
 
 
-def _tile(sids: torch.Tensor, keys: torch.Tensor, seg: torch.Tensor, len_table: torch.Tensor,
-          gap_table: torch.Tensor, phase_table: torch.Tensor, word_slot: torch.Tensor,
-          maskable: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(member, unit_start): the reference's span tiling (Masker._tile_spans) as reductions."""
+def _tile(sids: torch.Tensor, keys: torch.Tensor, len_table: torch.Tensor, gap_table: torch.Tensor,
+          phase_table: torch.Tensor, word_slot: torch.Tensor, maskable: torch.Tensor,
+          pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(member, unit_start, unit): the reference's span tiling (Masker._tile_spans) as reductions.
+
+    ``unit`` numbers the spans: for a member token, how many spans begin at or before its slot, the same
+    for every member of one span and different between spans (it means nothing off the members).
+    Segment j is numbered by position j: L segments cover every slot, as each covers at least one (the
+    reference tiles L + 1; the last begins past every slot)."""
     L = word_slot.shape[1]
-    span_len = _lookup(len_table, srl(_hash(_row_key(sids, keys, S_LEN), seg, keys), 48))
-    gap = _lookup(gap_table, srl(_hash(_row_key(sids, keys, S_GAP), seg, keys), 48))
+    span_len = _lookup(len_table, srl(_hash(_row_key(sids, keys, S_LEN), pos, keys), 48))
+    gap = _lookup(gap_table, srl(_hash(_row_key(sids, keys, S_GAP), pos, keys), 48))
     phase = _lookup(phase_table, srl(_mix(_row_key(sids, keys, S_PHASE)), 48))  # [B, 1]
-    gap = torch.where(seg == 0, (-phase).clamp(min=0), gap)
-    span_len = torch.where((seg == 0) & (phase > 0), phase, span_len)
-    end = _cumsum(gap + span_len)
+    gap = torch.where(pos == 0, (-phase).clamp(min=0), gap)
+    span_len = torch.where((pos == 0) & (phase > 0), phase, span_len)
+    # One cumsum for two: the segments' ends (the low 40 bits) and the word slots up to each token (the high
+    # bits), one reduction instead of two.
+    both = _cumsum(gap + span_len + (word_slot.long() << 40))
+    end = both & _LOW40
+    upto = both >> 40
+    slot = (upto - 1).clamp(min=0)
+    word_slot = upto > torch.where(pos == 0, 0, torch.gather(upto, 1, (pos - 1).clamp(min=0).expand_as(upto)))
     begin = (end - span_len).clamp(0, L)
     end = end.clamp(0, L)
-    slot = (_cumsum(word_slot.long()) - 1).clamp(min=0)
-    s = slot[:, :, None]
-    # One reduction for two counts: the reference's painted +1 / -1 summed up to each token's slot (the
-    # spans covering it, at most J: the low 32 bits) and the spans beginning at that slot (the high bits).
-    b, e = begin[:, None, :], end[:, None, :]
-    counts = ((b <= s).long() - (e <= s).long() + ((b == s).long() << 32)).sum(2)
-    covered, first = (counts & 0xFFFFFFFF) > 0, (counts >> 32) > 0
+    # One reduction for three counts over the segments, 21 bits each: those beginning at or before each
+    # token's slot, those ending there (their difference: the spans covering it, at most one) and those
+    # beginning at that slot.
+    s, b, e = slot[:, :, None], begin[:, None, :], end[:, None, :]
+    counts = ((b <= s).long() + ((e <= s).long() << 21) + ((b == s).long() << 42)).sum(2)
+    begun = counts & _LOW21
+    covered, first = begun - ((counts >> 21) & _LOW21) > 0, (counts >> 42) > 0
     member = maskable & covered
-    return member, member & word_slot & first
+    return member, member & word_slot & first, begun
 
 
 def _replace(ids: torch.Tensor, sids: torch.Tensor, keys: torch.Tensor, consts: torch.Tensor,
@@ -208,21 +243,25 @@ def _replace(ids: torch.Tensor, sids: torch.Tensor, keys: torch.Tensor, consts: 
     return out, torch.where(selected, ids, IGNORE_INDEX)
 
 
-def _select_units(ids: torch.Tensor, sids: torch.Tensor, keys: torch.Tensor, target: torch.Tensor,
-                  u_budget: torch.Tensor, member: torch.Tensor, unit_start: torch.Tensor, pos: torch.Tensor,
-                  spans: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(selected, ustart, ulen) for the word, span and n-gram schemes (Masker._select)."""
-    ustart = _last_start(unit_start)
-    ulen = _per_unit_sum(ustart, member.long())
-    if spans:  # the budget that averages the target, the crossing unit taken whole (Masker._span_budget)
-        x = torch.where(unit_start, ulen, 0)
-        sx, sxx, n = x.sum(1, keepdim=True), (x * x).sum(1, keepdim=True), unit_start.sum(1, keepdim=True)
-        large = (target - ((sxx - sx) << 32) // (2 * sx).clamp(min=1)).clamp(min=1 << 32)
-        target = torch.where(target * n < sx << 32, (target * n) // sx.clamp(min=1), large)
-    budget = (target + u_budget) >> 32
+def _select(sids: torch.Tensor, keys: torch.Tensor, budget: torch.Tensor, member: torch.Tensor,
+            unit_start: torch.Tensor, ustart: torch.Tensor, ulen: torch.Tensor, pos: torch.Tensor,
+            crossing: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """(selected, prio): the member tokens of the units taken in priority order up to the budget
+    (Masker._select), and the units' priorities."""
     prio = torch.where(unit_start, _hash(_row_key(sids, keys, S_PRIO), pos, keys), INT64_MAX)
-    chosen = _take(_before(prio, ulen), ulen, budget, prio, crossing=spans)
-    return member & torch.gather(chosen, 1, ustart), ustart, ulen
+    chosen = _take(_before(prio, ulen), ulen, budget, prio, crossing=crossing)
+    return member & torch.gather(chosen, 1, ustart), prio
+
+
+def _span_budget(target: torch.Tensor, u_budget: torch.Tensor, unit_start: torch.Tensor,
+                 ulen: torch.Tensor) -> torch.Tensor:
+    """(ulen: the units' lengths at their first positions, 0 elsewhere.) The budget that averages the target, the crossing unit taken whole (Masker._span_budget), [B, L]
+    with every column the row's: its sums are taken for each position, so they run in the loop that
+    computes the priority order's sums (one kernel) and not in a kernel of their own."""
+    sx, sxx, n = _row_sum(ulen), _row_sum(ulen * ulen), _row_sum(unit_start.long())
+    large = (target - ((sxx - sx) << 32) // (2 * sx).clamp(min=1)).clamp(min=1 << 32)
+    target = torch.where(target * n < sx << 32, (target * n) // sx.clamp(min=1), large)
+    return (target + u_budget) >> 32
 
 
 # ------------------------------------------------------------------ one function per scheme
@@ -244,40 +283,53 @@ def mask_whole_word(ids, sids, keys, consts, is_special, allowed, word_starts): 
     pos = torch.arange(ids.shape[1], device=ids.device)
     special, maskable, target, u_budget = _common(ids, sids, keys, consts, is_special)
     unit_start = maskable & _slot_starts(ids, is_special, word_starts, consts)
-    selected, _, _ = _select_units(ids, sids, keys, target, u_budget, maskable, unit_start, pos, spans=False)
+    ustart = _last_start(unit_start)
+    ulen = _per_unit_sum(ustart, maskable.long())
+    budget = (target + u_budget) >> 32
+    selected, _ = _select(sids, keys, budget, maskable, unit_start, ustart, ulen, pos, crossing=False)
     return _replace(ids, sids, keys, consts, allowed, selected, None, pos)
 
 
-def _spans(ids, sids, keys, consts, is_special, allowed, word_starts, len_table, gap_table, phase_table, seg,
+def _spans(ids, sids, keys, consts, is_special, allowed, word_starts, len_table, gap_table, phase_table,
            per_span: bool):  # noqa: ANN001, ANN202
     pos = torch.arange(ids.shape[1], device=ids.device)
-    special, maskable, target, u_budget = _common(ids, sids, keys, consts, is_special)
+    special, maskable, _, u_budget = _common(ids, sids, keys, consts, is_special)
+    target = _row_sum(maskable.long()) * consts[_RATE]
     word_slot = maskable & _slot_starts(ids, is_special, word_starts, consts)
-    member, unit_start = _tile(sids, keys, seg, len_table, gap_table, phase_table, word_slot, maskable)
-    selected, ustart, _ = _select_units(ids, sids, keys, target, u_budget, member, unit_start, pos, spans=True)
+    member, unit_start, unit = _tile(sids, keys, len_table, gap_table, phase_table, word_slot, maskable, pos)
+    # A unit's length from its number, not from its first position: the two reductions over the row
+    # (its first position, its length) then read the same inputs and run as one loop. The length is kept
+    # at the unit's first position only (0 elsewhere), where the reference reads it.
+    ustart = _last_start(unit_start)
+    ulen = torch.where(unit_start, _unit_sum(unit, member.long()), 0)
+    budget = _span_budget(target, u_budget, unit_start, ulen)
+    selected, prio = _select(sids, keys, budget, member, unit_start, ustart, ulen, pos, crossing=True)
     out, labels = _replace(ids, sids, keys, consts, allowed, selected, ustart if per_span else None, pos)
-    return out, labels, selected, member, ustart, pos
+    return out, labels, selected, member, ustart, unit, pos, prio
 
 
 def mask_span(ids, sids, keys, consts, is_special, allowed, word_starts, len_table, gap_table,  # noqa: ANN001
-              phase_table, seg):  # noqa: ANN001, ANN201
-    """SpanBERT's spans: (input_ids, labels, span_left, span_right)."""
-    out, labels, selected, member, ustart, pos = _spans(ids, sids, keys, consts, is_special, allowed,
-                                                        word_starts, len_table, gap_table, phase_table, seg,
-                                                        per_span=True)
-    n_tokens = torch.where(ids != consts[_PAD_ID], pos + 1, 0).amax(1, keepdim=True)
-    last = torch.gather(_per_unit_max(ustart, torch.where(member, pos, 0)), 1, ustart)
+              phase_table):  # noqa: ANN001, ANN201
+    """SpanBERT's spans: (input_ids, labels, span_left, span_right, the units' priorities).
+
+    The priorities are returned (FusedMasker drops them) so that inductor stores them: read only inside
+    the pairwise reduction, they would be inlined there and hashed again for each pair of positions."""
+    out, labels, selected, member, ustart, unit, pos, prio = _spans(ids, sids, keys, consts, is_special, allowed,
+                                                              word_starts, len_table, gap_table, phase_table,
+                                                              per_span=True)
+    n_tokens = _row_max(torch.where(ids != consts[_PAD_ID], pos + 1, 0))
+    last = _unit_max(unit, torch.where(member, pos, 0))  # at a selected token: its span's last member
     left = (ustart - 1).clamp(min=0)
     right = torch.minimum(last + 1, (n_tokens - 1).clamp(min=0))
-    return out, labels, torch.where(selected, left, -1), torch.where(selected, right, -1)
+    return out, labels, torch.where(selected, left, -1), torch.where(selected, right, -1), prio
 
 
 def mask_ngram(ids, sids, keys, consts, is_special, allowed, word_starts, len_table, gap_table,  # noqa: ANN001
-               phase_table, seg):  # noqa: ANN001, ANN201
-    """ALBERT's n-grams: (input_ids, labels)."""
-    out, labels, *_ = _spans(ids, sids, keys, consts, is_special, allowed, word_starts, len_table, gap_table,
-                             phase_table, seg, per_span=False)
-    return out, labels
+               phase_table):  # noqa: ANN001, ANN201
+    """ALBERT's n-grams: (input_ids, labels, the units' priorities, as mask_span)."""
+    out, labels, *_, prio = _spans(ids, sids, keys, consts, is_special, allowed, word_starts, len_table, gap_table,
+                                   phase_table, per_span=False)
+    return out, labels, prio
 
 
 SCHEMES: dict[str, Callable[..., Any]] = {"token": mask_token, "whole_word": mask_whole_word, "span": mask_span,
@@ -369,10 +421,6 @@ class FusedMasker:
             self._keys[key] = _static(torch.tensor(bases, dtype=torch.int64, device=device))
         return self._keys[key]
 
-    def segments(self, length: int, device: torch.device) -> torch.Tensor:
-        """The span tiling's segment counter 0 .. L (its size carries the count)."""
-        return torch.arange(length + 1, device=device)
-
     @torch.no_grad()
     def __call__(self, input_ids: torch.Tensor, sample_ids: torch.Tensor, epoch: int,
                  seed: int) -> dict[str, torch.Tensor]:
@@ -380,9 +428,9 @@ class FusedMasker:
         if self.fallback is not None:
             return self.reference(input_ids, sample_ids, epoch=epoch, seed=seed)
         ids, sids = self.reference.checked(input_ids, sample_ids)
+        if self.cfg.scheme in ("span", "ngram") and ids.shape[1] >= MAX_SPAN_ROW:
+            return self.reference(input_ids, sample_ids, epoch=epoch, seed=seed)
         args = [ids, sids, self._stream_keys(int(seed), int(epoch), ids.device), *self._inputs(ids.device)]
-        if self.cfg.scheme in ("span", "ngram"):
-            args.append(self.segments(ids.shape[1], ids.device))
         try:
             if self.fn is None:
                 self.fn = compiled(self.cfg.scheme)
@@ -391,7 +439,8 @@ class FusedMasker:
             self.fallback = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200] if str(e).strip() else ''}"
             log.warning("fused masking unavailable (%s): masking with the reference ops instead", self.fallback)
             return self.reference(input_ids, sample_ids, epoch=epoch, seed=seed)
-        return dict(zip(OUTPUTS[self.cfg.scheme], outs, strict=True))
+        names = OUTPUTS[self.cfg.scheme]
+        return dict(zip(names, outs[:len(names)], strict=True))
 
 
 MaskingImpl = Literal["auto", "fused", "reference"]
