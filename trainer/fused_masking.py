@@ -13,16 +13,18 @@ a row's pairs of positions:
 - a cumsum / cummax along the row: a sum / max over the positions ``j <= i``;
 - a scatter-add / scatter-amax by unit: a sum / max over the positions of that unit.
 
-The span and n-gram schemes arrange their reductions so that few loops remain: two cumsums packed
-into one, a unit's length found from its number (computed with the tiling) rather than from its first
-position, the row totals the budget needs repeated at every position so that they run in the loop of
-the priority order's sums, and the priorities returned (stored once, not hashed again for each pair).
+Each pass over a row's pairs of positions is a kernel, so the passes are merged where their inputs
+allow: a word's length is its distance to the next stop (a min over the row, which needs no cummax
+first); for spans, the two cumsums are packed into one, a unit's length is
+summed over its span number (known from the tiling) in the cummax's pass, and the budget's row totals
+are repeated at every position so that they run in the pass of the priority order's sums. The units'
+priorities are returned, so inductor stores them once instead of hashing them again for each pair.
 
 That costs O(L^2) arithmetic per row (about 8 M simple ops for 32 x 512),
 which a GPU does in microseconds and which never leaves the kernel as a
 [B, L, L] tensor: each reduction is one loop. ``torch.compile`` (inductor:
 C++ on CPU, Triton on CUDA) turns a scheme's call into a handful of kernels
-(counted in the generated code: one C++ kernel per scheme, and 3 / 5 / 6 / 6
+(counted in the generated code: one C++ kernel per scheme, and 3 / 4 / 6 / 6
 Triton kernels for token / whole word / span / n-gram with torch 2.13, which
 ``tests/test_triton_masking.py`` generates and runs on the CPU under Triton's
 interpreter); every random choice is integer arithmetic, so the result equals
@@ -130,11 +132,11 @@ def _last_start(start: torch.Tensor) -> torch.Tensor:
     return cand.amax(2).clamp(min=0)
 
 
-def _per_unit_sum(ustart: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
-    """scatter_add(ustart, value) into zeros: at each position u, the sum of value over positions with ustart == u."""
-    n = ustart.shape[1]
-    idx = torch.arange(n, device=ustart.device)
-    return torch.where(ustart[:, None, :] == idx[None, :, None], value[:, None, :], 0).sum(2)
+def _next(stop: torch.Tensor) -> torch.Tensor:
+    """For each position, the first position after it where ``stop`` holds, the row's length when none."""
+    n = stop.shape[1]
+    idx = torch.arange(n, device=stop.device)
+    return torch.where(stop[:, None, :] & (idx[None, :] > idx[:, None])[None], idx[None, None, :], n).amin(2)
 
 
 def _row_sum(x: torch.Tensor) -> torch.Tensor:
@@ -279,15 +281,18 @@ def mask_token(ids, sids, keys, consts, is_special, allowed):  # noqa: ANN001, A
 
 
 def mask_whole_word(ids, sids, keys, consts, is_special, allowed, word_starts):  # noqa: ANN001, ANN201
-    """Whole-word masking: (input_ids, labels)."""
+    """Whole-word masking: (input_ids, labels, the units' priorities, as mask_span)."""
     pos = torch.arange(ids.shape[1], device=ids.device)
     special, maskable, target, u_budget = _common(ids, sids, keys, consts, is_special)
     unit_start = maskable & _slot_starts(ids, is_special, word_starts, consts)
+    # A word's maskable pieces run from its first up to the next word or special token (a token after a
+    # special starts a slot), so its length is the distance to that stop: a min over the row that does
+    # not wait for the cummax finding each piece's first position (a scatter-add by that position would).
     ustart = _last_start(unit_start)
-    ulen = _per_unit_sum(ustart, maskable.long())
+    ulen = torch.where(unit_start, _next(unit_start | ~maskable) - pos, 0)
     budget = (target + u_budget) >> 32
-    selected, _ = _select(sids, keys, budget, maskable, unit_start, ustart, ulen, pos, crossing=False)
-    return _replace(ids, sids, keys, consts, allowed, selected, None, pos)
+    selected, prio = _select(sids, keys, budget, maskable, unit_start, ustart, ulen, pos, crossing=False)
+    return *_replace(ids, sids, keys, consts, allowed, selected, None, pos), prio
 
 
 def _spans(ids, sids, keys, consts, is_special, allowed, word_starts, len_table, gap_table, phase_table,
