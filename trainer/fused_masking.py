@@ -15,10 +15,10 @@ a row's pairs of positions:
 
 Each pass over a row's pairs of positions is a kernel, so the passes are merged where their inputs
 allow: a word's length is its distance to the next stop (a min over the row, which needs no cummax
-first); for spans, the two cumsums are packed into one, a unit's length is
-summed over its span number (known from the tiling) in the cummax's pass, and the budget's row totals
-are repeated at every position so that they run in the pass of the priority order's sums. The units'
-priorities are returned, so inductor stores them once instead of hashing them again for each pair.
+first); for spans, the two cumsums are packed into one, a unit's length is summed over its span number
+(known from the tiling) in the cummax's pass, and the budget's row totals are repeated at every
+position so that they run in the pass of the priority order's sums. The units' priorities are
+returned, so inductor stores them once instead of hashing them again for each pair.
 
 That costs O(L^2) arithmetic per row (about 8 M simple ops for 32 x 512),
 which a GPU does in microseconds and which never leaves the kernel as a
@@ -257,9 +257,10 @@ def _select(sids: torch.Tensor, keys: torch.Tensor, budget: torch.Tensor, member
 
 def _span_budget(target: torch.Tensor, u_budget: torch.Tensor, unit_start: torch.Tensor,
                  ulen: torch.Tensor) -> torch.Tensor:
-    """(ulen: the units' lengths at their first positions, 0 elsewhere.) The budget that averages the target, the crossing unit taken whole (Masker._span_budget), [B, L]
-    with every column the row's: its sums are taken for each position, so they run in the loop that
-    computes the priority order's sums (one kernel) and not in a kernel of their own."""
+    """The budget that averages the target, the crossing unit taken whole (Masker._span_budget), from
+    the units' lengths at their first positions (0 elsewhere): [B, L], every column the row's. Its sums
+    are taken at each position, so they run in the loop of the priority order's sums (one kernel), not
+    in a kernel of their own."""
     sx, sxx, n = _row_sum(ulen), _row_sum(ulen * ulen), _row_sum(unit_start.long())
     large = (target - ((sxx - sx) << 32) // (2 * sx).clamp(min=1)).clamp(min=1 << 32)
     target = torch.where(target * n < sx << 32, (target * n) // sx.clamp(min=1), large)
@@ -319,9 +320,9 @@ def mask_span(ids, sids, keys, consts, is_special, allowed, word_starts, len_tab
 
     The priorities are returned (FusedMasker drops them) so that inductor stores them: read only inside
     the pairwise reduction, they would be inlined there and hashed again for each pair of positions."""
-    out, labels, selected, member, ustart, unit, pos, prio = _spans(ids, sids, keys, consts, is_special, allowed,
-                                                              word_starts, len_table, gap_table, phase_table,
-                                                              per_span=True)
+    out, labels, selected, member, ustart, unit, pos, prio = _spans(
+        ids, sids, keys, consts, is_special, allowed, word_starts, len_table, gap_table, phase_table,
+        per_span=True)
     n_tokens = _row_max(torch.where(ids != consts[_PAD_ID], pos + 1, 0))
     last = _unit_max(unit, torch.where(member, pos, 0))  # at a selected token: its span's last member
     left = (ustart - 1).clamp(min=0)
