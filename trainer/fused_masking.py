@@ -139,25 +139,17 @@ def _next(stop: torch.Tensor) -> torch.Tensor:
     return torch.where(stop[:, None, :] & (idx[None, :] > idx[:, None])[None], idx[None, None, :], n).amin(2)
 
 
-def _row_sum(x: torch.Tensor) -> torch.Tensor:
-    """[B, L] -> [B, L]: every position holds its row's sum (a [B] sum repeated, as one more reduction of
-    the [B, L] x L loops the other sums run in)."""
-    return x[:, None, :].expand(-1, x.shape[1], -1).sum(2)
+def _across_row(x: torch.Tensor) -> torch.Tensor:
+    """[B, L] -> [B, L, L]: the row at every position, so that a reduction over the last dim gives each
+    position its row's sum or max (a [B] total repeated, as one more reduction of the [B, L] x L loops the
+    other sums run in)."""
+    return x[:, None, :].expand(-1, x.shape[1], -1)
 
 
-def _row_max(x: torch.Tensor) -> torch.Tensor:
-    """[B, L] -> [B, L]: every position holds its row's max (as _row_sum)."""
-    return x[:, None, :].expand(-1, x.shape[1], -1).amax(2)
-
-
-def _unit_sum(unit: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
-    """At each position i, the sum of value over the positions j with unit[j] == unit[i]."""
-    return torch.where(unit[:, None, :] == unit[:, :, None], value[:, None, :], 0).sum(2)
-
-
-def _unit_max(unit: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
-    """At each position i, max(0, the max of value over the positions j with unit[j] == unit[i])."""
-    return torch.where(unit[:, None, :] == unit[:, :, None], value[:, None, :], 0).amax(2)
+def _within_unit(unit: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+    """[B, L, L]: at (i, j), value[j] where unit[j] == unit[i], else 0 (reduced over j: a sum or a max
+    over position i's unit)."""
+    return torch.where(unit[:, None, :] == unit[:, :, None], value[:, None, :], 0)
 
 
 def _before(prio: torch.Tensor, length: torch.Tensor) -> torch.Tensor:
@@ -170,11 +162,13 @@ def _before(prio: torch.Tensor, length: torch.Tensor) -> torch.Tensor:
 
 
 def _common(ids: torch.Tensor, sids: torch.Tensor, keys: torch.Tensor, consts: torch.Tensor,
-            is_special: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(special, maskable, the row's target in 32-bit fixed point [B, 1], its rounding uniform [B, 1])."""
+            is_special: torch.Tensor, wide: bool = False) -> tuple[torch.Tensor, ...]:
+    """(special, maskable, the row's target in 32-bit fixed point [B, 1] ([B, L], every column the row's,
+    when ``wide``), its rounding uniform [B, 1])."""
     special = _lookup(is_special, ids)
     maskable = ~special
-    target = maskable.sum(1, keepdim=True) * consts[_RATE]
+    n_maskable = _across_row(maskable.long()).sum(2) if wide else maskable.sum(1, keepdim=True)
+    target = n_maskable * consts[_RATE]
     u_budget = top32(_mix(_row_key(sids, keys, S_BUDGET)))
     return special, maskable, target, u_budget
 
@@ -261,7 +255,7 @@ def _span_budget(target: torch.Tensor, u_budget: torch.Tensor, unit_start: torch
     the units' lengths at their first positions (0 elsewhere): [B, L], every column the row's. Its sums
     are taken at each position, so they run in the loop of the priority order's sums (one kernel), not
     in a kernel of their own."""
-    sx, sxx, n = _row_sum(ulen), _row_sum(ulen * ulen), _row_sum(unit_start.long())
+    sx, sxx, n = _across_row(ulen).sum(2), _across_row(ulen * ulen).sum(2), _across_row(unit_start.long()).sum(2)
     large = (target - ((sxx - sx) << 32) // (2 * sx).clamp(min=1)).clamp(min=1 << 32)
     target = torch.where(target * n < sx << 32, (target * n) // sx.clamp(min=1), large)
     return (target + u_budget) >> 32
@@ -299,15 +293,14 @@ def mask_whole_word(ids, sids, keys, consts, is_special, allowed, word_starts): 
 def _spans(ids, sids, keys, consts, is_special, allowed, word_starts, len_table, gap_table, phase_table,
            per_span: bool):  # noqa: ANN001, ANN202
     pos = torch.arange(ids.shape[1], device=ids.device)
-    special, maskable, _, u_budget = _common(ids, sids, keys, consts, is_special)
-    target = _row_sum(maskable.long()) * consts[_RATE]
+    special, maskable, target, u_budget = _common(ids, sids, keys, consts, is_special, wide=True)
     word_slot = maskable & _slot_starts(ids, is_special, word_starts, consts)
     member, unit_start, unit = _tile(sids, keys, len_table, gap_table, phase_table, word_slot, maskable, pos)
     # A unit's length from its number, not from its first position: the two reductions over the row
     # (its first position, its length) then read the same inputs and run as one loop. The length is kept
     # at the unit's first position only (0 elsewhere), where the reference reads it.
     ustart = _last_start(unit_start)
-    ulen = torch.where(unit_start, _unit_sum(unit, member.long()), 0)
+    ulen = torch.where(unit_start, _within_unit(unit, member.long()).sum(2), 0)
     budget = _span_budget(target, u_budget, unit_start, ulen)
     selected, prio = _select(sids, keys, budget, member, unit_start, ustart, ulen, pos, crossing=True)
     out, labels = _replace(ids, sids, keys, consts, allowed, selected, ustart if per_span else None, pos)
@@ -323,8 +316,8 @@ def mask_span(ids, sids, keys, consts, is_special, allowed, word_starts, len_tab
     out, labels, selected, member, ustart, unit, pos, prio = _spans(
         ids, sids, keys, consts, is_special, allowed, word_starts, len_table, gap_table, phase_table,
         per_span=True)
-    n_tokens = _row_max(torch.where(ids != consts[_PAD_ID], pos + 1, 0))
-    last = _unit_max(unit, torch.where(member, pos, 0))  # at a selected token: its span's last member
+    n_tokens = _across_row(torch.where(ids != consts[_PAD_ID], pos + 1, 0)).amax(2)
+    last = _within_unit(unit, torch.where(member, pos, 0)).amax(2)  # at a selected token: its span's last member
     left = (ustart - 1).clamp(min=0)
     right = torch.minimum(last + 1, (n_tokens - 1).clamp(min=0))
     return out, labels, torch.where(selected, left, -1), torch.where(selected, right, -1), prio
