@@ -26,11 +26,16 @@ measured):
 7. Data wait with 4 and 8 DataLoader workers: the trainer itself, streaming the demo corpus from a GCS
    emulator on 127.0.0.1 (``benchmarks/bench_datawait.py``'s harness).
 
+The warm pool (``benchmarks/gpu_warm.py``, ``--warm auto|on|off``): the compiled rows and the fused maskers
+are compiled first, in subprocesses side by side while the CUDA tests run, into inductor's caches; nothing is
+timed until the pool is done, and each row's own compile then loads its graphs from the caches.
+
 Modes: the full run fits in 8 minutes (``gpu.sh``'s limit): on an H200 with a cold compile cache that is the
-tests, every eager row, the base compiled FULL-SENTENCES row with its profile and sweep, masking and the data
-wait; ``--rest`` (a second call, 8 minutes too) runs the compiled rows that leaves out (compiled by layers,
-CUDA graphs, compiled AdamW, cuDNN attention, DOC-SENTENCES, full head; ``--rest --sizes large`` the large
-ones): each whole-model compile takes 1.5-4 minutes. ``--plan`` lists a mode's parts with their expected seconds and which fit, running nothing.
+tests, every base and large eager row with HF's, the base compiled FULL-SENTENCES row with its profile and
+sweep, masking, the data wait, base DOC-SENTENCES compiled and large compiled by layers; ``--rest`` (a second
+call, 8 minutes too) runs the compiled rows that leaves out (CUDA graphs, compiled AdamW, cuDNN attention, the
+large whole model, full head; ``--rest --sizes large`` the large ones): each whole-model compile takes 1.5-4
+minutes cold. ``--plan`` lists a mode's parts with their expected seconds and which fit, running nothing.
 ``--quick`` fits in 4 (base only: eager and compiled FULL-SENTENCES, masking, two sweep points, profiles; no
 tests, no data wait); ``--dry-run`` (alias ``--smoke``) runs every part at tiny sizes on the CPU in about two
 minutes (compile with the ``eager`` dynamo backend, fused masking with inductor's C++ for one scheme): run it
@@ -48,6 +53,8 @@ Without a CUDA device (and without ``--dry-run``) the script says so and exits 2
 
 from __future__ import annotations
 
+import argparse
+import functools
 import importlib.util
 import math
 import os
@@ -57,8 +64,9 @@ import time
 import traceback
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import NamedTuple
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
@@ -86,21 +94,21 @@ MASK_RATE = 0.15
 F, D = "FULL-SENTENCES", "DOC-SENTENCES"
 # The parts in priority order: a row (size, batches, head, mode) or a named part. A part starts only while its
 # expected cost (``part_cost``) fits in the mode's limit, so a part too dear for the time left is passed over
-# and the cheaper ones after it still run. On an H200 with a cold compile cache the full run's 8 minutes hold
-# the tests, the eager rows, the base compiled row with its profile and sweep, masking and the data wait;
-# the compiled rows after the first (each a fresh whole-model compile of 1.5-3 minutes) are ``--rest``'s.
+# and the cheaper ones after it still run. First what the targets are judged on (the tests, the base and large
+# rows eager and compiled with HF's beside them, masking, the data wait; the large model compiled by layers,
+# whose compile is a block's, not 24 layers'), then the levers. The compiled rows are compiled side by side
+# beforehand while the tests run (the warm pool); on an H200 the full run's 8 minutes hold everything up to
+# the levers' eager rows and the two by-layers rows; the whole-model compiles of the levers and of large are
+# ``--rest``'s.
 FULL_PLAN = ("tests", ("base", F, "masked-only", "eager"), ("base", F, "HF", "eager"),
              ("base", F, "masked-only", "compile"), "masking", ("base", D, "masked-only", "eager"),
-             ("base", F, "masked-only", "eager+cuDNN attention"), ("large", F, "masked-only", "eager"),
-             ("large", D, "masked-only", "eager"), ("base", D, "HF", "eager"), "datawait",
-             ("base", F, "full head", "eager"), ("large", F, "HF", "eager"), ("large", D, "HF", "eager"),
-             ("base", F, "masked-only", "compile by layers"), ("large", F, "masked-only", "compile by layers"),
+             ("base", D, "HF", "eager"), ("large", F, "masked-only", "eager"), ("large", D, "masked-only", "eager"),
+             "datawait", ("base", D, "masked-only", "compile"), ("large", F, "masked-only", "compile by layers"),
+             ("base", F, "masked-only", "compile by layers"), ("base", F, "masked-only", "eager+cuDNN attention"),
+             ("large", F, "HF", "eager"), ("large", D, "HF", "eager"), ("base", F, "full head", "eager"),
              ("base", F, "masked-only", "compile+cudagraphs"), ("base", F, "masked-only", "compile+compiled AdamW"),
-             ("base", F, "masked-only", "compile+cuDNN attention"), ("base", D, "masked-only", "compile"),
-             ("large", F, "masked-only", "compile"), ("large", D, "masked-only", "compile"),
-             ("base", F, "full head", "compile"))
-REST_PLAN = tuple(x for x in FULL_PLAN if isinstance(x, tuple) and x[3].startswith("compile")
-                  and x != ("base", F, "masked-only", "compile"))
+             ("base", F, "masked-only", "compile+cuDNN attention"), ("large", F, "masked-only", "compile"),
+             ("large", D, "masked-only", "compile"), ("base", F, "full head", "compile"))
 QUICK_PLAN = (("base", F, "masked-only", "eager"), ("base", F, "HF", "eager"),
               ("base", F, "masked-only", "compile"), "masking", ("base", D, "masked-only", "eager"))
 # Seconds a part took on an H200 (16 vCPUs, inductor's cache cold; first full run, 2026-12-04), a little
@@ -112,6 +120,12 @@ DOC_COMPILE = 1.3  # DOC-SENTENCES compiles a graph per dynamic-shape bucket
 # compile_scope layers compiles one block, not every layer: a guess until a GPU run measures it (large's
 # layer is no dearer to compile than base's).
 BY_LAYERS = 0.4
+# The warm pool (benchmarks/gpu_warm.py) compiles the run's compiled rows side by side while the tests run.
+# Guesses until a GPU run measures them (its report gives each warm process's seconds and each row's first
+# steps): a row whose graphs are in inductor's caches takes WARM of its cold cost (dynamo's trace, the
+# caches' loads; 0.10 on the CPU with inductor's C++); WARM_SLOTS compiles at a time on the H200's 16-vCPU
+# host, each CROWDED times slower than alone; of the masking part, MASKING_COMPILE s are its fused compiles.
+WARM, WARM_SLOTS, CROWDED, MASKING_COMPILE = 0.25, 4, 1.25, 30
 
 
 def sweep_cost(s: Setup) -> float:
@@ -119,8 +133,11 @@ def sweep_cost(s: Setup) -> float:
     return COST["sweep"] * len(s.sweep) / 4 * s.scale
 
 
-def part_cost(item: str | tuple[str, str, str, str]) -> float:
-    """Expected seconds of a plan item on an H200 (before the mode's scale)."""
+def part_cost(item: str | tuple[str, str, str, str], warmed: bool = False) -> float:
+    """Expected seconds of a plan item on an H200 (before the mode's scale); ``warmed``: its compiles made by
+    the warm pool beforehand."""
+    if warmed:
+        return part_cost(item) - warm_cost(item) * (1 - WARM)
     if isinstance(item, str):
         return COST[item]
     size, kind, _, mode = item
@@ -129,6 +146,16 @@ def part_cost(item: str | tuple[str, str, str, str]) -> float:
     how = "compile" if mode.startswith("compile") else "eager"
     cost = COST[how] * (SIZE_COST[how] if size == "large" else 1.0)
     return cost * DOC_COMPILE if how == "compile" and kind == D else cost
+
+
+def warmable(item: str | tuple[str, str, str, str]) -> bool:
+    """Whether the warm pool can compile a plan item ahead: a compiled row of ours, or the fused masking."""
+    return item == "masking" or (isinstance(item, tuple) and item[3].startswith("compile") and item[2] != "HF")
+
+
+def warm_cost(item: str | tuple[str, str, str, str]) -> float:
+    """Expected seconds of an item's compiles alone (before the mode's scale): what the pool takes off it."""
+    return MASKING_COMPILE if item == "masking" else part_cost(item)
 
 
 # Modules every part imports, and those of single parts (a part whose modules are missing is not run).
@@ -168,6 +195,9 @@ class Setup:
     global_batch: int  # rows per optimizer step in the sweep
     limit_s: float  # the whole run (gpu.sh kills it a little later)
     fused_compile: tuple[str, ...] = ("token", "whole_word", "span", "ngram")  # schemes the fused masker compiles
+    # The warm pool (compile the compiled rows side by side beforehand): auto, the plan that starts more parts
+    # (with nothing to run beside it, the pool is a wait); on; off.
+    warm: str = "auto"
     full_batches: int = 4  # distinct batches cycled per configuration
     doc_batches: int = 8
     scale: float = 1.0  # COST multiplier
@@ -180,13 +210,25 @@ class Setup:
 GPU = Setup(mode="full", plan=FULL_PLAN, sizes=("base", "large"), seq=512, batch=32, tokens=16384, vocab=50265,
             warmup=3, steps=10, compile_backend="inductor", workers=(4, 8), datawait_size="base", datawait_batch=32,
             datawait_steps=20, docs_per_source=120, sweep=(32, 64, 128, 256), global_batch=256, limit_s=465)
-REST = replace(GPU, mode="rest", plan=REST_PLAN)
 QUICK = replace(GPU, mode="quick", plan=QUICK_PLAN, sizes=("base",), steps=6, sweep=(64, 256), limit_s=225)
 DRY = Setup(mode="dry-run", plan=tuple(dict.fromkeys(x if isinstance(x, str) else ("tiny", *x[1:]) for x in FULL_PLAN)),
             sizes=("tiny",), seq=64, batch=4, tokens=256, vocab=1000, warmup=1, steps=2, compile_backend="eager",
             workers=(1, 2), datawait_size="tiny", datawait_batch=4, datawait_steps=4, docs_per_source=20,
             sweep=(1, 2, 4), global_batch=4, limit_s=300, fused_compile=("token",), full_batches=2, doc_batches=3,
-            scale=0.1)
+            scale=0.1, warm="off")
+
+
+def setup_json(s: Setup) -> dict:
+    """A Setup as JSON (the warm processes get their run's)."""
+    return asdict(s)
+
+
+def setup_from_json(data: dict) -> Setup:
+    """The Setup ``setup_json`` wrote (JSON's lists back to tuples)."""
+    def tuples(x):  # noqa: ANN001, ANN202
+        return tuple(tuples(y) for y in x) if isinstance(x, list) else x
+
+    return Setup(**{k: tuples(v) for k, v in data.items()})
 
 
 # ------------------------------------------------------------------ batches
@@ -377,6 +419,7 @@ class Bench:
         self.res = Results(s.mode, name or "none (CPU dry run)")
         self.kinds = {F: full_batches(s, s.full_batches), D: doc_batches(s, s.doc_batches)}
         self.ms: dict[tuple[str, str], float] = {}  # (size, mode) -> the FULL masked-only step
+        self.warmed: dict[str, object] = {}  # item name -> gpu_warm.Warmed, those the pool compiled
         # mode -> (what the loop calls, the Encoder) of those steps, kept for the masking part
         self.kept: dict[str, tuple[torch.nn.Module, torch.nn.Module]] = {}
 
@@ -413,7 +456,11 @@ class Bench:
         from benchmarks.gpu_levers import matmul_flops, peak_note
 
         self.res.peak_note = self.guarded("matmul peak", lambda: peak_note(self.peak, matmul_flops(self.dev))) or ""
+        pool = self.guarded("warm pool", self.start_pool)  # after the matmul's timing: nothing runs beside that
         for item in self.s.plan:
+            if pool is not None and item != "tests":
+                self.join_pool(pool)
+                pool = None
             need = lacking(PART_MODULES.get(item if isinstance(item, str) else item[2], ()))
             if need:
                 what = item if isinstance(item, str) else " ".join(item)
@@ -427,10 +474,15 @@ class Bench:
             if item == "tests":
                 if self.fits("CUDA tests", COST["tests"]):
                     left = self.s.limit_s - self.elapsed() - 60
-                    self.res.tests = run_cuda_tests(self.s, min(COST["tests"] * 1.4, left))
+                    # Beside the pool the tests share the CPUs; the timed parts wait for the pool anyway.
+                    room = COST["tests"] * 1.4 if pool is None else max(COST["tests"] * 1.4, pool.expected)
+                    self.res.tests = run_cuda_tests(self.s, min(room, left))
             elif item == "masking":
-                if self.fits("masking", COST["masking"]):
+                if self.fits("masking", part_cost("masking", warmed="masking" in self.warmed)):
                     self.res.masking = self.guarded("masking", self.masking) or []
+                    if "masking" in self.warmed:
+                        self.res.masking_note = (f"The fused maskers were compiled beforehand in "
+                                                 f"{self.warmed['masking'].seconds:.1f} s; here: {cache_counts()}.")
                 self.kept.clear()
             elif item == "datawait":
                 if self.fits("data wait", COST["datawait"]):
@@ -438,52 +490,104 @@ class Bench:
             else:
                 self.row(*item)
             self.save()
+        if pool is not None:
+            self.join_pool(pool)
 
-    def row(self, size: str, kind: str, head: str, mode: str) -> None:
-        """Measure one configuration (and, for the first size's FULL masked-only rows, profile it; the
-        compiled one also runs the micro-batch sweep on the same compiled model)."""
+    def start_pool(self) -> object:
+        """The warm pool for the items ``expected`` warms (None when there are none): started, the logs in a
+        scratch folder."""
+        import tempfile
+
+        from benchmarks.gpu_warm import WarmPool, makespan, pool_slots, warm_argv
+
+        names = [p.item for p in expected(self.s) if p.warmed]
+        if not names:
+            return None
+        script = Path(__file__).resolve()
+        jobs = [(item_name(item), warm_argv(script, {"setup": setup_json(self.s), "item": item}),
+                 warm_cost(item)) for item in names]
+        slots = pool_slots(os.cpu_count() or 1, WARM_SLOTS)
+        env = dict(os.environ)
+        env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", str(max(1, (os.cpu_count() or 1) // slots)))
+        print(f"warm pool: compiling {len(jobs)} part(s), {slots} at a time, beside the tests", flush=True)
+        pool = WarmPool(jobs, slots, Path(tempfile.mkdtemp(prefix="sf-gpu-warm-")), env)
+        pool.expected = makespan([cost * self.s.scale for _, _, cost in jobs], slots) * CROWDED
+        return pool.start()
+
+    def join_pool(self, pool) -> None:  # noqa: ANN001 - gpu_warm.WarmPool
+        """Wait for the pool, then stop what is left a minute before the limit (a part not compiled by then
+        would compile in its turn, dearer than the rest of its wait); the compiled items cost their warm price
+        from here on."""
+        t0 = time.monotonic()
+        done = pool.wait(self.s.limit_s - 60 - self.elapsed())
+        self.res.warm = done
+        self.res.warm_wait = (pool.elapsed(), time.monotonic() - t0, pool.slots, pool.expected)
+        self.warmed = {w.item: w for w in done if w.state == "compiled"}
+        for w in done:
+            print(f"  warm {w.item}: {w.state} in {w.seconds:.1f} s {w.note}", flush=True)
+        self.save()
+
+    def build(self, size: str, kind: str, head: str, mode: str) -> tuple:
+        """One row's (step, model, raw Encoder, its dims, attention): the model built (seed 0), compiled as
+        the mode says, and the trainer's step over the kind's batches; for HF, its model and step (raw
+        None)."""
         from benchmarks.gpu_levers import build_step
         from schemas.config import ModelConfig
         from trainer.model import Encoder
         from trainer.precision import maybe_compile
 
         s, dev = self.s, self.dev
-        row = Row(size, kind, head, mode)
-        cost = part_cost((size, kind, head, mode))
-        if not self.fits(f"{size} {kind} {head} {mode}", cost):
-            row.note = "not run: time limit"
-            self.res.rows.append(row)
-            return
-        self.res.rows.append(row)
         torch.manual_seed(0)
         torch._dynamo.reset()
         torch._dynamo.utils.counters.clear()  # graphs are counted per row
         batches = self.kinds[kind]
         raw = Encoder(ModelConfig(size=size, masked_only_head=head != "full head"), s.vocab).to(dev)
         dims = raw.dims
-        try:
-            if head == "HF":
-                from benchmarks.bench_model import hf_roberta
+        if head == "HF":
+            from benchmarks.bench_model import hf_roberta
 
-                del raw
-                hf = hf_roberta(dims, 0.1).to(dev)
-                measure(hf_step(hf, batches, dev), batches, s, dev, dims, self.peak, row)
-                del hf
+            del raw
+            hf = hf_roberta(dims, 0.1).to(dev)
+            return hf_step(hf, batches, dev), hf, None, dims, "auto"
+        compiled = mode.startswith("compile")
+        model = maybe_compile(raw, compiled, dev, backend=s.compile_backend,
+                              mode="reduce-overhead" if "cudagraphs" in mode else "default",
+                              scope="layers" if "by layers" in mode else "model")
+        attention = "cudnn" if "cuDNN" in mode else "auto"
+        step = build_step(model, raw, batches, dev, compiled, "compiled" if "AdamW" in mode else "fused",
+                          backend=s.compile_backend, attention=attention)
+        return step, model, raw, dims, attention
+
+    def row(self, size: str, kind: str, head: str, mode: str) -> None:
+        """Measure one configuration (and, for the first size's FULL masked-only rows, profile it; the
+        compiled one also runs the micro-batch sweep on the same compiled model)."""
+        s, dev = self.s, self.dev
+        row = Row(size, kind, head, mode)
+        name = item_name((size, kind, head, mode))
+        cost = part_cost((size, kind, head, mode), warmed=name in self.warmed)
+        if not self.fits(name, cost):
+            row.note = "not run: time limit"
+            self.res.rows.append(row)
+            return
+        self.res.rows.append(row)
+        batches = self.kinds[kind]
+        try:
+            step, model, raw, dims, attention = self.build(size, kind, head, mode)
+            measure(step, batches, s, dev, dims, self.peak, row)
+            if head == "HF":
+                del model, step
             else:
-                compiled = mode.startswith("compile")
-                model = maybe_compile(raw, compiled, dev, backend=s.compile_backend,
-                                      mode="reduce-overhead" if "cudagraphs" in mode else "default",
-                                      scope="layers" if "by layers" in mode else "model")
-                attention = "cudnn" if "cuDNN" in mode else "auto"
-                step = build_step(model, raw, batches, dev, compiled, "compiled" if "AdamW" in mode else "fused",
-                                  backend=s.compile_backend, attention=attention)
-                measure(step, batches, s, dev, dims, self.peak, row)
+                notes = []
                 if attention != "auto":
                     from trainer.batch import CHOICES
 
                     used = {c.backend for c in CHOICES if c.path != "unpadded" and c.device == dev.type}
-                    row.note = f"attention: {attention}" if attention in used else \
-                        f"attention: {attention} refused the shape ({', '.join(sorted(used))})"
+                    notes.append(f"attention: {attention}" if attention in used else
+                                 f"attention: {attention} refused the shape ({', '.join(sorted(used))})")
+                if name in self.warmed:
+                    notes.append(f"warmed: compiled beforehand in {self.warmed[name].seconds:.1f} s; here: "
+                                 f"{cache_counts()}")
+                row.note = "; ".join(notes)
                 if kind == F and head == "masked-only" and size == s.sizes[0] and mode in ("eager", "compile"):
                     self.ms[(size, mode)] = row.ms
                     self.extras(model, raw, step, mode)
@@ -552,32 +656,106 @@ class Bench:
             self.res.sweep.append(r)
             print(f"  sweep {micro} x {accum}: {r.ms:.1f} ms/step, {r.tokens_s:,.0f} tok/s {r.note}", flush=True)
 
-    def masking(self) -> list:
-        """Reference vs fused masking on one FULL-SENTENCES batch of the first size's vocabulary."""
+    @functools.cached_property
+    def word_starts(self) -> torch.Tensor:
+        """The word-start table of the masking part's synthetic vocabulary."""
         from benchmarks.bench_masking import SPECIAL_IDS, make_vocab
-        from benchmarks.gpu_levers import masking_compare, masking_overlap, trainer_masker
+        from trainer.masking import word_start_table
+
+        return word_start_table(make_vocab(self.s.vocab, np.random.default_rng(0)), SPECIAL_IDS)
+
+    def masker_of(self, scheme: str) -> object:
+        """A fresh host reference Masker of ``scheme`` for the run's vocabulary (the masking part's)."""
+        from benchmarks.bench_masking import SPECIAL_IDS
         from schemas import MASK_ID, PAD_ID
         from schemas.config import MaskingConfig
-        from trainer.masking import Masker, word_start_table
+        from trainer.masking import Masker
+
+        return Masker(MaskingConfig(scheme=scheme), self.s.vocab, SPECIAL_IDS, MASK_ID, PAD_ID, self.word_starts)
+
+    def masking_ids(self) -> torch.Tensor:
+        """The masking part's batch on the device: a new tensor (on the CPU ``.to`` would hand back the rows'
+        own, which a compiled row's step marked dynamic: another graph than the warm process's)."""
+        return self.kinds[F][0]["input_ids"].to(self.dev, copy=True)
+
+    def masking(self) -> list:
+        """Reference vs fused masking on one FULL-SENTENCES batch of the first size's vocabulary."""
+        from benchmarks.gpu_levers import masking_compare, masking_overlap, trainer_masker
 
         s = self.s
-        ws = word_start_table(make_vocab(s.vocab, np.random.default_rng(0)), SPECIAL_IDS)
-        ids = self.kinds[F][0]["input_ids"].to(self.dev)
+        ids = self.masking_ids()
         size = s.sizes[0]
         steps = (self.ms.get((size, "eager"), math.nan), self.ms.get((size, "compile"), math.nan))
-
-        def masker_of(scheme: str) -> Masker:
-            return Masker(MaskingConfig(scheme=scheme), s.vocab, SPECIAL_IDS, MASK_ID, PAD_ID, ws)
-
         if self.kept:  # before the reset below: the compiled model is still compiled
             self.res.overlap = self.guarded("masking ahead", lambda: masking_overlap(
-                self.kept, self.kinds[F], trainer_masker(masker_of("token"), self.dev), "token", self.dev, s.steps,
-                s.warmup)) or []
+                self.kept, self.kinds[F], trainer_masker(self.masker_of("token"), self.dev), "token", self.dev,
+                s.steps, s.warmup)) or []
             self.kept.clear()
             if self.dev.type == "cuda":
                 torch.cuda.empty_cache()
         torch._dynamo.reset()
-        return masking_compare(masker_of, ids, s.fused_compile, steps, max(s.steps, 5))
+        torch._dynamo.utils.counters.clear()  # the fused compiles' cache counters
+        return masking_compare(self.masker_of, ids, s.fused_compile, steps, max(s.steps, 5))
+
+    def compile_masking(self) -> None:
+        """The masking part's compiles alone (a warm process): each compiled scheme's fused masker called as
+        ``masking_compare`` calls it."""
+        from benchmarks.gpu_levers import masking_call
+        from trainer.fused_masking import FusedMasker
+
+        ids = self.masking_ids()
+        for scheme in self.s.fused_compile:
+            fused = FusedMasker(self.masker_of(scheme), compile=True).to(self.dev)
+            fused.check_ids = False
+            masking_call(fused, ids)
+
+
+# ------------------------------------------------------------------ the warm pool's processes
+
+
+def cache_counts() -> str:
+    """Inductor's FX graph cache and AOT autograd's cache, hits and misses so far in this process."""
+    c = torch._dynamo.utils.counters
+    return (f"FX graph cache {c['inductor']['fxgraph_cache_hit']} hit / {c['inductor']['fxgraph_cache_miss']} "
+            f"missed, AOT autograd cache {c['aot_autograd']['autograd_cache_hit']} hit / "
+            f"{c['aot_autograd']['autograd_cache_miss']} missed")
+
+
+def warm_one(spec: str) -> int:
+    """A warm pool process: compile one plan item of the run whose Setup ``spec`` carries (the row's warm-up
+    steps, or the fused masker's schemes on the masking part's batch) so its graphs land in inductor's
+    caches; print the ``gpu_warm.WARMED`` line. Inductor's autotuning results are not kept: the row picks
+    its kernels' launch configurations itself, on a quiet GPU."""
+    import json
+
+    from benchmarks.gpu_warm import WARMED
+
+    data = json.loads(spec)
+    s = setup_from_json(data["setup"])
+    item = data["item"] if isinstance(data["item"], str) else tuple(data["item"])
+    dev = prepare_device(s)
+    torch._inductor.config.autotune_local_cache = False
+    bench = Bench(s, dev, "")
+    t0 = time.perf_counter()
+    if item == "masking":
+        bench.compile_masking()
+    else:
+        step = bench.build(*item)[0]
+        for i in range(max(s.warmup, len(bench.kinds[item[1]]))):
+            step(i)
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+    print(WARMED + json.dumps({"seconds": time.perf_counter() - t0, "note": cache_counts()}), flush=True)
+    return 0
+
+
+def prepare_device(s: Setup) -> torch.device:
+    """The run's device (a dry run: the CPU), with the matmul settings every process of the run shares."""
+    dev = torch.device("cpu") if s.mode == "dry-run" else torch.device("cuda", 0)
+    if dev.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    return dev
 
 
 # ------------------------------------------------------------------ main
@@ -588,29 +766,87 @@ def item_name(item: str | tuple[str, str, str, str]) -> str:
     return item if isinstance(item, str) else " ".join(item)
 
 
-def expected(s: Setup) -> list[tuple[str | tuple[str, str, str, str], float, bool]]:
-    """(item, expected seconds, starts) for the mode's plan, every part taking its expected cost: the same
-    rule as the run's (a part starts only if it ends by the limit). The first size's compiled FULL masked-only
-    row counts its micro-batch sweep too, which starts only if it fits after the row."""
-    t, out = 0.0, []
+class Planned(NamedTuple):
+    item: str | tuple[str, str, str, str]
+    cost: float  # expected seconds of its own (warmed: what is left once the pool compiled it)
+    starts: bool
+    warmed: bool  # compiled beforehand by the warm pool
+
+
+def pool_wait(s: Setup, pool: list[float], lead: float) -> float:
+    """Seconds before the first timed part: the tests (``lead``) and the warm pool side by side."""
+    from benchmarks.gpu_warm import makespan
+
+    return max(lead, makespan(pool, WARM_SLOTS) * CROWDED) if pool else lead
+
+
+def expected(s: Setup) -> list[Planned]:
+    """The mode's plan, each part taking its expected cost, by the run's rule: a part starts only if it ends by
+    the limit. ``s.warm`` auto: the plan with the warm pool or the one without, whichever starts the parts
+    first in priority order (then the one that ends sooner): with nothing to run beside it (no tests), the
+    pool is a wait."""
+    cold = planned(s, warm=False)
+    if s.warm == "off":
+        return cold
+    warm = planned(s, warm=True)
+    if s.warm == "on":
+        return warm
+    key = [(tuple(p.starts for p in x), -planned_total(s, x)) for x in (warm, cold)]
+    return warm if key[0] >= key[1] else cold
+
+
+def planned_total(s: Setup, plan: list[Planned]) -> float:
+    """A plan's expected seconds: the tests and the pool side by side, then the timed parts."""
+    pool = [warm_cost(p.item) * s.scale for p in plan if p.warmed]
+    lead = sum(p.cost for p in plan if p.item == "tests" and p.starts)
+    return pool_wait(s, pool, lead) + sum(p.cost for p in plan if p.starts and p.item != "tests")
+
+
+def planned(s: Setup, warm: bool) -> list[Planned]:
+    """The plan with (``warm``) or without the warm pool: a compiled row (or the masking) is warmed when the
+    pool can take it and the run still ends in time, else it compiles in its turn if that fits. The first
+    size's compiled FULL masked-only row counts its micro-batch sweep too, which starts only if it fits
+    after the row."""
+    lead = COST["tests"] * s.scale if "tests" in s.plan and COST["tests"] * s.scale <= s.limit_s else 0.0
+    pool: list[float] = []
+    timed, out = 0.0, []
     for item in s.plan:
-        cost = part_cost(item) * s.scale
-        starts = t + cost <= s.limit_s
-        if starts:
-            t += cost
-            if item == (s.sizes[0], F, "masked-only", "compile") and t + sweep_cost(s) <= s.limit_s:
-                t += sweep_cost(s)
-                cost += sweep_cost(s)
-        out.append((item, cost, starts))
+        if item == "tests":
+            out.append(Planned(item, COST["tests"] * s.scale, lead > 0, False))
+            continue
+        sweep = sweep_cost(s) if item == (s.sizes[0], F, "masked-only", "compile") else 0.0
+        ways = [(pool, part_cost(item) * s.scale, False)]
+        if warm and warmable(item):
+            ways.insert(0, ([*pool, warm_cost(item) * s.scale], part_cost(item, warmed=True) * s.scale, True))
+        for p, cost, warmed in ways:
+            if pool_wait(s, p, lead) + timed + cost <= s.limit_s:
+                pool, timed = p, timed + cost
+                if sweep and pool_wait(s, pool, lead) + timed + sweep <= s.limit_s:
+                    timed += sweep
+                    cost += sweep
+                out.append(Planned(item, cost, True, warmed))
+                break
+        else:
+            out.append(Planned(item, part_cost(item) * s.scale, False, False))
     return out
+
+
+# --rest: what the full run is expected to leave out.
+REST_PLAN = tuple(p.item for p in expected(GPU) if not p.starts)
+REST = replace(GPU, mode="rest", plan=REST_PLAN)
 
 
 def plan_lines(s: Setup) -> list[str]:
     """``--plan``'s listing."""
     rows = expected(s)
+    pool = [warm_cost(p.item) * s.scale for p in rows if p.warmed]
     lines = [f"bench_gpu {s.mode}: limit {s.limit_s:.0f} s; expected seconds on an H200 (inductor's cache cold)"]
-    lines += [f"  {'runs   ' if starts else 'left out'} {cost:5.0f} s  {item_name(item)}" for item, cost, starts in rows]
-    lines.append(f"  expected total {sum(c for _, c, starts in rows if starts):.0f} s")
+    if pool:
+        lines.append(f"  warm pool: {len(pool)} part(s) compiled {WARM_SLOTS} at a time beside the tests: "
+                     f"{pool_wait(s, pool, 0.0):.0f} s before the first timed part")
+    lines += [f"  {'runs   ' if p.starts else 'left out'} {p.cost:5.0f} s  {item_name(p.item)}"
+              f"{'  (warmed)' if p.warmed else ''}" for p in rows]
+    lines.append(f"  expected total {planned_total(s, rows):.0f} s")
     return lines
 
 
@@ -628,6 +864,8 @@ def setup_of(args) -> Setup:  # noqa: ANN001 - argparse.Namespace
         plan = [x for x in plan if isinstance(x, str) or not x[3].startswith("compile")]
     if args.no_tests:
         plan = [x for x in plan if x != "tests"]
+    if args.warm:
+        s = replace(s, warm=args.warm)
     return replace(s, plan=tuple(plan))
 
 
@@ -636,8 +874,8 @@ def main() -> int:
     how = ap.add_mutually_exclusive_group()
     how.add_argument("--quick", action="store_true", help="The base rows, masking, sweep and profiles in 4 minutes.")
     how.add_argument("--rest", action="store_true",
-                     help="The compiled rows the full run's 8 minutes leave out (by layers, CUDA graphs, compiled "
-                          "AdamW, cuDNN attention, DOC-SENTENCES, large, full head): a second call.")
+                     help="The compiled rows the full run's 8 minutes leave out (CUDA graphs, compiled AdamW, "
+                          "cuDNN attention, the large whole model, full head): a second call.")
     how.add_argument("--dry-run", "--smoke", dest="dry_run", action="store_true",
                      help="Every part at tiny sizes on the CPU (about two minutes): run before spending GPU time.")
     ap.add_argument("--sizes", nargs="+", help="Model sizes (default: base large; quick: base; dry run: tiny).")
@@ -649,7 +887,15 @@ def main() -> int:
     ap.add_argument("--plan", action="store_true",
                     help="Print the parts in order with their expected seconds on an H200 and which fit the limit; "
                          "run nothing (no GPU needed).")
+    ap.add_argument("--warm", choices=("auto", "on", "off"),
+                    help="Compile the compiled rows beforehand, side by side in subprocesses while the tests run "
+                         "(the warm pool): auto (default; off in a dry run) when its plan starts more parts; on; "
+                         "off: each row compiles in its turn.")
+    ap.add_argument("--warm-one", help=argparse.SUPPRESS)  # a warm pool process (benchmarks/gpu_warm.py)
     args = ap.parse_args()
+    if args.warm_one:
+        warnings.filterwarnings("ignore")
+        return warm_one(args.warm_one)
     if args.plan:
         s = setup_of(args)
         print("\n".join(plan_lines(s)))
@@ -668,10 +914,7 @@ def main() -> int:
     s = setup_of(args)
     if args.out == str(ROOT / "benchmarks" / "results" / "gpu.md") and s.mode != "full":
         args.out = str(ROOT / "benchmarks" / "results" / f"gpu-{s.mode}.md")
-    dev = torch.device("cpu") if args.dry_run else torch.device("cuda", 0)
-    if dev.type == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
+    dev = prepare_device(s)
     bench = Bench(s, dev, args.out)
     if "tests" not in s.plan:
         bench.res.tests = f"not run ({'--no-tests' if args.no_tests else s.mode + ' mode'})"

@@ -3,6 +3,7 @@
 #
 #   bash benchmarks/gpu.sh              # the full run: at most 8 minutes
 #   bash benchmarks/gpu.sh --rest       # the compiled rows the full run leaves out: a second 8 minutes
+#   bash benchmarks/gpu.sh --warm off   # each compiled row compiles in its turn (no warm pool beside the tests)
 #   bash benchmarks/gpu.sh --plan       # what a mode runs, with expected seconds on an H200; runs nothing
 #   bash benchmarks/gpu.sh --quick      # base only, no tests, no data wait: at most 4 minutes
 #   bash benchmarks/gpu.sh --dry-run    # every part at tiny sizes on the CPU (~2 minutes): run it first
@@ -13,8 +14,9 @@
 # DOC-SENTENCES; HF RobertaForMaskedLM as the baseline), masking per scheme (reference vs fused) and its
 # share of the base steps with masking ahead off and on (masking_overlap), the
 # micro-batch sweep (32..256 rows, accumulating to 256), profiles (top kernels, launches and host syncs
-# per step) and data wait with 4 and 8 workers from a GCS emulator on 127.0.0.1. Parts run in priority
-# order, each only if its expected time still fits. Writes benchmarks/results/gpu.md (gpu-rest.md,
+# per step) and data wait with 4 and 8 workers from a GCS emulator on 127.0.0.1. The compiled rows are
+# compiled first, side by side while the tests run (the warm pool). Parts run in priority order, each only
+# if its expected time still fits. Writes benchmarks/results/gpu.md (gpu-rest.md,
 # gpu-quick.md, gpu-dry-run.md) after every part, so a run stopped by the limit keeps what it measured. Without a CUDA device (and without --dry-run) it says so and exits 2.
 #
 # On a GPU machine without a package registry: run `bash benchmarks/gpu_wheels.sh` where pip works and

@@ -30,6 +30,12 @@ class MaskingRow(NamedTuple):
     share_compiled: float  # of masking + the compiled step (nan when none was measured)
 
 
+def masking_call(masker: object, ids: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The masking part's call of a masker on a batch (its sample ids and epoch fixed)."""
+    sids = torch.arange(ids.shape[0], device=ids.device) * 7919
+    return masker(ids, sids, epoch=1, seed=0)
+
+
 def masking_compare(masker_of: Callable[[str], object], ids: torch.Tensor, compile_schemes: tuple[str, ...],
                     step_ms: tuple[float, float], calls: int) -> list[MaskingRow]:
     """Per scheme: the reference Masker and the FusedMasker on one batch (``ids`` on the device).
@@ -43,12 +49,11 @@ def masking_compare(masker_of: Callable[[str], object], ids: torch.Tensor, compi
     from trainer.hostsync import HostSyncs
 
     dev = ids.device
-    sids = torch.arange(ids.shape[0], device=dev) * 7919
     sync = torch.cuda.synchronize if dev.type == "cuda" else None
     out = []
     for scheme in ("token", "whole_word", "span", "ngram"):
         host_ref = masker_of(scheme)
-        want = host_ref(ids.cpu(), sids.cpu(), epoch=1, seed=0)
+        want = masking_call(host_ref, ids.cpu())
         ref = masker_of(scheme).to(dev)
         ref.check_ids = False
         fused = FusedMasker(masker_of(scheme), compile=scheme in compile_schemes).to(dev)
@@ -57,20 +62,20 @@ def masking_compare(masker_of: Callable[[str], object], ids: torch.Tensor, compi
             t0 = time.perf_counter()
             kernels, extern, syncs = 0, 0, -1
             if impl == "fused" and scheme in compile_schemes:
-                got, codes = run_and_get_code(lambda m=m: m(ids, sids, epoch=1, seed=0))
+                got, codes = run_and_get_code(lambda m=m: masking_call(m, ids))
                 k, e = launches(codes[0]) if codes else ([], [])
                 kernels, extern = len(k), len(e)
             else:
-                got = m(ids, sids, epoch=1, seed=0)
+                got = masking_call(m, ids)
             if sync:
                 sync()
             compile_s = time.perf_counter() - t0 if impl == "fused" else 0.0
             if impl == "reference" or scheme not in compile_schemes:
                 with HostSyncs() as counter:
-                    m(ids, sids, epoch=1, seed=0)
+                    masking_call(m, ids)
                 kernels, syncs = counter.ops, counter.syncs
             same = all(torch.equal(want[k], got[k].cpu()) for k in want) and want.keys() == got.keys()
-            t = time_calls(lambda m=m: m(ids, sids, epoch=1, seed=0), calls=calls, sync=sync)
+            t = time_calls(lambda m=m: masking_call(m, ids), calls=calls, sync=sync)
             ms = t.wall * 1e3
             eager, compiled = step_ms
             out.append(MaskingRow(scheme, impl, ms, kernels, extern, syncs, compile_s, same, ms / (ms + eager),

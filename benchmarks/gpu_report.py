@@ -29,6 +29,9 @@ class Results:
     skipped: list[str] = field(default_factory=list)  # parts left out (time budget, flags)
     attention: list[str] = field(default_factory=list)  # attention kernels chosen (trainer.batch.CHOICES)
     peak_note: str = ""  # the peak MFU divides by, and the measured matmul rate
+    warm: list = field(default_factory=list)  # gpu_warm.Warmed, the warm pool's parts
+    warm_wait: tuple = ()  # (the pool's seconds, of them waited after the tests, slots, expected seconds)
+    masking_note: str = ""  # the fused compiles' caches, when the pool compiled them
 
 
 def fmt(x: float | None, spec: str, missing: str = "n/a") -> str:
@@ -45,6 +48,7 @@ def report(s, res: Results, wall: float) -> list[str]:  # noqa: ANN001 - s: benc
                   "inductor's C++ for the token scheme); these numbers only show that every part of the script "
                   "runs. Nothing here is a GPU figure.", ""]
     lines += ["## CUDA-only tests", "", f"`pytest {s.test_files} -k '{s.tests_k}'`: {res.tests}", ""]
+    lines += warm_section(res)
     lines += step_table(s, res)
     lines += masking_table(s, res)
     lines += sweep_table(s, res)
@@ -67,6 +71,21 @@ def report(s, res: Results, wall: float) -> list[str]:  # noqa: ANN001 - s: benc
     lines += ["", "## Against the targets", ""]
     lines += ["Not judged: a dry run measures nothing."] if dry else targets(s, res)
     return lines
+
+
+def warm_section(res: Results) -> list[str]:
+    """The warm pool: each part's compile beside the tests (the cold figure its row's 'first steps' lacks)."""
+    if not res.warm:
+        return []
+    pool_s, waited, slots, expect = res.warm_wait
+    lines = ["## Compiles beforehand (the warm pool)", "",
+             f"The compiled rows and the fused masking, compiled in {slots} process(es) at a time while the tests "
+             f"ran, into inductor's caches: {pool_s:.0f} s in all (expected {expect:.0f} s), {waited:.0f} s of it "
+             "waited for after the tests. Nothing was timed meanwhile. A warmed row's 'first steps' are its "
+             "compile from the caches; the cold compile is the seconds here (crowded by the others).", "",
+             "| part | compile | seconds | note |", "|---|---|---:|---|"]
+    lines += [f"| {w.item} | {w.state} | {w.seconds:.1f} | {w.note} |" for w in res.warm]
+    return lines + [""]
 
 
 def step_table(s, res: Results) -> list[str]:  # noqa: ANN001
@@ -114,6 +133,8 @@ def masking_table(s, res: Results) -> list[str]:  # noqa: ANN001
         lines.append(f"| {m.scheme} | {m.impl} | {m.ms:.3f} | {m.share_eager:.2%} | {fmt(m.share_compiled, '.2%')} | "
                      f"{launches} | {m.syncs if m.syncs >= 0 else '—'} | {m.compile_s:.1f} | "
                      f"{'yes' if m.identical else '**no**'} |")
+    if res.masking_note:
+        lines += ["", res.masking_note]
     return lines + overlap_table(s, res)
 
 

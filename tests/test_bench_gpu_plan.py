@@ -7,49 +7,95 @@ leaves out is ``--rest``'s; ``--plan`` prints the same decision the run makes.
 
 from __future__ import annotations
 
+import os
+import re
 import subprocess
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks import bench_gpu as bg  # noqa: E402
+from benchmarks import gpu_warm  # noqa: E402
 
 F, D = bg.F, bg.D
 
 
 def started(s: bg.Setup) -> list:
-    return [item for item, _, starts in bg.expected(s) if starts]
+    return [p.item for p in bg.expected(s) if p.starts]
 
 
-def test_the_full_run_holds_the_tests_eager_rows_base_compile_masking_and_data_wait() -> None:
-    runs = started(bg.GPU)
-    for part in ("tests", "masking", "datawait", ("base", F, "masked-only", "compile")):
+def test_the_full_run_holds_what_the_targets_are_judged_on() -> None:
+    plan = bg.expected(bg.GPU)
+    runs = [p.item for p in plan if p.starts]
+    for part in ("tests", "masking", "datawait", ("base", F, "masked-only", "compile"),
+                 ("base", D, "masked-only", "compile"), ("large", F, "masked-only", "compile by layers")):
         assert part in runs, part
-    eager = [x for x in bg.FULL_PLAN if isinstance(x, tuple) and x[3] == "eager"]
-    assert eager and all(x in runs for x in eager)
-    assert sum(c for _, c, starts in bg.expected(bg.GPU) if starts) <= bg.GPU.limit_s
+    for size in ("base", "large"):
+        for kind in (F, D):
+            assert (size, kind, "masked-only", "eager") in runs
+    assert ("base", F, "HF", "eager") in runs and ("base", D, "HF", "eager") in runs
+    assert bg.planned_total(bg.GPU, plan) <= bg.GPU.limit_s
     # The base compiled row's cost counts its micro-batch sweep, which the run starts after it.
-    cost = dict((item, c) for item, c, _ in bg.expected(bg.GPU))
-    assert cost[("base", F, "masked-only", "compile")] == bg.COST["compile"] + bg.COST["sweep"]
+    cost = {p.item: p.cost for p in plan}
+    assert cost[("base", F, "masked-only", "compile")] == bg.part_cost(("base", F, "masked-only", "compile"),
+                                                                       warmed=True) + bg.COST["sweep"]
+
+
+def test_the_warm_pool_takes_the_compiles_and_runs_beside_the_tests() -> None:
+    plan = bg.expected(bg.GPU)
+    warmed = [p.item for p in plan if p.warmed]
+    assert "masking" in warmed and ("base", F, "masked-only", "compile") in warmed
+    assert all(bg.warmable(x) for x in warmed) and not any(p.warmed and not p.starts for p in plan)
+    # Without the pool the same limit holds fewer of the parts the targets are judged on.
+    cold = bg.planned(bg.GPU, warm=False)
+    assert sum(p.starts for p in cold) < sum(p.starts for p in plan)
+    assert ("base", D, "masked-only", "compile") not in [p.item for p in cold if p.starts]
+    # The time before the first timed part: the tests, or the pool's dearest slot, crowded.
+    pool = [bg.warm_cost(x) for x in warmed]
+    assert bg.pool_wait(bg.GPU, pool, bg.COST["tests"]) == max(
+        bg.COST["tests"], gpu_warm.makespan(pool, bg.WARM_SLOTS) * bg.CROWDED)
+    # off: every row compiles in its turn (the plan before the pool); a dry run has no pool.
+    off = replace(bg.GPU, warm="off")
+    assert not any(p.warmed for p in bg.expected(off)) and bg.DRY.warm == "off"
+
+
+def test_auto_leaves_the_pool_out_where_it_would_only_be_a_wait() -> None:
+    """--quick runs no tests: the pool would hold every timed part back for its whole compile."""
+    assert not any(p.warmed for p in bg.expected(bg.QUICK))
+    assert any(p.warmed for p in bg.expected(replace(bg.QUICK, warm="on")))
+    quick = bg.expected(bg.QUICK)
+    assert all(p.starts for p in quick) and bg.planned_total(bg.QUICK, quick) <= bg.QUICK.limit_s
+
+
+def test_makespan_puts_the_dearest_first_on_the_least_loaded_slot() -> None:
+    assert gpu_warm.makespan([], 4) == 0
+    # 5 | 4, then each 3 onto the slot free first: 5+3 | 4+3+3 (the pool's order; the best split, 9, is not sought)
+    assert gpu_warm.makespan([3, 5, 3, 4, 3], 2) == 10
+    assert gpu_warm.makespan([10, 1, 1, 1], 4) == 10
+    assert gpu_warm.makespan([3, 3, 3], 1) == 9
+    assert gpu_warm.pool_slots(16, 4) == 4 and gpu_warm.pool_slots(2, 4) == 1 and gpu_warm.pool_slots(64, 4) == 4
 
 
 def test_what_the_full_run_leaves_out_is_the_rest_runs_job() -> None:
-    left = [item for item, _, starts in bg.expected(bg.GPU) if not starts]
+    left = [p.item for p in bg.expected(bg.GPU) if not p.starts]
     assert left and set(left) == set(bg.REST_PLAN)
     rest_runs = started(bg.REST)
     assert ("base", F, "masked-only", "compile+cudagraphs") in rest_runs
     assert ("base", F, "masked-only", "compile+compiled AdamW") in rest_runs
-    assert ("base", D, "masked-only", "compile") in rest_runs
+    assert ("large", F, "masked-only", "compile") in rest_runs
     large = replace(bg.REST, sizes=("large",), plan=tuple(x for x in bg.REST_PLAN if x[0] == "large"))
-    assert ("large", F, "masked-only", "compile") in started(large)
+    assert ("large", D, "masked-only", "compile") in started(large)
 
 
 def test_a_part_too_dear_is_passed_over_and_cheaper_ones_after_it_still_run() -> None:
     s = replace(bg.GPU, plan=(("large", F, "masked-only", "compile"), ("base", F, "masked-only", "eager")),
-                limit_s=100)
+                limit_s=100, warm="off")
     assert started(s) == [("base", F, "masked-only", "eager")]
 
 
@@ -60,6 +106,81 @@ def test_plan_prints_the_decision_without_a_gpu() -> None:
     s = bg.REST
     lines = proc.stdout.splitlines()
     assert lines[0].startswith(f"bench_gpu {s.mode}: limit {s.limit_s:.0f} s")
-    listed = [line.split(" s  ", 1)[1] for line in lines[1:-1]]
+    assert lines[1].startswith("  warm pool: ")
+    listed = [line.split(" s  ", 1)[1].removesuffix("  (warmed)") for line in lines[2:-1]]
     assert listed == [bg.item_name(x) for x in s.plan]
-    assert sum(line.strip().startswith("runs") for line in lines[1:-1]) == len(started(s))
+    assert sum(line.strip().startswith("runs") for line in lines[2:-1]) == len(started(s))
+    assert sum(line.endswith("(warmed)") for line in lines) == sum(p.warmed for p in bg.expected(s))
+
+
+def _job(name: str, code: str, cost: float) -> tuple[str, list[str], float]:
+    return name, [sys.executable, "-c", code], cost
+
+
+def test_the_pool_keeps_its_slots_full_and_says_what_each_part_came_to(tmp_path) -> None:
+    ok = f"print('compiling'); print({gpu_warm.WARMED!r} + '{{\"seconds\": 1.5, \"note\": \"n\"}}')"
+    jobs = [_job("a", ok, 3), _job("b", "import sys; print('boom'); sys.exit(3)", 2), _job("c", ok, 1)]
+    pool = gpu_warm.WarmPool(jobs, 2, tmp_path / "logs").start()
+    done = pool.wait(60)
+    assert [(w.item, w.state) for w in done] == [("a", "compiled"), ("b", "failed"), ("c", "compiled")]
+    assert done[0].seconds == 1.5 and done[0].note == "n"
+    assert done[1].note == "exit 3: boom"
+    assert len(list((tmp_path / "logs").iterdir())) == 3
+
+
+def test_the_pool_stops_at_its_deadline_with_the_compile_workers(tmp_path) -> None:
+    """A part still compiling at the deadline is killed with what it started (inductor's worker processes),
+    and a part that never got a slot says so."""
+    pid_file = tmp_path / "child.pid"
+    slow = ("import subprocess, sys, time; p = subprocess.Popen([sys.executable, '-c', 'import time; "
+            f"time.sleep(60)']); open({str(pid_file)!r}, 'w').write(str(p.pid)); time.sleep(60)")
+    pool = gpu_warm.WarmPool([_job("slow", slow, 9), _job("later", "print()", 1)], 1, tmp_path / "logs").start()
+    for _ in range(100):
+        if pid_file.exists() and pid_file.read_text():
+            break
+        time.sleep(0.1)
+    done = pool.wait(0.5)
+    assert [(w.item, w.state) for w in done] == [("slow", "stopped"), ("later", "not started")]
+    child = int(pid_file.read_text())
+    for _ in range(50):  # the grandchild is reaped by init once killed
+        if not Path(f"/proc/{child}").exists() or "Z" in Path(f"/proc/{child}/stat").read_text().split()[2]:
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError("the warm process's own child outlived the pool's stop")
+
+
+@pytest.mark.slow  # ~80 s: inductor (C++) compiles the tiny model's step and the token masker, then the same again
+def test_a_warmed_row_loads_its_graphs_from_the_caches_the_pool_filled(tmp_path) -> None:
+    """The pool's process compiles the row (cache misses); the run's own compile of it then hits inductor's
+    FX graph cache and AOT autograd's for every graph: the same Setup, the same graphs. The fused masker's
+    kernels are still counted from a cache hit's code."""
+    script = tmp_path / "run.py"
+    script.write_text(
+        "import sys\n"
+        f"sys.path.insert(0, {str(REPO)!r})\n"
+        "from dataclasses import replace\n"
+        "import torch\n"
+        "from benchmarks import bench_gpu as bg\n"
+        "s = replace(bg.DRY, plan=(('tiny', bg.F, 'full head', 'compile'), 'masking'), compile_backend='inductor', "
+        "warm='on', limit_s=600, steps=2, warmup=1)\n"
+        "bg.Bench(s, torch.device('cpu'), sys.argv[1]).run()\n")
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
+    out = tmp_path / "gpu.md"
+    proc = subprocess.run([sys.executable, str(script), str(out)], capture_output=True, text=True, timeout=600,
+                          env=env, cwd=REPO)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    text = out.read_text()
+    warm = re.search(r"^\| tiny FULL-SENTENCES full head compile \| compiled \| ([\d.]+) \| FX graph cache 0 hit / "
+                     r"(\d+) missed, AOT autograd cache 0 hit / 1 missed \|$", text, re.M)
+    assert warm and int(warm[2]) >= 1, text
+    row = re.search(r"^\| tiny \| FULL-SENTENCES \| full head \| compile \| .* \| ([\d.]+) \| 1 \| — \| warmed: "
+                    r"compiled beforehand in ([\d.]+) s; here: FX graph cache (\d+) hit / 0 missed, AOT autograd "
+                    r"cache 1 hit / 0 missed \|$", text, re.M)
+    assert row and int(row[3]) == int(warm[2]), text
+    assert float(row[1]) < float(warm[1])  # the row's first steps, from the caches, against the cold compile
+    assert re.search(r"^\| masking \| compiled \| [\d.]+ \| FX graph cache 0 hit / [1-9]\d* missed", text, re.M), text
+    assert re.search(r"^The fused maskers were compiled beforehand in [\d.]+ s; here: FX graph cache [1-9]\d* hit / 0 "
+                     r"missed, AOT autograd cache 1 hit / 0 missed\.$", text, re.M), text
+    fused = re.search(r"^\| token \| fused \| [\d.]+ \| [^|]+ \| [^|]+ \| (\d+) \| — \| [\d.]+ \| yes \|$", text, re.M)
+    assert fused and 1 <= int(fused[1]) <= 10, text
