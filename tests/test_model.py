@@ -145,6 +145,40 @@ def test_mlm_loss_and_stats_match_reference(masked_only: bool) -> None:
     assert set(out) == {"loss", "mlm_loss", "mlm_correct", "mlm_count"}
 
 
+@pytest.mark.parametrize("masked_only", [True, False])
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_padded_vocabulary_columns_change_nothing(variant: str, masked_only: bool, monkeypatch) -> None:
+    """The vocabulary projection padded to a multiple of 64 columns (what an eager CUDA step does): the same
+    losses, counts, logits and gradients as without; the padding columns are -inf and take no gradient."""
+    import copy
+
+    import trainer.model as model_module
+
+    b = _batch()
+    plain = _model(masked_only_head=masked_only, **VARIANTS[variant])
+    padded = copy.deepcopy(plain)
+    out = plain(**b)
+    out["loss"].backward()
+    logits = plain(b["input_ids"], b["attention_mask"])["logits"]
+    monkeypatch.setattr(model_module, "PADDED_VOCAB_DEVICES", ("cpu",))
+    got = padded(**b)
+    got["loss"].backward()
+    assert set(got) == set(out)
+    for k in out:
+        if k.endswith(("_count", "_correct")):
+            assert torch.equal(got[k], out[k]), k
+        else:
+            torch.testing.assert_close(got[k], out[k], atol=1e-6, rtol=0, msg=k)
+    for (name, p), q in zip(plain.named_parameters(), padded.parameters(), strict=True):
+        torch.testing.assert_close(q.grad, p.grad, atol=1e-6, rtol=1e-5, msg=name)
+    got_logits = padded(b["input_ids"], b["attention_mask"])["logits"]
+    assert got_logits.shape == logits.shape == (*b["input_ids"].shape, V)
+    torch.testing.assert_close(got_logits, logits, atol=1e-6, rtol=0)
+    x = torch.randn(5, padded.dims.embedding_size)
+    wide = model_module.decode(x, padded.embed.word.weight, padded.lm_head.bias)
+    assert wide.shape == (5, 128) and torch.isneginf(wide[:, V:]).all()
+
+
 def test_no_predicted_tokens_gives_zero_loss() -> None:
     b = _batch()
     m = _model(span_boundary=True)
