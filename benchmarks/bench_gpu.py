@@ -58,6 +58,7 @@ import functools
 import importlib.util
 import math
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -915,6 +916,8 @@ def main() -> int:
     if args.out == str(ROOT / "benchmarks" / "results" / "gpu.md") and s.mode != "full":
         args.out = str(ROOT / "benchmarks" / "results" / f"gpu-{s.mode}.md")
     dev = prepare_device(s)
+    # gpu.sh's timeout ends the run with SIGTERM: as SystemExit it still stops the warm pool's processes.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     bench = Bench(s, dev, args.out)
     if "tests" not in s.plan:
         bench.res.tests = f"not run ({'--no-tests' if args.no_tests else s.mode + ' mode'})"

@@ -15,6 +15,7 @@ kernels' launch configurations itself, on a quiet GPU.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import signal
@@ -68,7 +69,10 @@ class WarmPool:
         self.expected = 0.0  # seconds the caller expects the pool to take (its report's figure)
 
     def start(self) -> WarmPool:
+        """Starts the jobs; should the caller exit without ``wait`` (an error, SIGTERM turned into SystemExit),
+        the jobs are stopped at its exit: in their own sessions, nothing else would."""
         self.logs.mkdir(parents=True, exist_ok=True)
+        atexit.register(self.wait, 0.0)
         self._thread.start()
         return self
 
@@ -105,6 +109,7 @@ class WarmPool:
 
     def wait(self, timeout: float) -> list[Warmed]:
         """What each job came to, in the jobs' order: waits up to ``timeout`` s, then stops what is left."""
+        atexit.unregister(self.wait)
         self._thread.join(max(0.0, timeout))
         self._stop.set()
         self._thread.join()

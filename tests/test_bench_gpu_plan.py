@@ -151,6 +151,33 @@ def test_the_pool_stops_at_its_deadline_with_the_compile_workers(tmp_path) -> No
         raise AssertionError("the warm process's own child outlived the pool's stop")
 
 
+def test_a_run_that_exits_without_waiting_stops_its_pool(tmp_path) -> None:
+    """The warm processes run in their own sessions: a run ended early (an error, gpu.sh's timeout) must not
+    leave them compiling on the GPU machine after it."""
+    pid_file = tmp_path / "warm.pid"
+    child = tmp_path / "warm.py"
+    child.write_text(f"import os, time\nopen({str(pid_file)!r}, 'w').write(str(os.getpid()))\ntime.sleep(60)\n")
+    script = tmp_path / "run.py"
+    script.write_text(
+        "import os, sys, time\n"
+        "from pathlib import Path\n"
+        f"sys.path.insert(0, {str(REPO)!r})\n"
+        "from benchmarks import gpu_warm\n"
+        f"gpu_warm.WarmPool([('slow', [sys.executable, {str(child)!r}], 1)], 1, Path({str(tmp_path / 'logs')!r})).start()\n"
+        f"while not os.path.exists({str(pid_file)!r}) or not Path({str(pid_file)!r}).read_text():\n"
+        "    time.sleep(0.05)\n"
+        "raise SystemExit(3)\n")
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 3, proc.stderr[-2000:]
+    pid = int(pid_file.read_text())
+    for _ in range(50):
+        if not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]:
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError("a warm process outlived its run")
+
+
 @pytest.mark.slow  # ~50 s: inductor (C++) compiles the tiny model's step, then the same from the caches
 def test_a_warmed_row_loads_its_graphs_from_the_caches_the_pool_filled(tmp_path) -> None:
     """The pool's process compiles the row (cache misses); the run's own compile of it then hits inductor's
