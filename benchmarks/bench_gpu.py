@@ -219,13 +219,8 @@ DRY = Setup(mode="dry-run", plan=tuple(dict.fromkeys(x if isinstance(x, str) els
             scale=0.1, warm="off")
 
 
-def setup_json(s: Setup) -> dict:
-    """A Setup as JSON (the warm processes get their run's)."""
-    return asdict(s)
-
-
 def setup_from_json(data: dict) -> Setup:
-    """The Setup ``setup_json`` wrote (JSON's lists back to tuples)."""
+    """A Setup from its ``asdict`` as JSON (a warm process gets its run's): JSON's lists back to tuples."""
     def tuples(x):  # noqa: ANN001, ANN202
         return tuple(tuples(y) for y in x) if isinstance(x, list) else x
 
@@ -501,19 +496,19 @@ class Bench:
 
         from benchmarks.gpu_warm import WarmPool, makespan, pool_slots, warm_argv
 
-        names = [p.item for p in expected(self.s) if p.warmed]
-        if not names:
+        plan = expected(self.s)
+        warmed, costs = [p.item for p in plan if p.warmed], pool_costs(self.s, plan)
+        if not warmed:
             return None
         script = Path(__file__).resolve()
-        jobs = [(item_name(item), warm_argv(script, {"setup": setup_json(self.s), "item": item}),
-                 warm_cost(item)) for item in names]
+        jobs = [(item_name(item), warm_argv(script, {"setup": asdict(self.s), "item": item}), cost)
+                for item, cost in zip(warmed, costs, strict=True)]
         slots = pool_slots(os.cpu_count() or 1, WARM_SLOTS)
         env = dict(os.environ)
         env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", str(max(1, (os.cpu_count() or 1) // slots)))
         print(f"warm pool: compiling {len(jobs)} part(s), {slots} at a time, beside the tests", flush=True)
-        pool = WarmPool(jobs, slots, Path(tempfile.mkdtemp(prefix="sf-gpu-warm-")), env)
-        pool.expected = makespan([cost * self.s.scale for _, _, cost in jobs], slots) * CROWDED
-        return pool.start()
+        return WarmPool(jobs, slots, Path(tempfile.mkdtemp(prefix="sf-gpu-warm-")), env,
+                        expected=makespan(costs, slots) * CROWDED).start()
 
     def join_pool(self, pool) -> None:  # noqa: ANN001 - gpu_warm.WarmPool
         """Wait for the pool, then stop what is left a minute before the limit (a part not compiled by then
@@ -796,11 +791,15 @@ def expected(s: Setup) -> list[Planned]:
     return warm if key[0] >= key[1] else cold
 
 
+def pool_costs(s: Setup, plan: list[Planned]) -> list[float]:
+    """Expected seconds of each part the plan warms, compiled alone (the mode's scale applied)."""
+    return [warm_cost(p.item) * s.scale for p in plan if p.warmed]
+
+
 def planned_total(s: Setup, plan: list[Planned]) -> float:
     """A plan's expected seconds: the tests and the pool side by side, then the timed parts."""
-    pool = [warm_cost(p.item) * s.scale for p in plan if p.warmed]
     lead = sum(p.cost for p in plan if p.item == "tests" and p.starts)
-    return pool_wait(s, pool, lead) + sum(p.cost for p in plan if p.starts and p.item != "tests")
+    return pool_wait(s, pool_costs(s, plan), lead) + sum(p.cost for p in plan if p.starts and p.item != "tests")
 
 
 def planned(s: Setup, warm: bool) -> list[Planned]:
@@ -840,7 +839,7 @@ REST = replace(GPU, mode="rest", plan=REST_PLAN)
 def plan_lines(s: Setup) -> list[str]:
     """``--plan``'s listing."""
     rows = expected(s)
-    pool = [warm_cost(p.item) * s.scale for p in rows if p.warmed]
+    pool = pool_costs(s, rows)
     lines = [f"bench_gpu {s.mode}: limit {s.limit_s:.0f} s; expected seconds on an H200 (inductor's cache cold)"]
     if pool:
         lines.append(f"  warm pool: {len(pool)} part(s) compiled {WARM_SLOTS} at a time beside the tests: "

@@ -56,7 +56,7 @@ class WarmPool:
     its own session so a stop takes its compile workers with it; a thread keeps the slots full."""
 
     def __init__(self, jobs: Sequence[tuple[str, list[str], float]], slots: int, logs: Path,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, expected: float = 0.0) -> None:
         self.pending = sorted(jobs, key=lambda j: -j[2])
         self.slots, self.logs, self.env = max(1, slots), logs, env
         self.running: dict[str, tuple[subprocess.Popen, float]] = {}
@@ -66,7 +66,7 @@ class WarmPool:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="warm-pool", daemon=True)
         self.t0 = time.monotonic()
-        self.expected = 0.0  # seconds the caller expects the pool to take (its report's figure)
+        self.expected = expected  # seconds the caller expects the pool to take (its report's figure)
 
     def start(self) -> WarmPool:
         """Starts the jobs; should the caller exit without ``wait`` (an error, SIGTERM turned into SystemExit),
