@@ -715,3 +715,16 @@ def test_relative_and_resolved_urls_round_trip(tmp_path):
     assert local == "../../b/p.parquet"
     assert resolve_url(str(tmp_path / "a" / "idx"), local) == str(tmp_path / "b" / "p.parquet")
     assert resolve_url(base, "s3://x/y") == "s3://x/y" and resolve_url(base, "/abs/p") == "/abs/p"
+
+
+@pytest.mark.parametrize("tail", [b"\r", b"\n", b"\r\n", b"\n\r", b""])
+def test_the_gcs_emulator_keeps_every_byte_of_a_multipart_upload(gcs_bucket, tail) -> None:
+    """gcsfs delimits a small upload's parts with LF; the emulator's own parser also took a CR before one
+    as a line ending and dropped it (random test bytes ending in CR failed once in 256 runs): the wrapper
+    in tests/gcs_emulator.py splits at the delimiters themselves."""
+    from shardforge import storage
+
+    fs, path = storage.get_fs(f"{gcs_bucket}/tails/x.bin")
+    data = b"\x00\r\n-\r" * 3 + tail
+    fs.pipe_file(path, data)
+    assert fs.cat_file(path) == data and fs.info(path)["size"] == len(data)
