@@ -24,6 +24,12 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # the other worker holds (measured on torch-heavy files, -n 2: user CPU -10 %, wall -5 %). Read when
 # torch loads, so set here, before any test module imports it; subprocesses inherit it.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# inductor's C++ kernels (the CPU's compiled graphs) without SIMD: gcc spends ~1 s on each vectorized
+# kernel, mostly instantiating ATen's at::vec templates; scalar kernels come out of the same graph, the
+# same passes and the same fusion decisions (measured: the unpadded-path compile 44 -> 36 s alone). The
+# compiled-equals-eager checks compare graphs, not SIMD code; a GPU's kernels are Triton, which
+# tests/triton_masking.py generates and runs. Inherited by every command a test starts.
+os.environ.setdefault("TORCHINDUCTOR_VEC_ISA_OK", "0")
 
 import asyncio  # noqa: E402
 import itertools  # noqa: E402
