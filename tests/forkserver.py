@@ -12,10 +12,10 @@ printed while importing is printed again at the start of every run, as a fresh i
 What a forked run shares with the server, and so where it is not used (those call ``subprocess`` directly):
 the hash seed (tests that compare two processes' output for determinism), the process group and session
 (signals), the interpreter's start-up (``-X`` options, ``sys.orig_argv``). A run goes to a server only for
-a module in ``ROUTES``, a data job on a local runner, and a start-up environment (the variables an
-interpreter or its imports read as they load: ``STARTUP_PREFIXES``) seen before in this test process (one
-server per start-up environment, started at the second run that needs it; the run's other variables are its
-own); anything else starts a fresh interpreter. ``SHARDFORGE_TEST_FORKSERVER=0`` starts a fresh interpreter for every run.
+a module in ``ROUTES`` or a ``shardforge.cli`` command in ``CLI_ROUTES``, a data job on a local runner, and a
+start-up environment (the variables an interpreter or its imports read as they load: ``STARTUP_PREFIXES``)
+seen before in this test process (one server per start-up environment, started at the second run that needs
+it; the run's other variables are its own); anything else starts a fresh interpreter. ``SHARDFORGE_TEST_FORKSERVER=0`` starts a fresh interpreter for every run.
 """
 
 from __future__ import annotations
@@ -47,6 +47,9 @@ PRELOADS = {
 }
 ROUTES = {"trainer.train": "torch", "trainer.export": "torch", "pipelines.build": "beam-local",
           "pipelines.serve": "beam-local", "pipelines.repack": "beam-local"}
+# `python -m shardforge.cli COMMAND`: the commands that import torch (the others are light, or set up a data
+# job's process their own way before Beam).
+CLI_ROUTES = {"train": "torch", "export": "torch"}
 REPO = str(Path(__file__).resolve().parent.parent)
 # The environment variables a server's interpreter and its imports may have read when it started (Python's
 # own, the OpenMP / BLAS / allocator libraries torch and pyarrow load, torch, Beam, gRPC, numpy, the locale):
@@ -66,6 +69,8 @@ def route(args: Sequence[str], env: dict[str, str], cwd: str) -> str | None:
     """The kind of server that can run `python ARGS` in `env` and `cwd`, or None (a fresh interpreter): a data
     job's server imports our preflight module, so it serves only where a fresh process would import the
     repository's (its folder on PYTHONPATH, or the working directory)."""
+    if len(args) >= 3 and list(args[:2]) == ["-m", "shardforge.cli"]:
+        return CLI_ROUTES.get(args[2])
     if len(args) < 2 or args[0] != "-m" or args[1] not in ROUTES:
         return None
     kind = ROUTES[args[1]]

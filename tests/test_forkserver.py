@@ -113,6 +113,8 @@ def test_only_routed_modules_on_a_local_runner_go_to_a_server(probe, monkeypatch
     assert forkserver.route(["-m", "trainer.train"], {}, "/") == "torch"
     assert forkserver.route(["-c", "pass"], env, cwd) is None
     assert forkserver.route(["-m", "shardforge.cli", "demo"], env, cwd) is None
+    assert forkserver.route(["-m", "shardforge.cli", "build", "--input", "x"], env, cwd) is None
+    assert forkserver.route(["-m", "shardforge.cli", "export", "a", "b"], {}, "/") == "torch"
     monkeypatch.setenv("SHARDFORGE_TEST_FORKSERVER", "0")
     for _ in range(3):
         assert probe_run(probe, env={**probe["env"], "SHARDFORGE_TEST_FORKSERVER": "0"}).returncode == 3
@@ -122,7 +124,8 @@ def test_only_routed_modules_on_a_local_runner_go_to_a_server(probe, monkeypatch
 @pytest.mark.parametrize("args", [
     ["-m", "pipelines.build", "--input", "/no/such/*.jsonl", "--output", "/nonexistent/out"],
     ["-m", "trainer.export", "/no/such/run", "/nonexistent/hf"],
-], ids=["build", "export"])
+    ["-m", "shardforge.cli", "export", "/no/such/run", "/nonexistent/hf"],
+], ids=["build", "export", "cli-export"])
 def test_real_commands_answer_the_same_forked_and_fresh(args, monkeypatch) -> None:
     monkeypatch.setattr(forkserver, "_servers", {})
     monkeypatch.setattr(forkserver, "_seen", forkserver.Counter())
