@@ -220,7 +220,7 @@ def compiled_graphs() -> int:
     return int(counters["stats"]["unique_graphs"])
 
 
-@pytest.mark.slow  # ~1 min per variant on 2 shared cores
+@pytest.mark.slow  # 10-15 s per variant on 2 shared cores
 @pytest.mark.parametrize("variant", ["albert", "albert_sbo_nsp"])  # between them: every option
 def test_compile_matches_eager_on_every_path(variant: str) -> None:
     """dynamo + AOTAutograd (the graphs inductor would lower) on the masked, no-mask and unpadded paths."""
@@ -238,7 +238,7 @@ def test_compile_matches_eager_on_every_path(variant: str) -> None:
     assert compiled_graphs() >= 3  # really compiled, not silently eager
 
 
-@pytest.mark.slow  # ~1 min on 2 busy cores: inductor compiles the forward and backward kernels with gcc
+@pytest.mark.slow  # ~40 s on 2 busy cores: inductor compiles the forward and backward kernels with gcc
 def test_inductor_compile_matches_eager_on_the_unpadded_path() -> None:
     """inductor's generated C++ (needs a C compiler; this machine has gcc) on the most involved variant,
     its unpadded batch given as the trainer gives it to a compiled model (trainer.batch.forward): the
@@ -447,7 +447,7 @@ def test_cuda_fp16_training_steps() -> None:
 # ------------------------------------------------------------------ the GPU benchmark cannot rot
 
 
-@pytest.mark.slow  # ~1 min of CPU (a Beam corpus build, two trainer runs, 10 tiny rows, one inductor compile)
+@pytest.mark.slow  # ~50 s of CPU (a Beam corpus build, two trainer runs, 10 tiny rows, one inductor compile)
 def test_bench_gpu_dry_run_runs_every_part_on_cpu(tmp_path) -> None:
     """benchmarks/gpu.sh --dry-run: every part of the GPU run at tiny sizes on CPU, the results written."""
     out = tmp_path / "gpu.md"
