@@ -76,19 +76,28 @@ def validate(url: str, env: dict[str, str]) -> subprocess.CompletedProcess:
 # ---------------------------------------------------------------- the primitive, raced by processes
 
 RACER = textwrap.dedent("""
-    import sys, time
+    import sys
     from shardforge.storage import create_if_absent
-    url, me, start = sys.argv[1], sys.argv[2], float(sys.argv[3])
-    time.sleep(max(0.0, start - time.time()))  # all racers go at the same instant
+    url, me = sys.argv[1], sys.argv[2]
+    print("ready", flush=True)
+    sys.stdin.readline()  # the test sends "go" to every racer once all of them have imported
     print(create_if_absent(url, (me * 1000).encode()))
 """)
 
 
 def test_create_if_absent_has_exactly_one_winner_among_processes(store) -> None:
     url = join(store["base"], "manifest.json")
-    start = time.time() + 4  # after every interpreter has imported
-    procs = [subprocess.Popen([sys.executable, "-c", RACER, url, f"writer{i}", str(start)], env=store["env"],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(6)]
+    procs = [subprocess.Popen([sys.executable, "-c", RACER, url, f"writer{i}"], env=store["env"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for i in range(6)]
+    for p in procs:
+        if p.stdout.readline() != "ready\n":
+            for q in procs:
+                q.kill()
+            raise AssertionError(f"a racer did not start: {p.communicate(timeout=60)[1][-3000:]}")
+    for p in procs:  # all at once
+        p.stdin.write("go\n")
+        p.stdin.flush()
     outs = [p.communicate(timeout=120) for p in procs]
     assert all(p.returncode == 0 for p in procs), [e for _, e in outs]
     results = [o.strip() for o, _ in outs]
