@@ -200,6 +200,44 @@ def listing(url: str) -> list[str]:
         return []
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """One folder for the whole run, made by the main pytest process before it starts its workers (which
+    inherit it, as do the commands the tests start) and removed when the run ends:
+
+    - ``tmp/``, the system temp folder of every process but the main one (TMPDIR). The commands the tests
+      start left what they did not remove in /tmp: Beam's ``beam-pipeline-temp*`` of a killed build, a
+      portable job's staging folders (~150 folders a run). In the test processes themselves
+      ``contained_temp_dir`` moves it under pytest's own temp folder, kept for a failed run's debugging.
+    - ``inductor/``, the inductor cache (TORCHINDUCTOR_CACHE_DIR) of every process. Each worker compiled
+      into a folder of its own once it had compiled in-process (inductor writes the folder it picked into
+      os.environ), the commands started before that into /tmp/torchinductor_<user>, which outlived the run:
+      three folders, each building inductor's precompiled header (~9 s) and compiling the same kernels
+      again, and a machine's second run of the suite faster than its first.
+
+    A cache folder set from outside (TORCHINDUCTOR_CACHE_DIR) is used and kept."""
+    if hasattr(config, "workerinput") or "SHARDFORGE_TESTS_RUN_DIR" in os.environ:
+        return
+    import tempfile
+
+    tempfile.gettempdir()  # this process's own temp folder (pytest's, where it keeps each run) stays as it is
+    run_dir = tempfile.mkdtemp(prefix="shardforge-tests-")
+    before = {name: os.environ.get(name) for name in ("SHARDFORGE_TESTS_RUN_DIR", "TMPDIR", "TORCHINDUCTOR_CACHE_DIR")}
+    os.mkdir(os.path.join(run_dir, "tmp"))
+    os.environ["SHARDFORGE_TESTS_RUN_DIR"] = run_dir
+    os.environ["TMPDIR"] = os.path.join(run_dir, "tmp")
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(run_dir, "inductor"))
+
+    def cleanup() -> None:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+    config.add_cleanup(cleanup)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Files that hold slow tests first, each file's tests in their own order. Under ``--dist loadfile
     --no-loadscope-reorder`` (scripts/test.sh) xdist hands the files out in this order; a long file handed
