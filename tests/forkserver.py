@@ -47,9 +47,10 @@ PRELOADS = {
 }
 ROUTES = {"trainer.train": "torch", "trainer.export": "torch", "pipelines.build": "beam-local",
           "pipelines.serve": "beam-local", "pipelines.repack": "beam-local"}
-# `python -m shardforge.cli COMMAND`: the commands that import torch (the others are light, or set up a data
-# job's process their own way before Beam).
-CLI_ROUTES = {"train": "torch", "export": "torch"}
+# `python -m shardforge.cli COMMAND`: the commands that import torch or Beam; the cli's data jobs set up a local
+# build's process as `python -m pipelines.build` does (``before_beam``). The others are light.
+CLI_ROUTES = {"train": "torch", "export": "torch", "build": "beam-local", "serve": "beam-local",
+              "repack": "beam-local"}
 REPO = str(Path(__file__).resolve().parent.parent)
 # The environment variables a server's interpreter and its imports may have read when it started (Python's
 # own, the OpenMP / BLAS / allocator libraries torch and pyarrow load, torch, Beam, gRPC, numpy, the locale):
@@ -70,11 +71,12 @@ def route(args: Sequence[str], env: dict[str, str], cwd: str) -> str | None:
     job's server imports our preflight module, so it serves only where a fresh process would import the
     repository's (its folder on PYTHONPATH, or the working directory)."""
     if len(args) >= 3 and list(args[:2]) == ["-m", "shardforge.cli"]:
-        return CLI_ROUTES.get(args[2])
-    if len(args) < 2 or args[0] != "-m" or args[1] not in ROUTES:
+        kind, flags = CLI_ROUTES.get(args[2]), args[3:]
+    elif len(args) >= 2 and args[0] == "-m" and args[1] in ROUTES:
+        kind, flags = ROUTES[args[1]], args[2:]
+    else:
         return None
-    kind = ROUTES[args[1]]
-    if kind == "beam-local" and (not is_local_runner(runner_in_argv(args[2:]))
+    if kind == "beam-local" and (not is_local_runner(runner_in_argv(flags))
                                  or REPO not in (*env.get("PYTHONPATH", "").split(os.pathsep), cwd)):
         return None
     return kind

@@ -113,7 +113,10 @@ def test_only_routed_modules_on_a_local_runner_go_to_a_server(probe, monkeypatch
     assert forkserver.route(["-m", "trainer.train"], {}, "/") == "torch"
     assert forkserver.route(["-c", "pass"], env, cwd) is None
     assert forkserver.route(["-m", "shardforge.cli", "demo"], env, cwd) is None
-    assert forkserver.route(["-m", "shardforge.cli", "build", "--input", "x"], env, cwd) is None
+    assert forkserver.route(["-m", "shardforge.cli", "build", "--input", "x"], env, cwd) == "beam-local"
+    assert forkserver.route(["-m", "shardforge.cli", "serve", "--runner", "FlinkRunner"], env, cwd) is None
+    assert forkserver.route(["-m", "shardforge.cli", "repack", "--input", "x"], {}, "/") is None
+    assert forkserver.route(["-m", "shardforge.cli", "validate", "x"], env, cwd) is None
     assert forkserver.route(["-m", "shardforge.cli", "export", "a", "b"], {}, "/") == "torch"
     monkeypatch.setenv("SHARDFORGE_TEST_FORKSERVER", "0")
     for _ in range(3):
@@ -125,7 +128,8 @@ def test_only_routed_modules_on_a_local_runner_go_to_a_server(probe, monkeypatch
     ["-m", "pipelines.build", "--input", "/no/such/*.jsonl", "--output", "/nonexistent/out"],
     ["-m", "trainer.export", "/no/such/run", "/nonexistent/hf"],
     ["-m", "shardforge.cli", "export", "/no/such/run", "/nonexistent/hf"],
-], ids=["build", "export", "cli-export"])
+    ["-m", "shardforge.cli", "build", "--input", "/no/such/*.jsonl", "--output", "/nonexistent/out"],
+], ids=["build", "export", "cli-export", "cli-build"])
 def test_real_commands_answer_the_same_forked_and_fresh(args, monkeypatch) -> None:
     monkeypatch.setattr(forkserver, "_servers", {})
     monkeypatch.setattr(forkserver, "_seen", forkserver.Counter())
