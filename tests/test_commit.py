@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import select
 import signal
 import subprocess
 import sys
@@ -90,11 +91,13 @@ def test_create_if_absent_has_exactly_one_winner_among_processes(store) -> None:
     procs = [subprocess.Popen([sys.executable, "-c", RACER, url, f"writer{i}"], env=store["env"],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for i in range(6)]
-    for p in procs:
-        if p.stdout.readline() != "ready\n":
+    deadline = time.monotonic() + 120
+    for p in procs:  # each says "ready" once imported (bounded: a racer hung while importing fails the test)
+        ready = select.select([p.stdout], [], [], max(0.0, deadline - time.monotonic()))[0]
+        if not ready or p.stdout.readline() != "ready\n":
             for q in procs:
                 q.kill()
-            raise AssertionError(f"a racer did not start: {p.communicate(timeout=60)[1][-3000:]}")
+            raise AssertionError(f"a racer did not start in 120 s: {p.communicate(timeout=60)[1][-3000:]}")
     for p in procs:  # all at once
         p.stdin.write("go\n")
         p.stdin.flush()
