@@ -127,7 +127,21 @@ class WarmPool:
         for name, _, _ in self.pending:
             self.done[name] = Warmed(name, "not started", 0.0, "the pool's deadline")
         self.pending.clear()
+        self._tidy_logs()
         return [self.done[name] for name in self.order]
+
+    def _tidy_logs(self) -> None:
+        """Remove the logs of the parts that compiled (their results are in ``done``), and the folder if that
+        empties it; the logs of parts that failed or were stopped stay, and the folder is named on stderr."""
+        for name, log in self.log_of.items():
+            if self.done.get(name) is not None and self.done[name].state == "compiled":
+                log.unlink(missing_ok=True)
+        try:
+            self.logs.rmdir()
+        except FileNotFoundError:
+            pass
+        except OSError:  # not empty
+            print(f"warm pool: the logs of the parts that did not compile are in {self.logs}", file=sys.stderr)
 
     def elapsed(self) -> float:
         return time.monotonic() - self.t0

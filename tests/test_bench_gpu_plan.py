@@ -118,7 +118,7 @@ def _job(name: str, code: str, cost: float) -> tuple[str, list[str], float]:
     return name, [sys.executable, "-c", code], cost
 
 
-def test_the_pool_keeps_its_slots_full_and_says_what_each_part_came_to(tmp_path) -> None:
+def test_the_pool_keeps_its_slots_full_and_says_what_each_part_came_to(tmp_path, capsys) -> None:
     ok = f"print('compiling'); print({gpu_warm.WARMED!r} + '{{\"seconds\": 1.5, \"note\": \"n\"}}')"
     jobs = [_job("a", ok, 3), _job("b", "import sys; print('boom'); sys.exit(3)", 2), _job("c", ok, 1)]
     pool = gpu_warm.WarmPool(jobs, 2, tmp_path / "logs").start()
@@ -126,7 +126,11 @@ def test_the_pool_keeps_its_slots_full_and_says_what_each_part_came_to(tmp_path)
     assert [(w.item, w.state) for w in done] == [("a", "compiled"), ("b", "failed"), ("c", "compiled")]
     assert done[0].seconds == 1.5 and done[0].note == "n"
     assert done[1].note == "exit 3: boom"
-    assert len(list((tmp_path / "logs").iterdir())) == 3
+    # the failed part's log stays (and is named); the compiled parts' logs are gone
+    assert [p.read_text() for p in (tmp_path / "logs").iterdir()] == ["boom\n"]
+    assert str(tmp_path / "logs") in capsys.readouterr().err
+    clean = gpu_warm.WarmPool([_job("a", ok, 1)], 1, tmp_path / "clean").start()
+    assert [w.state for w in clean.wait(60)] == ["compiled"] and not (tmp_path / "clean").exists()
 
 
 def test_the_pool_stops_at_its_deadline_with_the_compile_workers(tmp_path) -> None:
