@@ -17,6 +17,7 @@ REPO = Path(__file__).resolve().parents[1]
 linux_only = pytest.mark.skipif(sys.platform != "linux", reason="the triton package ships Linux wheels only")
 
 
+@pytest.mark.slow  # ~25 s: a compile and its kernels interpreted, in one process (handed out with the slow files)
 @linux_only
 def test_compiled_adamw_as_triton_kernels_matches_the_fused_step() -> None:
     proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "check_triton_step.py"), "--optimizer-only"],
