@@ -134,7 +134,7 @@ class WarmPool:
         """Remove the logs of the parts that compiled (their results are in ``done``), and the folder if that
         empties it; the logs of parts that failed or were stopped stay, and the folder is named on stderr."""
         for name, log in self.log_of.items():
-            if self.done.get(name) is not None and self.done[name].state == "compiled":
+            if name in self.done and self.done[name].state == "compiled":
                 log.unlink(missing_ok=True)
         try:
             self.logs.rmdir()

@@ -206,7 +206,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
     - ``tmp/``, the system temp folder of every process but the main one (TMPDIR). The commands the tests
       start left what they did not remove in /tmp: Beam's ``beam-pipeline-temp*`` of a killed build, a
-      portable job's staging folders (~150 folders a run). In the test processes themselves
+      portable job's staging folders (503 entries had piled up on one machine). In the test processes themselves
       ``contained_temp_dir`` moves it under pytest's own temp folder, kept for a failed run's debugging.
     - ``inductor/``, the inductor cache (TORCHINDUCTOR_CACHE_DIR) of every process. Each worker compiled
       into a folder of its own once it had compiled in-process (inductor writes the folder it picked into
@@ -221,21 +221,13 @@ def pytest_configure(config: pytest.Config) -> None:
 
     tempfile.gettempdir()  # this process's own temp folder (pytest's, where it keeps each run) stays as it is
     run_dir = tempfile.mkdtemp(prefix="shardforge-tests-")
-    before = {name: os.environ.get(name) for name in ("SHARDFORGE_TESTS_RUN_DIR", "TMPDIR", "TORCHINDUCTOR_CACHE_DIR")}
     os.mkdir(os.path.join(run_dir, "tmp"))
-    os.environ["SHARDFORGE_TESTS_RUN_DIR"] = run_dir
-    os.environ["TMPDIR"] = os.path.join(run_dir, "tmp")
-    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(run_dir, "inductor"))
-
-    def cleanup() -> None:
-        for name, value in before.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-        shutil.rmtree(run_dir, ignore_errors=True)
-
-    config.add_cleanup(cleanup)
+    mp = pytest.MonkeyPatch()
+    mp.setenv("SHARDFORGE_TESTS_RUN_DIR", run_dir)
+    mp.setenv("TMPDIR", os.path.join(run_dir, "tmp"))
+    if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
+        mp.setenv("TORCHINDUCTOR_CACHE_DIR", os.path.join(run_dir, "inductor"))
+    config.add_cleanup(lambda: (mp.undo(), shutil.rmtree(run_dir, ignore_errors=True)))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
