@@ -21,7 +21,15 @@ from trainer.distributed import Dist
 from trainer.loader import ShardLoader
 from trainer.loggers import read_metrics
 from trainer.masking import IGNORE_INDEX, Masker
-from trainer.metrics import StepStats, TrainMetrics, duration, progress_line, progress_postfix, step_record
+from trainer.metrics import (
+    StepStats,
+    TrainMetrics,
+    device_peak_flops,
+    duration,
+    progress_line,
+    progress_postfix,
+    step_record,
+)
 from trainer.model import Encoder
 from trainer.optim import build_optimizer, linear_schedule
 
@@ -118,6 +126,18 @@ def test_step_record_and_progress_text():
     r = step_record(7, v, tokens=4000, lr=1e-3, dt=0.5, wait=0.1, epoch=1, flops_per_token=1e6, peak_flops=1.6e10)
     assert r["sentence_acc"] == 0.75 and r["mfu"] == pytest.approx(0.5)  # 8000 tok/s * 1e6 / 1.6e10
     assert progress_postfix(r)["mfu"] == "50%"
+
+
+@pytest.mark.parametrize(("name", "peak"), [
+    ("NVIDIA H100 80GB HBM3", 989.4e12), ("NVIDIA H100 PCIe", 756.5e12), ("NVIDIA H100 NVL", 835.5e12),
+    ("NVIDIA H200", 989.4e12), ("NVIDIA A100-SXM4-80GB", 312e12), ("NVIDIA L40S", 362e12), ("NVIDIA L4", 121e12),
+    ("NVIDIA A10", 125e12), ("NVIDIA A10G", None), ("NVIDIA GeForce RTX 4090", None), (None, None)])
+def test_a_gpu_peak_is_its_own_boards_and_an_unknown_one_none(name, peak, monkeypatch):
+    """Whole words of the device name: an L40S is not an L4, an A10G not an A10, a PCIe H100 not an SXM one."""
+    monkeypatch.delenv("SHARDFORGE_PEAK_FLOPS", raising=False)
+    assert device_peak_flops(name) == peak
+    monkeypatch.setenv("SHARDFORGE_PEAK_FLOPS", "5e14")
+    assert device_peak_flops(name) == 5e14
 
 
 def test_train_metrics_sums_micro_batches_and_writes_records(tmp_path):

@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import re
 import sys
 import time
 from collections import deque
@@ -33,21 +34,32 @@ log = logging.getLogger(__name__)
 train_log = logging.getLogger("shardforge.train")  # the step lines, under the trainer's name
 
 
-# Dense bf16 tensor-core peaks (vendor datasheets), for model FLOPs utilization.
-PEAK_BF16_FLOPS = {"H100": 989.4e12, "H200": 989.4e12, "A100": 312e12, "L4": 121e12, "A10": 125e12,
-                   "L40S": 362e12, "B200": 2250e12}
+# Dense bf16 tensor-core peaks (vendor datasheets: the "with sparsity" figures halved), for model FLOPs
+# utilization, by the model's name in the device name and, where one model ships as several boards of different
+# clocks, the board's word (torch reports e.g. "NVIDIA H100 80GB HBM3", "NVIDIA H100 PCIe", "NVIDIA L40S").
+PEAK_BF16_FLOPS: dict[str, dict[str | None, float]] = {
+    "H100": {None: 989.4e12, "PCIE": 756.5e12, "NVL": 835.5e12},
+    "H200": {None: 989.4e12, "NVL": 835.5e12},
+    "GH200": {None: 989.4e12},
+    "A100": {None: 312e12},
+    "A10": {None: 125e12},
+    "L4": {None: 121e12},
+    "L40S": {None: 362e12},
+    "B200": {None: 2250e12},
+}
 
 
 def device_peak_flops(device_name: str | None) -> float | None:
-    """Peak bf16 FLOP/s of a GPU by name (None when unknown, e.g. CPUs); SHARDFORGE_PEAK_FLOPS overrides."""
+    """Peak bf16 FLOP/s of a GPU by name (None when unknown, e.g. CPUs); SHARDFORGE_PEAK_FLOPS overrides.
+    The name's words are matched whole: an L40S is not an L4, an A10G (no published figure) not an A10."""
     env = os.environ.get("SHARDFORGE_PEAK_FLOPS")
     if env:
         return float(env)
-    if not device_name:
-        return None
-    for key, peak in PEAK_BF16_FLOPS.items():
-        if key in device_name.upper():
-            return peak
+    words = re.split(r"[\s_-]+", (device_name or "").upper())
+    for word in words:
+        boards = PEAK_BF16_FLOPS.get(word)
+        if boards is not None:
+            return next((boards[w] for w in words if w in boards), boards[None])
     return None
 
 
