@@ -1,7 +1,8 @@
 """Benchmark: the trainer on whatever GPU is present, in one run (``bash benchmarks/gpu.sh``).
 
 Parts (FULL_PLAN and QUICK_PLAN give their priority order; a part starts only while its estimated time
-fits in the mode's limit; the report is rewritten after every part, so a run cut short keeps what it
+fits in the mode's limit, at the pace of the parts so far on a device slower than the H200 the estimates
+come from; the report is rewritten after every part, so a run cut short keeps what it
 measured):
 
 1. The CUDA-only tests (tests/test_fastpath.py, tests/test_masking.py, tests/test_mask_ahead.py, ``-k cuda``;
@@ -409,7 +410,11 @@ class Bench:
         from trainer.metrics import device_peak_flops
 
         self.s, self.dev, self.out = s, dev, out
-        self.t0 = time.monotonic()
+        self.clock = time.monotonic
+        self.t0 = self.clock()
+        # The timed parts' (expected s, taken s) so far, and the one running (its start, expected s): the pace.
+        self.paced: list[tuple[float, float]] = []
+        self.running: tuple[float, float] | None = None
         name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else None
         self.peak = device_peak_flops(name)
         self.res = Results(s.mode, name or "none (CPU dry run)")
@@ -420,20 +425,44 @@ class Bench:
         self.kept: dict[str, tuple[torch.nn.Module, torch.nn.Module]] = {}
 
     def elapsed(self) -> float:
-        return time.monotonic() - self.t0
+        return self.clock() - self.t0
 
-    def fits(self, what: str, cost: float) -> bool:
-        """Whether a part expected to take ``cost`` s (scaled) still fits in the limit; noted when not."""
-        if self.elapsed() + cost * self.s.scale <= self.s.limit_s:
+    def fits(self, what: str, cost: float, timed: bool = True) -> bool:
+        """Whether a part expected to take ``cost`` s (scaled) still fits in the limit at this device's pace;
+        noted when not. A ``timed`` part that starts is timed against its cost, for the pace of those after it
+        (a gate over parts timed one by one, like the sweep's, is not)."""
+        self.part_done()
+        expect = cost * self.s.scale
+        pace = self.pace()
+        if self.elapsed() + expect * pace <= self.s.limit_s:
+            if timed:
+                self.running = (self.clock(), expect)
             return True
-        self.res.skipped.append(f"{what}: not started, {cost * self.s.scale:.0f} s would pass the "
+        at_pace = f" ({expect:.0f} s expected × {pace:.2f}, the pace of the parts so far)" if pace > 1 else ""
+        self.res.skipped.append(f"{what}: not started, {expect * pace:.0f} s{at_pace} would pass the "
                                 f"{self.s.limit_s:.0f} s limit at {self.elapsed():.0f} s")
         print(f"  {what}: skipped (time limit)", flush=True)
         return False
 
+    def part_done(self) -> None:
+        """The running part's time taken, against its expected seconds."""
+        if self.running is not None:
+            start, expect = self.running
+            self.paced.append((expect, self.clock() - start))
+            self.running = None
+
+    def pace(self) -> float:
+        """How many times their expected seconds the timed parts so far took, at least 1: the costs are an
+        H200's, and on a slower device (or with a guess too low) the parts after them are planned at the pace
+        measured, so that none starts that would pass the limit (gpu.sh kills it there, and it measures
+        nothing). Faster than expected plans nothing bolder: the costs are rounded up on purpose."""
+        expect = sum(e for e, _ in self.paced)
+        return max(1.0, sum(t for _, t in self.paced) / expect) if expect > 0 else 1.0
+
     def save(self) -> None:
         from trainer.batch import CHOICES
 
+        self.res.pace = (sum(e for e, _ in self.paced), sum(t for _, t in self.paced), len(self.paced))
         self.res.attention = sorted(str(c) for c in CHOICES)
         write_results(self.out, report(self.s, self.res, self.elapsed()))
 
@@ -468,7 +497,7 @@ class Bench:
                 self.save()
                 continue
             if item == "tests":
-                if self.fits("CUDA tests", COST["tests"]):
+                if self.fits("CUDA tests", COST["tests"], timed=False):
                     left = self.s.limit_s - self.elapsed() - 60
                     # Beside the pool the tests share the CPUs; the timed parts wait for the pool anyway.
                     room = COST["tests"] * 1.4 if pool is None else max(COST["tests"] * 1.4, pool.expected)
@@ -485,6 +514,7 @@ class Bench:
                     self.res.waits = self.guarded("data wait", lambda: data_wait(self.s, self.dev)) or []
             else:
                 self.row(*item)
+            self.part_done()  # the next item may wait for the warm pool first: not this part's time
             self.save()
         if pool is not None:
             self.join_pool(pool)
@@ -621,7 +651,7 @@ class Bench:
         prof = self.guarded(f"profile ({mode})", lambda: profile_step(what, step, 3, dev, count_syncs=count))
         if prof is not None:
             self.res.profiles.append(prof)
-        if mode == "compile" and self.fits("micro-batch sweep", sweep_cost(s) / s.scale):
+        if mode == "compile" and self.fits("micro-batch sweep", sweep_cost(s) / s.scale, timed=False):
             self.guarded("micro-batch sweep", lambda: self.sweep(model, raw))
 
     def sweep(self, model: torch.nn.Module, raw: torch.nn.Module) -> None:

@@ -16,8 +16,10 @@
 # micro-batch sweep (32..256 rows, accumulating to 256), profiles (top kernels, launches and host syncs
 # per step) and data wait with 4 and 8 workers from a GCS emulator on 127.0.0.1. The compiled rows are
 # compiled first, side by side while the tests run (the warm pool). Parts run in priority order, each only
-# if its expected time still fits. Writes benchmarks/results/gpu.md (gpu-rest.md,
-# gpu-quick.md, gpu-dry-run.md) after every part, so a run stopped by the limit keeps what it measured. Without a CUDA device (and without --dry-run) it says so and exits 2.
+# if its expected time (an H200's, times how much slower than expected the parts so far ran) still fits.
+# Writes benchmarks/results/gpu.md (gpu-rest.md, gpu-quick.md, gpu-dry-run.md) after every part, so a run
+# stopped by the limit keeps what it measured. Without a CUDA device (and without --dry-run) it says so and
+# exits 2.
 #
 # On a GPU machine without a package registry: run `bash benchmarks/gpu_wheels.sh` where pip works and
 # send .whl/ along (or point SHARDFORGE_WHEELS at another folder); this script first installs those

@@ -32,6 +32,7 @@ class Results:
     warm: list = field(default_factory=list)  # gpu_warm.Warmed, the warm pool's parts
     warm_wait: tuple = ()  # (the pool's seconds, of them waited after the tests, slots, expected seconds)
     masking_note: str = ""  # the fused compiles' caches, when the pool compiled them
+    pace: tuple = ()  # the timed parts so far: (expected seconds, seconds taken, how many)
 
 
 def fmt(x: float | None, spec: str, missing: str = "n/a") -> str:
@@ -43,6 +44,11 @@ def report(s, res: Results, wall: float) -> list[str]:  # noqa: ANN001 - s: benc
     lines = ["# The trainer on a GPU", "",
              f"Machine: {machine(torch_details=True)}. Device: **{res.device}**. Mode: **{res.mode}**.", "",
              f"Command: `{command_line()}` ({wall / 60:.1f} min so far).", ""]
+    if res.pace and res.pace[2]:
+        expect, took, n = res.pace
+        lines += [f"Pace: the {n} timed part(s) so far took {took:.0f} s against {expect:.0f} s expected "
+                  f"(**{took / max(expect, 1e-9):.2f}×**; the costs are an H200's with inductor's cache cold); "
+                  "each later part started only if it fit at max(1, this pace).", ""]
     if dry:
         lines += ["**dry run**: tiny sizes on the CPU, compile with the `eager` dynamo backend (fused masking: "
                   "inductor's C++ for the token scheme); these numbers only show that every part of the script "

@@ -100,6 +100,33 @@ def test_a_part_too_dear_is_passed_over_and_cheaper_ones_after_it_still_run() ->
     assert started(s) == [("base", F, "masked-only", "eager")]
 
 
+def test_parts_slower_than_their_costs_make_the_later_ones_dearer(tmp_path) -> None:
+    """On a device slower than the H200 the costs come from, a part that would pass the limit at the pace
+    measured so far is not started (gpu.sh would kill it there); a faster pace plans nothing bolder."""
+    import torch
+
+    clock = [100.0]
+    bench = bg.Bench(replace(bg.DRY, limit_s=20, scale=1.0), torch.device("cpu"), str(tmp_path / "gpu.md"))
+    bench.clock, bench.t0 = (lambda: clock[0]), clock[0]
+    assert bench.fits("a", 2)
+    clock[0] += 4  # twice its cost
+    assert bench.fits("the tests", 1, timed=False) and bench.pace() == 2.0
+    clock[0] += 3  # an untimed part: no pace of its own
+    assert bench.fits("b", 5) and bench.pace() == 2.0  # at 7 s: 7 + 5 x 2 <= 20
+    clock[0] += 5
+    assert not bench.fits("c", 8)  # at 12 s, 8 s would fit, 8 x 9/7 would not
+    assert bench.pace() == pytest.approx(9 / 7)
+    assert bench.res.skipped == ["c: not started, 10 s (8 s expected × 1.29, the pace of the parts so far) would "
+                                 "pass the 20 s limit at 12 s"]
+    assert bench.fits("d", 6)
+    clock[0] += 1  # far quicker than expected: the pace stays at 1 at least
+    bench.part_done()
+    assert bench.pace() == 1.0 and bench.paced == [(2, 4), (5, 5), (6, 1)]
+    bench.save()
+    text = (tmp_path / "gpu.md").read_text()
+    assert "Pace: the 3 timed part(s) so far took 10 s against 13 s expected (**0.77×**" in text
+
+
 def test_plan_prints_the_decision_without_a_gpu() -> None:
     proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_gpu.py"), "--plan", "--rest"],
                           capture_output=True, text=True, timeout=120, cwd=REPO)
