@@ -248,7 +248,9 @@ def _held_after_a_big_stage(p: beam.Pipeline, seen: Path, in_process: bool) -> d
 
     from pipelines.localrunner.preflight import UNUSED_INTEGRATIONS
 
-    earlier = frozenset(id(op) for op in operations()) if in_process else frozenset()
+    # The earlier pipelines' operations, held so that no new one can take a freed one's id().
+    earlier_ops = operations() if in_process else []
+    earlier = frozenset(id(op) for op in earlier_ops)
 
     def held(_: object) -> None:
         import sys
