@@ -456,13 +456,17 @@ class Bench:
         H200's, and on a slower device (or with a guess too low) the parts after them are planned at the pace
         measured, so that none starts that would pass the limit (gpu.sh kills it there, and it measures
         nothing). Faster than expected plans nothing bolder: the costs are rounded up on purpose."""
-        expect = sum(e for e, _ in self.paced)
-        return max(1.0, sum(t for _, t in self.paced) / expect) if expect > 0 else 1.0
+        expect, took, _ = self.pace_totals()
+        return max(1.0, took / expect) if expect > 0 else 1.0
+
+    def pace_totals(self) -> tuple[float, float, int]:
+        """The timed parts so far: (expected seconds, seconds taken, how many)."""
+        return sum(e for e, _ in self.paced), sum(t for _, t in self.paced), len(self.paced)
 
     def save(self) -> None:
         from trainer.batch import CHOICES
 
-        self.res.pace = (sum(e for e, _ in self.paced), sum(t for _, t in self.paced), len(self.paced))
+        self.res.pace = self.pace_totals()
         self.res.attention = sorted(str(c) for c in CHOICES)
         write_results(self.out, report(self.s, self.res, self.elapsed()))
 
