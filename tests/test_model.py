@@ -179,6 +179,43 @@ def test_padded_vocabulary_columns_change_nothing(variant: str, masked_only: boo
     assert wide.shape == (5, 128) and torch.isneginf(wide[:, V:]).all()
 
 
+def test_padded_vocabulary_under_autocast_pads_the_cast_weight(monkeypatch) -> None:
+    """Under autocast the padding is made in the autocast dtype (bf16), never as a padded fp32 copy of the
+    master weight; the loss and the word embedding's gradient are those of the unpadded head under autocast."""
+    import copy
+
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    import trainer.model as model_module
+
+    class Pads(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.dtypes: list[torch.dtype] = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+            if func is torch.ops.aten.constant_pad_nd.default:
+                self.dtypes.append(args[0].dtype)
+            return func(*args, **(kwargs or {}))
+
+    b = _batch()
+    plain = _model()
+    padded = copy.deepcopy(plain)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = plain(**b)
+    out["loss"].backward()
+    monkeypatch.setattr(model_module, "PADDED_VOCAB_DEVICES", ("cpu",))
+    pads = Pads()
+    with torch.autocast("cpu", dtype=torch.bfloat16), pads:
+        got = padded(**b)
+    got["loss"].backward()
+    assert pads.dtypes == [torch.bfloat16], pads.dtypes
+    torch.testing.assert_close(got["loss"], out["loss"], atol=1e-2, rtol=0)
+    w, v = padded.embed.word.weight, plain.embed.word.weight
+    assert w.grad.dtype == torch.float32 and w.grad.shape == v.grad.shape
+    torch.testing.assert_close(w.grad, v.grad, atol=2e-3, rtol=0)
+
+
 def test_no_predicted_tokens_gives_zero_loss() -> None:
     b = _batch()
     m = _model(span_boundary=True)

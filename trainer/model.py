@@ -230,6 +230,11 @@ def decode(x: torch.Tensor, word_weight: torch.Tensor, bias: torch.Tensor) -> to
     extra = -word_weight.shape[0] % VOCAB_MULTIPLE
     if not extra or x.device.type not in PADDED_VOCAB_DEVICES or torch.compiler.is_compiling():
         return F.linear(x, word_weight, bias)
+    if torch.is_autocast_enabled(x.device.type):
+        # Pad in the dtype autocast casts to, not the fp32 master weight: half the bytes padded, and one
+        # cast of the [V, E] weight instead of one of the padded copy.
+        dtype = torch.get_autocast_dtype(x.device.type)
+        word_weight, bias = word_weight.to(dtype), bias.to(dtype)
     weight = F.pad(word_weight, (0, 0, 0, extra))
     return F.linear(x, weight, torch.cat([bias, bias.new_full((extra,), float("-inf"))]))
 
