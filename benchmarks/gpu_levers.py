@@ -285,7 +285,7 @@ def step_inputs(batches: list[dict[str, torch.Tensor]], dev: torch.device, compi
 
     def inputs(i: int) -> dict:
         kw = attention_inputs(dict(on_dev[i]), host[i]["attention_mask"], dev, bucket=TOKEN_BUCKET if compiled else 0)
-        kw, choice = plan(kw, dims.heads, dims.head_dim, dims.dropout, dev, dtype, attention)
+        kw, choice = plan(kw, dims.heads, dims.head_dim, dims.attention_dropout, dev, dtype, attention)
         CHOICES.add(choice)
         kw["predictions"] = bounds[i]
         if compiled:

@@ -324,6 +324,8 @@ class ModelConfig(Strict):
     # ALBERT cross-layer parameter sharing.
     share: Literal["none", "all", "attention", "ffn"] = "none"
     dropout: float = Field(0.1, ge=0, lt=1)
+    # The attention probabilities' own rate (None: ``dropout``). MosaicBERT trains with 0 here and 0.1 elsewhere.
+    attention_dropout: float | None = Field(None, ge=0, lt=1)
     max_positions: int = 514
     sentence_head: Literal["none", "nsp", "sop"] = "none"
     span_boundary: bool = False  # SpanBERT SBO head

@@ -235,6 +235,29 @@ def test_init_fixes_the_shape_and_refuses_a_contradiction(tmp_path):
     assert resolve_init(build_train_config(args, [])).model == m
 
 
+def test_init_keeps_the_models_own_attention_dropout(tmp_path):
+    """A model trained with attention dropout off and hidden dropout on (MosaicBERT's choice) is continued so,
+    and exported so; a run that sets its own dropout sets both."""
+    from schemas.config import TrainConfig
+    from trainer.export import hf_config
+    from trainer.hf_init import resolve_init
+    from trainer.model import resolve_dims
+
+    save_hf(str(tmp_path), "bert", attention_probs_dropout_prob=0.0, hidden_dropout_prob=0.1)
+    m = resolve_init(TrainConfig.model_validate({"data": "x", "init": str(tmp_path)})).model
+    assert (m.dropout, m.attention_dropout) == (0.1, 0.0)
+    dims = resolve_dims(m, VOCAB, 0)
+    assert (dims.dropout, dims.attention_dropout) == (0.1, 0.0)
+    c = hf_config(dims, "bert")
+    assert (c["hidden_dropout_prob"], c["attention_probs_dropout_prob"]) == (0.1, 0.0)
+    own = resolve_init(TrainConfig.model_validate({"data": "x", "init": str(tmp_path), "model": {"dropout": 0.2}}))
+    assert (own.model.dropout, own.model.attention_dropout) == (0.2, None)
+    assert resolve_dims(own.model, VOCAB, 0).attention_dropout == 0.2
+    save_hf(str(tmp_path / "same"), "bert")  # both 0.1: nothing of its own to keep
+    assert resolve_init(TrainConfig.model_validate({"data": "x", "init": str(tmp_path / "same")})).model \
+        .attention_dropout is None
+
+
 # ------------------------------------------------------------------ tokenizers of existing models
 
 def _texts(n: int = 60) -> list[str]:

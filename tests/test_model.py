@@ -276,6 +276,19 @@ def test_dropout_switch() -> None:
     assert torch.equal(m1(**b)["loss"], m1(**b)["loss"])
 
 
+def test_attention_dropout_has_its_own_rate() -> None:
+    """attention_dropout drops the attention probabilities alone; None takes dropout's rate."""
+    b = _batch()
+    torch.manual_seed(0)
+    only_attention = Encoder(ModelConfig(dropout=0.0, attention_dropout=0.3), V)
+    assert {m.p for m in only_attention.modules() if isinstance(m, torch.nn.Dropout)} == {0.0}
+    assert not torch.equal(only_attention(**b)["loss"], only_attention(**b)["loss"])
+    hidden_only = Encoder(ModelConfig(dropout=0.3, attention_dropout=0.0), V)
+    assert {m.p for m in hidden_only.modules() if isinstance(m, torch.nn.Dropout)} == {0.3}
+    assert {m.dropout for m in hidden_only.modules() if isinstance(getattr(m, "dropout", None), float)} == {0.0}
+    assert Encoder(ModelConfig(dropout=0.2), V).dims.attention_dropout == 0.2
+
+
 @pytest.mark.parametrize("variant", ["roberta", "albert_sbo_nsp"])
 def test_overfits_a_fixed_batch(variant: str) -> None:
     b = _batch()

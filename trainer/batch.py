@@ -165,8 +165,9 @@ def forward(model: torch.nn.Module, batch: Prepared, device: torch.device,
     divides its summed cross-entropy by (the model's ``loss_denominators``; None: the batch's own counts)."""
     dims = encoder_of(model).dims
     with autocast():
-        kw, choice = plan(batch.kw, dims.heads, dims.head_dim, dims.dropout if model.training else 0.0, device,
-                          autocast_dtype(model, device), attention, compiled=batch.bucketed)
+        p = dims.attention_dropout if model.training else 0.0
+        kw, choice = plan(batch.kw, dims.heads, dims.head_dim, p, device, autocast_dtype(model, device), attention,
+                          compiled=batch.bucketed)
         if choice not in CHOICES:
             CHOICES.add(choice)
             log.info("%s", choice)

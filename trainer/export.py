@@ -171,7 +171,7 @@ def hf_config(dims: ModelDims, arch: str, special_ids: dict[str, int] | None = N
         "intermediate_size": dims.intermediate,
         "hidden_act": dims.hidden_act,  # "gelu": exact (erf), as F.gelu; "gelu_new": tanh form
         "hidden_dropout_prob": dims.dropout,
-        "attention_probs_dropout_prob": dims.dropout,
+        "attention_probs_dropout_prob": dims.attention_dropout,
         "type_vocab_size": dims.type_vocab_size,
         "initializer_range": 0.02,
         "layer_norm_eps": dims.layer_norm_eps,

@@ -67,6 +67,7 @@ class ModelDims:
     type_vocab_size: int = 1
     share: str = "none"
     dropout: float = 0.1
+    attention_dropout: float = 0.1  # on the attention probabilities; ``dropout`` everywhere else
     sentence_head: str = "none"
     span_boundary: bool = False
     masked_only_head: bool = True
@@ -107,6 +108,7 @@ def resolve_dims(cfg: ModelConfig, vocab_size: int, pad_id: int = 1) -> ModelDim
         type_vocab_size=cfg.type_vocab_size or (2 if cfg.sentence_head != "none" else 1),
         share=cfg.share,
         dropout=cfg.dropout,
+        attention_dropout=cfg.dropout if cfg.attention_dropout is None else cfg.attention_dropout,
         sentence_head=cfg.sentence_head,
         span_boundary=cfg.span_boundary,
         masked_only_head=cfg.masked_only_head,
@@ -175,7 +177,7 @@ class SelfAttention(nn.Module):
     def __init__(self, d: ModelDims):
         super().__init__()
         self.heads = d.heads
-        self.dropout = d.dropout
+        self.dropout = d.attention_dropout  # the probabilities'; the output's is ``drop``
         self.qkv = nn.Linear(d.hidden, 3 * d.hidden)  # one matmul for q, k, v (rows: q, then k, then v)
         self.out = nn.Linear(d.hidden, d.hidden)
         self.drop = nn.Dropout(d.dropout)
