@@ -33,10 +33,12 @@ timed until the pool is done, and each row's own compile then loads its graphs f
 
 Modes: the full run fits in 8 minutes (``gpu.sh``'s limit): on an H200 with a cold compile cache that is the
 tests, every base and large eager row with HF's, the base compiled FULL-SENTENCES row with its profile and
-sweep, masking, the data wait, base DOC-SENTENCES compiled and large compiled by layers; ``--rest`` (a second
-call, 8 minutes too) runs the compiled rows that leaves out (CUDA graphs, compiled AdamW, cuDNN attention, the
-large whole model, full head; ``--rest --sizes large`` the large ones): each whole-model compile takes 1.5-4
-minutes cold. ``--plan`` lists a mode's parts with their expected seconds and which fit, running nothing.
+sweep, masking, the data wait, base DOC-SENTENCES compiled, large compiled by layers and two levers' eager rows
+(cuDNN attention, no attention dropout); ``--rest`` (a second call, 8 minutes too) runs what that leaves out
+(the compiled levers: CUDA graphs, compiled AdamW, cuDNN attention, no dropout, no attention dropout; no
+dropout eager, the large whole model, full head; ``--rest --sizes large`` the large ones): each whole-model compile takes 1.5-4 minutes cold. The dropout levers change the recipe (RoBERTa's
+0.1): ModernBERT trains without dropout, MosaicBERT without it on the attention probabilities; their rows are
+listed beside the MFU target, never taken as its best row. ``--plan`` lists a mode's parts with their expected seconds and which fit, running nothing.
 ``--quick`` fits in 4 (base only: eager and compiled FULL-SENTENCES, masking, two sweep points, profiles; no
 tests, no data wait); ``--dry-run`` (alias ``--smoke``) runs every part at tiny sizes on the CPU in about two
 minutes (compile with the ``eager`` dynamo backend, fused masking with inductor's C++ for one scheme): run it
@@ -107,9 +109,12 @@ FULL_PLAN = ("tests", ("base", F, "masked-only", "eager"), ("base", F, "HF", "ea
              ("base", D, "HF", "eager"), ("large", F, "masked-only", "eager"), ("large", D, "masked-only", "eager"),
              "datawait", ("base", D, "masked-only", "compile"), ("large", F, "masked-only", "compile by layers"),
              ("base", F, "masked-only", "compile by layers"), ("base", F, "masked-only", "eager+cuDNN attention"),
-             ("large", F, "HF", "eager"), ("large", D, "HF", "eager"), ("base", F, "full head", "eager"),
+             ("large", F, "HF", "eager"), ("large", D, "HF", "eager"),
+             ("base", F, "masked-only", "eager+no attention dropout"), ("base", F, "masked-only", "eager+no dropout"),
+             ("base", F, "full head", "eager"),
              ("base", F, "masked-only", "compile+cudagraphs"), ("base", F, "masked-only", "compile+compiled AdamW"),
-             ("base", F, "masked-only", "compile+cuDNN attention"), ("large", F, "masked-only", "compile"),
+             ("base", F, "masked-only", "compile+cuDNN attention"), ("base", F, "masked-only", "compile+no dropout"),
+             ("base", F, "masked-only", "compile+no attention dropout"), ("large", F, "masked-only", "compile"),
              ("large", D, "masked-only", "compile"), ("base", F, "full head", "compile"))
 QUICK_PLAN = (("base", F, "masked-only", "eager"), ("base", F, "HF", "eager"),
               ("base", F, "masked-only", "compile"), "masking", ("base", D, "masked-only", "eager"))
@@ -571,7 +576,12 @@ class Bench:
         torch._dynamo.reset()
         torch._dynamo.utils.counters.clear()  # graphs are counted per row
         batches = self.kinds[kind]
-        raw = Encoder(ModelConfig(size=size, masked_only_head=head != "full head"), s.vocab).to(dev)
+        # The dropout levers: none at all (ModernBERT's recipe), or none on the attention probabilities
+        # (MosaicBERT's); every other row keeps RoBERTa's 0.1.
+        cfg = ModelConfig(size=size, masked_only_head=head != "full head",
+                          dropout=0.0 if "no dropout" in mode else 0.1,
+                          attention_dropout=0.0 if "no attention dropout" in mode else None)
+        raw = Encoder(cfg, s.vocab).to(dev)
         dims = raw.dims
         if head == "HF":
             from benchmarks.bench_model import hf_roberta
@@ -607,7 +617,8 @@ class Bench:
             if head == "HF":
                 del model, step
             else:
-                notes = []
+                notes = [f"{'attention ' if 'attention' in mode else ''}dropout 0 (every other row: 0.1, HF's "
+                         "too)"] if "dropout" in mode else []
                 if attention != "auto":
                     from trainer.batch import CHOICES
 
@@ -909,7 +920,7 @@ def main() -> int:
     how.add_argument("--quick", action="store_true", help="The base rows, masking, sweep and profiles in 4 minutes.")
     how.add_argument("--rest", action="store_true",
                      help="The compiled rows the full run's 8 minutes leave out (CUDA graphs, compiled AdamW, "
-                          "cuDNN attention, the large whole model, full head): a second call.")
+                          "cuDNN attention, the dropout levers, the large whole model, full head): a second call.")
     how.add_argument("--dry-run", "--smoke", dest="dry_run", action="store_true",
                      help="Every part at tiny sizes on the CPU (about two minutes): run before spending GPU time.")
     ap.add_argument("--sizes", nargs="+", help="Model sizes (default: base large; quick: base; dry run: tiny).")

@@ -192,13 +192,18 @@ def targets(s, res: Results) -> list[str]:  # noqa: ANN001
     out = []
     for size in [x for x in ("base", "large") if x in s.sizes]:
         ours = [r for r in res.rows if r.size == size and r.head == "masked-only" and r.tokens_s == r.tokens_s]
-        full = [r for r in ours if r.kind == "FULL-SENTENCES"]
+        # A row without (attention) dropout changes the recipe (RoBERTa's 0.1): the lever's figure, not the
+        # target's.
+        full = [r for r in ours if r.kind == "FULL-SENTENCES" and "dropout" not in r.mode]
         best = max((r.mfu for r in full if r.mfu is not None), default=None)
         sweep = [r.mfu for r in res.sweep if r.mfu is not None] if size == s.sizes[0] else []
         best = max([x for x in [best, *sweep] if x is not None], default=None)
         out.append(f"- MFU ≥ 50% at {size}/{s.seq}/bf16 (best row or sweep point): " +
                    (f"{best:.1%}: **{'met' if best >= 0.5 else 'missed'}**" if best is not None
                     else "not measured"))
+        for r in ours:
+            if "dropout" in r.mode and r.mfu is not None:
+                out.append(f"- {size} {r.kind} {r.mode} (a recipe change; not the target's row): MFU {r.mfu:.1%}")
         for mode in ("eager", "compile"):
             f = [r.tokens_s for r in full if r.mode == mode]
             d = [r.tokens_s for r in ours if r.kind == "DOC-SENTENCES" and r.mode == mode]

@@ -249,3 +249,26 @@ def test_the_masking_part_masks_a_batch_of_its_own() -> None:
     ids = bench.masking_ids()
     rows = bench.kinds[F][0]["input_ids"]
     assert torch.equal(ids, rows) and ids.data_ptr() != rows.data_ptr()
+
+
+def test_the_no_dropout_lever_builds_its_model_without_dropout_and_stays_out_of_the_target() -> None:
+    """The lever's row is the recipe's model with dropout 0 (embeddings, attention, residuals); every other row
+    keeps RoBERTa's 0.1. Its MFU is listed as the lever's, never taken as the MFU target's best row."""
+    import torch
+
+    from benchmarks.gpu_report import Results, targets
+
+    bench = bg.Bench(replace(bg.DRY, plan=()), torch.device("cpu"), "")
+    for mode, p, attention in (("eager+no dropout", 0.0, 0.0), ("eager", 0.1, 0.1),
+                               ("eager+no attention dropout", 0.1, 0.0)):
+        _, _, raw, _, _ = bench.build("tiny", F, "masked-only", mode)
+        drops = [m.p for m in raw.modules() if isinstance(m, torch.nn.Dropout)]
+        assert drops and set(drops) == {p}, (mode, drops)
+        assert {m.dropout for m in raw.modules() if isinstance(getattr(m, "dropout", None), float)} == {attention}
+    res = Results(mode="full", device="test")
+    res.rows = [bg.Row("base", F, "masked-only", "eager"), bg.Row("base", F, "masked-only", "compile+no dropout")]
+    res.rows[0].mfu, res.rows[0].tokens_s = 0.30, 1.0
+    res.rows[1].mfu, res.rows[1].tokens_s = 0.40, 1.5
+    lines = targets(replace(bg.GPU, sizes=("base",)), res)
+    assert "- MFU ≥ 50% at base/512/bf16 (best row or sweep point): 30.0%: **missed**" in lines, lines
+    assert "- base FULL-SENTENCES compile+no dropout (a recipe change; not the target's row): MFU 40.0%" in lines

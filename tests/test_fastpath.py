@@ -447,7 +447,7 @@ def test_cuda_fp16_training_steps() -> None:
 # ------------------------------------------------------------------ the GPU benchmark cannot rot
 
 
-@pytest.mark.slow  # ~50 s of CPU (a Beam corpus build, two trainer runs, 10 tiny rows, one inductor compile)
+@pytest.mark.slow  # ~50 s of CPU (a Beam corpus build, two trainer runs, 17 tiny rows, one inductor compile)
 def test_bench_gpu_dry_run_runs_every_part_on_cpu(tmp_path) -> None:
     """benchmarks/gpu.sh --dry-run: every part of the GPU run at tiny sizes on CPU, the results written."""
     out = tmp_path / "gpu.md"
@@ -457,17 +457,22 @@ def test_bench_gpu_dry_run_runs_every_part_on_cpu(tmp_path) -> None:
     text = out.read_text()
     for part in ("FULL-SENTENCES", "DOC-SENTENCES", "masked-only", "full head", "| eager |", "| compile |",
                  "| compile+cudagraphs |", "| compile+compiled AdamW |", "| eager+cuDNN attention |",
-                 "| compile+cuDNN attention |", "| compile by layers |", "Masking", "Data wait", "peak memory",
+                 "| compile+cuDNN attention |", "| compile by layers |", "| eager+no dropout |",
+                 "| compile+no attention dropout |", "Masking", "Data wait", "peak memory",
                  "RobertaForMaskedLM", "dry run", "Micro-batch sweep", "Profile: tiny FULL-SENTENCES masked-only "
                  "eager", "Profile: tiny FULL-SENTENCES masked-only compile", "Attention kernels chosen"):
         assert part in text, part
     # Every configuration measured something (no row left empty), and both worker counts ran.
     rows = [line for line in text.splitlines() if line.startswith("| tiny |")]
     cells = [[c.strip() for c in line.strip("|").split("|")] for line in rows]
-    assert len(rows) == 13 and all(c[4] != "—" and float(c[4]) > 0 for c in cells), rows
-    # Every row but the cuDNN ones (whose note names the kernel: on a CPU torch picks) has an empty note.
-    assert all(not c[-1] for c in cells if "cuDNN" not in c[3]), rows
+    assert len(rows) == 17 and all(c[4] != "—" and float(c[4]) > 0 for c in cells), rows
+    # Every row but the cuDNN ones (whose note names the kernel: on a CPU torch picks) and the dropout levers
+    # (whose note says which dropout is off) has an empty note.
+    assert all(not c[-1] for c in cells if "cuDNN" not in c[3] and "dropout" not in c[3]), rows
     assert all(c[-1].startswith("attention: cudnn refused the shape") for c in cells if "cuDNN" in c[3]), rows
+    levers = {c[3]: c[-1].split(" (")[0] for c in cells if "dropout" in c[3]}
+    assert levers == {f"{how}+no {what}dropout": f"{what}dropout 0" for how in ("eager", "compile")
+                      for what in ("", "attention ")}, levers
     assert "\n| 1 |" in text and "\n| 2 |" in text
     assert "Parts that failed" not in text and "Parts not run" not in text
     # Masking: both forms of every scheme, the same masks; the compiled token scheme in at most 10 kernels.
