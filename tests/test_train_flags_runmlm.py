@@ -133,6 +133,43 @@ def test_every_run_mlm_name_of_the_audit_is_accepted_or_answered(capsys: pytest.
         assert "unknown flag" not in refused(capsys, "--data", "c", flag, "1")
 
 
+def test_config_overrides_set_the_model_keys_of_their_hugging_face_names() -> None:
+    cfg = resolved("--config_overrides", "num_hidden_layers=3, hidden_size=96,num_attention_heads=4,"
+                   "intermediate_size=384,hidden_dropout_prob=0.2,attention_probs_dropout_prob=0,"
+                   "layer_norm_eps=1e-12,hidden_act=gelu_new,type_vocab_size=2,embedding_size=32")
+    m = cfg.model
+    assert (m.layers, m.hidden, m.heads, m.intermediate, m.embedding_size) == (3, 96, 4, 384, 32)
+    assert (m.dropout, m.attention_dropout, m.layer_norm_eps, m.hidden_act, m.type_vocab_size) == (
+        0.2, 0.0, 1e-12, "gelu_new", 2)
+    # After the flags, before --set (which wins), over a recipe's values.
+    cfg = resolved("--recipe", "roberta-base", "--config_overrides", "hidden_dropout_prob=0.05",
+                   "--set", "model.dropout=0.3")
+    assert cfg.model.dropout == 0.3 and cfg.model.size == "base"
+    cfg = resolved("--recipe", "roberta-base", "--config_overrides", "hidden_dropout_prob=0.05")
+    assert cfg.model.dropout == 0.05
+
+
+@pytest.mark.parametrize("text, line", [
+    ("n_embd=10", "error: --config_overrides: n_embd: no such key here; it takes hidden_size, num_hidden_layers, "),
+    ("vocab_size=50265", "error: --config_overrides: vocab_size: the corpus's tokenizer sets it"),
+    ("max_position_embeddings=512", "error: --config_overrides: max_position_embeddings: positions count from "
+                                    "pad_id + 1 as fairseq's do: --set model.max_positions=N"),
+    ("hidden_size", "error: --config_overrides: expects KEY=VALUE,... (run_mlm's form), got 'hidden_size'"),
+    ("num_hidden_layers=2,", "error: --config_overrides: expects KEY=VALUE,... (run_mlm's form), got ''"),
+])
+def test_config_overrides_mistakes_are_one_line(capsys: pytest.CaptureFixture[str], text: str, line: str) -> None:
+    assert refused(capsys, "--data", "d", "--config_overrides", text).startswith(line)
+
+
+def test_a_bad_config_overrides_value_names_the_flag_and_the_key() -> None:
+    from schemas.errors import UserError
+
+    with pytest.raises(UserError, match=r"--config_overrides \(model.attention_dropout\): Input should be less "):
+        resolved("--config_overrides", "attention_probs_dropout_prob=1.5")
+    with pytest.raises(UserError, match=r"^invalid train config: model.dropout: "):  # --set's own: no flag named
+        resolved("--config_overrides", "hidden_dropout_prob=0.1", "--set", "model.dropout=2")
+
+
 def test_help_lists_the_run_mlm_names() -> None:
     from trainer.args import train_parser
 
@@ -142,7 +179,8 @@ def test_help_lists_the_run_mlm_names() -> None:
                   "--eps, --adam_epsilon FLOAT", "[optim.eps; default 1e-06]",
                   "--clip_norm, --max_grad_norm FLOAT", "[optim.clip_norm; default 1.0]",
                   "--bf16 [true|false] --precision bf16", "--fp16 [true|false] --precision fp16",
-                  "--num_train_epochs, --max_seq_length", "--warmup_ratio FLOAT", "[optim.warmup_ratio"):
+                  "--num_train_epochs, --max_seq_length", "--warmup_ratio FLOAT", "[optim.warmup_ratio",
+                  "--config_overrides KEY=VALUE,...", "attention_probs_dropout_prob=0 (keys: hidden_size,"):
         assert shown in text, shown
     for hidden in ("--overwrite_output_dir", "--report_to", "--logging_dir", "--per_device_eval_batch_size"):
         assert hidden not in text, hidden  # no flag of theirs to list: they only answer

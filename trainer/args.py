@@ -155,6 +155,39 @@ def bool_value(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"true or false, not {text!r}")
 
 
+# run_mlm.py's --config_overrides (the shape of a model trained from scratch, KEY=VALUE,...): each Hugging Face
+# config key the encoder has, as the model config key it sets; the ones set elsewhere say where.
+HF_CONFIG_KEYS: dict[str, str] = {
+    "hidden_size": "model.hidden", "num_hidden_layers": "model.layers", "num_attention_heads": "model.heads",
+    "intermediate_size": "model.intermediate", "embedding_size": "model.embedding_size",
+    "hidden_dropout_prob": "model.dropout", "attention_probs_dropout_prob": "model.attention_dropout",
+    "type_vocab_size": "model.type_vocab_size", "layer_norm_eps": "model.layer_norm_eps",
+    "hidden_act": "model.hidden_act",
+}
+HF_CONFIG_ELSEWHERE: dict[str, str] = {
+    "vocab_size": "the corpus's tokenizer sets it",
+    "max_position_embeddings": "positions count from pad_id + 1 as fairseq's do: --set model.max_positions=N "
+                               "(514 for 512 tokens)",
+}
+
+
+def hf_overrides(text: str) -> list[str]:
+    """--config_overrides' ``key=value,...`` as ``model.X=value`` items (applied as --set items are, before
+    the user's own); ValueError naming the item for a malformed one or a key the encoder has not."""
+    items = []
+    for item in text.split(","):
+        key, eq, value = item.partition("=")
+        key = key.strip()
+        if not eq or not key or not value.strip():
+            raise ValueError(f"expects KEY=VALUE,... (run_mlm's form), got {item.strip()!r}")
+        if key in HF_CONFIG_ELSEWHERE:
+            raise ValueError(f"{key}: {HF_CONFIG_ELSEWHERE[key]}")
+        if key not in HF_CONFIG_KEYS:
+            raise ValueError(f"{key}: no such key here; it takes {', '.join(HF_CONFIG_KEYS)}")
+        items.append(f"{HF_CONFIG_KEYS[key]}={value.strip()}")
+    return items
+
+
 # run_mlm's precision switches: --bf16 is --precision bf16, --fp16 is --precision fp16 (a value of false: unset).
 PRECISION_SWITCHES = ("bf16", "fp16")
 
@@ -248,6 +281,10 @@ def train_parser() -> ArgumentParser:
                    help="Continue pretraining a Hugging Face model folder (Roberta/XLMRoberta/Bert/"
                         "AlbertForMaskedLM): its shape and weights (docs/continued-pretraining.md); a local or "
                         "fsspec folder, never a Hub name (nothing is downloaded).")
+    p.add_argument("--config_overrides", metavar="KEY=VALUE,...",
+                   help="run_mlm's: Hugging Face config keys of the model's shape, e.g. num_hidden_layers=6,"
+                        "attention_probs_dropout_prob=0 (keys: " + ", ".join(HF_CONFIG_KEYS) + "); each sets "
+                        "its model.* key, as --set does, before --set's own items.")
     p.add_argument("--follow", action="store_true", default=None,
                    help="Follow a served corpus: adopt its latest version at every epoch boundary.")
     p.add_argument("--resume", action=argparse.BooleanOptionalAction, default=None,
@@ -281,6 +318,11 @@ def parse_train_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.steps is not None and args.max_tokens is not None:
         p.error("give --steps or --max_tokens, not both")
+    if args.config_overrides is not None:
+        try:
+            args.config_overrides = hf_overrides(args.config_overrides)
+        except ValueError as e:
+            p.error(f"--config_overrides: {e}")
     switched = [name for name in PRECISION_SWITCHES if getattr(args, name)]
     if len(switched) > 1:
         p.error("give --bf16 or --fp16, not both")
@@ -349,8 +391,13 @@ TOP_LEVEL_FLAGS = ("data", "output", "init", "follow", "resume")
 def flag_names(args: argparse.Namespace) -> dict[str, str]:
     """Config key -> the flag that set it (its first name), for the keys flags set and --set did not."""
     overridden = {item.split("=", 1)[0].strip() for item in getattr(args, "set", None) or []}
-    return {f.key: f.names[0] for f in config_flags()
-            if getattr(args, f.dest, None) is not None and f.key not in overridden}
+    names = {f.key: f.names[0] for f in config_flags()
+             if getattr(args, f.dest, None) is not None and f.key not in overridden}
+    for item in getattr(args, "config_overrides", None) or []:
+        key = item.split("=", 1)[0]
+        if key not in overridden:
+            names[key] = "--config_overrides"
+    return names
 
 
 def flag_settings(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
@@ -368,6 +415,7 @@ def flag_settings(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
             dotted.append(f"{f.key}={json.dumps(value)}")
         else:
             top[f.key] = value
+    dotted += getattr(args, "config_overrides", None) or []
     return {k: v for k, v in top.items() if v is not None}, dotted
 
 
