@@ -253,6 +253,10 @@ def test_init_keeps_the_models_own_attention_dropout(tmp_path):
     own = resolve_init(TrainConfig.model_validate({"data": "x", "init": str(tmp_path), "model": {"dropout": 0.2}}))
     assert (own.model.dropout, own.model.attention_dropout) == (0.2, None)
     assert resolve_dims(own.model, VOCAB, 0).attention_dropout == 0.2
+    save_hf(str(tmp_path / "hidden"), "bert", attention_probs_dropout_prob=0.1, hidden_dropout_prob=0.05)
+    own = resolve_init(TrainConfig.model_validate({"data": "x", "init": str(tmp_path / "hidden"),
+                                                   "model": {"attention_dropout": 0.2}}))
+    assert (own.model.dropout, own.model.attention_dropout) == (0.05, 0.2)  # the model's, the run's
     save_hf(str(tmp_path / "same"), "bert")  # both 0.1: nothing of its own to keep
     assert resolve_init(TrainConfig.model_validate({"data": "x", "init": str(tmp_path / "same")})).model \
         .attention_dropout is None

@@ -149,11 +149,12 @@ def _init_model_config(c: dict[str, Any], path: str, base: ModelConfig) -> Model
         fields.update(max_positions=mpe + pad + 1, lm_head_act=act)
     if arch == ALBERT:
         fields.update(_albert_fields(c, path))
-    if base.dropout == ModelConfig.model_fields["dropout"].default and base.attention_dropout is None:
-        # A run's own dropout wins; else the model's, the attention probabilities' where it differs.
+    if base.dropout == ModelConfig.model_fields["dropout"].default:
+        # A run's own dropout wins (its attention's too, unless it sets that apart); else the model's, and the
+        # attention probabilities' where the model's differs and the run does not set it.
         fields["dropout"] = float(c.get("hidden_dropout_prob", base.dropout))
         attention = float(c.get("attention_probs_dropout_prob", fields["dropout"]))
-        if attention != fields["dropout"]:
+        if base.attention_dropout is None and attention != fields["dropout"]:
             fields["attention_dropout"] = attention
     cfg = base.model_copy(update=fields)
     return ModelConfig.model_validate(cfg.model_dump())  # validated: the copy above is not
