@@ -12,7 +12,8 @@ measured):
    ``torch.compile`` (also with CUDA graphs, ``reduce-overhead``, and with the compiled AdamW step),
    masked-only and full LM head, FULL-SENTENCES (full-length rows: the no-mask path) and DOC-SENTENCES
    (variable lengths in token-budget batches, bucketed by length as the loader does: the unpadded path;
-   compiled rows bucket their shapes as trainer.batch does and count dynamo's graphs). One step = the
+   compiled rows bucket their shapes as trainer.batch does and count dynamo's graphs); each lever's row is set
+   against the row it changes in the report (× tokens/s, MFU, memory). One step = the
    trainer's step: attention path picked from the host mask, forward under autocast with the predicted
    positions' static bound, backward, clip 1.0, fused AdamW.
 3. HF ``RobertaForMaskedLM`` (SDPA attention) on the same batches, same step: the baseline ratio.

@@ -56,6 +56,7 @@ def report(s, res: Results, wall: float) -> list[str]:  # noqa: ANN001 - s: benc
     lines += ["## CUDA-only tests", "", f"`pytest {s.test_files} -k '{s.tests_k}'`: {res.tests}", ""]
     lines += warm_section(res)
     lines += step_table(s, res)
+    lines += lever_table(res)
     lines += masking_table(s, res)
     lines += sweep_table(s, res)
     for p in res.profiles:
@@ -184,6 +185,31 @@ def profile_section(p) -> list[str]:  # noqa: ANN001 - gpu_levers.Profile
              f"- dynamo graphs compiled for this model so far: {p.graphs}", "",
              "| kernel (or op) | ms / step | calls / step |", "|---|---:|---:|"]
     lines += [f"| `{name.replace('|', '/')}` | {ms:.3f} | {calls} |" for name, ms, calls in p.top]
+    return lines
+
+
+def lever_table(res: Results) -> list[str]:
+    """Each lever's row (a mode ``BASE+LEVER`` or ``BASE by layers``) against the row it changes: the same size,
+    batches, head and base mode, measured in the same run."""
+    plain = {(r.size, r.kind, r.head, r.mode): r for r in res.rows if r.tokens_s == r.tokens_s}
+    pairs = []
+    for r in plain.values():
+        base = r.mode.split("+")[0].removesuffix(" by layers")
+        if base != r.mode and (r.size, r.kind, r.head, base) in plain:
+            pairs.append((r, plain[(r.size, r.kind, r.head, base)]))
+    if not pairs:
+        return []
+    lines = ["", "## Levers against the rows they change", "",
+             "Tokens/s of each lever's row over its base row's (same size, batches, head; the same run). The "
+             "dropout levers change the recipe (RoBERTa's 0.1): ModernBERT trains without dropout, MosaicBERT "
+             "without it on the attention probabilities.", "",
+             "| size | batches | head | lever | over | ms / step | × tokens / s | MFU | peak GiB |",
+             "|---|---|---|---|---|---:|---:|---:|---:|"]
+    for r, b in pairs:
+        lever = r.mode.removeprefix(b.mode).lstrip("+ ")
+        lines.append(f"| {r.size} | {r.kind} | {r.head} | {lever} | {b.mode} | {fmt(r.ms, '.1f')} vs "
+                     f"{fmt(b.ms, '.1f')} | **{r.tokens_s / b.tokens_s:.2f}** | {fmt(r.mfu, '.1%')} vs "
+                     f"{fmt(b.mfu, '.1%')} | {fmt(r.peak_gib, '.1f')} vs {fmt(b.peak_gib, '.1f')} |")
     return lines
 
 

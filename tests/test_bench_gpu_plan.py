@@ -8,6 +8,7 @@ runs here too: its slots, failures and deadline, and a real compile whose graphs
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import subprocess
@@ -272,3 +273,28 @@ def test_the_no_dropout_lever_builds_its_model_without_dropout_and_stays_out_of_
     lines = targets(replace(bg.GPU, sizes=("base",)), res)
     assert "- MFU ≥ 50% at base/512/bf16 (best row or sweep point): 30.0%: **missed**" in lines, lines
     assert "- base FULL-SENTENCES compile+no dropout (a recipe change; not the target's row): MFU 40.0%" in lines
+
+
+def test_each_lever_is_set_against_the_row_it_changes() -> None:
+    """The levers' section pairs a lever's row with its base row of the same run (same size, batches, head),
+    and leaves out a lever whose base row was not measured and a row that measured nothing."""
+    from benchmarks.gpu_report import Results, lever_table
+
+    def row(size: str, mode: str, ms: float) -> bg.Row:
+        r = bg.Row(size, F, "masked-only", mode)
+        r.ms, r.tokens_s, r.mfu, r.peak_gib = ms, 1000.0 / ms, 0.01 * 300 / ms, 8.0
+        return r
+
+    res = Results(mode="full", device="test")
+    res.rows = [row("base", "eager", 40.0), row("base", "eager+no dropout", 32.0), row("base", "compile", 30.0),
+                row("base", "compile by layers", 33.0), row("base", "compile+cudagraphs", math.nan),
+                row("large", "compile by layers", 80.0)]
+    lines = lever_table(res)
+    body = [x for x in lines if x.startswith("| base") or x.startswith("| large")]
+    assert body == [
+        "| base | FULL-SENTENCES | masked-only | no dropout | eager | 32.0 vs 40.0 | **1.25** | 9.4% vs 7.5% | "
+        "8.0 vs 8.0 |",
+        "| base | FULL-SENTENCES | masked-only | by layers | compile | 33.0 vs 30.0 | **0.91** | 9.1% vs 10.0% | "
+        "8.0 vs 8.0 |"], lines
+    res.rows = res.rows[:1]
+    assert lever_table(res) == []

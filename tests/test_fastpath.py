@@ -458,12 +458,14 @@ def test_bench_gpu_dry_run_runs_every_part_on_cpu(tmp_path) -> None:
     for part in ("FULL-SENTENCES", "DOC-SENTENCES", "masked-only", "full head", "| eager |", "| compile |",
                  "| compile+cudagraphs |", "| compile+compiled AdamW |", "| eager+cuDNN attention |",
                  "| compile+cuDNN attention |", "| compile by layers |", "| eager+no dropout |",
-                 "| compile+no attention dropout |", "Masking", "Data wait", "peak memory",
+                 "| compile+no attention dropout |", "Levers against the rows they change",
+                 "| tiny | FULL-SENTENCES | masked-only | cudagraphs | compile |", "Masking", "Data wait", "peak memory",
                  "RobertaForMaskedLM", "dry run", "Micro-batch sweep", "Profile: tiny FULL-SENTENCES masked-only "
                  "eager", "Profile: tiny FULL-SENTENCES masked-only compile", "Attention kernels chosen"):
         assert part in text, part
     # Every configuration measured something (no row left empty), and both worker counts ran.
-    rows = [line for line in text.splitlines() if line.startswith("| tiny |")]
+    steps = text.split("## Training step", 1)[1].split("\n## ", 1)[0]  # the step table's section
+    rows = [line for line in steps.splitlines() if line.startswith("| tiny |")]
     cells = [[c.strip() for c in line.strip("|").split("|")] for line in rows]
     assert len(rows) == 17 and all(c[4] != "—" and float(c[4]) > 0 for c in cells), rows
     # Every row but the cuDNN ones (whose note names the kernel: on a CPU torch picks) and the dropout levers
