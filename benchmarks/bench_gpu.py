@@ -490,7 +490,9 @@ class Bench:
     def run(self) -> None:
         from benchmarks.gpu_levers import matmul_flops, peak_note
 
-        self.res.peak_note = self.guarded("matmul peak", lambda: peak_note(self.peak, matmul_flops(self.dev))) or ""
+        self.res.matmul = self.guarded("matmul peak", lambda: matmul_flops(self.dev)) or math.nan
+        self.res.peak = self.peak
+        self.res.peak_note = peak_note(self.peak, self.res.matmul) if self.res.matmul == self.res.matmul else ""
         pool = self.guarded("warm pool", self.start_pool)  # after the matmul's timing: nothing runs beside that
         for item in self.s.plan:
             if pool is not None and item != "tests":

@@ -273,6 +273,12 @@ def test_the_no_dropout_lever_builds_its_model_without_dropout_and_stays_out_of_
     lines = targets(replace(bg.GPU, sizes=("base",)), res)
     assert "- MFU ≥ 50% at base/512/bf16 (best row or sweep point): 30.0%: **missed**" in lines, lines
     assert "- base FULL-SENTENCES compile+no dropout (a recipe change; not the target's row): MFU 40.0%" in lines
+    assert not any(x.startswith("- proposed:") for x in lines)  # no matmul rate measured: no such line
+    # The proposed target: the best row's MFU against the rate this device reached on dense matmuls.
+    res.peak, res.matmul = 989e12, 618.125e12
+    lines = targets(replace(bg.GPU, sizes=("base",)), res)
+    assert "- proposed: MFU against the measured matmul rate (618 TFLOP/s) ≥ 50% at base: 48.0%: **missed**" \
+        in lines, lines
 
 
 def test_each_lever_is_set_against_the_row_it_changes() -> None:
