@@ -13,9 +13,9 @@ measured):
    masked-only and full LM head, FULL-SENTENCES (full-length rows: the no-mask path) and DOC-SENTENCES
    (variable lengths in token-budget batches, bucketed by length as the loader does: the unpadded path;
    compiled rows bucket their shapes as trainer.batch does and count dynamo's graphs); each lever's row is set
-   against the row it changes in the report (× tokens/s, MFU, memory). One step = the
-   trainer's step: attention path picked from the host mask, forward under autocast with the predicted
-   positions' static bound, backward, clip 1.0, fused AdamW.
+   against the row it changes in the report (× tokens/s, MFU, memory). One step = the trainer's step:
+   attention path picked from the host mask, forward under autocast with the predicted positions' static
+   bound, backward, clip 1.0, fused AdamW.
 3. HF ``RobertaForMaskedLM`` (SDPA attention) on the same batches, same step: the baseline ratio.
 4. Masking on the device for all four schemes, the reference ops against the fused (compiled) masker:
    time, share of the eager and compiled step, launches per call, bit-identity with the CPU reference;
@@ -37,9 +37,11 @@ tests, every base and large eager row with HF's, the base compiled FULL-SENTENCE
 sweep, masking, the data wait, base DOC-SENTENCES compiled, large compiled by layers and two levers' eager rows
 (cuDNN attention, no attention dropout); ``--rest`` (a second call, 8 minutes too) runs what that leaves out
 (the compiled levers: CUDA graphs, compiled AdamW, cuDNN attention, no dropout, no attention dropout; no
-dropout eager, the large whole model, full head; ``--rest --sizes large`` the large ones): each whole-model compile takes 1.5-4 minutes cold. The dropout levers change the recipe (RoBERTa's
-0.1): ModernBERT trains without dropout, MosaicBERT without it on the attention probabilities; their rows are
-listed beside the MFU target, never taken as its best row. ``--plan`` lists a mode's parts with their expected seconds and which fit, running nothing.
+dropout eager, the large whole model, full head; ``--rest --sizes large`` the large ones): each whole-model
+compile takes 1.5-4 minutes cold. The dropout levers change the recipe (RoBERTa's 0.1): ModernBERT trains
+without dropout, MosaicBERT without it on the attention probabilities; their rows are listed beside the MFU
+target, never taken as its best row. ``--plan`` lists a mode's parts with their expected seconds and which
+fit, running nothing.
 ``--quick`` fits in 4 (base only: eager and compiled FULL-SENTENCES, masking, two sweep points, profiles; no
 tests, no data wait); ``--dry-run`` (alias ``--smoke``) runs every part at tiny sizes on the CPU in about two
 minutes (compile with the ``eager`` dynamo backend, fused masking with inductor's C++ for one scheme): run it
