@@ -191,6 +191,8 @@ def test_help_lists_the_run_mlm_names() -> None:
                                 "one epoch is the train split's tokens (shardforge inspect CORPUS shows them)"),
     ("--max_seq_length", "512", "error: --max_seq_length: set by the corpus: build it (or shardforge repack it) "
                                 "with --max_seq_len"),
+    ("--config_overrides", "vocab_size=50265", "error: --config_overrides: vocab_size: the corpus's tokenizer "
+                                               "sets it"),
 ])
 def test_the_trainer_answers_them_in_one_line_before_importing_torch(flag: str, value: str, words: str) -> None:
     res = subprocess.run([sys.executable, "-c", import_probe("torch"), "trainer.train", "--data", "d", flag, value],
