@@ -95,7 +95,7 @@ set_gcsfs_env()  # before anything imports gcsfs
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from benchmarks.gpu_report import Results, report  # noqa: E402
+from benchmarks.gpu_report import Results, changes_recipe, report  # noqa: E402
 
 MASK_RATE = 0.15
 F, D = "FULL-SENTENCES", "DOC-SENTENCES"
@@ -623,7 +623,7 @@ class Bench:
                 del model, step
             else:
                 notes = [f"{'attention ' if 'attention' in mode else ''}dropout 0 (every other row: 0.1, HF's "
-                         "too)"] if "dropout" in mode else []
+                         "too)"] if changes_recipe(mode) else []
                 if attention != "auto":
                     from trainer.batch import CHOICES
 
