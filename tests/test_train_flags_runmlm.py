@@ -161,6 +161,20 @@ def test_config_overrides_mistakes_are_one_line(capsys: pytest.CaptureFixture[st
     assert refused(capsys, "--data", "d", "--config_overrides", text).startswith(line)
 
 
+def test_with_init_config_overrides_takes_the_dropout_keys_and_refuses_a_shape_key(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    for init in ("--init", "--model_name_or_path"):
+        line = refused(capsys, "--data", "d", init, "m", "--config_overrides",
+                       "hidden_dropout_prob=0,num_attention_heads=4,num_hidden_layers=2")
+        assert line.startswith("error: --config_overrides num_hidden_layers, num_attention_heads: --init takes "
+                               "the model's shape from its folder; with --init it takes only hidden_dropout_prob "
+                               "and attention_probs_dropout_prob"), line
+    args = parse("--data", "d", "--init", "m", "--config_overrides",
+                 "hidden_dropout_prob=0,attention_probs_dropout_prob=0.05")
+    assert args.config_overrides == ["model.dropout=0", "model.attention_dropout=0.05"]
+    assert parse("--data", "d", "--config_overrides", "num_hidden_layers=2").config_overrides == ["model.layers=2"]
+
+
 def test_a_bad_config_overrides_value_names_the_flag_and_the_key() -> None:
     from schemas.errors import UserError
 

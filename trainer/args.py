@@ -169,6 +169,8 @@ HF_CONFIG_ELSEWHERE: dict[str, str] = {
     "max_position_embeddings": "positions count from pad_id + 1 as fairseq's do: --set model.max_positions=N "
                                "(514 for 512 tokens)",
 }
+# The keys that combine with --init (a run's own dropout); the others are the shape --init takes from the model.
+HF_RUN_KEYS = ("hidden_dropout_prob", "attention_probs_dropout_prob")
 
 
 def hf_overrides(text: str) -> list[str]:
@@ -323,6 +325,11 @@ def parse_train_args(argv: list[str] | None = None) -> argparse.Namespace:
             args.config_overrides = hf_overrides(args.config_overrides)
         except ValueError as e:
             p.error(f"--config_overrides: {e}")
+        shape = [hf for hf, key in HF_CONFIG_KEYS.items() if hf not in HF_RUN_KEYS
+                 and any(item.startswith(key + "=") for item in args.config_overrides)]
+        if args.init and shape:
+            p.error(f"--config_overrides {', '.join(shape)}: --init takes the model's shape from its folder; "
+                    f"with --init it takes only {' and '.join(HF_RUN_KEYS)}")
     switched = [name for name in PRECISION_SWITCHES if getattr(args, name)]
     if len(switched) > 1:
         p.error("give --bf16 or --fp16, not both")
