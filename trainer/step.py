@@ -55,6 +55,7 @@ class Run:
     metrics: TrainMetrics
     accum: int  # micro-batches per optimizer step
     step: int  # the step the loop starts from (the latest checkpoint's, else 0)
+    max_len: int  # the corpus's sequence length (tokens)
 
 
 class LoaderPosition:
