@@ -142,6 +142,28 @@ def test_one_epoch_every_sample_once_with_correct_content(corpus: str) -> None:
             assert bool((row[n:] == PAD_ID).all()) and bool((mask[n:] == 0).all())
 
 
+def test_batches_short_of_batch_size_are_said_at_the_start_with_a_size_that_fills_them(corpus: str) -> None:
+    """A batch never spans two partitions: 181 samples in 7 shards, each its own partition, make batches of
+    ~26 rows at batch_size 64. The warning's figure is the rows the loader's epoch really holds, and the
+    size it names fills them to 90 % or more; a size that fills them says nothing."""
+    from trainer.train import short_batches
+
+    def epoch_rows(batch_size: int) -> list[int]:
+        ld = ShardLoader(corpus, batch_size=batch_size, epochs=1)
+        return [int((~b["is_pad"]).sum()) for b in take(ld)]
+
+    rows = epoch_rows(64)
+    assert sum(rows) == sum(UNEVEN) and len(rows) == 7, rows
+    line = short_batches(corpus, ShardLoader(corpus, batch_size=64).plan)
+    assert line == (f"{corpus}: train batches will hold ~{sum(rows) / len(rows):.0f} rows on average, not "
+                    "batch_size 64: its 181 sequences fall into 7 partitions of ~26 and a batch never spans two "
+                    "(docs/loader.md, \"Partitions\"); --batch_size 4 fills them (--gradient_accumulation or a "
+                    "global batch then keeps a step's rows)"), line
+    rows = epoch_rows(4)
+    assert sum(rows) / len(rows) >= 0.9 * 4 and short_batches(corpus, ShardLoader(corpus, batch_size=4).plan) is None
+    assert sum(epoch_rows(8)) / len(epoch_rows(8)) < 0.9 * 8  # the largest power of two that does
+
+
 def test_valid_split_has_its_own_global_ids(corpus: str) -> None:
     ld = ShardLoader(corpus, "valid", batch_size=4, epochs=1)
     assert sorted(real_ids(take(ld))) == list(range(sum(UNEVEN), sum(UNEVEN) + 13))

@@ -53,6 +53,7 @@ from trainer.describe import RunShape, describe_run, plan_steps
 from trainer.evaluate import evaluate
 from trainer.hf_init import check_corpus, load_init, resolve_init
 from trainer.loader import ShardLoader
+from trainer.loader.plan import Plan
 from trainer.loggers import open_loggers, trim_metrics
 from trainer.masking import Masker
 from trainer.memory import device_memory, is_out_of_memory, out_of_memory_line
@@ -165,16 +166,39 @@ def build_maskers(cfg: TrainConfig, device: torch.device, vocab_size: int, speci
     return masker, eval_masker
 
 
+SHORT_FILL = 0.9  # batches holding less than this share of batch_size on average are said at the start
+
+
+def short_batches(url: str, plan: Plan) -> str | None:
+    """A warning when the split's batches hold well under ``batch_size`` rows on average (a small corpus in
+    few, small partitions), with the largest power of two that fills them; None when they are full enough."""
+    fill = plan.batch_fill()
+    if fill is None or fill >= SHORT_FILL:
+        return None
+    twos = [1 << k for k in range(plan.B.bit_length() - 1, -1, -1)]  # powers of two below batch_size
+    fits = next((b for b in twos if (plan.batch_fill(b) or 1) >= SHORT_FILL), 1)
+    parts = [n for n in plan.part_samples if n]
+    return (f"{redact_url(url)}: train batches will hold ~{fill * plan.B:.0f} rows on average, not batch_size "
+            f"{plan.B}: its {plan.total_samples:,} sequences fall into {len(parts)} partitions of "
+            f"~{plan.total_samples / len(parts):.0f} and a batch never spans two (docs/loader.md, \"Partitions\"); "
+            f"--batch_size {fits} fills them (--gradient_accumulation or a global batch then keeps a step's rows)")
+
+
 def build_loaders(cfg: TrainConfig, dd: distributed.Dist,
                   manifest: Manifest) -> tuple[ShardLoader | MixedLoader, ShardLoader | MixedLoader | None]:
     """(the train loader, the valid loader or None): one corpus, or several mixed (trainer/mixing.py)."""
     device = dd.device
 
     def train_loader(url: str) -> ShardLoader:
-        return ShardLoader(url, "train", batch_size=None if cfg.tokens_per_batch else cfg.batch_size,
-                           tokens_per_batch=cfg.tokens_per_batch, seed=cfg.seed, rank=dd.rank,
-                           world_size=dd.world_size, num_workers=cfg.num_workers, shuffle_buffer=cfg.shuffle_buffer,
-                           corrupt_policy=cfg.corrupt_shards, pin_memory=device.type == "cuda", follow=cfg.follow)
+        loader = ShardLoader(url, "train", batch_size=None if cfg.tokens_per_batch else cfg.batch_size,
+                             tokens_per_batch=cfg.tokens_per_batch, seed=cfg.seed, rank=dd.rank,
+                             world_size=dd.world_size, num_workers=cfg.num_workers,
+                             shuffle_buffer=cfg.shuffle_buffer, corrupt_policy=cfg.corrupt_shards,
+                             pin_memory=device.type == "cuda", follow=cfg.follow)
+        short = short_batches(url, loader.plan)
+        if short and dd.main:
+            log.warning("%s", short)
+        return loader
 
     def valid_loader(url: str) -> ShardLoader:
         # allow_idle: a valid split too small for every rank leaves some ranks only padding (their

@@ -111,6 +111,16 @@ class Plan:
             assert self.B is not None
             self.part_batches = [ceil_div(n, self.B) for n in self.part_samples]
 
+    def batch_fill(self, batch_size: int | None = None) -> float | None:
+        """The rows an epoch's batches hold on average over ``batch_size`` (default: the plan's), from 0 to 1;
+        None with a token budget. Under 1 by each partition's short last batch: a batch never spans two
+        partitions, so where partitions hold fewer samples than a batch, every batch of theirs is short."""
+        b = batch_size or self.B
+        if b is None or self.T is not None:
+            return None
+        batches = sum(ceil_div(n, b) for n in self.part_samples)
+        return self.total_samples / (batches * b) if batches else None
+
     def piece_samples(self, i: int) -> int:
         """The samples of piece i (the manifest's count for a whole shard)."""
         _, lo, hi = self.pieces[i]
