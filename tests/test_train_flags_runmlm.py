@@ -99,6 +99,7 @@ NO_EQUIVALENT_LINES = {
     "--per_device_eval_batch_size": "evaluation batches are --batch_size sequences",
     "--report_to": "--set trackers.wandb=true or trackers.mlflow=true",
     "--logging_dir": "the logs go into --output",
+    "--auto_find_batch_size": "one line naming the --batch_size to give",
 }
 
 

@@ -132,6 +132,9 @@ NO_EQUIVALENT: dict[str, str] = {
     "--report_to": "metrics.jsonl and TensorBoard (--set trackers.tensorboard=false: off) are written to --output; "
                    "--set trackers.wandb=true or trackers.mlflow=true adds W&B or MLflow",
     "--logging_dir": "the logs go into --output (metrics.jsonl, TensorBoard in tb/)",
+    "--auto_find_batch_size": "the batch size is what you give, on every device: a run that runs out of memory "
+                              "stops at once with one line naming the --batch_size to give (a global batch is "
+                              "kept by gradient accumulation)",
 }
 
 
