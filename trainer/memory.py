@@ -11,11 +11,14 @@ allocator; a compiled step may wrap either (inductor's errors keep the original 
 
 from __future__ import annotations
 
+import contextlib
 import re
+from collections.abc import Callable, Iterator
 
 import torch
 
 from schemas.config import TrainConfig
+from schemas.errors import UserError
 
 # Words of the CPU allocator's failure ("DefaultCPUAllocator: can't allocate memory: you tried to allocate N
 # bytes"); CUDA's is torch.OutOfMemoryError.
@@ -34,6 +37,18 @@ def is_out_of_memory(e: BaseException | None) -> bool:
             return True
         e = e.__cause__ or e.__context__
     return False
+
+
+@contextlib.contextmanager
+def out_of_memory_said(line: Callable[[BaseException], str]) -> Iterator[None]:
+    """An allocator's out-of-memory inside the block leaves it as a UserError of ``line(e)`` (read when it
+    happens: the step it names is the one that ran out); any other exception passes unchanged."""
+    try:
+        yield
+    except Exception as e:
+        if not is_out_of_memory(e):
+            raise
+        raise UserError(line(e)) from None
 
 
 def asked_bytes(e: BaseException) -> str | None:

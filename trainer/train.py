@@ -56,7 +56,7 @@ from trainer.loader import ShardLoader
 from trainer.loader.plan import Plan
 from trainer.loggers import open_loggers, trim_metrics
 from trainer.masking import Masker
-from trainer.memory import device_memory, is_out_of_memory, out_of_memory_line
+from trainer.memory import device_memory, out_of_memory_line, out_of_memory_said
 from trainer.metrics import RunCounters, TrainMetrics, device_peak_flops
 from trainer.mixing import MixedLoader, describe, mix_record, mixed_loader, parse_mix_arg
 from trainer.model import Encoder, flops_per_token, resolve_dims
@@ -311,67 +311,58 @@ def evaluation_due(cfg: TrainConfig, step: int) -> bool:
 
 def train(cfg: TrainConfig) -> dict[str, Any]:
     """Run training to cfg.steps (resuming from the run's latest checkpoint); returns a summary."""
-    try:
+    with out_of_memory_said(lambda e: out_of_memory_line(e, cfg, device_memory(distributed.pick_device(
+            cfg.device, int(os.environ.get("LOCAL_RANK", "0")))))):
         run = setup(cfg)
-    except Exception as e:  # noqa: BLE001 - an allocator's failure anywhere in set-up is one line
-        if not is_out_of_memory(e):
-            raise
-        device = distributed.pick_device(cfg.device, int(os.environ.get("LOCAL_RANK", "0")))
-        raise UserError(out_of_memory_line(e, cfg, device_memory(device))) from None
     cfg, dd, device, step, accum = run.cfg, run.dd, run.dd.device, run.step, run.accum
     model, raw_model, scheduler, prec = run.model, run.raw_model, run.scheduler, run.prec
     metrics, checkpoints = run.metrics, run.checkpoints
     model.train()
     signalled = False  # stopped by SIGTERM (this rank's or a peer's), not by reaching steps or stop_at
     skipped = 0  # steps' worth of micro-batches that were repeats only on every rank
-    with Preemption() as preempt:
+    evaluating = False  # for the out-of-memory line: the step, or the evaluation after it
+    with Preemption() as preempt, out_of_memory_said(lambda e: out_of_memory_line(
+            e, cfg, device_memory(device), step=step + 1, accum=accum, max_len=run.max_len,
+            params=raw_model.num_params(), evaluating=evaluating)):
         feed = Feed(run, preempt)
-        evaluating = False  # the out-of-memory line says whether the step or the evaluation after it
-        try:
-            if step < cfg.steps and not stopped_at(cfg, step):
-                feed.take()  # the first batch, before the first step's clock: the loader's start-up is no data wait
-                metrics.started(feed.waited())
-            t0: float | None = None
-            while step < cfg.steps and not stopped_at(cfg, step):
-                t0 = time.perf_counter() if t0 is None else t0  # a step with no data is timed with the next
-                s = train_step(run, feed)  # trainer/step.py: micro-batches, losses over the global batch, update
-                if s is None:  # every rank's micro-batches were repeats only: no step (SIGTERM still stops the run)
-                    feed.ahead(boundary=True)
-                    skipped += 1
-                    paused = False
-                else:
-                    step += 1
-                    if step < cfg.steps and not stopped_at(cfg, step):
-                        feed.ahead(boundary=True)  # the next step's first batch, masked while this step computes
-                    if device.type == "cuda":
-                        torch.cuda.synchronize()
-                    record = metrics.record(step, s, scheduler.get_last_lr()[0], t0, feed.waited(), s.epoch)
-                    t0 = None
-                    record.update(run.counters.update(record["loss"], metrics.step_tokens))
-                    record.update(mix_record(feed.position()))
-                    if run.valid is not None and evaluation_due(cfg, step):
-                        evaluating = True
-                        record.update(evaluate(model, run.valid, run.eval_masker, cfg, device, prec.autocast,
-                                               wait=preempt.next))
-                        evaluating = False
-                    metrics.log(record)
-                    paused = stopped_at(cfg, step)
-                # Ranks may see SIGTERM at different steps: they stop together.
-                stop = dd.any(preempt.requested or paused)
-                if s is not None or stop:
-                    checkpoints.save(step, force=step == cfg.steps or stop, loader=feed.position())
-                if stop:
-                    signalled = not paused
-                    if dd.main:
-                        log.warning("%s: checkpoint saved at step %d, exiting",
-                                    f"stop_at={cfg.stop_at}" if paused else "SIGTERM", step)
-                    break
-        except Exception as e:  # noqa: BLE001 - an allocator's failure in a step or an evaluation is one line
-            if not is_out_of_memory(e):
-                raise
-            raise UserError(out_of_memory_line(e, cfg, device_memory(device), step=step + 1, accum=accum,
-                                               max_len=run.max_len, params=raw_model.num_params(),
-                                               evaluating=evaluating)) from None
+        if step < cfg.steps and not stopped_at(cfg, step):
+            feed.take()  # the first batch, before the first step's clock: the loader's start-up is no data wait
+            metrics.started(feed.waited())
+        t0: float | None = None
+        while step < cfg.steps and not stopped_at(cfg, step):
+            t0 = time.perf_counter() if t0 is None else t0  # a step with no data is timed with the next
+            s = train_step(run, feed)  # trainer/step.py: micro-batches, losses over the global batch, update
+            if s is None:  # every rank's micro-batches were repeats only: no step (SIGTERM still stops the run)
+                feed.ahead(boundary=True)
+                skipped += 1
+                paused = False
+            else:
+                step += 1
+                if step < cfg.steps and not stopped_at(cfg, step):
+                    feed.ahead(boundary=True)  # the next step's first batch, masked while this step computes
+                if device.type == "cuda":
+                    torch.cuda.synchronize()
+                record = metrics.record(step, s, scheduler.get_last_lr()[0], t0, feed.waited(), s.epoch)
+                t0 = None
+                record.update(run.counters.update(record["loss"], metrics.step_tokens))
+                record.update(mix_record(feed.position()))
+                if run.valid is not None and evaluation_due(cfg, step):
+                    evaluating = True
+                    record.update(evaluate(model, run.valid, run.eval_masker, cfg, device, prec.autocast,
+                                           wait=preempt.next))
+                    evaluating = False
+                metrics.log(record)
+                paused = stopped_at(cfg, step)
+            # Ranks may see SIGTERM at different steps: they stop together.
+            stop = dd.any(preempt.requested or paused)
+            if s is not None or stop:
+                checkpoints.save(step, force=step == cfg.steps or stop, loader=feed.position())
+            if stop:
+                signalled = not paused
+                if dd.main:
+                    log.warning("%s: checkpoint saved at step %d, exiting",
+                                f"stop_at={cfg.stop_at}" if paused else "SIGTERM", step)
+                break
     feed.close()
     metrics.close()
     if skipped and dd.main:
