@@ -146,7 +146,7 @@ def test_batches_short_of_batch_size_are_said_at_the_start_with_a_size_that_fill
     """A batch never spans two partitions: 181 samples in 7 shards, each its own partition, make batches of
     ~26 rows at batch_size 64. The warning's figure is the rows the loader's epoch really holds, and the
     size it names fills them to 90 % or more; a size that fills them says nothing."""
-    from trainer.train import short_batches
+    from trainer.train import batch_fill, short_batches
 
     def epoch_rows(batch_size: int) -> list[int]:
         ld = ShardLoader(corpus, batch_size=batch_size, epochs=1)
@@ -159,8 +159,11 @@ def test_batches_short_of_batch_size_are_said_at_the_start_with_a_size_that_fill
                     "batch_size 64: its 181 sequences fall into 7 partitions of ~26 and a batch never spans two "
                     "(docs/loader.md, \"Partitions\"); --batch_size 4 fills them (--gradient_accumulation or a "
                     "global batch then keeps a step's rows)"), line
+    # What the run's description and max_tokens' steps count by: the same share, or 1 when full enough.
+    assert batch_fill(ShardLoader(corpus, batch_size=64)) == pytest.approx(sum(rows) / len(rows) / 64)
     rows = epoch_rows(4)
     assert sum(rows) / len(rows) >= 0.9 * 4 and short_batches(corpus, ShardLoader(corpus, batch_size=4).plan) is None
+    assert batch_fill(ShardLoader(corpus, batch_size=4)) == 1.0
     assert sum(epoch_rows(8)) / len(epoch_rows(8)) < 0.9 * 8  # the largest power of two that does
 
 

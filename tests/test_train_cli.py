@@ -129,6 +129,23 @@ def test_schedules() -> None:
 # ------------------------------------------------------------------ what a run says
 
 
+def test_short_batches_count_in_the_length_line_and_in_max_tokens_steps(small_corpus) -> None:
+    """Where the train batches hold a share of batch_size on average (trainer.train.batch_fill: partitions
+    smaller than a batch), a step's sequences and tokens, and so max_tokens' steps, count by that share."""
+    from shardforge.storage.contract import load_manifest
+    from trainer.describe import RunShape, length_line, mean_sequence_tokens, plan_steps
+
+    manifest, _ = load_manifest(small_corpus[0])
+    cfg = TrainConfig.model_validate({"data": small_corpus[0], "max_tokens": 100_000, "batch_size": 256})
+    full, short = plan_steps(cfg, manifest, 1, 1), plan_steps(cfg, manifest, 1, 1, 0.125)
+    mean = mean_sequence_tokens(manifest)
+    assert full.steps == math.ceil(100_000 / (256 * mean)) and short.steps == math.ceil(100_000 / (32 * mean))
+    shape = RunShape(params=1, device="cpu", precision="fp32", compiled=False, world_size=1, accum=1,
+                     vocab_size=400, batch_fill=0.125)
+    assert f"length: {short.steps} steps (max_tokens 100,000) x ~32 sequences (~" in length_line(short, manifest, shape)
+    assert " x 256 sequences (~" in length_line(full, manifest, RunShape(**{**shape.__dict__, "batch_fill": 1.0}))
+
+
 def test_the_description_names_the_run_and_max_tokens_sets_the_steps(small_corpus) -> None:
     from shardforge.storage.contract import load_manifest
     from trainer.describe import RunShape, describe_run, plan_steps, tokens_per_step

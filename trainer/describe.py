@@ -32,6 +32,7 @@ class RunShape:
     vocab_size: int
     masking: str = "reference"  # the masker that runs: fused (compiled kernels) or reference (plain ops)
     masking_ahead: bool = False  # masking_overlap: the next batch masked on a side stream (trainer/batch.py)
+    batch_fill: float = 1.0  # the share of batch_size a train batch holds on average (short: a small corpus)
 
 
 def mean_sequence_tokens(manifest: Manifest) -> float:
@@ -41,23 +42,24 @@ def mean_sequence_tokens(manifest: Manifest) -> float:
     return max(1.0, sum(s.tokens for s in shards) / samples) if samples else 1.0
 
 
-def sequences_per_step(cfg: TrainConfig, world_size: int, accum: int) -> int | None:
-    """Sequences an optimizer step takes over every process (None: batches by token budget)."""
-    return None if cfg.tokens_per_batch else cfg.batch_size * world_size * accum
+def sequences_per_step(cfg: TrainConfig, world_size: int, accum: int, fill: float = 1.0) -> float | None:
+    """Sequences an optimizer step takes over every process (None: batches by token budget); ``fill``: the
+    share of ``batch_size`` a batch holds on average (under 1 where partitions hold fewer samples than a batch)."""
+    return None if cfg.tokens_per_batch else cfg.batch_size * fill * world_size * accum
 
 
-def tokens_per_step(cfg: TrainConfig, manifest: Manifest, world_size: int, accum: int) -> float:
+def tokens_per_step(cfg: TrainConfig, manifest: Manifest, world_size: int, accum: int, fill: float = 1.0) -> float:
     """About how many real tokens an optimizer step takes: the budget, or sequences x the mean length."""
     if cfg.tokens_per_batch:
         return float(cfg.tokens_per_batch * world_size * accum)
-    return cfg.batch_size * world_size * accum * mean_sequence_tokens(manifest)
+    return cfg.batch_size * fill * world_size * accum * mean_sequence_tokens(manifest)
 
 
-def plan_steps(cfg: TrainConfig, manifest: Manifest, world_size: int, accum: int) -> TrainConfig:
+def plan_steps(cfg: TrainConfig, manifest: Manifest, world_size: int, accum: int, fill: float = 1.0) -> TrainConfig:
     """The config with ``steps`` set from ``max_tokens`` (unchanged when max_tokens is not set)."""
     if cfg.max_tokens is None:
         return cfg
-    steps = max(1, math.ceil(cfg.max_tokens / tokens_per_step(cfg, manifest, world_size, accum)))
+    steps = max(1, math.ceil(cfg.max_tokens / tokens_per_step(cfg, manifest, world_size, accum, fill)))
     return cfg.model_copy(update={"steps": steps})
 
 
@@ -99,9 +101,10 @@ def passes(x: float) -> str:
 
 
 def length_line(cfg: TrainConfig, manifest: Manifest, shape: RunShape) -> str:
-    per_step = tokens_per_step(cfg, manifest, shape.world_size, shape.accum)
-    seqs = sequences_per_step(cfg, shape.world_size, shape.accum)
-    batch = (f"{seqs:,} sequences (~{count(per_step)} tokens)" if seqs is not None
+    per_step = tokens_per_step(cfg, manifest, shape.world_size, shape.accum, shape.batch_fill)
+    seqs = sequences_per_step(cfg, shape.world_size, shape.accum, shape.batch_fill)
+    about = "~" if shape.batch_fill < 1 else ""  # short batches: an average
+    batch = (f"{about}{seqs:,.0f} sequences (~{count(per_step)} tokens)" if seqs is not None
              else f"{count(per_step)} tokens (budget)")
     how = []
     if shape.world_size > 1:

@@ -184,6 +184,13 @@ def short_batches(url: str, plan: Plan) -> str | None:
             f"--batch_size {fits} fills them (--gradient_accumulation or a global batch then keeps a step's rows)")
 
 
+def batch_fill(loader: ShardLoader | MixedLoader) -> float:
+    """The share of batch_size the train batches hold on average where that is short of SHORT_FILL (the
+    run's description and max_tokens' steps count by it), else 1; 1 for a mix (each corpus warns apart)."""
+    fill = loader.plan.batch_fill() if isinstance(loader, ShardLoader) else None
+    return fill if fill is not None and fill < SHORT_FILL else 1.0
+
+
 def build_loaders(cfg: TrainConfig, dd: distributed.Dist,
                   manifest: Manifest) -> tuple[ShardLoader | MixedLoader, ShardLoader | MixedLoader | None]:
     """(the train loader, the valid loader or None): one corpus, or several mixed (trainer/mixing.py)."""
@@ -262,7 +269,9 @@ def setup(cfg: TrainConfig) -> Run:
     accum, note = micro_batches_per_step(cfg, dd.world_size, manifest.max_seq_len)
     if note and dd.main:
         log.warning("%s", note)
-    cfg = plan_steps(cfg, manifest, dd.world_size, accum)  # max_tokens -> steps (trainer/describe.py)
+    loader, valid = build_loaders(cfg, dd, manifest)  # a corpus no rank can read is refused before the description
+    fill = batch_fill(loader)
+    cfg = plan_steps(cfg, manifest, dd.world_size, accum, fill)  # max_tokens -> steps (trainer/describe.py)
     if cfg.optim.warmup_ratio is not None and cfg.optim.warmup_steps == 0:  # Hugging Face's warmup_ratio
         warmup = math.ceil(cfg.optim.warmup_ratio * cfg.steps)
         cfg = cfg.model_copy(update={"optim": cfg.optim.model_copy(update={"warmup_steps": warmup})})
@@ -270,13 +279,12 @@ def setup(cfg: TrainConfig) -> Run:
     raw_model, model = build_model(cfg, dd, manifest, vocab_size, pad_id)
     prec = Precision(cfg.precision, device)  # autocast + fp16 loss scaler (trainer/precision.py)
     masker, eval_masker = build_maskers(cfg, device, vocab_size, special, word_starts, pad_id, mask_id)
-    loader, valid = build_loaders(cfg, dd, manifest)  # a corpus no rank can read is refused before the description
     if dd.main:  # what the run is, before the optimizer: building one imports torch._dynamo (seconds)
         shape = RunShape(params=raw_model.num_params(), device=str(device), precision=prec.name,
                          compiled=compile_enabled(cfg.compile, device), world_size=dd.world_size, accum=accum,
                          vocab_size=vocab_size,
                          masking="fused" if isinstance(masker, fused_masking.FusedMasker) else "reference",
-                         masking_ahead=overlap_on(cfg.masking_overlap, device))
+                         masking_ahead=overlap_on(cfg.masking_overlap, device), batch_fill=fill)
         for line in describe_run(cfg, manifest, shape):
             describe_log.info("%s", line)
     optimizer = build_optimizer(raw_model, cfg.optim)
