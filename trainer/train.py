@@ -172,14 +172,14 @@ SHORT_FILL = 0.9  # batches holding less than this share of batch_size on averag
 def short_batches(url: str, plan: Plan) -> str | None:
     """A warning when the split's batches hold well under ``batch_size`` rows on average (a small corpus in
     few, small partitions), with the largest power of two that fills them; None when they are full enough."""
-    fill = plan.batch_fill()
-    if fill is None or fill >= SHORT_FILL:
+    fill, size = plan.batch_fill(), plan.B
+    if fill is None or size is None or fill >= SHORT_FILL:
         return None
-    twos = [1 << k for k in range(plan.B.bit_length() - 1, -1, -1)]  # powers of two below batch_size
+    twos = [1 << k for k in range(size.bit_length() - 1, -1, -1)]  # powers of two below batch_size
     fits = next((b for b in twos if (plan.batch_fill(b) or 1) >= SHORT_FILL), 1)
     parts = [n for n in plan.part_samples if n]
-    return (f"{redact_url(url)}: train batches will hold ~{fill * plan.B:.0f} rows on average, not batch_size "
-            f"{plan.B}: its {plan.total_samples:,} sequences fall into {len(parts)} partitions of "
+    return (f"{redact_url(url)}: train batches will hold ~{fill * size:.0f} rows on average, not batch_size "
+            f"{size}: its {plan.total_samples:,} sequences fall into {len(parts)} partitions of "
             f"~{plan.total_samples / len(parts):.0f} and a batch never spans two (docs/loader.md, \"Partitions\"); "
             f"--batch_size {fits} fills them (--gradient_accumulation or a global batch then keeps a step's rows)")
 
