@@ -50,9 +50,10 @@ def sequences_per_step(cfg: TrainConfig, world_size: int, accum: int, fill: floa
 
 def tokens_per_step(cfg: TrainConfig, manifest: Manifest, world_size: int, accum: int, fill: float = 1.0) -> float:
     """About how many real tokens an optimizer step takes: the budget, or sequences x the mean length."""
-    if cfg.tokens_per_batch:
+    seqs = sequences_per_step(cfg, world_size, accum, fill)
+    if seqs is None:
         return float(cfg.tokens_per_batch * world_size * accum)
-    return cfg.batch_size * fill * world_size * accum * mean_sequence_tokens(manifest)
+    return seqs * mean_sequence_tokens(manifest)
 
 
 def plan_steps(cfg: TrainConfig, manifest: Manifest, world_size: int, accum: int, fill: float = 1.0) -> TrainConfig:

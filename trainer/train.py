@@ -169,11 +169,17 @@ def build_maskers(cfg: TrainConfig, device: torch.device, vocab_size: int, speci
 SHORT_FILL = 0.9  # batches holding less than this share of batch_size on average are said at the start
 
 
+def short_fill(plan: Plan) -> float | None:
+    """The share of batch_size the split's batches hold on average, where it is under SHORT_FILL; else None."""
+    fill = plan.batch_fill()
+    return fill if fill is not None and fill < SHORT_FILL else None
+
+
 def short_batches(url: str, plan: Plan) -> str | None:
     """A warning when the split's batches hold well under ``batch_size`` rows on average (a small corpus in
     few, small partitions), with the largest power of two that fills them; None when they are full enough."""
-    fill, size = plan.batch_fill(), plan.B
-    if fill is None or size is None or fill >= SHORT_FILL:
+    fill, size = short_fill(plan), plan.B
+    if fill is None or size is None:
         return None
     twos = [1 << k for k in range(size.bit_length() - 1, -1, -1)]  # powers of two below batch_size
     fits = next((b for b in twos if (plan.batch_fill(b) or 1) >= SHORT_FILL), 1)
@@ -187,8 +193,8 @@ def short_batches(url: str, plan: Plan) -> str | None:
 def batch_fill(loader: ShardLoader | MixedLoader) -> float:
     """The share of batch_size the train batches hold on average where that is short of SHORT_FILL (the
     run's description and max_tokens' steps count by it), else 1; 1 for a mix (each corpus warns apart)."""
-    fill = loader.plan.batch_fill() if isinstance(loader, ShardLoader) else None
-    return fill if fill is not None and fill < SHORT_FILL else 1.0
+    fill = short_fill(loader.plan) if isinstance(loader, ShardLoader) else None
+    return 1.0 if fill is None else fill
 
 
 def build_loaders(cfg: TrainConfig, dd: distributed.Dist,
