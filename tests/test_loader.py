@@ -146,25 +146,36 @@ def test_batches_short_of_batch_size_are_said_at_the_start_with_a_size_that_fill
     """A batch never spans two partitions: 181 samples in 7 shards, each its own partition, make batches of
     ~26 rows at batch_size 64. The warning's figure is the rows the loader's epoch really holds, and the
     size it names fills them to 90 % or more; a size that fills them says nothing."""
-    from trainer.train import batch_fill, short_batches
+    from trainer.train import short_batches, train_batches
 
-    def epoch_rows(batch_size: int) -> list[int]:
+    def epoch(batch_size: int) -> tuple[list[int], int]:
         ld = ShardLoader(corpus, batch_size=batch_size, epochs=1)
-        return [int((~b["is_pad"]).sum()) for b in take(ld)]
+        batches = take(ld)
+        return [int((~b["is_pad"]).sum()) for b in batches], sum(int(b["attention_mask"].sum()) for b in batches)
 
-    rows = epoch_rows(64)
+    rows, tokens = epoch(64)
     assert sum(rows) == sum(UNEVEN) and len(rows) == 7, rows
     line = short_batches(corpus, ShardLoader(corpus, batch_size=64).plan)
     assert line == (f"{corpus}: train batches will hold ~{sum(rows) / len(rows):.0f} rows on average, not "
                     "batch_size 64: its 181 sequences fall into 7 partitions of ~26 and a batch never spans two "
                     "(docs/loader.md, \"Partitions\"); --batch_size 4 fills them (--gradient_accumulation or a "
                     "global batch then keeps a step's rows)"), line
-    # What the run's description and max_tokens' steps count by: the same share, or 1 when full enough.
-    assert batch_fill(ShardLoader(corpus, batch_size=64)) == pytest.approx(sum(rows) / len(rows) / 64)
-    rows = epoch_rows(4)
+    # What the run's description and max_tokens' steps count by: what the epoch's batches hold, or full
+    # batches where they hold 90 % or more.
+    held = train_batches(ShardLoader(corpus, batch_size=64))
+    assert held.short and held.rows == pytest.approx(sum(rows) / len(rows))
+    assert held.tokens == pytest.approx(tokens / len(rows))
+    rows, tokens = epoch(4)
     assert sum(rows) / len(rows) >= 0.9 * 4 and short_batches(corpus, ShardLoader(corpus, batch_size=4).plan) is None
-    assert batch_fill(ShardLoader(corpus, batch_size=4)) == 1.0
-    assert sum(epoch_rows(8)) / len(epoch_rows(8)) < 0.9 * 8  # the largest power of two that does
+    held = train_batches(ShardLoader(corpus, batch_size=4))
+    assert not held.short and held.rows == 4 and held.tokens == pytest.approx(4 * tokens / sum(rows))
+    assert sum(epoch(8)[0]) / len(epoch(8)[0]) < 0.9 * 8  # the largest power of two that does
+    # With a token budget too: the tokens an epoch's batches hold, where short of 90 % of the budget.
+    ld = ShardLoader(corpus, batch_size=None, tokens_per_batch=100_000, epochs=1)
+    batches = take(ld)
+    held = train_batches(ShardLoader(corpus, batch_size=None, tokens_per_batch=100_000))
+    assert held.short and held.rows is None
+    assert held.tokens == pytest.approx(sum(int(b["attention_mask"].sum()) for b in batches) / len(batches))
 
 
 def test_valid_split_has_its_own_global_ids(corpus: str) -> None:

@@ -130,37 +130,57 @@ def test_schedules() -> None:
 
 
 def test_short_batches_count_in_the_length_line_and_in_max_tokens_steps(small_corpus) -> None:
-    """Where the train batches hold a share of batch_size on average (trainer.train.batch_fill: partitions
-    smaller than a batch), a step's sequences and tokens, and so max_tokens' steps, count by that share."""
+    """Where the train batches hold less than batch_size on average (trainer.train.train_batches: partitions
+    smaller than a batch), a step's sequences and tokens, and so max_tokens' steps, count what they hold; a
+    mix says how often it reads each of its corpora."""
     from shardforge.storage.contract import load_manifest
-    from trainer.describe import RunShape, length_line, mean_sequence_tokens, plan_steps
+    from trainer.describe import (
+        Batches,
+        RunShape,
+        full_batches,
+        length_line,
+        mean_sequence_tokens,
+        plan_steps,
+    )
 
     manifest, _ = load_manifest(small_corpus[0])
     cfg = TrainConfig.model_validate({"data": small_corpus[0], "max_tokens": 100_000, "batch_size": 256})
-    full, short = plan_steps(cfg, manifest, 1, 1), plan_steps(cfg, manifest, 1, 1, 0.125)
     mean = mean_sequence_tokens(manifest)
+    train_tokens = sum(s.tokens for s in manifest.shards_of("train"))
+    held = Batches(32.0, 32 * mean, ((1.0, train_tokens),), short=True)
+    full, short = plan_steps(cfg, full_batches(cfg, manifest), 1, 1), plan_steps(cfg, held, 1, 1)
     assert full.steps == math.ceil(100_000 / (256 * mean)) and short.steps == math.ceil(100_000 / (32 * mean))
     shape = RunShape(params=1, device="cpu", precision="fp32", compiled=False, world_size=1, accum=1,
-                     vocab_size=400, batch_fill=0.125)
+                     vocab_size=400, batches=held)
     assert f"length: {short.steps} steps (max_tokens 100,000) x ~32 sequences (~" in length_line(short, manifest, shape)
-    assert " x 256 sequences (~" in length_line(full, manifest, RunShape(**{**shape.__dict__, "batch_fill": 1.0}))
+    assert " x 256 sequences (~" in length_line(full, manifest, RunShape(**{**shape.__dict__, "batches": None}))
+    budget = cfg.model_copy(update={"tokens_per_batch": 65_536})
+    line = length_line(budget, manifest, RunShape(**{**shape.__dict__, "batches": Batches(
+        None, 2000.0, ((1.0, train_tokens),), short=True)}))
+    assert " x ~2,000 tokens (short of the budget) a step" in line, line
+    assert " x 65,536 tokens (budget) a step" in length_line(budget, manifest, RunShape(**{**shape.__dict__,
+                                                                                          "batches": None}))
+    mixed = Batches(32.0, 1000.0, ((0.5, 10_000), (0.5, 100_000)))
+    line = length_line(cfg.model_copy(update={"steps": 100}), manifest, RunShape(**{**shape.__dict__,
+                                                                                    "batches": mixed}))
+    assert "= ~100,000 tokens, 0.5 to 5.0 passes over the mixed corpora's train splits" in line, line
 
 
 def test_the_description_names_the_run_and_max_tokens_sets_the_steps(small_corpus) -> None:
     from shardforge.storage.contract import load_manifest
-    from trainer.describe import RunShape, describe_run, plan_steps, tokens_per_step
+    from trainer.describe import RunShape, describe_run, full_batches, plan_steps, tokens_per_step
 
     root, _ = small_corpus
     manifest, _ = load_manifest(root)
     cfg = TrainConfig.model_validate({"data": "https://alice:s3cret@example.com/corpus", "output": "gs://b/runs/r1",
                                       "max_tokens": 100_000, "batch_size": 8, "eval_every": 50,
                                       "masking": {"rate": 0.4}, "eval_masking": {"rate": 0.15}})
-    per_step = tokens_per_step(cfg, manifest, 2, 3)
+    per_step = tokens_per_step(full_batches(cfg, manifest), 2, 3)
     train = manifest.shards_of("train")
     assert per_step == pytest.approx(8 * 2 * 3 * sum(s.tokens for s in train) / sum(s.samples for s in train))
-    planned = plan_steps(cfg, manifest, 2, 3)
+    planned = plan_steps(cfg, full_batches(cfg, manifest), 2, 3)
     assert planned.steps == math.ceil(100_000 / per_step) and plan_steps(planned.model_copy(
-        update={"max_tokens": None}), manifest, 2, 3).steps == planned.steps
+        update={"max_tokens": None}), full_batches(cfg, manifest), 2, 3).steps == planned.steps
     lines = describe_run(planned, manifest, RunShape(params=1_234_567, device="cuda:0", precision="bf16",
                                                       compiled=True, world_size=2, accum=3, vocab_size=400))
     text = "\n".join(lines)

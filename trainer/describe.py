@@ -20,6 +20,16 @@ from trainer.checkpoint import describe_model
 
 
 @dataclass(frozen=True)
+class Batches:
+    """What a train micro-batch holds on average over an epoch (setup reads it from the loaders' plans)."""
+
+    rows: float | None  # sequences (None: batched by a token budget)
+    tokens: float  # real tokens
+    corpora: tuple[tuple[float, int], ...]  # (share of the run's tokens, train tokens) of each corpus read
+    short: bool = False  # well under batch_size or the budget (a small corpus): the figures are averages
+
+
+@dataclass(frozen=True)
 class RunShape:
     """What setup knows of a run before its optimizer exists."""
 
@@ -32,7 +42,7 @@ class RunShape:
     vocab_size: int
     masking: str = "reference"  # the masker that runs: fused (compiled kernels) or reference (plain ops)
     masking_ahead: bool = False  # masking_overlap: the next batch masked on a side stream (trainer/batch.py)
-    batch_fill: float = 1.0  # the share of batch_size a train batch holds on average (short: a small corpus)
+    batches: Batches | None = None  # what a train batch holds (None: full batches, ``full_batches``)
 
 
 def mean_sequence_tokens(manifest: Manifest) -> float:
@@ -42,25 +52,30 @@ def mean_sequence_tokens(manifest: Manifest) -> float:
     return max(1.0, sum(s.tokens for s in shards) / samples) if samples else 1.0
 
 
-def sequences_per_step(cfg: TrainConfig, world_size: int, accum: int, fill: float = 1.0) -> float | None:
-    """Sequences an optimizer step takes over every process (None: batches by token budget); ``fill``: the
-    share of ``batch_size`` a batch holds on average (under 1 where partitions hold fewer samples than a batch)."""
-    return None if cfg.tokens_per_batch else cfg.batch_size * fill * world_size * accum
+def full_batches(cfg: TrainConfig, manifest: Manifest) -> Batches:
+    """Batches as full as the flags ask: ``batch_size`` sequences of the train split's mean length, or the
+    token budget."""
+    corpora = ((1.0, sum(s.tokens for s in manifest.shards_of("train"))),)
+    if cfg.tokens_per_batch:
+        return Batches(None, float(cfg.tokens_per_batch), corpora)
+    return Batches(float(cfg.batch_size), cfg.batch_size * mean_sequence_tokens(manifest), corpora)
 
 
-def tokens_per_step(cfg: TrainConfig, manifest: Manifest, world_size: int, accum: int, fill: float = 1.0) -> float:
-    """About how many real tokens an optimizer step takes: the budget, or sequences x the mean length."""
-    seqs = sequences_per_step(cfg, world_size, accum, fill)
-    if seqs is None:
-        return float(cfg.tokens_per_batch * world_size * accum)
-    return seqs * mean_sequence_tokens(manifest)
+def sequences_per_step(batches: Batches, world_size: int, accum: int) -> float | None:
+    """Sequences an optimizer step takes over every process (None: batches by token budget)."""
+    return None if batches.rows is None else batches.rows * world_size * accum
 
 
-def plan_steps(cfg: TrainConfig, manifest: Manifest, world_size: int, accum: int, fill: float = 1.0) -> TrainConfig:
+def tokens_per_step(batches: Batches, world_size: int, accum: int) -> float:
+    """About how many real tokens an optimizer step takes over every process."""
+    return batches.tokens * world_size * accum
+
+
+def plan_steps(cfg: TrainConfig, batches: Batches, world_size: int, accum: int) -> TrainConfig:
     """The config with ``steps`` set from ``max_tokens`` (unchanged when max_tokens is not set)."""
     if cfg.max_tokens is None:
         return cfg
-    steps = max(1, math.ceil(cfg.max_tokens / tokens_per_step(cfg, manifest, world_size, accum, fill)))
+    steps = max(1, math.ceil(cfg.max_tokens / tokens_per_step(batches, world_size, accum)))
     return cfg.model_copy(update={"steps": steps})
 
 
@@ -102,22 +117,27 @@ def passes(x: float) -> str:
 
 
 def length_line(cfg: TrainConfig, manifest: Manifest, shape: RunShape) -> str:
-    per_step = tokens_per_step(cfg, manifest, shape.world_size, shape.accum, shape.batch_fill)
-    seqs = sequences_per_step(cfg, shape.world_size, shape.accum, shape.batch_fill)
-    about = "~" if shape.batch_fill < 1 else ""  # short batches: an average
-    batch = (f"{about}{seqs:,.0f} sequences (~{count(per_step)} tokens)" if seqs is not None
-             else f"{count(per_step)} tokens (budget)")
+    b = shape.batches or full_batches(cfg, manifest)
+    per_step = tokens_per_step(b, shape.world_size, shape.accum)
+    seqs = sequences_per_step(b, shape.world_size, shape.accum)
+    about = "~" if b.short else ""  # short batches: an average
+    if seqs is not None:
+        batch = f"{about}{seqs:,.0f} sequences (~{count(per_step)} tokens)"
+    else:
+        batch = f"~{count(per_step)} tokens (short of the budget)" if b.short else f"{count(per_step)} tokens (budget)"
     how = []
     if shape.world_size > 1:
         how.append(f"{shape.world_size} processes")
     if shape.accum > 1:
         how.append(f"{shape.accum} micro-batches")
-    train_tokens = sum(s.tokens for s in manifest.shards_of("train")) or 1
     total = per_step * cfg.steps
+    reads = [share * total / max(tokens, 1) for share, tokens in b.corpora]
+    over = (f"{passes(reads[0])} passes over the train split" if len(reads) == 1 else
+            f"{passes(min(reads))} to {passes(max(reads))} passes over the mixed corpora's train splits")
     chose = f" (max_tokens {count(cfg.max_tokens)})" if cfg.max_tokens is not None else ""
     split = f" ({', '.join(how)})" if how else ""
     return (f"length: {cfg.steps:,} steps{chose} x {batch} a step{split} = ~{count(total)} tokens, "
-            f"{passes(total / train_tokens)} passes over the train split{short_rows_note(cfg, manifest)}")
+            f"{over}{short_rows_note(cfg, manifest)}")
 
 
 SHORT_ROW_RULES = ("doc_sentences", "sentence_pair_nsp")  # rules whose sequences end early by design

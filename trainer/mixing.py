@@ -14,8 +14,10 @@ gives the next micro-batch:
   upstream balancing): each source earns its batch weight in credit every pick
   and the richest source is picked and pays one. After n picks every source has
   been picked within one batch of n × its weight, with no randomness. A
-  source's batch weight is its token share divided by its expected tokens per
-  batch (from its manifest), so token shares, not batch counts, come out right.
+  source's batch weight is its token share divided by the tokens its batches
+  hold on average (from its loader's plan: a corpus whose partitions hold fewer
+  samples than a batch gives short batches), so token shares, not batch
+  counts, come out right.
 * **Every rank follows the same schedule** (it depends only on the pick count),
   so the per-source loaders of all ranks stay in step and their states merge
   for an elastic resume exactly as a single ``ShardLoader``'s do.
@@ -86,21 +88,10 @@ def check_compatible(manifests: Sequence[Manifest], names: Sequence[str]) -> Non
                                 "build every source with the same tokenizer and packing")
 
 
-def expected_batch_tokens(m: Manifest, split: str, batch_size: int | None, tokens_per_batch: int | None) -> float:
-    """Real tokens one micro-batch of this corpus carries on average."""
-    t = m.totals.get(split)
-    if t is None or t.samples == 0:
-        raise UserError(f"a mixed corpus has no {split!r} samples")
-    per_sample = t.tokens / t.samples
-    if tokens_per_batch is not None:
-        # Token-budget batches hold whole samples up to the budget: about budget - half a sample.
-        return max(per_sample, tokens_per_batch - per_sample / 2)
-    return per_sample * (batch_size or 1)
-
-
-def plan_mix(entries: Sequence[MixSource], manifests: Sequence[Manifest], *, split: str = "train",
-             batch_size: int | None, tokens_per_batch: int | None) -> MixPlan:
-    """Token shares from weights and repeat factors; batch weights that realize them."""
+def plan_mix(entries: Sequence[MixSource], manifests: Sequence[Manifest], batch_tokens: Sequence[float | None], *,
+             split: str = "train") -> MixPlan:
+    """Token shares from weights and repeat factors; batch weights that realize them, from the real tokens
+    each source's batches hold on average (``Plan.batch_tokens`` of its loader; None: an empty split)."""
     if not entries:
         raise UserError("a mix needs at least one source")
     names = source_names(entries)
@@ -118,8 +109,12 @@ def plan_mix(entries: Sequence[MixSource], manifests: Sequence[Manifest], *, spl
     if not total > 0:
         raise UserError("mix weights must give a positive total (a repeat factor of an empty corpus is 0)")
     shares = [r / total for r in raw]
-    per_batch = [expected_batch_tokens(m, split, batch_size, tokens_per_batch) for m in manifests]
-    bw = [s / t for s, t in zip(shares, per_batch, strict=True)]
+    held: list[float] = []
+    for name, t in zip(names, batch_tokens, strict=True):
+        if not t:
+            raise UserError(f"mixed corpus {name!r} has no {split!r} samples")
+        held.append(float(t))
+    bw = [s / t for s, t in zip(shares, held, strict=True)]
     bsum = sum(bw)
     return MixPlan(tuple(names), tuple(e.data for e in entries), tuple(shares), tuple(b / bsum for b in bw))
 
@@ -285,8 +280,7 @@ def describe(plan: MixPlan) -> str:
                      for n, s, b in zip(plan.names, plan.token_shares, plan.batch_weights, strict=True))
 
 
-def mixed_loader(entries: Sequence[MixSource], split: str, make: Callable[[str], Any], *,
-                 batch_size: int | None, tokens_per_batch: int | None) -> MixedLoader | None:
+def mixed_loader(entries: Sequence[MixSource], split: str, make: Callable[[str], Any]) -> MixedLoader | None:
     """A MixedLoader over `entries`, each source's loader built by `make(url)` (a ShardLoader).
 
     For the valid split, a source without valid samples sits out (evaluation mixes the others;
@@ -302,8 +296,9 @@ def mixed_loader(entries: Sequence[MixSource], split: str, make: Callable[[str],
         if not have:
             return None
         entries, manifests = [entries[i] for i in have], [manifests[i] for i in have]
-    plan = plan_mix(entries, manifests, split=split, batch_size=batch_size, tokens_per_batch=tokens_per_batch)
-    return MixedLoader([make(e.data) for e in entries], plan)
+    check_compatible(manifests, source_names(entries))  # before any loader is built
+    loaders = [make(e.data) for e in entries]
+    return MixedLoader(loaders, plan_mix(entries, manifests, [ld.plan.batch_tokens() for ld in loaders], split=split))
 
 
 def parse_mix_arg(item: str) -> dict[str, Any]:

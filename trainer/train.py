@@ -49,7 +49,7 @@ from shardforge.storage.contract import load_manifest, open_tokenizer
 from trainer import distributed, fused_masking
 from trainer.batch import overlap_on
 from trainer.checkpoint import CKPT_DIR, CheckpointManager, checkpoint_dir, latest_checkpoint
-from trainer.describe import RunShape, describe_run, plan_steps
+from trainer.describe import Batches, RunShape, describe_run, plan_steps
 from trainer.evaluate import evaluate
 from trainer.hf_init import check_corpus, load_init, resolve_init
 from trainer.loader import ShardLoader
@@ -190,11 +190,34 @@ def short_batches(url: str, plan: Plan) -> str | None:
             f"--batch_size {fits} fills them (--gradient_accumulation or a global batch then keeps a step's rows)")
 
 
-def batch_fill(loader: ShardLoader | MixedLoader) -> float:
-    """The share of batch_size the train batches hold on average where that is short of SHORT_FILL (the
-    run's description and max_tokens' steps count by it), else 1; 1 for a mix (each corpus warns apart)."""
-    fill = short_fill(loader.plan) if isinstance(loader, ShardLoader) else None
-    return 1.0 if fill is None else fill
+def held_batches(plan: Plan) -> Batches:
+    """What one corpus's train batches hold on average: full (batch_size rows of its mean length, or the
+    budget) where they hold SHORT_FILL of that or more, else what the loader's plan counts."""
+    tokens = plan.batch_tokens() or 0.0
+    corpora = ((1.0, plan.total_tokens),)
+    if plan.T is not None:
+        short = tokens < SHORT_FILL * plan.T
+        return Batches(None, tokens if short else float(plan.T), corpora, short)
+    assert plan.B is not None
+    fill = short_fill(plan)
+    if fill is None:
+        return Batches(float(plan.B), plan.B * plan.sequence_tokens(), corpora)
+    return Batches(fill * plan.B, tokens, corpora, short=True)
+
+
+def train_batches(loader: ShardLoader | MixedLoader) -> Batches:
+    """What the train batches hold on average (the run's description and max_tokens' steps count by it); a
+    mix weighs each corpus's by how often its schedule draws it."""
+    if isinstance(loader, ShardLoader):
+        return held_batches(loader.plan)
+    held = [held_batches(ld.plan) for ld in loader.loaders]
+    weights = loader.plan.batch_weights
+    budget = any(h.rows is None for h in held)
+    return Batches(
+        None if budget else sum(w * (h.rows or 0.0) for w, h in zip(weights, held, strict=True)),
+        sum(w * h.tokens for w, h in zip(weights, held, strict=True)),
+        tuple((share, h.corpora[0][1]) for share, h in zip(loader.plan.token_shares, held, strict=True)),
+        short=any(h.short for h in held))
 
 
 def build_loaders(cfg: TrainConfig, dd: distributed.Dist,
@@ -221,14 +244,12 @@ def build_loaders(cfg: TrainConfig, dd: distributed.Dist,
 
     # Several corpora: a deterministic weighted schedule over one loader per corpus (trainer/mixing.py).
     loader: ShardLoader | MixedLoader = train_loader(cfg.data) if not cfg.mix else mixed_loader(
-        cfg.mix, "train", train_loader, batch_size=None if cfg.tokens_per_batch else cfg.batch_size,
-        tokens_per_batch=cfg.tokens_per_batch)
+        cfg.mix, "train", train_loader)
     if isinstance(loader, MixedLoader) and dd.main:
         log.info("mixing %s", describe(loader.plan))
     valid: ShardLoader | MixedLoader | None = None
     if cfg.eval_batches and manifest.shards_of("valid"):  # evaluated every eval_every steps and at the last
-        valid = valid_loader(cfg.data) if not cfg.mix else mixed_loader(
-            cfg.mix, "valid", valid_loader, batch_size=cfg.batch_size, tokens_per_batch=None)
+        valid = valid_loader(cfg.data) if not cfg.mix else mixed_loader(cfg.mix, "valid", valid_loader)
     return loader, valid
 
 
@@ -276,8 +297,8 @@ def setup(cfg: TrainConfig) -> Run:
     if note and dd.main:
         log.warning("%s", note)
     loader, valid = build_loaders(cfg, dd, manifest)  # a corpus no rank can read is refused before the description
-    fill = batch_fill(loader)
-    cfg = plan_steps(cfg, manifest, dd.world_size, accum, fill)  # max_tokens -> steps (trainer/describe.py)
+    batches = train_batches(loader)
+    cfg = plan_steps(cfg, batches, dd.world_size, accum)  # max_tokens -> steps (trainer/describe.py)
     if cfg.optim.warmup_ratio is not None and cfg.optim.warmup_steps == 0:  # Hugging Face's warmup_ratio
         warmup = math.ceil(cfg.optim.warmup_ratio * cfg.steps)
         cfg = cfg.model_copy(update={"optim": cfg.optim.model_copy(update={"warmup_steps": warmup})})
@@ -290,7 +311,7 @@ def setup(cfg: TrainConfig) -> Run:
                          compiled=compile_enabled(cfg.compile, device), world_size=dd.world_size, accum=accum,
                          vocab_size=vocab_size,
                          masking="fused" if isinstance(masker, fused_masking.FusedMasker) else "reference",
-                         masking_ahead=overlap_on(cfg.masking_overlap, device), batch_fill=fill)
+                         masking_ahead=overlap_on(cfg.masking_overlap, device), batches=batches)
         for line in describe_run(cfg, manifest, shape):
             describe_log.info("%s", line)
     optimizer = build_optimizer(raw_model, cfg.optim)

@@ -94,6 +94,7 @@ class Plan:
         self.max_seq_len = manifest.max_seq_len
         self.vocab_size = manifest.tokenizer.vocab_size
         self.total_samples = sum(s.samples for s in shards)
+        self.total_tokens = sum(s.tokens for s in shards)
         self.fingerprint = hashlib.sha256(json.dumps(
             [split, [(s.name, s.samples, s.tokens, s.sha256) for s in shards]]).encode()).hexdigest()[:16]
         counts = [s.samples for s in shards]
@@ -120,6 +121,16 @@ class Plan:
             return None
         batches = sum(ceil_div(n, b) for n in self.part_samples)
         return self.total_samples / (batches * b) if batches else None
+
+    def batch_tokens(self) -> float | None:
+        """The real tokens an epoch's batches hold on average (the split's tokens over the batches a
+        partition yields: ``part_batches``, exact with a token budget too); None for an empty split."""
+        batches = sum(self.part_batches)
+        return self.total_tokens / batches if batches else None
+
+    def sequence_tokens(self) -> float:
+        """The split's real tokens per sequence, at least 1."""
+        return max(1.0, self.total_tokens / self.total_samples) if self.total_samples else 1.0
 
     def piece_samples(self, i: int) -> int:
         """The samples of piece i (the manifest's count for a whole shard)."""
