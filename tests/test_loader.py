@@ -145,7 +145,8 @@ def test_one_epoch_every_sample_once_with_correct_content(corpus: str) -> None:
 def test_batches_short_of_batch_size_are_said_at_the_start_with_a_size_that_fills_them(corpus: str) -> None:
     """A batch never spans two partitions: 181 samples in 7 shards, each its own partition, make batches of
     ~26 rows at batch_size 64. The warning's figure is the rows the loader's epoch really holds, and the
-    size it names fills them to 90 % or more; a size that fills them says nothing."""
+    size it names fills them to 90 % or more; a size that fills them says nothing. The same with a token
+    budget."""
     from trainer.train import short_batches, train_batches
 
     def epoch(batch_size: int) -> tuple[list[int], int]:
@@ -176,6 +177,21 @@ def test_batches_short_of_batch_size_are_said_at_the_start_with_a_size_that_fill
     held = train_batches(ShardLoader(corpus, batch_size=None, tokens_per_batch=100_000))
     assert held.short and held.rows is None
     assert held.tokens == pytest.approx(sum(int(b["attention_mask"].sum()) for b in batches) / len(batches))
+    # ... and its warning names the largest budget of a power of two, a full-length sequence (40) or more,
+    # whose batches the loader's epoch fills.
+    tokens = sum(int(b["attention_mask"].sum()) for b in batches)
+    line = short_batches(corpus, ShardLoader(corpus, batch_size=None, tokens_per_batch=100_000).plan)
+    assert line == (f"{corpus}: train batches will hold ~{tokens / len(batches):,.0f} tokens on average, not "
+                    f"tokens_per_batch 100000: its {tokens:,} tokens fall into 7 partitions of "
+                    f"~{tokens / 7:,.0f} and a batch never spans two (docs/loader.md, \"Partitions\"); "
+                    "--tokens_per_batch 64 fills them (--gradient_accumulation or a global batch then keeps a "
+                    "step's tokens)"), line
+
+    def budget_fill(t: int) -> float:
+        got = take(ShardLoader(corpus, batch_size=None, tokens_per_batch=t, epochs=1))
+        return sum(int(b["attention_mask"].sum()) for b in got) / len(got) / t
+
+    assert budget_fill(64) >= 0.9 > budget_fill(128)
 
 
 def test_valid_split_has_its_own_global_ids(corpus: str) -> None:

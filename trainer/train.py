@@ -166,43 +166,53 @@ def build_maskers(cfg: TrainConfig, device: torch.device, vocab_size: int, speci
     return masker, eval_masker
 
 
-SHORT_FILL = 0.9  # batches holding less than this share of batch_size on average are said at the start
+SHORT_FILL = 0.9  # batches holding less than this share of a full one on average are said at the start
 
 
 def short_fill(plan: Plan) -> float | None:
-    """The share of batch_size the split's batches hold on average, where it is under SHORT_FILL; else None."""
+    """The share of a full batch (batch_size rows, or the token budget) the split's batches hold on average,
+    where it is under SHORT_FILL; else None."""
     fill = plan.batch_fill()
     return fill if fill is not None and fill < SHORT_FILL else None
 
 
 def short_batches(url: str, plan: Plan) -> str | None:
-    """A warning when the split's batches hold well under ``batch_size`` rows on average (a small corpus in
-    few, small partitions), with the largest power of two that fills them; None when they are full enough."""
-    fill, size = short_fill(plan), plan.B
-    if fill is None or size is None:
+    """A warning when the split's batches hold well under ``batch_size`` rows (or ``tokens_per_batch``
+    tokens) on average (a small corpus in few, small partitions), with the largest power of two that fills
+    them; None when they are full enough."""
+    fill = short_fill(plan)
+    if fill is None:
         return None
-    twos = [1 << k for k in range(size.bit_length() - 1, -1, -1)]  # powers of two below batch_size
-    fits = next((b for b in twos if (plan.batch_fill(b) or 1) >= SHORT_FILL), 1)
-    parts = [n for n in plan.part_samples if n]
-    return (f"{redact_url(url)}: train batches will hold ~{fill * size:.0f} rows on average, not batch_size "
-            f"{size}: its {plan.total_samples:,} sequences fall into {len(parts)} partitions of "
-            f"~{plan.total_samples / len(parts):.0f} and a batch never spans two (docs/loader.md, \"Partitions\"); "
-            f"--batch_size {fits} fills them (--gradient_accumulation or a global batch then keeps a step's rows)")
+    size = plan.T or plan.B
+    assert size is not None
+    least = plan.max_seq_len if plan.T else 1  # a budget holds one full-length sequence at least
+    twos = [1 << k for k in range(size.bit_length() - 1, -1, -1) if 1 << k >= least] or [size]
+    fits = next((b for b in twos if (plan.batch_fill(b) or 1) >= SHORT_FILL), twos[-1])
+    if plan.T:
+        unit, flag, total = "tokens", "tokens_per_batch", plan.total_tokens
+        parts = [x for x in plan.part_tokens if x]
+        what = f"{total:,} tokens"
+    else:
+        unit, flag, total = "rows", "batch_size", plan.total_samples
+        parts = [n for n in plan.part_samples if n]
+        what = f"{total:,} sequences"
+    return (f"{redact_url(url)}: train batches will hold ~{fill * size:,.0f} {unit} on average, not {flag} "
+            f"{size}: its {what} fall into {len(parts)} partitions of ~{total / len(parts):,.0f} and a batch "
+            f"never spans two (docs/loader.md, \"Partitions\"); --{flag} {fits} fills them "
+            f"(--gradient_accumulation or a global batch then keeps a step's {'tokens' if plan.T else 'rows'})")
 
 
 def held_batches(plan: Plan) -> Batches:
     """What one corpus's train batches hold on average: full (batch_size rows of its mean length, or the
     budget) where they hold SHORT_FILL of that or more, else what the loader's plan counts."""
-    tokens = plan.batch_tokens() or 0.0
     corpora = ((1.0, plan.total_tokens),)
-    if plan.T is not None:
-        short = tokens < SHORT_FILL * plan.T
-        return Batches(None, tokens if short else float(plan.T), corpora, short)
-    assert plan.B is not None
     fill = short_fill(plan)
+    if plan.T is not None:
+        return Batches(None, float(plan.T) if fill is None else fill * plan.T, corpora, fill is not None)
+    assert plan.B is not None
     if fill is None:
         return Batches(float(plan.B), plan.B * plan.sequence_tokens(), corpora)
-    return Batches(fill * plan.B, tokens, corpora, short=True)
+    return Batches(fill * plan.B, plan.batch_tokens() or 0.0, corpora, short=True)
 
 
 def train_batches(loader: ShardLoader | MixedLoader) -> Batches:

@@ -112,13 +112,18 @@ class Plan:
             assert self.B is not None
             self.part_batches = [ceil_div(n, self.B) for n in self.part_samples]
 
-    def batch_fill(self, batch_size: int | None = None) -> float | None:
-        """The rows an epoch's batches hold on average over ``batch_size`` (default: the plan's), from 0 to 1;
-        None with a token budget. Under 1 by each partition's short last batch: a batch never spans two
-        partitions, so where partitions hold fewer samples than a batch, every batch of theirs is short."""
-        b = batch_size or self.B
-        if b is None or self.T is not None:
-            return None
+    def batch_fill(self, size: int | None = None) -> float | None:
+        """The share of a full batch an epoch's batches hold on average, from 0 to 1: rows over ``batch_size``,
+        or real tokens over ``tokens_per_batch`` (``size``: another batch size or budget, default the
+        plan's); None for an empty split. Under 1 by each partition's short last batch: a batch never spans
+        two partitions, so where partitions hold fewer samples (tokens) than a batch, every batch of theirs
+        is short."""
+        if self.T is not None:
+            t = size or self.T
+            batches = sum(ceil_div(x, t) for x in self.part_tokens)
+            return self.total_tokens / (batches * t) if batches else None
+        b = size or self.B
+        assert b is not None
         batches = sum(ceil_div(n, b) for n in self.part_samples)
         return self.total_samples / (batches * b) if batches else None
 
