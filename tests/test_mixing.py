@@ -40,8 +40,11 @@ def test_schedule_is_deterministic_and_resumes_exactly():
     c = WeightedSchedule([0.2, 0.5, 0.3])
     c.load_state_dict(state)
     assert [c.next() for _ in range(100)] == rest
+    d = WeightedSchedule([0.21, 0.49, 0.3])  # weights derived a little otherwise: it draws by the state's
+    d.load_state_dict(state)
+    assert [d.next() for _ in range(100)] == rest
     with pytest.raises(UserError, match="same --mix"):
-        WeightedSchedule([0.5, 0.5, 0.0]).load_state_dict(state)
+        WeightedSchedule([0.5, 0.5]).load_state_dict(state)
 
 
 def test_schedule_refuses_bad_weights():
@@ -174,6 +177,34 @@ def test_mixed_loader_state_resumes_on_exactly_the_same_batches(two_corpora):
     it = iter(again)
     assert [take(again, it) for _ in range(20)] == after
     it.close()
+
+
+def test_a_mix_resumes_on_another_world_size_by_the_weights_it_drew_by(two_corpora):
+    """Eight readers cut the second corpus's 5 shards into pieces whose batches hold other token counts, so
+    the batch weights a mix derives depend on the world's size; an elastic resume draws on by the weights
+    in its checkpoint (the token shares are what must match) instead of refusing or drawing otherwise."""
+    from trainer.loader import ShardLoader
+
+    a, b = two_corpora
+    one = loader_pair(a, b, (0.6, 0.4), batch_size=32)
+    assert one is not None
+    it = iter(one)
+    for _ in range(7):
+        next(it)
+    it.close()
+    state = one.state_dict()
+    after = [one.schedule.next() for _ in range(40)]
+    entries = [MixSource(data=a, weight=0.6), MixSource(data=b, weight=0.4)]
+    eight = mixed_loader(entries, "train", lambda url: ShardLoader(url, "train", batch_size=32, seed=3,
+                                                                  shuffle_buffer=16, rank=0, world_size=8))
+    assert eight is not None and eight.plan.batch_weights != pytest.approx(one.plan.batch_weights, rel=1e-3)
+    eight.load_state_dict(state)
+    assert [eight.schedule.next() for _ in range(40)] == after
+    other = loader_pair(a, b, (0.5, 0.5), batch_size=32)
+    assert other is not None
+    with pytest.raises(UserError, match=r"mixes corpus 60\.0%, second 40\.0% of the tokens, this run corpus "
+                                        r"50\.0%, second 50\.0%; resume with the same --mix"):
+        other.load_state_dict(state)
 
 
 @pytest.mark.slow

@@ -159,10 +159,13 @@ class WeightedSchedule:
                 "dead": sorted(self.dead)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        if len(state["weights"]) != len(self.weights) or any(
-                not math.isclose(a, b, rel_tol=1e-12) for a, b in zip(state["weights"], self.weights, strict=True)):
-            raise UserError(f"the checkpoint's mix weights {state['weights']} are not this run's {self.weights}; "
+        """Where the schedule stood, with the weights it drew by: a resumed run draws on as the run would
+        have (its own plan's weights may differ a little: a world of another size cuts a small corpus's
+        shards into other pieces, whose batches hold other token counts)."""
+        if len(state["weights"]) != len(self.weights):
+            raise UserError(f"the checkpoint mixes {len(state['weights'])} sources, this run {len(self.weights)}; "
                             "resume with the same --mix")
+        self.weights = [float(w) for w in state["weights"]]
         self.credits = [float(c) for c in state["credits"]]
         self.picks = [int(p) for p in state["picks"]]
         self.dead = {int(i) for i in state["dead"]}
@@ -233,6 +236,7 @@ class MixedLoader:
 
     def _state(self, loader_states: list[dict[str, Any]], tokens: list[int]) -> dict[str, Any]:
         return {"kind": "mix", "version": MIX_STATE_VERSION, "names": list(self.names),
+                "token_shares": list(self.plan.token_shares),
                 "schedule": self.schedule.state_dict(), "tokens": tokens, "loaders": loader_states}
 
     def state_dict(self) -> dict[str, Any]:
@@ -259,6 +263,16 @@ class MixedLoader:
             raise UserError(f"mix state version {state.get('version')} is not {MIX_STATE_VERSION}")
         if list(state["names"]) != self.names:
             raise UserError(f"the checkpoint mixes {state['names']}, this run {self.names}; resume with the same --mix")
+        shares = state.get("token_shares")
+        if shares is None:
+            log.warning("the checkpoint's mix state predates its token shares: it resumes with the batch weights "
+                        "it drew by, and its --mix weights are not checked against this run's")
+        elif any(not math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
+                 for a, b in zip(shares, self.plan.token_shares, strict=True)):
+            ours = ", ".join(f"{n} {s:.1%}" for n, s in zip(self.names, self.plan.token_shares, strict=True))
+            theirs = ", ".join(f"{n} {s:.1%}" for n, s in zip(self.names, shares, strict=True))
+            raise UserError(f"the checkpoint mixes {theirs} of the tokens, this run {ours}; resume with the same "
+                            "--mix")
         self.schedule.load_state_dict(state["schedule"])
         for ld, s in zip(self.loaders, state["loaders"], strict=True):
             ld.load_state_dict(s)
