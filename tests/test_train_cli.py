@@ -164,6 +164,10 @@ def test_short_batches_count_in_the_length_line_and_in_max_tokens_steps(small_co
     line = length_line(cfg.model_copy(update={"steps": 100}), manifest, RunShape(**{**shape.__dict__,
                                                                                     "batches": mixed}))
     assert "= ~100,000 tokens, 0.5 to 5.0 passes over the mixed corpora's train splits" in line, line
+    even = Batches(32.0, 1000.0, ((0.5, 50_000), (0.5, 50_000)))
+    line = length_line(cfg.model_copy(update={"steps": 100}), manifest, RunShape(**{**shape.__dict__,
+                                                                                    "batches": even}))
+    assert line.endswith("= ~100,000 tokens, 1.0 passes over each mixed corpus's train split"), line
 
 
 def test_the_description_names_the_run_and_max_tokens_sets_the_steps(small_corpus) -> None:

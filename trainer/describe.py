@@ -132,8 +132,10 @@ def length_line(cfg: TrainConfig, manifest: Manifest, shape: RunShape) -> str:
         how.append(f"{shape.accum} micro-batches")
     total = per_step * cfg.steps
     reads = [share * total / max(tokens, 1) for share, tokens in b.corpora]
-    over = (f"{passes(reads[0])} passes over the train split" if len(reads) == 1 else
-            f"{passes(min(reads))} to {passes(max(reads))} passes over the mixed corpora's train splits")
+    low, high = passes(min(reads)), passes(max(reads))
+    over = (f"{low} passes over the train split" if len(reads) == 1 else
+            f"{low} passes over each mixed corpus's train split" if low == high else
+            f"{low} to {high} passes over the mixed corpora's train splits")
     chose = f" (max_tokens {count(cfg.max_tokens)})" if cfg.max_tokens is not None else ""
     split = f" ({', '.join(how)})" if how else ""
     return (f"length: {cfg.steps:,} steps{chose} x {batch} a step{split} = ~{count(total)} tokens, "
