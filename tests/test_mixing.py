@@ -179,7 +179,7 @@ def test_mixed_loader_state_resumes_on_exactly_the_same_batches(two_corpora):
     it.close()
 
 
-def test_a_mix_resumes_on_another_world_size_by_the_weights_it_drew_by(two_corpora):
+def test_a_mix_resumes_on_another_world_size_by_the_weights_it_drew_by(two_corpora, caplog):
     """Eight readers cut the second corpus's 5 shards into pieces whose batches hold other token counts, so
     the batch weights a mix derives depend on the world's size; an elastic resume draws on by the weights
     in its checkpoint (the token shares are what must match) instead of refusing or drawing otherwise."""
@@ -198,8 +198,12 @@ def test_a_mix_resumes_on_another_world_size_by_the_weights_it_drew_by(two_corpo
     eight = mixed_loader(entries, "train", lambda url: ShardLoader(url, "train", batch_size=32, seed=3,
                                                                   shuffle_buffer=16, rank=0, world_size=8))
     assert eight is not None and eight.plan.batch_weights != pytest.approx(one.plan.batch_weights, rel=1e-3)
-    eight.load_state_dict(state)
+    with caplog.at_level("INFO", logger="trainer.mixing"):
+        eight.load_state_dict(state)
     assert [eight.schedule.next() for _ in range(40)] == after
+    w, v = one.plan.batch_weights, eight.plan.batch_weights
+    assert (f"mix: the schedule draws on by its checkpoint's batch weights, corpus {w[0]:.1%}, second {w[1]:.1%} "
+            f"(this run derives corpus {v[0]:.1%}, second {v[1]:.1%}:") in caplog.text, caplog.text
     other = loader_pair(a, b, (0.5, 0.5), batch_size=32)
     assert other is not None
     with pytest.raises(UserError, match=r"mixes corpus 60\.0%, second 40\.0% of the tokens, this run corpus "

@@ -274,6 +274,11 @@ class MixedLoader:
             raise UserError(f"the checkpoint mixes {theirs} of the tokens, this run {ours}; resume with the same "
                             "--mix")
         self.schedule.load_state_dict(state["schedule"])
+        if any(not math.isclose(a, b, rel_tol=1e-9) for a, b in zip(self.schedule.weights, self.plan.batch_weights,
+                                                                   strict=True)):
+            log.info("mix: the schedule draws on by its checkpoint's batch weights, %s (this run derives %s: its "
+                     "corpora's batches hold other token counts here, e.g. cut for another number of readers)",
+                     batch_shares(self.names, self.schedule.weights), batch_shares(self.names, self.plan.batch_weights))
         for ld, s in zip(self.loaders, state["loaders"], strict=True):
             ld.load_state_dict(s)
         self.tokens = [int(t) for t in state["tokens"]]
@@ -286,6 +291,11 @@ def gather_loader_state(loader: Any) -> dict[str, Any]:
     if isinstance(loader, MixedLoader):
         return loader.gather_state(gather_state_dict)
     return gather_state_dict(loader)
+
+
+def batch_shares(names: Sequence[str], weights: Sequence[float]) -> str:
+    """"news 41.8%, books 58.2%": each source's share of the micro-batches."""
+    return ", ".join(f"{n} {w:.1%}" for n, w in zip(names, weights, strict=True))
 
 
 def describe(plan: MixPlan) -> str:
