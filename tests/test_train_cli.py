@@ -361,3 +361,33 @@ def test_plot_says_nothing_about_matplotlib_caches(tmp_path) -> None:
     assert res.returncode == 0 and res.stdout.strip() == str(run / "plots.png"), res.stderr
     assert res.stderr == "", res.stderr
 
+
+
+def test_a_max_tokens_run_resumed_with_steps_of_another_size_says_where_it_would_end(
+        small_corpus, tmp_path, caplog) -> None:
+    """--max_tokens plans its steps for the run's own steps; resumed with half the gradient accumulation, the
+    steps left are planned afresh for the smaller steps, so the run would end ~20 % over max_tokens: said in
+    one line with the --steps that ends near it (and not said where the run ends within 5 % of it)."""
+    from trainer.checkpoint import token_budget_line
+    from trainer.loggers import read_metrics
+    from trainer.train import train
+
+    root, _ = small_corpus
+    out = str(tmp_path / "run")
+    base = {"data": root, "output": out, "max_tokens": 8_000, "batch_size": 4, "device": "cpu",
+            "eval_batches": 0, "model": {"size": "tiny"}}
+    train(TrainConfig.model_validate({**base, "gradient_accumulation": 2, "stop_at": 4}))
+    seen = read_metrics(out)[-1]["tokens_seen"]
+    caplog.set_level(logging.WARNING, logger="trainer.checkpoint")
+    train(TrainConfig.model_validate({**base, "gradient_accumulation": 1, "stop_at": 5}))
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("--max_tokens")]
+    assert len(lines) == 1, caplog.text
+    assert f"the 4 steps before took {seen:,} tokens, so the run would end at ~" in lines[0], lines[0]
+    assert "instead of --max_tokens (the schedule then ends at that step)" in lines[0]
+    cfg = TrainConfig.model_validate(base).model_copy(update={"steps": 20})
+    assert token_budget_line(cfg, 10, 4_000) is None  # 10 steps of 400 left: 8,000
+    line = token_budget_line(cfg, 10, 6_000, 14)
+    assert line == ("--max_tokens 8,000 planned 20 steps of this run's size (the checkpoint's run: 14; the "
+                    "learning-rate schedule now ends at step 20); the 10 steps before took 6,000 tokens, so the run "
+                    "would end at ~10,000 tokens (125% of max_tokens); to end near max_tokens, give --steps 15 "
+                    "instead of --max_tokens (the schedule then ends at that step)"), line

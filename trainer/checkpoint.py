@@ -18,6 +18,7 @@ import contextlib
 import hashlib
 import io
 import logging
+import math
 import posixpath
 import re
 import warnings
@@ -217,6 +218,10 @@ class CheckpointManager:
                 log.warning("this run's steps take %s; %s took %s: the schedule and the optimizer's state go on as "
                             "saved (to keep the batch: --set global_batch_sequences=..., or --gradient_accumulation)",
                             describe_step_batch(now), posixpath.basename(url), describe_step_batch(saved))
+                budget = token_budget_line(self.cfg, step, self.counters.tokens_seen if self.counters else None,
+                                           state.get("config", {}).get("steps"))
+                if budget:
+                    log.warning("%s", budget)
         return step
 
     def step_batch(self) -> dict[str, Any]:
@@ -269,6 +274,26 @@ def step_batch_size(b: dict[str, Any]) -> tuple[int, str]:
     tokens = b.get("tokens_per_batch")
     per = int(tokens or b.get("batch_size") or 0)
     return per * int(b.get("accumulation") or 1) * int(b.get("world_size") or 1), "tokens" if tokens else "sequences"
+
+
+def token_budget_line(cfg: TrainConfig, step: int, seen: int | None, planned: Any = None) -> str | None:
+    """Where a run planned by ``max_tokens`` resumes with steps of another size: the steps it has left were
+    planned for this run's steps, those before took the checkpoint's, so the run would end well off
+    max_tokens (over 5 %): what it would take, and the ``--steps`` that ends near it. None otherwise.
+    ``planned``: the steps the checkpoint's run had planned (its config's), where recorded."""
+    if cfg.max_tokens is None or not seen or step >= cfg.steps:
+        return None
+    per_step = cfg.max_tokens / cfg.steps  # what max_tokens' plan gives this run's steps, about
+    total = seen + (cfg.steps - step) * per_step
+    if abs(total / cfg.max_tokens - 1) <= 0.05:
+        return None
+    near = step + max(1, math.ceil((cfg.max_tokens - seen) / per_step))
+    before = (f" (the checkpoint's run: {int(planned):,}; the learning-rate schedule now ends at step "
+              f"{cfg.steps:,})" if isinstance(planned, int) and planned != cfg.steps else "")
+    return (f"--max_tokens {cfg.max_tokens:,} planned {cfg.steps:,} steps of this run's size{before}; the {step:,} steps "
+            f"before took {seen:,} tokens, so the run would end at ~{total:,.0f} tokens "
+            f"({total / cfg.max_tokens:.0%} of max_tokens); to end near max_tokens, give --steps {near:,} "
+            "instead of --max_tokens (the schedule then ends at that step)")
 
 
 def describe_step_batch(b: dict[str, Any]) -> str:
