@@ -391,3 +391,31 @@ def test_a_max_tokens_run_resumed_with_steps_of_another_size_says_where_it_would
                     "learning-rate schedule now ends at step 20); the 10 steps before took 6,000 tokens, so the run "
                     "would end at ~10,000 tokens (125% of max_tokens); to end near max_tokens, give --steps 15 "
                     "instead of --max_tokens (the schedule then ends at that step)"), line
+
+
+def test_a_warmup_ratio_run_resumed_longer_keeps_the_warmup_it_did(small_corpus, tmp_path, caplog) -> None:
+    """warmup_ratio makes the warmup steps from the run's steps; a run resumed with more steps (or with
+    --max_tokens planned for steps of another size) keeps the checkpoint's warmup, the one it did, instead of
+    being refused as if the user had changed optim.warmup_steps; its learning rate goes on from there."""
+    from trainer.checkpoint import load_checkpoint
+    from trainer.loggers import read_metrics
+    from trainer.optim import lr_schedule
+    from trainer.train import train
+
+    root, _ = small_corpus
+    out = str(tmp_path / "run")
+    base = {"data": root, "output": out, "batch_size": 4, "device": "cpu", "eval_batches": 0,
+            "model": {"size": "tiny"}, "optim": {"warmup_ratio": 0.2, "lr": 1e-3}}
+    train(TrainConfig.model_validate({**base, "steps": 10, "stop_at": 3}))  # warmup: 2 steps
+    caplog.set_level(logging.INFO, logger="trainer.checkpoint")
+    train(TrainConfig.model_validate({**base, "steps": 20, "stop_at": 5}))  # the ratio alone: 4
+    assert "warmup_ratio 0.2: the schedule keeps the checkpoint's 2 warmup steps (of this run's 20 steps the " \
+           "ratio makes 4)" in caplog.text, caplog.text
+    want, ratio = lr_schedule("linear", 2, 20), lr_schedule("linear", 4, 20)
+    rows = {r["step"]: r["lr"] for r in read_metrics(out)}  # a step's record: the rate after its update
+    for step in (4, 5):
+        assert rows[step] == pytest.approx(1e-3 * want(step)), rows
+        assert rows[step] != pytest.approx(1e-3 * ratio(step)), rows  # the schedule the ratio alone makes
+    from trainer.checkpoint import list_checkpoints
+
+    assert load_checkpoint(list_checkpoints(out)[-1][1])["config"]["optim"]["warmup_steps"] == 2

@@ -43,6 +43,7 @@ from trainer.distributed import Dist, gather_rng, restore_rng
 from trainer.loader import ShardLoader
 from trainer.mixing import MixedLoader, gather_loader_state
 from trainer.model import resolve_dims
+from trainer.optim import lr_schedule
 
 log = logging.getLogger(__name__)
 CKPT_DIR = "checkpoints"
@@ -200,6 +201,7 @@ class CheckpointManager:
             return 0
         url, state = found
         check_same_model(self.model, state, url, self.cfg, self.vocab_size)
+        self._keep_warmup(state)
         check_same_optimizer(state, url, self.cfg)
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
@@ -223,6 +225,25 @@ class CheckpointManager:
                 if budget:
                     log.warning("%s", budget)
         return step
+
+    def _keep_warmup(self, state: dict[str, Any]) -> None:
+        """A warmup from ``warmup_ratio`` (the same ratio as the checkpoint's) keeps the checkpoint's warmup
+        steps: this run's may count other steps (a longer --steps, or --max_tokens planned for steps of
+        another size), and the warmup the run did is the one its schedule goes on from. ``self.cfg`` and the
+        scheduler take it; the run reads its config back from here."""
+        saved = state.get("config", {}).get("optim")
+        now = self.cfg.optim
+        if not isinstance(saved, dict) or now.warmup_ratio is None or saved.get("warmup_ratio") != now.warmup_ratio:
+            return
+        warmup = int(saved.get("warmup_steps", now.warmup_steps))
+        if warmup == now.warmup_steps:
+            return
+        if self.dd.main:
+            log.info("warmup_ratio %g: the schedule keeps the checkpoint's %d warmup steps (of this run's %d steps "
+                     "the ratio makes %d)", now.warmup_ratio, warmup, self.cfg.steps, now.warmup_steps)
+        self.cfg = self.cfg.model_copy(update={"optim": now.model_copy(update={"warmup_steps": warmup})})
+        self.scheduler.lr_lambdas = [lr_schedule(now.schedule, warmup, self.cfg.steps)
+                                     for _ in self.scheduler.lr_lambdas]
 
     def step_batch(self) -> dict[str, Any]:
         """What one optimizer step takes: ranks, micro-batches per step and the micro-batch (saved, compared

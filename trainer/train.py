@@ -334,6 +334,7 @@ def setup(cfg: TrainConfig) -> Run:
                                     tokenizer_sha256=manifest.tokenizer.sha256, precision=prec,
                                     pad_id=pad_id, counters=counters, accum=accum)
     step = checkpoints.load()
+    cfg = checkpoints.cfg  # a resumed warmup_ratio keeps the checkpoint's warmup steps (trainer/checkpoint.py)
     if dd.main and trim_metrics(cfg.output, step):  # records of steps the run goes back over (or a dead run's)
         log.info("metrics.jsonl: dropped the records after step %d, which this run logs again", step)
     metrics = build_metrics(cfg, dd, manifest, vocab_size, step)
