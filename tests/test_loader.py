@@ -590,3 +590,15 @@ def test_follow_adopts_a_new_version_at_the_epoch_boundary_and_resumes_on_it(tmp
     again.load_state_dict(state)
     assert again.manifest_url.endswith("manifest-v2.json")
     assert same_batches(take(again, len(rest)), rest)
+
+
+def test_a_token_budget_a_sequence_does_not_fit_in_is_refused_in_one_line(corpus: str) -> None:
+    """A batch holds whole sequences: under a budget shorter than the corpus's sequences (max_seq_len 40
+    here), the partition's ceil(tokens / budget) batches outnumber what its sequences can fill, and the
+    rest came out empty (at a budget of half the demo corpus's max_seq_len, 714 of 1,631). At max_seq_len
+    every batch holds rows."""
+    with pytest.raises(UserError, match=r"^tokens_per_batch 39 is under the corpus's max_seq_len 40: a batch holds "
+                                        r"whole sequences, .* give tokens_per_batch 40 or more$"):
+        ShardLoader(corpus, batch_size=None, tokens_per_batch=39)
+    batches = take(ShardLoader(corpus, batch_size=None, tokens_per_batch=40, epochs=1))
+    assert batches and all(int((~b["is_pad"]).sum()) >= 1 for b in batches)

@@ -84,6 +84,10 @@ class ShardLoader:
         self._set_plan(self._make_plan(self.manifest_url))
         if self.plan.total_samples == 0:
             raise UserError(f"{manifest_url} has no {split!r} samples")
+        if tokens_per_batch is not None and tokens_per_batch < self.plan.max_seq_len:
+            raise UserError(f"tokens_per_batch {tokens_per_batch} is under the corpus's max_seq_len "
+                            f"{self.plan.max_seq_len}: a batch holds whole sequences, so a budget a sequence does not "
+                            f"fit in leaves batches empty; give tokens_per_batch {self.plan.max_seq_len} or more")
         self._check_readers(allow_idle)
         self.corrupt_policy = corrupt_policy
         self.epochs = epochs
