@@ -216,6 +216,17 @@ def test_the_description_names_the_run_and_max_tokens_sets_the_steps(small_corpu
     from trainer.describe import eval_line
 
     assert ", 1 valid batch, " in eval_line(planned.model_copy(update={"eval_batches": 1}), manifest)
+    # An eval_batches above what the split holds is said as the whole split, with the batches it holds:
+    # those one pass of a process's valid loader yields.
+    from trainer.loader import ShardLoader
+    from trainer.train import valid_batches
+
+    valid = ShardLoader(root, "valid", batch_size=8, shuffle_buffer=1, epochs=1, allow_idle=True)
+    held = valid_batches(valid)
+    assert held == sum(1 for _ in valid) and valid_batches(None) is None
+    assert (f", the whole valid split ({held} batches a process; eval_batches 1,000 asks for more), MLM "
+            in eval_line(planned.model_copy(update={"eval_batches": 1000}), manifest, held))
+    assert f", {held} valid batches, " in eval_line(planned.model_copy(update={"eval_batches": held}), manifest, held)
 
 
 def test_a_run_describes_itself_before_the_optimizer_logs_from_step_one_and_evaluates_at_the_end(

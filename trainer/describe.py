@@ -43,6 +43,7 @@ class RunShape:
     masking: str = "reference"  # the masker that runs: fused (compiled kernels) or reference (plain ops)
     masking_ahead: bool = False  # masking_overlap: the next batch masked on a side stream (trainer/batch.py)
     batches: Batches | None = None  # what a train batch holds (None: full batches, ``full_batches``)
+    valid_batches: int | None = None  # the batches each process's share of the valid split holds
 
 
 def mean_sequence_tokens(manifest: Manifest) -> float:
@@ -164,14 +165,20 @@ def optim_line(cfg: TrainConfig) -> str:
             f"masking {masking_text(cfg.masking)}{eval_masking}; seed {cfg.seed}")
 
 
-def eval_line(cfg: TrainConfig, manifest: Manifest) -> str:
+def eval_line(cfg: TrainConfig, manifest: Manifest, valid_batches: int | None = None) -> str:
+    """``valid_batches``: what each process's share of the valid split holds, where known; an eval_batches
+    above it is said as the whole split."""
     if not cfg.eval_batches:
         return "evaluation: off (eval_batches=0)"
     if not manifest.shards_of("valid"):
         return "evaluation: none (the corpus has no valid split)"
     when = f"every {cfg.eval_every:,} steps and at step {cfg.steps:,}" if cfg.eval_every else f"at step {cfg.steps:,}"
     masking = cfg.eval_masking or cfg.masking
-    batches = f"{cfg.eval_batches} valid batch{'es' if cfg.eval_batches != 1 else ''}"
+    if valid_batches is not None and cfg.eval_batches > valid_batches:
+        batches = (f"the whole valid split ({valid_batches:,} batch{'es' if valid_batches != 1 else ''} a process; "
+                   f"eval_batches {cfg.eval_batches:,} asks for more)")
+    else:
+        batches = f"{cfg.eval_batches} valid batch{'es' if cfg.eval_batches != 1 else ''}"
     return (f"evaluation: {when}, {batches}, MLM cross-entropy (nats) at "
             f"{masking_text(masking)} masking")
 
@@ -209,6 +216,6 @@ def describe_run(cfg: TrainConfig, manifest: Manifest, shape: RunShape) -> list[
         corpus_line(cfg, manifest),
         length_line(cfg, manifest, shape),
         optim_line(cfg),
-        eval_line(cfg, manifest),
+        eval_line(cfg, manifest, shape.valid_batches),
         output_line(cfg),
     ]

@@ -230,6 +230,13 @@ def train_batches(loader: ShardLoader | MixedLoader) -> Batches:
         short=any(h.short for h in held))
 
 
+def valid_batches(valid: ShardLoader | MixedLoader | None) -> int | None:
+    """The batches this process's share of the valid split holds (a mix: all its corpora's); None: none."""
+    if valid is None:
+        return None
+    return sum(ld.steps_per_epoch for ld in valid.loaders) if isinstance(valid, MixedLoader) else valid.steps_per_epoch
+
+
 def build_loaders(cfg: TrainConfig, dd: distributed.Dist,
                   manifest: Manifest) -> tuple[ShardLoader | MixedLoader, ShardLoader | MixedLoader | None]:
     """(the train loader, the valid loader or None): one corpus, or several mixed (trainer/mixing.py)."""
@@ -321,7 +328,8 @@ def setup(cfg: TrainConfig) -> Run:
                          compiled=compile_enabled(cfg.compile, device), world_size=dd.world_size, accum=accum,
                          vocab_size=vocab_size,
                          masking="fused" if isinstance(masker, fused_masking.FusedMasker) else "reference",
-                         masking_ahead=overlap_on(cfg.masking_overlap, device), batches=batches)
+                         masking_ahead=overlap_on(cfg.masking_overlap, device), batches=batches,
+                         valid_batches=valid_batches(valid))
         for line in describe_run(cfg, manifest, shape):
             describe_log.info("%s", line)
     optimizer = build_optimizer(raw_model, cfg.optim)
