@@ -125,7 +125,8 @@ def eval_lines(cfg: TrainConfig, step: int, m: dict[str, Any], has_valid: bool |
         masking = cfg.eval_masking or cfg.masking
         return [f"- final eval loss: {m['eval_loss']:.4f} (step {m['eval_step']})",
                 f"- eval loss is the MLM cross-entropy in nats, averaged over the predicted tokens of the first "
-                f"{cfg.eval_batches} batches of the corpus's valid split, at the evaluation masking rate: "
+                f"{cfg.eval_batches} batches of the corpus's valid split (the whole split, where it holds fewer), "
+                "at the evaluation masking rate: "
                 f"{masking_phrase(masking)}; perplexity is its exp"]
     if not m["found"]:
         why = "the run folder's metrics.jsonl was not found"
