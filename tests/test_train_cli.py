@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from schemas.config import TrainConfig
+from schemas.errors import UserError
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -52,8 +53,6 @@ def test_run_mlm_flags_set_their_config_keys_and_set_still_wins() -> None:
 
 
 def test_resume_from_checkpoint_continues_a_run_under_run_mlms_name(tmp_path) -> None:
-    from schemas.errors import UserError
-
     run = tmp_path / "r1"
     (run / "checkpoints").mkdir(parents=True)
     for step in (10, 20):
@@ -430,3 +429,7 @@ def test_a_warmup_ratio_run_resumed_longer_keeps_the_warmup_it_did(small_corpus,
     from trainer.checkpoint import list_checkpoints
 
     assert load_checkpoint(list_checkpoints(out)[-1][1])["config"]["optim"]["warmup_steps"] == 2
+    # A warmup_steps the user sets apart from the ratio is a change, refused as any other.
+    with pytest.raises(UserError, match=r"optim\.warmup_steps 2 -> 7"):
+        train(TrainConfig.model_validate({**base, "steps": 20, "optim": {"warmup_ratio": 0.2, "warmup_steps": 7,
+                                                                          "lr": 1e-3}}))

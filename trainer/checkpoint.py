@@ -235,6 +235,8 @@ class CheckpointManager:
         now = self.cfg.optim
         if not isinstance(saved, dict) or now.warmup_ratio is None or saved.get("warmup_ratio") != now.warmup_ratio:
             return
+        if now.warmup_steps != math.ceil(now.warmup_ratio * self.cfg.steps):  # set apart from the ratio
+            return
         warmup = int(saved.get("warmup_steps", now.warmup_steps))
         if warmup == now.warmup_steps:
             return
