@@ -234,7 +234,9 @@ def valid_batches(valid: ShardLoader | MixedLoader | None) -> int | None:
     """The batches this process's share of the valid split holds (a mix: all its corpora's); None: none."""
     if valid is None:
         return None
-    return sum(ld.steps_per_epoch for ld in valid.loaders) if isinstance(valid, MixedLoader) else valid.steps_per_epoch
+    if isinstance(valid, MixedLoader):
+        return sum(ld.steps_per_epoch for ld in valid.loaders)
+    return valid.steps_per_epoch
 
 
 def build_loaders(cfg: TrainConfig, dd: distributed.Dist,
