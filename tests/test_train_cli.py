@@ -433,3 +433,27 @@ def test_a_warmup_ratio_run_resumed_longer_keeps_the_warmup_it_did(small_corpus,
     with pytest.raises(UserError, match=r"optim\.warmup_steps 2 -> 7"):
         train(TrainConfig.model_validate({**base, "steps": 20, "optim": {"warmup_ratio": 0.2, "warmup_steps": 7,
                                                                           "lr": 1e-3}}))
+
+
+def test_a_warmup_the_run_never_leaves_is_said_at_the_start(small_corpus, tmp_path, caplog) -> None:
+    """A recipe's warmup (roberta-base: 24,000 steps) kept with a short --steps makes the learning rate rise
+    the whole run and stop short of its peak: one warning at the start, with what it ends at; none where the
+    warmup ends before the run does. A one-step run says "1 step"."""
+    from shardforge.storage.contract import load_manifest
+    from trainer.describe import RunShape, length_line, long_warmup
+    from trainer.train import train
+
+    root, _ = small_corpus
+    caplog.set_level(logging.WARNING, logger="shardforge.train")
+    train(TrainConfig.model_validate({"data": root, "output": str(tmp_path / "run"), "steps": 2, "batch_size": 4,
+                                      "device": "cpu", "eval_batches": 0, "model": {"size": "tiny"},
+                                      "optim": {"warmup_steps": 8, "lr": 1e-3}}))
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("warmup_steps")]
+    assert said == ["warmup_steps 8 is not under the run's 2 steps: the learning rate rises the whole run and ends "
+                    "at 25.00% of its peak lr 0.001; a shorter run wants a shorter warmup: --warmup_steps under "
+                    "--steps, or --warmup_ratio (RoBERTa warmed up over 24,000 of 500,000 steps: 0.048)"], said
+    cfg = TrainConfig.model_validate({"data": root, "steps": 9, "optim": {"warmup_steps": 8}})
+    assert long_warmup(cfg) is None and long_warmup(cfg.model_copy(update={"steps": 8})) is not None
+    manifest, _ = load_manifest(root)
+    shape = RunShape(params=1, device="cpu", precision="fp32", compiled=False, world_size=1, accum=1, vocab_size=400)
+    assert length_line(cfg.model_copy(update={"steps": 1}), manifest, shape).startswith("length: 1 step x ")

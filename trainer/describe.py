@@ -139,7 +139,8 @@ def length_line(cfg: TrainConfig, manifest: Manifest, shape: RunShape) -> str:
             f"{low} to {high} passes over the mixed corpora's train splits")
     chose = f" (max_tokens {count(cfg.max_tokens)})" if cfg.max_tokens is not None else ""
     split = f" ({', '.join(how)})" if how else ""
-    return (f"length: {cfg.steps:,} steps{chose} x {batch} a step{split} = ~{count(total)} tokens, "
+    return (f"length: {cfg.steps:,} step{'s' if cfg.steps != 1 else ''}{chose} x {batch} a step{split} = "
+            f"~{count(total)} tokens, "
             f"{over}{short_rows_note(cfg, manifest)}")
 
 
@@ -155,6 +156,18 @@ def short_rows_note(cfg: TrainConfig, manifest: Manifest) -> str:
     return (f"; {manifest.packing_rule} sequences hold {mean:.0f} of {manifest.max_seq_len} tokens on average, "
             f"so a batch is ~{100 * mean / manifest.max_seq_len:.0f}% full: RoBERTa grows the batch to a full one's "
             f"tokens (--tokens_per_batch {cfg.batch_size * manifest.max_seq_len})")
+
+
+def long_warmup(cfg: TrainConfig) -> str | None:
+    """A warning where the warmup is not shorter than the run (a recipe's warmup kept with a short --steps):
+    the learning rate then rises the whole run, short of its peak, and never decays; None otherwise."""
+    w, steps = cfg.optim.warmup_steps, cfg.steps
+    if not w or w < steps:
+        return None
+    return (f"warmup_steps {w:,} is not under the run's {steps:,} step{'s' if steps != 1 else ''}: the learning "
+            f"rate rises the whole run and ends at {steps / w:.2%} of its peak lr {cfg.optim.lr:g}; a shorter run "
+            "wants a shorter warmup: --warmup_steps under --steps, or --warmup_ratio (RoBERTa warmed up over "
+            "24,000 of 500,000 steps: 0.048)")
 
 
 def optim_line(cfg: TrainConfig) -> str:
