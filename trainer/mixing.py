@@ -269,8 +269,7 @@ class MixedLoader:
                         "it drew by, and its --mix weights are not checked against this run's")
         elif any(not math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
                  for a, b in zip(shares, self.plan.token_shares, strict=True)):
-            ours = ", ".join(f"{n} {s:.1%}" for n, s in zip(self.names, self.plan.token_shares, strict=True))
-            theirs = ", ".join(f"{n} {s:.1%}" for n, s in zip(self.names, shares, strict=True))
+            ours, theirs = shares_text(self.names, self.plan.token_shares), shares_text(self.names, shares)
             raise UserError(f"the checkpoint mixes {theirs} of the tokens, this run {ours}; resume with the same "
                             "--mix")
         self.schedule.load_state_dict(state["schedule"])
@@ -278,7 +277,7 @@ class MixedLoader:
                                                                    strict=True)):
             log.info("mix: the schedule draws on by its checkpoint's batch weights, %s (this run derives %s: its "
                      "corpora's batches hold other token counts here, e.g. cut for another number of readers)",
-                     batch_shares(self.names, self.schedule.weights), batch_shares(self.names, self.plan.batch_weights))
+                     shares_text(self.names, self.schedule.weights), shares_text(self.names, self.plan.batch_weights))
         for ld, s in zip(self.loaders, state["loaders"], strict=True):
             ld.load_state_dict(s)
         self.tokens = [int(t) for t in state["tokens"]]
@@ -293,9 +292,9 @@ def gather_loader_state(loader: Any) -> dict[str, Any]:
     return gather_state_dict(loader)
 
 
-def batch_shares(names: Sequence[str], weights: Sequence[float]) -> str:
-    """"news 41.8%, books 58.2%": each source's share of the micro-batches."""
-    return ", ".join(f"{n} {w:.1%}" for n, w in zip(names, weights, strict=True))
+def shares_text(names: Sequence[str], shares: Sequence[float]) -> str:
+    """"news 41.8%, books 58.2%": each source's share (of the tokens, or of the micro-batches)."""
+    return ", ".join(f"{n} {w:.1%}" for n, w in zip(names, shares, strict=True))
 
 
 def describe(plan: MixPlan) -> str:
