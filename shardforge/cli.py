@@ -9,7 +9,7 @@
     shardforge export CKPT OUT      Hugging Face folder from a checkpoint
     shardforge repack ...           = python -m pipelines.repack ...
     shardforge serve ...            = python -m pipelines.serve ...
-    shardforge status URL           versions, pending files and lag of a served corpus
+    shardforge status URL           versions, pending files and lag of a served corpus; where a run stands
     shardforge --version
 
 Each subcommand imports only the half it needs, so `build` never loads torch
@@ -40,7 +40,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "plot": ("trainer.plot", "main", "Plot a run's metrics to PNG."),
     "export": ("trainer.export", "main", "Export a checkpoint to a Hugging Face folder."),
     "serve": ("pipelines.jobs.serve", "main", "Watch raw files; append each new batch as a corpus version."),
-    "status": ("shardforge.commands.status", "main", "Versions, pending files and ingest lag of a served corpus."),
+    "status": ("shardforge.commands.status", "main", "Versions, pending files and ingest lag of a served corpus; where a training run stands."),
 }
 
 

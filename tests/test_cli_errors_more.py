@@ -82,3 +82,70 @@ def test_plot_names_the_file_it_writes(tmp_path: Path) -> None:
         json.dumps({"step": s, "loss": 5.0 - s / 10, "lr": 1e-4, "tokens_per_s": 100.0}) + "\n" for s in (1, 2, 3)))
     written = plot_run(str(run_dir), str(tmp_path / "myplot"))
     assert written == str(tmp_path / "myplot.png") and Path(written).is_file()
+
+
+def _killed_run(tmp_path: Path) -> Path:
+    """A run folder as a run killed at step 7 leaves it: checkpoints of steps 4 and 6, metrics of steps 1-7 and
+    a last record cut mid-write."""
+    import json
+
+    run_dir = tmp_path / "run"
+    (run_dir / "checkpoints").mkdir(parents=True)
+    for step in (4, 6):
+        (run_dir / "checkpoints" / f"ckpt-{step:08d}.pt").write_bytes(b"not loaded by status")
+    records = [{"step": s, "epoch": 0, "loss": 6.0 - s / 10, "loss_smooth": 6.1 - s / 10, "mask_rate": 0.15,
+                "lr": 1e-4 * s, "tokens_per_s": 1000.0 + s, "tokens_seen": 512 * s} for s in range(1, 8)]
+    records[4]["eval_loss"], records[4]["eval_ppl"], records[4]["eval_mlm_acc"] = 5.5, 244.69, 0.125
+    text = "".join(json.dumps(r) + "\n" for r in records) + '{"step": 8, "loss": 5.'
+    (run_dir / "metrics.jsonl").write_text(text)
+    return run_dir
+
+
+def test_status_of_a_killed_run_says_where_it_stands_and_what_a_rerun_redoes(tmp_path: Path) -> None:
+    """`shardforge status RUN` said "no corpus at RUN"; `shardforge plot` of a run killed mid-write ended in a
+    JSONDecodeError traceback."""
+    run_dir = _killed_run(tmp_path)
+    res = run("-m", "shardforge.cli", "status", str(run_dir))
+    assert res.returncode == 0 and res.stderr == "", res.stderr
+    lines = dict(line.split(None, 1) for line in res.stdout.splitlines() if not line.startswith("("))
+    assert lines["step"].startswith("7, epoch 0, 3,584 tokens seen; last logged ")
+    assert lines["loss"] == "5.3000 (smoothed 5.4000) at masking rate 0.15; lr 0.0007, 1,007 tokens/s"
+    assert lines["eval"] == "loss 5.5000 (perplexity 244.69, MLM accuracy 12.5%) at step 5"
+    assert lines["metrics"].startswith("1 line(s) of metrics.jsonl hold no step record")
+    assert lines["checkpoints"] == "2 kept: ckpt-00000004.pt, ckpt-00000006.pt"
+    assert lines["resume"] == "a rerun into this folder resumes from step 6 (its last 1 logged step(s) are trained again)"
+    # The run's checkpoints/ folder is its run; a checkpoint file, a folder of runs and a missing path are one line.
+    from shardforge.commands.status import corpus_status
+
+    st = corpus_status(str(run_dir), now=2e9)
+    assert (st["kind"], st["records"], st["torn_lines"], st["resumes_from"]) == ("run", 7, 1, 6)
+    assert corpus_status(str(run_dir / "checkpoints"), now=2e9) == st
+    ckpt = one_line_error(run("-m", "shardforge.cli", "status", str(run_dir / "checkpoints" / "ckpt-00000006.pt")))
+    assert "ckpt-00000006.pt is a checkpoint, not a corpus" in ckpt and "shardforge export" in ckpt
+    above = one_line_error(run("-m", "shardforge.cli", "status", str(tmp_path)))
+    assert above.endswith(f"under it: {run_dir} (a training run)")
+    assert one_line_error(run("-m", "shardforge.cli", "status", str(tmp_path / "nope"))).startswith("error: nothing at ")
+    # plot draws the seven records and says what it skipped
+    drawn = run("-m", "shardforge.cli", "plot", str(run_dir))
+    assert drawn.returncode == 0 and (run_dir / "plots.png").is_file(), drawn.stderr
+    assert drawn.stderr.strip() == (f"warning: skipped 1 line(s) of {run_dir}/metrics.jsonl that hold no step record "
+                                    "(a line torn by a killed run)")
+
+
+@pytest.mark.parametrize("store_url", ["gs", "s3"], indirect=True)
+def test_status_of_a_run_on_an_object_store_reads_the_same(store_url: str, tmp_path: Path) -> None:
+    """The same run folder on the GCS and S3 emulators: the same report, the last log's time from the store."""
+    from shardforge.commands.status import corpus_status
+    from shardforge.storage import get_fs
+
+    run_dir = _killed_run(tmp_path)
+    fs, path = get_fs(store_url)
+    for f in sorted(p for p in run_dir.rglob("*") if p.is_file()):
+        fs.pipe_file(f"{path}/run/{f.relative_to(run_dir).as_posix()}", f.read_bytes())
+    local, remote = corpus_status(str(run_dir), now=2e9), corpus_status(f"{store_url}/run", now=2e9)
+    assert remote["last_record_at"] is not None and abs(remote["last_record_at"] - local["last_record_at"]) < 120
+    assert [c["path"] for c in remote["checkpoints"]] == [f"{store_url}/run/checkpoints/ckpt-0000000{s}.pt" for s in (4, 6)]
+    for st in (local, remote):
+        for key in ("run", "checkpoints", "last_record_at", "last_record_age_s"):
+            st.pop(key)
+    assert remote == local

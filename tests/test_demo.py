@@ -38,6 +38,19 @@ def test_demo_runs_the_whole_path_and_the_model_learns(tmp_path: Path) -> None:
     check = subprocess.run([sys.executable, "-m", "shardforge.cli", "validate", str(corpus)], cwd=ROOT,
                            capture_output=True, text=True, timeout=600)
     assert check.returncode == 0, check.stdout + check.stderr
+    # `shardforge status` of the run says where it stands, from its own files; of the demo's folder, what is in it.
+    status = subprocess.run([sys.executable, "-m", "shardforge.cli", "status", str(out / "run")], cwd=ROOT,
+                            capture_output=True, text=True, timeout=120)
+    assert status.returncode == 0, status.stderr
+    lines = dict(line.split(None, 1) for line in status.stdout.splitlines() if not line.startswith("("))
+    assert lines["step"].startswith("10, epoch ") and f"loss     {summary['last_loss']:.4f} (smoothed" in status.stdout
+    assert lines["checkpoints"].startswith("1 kept: ckpt-00000010.pt")
+    assert lines["resume"] == "a rerun into this folder resumes from step 10", lines
+    assert lines["eval"].startswith("loss ") and lines["eval"].endswith("at step 10")
+    folder = subprocess.run([sys.executable, "-m", "shardforge.cli", "status", str(out)], cwd=ROOT,
+                            capture_output=True, text=True, timeout=120)
+    assert folder.returncode == 2 and len(folder.stderr.strip().splitlines()) == 1, folder.stderr
+    assert f"under it: {corpus} (a corpus), {out / 'run'} (a training run)" in folder.stderr
 
 
 def test_demo_clears_only_a_folder_a_demo_wrote(tmp_path: Path) -> None:

@@ -31,7 +31,6 @@ from schemas.errors import UserError
 from shardforge.storage import (
     get_fs,
     join,
-    list_names,
     read_bytes,
     redact_url,
     redact_urls,
@@ -44,25 +43,9 @@ from trainer.loader import ShardLoader
 from trainer.mixing import MixedLoader, gather_loader_state
 from trainer.model import resolve_dims
 from trainer.optim import lr_schedule
+from trainer.run_folder import CKPT_DIR, DIGEST_SUFFIX, checkpoint_dir, list_checkpoints  # noqa: F401
 
 log = logging.getLogger(__name__)
-CKPT_DIR = "checkpoints"
-DIGEST_SUFFIX = ".sha256"  # ckpt-N.pt.sha256: the sha256 (hex) of ckpt-N.pt's bytes
-_NAME = re.compile(r"ckpt-(\d{8})\.pt$")
-
-
-def checkpoint_dir(run: str) -> str:
-    return join(run, CKPT_DIR)
-
-
-def list_checkpoints(run: str) -> list[tuple[int, str]]:
-    """(step, url) of the complete checkpoints of a run, oldest first."""
-    found = []
-    for name in list_names(checkpoint_dir(run)):
-        m = _NAME.search(name)
-        if m:
-            found.append((int(m.group(1)), join(checkpoint_dir(run), name)))
-    return sorted(found)
 
 
 def save_checkpoint(run: str, step: int, state: dict[str, Any], keep_last: int = 3) -> str:

@@ -23,8 +23,7 @@ from typing import Any
 from schemas.config import TrainConfig
 from schemas.errors import UserError
 from shardforge.storage import get_fs, is_local_fs, join, redact_url
-
-METRICS_FILE = "metrics.jsonl"
+from trainer.run_folder import METRICS_FILE, read_records
 
 
 class MetricsLogger:
@@ -109,9 +108,8 @@ def trim_metrics(run: str, step: int) -> int:
 
 
 def read_metrics(run: str) -> list[dict[str, Any]]:
-    from shardforge.storage import read_text
-
-    return [json.loads(line) for line in read_text(join(run, METRICS_FILE)).splitlines() if line.strip()]
+    """A run's step records (a torn line of a killed writer skipped: run_folder.read_records counts them)."""
+    return read_records(run)[0]
 
 
 def flat_params(cfg: TrainConfig) -> dict[str, str]:

@@ -23,8 +23,8 @@ import posixpath
 from typing import Any
 
 from schemas.config import MaskingConfig, TrainConfig
-from shardforge.storage import join, read_text, redact_url, write_text_atomic
-from trainer.loggers import METRICS_FILE
+from shardforge.storage import join, redact_url, write_text_atomic
+from trainer.run_folder import read_records
 
 # Our architecture names (trainer.export) -> the transformers class the folder loads as.
 CLASS_NAMES = {"roberta": "RobertaForMaskedLM", "xlm-roberta": "XLMRobertaForMaskedLM", "bert": "BertForMaskedLM",
@@ -80,19 +80,11 @@ def public_config(config: Any) -> Any:
 def last_records(run: str, last_step: int) -> dict[int, dict[str, Any]] | None:
     """step -> the last record of that step up to last_step from metrics.jsonl (None: no readable file)."""
     try:
-        text = read_text(join(run, METRICS_FILE))
+        rows, _ = read_records(run)  # a torn last line of a killed run is skipped
     except (FileNotFoundError, OSError):
         return None
-    by_step: dict[int, dict[str, Any]] = {}
-    for line in text.splitlines():
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue  # a torn last line of a killed run
-        step = rec.get("step") if isinstance(rec, dict) else None
-        if isinstance(step, int) and step <= last_step:
-            by_step[step] = rec  # a resumed run's repeat of a step replaces the first
-    return by_step
+    # a resumed run's repeat of a step replaces the first
+    return {rec["step"]: rec for rec in rows if rec["step"] <= last_step}
 
 
 def read_metrics(run: str, last_step: int) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from typing import Any
 
 from schemas.errors import UserError
 from shardforge.console.args import ArgumentParser
+from trainer.run_folder import read_records
 
 PANELS = [
     ("loss", "loss (nats)", ["loss", "eval_loss"]),
@@ -139,13 +140,14 @@ def plot_run(run: str, out: str | None = None, smooth: float = 0.9, x: str = "au
     """Write {run}/plots.png (or out) with one panel per metric present (and MFU always); returns the path."""
     plt = import_pyplot()
     try:
-        from trainer.loggers import read_metrics  # imported only once there is a run to plot
-
-        rows = read_metrics(run)
+        rows, torn = read_records(run)
     except FileNotFoundError:
         raise UserError(f"no metrics.jsonl in {run}: is this a shardforge run folder?") from None
+    if torn:
+        print(f"warning: skipped {torn} line(s) of {run}/metrics.jsonl that hold no step record (a line torn by a "
+              "killed run)", file=sys.stderr)
     if not rows:
-        raise UserError(f"{run}/metrics.jsonl is empty")
+        raise UserError(f"{run}/metrics.jsonl " + ("holds no step record" if torn else "is empty"))
     panels = plan_panels(rows)
     cols = 2
     nrows = (len(panels) + cols - 1) // cols

@@ -1,7 +1,8 @@
-"""`shardforge status URL`: the versions, pending files and ingest lag of a served corpus.
+"""`shardforge status URL`: the versions, pending files and ingest lag of a served corpus; where a run.
 
     shardforge status out/corpus
     shardforge status gs://corpus/news --json
+    shardforge status out/run
 
 Per version: its parent, the files it absorbed, the documents, tokens and
 shards it added, when it was committed and how long its files waited (landed
@@ -9,12 +10,19 @@ shards it added, when it was committed and how long its files waited (landed
 `pipelines.jobs.serve`, or --watch) that no version absorbed yet (pending, with the
 age of the oldest: the current ingest lag) and the files that changed after
 they were absorbed (never re-ingested; listed here).
+
+A corpus built once (one manifest.json) gets its manifest's summary. A training
+run folder (metrics.jsonl, checkpoints/) gets where the run stands: its last
+logged step, loss and evaluation, when it last logged, its checkpoints and the
+step a rerun into it resumes from. Anything else is named in one line, with the
+corpora and runs found directly under it.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import posixpath
 import sys
 import time
 from typing import Any
@@ -25,8 +33,9 @@ from schemas.manifest import LATEST_NAME, MANIFEST_NAME, Manifest, manifest_summ
 from shardforge.console.args import ArgumentParser
 from shardforge.console.redact import redact_text
 from shardforge.console.run import run_cli
-from shardforge.storage import exists, join, read_text
+from shardforge.storage import exists, get_fs, info_mtime, join, list_names, read_text
 from shardforge.storage.contract import committed_versions, load_manifest, load_version, read_latest_pointer
+from trainer.run_folder import CKPT_DIR, METRICS_FILE, list_checkpoints, read_records
 
 
 def _sums(m: Manifest | None) -> dict[str, int]:
@@ -39,10 +48,17 @@ def corpus_status(root: str, watch: str | None = None, now: float | None = None)
     """Everything `shardforge status` prints, as a dict (no side effects: nothing is repaired)."""
     now = time.time() if now is None else now
     root = root.rstrip("/")
+    if root.endswith(".pt"):
+        raise UserError(not_a_corpus(root))
     versions = committed_versions(root)
     if not versions:
         if not exists(join(root, MANIFEST_NAME)):
-            raise UserError(f"no corpus at {root} (no manifest-v*.json, no manifest.json)")
+            if what_is(root) == "run":
+                return run_status(root, now)
+            parent = posixpath.dirname(root)
+            if posixpath.basename(root) == CKPT_DIR and parent and what_is(parent) == "run":
+                return run_status(parent, now)  # the run's checkpoints/ folder: the run
+            raise UserError(not_a_corpus(root))
         manifest, _ = load_manifest(root)
         return {"corpus": root, "served": False, "manifest": manifest_summary(manifest)}
     ledger = read_ledger(root, versions)
@@ -84,6 +100,108 @@ def corpus_status(root: str, watch: str | None = None, now: float | None = None)
     return out
 
 
+def what_is(url: str) -> str | None:
+    """"corpus" (a manifest or a served corpus's pointer), "run" (metrics.jsonl or checkpoints/), or None."""
+    names = set(list_names(url))
+    if MANIFEST_NAME in names or LATEST_NAME in names:
+        return "corpus"
+    if METRICS_FILE in names or CKPT_DIR in names:
+        return "run"
+    return None
+
+
+def not_a_corpus(root: str) -> str:
+    """The one line for a URL that is neither a corpus nor a run: what it is, or what lies under it."""
+    if root.endswith(".pt"):
+        return (f"{root} is a checkpoint, not a corpus: `shardforge status RUN` reports its run (the folder that "
+                f"holds {CKPT_DIR}/), `shardforge export {root} OUT` makes a Hugging Face folder of it")
+    names = list_names(root)
+    if not names and not exists(root):
+        return f"nothing at {root}: give a corpus root (its manifest.json or manifest-v*.json) or a run folder"
+    found = []
+    for name in names[:200]:
+        kind = what_is(join(root, name)) if "." not in name else None
+        if kind:
+            found.append(f"{join(root, name)} ({'a corpus' if kind == 'corpus' else 'a training run'})")
+    under = f"; under it: {', '.join(found)}" if found else ""
+    return f"no corpus at {root} (no manifest-v*.json, no manifest.json) and no training run (no {METRICS_FILE}, " \
+           f"no {CKPT_DIR}/){under}"
+
+
+def run_status(run: str, now: float) -> dict[str, Any]:
+    """Where a training run stands, from its metrics.jsonl and its checkpoints' names (nothing is loaded)."""
+    try:
+        rows, torn = read_records(run)
+    except FileNotFoundError:
+        rows, torn = [], 0
+    last_at = None
+    if rows or torn:
+        fs, path = get_fs(join(run, METRICS_FILE))
+        last_at = info_mtime(fs.info(path))
+    last = rows[-1] if rows else {}
+    evals = [r for r in rows if "eval_loss" in r]
+    ckpts = list_checkpoints(run)
+    keys = ("step", "epoch", "tokens_seen", "loss", "loss_smooth", "mask_rate", "lr", "tokens_per_s", "mfu")
+    return {
+        "run": run, "kind": "run", "records": len(rows), "torn_lines": torn, "last_record_at": last_at,
+        "last_record_age_s": None if last_at is None else max(0.0, now - last_at),
+        "last": {k: last[k] for k in keys if k in last},
+        "eval": {k: evals[-1][k] for k in ("step", "eval_loss", "eval_ppl", "eval_mlm_acc") if k in evals[-1]}
+        if evals else None,
+        "checkpoints": [{"step": step, "path": url} for step, url in ckpts],
+        "resumes_from": ckpts[-1][0] if ckpts else 0,
+    }
+
+
+def render_run(st: dict[str, Any]) -> str:
+    """The report on a training run folder."""
+    last, lines = st["last"], [f"run      {st['run']}  (a training run folder, not a corpus)"]
+    if not st["records"]:
+        lines.append(f"step     no step logged yet ({METRICS_FILE} " + ("holds none)" if st["torn_lines"] else "absent)"))
+    else:
+        where = [f"{last['step']:,}"] + ([f"epoch {last['epoch']}"] if "epoch" in last else []) + \
+            ([f"{last['tokens_seen']:,} tokens seen"] if "tokens_seen" in last else [])
+        lines.append(f"step     {', '.join(where)}; last logged {_fmt_time(st['last_record_at'])} "
+                     f"({_fmt_age(st['last_record_age_s'])} ago)")
+        loss = [f"{last['loss']:.4f}"] + ([f"(smoothed {last['loss_smooth']:.4f})"] if "loss_smooth" in last else []) \
+            + ([f"at masking rate {last['mask_rate']:g}"] if "mask_rate" in last else [])
+        rest = ([f"lr {last['lr']:.3g}"] if "lr" in last else []) + \
+            ([f"{last['tokens_per_s']:,.0f} tokens/s"] if "tokens_per_s" in last else []) + \
+            ([f"MFU {100 * last['mfu']:.1f}%"] if "mfu" in last else [])
+        lines.append(f"loss     {' '.join(loss)}" + (f"; {', '.join(rest)}" if rest else ""))
+    ev = st["eval"]
+    if ev:
+        extra = ([f"perplexity {ev['eval_ppl']:.2f}"] if "eval_ppl" in ev else []) + \
+            ([f"MLM accuracy {100 * ev['eval_mlm_acc']:.1f}%"] if "eval_mlm_acc" in ev else [])
+        lines.append(f"eval     loss {ev['eval_loss']:.4f}" + (f" ({', '.join(extra)})" if extra else "")
+                     + f" at step {ev['step']:,}")
+    elif st["records"]:
+        lines.append("eval     none logged yet")
+    if st["torn_lines"]:
+        lines.append(f"metrics  {st['torn_lines']} line(s) of {METRICS_FILE} hold no step record (torn by a killed "
+                     "run): skipped")
+    ck = st["checkpoints"]
+    if ck:
+        names = ", ".join(c["path"].rstrip("/").rsplit("/", 1)[-1] for c in ck)
+        lines.append(f"checkpoints  {len(ck)} kept: {names}")
+        redo = last.get("step", 0) - st["resumes_from"] if st["records"] else 0
+        lines.append(f"resume   a rerun into this folder resumes from step {st['resumes_from']:,}"
+                     + (f" (its last {redo:,} logged step(s) are trained again)" if redo > 0 else ""))
+    else:
+        lines.append("checkpoints  none yet: a rerun into this folder starts at step 0")
+    lines.append("(shardforge plot RUN draws its curves; shardforge export CHECKPOINT OUT makes a Hugging Face folder)")
+    return "\n".join(lines)
+
+
+def _fmt_age(s: float | None) -> str:
+    if s is None:
+        return "-"
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if s >= size:
+            return f"{s / size:.1f} {unit}"
+    return f"{s:.0f} s"
+
+
 def _fmt_time(t: float | None) -> str:
     return "-" if t is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
 
@@ -111,6 +229,8 @@ def render_plain(st: dict[str, Any]) -> str:
 
 def render(st: dict[str, Any]) -> str:
     """The human-readable report."""
+    if st.get("kind") == "run":
+        return render_run(st)
     if not st.get("served", True):
         return render_plain(st)
     lines = [f"corpus   {st['corpus']}",
@@ -142,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     p = ArgumentParser(prog="shardforge status", description=__doc__,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("corpus", help="Corpus root URL.")
+    p.add_argument("corpus", help="Corpus root URL (or a training run folder).")
     p.add_argument("--watch", default=None, help="Watch glob (default: the one recorded by serve).")
     p.add_argument("--json", action="store_true", help="Print JSON instead of the table.")
     args = p.parse_args(argv)
