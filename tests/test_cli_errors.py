@@ -169,7 +169,7 @@ def test_help_names_the_command_as_the_user_ran_it(args, usage) -> None:
 
 @pytest.mark.parametrize("module, args, says", [
     ("trainer.export", ["no-such-run", "out"], "no-such-run does not exist"),
-    ("trainer.plot", ["no-such-run"], "no metrics.jsonl in no-such-run"),
+    ("trainer.plot", ["no-such-run"], "no-such-run does not exist"),
 ])
 def test_export_and_plot_as_modules_run_as_their_commands(tmp_path, module, args, says) -> None:
     """`python -m trainer.export` / `trainer.plot` are the commands (they did nothing before)."""

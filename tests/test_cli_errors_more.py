@@ -149,3 +149,43 @@ def test_status_of_a_run_on_an_object_store_reads_the_same(store_url: str, tmp_p
         for key in ("run", "checkpoints", "last_record_at", "last_record_age_s"):
             st.pop(key)
     assert remote == local
+
+
+def test_a_command_given_the_wrong_kind_of_folder_names_what_it_is(tmp_path: Path) -> None:
+    """inspect or repack of a run folder said to build it from raw files or found no manifest; export of a
+    corpus said 'no checkpoint found';
+    plot of a folder of runs asked 'is this a shardforge run folder?'. Each now says what the folder is, or
+    what lies under it."""
+    top = tmp_path / "work"
+    _killed_run(top)
+    (top / "corpus").mkdir()
+    (top / "corpus" / "manifest.json").write_text("{}")  # named, never read: the folder's kind is by its names
+    (top / "raw").mkdir()
+    (top / "raw" / "a.jsonl").write_text("{}\n")
+    fresh = top / "fresh"
+    fresh.mkdir()
+    (fresh / "metrics.jsonl").write_text('{"step": 1, "loss": 6.0}\n')
+    under = f"under it: {top / 'corpus'} (a corpus), {fresh} (a training run), {top / 'run'} (a training run)"
+    said = {name: one_line_error(run("-m", "shardforge.cli", *args)) for name, args in {
+        "inspect top": ["inspect", str(top)], "inspect run": ["inspect", str(top / "run")],
+        "export corpus": ["export", str(top / "corpus"), str(tmp_path / "hf")],
+        "export top": ["export", str(top), str(tmp_path / "hf")],
+        "export fresh": ["export", str(fresh), str(tmp_path / "hf")],
+        "plot corpus": ["plot", str(top / "corpus")], "plot top": ["plot", str(top)],
+        "plot raw": ["plot", str(top / "raw")], "plot missing": ["plot", str(top / "nope")],
+        "repack run": ["repack", "--tokenized", str(top / "run"), "--output", str(tmp_path / "r")],
+        "repack top": ["repack", "--tokenized", str(top), "--output", str(tmp_path / "r")]}.items()}
+    assert said["inspect top"].endswith(f"{top} is a folder but not a corpus; {under}")
+    assert f"{top / 'run'} is a training run folder, not a corpus" in said["inspect run"]
+    assert f"`shardforge status {top / 'run'}` says where the run stands" in said["inspect run"]
+    assert said["export corpus"].startswith(f"error: {top / 'corpus'} is a corpus, not a training run: give a run folder")
+    assert said["export top"].endswith(under) and said["export top"].startswith(f"error: no checkpoint found in {top}")
+    assert said["export fresh"] == (f"error: no checkpoint in {fresh} yet: the run has saved none (`shardforge status "
+                                    f"{fresh}` says where it stands)")
+    assert said["plot corpus"] == f"error: {top / 'corpus'} is a corpus, not a training run: give a run folder (the --output of a run)"
+    assert said["plot top"].endswith(under)
+    assert said["plot raw"] == f"error: no metrics.jsonl in {top / 'raw'}: not a training run folder (the --output of a run)"
+    assert said["repack run"] == (f"error: {top / 'run'} is a training run folder, not a corpus: repack needs the "
+                                  "parent corpus (--tokenized CORPUS, the --data the run trained on)")
+    assert said["repack top"].endswith(under)
+    assert said["plot missing"] == f"error: {top / 'nope'} does not exist: give a run folder (the --output of a run)"

@@ -299,6 +299,19 @@ def check_export_folder(out_dir: str) -> None:
                         "--overwrite to replace the files an export writes (an earlier export of this run)")
 
 
+def no_checkpoint(folder: str) -> str:
+    """Why a folder gives export no checkpoint: a corpus, a folder of runs, or a run that saved none yet."""
+    from shardforge.storage.contract import folder_kind, kinds_under
+
+    kind = folder_kind(folder)
+    if kind == "corpus":
+        return (f"{folder} is a corpus, not a training run: give a run folder (the --output of a run trained on "
+                "it) or its checkpoint file (checkpoints/ckpt-NNNNNNNN.pt)")
+    if kind == "run":
+        return f"no checkpoint in {folder} yet: the run has saved none (`shardforge status {folder}` says where it stands)"
+    return f"no checkpoint found in {folder}: give a run folder (the --output of a run){kinds_under(folder)}"
+
+
 def export_checkpoint(ckpt: str, out_dir: str, tokenizer: str | None = None, license_id: str | None = None,
                       language: list[str] | None = None, overwrite: bool = True) -> str:
     """Export a training checkpoint (file, or run folder: its latest) to a Hugging Face folder (the model
@@ -320,7 +333,7 @@ def export_checkpoint(ckpt: str, out_dir: str, tokenizer: str | None = None, lic
         raise UserError(f"{ckpt} is a file but not a checkpoint: give a run folder (the --output of a run) or its "
                         "checkpoint file (checkpoints/ckpt-NNNNNNNN.pt)") from None
     if url is None:
-        raise UserError(f"no checkpoint found in {ckpt}")
+        raise UserError(no_checkpoint(ckpt))
     state = load_checkpoint(url)
     cfg = checkpoint_config(state, url)
     if tokenizer is None:

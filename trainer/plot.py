@@ -136,13 +136,28 @@ def import_pyplot() -> Any:
     return plt
 
 
+def no_metrics(run: str) -> str:
+    """Why there is nothing to plot: a corpus, a folder of runs, a run that logged nothing yet, or nothing."""
+    from shardforge.storage import exists
+    from shardforge.storage.contract import folder_kind, kinds_under
+
+    kind = folder_kind(run)
+    if kind == "corpus":
+        return f"{run} is a corpus, not a training run: give a run folder (the --output of a run)"
+    if kind == "run":
+        return f"no metrics.jsonl in {run} yet: the run has logged no step"
+    if not exists(run):
+        return f"{run} does not exist: give a run folder (the --output of a run)"
+    return f"no metrics.jsonl in {run}: not a training run folder (the --output of a run){kinds_under(run)}"
+
+
 def plot_run(run: str, out: str | None = None, smooth: float = 0.9, x: str = "auto") -> str:
     """Write {run}/plots.png (or out) with one panel per metric present (and MFU always); returns the path."""
     plt = import_pyplot()
     try:
         rows, torn = read_records(run)
     except FileNotFoundError:
-        raise UserError(f"no metrics.jsonl in {run}: is this a shardforge run folder?") from None
+        raise UserError(no_metrics(run)) from None
     if torn:
         print(f"warning: skipped {torn} line(s) of {run}/metrics.jsonl that hold no step record (a line torn by a "
               "killed run)", file=sys.stderr)

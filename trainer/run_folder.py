@@ -1,25 +1,16 @@
-"""What a run folder holds, readable without torch: its checkpoints' names and its metrics.jsonl records.
+"""A run folder read without torch: its checkpoints (by name) and its metrics.jsonl records.
 
-    {run}/checkpoints/ckpt-{step:08d}.pt   (+ .sha256 beside each)
-    {run}/metrics.jsonl                    one JSON record per logged step
-    {run}/tb/                              TensorBoard, where the folder is local
-
-``shardforge status RUN`` and ``shardforge plot RUN`` read a run through this module, so neither
-imports torch.
+The names are schemas/run_folder.py's. ``shardforge status RUN`` and ``shardforge plot RUN`` read a run
+through this module, so neither imports torch.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
+from schemas.run_folder import CKPT_DIR, CKPT_NAME, DIGEST_SUFFIX, METRICS_FILE  # noqa: F401
 from shardforge.storage import join, list_names, read_text
-
-CKPT_DIR = "checkpoints"
-DIGEST_SUFFIX = ".sha256"  # ckpt-N.pt.sha256: the sha256 (hex) of ckpt-N.pt's bytes
-METRICS_FILE = "metrics.jsonl"
-CKPT_NAME = re.compile(r"ckpt-(\d{8})\.pt$")
 
 
 def checkpoint_dir(run: str) -> str:

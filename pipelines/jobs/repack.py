@@ -56,7 +56,7 @@ from shardforge.storage import (
     sha256_bytes,
     write_bytes_atomic,
 )
-from shardforge.storage.contract import load_manifest, tokenizer_url
+from shardforge.storage.contract import folder_kind, kinds_under, load_manifest, tokenizer_url
 
 PART_GLOB = "part-*.parquet"
 READ_BATCH_ROWS = 2048
@@ -129,8 +129,11 @@ def resolve_parent(url: str) -> Parent:
         if TAG_RE.match(tag) and parent_dir.endswith(f"/{VERSIONS_DIR}"):
             root = parent_dir[: -len(VERSIONS_DIR) - 1] or "/"
         if not exists(join(root, MANIFEST_NAME)):
+            if folder_kind(url) == "run":
+                raise UserError(f"{url} is a training run folder, not a corpus: repack needs the parent corpus "
+                                "(--tokenized CORPUS, the --data the run trained on)")
             raise UserError(f"no corpus manifest at {url} or at {root}: repack needs the parent corpus "
-                            "(its manifest names the tokenizer, the accounting and the config)")
+                            f"(its manifest names the tokenizer, the accounting and the config){kinds_under(url)}")
         manifest, root = load_manifest(root)
         given_folder = url
     folders = _tokenized_folders(root, manifest)

@@ -34,7 +34,14 @@ from shardforge.console.args import ArgumentParser
 from shardforge.console.redact import redact_text
 from shardforge.console.run import run_cli
 from shardforge.storage import exists, get_fs, info_mtime, join, list_names, read_text
-from shardforge.storage.contract import committed_versions, load_manifest, load_version, read_latest_pointer
+from shardforge.storage.contract import (
+    committed_versions,
+    folder_kind,
+    kinds_under,
+    load_manifest,
+    load_version,
+    read_latest_pointer,
+)
 from trainer.run_folder import CKPT_DIR, METRICS_FILE, list_checkpoints, read_records
 
 
@@ -53,10 +60,10 @@ def corpus_status(root: str, watch: str | None = None, now: float | None = None)
     versions = committed_versions(root)
     if not versions:
         if not exists(join(root, MANIFEST_NAME)):
-            if what_is(root) == "run":
+            if folder_kind(root) == "run":
                 return run_status(root, now)
             parent = posixpath.dirname(root)
-            if posixpath.basename(root) == CKPT_DIR and parent and what_is(parent) == "run":
+            if posixpath.basename(root) == CKPT_DIR and parent and folder_kind(parent) == "run":
                 return run_status(parent, now)  # the run's checkpoints/ folder: the run
             raise UserError(not_a_corpus(root))
         manifest, _ = load_manifest(root)
@@ -100,32 +107,15 @@ def corpus_status(root: str, watch: str | None = None, now: float | None = None)
     return out
 
 
-def what_is(url: str) -> str | None:
-    """"corpus" (a manifest or a served corpus's pointer), "run" (metrics.jsonl or checkpoints/), or None."""
-    names = set(list_names(url))
-    if MANIFEST_NAME in names or LATEST_NAME in names:
-        return "corpus"
-    if METRICS_FILE in names or CKPT_DIR in names:
-        return "run"
-    return None
-
-
 def not_a_corpus(root: str) -> str:
     """The one line for a URL that is neither a corpus nor a run: what it is, or what lies under it."""
     if root.endswith(".pt"):
         return (f"{root} is a checkpoint, not a corpus: `shardforge status RUN` reports its run (the folder that "
                 f"holds {CKPT_DIR}/), `shardforge export {root} OUT` makes a Hugging Face folder of it")
-    names = list_names(root)
-    if not names and not exists(root):
+    if not list_names(root) and not exists(root):
         return f"nothing at {root}: give a corpus root (its manifest.json or manifest-v*.json) or a run folder"
-    found = []
-    for name in names[:200]:
-        kind = what_is(join(root, name)) if "." not in name else None
-        if kind:
-            found.append(f"{join(root, name)} ({'a corpus' if kind == 'corpus' else 'a training run'})")
-    under = f"; under it: {', '.join(found)}" if found else ""
     return f"no corpus at {root} (no manifest-v*.json, no manifest.json) and no training run (no {METRICS_FILE}, " \
-           f"no {CKPT_DIR}/){under}"
+           f"no {CKPT_DIR}/){kinds_under(root)}"
 
 
 def run_status(run: str, now: float) -> dict[str, Any]:

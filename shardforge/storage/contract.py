@@ -26,6 +26,7 @@ from schemas.manifest import (
     parse_manifest,
 )
 from schemas.naming import manifest_version, version_manifest_name
+from schemas.run_folder import CKPT_DIR, METRICS_FILE
 from shardforge.storage.reads import exists, list_names, read_bytes, read_text
 from shardforge.storage.urls import get_fs, join
 
@@ -79,6 +80,28 @@ def load_manifest(url: str) -> tuple[Manifest, str]:
     return parse_manifest(text, murl), corpus_root(murl)
 
 
+def folder_kind(url: str) -> str | None:
+    """What a folder is, by the names directly in it: "corpus" (a manifest, or a served corpus's pointer),
+    "run" (a training run: metrics.jsonl or checkpoints/), or None (neither, or nothing there)."""
+    names = set(list_names(url))
+    if MANIFEST_NAME in names or LATEST_NAME in names:
+        return "corpus"
+    if METRICS_FILE in names or CKPT_DIR in names:
+        return "run"
+    return None
+
+
+def kinds_under(url: str, limit: int = 50) -> str:
+    """'; under it: A (a corpus), B (a training run)' for the corpora and runs directly under a folder
+    (its first ``limit`` names without a dot looked at: one listing each), or '' where there are none."""
+    found = []
+    for name in [n for n in list_names(url) if "." not in n][:limit]:
+        kind = folder_kind(join(url, name))
+        if kind:
+            found.append(f"{join(url, name)} ({'a corpus' if kind == 'corpus' else 'a training run'})")
+    return f"; under it: {', '.join(found)}" if found else ""
+
+
 def _no_manifest(url: str, murl: str) -> str:
     """Why there is no manifest at murl, in the user's terms: url is a file (raw data, say), a folder
     without a manifest, or nothing at all."""
@@ -93,6 +116,12 @@ def _no_manifest(url: str, murl: str) -> str:
                 f"manifest.json): build one from it with `shardforge build --input {url} --output CORPUS`, "
                 "then use CORPUS")
     if exists(root):
+        if folder_kind(root) == "run":
+            return (f"no manifest at {murl}: {root} is a training run folder, not a corpus (a run's corpus is "
+                    f"the --data it trained on; `shardforge status {root}` says where the run stands)")
+        under = kinds_under(root)
+        if under:
+            return f"no manifest at {murl}: {root} is a folder but not a corpus{under}"
         return (f"no manifest at {murl}: {root} is a folder but not a corpus. A build writes the manifest "
                 "last, so an unfinished or failed build leaves none; a folder of raw files is built into a "
                 f"corpus with `shardforge build --input '{root}/*' --output CORPUS`")
