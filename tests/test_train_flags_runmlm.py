@@ -100,6 +100,30 @@ NO_EQUIVALENT_LINES = {
     "--report_to": "--set trackers.wandb=true or trackers.mlflow=true",
     "--logging_dir": "the logs go into --output",
     "--auto_find_batch_size": "one line naming the --batch_size to give",
+    "--eval_strategy": "every --eval_every (--eval_steps) steps and at the last step",
+    "--evaluation_strategy": "every --eval_every (--eval_steps) steps and at the last step",
+    "--save_strategy": "every --checkpoint_every (--save_steps) steps and at the last step",
+    "--logging_strategy": "every --log_every (--logging_steps) steps",
+    "--max_eval_samples": "--eval_batches batches of the valid split",
+    "--max_train_samples": "--steps or --max_tokens",
+    "--train_file": "`shardforge build --input FILES --output CORPUS` makes one from text files",
+    "--validation_file": "the valid split is the corpus's (the build's --valid_fraction)",
+    "--dataset_name": "nothing is downloaded",
+    "--dataset_config_name": "nothing is downloaded",
+    "--tokenizer_name": "build the corpus with --tokenizer PATH",
+    "--model_type": "come with their --recipe",
+    "--line_by_line": "--rule doc_sentences for one document per sequence",
+    "--pad_to_max_length": "batches are padded to their longest sequence",
+    "--preprocessing_num_workers": "shardforge build --doc_processes N",
+    "--gradient_checkpointing": "lower --batch_size and raise --gradient_accumulation",
+    "--load_best_model_at_end": "export the one you want (shardforge export RUN/checkpoints/ckpt-N.pt OUT)",
+    "--metric_for_best_model": "export the one you want (shardforge export RUN/checkpoints/ckpt-N.pt OUT)",
+    "--push_to_hub": "upload it with huggingface-cli upload",
+    "--hub_model_id": "upload it with huggingface-cli upload",
+    "--tf32": "whose matmuls TF32 does not touch",
+    "--bf16_full_eval": "evaluation runs at the training precision",
+    "--fp16_full_eval": "evaluation runs at the training precision",
+    "--label_smoothing_factor": "plain cross-entropy over the masked tokens",
 }
 
 
@@ -115,7 +139,9 @@ def test_flags_without_an_equivalent_say_what_to_give_instead(capsys: pytest.Cap
 
 
 def test_an_unknown_flag_is_never_pointed_at_one_without_an_equivalent(capsys: pytest.CaptureFixture[str]) -> None:
-    assert refused(capsys, "--data", "d", "--train_file", "x").startswith("error: unknown flag: --train_file (see ")
+    assert refused(capsys, "--data", "d", "--hub_strategy", "x").startswith("error: unknown flag: --hub_strategy (see ")
+    # --eval_strateg is near --eval_strategy (no equivalent) and --eval_steps: the suggestion is the one that works
+    assert "(did you mean --eval_steps?)" in refused(capsys, "--data", "d", "--eval_strateg", "steps")
     assert "(did you mean --steps?)" in refused(capsys, "--data", "d", "--stpes", "3")
 
 
@@ -132,6 +158,20 @@ def test_every_run_mlm_name_of_the_audit_is_accepted_or_answered(capsys: pytest.
         parse("--data", "c", flag, *([value] if value is not None else []))
     for flag in NO_EQUIVALENT_LINES:
         assert "unknown flag" not in refused(capsys, "--data", "c", flag, "1")
+
+
+@pytest.mark.parametrize("argv, compile_", [
+    (["--torch_compile"], True), (["--torch_compile", "false"], False), (["--torch_compile=True"], True),
+    (["--compile", "auto"], "auto"), (["--compile"], True), (["--compile", "--steps", "5"], True), ([], "auto"),
+])
+def test_torch_compile_sets_compile(argv: list[str], compile_: bool | str) -> None:
+    assert resolved(*argv).compile == compile_
+
+
+def test_run_name_and_compile_mistakes(capsys: pytest.CaptureFixture[str]) -> None:
+    assert resolved("--run_name", "rb-ablation-3").trackers.run_name == "rb-ablation-3"
+    assert "argument --compile/--torch_compile: true, false or auto, not 'maybe'" in refused(
+        capsys, "--torch_compile", "maybe")
 
 
 def test_config_overrides_set_the_model_keys_of_their_hugging_face_names() -> None:

@@ -44,6 +44,8 @@ class ConfigFlag:
     help: str
     type: Callable[[str], Any] | None = None
     choices: tuple[str, ...] | None = None
+    const: Any = None  # given: the flag alone means this value (``--torch_compile`` is ``--compile true``)
+    metavar: str | None = None
 
     @property
     def dest(self) -> str:
@@ -103,11 +105,15 @@ CONFIG_FLAGS: dict[str, list[ConfigFlag]] = {
         ConfigFlag(("--log_every", "--logging_steps"), "log_every",
                    "A progress line every N steps, and at the first and last step and each evaluation "
                    "(0: only those; metrics.jsonl has every step).", int),
+        ConfigFlag(("--run_name",), "trackers.run_name",
+                   "The run's name in W&B and MLflow (none: the --output folder's name).", str),
     ],
     "precision and devices": [
         ConfigFlag(("--precision",), "precision", "auto: bf16 on a GPU that has it, fp16 (+ loss scaling) on one "
                    "without, fp32 on CPU.", choices=("auto", "fp32", "bf16", "fp16")),
         ConfigFlag(("--device",), "device", "auto | cpu | cuda | cuda:N.", str),
+        ConfigFlag(("--compile", "--torch_compile"), "compile", "torch.compile the model (auto: on CUDA only); "
+                   "the flag alone: true.", lambda text: compile_value(text), const=True, metavar="true|false|auto"),
         ConfigFlag(("--ddp_timeout",), "ddp_timeout", "Seconds a rank waits for the others in a collective "
                    "before the run fails (a rank that hung).", float),
         ConfigFlag(("--num_workers", "--dataloader_num_workers"), "num_workers",
@@ -135,6 +141,47 @@ NO_EQUIVALENT: dict[str, str] = {
     "--auto_find_batch_size": "the batch size is what you give, on every device: a run that runs out of memory "
                               "stops at once with one line naming the --batch_size to give (a global batch is "
                               "kept by gradient accumulation)",
+    "--eval_strategy": "evaluation runs every --eval_every (--eval_steps) steps and at the last step; "
+                       "--eval_batches 0: none",
+    "--evaluation_strategy": "evaluation runs every --eval_every (--eval_steps) steps and at the last step; "
+                             "--eval_batches 0: none",
+    "--save_strategy": "a checkpoint is saved every --checkpoint_every (--save_steps) steps and at the last step",
+    "--logging_strategy": "a progress line every --log_every (--logging_steps) steps; metrics.jsonl has every step",
+    "--max_eval_samples": "each evaluation reads --eval_batches batches of the valid split",
+    "--max_train_samples": "the length is --steps or --max_tokens (tokens)",
+    "--train_file": "the data is a corpus a build wrote (--data CORPUS): `shardforge build --input FILES --output "
+                    "CORPUS` makes one from text files",
+    "--validation_file": "the valid split is the corpus's (the build's --valid_fraction)",
+    "--dataset_name": "the data is a corpus a build wrote (--data CORPUS): `shardforge build --input FILES "
+                      "--output CORPUS` makes one from text files; nothing is downloaded",
+    "--dataset_config_name": "the data is a corpus a build wrote (--data CORPUS); nothing is downloaded",
+    "--tokenizer_name": "the tokenizer is the corpus's (its manifest names it): build the corpus with "
+                        "--tokenizer PATH to reuse an existing one",
+    "--model_type": "the model is RoBERTa's encoder (--model_size, --config_overrides); ALBERT's and SpanBERT's "
+                    "come with their --recipe (albert-base, spanbert-base: docs/recipes.md), and export writes "
+                    "the matching Hugging Face class",
+    "--line_by_line": "packing is the corpus's: build it (or shardforge repack it) with --rule doc_sentences for "
+                      "one document per sequence",
+    "--pad_to_max_length": "packing is the corpus's (build or shardforge repack with --rule); batches are padded "
+                           "to their longest sequence",
+    "--preprocessing_num_workers": "preprocessing is the build's: shardforge build --doc_processes N",
+    "--gradient_checkpointing": "activations are not recomputed here: to fit in memory, lower --batch_size and "
+                                "raise --gradient_accumulation (the global batch stays the same)",
+    "--load_best_model_at_end": "the run keeps its newest --keep_last checkpoints and logs each evaluation's "
+                                "loss to metrics.jsonl: export the one you want (shardforge export "
+                                "RUN/checkpoints/ckpt-N.pt OUT)",
+    "--metric_for_best_model": "the run keeps its newest --keep_last checkpoints and logs each evaluation's "
+                               "loss to metrics.jsonl: export the one you want (shardforge export "
+                               "RUN/checkpoints/ckpt-N.pt OUT)",
+    "--push_to_hub": "shardforge export RUN OUT writes a Hugging Face folder (with its model card); upload it "
+                     "with huggingface-cli upload: nothing here reaches the network",
+    "--hub_model_id": "shardforge export RUN OUT writes a Hugging Face folder (with its model card); upload it "
+                      "with huggingface-cli upload: nothing here reaches the network",
+    "--tf32": "on a GPU the run trains in mixed precision (--precision auto: bf16, or fp16 where the GPU lacks "
+              "it), whose matmuls TF32 does not touch; fp32 matmuls keep torch's default precision",
+    "--bf16_full_eval": "evaluation runs at the training precision (--precision)",
+    "--fp16_full_eval": "evaluation runs at the training precision (--precision)",
+    "--label_smoothing_factor": "the MLM loss is plain cross-entropy over the masked tokens (no smoothing)",
 }
 
 
@@ -147,6 +194,16 @@ class NoEquivalent(argparse.Action):
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
                  option_string: str | None = None) -> None:
         parser.error(f"{option_string}: {NO_EQUIVALENT[self.option_strings[0]]}")
+
+
+def compile_value(text: str) -> bool | str:
+    """``--compile``'s value: auto, or a boolean as ``bool_value`` reads it."""
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        return bool_value(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"true, false or auto, not {text!r}") from None
 
 
 def bool_value(text: str) -> bool:
@@ -301,8 +358,10 @@ def train_parser() -> ArgumentParser:
     for title, flags in CONFIG_FLAGS.items():
         group = p.add_argument_group(title)
         for f in flags:
+            extra: dict[str, Any] = {"nargs": "?", "const": f.const} if f.const is not None else {}
+            metavar = f.metavar or (f.type.__name__.upper() if f.type in (int, float) else None)
             action = group.add_argument(*f.names, dest=f.dest, type=f.type, choices=f.choices, help=f.help,
-                                        metavar=f.type.__name__.upper() if f.type in (int, float) else None)
+                                        metavar=metavar, **extra)
             action.config_key = f.key  # type: ignore[attr-defined]
         if title == "precision and devices":
             for name in PRECISION_SWITCHES:
