@@ -7,13 +7,14 @@ corpus must have been built with. docs/recipes.md lists each with its source.
 
 Resolution order, later wins: recipe -> ``--config`` file -> command-line flags ->
 ``--set key=value`` (every field, dotted for sections: ``--set optim.lr=1e-4``).
-A ``--set`` key that is not a field is one line listing the valid keys, closest first.
+A ``--set`` key that is not a field is one line naming the closest valid keys.
 """
 
 from __future__ import annotations
 
 import difflib
 import json
+import typing
 from importlib import resources
 from typing import Any
 
@@ -56,16 +57,32 @@ def load_recipe(name: str) -> dict[str, Any]:
 
 # ------------------------------------------------------------------ --set
 
+def _section(annotation: Any) -> tuple[type[BaseModel] | None, bool]:
+    """(the config section a field holds, whether it may be null instead): ``MaskingConfig | None`` is one."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation, False
+    args = typing.get_args(annotation)
+    models = [a for a in args if isinstance(a, type) and issubclass(a, BaseModel)]
+    if len(models) == 1 and type(None) in args:
+        return models[0], True
+    return None, False
+
+
 def valid_keys(model: type[BaseModel] = TrainConfig, prefix: str = "") -> list[str]:
-    """Every settable dotted key of a config model (sections expanded), in declaration order."""
+    """Every settable dotted key of a config model (sections expanded), in declaration order. A section that
+    may be null (``eval_masking``) is a key itself (``eval_masking=null``) and has its dotted keys too: one set
+    on a null section starts it from the section's defaults."""
     keys: list[str] = []
     for name, field in model.model_fields.items():
-        ann = field.annotation
-        if isinstance(ann, type) and issubclass(ann, BaseModel):
-            keys.extend(valid_keys(ann, f"{prefix}{name}."))
-        else:
+        section, nullable = _section(field.annotation)
+        if section is None or nullable:
             keys.append(prefix + name)
+        if section is not None:
+            keys.extend(valid_keys(section, f"{prefix}{name}."))
     return keys
+
+
+SHOWN_KEYS = 8  # the closest keys an unknown --set key's line names (--help lists all ~90)
 
 
 def closest_first(key: str, keys: list[str]) -> list[str]:
@@ -93,8 +110,9 @@ def apply_set(data: dict[str, Any], item: str) -> None:
     key, value = item.split("=", 1)
     keys = valid_keys()
     if key not in keys:
-        ranked = closest_first(key, keys)
-        raise UserError(f"--set {item}: unknown key {key!r}; valid keys (closest first): {', '.join(ranked)}")
+        ranked = closest_first(key, keys)[:SHOWN_KEYS]
+        raise UserError(f"--set {item}: unknown key {key!r}; the closest valid keys: {', '.join(ranked)} "
+                        "(python -m trainer.train --help lists every one)")
     node = data
     parts = key.split(".")
     for p in parts[:-1]:
