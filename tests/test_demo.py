@@ -43,9 +43,10 @@ def test_demo_runs_the_whole_path_and_the_model_learns(tmp_path: Path) -> None:
                             capture_output=True, text=True, timeout=120)
     assert status.returncode == 0, status.stderr
     lines = dict(line.split(None, 1) for line in status.stdout.splitlines() if not line.startswith("("))
-    assert lines["step"].startswith("10, epoch ") and f"loss     {summary['last_loss']:.4f} (smoothed" in status.stdout
+    assert lines["step"].startswith("10 of 10 (finished), epoch ")
+    assert f"loss     {summary['last_loss']:.4f} (smoothed" in status.stdout
     assert lines["checkpoints"].startswith("1 kept: ckpt-00000010.pt")
-    assert lines["resume"] == "a rerun into this folder resumes from step 10", lines
+    assert lines["resume"] == "the run finished; a rerun into this folder with a larger --steps continues it from step 10"
     assert lines["eval"].startswith("loss ") and lines["eval"].endswith("at step 10")
     folder = subprocess.run([sys.executable, "-m", "shardforge.cli", "status", str(out)], cwd=ROOT,
                             capture_output=True, text=True, timeout=120)

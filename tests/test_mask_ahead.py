@@ -37,7 +37,8 @@ CPU = torch.device("cpu")
 CUDA = torch.cuda.is_available()
 needs_cuda = pytest.mark.skipif(not CUDA, reason="needs CUDA (run by benchmarks/gpu.sh)")
 # What a step's record holds that is a clock reading, not a result.
-TIMING = ("tokens_per_s", "step_time", "data_wait_share", "flops_per_s", "mfu", "data_startup_s")
+# What differs between two runs of the same batches: timings, and the keys of a process's first record.
+TIMING = ("tokens_per_s", "step_time", "data_wait_share", "flops_per_s", "mfu", "data_startup_s", "total_steps")
 
 
 def masker(scheme: str = "whole_word", fused: bool = False, device: torch.device = CPU,

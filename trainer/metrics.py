@@ -263,6 +263,7 @@ class TrainMetrics:
         record = step_record(step, v, tokens, lr, dt, wait, epoch, self.flops_per_token, self.peak_flops)
         if self._clock is None:
             self._clock = started
+            record["total_steps"] = self.total_steps  # this process's planned length (shardforge status reads it)
             if self.startup_s is not None:
                 record["data_startup_s"] = self.startup_s
         if self.mask_rate is not None:

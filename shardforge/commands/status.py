@@ -130,6 +130,7 @@ def run_status(run: str, now: float) -> dict[str, Any]:
         last_at = info_mtime(fs.info(path))
     last = rows[-1] if rows else {}
     evals = [r for r in rows if "eval_loss" in r]
+    planned = [r["total_steps"] for r in rows if isinstance(r.get("total_steps"), int)]
     ckpts = list_checkpoints(run)
     keys = ("step", "epoch", "tokens_seen", "loss", "loss_smooth", "mask_rate", "lr", "tokens_per_s", "mfu")
     return {
@@ -140,6 +141,8 @@ def run_status(run: str, now: float) -> dict[str, Any]:
         if evals else None,
         "checkpoints": [{"step": step, "path": url} for step, url in ckpts],
         "resumes_from": ckpts[-1][0] if ckpts else 0,
+        "total_steps": planned[-1] if planned else None,  # the newest process's plan (a run from before: None)
+        "finished": bool(planned and ckpts and ckpts[-1][0] >= planned[-1]),
     }
 
 
@@ -149,7 +152,8 @@ def render_run(st: dict[str, Any]) -> str:
     if not st["records"]:
         lines.append(f"step     no step logged yet ({METRICS_FILE} " + ("holds none)" if st["torn_lines"] else "absent)"))
     else:
-        where = [f"{last['step']:,}"] + ([f"epoch {last['epoch']}"] if "epoch" in last else []) + \
+        of = f" of {st['total_steps']:,}" if st.get("total_steps") else ""
+        where = [f"{last['step']:,}{of}" + (" (finished)" if st.get("finished") else "")] + ([f"epoch {last['epoch']}"] if "epoch" in last else []) + \
             ([f"{last['tokens_seen']:,} tokens seen"] if "tokens_seen" in last else [])
         lines.append(f"step     {', '.join(where)}; last logged {_fmt_time(st['last_record_at'])} "
                      f"({_fmt_age(st['last_record_age_s'])} ago)")
@@ -175,8 +179,12 @@ def render_run(st: dict[str, Any]) -> str:
         names = ", ".join(c["path"].rstrip("/").rsplit("/", 1)[-1] for c in ck)
         lines.append(f"checkpoints  {len(ck)} kept: {names}")
         redo = last.get("step", 0) - st["resumes_from"] if st["records"] else 0
-        lines.append(f"resume   a rerun into this folder resumes from step {st['resumes_from']:,}"
-                     + (f" (its last {redo:,} logged step(s) are trained again)" if redo > 0 else ""))
+        if st.get("finished"):
+            lines.append(f"resume   the run finished; a rerun into this folder with a larger --steps continues it "
+                         f"from step {st['resumes_from']:,}")
+        else:
+            lines.append(f"resume   a rerun into this folder resumes from step {st['resumes_from']:,}"
+                         + (f" (its last {redo:,} logged step(s) are trained again)" if redo > 0 else ""))
     else:
         lines.append("checkpoints  none yet: a rerun into this folder starts at step 0")
     lines.append("(shardforge plot RUN draws its curves; shardforge export CHECKPOINT OUT makes a Hugging Face folder)")
