@@ -468,8 +468,11 @@ def test_pair_rule_corpora_train_every_head(corpus, tmp_path, variant):
 def test_sentence_head_on_a_single_segment_corpus_is_a_clear_error(corpus, tmp_path):
     from schemas.errors import UserError
 
-    with pytest.raises(UserError, match="needs a pair-rule corpus"):
+    with pytest.raises(UserError, match="needs a pair-rule corpus") as e:
         train(cfg(corpus, str(tmp_path / "r"), steps=1, model={"sentence_head": "sop"}))
+    # the line names the command that makes one from this corpus
+    assert f"shardforge repack --tokenized {corpus} --output NEW --rule sop; or --set model.sentence_head=none" \
+        in str(e.value)
 
 
 def test_every_evaluation_sees_the_same_valid_batches(tmp_path):

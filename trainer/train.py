@@ -88,8 +88,11 @@ def check_heads(cfg: TrainConfig, manifest: Manifest) -> None:
     """The sentence head must match the corpus's packing rule (its labels are NSP or SOP labels)."""
     rule, head = manifest.packing_rule, cfg.model.sentence_head
     if head != "none" and rule not in PAIR_RULES:
+        want = "sop" if head == "sop" else "segment_pair_nsp"
         raise UserError(f"model.sentence_head={head} needs a pair-rule corpus (sop, segment_pair_nsp, "
-                        f"sentence_pair_nsp); this corpus is packed as {rule} (repack it: pipelines.jobs.repack)")
+                        f"sentence_pair_nsp); this corpus is packed as {rule} (repack it: shardforge repack "
+                        f"--tokenized {redact_url(cfg.data) if cfg.data else 'CORPUS'} --output NEW --rule {want}; "
+                        "or --set model.sentence_head=none)")
     if rule in PAIR_RULES:
         want = "sop" if rule == "sop" else "nsp"
         if head == "none":
