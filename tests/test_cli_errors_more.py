@@ -96,6 +96,7 @@ def _killed_run(tmp_path: Path) -> Path:
     records = [{"step": s, "epoch": 0, "loss": 6.0 - s / 10, "loss_smooth": 6.1 - s / 10, "mask_rate": 0.15,
                 "lr": 1e-4 * s, "tokens_per_s": 1000.0 + s, "tokens_seen": 512 * s} for s in range(1, 8)]
     records[4]["eval_loss"], records[4]["eval_ppl"], records[4]["eval_mlm_acc"] = 5.5, 244.69, 0.125
+    records[0]["total_steps"] = 10  # the process's plan, on its first record
     text = "".join(json.dumps(r) + "\n" for r in records) + '{"step": 8, "loss": 5.'
     (run_dir / "metrics.jsonl").write_text(text)
     return run_dir
@@ -108,7 +109,7 @@ def test_status_of_a_killed_run_says_where_it_stands_and_what_a_rerun_redoes(tmp
     res = run("-m", "shardforge.cli", "status", str(run_dir))
     assert res.returncode == 0 and res.stderr == "", res.stderr
     lines = dict(line.split(None, 1) for line in res.stdout.splitlines() if not line.startswith("("))
-    assert lines["step"].startswith("7, epoch 0, 3,584 tokens seen; last logged ")
+    assert lines["step"].startswith("7 of 10, epoch 0, 3,584 tokens seen; last logged ")
     assert lines["loss"] == "5.3000 (smoothed 5.4000) at masking rate 0.15; lr 0.0007, 1,007 tokens/s"
     assert lines["eval"] == "loss 5.5000 (perplexity 244.69, MLM accuracy 12.5%) at step 5"
     assert lines["metrics"].startswith("1 line(s) of metrics.jsonl hold no step record")
@@ -119,6 +120,7 @@ def test_status_of_a_killed_run_says_where_it_stands_and_what_a_rerun_redoes(tmp
 
     st = corpus_status(str(run_dir), now=2e9)
     assert (st["kind"], st["records"], st["torn_lines"], st["resumes_from"]) == ("run", 7, 1, 6)
+    assert (st["total_steps"], st["finished"]) == (10, False)
     assert corpus_status(str(run_dir / "checkpoints"), now=2e9) == st
     ckpt = one_line_error(run("-m", "shardforge.cli", "status", str(run_dir / "checkpoints" / "ckpt-00000006.pt")))
     assert "ckpt-00000006.pt is a checkpoint, not a corpus" in ckpt and "shardforge export" in ckpt

@@ -1,4 +1,4 @@
-"""`shardforge status URL`: the versions, pending files and ingest lag of a served corpus; where a run.
+"""`shardforge status URL`: the versions, pending files and ingest lag of a served corpus; where a run stands.
 
     shardforge status out/corpus
     shardforge status gs://corpus/news --json
@@ -152,8 +152,9 @@ def render_run(st: dict[str, Any]) -> str:
     if not st["records"]:
         lines.append(f"step     no step logged yet ({METRICS_FILE} " + ("holds none)" if st["torn_lines"] else "absent)"))
     else:
-        of = f" of {st['total_steps']:,}" if st.get("total_steps") else ""
-        where = [f"{last['step']:,}{of}" + (" (finished)" if st.get("finished") else "")] + ([f"epoch {last['epoch']}"] if "epoch" in last else []) + \
+        step = f"{last['step']:,}" + (f" of {st['total_steps']:,}" if st.get("total_steps") else "") \
+            + (" (finished)" if st.get("finished") else "")
+        where = [step] + ([f"epoch {last['epoch']}"] if "epoch" in last else []) + \
             ([f"{last['tokens_seen']:,} tokens seen"] if "tokens_seen" in last else [])
         lines.append(f"step     {', '.join(where)}; last logged {_fmt_time(st['last_record_at'])} "
                      f"({_fmt_age(st['last_record_age_s'])} ago)")
