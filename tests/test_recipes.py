@@ -155,6 +155,34 @@ def test_every_config_field_is_a_valid_set_key() -> None:
         assert get(TrainConfig.model_validate(data), k) == value, k
 
 
+def test_a_size_given_after_a_recipe_replaces_its_shape(tmp_path: Path) -> None:
+    """Every recipe sets its shape explicitly (hidden, layers, heads, intermediate), which won over a size:
+    ``--recipe roberta-base --model_size tiny`` trained 86M parameters described as size=tiny."""
+    from trainer.args import parse_train_args
+    from trainer.model import resolve_dims
+    from trainer.train import build_train_config
+
+    def dims(cfg: TrainConfig) -> tuple[int, int, int, int]:
+        d = resolve_dims(cfg.model, 1000)
+        return d.hidden, d.layers, d.heads, d.intermediate
+
+    base, tiny = dims(resolve("roberta-base")), dims(resolve(None, "model.size=tiny"))
+    assert base == (768, 12, 12, 3072) and tiny != base
+    assert dims(resolve("roberta-base", "model.size=tiny")) == tiny
+    args = parse_train_args(["--recipe", "roberta-base", "--model_size", "tiny", "--data", "corpus"])
+    assert dims(build_train_config(args, args.set)) == tiny
+    # A shape key given beside the size is kept; the recipe's keys the size does not set are kept too.
+    assert dims(resolve("roberta-base", "model.size=tiny", "model.layers=3"))[1] == 3
+    albert = resolve("albert-base", "model.size=small")
+    assert albert.model.embedding_size == 128 and albert.model.share == "all" and albert.model.hidden is None
+    # A config file's size replaces the recipe's shape; its own explicit keys stay.
+    (tmp_path / "c.yaml").write_text("data: corpus\nmodel:\n  size: small\n  heads: 2\n")
+    from_file = resolve("roberta-base", config=str(tmp_path / "c.yaml"))
+    assert dims(from_file)[2] == 2 and from_file.model.hidden is None and from_file.model.layers is None
+    # Without a later size, the recipe's shape stands.
+    assert dims(resolve("roberta-base", "model.layers=6")) == (768, 6, 12, 3072)
+
+
 def test_a_key_of_a_null_section_starts_it_from_its_defaults() -> None:
     """``--set eval_masking.rate=0.15`` was an unknown key (the section is null unless a recipe sets it), on the
     cpu recipe too, whose section it is."""

@@ -137,12 +137,16 @@ def resolve_train_config(recipe: str | None, config_url: str | None, flags: dict
 
     data: dict[str, Any] = load_recipe(recipe) if recipe else {}
     if config_url:
-        _merge(data, load_config(TrainConfig, config_url).model_dump(exclude_unset=True))
+        from_file = load_config(TrainConfig, config_url).model_dump(exclude_unset=True)
+        _size_replaces_shape(data, set(from_file.get("model") or {}))
+        _merge(data, from_file)
     if flags.get("mix") and flags.get("data") is None:
         data.pop("data", None)  # a corpus from the recipe or config file gives way to --mix
     for k, v in flags.items():
         if v is not None:
             data[k] = v
+    _size_replaces_shape(data, {item.split("=", 1)[0].strip()[len("model."):] for item in overrides
+                                if item.strip().startswith("model.")})
     for item in overrides:  # --set model.size=base --set masking.scheme=span
         apply_set(data, item)
     # Checkpoints record the config: relative paths would only resolve from this directory.
@@ -161,6 +165,22 @@ def resolve_train_config(recipe: str | None, config_url: str | None, flags: dict
         data["data"] = absolute(str(data["data"]))
     return parse_config(TrainConfig, data, what=f"train config (recipe {recipe})" if recipe else "train config",
                         flags=flag_names)
+
+
+# The model keys a named size (model.size) sets; a recipe sets them all explicitly, so a size given later
+# (--model_size tiny, --set model.size=tiny, a config file's model.size) replaces the recipe's shape.
+SIZE_KEYS = ("hidden", "layers", "heads", "intermediate")
+
+
+def _size_replaces_shape(data: dict[str, Any], later_model_keys: set[str]) -> None:
+    """Where a later layer of the config sets model.size, drop the shape keys the earlier layers set and it
+    does not: an explicit width there always won over the size, so ``--recipe roberta-base --model_size tiny``
+    trained a base-sized model that the run's description called tiny."""
+    model = data.get("model")
+    if "size" in later_model_keys and isinstance(model, dict):
+        for key in SIZE_KEYS:
+            if key not in later_model_keys:
+                model.pop(key, None)
 
 
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> None:
