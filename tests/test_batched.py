@@ -422,3 +422,30 @@ assert recv.recv()[0] == "ok"
     subprocess.run([sys.executable, "-c", code], check=True, timeout=600, env=env)
     assert json.loads(report.read_text()) == [[], "system"]  # and pyarrow allocating from glibc's malloc
     assert set(UNUSED_INTEGRATIONS) & set(sys.modules)  # Beam loads them where nothing leaves them out
+
+
+@pytest.mark.slow
+def test_a_user_error_inside_a_batch_is_one_line_from_the_command(tmp_path) -> None:
+    """The batch process set up no Beam log rules: a user error raised inside its pipeline (here the
+    tokenizer's empty clean corpus) came with Beam's ERROR log of it and its traceback before the command's
+    one line."""
+    from test_cli_errors import one_line_error, run
+
+    globs = write_raw(tmp_path / "raw")
+    res = run("-m", "pipelines.build", "--input", f"news={globs['news']}", "--output", str(tmp_path / "corpus"),
+              "--min_words", "100000", "--batch_mb", str(batch_mb(globs)))
+    line = one_line_error(res)
+    assert line.startswith("error: tokenizer: the clean corpus is empty") and "--min_words N" in line, line
+    assert "apache_beam" not in res.stderr and "Traceback" not in res.stderr
+
+
+def test_stray_files_after_a_flag_say_the_shell_expanded_a_glob(tmp_path) -> None:
+    from shardforge.console.args import unknown_args_message
+
+    files = [str(tmp_path / f"part-{i}.jsonl") for i in range(5)]
+    for f in files:
+        Path(f).write_text("{}\n")
+    line = unknown_args_message(files[1:], ["--input", "--output"])
+    assert line == (f"unexpected arguments: {files[1]} {files[2]} {files[3]} ... (4 in all) (a glob the shell "
+                    "expanded? quote it, and the command gets the pattern: 'raw/*.jsonl')")
+    assert unknown_args_message(["b", "c"], ["--input"]) == "unexpected arguments: b c"

@@ -31,11 +31,15 @@ def _outcome(output: str, batch_files: list[tuple[Any, tuple[Any, ...]]], cfg: A
 
     local_build_process()
     from pipelines.jobs.ingest import ingest_sources, recover
+    from pipelines.options import quiet_beam
     from shardforge.console.redact import install_log_redaction
     from shardforge.console.run import find_user_error, quiet_library_logs, was_interrupted
 
-    install_log_redaction()  # the parent's log rules: no credential, no trace of a Ctrl-C inside a step
+    # The parent's log rules: no credential, no trace of a Ctrl-C inside a step, and a user error raised in
+    # a step kept out of Beam's log (the parent prints it once, in one line).
+    install_log_redaction()
     quiet_library_logs()
+    quiet_beam()
     try:
         res = ingest_sources(recover(output, clean_orphans=False), batch_files, cfg, beam_args)
         return ("ok", res.version, res.new_shards, res.timings.to_json() if res.timings else None)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import os
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NoReturn
@@ -55,7 +56,12 @@ def unknown_args_message(extra: Sequence[str], known: Iterable[str]) -> str:
     known = list(known)
     flags = [a for a in extra if a.startswith("-") and a not in ("-", "--")]
     if not flags:
-        return f"unexpected argument{'s' if len(extra) > 1 else ''}: {' '.join(extra)}"
+        shown = " ".join(extra[:3]) + (f" ... ({len(extra)} in all)" if len(extra) > 3 else "")
+        # Files after a flag that takes one: a glob the shell expanded (`--input raw/*.jsonl` unquoted).
+        expanded = len(extra) > 0 and all(os.path.exists(a) for a in extra[:20])
+        hint = " (a glob the shell expanded? quote it, and the command gets the pattern: 'raw/*.jsonl')" \
+            if expanded else ""
+        return f"unexpected argument{'s' if len(extra) > 1 else ''}: {shown}{hint}"
     parts = []
     for f in flags:
         name = f.split("=", 1)[0]
