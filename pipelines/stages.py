@@ -138,6 +138,9 @@ class ReuseTokenizer(beam.PTransform):
                 | "CopyTokenizer" >> beam.Map(store_model, self.output))
 
 
+REPETITION_HINT = ("Gopher's repetition rules found every document repetitive (templated or generated text): "
+                   "where that text is what you want, switch them off (clean: {disabled_rules: [dup_ngrams, "
+                   "top_ngrams]} in a --config file; docs/cleaning.md)")
 # What to check when every document left for one reason (the error of a build with nothing left).
 LOSS_HINTS = {
     R_MISSING_TEXT: "no record holds text under the source's text field: name the JSON field or Parquet column "
@@ -148,6 +151,8 @@ LOSS_HINTS = {
                               "an end mark, is removed): for text unlike news or web prose switch them off "
                               "(clean: {line_rules: false} in a --config file, or name the source stories)",
     "min_words": "every document is under clean.min_words words: lower it for short texts (--min_words N)",
+    "dup_ngrams": REPETITION_HINT,
+    "top_ngrams": REPETITION_HINT,
 }
 
 

@@ -151,6 +151,22 @@ def test_a_corpus_that_cleaning_empties_gives_one_clear_line(tmp_path):
     assert "all 2 documents left it (2 empty_after_line_rules)" in lines[0] and "line_rules: false" in lines[0]
 
 
+def test_a_corpus_of_repetitive_text_names_the_repetition_rules(tmp_path):
+    """Templated text (a form letter with a number changed) is removed by Gopher's repetition rules; the
+    line named no rule to change ('check the inputs, and the clean rules'), now the config that keeps it."""
+    letter = ("Dear customer, your order number {i} has shipped today. Your order number {i} has shipped today "
+              "and will arrive soon. Thank you for your order, thank you for your order, thank you. ")
+    raw = tmp_path / "letters.jsonl"
+    raw.write_text("".join(json.dumps({"text": letter.format(i=i) * 3}) + "\n" for i in range(6)))
+    r = run_python(["-m", "pipelines.build", "--input", f"news={raw}", "--output", str(tmp_path / "o"),
+                    "--min_words", "5"], capture_output=True, text=True)
+    assert r.returncode == 2, r.stderr
+    line = r.stderr.strip()
+    assert "\n" not in line and "6 top_ngrams" in line.split("): ", 1)[0], line
+    assert line.endswith("switch them off (clean: {disabled_rules: [dup_ngrams, top_ngrams]} in a --config file; "
+                         "docs/cleaning.md)"), line
+
+
 def test_a_wrong_text_field_is_named_in_the_one_line(tmp_path):
     """Records whose text is under another field: every one is rejected as missing_text_field, and
     the line says so and names the flag, rather than only that the corpus is empty."""
