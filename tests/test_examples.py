@@ -107,9 +107,17 @@ def test_inspect_says_what_a_pair_label_means(example_build, tmp_path) -> None:
     labelled = [x for x in res.stdout.splitlines() if ", label " in x]
     assert len(labelled) == 4 and all(x.endswith(("label 0 (A and B in their order in the document)",
                                                   "label 1 (A and B swapped)")) for x in labelled), labelled
+    # Each pair's two segments are shown apart (the label is about where A ends and B begins).
+    lines = res.stdout.splitlines()
+    for x in labelled:
+        i = lines.index(x)
+        assert lines[i + 2].startswith("    A:    ") and lines[i + 3].startswith("    B:    "), lines[i:i + 4]
     res = run("-m", "shardforge.cli", "inspect", str(tmp_path / "sop"), "--samples", "4", "--json")
     samples = json.loads(res.stdout)["samples"]
     assert {s["label_meaning"] for s in samples} <= {"A and B in their order in the document", "A and B swapped"}
+    for sample in samples:  # the two texts are the sample's, cut where segment B starts
+        assert sample["text_a"] and sample["text_b"] and sample["text_b"] in sample["text"]
+        assert sample["text"].replace(" ", "") == (sample["text_a"] + sample["text_b"]).replace(" ", "")
     from shardforge.commands.inspect import label_meaning
 
     # NSP as the packer writes it (pipelines/pack/rules.py): 0 = B is A's continuation, 1 = B is random

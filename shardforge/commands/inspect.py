@@ -90,6 +90,10 @@ def inspect_corpus(url: str, split: str = "train", samples: int = 3, max_shards:
                         d["text"] = sp.decode([int(i) for i in ids])
                     if "token_type_ids" in s:
                         d["segment_b_start"] = int(np.argmax(s["token_type_ids"])) if s["token_type_ids"].any() else None
+                        if sp is not None and d["segment_b_start"]:  # a pair: each segment as its own text
+                            b = d["segment_b_start"]
+                            d["text_a"] = sp.decode([int(i) for i in ids[:b]])
+                            d["text_b"] = sp.decode([int(i) for i in ids[b:]])
                     if "label" in s:
                         d["label"] = s["label"]
                         d["label_meaning"] = label_meaning(m.packing_rule, s["label"])
@@ -139,7 +143,11 @@ def render(r: dict[str, Any]) -> str:
             (f", label {d['label']}" if "label" in d else "")
         out.append(f"  {d['key']} [{d['shard']}] {d['length']} tokens{label}")
         out.append(f"    ids:  {ids}")
-        if "text" in d:
+        if "text_a" in d:  # a pair: where A ends and B begins is what its label is about
+            for seg in ("a", "b"):
+                text = d[f"text_{seg}"]
+                out.append(f"    {seg.upper()}:    {text if len(text) <= 200 else text[:200] + ' …'}")
+        elif "text" in d:
             text = d["text"] if len(d["text"]) <= 300 else d["text"][:300] + " …"
             out.append(f"    text: {text}")
     if not r["tokenizer_loaded"]:
