@@ -53,6 +53,25 @@ class ConfigFlag:
         return self.names[0].lstrip("-")
 
 
+def bool_value(text: str) -> bool:
+    """A boolean flag's optional value as Hugging Face's parser reads it (true/false, yes/no, 1/0)."""
+    if text.lower() in ("true", "t", "yes", "y", "1"):
+        return True
+    if text.lower() in ("false", "f", "no", "n", "0"):
+        return False
+    raise argparse.ArgumentTypeError(f"true or false, not {text!r}")
+
+
+def compile_value(text: str) -> bool | str:
+    """``--compile``'s value: auto, or a boolean as ``bool_value`` reads it."""
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        return bool_value(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"true, false or auto, not {text!r}") from None
+
+
 # Grouped as --help shows them. Flags with a second name take Hugging Face run_mlm.py's spelling too.
 CONFIG_FLAGS: dict[str, list[ConfigFlag]] = {
     "length and batch": [
@@ -113,7 +132,7 @@ CONFIG_FLAGS: dict[str, list[ConfigFlag]] = {
                    "without, fp32 on CPU.", choices=("auto", "fp32", "bf16", "fp16")),
         ConfigFlag(("--device",), "device", "auto | cpu | cuda | cuda:N.", str),
         ConfigFlag(("--compile", "--torch_compile"), "compile", "torch.compile the model (auto: on CUDA only); "
-                   "the flag alone: true.", lambda text: compile_value(text), const=True, metavar="true|false|auto"),
+                   "the flag alone: true.", compile_value, const=True, metavar="true|false|auto"),
         ConfigFlag(("--ddp_timeout",), "ddp_timeout", "Seconds a rank waits for the others in a collective "
                    "before the run fails (a rank that hung).", float),
         ConfigFlag(("--num_workers", "--dataloader_num_workers"), "num_workers",
@@ -123,6 +142,16 @@ CONFIG_FLAGS: dict[str, list[ConfigFlag]] = {
     ],
 }
 
+
+# The texts two run_mlm flags share (each pair means one thing here).
+_EVAL_STRATEGY = "evaluation runs every --eval_every (--eval_steps) steps and at the last step; --eval_batches 0: none"
+_BEST_MODEL = ("the run keeps its newest --keep_last checkpoints and logs each evaluation's loss to metrics.jsonl: "
+               "export the one you want (shardforge export RUN/checkpoints/ckpt-N.pt OUT)")
+_HUB = ("shardforge export RUN OUT writes a Hugging Face folder (with its model card); upload it with "
+        "huggingface-cli upload: nothing here reaches the network")
+_FULL_EVAL = "evaluation runs at the training precision (--precision)"
+_TRAIN_FILE = ("the data is a corpus a build wrote (--data CORPUS): `shardforge build --input FILES --output CORPUS` "
+               "makes one from text files")
 
 # run_mlm.py / TrainingArguments flags with no equivalent here: each is one line saying what to give instead.
 NO_EQUIVALENT: dict[str, str] = {
@@ -141,19 +170,15 @@ NO_EQUIVALENT: dict[str, str] = {
     "--auto_find_batch_size": "the batch size is what you give, on every device: a run that runs out of memory "
                               "stops at once with one line naming the --batch_size to give (a global batch is "
                               "kept by gradient accumulation)",
-    "--eval_strategy": "evaluation runs every --eval_every (--eval_steps) steps and at the last step; "
-                       "--eval_batches 0: none",
-    "--evaluation_strategy": "evaluation runs every --eval_every (--eval_steps) steps and at the last step; "
-                             "--eval_batches 0: none",
+    "--eval_strategy": _EVAL_STRATEGY,
+    "--evaluation_strategy": _EVAL_STRATEGY,
     "--save_strategy": "a checkpoint is saved every --checkpoint_every (--save_steps) steps and at the last step",
     "--logging_strategy": "a progress line every --log_every (--logging_steps) steps; metrics.jsonl has every step",
     "--max_eval_samples": "each evaluation reads --eval_batches batches of the valid split",
     "--max_train_samples": "the length is --steps or --max_tokens (tokens)",
-    "--train_file": "the data is a corpus a build wrote (--data CORPUS): `shardforge build --input FILES --output "
-                    "CORPUS` makes one from text files",
+    "--train_file": _TRAIN_FILE,
     "--validation_file": "the valid split is the corpus's (the build's --valid_fraction)",
-    "--dataset_name": "the data is a corpus a build wrote (--data CORPUS): `shardforge build --input FILES "
-                      "--output CORPUS` makes one from text files; nothing is downloaded",
+    "--dataset_name": _TRAIN_FILE + "; nothing is downloaded",
     "--dataset_config_name": "the data is a corpus a build wrote (--data CORPUS); nothing is downloaded",
     "--tokenizer_name": "the tokenizer is the corpus's (its manifest names it): build the corpus with "
                         "--tokenizer PATH to reuse an existing one",
@@ -167,20 +192,14 @@ NO_EQUIVALENT: dict[str, str] = {
     "--preprocessing_num_workers": "preprocessing is the build's: shardforge build --doc_processes N",
     "--gradient_checkpointing": "activations are not recomputed here: to fit in memory, lower --batch_size and "
                                 "raise --gradient_accumulation (the global batch stays the same)",
-    "--load_best_model_at_end": "the run keeps its newest --keep_last checkpoints and logs each evaluation's "
-                                "loss to metrics.jsonl: export the one you want (shardforge export "
-                                "RUN/checkpoints/ckpt-N.pt OUT)",
-    "--metric_for_best_model": "the run keeps its newest --keep_last checkpoints and logs each evaluation's "
-                               "loss to metrics.jsonl: export the one you want (shardforge export "
-                               "RUN/checkpoints/ckpt-N.pt OUT)",
-    "--push_to_hub": "shardforge export RUN OUT writes a Hugging Face folder (with its model card); upload it "
-                     "with huggingface-cli upload: nothing here reaches the network",
-    "--hub_model_id": "shardforge export RUN OUT writes a Hugging Face folder (with its model card); upload it "
-                      "with huggingface-cli upload: nothing here reaches the network",
+    "--load_best_model_at_end": _BEST_MODEL,
+    "--metric_for_best_model": _BEST_MODEL,
+    "--push_to_hub": _HUB,
+    "--hub_model_id": _HUB,
     "--tf32": "on a GPU the run trains in mixed precision (--precision auto: bf16, or fp16 where the GPU lacks "
               "it), whose matmuls TF32 does not touch; fp32 matmuls keep torch's default precision",
-    "--bf16_full_eval": "evaluation runs at the training precision (--precision)",
-    "--fp16_full_eval": "evaluation runs at the training precision (--precision)",
+    "--bf16_full_eval": _FULL_EVAL,
+    "--fp16_full_eval": _FULL_EVAL,
     "--label_smoothing_factor": "the MLM loss is plain cross-entropy over the masked tokens (no smoothing)",
 }
 
@@ -194,25 +213,6 @@ class NoEquivalent(argparse.Action):
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
                  option_string: str | None = None) -> None:
         parser.error(f"{option_string}: {NO_EQUIVALENT[self.option_strings[0]]}")
-
-
-def compile_value(text: str) -> bool | str:
-    """``--compile``'s value: auto, or a boolean as ``bool_value`` reads it."""
-    if text.strip().lower() == "auto":
-        return "auto"
-    try:
-        return bool_value(text)
-    except argparse.ArgumentTypeError:
-        raise argparse.ArgumentTypeError(f"true, false or auto, not {text!r}") from None
-
-
-def bool_value(text: str) -> bool:
-    """A boolean flag's optional value as Hugging Face's parser reads it (true/false, yes/no, 1/0)."""
-    if text.lower() in ("true", "t", "yes", "y", "1"):
-        return True
-    if text.lower() in ("false", "f", "no", "n", "0"):
-        return False
-    raise argparse.ArgumentTypeError(f"true or false, not {text!r}")
 
 
 # run_mlm.py's --config_overrides (the shape of a model trained from scratch, KEY=VALUE,...): each Hugging Face

@@ -28,6 +28,7 @@ import torch
 
 from schemas.config import ModelConfig, TrainConfig
 from schemas.errors import UserError
+from schemas.run_folder import DIGEST_SUFFIX
 from shardforge.storage import (
     get_fs,
     join,
@@ -43,7 +44,7 @@ from trainer.loader import ShardLoader
 from trainer.mixing import MixedLoader, gather_loader_state
 from trainer.model import resolve_dims
 from trainer.optim import lr_schedule
-from trainer.run_folder import CKPT_DIR, DIGEST_SUFFIX, checkpoint_dir, list_checkpoints  # noqa: F401
+from trainer.run_folder import checkpoint_dir, list_checkpoints
 
 log = logging.getLogger(__name__)
 

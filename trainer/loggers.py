@@ -22,8 +22,9 @@ from typing import Any
 
 from schemas.config import TrainConfig
 from schemas.errors import UserError
+from schemas.run_folder import METRICS_FILE
 from shardforge.storage import get_fs, is_local_fs, join, redact_url
-from trainer.run_folder import METRICS_FILE, read_records
+from trainer.run_folder import read_records
 
 
 class MetricsLogger:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from schemas.run_folder import CKPT_DIR, CKPT_NAME, DIGEST_SUFFIX, METRICS_FILE  # noqa: F401
+from schemas.run_folder import CKPT_DIR, CKPT_NAME, METRICS_FILE
 from shardforge.storage import join, list_names, read_text
 
 

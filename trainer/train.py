@@ -43,12 +43,13 @@ from schemas import MASK_ID, PAD_ID
 from schemas.config import PAIR_RULES, MaskingConfig, TrainConfig
 from schemas.errors import UserError
 from schemas.manifest import Manifest
+from schemas.run_folder import CKPT_DIR
 from shardforge.console.run import TRAIN_INTERRUPTED, run_cli
 from shardforge.storage import exists, join, redact_url
 from shardforge.storage.contract import load_manifest, open_tokenizer
 from trainer import distributed, fused_masking
 from trainer.batch import overlap_on
-from trainer.checkpoint import CKPT_DIR, CheckpointManager, checkpoint_dir, latest_checkpoint
+from trainer.checkpoint import CheckpointManager, latest_checkpoint
 from trainer.describe import Batches, RunShape, describe_run, long_warmup, plan_steps
 from trainer.evaluate import evaluate
 from trainer.hf_init import check_corpus, load_init, resolve_init
@@ -64,6 +65,7 @@ from trainer.optim import build_optimizer, lr_schedule
 from trainer.precision import Precision, compile_enabled, maybe_compile
 from trainer.preempt import Preemption
 from trainer.recipes import check_packing, config_yaml, resolve_train_config
+from trainer.run_folder import checkpoint_dir
 from trainer.step import Feed, Run, train_step
 
 log = logging.getLogger("shardforge.train")

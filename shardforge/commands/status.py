@@ -30,6 +30,7 @@ from typing import Any
 from pipelines.jobs.ingest import SERVE_STATE, read_ledger, scan
 from schemas.errors import UserError
 from schemas.manifest import LATEST_NAME, MANIFEST_NAME, Manifest, manifest_summary
+from schemas.run_folder import CKPT_DIR, METRICS_FILE
 from shardforge.console.args import ArgumentParser
 from shardforge.console.redact import redact_text
 from shardforge.console.run import run_cli
@@ -42,7 +43,7 @@ from shardforge.storage.contract import (
     load_version,
     read_latest_pointer,
 )
-from trainer.run_folder import CKPT_DIR, METRICS_FILE, list_checkpoints, read_records
+from trainer.run_folder import list_checkpoints, read_records
 
 
 def _sums(m: Manifest | None) -> dict[str, int]:
@@ -152,8 +153,8 @@ def render_run(st: dict[str, Any]) -> str:
     if not st["records"]:
         lines.append(f"step     no step logged yet ({METRICS_FILE} " + ("holds none)" if st["torn_lines"] else "absent)"))
     else:
-        step = f"{last['step']:,}" + (f" of {st['total_steps']:,}" if st.get("total_steps") else "") \
-            + (" (finished)" if st.get("finished") else "")
+        step = f"{last['step']:,}" + (f" of {st['total_steps']:,}" if st["total_steps"] else "") \
+            + (" (finished)" if st["finished"] else "")
         where = [step] + ([f"epoch {last['epoch']}"] if "epoch" in last else []) + \
             ([f"{last['tokens_seen']:,} tokens seen"] if "tokens_seen" in last else [])
         lines.append(f"step     {', '.join(where)}; last logged {_fmt_time(st['last_record_at'])} "
@@ -180,7 +181,7 @@ def render_run(st: dict[str, Any]) -> str:
         names = ", ".join(c["path"].rstrip("/").rsplit("/", 1)[-1] for c in ck)
         lines.append(f"checkpoints  {len(ck)} kept: {names}")
         redo = last.get("step", 0) - st["resumes_from"] if st["records"] else 0
-        if st.get("finished"):
+        if st["finished"]:
             lines.append(f"resume   the run finished; a rerun into this folder with a larger --steps continues it "
                          f"from step {st['resumes_from']:,}")
         else:
