@@ -7,6 +7,7 @@
     shardforge validate URL         check every shard against the manifest
     shardforge plot RUN             loss / lr / throughput curves to PNG
     shardforge export CKPT OUT      Hugging Face folder from a checkpoint
+    shardforge evaluate MODEL       MLM loss / perplexity / accuracy of a checkpoint or HF folder on a corpus
     shardforge repack ...           = python -m pipelines.repack ...
     shardforge serve ...            = python -m pipelines.serve ...
     shardforge status URL           versions, pending files and lag of a served corpus; where a run stands
@@ -39,6 +40,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "validate": ("shardforge.commands.validate", "main", "Check every shard against the manifest."),
     "plot": ("trainer.plot", "main", "Plot a run's metrics to PNG."),
     "export": ("trainer.export", "main", "Export a checkpoint to a Hugging Face folder."),
+    "evaluate": ("trainer.evaluate_cli", "main", "A model's MLM loss, perplexity and accuracy on a corpus split."),
     "serve": ("pipelines.jobs.serve", "main", "Watch raw files; append each new batch as a corpus version."),
     "status": ("shardforge.commands.status", "main", "Versions, pending files and ingest lag of a served corpus; where a training run stands."),
 }
@@ -48,6 +50,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
 # that --help (and for train, flag mistakes) is answered at once; the command's own main parses them again.
 EARLY_PARSERS: dict[str, tuple[str, str]] = {"train": ("trainer.args", "check_train_args"),
                                              "export": ("trainer.args", "parse_export_args"),
+                                             "evaluate": ("trainer.args", "parse_evaluate_args"),
                                              "build": ("pipelines.flags", "build_help"),
                                              "repack": ("pipelines.flags", "repack_help"),
                                              "serve": ("pipelines.flags", "serve_help")}

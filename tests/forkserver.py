@@ -45,11 +45,11 @@ PRELOADS = {
     "beam-local": ("from pipelines.localrunner.preflight import local_build_process", "local_build_process()",
                    "import apache_beam"),
 }
-ROUTES = {"trainer.train": "torch", "trainer.export": "torch", "pipelines.build": "beam-local",
+ROUTES = {"trainer.train": "torch", "trainer.export": "torch", "trainer.evaluate_cli": "torch", "pipelines.build": "beam-local",
           "pipelines.serve": "beam-local", "pipelines.repack": "beam-local"}
 # `python -m shardforge.cli COMMAND`: the commands that import torch or Beam; the cli's data jobs set up a local
 # build's process as `python -m pipelines.build` does (``before_beam``). The others are light.
-CLI_ROUTES = {"train": "torch", "export": "torch", "build": "beam-local", "serve": "beam-local",
+CLI_ROUTES = {"train": "torch", "export": "torch", "evaluate": "torch", "build": "beam-local", "serve": "beam-local",
               "repack": "beam-local"}
 REPO = str(Path(__file__).resolve().parent.parent)
 # The environment variables a server's interpreter and its imports may have read when it started (Python's

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from shardforge.console.args import ArgumentParser, option_strings, unknown_args_message
+from shardforge.console.args import ArgumentParser, at_least, between, option_strings, unknown_args_message
 
 DESCRIPTION = """Train an encoder on a shardforge corpus: stream shards, mask on the device, step, log, checkpoint.
 
@@ -162,7 +162,8 @@ NO_EQUIVALENT: dict[str, str] = {
                               "over, give a new --output (or remove its checkpoints/)",
     "--do_train": "training always runs; evaluation is --eval_every N and --eval_batches N (0: none)",
     "--do_eval": "evaluation runs every --eval_every steps and at the last step on --eval_batches valid batches "
-                 "(--eval_batches 0: none)",
+                 "(--eval_batches 0: none); a model alone (a checkpoint, a run, a Hugging Face folder) is "
+                 "evaluated by shardforge evaluate MODEL --data CORPUS",
     "--per_device_eval_batch_size": "evaluation batches are --batch_size sequences; --eval_batches sets how many",
     "--report_to": "metrics.jsonl and TensorBoard (--set trackers.tensorboard=false: off) are written to --output; "
                    "--set trackers.wandb=true or trackers.mlflow=true adds W&B or MLflow",
@@ -511,3 +512,44 @@ def export_parser() -> ArgumentParser:
 def parse_export_args(argv: list[str] | None = None) -> argparse.Namespace:
     """``shardforge export``'s parsed flags; ``--help`` prints and exits 0, a mistake prints one line and exits 2."""
     return export_parser().parse_args(argv)
+
+
+def evaluate_parser() -> ArgumentParser:
+    """``shardforge evaluate``'s flags (``trainer.evaluate_cli``)."""
+    p = ArgumentParser(prog="python -m trainer.evaluate_cli",
+                       description="A model's masked-LM loss, perplexity and accuracy on a corpus split, on one "
+                                   "device: a checkpoint (or a run folder: its latest) on the corpus it trained on "
+                                   "or another built with its tokenizer, or a Hugging Face folder on a corpus built "
+                                   "with its tokenizer. Masks are keyed by --seed + 1, as the trainer's evaluation "
+                                   "keys them, so a run's last eval_loss is reproduced with its --eval_batches.")
+    p.add_argument("model", help="ckpt-NNNNNNNN.pt, a run folder (its latest checkpoint), or a Hugging Face model "
+                                 "folder (config.json and weights; local or fsspec URL)")
+    p.add_argument("--data", help="the corpus (manifest URL or its folder; default: the corpus the checkpoint "
+                                  "trained on; a Hugging Face folder needs it)")
+    p.add_argument("--split", choices=("valid", "train"), default="valid",
+                   help="which split (default: %(default)s; train is text the model saw)")
+    p.add_argument("--batches", type=at_least(1), metavar="N",
+                   help="evaluate the first N batches (default: the whole split)")
+    p.add_argument("--batch_size", type=at_least(1), metavar="N",
+                   help="sequences per batch (default: the checkpoint's batch_size; a Hugging Face folder: 32)")
+    p.add_argument("--mask_rate", type=between(0, 1), metavar="R",
+                   help="share of tokens masked (default: the checkpoint's evaluation masking; a Hugging Face "
+                        "folder: token masking at 0.15, with the 80/10/10 rule)")
+    p.add_argument("--masking", choices=("token", "whole_word", "span", "ngram"),
+                   help="masking scheme (default: the checkpoint's evaluation masking; a Hugging Face folder: "
+                        "token): one scheme compares models trained with different ones")
+    p.add_argument("--seed", type=int, help="masks are keyed by seed + 1 (default: the checkpoint's seed; else 0)")
+    p.add_argument("--device", default="auto", help="auto (a GPU when there is one), cpu, cuda, cuda:N "
+                                                     "(default: %(default)s)")
+    p.add_argument("--precision", choices=("auto", "fp32", "bf16", "fp16"), default="auto",
+                   help="auto: bf16 on a GPU that has it, fp32 on CPU (default: %(default)s)")
+    p.add_argument("--skip_tokenizer_check", action="store_true",
+                   help="evaluate a Hugging Face folder without checking that its tokenizer is the corpus's "
+                        "(only where its ids do mean the corpus tokenizer's tokens)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    return p
+
+
+def parse_evaluate_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """``shardforge evaluate``'s parsed flags; ``--help`` prints and exits 0, a mistake prints one line and exits 2."""
+    return evaluate_parser().parse_args(argv)

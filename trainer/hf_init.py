@@ -288,18 +288,19 @@ def build_encoder(path: str, vocab_size: int | None = None, pad_id: int | None =
     return model
 
 
-def check_corpus(path: str, manifest: Manifest, vocab_size: int) -> None:
-    """UserError unless the corpus was built with this model's tokenizer (vocabulary size and pad id)."""
+def check_corpus(path: str, manifest: Manifest, vocab_size: int, what: str = "--init") -> None:
+    """UserError unless the corpus was built with this model's tokenizer (vocabulary size and pad id); the
+    line names the model as ``what`` PATH."""
     c = read_hf_config(path)
     arch = hf_architecture(c, path)
     n = int(c["vocab_size"])
     hint = f"build the corpus with the model's tokenizer (--tokenizer {join(path, 'tokenizer.json')})"
     if n != vocab_size:
-        raise UserError(f"--init {path}: the model has vocab_size {n}, the corpus's tokenizer {vocab_size}; {hint}")
+        raise UserError(f"{what} {path}: the model has vocab_size {n}, the corpus's tokenizer {vocab_size}; {hint}")
     pad = hf_pad_id(c, arch)
     corpus_pad = manifest.tokenizer.special_ids.get("<pad>")
     if corpus_pad != pad:
-        raise UserError(f"--init {path}: the model's pad_token_id is {pad}, the corpus's <pad> id {corpus_pad}; {hint}")
+        raise UserError(f"{what} {path}: the model's pad_token_id is {pad}, the corpus's <pad> id {corpus_pad}; {hint}")
 
 
 # Tokenizer files a model folder may hold: transformers' names, and spm.model (a shardforge export's).
@@ -319,7 +320,8 @@ def _same_vocabulary(data: bytes, corpus: str) -> bool:
     return theirs == open_tokenizer(manifest, root).pieces()
 
 
-def check_tokenizer(path: str, manifest: Manifest, corpus: str) -> None:
+def check_tokenizer(path: str, manifest: Manifest, corpus: str, what: str = "--init",
+                    off: str = TOKENIZER_CHECK_OFF) -> None:
     """UserError (one line, the override named) unless the model at ``path`` was trained with the tokenizer
     of the corpus at ``corpus``: one of its TOKENIZER_FILES is the file the manifest records (sha256), or
     its tokenizer.json gives every id the same token (a converted copy, e.g. an export's).
@@ -339,14 +341,14 @@ def check_tokenizer(path: str, manifest: Manifest, corpus: str) -> None:
     if "tokenizer.json" in found and _same_vocabulary(found["tokenizer.json"], corpus):
         return
     corpus_tok = f"the corpus's {manifest.tokenizer.path} (sha256 {want[:12]}…)"
-    off = f"; if its ids do mean the corpus tokenizer's tokens, {TOKENIZER_CHECK_OFF} skips this check"
+    skip = f"; if its ids do mean the corpus tokenizer's tokens, {off} skips this check"
     if not found:
-        raise UserError(f"--init {path}: no tokenizer file ({', '.join(TOKENIZER_FILES)}) to check against "
-                        f"{corpus_tok}: put the model's tokenizer.json there{off}")
+        raise UserError(f"{what} {path}: no tokenizer file ({', '.join(TOKENIZER_FILES)}) to check against "
+                        f"{corpus_tok}: put the model's tokenizer.json there{skip}")
     have = ", ".join(f"{n} (sha256 {sha256_bytes(d)[:12]}…)" for n, d in found.items())
-    raise UserError(f"--init {path}: the model was trained with another tokenizer than the corpus: its {have} is "
+    raise UserError(f"{what} {path}: the model was trained with another tokenizer than the corpus: its {have} is "
                     f"not {corpus_tok}, nor the same vocabulary; build the corpus with --tokenizer "
-                    f"{join(path, 'tokenizer.json')}{off}")
+                    f"{join(path, 'tokenizer.json')}{skip}")
 
 
 def load_init(model: Encoder, cfg: TrainConfig, manifest: Manifest) -> None:

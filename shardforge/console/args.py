@@ -122,6 +122,11 @@ def at_least(low: float, kind: Callable[[str], Any] = int) -> Callable[[str], An
     return _bounded(kind, lambda v: v >= low, f"{low} or more")
 
 
+def between(low: float, high: float, kind: Callable[[str], Any] = float) -> Callable[[str], Any]:
+    """An argparse ``type``: a ``kind`` number strictly between ``low`` and ``high``."""
+    return _bounded(kind, lambda v: low < v < high, f"between {low} and {high} (exclusive)")
+
+
 def above(low: float, kind: Callable[[str], Any] = float) -> Callable[[str], Any]:
     """An argparse ``type``: a ``kind`` number greater than ``low`` (``argument --poll: must be more than 0``)."""
     return _bounded(kind, lambda v: v > low, f"more than {low}")

@@ -1,0 +1,166 @@
+"""`shardforge evaluate`: a checkpoint's or a Hugging Face folder's MLM loss on a corpus split.
+
+The evaluation is the trainer's own (trainer/evaluate.py), so its figures are checked against what a
+real run logged: a finished run's last eval_loss, its token count and accuracy come back exactly from
+its checkpoint, from the run folder and from the run's export loaded as a Hugging Face folder. The
+refusals (another tokenizer, the wrong kind of folder, a split the corpus lacks) are one line each.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import pytest
+from forkserver import run_python
+
+from schemas.config import TrainConfig
+from schemas.errors import UserError
+from trainer.evaluate_cli import evaluate_model
+from trainer.loggers import read_metrics
+from trainer.train import train
+
+pytestmark = pytest.mark.slow
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EVAL_BATCHES = 3
+
+
+@pytest.fixture(scope="module")
+def trained(small_corpus, tmp_path_factory) -> tuple[str, str, dict]:
+    """(corpus, run folder, the run's last metrics record): a tiny run that evaluates at its last step."""
+    corpus = small_corpus[0]
+    run = str(tmp_path_factory.mktemp("eval") / "run")
+    train(TrainConfig.model_validate({
+        "data": corpus, "output": run, "steps": 6, "batch_size": 8, "device": "cpu", "seed": 5,
+        "optim": {"lr": 3e-3, "warmup_steps": 1}, "model": {"size": "tiny"}, "log_every": 3,
+        "eval_every": 100, "eval_batches": EVAL_BATCHES, "masking": {"rate": 0.3},
+        "eval_masking": {"scheme": "whole_word", "rate": 0.15}}))
+    last = read_metrics(run)[-1]
+    assert last["step"] == 6 and "eval_loss" in last
+    return corpus, run, last
+
+
+@pytest.fixture(scope="module")
+def exported(trained, tmp_path_factory) -> str:
+    """The run's export: a Hugging Face folder."""
+    from trainer.export import export_checkpoint
+
+    return export_checkpoint(trained[1], str(tmp_path_factory.mktemp("eval") / "hf"))
+
+
+def same_eval(result: dict, logged: dict) -> None:
+    assert result["eval_mlm_tokens"] == logged["eval_mlm_tokens"] > 0
+    assert result["eval_loss"] == pytest.approx(logged["eval_loss"], rel=1e-9)
+    assert result["eval_mlm_acc"] == pytest.approx(logged["eval_mlm_acc"], rel=1e-9)
+
+
+def test_a_checkpoint_gives_the_eval_loss_its_run_logged(trained, tmp_path):
+    corpus, run, last = trained
+    ckpt = os.path.join(run, "checkpoints", "ckpt-00000006.pt")
+    by_run = evaluate_model(run, batches=EVAL_BATCHES, device_name="cpu")
+    same_eval(by_run, last)
+    # The run's own settings: its corpus, batch size, seed and evaluation masking.
+    assert (by_run["masking"], by_run["mask_rate"], by_run["seed"], by_run["batch_size"], by_run["step"]) == \
+        ("whole_word", 0.15, 5, 8, 6)
+    same_eval(evaluate_model(ckpt, corpus, batches=EVAL_BATCHES, device_name="cpu"), last)
+    # Another seed masks other tokens; the whole split holds more batches than the run evaluated.
+    assert evaluate_model(run, batches=EVAL_BATCHES, seed=6, device_name="cpu")["eval_loss"] != last["eval_loss"]
+    whole = evaluate_model(run, device_name="cpu")
+    assert whole["batches"] > EVAL_BATCHES and whole["eval_mlm_tokens"] > last["eval_mlm_tokens"]
+    higher = evaluate_model(run, mask_rate=0.4, device_name="cpu")
+    assert higher["eval_mlm_tokens"] > 2 * whole["eval_mlm_tokens"]
+
+
+def test_the_runs_export_evaluates_as_its_checkpoint_and_the_cli_prints_it(trained, exported):
+    corpus, run, last = trained
+    hf = exported
+    # A Hugging Face folder has no run settings: given the run's, it is the same model on the same masks.
+    args = ["-m", "shardforge.cli", "evaluate", hf, "--data", corpus, "--batches",
+            str(EVAL_BATCHES), "--batch_size", "8", "--seed", "5", "--device", "cpu", "--json"]
+    r = run_python(args, capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    res = json.loads(r.stdout)
+    assert res["masking"] == "token" and res["mask_rate"] == 0.15 and "step" not in res  # RoBERTa's masking
+    # The checkpoint on the same scheme: the same model on the same masks (the export keeps every weight).
+    ckpt = evaluate_model(run, batches=EVAL_BATCHES, masking="token", mask_rate=0.15, device_name="cpu")
+    assert res["eval_loss"] != last["eval_loss"]  # the run evaluated with whole-word masking
+    assert res["eval_mlm_tokens"] == ckpt["eval_mlm_tokens"] > 0
+    assert res["eval_loss"] == pytest.approx(ckpt["eval_loss"], rel=1e-6)
+    # The text form names the model, the corpus and the split, and the figures.
+    r = run_python(args[:-1], capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert f"{hf} on {corpus} (valid split: {EVAL_BATCHES} batch(es) of 8; token masking at 0.15" in r.stdout
+    assert f"MLM loss {res['eval_loss']:.4f}" in r.stdout
+
+
+def test_mistakes_are_one_line(trained, exported, tmp_path):
+    corpus, run, _ = trained
+    hf = exported
+    cases = [
+        ([corpus], "is a corpus, not a training run"),
+        ([hf], "is a Hugging Face folder: give --data"),
+        ([str(tmp_path / "nothing")], "does not exist: give a run folder"),
+        ([run, "--data", os.path.join(corpus, "nothing")], "nothing does not exist (check the path)"),
+        ([run, "--mask_rate", "1"], "argument --mask_rate: must be between 0 and 1"),
+        ([run, "--batches", "0"], "argument --batches: must be 1 or more"),
+    ]
+    for argv, said in cases:
+        r = run_python(["-m", "shardforge.cli", "evaluate", *argv, "--device", "cpu"], cwd=REPO, timeout=300,
+                       capture_output=True, text=True)
+        lines = r.stderr.strip().splitlines()
+        assert r.returncode == 2 and "Traceback" not in r.stderr and len(lines) == 1, (argv, r.stderr[-1500:])
+        assert lines[0].startswith("error: ") and said in lines[0], (argv, lines[0])
+
+
+def with_tokenizer(corpus: str, dst: str, edit) -> str:
+    """A copy of ``corpus`` whose tokenizer file is ``edit(bytes)`` (the manifest records its sha256)."""
+    import hashlib
+
+    shutil.copytree(corpus, dst)
+    path = os.path.join(dst, "manifest.json")
+    m = json.load(open(path))
+    tok = os.path.join(dst, m["tokenizer"]["path"])
+    data = edit(open(tok, "rb").read())
+    open(tok, "wb").write(data)
+    m["tokenizer"]["sha256"] = hashlib.sha256(data).hexdigest()
+    json.dump(m, open(path, "w"))
+    return dst
+
+
+def test_a_corpus_of_another_tokenizer_is_refused_one_of_the_same_vocabulary_is_not(trained, tmp_path):
+    import sentencepiece as spm
+
+    corpus, run, last = trained
+    # Another file, the same vocabulary (a field sentencepiece does not know, kept as unknown by
+    # protobuf): the corpus's ids mean what the checkpoint learned; evaluated as the original.
+    same = with_tokenizer(corpus, str(tmp_path / "same"), lambda b: b + bytes([0xA0, 0x06, 0x01]))
+    same_eval(evaluate_model(run, same, batches=EVAL_BATCHES, device_name="cpu"), last)
+    # One piece renamed (same length, so the file stays valid): another vocabulary, refused.
+    sp = spm.SentencePieceProcessor(model_file=os.path.join(corpus, json.load(open(
+        os.path.join(corpus, "manifest.json")))["tokenizer"]["path"]))
+    piece = next(sp.id_to_piece(i).encode() for i in range(sp.get_piece_size())
+                 if sp.id_to_piece(i).startswith("\u2581") and len(sp.id_to_piece(i)) >= 3)
+    new = "\u2581".encode() + b"q" * (len(piece) - 3)
+
+    def rename(b: bytes) -> bytes:
+        old = bytes([0x0A, len(piece)]) + piece
+        assert b.count(old) == 1 and new not in b
+        return b.replace(old, bytes([0x0A, len(new)]) + new)
+
+    other = with_tokenizer(corpus, str(tmp_path / "other"), rename)
+    with pytest.raises(UserError, match="is built with another tokenizer .* and not the same vocabulary"):
+        evaluate_model(run, other, device_name="cpu")
+
+
+def test_a_corpus_without_the_split_names_the_other(trained, tmp_path):
+    corpus, run, _ = trained
+    m = json.load(open(os.path.join(corpus, "manifest.json")))
+    no_valid = str(tmp_path / "no_valid")
+    shutil.copytree(corpus, no_valid)
+    m["shards"] = [s for s in m["shards"] if s["split"] != "valid"]
+    m["totals"].pop("valid", None)
+    json.dump(m, open(os.path.join(no_valid, "manifest.json"), "w"))
+    with pytest.raises(UserError, match="has no valid split; --split train evaluates on its train split"):
+        evaluate_model(run, no_valid, device_name="cpu")
+    assert evaluate_model(run, no_valid, split="train", batches=1, device_name="cpu")["eval_mlm_tokens"] > 0
