@@ -163,7 +163,9 @@ class Embeddings(nn.Module):
                 token_type_ids: torch.Tensor | None) -> torch.Tensor:
         """Embeddings of tokens of any shape ([B, L] padded or [T] packed), with their positions."""
         x = self.word(input_ids) + self.position(position_ids)
-        if token_type_ids is None:
+        # One token type (RoBERTa's): a pair corpus's segment B is embedded as segment A, as a model
+        # without segment embeddings reads a pair.
+        if token_type_ids is None or self.token_type.num_embeddings == 1:
             x = x + self.token_type.weight[0]  # all segment A, without materializing zeros
         else:
             x = x + self.token_type(token_type_ids.to(torch.long))

@@ -98,8 +98,9 @@ def check_heads(cfg: TrainConfig, manifest: Manifest) -> None:
     if rule in PAIR_RULES:
         want = "sop" if rule == "sop" else "nsp"
         if head == "none":
-            log.warning("corpus is packed as %s but model.sentence_head=none: its %s labels are ignored",
-                        rule, want.upper())
+            log.warning("corpus is packed as %s but model.sentence_head=none: its %s labels are ignored%s",
+                        rule, want.upper(), "" if (cfg.model.type_vocab_size or 1) > 1 else
+                        " (and with one token type, segment B is embedded as segment A)")
         elif head != want:
             log.warning("model.sentence_head=%s on a %s corpus: the labels mean %s", head, rule, want.upper())
 
