@@ -420,6 +420,14 @@ class TrackersConfig(Strict):
     loss_smoothing: float = Field(0.98, ge=0, lt=1)
 
 
+# The devices the trainer (and evaluation) place a model on: trainer/distributed.py pick_device.
+DEVICE_PATTERN = r"auto|cpu|mps|cuda(:\d+)?"
+
+
+def device_error(v: str) -> str:
+    return f"{v!r} is not a device: give auto, cpu, cuda (each rank's GPU), cuda:N (GPU N) or mps"
+
+
 class TrainConfig(Strict):
     data: str  # manifest URL (or corpus root holding manifest.json); with `mix`, the first source
     # Several corpora mixed by weight (trainer/mixing.py); empty: train on `data` alone.
@@ -499,9 +507,8 @@ class TrainConfig(Strict):
     @classmethod
     def _known_device(cls, v: str) -> str:
         """The devices the trainer places a run on (trainer/distributed.py pick_device)."""
-        if not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", v):
-            raise ValueError(f"{v!r} is not a device: give auto, cpu, cuda (each rank's GPU), cuda:N (GPU N) "
-                             "or mps")
+        if not re.fullmatch(DEVICE_PATTERN, v):
+            raise ValueError(device_error(v))
         return v
 
     @model_validator(mode="before")

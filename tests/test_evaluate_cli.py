@@ -90,7 +90,9 @@ def test_the_runs_export_evaluates_as_its_checkpoint_and_the_cli_prints_it(train
     # The text form names the model, the corpus and the split, and the figures.
     r = run_python(args[:-1], capture_output=True, text=True, cwd=REPO, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
-    assert f"{hf} on {corpus} (valid split: {EVAL_BATCHES} batch(es) of 8; token masking at 0.15" in r.stdout
+    said = (f"{hf} on {corpus} (valid split: {res['sequences']} sequences in {EVAL_BATCHES} batch(es) of up to 8; "
+            "token masking at 0.15, seed 5")
+    assert said in r.stdout and 0 < res["sequences"] <= 8 * EVAL_BATCHES
     assert f"MLM loss {res['eval_loss']:.4f}" in r.stdout
 
 
@@ -104,9 +106,12 @@ def test_mistakes_are_one_line(trained, exported, tmp_path):
         ([run, "--data", os.path.join(corpus, "nothing")], "nothing does not exist (check the path)"),
         ([run, "--mask_rate", "1"], "argument --mask_rate: must be between 0 and 1"),
         ([run, "--batches", "0"], "argument --batches: must be 1 or more"),
+        ([run, "--device", "tpu"], "argument --device: 'tpu' is not a device"),
+        ([run, "--device", "cuda:7"], "--device cuda:7: "),  # a CPU build of torch, or no GPU 7
     ]
     for argv, said in cases:
-        r = run_python(["-m", "shardforge.cli", "evaluate", *argv, "--device", "cpu"], cwd=REPO, timeout=300,
+        device = [] if "--device" in argv else ["--device", "cpu"]
+        r = run_python(["-m", "shardforge.cli", "evaluate", *argv, *device], cwd=REPO, timeout=300,
                        capture_output=True, text=True)
         lines = r.stderr.strip().splitlines()
         assert r.returncode == 2 and "Traceback" not in r.stderr and len(lines) == 1, (argv, r.stderr[-1500:])

@@ -539,8 +539,8 @@ def evaluate_parser() -> ArgumentParser:
                    help="masking scheme (default: the checkpoint's evaluation masking; a Hugging Face folder: "
                         "token): one scheme compares models trained with different ones")
     p.add_argument("--seed", type=int, help="masks are keyed by seed + 1 (default: the checkpoint's seed; else 0)")
-    p.add_argument("--device", default="auto", help="auto (a GPU when there is one), cpu, cuda, cuda:N "
-                                                     "(default: %(default)s)")
+    p.add_argument("--device", default="auto", type=device_value,
+                   help="auto (a GPU when there is one), cpu, cuda, cuda:N (default: %(default)s)")
     p.add_argument("--precision", choices=("auto", "fp32", "bf16", "fp16"), default="auto",
                    help="auto: bf16 on a GPU that has it, fp32 on CPU (default: %(default)s)")
     p.add_argument("--skip_tokenizer_check", action="store_true",
@@ -548,6 +548,17 @@ def evaluate_parser() -> ArgumentParser:
                         "(only where its ids do mean the corpus tokenizer's tokens)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     return p
+
+
+def device_value(text: str) -> str:
+    """An argparse ``type``: a device the trainer places a model on (schemas.config.DEVICE_PATTERN)."""
+    import re
+
+    from schemas.config import DEVICE_PATTERN, device_error
+
+    if not re.fullmatch(DEVICE_PATTERN, text):
+        raise argparse.ArgumentTypeError(device_error(text))
+    return text
 
 
 def parse_evaluate_args(argv: list[str] | None = None) -> argparse.Namespace:

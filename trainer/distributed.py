@@ -83,7 +83,7 @@ def check_cuda(requested: str, index: int) -> None:
     build = f"CUDA {torch.version.cuda}" if torch.version.cuda else f"ROCm {hip}" if hip else None
     if build is None:
         raise UserError(f"--device {requested}: this torch ({torch.__version__}) is a CPU build; install a CUDA "
-                        "build of torch, or train with --device cpu (or auto)")
+                        "build of torch, or run with --device cpu (or auto)")
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if index >= count:
         have = f"{count} visible GPU{'s' if count != 1 else ''}" if count else "no GPU visible (driver, device, " \

@@ -137,15 +137,18 @@ def masking_of(subject: Subject, scheme: str | None, rate: float | None) -> Any:
 
 
 class Progress:
-    """A line on stderr every PROGRESS_EVERY_S while batches are taken (long splits)."""
+    """Takes the batches: counts them and their sequences (not the rows a loader repeats), and says on
+    stderr every PROGRESS_EVERY_S how far a long split is."""
 
     def __init__(self, total: int | None):
-        self.total, self.done = total, 0
+        self.total, self.done, self.sequences = total, 0, 0
         self.start = self.last = time.monotonic()
 
     def __call__(self, it: Iterator[Any]) -> Any:
         batch = next(it)
         self.done += 1
+        pad = batch.get("is_pad")
+        self.sequences += len(batch["input_ids"]) - (int(pad.sum()) if pad is not None else 0)
         now = time.monotonic()
         if now - self.last >= PROGRESS_EVERY_S:
             self.last = now
@@ -165,7 +168,7 @@ def evaluate_model(model_url: str, data: str | None = None, split: str = "valid"
     from schemas.errors import UserError
     from shardforge.storage import redact_url
     from shardforge.storage.contract import load_manifest
-    from trainer.distributed import pick_device
+    from trainer.distributed import check_cuda, pick_device
     from trainer.evaluate import evaluate
     from trainer.loader import ShardLoader
     from trainer.precision import Precision
@@ -197,6 +200,8 @@ def evaluate_model(model_url: str, data: str | None = None, split: str = "valid"
     batch_size = batch_size or (cfg.batch_size if subject.kind == "checkpoint" else HF_BATCH_SIZE)
     scheme = masking_of(subject, masking, mask_rate)
     device = pick_device(device_name, 0)
+    if device.type == "cuda":
+        check_cuda(device_name, device.index or 0)
     special = manifest.tokenizer.special_ids
     from schemas import MASK_ID, PAD_ID
 
@@ -210,10 +215,12 @@ def evaluate_model(model_url: str, data: str | None = None, split: str = "valid"
     model = subject.model.to(device)
     prec = Precision(precision, device)  # type: ignore[arg-type]
     started = time.monotonic()
-    res = evaluate(model, loader, masker, run_cfg, device, prec.autocast, wait=Progress(total))
+    progress = Progress(total)
+    res = evaluate(model, loader, masker, run_cfg, device, prec.autocast, wait=progress)
     if not res:
         raise UserError(f"corpus {redact_url(root)}: its {split} split gave no masked token to evaluate")
-    return {"model": redact_url(subject.url), "data": redact_url(root), "split": split, "batches": total,
+    return {"model": redact_url(subject.url), "data": redact_url(root), "split": split, "batches": progress.done,
+            "sequences": progress.sequences,
             "batch_size": batch_size, "masking": scheme.scheme, "mask_rate": scheme.rate, "seed": seed,
             "device": str(device), "precision": prec.name, "seconds": round(time.monotonic() - started, 3),
             **({"step": subject.step} if subject.step is not None else {}), **res}
@@ -221,7 +228,8 @@ def evaluate_model(model_url: str, data: str | None = None, split: str = "valid"
 
 def render(r: dict[str, Any]) -> str:
     step = f" (step {r['step']})" if "step" in r else ""
-    lines = [f"{r['model']}{step} on {r['data']} ({r['split']} split: {r['batches']:,} batch(es) of {r['batch_size']}; "
+    lines = [f"{r['model']}{step} on {r['data']} ({r['split']} split: {r['sequences']:,} sequences in {r['batches']:,} "
+             f"batch(es) of up to {r['batch_size']}; "
              f"{r['masking']} masking at {r['mask_rate']:g}, seed {r['seed']}; {r['device']}, {r['precision']})",
              f"  MLM loss {r['eval_loss']:.4f}  perplexity {r['eval_ppl']:.4g}  accuracy "
              f"{100 * r['eval_mlm_acc']:.2f}% of {int(r['eval_mlm_tokens']):,} predicted tokens"]
