@@ -254,7 +254,9 @@ def test_packing_rule_mismatch_is_one_clear_line(small_corpus, tmp_path: Path) -
               "--device", "cpu", "--steps", "1")
     line = one_line_error(res)
     assert "recipe albert-base trains on a corpus packed as sop" in line
-    assert "is packed as full_sentences" in line and "repack" in line
+    assert "is packed as full_sentences" in line
+    assert f"(repack it: shardforge repack --tokenized {root} --output NEW --rule sop; or --set packing_rules=null" \
+        in line  # the command, as it runs
     assert not (tmp_path / "run" / "checkpoints").exists()
 
 

@@ -159,12 +159,11 @@ class Progress:
 
 def evaluate_model(model_url: str, data: str | None = None, split: str = "valid", batches: int | None = None,
                    batch_size: int | None = None, masking: str | None = None, mask_rate: float | None = None,
-                   seed: int | None = None,
-                   device_name: str = "auto", precision: str = "auto",
+                   seed: int | None = None, device_name: str = "auto", precision: str = "auto",
                    skip_tokenizer_check: bool = False) -> dict[str, Any]:
     """The evaluation's result: what was evaluated on what (model, corpus, split, batches, masking) and
     ``eval_loss`` / ``eval_ppl`` / ``eval_mlm_acc`` / ``eval_mlm_tokens`` (and ``eval_sentence_acc``)."""
-
+    from schemas import MASK_ID, PAD_ID
     from schemas.errors import UserError
     from shardforge.storage import redact_url
     from shardforge.storage.contract import load_manifest
@@ -203,8 +202,6 @@ def evaluate_model(model_url: str, data: str | None = None, split: str = "valid"
     if device.type == "cuda":
         check_cuda(device_name, device.index or 0)
     special = manifest.tokenizer.special_ids
-    from schemas import MASK_ID, PAD_ID
-
     pad_id, mask_id = special.get("<pad>", PAD_ID), special.get("<mask>", MASK_ID)
     loader = ShardLoader(data, split, batch_size=batch_size, seed=seed, shuffle_buffer=1, epochs=1,
                          pin_memory=device.type == "cuda")

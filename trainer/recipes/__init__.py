@@ -23,6 +23,7 @@ from pydantic import BaseModel
 from schemas.config import TrainConfig
 from schemas.configfile import parse_config
 from schemas.errors import UserError
+from shardforge.storage import redact_url
 from shardforge.storage.contract import load_config
 
 # Printed in place of the corpus when --print-config runs without --data.
@@ -212,5 +213,6 @@ def check_packing(cfg: TrainConfig, packing_rule: str, root: str) -> None:
     want = " or ".join(cfg.packing_rules)
     raise UserError(
         f"{what} trains on a corpus packed as {want}; {root} is packed as {packing_rule} "
-        f"(repack it: shardforge repack --rule {cfg.packing_rules[0]} ..., or --set packing_rules=null "
+        f"(repack it: shardforge repack --tokenized {redact_url(root)} --output NEW --rule {cfg.packing_rules[0]}; "
+        "or --set packing_rules=null "
         "to train on it anyway)")
