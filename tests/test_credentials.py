@@ -2,7 +2,7 @@
 
 A corpus and an input behind a web server with HTTP Basic auth (tests/httpserver.py on 127.0.0.1),
 reached with ``http://alice:PASSWORD@…`` URLs, while the environment holds other credentials: the
-build, inspect, validate, status, training, --print-config and export run through their real CLIs,
+build, inspect, validate, status, training, --print-config, export and evaluate run through their real CLIs,
 and neither what they print nor any file they write (corpus, report, rejects, intermediates,
 checkpoints, metrics, TensorBoard events, the export and its model card) holds a credential, plain
 or as the Basic auth header encodes it. A wrong password (401) or a refusal (403) is one line.
@@ -66,7 +66,16 @@ def test_no_credential_is_printed_or_stored_by_any_command(served, tmp_path) -> 
                                                 str(tmp_path / "no-hf"), cwd=tmp_path)
         outputs["export"] = run("-m", "shardforge.cli", "export", str(tmp_path / "run"), str(tmp_path / "hf"),
                                 "--tokenizer", server.url(f"corpus/{tokenizer}"), cwd=tmp_path)
+        # evaluate: the same without --data; with it (the URL with its credentials), its figures.
+        outputs["evaluate, corpus refused"] = run("-m", "shardforge.cli", "evaluate", str(tmp_path / "run"),
+                                                  "--device", "cpu", cwd=tmp_path)
+        outputs["evaluate"] = run("-m", "shardforge.cli", "evaluate", str(tmp_path / "run"), "--data", corpus,
+                                  "--batches", "1", "--device", "cpu", "--json", cwd=tmp_path)
     refused = outputs.pop("export, corpus refused")
+    eval_refused = outputs.pop("evaluate, corpus refused")
+    assert eval_refused.returncode == 2 and "answered 401 Unauthorized" in eval_refused.stderr and \
+        "give --data CORPUS" in eval_refused.stderr, eval_refused.stderr
+    assert json.loads(outputs["evaluate"].stdout)["eval_mlm_tokens"] > 0
     assert refused.returncode == 2 and "answered 401 Unauthorized" in refused.stderr and \
         "pass --tokenizer URL" in refused.stderr, refused.stderr
     for name, res in outputs.items():
@@ -79,7 +88,7 @@ def test_no_credential_is_printed_or_stored_by_any_command(served, tmp_path) -> 
     rejects = [p for p in files if "rejects" in p.parts]
     assert rejects and any(b"127.0.0.1" in p.read_bytes() for p in rejects)  # the URL is there, redacted
     for secret in SECRETS:
-        for name, res in [*outputs.items(), ("refused export", refused)]:
+        for name, res in [*outputs.items(), ("refused export", refused), ("refused evaluate", eval_refused)]:
             assert secret not in res.stdout + res.stderr, (secret, name)
         for p in files:
             assert secret.encode() not in p.read_bytes(), (secret, p)
