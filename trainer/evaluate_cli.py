@@ -51,21 +51,10 @@ def is_hf_folder(url: str) -> bool:
 
 def load_checkpoint_subject(url: str) -> Subject:
     """A checkpoint file or run folder (its latest checkpoint): its model, config and tokenizer record."""
-    from schemas.errors import UserError
-    from shardforge.storage import exists
-    from trainer.checkpoint import latest_checkpoint, load_checkpoint
-    from trainer.export import checkpoint_config, checkpoint_model, no_checkpoint
+    from trainer.checkpoint import load_checkpoint
+    from trainer.export import checkpoint_config, checkpoint_file, checkpoint_model
 
-    if not url.endswith(".pt") and not exists(url):
-        raise UserError(f"{url} does not exist: give a run folder (the --output of a run), its checkpoint file "
-                        "(checkpoints/ckpt-NNNNNNNN.pt) or a Hugging Face model folder")
-    try:
-        ckpt = url if url.endswith(".pt") else latest_checkpoint(url)
-    except NotADirectoryError:
-        raise UserError(f"{url} is a file but not a checkpoint: give a run folder, its checkpoint file "
-                        "(checkpoints/ckpt-NNNNNNNN.pt) or a Hugging Face model folder") from None
-    if ckpt is None:
-        raise UserError(no_checkpoint(url))
+    ckpt = checkpoint_file(url, other="a Hugging Face model folder")
     state = load_checkpoint(ckpt)
     cfg = checkpoint_config(state, ckpt)
     model = checkpoint_model(state, cfg, ckpt)

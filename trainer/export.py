@@ -312,6 +312,27 @@ def no_checkpoint(folder: str) -> str:
     return f"no checkpoint found in {folder}: give a run folder (the --output of a run){kinds_under(folder)}"
 
 
+def checkpoint_file(url: str, other: str | None = None) -> str:
+    """The checkpoint ``url`` names: a checkpoint file, or a run folder's newest; else one line saying what
+    to give (a run folder or its checkpoint file, or ``other``)."""
+    from schemas.errors import UserError
+    from shardforge.storage import exists
+    from trainer.checkpoint import latest_checkpoint
+
+    files = "its checkpoint file (checkpoints/ckpt-NNNNNNNN.pt)"
+    give = f"a run folder (the --output of a run), {files} or {other}" if other else \
+        f"a run folder (the --output of a run) or {files}"
+    if not url.endswith(".pt") and not exists(url):
+        raise UserError(f"{url} does not exist: give {give}")
+    try:
+        found = url if url.endswith(".pt") else latest_checkpoint(url)
+    except NotADirectoryError:
+        raise UserError(f"{url} is a file but not a checkpoint: give {give}") from None
+    if found is None:
+        raise UserError(no_checkpoint(url))
+    return found
+
+
 def export_checkpoint(ckpt: str, out_dir: str, tokenizer: str | None = None, license_id: str | None = None,
                       language: list[str] | None = None, overwrite: bool = True) -> str:
     """Export a training checkpoint (file, or run folder: its latest) to a Hugging Face folder (the model
@@ -320,20 +341,11 @@ def export_checkpoint(ckpt: str, out_dir: str, tokenizer: str | None = None, lic
     from schemas.errors import UserError
     from shardforge.storage import AccessDenied, exists, local_copy
     from shardforge.storage.contract import load_manifest, tokenizer_url
-    from trainer.checkpoint import latest_checkpoint, load_checkpoint
+    from trainer.checkpoint import load_checkpoint
 
     if not overwrite:
         check_export_folder(out_dir)
-    if not ckpt.endswith(".pt") and not exists(ckpt):
-        raise UserError(f"{ckpt} does not exist: give a run folder (the --output of a run) or its checkpoint file "
-                        "(checkpoints/ckpt-NNNNNNNN.pt)")
-    try:
-        url = ckpt if ckpt.endswith(".pt") else latest_checkpoint(ckpt)
-    except NotADirectoryError:
-        raise UserError(f"{ckpt} is a file but not a checkpoint: give a run folder (the --output of a run) or its "
-                        "checkpoint file (checkpoints/ckpt-NNNNNNNN.pt)") from None
-    if url is None:
-        raise UserError(no_checkpoint(ckpt))
+    url = checkpoint_file(ckpt)
     state = load_checkpoint(url)
     cfg = checkpoint_config(state, url)
     if tokenizer is None:
