@@ -204,7 +204,9 @@ def evaluate_model(model_url: str, data: str | None = None, split: str = "valid"
     progress = Progress(total)
     res = evaluate(model, loader, masker, run_cfg, device, prec.autocast, wait=progress)
     if not res:
-        raise UserError(f"corpus {redact_url(root)}: its {split} split gave no masked token to evaluate")
+        raise UserError(f"no token was masked in the {progress.sequences:,} sequence(s) of {redact_url(root)}'s "
+                        f"{split} split evaluated ({scheme.scheme} masking at {scheme.rate:g}): give more --batches, "
+                        "a larger --batch_size or a higher --mask_rate")
     return {"model": redact_url(subject.url), "data": redact_url(root), "split": split, "batches": progress.done,
             "sequences": progress.sequences,
             "batch_size": batch_size, "masking": scheme.scheme, "mask_rate": scheme.rate, "seed": seed,
