@@ -491,6 +491,10 @@ class TrainConfig(Strict):
     masking_overlap: Literal["auto", "on", "off"] = "off"
     # Ragged batches run unpadded (real tokens only, varlen attention); full-length ones always drop the mask.
     unpad: bool = True
+    # Activation checkpointing (run_mlm's gradient_checkpointing): each layer keeps only its input for the
+    # backward pass and recomputes the rest there, so activations take about one layer's memory instead of
+    # every layer's, for about one more forward pass of compute (trainer/model.py). Same losses and gradients.
+    activation_checkpointing: bool = False
     corrupt_shards: Literal["fail", "skip"] = "fail"
     follow: bool = False
     # Continue pretraining a Hugging Face model folder (trainer/hf_init.py): its shape and weights.

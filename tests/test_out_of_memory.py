@@ -59,7 +59,8 @@ def test_a_step_or_a_model_that_does_not_fit_is_one_line_and_the_smaller_batch_r
         r"error: out of memory on the CPU \(host memory\) at step 1 \(1 micro-batch of 32 sequences of up to "
         rf"{manifest.max_seq_len} tokens a step; torch tried to allocate [\d.]+ GiB\); weights, gradients and "
         r"optimizer state take ~0\.\d GiB, the rest is activations: give --batch_size 16 --gradient_accumulation 2 "
-        r"\(the same global batch in twice the micro-batches\)", line), line
+        r"\(the same global batch in twice the micro-batches\); or --activation_checkpointing \(the same "
+        r"micro-batch, its activations recomputed: about a third more compute\)", line), line
     # Smaller micro-batches fit under the same cap.
     ok = train_capped(corpus, tmp_path / "b", "--batch_size", "4", "--gradient_accumulation", "2",
                       "--set", "eval_batches=1", *wide)
@@ -113,7 +114,12 @@ def test_the_line_halves_the_micro_batch_and_keeps_the_global_batch(config, accu
     micro = "micro-batch" if accum == 1 else "micro-batches"
     assert line == (f"out of memory on cuda:0 (NVIDIA A10G, 22.1 GiB) at step 1 ({accum} {micro} of {rows} a step; "
                     "torch tried to allocate 3.07 GiB); weights, gradients and optimizer state take ~1.9 GiB, the "
-                    f"rest is activations: {fix}"), line
+                    f"rest is activations: {fix}; or --activation_checkpointing (the same micro-batch, its "
+                    "activations recomputed: about a third more compute)"), line
+    # Already recomputing: only the micro-batch is left to halve.
+    line = out_of_memory_line(torch.OutOfMemoryError(CUDA_TEXT), cfg(**config, activation_checkpointing=True), A10G,
+                              step=1, accum=accum, max_len=512, params=125_000_000)
+    assert line.endswith(f"the rest is activations: {fix}"), line
 
 
 def test_a_model_too_large_for_the_device_and_a_single_row_say_so() -> None:
@@ -127,3 +133,6 @@ def test_a_model_too_large_for_the_device_and_a_single_row_say_so() -> None:
                            "micro-batch of 1 sequence of up to 512 tokens a step"), line
     assert line.endswith(": even one row does not fit; a smaller model (--model_size, --recipe), shorter sequences "
                          "(shardforge repack --max_seq_len), --precision bf16 or a device with more memory"), line
+    # In a training step, recomputing the activations is one more way out.
+    line = out_of_memory_line(e, cfg(batch_size=1), A10G, step=7, max_len=512, params=355_000_000)
+    assert line.endswith("--precision bf16, --activation_checkpointing or a device with more memory"), line

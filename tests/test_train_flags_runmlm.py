@@ -115,7 +115,6 @@ NO_EQUIVALENT_LINES = {
     "--line_by_line": "--rule doc_sentences for one document per sequence",
     "--pad_to_max_length": "batches are padded to their longest sequence",
     "--preprocessing_num_workers": "shardforge build --doc_processes N",
-    "--gradient_checkpointing": "lower --batch_size and raise --gradient_accumulation",
     "--load_best_model_at_end": "export the one you want (shardforge export RUN/checkpoints/ckpt-N.pt OUT)",
     "--metric_for_best_model": "export the one you want (shardforge export RUN/checkpoints/ckpt-N.pt OUT)",
     "--push_to_hub": "upload it with huggingface-cli upload",
@@ -158,6 +157,13 @@ def test_every_run_mlm_name_of_the_audit_is_accepted_or_answered(capsys: pytest.
         parse("--data", "c", flag, *([value] if value is not None else []))
     for flag in NO_EQUIVALENT_LINES:
         assert "unknown flag" not in refused(capsys, "--data", "c", flag, "1")
+
+
+@pytest.mark.parametrize("argv, on", [
+    (["--gradient_checkpointing"], True), (["--gradient_checkpointing", "false"], False),
+    (["--activation_checkpointing=yes"], True), (["--activation_checkpointing", "--steps", "5"], True), ([], False)])
+def test_gradient_checkpointing_sets_activation_checkpointing(argv: list[str], on: bool) -> None:
+    assert resolved(*argv).activation_checkpointing is on
 
 
 @pytest.mark.parametrize("argv, compile_", [

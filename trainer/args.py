@@ -133,6 +133,10 @@ CONFIG_FLAGS: dict[str, list[ConfigFlag]] = {
         ConfigFlag(("--device",), "device", "auto | cpu | cuda | cuda:N.", str),
         ConfigFlag(("--compile", "--torch_compile"), "compile", "torch.compile the model (auto: on CUDA only); "
                    "the flag alone: true.", compile_value, const=True, metavar="true|false|auto"),
+        ConfigFlag(("--activation_checkpointing", "--gradient_checkpointing"), "activation_checkpointing",
+                   "Recompute each layer's activations in the backward pass: about one layer's activations in "
+                   "memory instead of every layer's, for about a third more compute. The flag alone: true.",
+                   bool_value, const=True, metavar="true|false"),
         ConfigFlag(("--ddp_timeout",), "ddp_timeout", "Seconds a rank waits for the others in a collective "
                    "before the run fails (a rank that hung).", float),
         ConfigFlag(("--num_workers", "--dataloader_num_workers"), "num_workers",
@@ -191,8 +195,6 @@ NO_EQUIVALENT: dict[str, str] = {
     "--pad_to_max_length": "packing is the corpus's (build or shardforge repack with --rule); batches are padded "
                            "to their longest sequence",
     "--preprocessing_num_workers": "preprocessing is the build's: shardforge build --doc_processes N",
-    "--gradient_checkpointing": "activations are not recomputed here: to fit in memory, lower --batch_size and "
-                                "raise --gradient_accumulation (the global batch stays the same)",
     "--load_best_model_at_end": _BEST_MODEL,
     "--metric_for_best_model": _BEST_MODEL,
     "--push_to_hub": _HUB,

@@ -225,7 +225,9 @@ def describe_run(cfg: TrainConfig, manifest: Manifest, shape: RunShape) -> list[
         + (f", from {where(cfg.init)}" if cfg.init else ""),
         f"device: {shape.device}{f' x {shape.world_size} processes' if shape.world_size > 1 else ''}, precision "
         f"{shape.precision}, torch.compile {compile_text(cfg, shape)}, {shape.masking} masking ops"
-        + (" (one batch ahead, on a side stream)" if shape.masking_ahead else ""),
+        + (" (one batch ahead, on a side stream)" if shape.masking_ahead else "")
+        + (", activation checkpointing (each layer recomputed in the backward pass)"
+           if cfg.activation_checkpointing else ""),
         corpus_line(cfg, manifest),
         length_line(cfg, manifest, shape),
         optim_line(cfg),

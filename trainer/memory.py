@@ -87,6 +87,7 @@ def smaller_batch(cfg: TrainConfig, accum: int) -> str:
 
 SMALLER_MODEL = "a smaller model (--model_size, --recipe)"
 MORE_MEMORY = "or a device with more memory"
+RECOMPUTE = "--activation_checkpointing (the same micro-batch, its activations recomputed: about a third more compute)"
 
 
 def out_of_memory_line(e: BaseException, cfg: TrainConfig, device: tuple[str, int | None], *,
@@ -114,7 +115,10 @@ def out_of_memory_line(e: BaseException, cfg: TrainConfig, device: tuple[str, in
                     f"take ~{fixed / GIB:.1f} GiB of its {cap / GIB:.1f} GiB; {SMALLER_MODEL} {MORE_MEMORY}")
         line += f"; weights, gradients and optimizer state take ~{fixed / GIB:.1f} GiB, the rest is activations"
     fix = smaller_batch(cfg, accum)
+    # Recomputing activations helps a training step (not an evaluation, which keeps none).
+    recompute = not evaluating and not cfg.activation_checkpointing
     if not fix:
         return (f"{line}: even one row does not fit; {SMALLER_MODEL}, shorter sequences (shardforge repack "
-                f"--max_seq_len), --precision bf16 {MORE_MEMORY}")
-    return f"{line}: {fix}"
+                f"--max_seq_len), --precision bf16{', --activation_checkpointing' if recompute else ''} "
+                f"{MORE_MEMORY}")
+    return f"{line}: {fix}" + (f"; or {RECOMPUTE}" if recompute else "")

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from schemas.config import MODEL_SIZES, ModelConfig
 from trainer.attention import Unpadded, attention_inputs, sdpa, unpad, varlen_attention
@@ -378,6 +379,9 @@ class Encoder(nn.Module):
         self.sentence_head = SentenceHead(d) if d.sentence_head != "none" else None
         self.sbo_head = SpanBoundaryHead(d) if d.span_boundary else None
         self.apply(self._init_weights)
+        # Activation checkpointing (TrainConfig.activation_checkpointing): set by the trainer, not part of the
+        # model's shape; each layer's activations are recomputed in the backward pass.
+        self.checkpoint_layers = False
 
     def _init_weights(self, m: nn.Module) -> None:
         # BERT's initialization: N(0, 0.02) weights, zero biases, zero padding rows.
@@ -419,10 +423,20 @@ class Encoder(nn.Module):
             h = self.embed(pack(input_ids), pack(positions), pack(token_type_ids) if token_type_ids is not None
                            else None)
             mask = unpadded
+        recompute = self.checkpoint_layers and torch.is_grad_enabled()
         for i in range(self.dims.layers):
-            h = self.attn[i % len(self.attn)](h, mask, attention_backend)
-            h = self.ffn[i % len(self.ffn)](h)
+            if recompute:  # keeps h; the layer runs again in the backward pass, with the same dropout masks
+                h = checkpoint(self.layer, i, h, mask, attention_backend, use_reentrant=False,
+                               determinism_check="none")  # its check reads sizes a nested tensor lacks
+            else:
+                h = self.layer(i, h, mask, attention_backend)
         return h
+
+    def layer(self, i: int, h: torch.Tensor, mask: torch.Tensor | Unpadded | None,
+              attention_backend: str | None) -> torch.Tensor:
+        """Transformer block ``i``: attention, then the feed-forward (ALBERT's shared ones where shared)."""
+        h = self.attn[i % len(self.attn)](h, mask, attention_backend)
+        return self.ffn[i % len(self.ffn)](h)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 labels: torch.Tensor | None = None, token_type_ids: torch.Tensor | None = None,

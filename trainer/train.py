@@ -149,6 +149,7 @@ def build_model(cfg: TrainConfig, dd: distributed.Dist, manifest: Manifest, voca
     """(the Encoder, what the loop calls): compiled when cfg.compile asks, DDP-wrapped over several ranks."""
     device = dd.device
     model = Encoder(cfg.model, vocab_size, pad_id=pad_id).to(device)
+    model.checkpoint_layers = cfg.activation_checkpointing
     if cfg.init:  # start from the Hugging Face weights (a resumed run loads its checkpoint after)
         load_init(model, cfg, manifest)
     raw_model = model
