@@ -37,7 +37,8 @@ tests, every base and large eager row with HF's, the base compiled FULL-SENTENCE
 sweep, masking, the data wait, base DOC-SENTENCES compiled, large compiled by layers and two levers' eager rows
 (cuDNN attention, no attention dropout); ``--rest`` (a second call, 8 minutes too) runs what that leaves out
 (the compiled levers: CUDA graphs, compiled AdamW, cuDNN attention, no dropout, no attention dropout; no
-dropout eager, the large whole model, full head; ``--rest --sizes large`` the large ones): each whole-model
+dropout eager, large eager with activation checkpointing (its peak memory and tokens/s against large eager's),
+the large whole model, full head; ``--rest --sizes large`` the large ones): each whole-model
 compile takes 1.5-4 minutes cold. The dropout levers change the recipe (RoBERTa's 0.1): ModernBERT trains
 without dropout, MosaicBERT without it on the attention probabilities; their rows are listed beside the MFU
 target, never taken as its best row. ``--plan`` lists a mode's parts with their expected seconds and which
@@ -118,7 +119,8 @@ FULL_PLAN = ("tests", ("base", F, "masked-only", "eager"), ("base", F, "HF", "ea
              ("base", F, "masked-only", "compile+cudagraphs"), ("base", F, "masked-only", "compile+compiled AdamW"),
              ("base", F, "masked-only", "compile+cuDNN attention"), ("base", F, "masked-only", "compile+no dropout"),
              ("base", F, "masked-only", "compile+no attention dropout"), ("large", F, "masked-only", "compile"),
-             ("large", D, "masked-only", "compile"), ("base", F, "full head", "compile"))
+             ("large", D, "masked-only", "compile"), ("base", F, "full head", "compile"),
+             ("large", F, "masked-only", "eager+activation checkpointing"))
 QUICK_PLAN = (("base", F, "masked-only", "eager"), ("base", F, "HF", "eager"),
               ("base", F, "masked-only", "compile"), "masking", ("base", D, "masked-only", "eager"))
 # Seconds a part took on an H200 (16 vCPUs, inductor's cache cold; first full run, 2026-12-04), a little
@@ -587,6 +589,7 @@ class Bench:
                           dropout=0.0 if "no dropout" in mode else 0.1,
                           attention_dropout=0.0 if "no attention dropout" in mode else None)
         raw = Encoder(cfg, s.vocab).to(dev)
+        raw.checkpoint_layers = "activation checkpointing" in mode  # its peak memory against the eager row's
         dims = raw.dims
         if head == "HF":
             from benchmarks.bench_model import hf_roberta

@@ -447,7 +447,7 @@ def test_cuda_fp16_training_steps() -> None:
 # ------------------------------------------------------------------ the GPU benchmark cannot rot
 
 
-@pytest.mark.slow  # ~50 s of CPU (a Beam corpus build, two trainer runs, 17 tiny rows, one inductor compile)
+@pytest.mark.slow  # ~50 s of CPU (a Beam corpus build, two trainer runs, 18 tiny rows, one inductor compile)
 def test_bench_gpu_dry_run_runs_every_part_on_cpu(tmp_path) -> None:
     """benchmarks/gpu.sh --dry-run: every part of the GPU run at tiny sizes on CPU, the results written."""
     out = tmp_path / "gpu.md"
@@ -458,7 +458,8 @@ def test_bench_gpu_dry_run_runs_every_part_on_cpu(tmp_path) -> None:
     for part in ("FULL-SENTENCES", "DOC-SENTENCES", "masked-only", "full head", "| eager |", "| compile |",
                  "| compile+cudagraphs |", "| compile+compiled AdamW |", "| eager+cuDNN attention |",
                  "| compile+cuDNN attention |", "| compile by layers |", "| eager+no dropout |",
-                 "| compile+no attention dropout |", "Levers against the rows they change",
+                 "| compile+no attention dropout |", "| eager+activation checkpointing |",
+                 "Levers against the rows they change",
                  "| tiny | FULL-SENTENCES | masked-only | cudagraphs | compile |", "Masking", "Data wait", "peak memory",
                  "RobertaForMaskedLM", "dry run", "Micro-batch sweep", "Profile: tiny FULL-SENTENCES masked-only "
                  "eager", "Profile: tiny FULL-SENTENCES masked-only compile", "Attention kernels chosen"):
@@ -467,7 +468,7 @@ def test_bench_gpu_dry_run_runs_every_part_on_cpu(tmp_path) -> None:
     steps = text.split("## Training step", 1)[1].split("\n## ", 1)[0]  # the step table's section
     rows = [line for line in steps.splitlines() if line.startswith("| tiny |")]
     cells = [[c.strip() for c in line.strip("|").split("|")] for line in rows]
-    assert len(rows) == 17 and all(c[4] != "—" and float(c[4]) > 0 for c in cells), rows
+    assert len(rows) == 18 and all(c[4] != "—" and float(c[4]) > 0 for c in cells), rows
     # Every row but the cuDNN ones (whose note names the kernel: on a CPU torch picks) and the dropout levers
     # (whose note says which dropout is off) has an empty note.
     assert all(not c[-1] for c in cells if "cuDNN" not in c[3] and "dropout" not in c[3]), rows
