@@ -330,3 +330,22 @@ def test_flops_per_token_formula() -> None:
     n_f = L_ * (4 * H * H + 2 * H * Im) + 128 * H + H * 128 + 128 * 30000
     assert flops_per_token(f, T) == 6 * n_f + 12 * L_ * H * T
     assert isinstance(d, ModelDims)
+
+
+def test_one_token_type_reads_a_pair_as_one_segment() -> None:
+    """RoBERTa's shape (one token type, no sentence head) on a pair corpus's batch: segment B is embedded as
+    segment A (its token type ids indexed a one-row table: IndexError), for the padded and unpadded paths."""
+    from trainer.model import attention_inputs
+
+    m = _model(seed=3)
+    assert m.dims.type_vocab_size == 1
+    b = _batch()
+    kw = {k: b[k] for k in ("input_ids", "attention_mask", "labels")}
+    types = (torch.arange(kw["input_ids"].shape[1]) > 10).long().expand_as(kw["input_ids"])
+    for unpadded in (False, True):
+        plain = m(**attention_inputs(dict(kw), kw["attention_mask"], torch.device("cpu"), unpadded=unpadded))
+        paired = m(**attention_inputs({**kw, "token_type_ids": types}, kw["attention_mask"], torch.device("cpu"),
+                                      unpadded=unpadded))
+        assert torch.equal(plain["mlm_loss"], paired["mlm_loss"])
+    two = _model(seed=3, type_vocab_size=2)  # a model with segment embeddings reads them
+    assert not torch.equal(two(**kw)["mlm_loss"], two(**kw, token_type_ids=types)["mlm_loss"])

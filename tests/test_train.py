@@ -465,21 +465,6 @@ def test_pair_rule_corpora_train_every_head(corpus, tmp_path, variant):
     assert all(r["loss"] == r["loss"] for r in rows)
 
 
-def test_a_model_without_a_sentence_head_trains_on_a_pair_corpus(corpus, tmp_path, caplog):
-    """RoBERTa's shape (one token type, no sentence head) on an SOP corpus: the labels are ignored and
-    segment B is embedded as segment A (its token type ids indexed a one-row table: IndexError)."""
-    from pipelines.jobs.repack import run_repack
-
-    pairs = str(tmp_path / "sop")
-    run_repack(corpus, pairs, rule="sop")
-    out = str(tmp_path / "run")
-    with caplog.at_level("WARNING", logger="shardforge.train"):
-        res = train(cfg(pairs, out, steps=2, eval_every=2, eval_batches=1))
-    assert "its SOP labels are ignored (and with one token type, segment B is embedded as segment A)" in caplog.text
-    assert math.isfinite(res["last_loss"]) and "eval_sentence_acc" not in read_metrics(out)[-1]
-    assert load_checkpoint(list_checkpoints(out)[-1][1])["model"]["embed.token_type.weight"].shape[0] == 1
-
-
 def test_sentence_head_on_a_single_segment_corpus_is_a_clear_error(corpus, tmp_path):
     from schemas.errors import UserError
 

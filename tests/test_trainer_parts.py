@@ -234,7 +234,7 @@ def test_setup_binds_an_indexed_gpu_for_device_cuda(monkeypatch):
 
 
 @pytest.mark.parametrize(("build", "count", "requested", "says"), [
-    (None, 0, "cuda", "--device cuda: this torch ({v}) is a CPU build; install a CUDA build of torch, or train "
+    (None, 0, "cuda", "--device cuda: this torch ({v}) is a CPU build; install a CUDA build of torch, or run "
                       "with --device cpu (or auto)"),
     ("12.8", 0, "cuda", "--device cuda: GPU 0 is not there: no GPU visible (driver, device, or CUDA_VISIBLE_DEVICES); "
                         "torch {v} (CUDA 12.8)"),
