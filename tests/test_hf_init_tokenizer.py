@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 import torch
+from forkserver import run_python
 from realtext import news_documents, write_jsonl
 from test_hf_init import ROOT, albert_unigram_json, roberta_bpe_json, save_hf, wordpiece_json
 
@@ -56,17 +55,17 @@ def test_init_refuses_a_model_of_another_tokenizer_in_one_line(tmp_path):
     (init / "tokenizer.json").write_bytes(other)
 
     env = {**os.environ, "PYTHONPATH": ROOT}
-    args = [sys.executable, "-m", "trainer.train", "--data", corpus, "--init", str(init), "--steps", "1",
+    args = ["-m", "trainer.train", "--data", corpus, "--init", str(init), "--steps", "1",
             "--batch_size", "4", "--output", str(tmp_path / "run"), "--device", "cpu"]
-    r = subprocess.run(args, capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
+    r = run_python(args, capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
     line = r.stderr.strip().splitlines()[-1]
     assert "the model was trained with another tokenizer than the corpus" in line
     assert manifest.tokenizer.sha256[:12] in line and "--set init_tokenizer_check=false" in line
 
     # The override, spelled out in that line, trains.
-    r = subprocess.run([*args, "--set", "init_tokenizer_check=false"], capture_output=True, text=True, cwd=ROOT,
-                       env=env, timeout=300)
+    r = run_python([*args, "--set", "init_tokenizer_check=false"], capture_output=True, text=True, cwd=ROOT,
+                   env=env, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "init_tokenizer_check=false: not checking" in r.stderr
 

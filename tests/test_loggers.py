@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from forkserver import run_python
 
 from schemas.config import TrainConfig
 from schemas.errors import UserError
@@ -191,16 +192,16 @@ def test_training_cli_logs_grad_norm_tokens_and_smoothed_loss_to_every_logger(sm
     root, _ = small_corpus
     run, uri = tmp_path / "run", (tmp_path / "mlruns").as_uri()
     env = {**os.environ, "PYTHONPATH": str(REPO), "WANDB_MODE": "offline"}
-    args = [sys.executable, "-m", "trainer.train", "--data", root, "--output", str(run), "--device", "cpu",
+    args = ["-m", "trainer.train", "--data", root, "--output", str(run), "--device", "cpu",
             "--batch_size", "4", "--set", "model.size=tiny", "--set", "log_every=1", "--set", "trackers.wandb=true",
             "--set", "trackers.mlflow=true", "--set", f"trackers.mlflow_tracking_uri={uri}"]
-    res = subprocess.run([*args, "--steps", "3"], capture_output=True, text=True, cwd=REPO, env=env, timeout=600)
+    res = run_python([*args, "--steps", "3"], capture_output=True, text=True, cwd=REPO, env=env, timeout=600)
     assert res.returncode == 0, res.stderr
     # torch's notices about its nested tensors (the unpadded path on CPU) are not the user's business
     assert "prototype stage" not in res.stderr and "is_fx_tracing" not in res.stderr, res.stderr
     # Resume to step 5: tokens seen and the smoothed loss continue from the checkpoint.
-    res = subprocess.run([*args, "--steps", "5", "--set", "checkpoint_every=1"], capture_output=True, text=True,
-                         cwd=REPO, env=env, timeout=600)
+    res = run_python([*args, "--steps", "5", "--set", "checkpoint_every=1"], capture_output=True, text=True,
+                     cwd=REPO, env=env, timeout=600)
     assert res.returncode == 0, res.stderr
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2, 3, 4, 5]

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 import pytest
 from forkserver import run_python
@@ -217,12 +215,12 @@ def test_mixed_training_run_logs_shares_and_resumes_exactly(two_corpora, tmp_pat
 
     a, b = two_corpora
     full, part = str(tmp_path / "full"), str(tmp_path / "part")
-    base = [sys.executable, "-m", "trainer.train", "--mix", f"{a}=0.7", "--mix", f"{b}=0.3", "--steps", "10",
+    base = ["-m", "trainer.train", "--mix", f"{a}=0.7", "--mix", f"{b}=0.3", "--steps", "10",
             "--batch_size", "4", "--device", "cpu", "--set", "model.size=tiny", "--set", "log_every=1",
             "--set", "eval_every=5", "--set", "eval_batches=3"]
     env = {**os.environ, "PYTHONPATH": REPO, "OMP_NUM_THREADS": "1"}
     for out, extra in ((full, []), (part, ["--set", "stop_at=4"]), (part, [])):
-        r = subprocess.run([*base, "--output", out, *extra], env=env, capture_output=True, text=True, timeout=300)
+        r = run_python([*base, "--output", out, *extra], env=env, capture_output=True, text=True, timeout=300)
         assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     x, y = read_metrics(full), read_metrics(part)
     assert [r["step"] for r in y] == list(range(1, 11))
