@@ -178,3 +178,12 @@ def test_a_corpus_without_the_split_names_the_other(trained, tmp_path):
     # Batches too few to hold a masked token at the rate asked: the line says what to give.
     with pytest.raises(UserError, match=r"no token was masked in the 1 sequence\(s\) .* give more --batches"):
         evaluate_model(run, batches=1, batch_size=1, mask_rate=1e-9, device_name="cpu")
+
+
+def test_the_sentence_heads_accuracy_is_printed_with_its_count_of_pairs():
+    r = {"model": "m", "data": "d", "split": "valid", "sequences": 12, "batches": 2, "batch_size": 6,
+         "masking": "span", "mask_rate": 0.15, "seed": 1, "device": "cpu", "precision": "fp32", "eval_loss": 2.0,
+         "eval_ppl": 7.389, "eval_mlm_acc": 0.5, "eval_mlm_tokens": 30.0, "eval_sentence_acc": 0.75,
+         "eval_sentence_pairs": 12.0}
+    assert "sentence head accuracy 75.00% of 12 pairs" in render(r)
+    assert "sentence head" not in render({k: v for k, v in r.items() if "sentence" not in k})

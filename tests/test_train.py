@@ -462,6 +462,10 @@ def test_pair_rule_corpora_train_every_head(corpus, tmp_path, variant):
     rows = read_metrics(out)
     assert all("sentence_acc" in r for r in rows)
     assert "eval_sentence_acc" in rows[-1] and 0 <= rows[-1]["eval_sentence_acc"] <= 1
+    # Over the pairs of the two evaluated batches of 8: the accuracy is a whole number of them.
+    pairs = rows[-1]["eval_sentence_pairs"]
+    assert pairs == int(pairs) and 0 < pairs <= 2 * 8, pairs
+    assert abs(rows[-1]["eval_sentence_acc"] * pairs - round(rows[-1]["eval_sentence_acc"] * pairs)) < 1e-6
     assert all(r["loss"] == r["loss"] for r in rows)
 
 

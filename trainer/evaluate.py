@@ -79,4 +79,5 @@ def evaluate(model: torch.nn.Module, loader: ShardLoader, masker: Masker, cfg: T
            "eval_mlm_tokens": v["mlm_count"]}
     if v["sentence_count"]:
         res["eval_sentence_acc"] = v["sentence_correct"] / v["sentence_count"]
+        res["eval_sentence_pairs"] = v["sentence_count"]  # the pairs that accuracy is over
     return res

@@ -151,7 +151,8 @@ def evaluate_model(model_url: str, data: str | None = None, split: str = "valid"
                    seed: int | None = None, device_name: str = "auto", precision: str = "auto",
                    skip_tokenizer_check: bool = False) -> dict[str, Any]:
     """The evaluation's result: what was evaluated on what (model, corpus, split, batches, masking) and
-    ``eval_loss`` / ``eval_ppl`` / ``eval_mlm_acc`` / ``eval_mlm_tokens`` (and ``eval_sentence_acc``)."""
+    ``eval_loss`` / ``eval_ppl`` / ``eval_mlm_acc`` / ``eval_mlm_tokens`` (and ``eval_sentence_acc`` over
+    ``eval_sentence_pairs``)."""
     from schemas import MASK_ID, PAD_ID
     from schemas.errors import UserError
     from shardforge.storage import redact_url
@@ -222,7 +223,8 @@ def render(r: dict[str, Any]) -> str:
              f"  MLM loss {r['eval_loss']:.4f}  perplexity {r['eval_ppl']:.4g}  accuracy "
              f"{100 * r['eval_mlm_acc']:.2f}% of {int(r['eval_mlm_tokens']):,} predicted tokens"]
     if "eval_sentence_acc" in r:
-        lines.append(f"  sentence head accuracy {100 * r['eval_sentence_acc']:.2f}%")
+        lines.append(f"  sentence head accuracy {100 * r['eval_sentence_acc']:.2f}% of "
+                     f"{int(r['eval_sentence_pairs']):,} pairs")
     if math.isinf(r["eval_ppl"]) or r["eval_loss"] >= 50:
         lines.append("  (perplexity capped at e^50)")
     return "\n".join(lines)
