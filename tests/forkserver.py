@@ -30,6 +30,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -64,6 +65,7 @@ MAX_SERVERS = 4
 
 _servers: dict[tuple, Server] = {}
 _seen: Counter = Counter()
+_lock = threading.Lock()
 
 
 def route(args: Sequence[str], env: dict[str, str], cwd: str) -> str | None:
@@ -95,26 +97,39 @@ def run_python(args: Sequence[str], *, env: dict[str, str] | None = None, cwd: s
     cwd = os.path.realpath(cwd or os.getcwd())
     kind = route(args, env, cwd) if os.environ.get("SHARDFORGE_TEST_FORKSERVER", "1") != "0" else None
     key = (kind, startup_env(env))
-    _seen[key] += 1
-    if kind is None or (key not in _servers and _seen[key] < 2):
+    with _lock:  # runs from several threads at once (processes racing) share the servers
+        _seen[key] += 1
+        server = None
+        if kind is not None and (key in _servers or _seen[key] >= 2):
+            if key not in _servers:
+                if len(_servers) >= MAX_SERVERS:
+                    _servers.pop(next(iter(_servers))).stop()
+                _servers[key] = Server(PRELOADS[kind], env)
+            server = _servers[key] = _servers.pop(key)  # the most recently used last
+    if server is None:
         return subprocess.run([sys.executable, *args], env=env, cwd=cwd, timeout=timeout, input=input,
                               capture_output=capture_output, text=text, check=check,
                               stdin=None if input is not None else subprocess.DEVNULL)
-    if key not in _servers:
-        if len(_servers) >= MAX_SERVERS:
-            _servers.pop(next(iter(_servers))).stop()
-        _servers[key] = Server(PRELOADS[kind], env)
-    _servers[key] = _servers.pop(key)  # the most recently used last
-    res = _servers[key].run(list(args), env, cwd, timeout, input, capture_output, text)
+    res = server.run(list(args), env, cwd, timeout, input, capture_output, text)
     if check and res.returncode:
         raise subprocess.CalledProcessError(res.returncode, res.args, res.stdout, res.stderr)
     return res
 
 
+def run_python_together(arg_lists: Sequence[Sequence[str]], **kwargs) -> list[subprocess.CompletedProcess]:
+    """Several `run_python` runs at once, each from its own thread (processes racing each other); their
+    results in the order given."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(len(arg_lists)) as pool:
+        return list(pool.map(lambda args: run_python(args, **kwargs), arg_lists))
+
+
 def stop_all() -> None:
     """Stop this test process's servers (at exit, and in tests that start their own)."""
-    for server in _servers.values():
-        server.stop()
+    with _lock:
+        for server in _servers.values():
+            server.stop()
 
 
 atexit.register(stop_all)

@@ -1,8 +1,8 @@
 """Commit safety: concurrent writers on one corpus, leftovers of killed writers.
 
 Every race here is between real processes (``python -m pipelines.serve`` /
-``pipelines.jobs.build`` subprocesses, or subprocesses calling the commit
-primitive), on local disk and on the GCS and S3 emulators (the GCS emulator
+``pipelines.build`` runs, started together from tests/forkserver.py's threads,
+or subprocesses calling the commit primitive), on local disk and on the GCS and S3 emulators (the GCS emulator
 runs through tests/gcs_emulator.py, which adds GCS's ifGenerationMatch=0 rule).
 """
 
@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from forkserver import run_python, run_python_together
 from test_serve import SOURCE, articles, small_config
 
 from pipelines.corpus.commit import manifest_tag
@@ -153,12 +154,9 @@ def one_line_loss(stderr: str) -> re.Match:
 
 
 def run_racers(cmds: list[list[str]], env: dict[str, str]) -> list[tuple[int, str]]:
-    procs = [subprocess.Popen(c, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for c in cmds]
-    outs = []
-    for p in procs:
-        _, err = p.communicate(timeout=600)
-        outs.append((p.returncode, err))
-    return outs
+    """The `python ...` commands started together, each its own process; each one's exit code and stderr."""
+    done = run_python_together([c[1:] for c in cmds], env=env, capture_output=True, text=True, timeout=600)
+    return [(r.returncode, r.stderr) for r in done]
 
 
 # Local and S3 (the stores whose conditional create differs most): on GCS, the same race of
@@ -185,7 +183,7 @@ def test_two_serve_processes_one_commits_the_loser_cleans_up(store, tmp_path) ->
     # Committed versions are immutable: the winner's shards are exactly what its manifest hashed
     # (validate checked every sha256), and a restart absorbs what is left on top of them.
     before = {n: load_version(corpus, n).to_json() for n in committed_versions(corpus)}
-    done = subprocess.run(base, env=store["env"], capture_output=True, text=True, timeout=600)
+    done = run_python(base[1:], env=store["env"], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     for n, text in before.items():
         assert load_version(corpus, n).to_json() == text
@@ -267,8 +265,8 @@ def test_a_build_whose_temporaries_a_winner_swept_loses_in_one_line(tmp_path) ->
         c.write_text(json.dumps({**small_config(), "seed": seed}))
         cfgs.append(c)
     winner = str(tmp_path / "winner")
-    first = subprocess.run(build_cmd(glob, winner, cfgs[0]), env=store["env"], capture_output=True, text=True,
-                           timeout=600)
+    first = run_python(build_cmd(glob, winner, cfgs[0])[1:], env=store["env"], capture_output=True, text=True,
+                       timeout=600)
     assert first.returncode == 0, first.stderr
     out = str(tmp_path / "corpus")
     res = subprocess.run([sys.executable, "-c", SWEPT_BUILD.format(root=str(ROOT)), join(winner, "manifest.json"),
@@ -327,11 +325,11 @@ def test_a_build_into_a_committed_corpus_is_refused_unless_identical(tmp_path) -
     out = str(tmp_path / "corpus")
     cfg = tmp_path / "config.json"
     cfg.write_text(json.dumps(small_config()))
-    first = subprocess.run(build_cmd(glob, out, cfg), env=store["env"], capture_output=True, text=True, timeout=600)
+    first = run_python(build_cmd(glob, out, cfg)[1:], env=store["env"], capture_output=True, text=True, timeout=600)
     assert first.returncode == 0, first.stderr
     committed = {p: (Path(out) / p).read_bytes() for p in every_object(out) if not p.startswith(RUN_WRITTEN)}
     # The same build again: an idempotent rerun, exit 0, the same bytes.
-    again = subprocess.run(build_cmd(glob, out, cfg), env=store["env"], capture_output=True, text=True, timeout=600)
+    again = run_python(build_cmd(glob, out, cfg)[1:], env=store["env"], capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr
     assert {p: (Path(out) / p).read_bytes() for p in every_object(out) if not p.startswith(RUN_WRITTEN)} == committed
     before = {p: (Path(out) / p).read_bytes() for p in every_object(out)}
@@ -339,8 +337,8 @@ def test_a_build_into_a_committed_corpus_is_refused_unless_identical(tmp_path) -
     other = tmp_path / "other.json"
     other.write_text(json.dumps({**small_config(), "seed": 7}))
     t0 = time.monotonic()
-    refused = subprocess.run(build_cmd(glob, out, other), env=store["env"], capture_output=True, text=True,
-                             timeout=600)
+    refused = run_python(build_cmd(glob, out, other)[1:], env=store["env"], capture_output=True, text=True,
+                         timeout=600)
     assert refused.returncode == 2
     err = [line for line in refused.stderr.splitlines() if line.startswith("error:")]
     assert len(err) == 1 and "already holds a committed corpus" in err[0] and "another --output" in err[0], err
@@ -398,7 +396,7 @@ def test_stale_temporaries_of_killed_writers_go_with_the_next_commit_live_ones_s
     live_tmp = [p for p in tmps if p.name.startswith(".report.html.")]
     assert len(live_tmp) == 1
     try:
-        done = subprocess.run(cmd, env=store["env"], capture_output=True, text=True, timeout=600)
+        done = run_python(cmd[1:], env=store["env"], capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, done.stderr
         left = [p for p in out.rglob(".*.tmp")]
         assert left == live_tmp, left  # a live writer's temporary (it holds the lock) is never taken
