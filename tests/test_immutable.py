@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 from conftest import listing
+from forkserver import run_python
 from test_serve import articles, small_config
 
 from pipelines.sources.rawfiles import fingerprint, list_raw_files
@@ -169,8 +170,8 @@ def test_an_input_rewritten_during_a_build_never_overwrites_a_committed_version(
 
     # 2. Restored, the same command again: a clean build, exit 0, and it validates.
     (raw / "f0.jsonl").write_text(original)
-    build = [sys.executable, "-m", "pipelines.build", *args]
-    res = subprocess.run(build, env=env, capture_output=True, text=True, timeout=600)
+    build = ["-m", "pipelines.build", *args]
+    res = run_python(build, env=env, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr
     check = subprocess.run([sys.executable, "-m", "shardforge.cli", "validate", str(out), "--no-progress"],
                            env=env, capture_output=True, text=True, timeout=300)
@@ -184,7 +185,7 @@ def test_an_input_rewritten_during_a_build_never_overwrites_a_committed_version(
     tampered = bytearray(committed[victim])
     tampered[600] ^= 1
     (out / victim).write_bytes(bytes(tampered))
-    res = subprocess.run(build, env=env, capture_output=True, text=True, timeout=600)
+    res = run_python(build, env=env, capture_output=True, text=True, timeout=600)
     assert res.returncode == 2, res.stderr
     (line,) = error_lines(res)
     assert f"{out / victim} already holds other bytes" in line and "never replaced" in line, line
