@@ -2,8 +2,9 @@
 
 Every race here is between real processes (``python -m pipelines.serve`` /
 ``pipelines.build`` runs, started together from tests/forkserver.py's threads,
-or subprocesses calling the commit primitive), on local disk and on the GCS and S3 emulators (the GCS emulator
-runs through tests/gcs_emulator.py, which adds GCS's ifGenerationMatch=0 rule).
+or subprocesses calling the commit primitive), on local disk and on the GCS and
+S3 emulators (the GCS emulator runs through tests/gcs_emulator.py, which adds
+GCS's ifGenerationMatch=0 rule).
 """
 
 from __future__ import annotations
@@ -154,8 +155,8 @@ def one_line_loss(stderr: str) -> re.Match:
 
 
 def run_racers(cmds: list[list[str]], env: dict[str, str]) -> list[tuple[int, str]]:
-    """The `python ...` commands started together, each its own process; each one's exit code and stderr."""
-    done = run_python_together([c[1:] for c in cmds], env=env, capture_output=True, text=True, timeout=600)
+    """`python CMD` for each of cmds, started together, each its own process; each one's exit code and stderr."""
+    done = run_python_together(cmds, env=env, capture_output=True, text=True, timeout=600)
     return [(r.returncode, r.stderr) for r in done]
 
 
@@ -168,7 +169,7 @@ def test_two_serve_processes_one_commits_the_loser_cleans_up(store, tmp_path) ->
     corpus = join(store["base"], "corpus")
     cfg = tmp_path / "config.json"
     cfg.write_text(json.dumps(small_config()))
-    base = [sys.executable, "-m", "pipelines.serve", "--watch", watch, "--corpus", corpus, "--source", SOURCE,
+    base = ["-m", "pipelines.serve", "--watch", watch, "--corpus", corpus, "--source", SOURCE,
             "--once", "--settle", "0", "--config", str(cfg), "--log_level", "WARNING"]
     # Different --max_files: two attempts at version 1 of different inputs (different tags).
     outs = run_racers([base + ["--max_files", "2"], base + ["--max_files", "3"]], store["env"])
@@ -183,7 +184,7 @@ def test_two_serve_processes_one_commits_the_loser_cleans_up(store, tmp_path) ->
     # Committed versions are immutable: the winner's shards are exactly what its manifest hashed
     # (validate checked every sha256), and a restart absorbs what is left on top of them.
     before = {n: load_version(corpus, n).to_json() for n in committed_versions(corpus)}
-    done = run_python(base[1:], env=store["env"], capture_output=True, text=True, timeout=600)
+    done = run_python(base, env=store["env"], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     for n, text in before.items():
         assert load_version(corpus, n).to_json() == text
@@ -198,7 +199,7 @@ def test_two_identical_serve_processes_both_succeed_with_one_version(tmp_path) -
     corpus = join(store["base"], "corpus")
     cfg = tmp_path / "config.json"
     cfg.write_text(json.dumps(small_config()))
-    cmd = [sys.executable, "-m", "pipelines.serve", "--watch", watch, "--corpus", corpus, "--source", SOURCE,
+    cmd = ["-m", "pipelines.serve", "--watch", watch, "--corpus", corpus, "--source", SOURCE,
            "--once", "--settle", "0", "--config", str(cfg), "--log_level", "WARNING"]
     outs = run_racers([cmd, cmd], store["env"])
     assert [c for c, _ in outs] == [0, 0], outs
@@ -209,7 +210,8 @@ def test_two_identical_serve_processes_both_succeed_with_one_version(tmp_path) -
 # ---------------------------------------------------------------- two one-shot builds into one output
 
 def build_cmd(glob: str, out: str, cfg: Path) -> list[str]:
-    return [sys.executable, "-m", "pipelines.build", "--input", f"{SOURCE}={glob}", "--output", out,
+    """`python`'s arguments for a build of `glob` into `out`."""
+    return ["-m", "pipelines.build", "--input", f"{SOURCE}={glob}", "--output", out,
             "--config", str(cfg)]
 
 
@@ -265,12 +267,12 @@ def test_a_build_whose_temporaries_a_winner_swept_loses_in_one_line(tmp_path) ->
         c.write_text(json.dumps({**small_config(), "seed": seed}))
         cfgs.append(c)
     winner = str(tmp_path / "winner")
-    first = run_python(build_cmd(glob, winner, cfgs[0])[1:], env=store["env"], capture_output=True, text=True,
+    first = run_python(build_cmd(glob, winner, cfgs[0]), env=store["env"], capture_output=True, text=True,
                        timeout=600)
     assert first.returncode == 0, first.stderr
     out = str(tmp_path / "corpus")
     res = subprocess.run([sys.executable, "-c", SWEPT_BUILD.format(root=str(ROOT)), join(winner, "manifest.json"),
-                          out, *build_cmd(glob, out, cfgs[1])[3:]],
+                          out, *build_cmd(glob, out, cfgs[1])[2:]],
                          env=store["env"], capture_output=True, text=True, timeout=600)
     assert res.returncode == 2, res.stderr
     lost = one_line_loss(res.stderr)
@@ -306,7 +308,7 @@ def test_a_build_missing_a_swept_object_commits_nothing_and_says_so(tmp_path) ->
     cfg.write_text(json.dumps(small_config()))
     out = str(tmp_path / "corpus")
     res = subprocess.run([sys.executable, "-c", SWEPT_TOKENIZER.format(root=str(ROOT)),
-                          *build_cmd(glob, out, cfg)[3:]], env=store["env"], capture_output=True, text=True,
+                          *build_cmd(glob, out, cfg)[2:]], env=store["env"], capture_output=True, text=True,
                          timeout=600)
     assert res.returncode == 2, res.stderr
     errors = [line for line in res.stderr.splitlines() if line.startswith("error:")]
@@ -325,11 +327,11 @@ def test_a_build_into_a_committed_corpus_is_refused_unless_identical(tmp_path) -
     out = str(tmp_path / "corpus")
     cfg = tmp_path / "config.json"
     cfg.write_text(json.dumps(small_config()))
-    first = run_python(build_cmd(glob, out, cfg)[1:], env=store["env"], capture_output=True, text=True, timeout=600)
+    first = run_python(build_cmd(glob, out, cfg), env=store["env"], capture_output=True, text=True, timeout=600)
     assert first.returncode == 0, first.stderr
     committed = {p: (Path(out) / p).read_bytes() for p in every_object(out) if not p.startswith(RUN_WRITTEN)}
     # The same build again: an idempotent rerun, exit 0, the same bytes.
-    again = run_python(build_cmd(glob, out, cfg)[1:], env=store["env"], capture_output=True, text=True, timeout=600)
+    again = run_python(build_cmd(glob, out, cfg), env=store["env"], capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr
     assert {p: (Path(out) / p).read_bytes() for p in every_object(out) if not p.startswith(RUN_WRITTEN)} == committed
     before = {p: (Path(out) / p).read_bytes() for p in every_object(out)}
@@ -337,7 +339,7 @@ def test_a_build_into_a_committed_corpus_is_refused_unless_identical(tmp_path) -
     other = tmp_path / "other.json"
     other.write_text(json.dumps({**small_config(), "seed": 7}))
     t0 = time.monotonic()
-    refused = run_python(build_cmd(glob, out, other)[1:], env=store["env"], capture_output=True, text=True,
+    refused = run_python(build_cmd(glob, out, other), env=store["env"], capture_output=True, text=True,
                          timeout=600)
     assert refused.returncode == 2
     err = [line for line in refused.stderr.splitlines() if line.startswith("error:")]
@@ -374,7 +376,7 @@ def test_stale_temporaries_of_killed_writers_go_with_the_next_commit_live_ones_s
     cfg.write_text(json.dumps(small_config()))
     cmd = build_cmd(glob, str(out), cfg)
     # A build SIGKILLed while writing: shards in progress leave hidden temporaries.
-    killed = subprocess.Popen(cmd, env=store["env"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    killed = subprocess.Popen([sys.executable, *cmd], env=store["env"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     dead_writers = [start_holder(str(out / "train-000000-v1-0000000000000000.tar"), store["env"]),
                     start_holder(str(out / "versions" / "v1-0000000000000000" / "rejects" / "part-00000.jsonl"),
                                  store["env"])]
@@ -396,7 +398,7 @@ def test_stale_temporaries_of_killed_writers_go_with_the_next_commit_live_ones_s
     live_tmp = [p for p in tmps if p.name.startswith(".report.html.")]
     assert len(live_tmp) == 1
     try:
-        done = run_python(cmd[1:], env=store["env"], capture_output=True, text=True, timeout=600)
+        done = run_python(cmd, env=store["env"], capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, done.stderr
         left = [p for p in out.rglob(".*.tmp")]
         assert left == live_tmp, left  # a live writer's temporary (it holds the lock) is never taken
