@@ -116,13 +116,17 @@ def run_python(args: Sequence[str], *, env: dict[str, str] | None = None, cwd: s
     return res
 
 
-def run_python_together(arg_lists: Sequence[Sequence[str]], **kwargs) -> list[subprocess.CompletedProcess]:
-    """Several `run_python` runs at once, each from its own thread (processes racing each other); their
-    results in the order given."""
+def run_python_together(arg_lists: Sequence[Sequence[str]], *, envs: Sequence[dict[str, str]] | None = None,
+                        **kwargs) -> list[subprocess.CompletedProcess]:
+    """Several `run_python` runs at once, each from its own thread (processes racing each other, or the ranks
+    of one job: ``envs``, each run's environment); their results in the order given."""
     from concurrent.futures import ThreadPoolExecutor
 
+    envs = [kwargs.pop("env", None)] * len(arg_lists) if envs is None else list(envs)
+    if len(envs) != len(arg_lists):
+        raise ValueError(f"{len(arg_lists)} runs, {len(envs)} environments")
     with ThreadPoolExecutor(len(arg_lists)) as pool:
-        return list(pool.map(lambda args: run_python(args, **kwargs), arg_lists))
+        return list(pool.map(lambda args, env: run_python(args, env=env, **kwargs), arg_lists, envs))
 
 
 def stop_all() -> None:

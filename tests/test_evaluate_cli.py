@@ -13,7 +13,8 @@ import os
 import shutil
 
 import pytest
-from forkserver import run_python
+from conftest import free_port
+from forkserver import run_python, run_python_together
 
 from schemas.config import TrainConfig
 from schemas.errors import UserError
@@ -93,6 +94,30 @@ def test_the_runs_export_evaluates_as_its_checkpoint_and_the_cli_prints_it(train
             "token masking at 0.15, seed 5")
     assert said in text and 0 < res["sequences"] <= 8 * EVAL_BATCHES
     assert f"MLM loss {res['eval_loss']:.4f}" in text
+
+
+def test_two_ranks_evaluate_the_whole_split_as_one_process_does(trained):
+    """Under torchrun's variables (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR / MASTER_PORT: the env://
+    rendezvous torchrun sets up) each rank takes its share of the split and rank 0 prints the sums: every
+    sequence and predicted token counted once, the loss the one process gives."""
+    corpus, run, _ = trained
+    one = evaluate_model(run, device_name="cpu")
+    base = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "WORLD_SIZE": "2",
+            "LOCAL_WORLD_SIZE": "2"}
+    envs = [{**base, "RANK": str(r), "LOCAL_RANK": str(r)} for r in range(2)]
+    args = ["-m", "shardforge.cli", "evaluate", run, "--device", "cpu", "--json"]
+    first, second = run_python_together([args, args], envs=envs, capture_output=True, text=True, cwd=REPO,
+                                        timeout=300)
+    assert first.returncode == 0 and second.returncode == 0, first.stderr[-2000:] + second.stderr[-2000:]
+    assert second.stdout == ""  # one result, from rank 0
+    two = json.loads(first.stdout)
+    assert two["ranks"] == 2 and one["ranks"] == 1 and two["device"] == "cpu"
+    assert two["sequences"] == one["sequences"] and two["eval_mlm_tokens"] == one["eval_mlm_tokens"] > 0
+    assert two["batches"] >= one["batches"]  # each rank's batches, its share's
+    assert two["eval_loss"] == pytest.approx(one["eval_loss"], rel=1e-6)
+    assert two["eval_mlm_acc"] == pytest.approx(one["eval_mlm_acc"], abs=1.5 / one["eval_mlm_tokens"])
+    assert f"{two['batches']} batch(es) of up to 8 on 2 ranks;" in render(two)
+    assert " on 1 ranks" not in render(one) and " ranks;" not in render(one)
 
 
 def test_mistakes_are_one_line(trained, exported, tmp_path, capsys):

@@ -520,7 +520,8 @@ def evaluate_parser() -> ArgumentParser:
     """``shardforge evaluate``'s flags (``trainer.evaluate_cli``)."""
     p = ArgumentParser(prog="python -m trainer.evaluate_cli",
                        description="A model's masked-LM loss, perplexity and accuracy on a corpus split, on one "
-                                   "device: a checkpoint (or a run folder: its latest) on the corpus it trained on "
+                                   "device (under torchrun: each rank on its share of the split, rank 0 prints the "
+                                   "result): a checkpoint (or a run folder: its latest) on the corpus it trained on "
                                    "or another built with its tokenizer, or a Hugging Face folder on a corpus built "
                                    "with its tokenizer. Masks are keyed by --seed + 1, as the trainer's evaluation "
                                    "keys them, so a run's last eval_loss is reproduced with its --eval_batches.")
@@ -531,7 +532,8 @@ def evaluate_parser() -> ArgumentParser:
     p.add_argument("--split", choices=("valid", "train"), default="valid",
                    help="which split (default: %(default)s; train is text the model saw)")
     p.add_argument("--batches", type=at_least(1), metavar="N",
-                   help="evaluate the first N batches (default: the whole split)")
+                   help="evaluate the first N batches (under torchrun: of each rank's share, as eval_batches; "
+                        "default: the whole split)")
     p.add_argument("--batch_size", type=at_least(1), metavar="N",
                    help="sequences per batch (default: the checkpoint's batch_size; a Hugging Face folder: 32)")
     p.add_argument("--mask_rate", type=between(0, 1), metavar="R",

@@ -9,7 +9,11 @@ an export included). The corpus must be built with the model's tokenizer: a chec
 tokenizer's sha256, a Hugging Face folder is checked as --init checks it. The batches are the trainer's
 evaluation batches (trainer/evaluate.py: the split in order, masks keyed by seed + 1), so with the
 checkpoint's defaults and ``--batches`` = its ``eval_batches`` the result is the eval_loss the run logged
-at that step. One process, one device.
+at that step.
+
+Under torchrun (RANK / WORLD_SIZE set) every rank evaluates its share of the split, as a run's ranks do
+(``--batches`` counts each rank's batches, as ``eval_batches`` does), its sums are added over the ranks and
+rank 0 prints the result: the whole split on N ranks gives the one-process figures.
 """
 
 from __future__ import annotations
@@ -127,10 +131,10 @@ def masking_of(subject: Subject, scheme: str | None, rate: float | None) -> Any:
 
 class Progress:
     """Takes the batches: counts them and their sequences (not the rows a loader repeats), and says on
-    stderr every PROGRESS_EVERY_S how far a long split is."""
+    stderr every PROGRESS_EVERY_S how far a long split is (``quiet``: counts only, as ranks but the first do)."""
 
-    def __init__(self, total: int | None):
-        self.total, self.done, self.sequences = total, 0, 0
+    def __init__(self, total: int | None, quiet: bool = False):
+        self.total, self.done, self.sequences, self.quiet = total, 0, 0, quiet
         self.start = self.last = time.monotonic()
 
     def __call__(self, it: Iterator[Any]) -> Any:
@@ -139,7 +143,7 @@ class Progress:
         pad = batch.get("is_pad")
         self.sequences += len(batch["input_ids"]) - (int(pad.sum()) if pad is not None else 0)
         now = time.monotonic()
-        if now - self.last >= PROGRESS_EVERY_S:
+        if not self.quiet and now - self.last >= PROGRESS_EVERY_S:
             self.last = now
             of = f" of {self.total:,}" if self.total else ""
             log.info("evaluated %d%s batches (%.0f s)", self.done - 1, of, now - self.start)
@@ -157,7 +161,7 @@ def evaluate_model(model_url: str, data: str | None = None, split: str = "valid"
     from schemas.errors import UserError
     from shardforge.storage import redact_url
     from shardforge.storage.contract import load_manifest
-    from trainer.distributed import check_cuda, pick_device
+    from trainer.distributed import all_reduce_sum, setup
     from trainer.evaluate import evaluate
     from trainer.loader import ShardLoader
     from trainer.precision import Precision
@@ -188,13 +192,14 @@ def evaluate_model(model_url: str, data: str | None = None, split: str = "valid"
     seed = cfg.seed if seed is None else seed
     batch_size = batch_size or (cfg.batch_size if subject.kind == "checkpoint" else HF_BATCH_SIZE)
     scheme = masking_of(subject, masking, mask_rate)
-    device = pick_device(device_name, 0)
-    if device.type == "cuda":
-        check_cuda(device_name, device.index or 0)
+    dd = setup(device_name)  # this rank's device; under torchrun, the process group
+    device = dd.device
     special = manifest.tokenizer.special_ids
     pad_id, mask_id = special.get("<pad>", PAD_ID), special.get("<mask>", MASK_ID)
-    loader = ShardLoader(data, split, batch_size=batch_size, seed=seed, shuffle_buffer=1, epochs=1,
-                         pin_memory=device.type == "cuda")
+    # A run's evaluation loader (trainer/train.py), on this process's rank: a split too small for every rank
+    # leaves some only padding rows, which count for nothing.
+    loader = ShardLoader(data, split, batch_size=batch_size, seed=seed, rank=dd.rank, world_size=dd.world_size,
+                         shuffle_buffer=1, epochs=1, allow_idle=True, pin_memory=device.type == "cuda")
     total = loader.steps_per_epoch if batches is None else min(batches, loader.steps_per_epoch)
     # The trainer's evaluation, as a run's config asks for it: these batches, these masks.
     run_cfg = cfg.model_copy(update={"eval_batches": total, "seed": seed, "masking": scheme, "eval_masking": None})
@@ -202,23 +207,26 @@ def evaluate_model(model_url: str, data: str | None = None, split: str = "valid"
     model = subject.model.to(device)
     prec = Precision(precision, device)  # type: ignore[arg-type]
     started = time.monotonic()
-    progress = Progress(total)
+    progress = Progress(total, quiet=not dd.main)
     res = evaluate(model, loader, masker, run_cfg, device, prec.autocast, wait=progress)
+    sequences, done = (int(x) for x in all_reduce_sum([progress.sequences, progress.done], device))
     if not res:
-        raise UserError(f"no token was masked in the {progress.sequences:,} sequence(s) of {redact_url(root)}'s "
+        raise UserError(f"no token was masked in the {sequences:,} sequence(s) of {redact_url(root)}'s "
                         f"{split} split evaluated ({scheme.scheme} masking at {scheme.rate:g}): give more --batches, "
                         "a larger --batch_size or a higher --mask_rate")
-    return {"model": redact_url(subject.url), "data": redact_url(root), "split": split, "batches": progress.done,
-            "sequences": progress.sequences,
+    return {"model": redact_url(subject.url), "data": redact_url(root), "split": split, "batches": done,
+            "sequences": sequences, "ranks": dd.world_size,
             "batch_size": batch_size, "masking": scheme.scheme, "mask_rate": scheme.rate, "seed": seed,
-            "device": str(device), "precision": prec.name, "seconds": round(time.monotonic() - started, 3),
+            "device": str(device) if dd.world_size == 1 else device.type,  # ranks: cuda:0, cuda:1, ...
+            "precision": prec.name, "seconds": round(time.monotonic() - started, 3),
             **({"step": subject.step} if subject.step is not None else {}), **res}
 
 
 def render(r: dict[str, Any]) -> str:
     step = f" (step {r['step']})" if "step" in r else ""
+    ranks = f" on {r['ranks']} ranks" if r.get("ranks", 1) > 1 else ""
     lines = [f"{r['model']}{step} on {r['data']} ({r['split']} split: {r['sequences']:,} sequences in {r['batches']:,} "
-             f"batch(es) of up to {r['batch_size']}; "
+             f"batch(es) of up to {r['batch_size']}{ranks}; "
              f"{r['masking']} masking at {r['mask_rate']:g}, seed {r['seed']}; {r['device']}, {r['precision']})",
              f"  MLM loss {r['eval_loss']:.4f}  perplexity {r['eval_ppl']:.4g}  accuracy "
              f"{100 * r['eval_mlm_acc']:.2f}% of {int(r['eval_mlm_tokens']):,} predicted tokens"]
@@ -231,17 +239,26 @@ def render(r: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    import torch.distributed as dist
+
     from shardforge.console.redact import redact_text
     from trainer.args import parse_evaluate_args
+    from trainer.distributed import leave
     from trainer.train import quiet_torch_notices
 
     args = parse_evaluate_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     quiet_torch_notices()
-    r = evaluate_model(args.model, args.data, args.split, args.batches, args.batch_size, args.masking,
-                       args.mask_rate, args.seed, args.device, args.precision, args.skip_tokenizer_check)
-    print(redact_text(json.dumps(r, indent=2) if args.json else render(r)))
-    return 0
+    try:
+        r = evaluate_model(args.model, args.data, args.split, args.batches, args.batch_size, args.masking,
+                           args.mask_rate, args.seed, args.device, args.precision, args.skip_tokenizer_check)
+        first = not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
+    finally:  # a torchrun rank leaves its process group, also on a refusal
+        if dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
+    if first:  # one result, printed by rank 0
+        print(redact_text(json.dumps(r, indent=2) if args.json else render(r)))
+    return leave(0)  # a torchrun rank ends here (trainer/distributed.py says why)
 
 
 if __name__ == "__main__":
