@@ -209,7 +209,11 @@ def test_the_trainer_answers_help_and_flag_mistakes_before_importing_torch(args,
         assert res.stderr == "" and "usage: " in res.stdout and "--tokens_per_batch" in res.stdout
     else:
         assert one_line_error(res)
-    # The probe sees torch where the flags are right: the trainer goes on to import it and train.
+
+
+def test_the_import_probe_sees_torch_where_the_flags_are_right() -> None:
+    """The control of the test above: with right flags the trainer goes on to import torch (so the probe's
+    False there is torch not imported, not a probe that cannot see it)."""
     res = run("-c", IMPORT_PROBE, "trainer.train", "--print-config", "--steps", "3")
     assert res.stdout.splitlines()[-1] == "probe: True True 0", res.stdout[-500:] + res.stderr[-2000:]
 
