@@ -25,7 +25,10 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from trainer.distributed import Dist
 
 log = logging.getLogger("shardforge.evaluate")
 
@@ -153,10 +156,11 @@ class Progress:
 def evaluate_model(model_url: str, data: str | None = None, split: str = "valid", batches: int | None = None,
                    batch_size: int | None = None, masking: str | None = None, mask_rate: float | None = None,
                    seed: int | None = None, device_name: str = "auto", precision: str = "auto",
-                   skip_tokenizer_check: bool = False) -> dict[str, Any]:
+                   skip_tokenizer_check: bool = False, dd: Dist | None = None) -> dict[str, Any]:
     """The evaluation's result: what was evaluated on what (model, corpus, split, batches, masking) and
     ``eval_loss`` / ``eval_ppl`` / ``eval_mlm_acc`` / ``eval_mlm_tokens`` (and ``eval_sentence_acc`` over
-    ``eval_sentence_pairs``)."""
+    ``eval_sentence_pairs``). ``dd``: this process's rank and device (``trainer.distributed.setup``, which
+    joins torchrun's process group), set up here from ``device_name`` when None."""
     from schemas import MASK_ID, PAD_ID
     from schemas.errors import UserError
     from shardforge.storage import redact_url
@@ -192,7 +196,7 @@ def evaluate_model(model_url: str, data: str | None = None, split: str = "valid"
     seed = cfg.seed if seed is None else seed
     batch_size = batch_size or (cfg.batch_size if subject.kind == "checkpoint" else HF_BATCH_SIZE)
     scheme = masking_of(subject, masking, mask_rate)
-    dd = setup(device_name)  # this rank's device; under torchrun, the process group
+    dd = dd or setup(device_name)
     device = dd.device
     special = manifest.tokenizer.special_ids
     pad_id, mask_id = special.get("<pad>", PAD_ID), special.get("<mask>", MASK_ID)
@@ -239,24 +243,21 @@ def render(r: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import torch.distributed as dist
-
     from shardforge.console.redact import redact_text
     from trainer.args import parse_evaluate_args
-    from trainer.distributed import leave
+    from trainer.distributed import leave, setup, teardown
     from trainer.train import quiet_torch_notices
 
     args = parse_evaluate_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     quiet_torch_notices()
+    dd = setup(args.device)  # under torchrun: this rank joins the process group
     try:
         r = evaluate_model(args.model, args.data, args.split, args.batches, args.batch_size, args.masking,
-                           args.mask_rate, args.seed, args.device, args.precision, args.skip_tokenizer_check)
-        first = not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
-    finally:  # a torchrun rank leaves its process group, also on a refusal
-        if dist.is_available() and dist.is_initialized():
-            dist.destroy_process_group()
-    if first:  # one result, printed by rank 0
+                           args.mask_rate, args.seed, args.device, args.precision, args.skip_tokenizer_check, dd)
+    finally:  # and leaves it, also on a refusal
+        teardown(dd)
+    if dd.main:  # one result, printed by rank 0
         print(redact_text(json.dumps(r, indent=2) if args.json else render(r)))
     return leave(0)  # a torchrun rank ends here (trainer/distributed.py says why)
 
