@@ -434,16 +434,20 @@ def _pipeline_class() -> type:
     """``beam.Pipeline`` that removes its local temp folder however its ``with`` block ends: a block
     that raised before the run (a user's error found while the graph is built: a missing tokenizer,
     a bad index) left it behind, one per failed command. On a distributed runner a failed job is one
-    line (``job_failed``) unless a user error is behind it, which the command prints itself."""
+    line (``job_failed``) unless a user error is behind it, which the command prints itself. A run that
+    raised (a Ctrl-C) finishes the state samplers this process started (``statesampler.finish_all``)."""
     import apache_beam as beam
 
     from pipelines.localrunner import docpool
+    from pipelines.localrunner import statesampler as sampler
     from shardforge.console.run import find_user_error, was_interrupted
 
     class Pipeline(beam.Pipeline):
         def __exit__(self, exc_type, exc_val, exc_tb):
+            failed = True
             try:
                 super().__exit__(exc_type, exc_val, exc_tb)
+                failed = exc_type is not None
             except Exception as e:
                 runner = type(self.runner).__name__  # Beam clears the runner option once the job runs
                 local = runner in (LOCAL_RUNNER, "SwitchingDirectRunner", "BundleBasedDirectRunner", "DirectRunner")
@@ -451,6 +455,8 @@ def _pipeline_class() -> type:
                     raise
                 raise (runner_download_failed(runner, e) or job_failed(runner, e)) from e
             finally:
+                if failed:  # a run cut short (Ctrl-C) leaves no sampler thread that keeps the process alive
+                    sampler.finish_all()
                 docpool.shutdown()  # the document processes of this run, if any
                 remove_temp_folder(self)
 

@@ -10,6 +10,7 @@ import logging
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -72,6 +73,94 @@ def test_what_is_not_an_interrupt_is_not_taken_for_one() -> None:
     err.__cause__ = KeyboardInterrupt()
     assert was_interrupted(err)
     assert not was_interrupted(RuntimeError("a document mentioning KeyboardInterrupt somewhere"))
+
+
+def _sampler_started_when_ctrl_c_came(monkeypatch) -> tuple[object, threading.Thread]:
+    """A state sampler whose ``start`` is interrupted once its thread runs (as a Ctrl-C during
+    ``Thread.start``'s wait for the new thread), then ended as a bundle's end ends it."""
+    from apache_beam.runners.worker import statesampler
+
+    threads: list[threading.Thread] = []
+    thread_start = threading.Thread.start
+
+    def start_then_ctrl_c(self: threading.Thread) -> None:
+        thread_start(self)
+        threads.append(self)
+        raise KeyboardInterrupt
+
+    sampler = statesampler.StateSampler("stage", None)
+    with monkeypatch.context() as m:
+        m.setattr(threading.Thread, "start", start_then_ctrl_c)
+        with pytest.raises(KeyboardInterrupt):
+            sampler.start()
+    sampler.stop_if_still_running()  # the bundle's `finally`
+    assert len(threads) == 1
+    return sampler, threads[0]
+
+
+def test_a_ctrl_c_while_a_bundle_starts_its_state_sampler_leaves_no_thread_running(monkeypatch) -> None:
+    """Beam's sampler marks itself started only after its (non-daemon) thread runs, and a bundle's end
+    stops only a sampler marked started: a Ctrl-C in between left the thread sampling, and the build,
+    having printed "interrupted", never exited (the interpreter waits for such threads at exit)."""
+    from pipelines.localrunner import statesampler as sampler_patch
+
+    sampler_patch.install()  # what every pipeline this project makes installs
+    _, thread = _sampler_started_when_ctrl_c_came(monkeypatch)
+    thread.join(timeout=10)
+    assert not thread.is_alive()
+
+    sampler_patch.uninstall()  # the control: Beam's own start leaves the thread running
+    try:
+        sampler, thread = _sampler_started_when_ctrl_c_came(monkeypatch)
+        thread.join(timeout=0.5)
+        assert thread.is_alive() and not thread.daemon
+        sampler.finished = True  # ends it, as the wrapped start does
+        thread.join(timeout=10)
+        assert not thread.is_alive()
+    finally:
+        sampler_patch.install()
+
+
+def _non_daemon_threads_after(seconds: float) -> list[threading.Thread]:
+    deadline = time.monotonic() + seconds
+    while True:
+        alive = [t for t in threading.enumerate() if not t.daemon and t is not threading.main_thread()]
+        if not alive or time.monotonic() > deadline:
+            return alive
+        time.sleep(0.02)
+
+
+@pytest.mark.parametrize("finish", [True, False], ids=["finish_all", "control"])
+def test_a_pipeline_cut_short_in_a_bundles_end_leaves_no_thread_running(monkeypatch, finish) -> None:
+    """A Ctrl-C in a bundle's end, before its sampler's ``stop`` marks it finished: the pipeline's run
+    raises and the sampler's thread would keep the process from exiting; the pipeline made by
+    make_pipeline finishes every sampler of its run (the control, without that, leaves the thread)."""
+    from apache_beam.runners.worker import statesampler
+
+    from pipelines.localrunner import statesampler as sampler_patch
+    from pipelines.options import BuildOptions, finalize_options, make_pipeline
+
+    assert not _non_daemon_threads_after(0)
+    tracker = statesampler.set_current_tracker
+
+    def ctrl_c_in_stop(value: object) -> None:
+        if value is None:  # StateSampler.stop's first step
+            monkeypatch.setattr(statesampler, "set_current_tracker", tracker)
+            raise KeyboardInterrupt
+        tracker(value)
+
+    monkeypatch.setattr(statesampler, "set_current_tracker", ctrl_c_in_stop)
+    if not finish:
+        monkeypatch.setattr(sampler_patch, "finish_all", lambda: None)
+    with pytest.raises(BaseException) as raised:  # noqa: PT011 - as the runner re-raises it
+        with make_pipeline(finalize_options(BuildOptions([]))) as p:
+            _ = p | beam.Create([1, 2, 3]) | beam.Map(lambda x: x + 1)
+    assert was_interrupted(raised.value)
+    left = _non_daemon_threads_after(2)
+    monkeypatch.undo()
+    sampler_patch.finish_all()
+    assert bool(left) is not finish, left
+    assert not _non_daemon_threads_after(5)
 
 
 @pytest.mark.slow

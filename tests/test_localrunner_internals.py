@@ -190,17 +190,21 @@ def test_signatures_memoizes_beams_functions_everywhere_beam_imported_them(beams
 # ------------------------------------------------------------------ state sampler
 
 
-def test_statesampler_sets_the_default_sampling_period_of_beams_state_sampler() -> None:
+def test_statesampler_sets_the_default_sampling_period_and_wraps_the_start_of_beams_state_sampler() -> None:
     init = statesampler.StateSampler.__init__
     was = init.__defaults__ == (sampler.SAMPLING_PERIOD_MS,)
     sampler.uninstall()
     try:
         assert _names(init) == ["self", "prefix", "counter_factory", "sampling_period_ms"]
         assert init.__defaults__ == (statesampler.DEFAULT_SAMPLING_PERIOD_MS,) == (200,)
+        beams_start = statesampler.StateSampler.start
         sampler.install()
+        sampler.install()  # idempotent: start is wrapped once
         assert statesampler.StateSampler.__init__.__defaults__ == (sampler.SAMPLING_PERIOD_MS,)
+        assert statesampler.StateSampler.start.__wrapped__ is beams_start  # an interrupted start finishes
         sampler.uninstall()
         assert statesampler.StateSampler.__init__.__defaults__ == (200,)
+        assert statesampler.StateSampler.start is beams_start
     finally:
         if was:
             sampler.install()

@@ -9,7 +9,8 @@ the test that fails when a Beam upgrade moves them. The modules:
 * ``spill_files``: the spill settings, spill files and chunks the spill's patches share.
 * ``spill_buffers``: Beam's ``ListBuffer`` / ``GroupingBuffer`` patched to keep their data on disk.
 * ``spill_channel``: the in-memory data channel patched to stream a bundle's input and output.
-* ``statesampler``: Beam's state sampler wakes every 20 ms, so a bundle's end waits less.
+* ``statesampler``: Beam's state sampler wakes every 20 ms, so a bundle's end waits less; a Ctrl-C while
+  a bundle starts it leaves no thread that keeps the process from exiting.
 * ``heap``: freed memory back to the OS; pyarrow on glibc's malloc, two arenas, a rarer collector.
 * ``docpool``: the document processes beside the runner (``--doc_processes N``).
 * ``docworker``: the entry of one document process (``python -m pipelines.localrunner.docworker``).
