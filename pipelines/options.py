@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import functools
 import logging
+import shlex
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -375,7 +376,12 @@ def describe_runner(opts: PipelineOptions) -> Runner:
     return Runner(f"{runner}, in-process", 1)
 
 
-WORKER_COMMAND = "{python} -m pipelines.localrunner.sdkworker"
+# Beam runs it with /bin/sh. The terminal's Ctrl-C reaches the whole process group; the worker processes
+# ignore it from their first instruction (an ignored signal stays ignored across exec, and Python then
+# installs no KeyboardInterrupt handler): the driver's run stops on it and closes each worker's control
+# stream, and the workers end as after a finished run. Interrupted themselves, each printed its
+# KeyboardInterrupt's traceback and the driver's threads theirs (~200 lines before "interrupted").
+WORKER_COMMAND = "trap '' INT; exec {python} -m pipelines.localrunner.sdkworker"
 
 
 def make_pipeline(opts: PipelineOptions):
@@ -417,7 +423,7 @@ def make_pipeline(opts: PipelineOptions):
     from apache_beam.transforms.environments import SubprocessSDKEnvironment
 
     direct.direct_running_mode = "in_memory"  # else the runner replaces the environment with Beam's command
-    env = SubprocessSDKEnvironment.from_command_string(WORKER_COMMAND.format(python=sys.executable))
+    env = SubprocessSDKEnvironment.from_command_string(WORKER_COMMAND.format(python=shlex.quote(sys.executable)))
     return _pipeline_class()(runner=FnApiRunner(default_environment=env), options=opts)
 
 

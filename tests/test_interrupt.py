@@ -217,6 +217,34 @@ def test_ctrl_c_during_a_batched_build_is_one_line(tmp_path) -> None:
     assert err.strip().splitlines() == [f"interrupted: {DATA_JOB_INTERRUPTED}"], err[-3000:]
 
 
+@pytest.mark.slow
+def test_ctrl_c_to_a_build_with_worker_processes_reaches_only_the_driver(tmp_path) -> None:
+    """A terminal's Ctrl-C reaches the workers of ``--direct_num_workers`` too: each printed its
+    KeyboardInterrupt's traceback, the driver's threads theirs ("Worker subprocess exited with return
+    code -2"), ~200 lines before "interrupted". The workers ignore it; the driver stops the run."""
+    import os
+
+    sys.path.insert(0, str(REPO / "tests"))
+    from realtext import wiki_documents, write_jsonl
+
+    raw = tmp_path / "raw.jsonl"
+    write_jsonl(str(raw), wiki_documents())
+    out = tmp_path / "corpus"
+    proc = subprocess.Popen([sys.executable, "-m", "pipelines.build", "--input", f"wiki={raw}", "--output", str(out),
+                             "--direct_num_workers", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=REPO, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while not (out / "versions").exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(1.0)  # the workers are started with the first stage, then run its bundles
+    assert proc.poll() is None, "the build finished before the Ctrl-C could be sent"
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-3000:]
+    assert "KeyboardInterrupt" not in err and "exited with return code" not in err, err[-3000:]
+    assert err.strip().splitlines()[-1] == f"interrupted: {DATA_JOB_INTERRUPTED}", err[-3000:]
+
+
 def test_ctrl_c_while_a_data_command_imports_beam_is_one_line(capsys):
     """``python -m pipelines.build`` imports Beam for a second or two before the command's Ctrl-C handling
     is in place: a Ctrl-C then printed a 26-line traceback and the process died of SIGINT."""
