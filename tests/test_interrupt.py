@@ -245,6 +245,35 @@ def test_ctrl_c_to_a_build_with_worker_processes_reaches_only_the_driver(tmp_pat
     assert err.strip().splitlines()[-1] == f"interrupted: {DATA_JOB_INTERRUPTED}", err[-3000:]
 
 
+@pytest.mark.slow
+def test_a_served_batch_with_worker_processes_finishes_and_commits_after_a_ctrl_c(tmp_path) -> None:
+    """serve's first Ctrl-C lets the running batch finish and commit. With ``--direct_num_workers`` the
+    same Ctrl-C killed the workers: the batch failed (exit 1, ~460 lines of tracebacks, nothing committed)."""
+    import os
+
+    sys.path.insert(0, str(REPO / "tests"))
+    from realtext import wiki_documents, write_jsonl
+
+    (tmp_path / "in").mkdir()
+    write_jsonl(str(tmp_path / "in" / "a.jsonl"), wiki_documents())
+    out = tmp_path / "corpus"
+    proc = subprocess.Popen([sys.executable, "-m", "pipelines.serve", "--watch", str(tmp_path / "in" / "*.jsonl"),
+                             "--corpus", str(out), "--source", "wiki", "--settle", "0", "--once",
+                             "--direct_num_workers", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=REPO, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while not (out / "versions").exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(1.0)  # into the batch's stages, on the workers
+    assert proc.poll() is None, "the batch finished before the Ctrl-C could be sent"
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err[-3000:]
+    assert "finishing the running batch" in err and "committed v1" in err, err[-3000:]
+    assert "Traceback" not in err, err[-3000:]
+    assert (out / "manifest.json").exists()
+
+
 def test_ctrl_c_while_a_data_command_imports_beam_is_one_line(capsys):
     """``python -m pipelines.build`` imports Beam for a second or two before the command's Ctrl-C handling
     is in place: a Ctrl-C then printed a 26-line traceback and the process died of SIGINT."""
