@@ -19,7 +19,8 @@ The sampler's thread is not a daemon thread, and Beam's ``StateSampler.start`` s
 marks the sampler ``started``; a bundle's end stops the sampler only if it is marked. A KeyboardInterrupt
 that lands in between (``Thread.start`` waits for the new thread to run, longer on a busy machine) left
 the thread sampling forever: the command printed "interrupted" and then never exited, the interpreter
-waiting at exit for that thread (seen once in the test suite, 3 test processes on 2 cores). ``install``
+waiting at exit for that thread (a build that hung so was seen once in the test suite, 3 test processes
+on 2 cores; this path was then reproduced by interrupting ``start``). ``install``
 wraps ``start``: if it raises, the sampler is marked finished, which ends a thread it started at its
 next wake-up (the thread reads the flag under the sampler's lock; ``finished`` is a public field of
 Beam's compiled sampler). A Ctrl-C in a bundle's end, before ``stop`` marks the sampler finished,
