@@ -168,11 +168,7 @@ def test_a_pipeline_cut_short_in_a_bundles_end_leaves_no_thread_running(monkeypa
 @pytest.mark.slow
 def test_ctrl_c_during_a_real_build_is_one_line(tmp_path) -> None:
     """`python -m pipelines.build`, sent SIGINT once its attempt folder exists: 130, one line, no manifest."""
-    sys.path.insert(0, str(REPO / "tests"))
-    from realtext import wiki_documents, write_jsonl
-
-    raw = tmp_path / "raw.jsonl"
-    write_jsonl(str(raw), wiki_documents())  # 2.4 MB of distinct prose: ~9 s of stages after the folder appears here
+    raw = _write_wiki(tmp_path / "raw.jsonl")  # ~9 s of stages after the folder appears here
     cfg = tmp_path / "build.yaml"
     cfg.write_text(f"sources:\n  - name: wiki\n    input: {raw}\n")
     out = tmp_path / "corpus"
@@ -190,31 +186,42 @@ def test_ctrl_c_during_a_real_build_is_one_line(tmp_path) -> None:
     assert not (out / "manifest.json").exists()
 
 
-def test_ctrl_c_during_a_batched_build_is_one_line(tmp_path) -> None:
-    """A terminal's Ctrl-C reaches the whole process group: the build and the process running its batch.
-    The batch process printed Beam's log of the KeyboardInterrupt with its traceback; the build says it once."""
-    import os
-
+def _write_wiki(path: Path) -> Path:
+    """2.4 MB of distinct real prose as JSONL at path."""
     sys.path.insert(0, str(REPO / "tests"))
     from realtext import wiki_documents, write_jsonl
 
-    raw = tmp_path / "raw.jsonl"
-    write_jsonl(str(raw), wiki_documents())
-    out = tmp_path / "corpus"
-    proc = subprocess.Popen([sys.executable, "-m", "pipelines.build", "--input", f"wiki={raw}", "--output", str(out),
-                             "--batch_mb", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
-                            start_new_session=True)
+    write_jsonl(str(path), wiki_documents())
+    return path
+
+
+def _ctrl_c_to_the_group(args: list[str], out: Path, after: float, what: str = "the build") -> tuple[int, str]:
+    """``python ARGS`` in a session of its own, then a terminal's Ctrl-C (SIGINT to the whole process group)
+    ``after`` seconds after ``out/versions`` appears: its exit code and stderr."""
+    import os
+
+    proc = subprocess.Popen([sys.executable, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=REPO, start_new_session=True)
     deadline = time.monotonic() + 60
     while not (out / "versions").exists() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
+    time.sleep(after)
+    assert proc.poll() is None, f"{what} finished before the Ctrl-C could be sent"
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    return proc.returncode, err
+
+
+def test_ctrl_c_during_a_batched_build_is_one_line(tmp_path) -> None:
+    """A terminal's Ctrl-C reaches the whole process group: the build and the process running its batch.
+    The batch process printed Beam's log of the KeyboardInterrupt with its traceback; the build says it once."""
+    raw, out = _write_wiki(tmp_path / "raw.jsonl"), tmp_path / "corpus"
     # versions/ is made by the batch process's pipeline, a few seconds before the batch ends (~3.6 s after the
     # process starts, ~5 s before it ends, on a loaded 2-core machine): signal at once, well inside that window
     # (waiting 2 s more once let a fast batch finish first: the build then exited 0).
-    time.sleep(0.3)
-    assert proc.poll() is None, "the build finished before the Ctrl-C could be sent"
-    os.killpg(proc.pid, signal.SIGINT)
-    _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130, err[-3000:]
+    code, err = _ctrl_c_to_the_group(["-m", "pipelines.build", "--input", f"wiki={raw}", "--output", str(out),
+                                      "--batch_mb", "1"], out, after=0.3)
+    assert code == 130, err[-3000:]
     assert "Traceback" not in err and "ERROR" not in err, err[-3000:]
     assert err.strip().splitlines() == [f"interrupted: {DATA_JOB_INTERRUPTED}"], err[-3000:]
 
@@ -224,25 +231,11 @@ def test_ctrl_c_to_a_build_with_worker_processes_reaches_only_the_driver(tmp_pat
     """A terminal's Ctrl-C reaches the workers of ``--direct_num_workers`` too: each printed its
     KeyboardInterrupt's traceback, the driver's threads theirs ("Worker subprocess exited with return
     code -2"), ~200 lines before "interrupted". The workers ignore it; the driver stops the run."""
-    import os
-
-    sys.path.insert(0, str(REPO / "tests"))
-    from realtext import wiki_documents, write_jsonl
-
-    raw = tmp_path / "raw.jsonl"
-    write_jsonl(str(raw), wiki_documents())
-    out = tmp_path / "corpus"
-    proc = subprocess.Popen([sys.executable, "-m", "pipelines.build", "--input", f"wiki={raw}", "--output", str(out),
-                             "--direct_num_workers", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            cwd=REPO, start_new_session=True)
-    deadline = time.monotonic() + 60
-    while not (out / "versions").exists() and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    time.sleep(1.0)  # the workers are started with the first stage, then run its bundles
-    assert proc.poll() is None, "the build finished before the Ctrl-C could be sent"
-    os.killpg(proc.pid, signal.SIGINT)
-    _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130, err[-3000:]
+    raw, out = _write_wiki(tmp_path / "raw.jsonl"), tmp_path / "corpus"
+    # 1 s: the workers are started with the first stage, then run its bundles
+    code, err = _ctrl_c_to_the_group(["-m", "pipelines.build", "--input", f"wiki={raw}", "--output", str(out),
+                                      "--direct_num_workers", "2"], out, after=1.0)
+    assert code == 130, err[-3000:]
     assert "KeyboardInterrupt" not in err and "exited with return code" not in err, err[-3000:]
     assert err.strip().splitlines()[-1] == f"interrupted: {DATA_JOB_INTERRUPTED}", err[-3000:]
 
@@ -251,26 +244,13 @@ def test_ctrl_c_to_a_build_with_worker_processes_reaches_only_the_driver(tmp_pat
 def test_a_served_batch_with_worker_processes_finishes_and_commits_after_a_ctrl_c(tmp_path) -> None:
     """serve's first Ctrl-C lets the running batch finish and commit. With ``--direct_num_workers`` the
     same Ctrl-C killed the workers: the batch failed (exit 1, ~460 lines of tracebacks, nothing committed)."""
-    import os
-
-    sys.path.insert(0, str(REPO / "tests"))
-    from realtext import wiki_documents, write_jsonl
-
     (tmp_path / "in").mkdir()
-    write_jsonl(str(tmp_path / "in" / "a.jsonl"), wiki_documents())
+    _write_wiki(tmp_path / "in" / "a.jsonl")
     out = tmp_path / "corpus"
-    proc = subprocess.Popen([sys.executable, "-m", "pipelines.serve", "--watch", str(tmp_path / "in" / "*.jsonl"),
-                             "--corpus", str(out), "--source", "wiki", "--settle", "0", "--once",
-                             "--direct_num_workers", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            cwd=REPO, start_new_session=True)
-    deadline = time.monotonic() + 60
-    while not (out / "versions").exists() and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    time.sleep(1.0)  # into the batch's stages, on the workers
-    assert proc.poll() is None, "the batch finished before the Ctrl-C could be sent"
-    os.killpg(proc.pid, signal.SIGINT)
-    _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 0, err[-3000:]
+    code, err = _ctrl_c_to_the_group(["-m", "pipelines.serve", "--watch", str(tmp_path / "in" / "*.jsonl"),
+                                      "--corpus", str(out), "--source", "wiki", "--settle", "0", "--once",
+                                      "--direct_num_workers", "2"], out, after=1.0, what="the batch")
+    assert code == 0, err[-3000:]
     assert "finishing the running batch" in err and "committed v1" in err, err[-3000:]
     assert "Traceback" not in err, err[-3000:]
     assert (out / "manifest.json").exists()

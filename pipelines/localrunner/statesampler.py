@@ -67,11 +67,11 @@ def install(period_ms: int = SAMPLING_PERIOD_MS) -> None:
         _starts.append(sampler.start)
         sampler.start = _start_or_finish(sampler.start)
 
-    defaults = statesampler.StateSampler.__init__.__defaults__
+    defaults = sampler.__init__.__defaults__
     if not _beams and defaults is not None:
         _beams.append(defaults)
     if defaults is not None and len(defaults) == 1:
-        statesampler.StateSampler.__init__.__defaults__ = (period_ms,)
+        sampler.__init__.__defaults__ = (period_ms,)
 
 
 def finish_all() -> None:
