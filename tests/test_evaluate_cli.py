@@ -110,6 +110,7 @@ def test_two_ranks_evaluate_the_whole_split_as_one_process_does(trained):
                                         timeout=300)
     assert first.returncode == 0 and second.returncode == 0, first.stderr[-2000:] + second.stderr[-2000:]
     assert second.stdout == ""  # one result, from rank 0
+    assert " attention on " not in second.stderr and first.stderr.count(" attention on ") == 1  # rank 0 logs it
     two = json.loads(first.stdout)
     assert two["ranks"] == 2 and one["ranks"] == 1 and two["device"] == "cpu"
     assert two["sequences"] == one["sequences"] and two["eval_mlm_tokens"] == one["eval_mlm_tokens"] > 0

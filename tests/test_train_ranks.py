@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import shutil
 import subprocess
@@ -25,7 +26,7 @@ import torch
 from schemas.config import BuildConfig, TrainConfig
 from shardforge.storage.contract import load_manifest
 from trainer.checkpoint import list_checkpoints, load_checkpoint
-from trainer.distributed import Dist
+from trainer.distributed import Dist, quiet_replica_logs
 from trainer.evaluate import evaluate
 from trainer.loader import ShardLoader
 from trainer.loggers import read_metrics
@@ -62,12 +63,14 @@ def cli_args(corpus: str, out: str, steps: int, *extra: str) -> list[str]:
     return args
 
 
-def torchrun(args: list[str]) -> None:
+def torchrun(args: list[str]) -> str:
+    """The run's output (stdout, then stderr) once it exited 0."""
     exe = shutil.which("torchrun", path=os.path.dirname(sys.executable)) or "torchrun"
     env = {**os.environ, "PYTHONPATH": REPO, "OMP_NUM_THREADS": "1"}
     r = subprocess.run([exe, "--standalone", "--nproc_per_node", "2", *args], env=env, capture_output=True,
                        text=True, timeout=300)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return r.stdout + r.stderr
 
 
 def evaluate_alone(run: str) -> dict[str, float]:
@@ -91,7 +94,8 @@ def test_two_ranks_on_one_shard_count_every_token_once_and_resume_exactly(one_sh
     epoch's end is the split's tokens; eval_loss equals one process's on the same checkpoint."""
     epoch = ShardLoader(one_shard, rank=0, world_size=2, num_workers=2, batch_size=BATCH).steps_per_epoch
     full, part = str(tmp_path / "full"), str(tmp_path / "part")
-    torchrun(cli_args(one_shard, full, epoch))
+    said = torchrun(cli_args(one_shard, full, epoch))
+    assert said.count(" attention on ") == 1 and said.count("trained to step") == 1, said  # rank 0 tells
     torchrun(cli_args(one_shard, part, epoch, f"stop_at={epoch // 2}"))
     torchrun(cli_args(one_shard, part, epoch))
     a, b = read_metrics(full), read_metrics(part)
@@ -105,6 +109,22 @@ def test_two_ranks_on_one_shard_count_every_token_once_and_resume_exactly(one_sh
     alone = evaluate_alone(full)
     assert a[-1]["eval_mlm_tokens"] == alone["eval_mlm_tokens"]
     assert abs(a[-1]["eval_loss"] - alone["eval_loss"]) < 1e-4, (a[-1]["eval_loss"], alone["eval_loss"])
+
+
+def test_replica_ranks_log_warnings_only_and_a_chosen_level_stays():
+    """Rank 0 keeps information lines, any other rank passes warnings (a rank's own trouble still
+    shows); a level the ``shardforge`` logger was given is left alone."""
+    ours, top, batch = logging.getLogger("shardforge"), logging.getLogger(), logging.getLogger("shardforge.batch")
+    before = ours.level, top.level
+    try:
+        top.setLevel(logging.INFO)
+        for rank, level, info in [(0, logging.NOTSET, True), (1, logging.NOTSET, False), (3, logging.DEBUG, True)]:
+            ours.setLevel(level)
+            quiet_replica_logs(rank)
+            assert batch.isEnabledFor(logging.INFO) is info and batch.isEnabledFor(logging.WARNING), (rank, level)
+    finally:
+        ours.setLevel(before[0])
+        top.setLevel(before[1])
 
 
 def run_config(data: str, output: str, **kw: Any) -> TrainConfig:

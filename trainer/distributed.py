@@ -122,7 +122,18 @@ def setup(requested_device: str, timeout_s: float | None = None) -> Dist:
         dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo", **timeout)
     global _joined
     _joined = True
+    quiet_replica_logs(dist.get_rank())
     return Dist(dist.get_rank(), dist.get_world_size(), local_rank, device)
+
+
+def quiet_replica_logs(rank: int) -> None:
+    """On every rank but 0, shardforge's own loggers pass warnings and errors only: the information
+    lines (which attention kernel, where a run stands) come once, from rank 0, and any rank's warnings
+    still show (Hugging Face's Trainer does the same with ``log_level_replica``).
+    Leaves a level the ``shardforge`` logger was given on purpose alone."""
+    root = logging.getLogger("shardforge")
+    if rank != 0 and root.level == logging.NOTSET:
+        root.setLevel(logging.WARNING)
 
 
 # How gloo and NCCL word a collective that waited past the process group's timeout.
