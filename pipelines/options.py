@@ -397,11 +397,12 @@ def make_pipeline(opts: PipelineOptions):
 
     from apache_beam.options.pipeline_options import DirectOptions
 
-    from pipelines.localrunner import fusion, signatures, spill
+    from pipelines.localrunner import fusion, signatures, spill, workers
     from pipelines.localrunner import statesampler as sampler
 
     signatures.install()  # graph construction and in-process bundles introspect every DoFn
     sampler.install()  # every bundle waits for its state sampler's thread to wake
+    workers.install()  # a run's end tells every worker process to end before it waits for one
     direct = opts.view_as(DirectOptions)
     local = opts.view_as(StandardOptions).runner == LOCAL_RUNNER
     if local:

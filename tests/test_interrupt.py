@@ -165,6 +165,105 @@ def test_a_pipeline_cut_short_in_a_bundles_end_leaves_no_thread_running(monkeypa
     assert not _non_daemon_threads_after(5, before)
 
 
+@pytest.mark.parametrize("told", [True, False], ids=["told_first", "control"])
+def test_a_ctrl_c_while_the_run_waits_for_a_worker_leaves_no_worker_running(monkeypatch, tmp_path, told) -> None:
+    """A run's end closes its worker handlers one after another, each waiting for its worker to end. A
+    Ctrl-C during the first wait left the second worker, which ignores SIGINT, waiting for work, and the
+    driver's thread waiting for that process kept the build from exiting ("interrupted", then a hang).
+    Every worker is told to end before the first wait now; the control (Beam's ``close_all``) leaves one.
+    The workers (pipelines.localrunner.sdkworker) run the harness's wrapped ``_execute``."""
+    import os
+
+    from apache_beam.runners.portability.fn_api_runner import worker_handlers as wh
+
+    from pipelines.localrunner import workers
+    from pipelines.options import BuildOptions, finalize_options, make_pipeline
+
+    before = frozenset(_non_daemon_threads_after(0))
+    started: list = []
+    start, stop = wh.SubprocessSdkWorkerHandler.start_worker, wh.SubprocessSdkWorkerHandler.stop_worker
+
+    def start_and_keep(self) -> None:
+        started.append(self)
+        start(self)
+
+    def ctrl_c_in_the_first_wait(self) -> None:
+        monkeypatch.setattr(wh.SubprocessSdkWorkerHandler, "stop_worker", stop)
+        stop(self)  # the first worker, told by its close(), ends; the Ctrl-C comes as the wait returns
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(wh.SubprocessSdkWorkerHandler, "start_worker", start_and_keep)
+    monkeypatch.setattr(wh.SubprocessSdkWorkerHandler, "stop_worker", ctrl_c_in_the_first_wait)
+    def note_the_worker(x: int, folder: str = str(tmp_path)) -> int:
+        from apache_beam.runners.worker.sdk_worker import SdkHarness
+
+        wrapped = getattr(SdkHarness._execute, "wrapped_by_shardforge", False)
+        Path(folder, str(os.getpid())).write_text(str(wrapped))
+        return x
+
+    opts = finalize_options(BuildOptions(["--direct_num_workers", "2"]))
+    workers.uninstall()
+    p = make_pipeline(opts)  # installs the patch; the control takes Beam's close_all back before the run
+    if not told:
+        workers.uninstall()
+    try:
+        with pytest.raises(BaseException) as raised:  # noqa: PT011 - as the runner re-raises it
+            with p:
+                _ = p | beam.Create(list(range(64))) | beam.Reshuffle() | beam.Map(note_the_worker)
+        assert was_interrupted(raised.value)
+        assert len(started) == 2
+        noted = {f.name: f.read_text() for f in tmp_path.iterdir()}
+        assert noted and str(os.getpid()) not in noted and set(noted.values()) == {"True"}, noted
+        left = _non_daemon_threads_after(30 if told else 5, before)
+        assert bool(left) is not told, left
+        assert told or {"run_worker"} <= {t.name for t in left} <= {"run_worker", "beam_control_read"}, left
+    finally:
+        workers.install()
+        for handler in started:  # the control's worker, told to end as the patch tells it
+            handler.control_conn.push(wh.BeamFnControlServicer._DONE_MARKER)
+    assert not _non_daemon_threads_after(30, before)
+
+
+def test_a_bundle_cut_short_by_the_end_of_the_control_stream_prints_nothing(capsys) -> None:
+    """A run cut short closes a worker's control stream while it may still run a bundle; the harness
+    then shuts the bundle's processor down under it and Beam's ``_execute`` printed the failure's
+    traceback twice (~36 lines). Once the stream has ended (``_alive`` false) it answers with one line
+    of error and prints nothing; a failure while the stream is open is printed as before."""
+    import queue
+    from types import SimpleNamespace
+
+    from apache_beam.portability.api import beam_fn_api_pb2
+    from apache_beam.runners.worker.sdk_worker import SdkHarness
+
+    from pipelines.localrunner import workers
+
+    def fails() -> None:
+        raise KeyError("bundle_67")
+
+    request = beam_fn_api_pb2.InstructionRequest(instruction_id="bundle_67")
+    workers.install()
+    for alive in (False, True):
+        harness = SimpleNamespace(_alive=alive, _responses=queue.Queue())
+        SdkHarness._execute(harness, fails, request)
+        response = harness._responses.get_nowait()
+        err = capsys.readouterr().err
+        assert response.instruction_id == "bundle_67"
+        if alive:
+            assert "KeyError: 'bundle_67'" in err and "Traceback" in response.error
+        else:
+            assert err == "" and response.error == workers.CLOSED_UNDER_IT
+    counted = []
+
+    def succeeds() -> beam_fn_api_pb2.InstructionResponse:
+        counted.append(workers.still_running())  # what sdkworker reads once the harness's run returns
+        return beam_fn_api_pb2.InstructionResponse(instruction_id="x")
+
+    harness = SimpleNamespace(_alive=False, _responses=queue.Queue())
+    SdkHarness._execute(harness, succeeds, request)
+    assert harness._responses.get_nowait().instruction_id == "x"  # a task that succeeds answers as it did
+    assert counted == [1] and workers.still_running() == 0
+
+
 @pytest.mark.slow
 def test_ctrl_c_during_a_real_build_is_one_line(tmp_path) -> None:
     """`python -m pipelines.build`, sent SIGINT once its attempt folder exists: 130, one line, no manifest."""
@@ -237,6 +336,7 @@ def test_ctrl_c_to_a_build_with_worker_processes_reaches_only_the_driver(tmp_pat
                                       "--direct_num_workers", "2"], out, after=1.0)
     assert code == 130, err[-3000:]
     assert "KeyboardInterrupt" not in err and "exited with return code" not in err, err[-3000:]
+    assert "Traceback" not in err and "terminate called" not in err, err[-3000:]
     assert err.strip().splitlines()[-1] == f"interrupted: {DATA_JOB_INTERRUPTED}", err[-3000:]
 
 

@@ -210,6 +210,34 @@ def test_statesampler_sets_the_default_sampling_period_and_wraps_the_start_of_be
             sampler.install()
 
 
+def test_workers_wraps_beams_close_all_and_the_harnesss_execute() -> None:
+    """What ``pipelines.localrunner.workers`` relies on: the manager's handlers by environment, each gRPC
+    handler's control connection and the marker that ends its stream, the harness's ``_alive`` flag."""
+    import inspect
+
+    from apache_beam.runners.portability.fn_api_runner import worker_handlers as wh
+    from apache_beam.runners.worker.sdk_worker import SdkHarness
+
+    from pipelines.localrunner import workers
+
+    workers.uninstall()
+    try:
+        close_all, execute = wh.WorkerHandlerManager.close_all, SdkHarness._execute
+        assert "_cached_handlers" in inspect.getsource(close_all)
+        assert "self.control_conn = " in inspect.getsource(wh.GrpcWorkerHandler.__init__)
+        assert "_DONE_MARKER" in inspect.getsource(wh.BeamFnControlServicer.Control)
+        assert "self._alive = False" in inspect.getsource(SdkHarness.run)
+        assert _names(execute) == ["self", "task", "request"]
+        workers.install()
+        workers.install()  # idempotent: each is wrapped once
+        assert wh.WorkerHandlerManager.close_all.__wrapped__ is close_all
+        assert SdkHarness._execute.__wrapped__ is execute
+        workers.uninstall()
+        assert wh.WorkerHandlerManager.close_all is close_all and SdkHarness._execute is execute
+    finally:
+        workers.install()
+
+
 # ------------------------------------------------------------------ SDK worker entry, progress bars
 
 

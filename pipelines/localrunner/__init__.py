@@ -16,6 +16,8 @@ the test that fails when a Beam upgrade moves them. The modules:
 * ``docworker``: the entry of one document process (``python -m pipelines.localrunner.docworker``).
 * ``batching``: batches made inside a DoFn (``BundleBatches``), handed to the pool (``PooledBatches``).
 * ``sdkworker``: the entry of a worker process of ``--direct_num_workers N``, quiet and tuned.
+* ``workers``: a run's end tells every worker process to end before it waits for one, and a worker
+  says nothing of a bundle its closed control stream cut short.
 * ``preflight``: what a command checks and sets up before it imports Beam.
 * ``progress``: progress bars of a local build on a terminal.
 

@@ -41,16 +41,21 @@ def main() -> None:
     local_build_process()  # before Beam (and pyarrow) is imported
     from apache_beam.runners.worker import sdk_worker_main
 
-    from pipelines.localrunner import signatures, spill
+    from pipelines.localrunner import signatures, spill, workers
     from pipelines.localrunner import statesampler as sampler
 
     spill.release_finished_streams()  # a finished bundle's output buffers are not kept with its processor
     signatures.install()  # each bundle introspects its DoFns again
     sampler.install()  # each bundle joins its state sampler's thread
+    workers.install()  # a bundle cut short by the end of the control stream prints nothing
     from pipelines.localrunner.heap import tune_collector
 
     tune_collector()  # as the runner's process does (pipelines.options.make_pipeline)
     sdk_worker_main.main(sys.argv)
+    if workers.still_running():  # the control stream ended under a bundle: a run cut short
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)  # its finalization around the running bundle could abort in gRPC's C++ code
 
 
 if __name__ == "__main__":
