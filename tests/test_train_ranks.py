@@ -118,7 +118,8 @@ def test_replica_ranks_log_warnings_only_and_a_chosen_level_stays():
     before = ours.level, top.level
     try:
         top.setLevel(logging.INFO)
-        for rank, level, info in [(0, logging.NOTSET, True), (1, logging.NOTSET, False), (3, logging.DEBUG, True)]:
+        for rank, level, info in [(0, logging.NOTSET, True), (0, logging.INFO, True), (1, logging.NOTSET, False),
+                                  (1, logging.INFO, False), (3, logging.DEBUG, True)]:
             ours.setLevel(level)
             quiet_replica_logs(rank)
             assert batch.isEnabledFor(logging.INFO) is info and batch.isEnabledFor(logging.WARNING), (rank, level)

@@ -129,11 +129,12 @@ def setup(requested_device: str, timeout_s: float | None = None) -> Dist:
 def quiet_replica_logs(rank: int) -> None:
     """On every rank but 0, shardforge's own loggers pass warnings and errors only: the information
     lines (which attention kernel, where a run stands) come once, from rank 0, and any rank's warnings
-    still show (Hugging Face's Trainer does the same with ``log_level_replica``).
-    Leaves a level the ``shardforge`` logger was given on purpose alone."""
-    root = logging.getLogger("shardforge")
-    if rank != 0 and root.level == logging.NOTSET:
-        root.setLevel(logging.WARNING)
+    still show (Hugging Face's Trainer does the same with ``log_level_replica``). Only the commands'
+    level (INFO, ``trainer.train.configure_logging``) or none is raised: a level the ``shardforge``
+    logger was given on purpose (DEBUG) is left alone."""
+    ours = logging.getLogger("shardforge")
+    if rank != 0 and ours.level in (logging.NOTSET, logging.INFO):
+        ours.setLevel(logging.WARNING)
 
 
 # How gloo and NCCL word a collective that waited past the process group's timeout.

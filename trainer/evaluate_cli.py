@@ -246,11 +246,10 @@ def main(argv: list[str] | None = None) -> int:
     from shardforge.console.redact import redact_text
     from trainer.args import parse_evaluate_args
     from trainer.distributed import leave, setup, teardown
-    from trainer.train import quiet_torch_notices
+    from trainer.train import configure_logging
 
     args = parse_evaluate_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    quiet_torch_notices()
+    configure_logging()
     dd = setup(args.device)  # under torchrun: this rank joins the process group
     try:
         r = evaluate_model(args.model, args.data, args.split, args.batches, args.batch_size, args.masking,

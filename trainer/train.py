@@ -494,14 +494,25 @@ def quiet_torch_notices() -> None:
         logging.getLogger(name).setLevel(logging.ERROR)
 
 
+LOG_FORMAT = "%(asctime)s %(name)s %(levelname)s %(message)s"
+
+
+def configure_logging() -> None:
+    """A command's log on stderr: shardforge's own lines from INFO, the libraries' from WARNING (a
+    library's INFO, such as gcsfs's note on its experimental features at import, is not the run's
+    news), and the torch notices above left out."""
+    logging.basicConfig(level=logging.WARNING, format=LOG_FORMAT)
+    logging.getLogger("shardforge").setLevel(logging.INFO)
+    quiet_torch_notices()
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_train_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    configure_logging()
     out = logging.StreamHandler(sys.stdout)
     out.setFormatter(logging.Formatter("%(message)s"))
     describe_log.addHandler(out)
     describe_log.propagate = False
-    quiet_torch_notices()
     try:
         code = run_cli(lambda: _run(args), interrupted=TRAIN_INTERRUPTED)
     finally:  # an in-process caller's logging is as it was
