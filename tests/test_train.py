@@ -366,11 +366,13 @@ def test_the_commands_log_their_own_information_and_only_the_libraries_warnings(
               "configure_logging()\n"
               "logging.getLogger('gcsfs').info('library information')\n"
               "logging.getLogger('gcsfs').warning('library warning')\n"
-              "logging.getLogger('shardforge.train').info('our information')\n")
+              "logging.getLogger('shardforge.train').info('our information')\n"
+              "logging.getLogger('trainer.checkpoint').info('our module information')\n")
     r = subprocess.run([sys.executable, "-c", script], env={**os.environ, "PYTHONPATH": REPO},
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "library warning" in r.stderr and "our information" in r.stderr, r.stderr
+    assert "our module information" in r.stderr, r.stderr
     assert "library information" not in r.stderr, r.stderr
 
 

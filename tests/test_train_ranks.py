@@ -26,7 +26,7 @@ import torch
 from schemas.config import BuildConfig, TrainConfig
 from shardforge.storage.contract import load_manifest
 from trainer.checkpoint import list_checkpoints, load_checkpoint
-from trainer.distributed import Dist, quiet_replica_logs
+from trainer.distributed import OWN_LOGGERS, Dist, quiet_replica_logs
 from trainer.evaluate import evaluate
 from trainer.loader import ShardLoader
 from trainer.loggers import read_metrics
@@ -114,17 +114,23 @@ def test_two_ranks_on_one_shard_count_every_token_once_and_resume_exactly(one_sh
 def test_replica_ranks_log_warnings_only_and_a_chosen_level_stays():
     """Rank 0 keeps information lines, any other rank passes warnings (a rank's own trouble still
     shows); a level the ``shardforge`` logger was given is left alone."""
-    ours, top, batch = logging.getLogger("shardforge"), logging.getLogger(), logging.getLogger("shardforge.batch")
-    before = ours.level, top.level
+    ours = [logging.getLogger(name) for name in OWN_LOGGERS]
+    top = logging.getLogger()
+    children = [logging.getLogger("shardforge.batch"), logging.getLogger("trainer.checkpoint")]
+    before = [log.level for log in ours], top.level
     try:
         top.setLevel(logging.INFO)
         for rank, level, info in [(0, logging.NOTSET, True), (0, logging.INFO, True), (1, logging.NOTSET, False),
                                   (1, logging.INFO, False), (3, logging.DEBUG, True)]:
-            ours.setLevel(level)
+            for log in ours:
+                log.setLevel(level)
             quiet_replica_logs(rank)
-            assert batch.isEnabledFor(logging.INFO) is info and batch.isEnabledFor(logging.WARNING), (rank, level)
+            for child in children:
+                assert child.isEnabledFor(logging.INFO) is info, (rank, level, child.name)
+                assert child.isEnabledFor(logging.WARNING), (rank, level, child.name)
     finally:
-        ours.setLevel(before[0])
+        for log, level in zip(ours, before[0], strict=True):
+            log.setLevel(level)
         top.setLevel(before[1])
 
 

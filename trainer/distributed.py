@@ -126,15 +126,21 @@ def setup(requested_device: str, timeout_s: float | None = None) -> Dist:
     return Dist(dist.get_rank(), dist.get_world_size(), local_rank, device)
 
 
+# The loggers of this project's code a training process runs: its own modules log under their
+# module names (trainer.checkpoint, shardforge.storage.retry), the loop under "shardforge.train".
+OWN_LOGGERS = ("shardforge", "trainer")
+
+
 def quiet_replica_logs(rank: int) -> None:
-    """On every rank but 0, shardforge's own loggers pass warnings and errors only: the information
+    """On every rank but 0, this project's loggers pass warnings and errors only: the information
     lines (which attention kernel, where a run stands) come once, from rank 0, and any rank's warnings
     still show (Hugging Face's Trainer does the same with ``log_level_replica``). Only the commands'
-    level (INFO, ``trainer.train.configure_logging``) or none is raised: a level the ``shardforge``
-    logger was given on purpose (DEBUG) is left alone."""
-    ours = logging.getLogger("shardforge")
-    if rank != 0 and ours.level in (logging.NOTSET, logging.INFO):
-        ours.setLevel(logging.WARNING)
+    level (INFO, ``trainer.train.configure_logging``) or none is raised: a level one of them was
+    given on purpose (DEBUG) is left alone."""
+    for name in OWN_LOGGERS:
+        ours = logging.getLogger(name)
+        if rank != 0 and ours.level in (logging.NOTSET, logging.INFO):
+            ours.setLevel(logging.WARNING)
 
 
 # How gloo and NCCL word a collective that waited past the process group's timeout.

@@ -498,11 +498,12 @@ LOG_FORMAT = "%(asctime)s %(name)s %(levelname)s %(message)s"
 
 
 def configure_logging() -> None:
-    """A command's log on stderr: shardforge's own lines from INFO, the libraries' from WARNING (a
-    library's INFO, such as gcsfs's note on its experimental features at import, is not the run's
-    news), and the torch notices above left out."""
+    """A command's log on stderr: this project's lines (``distributed.OWN_LOGGERS``) from INFO, the
+    libraries' from WARNING (a library's INFO, such as gcsfs's note on its experimental features at
+    import, is not the run's news), and the torch notices above left out."""
     logging.basicConfig(level=logging.WARNING, format=LOG_FORMAT)
-    logging.getLogger("shardforge").setLevel(logging.INFO)
+    for name in distributed.OWN_LOGGERS:
+        logging.getLogger(name).setLevel(logging.INFO)
     quiet_torch_notices()
 
 
