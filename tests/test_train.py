@@ -360,20 +360,22 @@ def test_a_rank_that_joined_a_group_leaves_with_its_code_and_its_output_flushed(
 
 def test_the_commands_log_their_own_information_and_only_the_libraries_warnings():
     """train and evaluate log shardforge's lines from INFO and a library's from WARNING: gcsfs, for one,
-    announces its experimental features at INFO when it is imported, on every run that reads gs://."""
+    announces its experimental features at INFO when it is imported, on every run that reads gs://.
+    The levels are put back after the command (an in-process caller's logging is as it was)."""
     script = ("import logging\n"
-              "from trainer.train import configure_logging\n"
-              "configure_logging()\n"
-              "logging.getLogger('gcsfs').info('library information')\n"
-              "logging.getLogger('gcsfs').warning('library warning')\n"
-              "logging.getLogger('shardforge.train').info('our information')\n"
-              "logging.getLogger('trainer.checkpoint').info('our module information')\n")
+              "from trainer.train import command_logging\n"
+              "with command_logging():\n"
+              "    logging.getLogger('gcsfs').info('library information')\n"
+              "    logging.getLogger('gcsfs').warning('library warning')\n"
+              "    logging.getLogger('shardforge.train').info('our information')\n"
+              "    logging.getLogger('trainer.checkpoint').info('our module information')\n"
+              "logging.getLogger('trainer.checkpoint').info('after the command')\n")
     r = subprocess.run([sys.executable, "-c", script], env={**os.environ, "PYTHONPATH": REPO},
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "library warning" in r.stderr and "our information" in r.stderr, r.stderr
     assert "our module information" in r.stderr, r.stderr
-    assert "library information" not in r.stderr, r.stderr
+    assert "library information" not in r.stderr and "after the command" not in r.stderr, r.stderr
 
 
 def test_plot_draws_every_logged_metric(tmp_path):

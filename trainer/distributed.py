@@ -135,7 +135,7 @@ def quiet_replica_logs(rank: int) -> None:
     """On every rank but 0, this project's loggers pass warnings and errors only: the information
     lines (which attention kernel, where a run stands) come once, from rank 0, and any rank's warnings
     still show (Hugging Face's Trainer does the same with ``log_level_replica``). Only the commands'
-    level (INFO, ``trainer.train.configure_logging``) or none is raised: a level one of them was
+    level (INFO, ``trainer.train.command_logging``) or none is raised: a level one of them was
     given on purpose (DEBUG) is left alone."""
     for name in OWN_LOGGERS:
         ours = logging.getLogger(name)

@@ -246,16 +246,16 @@ def main(argv: list[str] | None = None) -> int:
     from shardforge.console.redact import redact_text
     from trainer.args import parse_evaluate_args
     from trainer.distributed import leave, setup, teardown
-    from trainer.train import configure_logging
+    from trainer.train import command_logging
 
     args = parse_evaluate_args(argv)
-    configure_logging()
-    dd = setup(args.device)  # under torchrun: this rank joins the process group
-    try:
-        r = evaluate_model(args.model, args.data, args.split, args.batches, args.batch_size, args.masking,
-                           args.mask_rate, args.seed, args.device, args.precision, args.skip_tokenizer_check, dd)
-    finally:  # and leaves it, also on a refusal
-        teardown(dd)
+    with command_logging():
+        dd = setup(args.device)  # under torchrun: this rank joins the process group
+        try:
+            r = evaluate_model(args.model, args.data, args.split, args.batches, args.batch_size, args.masking,
+                               args.mask_rate, args.seed, args.device, args.precision, args.skip_tokenizer_check, dd)
+        finally:  # and leaves it, also on a refusal
+            teardown(dd)
     if dd.main:  # one result, printed by rank 0
         print(redact_text(json.dumps(r, indent=2) if args.json else render(r)))
     return leave(0)  # a torchrun rank ends here (trainer/distributed.py says why)

@@ -28,6 +28,7 @@ if __name__ == "__main__":  # --help, flag mistakes and a --data that is no corp
     check_train_args(sys.argv[1:])
 
 import argparse
+import contextlib
 import logging
 import math
 import os
@@ -35,6 +36,7 @@ import posixpath
 import re
 import time
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -497,25 +499,33 @@ def quiet_torch_notices() -> None:
 LOG_FORMAT = "%(asctime)s %(name)s %(levelname)s %(message)s"
 
 
-def configure_logging() -> None:
+@contextlib.contextmanager
+def command_logging() -> Iterator[None]:
     """A command's log on stderr: this project's lines (``distributed.OWN_LOGGERS``) from INFO, the
     libraries' from WARNING (a library's INFO, such as gcsfs's note on its experimental features at
-    import, is not the run's news), and the torch notices above left out."""
+    import, is not the run's news), and the torch notices above left out. The levels of this
+    project's loggers are put back after, for an in-process caller."""
     logging.basicConfig(level=logging.WARNING, format=LOG_FORMAT)
-    for name in distributed.OWN_LOGGERS:
+    levels = {name: logging.getLogger(name).level for name in distributed.OWN_LOGGERS}
+    for name in levels:
         logging.getLogger(name).setLevel(logging.INFO)
     quiet_torch_notices()
+    try:
+        yield
+    finally:
+        for name, level in levels.items():
+            logging.getLogger(name).setLevel(level)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_train_args(argv)
-    configure_logging()
     out = logging.StreamHandler(sys.stdout)
     out.setFormatter(logging.Formatter("%(message)s"))
     describe_log.addHandler(out)
     describe_log.propagate = False
     try:
-        code = run_cli(lambda: _run(args), interrupted=TRAIN_INTERRUPTED)
+        with command_logging():
+            code = run_cli(lambda: _run(args), interrupted=TRAIN_INTERRUPTED)
     finally:  # an in-process caller's logging is as it was
         describe_log.removeHandler(out)
         describe_log.propagate = True
