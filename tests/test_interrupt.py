@@ -224,6 +224,55 @@ def test_a_ctrl_c_while_the_run_waits_for_a_worker_leaves_no_worker_running(monk
     assert not _non_daemon_threads_after(30, before)
 
 
+@pytest.mark.parametrize("told", [True, False], ids=["told_first", "control"])
+def test_a_ctrl_c_before_a_worker_connects_leaves_nothing_waiting(monkeypatch, told) -> None:
+    """Beam closes the control stream of a worker that has not connected yet without telling it to end:
+    the worker, once connected, waits for work, and the run's end waits for the worker, forever (a Ctrl-C
+    in the second or so a worker process takes to start). Every worker is told first now; the control
+    (Beam's ``close_all``) is still waiting after 5 s. The run goes in a thread, so that the control's
+    wait can be ended (the worker told) and the thread joined."""
+    from apache_beam.runners.portability.fn_api_runner import worker_handlers as wh
+
+    from pipelines.localrunner import workers
+    from pipelines.options import BuildOptions, finalize_options, make_pipeline
+
+    started: list = []
+    start = wh.SubprocessSdkWorkerHandler.start_worker
+
+    def start_then_ctrl_c(self) -> None:
+        started.append(self)
+        start(self)
+        if len(started) == 1:  # the first worker's process is starting: it has not connected yet
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(wh.SubprocessSdkWorkerHandler, "start_worker", start_then_ctrl_c)
+    opts = finalize_options(BuildOptions(["--direct_num_workers", "2"]))
+    workers.uninstall()
+    p = make_pipeline(opts)
+    if not told:
+        workers.uninstall()
+    raised: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            with p:
+                _ = p | beam.Create(list(range(64))) | beam.Reshuffle() | beam.Map(lambda x: x + 1)
+        except BaseException as e:  # noqa: BLE001 - the test reads it
+            raised.append(e)
+
+    thread = threading.Thread(target=run, daemon=True)
+    try:
+        thread.start()
+        thread.join(30 if told else 5)
+        assert thread.is_alive() is not told
+    finally:
+        workers.install()
+        for handler in started:  # the control's worker, told to end as the patch tells it
+            handler.control_conn.push(wh.BeamFnControlServicer._DONE_MARKER)
+        thread.join(60)
+    assert not thread.is_alive() and len(raised) == 1 and was_interrupted(raised[0]), raised
+
+
 def test_a_bundle_cut_short_by_the_end_of_the_control_stream_prints_nothing(capsys) -> None:
     """A run cut short closes a worker's control stream while it may still run a bundle; the harness
     then shuts the bundle's processor down under it and Beam's ``_execute`` printed the failure's

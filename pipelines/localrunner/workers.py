@@ -12,6 +12,11 @@ work, and the driver's thread that waits for each worker process (Beam's ``run_w
 thread) kept the build from exiting: it printed "interrupted" and hung, one worker process left (5 of
 8 Ctrl-Cs sent at a stage's end of a two-worker build of 2.4 MB hung so).
 
+Beam's ``ControlConnection.close`` also pushes the marker only into a stream a worker has connected
+to; for a worker whose process is still starting it marks the connection closed and goes on to wait
+for the process, which, once connected, waits for work: a run that failed (a Ctrl-C) in the second or
+so after it started its workers waited in ``close_all`` forever.
+
 ``install`` wraps ``close_all``: it first pushes the end marker into every worker's control stream (a
 queue put each; ``Control`` returns at the first marker it reads, and a worker that has not connected
 yet ends as soon as it does), then runs Beam's ``close_all``, which closes, waits and stops the gRPC
