@@ -165,6 +165,28 @@ def test_a_pipeline_cut_short_in_a_bundles_end_leaves_no_thread_running(monkeypa
     assert not _non_daemon_threads_after(5, before)
 
 
+def _two_worker_pipeline(told: bool):
+    """A pipeline of make_pipeline with two worker processes; for the control (``told`` false) Beam's own
+    ``close_all`` is put back before it runs (``_release`` installs the patch again)."""
+    from pipelines.localrunner import workers
+    from pipelines.options import BuildOptions, finalize_options, make_pipeline
+
+    opts = finalize_options(BuildOptions(["--direct_num_workers", "2"]))
+    workers.uninstall()
+    p = make_pipeline(opts)  # installs the patch
+    if not told:
+        workers.uninstall()
+    return p
+
+
+def _release(started: list) -> None:
+    """The patch installed again, and the workers of ``started`` (a control's, still waiting) told to end."""
+    from pipelines.localrunner import workers
+
+    workers.install()
+    workers.tell_to_end(started)
+
+
 @pytest.mark.parametrize("told", [True, False], ids=["told_first", "control"])
 def test_a_ctrl_c_while_the_run_waits_for_a_worker_leaves_no_worker_running(monkeypatch, tmp_path, told) -> None:
     """A run's end closes its worker handlers one after another, each waiting for its worker to end. A
@@ -175,9 +197,6 @@ def test_a_ctrl_c_while_the_run_waits_for_a_worker_leaves_no_worker_running(monk
     import os
 
     from apache_beam.runners.portability.fn_api_runner import worker_handlers as wh
-
-    from pipelines.localrunner import workers
-    from pipelines.options import BuildOptions, finalize_options, make_pipeline
 
     before = frozenset(_non_daemon_threads_after(0))
     started: list = []
@@ -194,6 +213,7 @@ def test_a_ctrl_c_while_the_run_waits_for_a_worker_leaves_no_worker_running(monk
 
     monkeypatch.setattr(wh.SubprocessSdkWorkerHandler, "start_worker", start_and_keep)
     monkeypatch.setattr(wh.SubprocessSdkWorkerHandler, "stop_worker", ctrl_c_in_the_first_wait)
+
     def note_the_worker(x: int, folder: str = str(tmp_path)) -> int:
         from apache_beam.runners.worker.sdk_worker import SdkHarness
 
@@ -201,11 +221,7 @@ def test_a_ctrl_c_while_the_run_waits_for_a_worker_leaves_no_worker_running(monk
         Path(folder, str(os.getpid())).write_text(str(wrapped))
         return x
 
-    opts = finalize_options(BuildOptions(["--direct_num_workers", "2"]))
-    workers.uninstall()
-    p = make_pipeline(opts)  # installs the patch; the control takes Beam's close_all back before the run
-    if not told:
-        workers.uninstall()
+    p = _two_worker_pipeline(told)
     try:
         with pytest.raises(BaseException) as raised:  # noqa: PT011 - as the runner re-raises it
             with p:
@@ -218,9 +234,7 @@ def test_a_ctrl_c_while_the_run_waits_for_a_worker_leaves_no_worker_running(monk
         assert bool(left) is not told, left
         assert told or {"run_worker"} <= {t.name for t in left} <= {"run_worker", "beam_control_read"}, left
     finally:
-        workers.install()
-        for handler in started:  # the control's worker, told to end as the patch tells it
-            handler.control_conn.push(wh.BeamFnControlServicer._DONE_MARKER)
+        _release(started)
     assert not _non_daemon_threads_after(30, before)
 
 
@@ -233,9 +247,6 @@ def test_a_ctrl_c_before_a_worker_connects_leaves_nothing_waiting(monkeypatch, t
     wait can be ended (the worker told) and the thread joined."""
     from apache_beam.runners.portability.fn_api_runner import worker_handlers as wh
 
-    from pipelines.localrunner import workers
-    from pipelines.options import BuildOptions, finalize_options, make_pipeline
-
     started: list = []
     start = wh.SubprocessSdkWorkerHandler.start_worker
 
@@ -246,11 +257,7 @@ def test_a_ctrl_c_before_a_worker_connects_leaves_nothing_waiting(monkeypatch, t
             raise KeyboardInterrupt
 
     monkeypatch.setattr(wh.SubprocessSdkWorkerHandler, "start_worker", start_then_ctrl_c)
-    opts = finalize_options(BuildOptions(["--direct_num_workers", "2"]))
-    workers.uninstall()
-    p = make_pipeline(opts)
-    if not told:
-        workers.uninstall()
+    p = _two_worker_pipeline(told)
     raised: list[BaseException] = []
 
     def run() -> None:
@@ -266,9 +273,7 @@ def test_a_ctrl_c_before_a_worker_connects_leaves_nothing_waiting(monkeypatch, t
         thread.join(30 if told else 5)
         assert thread.is_alive() is not told
     finally:
-        workers.install()
-        for handler in started:  # the control's worker, told to end as the patch tells it
-            handler.control_conn.push(wh.BeamFnControlServicer._DONE_MARKER)
+        _release(started)
         thread.join(60)
     assert not thread.is_alive() and len(raised) == 1 and was_interrupted(raised[0]), raised
 

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 _close_alls: list[Callable[[Any], None]] = []
@@ -59,8 +59,8 @@ def still_running() -> int:
         return _running[0]
 
 
-def tell_every_worker_to_end(manager: Any) -> int:
-    """Push the end marker into the control stream of every gRPC worker ``manager`` started, waiting
+def tell_to_end(handlers: Iterable[Any]) -> int:
+    """Push the end marker into the control stream of each gRPC worker handler of ``handlers``, waiting
     for none of them: how many were told."""
     from apache_beam.runners.portability.fn_api_runner.worker_handlers import (
         BeamFnControlServicer,
@@ -68,12 +68,16 @@ def tell_every_worker_to_end(manager: Any) -> int:
     )
 
     told = 0
-    for handlers in list(manager._cached_handlers.values()):
-        for handler in set(handlers):
-            if isinstance(handler, GrpcWorkerHandler):
-                handler.control_conn.push(BeamFnControlServicer._DONE_MARKER)
-                told += 1
+    for handler in set(handlers):
+        if isinstance(handler, GrpcWorkerHandler):
+            handler.control_conn.push(BeamFnControlServicer._DONE_MARKER)
+            told += 1
     return told
+
+
+def tell_every_worker_to_end(manager: Any) -> int:
+    """``tell_to_end`` every worker handler ``manager`` (a ``WorkerHandlerManager``) started."""
+    return tell_to_end(h for handlers in list(manager._cached_handlers.values()) for h in handlers)
 
 
 def _told_first(close_all: Callable[[Any], None]) -> Callable[[Any], None]:
