@@ -164,6 +164,14 @@ class Manifest(_M):
         return json.dumps(self.model_dump(mode="json"), sort_keys=True, indent=1) + "\n"
 
 
+def repack_origin(m: Manifest) -> str | None:
+    """The corpus a repack was packed from (the folder of the manifest its ``parent`` records); None for
+    a build, a served version, or a corpus that keeps its own tokenized documents."""
+    if m.version != 1 or not m.parent or "/" not in m.parent or m.intermediates.get("tokenized"):
+        return None
+    return m.parent.rsplit("/", 1)[0]
+
+
 def manifest_url(url: str) -> str:
     """Accept either the corpus root or the manifest URL itself."""
     return url if url.endswith(".json") else url.rstrip("/") + "/" + MANIFEST_NAME

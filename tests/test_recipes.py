@@ -260,6 +260,40 @@ def test_packing_rule_mismatch_is_one_clear_line(small_corpus, tmp_path: Path) -
     assert not (tmp_path / "run" / "checkpoints").exists()
 
 
+def test_the_repack_a_mismatch_suggests_is_one_that_runs(small_corpus, tmp_path: Path) -> None:
+    """A repack keeps no tokenized documents: the line names the corpus it came from, and that command works."""
+    import shlex
+
+    from pipelines.jobs.repack import run_repack
+    root, _ = small_corpus
+    nsp, doc = str(tmp_path / "nsp"), str(tmp_path / "doc")
+    run_repack(root, nsp, rule="segment_pair_nsp")
+    run_repack(root, doc, rule="doc_sentences")
+    cases = (("recipe", nsp, ("--recipe", "albert-base"), "; or --set packing_rules=null"),
+             ("head", doc, ("--recipe", "cpu", "--set", "model.sentence_head=sop"), "; or --set model.sentence_head=none"))
+    for name, data, args, tail in cases:
+        line = one_line_error(run("-m", "trainer.train", *args, "--data", data, "--output", str(tmp_path / "run"),
+                                  "--device", "cpu", "--steps", "1"))
+        hint = line.split("(repack it: ", 1)[1].split(tail, 1)[0]
+        assert hint == f"shardforge repack --tokenized {root} --output NEW --rule sop", line
+        res = run("-m", "shardforge.cli", *shlex.split(hint.replace("NEW", str(tmp_path / name)))[1:])
+        assert res.returncode == 0, res.stderr[-2000:]
+
+
+def test_repack_hint_repacks_the_corpus_its_origin_or_asks_for_a_build(small_corpus) -> None:
+    from trainer.recipes import repack_hint
+    root, m = small_corpus
+    assert m.intermediates.get("tokenized")
+    assert repack_hint(m, root, "sop") == f"repack it: shardforge repack --tokenized {root} --output NEW --rule sop"
+    repack = m.model_copy(update={"intermediates": {}, "parent": "gs://b/en-v1/manifest.json"})
+    assert repack_hint(repack, "gs://b/en-sop", "sop") == \
+        "repack it: shardforge repack --tokenized gs://b/en-v1 --output NEW --rule sop"
+    bare = m.model_copy(update={"intermediates": {}})
+    assert repack_hint(bare, root, "sop") == "it keeps no tokenized documents to repack: build it again with --rule sop"
+    served = m.model_copy(update={"intermediates": {}, "version": 3, "parent": "manifest-v2.json"})
+    assert repack_hint(served, root, "sop").startswith("it keeps no tokenized documents")
+
+
 @pytest.mark.slow
 def test_cpu_recipe_trains_through_the_cli(small_corpus, tmp_path: Path) -> None:
     """The recipe runs end to end on a full_sentences corpus (a few steps; learning: bench_cpu_recipe.py)."""

@@ -66,7 +66,7 @@ from trainer.model import Encoder, flops_per_token, resolve_dims
 from trainer.optim import build_optimizer, lr_schedule
 from trainer.precision import Precision, compile_enabled, maybe_compile
 from trainer.preempt import Preemption
-from trainer.recipes import check_packing, config_yaml, resolve_train_config
+from trainer.recipes import check_packing, config_yaml, repack_hint, resolve_train_config
 from trainer.run_folder import checkpoint_dir
 from trainer.step import Feed, Run, train_step
 
@@ -88,14 +88,13 @@ def vocab_tables(manifest: Manifest, root: str) -> tuple[int, torch.Tensor]:
     return len(table), table
 
 
-def check_heads(cfg: TrainConfig, manifest: Manifest) -> None:
+def check_heads(cfg: TrainConfig, manifest: Manifest, root: str) -> None:
     """The sentence head must match the corpus's packing rule (its labels are NSP or SOP labels)."""
     rule, head = manifest.packing_rule, cfg.model.sentence_head
     if head != "none" and rule not in PAIR_RULES:
         want = "sop" if head == "sop" else "segment_pair_nsp"
         raise UserError(f"model.sentence_head={head} needs a pair-rule corpus (sop, segment_pair_nsp, "
-                        f"sentence_pair_nsp); this corpus is packed as {rule} (repack it: shardforge repack "
-                        f"--tokenized {redact_url(cfg.data) if cfg.data else 'CORPUS'} --output NEW --rule {want}; "
+                        f"sentence_pair_nsp); this corpus is packed as {rule} ({repack_hint(manifest, root, want)}; "
                         "or --set model.sentence_head=none)")
     if rule in PAIR_RULES:
         want = "sop" if rule == "sop" else "nsp"
@@ -313,8 +312,8 @@ def setup(cfg: TrainConfig) -> Run:
     if exists(join(cfg.output, "manifest.json")):  # a committed corpus never changes
         raise UserError(f"--output {redact_url(cfg.output)} is a corpus (it holds manifest.json); a run writes its "
                         "checkpoints and metrics into its --output: give a run folder of its own")
-    check_packing(cfg, manifest.packing_rule, root)  # the rule the recipe trains on (trainer/recipes)
-    check_heads(cfg, manifest)
+    check_packing(cfg, manifest, root)  # the rule the recipe trains on (trainer/recipes)
+    check_heads(cfg, manifest, root)
     vocab_size, word_starts = vocab_tables(manifest, root)
     special = manifest.tokenizer.special_ids
     pad_id, mask_id = special.get("<pad>", PAD_ID), special.get("<mask>", MASK_ID)

@@ -44,7 +44,7 @@ from pipelines.tokenizer.model import load_model, stored_path
 from schemas.config import BuildConfig
 from schemas.configfile import parse_config
 from schemas.errors import UserError
-from schemas.manifest import MANIFEST_NAME, Manifest, SourceAccount
+from schemas.manifest import MANIFEST_NAME, Manifest, SourceAccount, repack_origin
 from schemas.naming import TAG_RE, VERSIONS_DIR, version_manifest_name
 from shardforge.console.run import data_job_interrupted, run_cli
 from shardforge.storage import (
@@ -102,10 +102,10 @@ def _tokenized_folders(root: str, manifest: Manifest) -> list[str]:
     folders = []
     for m in reversed(chain):
         rel = m.intermediates.get("tokenized")  # a plain relative name (the manifest path rule)
-        if not rel and m.parent and m.version == 1 and "/" in m.parent:
+        origin = repack_origin(m)
+        if origin is not None:
             # A repack's documents stay with the corpus it was repacked from; its manifest records that
             # corpus but a reader never opens what a manifest names outside the corpus (docs/storage.md).
-            origin = m.parent.rsplit("/", 1)[0]
             raise UserError(f"corpus {root} is a repack of {origin} and holds no tokenized intermediate of its "
                             f"own: repack {origin} instead (--tokenized {origin})")
         if not rel:

@@ -23,6 +23,7 @@ from pydantic import BaseModel
 from schemas.config import TrainConfig
 from schemas.configfile import parse_config
 from schemas.errors import UserError
+from schemas.manifest import Manifest, repack_origin
 from shardforge.storage import redact_url
 from shardforge.storage.contract import load_config
 
@@ -205,14 +206,21 @@ def config_yaml(cfg: TrainConfig) -> str:
     return head + yaml.safe_dump(data, sort_keys=False, default_flow_style=False)
 
 
-def check_packing(cfg: TrainConfig, packing_rule: str, root: str) -> None:
+def repack_hint(manifest: Manifest, root: str, rule: str) -> str:
+    """How to get a corpus's documents packed by another rule: a repack of the corpus, or of the corpus a
+    repack came from (a repack keeps no tokenized documents of its own), else a rebuild."""
+    source = root if manifest.intermediates.get("tokenized") else repack_origin(manifest)
+    if source is None:
+        return f"it keeps no tokenized documents to repack: build it again with --rule {rule}"
+    return f"repack it: shardforge repack --tokenized {redact_url(source)} --output NEW --rule {rule}"
+
+
+def check_packing(cfg: TrainConfig, manifest: Manifest, root: str) -> None:
     """UserError when the corpus's packing rule is not one the config's recipe trains on."""
-    if cfg.packing_rules is None or packing_rule in cfg.packing_rules:
+    if cfg.packing_rules is None or manifest.packing_rule in cfg.packing_rules:
         return
     what = f"recipe {cfg.recipe}" if cfg.recipe else "this config"
     want = " or ".join(cfg.packing_rules)
     raise UserError(
-        f"{what} trains on a corpus packed as {want}; {root} is packed as {packing_rule} "
-        f"(repack it: shardforge repack --tokenized {redact_url(root)} --output NEW --rule {cfg.packing_rules[0]}; "
-        "or --set packing_rules=null "
-        "to train on it anyway)")
+        f"{what} trains on a corpus packed as {want}; {redact_url(root)} is packed as {manifest.packing_rule} "
+        f"({repack_hint(manifest, root, cfg.packing_rules[0])}; or --set packing_rules=null to train on it anyway)")
