@@ -354,9 +354,9 @@ def test_status_of_an_ordinary_corpus_summarizes_its_manifest(corpus) -> None:
     assert res.returncode == 0, res.stderr
     assert "not a served corpus" in res.stdout and "vNone" not in res.stdout
     train = manifest.totals["train"]
-    assert f"train    {train.documents} documents, {train.samples} samples, {train.tokens} tokens" in res.stdout
+    assert f"train    {train.documents:,} documents, {train.samples:,} samples, {train.tokens:,} tokens" in res.stdout
     kept = sum(a.kept for a in manifest.accounting.values())
-    assert f"{kept} kept" in res.stdout and manifest.packing_rule in res.stdout
+    assert f"{kept:,} kept" in res.stdout and manifest.packing_rule in res.stdout
     res = run("-m", "shardforge.cli", "status", str(corpus), "--json")
     st = json.loads(res.stdout)
     assert st["served"] is False and st["manifest"]["totals"]["tokens"] == sum(t.tokens for t in manifest.totals.values())

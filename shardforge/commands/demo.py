@@ -114,9 +114,9 @@ def main(argv: list[str] | None = None) -> int:
     with open(summary_file, "w", encoding="utf-8") as f:
         f.write(json.dumps(summary, indent=1) + "\n")
     print("\nshardforge demo summary")
-    print(f"  documents in {summary['documents_in']}: kept {summary['kept']}, duplicates {summary['duplicates']}, "
-          f"filtered {summary['filtered']}, rejected {summary['rejected']}")
-    print(f"  shards {summary['shards']}, samples {summary['samples']}, tokens {summary['tokens']}")
+    print(f"  documents in {summary['documents_in']:,}: kept {summary['kept']:,}, duplicates {summary['duplicates']:,}, "
+          f"filtered {summary['filtered']:,}, rejected {summary['rejected']:,}")
+    print(f"  shards {summary['shards']:,}, samples {summary['samples']:,}, tokens {summary['tokens']:,}")
     print(f"  loss {summary['first_loss']} (step 1) -> {summary['last_loss']} (step {result['steps']})")
     print(f"  report: {summary['report']}")
     print(f"  (these numbers and more as JSON: {summary_file})")

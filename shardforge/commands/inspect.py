@@ -126,12 +126,12 @@ def render(r: dict[str, Any]) -> str:
         f"  packing: {s['packing_rule']}, max_seq_len {s['max_seq_len']}, ids {s['ids_dtype']}, "
         f"members {', '.join(s['members'])}",
         f"  tokenizer: {tok['model_type']} vocab {tok['vocab_size']} ({tok['path']}, sha256 {tok['sha256'][:12]}…)",
-        f"  documents: {s['documents']['input']} in, {s['documents']['kept']} kept",
-        f"  total: {s['shards']} shards, {s['samples']} samples, {s['tokens']} tokens, {s['bytes']} bytes",
+        f"  documents: {s['documents']['input']:,} in, {s['documents']['kept']:,} kept",
+        f"  total: {s['shards']:,} shards, {s['samples']:,} samples, {s['tokens']:,} tokens, {s['bytes']:,} bytes",
     ]
     for split, t in s["splits"].items():
-        out.append(f"    {split:<6} {t['shards']:>6} shards {t['samples']:>10} samples {t['tokens']:>12} tokens "
-                   f"{t['documents']:>8} docs")
+        out.append(f"    {split:<6} {t['shards']:>6,} shards {t['samples']:>10,} samples {t['tokens']:>12,} tokens "
+                   f"{t['documents']:>8,} docs")
     out.append(f"\nsamples ({r['split']}):")
     task = LABELS.get(s["packing_rule"])
     if task is not None:
@@ -153,12 +153,12 @@ def render(r: dict[str, Any]) -> str:
     if not r["tokenizer_loaded"]:
         out.append(f"  (tokenizer not opened, text omitted: {r.get('tokenizer_problem')})")
     lens = r["lengths"]
-    out.append(f"\nsequence lengths (tokens; {lens['sequences']} sequences from {lens['shards_read']} shards, "
+    out.append(f"\nsequence lengths (tokens; {lens['sequences']:,} sequences from {lens['shards_read']} shards, "
                f"mean {lens['mean']}, max {lens['max']}):")
     peak = max((b["count"] for b in lens["histogram"]), default=0) or 1
     for b in lens["histogram"]:
         bar = "#" * round(BAR_WIDTH * b["count"] / peak)
-        out.append(f"  {b['lo']:>6}-{b['hi']:<6} {b['count']:>8} {bar}")
+        out.append(f"  {b['lo']:>6}-{b['hi']:<6} {b['count']:>8,} {bar}")
     return "\n".join(out)
 
 

@@ -218,11 +218,11 @@ def render_plain(st: dict[str, Any]) -> str:
              "ingest lag (those come from `pipelines.jobs.serve`)",
              f"rule     {m['packing_rule']}, max_seq_len {m['max_seq_len']}; tokenizer {m['tokenizer']['path']} "
              f"(vocab {m['tokenizer']['vocab_size']})" + (f"; parent {m['parent']}" if m["parent"] else ""),
-             f"input    {acc['input']} documents: {acc['kept']} kept, {acc['filtered']} filtered, "
-             f"{acc['duplicate']} duplicate, {acc['rejected']} rejected"]
+             f"input    {acc['input']:,} documents: {acc['kept']:,} kept, {acc['filtered']:,} filtered, "
+             f"{acc['duplicate']:,} duplicate, {acc['rejected']:,} rejected"]
     for split, t in m["splits"].items():
-        lines.append(f"{split:8} {t['documents']} documents, {t['samples']} samples, {t['tokens']} tokens, "
-                     f"{t['shards']} shards, {t['bytes']} bytes")
+        lines.append(f"{split:8} {t['documents']:,} documents, {t['samples']:,} samples, {t['tokens']:,} tokens, "
+                     f"{t['shards']:,} shards, {t['bytes']:,} bytes")
     lines.append("(shardforge inspect shows its samples; shardforge validate checks its shards)")
     return "\n".join(lines)
 
@@ -236,13 +236,13 @@ def render(st: dict[str, Any]) -> str:
     lines = [f"corpus   {st['corpus']}",
              f"latest   v{st['latest']}" + ("" if st["latest"] == st["latest_committed"]
                                             else f"  (v{st['latest_committed']} committed; {LATEST_NAME} not yet moved)"),
-             f"totals   {st['totals']['documents']} documents, {st['totals']['tokens']} tokens, "
-             f"{st['totals']['shards']} shards; {st['files_absorbed']} files absorbed", ""]
-    lines.append(f"{'version':>7} {'files':>5} {'docs':>7} {'tokens':>10} {'shards':>6} {'dups':>5}  "
+             f"totals   {st['totals']['documents']:,} documents, {st['totals']['tokens']:,} tokens, "
+             f"{st['totals']['shards']:,} shards; {st['files_absorbed']:,} files absorbed", ""]
+    lines.append(f"{'version':>7} {'files':>5} {'docs':>7} {'tokens':>11} {'shards':>6} {'dups':>5}  "
                  f"{'committed':19}  {'max lag':>8}")
     for r in st["versions"]:
-        lines.append(f"{'v' + str(r['version']):>7} {r['files']:>5} {r['documents']:>7} {r['tokens']:>10} "
-                     f"{r['shards']:>6} {r['duplicates']:>5}  {_fmt_time(r['committed_at']):19}  "
+        lines.append(f"{'v' + str(r['version']):>7} {r['files']:>5,} {r['documents']:>7,} {r['tokens']:>11,} "
+                     f"{r['shards']:>6,} {r['duplicates']:>5,}  {_fmt_time(r['committed_at']):19}  "
                      f"{_fmt_s(r['max_lag_s']):>8}")
     lines.append("")
     if not st["watch"]:
@@ -250,7 +250,7 @@ def render(st: dict[str, Any]) -> str:
     else:
         lines.append(f"watch    {st['watch']}")
         lines.append(f"pending  {len(st['pending'])} file(s); oldest waiting {_fmt_s(st['oldest_pending_age_s'])}")
-        lines += [f"  {p['path']}  ({p['size']} bytes)" for p in st["pending"][:20]]
+        lines += [f"  {p['path']}  ({p['size']:,} bytes)" for p in st["pending"][:20]]
         if len(st["pending"]) > 20:
             lines.append(f"  … {len(st['pending']) - 20} more")
         lines.append(f"changed  {len(st['changed'])} file(s) changed after ingest (not re-ingested)")

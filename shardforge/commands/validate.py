@@ -268,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     for w in rep.warnings:
         print(f"warning: {w}")
     if rep.ok:
-        print(f"OK: {rep.shards} shards, {rep.samples} samples, {rep.tokens} tokens, {rep.bytes} bytes "
+        print(f"OK: {rep.shards:,} shards, {rep.samples:,} samples, {rep.tokens:,} tokens, {rep.bytes:,} bytes "
               f"match the manifest")
         return 0
     print(f"FAILED: {len(rep.errors)} problem(s) in {rep.url}:")
