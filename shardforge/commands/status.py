@@ -215,7 +215,7 @@ def render_plain(st: dict[str, Any]) -> str:
     m, acc = st["manifest"], st["manifest"]["accounting"]
     lines = [f"corpus   {st['corpus']}",
              "not a served corpus: it has one manifest.json (a build or repack), no versions, pending files or "
-             "ingest lag (those come from `pipelines.jobs.serve`)",
+             "ingest lag (those come from `shardforge serve`)",
              f"rule     {m['packing_rule']}, max_seq_len {m['max_seq_len']}; tokenizer {m['tokenizer']['path']} "
              f"(vocab {m['tokenizer']['vocab_size']})" + (f"; parent {m['parent']}" if m["parent"] else ""),
              f"input    {acc['input']:,} documents: {acc['kept']:,} kept, {acc['filtered']:,} filtered, "
