@@ -568,7 +568,7 @@ def beam_options_help() -> str:
     parser = beam_parser()
     parser.usage = argparse.SUPPRESS
     parser.description = "Apache Beam pipeline options (every registered PipelineOptions class), accepted by " \
-                         "pipelines.jobs.build, pipelines.jobs.repack and pipelines.jobs.serve:"
+                         "shardforge build, repack and serve:"
     return parser.format_help()
 
 

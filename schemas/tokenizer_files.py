@@ -272,7 +272,9 @@ class SentencePieceTokenizer(LoadedTokenizer):
             got = sp.piece_to_id(piece)
             if got != want or sp.id_to_piece(want) != piece:
                 raise UserError(f"tokenizer: {piece} has id {got}, shardforge needs {want} "
-                                f"(special ids must be {SPECIAL_TOKENS}; train with pipelines.tokenizer)")
+                                f"(special ids must be {SPECIAL_TOKENS}: train it with SentencePiece's "
+                                "--bos_id=0 --pad_id=1 --eos_id=2 --unk_id=3 --user_defined_symbols=<mask>, "
+                                "or let the build train one)")
         self.sp = sp
         self.vocab_size = sp.get_piece_size()
         self._data = data
@@ -383,7 +385,8 @@ class ByteBPETokenizer(LoadedTokenizer):
             got = tok.token_to_id(piece)
             if got != want:
                 raise UserError(f"tokenizer: {piece} has id {got}, shardforge needs {want} "
-                                f"(special ids must be {SPECIAL_TOKENS}; train with pipelines.tokenizer)")
+                                f"(special ids must be {SPECIAL_TOKENS}: train it with these special tokens "
+                                "first, in this order, as RoBERTa's is, or let the build train one)")
         # Special tokens in text are text. The byte-level pre-tokenizer already cuts every one of
         # them inside ("<", "mask", ">"), so no merge can rebuild one: no Split step is needed.
         tok.encode_special_tokens = True

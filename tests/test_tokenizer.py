@@ -433,6 +433,29 @@ def test_bad_reused_model_is_a_clear_user_error(docs, tmp_path):
         load_model(str(tmp_path / "missing.model"))
 
 
+def test_a_model_trained_with_the_flags_the_error_names_is_accepted(docs, tmp_path):
+    """The id error names SentencePiece's own flags; a model trained with exactly those loads."""
+    import io
+    import re
+
+    import sentencepiece as spm
+
+    bad = tmp_path / "default_ids.model"
+    bad.write_bytes(spm_default_ids_model(docs))
+    with pytest.raises(UserError) as e:
+        load_model(str(bad))
+    flags = dict(re.findall(r"--(\w+)=(\S+?)[,\s]", str(e.value)))
+    assert set(flags) == {"bos_id", "pad_id", "eos_id", "unk_id", "user_defined_symbols"}, str(e.value)
+    buf = io.BytesIO()
+    spm.SentencePieceTrainer.train(sentence_iterator=iter([s for d in docs for s in d.sentences]),
+                                   model_writer=buf, vocab_size=200, num_threads=1, minloglevel=2, **flags)
+    good = tmp_path / "good.model"
+    good.write_bytes(buf.getvalue())
+    assert load_model(str(good)) == good.read_bytes()  # checked: no error
+    sp = spm.SentencePieceProcessor(model_proto=good.read_bytes())
+    assert [sp.piece_to_id(p) for p in ("<s>", "<pad>", "</s>", "<unk>", "<mask>")] == [0, 1, 2, 3, 4]
+
+
 def test_bad_reused_model_fails_the_build_cli_in_one_line(docs, tmp_path):
     bad = tmp_path / "default_ids.model"
     bad.write_bytes(spm_default_ids_model(docs))
