@@ -235,6 +235,36 @@ def test_init_fixes_the_shape_and_refuses_a_contradiction(tmp_path):
     assert resolve_init(build_train_config(args, [])).model == m
 
 
+def test_a_recipes_shape_against_init_names_the_recipe_and_the_items_that_agree(tmp_path):
+    """A recipe's shape is a setting the user did not type: the line says it came from the recipe, and the
+    --set items it names keep the recipe's other settings with the model's shape."""
+    from trainer.hf_init import resolve_init
+    from trainer.recipes import resolve_train_config
+
+    tiny_wide = str(tmp_path / "tiny-wide")
+    save_hf(tiny_wide, "roberta", hidden_size=64, num_attention_heads=2)  # a named size's width (tiny)
+    flags = {"data": "x", "init": tiny_wide}
+    with pytest.raises(UserError) as e:
+        resolve_init(resolve_train_config("roberta-base", None, flags, []))
+    line = str(e.value)
+    assert "drop model.hidden=768 (the model has 64)" in line
+    assert "from --recipe roberta-base: to keep its other settings, add --set model.hidden=64 " in line
+    items = [i.strip() for i in line.rsplit(", add ", 1)[1].rstrip(")").split("--set ")[1:]]
+    assert "model.size=tiny" in items
+    cfg = resolve_init(resolve_train_config("roberta-base", None, flags, items))
+    assert (cfg.model.hidden, cfg.model.heads, cfg.model.layers) == (64, 2, 2)
+    assert cfg.optim == resolve_train_config("roberta-base", None, flags, []).optim  # the recipe's other settings
+    # A width no named size has: no --set item fixes model.size, so the recipe has to go.
+    odd = str(tmp_path / "odd")
+    save_hf(odd, "roberta")  # hidden 32, 4 heads
+    with pytest.raises(UserError, match=r"model.size from --recipe roberta-base, a size this model is not: leave out"):
+        resolve_init(resolve_train_config("roberta-base", None, {"data": "x", "init": odd}, []))
+    # The user's own contradiction is only named.
+    with pytest.raises(UserError) as e:
+        resolve_init(resolve_train_config(None, None, flags, ["model.hidden=128"]))
+    assert str(e.value).endswith("drop model.hidden=128 (the model has 64)")
+
+
 def test_init_keeps_the_models_own_attention_dropout(tmp_path):
     """A model trained with attention dropout off and hidden dropout on (MosaicBERT's choice) is continued so,
     and exported so; a run that sets its own dropout sets both."""

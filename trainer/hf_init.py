@@ -176,6 +176,31 @@ _SHAPE_FIELDS = ("hidden", "layers", "heads", "intermediate", "embedding_size", 
                  "layer_norm_eps", "type_vocab_size", "hidden_act", "lm_head_act", "architecture")
 
 
+def _recipe_note(cfg: TrainConfig, clash: dict[str, Any], want: ModelConfig) -> str:
+    """Which contradicting values the recipe set (settings the user did not type), and the --set items that
+    keep the recipe's other settings with the model's shape."""
+    if not cfg.recipe:
+        return ""
+    from trainer.recipes import load_recipe
+
+    shape = load_recipe(cfg.recipe).get("model") or {}
+    named = [k for k, v in clash.items() if shape.get(k) == v]
+    if not named:
+        return ""
+    items = []
+    for k in named:
+        if k == "size":
+            same = [n for n, d in MODEL_SIZES.items() if (d["hidden"], d["heads"]) == (want.hidden, want.heads)]
+            if not same:
+                return (f" (model.size from --recipe {cfg.recipe}, a size this model is not: leave out --recipe "
+                        "and give its training settings as flags)")
+            items.append(f"--set model.size={same[0]}")
+        else:
+            items.append(f"--set model.{k}={json.dumps(getattr(want, k))}")
+    return (f" ({', '.join('model.' + k for k in named)} from --recipe {cfg.recipe}: to keep its other settings, "
+            f"add {' '.join(items)})")
+
+
 def resolve_init(cfg: TrainConfig) -> TrainConfig:
     """The run config with ``cfg.init``'s model shape (unchanged without --init). Idempotent.
 
@@ -186,15 +211,18 @@ def resolve_init(cfg: TrainConfig) -> TrainConfig:
         return cfg
     want = init_model_config(cfg.init, cfg.model)
     fields = ModelConfig.model_fields
-    clash = [f"model.{k}={getattr(cfg.model, k)!r} (the model has {getattr(want, k)!r})" for k in _SHAPE_FIELDS
-             if getattr(cfg.model, k) not in (fields[k].default, getattr(want, k))]
+    clash = {k: getattr(cfg.model, k) for k in _SHAPE_FIELDS
+             if getattr(cfg.model, k) not in (fields[k].default, getattr(want, k))}
+    words = [f"model.{k}={v!r} (the model has {getattr(want, k)!r})" for k, v in clash.items()]
     size = cfg.model.size  # a named size other than the model's own (a recipe's base on a base model agrees)
     hidden, heads = MODEL_SIZES[size]["hidden"], MODEL_SIZES[size]["heads"]
     if size != fields["size"].default and (hidden, heads) != (want.hidden, want.heads):
-        clash.append(f"model.size={size!r} (hidden {hidden}, {heads} heads; the model has hidden {want.hidden}, "
+        clash["size"] = size
+        words.append(f"model.size={size!r} (hidden {hidden}, {heads} heads; the model has hidden {want.hidden}, "
                      f"{want.heads} heads)")
     if clash:
-        raise UserError(f"--init {cfg.init} fixes the model's shape; drop {'; '.join(clash)}")
+        raise UserError(f"--init {cfg.init} fixes the model's shape; drop {'; '.join(words)}"
+                        + _recipe_note(cfg, clash, want))
     if cfg.model.sentence_head != "none" and (want.type_vocab_size or 1) < 2:
         raise UserError(f"--init {cfg.init}: model.sentence_head={cfg.model.sentence_head} needs two token types "
                         f"(segment B); this model has {want.type_vocab_size}")
