@@ -125,9 +125,12 @@ class SplitTotals(_M):
     documents: int = 0
 
 
+KIND = "shardforge-corpus"  # a manifest's "kind"
+
+
 class Manifest(_M):
     schema_version: int = SCHEMA_VERSION
-    kind: Literal["shardforge-corpus"] = "shardforge-corpus"
+    kind: Literal["shardforge-corpus"] = KIND
     version: int = 1
     # The manifest this one was derived from: a sibling "manifest-v{N}.json" (serve, ingest; opened
     # only in that form) or, for a repack, the parent's URL (a record, never opened by a reader).
@@ -220,6 +223,10 @@ def parse_manifest(text: str, where: str = "manifest") -> Manifest:
     except (ValueError, RecursionError) as e:  # not JSON; an integer of more digits than Python reads; too deep
         why = "nested too deep" if isinstance(e, RecursionError) else str(e).splitlines()[0]
         raise UserError(f"{where} is not valid JSON ({why}); is this a shardforge corpus?") from None
+    if not isinstance(data, dict) or (data.get("kind") != KIND and not {"packing_rule", "shards"} <= set(data)):
+        # Another JSON file (raw data, a config): what a manifest would need says nothing useful.
+        raise UserError(f"{where} is JSON but not a shardforge manifest (it would hold \"kind\": \"{KIND}\" and "
+                        "the corpus's shards); a corpus is the folder a build writes: give that folder")
     try:
         return Manifest.model_validate(data)
     except ValidationError as e:

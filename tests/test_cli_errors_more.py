@@ -191,3 +191,28 @@ def test_a_command_given_the_wrong_kind_of_folder_names_what_it_is(tmp_path: Pat
                                   "parent corpus (--tokenized CORPUS, the --data the run trained on)")
     assert said["repack top"].endswith(under)
     assert said["plot missing"] == f"error: {top / 'nope'} does not exist: give a run folder (the --output of a run)"
+
+
+def test_train_given_a_run_or_a_corpus_file_for_a_model_or_a_corpus_names_what_it_is(tmp_path: Path) -> None:
+    """--init of a run folder said 'no config.json'; --data of a corpus's report said to build a corpus from
+    it; --data of another JSON file listed the ten fields a manifest would need."""
+    top = tmp_path / "work"
+    _killed_run(top)
+    corpus = top / "corpus"
+    corpus.mkdir()
+    (corpus / "manifest.json").write_text("{}")
+    (corpus / "report.html").write_text("<html></html>")
+    (top / "summary.json").write_text('{"shards": 17, "tokens": 118016}')
+    said = {name: one_line_error(run("-m", "shardforge.cli", "train", *args, "--output", str(tmp_path / "out")))
+            for name, args in {"init run": ["--data", str(corpus), "--init", str(top / "run")],
+                               "init corpus": ["--data", str(corpus), "--init", str(corpus)],
+                               "data report": ["--data", str(corpus / "report.html")],
+                               "data json": ["--data", str(top / "summary.json")]}.items()}
+    assert said["init run"] == (f"error: --init {top / 'run'}: a training run folder, not a Hugging Face model "
+                                f"folder: export it first (`shardforge export {top / 'run'} HF`) and give --init HF, "
+                                f"or continue that run itself with --output {top / 'run'} (a rerun resumes it)")
+    assert said["init corpus"].endswith(f"{corpus}: a corpus, not a Hugging Face model folder (a corpus is what "
+                                        "--data takes)")
+    assert said["data report"] == (f"error: {corpus / 'report.html'} is a file of the corpus {corpus}: give the "
+                                   f"corpus itself ({corpus}) or its manifest.json")
+    assert said["data json"].startswith(f"error: {top / 'summary.json'} is JSON but not a shardforge manifest")

@@ -91,6 +91,18 @@ def test_invalid_manifest_names_the_field(tmp_path):
         load_manifest(str(tmp_path))
 
 
+def test_other_json_is_told_apart_from_a_damaged_manifest():
+    """JSON that is no manifest at all gets one sentence; a manifest with a bad field still names the field."""
+    good = json.loads(tiny_manifest().to_json())
+    for other in ([1, 2], {"shards": 17, "tokens": 118016}, {"kind": "something-else", "shards": []}, "text"):
+        with pytest.raises(UserError, match="is JSON but not a shardforge manifest"):
+            parse_manifest(json.dumps(other))
+    for damaged in ({k: v for k, v in good.items() if k != "kind"} | {"max_seq_len": "x"},
+                    {k: v for k, v in good.items() if k != "tokenizer"}, {**good, "kind": "something-else"}):
+        with pytest.raises(UserError, match="is not a valid shardforge manifest: (max_seq_len|tokenizer|kind)"):
+            parse_manifest(json.dumps(damaged))
+
+
 def test_newer_schema_is_refused():
     data = json.loads(tiny_manifest().to_json())
     data["schema_version"] = 999

@@ -55,7 +55,7 @@ from schemas.config import MODEL_SIZES, ModelConfig, TrainConfig
 from schemas.errors import UserError
 from schemas.manifest import Manifest
 from shardforge.storage import exists, join, read_bytes, sha256_bytes
-from shardforge.storage.contract import load_manifest, open_tokenizer
+from shardforge.storage.contract import folder_kind, load_manifest, open_tokenizer
 from trainer.export import ALBERT, BERT, ROBERTA, XLM_ROBERTA, hf_tensors
 from trainer.model import Encoder
 
@@ -72,13 +72,24 @@ IGNORED_SUFFIXES = ("position_ids", "token_type_ids")
 IGNORED_PARTS = (".pooler.", "seq_relationship", "sop_classifier")
 
 
+def _not_a_model(path: str) -> str:
+    """Why a folder without config.json is not what --init takes, in the user's terms."""
+    kind = folder_kind(path)
+    if kind == "run":
+        return (f"a training run folder, not a Hugging Face model folder: export it first (`shardforge export {path} "
+                f"HF`) and give --init HF, or continue that run itself with --output {path} (a rerun resumes it)")
+    if kind == "corpus":
+        return "a corpus, not a Hugging Face model folder (a corpus is what --data takes)"
+    return "no config.json (expected a Hugging Face model folder)"
+
+
 def read_hf_config(path: str) -> dict[str, Any]:
     """The folder's config.json; UserError when it is missing or not JSON."""
     url = join(path, "config.json")
     try:
         return json.loads(read_bytes(url))
     except FileNotFoundError:
-        raise UserError(f"--init {path}: no config.json (expected a Hugging Face model folder)") from None
+        raise UserError(f"--init {path}: {_not_a_model(path)}") from None
     except ValueError as e:
         raise UserError(f"--init {url}: not JSON ({e})") from None
 

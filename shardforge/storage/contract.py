@@ -111,6 +111,9 @@ def _no_manifest(url: str, murl: str) -> str:
         is_file = murl != url and fs.isfile(path)
     except OSError:  # the store's own error comes with the next read
         is_file = False
+    if is_file and "/" in url.rstrip("/") and folder_kind(url.rsplit("/", 1)[0]) == "corpus":
+        parent = url.rsplit("/", 1)[0]
+        return f"{url} is a file of the corpus {parent}: give the corpus itself ({parent}) or its manifest.json"
     if is_file:
         return (f"{url} is a file, not a corpus (a corpus is the folder a build writes: shards and their "
                 f"manifest.json): build one from it with `shardforge build --input {url} --output CORPUS`, "
