@@ -193,6 +193,29 @@ def test_a_command_given_the_wrong_kind_of_folder_names_what_it_is(tmp_path: Pat
     assert said["plot missing"] == f"error: {top / 'nope'} does not exist: give a run folder (the --output of a run)"
 
 
+def test_a_hugging_face_folder_given_for_a_corpus_or_a_run_is_named_so(tmp_path: Path) -> None:
+    """export, plot, status and inspect of an exported model folder said 'no checkpoint found', 'no
+    metrics.jsonl', 'no corpus' or to build a corpus from its files."""
+    top = tmp_path / "work"
+    hf = top / "hf-model"
+    hf.mkdir(parents=True)
+    for name in ("config.json", "model.safetensors", "tokenizer.json"):
+        (hf / name).write_text("{}")  # named, never read: the folder's kind is by its names
+    said = {name: one_line_error(run("-m", "shardforge.cli", *args)) for name, args in {
+        "export": ["export", str(hf), str(tmp_path / "out")], "plot": ["plot", str(hf)],
+        "status": ["status", str(hf)], "inspect": ["inspect", str(hf)], "inspect top": ["inspect", str(top)],
+        "train": ["train", "--data", str(hf), "--output", str(tmp_path / "run")]}.items()}
+    assert said["export"] == (f"error: {hf} is a Hugging Face model folder already: export makes one from a training "
+                              "run (its folder, the --output of a run, or a checkpoint file)")
+    assert said["plot"] == f"error: {hf} is a Hugging Face model folder, not a training run: give a run folder " \
+                           "(the --output of a run)"
+    assert said["status"].startswith(f"error: {hf} is a Hugging Face model folder, not a corpus or a training run")
+    for name in ("inspect", "train"):
+        assert said[name] == (f"error: no manifest at {hf / 'manifest.json'}: {hf} is a Hugging Face model folder, "
+                              f"not a corpus (`shardforge evaluate {hf} --data CORPUS` measures it on one)")
+    assert said["inspect top"].endswith(f"under it: {hf} (a Hugging Face model)")
+
+
 def test_train_given_a_run_or_a_corpus_file_for_a_model_or_a_corpus_names_what_it_is(tmp_path: Path) -> None:
     """--init of a run folder said 'no config.json'; --data of a corpus's report said to build a corpus from
     it; --data of another JSON file listed the ten fields a manifest would need."""

@@ -309,6 +309,9 @@ def no_checkpoint(folder: str) -> str:
                 "it) or its checkpoint file (checkpoints/ckpt-NNNNNNNN.pt)")
     if kind == "run":
         return f"no checkpoint in {folder} yet: the run has saved none (`shardforge status {folder}` says where it stands)"
+    if kind == "model":
+        return (f"{folder} is a Hugging Face model folder already: export makes one from a training run (its folder, "
+                "the --output of a run, or a checkpoint file)")
     return f"no checkpoint found in {folder}: give a run folder (the --output of a run){kinds_under(folder)}"
 
 

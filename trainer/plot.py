@@ -146,6 +146,8 @@ def no_metrics(run: str) -> str:
         return f"{run} is a corpus, not a training run: give a run folder (the --output of a run)"
     if kind == "run":
         return f"no metrics.jsonl in {run} yet: the run has logged no step"
+    if kind == "model":
+        return f"{run} is a Hugging Face model folder, not a training run: give a run folder (the --output of a run)"
     if not exists(run):
         return f"{run} does not exist: give a run folder (the --output of a run)"
     return f"no metrics.jsonl in {run}: not a training run folder (the --output of a run){kinds_under(run)}"

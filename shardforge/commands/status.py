@@ -115,6 +115,9 @@ def not_a_corpus(root: str) -> str:
                 f"holds {CKPT_DIR}/), `shardforge export {root} OUT` makes a Hugging Face folder of it")
     if not list_names(root) and not exists(root):
         return f"nothing at {root}: give a corpus root (its manifest.json or manifest-v*.json) or a run folder"
+    if folder_kind(root) == "model":
+        return (f"{root} is a Hugging Face model folder, not a corpus or a training run (`shardforge evaluate {root} "
+                "--data CORPUS` measures it on a corpus)")
     return f"no corpus at {root} (no manifest-v*.json, no manifest.json) and no training run (no {METRICS_FILE}, " \
            f"no {CKPT_DIR}/){kinds_under(root)}"
 

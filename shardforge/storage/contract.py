@@ -80,14 +80,21 @@ def load_manifest(url: str) -> tuple[Manifest, str]:
     return parse_manifest(text, murl), corpus_root(murl)
 
 
+HF_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
+KIND_WORDS = {"corpus": "a corpus", "run": "a training run", "model": "a Hugging Face model"}
+
+
 def folder_kind(url: str) -> str | None:
     """What a folder is, by the names directly in it: "corpus" (a manifest, or a served corpus's pointer),
-    "run" (a training run: metrics.jsonl or checkpoints/), or None (neither, or nothing there)."""
+    "run" (a training run: metrics.jsonl or checkpoints/), "model" (a Hugging Face model folder: config.json
+    and weights, what export writes), or None (none of them, or nothing there)."""
     names = set(list_names(url))
     if MANIFEST_NAME in names or LATEST_NAME in names:
         return "corpus"
     if METRICS_FILE in names or CKPT_DIR in names:
         return "run"
+    if "config.json" in names and names.intersection(HF_WEIGHTS):
+        return "model"
     return None
 
 
@@ -98,7 +105,7 @@ def kinds_under(url: str, limit: int = 50) -> str:
     for name in [n for n in list_names(url) if "." not in n][:limit]:
         kind = folder_kind(join(url, name))
         if kind:
-            found.append(f"{join(url, name)} ({'a corpus' if kind == 'corpus' else 'a training run'})")
+            found.append(f"{join(url, name)} ({KIND_WORDS[kind]})")
     return f"; under it: {', '.join(found)}" if found else ""
 
 
@@ -119,9 +126,13 @@ def _no_manifest(url: str, murl: str) -> str:
                 f"manifest.json): build one from it with `shardforge build --input {url} --output CORPUS`, "
                 "then use CORPUS")
     if exists(root):
-        if folder_kind(root) == "run":
+        kind = folder_kind(root)
+        if kind == "run":
             return (f"no manifest at {murl}: {root} is a training run folder, not a corpus (a run's corpus is "
                     f"the --data it trained on; `shardforge status {root}` says where the run stands)")
+        if kind == "model":
+            return (f"no manifest at {murl}: {root} is a Hugging Face model folder, not a corpus "
+                    f"(`shardforge evaluate {root} --data CORPUS` measures it on one)")
         under = kinds_under(root)
         if under:
             return f"no manifest at {murl}: {root} is a folder but not a corpus{under}"
