@@ -161,15 +161,28 @@ def add_build_flags(parser: Any) -> None:
                         "see docs/scaling.md). A rerun resumes after the last committed batch.")
 
 
+PRINT_CONFIG = ("--print-config", "--print_config")
+
+
 def add_summary_flags(parser: Any, what: str = "build") -> None:
-    """What the build (or repack) prints (the driver's own: not a Beam option, ``take_json``)."""
+    """What the build (or repack) prints (the driver's own: not Beam options, ``take_json``, ``take_print_config``)."""
     parser.add_argument("--json", action="store_true", default=False,
                         help=f"Print the {what}'s summary as JSON on stdout (default: a few lines for a person).")
+    if what == "build":
+        parser.add_argument(*PRINT_CONFIG, dest="print_config", action="store_true", default=False,
+                            help="Print the build config the flags, --config and the defaults resolve to, as YAML "
+                                 "that --config loads again, and exit (nothing is read or written; no --output needed).")
 
 
 def take_json(argv: Sequence[str]) -> tuple[bool, list[str]]:
     """(whether argv asks for --json, argv without it): the rest goes to Beam, which knows no --json."""
     rest = [a for a in argv if a != "--json"]
+    return len(rest) != len(argv), rest
+
+
+def take_print_config(argv: Sequence[str]) -> tuple[bool, list[str]]:
+    """(whether argv asks for --print-config, argv without it), as ``take_json``."""
+    rest = [a for a in argv if a not in PRINT_CONFIG]
     return len(rest) != len(argv), rest
 
 
@@ -364,7 +377,7 @@ def empty_input(arg: str) -> str | None:
 def build_missing(ns: argparse.Namespace) -> str | None:
     """What a build's command line lacks (None: nothing): an --output, and inputs (--input, or a --config,
     whose sources are checked once it is read); an --input with no URL."""
-    if not ns.output:
+    if not ns.output and not getattr(ns, "print_config", False):
         return "--output URL is required (where the corpus goes)"
     if not ns.input and not ns.config:
         return "no input: give --input URL (or a --config with sources)"

@@ -183,6 +183,33 @@ def test_a_config_that_sets_some_sections_combines_with_the_flags(tmp_path) -> N
         build_config_from_options(BuildOptions(["--config", str(cfg), "--input", "x"]))
 
 
+def test_print_config_prints_the_resolved_build_config_that_config_loads_again(tmp_path) -> None:
+    """--print-config: the defaults, the file and the flags resolved, as YAML; no --output, nothing written;
+    the printed file given to --config resolves to the same config."""
+    import yaml
+
+    from pipelines.options import BuildOptions, build_config_from_options
+    from schemas.config import BuildConfig
+
+    partial = tmp_path / "partial.yaml"
+    partial.write_text("tokenizer: {vocab_size: 2000}\n")
+    flags = ["--config", str(partial), "--input", "news=raw/*.jsonl", "--rule", "sop", "--min_words", "20"]
+    res = run("-m", "shardforge.cli", "build", *flags, "--print-config", cwd=tmp_path)
+    assert res.returncode == 0 and res.stderr == "", res.stderr
+    printed = yaml.safe_load(res.stdout)
+    want = build_config_from_options(BuildOptions(flags))
+    assert BuildConfig.model_validate(printed) == want
+    assert (printed["tokenizer"]["vocab_size"], printed["packing"]["rule"], printed["clean"]["min_words"]) == \
+        (2000, "sop", 20)
+    assert printed["sources"] == [want.sources[0].model_dump(mode="json")]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["partial.yaml"]  # nothing read or written
+    again = tmp_path / "printed.yaml"
+    again.write_text(res.stdout)
+    res2 = run("-m", "pipelines.build", "--config", str(again), "--print_config", cwd=tmp_path)
+    assert res2.returncode == 0 and res2.stdout == res.stdout, res2.stderr
+    assert "--print-config" in run("-m", "shardforge.cli", "build", "--help").stdout
+
+
 # ------------------------------------------------------------------ a path that is not a corpus
 
 

@@ -18,7 +18,7 @@ import time
 from apache_beam.options.pipeline_options import StandardOptions
 
 from pipelines.corpus.commit import check_output, one_shot_attempt
-from pipelines.flags import build_parser, take_json
+from pipelines.flags import build_parser, take_json, take_print_config
 from pipelines.graph import build_pipeline
 from pipelines.jobs.memory import batching_hint
 from pipelines.jobs.summary import read_report, read_timings, summarize, summary_text
@@ -116,6 +116,14 @@ def run_build(cfg: BuildConfig, output: str, beam_args: list[str] | None = None,
     return manifest
 
 
+def build_config_yaml(cfg: BuildConfig) -> str:
+    """The resolved build config as YAML (what --print-config prints; --config loads it again)."""
+    import yaml
+
+    return "# resolved build config\n" + yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False,
+                                                        default_flow_style=False)
+
+
 def main(argv: list[str] | None = None) -> int:
     """CLI entry (`python -m pipelines.build`, `shardforge build`); 2 with one line on user errors."""
     quiet_beam()
@@ -127,12 +135,16 @@ def main(argv: list[str] | None = None) -> int:
 
     def body() -> int:
         as_json, args = take_json(argv)  # the driver's own flag: Beam knows no --json
+        print_config, args = take_print_config(args)
         check_beam_args(args)  # Beam would silently drop a flag no option knows (a typo, --vocab-size)
         opts = BuildOptions(args)
         o = opts.view_as(BuildOptions)
-        if not o.output:
+        if not o.output and not print_config:
             raise UserError("--output URL is required")
         cfg = build_config_from_options(opts)
+        if print_config:
+            print(build_config_yaml(cfg), end="")
+            return 0
         _, beam_args = build_parser(runner_flags=False).parse_known_args(args)
         if o.batch_mb is None and opts.view_as(StandardOptions).runner in (None, LOCAL_RUNNER):
             hint = batching_hint(cfg, spilled=spill_settings(opts) is not None)
