@@ -88,7 +88,7 @@ class ReadSource(beam.PTransform):
 
 def overlap_warnings(listed: Sequence[tuple[str, Sequence[str]]]) -> list[str]:
     """A line when inputs overlap (``raw/*.jsonl`` and ``raw/2024-*.jsonl``): a file two --input patterns
-    match is read once per match, and every document of the second read ends as a duplicate."""
+    match is read once per match: its documents count twice in the input, the kept ones' copies as duplicates."""
     seen: dict[str, str] = {}
     twice: list[tuple[str, str, str]] = []
     for name, urls in listed:
