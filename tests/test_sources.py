@@ -795,22 +795,20 @@ def test_parquet_whose_batches_decode_far_past_the_file_size_is_rejected(tmp_pat
     assert n_read == len(recs)
 
 
-def test_a_file_two_inputs_match_is_named_once_before_the_build(tmp_path, capsys):
-    """Overlapping patterns read a file once per match: a warning names how many and one of them; disjoint
-    patterns, and one pattern on its own, say nothing."""
+def test_a_file_the_inputs_of_two_sources_match_is_refused_before_the_build(tmp_path):
+    """Overlapping patterns would read a file once per match (its records counted twice): one line, as a
+    batched build says it; disjoint patterns, and one pattern on its own, pass."""
     from pipelines.sources import ReadSources
+    from schemas.errors import UserError
 
     for name in ("2023-01.jsonl", "2024-01.jsonl", "2024-02.jsonl"):
         (tmp_path / name).write_text(json.dumps({"text": "A sentence here."}) + "\n")
     every = SourceConfig(name="news", input=str(tmp_path / "*.jsonl"))
     recent = SourceConfig(name="recent", input=str(tmp_path / "2024-*.jsonl"))
     old = SourceConfig(name="old", input=str(tmp_path / "2023-*.jsonl"))
-    ReadSources([every, recent])
-    err = capsys.readouterr().err.strip().splitlines()
-    assert err == [f"warning: 2 file(s) matched by more than one --input, e.g. {tmp_path / '2024-01.jsonl'} (sources "
-                   "'news' and 'recent'): each is read once per match, so its documents count twice in the input and "
-                   "the second copies of those kept end as duplicates; make the patterns disjoint to read each file "
-                   "once"]
-    ReadSources([old, recent])
+    with pytest.raises(UserError) as e:
+        ReadSources([every, recent])
+    assert str(e.value) == (f"{tmp_path / '2024-01.jsonl'} matches the inputs of sources news and recent: each file "
+                            "must belong to one source (make the --input patterns disjoint)")
+    assert [name for name, _ in ReadSources([old, recent]).readers] == ["old", "recent"]
     ReadSources([every])
-    assert capsys.readouterr().err == ""

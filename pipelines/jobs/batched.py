@@ -46,6 +46,7 @@ from pipelines.jobs.ingest import (
     recover,
 )
 from pipelines.report.timings import TIMINGS_HTML, BuildTimings, RunTimings, timings_table, write_timings
+from pipelines.sources.listing import check_one_source_each
 from schemas.config import BuildConfig, SourceConfig
 from schemas.errors import UserError
 from schemas.manifest import Manifest
@@ -224,18 +225,13 @@ def build_in_batches(cfg: BuildConfig, output: str, batch_mb: float, beam_args: 
     batch_bytes = int(batch_mb * 1e6)
     sources: dict[str, SourceConfig] = {s.name: s for s in cfg.sources}
     listing = []
-    owner: dict[str, str] = {}
     for src in cfg.sources:
         # The corpus's own files never count as input (an output folder under the input glob).
         files = [f for f in list_raw_files(src.input, src.follow_links) if not is_within(f.url, output)]
         if not files:
             raise UserError(f"source {src.name}: no files match {redact_url(src.input)}")
-        for f in files:
-            if f.url in owner:
-                raise UserError(f"{redact_url(f.url)} matches the inputs of sources {owner[f.url]} and {src.name}: "
-                                "each file must belong to one source")
-            owner[f.url] = src.name
         listing.append((src.name, files))
+    check_one_source_each((name, [f.url for f in files]) for name, files in listing)
     batches = plan_batches(listing, batch_bytes)
     done = _start_or_resume(output, _plan_json(cfg, batch_bytes, batches), batches)
     state = recover(output)

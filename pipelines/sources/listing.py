@@ -29,7 +29,17 @@ from fsspec import AbstractFileSystem
 
 from pipelines.sources.naming import fixed_folder
 from pipelines.sources.parsing import R_HIDDEN_FILE, R_INVALID_FILE_NAME, R_NOT_A_FILE, R_UNREADABLE
-from shardforge.storage import full_url, get_fs, invalidate, is_glob, is_local_fs, raise_if_unreachable, retry
+from schemas.errors import UserError
+from shardforge.storage import (
+    full_url,
+    get_fs,
+    invalidate,
+    is_glob,
+    is_local_fs,
+    raise_if_unreachable,
+    redact_url,
+    retry,
+)
 
 Input = tuple[str, "str | None"]  # (URL, or the escaped name when it is invalid; skip reason or None)
 
@@ -55,6 +65,18 @@ def hidden(url: str, pattern: str | None) -> bool:
     last = "" if pattern is None else posixpath.basename(pattern.rstrip("/"))
     asked = pattern is None or (last.startswith(".") and (last == name or is_glob(last)))
     return not asked
+
+
+def check_one_source_each(listed: Iterable[tuple[str, Iterable[str]]]) -> None:
+    """UserError when the inputs of two sources match one file (``raw/*.jsonl`` and ``recent=raw/2024-*``):
+    read twice, its records would count twice in the input and the kept ones' copies end as duplicates."""
+    owner: dict[str, str] = {}
+    for name, urls in listed:
+        for url in urls:
+            if url in owner:
+                raise UserError(f"{redact_url(url)} matches the inputs of sources {owner[url]} and {name}: each file "
+                                "must belong to one source (make the --input patterns disjoint)")
+            owner[url] = name
 
 
 def judge(url: str, kind: str | None = None, root: str | None = None, pattern: str | None = None) -> Input:

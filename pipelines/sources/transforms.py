@@ -8,7 +8,6 @@ doc ids name (``(path_key, (path, unit))``: the reject log's way from a doc id t
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
 
 import apache_beam as beam
@@ -17,12 +16,12 @@ from apache_beam import pvalue
 from pipelines.localrunner import progress
 from pipelines.metrics import counted
 from pipelines.sources.files import read_input
-from pipelines.sources.listing import Input, judge_urls, list_inputs
+from pipelines.sources.listing import Input, check_one_source_each, judge_urls, list_inputs
 from pipelines.sources.naming import file_key, pinned
 from pipelines.sources.parsing import Tally
 from schemas.config import SourceConfig
 from schemas.errors import UserError
-from shardforge.storage import check_listed, redact_url
+from shardforge.storage import check_listed
 
 REJECTS = "rejects"
 READ_COUNTS = "read_counts"
@@ -86,25 +85,6 @@ class ReadSource(beam.PTransform):
 
 
 
-def overlap_warnings(listed: Sequence[tuple[str, Sequence[str]]]) -> list[str]:
-    """A line when inputs overlap (``raw/*.jsonl`` and ``raw/2024-*.jsonl``): a file two --input patterns
-    match is read once per match: its documents count twice in the input, the kept ones' copies as duplicates."""
-    seen: dict[str, str] = {}
-    twice: list[tuple[str, str, str]] = []
-    for name, urls in listed:
-        for url in urls:
-            if url in seen:
-                twice.append((url, seen[url], name))
-            else:
-                seen[url] = name
-    if not twice:
-        return []
-    url, first, second = twice[0]
-    return [f"warning: {len(twice)} file(s) matched by more than one --input, e.g. {redact_url(url)} (sources "
-            f"'{first}' and '{second}'): each is read once per match, so its documents count twice in the input and "
-            "the second copies of those kept end as duplicates; make the patterns disjoint to read each file once"]
-
-
 class ReadSources(beam.PTransform):
     """Read every configured source: a ``pvalue.DoOutputsTuple``-like result with ``documents``,
     ``rejects`` and ``read_counts`` of all sources together (each source read by ``Read[name]``).
@@ -120,8 +100,7 @@ class ReadSources(beam.PTransform):
         self.readers = [(src.name, ReadSource(src, None if files is None else files.get(src.name, []),
                                               None if expect is None else expect.get(src.name, {})))
                         for src in sources]
-        for line in overlap_warnings([(name, reader.urls) for name, reader in self.readers]):
-            print(line, file=sys.stderr)
+        check_one_source_each((name, reader.urls) for name, reader in self.readers)
 
     def expand(self, pbegin):
         reads = [pbegin | f"Read[{name}]" >> reader for name, reader in self.readers]
