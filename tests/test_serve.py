@@ -27,6 +27,7 @@ import pytest
 
 from pipelines.jobs.ingest import read_ledger, recover
 from pipelines.records import make_doc_id
+from schemas.errors import UserError
 from schemas.manifest import LATEST_NAME, Manifest
 from schemas.naming import SHARD_NAME_RE
 from shardforge.commands.synth import make_article
@@ -504,3 +505,25 @@ def test_a_batch_error_that_is_not_transient_or_outlasts_its_retries_stops_the_s
 
     with pytest.raises(UserError, match="--batch_retries must be 0 or more"):
         serve.run([*args, "--batch_retries", "-1"])
+
+
+def test_a_version_that_kept_no_document_still_repacks(tmp_path):
+    """A batch whose every document is a copy of earlier ones commits a version with no tokenized part: repack
+    said 'the tokenized intermediate is missing' and refused the corpus."""
+    import pipelines.jobs.serve as serve
+    from pipelines.jobs.repack import run_repack
+
+    args, corpus = _one_file_service(tmp_path)
+    assert serve.run([*args, "--once"]) == 0
+    shutil.copy(tmp_path / "raw" / "a.jsonl", tmp_path / "raw" / "b.jsonl")  # the same documents again
+    assert serve.run([*args, "--once"]) == 0
+    assert committed_versions(str(corpus)) == [1, 2]
+    v1, v2 = (load_version(str(corpus), n) for n in (1, 2))
+    assert sum(a.kept for a in v2.accounting.values()) == sum(a.kept for a in v1.accounting.values())
+    assert not (corpus / v2.intermediates["tokenized"]).exists()  # nothing kept, nothing written
+    m = run_repack(str(corpus), str(tmp_path / "sop"), rule="sop")
+    assert m.packing_rule == "sop" and m.accounting == v2.accounting
+    # A version that kept documents and lost its parts is still refused.
+    shutil.rmtree(corpus / v1.intermediates["tokenized"])
+    with pytest.raises(UserError, match="the tokenized intermediate is missing"):
+        run_repack(str(corpus), str(tmp_path / "sop2"), rule="sop")

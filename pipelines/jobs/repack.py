@@ -93,13 +93,19 @@ def _same(a: str, b: str) -> bool:
     return absolute(a).rstrip("/") == absolute(b).rstrip("/")
 
 
-def _tokenized_folders(root: str, manifest: Manifest) -> list[str]:
-    """The tokenized intermediate folder(s) of a corpus: one for a plain build; for a versioned corpus
-    (``pipelines.jobs.serve`` / ``--batch_mb``: version N lists the shards of versions 1..N) each version's."""
+def _kept(m: Manifest) -> int:
+    return sum(a.kept for a in m.accounting.values())
+
+
+def _tokenized_folders(root: str, manifest: Manifest) -> list[tuple[str, bool]]:
+    """The tokenized intermediate folder(s) of a corpus, each with whether its version kept a document: one
+    for a plain build; for a versioned corpus (``pipelines.jobs.serve`` / ``--batch_mb``: version N lists the
+    shards of versions 1..N) each version's. A version that kept none (every file a copy of earlier ones)
+    wrote no part, so its folder may not exist."""
     chain = [manifest]
     while chain[-1].version > 1 and chain[-1].parent == version_manifest_name(chain[-1].version - 1):
         chain.append(load_manifest(join(root, chain[-1].parent))[0])
-    folders = []
+    folders, kept_before = [], 0
     for m in reversed(chain):
         rel = m.intermediates.get("tokenized")  # a plain relative name (the manifest path rule)
         origin = repack_origin(m)
@@ -111,7 +117,8 @@ def _tokenized_folders(root: str, manifest: Manifest) -> list[str]:
         if not rel:
             raise UserError(f"corpus {root} (version {m.version}) has no tokenized intermediate (built with "
                             "write_intermediates: false?); rebuild it with intermediates to repack")
-        folders.append(join(root, rel))
+        folders.append((join(root, rel), _kept(m) > kept_before))  # the accounting counts versions 1..N
+        kept_before = _kept(m)
     return folders
 
 
@@ -137,14 +144,14 @@ def resolve_parent(url: str) -> Parent:
         manifest, root = load_manifest(root)
         given_folder = url
     folders = _tokenized_folders(root, manifest)
-    tokenized = folders[-1]
+    tokenized = folders[-1][0]
     if given_folder is not None and not _same(given_folder, tokenized):
         raise UserError(f"{given_folder} is not the tokenized intermediate of {root} "
                         f"(its manifest names {tokenized})")
     parts: list[str] = []
-    for folder in folders:
+    for folder, kept in folders:
         found = expand_glob(join(folder, PART_GLOB))
-        if not found:
+        if not found and kept:
             raise UserError(f"no {PART_GLOB} under {folder}: the tokenized intermediate is missing")
         parts += found
     parts = tuple(parts)
