@@ -239,3 +239,34 @@ def test_train_given_a_run_or_a_corpus_file_for_a_model_or_a_corpus_names_what_i
     assert said["data report"] == (f"error: {corpus / 'report.html'} is a file of the corpus {corpus}: give the "
                                    f"corpus itself ({corpus}) or its manifest.json")
     assert said["data json"].startswith(f"error: {top / 'summary.json'} is JSON but not a shardforge manifest")
+
+
+def test_a_corpus_is_never_written_into_a_run_or_a_model_folder(small_corpus, tmp_path: Path) -> None:
+    """build, repack and serve wrote their shards, manifest and versions/ among a run's checkpoints or an
+    exported model's files (and train its checkpoints among a model's); each now refuses such a folder in
+    one line, before any work."""
+    import json
+
+    run_dir = _killed_run(tmp_path)
+    model = tmp_path / "hf-model"
+    model.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        (model / name).write_text("{}")
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    (raw / "a.jsonl").write_text(json.dumps({"text": "One sentence here. Another one there."}) + "\n")
+    before = {p: sorted(x.name for x in p.rglob("*")) for p in (run_dir, model)}
+    for folder, words in ((run_dir, "a training run folder"), (model, "a Hugging Face model folder")):
+        for flag, args in (("--output", ["build", "--input", str(raw / "*.jsonl"), "--output", str(folder)]),
+                           ("--output", ["build", "--input", str(raw / "*.jsonl"), "--output", str(folder),
+                                         "--batch_mb", "1"]),
+                           ("--output", ["repack", "--tokenized", small_corpus[0], "--output", str(folder)]),
+                           ("--corpus", ["serve", "--watch", str(raw / "*.jsonl"), "--corpus", str(folder),
+                                         "--once"])):
+            line = one_line_error(run("-m", "shardforge.cli", *args))
+            assert line == (f"error: {flag} {folder} is {words}, not a corpus: a corpus goes into a folder of its "
+                            f"own; choose another {flag}"), (args, line)
+    line = one_line_error(run("-m", "shardforge.cli", "train", "--data", small_corpus[0], "--output", str(model)))
+    assert line == (f"error: --output {model} is a Hugging Face model folder; a run writes its checkpoints and "
+                    "metrics into its --output: give a run folder of its own")
+    assert {p: sorted(x.name for x in p.rglob("*")) for p in (run_dir, model)} == before

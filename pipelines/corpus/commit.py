@@ -315,22 +315,28 @@ def one_shot_attempt(cfg: BuildConfig, files: dict[str, list[str]] | None = None
     return Attempt(tag_for(1, cfg.model_dump(mode="json"), inputs, None, extra), prints)
 
 
-def check_folder(output: str) -> None:
-    """Refuse (one line) an output that is an existing local file (a corpus is a folder), or a local
-    folder this process cannot write (read-only, not its own, a full disk).
+def check_folder(output: str, flag: str = "--output") -> None:
+    """Refuse (one line) an output that is an existing local file (a corpus is a folder), a training run or
+    a Hugging Face model folder (a corpus written among their files), or a local folder this process
+    cannot write (read-only, not its own, a full disk).
 
     Checked before any work (the build otherwise ran its stages until a write under it failed).
     An object store has no such conflict: an object and a prefix of the same name coexist."""
     from shardforge.storage import check_writable, get_fs, protocol_of, redact_url
+    from shardforge.storage.contract import KIND_WORDS, folder_kind
 
     fs, path = get_fs(output)
     if protocol_of(fs) == "file" and fs.isfile(path):
-        raise UserError(f"--output {redact_url(output)} is a file, and a corpus is a folder: choose another --output")
+        raise UserError(f"{flag} {redact_url(output)} is a file, and a corpus is a folder: choose another {flag}")
+    kind = folder_kind(output)
+    if kind in ("run", "model"):
+        raise UserError(f"{flag} {redact_url(output)} is {KIND_WORDS[kind]} folder, not a corpus: a corpus goes into "
+                        f"a folder of its own; choose another {flag}")
     try:
         check_writable(output)
     except OSError as e:
-        raise UserError(f"--output {redact_url(output)} cannot be written ({e.strerror}: {e.filename}): choose "
-                        "another --output, or make it writable") from None
+        raise UserError(f"{flag} {redact_url(output)} cannot be written ({e.strerror}: {e.filename}): choose "
+                        f"another {flag}, or make it writable") from None
 
 
 def check_output(output: str, tag: str) -> None:

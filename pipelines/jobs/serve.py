@@ -38,6 +38,7 @@ from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import TypeVar
 
+from pipelines.corpus.commit import check_folder
 from pipelines.flags import serve_parser
 from pipelines.jobs.ingest import (
     SERVE_STATE,
@@ -156,6 +157,7 @@ def _serve(args: argparse.Namespace, rest: list[str], stopper: Stopper | None) -
     if args.batch_retries < 0:
         raise UserError(f"--batch_retries must be 0 or more (got {args.batch_retries})")
     corpus = args.corpus.rstrip("/")
+    check_folder(corpus, "--corpus")
     recorded = serve_state(corpus)
     watch = args.watch or recorded.get("watch")
     if not watch:
