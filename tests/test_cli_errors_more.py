@@ -270,3 +270,30 @@ def test_a_corpus_is_never_written_into_a_run_or_a_model_folder(small_corpus, tm
     assert line == (f"error: --output {model} is a Hugging Face model folder; a run writes its checkpoints and "
                     "metrics into its --output: give a run folder of its own")
     assert {p: sorted(x.name for x in p.rglob("*")) for p in (run_dir, model)} == before
+
+
+def test_a_corpus_a_run_or_a_model_given_as_raw_input_is_one_line(small_corpus, tmp_path: Path) -> None:
+    """build --input CORPUS read its shards as raw text and stopped at an empty clean corpus after 4,530
+    rejects; a run's or a model's files went the same way. Each is now named before any work."""
+    corpus = small_corpus[0]
+    run_dir = _killed_run(tmp_path)
+    model = tmp_path / "hf-model"
+    model.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        (model / name).write_text("{}")
+    out = tmp_path / "out"
+    corpus_line = (f"is a shardforge corpus, built already: train on it (--data {corpus}), or `shardforge repack` it "
+                   "for another packing rule")
+    for args, want in ((["build", "--input", corpus], f"error: source other: --input {corpus} {corpus_line}"),
+                       (["build", "--input", f"news={corpus}/*.tar", "--batch_mb", "1"],
+                        f"error: source news: --input {corpus}/*.tar {corpus_line}"),
+                       (["serve", "--watch", f"{corpus}/*", "--once"], f"error: source other: --watch {corpus}/* {corpus_line}"),
+                       (["build", "--input", str(run_dir)],
+                        f"error: source other: --input {run_dir} is a training run folder, not raw text: give the files "
+                        "of your text (JSONL, JSON, Parquet, text, their tars)"),
+                       (["build", "--input", f"{model}/*"],
+                        f"error: source other: --input {model}/* is a Hugging Face model folder, not raw text: give the "
+                        "files of your text (JSONL, JSON, Parquet, text, their tars)")):
+        flag = "--corpus" if args[0] == "serve" else "--output"
+        assert one_line_error(run("-m", "shardforge.cli", *args, flag, str(out))) == want
+    assert not out.exists()

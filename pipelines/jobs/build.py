@@ -44,6 +44,7 @@ from pipelines.report.timings import (
     summary_line,
     write_timings,
 )
+from pipelines.sources.listing import check_raw_input
 from pipelines.sources.naming import fixed_folder
 from schemas.config import BuildConfig
 from schemas.errors import UserError
@@ -81,6 +82,8 @@ def run_build(cfg: BuildConfig, output: str, beam_args: list[str] | None = None,
 
     timings = {} if timings is None else timings
     start = time.monotonic()
+    for src in cfg.sources:
+        check_raw_input(src.name, src.input)
     if batch_mb is not None:
         from pipelines.corpus.commit import check_folder
         from pipelines.jobs.batched import build_in_batches

@@ -56,6 +56,7 @@ from pipelines.options import (
     quiet_beam,
     source_config,
 )
+from pipelines.sources.listing import check_raw_input
 from schemas.config import BuildConfig, SourceConfig
 from schemas.errors import UserError
 from shardforge.console.args import option_strings
@@ -168,6 +169,7 @@ def _serve(args: argparse.Namespace, rest: list[str], stopper: Stopper | None) -
                             **({"format": build_known.format} if build_known.format else {}),
                             **({"follow_links": True} if build_known.follow_links else {})},
                            f"--source {source_name!r}")
+    check_raw_input(source.name, watch, "--watch")
     args.follow_links = build_known.follow_links  # the watch listing refuses the links the reader would
     stopper = stopper or Stopper()
     previous = stopper.install()

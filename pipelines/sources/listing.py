@@ -67,6 +67,22 @@ def hidden(url: str, pattern: str | None) -> bool:
     return not asked
 
 
+def check_raw_input(name: str, pattern: str, flag: str = "--input") -> None:
+    """UserError when a source's input (a folder, or a glob's fixed folder) is a shardforge corpus, a training
+    run or a Hugging Face model folder: built or trained files, not raw text (each would be rejected)."""
+    from shardforge.storage.contract import probed_kind
+
+    folder = fixed_folder(pattern)
+    kind = probed_kind(folder)
+    if kind == "corpus":
+        raise UserError(f"source {name}: {flag} {redact_url(pattern)} is a shardforge corpus, built already: train "
+                        f"on it (--data {redact_url(folder)}), or `shardforge repack` it for another packing rule")
+    if kind in ("run", "model"):
+        what = "a training run folder" if kind == "run" else "a Hugging Face model folder"
+        raise UserError(f"source {name}: {flag} {redact_url(pattern)} is {what}, not raw text: give the files of "
+                        "your text (JSONL, JSON, Parquet, text, their tars)")
+
+
 def check_one_source_each(listed: Iterable[tuple[str, Iterable[str]]]) -> None:
     """UserError when the inputs of two sources match one file (``raw/*.jsonl`` and ``recent=raw/2024-*``):
     read twice, its records would count twice in the input and the kept ones' copies end as duplicates."""

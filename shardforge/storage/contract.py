@@ -98,6 +98,18 @@ def folder_kind(url: str) -> str | None:
     return None
 
 
+def probed_kind(url: str) -> str | None:
+    """``folder_kind`` by asking for its marks by name (a few small requests) instead of listing the folder:
+    for a folder that may hold millions of files (a crawl's input prefix)."""
+    if exists(join(url, MANIFEST_NAME)) or exists(join(url, LATEST_NAME)):
+        return "corpus"
+    if exists(join(url, METRICS_FILE)) or exists(join(url, CKPT_DIR)):
+        return "run"
+    if exists(join(url, "config.json")) and any(exists(join(url, name)) for name in HF_WEIGHTS):
+        return "model"
+    return None
+
+
 def kinds_under(url: str, limit: int = 50) -> str:
     """'; under it: A (a corpus), B (a training run)' for the corpora and runs directly under a folder
     (its first ``limit`` names without a dot looked at: one listing each), or '' where there are none."""
