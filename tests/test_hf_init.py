@@ -506,7 +506,7 @@ def test_roberta_tokenizer_json_drives_a_build_training_from_init_and_export(tmp
     tokens = sum(r["tokens_per_s"] * r["step_time"] for r in records)
     assert f"started from: {init.name}\n" in card and "- steps: 3" in card and "exported as: RobertaForMaskedLM" in card
     assert str(tmp_path) not in card  # local folders by their names: nothing of the training machine's layout
-    assert f"tokens seen: {round(tokens)}" in card and f"final eval loss: {records[-1]['eval_loss']:.4f}" in card
+    assert f"tokens seen: {round(tokens):,}" in card and f"final eval loss: {records[-1]['eval_loss']:.4f}" in card
     assert m.tokenizer.sha256 in card and '"scheme": "whole_word"' in card
 
 

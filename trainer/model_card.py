@@ -163,8 +163,14 @@ def data_lines(cfg: TrainConfig, manifest: dict[str, Any] | None) -> list[str]:
                   f"sha256 {tok.get('sha256')}",
                   f"- special ids: {json.dumps(tok.get('special_ids'), sort_keys=True)}"]
         for split, t in sorted((manifest.get("totals") or {}).items()):
-            lines.append(f"- {split}: {t.get('samples')} sequences, {t.get('tokens')} tokens, {t.get('shards')} shards")
+            lines.append(f"- {split}: {_count(t.get('samples'))} sequences, {_count(t.get('tokens'))} tokens, "
+                         f"{_count(t.get('shards'))} shards")
     return lines
+
+
+def _count(value: Any) -> str:
+    """A count with thousands separators (as the commands print them); anything else as it is."""
+    return f"{round(value):,}" if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value)
 
 
 def model_card(cfg: TrainConfig, state: dict[str, Any], run: str, architecture: str,
@@ -185,7 +191,7 @@ def model_card(cfg: TrainConfig, state: dict[str, Any], run: str, architecture: 
              f"- started from: {public_location(cfg.init) if cfg.init else 'random initialization'}",
              f"- exported as: {cls}",
              f"- steps: {step}{planned}",
-             f"- tokens seen: {m['tokens_seen'] if m['tokens_seen'] is not None else 'not recorded'}",
+             f"- tokens seen: {_count(m['tokens_seen']) if m['tokens_seen'] is not None else 'not recorded'}",
              f"- training masking: {masking_phrase(cfg.masking)}",
              *eval_lines(cfg, step, m, has_valid),
              "", "## Data", "", *data_lines(cfg, manifest)]
