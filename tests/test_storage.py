@@ -728,3 +728,25 @@ def test_the_gcs_emulator_keeps_every_byte_of_a_multipart_upload(gcs_bucket, tai
     data = b"\x00\r\n-\r" * 3 + tail
     fs.pipe_file(path, data)
     assert fs.cat_file(path) == data and fs.info(path)["size"] == len(data)
+
+
+def test_a_folder_kind_probe_the_store_refuses_counts_as_not_there(tmp_path, monkeypatch) -> None:
+    """The build's check that an input or output is no corpus, run or model asks for a few names by probe; a
+    store that refuses a name that does not exist (S3 answers 403 to a reader without ListBucket) must not
+    fail the build, nor be asked again."""
+    from fsspec.implementations.local import LocalFileSystem
+
+    from shardforge.storage.contract import probed_kind
+
+    (tmp_path / "manifest.json").write_text("{}")
+    assert probed_kind(str(tmp_path)) == "corpus"
+    asked: list[str] = []
+
+    def refuse(self, path, **kwargs):
+        asked.append(path)
+        raise PermissionError(13, "Forbidden")
+
+    monkeypatch.setattr(LocalFileSystem, "exists", refuse)
+    assert probed_kind(str(tmp_path)) is None
+    assert [p.rsplit("/", 1)[1] for p in asked] == ["manifest.json", "latest", "metrics.jsonl", "checkpoints",
+                                                    "config.json"]

@@ -48,7 +48,7 @@ from schemas.manifest import Manifest
 from schemas.run_folder import CKPT_DIR
 from shardforge.console.run import TRAIN_INTERRUPTED, run_cli
 from shardforge.storage import exists, join, redact_url
-from shardforge.storage.contract import folder_kind, load_manifest, open_tokenizer
+from shardforge.storage.contract import load_manifest, open_tokenizer, probed_kind
 from trainer import distributed, fused_masking
 from trainer.batch import overlap_on
 from trainer.checkpoint import CheckpointManager, latest_checkpoint
@@ -312,7 +312,7 @@ def setup(cfg: TrainConfig) -> Run:
     if exists(join(cfg.output, "manifest.json")):  # a committed corpus never changes
         raise UserError(f"--output {redact_url(cfg.output)} is a corpus (it holds manifest.json); a run writes its "
                         "checkpoints and metrics into its --output: give a run folder of its own")
-    if folder_kind(cfg.output) == "model":  # an --init model, an export
+    if probed_kind(cfg.output) == "model":  # an --init model, an export
         raise UserError(f"--output {redact_url(cfg.output)} is a Hugging Face model folder; a run writes its "
                         "checkpoints and metrics into its --output: give a run folder of its own")
     check_packing(cfg, manifest, root)  # the rule the recipe trains on (trainer/recipes)

@@ -323,12 +323,12 @@ def check_folder(output: str, flag: str = "--output") -> None:
     Checked before any work (the build otherwise ran its stages until a write under it failed).
     An object store has no such conflict: an object and a prefix of the same name coexist."""
     from shardforge.storage import check_writable, get_fs, protocol_of, redact_url
-    from shardforge.storage.contract import KIND_WORDS, folder_kind
+    from shardforge.storage.contract import KIND_WORDS, probed_kind
 
     fs, path = get_fs(output)
     if protocol_of(fs) == "file" and fs.isfile(path):
         raise UserError(f"{flag} {redact_url(output)} is a file, and a corpus is a folder: choose another {flag}")
-    kind = folder_kind(output)
+    kind = probed_kind(output)
     if kind in ("run", "model"):
         raise UserError(f"{flag} {redact_url(output)} is {KIND_WORDS[kind]} folder, not a corpus: a corpus goes into "
                         f"a folder of its own; choose another {flag}")

@@ -99,13 +99,22 @@ def folder_kind(url: str) -> str | None:
 
 
 def probed_kind(url: str) -> str | None:
-    """``folder_kind`` by asking for its marks by name (a few small requests) instead of listing the folder:
-    for a folder that may hold millions of files (a crawl's input prefix)."""
-    if exists(join(url, MANIFEST_NAME)) or exists(join(url, LATEST_NAME)):
+    """``folder_kind`` by asking for its marks by name (a few small requests) instead of listing the folder,
+    for a check on the way to other work: a folder that may hold millions of files (a crawl's prefix).
+    A probe that fails counts as not there, without retries: a store may refuse a name that does not exist
+    (S3 answers 403 to a reader without ListBucket), and the work itself meets a real failure."""
+    def has(name: str) -> bool:
+        fs, path = get_fs(join(url, name))
+        try:
+            return bool(fs.exists(path))
+        except Exception:  # noqa: BLE001 - see the docstring
+            return False
+
+    if has(MANIFEST_NAME) or has(LATEST_NAME):
         return "corpus"
-    if exists(join(url, METRICS_FILE)) or exists(join(url, CKPT_DIR)):
+    if has(METRICS_FILE) or has(CKPT_DIR):
         return "run"
-    if exists(join(url, "config.json")) and any(exists(join(url, name)) for name in HF_WEIGHTS):
+    if has("config.json") and any(has(name) for name in HF_WEIGHTS):
         return "model"
     return None
 
