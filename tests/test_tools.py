@@ -200,6 +200,10 @@ def test_inspect_summary_samples_and_histogram(corpus, capsys):
     assert cli.main(["inspect", root, "--split", "valid"]) == 0
     text = capsys.readouterr().out
     assert "samples (valid)" in text and f"{len(m.shards)} shards" in text and "text:" in text
+    assert text.splitlines()[0] == f"corpus {root}"  # a plain build: no version said
+    from shardforge.commands.inspect import render
+    served = {**r, "summary": {**r["summary"], "version": 3}}
+    assert render(served).splitlines()[0] == f"corpus {r['url']} (version 3: `shardforge status` lists its versions)"
 
 
 # ---------------------------------------------------------------- independent readers

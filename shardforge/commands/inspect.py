@@ -122,7 +122,8 @@ def render(r: dict[str, Any]) -> str:
     s = r["summary"]
     tok = s["tokenizer"]
     out = [
-        f"corpus {r['url']}",
+        f"corpus {r['url']}" + (f" (version {s['version']}: `shardforge status` lists its versions)"
+                                if s.get("version", 1) > 1 else ""),
         f"  packing: {s['packing_rule']}, max_seq_len {s['max_seq_len']}, ids {s['ids_dtype']}, "
         f"members {', '.join(s['members'])}",
         f"  tokenizer: {tok['model_type']} vocab {tok['vocab_size']} ({tok['path']}, sha256 {tok['sha256'][:12]}…)",
