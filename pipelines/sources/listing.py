@@ -70,7 +70,7 @@ def hidden(url: str, pattern: str | None) -> bool:
 def check_raw_input(name: str, pattern: str, flag: str = "--input") -> None:
     """UserError when a source's input (a folder, or a glob's fixed folder) is a shardforge corpus, a training
     run or a Hugging Face model folder: built or trained files, not raw text (each would be rejected)."""
-    from shardforge.storage.contract import probed_kind
+    from shardforge.storage.contract import KIND_WORDS, probed_kind
 
     folder = fixed_folder(pattern)
     kind = probed_kind(folder)
@@ -78,9 +78,8 @@ def check_raw_input(name: str, pattern: str, flag: str = "--input") -> None:
         raise UserError(f"source {name}: {flag} {redact_url(pattern)} is a shardforge corpus, built already: train "
                         f"on it (--data {redact_url(folder)}), or `shardforge repack` it for another packing rule")
     if kind in ("run", "model"):
-        what = "a training run folder" if kind == "run" else "a Hugging Face model folder"
-        raise UserError(f"source {name}: {flag} {redact_url(pattern)} is {what}, not raw text: give the files of "
-                        "your text (JSONL, JSON, Parquet, text, their tars)")
+        raise UserError(f"source {name}: {flag} {redact_url(pattern)} is {KIND_WORDS[kind]} folder, not raw text: give "
+                        "the files of your text (JSONL, JSON, Parquet, text, their tars)")
 
 
 def check_one_source_each(listed: Iterable[tuple[str, Iterable[str]]]) -> None:
