@@ -193,14 +193,21 @@ def test_a_command_given_the_wrong_kind_of_folder_names_what_it_is(tmp_path: Pat
     assert said["plot missing"] == f"error: {top / 'nope'} does not exist: give a run folder (the --output of a run)"
 
 
+def _hf_folder(parent: Path) -> Path:
+    """A folder as an export leaves it, by its names (config.json and weights; never read: a folder's kind
+    goes by its names)."""
+    model = parent / "hf-model"
+    model.mkdir(parents=True)
+    for name in ("config.json", "model.safetensors", "tokenizer.json"):
+        (model / name).write_text("{}")
+    return model
+
+
 def test_a_hugging_face_folder_given_for_a_corpus_or_a_run_is_named_so(tmp_path: Path) -> None:
     """export, plot, status and inspect of an exported model folder said 'no checkpoint found', 'no
     metrics.jsonl', 'no corpus' or to build a corpus from its files."""
     top = tmp_path / "work"
-    hf = top / "hf-model"
-    hf.mkdir(parents=True)
-    for name in ("config.json", "model.safetensors", "tokenizer.json"):
-        (hf / name).write_text("{}")  # named, never read: the folder's kind is by its names
+    hf = _hf_folder(top)
     said = {name: one_line_error(run("-m", "shardforge.cli", *args)) for name, args in {
         "export": ["export", str(hf), str(tmp_path / "out")], "plot": ["plot", str(hf)],
         "status": ["status", str(hf)], "inspect": ["inspect", str(hf)], "inspect top": ["inspect", str(top)],
@@ -248,10 +255,7 @@ def test_a_corpus_is_never_written_into_a_run_or_a_model_folder(small_corpus, tm
     import json
 
     run_dir = _killed_run(tmp_path)
-    model = tmp_path / "hf-model"
-    model.mkdir()
-    for name in ("config.json", "model.safetensors"):
-        (model / name).write_text("{}")
+    model = _hf_folder(tmp_path)
     raw = tmp_path / "raw"
     raw.mkdir()
     (raw / "a.jsonl").write_text(json.dumps({"text": "One sentence here. Another one there."}) + "\n")
@@ -277,10 +281,7 @@ def test_a_corpus_a_run_or_a_model_given_as_raw_input_is_one_line(small_corpus, 
     rejects; a run's or a model's files went the same way. Each is now named before any work."""
     corpus = small_corpus[0]
     run_dir = _killed_run(tmp_path)
-    model = tmp_path / "hf-model"
-    model.mkdir()
-    for name in ("config.json", "model.safetensors"):
-        (model / name).write_text("{}")
+    model = _hf_folder(tmp_path)
     out = tmp_path / "out"
     corpus_line = (f"is a shardforge corpus, built already: train on it (--data {corpus}), or `shardforge repack` it "
                    "for another packing rule")
