@@ -136,8 +136,8 @@ def add_build_flags(parser: Any) -> None:
                    help=f"Vocabulary size to train (default: {_default(TokenizerConfig, 'vocab_size')}).")
     t.add_argument("--tokenizer", default=None, metavar="PATH",
                    help="Reuse an existing tokenizer instead of training one: an spm.model, a tokenizer.json "
-                        "(ours, or an existing model's: docs/continued-pretraining.md) or a Hugging Face model "
-                        "folder holding one.")
+                        "(ours, or an existing model's: docs/continued-pretraining.md), a Hugging Face model "
+                        "folder holding one, or a corpus (the tokenizer it was built with: corpora to --mix).")
     p = parser.add_argument_group("packing and shards")
     p.add_argument("--rule", default=None, metavar="RULE",
                    help=f"Packing rule: {', '.join(RULES)} (default: {_default(PackingConfig, 'rule')}; "

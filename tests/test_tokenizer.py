@@ -778,3 +778,19 @@ def test_proto_fields_reads_the_wire_format_and_refuses_truncation():
             proto_fields(msg[:cut])
     with pytest.raises(ValueError, match="wire type"):
         proto_fields(bytes([0x0B]))  # wire type 3 (a group): not in SentencePiece's files
+
+
+def test_a_corpus_given_as_the_tokenizer_means_the_one_it_was_built_with(small_corpus, tmp_path):
+    """--tokenizer CORPUS builds a second corpus with the first one's tokenizer (what --mix needs), its
+    bytes checked against the manifest; a folder that is neither a corpus nor a model says what it may be."""
+    import hashlib
+
+    root, m = small_corpus
+    assert hashlib.sha256(load_model(root)).hexdigest() == m.tokenizer.sha256
+    assert load_model(root + "/") == load_model(os.path.join(root, m.tokenizer.path))
+    run_dir = tmp_path / "run"
+    (run_dir / "checkpoints").mkdir(parents=True)
+    with pytest.raises(UserError, match=r"is a folder without a tokenizer.json: .*a corpus \(the tokenizer it was "):
+        load_model(str(run_dir))
+    with pytest.raises(UserError, match="tokenizer model not found"):
+        load_model(str(tmp_path / "nothing"))

@@ -111,23 +111,35 @@ def tokenizer_info(model: bytes, cfg: TokenizerConfig, path: str) -> TokenizerIn
 def load_model(url: str) -> bytes:
     """Read and validate a tokenizer file to reuse (any kind; special ids checked); one clear error.
 
-    A folder (a Hugging Face model's) means its ``tokenizer.json``."""
+    A folder means its tokenizer: a corpus's (the one its manifest names, checked against its sha256: a
+    corpus to ``--mix`` with that one), a Hugging Face model folder's ``tokenizer.json``."""
     try:
         model = read_bytes(url)
-    except IsADirectoryError:
-        try:
-            model = read_bytes(f"{url.rstrip('/')}/tokenizer.json")
-        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
-            raise UserError(f"tokenizer model {url} is a folder without a tokenizer.json: give the tokenizer "
-                            "file itself (spm.model, tokenizer.json) or a Hugging Face model folder that "
-                            "holds tokenizer.json") from None
-    except (FileNotFoundError, NotADirectoryError):
-        raise UserError(f"tokenizer model not found: {url}") from None
+    except (IsADirectoryError, FileNotFoundError, NotADirectoryError) as e:
+        model = _folder_model(url, isinstance(e, IsADirectoryError))
     try:
         load_tokenizer(model)  # validates ids
     except UserError as e:
         raise UserError(f"{e} [model {url}]") from None
     return model
+
+
+def _folder_model(url: str, is_folder: bool) -> bytes:
+    """The tokenizer a folder URL means (see ``load_model``); an object store names a folder by a prefix, so a
+    URL that is no file is looked at as one."""
+    from shardforge.storage.contract import load_manifest, probed_kind, read_tokenizer_model
+
+    if probed_kind(url) == "corpus":
+        manifest, root = load_manifest(url)
+        return read_tokenizer_model(manifest, root)
+    try:
+        return read_bytes(f"{url.rstrip('/')}/tokenizer.json")
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+        if not is_folder:
+            raise UserError(f"tokenizer model not found: {url}") from None
+        raise UserError(f"tokenizer model {url} is a folder without a tokenizer.json: give the tokenizer file itself "
+                        "(spm.model, tokenizer.json), a corpus (the tokenizer it was built with) or a Hugging Face "
+                        "model folder that holds tokenizer.json") from None
 
 
 def store_model(model: bytes, output: str) -> bytes:
