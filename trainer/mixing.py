@@ -85,7 +85,8 @@ def check_compatible(manifests: Sequence[Manifest], names: Sequence[str]) -> Non
                            ("sample members", sorted(first.members), sorted(m.members))):
             if a != b:
                 raise UserError(f"cannot mix {names[0]!r} and {name!r}: their {what} differ ({a} vs {b}); "
-                                "build every source with the same tokenizer and packing")
+                                "build every source with the same tokenizer (a build's --tokenizer may name the "
+                                "first corpus: it reuses that corpus's) and packing (--rule, --max_seq_len)")
 
 
 def plan_mix(entries: Sequence[MixSource], manifests: Sequence[Manifest], batch_tokens: Sequence[float | None], *,
