@@ -386,6 +386,15 @@ def test_training_into_a_run_of_another_model_shape_says_what_it_holds(corpus, t
     res = run("-m", "shardforge.cli", "export", str(work / "run"), "hf", cwd=elsewhere)
     assert res.returncode == 0, res.stderr
     assert (elsewhere / "hf" / "config.json").exists() and (elsewhere / "hf" / "model.safetensors").exists()
+    # The corpus gone (moved, deleted): the line says to give its tokenizer; a copy of the corpus serves.
+    os.remove(work / "corpus")
+    line = one_line_error(run("-m", "shardforge.cli", "export", str(work / "run"), "hf2", cwd=elsewhere))
+    assert line.startswith(f"error: no manifest at {work / 'corpus' / 'manifest.json'}") and line.endswith(
+        "that is the corpus this checkpoint trained on, whose tokenizer an export writes beside the model: pass "
+        "--tokenizer URL (its tokenizer file, or a copy of the corpus)"), line
+    res = run("-m", "shardforge.cli", "export", str(work / "run"), "hf2", "--tokenizer", str(corpus), cwd=elsewhere)
+    assert res.returncode == 0, res.stderr
+    assert (elsewhere / "hf2" / "tokenizer.json").read_bytes() == (elsewhere / "hf" / "tokenizer.json").read_bytes()
 
 
 # ------------------------------------------------------------------ 16: credentials never echoed

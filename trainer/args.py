@@ -498,8 +498,9 @@ def export_parser() -> ArgumentParser:
                                    "tokenizer files, README.md: the model card) from a shardforge checkpoint.")
     p.add_argument("checkpoint", help="ckpt-NNNNNNNN.pt, or a run folder (its latest checkpoint)")
     p.add_argument("out", help="output folder (local or fsspec URL)")
-    p.add_argument("--tokenizer", help="tokenizer file URL: spm.model or a byte-level BPE tokenizer.json "
-                                       "(default: the corpus's, from the manifest)")
+    p.add_argument("--tokenizer", help="tokenizer file URL: spm.model or a byte-level BPE tokenizer.json, or a "
+                                       "corpus (its tokenizer); checked against the one the checkpoint trained "
+                                       "with (default: the run's corpus's, from its manifest)")
     p.add_argument("--license", help="the model card's license: a Hugging Face Hub license id such as apache-2.0 "
                                      "(default: other; the weights' terms follow from the corpus's and --init's)")
     p.add_argument("--language", action="append", metavar="CODE",

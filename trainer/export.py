@@ -343,7 +343,7 @@ def export_checkpoint(ckpt: str, out_dir: str, tokenizer: str | None = None, lic
     output folder that holds files is refused (the command line's default)."""
     from schemas.errors import UserError
     from shardforge.storage import AccessDenied, exists, local_copy
-    from shardforge.storage.contract import load_manifest, tokenizer_url
+    from shardforge.storage.contract import load_manifest, probed_kind, tokenizer_url
     from trainer.checkpoint import load_checkpoint
 
     if not overwrite:
@@ -362,7 +362,14 @@ def export_checkpoint(ckpt: str, out_dir: str, tokenizer: str | None = None, lic
         except AccessDenied as e:  # checkpoints keep no credentials (shardforge.storage.redact_urls)
             raise UserError(f"{e}. A checkpoint records its corpus without credentials: pass --tokenizer URL "
                             "(the corpus's tokenizer file, with the credentials in its URL)") from None
+        except UserError as e:  # moved, deleted, out of reach from this machine
+            raise UserError(f"{e}; that is the corpus this checkpoint trained on, whose tokenizer an export writes "
+                            "beside the model: pass --tokenizer URL (its tokenizer file, or a copy of the "
+                            "corpus)") from None
         tokenizer = tokenizer_url(manifest, root)  # the path rule: always inside the corpus
+    elif probed_kind(tokenizer) == "corpus":  # a corpus: the tokenizer it was built with
+        manifest, root = load_manifest(tokenizer)
+        tokenizer = tokenizer_url(manifest, root)
     from shardforge.storage import exists, get_fs, read_bytes, sha256_bytes
 
     if not exists(tokenizer):
@@ -370,7 +377,7 @@ def export_checkpoint(ckpt: str, out_dir: str, tokenizer: str | None = None, lic
     fs, tok_path = get_fs(tokenizer)
     if fs.isdir(tok_path):
         raise UserError(f"tokenizer {tokenizer} is a folder: give the tokenizer file itself "
-                        "(the corpus's spm.model or tokenizer.json)")
+                        "(the corpus's spm.model or tokenizer.json), or the corpus")
     trained_with = state.get("manifest")  # the sha256 of the tokenizer the run trained with
     if trained_with and sha256_bytes(read_bytes(tokenizer)) != trained_with:
         raise UserError(f"tokenizer {tokenizer} is not the one this checkpoint was trained with "
