@@ -812,3 +812,25 @@ def test_a_file_the_inputs_of_two_sources_match_is_refused_before_the_build(tmp_
                             "must belong to one source (make the --input patterns disjoint)")
     assert [name for name, _ in ReadSources([old, recent]).readers] == ["old", "recent"]
     ReadSources([every])
+
+
+def test_overlapping_inputs_are_refused_before_any_file_is_hashed(tmp_path, monkeypatch):
+    """A one-shot build fingerprints its local inputs (sha256 of their bytes) for the attempt tag: the
+    overlap is found from the listings first, so a crawl's worth of files is not read for nothing."""
+    import pipelines.sources.rawfiles as rawfiles
+    from pipelines.corpus.commit import one_shot_attempt
+    from schemas.config import BuildConfig
+    from schemas.errors import UserError
+
+    for name in ("2023-01.jsonl", "2024-01.jsonl"):
+        (tmp_path / name).write_text(json.dumps({"text": "A sentence here."}) + "\n")
+    hashed: list[str] = []
+    real = rawfiles.fingerprint
+    monkeypatch.setattr(rawfiles, "fingerprint", lambda f: hashed.append(f.url) or real(f))
+    sources = [{"name": "news", "input": str(tmp_path / "*.jsonl")},
+               {"name": "recent", "input": str(tmp_path / "2024-*.jsonl")}]
+    with pytest.raises(UserError, match="matches the inputs of sources news and recent"):
+        one_shot_attempt(BuildConfig.model_validate({"sources": sources}))
+    assert hashed == []
+    one_shot_attempt(BuildConfig.model_validate({"sources": sources[:1]}))
+    assert sorted(hashed) == [str(tmp_path / "2023-01.jsonl"), str(tmp_path / "2024-01.jsonl")]

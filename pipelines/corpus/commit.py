@@ -281,6 +281,7 @@ def one_shot_attempt(cfg: BuildConfig, files: dict[str, list[str]] | None = None
     stores report a checksum in the listing), and of a tokenizer / index given by URL and of
     each local evaluation file of ``decontaminate``.
     """
+    from pipelines.sources.listing import check_one_source_each
     from pipelines.sources.rawfiles import fingerprint, list_raw_files
     from pipelines.tokenizer.model import load_model
     from shardforge.storage import join, redact_url, sha256_bytes, sha256_url
@@ -293,9 +294,14 @@ def one_shot_attempt(cfg: BuildConfig, files: dict[str, list[str]] | None = None
 
     inputs = []
     prints: dict[str, dict[str, str]] = {}
+    listings = []
     for src in cfg.sources:
         urls = None if files is None else set(files.get(src.name, []))
-        listed = list_raw_files(src.input, src.follow_links) if urls is None else [f for u in sorted(urls) for f in list_raw_files(u)]
+        listings.append(list_raw_files(src.input, src.follow_links) if urls is None
+                        else [f for u in sorted(urls) for f in list_raw_files(u)])
+    # Before any file is read for its fingerprint (a local file's is the sha256 of its bytes).
+    check_one_source_each((src.name, [f.url for f in listed]) for src, listed in zip(cfg.sources, listings, strict=True))
+    for src, listed in zip(cfg.sources, listings, strict=True):
         found = prints.setdefault(src.name, {})
         for f in listed:
             found[f.url] = print_of(f)
