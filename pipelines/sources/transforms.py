@@ -16,7 +16,7 @@ from apache_beam import pvalue
 from pipelines.localrunner import progress
 from pipelines.metrics import counted
 from pipelines.sources.files import read_input
-from pipelines.sources.listing import Input, check_one_source_each, judge_urls, list_inputs
+from pipelines.sources.listing import Input, judge_urls, list_inputs
 from pipelines.sources.naming import file_key, pinned
 from pipelines.sources.parsing import Tally
 from schemas.config import SourceConfig
@@ -100,7 +100,6 @@ class ReadSources(beam.PTransform):
         self.readers = [(src.name, ReadSource(src, None if files is None else files.get(src.name, []),
                                               None if expect is None else expect.get(src.name, {})))
                         for src in sources]
-        check_one_source_each((name, reader.urls) for name, reader in self.readers)
 
     def expand(self, pbegin):
         reads = [pbegin | f"Read[{name}]" >> reader for name, reader in self.readers]

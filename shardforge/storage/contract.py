@@ -8,6 +8,7 @@ commands read a corpus through it, so a corpus that ``validate`` accepts can alw
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
@@ -84,18 +85,23 @@ HF_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_mode
 KIND_WORDS = {"corpus": "a corpus", "run": "a training run", "model": "a Hugging Face model"}
 
 
+def _kind(has: Callable[[str], bool]) -> str | None:
+    """A folder's kind from whether it holds each mark (``folder_kind`` and ``probed_kind`` differ in how
+    they ask)."""
+    if has(MANIFEST_NAME) or has(LATEST_NAME):
+        return "corpus"
+    if has(METRICS_FILE) or has(CKPT_DIR):
+        return "run"
+    if has("config.json") and any(has(name) for name in HF_WEIGHTS):
+        return "model"
+    return None
+
+
 def folder_kind(url: str) -> str | None:
     """What a folder is, by the names directly in it: "corpus" (a manifest, or a served corpus's pointer),
     "run" (a training run: metrics.jsonl or checkpoints/), "model" (a Hugging Face model folder: config.json
     and weights, what export writes), or None (none of them, or nothing there)."""
-    names = set(list_names(url))
-    if MANIFEST_NAME in names or LATEST_NAME in names:
-        return "corpus"
-    if METRICS_FILE in names or CKPT_DIR in names:
-        return "run"
-    if "config.json" in names and names.intersection(HF_WEIGHTS):
-        return "model"
-    return None
+    return _kind(set(list_names(url)).__contains__)
 
 
 def probed_kind(url: str) -> str | None:
@@ -110,13 +116,7 @@ def probed_kind(url: str) -> str | None:
         except Exception:  # noqa: BLE001 - see the docstring
             return False
 
-    if has(MANIFEST_NAME) or has(LATEST_NAME):
-        return "corpus"
-    if has(METRICS_FILE) or has(CKPT_DIR):
-        return "run"
-    if has("config.json") and any(has(name) for name in HF_WEIGHTS):
-        return "model"
-    return None
+    return _kind(has)
 
 
 def kinds_under(url: str, limit: int = 50) -> str:
