@@ -501,6 +501,26 @@ def choice_problem(flag: str, value: str, choices: Sequence[str]) -> str:
     return f"--{flag} {value!r} is not one of {', '.join(choices)}{hint}"
 
 
+def stray_arguments(argv: Sequence[str], extra: Sequence[str]) -> list[str]:
+    """The words in extra (what the command's parser left) that no flag can own: not a flag, and not right
+    after a flag the parser left (a Beam flag's value, ``--project p``), such as the files of a glob the
+    shell expanded after ``--input``. A word after a Beam switch that takes no value is left to Beam's own
+    check, which knows every option's kind."""
+    strays: list[str] = []
+    left = list(extra)
+    previous_left = False
+    previous = ""
+    for word in argv:
+        is_left = bool(left) and word == left[0]
+        if is_left:
+            left.pop(0)
+            owned = previous_left and previous.startswith("--") and "=" not in previous
+            if not word.startswith("-") and not owned:
+                strays.append(word)
+        previous_left, previous = is_left, word
+    return strays
+
+
 def check_flags(parser: argparse.ArgumentParser, argv: Sequence[str],
                 missing: Callable[[argparse.Namespace], str | None] | None = None) -> None:
     """Exit 2 with one line (the parser's error) on a flag neither the command nor Beam knows, a value of
@@ -521,6 +541,9 @@ def check_flags(parser: argparse.ArgumentParser, argv: Sequence[str],
         value = getattr(ns, flag, None)
         if value is not None and value not in choices:
             parser.error(choice_problem(flag, value, choices))
+    strays = stray_arguments(argv, extra)
+    if strays:  # before the runner's checks, which would name only the first of a glob's files
+        parser.error(unknown_args_message(strays, option_strings(parser)))
     if not beam_flags_known(argv):
         return
     unknown = [a for a in extra if a.startswith("--") and a != "--" and a.split("=", 1)[0] not in BEAM_FLAGS]

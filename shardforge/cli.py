@@ -87,12 +87,6 @@ def main(argv: list[str] | None = None) -> int:
               "(see shardforge --help)", file=sys.stderr)
         return 2
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    if COMMANDS[name][0].startswith("pipelines."):  # before Beam is imported (~1.3 s)
-        from pipelines.localrunner.preflight import before_beam, exit_if_unrunnable
-
-        # As the program (argv from the command line) a local build leaves out the Beam
-        # integrations it never uses; called in-process with an argv, the caller's imports stay.
-        (before_beam if as_program else exit_if_unrunnable)(rest)
     set_invoked_as(f"shardforge {name}")  # usage lines say what the user typed
     try:
         if name in EARLY_PARSERS:
@@ -101,6 +95,12 @@ def main(argv: list[str] | None = None) -> int:
             # where they answered --help and exit on a mistaken flag or value
             if getattr(importlib.import_module(module), func)(rest) is True:
                 return 0
+        if COMMANDS[name][0].startswith("pipelines."):  # the flags are right; now the runner, before Beam
+            from pipelines.localrunner.preflight import before_beam, exit_if_unrunnable
+
+            # As the program (argv from the command line) a local build leaves out the Beam
+            # integrations it never uses; called in-process with an argv, the caller's imports stay.
+            (before_beam if as_program else exit_if_unrunnable)(rest)
         return run_cli(lambda: int(_entry(name)(rest) or 0), rest)
     finally:
         set_invoked_as(None)

@@ -147,6 +147,31 @@ def test_a_runner_with_options_of_its_own_leaves_unknown_flags_to_beam() -> None
         check_flags(build_parser(), ["--runner", "DataflowRunner", "--my_runner_option", "1"])
 
 
+@pytest.mark.parametrize("entry", [["shardforge.cli", "build"], ["pipelines.build"]])
+@pytest.mark.parametrize("runner", ["FlinkRunner", "DataflowRunner"])
+def test_a_glob_the_shell_expanded_is_named_before_the_runners_checks(entry, runner, tmp_path) -> None:
+    """`--input raw/*.jsonl` unquoted hands the command every file: the first is --input's, the rest are
+    named as the shell's expansion, before the runner's checks (which would name the first file alone as
+    the input, or a job-server jar to download), and before Beam is imported."""
+    for name in ("a.jsonl", "b.jsonl", "c.jsonl"):
+        (tmp_path / name).write_text("{}\n")
+    res = run("-c", BEAM_PROBE, *entry, "--input", "a.jsonl", "b.jsonl", "c.jsonl", "--output", "o",
+              "--runner", runner, cwd=tmp_path)
+    assert res.stdout.splitlines()[-1] == "probe: False 2", res.stdout[-500:] + res.stderr[-2000:]
+    line = one_line_error(res)
+    assert line.startswith("error: unexpected arguments: b.jsonl c.jsonl (a glob the shell expanded?"), line
+
+
+def test_the_values_of_beams_flags_are_not_strays() -> None:
+    from pipelines.flags import build_parser, stray_arguments
+
+    argv = ["--input", "gs://b/*", "a", "--output", "gs://b/o", "--runner", "DataflowRunner", "--project", "p",
+            "--region=r", "b", "--temp_location", "gs://t", "--experiments=x", "--save_main_session", "c"]
+    _, extra = build_parser().parse_known_args(argv)
+    # "c" follows a switch that takes no value: Beam's own check, which knows the switch, names it
+    assert stray_arguments(argv, extra) == ["a", "b"]
+
+
 # ------------------------------------------------------------------ configs
 
 
