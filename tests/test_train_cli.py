@@ -226,6 +226,18 @@ def test_the_description_names_the_run_and_max_tokens_sets_the_steps(small_corpu
     assert (f", the whole valid split ({held} batches a process; eval_batches 1,000 asks for more), MLM "
             in eval_line(planned.model_copy(update={"eval_batches": 1000}), manifest, held))
     assert f", {held} valid batches, " in eval_line(planned.model_copy(update={"eval_batches": held}), manifest, held)
+    # A whole split too small for a steady loss says so, and where a larger one comes from.
+    whole = planned.model_copy(update={"eval_batches": 1000})  # evaluated at 15% (eval_masking)
+    tiny = manifest.model_copy(update={"shards": [s.model_copy(update={"tokens": 441}) if s.split == "valid"
+                                                  else s for s in manifest.shards]})
+    valid_tokens = sum(s.tokens for s in tiny.shards_of("valid"))
+    small = eval_line(whole, tiny, held)
+    assert small.endswith(
+        f"masking; the split's {valid_tokens:,} tokens give ~{round(valid_tokens * 0.15):,} masked: a noisy loss "
+        "(a larger --valid_fraction, in a repack of this corpus or a new build, holds more)"), small
+    assert sum(s.tokens for s in manifest.shards_of("valid")) * 0.15 > 1000
+    assert "noisy" not in eval_line(whole, manifest, held)
+    assert "noisy" not in eval_line(planned.model_copy(update={"eval_batches": 1}), tiny, held)  # a part of it
 
 
 def test_a_run_describes_itself_before_the_optimizer_logs_from_step_one_and_evaluates_at_the_end(
