@@ -265,7 +265,7 @@ def test_the_repack_a_mismatch_suggests_is_one_that_runs(small_corpus, tmp_path:
     import shlex
 
     from pipelines.jobs.repack import run_repack
-    root, _ = small_corpus
+    root, m = small_corpus
     nsp, doc = str(tmp_path / "nsp"), str(tmp_path / "doc")
     run_repack(root, nsp, rule="segment_pair_nsp")
     run_repack(root, doc, rule="doc_sentences")
@@ -275,7 +275,7 @@ def test_the_repack_a_mismatch_suggests_is_one_that_runs(small_corpus, tmp_path:
         line = one_line_error(run("-m", "trainer.train", *args, "--data", data, "--output", str(tmp_path / "run"),
                                   "--device", "cpu", "--steps", "1"))
         hint = line.split("(repack it: ", 1)[1].split(tail, 1)[0]
-        assert hint == f"shardforge repack --tokenized {root} --output NEW --rule sop", line
+        assert hint == f"shardforge repack --tokenized {root} --output NEW --rule sop --max_seq_len {m.max_seq_len}", line
         res = run("-m", "shardforge.cli", *shlex.split(hint.replace("NEW", str(tmp_path / name)))[1:])
         assert res.returncode == 0, res.stderr[-2000:]
 
@@ -284,14 +284,18 @@ def test_repack_hint_repacks_the_corpus_its_origin_or_asks_for_a_build(small_cor
     from trainer.recipes import repack_hint
     root, m = small_corpus
     assert m.intermediates.get("tokenized")
-    assert repack_hint(m, root, "sop") == f"repack it: shardforge repack --tokenized {root} --output NEW --rule sop"
+    assert repack_hint(m, root, {"--rule": "sop"}) == f"repack it: shardforge repack --tokenized {root} --output NEW --rule sop"
     repack = m.model_copy(update={"intermediates": {}, "parent": "gs://b/en-v1/manifest.json"})
-    assert repack_hint(repack, "gs://b/en-sop", "sop") == \
-        "repack it: shardforge repack --tokenized gs://b/en-v1 --output NEW --rule sop"
+    # from the origin, the repack's length is said again (the origin's own is the default)
+    assert repack_hint(repack, "gs://b/en-sop", {"--rule": "sop"}) == \
+        f"repack it: shardforge repack --tokenized gs://b/en-v1 --output NEW --rule sop --max_seq_len {m.max_seq_len}"
+    assert repack_hint(repack, "gs://b/en-sop", {"--valid_fraction": "0.05"}) == (
+        "repack it: shardforge repack --tokenized gs://b/en-v1 --output NEW "
+        f"--rule {m.packing_rule} --max_seq_len {m.max_seq_len} --valid_fraction 0.05")
     bare = m.model_copy(update={"intermediates": {}})
-    assert repack_hint(bare, root, "sop") == "it keeps no tokenized documents to repack: build it again with --rule sop"
+    assert repack_hint(bare, root, {"--rule": "sop"}) == "it keeps no tokenized documents to repack: build it again with --rule sop"
     served = m.model_copy(update={"intermediates": {}, "version": 3, "parent": "manifest-v2.json"})
-    assert repack_hint(served, root, "sop").startswith("it keeps no tokenized documents")
+    assert repack_hint(served, root, {"--rule": "sop"}).startswith("it keeps no tokenized documents")
 
 
 @pytest.mark.slow

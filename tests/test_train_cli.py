@@ -232,9 +232,14 @@ def test_the_description_names_the_run_and_max_tokens_sets_the_steps(small_corpu
                                                   else s for s in manifest.shards]})
     valid_tokens = sum(s.tokens for s in tiny.shards_of("valid"))
     small = eval_line(whole, tiny, held)
-    assert small.endswith(
-        f"masking; the split's {valid_tokens:,} tokens give ~{round(valid_tokens * 0.15):,} masked: a noisy loss "
-        "(a larger --valid_fraction, in a repack of this corpus or a new build, holds more)"), small
+    masked = round(valid_tokens * 0.15)
+    head = (f"masking; the split's {valid_tokens:,} tokens give ~{masked:,} masked: a noisy loss (repack it: "
+            "shardforge repack --tokenized https://example.com/corpus --output NEW --valid_fraction ")  # redacted
+    assert head in small and small.endswith(")"), small
+    # the fraction scaled to ~1,000 masked tokens, rounded up to two digits
+    fraction = float(small.split(head, 1)[1][:-1])
+    needed = tiny.config["packing"]["valid_fraction"] * 1000 / masked
+    assert needed <= fraction <= needed * 1.1 and len(f"{fraction:g}".lstrip("0.")) <= 2, (needed, fraction)
     assert sum(s.tokens for s in manifest.shards_of("valid")) * 0.15 > 1000
     assert "noisy" not in eval_line(whole, manifest, held)
     assert "noisy" not in eval_line(planned.model_copy(update={"eval_batches": 1}), tiny, held)  # a part of it

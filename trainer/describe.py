@@ -14,9 +14,10 @@ import math
 from dataclasses import dataclass
 
 from schemas.config import MaskingConfig, TrainConfig
-from schemas.manifest import Manifest
+from schemas.manifest import Manifest, corpus_root, manifest_url
 from shardforge.storage import join, redact_url
 from trainer.checkpoint import describe_model
+from trainer.recipes import repack_hint
 
 
 @dataclass(frozen=True)
@@ -184,6 +185,18 @@ def optim_line(cfg: TrainConfig) -> str:
 FEW_MASKED = 1000
 
 
+def more_valid(manifest: Manifest, cfg: TrainConfig, masked: int) -> str:
+    """How to get a valid split with about FEW_MASKED masked tokens: a repack (or build) with the valid
+    fraction scaled up, rounded up to two digits (at most 0.5)."""
+    fraction = manifest.config.get("packing", {}).get("valid_fraction")
+    if not fraction:
+        return "a larger --valid_fraction holds more"
+    want = min(0.5, fraction * FEW_MASKED / max(masked, 1))
+    step = 10.0 ** (math.floor(math.log10(want)) - 1)
+    want = min(0.5, math.ceil(round(want / step, 6)) * step)
+    return repack_hint(manifest, corpus_root(manifest_url(cfg.data)), {"--valid_fraction": f"{want:.2g}"})
+
+
 def eval_line(cfg: TrainConfig, manifest: Manifest, valid_batches: int | None = None) -> str:
     """``valid_batches``: what each process's share of the valid split holds, where known; an eval_batches
     above it is said as the whole split."""
@@ -200,8 +213,7 @@ def eval_line(cfg: TrainConfig, manifest: Manifest, valid_batches: int | None = 
         tokens = sum(s.tokens for s in manifest.shards_of("valid"))
         masked = round(tokens * masking.rate)
         if not cfg.mix and masked < FEW_MASKED:
-            small = (f"; the split's {tokens:,} tokens give ~{masked:,} masked: a noisy loss (a larger "
-                     "--valid_fraction, in a repack of this corpus or a new build, holds more)")
+            small = f"; the split's {tokens:,} tokens give ~{masked:,} masked: a noisy loss ({more_valid(manifest, cfg, masked)})"
     else:
         batches = f"{cfg.eval_batches} valid batch{'es' if cfg.eval_batches != 1 else ''}"
     return (f"evaluation: {when}, {batches}, MLM cross-entropy (nats) at "

@@ -94,7 +94,7 @@ def check_heads(cfg: TrainConfig, manifest: Manifest, root: str) -> None:
     if head != "none" and rule not in PAIR_RULES:
         want = "sop" if head == "sop" else "segment_pair_nsp"
         raise UserError(f"model.sentence_head={head} needs a pair-rule corpus (sop, segment_pair_nsp, "
-                        f"sentence_pair_nsp); this corpus is packed as {rule} ({repack_hint(manifest, root, want)}; "
+                        f"sentence_pair_nsp); this corpus is packed as {rule} ({repack_hint(manifest, root, {'--rule': want})}; "
                         "or --set model.sentence_head=none)")
     if rule in PAIR_RULES:
         want = "sop" if rule == "sop" else "nsp"

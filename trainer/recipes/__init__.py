@@ -206,13 +206,17 @@ def config_yaml(cfg: TrainConfig) -> str:
     return head + yaml.safe_dump(data, sort_keys=False, default_flow_style=False)
 
 
-def repack_hint(manifest: Manifest, root: str, rule: str) -> str:
-    """How to get a corpus's documents packed by another rule: a repack of the corpus, or of the corpus a
-    repack came from (a repack keeps no tokenized documents of its own), else a rebuild."""
+def repack_hint(manifest: Manifest, root: str, flags: dict[str, str]) -> str:
+    """How to get a corpus's documents packed with flags changed (``{"--rule": "sop"}``): a repack of the
+    corpus, or of the corpus a repack came from (a repack keeps no tokenized documents of its own; the
+    repack's rule and length are said again, as its origin's are the default), else a rebuild."""
     source = root if manifest.intermediates.get("tokenized") else repack_origin(manifest)
+    if source is not None and source != root:
+        flags = {"--rule": manifest.packing_rule, "--max_seq_len": str(manifest.max_seq_len), **flags}
+    said = " ".join(f"{flag} {value}" for flag, value in flags.items())
     if source is None:
-        return f"it keeps no tokenized documents to repack: build it again with --rule {rule}"
-    return f"repack it: shardforge repack --tokenized {redact_url(source)} --output NEW --rule {rule}"
+        return f"it keeps no tokenized documents to repack: build it again with {said}"
+    return f"repack it: shardforge repack --tokenized {redact_url(source)} --output NEW {said}"
 
 
 def check_packing(cfg: TrainConfig, manifest: Manifest, root: str) -> None:
@@ -223,4 +227,4 @@ def check_packing(cfg: TrainConfig, manifest: Manifest, root: str) -> None:
     want = " or ".join(cfg.packing_rules)
     raise UserError(
         f"{what} trains on a corpus packed as {want}; {redact_url(root)} is packed as {manifest.packing_rule} "
-        f"({repack_hint(manifest, root, cfg.packing_rules[0])}; or --set packing_rules=null to train on it anyway)")
+        f"({repack_hint(manifest, root, {'--rule': cfg.packing_rules[0]})}; or --set packing_rules=null to train on it anyway)")
