@@ -7,6 +7,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -207,6 +208,27 @@ def test_local_build_shows_progress_bars(demo_corpus, tmp_path, monkeypatch, cap
     run_build(small_config(demo_corpus), str(tmp_path / "p"))
     err = capfd.readouterr().err
     assert "read ccnews files: 100%" in err and "tokenize documents" in err and "write shards" in err
+
+
+def test_a_local_build_in_a_log_writes_a_progress_line_now_and_then(demo_corpus, tmp_path, monkeypatch, capfd):
+    """stderr not a terminal (a build under nohup): a line every LINE_EVERY_S seconds with what was counted,
+    none after the build."""
+    import time
+
+    from pipelines.localrunner import progress
+
+    monkeypatch.delenv("SHARDFORGE_PROGRESS", raising=False)
+    monkeypatch.setattr(progress, "LINE_EVERY_S", 0.2)
+    m = run_build(small_config(demo_corpus), str(tmp_path / "p"))
+    err = capfd.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("progress ")]
+    assert len(lines) >= 2 and all(re.fullmatch(r"progress \d+m\d\ds: .+", line) for line in lines), err
+    assert any("read ccnews records " in line for line in lines), lines
+    read = max(int(m.group(1).replace(",", "")) for line in lines
+               for m in [re.search(r"read ccnews records ([\d,]+)", line)] if m)
+    assert 0 < read <= m.accounting["ccnews"].input
+    time.sleep(0.5)
+    assert "progress " not in capfd.readouterr().err  # the line's thread ended with the build
 
 
 def test_manifest_redacts_credentials_in_every_recorded_url(built):

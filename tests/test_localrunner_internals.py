@@ -267,6 +267,19 @@ def test_progress_bars_show_only_where_the_dofns_run_in_this_process(monkeypatch
             seen[mode] = os.environ.get(progress.ENV)
     assert seen == {"in_memory": "1", "multi_processing": None}
     assert PipelineOptions([]).view_as(DirectOptions).direct_running_mode == "in_memory"  # Beam's default
+    # Not a terminal (a log): lines; SHARDFORGE_PROGRESS chooses over the terminal, 0 for none.
+    monkeypatch.setattr(progress, "LINE_EVERY_S", 3600.0)
+    opts = PipelineOptions(["--runner", "FnApiRunner"])
+    for tty, env, want in ((False, None, "lines"), (True, "lines", "lines"), (False, "1", "1"), (True, "0", None)):
+        monkeypatch.setattr(sys.stderr, "isatty", lambda tty=tty: tty)
+        if env is None:
+            monkeypatch.delenv(progress.ENV, raising=False)
+        else:
+            monkeypatch.setenv(progress.ENV, env)
+        with progress.local_bars(opts):
+            assert progress.enabled() == (want is not None)
+            seen_mode = os.environ.get(progress.ENV)
+        assert (seen_mode if want else None) == want, (tty, env, seen_mode)
 
 
 # ------------------------------------------------------------------ preflight

@@ -26,6 +26,7 @@ from shardforge.storage import check_listed
 REJECTS = "rejects"
 READ_COUNTS = "read_counts"
 ORIGINS = "origins"
+RECORDS_TICK = 1000  # records read between two ticks of the progress count (a tick takes a lock)
 
 
 class _ReadFiles(beam.DoFn):
@@ -44,8 +45,14 @@ class _ReadFiles(beam.DoFn):
         progress.tick(f"read {self.source.name} files", total=self.total_files, unit="file")
 
     def _records(self, entry: Input, tally: Tally):
+        stage, n = f"read {self.source.name} records", 0
         for rec in read_input(entry, self.source, tally, self.expect.get(entry[0])):
+            n += 1
+            if n % RECORDS_TICK == 0:
+                progress.tick(stage, RECORDS_TICK, unit="record")
             yield counted("read", rec, "documents", REJECTS)
+        if n % RECORDS_TICK:
+            progress.tick(stage, n % RECORDS_TICK, unit="record")
 
 
 class ReadSource(beam.PTransform):
