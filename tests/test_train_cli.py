@@ -50,6 +50,12 @@ def test_run_mlm_flags_set_their_config_keys_and_set_still_wins() -> None:
     assert cfg.optim.lr == 3e-3 and cfg.masking.rate == 0.2 and cfg.model.hidden == 128
     assert resolved("--recipe", "cpu").optim.lr == 2e-3  # an unset flag leaves the recipe's value
     assert resolved("--max_tokens", "1000000").max_tokens == 1_000_000
+    # Hugging Face's names of the same choices
+    assert resolved("--optim", "adamw_torch", "--recipe", "albert-base").optim.name == "adamw"
+    assert resolved("--optim", "adamw_torch_fused").optim.name == "adamw"
+    assert resolved("--lr_scheduler_type", "constant_with_warmup").optim.schedule == "constant"
+    with pytest.raises(SystemExit):
+        parse("--optim", "adafactor")  # no such optimizer here: argparse's line names the choices
 
 
 def test_resume_from_checkpoint_continues_a_run_under_run_mlms_name(tmp_path) -> None:

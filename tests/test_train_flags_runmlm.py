@@ -123,6 +123,8 @@ NO_EQUIVALENT_LINES = {
     "--bf16_full_eval": "evaluation runs at the training precision",
     "--fp16_full_eval": "evaluation runs at the training precision",
     "--label_smoothing_factor": "plain cross-entropy over the masked tokens",
+    "--config_name": "--init FOLDER continues a Hugging Face model with its own config.json",
+    "--cache_dir": "nothing is downloaded, so nothing is cached",
 }
 
 

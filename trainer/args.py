@@ -35,6 +35,19 @@ Hugging Face run_mlm.py's flag names work too (each flag's second name); one wit
 """
 
 
+# Hugging Face TrainingArguments' names for what a choice here means (`--optim adamw_torch` is torch's AdamW,
+# fused on CUDA here as there; `constant_with_warmup` is this schedule's constant, which follows the warmup).
+HF_OPTIMIZERS = {"adamw_torch": "adamw", "adamw_torch_fused": "adamw"}
+HF_SCHEDULES = {"constant_with_warmup": "constant"}
+
+
+def hf_name(names: dict[str, str]) -> Callable[[str], str]:
+    """A flag's type that reads Hugging Face's name of a choice as the choice (others pass on to the check)."""
+    def read(text: str) -> str:
+        return names.get(text, text)
+    return read
+
+
 @dataclass(frozen=True)
 class ConfigFlag:
     """A flag that sets one train config key (``key``, dotted for sections)."""
@@ -91,9 +104,10 @@ CONFIG_FLAGS: dict[str, list[ConfigFlag]] = {
         ConfigFlag(("--warmup_ratio",), "optim.warmup_ratio",
                    "Warmup as a share of the run's steps (run_mlm's; when --warmup_steps is 0).", float),
         ConfigFlag(("--schedule", "--lr_scheduler_type"), "optim.schedule",
-                   "After the warmup: linear decay to 0, cosine decay to 0, or constant.",
-                   choices=("linear", "cosine", "constant")),
-        ConfigFlag(("--optimizer", "--optim"), "optim.name", "AdamW, or LAMB (ALBERT's large batches).",
+                   "After the warmup: linear decay to 0, cosine decay to 0, or constant (Hugging Face's "
+                   "constant_with_warmup).", hf_name(HF_SCHEDULES), choices=("linear", "cosine", "constant")),
+        ConfigFlag(("--optimizer", "--optim"), "optim.name", "AdamW, or LAMB (ALBERT's large batches); "
+                   "Hugging Face's adamw_torch and adamw_torch_fused are adamw.", hf_name(HF_OPTIMIZERS),
                    choices=("adamw", "lamb")),
         ConfigFlag(("--weight_decay",), "optim.weight_decay", "Decoupled weight decay (not on biases, LayerNorm).",
                    float),
@@ -204,6 +218,9 @@ NO_EQUIVALENT: dict[str, str] = {
     "--bf16_full_eval": _FULL_EVAL,
     "--fp16_full_eval": _FULL_EVAL,
     "--label_smoothing_factor": "the MLM loss is plain cross-entropy over the masked tokens (no smoothing)",
+    "--config_name": "the model's shape is --model_size, a --recipe or --config_overrides KEY=VALUE; --init FOLDER "
+                     "continues a Hugging Face model with its own config.json (--config is a train config YAML)",
+    "--cache_dir": "nothing is downloaded, so nothing is cached: --init takes a local or fsspec folder",
 }
 
 
