@@ -563,3 +563,20 @@ def spm_version() -> str:
     import sentencepiece
 
     return sentencepiece.__version__
+
+
+def test_an_empty_valid_split_is_a_warning_unless_none_was_asked_for() -> None:
+    from pipelines.report.record import build_warnings
+
+    def manifest(fraction: float, valid_docs: int) -> dict:
+        totals = {"train": {"documents": 58, "tokens": 17988}}
+        if valid_docs:
+            totals["valid"] = {"documents": valid_docs, "tokens": 300}
+        return {"config": {"packing": {"valid_fraction": fraction}}, "totals": totals, "accounting": {}}
+
+    (line,) = build_warnings(manifest(0.01, 0))
+    assert line == ("warning: the valid split is empty: none of the 58 kept documents fell in it (valid_fraction "
+                    "0.01), so training on it cannot evaluate; a repack of this corpus with a larger "
+                    "--valid_fraction gives it documents (shardforge repack --tokenized CORPUS --output NEW "
+                    "--valid_fraction F)")
+    assert build_warnings(manifest(0.01, 1)) == [] and build_warnings(manifest(0.0, 0)) == []

@@ -67,7 +67,8 @@ def rules_enabled(config: dict[str, Any]) -> dict[str, bool]:
 
 
 def build_warnings(manifest: dict[str, Any]) -> list[str]:
-    """One line per thing a user should look at: a rule removing most of a source, a small vocabulary."""
+    """One line per thing a user should look at: a rule removing most of a source, a small vocabulary, an
+    empty valid split (the same lines on stderr and in the report)."""
     out = []
     for name, a in sorted(manifest.get("accounting", {}).items()):
         n_in = a.get("input", 0)
@@ -81,6 +82,14 @@ def build_warnings(manifest: dict[str, Any]) -> list[str]:
     if not asked.get("model_url") and tok.get("vocab_size", 0) < asked.get("vocab_size", 0):
         out.append(f"warning: the tokenizer's vocabulary came out at {tok['vocab_size']} pieces, "
                    f"smaller than the {asked['vocab_size']} asked (too little text or too few distinct words)")
+    fraction = manifest.get("config", {}).get("packing", {}).get("valid_fraction", 0)
+    totals = manifest.get("totals", {})
+    kept = sum(t.get("documents", 0) for t in totals.values())
+    if fraction and kept and not totals.get("valid", {}).get("documents"):
+        out.append(f"warning: the valid split is empty: none of the {kept:,} kept documents fell in it "
+                   f"(valid_fraction {fraction:g}), so training on it cannot evaluate; a repack of this "
+                   "corpus with a larger --valid_fraction gives it documents (shardforge repack --tokenized "
+                   "CORPUS --output NEW --valid_fraction F)")
     return out
 
 
