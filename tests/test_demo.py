@@ -46,7 +46,8 @@ def test_demo_runs_the_whole_path_and_the_model_learns(tmp_path: Path) -> None:
     assert lines["step"].startswith("10 of 10 (finished), epoch ")
     assert f"loss     {summary['last_loss']:.4f} (smoothed" in status.stdout
     assert lines["checkpoints"].startswith("1 kept: ckpt-00000010.pt")
-    assert lines["resume"] == "the run finished; a rerun into this folder with a larger --steps continues it from step 10"
+    assert lines["resume"] == ("the run finished; a rerun into this folder with a larger --steps continues it from step "
+                               "10 (its learning-rate schedule then ends at the new --steps)")
     assert lines["eval"].startswith("loss ") and lines["eval"].endswith("at step 10")
     folder = subprocess.run([sys.executable, "-m", "shardforge.cli", "status", str(out)], cwd=ROOT,
                             capture_output=True, text=True, timeout=120)

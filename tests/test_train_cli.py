@@ -458,6 +458,35 @@ def test_a_warmup_ratio_run_resumed_longer_keeps_the_warmup_it_did(small_corpus,
                                                                           "lr": 1e-3}}))
 
 
+def test_a_finished_run_resumed_longer_says_where_its_learning_rate_goes_on(small_corpus, tmp_path, caplog) -> None:
+    """A run continued with a larger --steps goes on under a schedule that ends at the new steps: a decayed
+    rate rises again. The resume says so with both rates; a resume with the same steps says nothing."""
+    from trainer.checkpoint import schedule_change
+    from trainer.loggers import read_metrics
+    from trainer.optim import lr_schedule
+    from trainer.train import train
+
+    root, _ = small_corpus
+    out = str(tmp_path / "run")
+    base = {"data": root, "output": out, "batch_size": 4, "device": "cpu", "eval_batches": 0,
+            "model": {"size": "tiny"}, "optim": {"warmup_steps": 2, "lr": 1e-3}}
+    caplog.set_level(logging.INFO, logger="trainer.checkpoint")
+    train(TrainConfig.model_validate({**base, "steps": 6, "stop_at": 4}))
+    train(TrainConfig.model_validate({**base, "steps": 6, "stop_at": 5}))  # the same steps: nothing to say
+    assert "resumed from" in caplog.text and "schedule" not in caplog.text, caplog.text
+    train(TrainConfig.model_validate({**base, "steps": 6}))  # finished: lr 0 after step 6
+    train(TrainConfig.model_validate({**base, "steps": 10}))
+    after = 1e-3 * lr_schedule("linear", 2, 10)(6)
+    assert (f"the learning-rate schedule (linear) now ends at step 10, where the checkpoint's run planned 6: step 7 "
+            f"trains at lr {after:.3g}, where the run's schedule gave 0 (the rate follows this run's --steps from "
+            "here)") in caplog.text, caplog.text
+    rows = {r["step"]: r["lr"] for r in read_metrics(out)}  # a step's record: the rate after its update
+    assert rows[6] == 0 and rows[7] == pytest.approx(1e-3 * lr_schedule("linear", 2, 10)(7)), rows
+    constant = TrainConfig.model_validate({**base, "steps": 10, "optim": {"warmup_steps": 2, "schedule": "constant"}})
+    assert schedule_change(constant, 6, 6) is None  # past the warmup a constant rate does not move
+    assert schedule_change(constant.model_copy(update={"steps": 6}), 6, 4) is None  # nothing left to train
+
+
 def test_a_warmup_the_run_never_leaves_is_said_at_the_start(small_corpus, tmp_path, caplog) -> None:
     """A recipe's warmup (roberta-base: 24,000 steps) kept with a short --steps makes the learning rate rise
     the whole run and stop short of its peak: one warning at the start, with what it ends at; none where the

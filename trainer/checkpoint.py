@@ -199,6 +199,9 @@ class CheckpointManager:
             self.counters.load_state_dict(state.get("counters", {}))
         if self.dd.main:
             log.info("resumed from %s at step %d", url, step)
+            stretched = schedule_change(self.cfg, step, state.get("config", {}).get("steps"))
+            if stretched:
+                log.warning("%s", stretched)
             saved, now = state.get("step_batch"), self.step_batch()
             if isinstance(saved, dict) and step_batch_size(saved) != step_batch_size(now):
                 log.warning("this run's steps take %s; %s took %s: the schedule and the optimizer's state go on as "
@@ -319,6 +322,23 @@ def describe_model(model: ModelConfig, vocab_size: int) -> str:
         ("max_positions", d.max_positions, ModelConfig().max_positions)) if value != default]
     return (f"size={model.size}: {d.layers} layers, hidden {d.hidden}, {d.heads} heads, "
             f"intermediate {d.intermediate}, vocab {d.vocab_size}" + "".join(f", {e}" for e in extras))
+
+
+def schedule_change(cfg: TrainConfig, step: int, saved_steps: Any) -> str | None:
+    """A line when a run resumed at step goes on under a schedule that ends elsewhere than the checkpoint's
+    run planned (its --steps changed; the schedule is a function of the steps): the learning rate its next
+    step trains with, and what the run's own schedule gave there. None where nothing changes (the same
+    steps, a constant rate after the warmup, or a run already at its end)."""
+    o = cfg.optim
+    if not isinstance(saved_steps, int) or saved_steps == cfg.steps or step >= cfg.steps:
+        return None
+    before = o.lr * lr_schedule(o.schedule, o.warmup_steps, saved_steps)(step)
+    after = o.lr * lr_schedule(o.schedule, o.warmup_steps, cfg.steps)(step)
+    if math.isclose(before, after, rel_tol=1e-9, abs_tol=1e-12):
+        return None
+    return (f"the learning-rate schedule ({o.schedule}) now ends at step {cfg.steps:,}, where the checkpoint's run "
+            f"planned {saved_steps:,}: step {step + 1:,} trains at lr {after:.3g}, where the run's schedule gave "
+            f"{before:.3g} (the rate follows this run's --steps from here)")
 
 
 # What the optimizer and its schedule resume with from a checkpoint, whatever the config says now.

@@ -186,7 +186,7 @@ def render_run(st: dict[str, Any]) -> str:
         redo = last.get("step", 0) - st["resumes_from"] if st["records"] else 0
         if st["finished"]:
             lines.append(f"resume   the run finished; a rerun into this folder with a larger --steps continues it "
-                         f"from step {st['resumes_from']:,}")
+                         f"from step {st['resumes_from']:,} (its learning-rate schedule then ends at the new --steps)")
         else:
             lines.append(f"resume   a rerun into this folder resumes from step {st['resumes_from']:,}"
                          + (f" (its last {redo:,} logged step(s) are trained again)" if redo > 0 else ""))
