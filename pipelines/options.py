@@ -13,6 +13,7 @@ import argparse
 import functools
 import logging
 import shlex
+import sys
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -48,6 +49,7 @@ from schemas.config import BuildConfig, SourceConfig
 from schemas.configfile import parse_config
 from schemas.errors import UserError
 from shardforge.console.args import option_strings, unknown_args_message
+from shardforge.storage import redact_url
 from shardforge.storage.contract import load_config_data
 
 if TYPE_CHECKING:
@@ -168,6 +170,10 @@ def build_config_from_options(opts: BuildOptions) -> BuildConfig:
     o = opts.view_as(BuildOptions)
     # The file may set only some sections (``tokenizer: {model_type: byte_bpe}``): the flags add the rest.
     data: dict[str, Any] = load_config_data(BuildConfig, o.config) if o.config else {}
+    if o.input and data.get("sources"):
+        names = ", ".join(str(s.get("name", "?")) if isinstance(s, dict) else "?" for s in data["sources"])
+        print(f"note: --input replaces the {len(data['sources'])} source(s) of --config {redact_url(o.config)} ({names}); to "
+              "build those too, give each as an --input NAME=URL, or leave --input out", file=sys.stderr)
     if o.input:
         sources = []
         for i, arg in enumerate(o.input):

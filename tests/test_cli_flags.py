@@ -208,6 +208,19 @@ def test_a_config_that_sets_some_sections_combines_with_the_flags(tmp_path) -> N
         build_config_from_options(BuildOptions(["--config", str(cfg), "--input", "x"]))
 
 
+def test_input_flags_replace_a_configs_sources_and_say_so(tmp_path, capsys) -> None:
+    from pipelines.options import BuildOptions, build_config_from_options
+
+    cfg = tmp_path / "sources.yaml"
+    cfg.write_text("sources: [{name: news, input: 'news/*.json', format: ccnews}, {name: owt, input: owt}]\n")
+    built = build_config_from_options(BuildOptions(["--config", str(cfg), "--input", "cc=cc.parquet"]))
+    assert [s.name for s in built.sources] == ["cc"]
+    assert capsys.readouterr().err == (f"note: --input replaces the 2 source(s) of --config {cfg} (news, owt); to build "
+                                       "those too, give each as an --input NAME=URL, or leave --input out\n")
+    assert [s.name for s in build_config_from_options(BuildOptions(["--config", str(cfg)])).sources] == ["news", "owt"]
+    assert capsys.readouterr().err == ""
+
+
 def test_print_config_prints_the_resolved_build_config_that_config_loads_again(tmp_path) -> None:
     """--print-config: the defaults, the file and the flags resolved, as YAML; no --output, nothing written;
     the printed file given to --config resolves to the same config."""
