@@ -55,6 +55,17 @@ def test_demo_runs_the_whole_path_and_the_model_learns(tmp_path: Path) -> None:
     assert f"under it: {corpus} (a corpus), {out / 'run'} (a training run)" in folder.stderr
 
 
+def test_a_one_step_demo_warns_of_nothing_it_chose_itself(tmp_path: Path) -> None:
+    """The demo sets the warmup for its steps: none under 10 (a warmup of the run's length warned of the
+    demo's own choice). What it does warn of reads as the commands' lines do: `warning: ...`."""
+    res = subprocess.run([sys.executable, "-m", "shardforge.cli", "demo", "--output", str(tmp_path / "d"), "--docs",
+                          "3", "--steps", "1"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "for 1 step in " in res.stdout and "(step 1) -> " in res.stdout, res.stdout
+    assert "warmup_steps" not in res.stderr and "WARNING:" not in res.stderr, res.stderr
+    assert "warning: " in res.stderr and "1 partition of ~" in res.stderr, res.stderr  # 3 documents a source
+
+
 def test_demo_clears_only_a_folder_a_demo_wrote(tmp_path: Path) -> None:
     """The demo clears its --output first: a folder holding anything else is one line, and stays as it was."""
     from schemas.errors import UserError

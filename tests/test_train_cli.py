@@ -505,7 +505,11 @@ def test_a_warmup_the_run_never_leaves_is_said_at_the_start(small_corpus, tmp_pa
                     "at 25.00% of its peak lr 0.001; a shorter run wants a shorter warmup: --warmup_steps under "
                     "--steps, or --warmup_ratio (RoBERTa warmed up over 24,000 of 500,000 steps: 0.048)"], said
     cfg = TrainConfig.model_validate({"data": root, "steps": 9, "optim": {"warmup_steps": 8}})
-    assert long_warmup(cfg) is None and long_warmup(cfg.model_copy(update={"steps": 8})) is not None
+    assert long_warmup(cfg) is None
+    assert long_warmup(cfg.model_copy(update={"steps": 8})) == (  # the peak at the last step: said as such
+        "warmup_steps 8 is not under the run's 8 steps: the learning rate rises the whole run and reaches its peak "
+        "lr 0.0005 only at the last step and never decays; a shorter run wants a shorter warmup: --warmup_steps "
+        "under --steps, or --warmup_ratio (RoBERTa warmed up over 24,000 of 500,000 steps: 0.048)")
     manifest, _ = load_manifest(root)
     shape = RunShape(params=1, device="cpu", precision="fp32", compiled=False, world_size=1, accum=1, vocab_size=400)
     assert length_line(cfg.model_copy(update={"steps": 1}), manifest, shape).startswith("length: 1 step x ")

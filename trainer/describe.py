@@ -165,10 +165,11 @@ def long_warmup(cfg: TrainConfig) -> str | None:
     w, steps = cfg.optim.warmup_steps, cfg.steps
     if not w or w < steps:
         return None
+    ends = (f"reaches its peak lr {cfg.optim.lr:g} only at the last step and never decays" if w == steps else
+            f"ends at {steps / w:.2%} of its peak lr {cfg.optim.lr:g}")
     return (f"warmup_steps {w:,} is not under the run's {steps:,} step{'s' if steps != 1 else ''}: the learning "
-            f"rate rises the whole run and ends at {steps / w:.2%} of its peak lr {cfg.optim.lr:g}; a shorter run "
-            "wants a shorter warmup: --warmup_steps under --steps, or --warmup_ratio (RoBERTa warmed up over "
-            "24,000 of 500,000 steps: 0.048)")
+            f"rate rises the whole run and {ends}; a shorter run wants a shorter warmup: --warmup_steps under "
+            "--steps, or --warmup_ratio (RoBERTa warmed up over 24,000 of 500,000 steps: 0.048)")
 
 
 def optim_line(cfg: TrainConfig) -> str:

@@ -205,7 +205,8 @@ def short_batches(url: str, plan: Plan) -> str | None:
         parts = [n for n in plan.part_samples if n]
         what = f"{total:,} sequences"
     return (f"{redact_url(url)}: train batches will hold ~{fill * size:,.0f} {unit} on average, not {flag} "
-            f"{size}: its {what} fall into {len(parts)} partitions of ~{total / len(parts):,.0f} and a batch "
+            f"{size}: its {what} fall into {len(parts)} partition{'s' if len(parts) != 1 else ''} of "
+            f"~{total / len(parts):,.0f} and a batch "
             f"never spans two (docs/loader.md, \"Partitions\"); --{flag} {fits} fills them "
             f"(--gradient_accumulation or a global batch then keeps a step's {'tokens' if plan.T else 'rows'})")
 

@@ -53,6 +53,15 @@ def check_demo_folder(path: str) -> None:
                         "give it a new or empty folder (or an earlier demo's)")
 
 
+class _LineFormatter(logging.Formatter):
+    """A log record as the commands' own lines read: ``warning: ...`` (the level in lowercase)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        record = logging.makeLogRecord(record.__dict__)
+        record.levelname = record.levelname.lower()
+        return super().format(record)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = ArgumentParser(prog="shardforge demo", description=__doc__,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -67,7 +76,9 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.steps < 1:
         p.error(f"argument --steps: {args.steps} is not a step count (1 or more)")
-    logging.basicConfig(level=logging.WARNING)
+    handler = logging.StreamHandler()
+    handler.setFormatter(_LineFormatter("%(levelname)s: %(message)s"))
+    logging.basicConfig(level=logging.WARNING, handlers=[handler])  # "warning: ...", as the build's lines
     if os.path.exists(args.output) and not args.keep:
         check_demo_folder(args.output)
         shutil.rmtree(args.output)
@@ -92,9 +103,9 @@ def main(argv: list[str] | None = None) -> int:
     from trainer.recipes import resolve_train_config
     from trainer.train import train
 
-    print(f"[3/3] training with the cpu recipe for {args.steps} steps in {run}")
-    # The recipe's warmup is for its full run: a short demo warms up over its first tenth.
-    warmup = max(1, min(100, args.steps // 10))
+    print(f"[3/3] training with the cpu recipe for {args.steps} step{'s' if args.steps != 1 else ''} in {run}")
+    # The recipe's warmup is for its full run: a short demo warms up over its first tenth (none under 10 steps).
+    warmup = min(100, args.steps // 10)
     result = train(resolve_train_config("cpu", None, {"data": corpus, "output": run, "steps": args.steps}, [
         f"optim.warmup_steps={warmup}", "log_every=10", f"eval_every={args.steps}", "eval_batches=4",
         "resume=false"]))
