@@ -57,11 +57,13 @@ A build that finished is never changed: build into a new --output to change it.
 examples:
   %(prog)s --input 'data/*.jsonl' --output out/corpus
   %(prog)s --config examples/build.yaml --input 'data/*.jsonl' --output out/corpus
-  %(prog)s --input ccnews=gs://raw/cc/*.jsonl.gz --output gs://corpora/v1 \\
+  %(prog)s --input 'ccnews=gs://raw/cc/*.jsonl.gz' --output gs://corpora/v1 \\
       --runner DataflowRunner --project P --region R --temp_location gs://tmp/beam
 
-Flags override the --config file; what neither sets takes the default shown.
-It prints a short summary (--json: the summary as JSON) and the report's path."""
+Flags override the --config file (--input replaces its sources); what neither
+sets takes the default shown. A local build shows its progress (bars on a
+terminal, a line a minute in a log); every build ends with a short summary
+(--json: the summary as JSON) and the report's path."""
 
 REPACK_DESCRIPTION = """\
 A new corpus with another packing rule, sequence length, split or shard size,
