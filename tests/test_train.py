@@ -408,6 +408,7 @@ def test_export_cli_gives_a_loadable_hf_folder(corpus, tmp_path):
     from transformers import AutoModelForMaskedLM, AutoTokenizer
 
     from shardforge.cli import main as cli
+    from trainer.export import export_checkpoint
 
     run, hf = str(tmp_path / "run"), str(tmp_path / "hf")
     train(cfg(corpus, run, steps=2))
@@ -435,6 +436,14 @@ def test_export_cli_gives_a_loadable_hf_folder(corpus, tmp_path):
     weights = os.path.getmtime(os.path.join(hf, "model.safetensors"))
     assert cli(["export", run, hf]) == 2 and os.path.getmtime(os.path.join(hf, "model.safetensors")) == weights
     assert cli(["export", run, hf, "--overwrite"]) == 0
+    # A corpus or a training run is never an export's folder, --overwrite or not: nothing is written there.
+    for folder, what in ((corpus, "a corpus"), (run, "a training run")):
+        before = sorted(os.listdir(folder))
+        for extra in ([], ["--overwrite"]):
+            with pytest.raises(UserError, match=rf"is {what} folder: a model goes into a folder of its own"):
+                export_checkpoint(run, folder, overwrite=bool(extra))
+            assert cli(["export", run, folder, *extra]) == 2
+        assert sorted(os.listdir(folder)) == before
 
 
 @pytest.mark.parametrize("scope", ["model", "layers"])

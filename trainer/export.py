@@ -282,21 +282,31 @@ def checkpoint_model(state: dict[str, Any], cfg: Any, url: str) -> Encoder:
     return model.eval()
 
 
-def check_export_folder(out_dir: str) -> None:
-    """UserError when ``out_dir`` already holds files: an export replaces config, weights, tokenizer and card."""
+def check_export_folder(out_dir: str, overwrite: bool = False) -> None:
+    """UserError when ``out_dir`` is a corpus or a training run (a model written among their files, with
+    --overwrite too), or, without ``overwrite``, already holds files: an export replaces config, weights,
+    tokenizer and card, and --overwrite is offered where the folder is an earlier export."""
     from schemas.errors import UserError
     from shardforge.storage import get_fs, redact_url
+    from shardforge.storage.contract import KIND_WORDS, probed_kind
 
     fs, path = get_fs(out_dir)
     if not fs.exists(path):
         return
     if not fs.isdir(path):
         raise UserError(f"export output {redact_url(out_dir)} is a file: give a folder")
+    kind = probed_kind(out_dir)
+    if kind in ("corpus", "run"):
+        raise UserError(f"export output {redact_url(out_dir)} is {KIND_WORDS[kind]} folder: a model goes into a "
+                        "folder of its own; give a new folder")
+    if overwrite:
+        return
     held = sorted(p.rstrip("/").rsplit("/", 1)[-1] for p in fs.ls(path, detail=False))
     if held:
         shown = ", ".join(held[:4]) + (f" and {len(held) - 4} more" if len(held) > 4 else "")
-        raise UserError(f"export output {redact_url(out_dir)} already holds {shown}: give a new folder, or "
-                        "--overwrite to replace the files an export writes (an earlier export of this run)")
+        again = (", or --overwrite to replace the files an export writes (it is an earlier export)" if kind == "model"
+                 else "")
+        raise UserError(f"export output {redact_url(out_dir)} already holds {shown}: give a new folder{again}")
 
 
 def no_checkpoint(folder: str) -> str:
@@ -346,8 +356,7 @@ def export_checkpoint(ckpt: str, out_dir: str, tokenizer: str | None = None, lic
     from shardforge.storage.contract import load_manifest, probed_kind, tokenizer_url
     from trainer.checkpoint import load_checkpoint
 
-    if not overwrite:
-        check_export_folder(out_dir)
+    check_export_folder(out_dir, overwrite)
     url = checkpoint_file(ckpt)
     state = load_checkpoint(url)
     cfg = checkpoint_config(state, url)
