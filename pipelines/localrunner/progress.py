@@ -86,7 +86,10 @@ class _Lines:
 
     def _run(self) -> None:
         while not self._stop.wait(self._every):
-            print(progress_line(time.monotonic() - self._start), file=sys.stderr, flush=True)
+            try:
+                print(progress_line(time.monotonic() - self._start), file=sys.stderr, flush=True)
+            except (OSError, ValueError):  # stderr closed (a log's pipe gone): the build goes on without lines
+                return
 
     def stop(self) -> None:
         self._stop.set()
