@@ -147,7 +147,8 @@ def test_a_runner_with_options_of_its_own_leaves_unknown_flags_to_beam() -> None
         check_flags(build_parser(), ["--runner", "DataflowRunner", "--my_runner_option", "1"])
 
 
-@pytest.mark.parametrize("entry", [["shardforge.cli", "build"], ["pipelines.build"]])
+@pytest.mark.parametrize("entry", [["shardforge.cli", "build", "--input"], ["pipelines.build", "--input"],
+                                   ["shardforge.cli", "serve", "--corpus", "o", "--watch"]])
 @pytest.mark.parametrize("runner", ["FlinkRunner", "DataflowRunner"])
 def test_a_glob_the_shell_expanded_is_named_before_the_runners_checks(entry, runner, tmp_path) -> None:
     """`--input raw/*.jsonl` unquoted hands the command every file: the first is --input's, the rest are
@@ -155,8 +156,8 @@ def test_a_glob_the_shell_expanded_is_named_before_the_runners_checks(entry, run
     the input, or a job-server jar to download), and before Beam is imported."""
     for name in ("a.jsonl", "b.jsonl", "c.jsonl"):
         (tmp_path / name).write_text("{}\n")
-    res = run("-c", BEAM_PROBE, *entry, "--input", "a.jsonl", "b.jsonl", "c.jsonl", "--output", "o",
-              "--runner", runner, cwd=tmp_path)
+    output = ["--output", "o"] if "build" in entry[:2] else []
+    res = run("-c", BEAM_PROBE, *entry, "a.jsonl", "b.jsonl", "c.jsonl", *output, "--runner", runner, cwd=tmp_path)
     assert res.stdout.splitlines()[-1] == "probe: False 2", res.stdout[-500:] + res.stderr[-2000:]
     line = one_line_error(res)
     assert line.startswith("error: unexpected arguments: b.jsonl c.jsonl (a glob the shell expanded?"), line
