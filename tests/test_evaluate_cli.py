@@ -90,10 +90,16 @@ def test_the_runs_export_evaluates_as_its_checkpoint_and_the_cli_prints_it(train
     assert res["eval_loss"] == pytest.approx(ckpt["eval_loss"], rel=1e-6)
     # The text form names the model, the corpus and the split, and the figures.
     text = render(res)
-    said = (f"{hf} on {corpus} (valid split: {res['sequences']} sequences in {EVAL_BATCHES} batch(es) of up to 8; "
+    said = (f"{hf} on {corpus} (valid split: {res['sequences']} sequences in {EVAL_BATCHES} batches of up to 8; "
             "token masking at 0.15, seed 5")
     assert said in text and 0 < res["sequences"] <= 8 * EVAL_BATCHES
     assert f"MLM loss {res['eval_loss']:.4f}" in text
+    # One sequence in one batch reads as such; under 1,000 predicted tokens the figure says it is noisy.
+    few = render({**res, "sequences": 1, "batches": 1, "eval_mlm_tokens": 65.0})
+    assert "split: 1 sequence in 1 batch of up to 8;" in few, few
+    assert few.endswith("(under 1,000 predicted tokens the masking draw alone moves the loss: more batches, or a "
+                        "larger valid split, steady it)"), few
+    assert "masking draw" not in render({**res, "eval_mlm_tokens": 1000.0})
 
 
 def test_two_ranks_evaluate_the_whole_split_as_one_process_does(trained):
@@ -117,7 +123,7 @@ def test_two_ranks_evaluate_the_whole_split_as_one_process_does(trained):
     assert two["batches"] >= one["batches"]  # each rank's batches, its share's
     assert two["eval_loss"] == pytest.approx(one["eval_loss"], rel=1e-6)
     assert two["eval_mlm_acc"] == pytest.approx(one["eval_mlm_acc"], abs=1.5 / one["eval_mlm_tokens"])
-    assert f"{two['batches']} batch(es) of up to 8 on 2 ranks;" in render(two)
+    assert f"{two['batches']} batches of up to 8 on 2 ranks;" in render(two)
     assert " on 1 ranks" not in render(one) and " ranks;" not in render(one)
 
 

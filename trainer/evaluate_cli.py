@@ -227,13 +227,19 @@ def evaluate_model(model_url: str, data: str | None = None, split: str = "valid"
 
 
 def render(r: dict[str, Any]) -> str:
+    from trainer.describe import FEW_MASKED
+
     step = f" (step {r['step']})" if "step" in r else ""
     ranks = f" on {r['ranks']} ranks" if r.get("ranks", 1) > 1 else ""
-    lines = [f"{r['model']}{step} on {r['data']} ({r['split']} split: {r['sequences']:,} sequences in {r['batches']:,} "
-             f"batch(es) of up to {r['batch_size']}{ranks}; "
+    sequences, batches = r["sequences"], r["batches"]
+    lines = [f"{r['model']}{step} on {r['data']} ({r['split']} split: {sequences:,} sequence{'s' * (sequences != 1)} "
+             f"in {batches:,} batch{'es' * (batches != 1)} of up to {r['batch_size']}{ranks}; "
              f"{r['masking']} masking at {r['mask_rate']:g}, seed {r['seed']}; {r['device']}, {r['precision']})",
              f"  MLM loss {r['eval_loss']:.4f}  perplexity {r['eval_ppl']:.4g}  accuracy "
              f"{100 * r['eval_mlm_acc']:.2f}% of {int(r['eval_mlm_tokens']):,} predicted tokens"]
+    if r["eval_mlm_tokens"] < FEW_MASKED:
+        lines.append(f"  (under {FEW_MASKED:,} predicted tokens the masking draw alone moves the loss: more batches, "
+                     "or a larger valid split, steady it)")
     if "eval_sentence_acc" in r:
         lines.append(f"  sentence head accuracy {100 * r['eval_sentence_acc']:.2f}% of "
                      f"{int(r['eval_sentence_pairs']):,} pairs")
