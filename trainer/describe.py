@@ -105,8 +105,9 @@ def corpus_line(cfg: TrainConfig, manifest: Manifest) -> str:
     for split in ("train", "valid"):
         shards = manifest.shards_of(split)
         if shards:
-            parts.append(f"{split} {count(sum(s.tokens for s in shards))} tokens in "
-                         f"{sum(s.samples for s in shards):,} sequences ({len(shards)} shards)")
+            samples = sum(s.samples for s in shards)
+            parts.append(f"{split} {count(sum(s.tokens for s in shards))} tokens in {samples:,} "
+                         f"sequence{'s' * (samples != 1)} ({len(shards)} shard{'s' * (len(shards) != 1)})")
     mixed = f" and {len(cfg.mix) - 1} more (--mix)" if len(cfg.mix) > 1 else ""
     return (f"corpus: {where(cfg.data)}{mixed} (v{manifest.version}, {manifest.packing_rule}, max_seq_len "
             f"{manifest.max_seq_len}, {tok.kind} {tok.model_type} vocabulary {tok.vocab_size:,}): "

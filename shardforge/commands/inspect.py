@@ -154,7 +154,8 @@ def render(r: dict[str, Any]) -> str:
     if not r["tokenizer_loaded"]:
         out.append(f"  (tokenizer not opened, text omitted: {r.get('tokenizer_problem')})")
     lens = r["lengths"]
-    out.append(f"\nsequence lengths (tokens; {lens['sequences']:,} sequences from {lens['shards_read']} shards, "
+    out.append(f"\nsequence lengths (tokens; {lens['sequences']:,} sequence{'s' * (lens['sequences'] != 1)} from "
+               f"{lens['shards_read']} shard{'s' * (lens['shards_read'] != 1)}, "
                f"mean {lens['mean']}, max {lens['max']}):")
     peak = max((b["count"] for b in lens["histogram"]), default=0) or 1
     for b in lens["histogram"]:
