@@ -195,6 +195,12 @@ def test_the_empty_corpus_line_counts_the_commonest_reasons_first():
     assert line.endswith("all 14 documents left it (5 exact duplicate, 3 language, 3 min_words, 2 markup, ...): HINT")
     assert "clean rules" in empty_corpus_message({"filtered:markup": 1}, {})
     assert "no document held a sentence" in empty_corpus_message({}, {})
+    from pipelines.stages import LOSS_HINTS
+
+    # every document in another language than --languages asks: the way to keep any language too
+    assert empty_corpus_message({"filtered:language": 58}, LOSS_HINTS).endswith(
+        "(58 language): the language rule kept none: give the corpus's languages (--languages CODES, e.g. en,de), "
+        "or --languages any to keep every language")
 
 
 def test_manifest_loads(built):
