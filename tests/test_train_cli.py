@@ -50,6 +50,10 @@ def test_run_mlm_flags_set_their_config_keys_and_set_still_wins() -> None:
     assert cfg.optim.lr == 3e-3 and cfg.masking.rate == 0.2 and cfg.model.hidden == 128
     assert resolved("--recipe", "cpu").optim.lr == 2e-3  # an unset flag leaves the recipe's value
     assert resolved("--max_tokens", "1000000").max_tokens == 1_000_000
+    # a large count as people write it (and as the run's own lines print it)
+    for written in ("2e9", "2B", "2_000_000_000", "2,000,000,000", "2000M", "2g"):
+        assert resolved("--max_tokens", written).max_tokens == 2_000_000_000, written
+    assert resolved("--max_tokens", "1.5M").max_tokens == 1_500_000
     # Hugging Face's names of the same choices
     assert resolved("--optim", "adamw_torch", "--recipe", "albert-base").optim.name == "adamw"
     assert resolved("--optim", "adamw_torch_fused").optim.name == "adamw"

@@ -80,6 +80,14 @@ def test_bf16_and_fp16_set_precision(argv: list[str], precision: str) -> None:
     assert resolved(*argv).precision == precision
 
 
+@pytest.mark.parametrize("written, says", [("2x", "'2x' is not a count (an integer, or 2e9, 500M, 1.5B)"),
+                                            ("1.5", "'1.5' is not a whole count"), ("1e400", "is not a whole count")])
+def test_a_count_that_is_no_whole_number_is_one_line(capsys: pytest.CaptureFixture[str], written: str,
+                                                     says: str) -> None:
+    assert refused(capsys, "--data", "d", "--max_tokens", written).startswith("error: argument --max_tokens: ")
+    assert says in refused(capsys, "--data", "d", "--max_tokens", written)
+
+
 @pytest.mark.parametrize("argv, line", [
     (["--bf16", "--fp16"], "give --bf16 or --fp16, not both"),
     (["--precision", "fp32", "--bf16"], "give --bf16 or --precision fp32, not both"),

@@ -19,7 +19,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from shardforge.console.args import ArgumentParser, at_least, between, option_strings, unknown_args_message
+from shardforge.console.args import (
+    ArgumentParser,
+    at_least,
+    between,
+    count,
+    option_strings,
+    unknown_args_message,
+)
 
 DESCRIPTION = """Train an encoder on a shardforge corpus: stream shards, mask on the device, step, log, checkpoint.
 
@@ -89,8 +96,9 @@ def compile_value(text: str) -> bool | str:
 CONFIG_FLAGS: dict[str, list[ConfigFlag]] = {
     "length and batch": [
         ConfigFlag(("--steps", "--max_steps"), "steps", "Optimizer steps to train to (the schedule spans them).", int),
-        ConfigFlag(("--max_tokens",), "max_tokens", "Train on about this many real tokens instead of --steps: "
-                   "the steps follow from the corpus's mean sequence length and the global batch.", int),
+        ConfigFlag(("--max_tokens",), "max_tokens", "Train on about this many real tokens instead of --steps "
+                   "(2000000000, 2e9 or 2B): the steps follow from the corpus's mean sequence length and the "
+                   "global batch.", count, metavar="COUNT"),
         ConfigFlag(("--batch_size", "--per_device_train_batch_size"), "batch_size",
                    "Sequences per micro-batch per process (torchrun: per GPU).", int),
         ConfigFlag(("--gradient_accumulation", "--gradient_accumulation_steps"), "gradient_accumulation",

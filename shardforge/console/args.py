@@ -117,6 +117,25 @@ def _bounded(kind: Callable[[str], Any], ok: Callable[[Any], bool], bound: str) 
     return parse
 
 
+_SCALE = {"k": 10**3, "m": 10**6, "b": 10**9, "g": 10**9, "t": 10**12}
+
+
+def count(text: str) -> int:
+    """An argparse ``type`` for a large count as people write one: 2000000, 2,000,000, 2_000_000, 2e6, 2M,
+    1.5B (k, M, B or G, T: thousands to trillions). A value that is no whole number is the flag's one-line
+    error."""
+    raw = text.strip().replace("_", "").replace(",", "")
+    scale = _SCALE.get(raw[-1:].lower(), 1) if raw else 1
+    number = raw[:-1] if scale != 1 else raw
+    try:
+        value = int(number) * scale if number.isdigit() else float(number) * scale
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a count (an integer, or 2e9, 500M, 1.5B)") from None
+    if value != value or value in (float("inf"), float("-inf")) or value != int(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole count")
+    return int(value)
+
+
 def at_least(low: float, kind: Callable[[str], Any] = int) -> Callable[[str], Any]:
     """An argparse ``type``: a ``kind`` number that is ``low`` or more."""
     return _bounded(kind, lambda v: v >= low, f"{low} or more")
