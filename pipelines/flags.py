@@ -33,7 +33,14 @@ from schemas.config import (
     SourceFormat,
     TokenizerConfig,
 )
-from shardforge.console.args import ArgumentParser, above, at_least, option_strings, unknown_args_message
+from shardforge.console.args import (
+    ArgumentParser,
+    above,
+    at_least,
+    byte_size,
+    option_strings,
+    unknown_args_message,
+)
 from shardforge.console.run import exit_if_stdout_closed
 
 DEFAULT_SPILL_MB = 32
@@ -149,9 +156,9 @@ def add_build_flags(parser: Any) -> None:
                         f"{_default(PackingConfig, 'max_seq_len')}).")
     p.add_argument("--valid_fraction", type=float, default=None, metavar="F",
                    help=f"Share of documents in the valid split (default: {_default(PackingConfig, 'valid_fraction')}).")
-    p.add_argument("--shard_bytes", type=int, default=None, metavar="BYTES",
-                   help=f"Target shard size in bytes (default: {_default(ShardConfig, 'target_bytes')}, "
-                        f"{_default(ShardConfig, 'target_bytes') >> 20} MB).")
+    p.add_argument("--shard_bytes", type=byte_size, default=None, metavar="BYTES",
+                   help=f"Target shard size in bytes: 268435456, 256MiB or 256MB (default: "
+                        f"{_default(ShardConfig, 'target_bytes')}, {_default(ShardConfig, 'target_bytes') >> 20} MiB).")
     p.add_argument("--shard_samples", type=int, default=None, metavar="N",
                    help="Target shard size in samples (default: by bytes only).")
     p.add_argument("--seed", type=int, default=None, metavar="N",
@@ -245,8 +252,8 @@ def add_repack_flags(parser: Any) -> None:
     add("--seed", type=int, default=None, metavar="N", help="Seed of the split and packing (default: the parent's).")
     add("--valid_fraction", type=float, default=None, metavar="F",
         help="Share of documents in valid (default: the parent's).")
-    add("--shard_bytes", type=int, default=None, metavar="BYTES",
-        help="Target shard size in bytes (default: the parent's).")
+    add("--shard_bytes", type=byte_size, default=None, metavar="BYTES",
+        help="Target shard size in bytes: 268435456, 256MiB or 256MB (default: the parent's).")
     add("--shard_samples", type=int, default=None, metavar="N",
         help="Target shard size in samples (default: the parent's).")
     add("--groups", type=int, default=None, metavar="N", help="Packing groups (default: from the token count).")

@@ -163,6 +163,33 @@ def test_a_glob_the_shell_expanded_is_named_before_the_runners_checks(entry, run
     assert line.startswith("error: unexpected arguments: b.jsonl c.jsonl (a glob the shell expanded?"), line
 
 
+@pytest.mark.parametrize("written, size", [("268435456", 268435456), ("256MiB", 256 << 20), ("256MB", 256_000_000),
+                                           ("256M", 256_000_000), ("2.5e8", 250_000_000), ("1.5GB", 1_500_000_000),
+                                           ("64KiB", 65536), ("1_000_000", 1_000_000), ("4,096", 4096), ("2048B", 2048)])
+def test_a_size_in_bytes_is_read_as_people_write_it(written, size, tmp_path) -> None:
+    from pipelines.options import BuildOptions, build_config_from_options
+    from shardforge.console.args import byte_size
+
+    assert byte_size(written) == size
+    built = build_config_from_options(BuildOptions(["--input", "x", "--shard_bytes", written]))  # Beam's parser
+    assert built.shards.target_bytes == size
+
+
+@pytest.mark.parametrize("written, says", [("0.5", "'0.5' is not a whole number of bytes"),
+                                           ("1x", "'1x' is not a size in bytes (an integer, or 2.5e8, 256MB, 256MiB)"),
+                                           ("MB", "is not a size in bytes")])
+def test_a_size_that_is_no_whole_number_of_bytes_is_one_line(written, says, tmp_path) -> None:
+    res = run("-m", "shardforge.cli", "build", "--input", "x", "--output", "o", "--shard_bytes", written, cwd=tmp_path)
+    assert one_line_error(res).startswith(f"error: argument --shard_bytes: {says}") or says in one_line_error(res)
+
+
+def test_large_counts_are_read_as_people_write_them() -> None:
+    from shardforge.console.args import count
+
+    assert [count(t) for t in ("2000000000", "2e9", "2B", "2G", "2,000,000,000", "2_000_000_000", "1.5M", "10k")] == \
+        [2_000_000_000] * 6 + [1_500_000, 10_000]
+
+
 def test_the_values_of_beams_flags_are_not_strays() -> None:
     from pipelines.flags import build_parser, stray_arguments
 

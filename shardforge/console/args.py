@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import os
+import re
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NoReturn
@@ -133,6 +134,29 @@ def count(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not a count (an integer, or 2e9, 500M, 1.5B)") from None
     if value != value or value in (float("inf"), float("-inf")) or value != int(value):
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole count")
+    return int(value)
+
+
+_BYTES = re.compile(r"([0-9.]+(?:[eE][+-]?[0-9]+)?)\s*(?:([kKmMgGtT])(i?)[bB]?|[bB])?")
+
+
+def byte_size(text: str) -> int:
+    """An argparse ``type`` for a size in bytes: 268435456, 2.5e8, 256MB (decimal: 256,000,000), 256MiB
+    (binary: 268,435,456), 256M (as MB); K, M, G, T. A size that is no whole number of bytes is the flag's
+    one-line error."""
+    found = _BYTES.fullmatch(text.strip().replace("_", "").replace(",", ""))
+    if not found:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size in bytes (an integer, or 2.5e8, 256MB, 256MiB)")
+    number, unit, binary = found.groups()
+    power = "kmgt".index(unit.lower()) + 1 if unit else 0
+    scale = (1024 if binary else 1000) ** power
+    try:
+        value = int(number) * scale if number.isdigit() else float(number) * scale
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size in bytes (an integer, or 2.5e8, 256MB, 256MiB)") \
+            from None
+    if value in (float("inf"), float("-inf")) or value != int(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of bytes")
     return int(value)
 
 
