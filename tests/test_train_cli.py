@@ -112,7 +112,7 @@ def test_help_shows_defaults_config_keys_and_every_set_key() -> None:
                   "[masking.rate; default 0.15]", "--gradient_accumulation, --gradient_accumulation_steps INT",
                   "--eval_every, --eval_steps INT", "--checkpoint_every, --save_steps INT", "--resume, --no-resume",
                   "--precision {auto,fp32,bf16,fp16}", "[precision; default auto]", "[seed; default 0]",
-                  "--steps, --max_steps INT", "[steps; default 100]", "--max_tokens INT",
+                  "--steps, --max_steps INT", "[steps; default 100]", "--max_tokens COUNT",
                   "--schedule, --lr_scheduler_type {linear,cosine,constant}", "--print-config",
                   "--resume_from_checkpoint RUN"):
         assert shown in text, shown
