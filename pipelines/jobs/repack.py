@@ -234,6 +234,7 @@ def iter_tokenized(url: str, batch_rows: int = READ_BATCH_ROWS) -> Iterator[Toke
                     raise UserError(f"{url}: document {doc_id} has {n} tokens but num_tokens={counts[i]}; "
                                     "the intermediate is damaged")
                 yield TokenizedDocument(doc_id, sources[i], sentences, int(n))
+            progress.tick("read tokenized documents", len(doc_ids), unit="doc")
 
 
 class ReadTokenized(beam.PTransform):
