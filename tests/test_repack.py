@@ -323,3 +323,17 @@ def test_repack_on_object_storage(parent, gcs_bucket):
     assert [s.sha256 for s in m2.shards] == [s.sha256 for s in m.shards]
     again, _ = load_manifest(f"{gcs_bucket}/v1-same")
     assert again == m2 and again.intermediates == {}  # the parent's stay with the parent
+
+
+def test_a_repack_in_a_log_counts_the_tokenized_documents_it_read(small_corpus, tmp_path, monkeypatch, capfd):
+    """stderr no terminal: the repack's progress line counts the parent's tokenized documents as it reads them."""
+    from pipelines.jobs.repack import run_repack
+    from pipelines.localrunner import progress
+
+    root, m = small_corpus
+    monkeypatch.delenv("SHARDFORGE_PROGRESS", raising=False)
+    monkeypatch.setattr(progress, "LINE_EVERY_S", 0.2)
+    run_repack(root, str(tmp_path / "r"), rule="doc_sentences")
+    counted = [int(found.group(1).replace(",", "")) for line in capfd.readouterr().err.splitlines()
+               for found in [re.search(r"^progress .*read tokenized documents ([\d,]+)", line)] if found]
+    assert counted and max(counted) <= sum(t.documents for t in m.totals.values()), counted
