@@ -598,15 +598,15 @@ def test_model_card_counts_each_step_once_and_says_what_was_not_recorded(tmp_pat
     recs = [{"step": 1, "tokens_per_s": 100.0, "step_time": 1.0}, {"step": 2, "tokens_per_s": 100.0, "step_time": 1.0},
             {"step": 3, "tokens_per_s": 100.0, "step_time": 1.0, "eval_loss": 5.0},
             {"step": 2, "tokens_per_s": 50.0, "step_time": 1.0}, {"step": 3, "tokens_per_s": 30.0, "step_time": 1.0,
-                                                                  "eval_loss": 4.25},
+                                                                  "eval_loss": 4.25, "eval_mlm_tokens": 1234.0},
             {"step": 4, "tokens_per_s": 1e9, "step_time": 1.0}]
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs) + '{"step": 5, "tok')
     assert run_folder_of(str(run / "checkpoints" / "ckpt-00000003.pt")) == str(run)
     assert read_metrics(str(run), 3) == {"tokens_seen": 180, "eval_loss": 4.25, "eval_step": 3,
-                                       "found": True}
+                                       "eval_tokens": 1234.0, "found": True}
     cfg = TrainConfig.model_validate({"data": "gs://user:secret@bucket/corpus", "init": "/models/bert"})
     card = model_card(cfg, {"step": 3}, str(run), "bert", None)
-    assert "tokens seen: 180" in card and "final eval loss: 4.2500 (step 3)" in card
+    assert "tokens seen: 180" in card and "final eval loss: 4.2500 (step 3, over 1,234 predicted tokens)" in card
     assert "secret" not in card and "# BertForMaskedLM continued with shardforge" in card
     empty = model_card(cfg, {"step": 3}, str(tmp_path / "nowhere"), "bert", None)
     assert "tokens seen: not recorded" in empty and "final eval loss: not recorded" in empty

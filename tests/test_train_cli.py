@@ -336,7 +336,9 @@ def test_the_card_names_no_local_folder_and_states_what_eval_loss_measures(tmp_p
     rec = [{"step": 1, "tokens_per_s": 10.0, "step_time": 1.0},
            {"step": 2, "tokens_per_s": 10.0, "step_time": 1.0, "eval_loss": 4.5}]
     manifest = {"config": {"clean": {"english_only": True, "languages": ["en", "de"]}}, "tokenizer": {},
-                "shards": [{"split": "valid"}], "totals": {}}
+                "shards": [{"split": "valid"}],
+                "totals": {"train": {"samples": 215, "tokens": 104957, "shards": 3},
+                           "valid": {"samples": 1, "tokens": 441, "shards": 1}}}
     card = card_for(tmp_path, rec, 2, manifest, steps=2, eval_batches=3, masking={"rate": 0.4},
                     eval_masking={"rate": 0.15, "scheme": "whole_word"},
                     trackers={"mlflow_tracking_uri": "file:///home/someone/mlruns"})
@@ -345,6 +347,7 @@ def test_the_card_names_no_local_folder_and_states_what_eval_loss_measures(tmp_p
     assert "/home/someone" not in card and str(tmp_path) not in card
     assert "started from: roberta-base\n" in card and "- corpus: corpus\n" in card
     assert "final eval loss: 4.5000 (step 2)" in card
+    assert "- train: 215 sequences, 104,957 tokens, 3 shards\n" in card and "- valid: 1 sequence, 441 tokens, 1 shard\n" in card
     assert "MLM cross-entropy in nats" in card and "first 3 batches" in card
     assert "evaluation masking rate: 15% of tokens masked (whole_word masking" in card
     assert "training masking: 40% of tokens masked" in card

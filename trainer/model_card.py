@@ -91,9 +91,9 @@ def read_metrics(run: str, last_step: int) -> dict[str, Any]:
     """{"tokens_seen", "eval_loss", "eval_step", "found"} from metrics.jsonl (found: the file was readable)."""
     by_step = last_records(run, last_step)
     if by_step is None:
-        return {"tokens_seen": None, "eval_loss": None, "eval_step": None, "found": False}
+        return {"tokens_seen": None, "eval_loss": None, "eval_step": None, "eval_tokens": None, "found": False}
     tokens = 0.0
-    eval_loss = eval_step = None
+    eval_loss = eval_step = eval_tokens = None
     for step in sorted(by_step):
         rec = by_step[step]
         if "tokens" in rec:
@@ -102,8 +102,9 @@ def read_metrics(run: str, last_step: int) -> dict[str, Any]:
             tokens += float(rec["tokens_per_s"]) * float(rec["step_time"])
         if "eval_loss" in rec:
             eval_loss, eval_step = float(rec["eval_loss"]), step
+            eval_tokens = rec.get("eval_mlm_tokens")
     return {"tokens_seen": round(tokens) if by_step else None, "eval_loss": eval_loss, "eval_step": eval_step,
-            "found": True}
+            "eval_tokens": eval_tokens, "found": True}
 
 
 def masking_phrase(m: MaskingConfig) -> str:
@@ -115,7 +116,9 @@ def eval_lines(cfg: TrainConfig, step: int, m: dict[str, Any], has_valid: bool |
     """The card's evaluation: the loss and what it measures, or why there is none."""
     if m["eval_loss"] is not None:
         masking = cfg.eval_masking or cfg.masking
-        return [f"- final eval loss: {m['eval_loss']:.4f} (step {m['eval_step']})",
+        over = (f", over {_count(m['eval_tokens'])} predicted tokens" if isinstance(m.get("eval_tokens"), (int, float))
+                else "")
+        return [f"- final eval loss: {m['eval_loss']:.4f} (step {m['eval_step']}{over})",
                 f"- eval loss is the MLM cross-entropy in nats, averaged over the predicted tokens of the first "
                 f"{cfg.eval_batches} batches of the corpus's valid split (the whole split, where it holds fewer), "
                 "at the evaluation masking rate: "
@@ -163,8 +166,9 @@ def data_lines(cfg: TrainConfig, manifest: dict[str, Any] | None) -> list[str]:
                   f"sha256 {tok.get('sha256')}",
                   f"- special ids: {json.dumps(tok.get('special_ids'), sort_keys=True)}"]
         for split, t in sorted((manifest.get("totals") or {}).items()):
-            lines.append(f"- {split}: {_count(t.get('samples'))} sequences, {_count(t.get('tokens'))} tokens, "
-                         f"{_count(t.get('shards'))} shards")
+            samples, shards = t.get("samples"), t.get("shards")
+            lines.append(f"- {split}: {_count(samples)} sequence{'s' * (samples != 1)}, {_count(t.get('tokens'))} "
+                         f"tokens, {_count(shards)} shard{'s' * (shards != 1)}")
     return lines
 
 
