@@ -83,7 +83,7 @@ def test_validate_passes_on_a_fresh_build(corpus, capsys):
     assert rep.samples == sum(t.samples for t in m.totals.values())
     assert rep.tokens == sum(t.tokens for t in m.totals.values())
     assert cli.main(["validate", root, "--no-progress"]) == 0
-    assert capsys.readouterr().out.startswith("OK:")
+    assert capsys.readouterr().out.startswith(f"OK: {rep.shards} shards, {rep.samples:,} samples, {rep.tokens:,} tokens")
 
 
 def test_validate_lists_every_problem_and_exits_nonzero(corpus, copy, capsys):

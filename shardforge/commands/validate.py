@@ -268,8 +268,8 @@ def main(argv: list[str] | None = None) -> int:
     for w in rep.warnings:
         print(f"warning: {w}")
     if rep.ok:
-        print(f"OK: {rep.shards:,} shards, {rep.samples:,} samples, {rep.tokens:,} tokens, {rep.bytes:,} bytes "
-              f"match the manifest")
+        print(f"OK: {rep.shards:,} shard{'s' * (rep.shards != 1)}, {rep.samples:,} sample{'s' * (rep.samples != 1)}, "
+              f"{rep.tokens:,} tokens, {rep.bytes:,} bytes match the manifest")
         return 0
     print(f"FAILED: {len(rep.errors)} problem(s) in {rep.url}:")
     for e in rep.errors:
