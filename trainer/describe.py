@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from schemas.config import MaskingConfig, TrainConfig
 from schemas.manifest import Manifest, corpus_root, manifest_url
+from shardforge.console.words import counted
 from shardforge.storage import join, redact_url
 from trainer.checkpoint import describe_model
 from trainer.recipes import repack_hint
@@ -105,9 +106,8 @@ def corpus_line(cfg: TrainConfig, manifest: Manifest) -> str:
     for split in ("train", "valid"):
         shards = manifest.shards_of(split)
         if shards:
-            samples = sum(s.samples for s in shards)
-            parts.append(f"{split} {count(sum(s.tokens for s in shards))} tokens in {samples:,} "
-                         f"sequence{'s' * (samples != 1)} ({len(shards)} shard{'s' * (len(shards) != 1)})")
+            parts.append(f"{split} {count(sum(s.tokens for s in shards))} tokens in "
+                         f"{counted(sum(s.samples for s in shards), 'sequence')} ({counted(len(shards), 'shard')})")
     mixed = f" and {len(cfg.mix) - 1} more (--mix)" if len(cfg.mix) > 1 else ""
     return (f"corpus: {where(cfg.data)}{mixed} (v{manifest.version}, {manifest.packing_rule}, max_seq_len "
             f"{manifest.max_seq_len}, {tok.kind} {tok.model_type} vocabulary {tok.vocab_size:,}): "
@@ -141,7 +141,7 @@ def length_line(cfg: TrainConfig, manifest: Manifest, shape: RunShape) -> str:
             f"{low} to {high} passes over the mixed corpora's train splits")
     chose = f" (max_tokens {count(cfg.max_tokens)})" if cfg.max_tokens is not None else ""
     split = f" ({', '.join(how)})" if how else ""
-    return (f"length: {cfg.steps:,} step{'s' if cfg.steps != 1 else ''}{chose} x {batch} a step{split} = "
+    return (f"length: {counted(cfg.steps, 'step')}{chose} x {batch} a step{split} = "
             f"~{count(total)} tokens, "
             f"{over}{short_rows_note(cfg, manifest)}")
 
@@ -168,7 +168,7 @@ def long_warmup(cfg: TrainConfig) -> str | None:
         return None
     ends = (f"reaches its peak lr {cfg.optim.lr:g} only at the last step and never decays" if w == steps else
             f"ends at {steps / w:.2%} of its peak lr {cfg.optim.lr:g}")
-    return (f"warmup_steps {w:,} is not under the run's {steps:,} step{'s' if steps != 1 else ''}: the learning "
+    return (f"warmup_steps {w:,} is not under the run's {counted(steps, 'step')}: the learning "
             f"rate rises the whole run and {ends}; a shorter run wants a shorter warmup: --warmup_steps under "
             "--steps, or --warmup_ratio (RoBERTa warmed up over 24,000 of 500,000 steps: 0.048)")
 
@@ -210,14 +210,14 @@ def eval_line(cfg: TrainConfig, manifest: Manifest, valid_batches: int | None = 
     masking = cfg.eval_masking or cfg.masking
     small = ""
     if valid_batches is not None and cfg.eval_batches > valid_batches:
-        batches = (f"the whole valid split ({valid_batches:,} batch{'es' if valid_batches != 1 else ''} a process; "
+        batches = (f"the whole valid split ({counted(valid_batches, 'batch', 'batches')} a process; "
                    f"eval_batches {cfg.eval_batches:,} asks for more)")
         tokens = sum(s.tokens for s in manifest.shards_of("valid"))
         masked = round(tokens * masking.rate)
         if not cfg.mix and masked < FEW_MASKED:
             small = f"; the split's {tokens:,} tokens give ~{masked:,} masked: a noisy loss ({more_valid(manifest, cfg, masked)})"
     else:
-        batches = f"{cfg.eval_batches} valid batch{'es' if cfg.eval_batches != 1 else ''}"
+        batches = counted(cfg.eval_batches, "valid batch", "valid batches")
     return (f"evaluation: {when}, {batches}, MLM cross-entropy (nats) at "
             f"{masking_text(masking)} masking{small}")
 

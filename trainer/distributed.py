@@ -20,6 +20,7 @@ import torch
 import torch.distributed as dist
 
 from schemas.errors import UserError
+from shardforge.console.words import counted
 
 
 @dataclass
@@ -86,7 +87,7 @@ def check_cuda(requested: str, index: int) -> None:
                         "build of torch, or run with --device cpu (or auto)")
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if index >= count:
-        have = f"{count} visible GPU{'s' if count != 1 else ''}" if count else "no GPU visible (driver, device, " \
+        have = counted(count, "visible GPU") if count else "no GPU visible (driver, device, " \
                "or CUDA_VISIBLE_DEVICES)"
         raise UserError(f"--device {requested}: GPU {index} is not there: {have}; torch {torch.__version__} "
                         f"({build})")

@@ -27,6 +27,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from shardforge.console.words import counted
+
 if TYPE_CHECKING:
     from trainer.distributed import Dist
 
@@ -231,9 +233,8 @@ def render(r: dict[str, Any]) -> str:
 
     step = f" (step {r['step']})" if "step" in r else ""
     ranks = f" on {r['ranks']} ranks" if r.get("ranks", 1) > 1 else ""
-    sequences, batches = r["sequences"], r["batches"]
-    lines = [f"{r['model']}{step} on {r['data']} ({r['split']} split: {sequences:,} sequence{'s' * (sequences != 1)} "
-             f"in {batches:,} batch{'es' * (batches != 1)} of up to {r['batch_size']}{ranks}; "
+    lines = [f"{r['model']}{step} on {r['data']} ({r['split']} split: {counted(r['sequences'], 'sequence')} "
+             f"in {counted(r['batches'], 'batch', 'batches')} of up to {r['batch_size']}{ranks}; "
              f"{r['masking']} masking at {r['mask_rate']:g}, seed {r['seed']}; {r['device']}, {r['precision']})",
              f"  MLM loss {r['eval_loss']:.4f}  perplexity {r['eval_ppl']:.4g}  accuracy "
              f"{100 * r['eval_mlm_acc']:.2f}% of {int(r['eval_mlm_tokens']):,} predicted tokens"]

@@ -23,6 +23,7 @@ import posixpath
 from typing import Any
 
 from schemas.config import MaskingConfig, TrainConfig
+from shardforge.console.words import counted, number
 from shardforge.storage import join, redact_url, write_text_atomic
 from trainer.run_folder import read_records
 
@@ -116,8 +117,8 @@ def eval_lines(cfg: TrainConfig, step: int, m: dict[str, Any], has_valid: bool |
     """The card's evaluation: the loss and what it measures, or why there is none."""
     if m["eval_loss"] is not None:
         masking = cfg.eval_masking or cfg.masking
-        over = (f", over {_count(m['eval_tokens'])} predicted tokens" if isinstance(m.get("eval_tokens"), (int, float))
-                else "")
+        over = (f", over {counted(m['eval_tokens'], 'predicted token')}"
+                if isinstance(m.get("eval_tokens"), (int, float)) else "")
         return [f"- final eval loss: {m['eval_loss']:.4f} (step {m['eval_step']}{over})",
                 f"- eval loss is the MLM cross-entropy in nats, averaged over the predicted tokens of the first "
                 f"{cfg.eval_batches} batches of the corpus's valid split (the whole split, where it holds fewer), "
@@ -166,15 +167,9 @@ def data_lines(cfg: TrainConfig, manifest: dict[str, Any] | None) -> list[str]:
                   f"sha256 {tok.get('sha256')}",
                   f"- special ids: {json.dumps(tok.get('special_ids'), sort_keys=True)}"]
         for split, t in sorted((manifest.get("totals") or {}).items()):
-            samples, shards = t.get("samples"), t.get("shards")
-            lines.append(f"- {split}: {_count(samples)} sequence{'s' * (samples != 1)}, {_count(t.get('tokens'))} "
-                         f"tokens, {_count(shards)} shard{'s' * (shards != 1)}")
+            lines.append(f"- {split}: {counted(t.get('samples'), 'sequence')}, {number(t.get('tokens'))} tokens, "
+                         f"{counted(t.get('shards'), 'shard')}")
     return lines
-
-
-def _count(value: Any) -> str:
-    """A count with thousands separators (as the commands print them); anything else as it is."""
-    return f"{round(value):,}" if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value)
 
 
 def model_card(cfg: TrainConfig, state: dict[str, Any], run: str, architecture: str,
@@ -195,7 +190,7 @@ def model_card(cfg: TrainConfig, state: dict[str, Any], run: str, architecture: 
              f"- started from: {public_location(cfg.init) if cfg.init else 'random initialization'}",
              f"- exported as: {cls}",
              f"- steps: {step}{planned}",
-             f"- tokens seen: {_count(m['tokens_seen']) if m['tokens_seen'] is not None else 'not recorded'}",
+             f"- tokens seen: {number(m['tokens_seen']) if m['tokens_seen'] is not None else 'not recorded'}",
              f"- training masking: {masking_phrase(cfg.masking)}",
              *eval_lines(cfg, step, m, has_valid),
              "", "## Data", "", *data_lines(cfg, manifest)]

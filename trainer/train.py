@@ -47,6 +47,7 @@ from schemas.errors import UserError
 from schemas.manifest import Manifest
 from schemas.run_folder import CKPT_DIR
 from shardforge.console.run import TRAIN_INTERRUPTED, run_cli
+from shardforge.console.words import counted
 from shardforge.storage import exists, join, redact_url
 from shardforge.storage.contract import load_manifest, open_tokenizer, probed_kind
 from trainer import distributed, fused_masking
@@ -205,7 +206,7 @@ def short_batches(url: str, plan: Plan) -> str | None:
         parts = [n for n in plan.part_samples if n]
         what = f"{total:,} sequences"
     return (f"{redact_url(url)}: train batches will hold ~{fill * size:,.0f} {unit} on average, not {flag} "
-            f"{size}: its {what} fall into {len(parts)} partition{'s' if len(parts) != 1 else ''} of "
+            f"{size}: its {what} fall into {counted(len(parts), 'partition')} of "
             f"~{total / len(parts):,.0f} and a batch "
             f"never spans two (docs/loader.md, \"Partitions\"); --{flag} {fits} fills them "
             f"(--gradient_accumulation or a global batch then keeps a step's {'tokens' if plan.T else 'rows'})")

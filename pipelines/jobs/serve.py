@@ -61,6 +61,7 @@ from schemas.config import BuildConfig, SourceConfig
 from schemas.errors import UserError
 from shardforge.console.args import option_strings
 from shardforge.console.run import run_cli
+from shardforge.console.words import counted
 from shardforge.storage import is_transient, join, read_text, redact_url, write_text_atomic
 from shardforge.storage.retry import unreachable_endpoint
 
@@ -295,9 +296,9 @@ def _loop(args: argparse.Namespace, corpus: str, watch: str, source: SourceConfi
                     stopper.in_batch = False
                 failures = 0
                 lags = [time.time() - f.mtime for f in batch if f.mtime is not None]
-                log.info("committed v%d: %d file%s, %d new shard%s, %.1f s (max lag since landing %.1f s)",
-                         res.version, res.files, "s" * (res.files != 1), res.new_shards, "s" * (res.new_shards != 1),
-                         res.seconds, max(lags, default=0.0))
+                log.info("committed v%d: %s, %s, %.1f s (max lag since landing %.1f s)", res.version,
+                         counted(res.files, "file"), counted(res.new_shards, "new shard"), res.seconds,
+                         max(lags, default=0.0))
                 new_cfg = None
                 if args.once or len(ready) > len(batch):
                     continue  # look again at once: more may be waiting

@@ -20,6 +20,7 @@ import time
 from schemas.config import BuildConfig, SourceConfig
 from schemas.errors import UserError
 from shardforge.console.args import ArgumentParser, at_least
+from shardforge.console.words import counted
 
 DEMO_SOURCES = ("ccnews", "openwebtext", "stories")
 SUMMARY_JSON = "summary.json"  # the summary as data, in the output folder
@@ -103,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     from trainer.recipes import resolve_train_config
     from trainer.train import train
 
-    print(f"[3/3] training with the cpu recipe for {args.steps} step{'s' if args.steps != 1 else ''} in {run}")
+    print(f"[3/3] training with the cpu recipe for {counted(args.steps, 'step')} in {run}")
     # The recipe's warmup is for its full run: a short demo warms up over its first tenth (none under 10 steps).
     warmup = min(100, args.steps // 10)
     result = train(resolve_train_config("cpu", None, {"data": corpus, "output": run, "steps": args.steps}, [

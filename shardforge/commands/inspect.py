@@ -24,6 +24,7 @@ from schemas.manifest import Manifest, manifest_summary
 from schemas.sample import ShardFormatError, decode_sample, iter_tar_samples
 from shardforge.console.args import ArgumentParser, at_least
 from shardforge.console.run import run_cli
+from shardforge.console.words import counted
 from shardforge.storage import join, open_read, redact_url
 from shardforge.storage.contract import load_manifest, open_tokenizer
 
@@ -154,8 +155,8 @@ def render(r: dict[str, Any]) -> str:
     if not r["tokenizer_loaded"]:
         out.append(f"  (tokenizer not opened, text omitted: {r.get('tokenizer_problem')})")
     lens = r["lengths"]
-    out.append(f"\nsequence lengths (tokens; {lens['sequences']:,} sequence{'s' * (lens['sequences'] != 1)} from "
-               f"{lens['shards_read']} shard{'s' * (lens['shards_read'] != 1)}, "
+    out.append(f"\nsequence lengths (tokens; {counted(lens['sequences'], 'sequence')} from "
+               f"{counted(lens['shards_read'], 'shard')}, "
                f"mean {lens['mean']}, max {lens['max']}):")
     peak = max((b["count"] for b in lens["histogram"]), default=0) or 1
     for b in lens["histogram"]:

@@ -39,6 +39,7 @@ from schemas.sample import (
     iter_tar_samples,
 )
 from shardforge.console.args import ArgumentParser, at_least
+from shardforge.console.words import counted
 from shardforge.storage import READ_BLOCK_SIZE, get_fs, invalidate, is_tmp_name, join, open_read, retry
 from shardforge.storage.contract import load_manifest, open_tokenizer, read_tokenizer_model
 
@@ -268,8 +269,8 @@ def main(argv: list[str] | None = None) -> int:
     for w in rep.warnings:
         print(f"warning: {w}")
     if rep.ok:
-        print(f"OK: {rep.shards:,} shard{'s' * (rep.shards != 1)}, {rep.samples:,} sample{'s' * (rep.samples != 1)}, "
-              f"{rep.tokens:,} tokens, {rep.bytes:,} bytes match the manifest")
+        print(f"OK: {counted(rep.shards, 'shard')}, {counted(rep.samples, 'sample')}, {rep.tokens:,} tokens, "
+              f"{rep.bytes:,} bytes match the manifest")
         return 0
     print(f"FAILED: {len(rep.errors)} problem(s) in {rep.url}:")
     for e in rep.errors:

@@ -118,6 +118,18 @@ def _bounded(kind: Callable[[str], Any], ok: Callable[[Any], bool], bound: str) 
     return parse
 
 
+def _whole(text: str, number: str, scale: int, what: str, whole: str) -> int:
+    """number (digits, a decimal or 2.5e8) times scale as an int; the flag's one-line error where it is no
+    number (``what``) or no whole one (``whole``)."""
+    try:
+        value = int(number) * scale if number.isdigit() else float(number) * scale
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
+    if value != value or value in (float("inf"), float("-inf")) or value != int(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not {whole}")
+    return int(value)
+
+
 _SCALE = {"k": 10**3, "m": 10**6, "b": 10**9, "g": 10**9, "t": 10**12}
 
 
@@ -127,17 +139,12 @@ def count(text: str) -> int:
     error."""
     raw = text.strip().replace("_", "").replace(",", "")
     scale = _SCALE.get(raw[-1:].lower(), 1) if raw else 1
-    number = raw[:-1] if scale != 1 else raw
-    try:
-        value = int(number) * scale if number.isdigit() else float(number) * scale
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a count (an integer, or 2e9, 500M, 1.5B)") from None
-    if value != value or value in (float("inf"), float("-inf")) or value != int(value):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole count")
-    return int(value)
+    return _whole(text, raw[:-1] if scale != 1 else raw, scale, "a count (an integer, or 2e9, 500M, 1.5B)",
+                  "a whole count")
 
 
 _BYTES = re.compile(r"([0-9.]+(?:[eE][+-]?[0-9]+)?)\s*(?:([kKmMgGtT])(i?)[bB]?|[bB])?")
+_NOT_BYTES = "a size in bytes (an integer, or 2.5e8, 256MB, 256MiB)"
 
 
 def byte_size(text: str) -> int:
@@ -146,18 +153,10 @@ def byte_size(text: str) -> int:
     one-line error."""
     found = _BYTES.fullmatch(text.strip().replace("_", "").replace(",", ""))
     if not found:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a size in bytes (an integer, or 2.5e8, 256MB, 256MiB)")
+        raise argparse.ArgumentTypeError(f"{text!r} is not {_NOT_BYTES}")
     number, unit, binary = found.groups()
     power = "kmgt".index(unit.lower()) + 1 if unit else 0
-    scale = (1024 if binary else 1000) ** power
-    try:
-        value = int(number) * scale if number.isdigit() else float(number) * scale
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a size in bytes (an integer, or 2.5e8, 256MB, 256MiB)") \
-            from None
-    if value in (float("inf"), float("-inf")) or value != int(value):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of bytes")
-    return int(value)
+    return _whole(text, number, (1024 if binary else 1000) ** power, _NOT_BYTES, "a whole number of bytes")
 
 
 def at_least(low: float, kind: Callable[[str], Any] = int) -> Callable[[str], Any]:

@@ -15,6 +15,7 @@ from schemas.errors import UserError
 from schemas.manifest import corpus_root
 from schemas.manifest import manifest_url as manifest_url_of
 from shardforge import storage
+from shardforge.console.words import counted
 from shardforge.storage.contract import latest_manifest_url
 from trainer.loader.collate import collate
 from trainer.loader.plan import Cursor, Plan, ceil_div
@@ -125,19 +126,19 @@ class ShardLoader:
                 if not any(plan.part_samples[p] for p in plan.unit_parts(w, units, r, u))]
         if not idle:
             return
-        ranks = f"{w} rank{'s' if w != 1 else ''}"
-        who = f"{self.readers} readers ({ranks} x {units} DataLoader workers)" if self.num_workers else \
-            f"{self.readers} reader{'s' if w != 1 else ''} ({ranks}, no DataLoader workers)"
+        ranks = counted(w, "rank")
+        who = f"{counted(self.readers, 'reader')} ({ranks} x {units} DataLoader workers)" if self.num_workers else \
+            f"{counted(self.readers, 'reader')} ({ranks}, no DataLoader workers)"
         live = sum(1 for n, *_ in plan.infos if n > 0)
         if self.readers > plan.P:
             why = f"{who} > partitions={plan.P}: raise partitions, or use fewer ranks or num_workers"
         elif plan.T is not None:
-            why = (f"{live} non-empty shard{'s' if live != 1 else ''} for {who}: with tokens_per_batch a shard is "
+            why = (f"{counted(live, 'non-empty shard')} for {who}: with tokens_per_batch a shard is "
                    "read whole by one reader (the manifest counts tokens per shard); use at most "
-                   f"{live} reader{'s' if live != 1 else ''} (fewer ranks or num_workers), or rebuild with smaller shards "
+                   f"{counted(live, 'reader')} (fewer ranks or num_workers), or rebuild with smaller shards "
                    "(shards.target_samples)")
         else:
-            why = (f"{plan.total_samples} sample{'s' if plan.total_samples != 1 else ''} for {who}; use fewer "
+            why = (f"{counted(plan.total_samples, 'sample')} for {who}; use fewer "
                    "ranks or num_workers")
         if not allow_idle:
             raise UserError(f"split {self.split!r} of {self.manifest_url}: {len(idle)} of {self.readers} readers "
