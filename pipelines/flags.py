@@ -107,10 +107,15 @@ def add_build_flags(parser: Any) -> None:
                    help="Build config (YAML or JSON, any URL; examples/build.yaml is a commented one). It may "
                         "set only some sections; flags override it.")
     g.add_argument("--format", default=None, metavar="FORMAT",
-                   help=f"Format of the --input files: {', '.join(FORMATS)} (default: auto, by extension).")
+                   help=f"Format of the input files: {', '.join(FORMATS)} (default: auto, by extension). "
+                        "This and the next two set every source (the --input ones, or the --config's).")
     g.add_argument("--text_field", default=None, metavar="FIELD",
-                   help="The field holding the text in JSON / JSONL / Parquet records of the --input files "
+                   help="The field holding the text in JSON / JSONL / Parquet records "
                         f"(default: {_default(SourceConfig, 'text_field')}).")
+    g.add_argument("--encoding", default=None, metavar="CODEC",
+                   help="Text encoding of text, JSON and JSONL files (e.g. cp1252, latin-1, utf-16-le; "
+                        f"default: {_default(SourceConfig, 'encoding')}; a UTF-16/32 byte-order mark is read "
+                        "by itself).")
     g.add_argument("--follow_links", action="store_true", default=False,
                    help="Read local links that lead out of the folder an --input names (refused by default: "
                         "each is one not_a_file reject).")

@@ -174,25 +174,26 @@ def build_config_from_options(opts: BuildOptions) -> BuildConfig:
         names = ", ".join(str(s.get("name", "?")) if isinstance(s, dict) else "?" for s in data["sources"])
         print(f"note: --input replaces the {len(data['sources'])} source(s) of --config {redact_url(o.config)} ({names}); to "
               "build those too, give each as an --input NAME=URL, or leave --input out", file=sys.stderr)
+    per_source: dict[str, Any] = {key: value for key, value in (
+        ("format", o.format), ("text_field", o.text_field), ("encoding", o.encoding),
+        ("follow_links", o.follow_links or None)) if value is not None and value != ""}
     if o.input:
         sources = []
         for i, arg in enumerate(o.input):
             name, url = split_input(arg)
             if name == "other" and len(o.input) > 1 and not tagged(arg):  # a tag given is kept as given
                 name = f"other{i}"
-            src: dict[str, Any] = {"name": name, "input": url}
-            if o.format:
-                src["format"] = o.format
-            if o.text_field:
-                src["text_field"] = o.text_field
+            src: dict[str, Any] = {"name": name, "input": url, **per_source}
             sources.append(source_config(src, f"--input {arg!r}").model_dump())
         data["sources"] = sources
     if not data.get("sources"):
         raise UserError("no input: give --input URL (or a --config with sources)")
-    if o.follow_links:
-        data["sources"] = [{**s, "follow_links": True} for s in data["sources"]]
+    if per_source:  # the flags set every source: the --input ones above, or the --config's
+        data["sources"] = [{**s, **per_source} if isinstance(s, dict) else s for s in data["sources"]]
 
     given: dict[str, str] = {}  # config key -> the flag that set it, for an error about its value
+    for i in range(len(data["sources"])):
+        given.update({f"sources.{i}.{key}": f"--{key}" for key in per_source})
 
     def put(section: str, key: str, flag: str, value: Any = None) -> None:
         value = getattr(o, flag) if value is None else value

@@ -146,6 +146,8 @@ LOSS_HINTS = {
     R_MISSING_TEXT: "no record holds text under the source's text field: name the JSON field or Parquet column "
                     "that does (--text_field FIELD, or text_field in the source's config; default text)",
     R_MALFORMED_JSON: "the inputs do not parse as JSON Lines or a JSON array: check the source's format",
+    "invalid_utf8": "no input decodes as its source's encoding (UTF-8 by default): name the encoding of the text "
+                    "(--encoding CODEC, e.g. cp1252 or latin-1; or encoding: in the source's config)",
     "language": "the language rule kept none: give the corpus's languages (--languages CODES, e.g. en,de), or "
                 "--languages any to keep every language",
     "empty_after_line_rules": "C4's line rules left no line (a line under clean.line_min_words words, or without "

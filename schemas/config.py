@@ -8,6 +8,7 @@ into one readable UserError.
 
 from __future__ import annotations
 
+import codecs
 import re
 from typing import Any, Literal
 
@@ -32,6 +33,10 @@ class SourceConfig(Strict):
     input: str
     format: SourceFormat = "auto"
     text_field: str = "text"
+    # The text encoding of the source's text, JSON and JSONL files and tar members (Python's codec
+    # names: cp1252, latin-1, utf-16-le, ...); stored as the codec's canonical name. Text with a
+    # UTF-16/32 byte-order mark is read by its mark whatever this says; Parquet text is UTF-8.
+    encoding: str = "utf-8"
     # Stories: many documents per file separated by this line (None: one per file).
     delimiter: str | None = None
     # Per-source line rules (C4's terminal punctuation suits web and news text only).
@@ -60,6 +65,18 @@ class SourceConfig(Strict):
         if not v.strip():  # read as a path, "" would be the working folder
             raise ValueError("empty: give a file URL, a folder or a glob")
         return v
+
+    @field_validator("encoding")
+    @classmethod
+    def _known_text_encoding(cls, v: str) -> str:
+        try:
+            info = codecs.lookup(v)
+        except LookupError:
+            raise ValueError(f"{v!r} is no text encoding Python knows (e.g. utf-8, cp1252, latin-1, utf-16-le)") \
+                from None
+        if not getattr(info, "_is_text_encoding", True):  # rot13, base64, zlib: transforms, not encodings
+            raise ValueError(f"{v!r} is a codec that transforms data, not a text encoding (e.g. utf-8, cp1252)")
+        return info.name
 
 
 class PiiConfig(Strict):

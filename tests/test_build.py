@@ -186,6 +186,31 @@ def test_a_wrong_text_field_is_named_in_the_one_line(tmp_path):
     assert ok.returncode == 0 and "missing_text_field" not in ok.stderr, ok.stderr[-2000:]
 
 
+def test_text_in_another_encoding_is_named_and_read_with_encoding(tmp_path):
+    """A Latin-1 file among UTF-8 ones (real news with '£'): rejected as invalid_utf8 with a warning that
+    names --encoding (it was a count in the report alone); read with --encoding it is kept as written."""
+    import pyarrow.parquet as pq
+    from realtext import news_documents, write_jsonl
+
+    docs = news_documents()
+    pound = next(d for d in docs if "£" in d)
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    write_jsonl(str(raw / "news.jsonl"), [d for d in docs[:30] if d != pound])
+    (raw / "old.txt").write_bytes(pound.encode("latin-1"))
+    args = ["-m", "pipelines.build", "--output", str(tmp_path / "o1"), "--vocab_size", "600", "--min_words", "20"]
+    r = run_python([*args, "--input", str(raw / "*")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    warning = next(line for line in r.stderr.splitlines() if "invalid_utf8" in line)
+    assert warning.startswith("warning: 1 of 31 documents of source 'other' were rejected as invalid_utf8"), warning
+    assert "--encoding CODEC" in warning and "invalid_utf8: repair" in warning, warning
+    args[3] = str(tmp_path / "o2")
+    r = run_python([*args, "--input", str(raw / "old.txt"), "--encoding", "latin-1"], capture_output=True, text=True)
+    assert r.returncode == 0 and "invalid_utf8" not in r.stderr, r.stderr[-2000:]
+    clean = glob.glob(str(tmp_path / "o2" / "versions" / "*" / "clean" / "*.parquet"))
+    assert [row["text"] for row in pq.read_table(clean).to_pylist()] == [pound]
+
+
 def test_the_empty_corpus_line_counts_the_commonest_reasons_first():
     from pipelines.tokenizer.train import empty_corpus_message
 
@@ -194,6 +219,8 @@ def test_the_empty_corpus_line_counts_the_commonest_reasons_first():
     line = empty_corpus_message(why, {"exact duplicate": "HINT"})
     assert line.endswith("all 14 documents left it (5 exact duplicate, 3 language, 3 min_words, 2 markup, ...): HINT")
     assert "clean rules" in empty_corpus_message({"filtered:markup": 1}, {})
+    assert ": the one document left it (1 invalid_utf8): H" in empty_corpus_message({"rejected:invalid_utf8": 1},
+                                                                                 {"invalid_utf8": "H"})
     assert "no document held a sentence" in empty_corpus_message({}, {})
     from pipelines.stages import LOSS_HINTS
 

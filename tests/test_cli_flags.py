@@ -249,6 +249,26 @@ def test_input_flags_replace_a_configs_sources_and_say_so(tmp_path, capsys) -> N
     assert capsys.readouterr().err == ""
 
 
+def test_per_source_flags_set_a_configs_sources_too(tmp_path) -> None:
+    """--format, --text_field and --encoding with a --config that lists the sources (no --input): they
+    were dropped without a word; they set every source, and a bad value names the flag."""
+    from pipelines.options import BuildOptions, build_config_from_options
+    from schemas.errors import UserError
+
+    cfg = tmp_path / "sources.yaml"
+    cfg.write_text("sources: [{name: news, input: 'news/*.json'}, {name: books, input: books, encoding: cp1252}]\n")
+    built = build_config_from_options(BuildOptions(["--config", str(cfg), "--text_field", "body",
+                                                    "--encoding", "Latin1", "--format", "jsonl"]))
+    assert [(s.name, s.text_field, s.encoding, s.format) for s in built.sources] == [
+        ("news", "body", "iso8859-1", "jsonl"), ("books", "body", "iso8859-1", "jsonl")]
+    kept = build_config_from_options(BuildOptions(["--config", str(cfg)]))  # no flag: the config's own values
+    assert [(s.text_field, s.encoding) for s in kept.sources] == [("text", "utf-8"), ("text", "cp1252")]
+    with pytest.raises(UserError, match=r"--encoding \(sources\.0\.encoding\): 'klingon' is no text encoding"):
+        build_config_from_options(BuildOptions(["--config", str(cfg), "--encoding", "klingon"]))
+    with pytest.raises(UserError, match=r"--input 'x': encoding: 'rot13' is a codec that transforms data"):
+        build_config_from_options(BuildOptions(["--input", "x", "--encoding", "rot13"]))
+
+
 def test_print_config_prints_the_resolved_build_config_that_config_loads_again(tmp_path) -> None:
     """--print-config: the defaults, the file and the flags resolved, as YAML; no --output, nothing written;
     the printed file given to --config resolves to the same config."""

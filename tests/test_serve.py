@@ -527,3 +527,20 @@ def test_a_version_that_kept_no_document_still_repacks(tmp_path):
     shutil.rmtree(corpus / v1.intermediates["tokenized"])
     with pytest.raises(UserError, match="the tokenized intermediate is missing"):
         run_repack(str(corpus), str(tmp_path / "sop2"), rule="sop")
+
+
+def test_serve_reads_new_files_with_the_encoding_it_is_given(tmp_path):
+    """serve passed --format to the batches' source but dropped --text_field and --encoding: a batch of
+    Latin-1 files, served with --encoding latin-1 after a UTF-8 first version, was rejected as invalid_utf8."""
+    import pipelines.jobs.serve as serve
+
+    args, corpus = _one_file_service(tmp_path)
+    assert serve.run([*args, "--once"]) == 0
+    texts = [t.replace(".", ". The café's £5 tea.", 1) for t in articles(41, DOCS_PER_FILE)]
+    (tmp_path / "raw" / "b.jsonl").write_bytes("".join(json.dumps({"text": t}, ensure_ascii=False) + "\n"
+                                                       for t in texts).encode("latin-1"))
+    assert serve.run([*args, "--once", "--encoding", "latin-1"]) == 0
+    v2 = load_version(str(corpus), 2)
+    assert "invalid_utf8" not in v2.accounting[SOURCE].rejected
+    assert v2.accounting[SOURCE].input == 2 * DOCS_PER_FILE
+    assert [s["encoding"] for s in v2.config["sources"]] == ["iso8859-1"]

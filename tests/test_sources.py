@@ -554,9 +554,46 @@ def test_utf16_and_utf32_text_with_a_bom_is_decoded(tmp_path, encoding):
     lines = "".join(json.dumps({"text": f"é {i}"}, ensure_ascii=False) + "\n" for i in range(3))
     (tmp_path / "u.jsonl").write_bytes((bom + lines).encode(encoding))
     assert [r.text for r in read(tmp_path / "u.jsonl")] == ["é 0", "é 1", "é 2"]
-    # UTF-16 without a mark stays binary: nothing says how to read it
+    # UTF-16 without a mark stays binary unless the source says how to read it
     (tmp_path / "nobom.txt").write_bytes(text.encode("utf-16-le"))
     assert outcome(read(tmp_path / "nobom.txt")) == ["rejected:binary"]
+    assert [r.text for r in read(tmp_path / "nobom.txt", encoding="utf-16-le")] == [text]
+
+
+@pytest.mark.parametrize("encoding", ["cp1252", "latin-1"])
+def test_a_source_in_another_encoding_reads_as_that_encoding_in_every_layout(tmp_path, encoding):
+    """Real Latin-1 news (the Lee corpus's '£' and 'é'): a text file, a delimited stories file, a tar
+    member, JSONL (gzip) and a JSON array read as the text itself; without the source's encoding the
+    same bytes are invalid UTF-8 (lone surrogates, for the cleaning stage's invalid_utf8 policy)."""
+    from realtext import news_documents
+
+    docs = [d for d in news_documents() if "£" in d][:1] + news_documents(limit=2) + ["Un café crème, s'il vous plaît."]
+    assert len(docs) == 4 and "£" in docs[0]
+    raw = {"one.txt": docs[0].encode(encoding),
+           "many.txt": "\n<|endoftext|>\n".join(docs).encode(encoding),
+           "a.tar": tar_bytes({"m/1.txt": docs[0].encode(encoding), "m/2.txt": docs[3].encode(encoding)}),
+           "r.jsonl.gz": gzip.compress("".join(json.dumps({"text": d}, ensure_ascii=False) + "\n"
+                                               for d in docs).encode(encoding)),
+           "arr.json": json.dumps([{"text": d} for d in docs], ensure_ascii=False).encode(encoding)}
+    want = {"one.txt": docs[:1], "many.txt": docs, "a.tar": [docs[0], docs[3]], "r.jsonl.gz": docs, "arr.json": docs}
+    for name, data in raw.items():
+        (tmp_path / name).write_bytes(data)
+        kw = {"delimiter": "<|endoftext|>"} if name == "many.txt" else {}
+        assert [r.text for r in read(tmp_path / name, name="stories", encoding=encoding, **kw)] == want[name], name
+        as_utf8 = read(tmp_path / name, name="stories", **kw)
+        assert outcome(as_utf8) == ["doc"] * len(want[name]), name
+        assert any("\udc80" <= c <= "\udcff" for r in as_utf8 for c in r.text), name
+
+
+def test_a_byte_the_declared_encoding_lacks_stays_invalid_text(tmp_path):
+    """cp1252 leaves 0x81 undefined: that byte is not dropped or guessed, it reaches the cleaning stage
+    as an undecodable byte (rejected as invalid_utf8, or repaired), as a bad byte of a UTF-8 file does;
+    a NUL-filled member is binary under any encoding."""
+    (tmp_path / "t.txt").write_bytes(b"caf\xe9 \x81 end")
+    assert [r.text for r in read(tmp_path / "t.txt", encoding="cp1252")] == ["café \udc81 end"]
+    (tmp_path / "b.tar").write_bytes(tar_bytes({"x.txt": b"\x00" * 64, "y.txt": b"\xa3 5"}))
+    assert outcome(read(tmp_path / "b.tar", encoding="cp1252")) == ["rejected:binary", "doc"]
+    assert read(tmp_path / "b.tar", encoding="cp1252")[1].text == "£ 5"
 
 
 # Fast settings: a bomb is cheap to make (bz2 and xz at their defaults take seconds here).

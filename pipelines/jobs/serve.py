@@ -167,7 +167,8 @@ def _serve(args: argparse.Namespace, rest: list[str], stopper: Stopper | None) -
     source_name = args.source or recorded.get("source") or "other"
     build_argv = rest  # BuildOptions parses the build flags and ignores the Beam ones
     source = source_config({"name": source_name, "input": watch,
-                            **({"format": build_known.format} if build_known.format else {}),
+                            **{key: getattr(build_known, key) for key in ("format", "text_field", "encoding")
+                               if getattr(build_known, key)},
                             **({"follow_links": True} if build_known.follow_links else {})},
                            f"--source {source_name!r}")
     check_raw_input(source.name, watch, "--watch")

@@ -70,6 +70,7 @@ def build_warnings(manifest: dict[str, Any]) -> list[str]:
     """One line per thing a user should look at: a rule removing most of a source, a small vocabulary, an
     empty valid split (the same lines on stderr and in the report)."""
     out = []
+    encodings = {s.get("name"): s.get("encoding", "utf-8") for s in manifest.get("config", {}).get("sources", [])}
     for name, a in sorted(manifest.get("accounting", {}).items()):
         n_in = a.get("input", 0)
         for bucket in ("filtered", "duplicate"):
@@ -77,6 +78,9 @@ def build_warnings(manifest: dict[str, Any]) -> list[str]:
                 if n_in and n > WARN_RULE_SHARE * n_in:
                     out.append(f"warning: {bucket} rule '{reason}' removed {n} of {n_in} documents "
                                f"({100 * n / n_in:.0f}%) of source '{name}'")
+        bad = a.get("rejected", {}).get("invalid_utf8", 0)
+        if bad:
+            out.append(_invalid_utf8_warning(name, bad, n_in, encodings.get(name, "utf-8")))
     tok = manifest.get("tokenizer", {})
     asked = manifest.get("config", {}).get("tokenizer", {})
     if not asked.get("model_url") and tok.get("vocab_size", 0) < asked.get("vocab_size", 0):
@@ -91,6 +95,17 @@ def build_warnings(manifest: dict[str, Any]) -> list[str]:
                    "corpus with a larger --valid_fraction gives it documents (shardforge repack --tokenized "
                    "CORPUS --output NEW --valid_fraction F)")
     return out
+
+
+def _invalid_utf8_warning(name: str, bad: int, n_in: int, encoding: str) -> str:
+    """Documents rejected for bytes their source's encoding does not decode, and the two ways to keep them."""
+    read_as = "UTF-8" if encoding == "utf-8" else encoding
+    line = (f"warning: {bad} of {n_in} documents of source '{name}' were rejected as invalid_utf8 (bytes that are "
+            f"not {read_as}; report.html's rejects name the files): ")
+    if encoding == "utf-8":
+        line += ("text in another encoding reads with --encoding CODEC (e.g. cp1252, latin-1; or encoding: in the "
+                 "source's config), or ")
+    return line + "clean: {invalid_utf8: repair} in a --config file keeps them with U+FFFD for the bad bytes"
 
 
 def pii_stats(manifest: dict[str, Any], pii: dict[str, Any] | None) -> dict[str, Any]:

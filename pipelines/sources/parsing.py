@@ -16,6 +16,7 @@ from pipelines.records import Document, Reject
 from pipelines.sources.streams import (
     SNIFF,
     bom_encoding,
+    declared_encoding,
     decode,
     looks_binary,
     safe_snippet,
@@ -152,6 +153,12 @@ def parse_document(data: bytes, doc_id: str, source: SourceConfig, cap: int) -> 
     enc = bom_encoding(data[:4])
     if enc is not None:  # UTF-16/32 text: NUL bytes are part of the encoding, not binary junk
         return Document(doc_id, source.name, data.decode(enc, errors="replace"))
+    declared = declared_encoding(source.encoding)
+    if declared is not None:  # undecodable bytes stay lone surrogates, as decode() leaves them
+        text = data.decode(declared, errors="surrogateescape")
+        if "\x00" in text[:SNIFF]:
+            return Reject(doc_id, source.name, "rejected", R_BINARY, safe_snippet(data[:200]))
+        return Document(doc_id, source.name, text)
     if looks_binary(data[:SNIFF]):
         return Reject(doc_id, source.name, "rejected", R_BINARY, safe_snippet(data[:200]))
     return Document(doc_id, source.name, decode(data))

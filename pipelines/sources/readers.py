@@ -65,6 +65,7 @@ from pipelines.sources.streams import (
     TailTracker,
     Transcoded,
     bom_encoding,
+    declared_encoding,
     decode,
     iter_json_array,
     iter_lines,
@@ -451,8 +452,12 @@ def _stream_items(raw: BinaryIO, path: str, source: SourceConfig, cap: int, fmt:
         return
     head = read_head(stream, SNIFF)
     enc = bom_encoding(head[:4]) if fmt != "tar" else None
+    declared = declared_encoding(source.encoding) if fmt != "tar" and head[257:262] != b"ustar" else None
     if enc is not None:  # UTF-16/32 text with a byte-order mark: read it as UTF-8
         stream = Transcoded(Prefixed(head, stream), enc)  # type: ignore[assignment]
+        head = read_head(stream, SNIFF)
+    elif declared is not None:  # the source's own encoding (cp1252, latin-1, ...): read it as UTF-8
+        stream = Transcoded(Prefixed(head, stream), declared, "surrogateescape")  # type: ignore[assignment]
         head = read_head(stream, SNIFF)
     if fmt is None or fmt == "tar":
         # tar headers carry "ustar" at byte 257; otherwise guess from the first byte.

@@ -48,18 +48,30 @@ def bom_encoding(head: bytes) -> str | None:
 
 
 class Transcoded(Drained):
-    """A read(n) stream of UTF-8 over UTF-16/32 text with a byte-order mark (undecodable units -> U+FFFD)."""
+    """A read(n) stream of UTF-8 over text in another encoding.
 
-    def __init__(self, stream: BinaryIO, encoding: str):
+    ``errors="replace"`` (UTF-16/32 found by its byte-order mark): undecodable units become U+FFFD.
+    ``errors="surrogateescape"`` (an encoding the source declares): an undecodable byte passes
+    through as itself, invalid UTF-8 that the cleaning stage's ``invalid_utf8`` policy rejects or
+    repairs, as it does for a UTF-8 file's bad bytes.
+    """
+
+    def __init__(self, stream: BinaryIO, encoding: str, errors: str = "replace"):
         super().__init__()
         self._stream = stream
-        self._decoder = codecs.getincrementaldecoder(encoding)(errors="replace")
+        self._decoder = codecs.getincrementaldecoder(encoding)(errors=errors)
+        self._errors = errors
 
     def _produce(self) -> None:
         data = self._stream.read(CHUNK)
         text = self._decoder.decode(data, final=not data)
         self._done = not data
-        self._buf += text.encode("utf-8")
+        self._buf += text.encode("utf-8", errors=self._errors)
+
+
+def declared_encoding(encoding: str) -> str | None:
+    """A source's ``encoding`` when its bytes need re-encoding to UTF-8 (None for UTF-8 itself)."""
+    return None if encoding == "utf-8" else encoding
 
 
 class CrLines:

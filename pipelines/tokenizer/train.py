@@ -174,7 +174,8 @@ def empty_corpus_message(why: dict[str, int], hints: dict[str, str]) -> str:
     top = sorted(((_said(k), n) for k, n in why.items()), key=lambda kv: (-kv[1], kv[0]))
     counts = ", ".join(f"{n} {reason}" for reason, n in top[:4]) + (", ..." if len(top) > 4 else "")
     hint = hints.get(top[0][0], "check the inputs, and the clean rules for text unlike news or web prose")
-    return f"{head}: all {lost} documents left it ({counts}): {hint}"
+    every = "the one document" if lost == 1 else f"all {lost:,} documents"
+    return f"{head}: {every} left it ({counts}): {hint}"
 
 
 class TrainTokenizer(beam.PTransform):
