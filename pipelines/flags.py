@@ -108,10 +108,14 @@ def add_build_flags(parser: Any) -> None:
                         "set only some sections; flags override it.")
     g.add_argument("--format", default=None, metavar="FORMAT",
                    help=f"Format of the input files: {', '.join(FORMATS)} (default: auto, by extension). "
-                        "This and the next two set every source (the --input ones, or the --config's).")
+                        "This and the next three set every source (the --input ones, or the --config's).")
     g.add_argument("--text_field", default=None, metavar="FIELD",
                    help="The field holding the text in JSON / JSONL / Parquet records "
                         f"(default: {_default(SourceConfig, 'text_field')}).")
+    g.add_argument("--delimiter", default=None, metavar="LINE",
+                   help="Text files hold many documents, separated by lines that read LINE (e.g. "
+                        "'<|endoftext|>'; '' for blank lines, as BERT's pretraining text) (default: one "
+                        "document per file).")
     g.add_argument("--encoding", default=None, metavar="CODEC",
                    help="Text encoding of text, JSON and JSONL files (e.g. cp1252, latin-1, utf-16-le; "
                         f"default: {_default(SourceConfig, 'encoding')}; a UTF-16/32 byte-order mark is read "

@@ -177,6 +177,8 @@ def build_config_from_options(opts: BuildOptions) -> BuildConfig:
     per_source: dict[str, Any] = {key: value for key, value in (
         ("format", o.format), ("text_field", o.text_field), ("encoding", o.encoding),
         ("follow_links", o.follow_links or None)) if value is not None and value != ""}
+    if o.delimiter is not None:  # '' is a delimiter: blank lines
+        per_source["delimiter"] = o.delimiter
     if o.input:
         sources = []
         for i, arg in enumerate(o.input):

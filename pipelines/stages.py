@@ -148,6 +148,10 @@ LOSS_HINTS = {
     R_MALFORMED_JSON: "the inputs do not parse as JSON Lines or a JSON array: check the source's format",
     "invalid_utf8": "no input decodes as its source's encoding (UTF-8 by default): name the encoding of the text "
                     "(--encoding CODEC, e.g. cp1252 or latin-1; or encoding: in the source's config)",
+    "max_doc_bytes": "a document is over clean.max_doc_bytes (1,000,000 bytes by default), and a text file is "
+                     "one document: for a file of many, name the line between them (--delimiter LINE, e.g. "
+                     "'<|endoftext|>', or '' for blank lines), or raise clean.max_doc_bytes and the source's "
+                     "max_record_bytes in a --config file",
     "language": "the language rule kept none: give the corpus's languages (--languages CODES, e.g. en,de), or "
                 "--languages any to keep every language",
     "empty_after_line_rules": "C4's line rules left no line (a line under clean.line_min_words words, or without "

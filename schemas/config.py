@@ -37,7 +37,8 @@ class SourceConfig(Strict):
     # names: cp1252, latin-1, utf-16-le, ...); stored as the codec's canonical name. Text with a
     # UTF-16/32 byte-order mark is read by its mark whatever this says; Parquet text is UTF-8.
     encoding: str = "utf-8"
-    # Stories: many documents per file separated by this line (None: one per file).
+    # Stories: many documents per file separated by lines that read this ("": blank lines; None: one
+    # document per file).
     delimiter: str | None = None
     # Per-source line rules (C4's terminal punctuation suits web and news text only).
     # None: by source name (off for stories/books, on for everything else).

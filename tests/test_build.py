@@ -221,6 +221,10 @@ def test_the_empty_corpus_line_counts_the_commonest_reasons_first():
     assert "clean rules" in empty_corpus_message({"filtered:markup": 1}, {})
     assert ": the one document left it (1 invalid_utf8): H" in empty_corpus_message({"rejected:invalid_utf8": 1},
                                                                                  {"invalid_utf8": "H"})
+    from pipelines.stages import LOSS_HINTS as hints
+
+    # one text file of many stories is one document, over max_doc_bytes: the line names --delimiter
+    assert "(--delimiter LINE" in empty_corpus_message({"filtered:max_doc_bytes": 1}, hints)
     assert "no document held a sentence" in empty_corpus_message({}, {})
     from pipelines.stages import LOSS_HINTS
 

@@ -262,7 +262,10 @@ def test_per_source_flags_set_a_configs_sources_too(tmp_path) -> None:
     assert [(s.name, s.text_field, s.encoding, s.format) for s in built.sources] == [
         ("news", "body", "iso8859-1", "jsonl"), ("books", "body", "iso8859-1", "jsonl")]
     kept = build_config_from_options(BuildOptions(["--config", str(cfg)]))  # no flag: the config's own values
-    assert [(s.text_field, s.encoding) for s in kept.sources] == [("text", "utf-8"), ("text", "cp1252")]
+    assert [(s.text_field, s.encoding, s.delimiter) for s in kept.sources] == [("text", "utf-8", None),
+                                                                               ("text", "cp1252", None)]
+    blank = build_config_from_options(BuildOptions(["--input", "books=b.txt", "--delimiter", ""]))
+    assert [s.delimiter for s in blank.sources] == [""]  # '' is a delimiter (blank lines), not "not given"
     with pytest.raises(UserError, match=r"--encoding \(sources\.0\.encoding\): 'klingon' is no text encoding"):
         build_config_from_options(BuildOptions(["--config", str(cfg), "--encoding", "klingon"]))
     with pytest.raises(UserError, match=r"--input 'x': encoding: 'rot13' is a codec that transforms data"):

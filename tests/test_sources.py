@@ -273,6 +273,11 @@ def test_text_one_document_per_file_and_delimited(tmp_path):
     (tmp_path / "mac.txt").write_bytes((tmp_path / "many.txt").read_bytes().replace(b"\n", b"\r"))
     mac = read(tmp_path / "mac.txt", name="stories", delimiter="<|endoftext|>")
     assert [r.text for r in mac] == [r.text for r in recs]
+    # an empty delimiter: blank lines (a run of them, or spaces on them) separate documents, as in BERT's
+    # pretraining text (a sentence per line, a blank line between documents)
+    (tmp_path / "bert.txt").write_text("First doc, sentence one.\nSentence two.\n\n \n\nSecond doc.\n\nThird.")
+    assert [r.text for r in read(tmp_path / "bert.txt", name="stories", delimiter="")] == [
+        "First doc, sentence one.\nSentence two.", "Second doc.", "Third."]
 
 
 @pytest.mark.parametrize("ext", sorted(COMPRESS))

@@ -169,6 +169,7 @@ def _serve(args: argparse.Namespace, rest: list[str], stopper: Stopper | None) -
     source = source_config({"name": source_name, "input": watch,
                             **{key: getattr(build_known, key) for key in ("format", "text_field", "encoding")
                                if getattr(build_known, key)},
+                            **({"delimiter": build_known.delimiter} if build_known.delimiter is not None else {}),
                             **({"follow_links": True} if build_known.follow_links else {})},
                            f"--source {source_name!r}")
     check_raw_input(source.name, watch, "--watch")
