@@ -248,6 +248,31 @@ def test_train_given_a_run_or_a_corpus_file_for_a_model_or_a_corpus_names_what_i
     assert said["data json"].startswith(f"error: {top / 'summary.json'} is JSON but not a shardforge manifest")
 
 
+def test_a_folder_inside_a_corpus_or_a_run_given_as_the_corpus_names_the_one_it_is_in(tmp_path: Path) -> None:
+    """--data CORPUS/versions (or a version's tokenized/, or RUN/checkpoints) said to build a corpus from its
+    files with `shardforge build --input 'CORPUS/versions/*'`; it names the corpus or run it is in. train's
+    and evaluate's --corpus (serve's and status's word for it) is --data."""
+    top = tmp_path / "work"
+    run_dir = _killed_run(top)
+    corpus = top / "corpus"
+    tokenized = corpus / "versions" / "v1-0123456789abcdef" / "tokenized"
+    tokenized.mkdir(parents=True)
+    (corpus / "manifest.json").write_text("{}")
+    said = {name: one_line_error(run("-m", "shardforge.cli", *args))
+            for name, args in {"versions": ["train", "--corpus", str(corpus / "versions")],
+                               "tokenized": ["train", "--data", str(tokenized)],
+                               "checkpoints": ["train", "--data", str(run_dir / "checkpoints")]}.items()}
+    for name, folder in (("versions", corpus / "versions"), ("tokenized", tokenized)):
+        assert said[name] == (f"error: no manifest at {folder / 'manifest.json'}: {folder} is a folder inside the "
+                              f"corpus {corpus}: give the corpus itself ({corpus}) or its manifest.json"), said[name]
+    assert said["checkpoints"].startswith(f"error: no manifest at {run_dir / 'checkpoints' / 'manifest.json'}: "
+                                          f"{run_dir / 'checkpoints'} is a folder inside the training run {run_dir}, "
+                                          "not a corpus"), said["checkpoints"]
+    from trainer.args import evaluate_parser
+
+    assert evaluate_parser().parse_args(["RUN", "--corpus", "C"]).data == "C"
+
+
 def test_a_corpus_is_never_written_into_a_run_or_a_model_folder(small_corpus, tmp_path: Path) -> None:
     """build, repack and serve wrote their shards, manifest and versions/ among a run's checkpoints or an
     exported model's files (and train its checkpoints among a model's); each now refuses such a folder in

@@ -354,8 +354,8 @@ class TrainParser(ArgumentParser):
 def train_parser() -> ArgumentParser:
     """The trainer's flags (a recipe, a config file, flags and --set overrides: trainer/recipes)."""
     p = TrainParser(prog="python -m trainer.train", description=DESCRIPTION, formatter_class=TrainHelpFormatter)
-    p.add_argument("--data", help="Corpus URL or its manifest.json (local, gs://, s3://, http://): what "
-                                  "`python -m pipelines.build` wrote. Required.")
+    p.add_argument("--data", "--corpus", help="Corpus URL or its manifest.json (local, gs://, s3://, http://): what "
+                                              "`python -m pipelines.build` wrote. Required.")
     p.add_argument("--mix", action="append", metavar="URL=WEIGHT",
                    help="Mix several corpora (repeat the flag): URL=0.7 is a share of the training tokens, "
                         "URL=x2 repeats a corpus twice as often as its size gives (fairseq upsampling).")
@@ -553,8 +553,8 @@ def evaluate_parser() -> ArgumentParser:
                                    "keys them, so a run's last eval_loss is reproduced with its --eval_batches.")
     p.add_argument("model", help="ckpt-NNNNNNNN.pt, a run folder (its latest checkpoint), or a Hugging Face model "
                                  "folder (config.json and weights; local or fsspec URL)")
-    p.add_argument("--data", help="the corpus (manifest URL or its folder; default: the corpus the checkpoint "
-                                  "trained on; a Hugging Face folder needs it)")
+    p.add_argument("--data", "--corpus", help="the corpus (manifest URL or its folder; default: the corpus the "
+                                              "checkpoint trained on; a Hugging Face folder needs it)")
     p.add_argument("--split", choices=("valid", "train"), default="valid",
                    help="which split (default: %(default)s; train is text the model saw)")
     p.add_argument("--batches", type=at_least(1), metavar="N",

@@ -130,6 +130,21 @@ def kinds_under(url: str, limit: int = 50) -> str:
     return f"; under it: {', '.join(found)}" if found else ""
 
 
+def enclosing_corpus_or_run(url: str, levels: int = 3) -> tuple[str, str] | None:
+    """The nearest folder above url (up to ``levels`` up) that is a corpus or a training run, with its kind
+    (a corpus's versions/ or shard intermediates, a run's checkpoints/), or None."""
+    for _ in range(levels):
+        if "/" not in url.rstrip("/"):
+            return None
+        url = url.rstrip("/").rsplit("/", 1)[0]
+        if not url or url.endswith(":/") or url.endswith(":"):
+            return None
+        kind = probed_kind(url)  # asked by name: a folder above may hold a crawl's millions of files
+        if kind in ("corpus", "run"):
+            return url, kind
+    return None
+
+
 def _no_manifest(url: str, murl: str) -> str:
     """Why there is no manifest at murl, in the user's terms: url is a file (raw data, say), a folder
     without a manifest, or nothing at all."""
@@ -154,6 +169,14 @@ def _no_manifest(url: str, murl: str) -> str:
         if kind == "model":
             return (f"no manifest at {murl}: {root} is a Hugging Face model folder, not a corpus "
                     f"(`shardforge evaluate {root} --data CORPUS` measures it on one)")
+        inside = enclosing_corpus_or_run(root)
+        if inside is not None and inside[1] == "corpus":
+            return (f"no manifest at {murl}: {root} is a folder inside the corpus {inside[0]}: give the corpus "
+                    f"itself ({inside[0]}) or its manifest.json")
+        if inside is not None:
+            return (f"no manifest at {murl}: {root} is a folder inside the training run {inside[0]}, not a "
+                    f"corpus (a run's corpus is the --data it trained on; `shardforge status {inside[0]}` "
+                    "says where the run stands)")
         under = kinds_under(root)
         if under:
             return f"no manifest at {murl}: {root} is a folder but not a corpus{under}"
