@@ -366,6 +366,10 @@ def test_runner_mistakes_found_before_beam_starts_are_one_line_at_once(raw):
     # A job server nothing answers at (Beam waited 300 s for it).
     line, wall = one_line(["--runner", "PortableRunner", "--job_endpoint", f"localhost:{free_port()}"], raw)
     assert "nothing answers at --job_endpoint" in line and wall < 10, (line, wall)
+    # No job server named at all (the job started, then failed with "run the same command again to finish").
+    line, wall = one_line(["--runner", "PortableRunner"], raw)
+    assert line.startswith("error: --runner PortableRunner submits the job to a running job server: pass "
+                           "--job_endpoint HOST:PORT") and wall < 10, (line, wall)
     # The options of the runner --runner names are known to the flag check: DaskRunner's option is not
     # "an unknown flag", and the runner is refused with the reason.
     line, wall = one_line(["--runner", "DaskRunner", "--dask_client_address", "tcp://127.0.0.1:8786"], raw)

@@ -216,6 +216,10 @@ def runner_problems(argv: Sequence[str]) -> list[str]:
             problems.append(f"--runner {runner} starts {what} here, a Java program, and there is no {java!r} on PATH: "
                             "install a Java runtime (17), pass --job_server_java_launcher PATH, or start a job "
                             "server and pass --job_endpoint HOST:PORT (docs/flink.md)")
+    if name == "portable" and not endpoint:
+        problems.append(f"--runner {runner} submits the job to a running job server: pass --job_endpoint HOST:PORT "
+                        "(Flink's or Spark's job server, or Beam's own: docs/flink.md), or name the runner "
+                        "(--runner FlinkRunner starts Flink's job server itself)")
     if name in PORTABLE_RUNNERS and endpoint and endpoint != "embed" and not answers(endpoint):
         problems.append(f"nothing answers at --job_endpoint {endpoint}: start the job server first (docs/flink.md) "
                         "or correct the address")
