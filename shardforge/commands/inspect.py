@@ -129,11 +129,12 @@ def render(r: dict[str, Any]) -> str:
         f"members {', '.join(s['members'])}",
         f"  tokenizer: {tok['model_type']} vocab {tok['vocab_size']} ({tok['path']}, sha256 {tok['sha256'][:12]}…)",
         f"  documents: {s['documents']['input']:,} in, {s['documents']['kept']:,} kept",
-        f"  total: {s['shards']:,} shards, {s['samples']:,} samples, {s['tokens']:,} tokens, {s['bytes']:,} bytes",
+        f"  total: {counted(s['shards'], 'shard')}, {counted(s['samples'], 'sample')}, {counted(s['tokens'], 'token')}, "
+        f"{counted(s['bytes'], 'byte')}",
     ]
+    out.append(f"    {'split':<6} {'shards':>6} {'samples':>10} {'tokens':>12} {'documents':>10}")
     for split, t in s["splits"].items():
-        out.append(f"    {split:<6} {t['shards']:>6,} shards {t['samples']:>10,} samples {t['tokens']:>12,} tokens "
-                   f"{t['documents']:>8,} docs")
+        out.append(f"    {split:<6} {t['shards']:>6,} {t['samples']:>10,} {t['tokens']:>12,} {t['documents']:>10,}")
     out.append(f"\nsamples ({r['split']}):")
     task = LABELS.get(s["packing_rule"])
     if task is not None:
