@@ -483,7 +483,9 @@ class TrainConfig(Strict):
     eval_every: int = Field(0, ge=0)
     eval_batches: int = Field(10, ge=0)
     log_every: int = Field(10, ge=0)  # 0: progress lines at the first and last step and evaluations only
-    checkpoint_every: int = Field(0, ge=0)  # 0: at the last step (and forced saves) only
+    # A checkpoint every N steps and at the last step (0: at the last step and forced saves only). A
+    # paper's run (500k steps, hours to days) must not lose all its work to one crash.
+    checkpoint_every: int = Field(1000, ge=0)
     keep_last: int = Field(3, ge=0)  # 0: keep every checkpoint
     resume: bool = True
     device: str = "auto"
