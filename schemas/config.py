@@ -478,9 +478,10 @@ class TrainConfig(Strict):
     seed: int = 0
     num_workers: int = 0
     shuffle_buffer: int = 1000
-    # Evaluate on the valid split every N steps and at the last step (0: at the last step only);
-    # each evaluation takes the first eval_batches batches (0: no evaluation at all).
-    eval_every: int = Field(0, ge=0)
+    # Evaluate on the valid split every N steps and at the last step (0: at the last step only), so a
+    # long run shows its validation curve as it goes; each evaluation takes the first eval_batches
+    # batches (0: no evaluation at all).
+    eval_every: int = Field(1000, ge=0)
     eval_batches: int = Field(10, ge=0)
     log_every: int = Field(10, ge=0)  # 0: progress lines at the first and last step and evaluations only
     # A checkpoint every N steps and at the last step (0: at the last step and forced saves only). A

@@ -63,14 +63,17 @@ def test_run_mlm_flags_set_their_config_keys_and_set_still_wins() -> None:
 
 
 def test_every_recipe_checkpoints_before_its_last_step() -> None:
-    """A paper's recipe (500k steps, days of GPU time) kept its one checkpoint for the last step: one crash
-    lost the whole run. Every recipe, and a run with no recipe, now checkpoints along the way."""
+    """A paper's recipe (500k steps, days of GPU time) kept its one checkpoint, and its one evaluation, for the
+    last step: one crash lost the whole run, and no valid loss showed before the end. Every recipe, and a run
+    with no recipe, now checkpoints and evaluates along the way."""
     from trainer.recipes import recipe_names
 
     for name in recipe_names():
         cfg = resolved("--recipe", name)
         assert 0 < cfg.checkpoint_every < cfg.steps, (name, cfg.checkpoint_every, cfg.steps)
-    assert resolved("--steps", "5000").checkpoint_every == 1000  # no recipe: the config's default
+        assert 0 < cfg.eval_every < cfg.steps, (name, cfg.eval_every, cfg.steps)  # its valid curve as it goes
+    no_recipe = resolved("--steps", "5000")  # the config's defaults
+    assert (no_recipe.checkpoint_every, no_recipe.eval_every) == (1000, 1000)
 
 
 def test_resume_from_checkpoint_continues_a_run_under_run_mlms_name(tmp_path) -> None:
