@@ -234,7 +234,16 @@ def test_the_description_names_the_run_and_max_tokens_sets_the_steps(small_corpu
         f"a full one's tokens (--tokens_per_batch {8 * doc.max_seq_len})")
     assert "full:" not in length_line(planned.model_copy(update={"tokens_per_batch": 4096}), doc, shape)
     assert "masking token 40% (evaluated at token 15%)" in lines[4]
-    assert f"every 50 steps and at step {planned.steps}" in lines[5] and "token 15% masking" in lines[5]
+    # eval_every 50 of a 27-step run: the last step is its one evaluation (it read "every 50 steps and at step 27")
+    assert planned.steps < 50 and lines[5].startswith(f"evaluation: at step {planned.steps}, ")
+    assert "token 15% masking" in lines[5]
+    from trainer.describe import eval_line as said_eval
+    from trainer.describe import output_line
+
+    often = planned.model_copy(update={"eval_every": 10, "checkpoint_every": 10})
+    assert said_eval(often, manifest).startswith(f"evaluation: every 10 steps and at step {planned.steps}, ")
+    assert "checkpoints (every 10 steps and at the end" in output_line(often)
+    assert "checkpoints (at the end" in output_line(planned.model_copy(update={"checkpoint_every": 1000}))
     assert "gs://b/runs/r1/checkpoints" in lines[6] and "TensorBoard" not in lines[6]  # remote: no event files
     from trainer.describe import eval_line
 

@@ -206,7 +206,8 @@ def eval_line(cfg: TrainConfig, manifest: Manifest, valid_batches: int | None = 
         return "evaluation: off (eval_batches=0)"
     if not manifest.shards_of("valid"):
         return "evaluation: none (the corpus has no valid split)"
-    when = f"every {cfg.eval_every:,} steps and at step {cfg.steps:,}" if cfg.eval_every else f"at step {cfg.steps:,}"
+    when = f"every {cfg.eval_every:,} steps and at step {cfg.steps:,}" if 0 < cfg.eval_every < cfg.steps \
+        else f"at step {cfg.steps:,}"
     masking = cfg.eval_masking or cfg.masking
     small = ""
     if valid_batches is not None and cfg.eval_batches > valid_batches:
@@ -223,7 +224,8 @@ def eval_line(cfg: TrainConfig, manifest: Manifest, valid_batches: int | None = 
 
 
 def output_line(cfg: TrainConfig) -> str:
-    every = f"every {cfg.checkpoint_every:,} steps and at the end" if cfg.checkpoint_every else "at the end"
+    every = f"every {cfg.checkpoint_every:,} steps and at the end" if 0 < cfg.checkpoint_every < cfg.steps \
+        else "at the end"
     resume = "; a rerun resumes from the newest" if cfg.resume else ""
     logs = [f"metrics {where(join(cfg.output, 'metrics.jsonl'))}"]
     if cfg.trackers.tensorboard and ("://" not in cfg.output or cfg.output.startswith("file://")):
