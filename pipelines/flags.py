@@ -86,7 +86,9 @@ examples:
 SERVE_HELP_NOTE = """
 Build flags of `python -m pipelines.build` (--config, --rule, --max_seq_len,
 --vocab_size, --tokenizer, …; not --input/--output) shape version 1; its
---doc_processes, --spill_mb and --spill_dir are taken too (build --help).
+--doc_processes, --spill_mb and --spill_dir are taken too, and --format,
+--text_field, --encoding, --delimiter and --follow_links say how every batch's
+files are read (build --help).
 """
 
 
