@@ -97,17 +97,8 @@ def _default(model: Any, name: str) -> Any:
     return model.model_fields[name].default
 
 
-def add_build_flags(parser: Any) -> None:
-    """``python -m pipelines.build``'s flags (``BuildOptions``); each names its config key and default."""
-    g = parser.add_argument_group("what to build")
-    g.add_argument("--input", action="append", default=None, metavar="[NAME=]URL",
-                   help="Raw input file, folder or glob (local, gs://, s3://, http://). Repeat for several "
-                        "sources; NAME= names a source in the report (e.g. ccnews=gs://b/cc/*.jsonl.gz).")
-    g.add_argument("--output", default=None, metavar="URL",
-                   help="Where the corpus goes (a new local folder, gs://…, s3://…).")
-    g.add_argument("--config", default=None, metavar="FILE",
-                   help="Build config (YAML or JSON, any URL; examples/build.yaml is a commented one). It may "
-                        "set only some sections; flags override it.")
+def add_source_flags(g: Any) -> None:
+    """The flags that say how every source's files are read (they set each source of the config)."""
     g.add_argument("--format", default=None, metavar="FORMAT",
                    help=f"Format of the input files: {', '.join(FORMATS)} (default: auto, by extension). "
                         "This and the next three set every source (the --input ones, or the --config's).")
@@ -125,6 +116,20 @@ def add_build_flags(parser: Any) -> None:
     g.add_argument("--follow_links", action="store_true", default=False,
                    help="Read local links that lead out of the folder an --input names (refused by default: "
                         "each is one not_a_file reject).")
+
+
+def add_build_flags(parser: Any) -> None:
+    """``python -m pipelines.build``'s flags (``BuildOptions``); each names its config key and default."""
+    g = parser.add_argument_group("what to build")
+    g.add_argument("--input", action="append", default=None, metavar="[NAME=]URL",
+                   help="Raw input file, folder or glob (local, gs://, s3://, http://). Repeat for several "
+                        "sources; NAME= names a source in the report (e.g. ccnews=gs://b/cc/*.jsonl.gz).")
+    g.add_argument("--output", default=None, metavar="URL",
+                   help="Where the corpus goes (a new local folder, gs://…, s3://…).")
+    g.add_argument("--config", default=None, metavar="FILE",
+                   help="Build config (YAML or JSON, any URL; examples/build.yaml is a commented one). It may "
+                        "set only some sections; flags override it.")
+    add_source_flags(g)
     c = parser.add_argument_group("cleaning and duplicates")
     c.add_argument("--languages", default=None, metavar="CODES",
                    help="Languages to keep, a comma list of codes (en,de,fr,zh,...), or 'any' to keep every "
