@@ -101,7 +101,7 @@ def add_source_flags(g: Any) -> None:
     """The flags that say how every source's files are read (they set each source of the config)."""
     g.add_argument("--format", default=None, metavar="FORMAT",
                    help=f"Format of the input files: {', '.join(FORMATS)} (default: auto, by extension). "
-                        "This and the next three set every source (the --input ones, or the --config's).")
+                        "This and the next four set every source (the --input ones, or the --config's).")
     g.add_argument("--text_field", default=None, metavar="FIELD",
                    help="The field holding the text in JSON / JSONL / Parquet records "
                         f"(default: {_default(SourceConfig, 'text_field')}).")
