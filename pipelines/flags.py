@@ -145,7 +145,7 @@ def add_build_flags(parser: Any) -> None:
                    help="The dedupe index of an existing corpus (its dedupe/index folder, which its manifest "
                         "names): documents that duplicate that corpus's are removed too (incremental builds).")
     c.add_argument("--decontaminate", action="append", default=None, metavar="PATH",
-                   help="Evaluation sets (JSONL, JSON or text files; any URL or glob; repeat for several): "
+                   help="Evaluation sets (JSONL, JSON, Parquet or text files; any URL or glob; repeat for several): "
                         "documents sharing an n-gram with them are removed (docs/dedupe.md).")
     c.add_argument("--decontaminate_ngram", type=int, default=None, metavar="N",
                    help=f"Words per n-gram of --decontaminate (default: {_default(DecontaminateConfig, 'ngram')}, "

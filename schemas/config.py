@@ -202,7 +202,7 @@ class DedupeConfig(Strict):
 class DecontaminateConfig(Strict):
     """Benchmark decontamination (pipelines/dedupe/decontaminate.py, docs/dedupe.md)."""
 
-    # Evaluation sets: JSONL, JSON or text files (.gz / .bz2 / .xz too), any fsspec URL or glob; empty: off.
+    # Evaluation sets: JSONL, JSON, Parquet or text files (.gz / .bz2 / .xz too), any fsspec URL or glob; empty: off.
     paths: list[str] = []
     # A document sharing a word n-gram of this many words with an evaluation text is contaminated (GPT-3: 13).
     ngram: int = Field(13, ge=4, le=64)

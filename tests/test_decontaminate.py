@@ -91,6 +91,20 @@ def test_evaluation_file_formats(tmp_path) -> None:
     tx.write_text("para one\nstill one\n\n\npara two\n")
     assert list(eval_texts(str(tx))) == ["para one\nstill one\n", "para two\n"]
     assert record_text({"a": {"b": ["x", 1, "y"]}, "c": None}) == "x\ny"
+    # Parquet, as a Hugging Face dataset's split: every column's strings (nested answers too), or --fields'
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    squad = tmp_path / "validation-00000-of-00001.parquet"
+    table = pa.table({"id": ["q1", "q2"], "context": ["The first passage.", "The second passage."],
+                      "question": ["Which one?", "And now?"],
+                      "answers": [{"text": ["first"], "answer_start": [4]}, {"text": ["second"], "answer_start": [4]}]})
+    pq.write_table(table, squad, row_group_size=1)
+    assert list(eval_texts(str(squad))) == ["q1\nThe first passage.\nWhich one?\nfirst",
+                                            "q2\nThe second passage.\nAnd now?\nsecond"]
+    assert list(eval_texts(str(squad), ["context", "answers"])) == ["The first passage.\nfirst",
+                                                                    "The second passage.\nsecond"]
+    assert list(eval_texts(str(squad), ["sentence"])) == []  # no such column: no text
 
 
 def _run(docs: list[str], cfg: DecontaminateConfig, tmp_path) -> dict:
@@ -196,9 +210,20 @@ def test_an_index_in_many_partitions_gives_the_same_verdicts(planted, tmp_path, 
 def test_a_path_matching_nothing_or_an_unread_kind_is_one_line(tmp_path) -> None:
     with pytest.raises(UserError, match="no file matches it"):
         Decontaminate(DecontaminateConfig(paths=[str(tmp_path / "nothing*.jsonl")]))
-    (tmp_path / "evals.parquet").write_bytes(b"PAR1")
-    with pytest.raises(UserError, match="parquet files are not read"):
-        Decontaminate(DecontaminateConfig(paths=[str(tmp_path / "evals.parquet")]))
+    (tmp_path / "evals.zip").write_bytes(b"PK\x03\x04")
+    with pytest.raises(UserError, match="zip files are not read; give JSONL, JSON, Parquet or text files"):
+        Decontaminate(DecontaminateConfig(paths=[str(tmp_path / "evals.zip")]))
+
+
+@pytest.mark.parametrize("name,data", [("evals.parquet", b"PAR1 not a parquet file"),
+                                       ("evals.jsonl.gz", gzip.compress(b'{"text": "a b c"}\n' * 50)[:40])])
+def test_an_evaluation_file_that_does_not_decode_is_one_line(tmp_path, name, data) -> None:
+    """A file named .parquet that is none, or a cut .gz: Beam's log of the stage's traceback, now the
+    file's name and why, as the user's one line."""
+    (tmp_path / name).write_bytes(data)
+    cfg = DecontaminateConfig(paths=[str(tmp_path / name)])
+    with pytest.raises(UserError, match=rf"^--decontaminate {name}: does not read as (Parquet|JSONL) to its end \("):
+        _run(["A document of a few words that the stage reads."], cfg, tmp_path)
 
 
 def test_the_attempt_tag_follows_the_evaluation_files(tmp_path) -> None:

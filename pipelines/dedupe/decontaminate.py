@@ -1,6 +1,6 @@
 """Benchmark decontamination: documents that share a word n-gram with evaluation sets leave the corpus.
 
-``--decontaminate PATH`` (``DecontaminateConfig``): JSONL, JSON or text files of evaluation sets, any
+``--decontaminate PATH`` (``DecontaminateConfig``): JSONL, JSON, Parquet or text files of evaluation sets, any
 fsspec URL or glob. A document sharing a word n-gram (13 words by default, as GPT-3 did) with any of
 their texts is removed as ``Reject(filtered, "decontaminated")`` (its snippet: the first overlapping
 words), or with ``mode: spans`` only the overlapping words are cut out (GPT-3's and lm-eval's
@@ -45,11 +45,11 @@ from pipelines.dedupe.evalsets import (
     batch_ngram_hashes,
     eval_files,
     eval_text,
-    eval_texts,
     expected_words,
     filter_shape,
     ngram_hashes,
     overlap_spans,
+    readable_texts,
     split_parts,
 )
 from pipelines.localrunner.batching import BundleBatches
@@ -100,7 +100,7 @@ class _ReadEval(beam.DoFn):
         counts = {"texts": 0, "ngrams": 0, "short_texts": 0, "bad_records": 0}
         pending: list[np.ndarray] = []
         held = 0
-        for text in eval_texts(ef.url, self.fields):
+        for text in readable_texts(ef, self.fields):
             if text is None:
                 counts["bad_records"] += 1
                 continue

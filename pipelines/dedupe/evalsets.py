@@ -4,8 +4,8 @@ Plain Python and numpy, no Beam (``pipelines.dedupe.decontaminate`` is the stage
 
 - the evaluation files: listed (``eval_files``, one clear line for a path that matches nothing or a
   file of a kind not read), identified for the attempt tag (``eval_identity``), read as texts
-  (``eval_texts``: JSONL and JSON records, whose string values are ``record_text``; text files by
-  blank-line paragraphs; ``.gz`` / ``.bz2`` / ``.xz``);
+  (``eval_texts``: JSONL and JSON records and Parquet rows, whose string values are ``record_text``;
+  text files by blank-line paragraphs; ``.gz`` / ``.bz2`` / ``.xz``);
 - word n-gram hashes (``ngram_hashes``, ``batch_ngram_hashes``): words are ``\\w+`` runs with
   apostrophes inside a word dropped, lower-cased (NFKC for non-ASCII words), each hashed with
   blake2b (memoized per process), and every n consecutive word hashes combined by a polynomial and a
@@ -36,7 +36,7 @@ from pipelines.dedupe.bloom import bloom_shape
 from pipelines.sources.streams import Prefixed, iter_json_array, skip_ws
 from schemas.config import DecontaminateConfig
 from schemas.errors import UserError
-from shardforge.storage import open_read, redact_url
+from shardforge.storage import is_transient, open_read, redact_url
 
 # ------------------------------------------------------------------ n-gram hashes (plain numpy)
 
@@ -139,7 +139,8 @@ class EvalFile:
 
 
 _OPENERS = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}
-_REFUSED = (".zst", ".zip", ".tar", ".parquet", ".7z")
+_REFUSED = (".zst", ".zip", ".tar", ".7z")
+PARQUET_BATCH_ROWS = 1024
 
 
 def eval_files(cfg: DecontaminateConfig) -> list[EvalFile]:
@@ -160,7 +161,7 @@ def eval_files(cfg: DecontaminateConfig) -> list[EvalFile]:
     for url, name in zip(urls, names, strict=True):
         if url.lower().endswith(_REFUSED):
             raise UserError(f"--decontaminate {redact_url(url)}: {name.rsplit('.', 1)[-1]} files are not read; give "
-                            "JSONL, JSON or text files (optionally .gz, .bz2 or .xz)")
+                            "JSONL, JSON, Parquet or text files (optionally .gz, .bz2 or .xz)")
         out.append(EvalFile(url, redact_url(url) if names.count(name) > 1 else name, found[url].size,
                             fingerprint(found[url])))
     return out
@@ -214,7 +215,24 @@ def _format_of(url: str) -> str:
         lower = lower.removesuffix(ext)
     if lower.endswith((".jsonl", ".ndjson")):
         return "jsonl"
+    if lower.endswith(".parquet"):
+        return "parquet"
     return "json" if lower.endswith(".json") else "text"
+
+
+def _parquet_rows(url: str, fields: list[str] | None) -> Iterator[dict[str, Any]]:
+    """The rows of a Parquet file (a Hugging Face dataset's split, say) as records, a batch at a time:
+    only the ``fields`` columns it has, where given (a file with none of them gives no text)."""
+    import pyarrow.parquet as pq
+
+    with _open_binary(url) as raw:
+        pf = pq.ParquetFile(raw)
+        names = pf.schema_arrow.names
+        columns = [c for c in fields if c in names] if fields else names
+        if not columns:
+            return
+        for batch in pf.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=columns):
+            yield from batch.to_pylist()
 
 
 def record_text(value: Any, fields: list[str] | None = None) -> str:
@@ -234,6 +252,10 @@ def record_text(value: Any, fields: list[str] | None = None) -> str:
 def eval_texts(url: str, fields: list[str] | None = None, block_chars: int = 1 << 20) -> Iterator[str | None]:
     """The texts of one evaluation file, in order (None for a JSON line that does not parse)."""
     kind = _format_of(url)
+    if kind == "parquet":
+        for row in _parquet_rows(url, fields):
+            yield record_text(row, fields)
+        return
     if kind == "json":
         for value in _json_values(url):
             yield None if value is None else record_text(value, fields)
@@ -258,6 +280,20 @@ def eval_texts(url: str, fields: list[str] | None = None, block_chars: int = 1 <
                     block, size = [], 0
             if block:
                 yield "".join(block)
+
+
+def readable_texts(ef: EvalFile, fields: list[str] | None = None) -> Iterator[str | None]:
+    """``eval_texts`` of an evaluation file, where a file that does not decode (a cut .gz, a file named
+    .parquet that is none) is one line naming it: a build must not leave a benchmark half read."""
+    try:
+        yield from eval_texts(ef.url, fields)
+    except Exception as e:  # noqa: BLE001 - turned into the user's one line, or re-raised
+        if is_transient(e):
+            raise  # a dropped connection is not a bad file: the runner retries the bundle
+        kind = {"jsonl": "JSONL", "json": "JSON", "parquet": "Parquet"}.get(_format_of(ef.url), "text")
+        reason = " ".join(str(e).split())[:200]
+        raise UserError(f"--decontaminate {ef.name}: does not read as {kind} to its end ({type(e).__name__}: "
+                        f"{reason}); an evaluation set is read whole: repair the file or leave it out") from None
 
 
 def partition_of(hashes: np.ndarray, log2_parts: int) -> np.ndarray:
@@ -298,5 +334,5 @@ def overlap_spans(text: str, n: int, matched: set[int]) -> list[tuple[int, int]]
 
 def expected_words(f: EvalFile) -> int:
     """An upper estimate of a file's words (so of its n-grams): ~6 bytes a word, 4x for compression."""
-    grow = 4 if f.url.lower().endswith(tuple(_OPENERS)) else 1
+    grow = 4 if f.url.lower().endswith((*_OPENERS, ".parquet")) else 1
     return max(1, f.size * grow // 6)
