@@ -133,6 +133,14 @@ NO_EQUIVALENT_LINES = {
     "--label_smoothing_factor": "plain cross-entropy over the masked tokens",
     "--config_name": "--init FOLDER continues a Hugging Face model with its own config.json",
     "--cache_dir": "nothing is downloaded, so nothing is cached",
+    "--streaming": "the corpus is always streamed, shard by shard",
+    "--disable_tqdm": "a log line every --log_every steps",
+    "--ignore_data_skip": "not by replaying the batches before it",
+    "--trust_remote_code": "no code from it runs",
+    "--torch_dtype": "trains at --precision",
+    "--low_cpu_mem_usage": "trains at --precision",
+    "--save_safetensors": "writes model.safetensors",
+    "--save_only_model": "shardforge export RUN OUT writes the model alone",
 }
 
 
@@ -167,6 +175,19 @@ def test_every_run_mlm_name_of_the_audit_is_accepted_or_answered(capsys: pytest.
         parse("--data", "c", flag, *([value] if value is not None else []))
     for flag in NO_EQUIVALENT_LINES:
         assert "unknown flag" not in refused(capsys, "--data", "c", flag, "1")
+
+
+def test_use_cpu_and_local_rank_are_taken(capsys: pytest.CaptureFixture[str]) -> None:
+    """--use_cpu / --no_cuda (TrainingArguments') are --device cpu; torch.distributed.launch's --local-rank N (or
+    --local_rank) is taken and left to LOCAL_RANK, which the launcher sets too. They were unknown flags."""
+    for argv in (["--use_cpu"], ["--no_cuda"], ["--use_cpu", "true"], ["--use_cpu=yes", "--device", "cpu"]):
+        assert resolved(*argv).device == "cpu", argv
+    assert resolved("--use_cpu", "false").device == "auto"
+    assert resolved("--recipe", "cpu", "--no_cuda").device == "cpu"
+    assert refused(capsys, "--use_cpu", "--device", "cuda:1") == \
+        "error: give --use_cpu or --device cuda:1, not both (see python -m trainer.train --help)"
+    for argv in (["--local-rank=1"], ["--local_rank", "0"]):
+        assert resolved(*argv, "--steps", "7").steps == 7
 
 
 @pytest.mark.parametrize("argv, on", [

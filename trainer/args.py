@@ -176,6 +176,8 @@ _BEST_MODEL = ("the run keeps its newest --keep_last checkpoints and logs each e
 _HUB = ("shardforge export RUN OUT writes a Hugging Face folder (with its model card); upload it with "
         "huggingface-cli upload: nothing here reaches the network")
 _FULL_EVAL = "evaluation runs at the training precision (--precision)"
+_LOAD_DTYPE = ("--init loads a model folder's weights into the model, which trains at --precision (auto: bf16 on a "
+               "GPU that has it, fp32 on CPU) whatever dtype the folder was saved in")
 _TRAIN_FILE = ("the data is a corpus a build wrote (--data CORPUS): `shardforge build --input FILES --output CORPUS` "
                "makes one from text files")
 
@@ -229,6 +231,18 @@ NO_EQUIVALENT: dict[str, str] = {
     "--config_name": "the model's shape is --model_size, a --recipe or --config_overrides KEY=VALUE; --init FOLDER "
                      "continues a Hugging Face model with its own config.json (--config is a train config YAML)",
     "--cache_dir": "nothing is downloaded, so nothing is cached: --init takes a local or fsspec folder",
+    "--streaming": "the corpus is always streamed, shard by shard, from wherever --data is (nothing is loaded "
+                   "whole)",
+    "--disable_tqdm": "progress is a log line every --log_every steps; there is no progress bar to turn off",
+    "--ignore_data_skip": "a resumed run goes on from the data position its checkpoint saved (each reader's place "
+                          "in its shards), not by replaying the batches before it: there is nothing to skip",
+    "--trust_remote_code": "--init reads a model folder's config.json and weights only: no code from it runs",
+    "--torch_dtype": _LOAD_DTYPE,
+    "--low_cpu_mem_usage": _LOAD_DTYPE,
+    "--save_safetensors": "export (shardforge export RUN OUT) writes model.safetensors; checkpoints are torch "
+                          "files, loaded with weights_only",
+    "--save_only_model": "a checkpoint holds the optimizer and the data position too, for an exact resume; "
+                         "shardforge export RUN OUT writes the model alone",
 }
 
 
@@ -396,6 +410,12 @@ def train_parser() -> ArgumentParser:
                 action = group.add_argument(f"--{name}", nargs="?", const=True, default=None, type=bool_value,
                                             metavar="true|false", help=f"--precision {name}, under run_mlm's name.")
                 action.config_key = "precision"  # type: ignore[attr-defined]
+            action = group.add_argument("--use_cpu", "--no_cuda", nargs="?", const=True, default=None,
+                                        type=bool_value, metavar="true|false",
+                                        help="--device cpu, under Hugging Face's names.")
+            action.config_key = "device"  # type: ignore[attr-defined]
+    # torch.distributed.launch passes each process --local-rank N (and sets LOCAL_RANK, which is what is read).
+    p.add_argument("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)
     for name in NO_EQUIVALENT:
         p.add_argument(name, action=NoEquivalent)
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -427,6 +447,10 @@ def parse_train_args(argv: list[str] | None = None) -> argparse.Namespace:
         if args.precision not in (None, switched[0]):
             p.error(f"give --{switched[0]} or --precision {args.precision}, not both")
         args.precision = switched[0]
+    if args.use_cpu:
+        if args.device not in (None, "cpu"):
+            p.error(f"give --use_cpu or --device {args.device}, not both")
+        args.device = "cpu"
     return args
 
 
