@@ -5,7 +5,7 @@ trainer imports torch (seconds on a cold start), by ``python -m trainer.train``,
 Every flag of the trainer but the corpus, recipe and config file sets one key of the train config
 (``CONFIG_FLAGS``; the names a Hugging Face ``run_mlm.py`` user types are accepted too:
 ``--learning_rate``, ``--mlm_probability``, ``--output_dir``, ``--bf16``, ...). A run_mlm flag with no
-equivalent here (``--num_train_epochs``, ``--do_eval``, ...: ``NO_EQUIVALENT``) is one line saying what
+equivalent here (``--num_train_epochs``, ``--do_eval``, ...: ``trainer.runmlm_flags``) is one line saying what
 to give instead, exit 2. ``--help`` shows each flag's config key and default (read from
 ``schemas.config`` only when help is printed) and lists every key ``--set`` takes.
 """
