@@ -199,9 +199,10 @@ def test_text_in_another_encoding_is_named_and_read_with_encoding(tmp_path):
     write_jsonl(str(raw / "news.jsonl"), [d for d in docs[:30] if d != pound])
     (raw / "old.txt").write_bytes(pound.encode("latin-1"))
     args = ["-m", "pipelines.build", "--output", str(tmp_path / "o1"), "--vocab_size", "600", "--min_words", "20"]
-    r = run_python([*args, "--input", str(raw / "*")], capture_output=True, text=True)
+    r = run_python([*args, "--input", str(raw / "*"), "--json"], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-2000:]
     warning = next(line for line in r.stderr.splitlines() if "invalid_utf8" in line)
+    assert warning in json.loads(r.stdout)["warnings"]  # --json's summary carries the lines stderr has
     assert warning.startswith("warning: 1 of 31 documents of source 'other' were rejected as invalid_utf8"), warning
     assert "--encoding CODEC" in warning and "invalid_utf8: repair" in warning, warning
     args[3] = str(tmp_path / "o2")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pipelines.report.record import REPORT_JSON, TIMINGS_HTML, rule_counts
+from pipelines.report.record import REPORT_JSON, TIMINGS_HTML, build_warnings, rule_counts
 from pipelines.report.summaries import ALL
 from pipelines.report.timings import TIMINGS_JSON
 from schemas.manifest import Manifest, accounting_totals
@@ -28,6 +28,9 @@ def summarize(m: Manifest, report: dict[str, Any] | None = None) -> dict[str, An
         # {bucket:reason: {source: records, "(all)": records}}: the manifest's accounting per rule
         "rules": rule_counts(m.model_dump(mode="json")),
         "disabled_rules": m.config.get("clean", {}).get("disabled_rules", []),
+        # the lines a user should look at (stderr's warning: lines, the report's); [] for none
+        "warnings": report["warnings"] if report and "warnings" in report else
+        build_warnings(m.model_dump(mode="json")),
     }
     if report:
         t = report["tokenizer"]
