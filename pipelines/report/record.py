@@ -103,8 +103,8 @@ def _invalid_utf8_warning(name: str, bad: int, n_in: int, encoding: str) -> str:
     line = (f"warning: {bad} of {n_in} documents of source '{name}' were rejected as invalid_utf8 (bytes that are "
             f"not {read_as}; report.html's rejects name the files): ")
     if encoding == "utf-8":
-        line += ("text in another encoding reads with --encoding CODEC (e.g. cp1252, latin-1; or encoding: in the "
-                 "source's config), or ")
+        line += ("where the files are in another encoding, --encoding CODEC reads them (e.g. cp1252, latin-1; or "
+                 "encoding: in the source's config); else ")
     return line + "clean: {invalid_utf8: repair} in a --config file keeps them with U+FFFD for the bad bytes"
 
 
