@@ -209,6 +209,39 @@ def test_parquet_without_text_column_and_corrupt_file(tmp_path):
     assert outcome(read(tmp_path / "cut.parquet")) == ["rejected:corrupt_parquet"]
 
 
+def test_arrow_ipc_files_read_as_their_parquet_would(tmp_path):
+    """A Hugging Face dataset on disk (``save_to_disk``, the datasets cache) is Arrow IPC: it was one `binary`
+    document. The stream format and the file format (Feather v2) give the rows a Parquet of the same table
+    gives, batch by batch; no text column, a cut file and a compressed one are named as Parquet's are."""
+    import pyarrow.feather as feather
+    from realtext import news_documents
+
+    docs = news_documents(limit=50)
+    table = pa.table({"title": [f"t{i}" for i in range(50)], "text": docs, "url": [f"https://n/{i}" for i in range(50)],
+                      "date": ["2017-12-01"] * 50})
+    pq.write_table(table, tmp_path / "cc.parquet")
+    want = [(r.text, r.title, r.url, r.date) for r in read(tmp_path / "cc.parquet")]
+    with pa.OSFile(str(tmp_path / "data-00000-of-00001.arrow"), "wb") as f:
+        with pa.ipc.new_stream(f, table.schema) as w:
+            w.write_table(table, max_chunksize=16)
+    feather.write_feather(table, tmp_path / "cc.feather", chunksize=16)
+    for name in ("data-00000-of-00001.arrow", "cc.feather"):
+        recs = read(tmp_path / name)
+        assert [(r.text, r.title, r.url, r.date) for r in recs] == want, name
+        assert [r.doc_id for r in recs] == [make_doc_id("ccnews", name, i) for i in range(50)]
+    with pa.OSFile(str(tmp_path / "body.arrow"), "wb") as f:
+        with pa.ipc.new_stream(f, pa.schema([("body", pa.string())])) as w:
+            w.write_table(pa.table({"body": ["a", "b", "c"]}), max_chunksize=2)
+    assert outcome(read(tmp_path / "body.arrow")) == ["rejected:missing_text_field"] * 3
+    assert [r.text for r in read(tmp_path / "body.arrow", text_field="body")] == ["a", "b", "c"]
+    good = (tmp_path / "cc.feather").read_bytes()
+    (tmp_path / "cut.feather").write_bytes(good[: len(good) // 2])
+    assert outcome(read(tmp_path / "cut.feather")) == ["rejected:corrupt_parquet"]
+    (tmp_path / "z.arrow.gz").write_bytes(gzip.compress(good))
+    assert [r.snippet for r in read(tmp_path / "z.arrow.gz")] == [
+        "compressed arrow files are not supported (arrow compresses internally)"]
+
+
 def test_parquet_text_falls_back_per_row_and_says_why_a_row_has_none(tmp_path):
     pq.write_table(pa.table({"text": [None, "t1", None], "maintext": ["m0", "m1", None]}), tmp_path / "both.parquet")
     recs = read(tmp_path / "both.parquet")  # the first non-null field wins, as in a JSON record

@@ -5,10 +5,11 @@ One reader per layout the real corpora ship in:
 * JSONL (one object per line; CC-News news-please dumps, OpenWebText/Stories exports),
 * JSON (news-please: one object per file, or a JSON array of objects),
 * Parquet (``text``, ``title``, ``url``, ``domain``, ``date`` columns), read in record batches,
+* Arrow IPC (a Hugging Face dataset on disk; Feather v2), read as Parquet is,
 * tar archives of ``.txt`` members, nested too (OpenWebText: ``urlsf_subset*.xz`` are xz-compressed
   tars of documents, and the outer ``openwebtext.tar.xz`` holds those),
 * plain text, one document per file or several separated by a delimiter line (Stories);
-  UTF-16/32 text with a byte-order mark is re-encoded to UTF-8.
+  UTF-16/32 text with a byte-order mark, and text in the source's ``encoding``, is re-encoded to UTF-8.
 
 Compression follows the extension (.gz, .xz, .zst, .bz2). Everything streams: lines, array items
 and archive members are read with a byte cap (``SourceConfig.max_record_bytes``), so a 200 MB

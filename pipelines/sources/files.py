@@ -44,9 +44,10 @@ def read_file(url: str, source: SourceConfig, tally: Tally | None = None,
     tally = tally if tally is not None else Tally()
     fmt = detect_format(url, source)
     base, comp = split_compression(posixpath.basename(url))
-    if fmt == "parquet" and comp is not None:
+    if fmt in ("parquet", "arrow") and comp is not None:
         tally.read += 1
-        yield _reject(url, source, R_UNREADABLE, "compressed parquet files are not supported (parquet compresses internally)")
+        yield _reject(url, source, R_UNREADABLE, f"compressed {fmt} files are not supported ({fmt} compresses "
+                                                 "internally)")
         return
     problem = local_file_problem(url)
     if problem is not None:
@@ -65,7 +66,7 @@ def read_file(url: str, source: SourceConfig, tally: Tally | None = None,
         return
     budget = budget_for(source)
     with f:
-        if fmt == "parquet":  # pyarrow needs the seekable file itself: its size is what was read
+        if fmt in ("parquet", "arrow"):  # pyarrow needs the seekable file itself: its size is what was read
             size = getattr(f, "size", None)
             if not isinstance(size, int):
                 size = f.seek(0, 2)

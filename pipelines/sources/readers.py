@@ -18,7 +18,7 @@ import posixpath
 import tarfile
 import zlib
 from collections.abc import Callable, Iterator
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from pipelines.records import Reject, doc_id_at, origin_key, position_text
 from pipelines.sources.compression import (
@@ -94,6 +94,8 @@ def format_by_name(name: str) -> str | None:
         return "json"
     if lower.endswith((".parquet", ".pq")):
         return "parquet"
+    if lower.endswith((".arrow", ".feather", ".ipc")):
+        return "arrow"
     if lower.endswith(TAR_SUFFIXES):
         return "tar"
     if lower.endswith((".txt", ".text", ".md")):
@@ -107,7 +109,7 @@ def detect_format(url: str, source: SourceConfig) -> str | None:
     ``ccnews`` and ``openwebtext`` formats pick by extension like ``auto`` (their field names are
     handled by every reader), so a source may mix JSON, JSONL, Parquet and archives.
     """
-    if source.format in ("jsonl", "json", "parquet", "text"):
+    if source.format in ("jsonl", "json", "parquet", "arrow", "text"):
         return source.format
     base, _ = split_compression(posixpath.basename(url))
     if base.lower().endswith(".tar"):  # .tar.gz, .tar.xz, ...
@@ -288,31 +290,59 @@ def frame_text(stream: BinaryIO, path: str, source: SourceConfig, cap: int, tall
 
 def frame_parquet(stream: BinaryIO, path: str, source: SourceConfig, cap: int, tally: Tally,
                   budget: Budget | None = None) -> Iterator[Frame]:
-    """Parquet in record batches: text (or maintext), title, url, date (or date_publish) columns.
+    """Parquet in record batches of 256 rows (``frame_batches``)."""
+    import pyarrow.parquet as pq
+
+    pf = pq.ParquetFile(stream)  # type: ignore[arg-type]  # needs a seekable file: fsspec's is
+    yield from frame_batches(path, source, cap, tally, budget, pf.schema_arrow.names, pf.metadata.num_rows,
+                             lambda columns: pf.iter_batches(batch_size=256, columns=columns))
+
+
+def frame_arrow(stream: BinaryIO, path: str, source: SourceConfig, cap: int, tally: Tally,
+                budget: Budget | None = None) -> Iterator[Frame]:
+    """Arrow IPC in its record batches (``frame_batches``): the stream format (a Hugging Face dataset's
+    ``save_to_disk`` and cache files), or the file format (``ARROW1``; Feather v2)."""
+    import pyarrow as pa
+
+    is_file = stream.read(6) == b"ARROW1"
+    stream.seek(0)
+    reader: Any = pa.ipc.open_file(stream) if is_file else pa.ipc.open_stream(stream)
+
+    def batches(columns: list[str]) -> Iterator[Any]:
+        each = (reader.get_batch(i) for i in range(reader.num_record_batches)) if is_file else reader
+        for batch in each:
+            yield batch.select(columns)
+
+    yield from frame_batches(path, source, cap, tally, budget, reader.schema.names, None, batches)
+
+
+def frame_batches(path: str, source: SourceConfig, cap: int, tally: Tally, budget: Budget | None,
+                  names: list[str], num_rows: int | None, batches: Callable[[list[str]], Iterator[Any]]
+                  ) -> Iterator[Frame]:
+    """Columnar records (Parquet, Arrow) a record batch at a time: text (or maintext), title, url, date
+    (or date_publish) columns. A file with no text column gives one missing_column record per row
+    (``num_rows``, or counted from the batches).
 
     Every batch's size (its Arrow bytes, or its decoded text if larger) is charged to the file's
     budget: a small file can decode to gigabytes of repeated strings through dictionary encoding.
     """
-    import pyarrow.parquet as pq
-
     tally.origins[path] = "row"
-    pf = pq.ParquetFile(stream)  # type: ignore[arg-type]  # needs a seekable file: fsspec's is
-    names = set(pf.schema_arrow.names)
-    text_cols = tuple(c for c in text_fields(source) if c in names)
-    if not text_cols:
-        key = file_key(source, path)
-        for i in range(pf.metadata.num_rows):
-            doc_id = doc_id_at(key, i)
-            yield Frame(doc_id, missing_column, (doc_id, source, sorted(names)))
-        return
-    meta = {"url": next((c for c in URL_FIELDS if c in names), None),
-            "title": next((c for c in TITLE_FIELDS if c in names), None),
-            "date": next((c for c in DATE_FIELDS if c in names), None)}
-    lang_col = "language" if source.languages is not None and "language" in names else None
-    columns = sorted({*text_cols, *(c for c in meta.values() if c), *([lang_col] if lang_col else [])})
+    have = set(names)
+    text_cols = tuple(c for c in text_fields(source) if c in have)
     key = file_key(source, path)
+    if not text_cols:
+        rows = num_rows if num_rows is not None else sum(b.num_rows for b in batches([]))
+        for i in range(rows):
+            doc_id = doc_id_at(key, i)
+            yield Frame(doc_id, missing_column, (doc_id, source, sorted(have)))
+        return
+    meta = {"url": next((c for c in URL_FIELDS if c in have), None),
+            "title": next((c for c in TITLE_FIELDS if c in have), None),
+            "date": next((c for c in DATE_FIELDS if c in have), None)}
+    lang_col = "language" if source.languages is not None and "language" in have else None
+    columns = sorted({*text_cols, *(c for c in meta.values() if c), *([lang_col] if lang_col else [])})
     i = 0
-    for batch in pf.iter_batches(batch_size=256, columns=columns):
+    for batch in batches(columns):
         try:
             cols: dict[str, list] | None = batch.to_pydict()
         except Exception:  # noqa: BLE001 - e.g. invalid UTF-8 in a string column: convert row by row
@@ -410,6 +440,8 @@ def frame_tar(stream: BinaryIO, path: str, source: SourceConfig, cap: int, depth
 
 FRAMERS: dict[str, Callable[[BinaryIO, str, SourceConfig, int, Tally], Iterator[Frame]]] = {
     "jsonl": frame_jsonl, "json": frame_json, "text": frame_text}
+# Columnar formats: read from the seekable file itself (never decompressed or sniffed), with the file's budget.
+COLUMNAR: dict[str, Callable[..., Iterator[Frame]]] = {"parquet": frame_parquet, "arrow": frame_arrow}
 
 
 # ------------------------------------------------------------------ the driver
@@ -432,7 +464,7 @@ def failure_reason(exc: BaseException, archive: bool, fmt: str | None = None) ->
     if "arrow" in type(exc).__module__.lower():
         return R_CORRUPT_PARQUET
     # pyarrow raises a plain OSError (no errno) for a footer whose metadata does not deserialize
-    if fmt == "parquet" and not (isinstance(exc, OSError) and exc.errno is not None):
+    if fmt in ("parquet", "arrow") and not (isinstance(exc, OSError) and exc.errno is not None):
         return R_CORRUPT_PARQUET
     return R_UNREADABLE
 
@@ -451,8 +483,8 @@ def _stream_items(raw: BinaryIO, path: str, source: SourceConfig, cap: int, fmt:
     """The items of one stream: its framer's frames (with the records of nested streams), or one
     counted ``failure`` Reject for a stream that is binary data or archives nested too deep."""
     stream = decompress(raw, compression, budget)
-    if fmt == "parquet":
-        yield from frame_parquet(stream, path, source, cap, tally, budget)
+    if fmt in COLUMNAR:
+        yield from COLUMNAR[fmt](stream, path, source, cap, tally, budget)
         return
     head = read_head(stream, SNIFF)
     enc = bom_encoding(head[:4]) if fmt != "tar" else None
