@@ -165,6 +165,17 @@ def source_config(data: dict[str, Any], given: str) -> SourceConfig:
         raise
 
 
+def source_flags(o: Any) -> dict[str, Any]:
+    """The source keys the per-source flags set (``add_source_flags``: --format, --text_field, --encoding,
+    --delimiter, --follow_links), for every source of a build or a served corpus's batches."""
+    out: dict[str, Any] = {key: value for key, value in (
+        ("format", o.format), ("text_field", o.text_field), ("encoding", o.encoding),
+        ("follow_links", o.follow_links or None)) if value is not None and value != ""}
+    if o.delimiter is not None:  # '' is a delimiter: blank lines
+        out["delimiter"] = o.delimiter
+    return out
+
+
 def build_config_from_options(opts: BuildOptions) -> BuildConfig:
     """Merge --config (if any) with the command-line flags into a validated BuildConfig."""
     o = opts.view_as(BuildOptions)
@@ -174,11 +185,7 @@ def build_config_from_options(opts: BuildOptions) -> BuildConfig:
         names = ", ".join(str(s.get("name", "?")) if isinstance(s, dict) else "?" for s in data["sources"])
         print(f"note: --input replaces the {len(data['sources'])} source(s) of --config {redact_url(o.config)} ({names}); to "
               "build those too, give each as an --input NAME=URL, or leave --input out", file=sys.stderr)
-    per_source: dict[str, Any] = {key: value for key, value in (
-        ("format", o.format), ("text_field", o.text_field), ("encoding", o.encoding),
-        ("follow_links", o.follow_links or None)) if value is not None and value != ""}
-    if o.delimiter is not None:  # '' is a delimiter: blank lines
-        per_source["delimiter"] = o.delimiter
+    per_source = source_flags(o)
     if o.input:
         sources = []
         for i, arg in enumerate(o.input):

@@ -55,6 +55,7 @@ from pipelines.options import (
     handle_help,
     quiet_beam,
     source_config,
+    source_flags,
 )
 from pipelines.sources.listing import check_raw_input
 from schemas.config import BuildConfig, SourceConfig
@@ -166,11 +167,7 @@ def _serve(args: argparse.Namespace, rest: list[str], stopper: Stopper | None) -
         raise UserError("--watch GLOB is required (none is recorded in the corpus yet)")
     source_name = args.source or recorded.get("source") or "other"
     build_argv = rest  # BuildOptions parses the build flags and ignores the Beam ones
-    source = source_config({"name": source_name, "input": watch,
-                            **{key: getattr(build_known, key) for key in ("format", "text_field", "encoding")
-                               if getattr(build_known, key)},
-                            **({"delimiter": build_known.delimiter} if build_known.delimiter is not None else {}),
-                            **({"follow_links": True} if build_known.follow_links else {})},
+    source = source_config({"name": source_name, "input": watch, **source_flags(build_known)},
                            f"--source {source_name!r}")
     check_raw_input(source.name, watch, "--watch")
     args.follow_links = build_known.follow_links  # the watch listing refuses the links the reader would
