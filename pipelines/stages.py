@@ -146,6 +146,12 @@ LOSS_HINTS = {
     R_MISSING_TEXT: "no record holds text under the source's text field: name the JSON field or Parquet column "
                     "that does (--text_field FIELD, or text_field in the source's config; default text)",
     R_MALFORMED_JSON: "the inputs do not parse as JSON Lines or a JSON array: check the source's format",
+    "malformed_xml": "the inputs are no Wikipedia dumps (MediaWiki XML or WikiExtractor's <doc> files), or their "
+                     "XML breaks: check the source's format",
+    "wiki_redirect": "every page of the Wikipedia dump is a redirect: a pages-articles dump holds the articles "
+                     "(enwiki-…-pages-articles*.xml.bz2)",
+    "wiki_namespace": "no page of the Wikipedia dump is an article (namespace 0): a pages-articles dump holds "
+                      "them (enwiki-…-pages-articles*.xml.bz2; pages-meta and talk dumps hold other namespaces)",
     "invalid_utf8": "no input decodes as its source's encoding (UTF-8 by default): name the encoding of the text "
                     "(--encoding CODEC, e.g. cp1252 or latin-1; or encoding: in the source's config)",
     "max_doc_bytes": "a document is over clean.max_doc_bytes (1,000,000 bytes by default), and a text file is "

@@ -8,6 +8,8 @@ One reader per layout the real corpora ship in:
 * Arrow IPC (a Hugging Face dataset on disk; Feather v2), read as Parquet is,
 * tar archives of ``.txt`` members, nested too (OpenWebText: ``urlsf_subset*.xz`` are xz-compressed
   tars of documents, and the outer ``openwebtext.tar.xz`` holds those),
+* Wikipedia: MediaWiki XML dumps (each article's prose, BERT's text passages) and WikiExtractor's
+  ``<doc>`` files, recognised by their content,
 * plain text, one document per file or several separated by a delimiter line (Stories);
   UTF-16/32 text with a byte-order mark, and text in the source's ``encoding``, is re-encoded to UTF-8.
 

@@ -75,6 +75,7 @@ from pipelines.sources.streams import (
     safe_snippet,
     skip_ws,
 )
+from pipelines.sources.wiki import R_MALFORMED_XML, MalformedXml, frame_wikipedia, is_wikipedia
 from schemas.config import SourceConfig
 from shardforge.storage import is_transient
 
@@ -104,12 +105,13 @@ def format_by_name(name: str) -> str | None:
 
 
 def detect_format(url: str, source: SourceConfig) -> str | None:
-    """jsonl | json | parquet | tar | text from the config or the extension; None: sniff the content.
+    """jsonl | json | parquet | arrow | tar | text | wikipedia from the config or the extension; None:
+    sniff the content.
 
     ``ccnews`` and ``openwebtext`` formats pick by extension like ``auto`` (their field names are
     handled by every reader), so a source may mix JSON, JSONL, Parquet and archives.
     """
-    if source.format in ("jsonl", "json", "parquet", "arrow", "text"):
+    if source.format in ("jsonl", "json", "parquet", "arrow", "text", "wikipedia"):
         return source.format
     base, _ = split_compression(posixpath.basename(url))
     if base.lower().endswith(".tar"):  # .tar.gz, .tar.xz, ...
@@ -399,7 +401,7 @@ def unique_member_path(path: str, name: str, used: set[str]) -> str:
 def frame_tar(stream: BinaryIO, path: str, source: SourceConfig, cap: int, depth: int, tally: Tally,
               budget: Budget | None) -> Iterator[Item]:
     """A streamed tar: each regular member is a document (bounded read), or a nested archive /
-    JSON(L) file read with its own reader; a directory member is skipped (it holds no data: the files
+    JSON(L) / Wikipedia file read with its own reader; a directory member is skipped (it holds no data: the files
     under it are members of their own); every other member (link, device, FIFO) is one `not_a_file`
     record. doc_id: archive path + member index (non-files: their own index); a nested
     file's records: ``archive!member`` + their index, where a member name that repeats (``tar -r``
@@ -425,7 +427,10 @@ def frame_tar(stream: BinaryIO, path: str, source: SourceConfig, cap: int, depth
             f = tar.extractfile(member)
             base, comp = split_compression(posixpath.basename(name))
             fmt = format_by_name(base)
-            if comp is not None or fmt in ("tar", "jsonl", "json"):
+            head = b"" if comp is not None or fmt is not None else read_up_to(f, SNIFF)
+            if head and is_wikipedia(head):  # a WikiExtractor file (wiki_00) or an XML dump: its pages
+                fmt, f = "wikipedia", Prefixed(head, f)  # type: ignore[assignment]
+            if comp is not None or fmt in ("tar", "jsonl", "json", "wikipedia"):
                 inner_path = unique_member_path(path, name, nested)
                 # Nested archive or record file: its records are indexed (and counted) inside it.
                 yield from read_stream(f, inner_path, source, cap, fmt, comp, depth + 1, tally, budget)
@@ -433,13 +438,14 @@ def frame_tar(stream: BinaryIO, path: str, source: SourceConfig, cap: int, depth
                 continue
             doc_id = doc_id_at(member_key, index)
             index += 1
-            yield Frame(doc_id, parse_document, (read_up_to(f, cap + 1), doc_id, source, cap))
+            data = head + read_up_to(f, cap + 1 - len(head))  # type: ignore[arg-type]
+            yield Frame(doc_id, parse_document, (data, doc_id, source, cap))
             tally.last_member[path] = name
     check_tar_end(tracked)
 
 
 FRAMERS: dict[str, Callable[[BinaryIO, str, SourceConfig, int, Tally], Iterator[Frame]]] = {
-    "jsonl": frame_jsonl, "json": frame_json, "text": frame_text}
+    "jsonl": frame_jsonl, "json": frame_json, "text": frame_text, "wikipedia": frame_wikipedia}
 # Columnar formats: read from the seekable file itself (never decompressed or sniffed), with the file's budget.
 COLUMNAR: dict[str, Callable[..., Iterator[Frame]]] = {"parquet": frame_parquet, "arrow": frame_arrow}
 
@@ -450,6 +456,8 @@ def failure_reason(exc: BaseException, archive: bool, fmt: str | None = None) ->
     """Name why a stream could not be read to its end."""
     if isinstance(exc, ExpansionLimit):
         return exc.reason
+    if isinstance(exc, MalformedXml):
+        return R_MALFORMED_XML
     if isinstance(exc, EOFError):
         return R_TRUNCATED_ARCHIVE if archive else R_TRUNCATED
     if isinstance(exc, tarfile.ReadError):
@@ -500,7 +508,7 @@ def _stream_items(raw: BinaryIO, path: str, source: SourceConfig, cap: int, fmt:
         if head[257:262] == b"ustar":
             fmt = "tar"
         elif fmt is None:
-            fmt = "json" if head.lstrip()[:1] in (b"{", b"[") else "text"
+            fmt = "wikipedia" if is_wikipedia(head) else "json" if head.lstrip()[:1] in (b"{", b"[") else "text"
     if fmt == "tar" and depth >= MAX_ARCHIVE_DEPTH:
         tally.read += 1
         yield failure(R_CORRUPT_ARCHIVE, f"archives nested deeper than {depth}")
