@@ -21,6 +21,7 @@ links are matched by one scan each with a stack, never by repeated regular expre
 
 from __future__ import annotations
 
+import bisect
 import html
 import re
 
@@ -30,14 +31,14 @@ _DROPPED = ("ref", "references", "math", "chem", "ce", "gallery", "timeline", "s
             "categorytree", "pre", "indicator", "section", "templatestyles")
 _COMMENT = re.compile(r"<!--.*?(?:-->|$)", re.S)
 _DROPPED_NAMES = "|".join(_DROPPED)
-_DROPPED_ELEMENT = re.compile(rf"<({_DROPPED_NAMES})\b[^>]*?(?:/>|>.*?</\1\s*>)", re.S | re.I)
-_DROPPED_UNCLOSED = re.compile(rf"<({_DROPPED_NAMES})\b[^>]*>", re.I)  # an opening tag never closed
+_DROPPED_OPEN = re.compile(rf"<({_DROPPED_NAMES})\b[^<>]*?(/?)>", re.I)
+_DROPPED_CLOSE = re.compile(rf"</({_DROPPED_NAMES})\s*>", re.I)
 _BR = re.compile(r"<br\s*/?>", re.I)
 _TAG = re.compile(r"</?[A-Za-z][A-Za-z0-9]*\b[^<>]{0,500}?/?>")
 _BRACES = re.compile(r"\{\{|\}\}")
 _BRACKETS = re.compile(r"\[\[|\]\]")
-_EXTERNAL = re.compile(r"\[(?:https?:|ftp:|mailto:)?//[^\s\[\]<>]+(?:[ \t]+([^\]\n]*))?\]|\[mailto:[^\s\]]+(?:[ \t]+([^\]\n]*))?\]",
-                       re.I)
+# A label stops at the next bracket or line end: an unclosed "[http://…" costs a scan to there, not to the end.
+_EXTERNAL = re.compile(r"\[(?:(?:https?:|ftp:)?//|mailto:)[^\s\[\]<>]+(?:[ \t]+([^\[\]\n]*))?\]", re.I)
 _QUOTES = re.compile(r"'{2,5}")
 _MAGIC = re.compile(r"__[A-Z]{3,}__")
 _SPACES = re.compile(r"[ \t\u00a0]+")
@@ -69,6 +70,28 @@ _MONTHS = ("January", "February", "March", "April", "May", "June", "July", "Augu
 _EMPTY_PARENS = re.compile(r"\s*\([\s,;:\u2013\u2014-]*\)")
 _PAREN_LEAD = re.compile(r"\(\s*[,;:]\s*")
 _SPACE_PUNCT = re.compile(r"\s+([,.;:](?:\s|$))")
+
+
+def drop_elements(text: str) -> str:
+    """Every non-prose element (``_DROPPED``) gone with its content: ``<ref>…</ref>``, ``<ref … />``;
+    an opening tag never closed goes alone. One scan: each opening finds its closing by bisection
+    in the closings' positions (a regular expression per opening rescans the text for each)."""
+    closings: dict[str, list[tuple[int, int]]] = {}
+    for m in _DROPPED_CLOSE.finditer(text):
+        closings.setdefault(m.group(1).lower(), []).append((m.start(), m.end()))
+    out, pos = [], 0
+    for m in _DROPPED_OPEN.finditer(text):
+        if m.start() < pos:  # inside an element already dropped
+            continue
+        out.append(text[pos:m.start()])
+        pos = m.end()
+        if not m.group(2):
+            ends = closings.get(m.group(1).lower(), [])
+            i = bisect.bisect_left(ends, (m.end(), 0))
+            if i < len(ends):
+                pos = ends[i][1]
+    out.append(text[pos:])
+    return "".join(out)
 
 
 def split_arguments(inner: str) -> list[str]:
@@ -132,10 +155,7 @@ def drop_templates(text: str) -> str:
             inner = "".join(stack.pop())
             stack[-1].append(render_template(inner))
     stack[-1].append(text[pos:])
-    while len(stack) > 1:
-        inner = "".join(stack.pop())
-        stack[-1].append(inner)
-    return "".join(stack[0])
+    return "".join(piece for frame in stack for piece in frame)  # frames never closed keep their text
 
 
 def drop_tables(text: str) -> str:
@@ -185,10 +205,7 @@ def drop_links(text: str, drop_namespaces: frozenset[str]) -> str:
             inner = "".join(stack.pop())
             stack[-1].append(render_link(inner, drop_namespaces))
     stack[-1].append(text[pos:])
-    while len(stack) > 1:
-        inner = "".join(stack.pop())
-        stack[-1].append(inner)
-    return "".join(stack[0])
+    return "".join(piece for frame in stack for piece in frame)  # frames never closed keep their text
 
 
 def _heading(line: str) -> tuple[int, str] | None:
@@ -239,12 +256,11 @@ def paragraphs(text: str) -> list[str]:
 def plain_text(wikitext: str, drop_namespaces: frozenset[str] = LINK_DROP_NAMESPACES) -> str:
     """The article's prose, one paragraph per line (module docstring)."""
     text = _COMMENT.sub("", wikitext)
-    text = _DROPPED_ELEMENT.sub("", text)
-    text = _DROPPED_UNCLOSED.sub("", text)
+    text = drop_elements(text)
     text = drop_templates(text)
     text = drop_tables(text)
     text = drop_links(text, drop_namespaces)
-    text = _EXTERNAL.sub(lambda m: m.group(1) or m.group(2) or "", text)
+    text = _EXTERNAL.sub(lambda m: m.group(1) or "", text)
     text = _BR.sub(" ", text)
     text = _TAG.sub("", text)
     text = _QUOTES.sub("", text)
