@@ -202,3 +202,17 @@ def test_a_build_of_a_real_dump_reports_its_redirects_and_articles(tmp_path):
     assert report["reasons"]["filtered:wiki_redirect"] >= 10 and report["totals"]["kept"] >= 10
     assert pages == sum(report["totals"][k] for k in ("kept", "duplicate", "filtered", "rejected"))
     assert pages == len(re.findall(rb"<page>", bz2.decompress(raw.read_bytes())))
+
+
+def test_a_dump_s_redirects_are_no_warning_but_a_rule_removing_most_pages_is():
+    """Most pages of a pages-articles dump are redirects and other namespaces: the build's 'a rule removed
+    most of a source' warning is for rules a setting can change, not for the dump's structure."""
+    from pipelines.report.record import build_warnings
+
+    def warnings(filtered: dict[str, int]) -> list[str]:
+        accounting = {"wiki": {"input": 100, "filtered": filtered}}
+        return build_warnings({"config": {"packing": {"valid_fraction": 0}}, "totals": {}, "accounting": accounting})
+
+    assert warnings({"wiki_redirect": 60, "wiki_namespace": 20}) == []
+    (line,) = warnings({"wiki_redirect": 20, "min_words": 60})
+    assert line.startswith("warning: filtered rule 'min_words' removed 60 of 100 documents"), line

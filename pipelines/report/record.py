@@ -37,6 +37,9 @@ RUN_DEPENDENT_FILES = frozenset({TIMINGS_JSON, TIMINGS_HTML, TIMINGS_SVG})
 
 PACKED_BINS = 32  # equal-width bins of sequence length over [0, max_seq_len]
 WARN_RULE_SHARE = 0.5  # a rule removing more than this share of a source's input is worth a look
+# Reasons that are the input's structure, not a rule's verdict: most of a Wikipedia dump's pages are
+# redirects and pages outside the articles, and no setting should keep them.
+STRUCTURAL_REASONS = frozenset({"wiki_redirect", "wiki_namespace"})
 
 
 def rule_counts(manifest: dict[str, Any]) -> dict[str, dict[str, int]]:
@@ -75,7 +78,7 @@ def build_warnings(manifest: dict[str, Any]) -> list[str]:
         n_in = a.get("input", 0)
         for bucket in ("filtered", "duplicate"):
             for reason, n in sorted(a.get(bucket, {}).items()):
-                if n_in and n > WARN_RULE_SHARE * n_in:
+                if n_in and n > WARN_RULE_SHARE * n_in and reason not in STRUCTURAL_REASONS:
                     out.append(f"warning: {bucket} rule '{reason}' removed {n} of {n_in} documents "
                                f"({100 * n / n_in:.0f}%) of source '{name}'")
         bad = a.get("rejected", {}).get("invalid_utf8", 0)

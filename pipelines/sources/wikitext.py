@@ -69,7 +69,8 @@ _MONTHS = ("January", "February", "March", "April", "May", "June", "July", "Augu
 # What a dropped template leaves: empty or punctuation-only parentheses, a space before punctuation.
 _EMPTY_PARENS = re.compile(r"\s*\([\s,;:\u2013\u2014-]*\)")
 _PAREN_LEAD = re.compile(r"\(\s*[,;:]\s*")
-_SPACE_PUNCT = re.compile(r"\s+([,.;:](?:\s|$))")
+_SPACE_PUNCT = re.compile(r"\s+([,.;:](?:\s|$)|\))")
+_COMMA_RUN = re.compile(r",(?:\s*,)+")
 
 
 def drop_elements(text: str) -> str:
@@ -227,7 +228,8 @@ def paragraphs(text: str) -> list[str]:
     def flush() -> None:
         if current:
             para = _SPACES.sub(" ", " ".join(current))
-            para = _SPACE_PUNCT.sub(r"\1", _PAREN_LEAD.sub("(", _EMPTY_PARENS.sub("", para))).strip()
+            para = _SPACE_PUNCT.sub(r"\1", _PAREN_LEAD.sub("(", _EMPTY_PARENS.sub("", para)))
+            para = _COMMA_RUN.sub(",", para).strip()
             if para:
                 out.append(para)
             current.clear()
