@@ -207,3 +207,49 @@ def test_an_http_input_that_cannot_be_reached_is_not_no_such_file(capsys) -> Non
     assert run_cli(lambda: len(list_inputs(dead)), []) == 2
     assert capsys.readouterr().err.startswith(f"error: cannot reach 127.0.0.1:{port} (Connection refused) "
                                               f"[exists {dead}]: check the URL")
+
+
+def test_the_store_host_of_a_url_is_read_as_its_client_reads_it(monkeypatch) -> None:
+    from shardforge.storage.resolve import endpoint
+
+    for name in ("STORAGE_EMULATOR_HOST", "FSSPEC_GCS_ENDPOINT_URL", "FSSPEC_GS_ENDPOINT_URL",
+                 "FSSPEC_S3_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"):
+        monkeypatch.delenv(name, raising=False)
+    assert endpoint("gs://b/x") == ("storage.googleapis.com", 443)
+    assert endpoint("s3://b/x") is None  # AWS's regional names: left to the client
+    assert endpoint("/data/x") is None and endpoint("file:///data/x") is None
+    assert endpoint("https://host.example:8443/a?b") == ("host.example", 8443)
+    assert endpoint("http://host.example/a") == ("host.example", 80)
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", "localhost:9023")  # gcsfs takes it without a scheme too
+    assert endpoint("gcs://b/x") == ("localhost", 9023)
+    monkeypatch.setenv("FSSPEC_S3_ENDPOINT_URL", "http://minio.internal:9000")
+    assert endpoint("s3://b/x") == ("minio.internal", 9000)
+
+
+def test_a_store_host_that_does_not_resolve_is_one_line_before_any_client_retry(tmp_path, monkeypatch) -> None:
+    """gcsfs looked for credentials (~18 s offline) and retried the glob and the bucket's type (~31 s each):
+    `build --input gs://…` without network took 5 minutes to say it, then 61 s; now the name is resolved first."""
+    env = {**os.environ, "STORAGE_EMULATOR_HOST": "http://nohost.invalid:9"}  # .invalid never resolves
+    for proxy in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy",
+                  "SHARDFORGE_CHECK_HOSTS"):
+        env.pop(proxy, None)
+    cmd = [sys.executable, "-m", "shardforge.cli", "build", "--input", "gs://bucket/raw/*.jsonl", "--output",
+           str(tmp_path / "o")]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=REPO, env=env)
+    assert r.returncode == 2, r.stderr
+    (line,) = [x for x in r.stderr.splitlines() if x.startswith("error:")]
+    assert line.startswith("error: cannot reach nohost.invalid:9 (") and "[open gs://bucket/raw/*.jsonl]" in line, line
+    assert "gcsfs" not in r.stderr, r.stderr  # the client never ran a request
+    # Behind a proxy the proxy resolves names, and the check can be turned off: both leave it to the client.
+    from shardforge.storage.resolve import PROXY_VARIABLES, HostUnresolved, check_resolves
+
+    for name in PROXY_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("SHARDFORGE_CHECK_HOSTS", "1")
+    with pytest.raises(HostUnresolved):
+        check_resolves("http://nohost.invalid/x", "x")
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.example:3128")
+    check_resolves("http://nohost.invalid/x", "x")
+    monkeypatch.delenv("HTTPS_PROXY")
+    monkeypatch.setenv("SHARDFORGE_CHECK_HOSTS", "0")
+    check_resolves("http://nohost.invalid/x", "x")

@@ -22,6 +22,7 @@ from pipelines.sources.rawfiles import list_raw_files
 from pipelines.sources.streams import read_up_to
 from schemas.config import BuildConfig
 from shardforge.storage import open_read
+from shardforge.storage.retry import not_connected
 
 # What a one-shot build on the local runner holds (benchmarks/results/scaling-memory.md, synthetic
 # English that cleaning almost entirely keeps). With the runner's stage data spilled to disk
@@ -129,7 +130,9 @@ def batching_hint(cfg: BuildConfig, spilled: bool = True) -> str | None:
         if sum(f.size for f in files) < HINT_INPUT_BYTES and not any(_compression(f.url) for f in files):
             return None
         sample = sample_input(cfg, listed)
-    except Exception:  # noqa: BLE001 - the build itself reports unreadable inputs properly
+    except Exception as e:  # noqa: BLE001 - the build itself reports unreadable inputs properly
+        if not_connected(e):  # but a store that cannot be reached at all is the build's one line now
+            raise
         return None
     estimate = local_rss_estimate(cfg, sample.text_bytes * sample.kept_share, spilled)
     ram = machine_memory()

@@ -257,6 +257,7 @@ def run_cli(body: Callable[[], int], argv: list[str] | None = None,
     """
     install_log_redaction()
     quiet_library_logs()
+    os.environ.setdefault("SHARDFORGE_CHECK_HOSTS", "1")  # a store host that does not resolve: one line at once
     args = sys.argv[1:] + list(argv or [])
     register_secrets(args)
     try:

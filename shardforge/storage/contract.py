@@ -29,6 +29,7 @@ from schemas.manifest import (
 from schemas.naming import manifest_version, version_manifest_name
 from schemas.run_folder import CKPT_DIR, METRICS_FILE
 from shardforge.storage.reads import exists, list_names, read_bytes, read_text
+from shardforge.storage.retry import not_connected
 from shardforge.storage.urls import get_fs, join
 
 M = TypeVar("M", bound=BaseModel)
@@ -108,12 +109,15 @@ def probed_kind(url: str) -> str | None:
     """``folder_kind`` by asking for its marks by name (a few small requests) instead of listing the folder,
     for a check on the way to other work: a folder that may hold millions of files (a crawl's prefix).
     A probe that fails counts as not there, without retries: a store may refuse a name that does not exist
-    (S3 answers 403 to a reader without ListBucket), and the work itself meets a real failure."""
+    (S3 answers 403 to a reader without ListBucket), and the work itself meets a real failure. A store that
+    cannot be connected to at all is raised at once: each probe would wait out the client's retries again."""
     def has(name: str) -> bool:
         fs, path = get_fs(join(url, name))
         try:
             return bool(fs.exists(path))
-        except Exception:  # noqa: BLE001 - see the docstring
+        except Exception as e:  # noqa: BLE001 - see the docstring
+            if not_connected(e):
+                raise
             return False
 
     return _kind(has)

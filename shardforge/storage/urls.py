@@ -27,7 +27,11 @@ def is_glob(path: str) -> bool:
 
 
 def get_fs(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
-    """(filesystem, path) for a URL, with a clear error for unknown schemes."""
+    """(filesystem, path) for a URL, with a clear error for unknown schemes; in a command's process, a
+    store host that does not resolve is raised at once (``shardforge.storage.resolve``)."""
+    from shardforge.storage.resolve import check_resolves
+
+    check_resolves(url, redact_url(url))
     try:
         return url_to_fs(url)
     except (ValueError, ImportError) as e:
