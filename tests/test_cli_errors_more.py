@@ -323,3 +323,10 @@ def test_a_corpus_a_run_or_a_model_given_as_raw_input_is_one_line(small_corpus, 
         flag = "--corpus" if args[0] == "serve" else "--output"
         assert one_line_error(run("-m", "shardforge.cli", *args, flag, str(out))) == want
     assert not out.exists()
+
+
+def test_an_input_url_of_a_scheme_without_its_filesystem_is_named_by_that_url(tmp_path: Path) -> None:
+    """build --input 'abfs://c/raw/*.jsonl' without adlfs said "cannot open 'abfs://c/raw/manifest.json'":
+    the probe for a corpus's marks, not the input the user gave."""
+    res = run("-m", "shardforge.cli", "build", "--input", "zz://container/raw/*.jsonl", "--output", str(tmp_path / "o"))
+    assert one_line_error(res) == "error: cannot open 'zz://container/raw': Protocol not known: zz"

@@ -111,6 +111,8 @@ def probed_kind(url: str) -> str | None:
     A probe that fails counts as not there, without retries: a store may refuse a name that does not exist
     (S3 answers 403 to a reader without ListBucket), and the work itself meets a real failure. A store that
     cannot be connected to at all is raised at once: each probe would wait out the client's retries again."""
+    get_fs(url)  # a scheme with no filesystem installed (abfs:// without adlfs) is named by the URL asked for
+
     def has(name: str) -> bool:
         fs, path = get_fs(join(url, name))
         try:
