@@ -165,8 +165,8 @@ def origin_key(doc_id: str) -> tuple[str, int] | None:
 def position_text(unit: str, index: int) -> str:
     """Where a record is in its file, as a reader would look for it: ``line N`` counts from 1 (as
     editors and ``sed -n Np`` do); ``item`` (JSON array), ``row`` (Parquet), ``member`` (the tar's
-    document members), ``document`` (delimited text, WikiExtractor) and ``page`` (a Wikipedia dump)
-    count from 0; ``file``: the whole file."""
+    document members), ``document`` (delimited text, WikiExtractor), ``page`` (a Wikipedia dump) and
+    ``record`` (WARC / WET) count from 0; ``file``: the whole file."""
     if unit == "file":
         return "whole file"
     return f"line {index + 1}" if unit == "line" else f"{unit} {index}"

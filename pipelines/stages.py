@@ -148,6 +148,10 @@ LOSS_HINTS = {
     R_MALFORMED_JSON: "the inputs do not parse as JSON Lines or a JSON array: check the source's format",
     "malformed_xml": "the inputs are no Wikipedia dumps (MediaWiki XML or WikiExtractor's <doc> files), or their "
                      "XML breaks: check the source's format",
+    "warc_record_type": "no WARC record holds a page's text: shardforge reads Common Crawl's WET files (the crawl's "
+                        "text, *.warc.wet.gz), not a WARC file's HTML responses: give the WET files, or extract the "
+                        "text first (news-please, as CC-News was; trafilatura)",
+    "malformed_warc": "the inputs are no WARC / WET files, or they break: check the source's format",
     "wiki_redirect": "every page of the Wikipedia dump is a redirect: a pages-articles dump holds the articles "
                      "(enwiki-…-pages-articles*.xml.bz2)",
     "wiki_namespace": "no page of the Wikipedia dump is an article (namespace 0): a pages-articles dump holds "

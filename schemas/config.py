@@ -21,7 +21,7 @@ class Strict(BaseModel):
 
 # ============================================================ build config
 
-SourceFormat = Literal["auto", "jsonl", "json", "parquet", "arrow", "ccnews", "openwebtext", "text", "wikipedia"]
+SourceFormat = Literal["auto", "jsonl", "json", "parquet", "arrow", "ccnews", "openwebtext", "text", "wikipedia", "warc"]
 
 
 class SourceConfig(Strict):

@@ -10,6 +10,7 @@ One reader per layout the real corpora ship in:
   tars of documents, and the outer ``openwebtext.tar.xz`` holds those),
 * Wikipedia: MediaWiki XML dumps (each article's prose, BERT's text passages) and WikiExtractor's
   ``<doc>`` files, recognised by their content,
+* WET (Common Crawl's extracted text: ``*.warc.wet.gz``), one document per conversion record,
 * plain text, one document per file or several separated by a delimiter line (Stories);
   UTF-16/32 text with a byte-order mark, and text in the source's ``encoding``, is re-encoded to UTF-8.
 

@@ -75,6 +75,7 @@ from pipelines.sources.streams import (
     safe_snippet,
     skip_ws,
 )
+from pipelines.sources.warc import R_MALFORMED_WARC, MalformedWarc, frame_warc, is_warc
 from pipelines.sources.wiki import R_MALFORMED_XML, MalformedXml, frame_wikipedia, is_wikipedia
 from schemas.config import SourceConfig
 from shardforge.storage import is_transient
@@ -101,17 +102,19 @@ def format_by_name(name: str) -> str | None:
         return "tar"
     if lower.endswith((".txt", ".text", ".md")):
         return "text"
+    if lower.endswith((".warc", ".wet")):
+        return "warc"
     return None
 
 
 def detect_format(url: str, source: SourceConfig) -> str | None:
-    """jsonl | json | parquet | arrow | tar | text | wikipedia from the config or the extension; None:
-    sniff the content.
+    """jsonl | json | parquet | arrow | tar | text | wikipedia | warc from the config or the extension;
+    None: sniff the content.
 
     ``ccnews`` and ``openwebtext`` formats pick by extension like ``auto`` (their field names are
     handled by every reader), so a source may mix JSON, JSONL, Parquet and archives.
     """
-    if source.format in ("jsonl", "json", "parquet", "arrow", "text", "wikipedia"):
+    if source.format in ("jsonl", "json", "parquet", "arrow", "text", "wikipedia", "warc"):
         return source.format
     base, _ = split_compression(posixpath.basename(url))
     if base.lower().endswith(".tar"):  # .tar.gz, .tar.xz, ...
@@ -428,9 +431,9 @@ def frame_tar(stream: BinaryIO, path: str, source: SourceConfig, cap: int, depth
             base, comp = split_compression(posixpath.basename(name))
             fmt = format_by_name(base)
             head = b"" if comp is not None or fmt is not None else read_up_to(f, SNIFF)
-            if head and is_wikipedia(head):  # a WikiExtractor file (wiki_00) or an XML dump: its pages
-                fmt, f = "wikipedia", Prefixed(head, f)  # type: ignore[assignment]
-            if comp is not None or fmt in ("tar", "jsonl", "json", "wikipedia"):
+            if head and (is_wikipedia(head) or is_warc(head)):  # WikiExtractor's wiki_00, a dump, a WET file
+                fmt, f = "wikipedia" if is_wikipedia(head) else "warc", Prefixed(head, f)  # type: ignore[assignment]
+            if comp is not None or fmt in ("tar", "jsonl", "json", "wikipedia", "warc"):
                 inner_path = unique_member_path(path, name, nested)
                 # Nested archive or record file: its records are indexed (and counted) inside it.
                 yield from read_stream(f, inner_path, source, cap, fmt, comp, depth + 1, tally, budget)
@@ -445,7 +448,7 @@ def frame_tar(stream: BinaryIO, path: str, source: SourceConfig, cap: int, depth
 
 
 FRAMERS: dict[str, Callable[[BinaryIO, str, SourceConfig, int, Tally], Iterator[Frame]]] = {
-    "jsonl": frame_jsonl, "json": frame_json, "text": frame_text, "wikipedia": frame_wikipedia}
+    "jsonl": frame_jsonl, "json": frame_json, "text": frame_text, "wikipedia": frame_wikipedia, "warc": frame_warc}
 # Columnar formats: read from the seekable file itself (never decompressed or sniffed), with the file's budget.
 COLUMNAR: dict[str, Callable[..., Iterator[Frame]]] = {"parquet": frame_parquet, "arrow": frame_arrow}
 
@@ -458,6 +461,8 @@ def failure_reason(exc: BaseException, archive: bool, fmt: str | None = None) ->
         return exc.reason
     if isinstance(exc, MalformedXml):
         return R_MALFORMED_XML
+    if isinstance(exc, MalformedWarc):
+        return R_MALFORMED_WARC
     if isinstance(exc, EOFError):
         return R_TRUNCATED_ARCHIVE if archive else R_TRUNCATED
     if isinstance(exc, tarfile.ReadError):
@@ -508,7 +513,8 @@ def _stream_items(raw: BinaryIO, path: str, source: SourceConfig, cap: int, fmt:
         if head[257:262] == b"ustar":
             fmt = "tar"
         elif fmt is None:
-            fmt = "wikipedia" if is_wikipedia(head) else "json" if head.lstrip()[:1] in (b"{", b"[") else "text"
+            fmt = ("wikipedia" if is_wikipedia(head) else "warc" if is_warc(head)
+                   else "json" if head.lstrip()[:1] in (b"{", b"[") else "text")
     if fmt == "tar" and depth >= MAX_ARCHIVE_DEPTH:
         tally.read += 1
         yield failure(R_CORRUPT_ARCHIVE, f"archives nested deeper than {depth}")
