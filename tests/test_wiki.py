@@ -64,6 +64,16 @@ def test_a_real_dump_gives_every_article_as_prose_and_counts_every_page(tmp_path
     assert "Mount Tahat (3003 m)." in text  # {{formatnum: 3003}} renders its number
 
 
+def test_a_multistream_dump_reads_as_one_stream(tmp_path):
+    """pages-articles-multistream.xml.bz2: the header, each run of 100 pages and the end are bz2 streams of their own."""
+    raw = bz2.decompress(open(_path(WIKI_FILE), "rb").read())
+    starts = [m.start() for m in re.finditer(rb"  <page>", raw)] + [raw.index(b"</mediawiki>")]
+    cuts = [0, *starts[:-1:100], starts[-1], len(raw)]
+    (p := tmp_path / "enwiki-pages-articles-multistream.xml.bz2").write_bytes(
+        b"".join(bz2.compress(raw[a:b]) for a, b in zip(cuts, cuts[1:], strict=False)))
+    assert outcomes(read(p)) == {"doc": 106, "filtered:wiki_redirect": 99, "filtered:wiki_namespace": 1}
+
+
 def test_a_dump_is_recognised_by_its_content_whatever_its_name(tmp_path):
     data = dump(page("Town", PROSE))
     for name in ("pages.xml", "pages", "pages.xml.gz"):
