@@ -915,3 +915,11 @@ def test_overlapping_inputs_are_refused_before_any_file_is_hashed(tmp_path, monk
     assert hashed == []
     one_shot_attempt(BuildConfig.model_validate({"sources": sources[:1]}))
     assert sorted(hashed) == [str(tmp_path / "2023-01.jsonl"), str(tmp_path / "2024-01.jsonl")]
+
+
+def test_c4_s_timestamp_is_the_record_s_date(tmp_path):
+    """C4's JSON lines carry text, url and timestamp: the date was dropped."""
+    p = tmp_path / "c4-train.00000-of-01024.json"
+    p.write_bytes(b'{"text": "A page.", "timestamp": "2019-04-25T12:57:54Z", "url": "https://c4.example/a"}\n')
+    (doc,) = read(p)
+    assert (doc.date, doc.url) == ("2019-04-25T12:57:54Z", "https://c4.example/a")

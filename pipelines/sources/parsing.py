@@ -46,7 +46,7 @@ R_HIDDEN_FILE = "hidden_file"  # a name with a leading '.' that a glob or folder
 TEXT_FIELDS = ("maintext", "text")
 URL_FIELDS = ("url",)
 TITLE_FIELDS = ("title",)
-DATE_FIELDS = ("date_publish", "date", "date_modify", "date_download")
+DATE_FIELDS = ("date_publish", "date", "date_modify", "date_download", "timestamp")  # timestamp: C4's
 
 Record = Document | Reject
 
