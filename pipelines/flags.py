@@ -136,6 +136,12 @@ def add_build_flags(parser: Any) -> None:
                         f"language (default: {','.join(_default(CleanConfig, 'languages'))}).")
     c.add_argument("--min_words", type=int, default=None, metavar="N",
                    help=f"Fewest words a document may have (default: {_default(CleanConfig, 'min_words')}).")
+    c.add_argument("--max_words", type=int, default=None, metavar="N",
+                   help=f"Most words a document may have (default: {_default(CleanConfig, 'max_words'):,}, "
+                        "Gopher's rule for web pages: books and long stories are longer).")
+    c.add_argument("--max_doc_bytes", type=byte_size, default=None, metavar="BYTES",
+                   help=f"Largest document, in bytes of text: 4000000, 4MB or 4MiB (default: "
+                        f"{_default(CleanConfig, 'max_doc_bytes'):,}); each source reads records up to 4x that.")
     c.add_argument("--pii", default=None, metavar="KINDS",
                    help="PII kinds replaced by placeholders in kept documents: a comma list of email, ip, phone, "
                         "or none (default: email,ip; docs/cleaning.md).")

@@ -22,14 +22,11 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from apache_beam.options import pipeline_options as beam_options
 from apache_beam.options.pipeline_options import PipelineOptions, SetupOptions, StandardOptions
 
-from pipelines.clean.pii import KINDS as PII_KINDS
 from pipelines.flags import (
     DEFAULT_SPILL_MB,
     add_build_flags,
     add_local_runner_flags,
     answer_help,
-    split_input,
-    tagged,
 )
 from pipelines.localrunner.preflight import (  # noqa: F401 - re-exported: the runner checks live together
     DASK_REFUSED,
@@ -45,12 +42,8 @@ from pipelines.localrunner.preflight import (  # noqa: F401 - re-exported: the r
     runner_in_argv,
     runner_name,
 )
-from schemas.config import BuildConfig, SourceConfig
-from schemas.configfile import parse_config
 from schemas.errors import UserError
 from shardforge.console.args import option_strings, unknown_args_message
-from shardforge.storage import redact_url
-from shardforge.storage.contract import load_config_data
 
 if TYPE_CHECKING:
     from pipelines.report.timings import Runner
@@ -152,99 +145,6 @@ def spill_settings(opts: PipelineOptions):
     if mb < 0:
         return None
     return SpillSettings(buffer_bytes=int(mb * (1 << 20)), directory=o.spill_dir)
-
-
-def source_config(data: dict[str, Any], given: str) -> SourceConfig:
-    """A SourceConfig from what a flag gave (``--input NAME=URL``, ``serve --source NAME``), or one line."""
-    try:
-        return parse_config(SourceConfig, data, what=given)
-    except UserError as e:
-        if f"invalid {given}: name: " in str(e):
-            raise UserError(f"{given}: the source name {data.get('name')!r} is not 1 to 40 lowercase letters, "
-                            "digits or _ (it names the source in reports and manifests)") from None
-        raise
-
-
-def source_flags(o: Any) -> dict[str, Any]:
-    """The source keys the per-source flags set (``add_source_flags``: --format, --text_field, --encoding,
-    --delimiter, --follow_links), for every source of a build or a served corpus's batches."""
-    out: dict[str, Any] = {key: value for key, value in (
-        ("format", o.format), ("text_field", o.text_field), ("encoding", o.encoding),
-        ("follow_links", o.follow_links or None)) if value is not None and value != ""}
-    if o.delimiter is not None:  # '' is a delimiter: blank lines
-        out["delimiter"] = o.delimiter
-    return out
-
-
-def build_config_from_options(opts: BuildOptions) -> BuildConfig:
-    """Merge --config (if any) with the command-line flags into a validated BuildConfig."""
-    o = opts.view_as(BuildOptions)
-    # The file may set only some sections (``tokenizer: {model_type: byte_bpe}``): the flags add the rest.
-    data: dict[str, Any] = load_config_data(BuildConfig, o.config) if o.config else {}
-    if o.input and data.get("sources"):
-        names = ", ".join(str(s.get("name", "?")) if isinstance(s, dict) else "?" for s in data["sources"])
-        print(f"note: --input replaces the {len(data['sources'])} source(s) of --config {redact_url(o.config)} ({names}); to "
-              "build those too, give each as an --input NAME=URL, or leave --input out", file=sys.stderr)
-    per_source = source_flags(o)
-    if o.input:
-        sources = []
-        for i, arg in enumerate(o.input):
-            name, url = split_input(arg)
-            if name == "other" and len(o.input) > 1 and not tagged(arg):  # a tag given is kept as given
-                name = f"other{i}"
-            src: dict[str, Any] = {"name": name, "input": url, **per_source}
-            sources.append(source_config(src, f"--input {arg!r}").model_dump())
-        data["sources"] = sources
-    if not data.get("sources"):
-        raise UserError("no input: give --input URL (or a --config with sources)")
-    if per_source:  # the flags set every source: the --input ones above, or the --config's
-        data["sources"] = [{**s, **per_source} if isinstance(s, dict) else s for s in data["sources"]]
-
-    given: dict[str, str] = {}  # config key -> the flag that set it, for an error about its value
-    for i in range(len(data["sources"])):
-        given.update({f"sources.{i}.{key}": f"--{key}" for key in per_source})
-
-    def put(section: str, key: str, flag: str, value: Any = None) -> None:
-        value = getattr(o, flag) if value is None else value
-        if value is not None:
-            data.setdefault(section, {})[key] = value
-            given[f"{section}.{key}"] = f"--{flag}"
-
-    put("packing", "rule", "rule")
-    put("packing", "max_seq_len", "max_seq_len")
-    put("packing", "valid_fraction", "valid_fraction")
-    put("tokenizer", "vocab_size", "vocab_size")
-    put("tokenizer", "model_type", "tokenizer_kind")
-    if o.languages is not None:  # "any": every language kept (the language is still recorded)
-        codes = [c.strip() for c in o.languages.split(",") if c.strip()]
-        put("clean", "languages", "languages", [] if codes == ["any"] else codes)
-    put("tokenizer", "model_url", "tokenizer")
-    put("shards", "target_bytes", "shard_bytes")
-    put("shards", "target_samples", "shard_samples")
-    put("clean", "min_words", "min_words")
-    put("dedupe", "index", "dedupe_index")
-    if o.pii is not None:
-        data.setdefault("clean", {})["pii"] = {**data.get("clean", {}).get("pii", {}), **pii_kinds(o.pii)}
-    put("decontaminate", "paths", "decontaminate")
-    put("decontaminate", "ngram", "decontaminate_ngram")
-    put("decontaminate", "mode", "decontaminate_mode")
-    if o.no_near_dedupe:
-        put("dedupe", "near", "no_near_dedupe", False)
-    if o.seed is not None:
-        data["seed"] = o.seed
-        given["seed"] = "--seed"
-    return parse_config(BuildConfig, data, what="build config", flags=given)
-
-
-def pii_kinds(arg: str) -> dict[str, bool]:
-    """``--pii email,ip`` -> each kind on or off (``none``: every kind off); one line for an unknown kind."""
-    given = {k.strip() for k in arg.split(",") if k.strip()}
-    if given == {"none"}:
-        given = set()
-    unknown = sorted(given - set(PII_KINDS))
-    if unknown:
-        raise UserError(f"--pii {arg!r}: unknown kind(s) {unknown}; give a comma list of {', '.join(PII_KINDS)}, or none")
-    return {k: k in given for k in PII_KINDS}
 
 
 def finalize_options(opts: PipelineOptions, *, check_runner: bool = True) -> PipelineOptions:
@@ -409,7 +309,6 @@ def make_pipeline(opts: PipelineOptions):
     entry point runs the same harness quietly (the running mode is then ``in_memory`` with that
     environment, which is exactly what ``multi_processing`` sets up).
     """
-    import sys
 
     from apache_beam.options.pipeline_options import DirectOptions
 

@@ -160,8 +160,10 @@ LOSS_HINTS = {
                     "(--encoding CODEC, e.g. cp1252 or latin-1; or encoding: in the source's config)",
     "max_doc_bytes": "a document is over clean.max_doc_bytes (1,000,000 bytes by default), and a text file is "
                      "one document: for a file of many, name the line between them (--delimiter LINE, e.g. "
-                     "'<|endoftext|>', or '' for blank lines), or raise clean.max_doc_bytes and the source's "
-                     "max_record_bytes in a --config file",
+                     "'<|endoftext|>', or '' for blank lines); for long documents (books) raise the limit "
+                     "(--max_doc_bytes BYTES, e.g. 16MB)",
+    "max_words": "every document is over clean.max_words words (100,000 by default, Gopher's rule for web pages): "
+                 "for books and long stories raise it (--max_words N, e.g. 1000000)",
     "language": "the language rule kept none: give the corpus's languages (--languages CODES, e.g. en,de), or "
                 "--languages any to keep every language",
     "empty_after_line_rules": "C4's line rules left no line (a line under clean.line_min_words words, or without "

@@ -167,7 +167,8 @@ def test_a_glob_the_shell_expanded_is_named_before_the_runners_checks(entry, run
                                            ("256M", 256_000_000), ("2.5e8", 250_000_000), ("1.5GB", 1_500_000_000),
                                            ("64KiB", 65536), ("1_000_000", 1_000_000), ("4,096", 4096), ("2048B", 2048)])
 def test_a_size_in_bytes_is_read_as_people_write_it(written, size, tmp_path) -> None:
-    from pipelines.options import BuildOptions, build_config_from_options
+    from pipelines.jobs.build_config import build_config_from_options
+    from pipelines.options import BuildOptions
     from shardforge.console.args import byte_size
 
     assert byte_size(written) == size
@@ -215,7 +216,8 @@ def test_a_config_key_spelled_wrong_is_answered_like_a_flag(tmp_path) -> None:
 
 def test_a_config_that_sets_some_sections_combines_with_the_flags(tmp_path) -> None:
     """`tokenizer: {model_type: byte_bpe}` and --input: the sources come from the flag, the rest from the file."""
-    from pipelines.options import BuildOptions, build_config_from_options
+    from pipelines.jobs.build_config import build_config_from_options
+    from pipelines.options import BuildOptions
     from schemas.errors import UserError
 
     cfg = tmp_path / "partial.yaml"
@@ -237,7 +239,8 @@ def test_a_config_that_sets_some_sections_combines_with_the_flags(tmp_path) -> N
 
 
 def test_input_flags_replace_a_configs_sources_and_say_so(tmp_path, capsys) -> None:
-    from pipelines.options import BuildOptions, build_config_from_options
+    from pipelines.jobs.build_config import build_config_from_options
+    from pipelines.options import BuildOptions
 
     cfg = tmp_path / "sources.yaml"
     cfg.write_text("sources: [{name: news, input: 'news/*.json', format: ccnews}, {name: owt, input: owt}]\n")
@@ -252,7 +255,8 @@ def test_input_flags_replace_a_configs_sources_and_say_so(tmp_path, capsys) -> N
 def test_per_source_flags_set_a_configs_sources_too(tmp_path) -> None:
     """--format, --text_field and --encoding with a --config that lists the sources (no --input): they
     were dropped without a word; they set every source, and a bad value names the flag."""
-    from pipelines.options import BuildOptions, build_config_from_options
+    from pipelines.jobs.build_config import build_config_from_options
+    from pipelines.options import BuildOptions
     from schemas.errors import UserError
 
     cfg = tmp_path / "sources.yaml"
@@ -277,7 +281,8 @@ def test_print_config_prints_the_resolved_build_config_that_config_loads_again(t
     the printed file given to --config resolves to the same config."""
     import yaml
 
-    from pipelines.options import BuildOptions, build_config_from_options
+    from pipelines.jobs.build_config import build_config_from_options
+    from pipelines.options import BuildOptions
     from schemas.config import BuildConfig
 
     partial = tmp_path / "partial.yaml"

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import os
 
-from pipelines.options import BuildOptions, build_config_from_options
+from pipelines.jobs.build_config import build_config_from_options
+from pipelines.options import BuildOptions
 from pipelines.sources import read_input
 from pipelines.sources.listing import judge_urls, list_inputs
 from pipelines.sources.rawfiles import list_raw_files

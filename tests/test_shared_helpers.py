@@ -132,7 +132,7 @@ def test_inflated_raises_past_the_budget() -> None:
 
 def test_the_pii_kinds_come_from_the_clean_stage() -> None:
     from pipelines.clean.pii import KINDS
-    from pipelines.options import pii_kinds
+    from pipelines.jobs.build_config import pii_kinds
     from pipelines.report.record import pii_stats
     from schemas.config import PiiConfig
 

@@ -21,10 +21,10 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 
 from pipelines.corpus.commit import check_output, one_shot_attempt, tag_for
 from pipelines.graph import build_pipeline
+from pipelines.jobs.build_config import build_config_from_options
 from pipelines.options import (
     BuildOptions,
     RunnerPlan,
-    build_config_from_options,
     check_beam_args,
     finalize_options,
     quiet_beam,

@@ -20,6 +20,7 @@ from apache_beam.options.pipeline_options import StandardOptions
 from pipelines.corpus.commit import check_output, one_shot_attempt
 from pipelines.flags import build_parser, take_json, take_print_config
 from pipelines.graph import build_pipeline
+from pipelines.jobs.build_config import build_config_from_options
 from pipelines.jobs.memory import batching_hint
 from pipelines.jobs.summary import read_report, read_timings, summarize, summary_text
 from pipelines.localrunner import progress
@@ -27,7 +28,6 @@ from pipelines.options import (
     LOCAL_RUNNER,
     BuildOptions,
     RunnerPlan,
-    build_config_from_options,
     check_beam_args,
     describe_runner,
     finalize_options,

@@ -40,6 +40,7 @@ from typing import TypeVar
 
 from pipelines.corpus.commit import check_folder
 from pipelines.flags import serve_parser
+from pipelines.jobs.build_config import build_config_from_options, source_config, source_flags
 from pipelines.jobs.ingest import (
     SERVE_STATE,
     CorpusState,
@@ -50,12 +51,9 @@ from pipelines.jobs.ingest import (
 )
 from pipelines.options import (
     BuildOptions,
-    build_config_from_options,
     check_beam_args,
     handle_help,
     quiet_beam,
-    source_config,
-    source_flags,
 )
 from pipelines.sources.listing import check_raw_input
 from schemas.config import BuildConfig, SourceConfig

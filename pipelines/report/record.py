@@ -40,6 +40,10 @@ WARN_RULE_SHARE = 0.5  # a rule removing more than this share of a source's inpu
 # Reasons that are the input's structure, not a rule's verdict: most of a Wikipedia dump's pages are
 # redirects and pages outside the articles, and no setting should keep them.
 STRUCTURAL_REASONS = frozenset({"wiki_redirect", "wiki_namespace"})
+# The length rules remove the longest documents, whose share of the text is larger than their count's:
+# a source losing more than this share of its documents to them is told so (books, long stories).
+LENGTH_REASONS = ("max_words", "max_doc_bytes")
+WARN_LENGTH_SHARE = 0.01
 
 
 def rule_counts(manifest: dict[str, Any]) -> dict[str, dict[str, int]]:
@@ -78,9 +82,12 @@ def build_warnings(manifest: dict[str, Any]) -> list[str]:
         n_in = a.get("input", 0)
         for bucket in ("filtered", "duplicate"):
             for reason, n in sorted(a.get(bucket, {}).items()):
-                if n_in and n > WARN_RULE_SHARE * n_in and reason not in STRUCTURAL_REASONS:
+                if n_in and n > WARN_RULE_SHARE * n_in and reason not in (*STRUCTURAL_REASONS, *LENGTH_REASONS):
                     out.append(f"warning: {bucket} rule '{reason}' removed {n} of {n_in} documents "
                                f"({100 * n / n_in:.0f}%) of source '{name}'")
+        long = {r: a.get("filtered", {}).get(r, 0) for r in LENGTH_REASONS}
+        if n_in and sum(long.values()) > WARN_LENGTH_SHARE * n_in:
+            out.append(_length_warning(name, long, n_in, manifest.get("config", {}).get("clean", {})))
         bad = a.get("rejected", {}).get("invalid_utf8", 0)
         if bad:
             out.append(_invalid_utf8_warning(name, bad, n_in, encodings.get(name, "utf-8")))
@@ -98,6 +105,21 @@ def build_warnings(manifest: dict[str, Any]) -> list[str]:
                    "corpus with a larger --valid_fraction gives it documents (shardforge repack --tokenized "
                    "CORPUS --output NEW --valid_fraction F)")
     return out
+
+
+def _length_warning(name: str, long: dict[str, int], n_in: int, clean: dict[str, Any]) -> str:
+    """Documents left out whole for their length, what each rule's limit is, and the flags that raise them."""
+    from schemas.config import CleanConfig
+
+    cfg = CleanConfig.model_validate(clean)
+    n = sum(long.values())
+    parts = [f"{long['max_words']:,} max_words: over {cfg.max_words:,} words"] if long["max_words"] else []
+    if long["max_doc_bytes"]:
+        parts.append(f"{long['max_doc_bytes']:,} max_doc_bytes: over {cfg.max_doc_bytes:,} bytes")
+    return (f"warning: {n:,} of {n_in:,} documents of source '{name}' ({100 * n / n_in:.0f}%) were longer than the "
+            f"length rules allow and left out whole ({'; '.join(parts)}): books and long stories are kept with "
+            "--max_words N and --max_doc_bytes BYTES above their length (e.g. --max_words 1000000 --max_doc_bytes "
+            "16MB); a text file of many documents is split by the line between them (--delimiter LINE)")
 
 
 def _invalid_utf8_warning(name: str, bad: int, n_in: int, encoding: str) -> str:
