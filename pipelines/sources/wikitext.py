@@ -24,6 +24,7 @@ from __future__ import annotations
 import bisect
 import html
 import re
+from collections.abc import Callable
 
 # Elements dropped with their content: references, formulas, media, code and other non-prose.
 _DROPPED = ("ref", "references", "math", "chem", "ce", "gallery", "timeline", "syntaxhighlight", "source",
@@ -142,21 +143,27 @@ def render_template(inner: str) -> str:
     return ""
 
 
-def drop_templates(text: str) -> str:
-    """Every ``{{…}}`` rendered by ``render_template`` (inner ones first); a ``}}`` without its
-    ``{{`` is dropped, a ``{{`` never closed is dropped and its content kept."""
+def render_nested(text: str, marks: re.Pattern[str], opening: str, render: Callable[[str], str]) -> str:
+    """Every span between an ``opening`` mark and its closing one (``marks`` finds both) replaced by
+    ``render`` of its inner text, inner spans first (one scan with a stack); a closing mark without
+    its opening is dropped, an opening never closed is dropped and its content kept."""
     stack: list[list[str]] = [[]]
     pos = 0
-    for m in _BRACES.finditer(text):
+    for m in marks.finditer(text):
         stack[-1].append(text[pos:m.start()])
         pos = m.end()
-        if m.group() == "{{":
+        if m.group() == opening:
             stack.append([])
         elif len(stack) > 1:
             inner = "".join(stack.pop())
-            stack[-1].append(render_template(inner))
+            stack[-1].append(render(inner))
     stack[-1].append(text[pos:])
     return "".join(piece for frame in stack for piece in frame)  # frames never closed keep their text
+
+
+def drop_templates(text: str) -> str:
+    """Every ``{{…}}`` rendered by ``render_template`` (inner ones first)."""
+    return render_nested(text, _BRACES, "{{", render_template)
 
 
 def drop_tables(text: str) -> str:
@@ -195,18 +202,7 @@ def render_link(inner: str, drop_namespaces: frozenset[str]) -> str:
 
 def drop_links(text: str, drop_namespaces: frozenset[str]) -> str:
     """Every ``[[…]]`` rendered by ``render_link`` (inner ones first: links in a file's caption)."""
-    stack: list[list[str]] = [[]]
-    pos = 0
-    for m in _BRACKETS.finditer(text):
-        stack[-1].append(text[pos:m.start()])
-        pos = m.end()
-        if m.group() == "[[":
-            stack.append([])
-        elif len(stack) > 1:
-            inner = "".join(stack.pop())
-            stack[-1].append(render_link(inner, drop_namespaces))
-    stack[-1].append(text[pos:])
-    return "".join(piece for frame in stack for piece in frame)  # frames never closed keep their text
+    return render_nested(text, _BRACKETS, "[[", lambda inner: render_link(inner, drop_namespaces))
 
 
 def _heading(line: str) -> tuple[int, str] | None:
