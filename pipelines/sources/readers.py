@@ -404,8 +404,8 @@ def unique_member_path(path: str, name: str, used: set[str]) -> str:
 def frame_tar(stream: BinaryIO, path: str, source: SourceConfig, cap: int, depth: int, tally: Tally,
               budget: Budget | None) -> Iterator[Item]:
     """A streamed tar: each regular member is a document (bounded read), or a nested archive /
-    JSON(L) / Wikipedia file read with its own reader; a directory member is skipped (it holds no data: the files
-    under it are members of their own); every other member (link, device, FIFO) is one `not_a_file`
+    JSON(L) / Wikipedia / WET file read with its own reader; a directory member is skipped (it holds no
+    data: the files under it are members of their own); every other member (link, device, FIFO) is one `not_a_file`
     record. doc_id: archive path + member index (non-files: their own index); a nested
     file's records: ``archive!member`` + their index, where a member name that repeats (``tar -r``
     appends a new copy under the same name) gets ``#k`` on its k-th repeat, so no two records share an id."""

@@ -126,16 +126,18 @@ def frame_mediawiki(stream: BinaryIO, path: str, source: SourceConfig, cap: int,
     index = 0
     while True:
         chunk = stream.read(CHUNK)
+        broken: MalformedXml | None = None
         try:
             parser.Parse(chunk, not chunk)
         except xml.parsers.expat.ExpatError as e:
-            raise MalformedXml(str(e)) from None
-        finally:
-            for page in pages.done:
-                doc_id = doc_id_at(key, index)
-                index += 1
-                yield Frame(doc_id, parse_page, (page, doc_id, source, pages.base, frozenset(pages.drop)))
-            pages.done.clear()
+            broken = MalformedXml(str(e))
+        for page in pages.done:  # the pages finished before a fault are records all the same
+            doc_id = doc_id_at(key, index)
+            index += 1
+            yield Frame(doc_id, parse_page, (page, doc_id, source, pages.base, frozenset(pages.drop)))
+        pages.done.clear()
+        if broken is not None:
+            raise broken
         if not chunk:
             return
 
