@@ -246,10 +246,12 @@ def test_a_store_host_that_does_not_resolve_is_one_line_before_any_client_retry(
     for name in PROXY_VARIABLES:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("SHARDFORGE_CHECK_HOSTS", "1")
-    with pytest.raises(HostUnresolved):
-        check_resolves("http://nohost.invalid/x", "x")
+    with pytest.raises(HostUnresolved) as info:
+        check_resolves("http://user:hunter2@nohost.invalid/x?X-Amz-Signature=abc")
+    assert getattr(info.value, OPERATION_ATTR).startswith("open http://nohost.invalid/x")  # credentials redacted
+    assert "hunter2" not in str(vars(info.value)) and "abc" not in getattr(info.value, OPERATION_ATTR)
     monkeypatch.setenv("HTTPS_PROXY", "http://proxy.example:3128")
-    check_resolves("http://nohost.invalid/x", "x")
+    check_resolves("http://nohost.invalid/x")
     monkeypatch.delenv("HTTPS_PROXY")
     monkeypatch.setenv("SHARDFORGE_CHECK_HOSTS", "0")
-    check_resolves("http://nohost.invalid/x", "x")
+    check_resolves("http://nohost.invalid/x")

@@ -71,8 +71,8 @@ def endpoint(url: str) -> tuple[str, int] | None:
     return (parts.hostname, port) if parts.hostname else None
 
 
-def check_resolves(url: str, shown: str) -> None:
-    """Raise HostUnresolved (its operation: opening ``shown``) when ``SHARDFORGE_CHECK_HOSTS`` is on and
+def check_resolves(url: str) -> None:
+    """Raise HostUnresolved (its operation: opening url, redacted) when ``SHARDFORGE_CHECK_HOSTS`` is on and
     url's store host does not resolve; each host that resolves is not asked again."""
     if os.environ.get(CHECK_VARIABLE, "0") in ("", "0") or any(os.environ.get(v) for v in PROXY_VARIABLES):
         return
@@ -84,7 +84,9 @@ def check_resolves(url: str, shown: str) -> None:
     except socket.gaierror as e:
         if e.errno not in _UNRESOLVED:
             return
+        from shardforge.storage.urls import redact_url  # urls calls this module: imported where it is used
+
         err = HostUnresolved(where[0], where[1], e)
-        setattr(err, OPERATION_ATTR, f"open {shown}")
+        setattr(err, OPERATION_ATTR, f"open {redact_url(url)}")
         raise err from e
     _resolved.add(where)

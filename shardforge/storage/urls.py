@@ -31,7 +31,7 @@ def get_fs(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
     store host that does not resolve is raised at once (``shardforge.storage.resolve``)."""
     from shardforge.storage.resolve import check_resolves
 
-    check_resolves(url, redact_url(url))
+    check_resolves(url)
     try:
         return url_to_fs(url)
     except (ValueError, ImportError) as e:
