@@ -147,6 +147,11 @@ def test_lists_tables_headings_and_apparatus_sections_go():
                                           f"{PROSE} continued on a second line.", "Trade grows. Again."]
 
 
+def test_apparatus_sections_go_in_other_languages_too():
+    wt = f"{PROSE}\n== Einzelnachweise ==\nEin Satz der Belege.\n== Geschichte ==\n{PROSE}\n== Voir aussi ==\nAutre."
+    assert plain_text(wt).split("\n") == [PROSE, PROSE]
+
+
 def test_unbalanced_markup_loses_no_prose():
     assert plain_text(f"{{{{Unclosed template|{PROSE}") == f"Unclosed template|{PROSE}"
     assert plain_text(f"{PROSE}}}}} [[Unclosed link") == f"{PROSE} Unclosed link"

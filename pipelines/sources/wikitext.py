@@ -52,7 +52,13 @@ LINK_DROP_NAMESPACES = frozenset({"file", "image", "media", "category"})
 APPARATUS_SECTIONS = frozenset({
     "references", "notes", "footnotes", "citations", "sources", "bibliography", "external links",
     "see also", "further reading", "notes and references", "references and notes", "works cited",
-    "literature", "selected bibliography", "publications", "discography", "filmography"})
+    "literature", "selected bibliography", "publications", "discography", "filmography",
+    # the same sections in the largest other Wikipedias (German, French, Spanish, Italian, Dutch)
+    "einzelnachweise", "weblinks", "literatur", "siehe auch", "anmerkungen", "quellen",
+    "références", "liens externes", "voir aussi", "notes et références", "bibliographie",
+    "referencias", "enlaces externos", "véase también", "bibliografía", "notas",
+    "note", "bibliografia", "voci correlate", "collegamenti esterni", "altri progetti",
+    "referenties", "externe links", "zie ook", "bronnen"})
 
 # Templates that render text inline: name -> how (their first positional argument, or a fixed string).
 _FIRST_ARGUMENT = frozenset({"nowrap", "nobr", "nobreak", "small", "smaller", "big", "larger", "em", "strong",
