@@ -46,8 +46,9 @@ _SPACES = re.compile(r"[ \t\u00a0]+")
 _LANGUAGE_PREFIX = re.compile(r"^[a-z]{2,3}(?:-[a-z]{2,8})*$")
 _PARENTHETICAL = re.compile(r"\s*\([^()]*\)$")
 
-# Namespaces whose links are no text: file (6), media (-2), category (14), in English.
-LINK_DROP_NAMESPACES = frozenset({"file", "image", "media", "category"})
+# Namespaces whose links are no text: file (6), media (-2), category (14), in English, and the old
+# "image" aliases other Wikipedias still write (a dump's <siteinfo> names only the canonical names).
+LINK_DROP_NAMESPACES = frozenset({"file", "image", "media", "category", "bild", "imagen", "immagine", "afbeelding"})
 # Sections whose content is apparatus, not the article's prose (level-2 headings, matched lower case).
 APPARATUS_SECTIONS = frozenset({
     "references", "notes", "footnotes", "citations", "sources", "bibliography", "external links",
