@@ -147,9 +147,11 @@ def test_lists_tables_headings_and_apparatus_sections_go():
                                           f"{PROSE} continued on a second line.", "Trade grows. Again."]
 
 
-def test_apparatus_sections_go_in_other_languages_too():
+def test_apparatus_sections_go_in_other_languages_too_but_only_as_sections_of_their_own():
     wt = f"{PROSE}\n== Einzelnachweise ==\nEin Satz der Belege.\n== Geschichte ==\n{PROSE}\n== Voir aussi ==\nAutre."
     assert plain_text(wt).split("\n") == [PROSE, PROSE]
+    culture = f"== Culture ==\n=== Notes ===\n{PROSE}\n== References ==\nA citation."  # a subsection named so
+    assert plain_text(culture) == PROSE
 
 
 def test_unbalanced_markup_loses_no_prose():

@@ -49,11 +49,12 @@ _PARENTHETICAL = re.compile(r"\s*\([^()]*\)$")
 # Namespaces whose links are no text: file (6), media (-2), category (14), in English, and the old
 # "image" aliases other Wikipedias still write (a dump's <siteinfo> names only the canonical names).
 LINK_DROP_NAMESPACES = frozenset({"file", "image", "media", "category", "bild", "imagen", "immagine", "afbeelding"})
-# Sections whose content is apparatus, not the article's prose (level-2 headings, matched lower case).
+# Sections whose content is apparatus, not the article's prose (level-2 headings, matched lower case;
+# "Literature" or "Publications" under an article's Culture is prose, so only level 2 counts).
 APPARATUS_SECTIONS = frozenset({
     "references", "notes", "footnotes", "citations", "sources", "bibliography", "external links",
     "see also", "further reading", "notes and references", "references and notes", "works cited",
-    "literature", "selected bibliography", "publications", "discography", "filmography",
+    "selected bibliography",
     # the same sections in the largest other Wikipedias (German, French, Spanish, Italian, Dutch)
     "einzelnachweise", "weblinks", "literatur", "siehe auch", "anmerkungen", "quellen",
     "références", "liens externes", "voir aussi", "notes et références", "bibliographie",
@@ -64,8 +65,8 @@ APPARATUS_SECTIONS = frozenset({
 # Templates that render text inline: name -> how (their first positional argument, or a fixed string).
 _FIRST_ARGUMENT = frozenset({"nowrap", "nobr", "nobreak", "small", "smaller", "big", "larger", "em", "strong",
                              "sic", "not a typo", "var", "mvar", "abbr", "abbrlink", "visible anchor", "vanchor",
-                             "lang-x", "transl", "transliteration", "nihongo", "linktext", "bigger", "resize",
-                             "keep together", "smallcaps", "sc", "uc", "lc", "lang"})
+                             "transl", "transliteration", "nihongo", "linktext", "bigger", "resize",
+                             "keep together", "smallcaps", "sc", "uc", "lc"})
 _FIXED = {"ndash": "\u2013", "snd": " \u2013 ", "spnd": " \u2013 ", "mdash": "\u2014", "spaced ndash": " \u2013 ",
           "=": "=", "!": "|", "nbsp": " ", "-": "", "'": "'", "' \"": "'\"", "\" '": "\"'", "·": " · ",
           "dot": " · ", "middot": " · ", "bull": " • "}
@@ -245,7 +246,7 @@ def paragraphs(text: str) -> list[str]:
             level, title = heading
             if skip_level and level <= skip_level:
                 skip_level = 0
-            if not skip_level and title.lower().strip(" :") in APPARATUS_SECTIONS:
+            if not skip_level and level <= 2 and title.lower().strip(" :") in APPARATUS_SECTIONS:
                 skip_level = level
             continue
         if skip_level:
