@@ -242,16 +242,17 @@ def test_a_store_host_that_does_not_resolve_is_one_line_before_any_client_retry(
     assert "gcsfs" not in r.stderr, r.stderr  # the client never ran a request
     # Behind a proxy the proxy resolves names, and the check can be turned off: both leave it to the client.
     from shardforge.storage.resolve import PROXY_VARIABLES, HostUnresolved, check_resolves
+    from shardforge.storage.urls import redact_url
 
     for name in PROXY_VARIABLES:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("SHARDFORGE_CHECK_HOSTS", "1")
     with pytest.raises(HostUnresolved) as info:
-        check_resolves("http://user:hunter2@nohost.invalid/x?X-Amz-Signature=abc")
+        check_resolves("http://user:hunter2@nohost.invalid/x?X-Amz-Signature=abc", redact_url)
     assert getattr(info.value, OPERATION_ATTR).startswith("open http://nohost.invalid/x")  # credentials redacted
     assert "hunter2" not in str(vars(info.value)) and "abc" not in getattr(info.value, OPERATION_ATTR)
     monkeypatch.setenv("HTTPS_PROXY", "http://proxy.example:3128")
-    check_resolves("http://nohost.invalid/x")
+    check_resolves("http://nohost.invalid/x", redact_url)
     monkeypatch.delenv("HTTPS_PROXY")
     monkeypatch.setenv("SHARDFORGE_CHECK_HOSTS", "0")
-    check_resolves("http://nohost.invalid/x")
+    check_resolves("http://nohost.invalid/x", redact_url)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Callable
 from urllib.parse import urlsplit
 
 from shardforge.storage.retry import OPERATION_ATTR
@@ -71,9 +72,9 @@ def endpoint(url: str) -> tuple[str, int] | None:
     return (parts.hostname, port) if parts.hostname else None
 
 
-def check_resolves(url: str) -> None:
-    """Raise HostUnresolved (its operation: opening url, redacted) when ``SHARDFORGE_CHECK_HOSTS`` is on and
-    url's store host does not resolve; each host that resolves is not asked again."""
+def check_resolves(url: str, redact: Callable[[str], str]) -> None:
+    """Raise HostUnresolved (its operation: opening ``redact(url)``) when ``SHARDFORGE_CHECK_HOSTS`` is on
+    and url's store host does not resolve; each host that resolves is not asked again."""
     if os.environ.get(CHECK_VARIABLE, "0") in ("", "0") or any(os.environ.get(v) for v in PROXY_VARIABLES):
         return
     where = endpoint(url)
@@ -84,9 +85,7 @@ def check_resolves(url: str) -> None:
     except socket.gaierror as e:
         if e.errno not in _UNRESOLVED:
             return
-        from shardforge.storage.urls import redact_url  # urls calls this module: imported where it is used
-
         err = HostUnresolved(where[0], where[1], e)
-        setattr(err, OPERATION_ATTR, f"open {redact_url(url)}")
+        setattr(err, OPERATION_ATTR, f"open {redact(url)}")
         raise err from e
     _resolved.add(where)

@@ -11,6 +11,7 @@ import fsspec
 from fsspec.core import url_to_fs
 
 from schemas.errors import UserError
+from shardforge.storage.resolve import check_resolves
 
 
 def join(url: str, *parts: str) -> str:
@@ -29,9 +30,7 @@ def is_glob(path: str) -> bool:
 def get_fs(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
     """(filesystem, path) for a URL, with a clear error for unknown schemes; in a command's process, a
     store host that does not resolve is raised at once (``shardforge.storage.resolve``)."""
-    from shardforge.storage.resolve import check_resolves
-
-    check_resolves(url)
+    check_resolves(url, redact_url)
     try:
         return url_to_fs(url)
     except (ValueError, ImportError) as e:
