@@ -171,6 +171,11 @@ def _wiki_articles() -> tuple[str, ...]:
     return tuple(out)
 
 
+def wiki_dump() -> str:
+    """The path of the English Wikipedia dump gensim ships (``WIKI_FILE``: 206 pages, April 2016)."""
+    return _path(WIKI_FILE)
+
+
 def wiki_documents(limit: int | None = None) -> list[str]:
     """Prose of the English Wikipedia articles gensim ships as test data (~4.3 MB), in file order.
 

@@ -15,7 +15,7 @@ import re
 import tarfile
 
 from forkserver import run_python
-from realtext import WIKI_FILE, _path
+from realtext import wiki_dump
 
 from pipelines.records import Document, Reject
 from pipelines.sources import read_file
@@ -49,7 +49,7 @@ PROSE = "The town has a long history of trade and farming along the river valley
 # ------------------------------------------------------------------ the real dump
 
 def test_a_real_dump_gives_every_article_as_prose_and_counts_every_page(tmp_path):
-    recs = read(_path(WIKI_FILE))
+    recs = read(wiki_dump())
     assert outcomes(recs) == {"doc": 106, "filtered:wiki_redirect": 99, "filtered:wiki_namespace": 1}
     docs = [r for r in recs if isinstance(r, Document)]
     first = docs[0]
@@ -66,7 +66,7 @@ def test_a_real_dump_gives_every_article_as_prose_and_counts_every_page(tmp_path
 
 def test_a_multistream_dump_reads_as_one_stream(tmp_path):
     """pages-articles-multistream.xml.bz2: the header, each run of 100 pages and the end are bz2 streams of their own."""
-    raw = bz2.decompress(open(_path(WIKI_FILE), "rb").read())
+    raw = bz2.decompress(open(wiki_dump(), "rb").read())
     starts = [m.start() for m in re.finditer(rb"  <page>", raw)] + [raw.index(b"</mediawiki>")]
     cuts = [0, *starts[:-1:100], starts[-1], len(raw)]
     (p := tmp_path / "enwiki-pages-articles-multistream.xml.bz2").write_bytes(
@@ -209,7 +209,7 @@ def test_wikiextractor_output_tarred_is_read_file_by_file(tmp_path):
 
 def test_a_build_of_a_real_dump_reports_its_redirects_and_articles(tmp_path):
     raw = tmp_path / "enwiki-pages-articles1.xml.bz2"
-    raw.write_bytes(bz2.compress(bz2.decompress(open(_path(WIKI_FILE), "rb").read())[:1_500_000]
+    raw.write_bytes(bz2.compress(bz2.decompress(open(wiki_dump(), "rb").read())[:1_500_000]
                                  .rsplit(b"</page>", 1)[0] + b"</page></mediawiki>"))
     r = run_python(["-m", "pipelines.build", "--input", f"wiki={raw}", "--output", str(tmp_path / "o"),
                     "--vocab_size", "2000", "--json"], capture_output=True, text=True)

@@ -18,7 +18,7 @@ import posixpath
 import tarfile
 import zlib
 from collections.abc import Callable, Iterator
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, get_args
 
 from pipelines.records import Reject, doc_id_at, origin_key, position_text
 from pipelines.sources.compression import (
@@ -77,10 +77,12 @@ from pipelines.sources.streams import (
 )
 from pipelines.sources.warc import R_MALFORMED_WARC, MalformedWarc, frame_warc, is_warc
 from pipelines.sources.wiki import R_MALFORMED_XML, MalformedXml, frame_wikipedia, is_wikipedia
-from schemas.config import SourceConfig
+from schemas.config import SourceConfig, SourceFormat
 from shardforge.storage import is_transient
 
 TAR_SUFFIXES = (".tar", ".tgz", ".tbz2", ".txz")
+# The layouts a source's format names outright (auto, ccnews and openwebtext pick by extension and content).
+NAMED_FORMATS = tuple(f for f in get_args(SourceFormat) if f not in ("auto", "ccnews", "openwebtext"))
 MAX_ARCHIVE_DEPTH = 3  # openwebtext.tar.xz > urlsf_subset*.xz > *.txt needs 2
 TAR_TRAILER_LIMIT = 1 << 20  # padding after a tar's end marker is at most a record (10 KiB) in practice
 
@@ -107,6 +109,14 @@ def format_by_name(name: str) -> str | None:
     return None
 
 
+def sniffed_format(head: bytes) -> str | None:
+    """"wikipedia" or "warc" for a stream whose first bytes are a Wikipedia dump / WikiExtractor file or a
+    WARC / WET file, whatever its name; None for any other content."""
+    if is_wikipedia(head):
+        return "wikipedia"
+    return "warc" if is_warc(head) else None
+
+
 def detect_format(url: str, source: SourceConfig) -> str | None:
     """jsonl | json | parquet | arrow | tar | text | wikipedia | warc from the config or the extension;
     None: sniff the content.
@@ -114,7 +124,7 @@ def detect_format(url: str, source: SourceConfig) -> str | None:
     ``ccnews`` and ``openwebtext`` formats pick by extension like ``auto`` (their field names are
     handled by every reader), so a source may mix JSON, JSONL, Parquet and archives.
     """
-    if source.format in ("jsonl", "json", "parquet", "arrow", "text", "wikipedia", "warc"):
+    if source.format in NAMED_FORMATS:
         return source.format
     base, _ = split_compression(posixpath.basename(url))
     if base.lower().endswith(".tar"):  # .tar.gz, .tar.xz, ...
@@ -431,9 +441,9 @@ def frame_tar(stream: BinaryIO, path: str, source: SourceConfig, cap: int, depth
             base, comp = split_compression(posixpath.basename(name))
             fmt = format_by_name(base)
             head = b"" if comp is not None or fmt is not None else read_up_to(f, SNIFF)
-            if head and (is_wikipedia(head) or is_warc(head)):  # WikiExtractor's wiki_00, a dump, a WET file
-                fmt, f = "wikipedia" if is_wikipedia(head) else "warc", Prefixed(head, f)  # type: ignore[assignment]
-            if comp is not None or fmt in ("tar", "jsonl", "json", "wikipedia", "warc"):
+            if head and (sniffed := sniffed_format(head)):  # WikiExtractor's wiki_00, a dump, a WET file
+                fmt, f = sniffed, Prefixed(head, f)  # type: ignore[assignment]
+            if comp is not None or fmt in ("tar", "jsonl", "json", "wikipedia", "warc"):  # files of records
                 inner_path = unique_member_path(path, name, nested)
                 # Nested archive or record file: its records are indexed (and counted) inside it.
                 yield from read_stream(f, inner_path, source, cap, fmt, comp, depth + 1, tally, budget)
@@ -513,8 +523,7 @@ def _stream_items(raw: BinaryIO, path: str, source: SourceConfig, cap: int, fmt:
         if head[257:262] == b"ustar":
             fmt = "tar"
         elif fmt is None:
-            fmt = ("wikipedia" if is_wikipedia(head) else "warc" if is_warc(head)
-                   else "json" if head.lstrip()[:1] in (b"{", b"[") else "text")
+            fmt = sniffed_format(head) or ("json" if head.lstrip()[:1] in (b"{", b"[") else "text")
     if fmt == "tar" and depth >= MAX_ARCHIVE_DEPTH:
         tally.read += 1
         yield failure(R_CORRUPT_ARCHIVE, f"archives nested deeper than {depth}")

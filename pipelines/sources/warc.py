@@ -21,7 +21,7 @@ from typing import BinaryIO
 from pipelines.records import Document, Reject, doc_id_at
 from pipelines.sources.compression import CHUNK
 from pipelines.sources.naming import file_key
-from pipelines.sources.parsing import Frame, Record, Tally, too_large
+from pipelines.sources.parsing import R_BINARY, Frame, Record, Tally, too_large
 from pipelines.sources.streams import decode, looks_binary, safe_snippet
 from schemas.config import SourceConfig
 
@@ -140,6 +140,6 @@ def parse_warc_record(headers: dict[str, str], content: bytes, length: int, doc_
     if length > cap:
         return too_large(doc_id, source, content)
     if looks_binary(content[:8192]):
-        return Reject(doc_id, source.name, "rejected", "binary", safe_snippet(content[:200]))
+        return Reject(doc_id, source.name, "rejected", R_BINARY, safe_snippet(content[:200]))
     return Document(doc_id, source.name, decode(content), url=headers.get("warc-target-uri") or None,
                     date=headers.get("warc-date") or None)
