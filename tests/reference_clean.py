@@ -10,6 +10,15 @@ uses it. Do not "fix" it: it is the definition the fast path is held to.
 One exception: the language rule is a policy, not part of the rewrite. Since b5124a0 it reads the
 share of the text in the kept languages by CLD2's chunks (``LanguageGuess.shares``), so
 ``identify_cld2`` and ``accepts_language`` here are the package's own.
+
+A second: text in other languages than English, a policy added since and written here in this
+file's plain style (the package's fast path is held to it like the rest): the sentence-final marks
+of other scripts end sentences and lines (``_SCRIPT_MARKS``, ``_CJK_MARKS``; after a mark and a space
+an upper-case letter of any script or a letter of a script without case begins a sentence); each
+Han / kana character is a word of its own (``_UNSPACED``), a word of those scripts counting as
+``UNSPACED_CHARS_PER_WORD`` characters in the word count and in the n-gram rules' n, and left out of
+the mean word length (not measured where they are most of the words); a Hangul syllable is 2-3 letters in the mean word length; and a build keeping
+other languages than English takes the stop words of each document's language (``stop_words_for``).
 """
 
 # ruff: noqa
@@ -51,9 +60,26 @@ Neb Nebr Nev Okla Ore Pa Tenn Tex Vt Va Wash Wis Wyo
 """.split())
 # Abbreviations only when a number follows.
 _BEFORE_NUMBER = frozenset(("no", "nos", "art", "p"))
-_BOUNDARY = re.compile(r"([.!?]+[\"'\u201d\u2019)\]]*)\s+(?=[\"'\u201c\u2018(\[]?[A-Z0-9])")
-_OPENERS = "\"'([\u201c\u2018"
-_CLOSERS = ".!?\"')]\u201d\u2019"
+_CJK_MARKS = "\u3002\uff01\uff1f\uff0e\uff61"
+_CJK_CLOSERS = "\u300d\u300f\uff09\u3011\u3015\u300b\u3009"
+_SCRIPT_MARKS = "\u0964\u0965\u061f\u06d4\u0589\u1362\u104b"
+_BOUNDARY = re.compile("([.!?" + _SCRIPT_MARKS + _CJK_MARKS + "]+[\"'\u201d\u2019)\\]\u00bb\u203a" + _CJK_CLOSERS
+                       + "]*)(\\s*)")
+_OPENERS = "\"'([\u201c\u2018\u201e\u201a\u00ab\u2039\u00bf\u00a1\u300c\u300e\uff08\u3010"
+_CLOSERS = ".!?\"')]\u201d\u2019\u00bb\u203a"
+
+
+def _ends_sentence(para: str, m: re.Match) -> bool:
+    """A mark run followed by whitespace and a sentence's first letter, or an ideographic one with text after."""
+    rest = para[m.end():]
+    if not rest:
+        return False
+    if m.group(1)[-1] in _CJK_MARKS + _CJK_CLOSERS:
+        return True
+    if not m.group(2):
+        return False
+    c = rest[1] if rest[0] in _OPENERS and len(rest) > 1 else rest[0]
+    return c.isupper() or c.isdigit() or (c.isalpha() and not c.islower())
 
 
 def is_abbreviation(word: str, next_char: str) -> bool:
@@ -78,6 +104,8 @@ def split_sentences(text: str) -> list[str]:
             continue
         start = 0
         for m in _BOUNDARY.finditer(para):
+            if not _ends_sentence(para, m):
+                continue
             end = m.end(1)
             word = para[start:end].rsplit(None, 1)[-1].rstrip(_CLOSERS).lstrip(_OPENERS)
             nxt = para[m.end():m.end() + 2].lstrip(_OPENERS)[:1]
@@ -236,13 +264,30 @@ _NO_LETTER_TOKEN = re.compile(r"(?<!\S)(?:(?![^\W\d_])\S)+(?!\S)")
 # "typographic" also accepts closing curly quotes and keeps lines ending in "...".
 POLICY_PHRASES = ("terms of use", "privacy policy", "cookie policy", "uses cookies", "use of cookies",
                   "use cookies")
-C4_END_MARKS = (".", "?", "!", '"')
+C4_END_MARKS = (".", "?", "!", '"', *"\u3002\uff01\uff1f\uff0e\uff61\u300d\u300f\u0964\u0965\u061f\u06d4\u0589\u1362\u104b"
+                "\u17d4\u17d5\u0f0d\u0f0e")
 TERMINAL = {"c4": C4_END_MARKS, "typographic": (*C4_END_MARKS, "\u201d", "\u2019")}
+_UNSPACED = re.compile("([\u3040-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff66-\uff9f"
+                       "\U00020000-\U0002fa1f])")
+from pipelines.clean.stats import UNSPACED_CHARS_PER_WORD  # the measured figure (benchmarks/bench_unspaced.py)
+
+
+def spaced(text: str) -> str:
+    return _UNSPACED.sub(r" \1 ", text)
+
+
+def stop_words_for(c: CleanConfig, s: "DocStats") -> frozenset[str] | None:
+    """Gopher's eight in a build of English alone; else those of the document's language (None: no list)."""
+    if c.english_only and c.languages and all(code == "en" for code in c.languages):
+        return GOPHER_STOP_WORDS
+    code = s.language.code
+    return GOPHER_STOP_WORDS if code == "en" else OTHER.get(code)
 # Gopher's stop words (a document needs at least `min_stop_words` of them).
 GOPHER_STOP_WORDS = frozenset(["the", "be", "to", "of", "and", "that", "have", "with"])
 BULLETS = ("\u2022", "\u2023", "\u25e6", "\u2043", "\u25aa", "\u25cf", "\u00b7", "-", "*", "\u2013")
 ELLIPSES = ("...", "\u2026")
-_PUNCT = string.punctuation + "\u2018\u2019\u201c\u201d\u2026\u2013\u2014\u00ab\u00bb"
+_PUNCT = (string.punctuation + "\u2018\u2019\u201c\u201d\u2026\u2013\u2014\u00ab\u00bb"
+          + "\u3001\u3002\u300c\u300d\u300e\u300f\u3010\u3011\u300a\u300b\u3008\u3009\uff01\uff08\uff09\uff0c\uff0e\uff1a\uff1b\uff1f")
 
 LINE_RULES = ("javascript", "policy", "long_word", "min_line_words", "terminal_punct")
 NARRATIVE_SOURCES = ("stories", "story", "book")
@@ -314,7 +359,8 @@ def filter_lines(text: str, cfg: CleanConfig, disabled: frozenset[str] = frozens
         elif ("long_word" not in disabled and len(line) > cfg.line_max_word_chars
               and any(len(w) > cfg.line_max_word_chars for w in words)):
             removed["long_word"] += 1
-        elif "min_line_words" not in disabled and len(words) < cfg.line_min_words:
+        elif "min_line_words" not in disabled and (DocStats(line).word_count if _UNSPACED.search(line)
+                                                   else len(words)) < cfg.line_min_words:
             removed["min_line_words"] += 1
         elif "terminal_punct" not in disabled and not has_end_mark(line, cfg.line_end_marks):
             removed["terminal_punct"] += 1
@@ -339,13 +385,26 @@ class DocStats:
 
     @cached_property
     def raw_words(self) -> list[str]:
-        return self.text.split()
+        return spaced(self.text).split()
 
     @cached_property
     def words(self) -> list[str]:
         """Lower-cased words with surrounding punctuation stripped (empty ones dropped)."""
-        stripped = (w.strip(_PUNCT) for w in self.text.lower().split())
+        stripped = (w.strip(_PUNCT) for w in spaced(self.text.lower()).split())
         return [w for w in stripped if w]
+
+    @cached_property
+    def unspaced_chars(self) -> int:
+        return len(_UNSPACED.findall(self.text))
+
+    @cached_property
+    def word_count(self) -> float:
+        """Words, a word of a script written without spaces counting as UNSPACED_CHARS_PER_WORD characters."""
+        return len(self.words) - self.unspaced_chars + self.unspaced_chars / UNSPACED_CHARS_PER_WORD
+
+    def n_tokens(self, n: int) -> int:
+        """An n-gram of words in tokens (characters, in text of a script written without spaces)."""
+        return int(n * UNSPACED_CHARS_PER_WORD + 0.5) if self.unspaced_chars and n >= 1 else n
 
     @cached_property
     def lines(self) -> list[str]:
@@ -358,7 +417,7 @@ class DocStats:
     @cached_property
     def non_alpha_words(self) -> int:
         """Whitespace tokens without a single letter (numbers, symbols)."""
-        return len(_NO_LETTER_TOKEN.findall(self.text))
+        return len(_NO_LETTER_TOKEN.findall(spaced(self.text)))
 
     @cached_property
     def word_chars(self) -> int:
@@ -395,12 +454,14 @@ class DocStats:
 
     @cached_property
     def dup_ngram_fracs(self) -> dict[int, float]:
-        """Gopher: share of word characters inside n-grams that occur more than once, n = 5..10.
+        """Gopher: share of word characters inside n-grams that occur more than once, n = 5..10 (in
+        tokens: to n_tokens(10)).
 
         A duplicated (n+1)-gram starts with a duplicated n-gram, so each larger n only looks at
         the positions where the smaller one repeated (usually few; none in clean prose).
         """
         ids, words = self.word_ids, self.words
+        last = self.n_tokens(10)
         total = self.word_chars
         out: dict[int, float] = {}
         if not total:
@@ -409,9 +470,9 @@ class DocStats:
         # Fast path: no repeated 5-gram (the usual case) means no repeated longer n-gram either.
         fives = Counter(zip(*(ids[i:] for i in range(5)), strict=False))
         if not fives or max(fives.values()) == 1:
-            return {n: 0.0 for n in range(5, 11)}
+            return {n: 0.0 for n in range(5, last + 1)}
         starts = range(len(ids))
-        for n in range(5, 11):
+        for n in range(5, last + 1):
             grams = [(i, tuple(ids[i:i + n])) for i in starts if i + n <= len(ids)]
             counts = Counter(g for _, g in grams)
             dup_starts = [i for i, g in grams if counts[g] > 1]
@@ -421,7 +482,7 @@ class DocStats:
             out[n] = sum(lens[i] for i in range(len(ids)) if covered[i]) / total if dup_starts else 0.0
             starts = dup_starts
             if not starts:
-                for m in range(n + 1, 11):
+                for m in range(n + 1, last + 1):
                     out[m] = 0.0
                 break
         return out
@@ -448,8 +509,14 @@ def dup_fractions(items: list[str]) -> tuple[float, float]:
 Rule = Callable[[DocStats, CleanConfig], bool]  # True: the document fails the rule
 
 
-def _mean_word_len(s: DocStats) -> float:
-    return s.word_chars / len(s.words) if s.words else 0.0
+def _mean_word_len(s: DocStats) -> float | None:
+    """In letters (a Hangul syllable is its 2-3 jamo); None where every word is of a script without spaces."""
+    words = [w for w in s.words if not _UNSPACED.fullmatch(w)] if s.unspaced_chars else s.words
+    if s.unspaced_chars and 2 * len(words) <= len(s.words):  # mostly words of one such character
+        return None
+    letters = sum(len(w) + sum(2 if (ord(ch) - 0xAC00) % 28 else 1 for ch in w if "\uac00" <= ch <= "\ud7a3")
+                  for w in words)
+    return letters / len(words) if words else 0.0
 
 
 def _markup(s: DocStats, c: CleanConfig) -> bool:
@@ -459,12 +526,12 @@ def _markup(s: DocStats, c: CleanConfig) -> bool:
 
 
 def _top_ngrams(s: DocStats, c: CleanConfig) -> bool:
-    return any(s.top_ngram_frac(n) > t for n, t in sorted(c.max_top_ngram_frac.items()))
+    return any(s.top_ngram_frac(s.n_tokens(n)) > t for n, t in sorted(c.max_top_ngram_frac.items()))
 
 
 def _dup_ngrams(s: DocStats, c: CleanConfig) -> bool:
     fr = s.dup_ngram_fracs
-    return any(fr.get(n, 0.0) > t for n, t in sorted(c.max_dup_ngram_frac.items()))
+    return any((fr.get(s.n_tokens(n), 0.0) if 5 <= n <= 10 else 0.0) > t for n, t in sorted(c.max_dup_ngram_frac.items()))
 
 
 def _share(lines: list[str], pred: Callable[[str], bool]) -> float:
@@ -479,15 +546,17 @@ WEB_PAGE_RULES: list[tuple[str, Rule]] = [
     ("curly_braces", lambda s, c: "{" in s.text),
 ]
 DOC_RULES: list[tuple[str, Rule]] = [
-    ("min_words", lambda s, c: len(s.words) < c.min_words),
-    ("max_words", lambda s, c: len(s.words) > c.max_words),
-    ("mean_word_len", lambda s, c: not c.min_mean_word_len <= _mean_word_len(s) <= c.max_mean_word_len),
+    ("min_words", lambda s, c: s.word_count < c.min_words),
+    ("max_words", lambda s, c: s.word_count > c.max_words),
+    ("mean_word_len", lambda s, c: _mean_word_len(s) is not None
+     and not c.min_mean_word_len <= _mean_word_len(s) <= c.max_mean_word_len),
     ("symbol_word_ratio", lambda s, c: (s.text.count("#") + s.text.count("...") + s.text.count("\u2026"))
-     > c.max_symbol_word_ratio * len(s.words)),
+     > c.max_symbol_word_ratio * s.word_count),
     ("bullet_lines", lambda s, c: _share(s.lines, lambda ln: ln.lstrip().startswith(BULLETS)) > c.max_bullet_lines),
     ("ellipsis_lines", lambda s, c: _share(s.lines, lambda ln: ln.rstrip().endswith(ELLIPSES)) > c.max_ellipsis_lines),
     ("alpha_words", lambda s, c: len(s.raw_words) - s.non_alpha_words < c.min_alpha_words * len(s.raw_words)),
-    ("stop_words", lambda s, c: sum(1 for w in s.words if w in GOPHER_STOP_WORDS) < c.min_stop_words),
+    ("stop_words", lambda s, c: stop_words_for(c, s) is not None
+     and sum(1 for w in s.words if w in stop_words_for(c, s)) < c.min_stop_words),
     ("dup_lines", lambda s, c: s.line_dups[0] > c.max_dup_line_frac),
     ("dup_line_chars", lambda s, c: s.line_dups[1] > c.max_dup_line_char_frac),
     ("dup_paragraphs", lambda s, c: s.paragraph_dups[0] > c.max_dup_para_frac),

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 
+from pipelines.clean.stats import has_unspaced, unspaced_word_count, words_of
 from schemas.config import CleanConfig, SourceConfig
 
 # C4 (c4_utils.py): boilerplate phrases, end marks. C4 keeps a line only if it ends in one of
@@ -19,7 +20,14 @@ from schemas.config import CleanConfig, SourceConfig
 POLICY_PHRASES = ("terms of use", "privacy policy", "cookie policy", "uses cookies", "use of cookies",
                   "use cookies")
 C4_END_MARKS = (".", "?", "!", '"')
-TERMINAL = {"c4": C4_END_MARKS, "typographic": (*C4_END_MARKS, "\u201d", "\u2019")}
+# C4 was English: the sentence-final marks of other scripts end a line as . ? ! do (ideographic 。！？．｡
+# and the corner brackets that close a quoted sentence, Devanagari's danda । ॥, Arabic's ؟, Urdu's ۔,
+# Armenian's ։, Ethiopic's ።, Myanmar's ။, Khmer's ។ ៕, Tibetan's ། ༎). An English line never ends in one: C4's
+# test there is unchanged.
+SCRIPT_END_MARKS = ("\u3002", "\uff01", "\uff1f", "\uff0e", "\uff61", "\u300d", "\u300f", "\u0964", "\u0965",
+                    "\u061f", "\u06d4", "\u0589", "\u1362", "\u104b", "\u17d4", "\u17d5", "\u0f0d", "\u0f0e")
+TERMINAL = {"c4": (*C4_END_MARKS, *SCRIPT_END_MARKS),
+            "typographic": (*C4_END_MARKS, "\u201d", "\u2019", *SCRIPT_END_MARKS)}
 
 # The line rules by name (CleanConfig.disabled_rules switches them off) and the sources they skip.
 LINE_RULES = ("javascript", "policy", "long_word", "min_line_words", "terminal_punct")
@@ -82,8 +90,11 @@ def filter_lines(text: str, cfg: CleanConfig, disabled: frozenset[str] = frozens
         if long_word and len(line) > max_chars and has_long_token(line, longest):
             removed["long_word"] += 1
             continue
-        # maxsplit: counting up to min_words tokens is enough
+        # maxsplit: counting up to min_words tokens is enough; in a line of a script written without
+        # spaces (Chinese, Japanese) its words are counted as the document rules count them
         few = min_words > 0 and len(line.split(None, min_words - 1)) < min_words
+        if few and has_unspaced(line):
+            few = unspaced_word_count(words_of(line), line) < min_words
         if few:
             removed["min_line_words"] += 1
         elif terminal and not (line.endswith(ends) and not (no_ellipsis and line.endswith("..."))):

@@ -36,12 +36,23 @@ import re
 from collections import Counter
 from itertools import repeat
 
-from pipelines.clean.langid import LanguageGuess, code_of_name, identify, known_codes
+from pipelines.clean.langid import OTHER, LanguageGuess, code_of_name, identify, known_codes
 from pipelines.clean.lines import LINE_RULES, filter_lines, line_rules_for
 from pipelines.clean.normalize import BLANK_LINES, has_invalid_utf8, normalize_text, repair_utf8, safe
 from pipelines.clean.pii import PiiFound, PiiRules, redact, rules_of
 from pipelines.clean.sentences import count_sentences
-from pipelines.clean.stats import NGrams, dup_fractions, letter_words, strip_chars
+from pipelines.clean.stats import (
+    UNSPACED,
+    UNSPACED_CHARS_PER_WORD,
+    NGrams,
+    dup_fractions,
+    has_unspaced,
+    letter_words,
+    strip_chars,
+    tokens_of,
+    unspaced_word_count,
+    words_of,
+)
 from pipelines.records import Document, Reject, count_words
 from schemas.config import CleanConfig
 from schemas.errors import UserError
@@ -49,6 +60,8 @@ from schemas.errors import UserError
 REJECTS = "rejects"
 RAW_WORDS = "raw_words"  # CleanDocuments' (source, words of the text as read) per document: the report's "before"
 
+# A precomposed Hangul syllable.
+HANGUL = re.compile("[\uac00-\ud7a3]")
 # An HTML tag, as the markup rule measures a page's markup.
 _TAG = re.compile(r"<[^<>\n]{1,400}>")
 # Gopher's stop words (a document needs at least `min_stop_words` of them).
@@ -135,24 +148,26 @@ def document_reason(text: str, c: CleanConfig, disabled: frozenset[str],
     if lower is None:
         lower = text.lower()
     tokens = lower.split()  # lower-casing changes no whitespace: the same tokens as text.split()
-    reason, guess = _first_failed_rule(text, tokens, c, disabled)
+    unspaced = has_unspaced(lower)
+    reason, guess = _first_failed_rule(text, tokens_of(lower) if unspaced else tokens, c, disabled, unspaced)
     return reason, guess, len(tokens)
 
 
-def _first_failed_rule(text: str, tokens: list[str], c: CleanConfig,
-                       disabled: frozenset[str]) -> tuple[str | None, LanguageGuess | None]:
-    """``document_reason``'s rules on the text and its whitespace tokens (lower-cased)."""
+def _first_failed_rule(text: str, tokens: list[str], c: CleanConfig, disabled: frozenset[str],
+                       unspaced: bool = False) -> tuple[str | None, LanguageGuess | None]:
+    """``document_reason``'s rules on the text and its tokens (lower-cased; ``tokens_of``): ``unspaced``,
+    the text holds characters of a script written without spaces, each one token."""
     words = list(filter(None, map(str.strip, tokens, repeat(strip_chars(text)))))
     n_words = len(words)
+    if unspaced:  # a word of Chinese or Japanese is UNSPACED_CHARS_PER_WORD characters on average
+        n_words = unspaced_word_count(words, text)
     if "min_words" not in disabled and n_words < c.min_words:
         return "min_words", None
     if "max_words" not in disabled and n_words > c.max_words:
         return "max_words", None
     grams = NGrams(words)  # the words' Counter: characters and stop words come from it too
-    if "mean_word_len" not in disabled:
-        mean = grams.word_chars / n_words if n_words else 0.0
-        if not c.min_mean_word_len <= mean <= c.max_mean_word_len:
-            return "mean_word_len", None
+    if "mean_word_len" not in disabled and not _mean_word_len_ok(grams, n_words, text, unspaced, c):
+        return "mean_word_len", None
     if ("symbol_word_ratio" not in disabled
             and text.count("#") + text.count("...") + text.count("\u2026") > c.max_symbol_word_ratio * n_words):
         return "symbol_word_ratio", None
@@ -168,9 +183,14 @@ def _first_failed_rule(text: str, tokens: list[str], c: CleanConfig,
     if "alpha_words" not in disabled:
         if letter_words(grams.freq) < c.min_alpha_words * len(tokens):
             return "alpha_words", None
-    if ("stop_words" not in disabled
-            and sum(map(grams.freq.get, GOPHER_STOP_WORDS, repeat(0))) < c.min_stop_words):
-        return "stop_words", None
+    guess = None
+    if "stop_words" not in disabled:
+        stops: frozenset[str] | None = GOPHER_STOP_WORDS
+        if not english_build(c):  # the stop words of the document's language, where there is a list
+            guess = identify(text, c.language_id, shares=language_rule(c, disabled))
+            stops = stop_words_of(guess.code)
+        if stops is not None and sum(map(grams.freq.get, stops, repeat(0))) < c.min_stop_words:
+            return "stop_words", None
     if "dup_lines" not in disabled or "dup_line_chars" not in disabled:
         frac, chars = dup_fractions(_lines(text) if lines is None else lines)
         if "dup_lines" not in disabled and frac > c.max_dup_line_frac:
@@ -184,18 +204,68 @@ def _first_failed_rule(text: str, tokens: list[str], c: CleanConfig,
         if "dup_paragraph_chars" not in disabled and chars > c.max_dup_para_char_frac:
             return "dup_paragraph_chars", None
     if "top_ngrams" not in disabled or "dup_ngrams" not in disabled:
-        if "top_ngrams" not in disabled and _top_ngrams_fail(grams, c.max_top_ngram_frac):
+        per_word = UNSPACED_CHARS_PER_WORD if unspaced else 1.0
+        if "top_ngrams" not in disabled and _top_ngrams_fail(grams, c.max_top_ngram_frac, per_word):
             return "top_ngrams", None
-        if "dup_ngrams" not in disabled and _dup_ngrams_fail(grams, c.max_dup_ngram_frac):
+        if "dup_ngrams" not in disabled and _dup_ngrams_fail(grams, c.max_dup_ngram_frac, per_word):
             return "dup_ngrams", None
     if "min_sentences" not in disabled and count_sentences(text, c.min_sentences) < c.min_sentences:
         return "min_sentences", None
-    if "language" not in disabled and c.english_only:
-        guess = identify(text, c.language_id)
+    if language_rule(c, disabled):
+        if guess is None:
+            guess = identify(text, c.language_id)
         if not accepts_language(guess, c):
             return "language", guess
-        return None, guess
-    return None, None
+    return None, guess
+
+
+def english_build(c: CleanConfig) -> bool:
+    """Whether the build keeps English alone (the default): Gopher's English stop words then apply to
+    every document, with no language identified for them."""
+    return c.english_only and bool(c.languages) and set(c.languages) <= {"en"}
+
+
+def language_rule(c: CleanConfig, disabled: frozenset[str]) -> bool:
+    """Whether the language rule runs."""
+    return c.english_only and "language" not in disabled
+
+
+def stop_words_of(code: str) -> frozenset[str] | None:
+    """The stop words a document in the language needs ``min_stop_words`` of: Gopher's eight for
+    English, the function words of ``pipelines.clean.langid.OTHER`` for German, French, Spanish,
+    Dutch, Italian and Portuguese; None (the rule does not apply) for any other language."""
+    return GOPHER_STOP_WORDS if code == "en" else OTHER.get(code)
+
+
+def in_tokens(n: int, per_word: float) -> int:
+    """An n-gram of words as tokens: n itself (words delimited by spaces), or, in text of a script
+    written without spaces (a character per token), n words' worth of characters, rounded."""
+    return n if per_word == 1.0 or n < 1 else int(n * per_word + 0.5)
+
+
+def _mean_word_len_ok(grams: NGrams, n_words: int, text: str, unspaced: bool, c: CleanConfig) -> bool:
+    """Gopher's mean word length bounds, in letters. The rule measures words that spaces delimit: in a
+    text whose words are mostly characters of a script written without spaces (each a word of one
+    character: Chinese, Japanese) it does not apply, and in one where they are fewer the mean is that
+    of the other words. A Hangul syllable is the two or three letters (jamo) it is written with."""
+    if unspaced:
+        spaced_words = words_of(UNSPACED.sub(" ", text))
+        if len(spaced_words) * 2 <= len(grams.words):
+            return True
+        chars, n_words = sum(map(len, spaced_words)), len(spaced_words)
+    else:
+        chars = grams.word_chars
+    if not text.isascii():
+        chars += hangul_letters(text)
+    mean = chars / n_words if n_words else 0.0
+    return c.min_mean_word_len <= mean <= c.max_mean_word_len
+
+
+def hangul_letters(text: str) -> int:
+    """The letters beyond one per character that the text's Hangul syllables are written with: a
+    syllable is an initial consonant and a vowel, and a final consonant in 27 of each 28."""
+    syllables = HANGUL.findall(text)
+    return len(syllables) + sum(1 for s in syllables if (ord(s) - 0xAC00) % 28)
 
 
 def _lines(text: str) -> list[str]:
@@ -204,13 +274,14 @@ def _lines(text: str) -> list[str]:
     return list(filter(None, lines)) if "" in lines else lines
 
 
-def _top_ngrams_fail(grams: NGrams, limits: dict[int, float]) -> bool:
-    """Gopher's top n-gram rule: for some n the most frequent n-gram holds more than its share.
+def _top_ngrams_fail(grams: NGrams, limits: dict[int, float], per_word: float = 1.0) -> bool:
+    """Gopher's top n-gram rule: for some n the most frequent n-gram holds more than its share
+    (``per_word``: tokens a word spans, ``in_tokens``).
 
     Where NGrams.top_bound is within the limit (ordinary prose: 3- and 4-grams) nothing is counted:
     the share <= bound / word characters <= the limit.
     """
-    for n, t in sorted(limits.items()):
+    for n, t in sorted((in_tokens(n, per_word), t) for n, t in limits.items()):
         if n >= 1 and grams.word_chars and grams.top_bound(n, t * grams.word_chars) / grams.word_chars <= t:
             continue  # share <= bound / word characters <= t
         if grams.top_frac(n) > t:
@@ -218,9 +289,10 @@ def _top_ngrams_fail(grams: NGrams, limits: dict[int, float]) -> bool:
     return False
 
 
-def _dup_ngrams_fail(grams: NGrams, limits: dict[int, float]) -> bool:
+def _dup_ngrams_fail(grams: NGrams, limits: dict[int, float], per_word: float = 1.0) -> bool:
     """Gopher's duplicated n-gram rule: for some n the share of characters in repeated n-grams
-    exceeds its limit (n outside 5..10 has share 0, as in Gopher's definition here).
+    exceeds its limit (n outside 5..10 has share 0, as in Gopher's definition here). ``per_word``:
+    tokens a word spans (``in_tokens``).
 
     The shares never grow with n, so once a share is within every later limit the larger n are
     not computed (prose with a few repeated phrases stops at n = 5).
@@ -230,7 +302,8 @@ def _dup_ngrams_fail(grams: NGrams, limits: dict[int, float]) -> bool:
     inside = {n: t for n, t in limits.items() if 5 <= n <= 10}
     if not inside:
         return False
-    for n, frac in grams.dup_frac_steps():
+    inside = {in_tokens(n, per_word): t for n, t in inside.items()}
+    for n, frac in grams.dup_frac_steps(tuple(sorted(inside))):
         if n in inside and frac > inside[n]:
             return True
         later = [t for m, t in inside.items() if m > n]

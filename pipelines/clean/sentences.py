@@ -1,7 +1,11 @@
 """Sentence splitting without downloads: paragraphs, then a punctuation rule.
 
-A sentence ends at . ! ? (optionally followed by closing quotes/brackets)
-when whitespace and an upper-case letter, digit or opening quote follow.
+A sentence ends at . ! ? (optionally followed by closing quotes/brackets) when whitespace and then
+an upper-case letter (of any cased script: "Über", "Это"), a letter of a script without case
+(Arabic, Hebrew, Devanagari, ...), a digit or an opening quote follow. The full stops and question
+marks of other scripts end one the same way (Devanagari's danda । and ॥, Arabic's ؟, Urdu's ۔,
+Armenian's ։, Ethiopic's ።, Myanmar's ။), and the ideographic ones (。！？．｡, with their closing
+brackets) end one with or without a space after: Chinese and Japanese put none.
 A period after a known abbreviation does not end a sentence: titles (Mr., Rev., Gen.), months
 (Jan., Sept.), US states as AP style writes them (Calif., Mass.; capitalized only, since several
 are also words: "ill", "miss", "wash"), scholarly references (Fig., Figs., Sec., Ed., Vol., pp.,
@@ -33,11 +37,29 @@ Neb Nebr Nev Okla Ore Pa Tenn Tex Vt Va Wash Wis Wyo
 """.split())
 # Abbreviations only when a number follows.
 _BEFORE_NUMBER = frozenset(("no", "nos", "art", "p"))
-# [.!?][.!?]* rather than [.!?]+: a pattern whose first item is a character set lets the regex
-# engine skip ahead to the next . ! ? in C (3x faster on prose); the matches are the same.
-_BOUNDARY = re.compile(r"([.!?][.!?]*[\"'\u201d\u2019)\]]*)\s+(?=[\"'\u201c\u2018(\[]?[A-Z0-9])")
-_OPENERS = "\"'([\u201c\u2018"
-_CLOSERS = ".!?\"')]\u201d\u2019"
+# Sentence-final marks that a space follows: . ! ? and those of other scripts (। ॥ ؟ ۔ ։ ። ။).
+_MARKS = ".!?\u0964\u0965\u061f\u06d4\u0589\u1362\u104b"
+# Ideographic sentence-final marks (。！？．｡) and the closing brackets that may follow them.
+_CJK_MARKS = "\u3002\uff01\uff1f\uff0e\uff61"
+_CJK_CLOSERS = "\u300d\u300f\uff09\u3011\u3015\u300b\u3009"
+_CJK_ENDS = frozenset(_CJK_MARKS + _CJK_CLOSERS)
+# Quotes and brackets that close a sentence after its mark, and those that may open the next one.
+_CLOSING = "\"'\u201d\u2019)\\]\u00bb\u203a" + _CJK_CLOSERS
+_OPENERS = "\"'([\u201c\u2018\u201e\u201a\u00ab\u2039\u00bf\u00a1\u300c\u300e\uff08\u3010"
+_CLOSERS = ".!?\"')]\u201d\u2019\u00bb\u203a"
+# [marks][marks]* rather than [marks]+: a pattern whose first item is a character set lets the regex
+# engine skip ahead to the next mark in C (3x faster on prose); the matches are the same. After a
+# mark and whitespace the next letter (past an opening quote) is checked in code (``_begins``): re
+# has no class for the upper-case letters of every script. After an ideographic mark or its closing
+# bracket (the lookbehind) no whitespace is needed.
+_BOUNDARY = re.compile(f"([{_MARKS}{_CJK_MARKS}][{_MARKS}{_CJK_MARKS}]*[{_CLOSING}]*)"
+                       f"(?:\\s+(?=[{_OPENERS}]?\\w)|(?<=[{_CJK_MARKS}{_CJK_CLOSERS}])\\s*(?=\\S))")
+
+
+def _begins(c: str) -> bool:
+    """Whether a sentence may begin with the character: an upper-case letter of any cased script, a
+    letter of a script without case (neither upper nor lower), or a digit; a lower-case letter continues."""
+    return c.isupper() or c.isdigit() or (c.isalpha() and not c.islower())
 
 
 def is_abbreviation(word: str, next_char: str) -> bool:
@@ -63,6 +85,10 @@ def iter_sentences(text: str) -> Iterator[str]:
         for m in _BOUNDARY.finditer(para):
             end = m.end(1)
             mark = m.group(1)
+            if mark[-1] not in _CJK_ENDS:  # a space and a letter follow: does it begin a sentence?
+                nxt = para[m.end()]
+                if not _begins(para[m.end() + 1] if nxt in _OPENERS else nxt):
+                    continue
             # Only a single period can follow an abbreviation ("!", "?" and ".." always end).
             if mark[0] == "." and not mark.startswith(".."):
                 word = para[start:end].rsplit(None, 1)[-1].rstrip(_CLOSERS).lstrip(_OPENERS)

@@ -8,7 +8,7 @@ signature on every machine, runner and batch size.
 Pipeline per batch of documents:
 
 1. ``normalize_text``: NFKC, lowercase, punctuation removed, whitespace collapsed.
-2. words -> stable 64-bit word hashes (blake2b, memoized per process); the
+2. words (a character of Chinese or Japanese is one: ``shingle_words``) -> stable 64-bit word hashes (blake2b, memoized per process); the
    split and a dictionary encoding of the batch run in Arrow, so only distinct
    words become Python strings.
 3. word n-gram shingles -> 64-bit rolling combination of the n word hashes,
@@ -40,6 +40,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+
+from pipelines.clean.stats import has_unspaced, spaced
 
 # Unicode-aware "not a word character or whitespace": punctuation and symbols.
 _PUNCT_RE = re.compile(r"[^\w\s]+")
@@ -200,11 +202,18 @@ class _KernelChoice:
 _kernel = _KernelChoice()
 
 
+def shingle_words(normalized: str) -> str:
+    """A normalized text's words as shingles count them: each character of a script written without spaces
+    (Chinese, Japanese: ``pipelines.clean.stats.UNSPACED``) is a word of its own, as the clean rules count
+    them (else a paragraph of Chinese would be one word, and an edit anywhere in it a different word)."""
+    return " ".join(spaced(normalized).split()) if has_unspaced(normalized) else normalized
+
+
 def shingle_sets(texts: Sequence[str], ngram: int, normalized: bool = False) -> list[np.ndarray]:
     """Per text, the sorted unique uint32 hashes of its word n-gram shingles.
 
     Words are those of ``normalize_text`` (pass ``normalized=True`` for texts
-    already normalized). A text with fewer than ``ngram`` words is one shingle
+    already normalized), a character of Chinese or Japanese one word (``shingle_words``). A text with fewer than ``ngram`` words is one shingle
     of all its words; an empty text has no shingles. Computed for the whole
     batch at once.
     """
@@ -216,7 +225,7 @@ def shingles_and_anchors(texts: Sequence[str], ngram: int, normalized: bool = Fa
     """``shingle_sets`` of the texts, and per text its anchor keys (``anchor_keys``; none when
     ``anchor_every`` is 0): sorted unique int64."""
     empty = np.empty(0, dtype=np.int64)
-    lens, wh = _split_hashed([t if normalized else normalize_text(t) for t in texts])
+    lens, wh = _split_hashed([shingle_words(t if normalized else normalize_text(t)) for t in texts])
     total = int(lens.sum())
     if total == 0:
         return [np.empty(0, dtype=np.uint32) for _ in texts], [empty for _ in texts]
