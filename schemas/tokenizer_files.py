@@ -59,9 +59,48 @@ MODEL_PATHS = {SENTENCEPIECE: "tokenizer/spm.model", BYTE_BPE: "tokenizer/tokeni
                HF_JSON: "tokenizer/tokenizer.json"}
 WORD_START_MARKERS = {SENTENCEPIECE: "\u2581", BYTE_BPE: "\u0120"}
 WORD_START_RULES = {
-    SENTENCEPIECE: "piece starts with U+2581 or is a special token",
-    BYTE_BPE: "token starts with U+0120 (byte-level space) or is a special token",
+    SENTENCEPIECE: "piece starts with U+2581 or with a Han or kana character, or is a special token",
+    BYTE_BPE: "token starts with U+0120 (byte-level space) or with the bytes of a Han or kana character, or is a "
+              "special token",
 }
+# Scripts written without spaces between words: Han ideographs, hiragana and katakana (full and half
+# width). Each character is a word of its own where words are counted (the data job) or masked whole
+# (the trainer), as BERT's tokenizer splits Han characters apart.
+UNSPACED_RANGES = ((0x3040, 0x30FF), (0x31F0, 0x31FF), (0x3400, 0x4DBF), (0x4E00, 0x9FFF), (0xF900, 0xFAFF),
+                   (0xFF66, 0xFF9F), (0x20000, 0x2FA1F))
+UNSPACED = re.compile("[" + "".join(f"{chr(a)}-{chr(b)}" for a, b in UNSPACED_RANGES) + "]")
+
+
+def starts_unspaced(piece: str) -> bool:
+    """Whether a piece's text begins with a character of ``UNSPACED``."""
+    return UNSPACED.match(piece) is not None
+
+
+def _byte_level_alphabet() -> dict[str, int]:
+    """Byte-level BPE's character -> byte: the printable bytes stand for themselves, the other 68 for
+    U+0100 onwards in byte order (GPT-2's alphabet, which RoBERTa's and ours use)."""
+    printable = [*range(0x21, 0x7F), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
+    others = [b for b in range(256) if b not in printable]
+    return {**{chr(b): b for b in printable}, **{chr(0x100 + i): b for i, b in enumerate(others)}}
+
+
+_BYTE_OF = _byte_level_alphabet()
+
+
+def byte_level_starts_unspaced(token: str) -> bool:
+    """Whether a byte-level token's bytes begin a character of ``UNSPACED``: the character whole, or
+    the first bytes of one whose every completion is in it (a token may hold part of a character)."""
+    data = bytes(_BYTE_OF.get(c, 0) for c in token[:4])
+    if not data or data[0] < 0xC2:
+        return False
+    size = 2 if data[0] < 0xE0 else 3 if data[0] < 0xF0 else 4
+    head = data[:size]
+    try:
+        lo = ord((head + b"\x80" * (size - len(head))).decode("utf-8"))
+        hi = ord((head + b"\xbf" * (size - len(head))).decode("utf-8"))
+    except UnicodeDecodeError:  # not a character's first bytes
+        return False
+    return any(a <= lo and hi <= b for a, b in UNSPACED_RANGES)
 # hf_json: the names a role's token goes by in the tokenizers of RoBERTa / XLM-R (first) and BERT / ALBERT.
 ROLE_NAMES: dict[str, tuple[str, ...]] = {
     "<s>": ("<s>", "[CLS]"), "</s>": ("</s>", "[SEP]"), "<pad>": ("<pad>", "[PAD]"),
@@ -249,9 +288,11 @@ class LoadedTokenizer:
 
     def word_starts(self) -> list[bool]:
         """Per id: does this token start a word (whole-word / span / n-gram masking)? Specials excluded here:
-        the trainer marks them (and the token after one) itself."""
+        the trainer marks them (and the token after one) itself. A word starts after a space, and at each
+        character of a script written without spaces (``UNSPACED``)."""
         marker = WORD_START_MARKERS[self.kind]
-        return [p.startswith(marker) for p in self.pieces()]
+        unspaced = byte_level_starts_unspaced if self.kind == BYTE_BPE else starts_unspaced
+        return [p.startswith(marker) or unspaced(p) for p in self.pieces()]
 
 
 class SentencePieceTokenizer(LoadedTokenizer):
@@ -493,12 +534,12 @@ def _word_start_rule(spec: dict):  # noqa: ANN202 - (predicate on a token string
         return (lambda p: not p.startswith(prefix),
                 f"token does not start with the WordPiece continuation prefix {prefix!r}, or is a special token")
     if "ByteLevel" in pre:
-        return (lambda p: p.startswith("\u0120"),
-                "token starts with U+0120 (byte-level space) or is a special token")
+        return (lambda p: p.startswith("\u0120") or byte_level_starts_unspaced(p), WORD_START_RULES[BYTE_BPE])
     if "Metaspace" in pre:
         steps = spec["pre_tokenizer"].get("pretokenizers", [spec["pre_tokenizer"]])
         mark = next((s.get("replacement", "\u2581") for s in steps if s.get("type") == "Metaspace"), "\u2581")
-        return (lambda p: p.startswith(mark), f"token starts with {mark!r} (Metaspace) or is a special token")
+        return (lambda p: p.startswith(mark) or starts_unspaced(p),
+                f"token starts with {mark!r} (Metaspace) or with a Han or kana character, or is a special token")
     raise UserError(f"tokenizer: cannot tell where words start in this tokenizer.json (model "
                     f"{model.get('type')}, pre-tokenizer without ByteLevel or Metaspace); supported: WordPiece, "
                     "byte-level BPE, SentencePiece-style (Metaspace) BPE / Unigram")

@@ -225,3 +225,32 @@ def test_the_report_counts_words_of_chinese_as_the_rules_do():
     assert count_words("plain English text") == 3
     out = clean_document(Document("d", "news", text), CleanConfig(languages=["zh"]))
     assert isinstance(out, Document) and out.words == count_words(out.text)
+
+
+@pytest.mark.parametrize("kind", ["unigram", "byte_bpe"])
+def test_whole_word_masking_units_of_chinese_are_characters(tmp_path, kind):
+    """The trainer's word starts (whole-word, span and n-gram masking) on a tokenizer trained on Chinese:
+    each Han character starts a word, as in BERT's Chinese models; before, a word ran to the next space,
+    and a masked "word" was a whole clause."""
+    from pipelines.tokenizer.train import train_byte_bpe, train_sentencepiece
+    from schemas.config import TokenizerConfig
+    from schemas.tokenizer_files import load_tokenizer
+
+    sentences = [s for c in ("cmn_hans", "jpn", "eng") for t in DECLARATIONS[c] for s in split_sentences(t)]
+    cfg = TokenizerConfig(vocab_size=3000, model_type="byte_bpe" if kind == "byte_bpe" else "unigram")
+    model = train_byte_bpe(sentences, cfg) if kind == "byte_bpe" else train_sentencepiece(sentences, cfg)
+    tok = load_tokenizer(model)
+    starts = tok.word_starts()
+    text = "人人有权享有生命、自由和人身安全。 Everyone has the right to life."
+    ids = tok.encode([text])[0]
+    words: list[list[int]] = []
+    for i in ids:
+        if starts[i] or not words:
+            words.append([])
+        words[-1].append(i)
+    decoded = [w for w in (tok.decode(w).strip() for w in words) if w]
+    han = [w for w in decoded if any("\u4e00" <= ch <= "\u9fff" for ch in w)]
+    # 15 characters in several units (a piece the training merged, e.g. the declaration's formula
+    # "人人有权享有", stays one), not one clause-long word
+    assert len(han) >= 5 and "".join(han) == "人人有权享有生命、自由和人身安全。", han
+    assert decoded[-6:] == ["Everyone", "has", "the", "right", "to", "life."]

@@ -626,7 +626,9 @@ def test_byte_bpe_corpus_validates_and_inspects(byte_bpe_corpus):
 
 @pytest.mark.slow
 def test_byte_bpe_word_starts_for_whole_word_masking(byte_bpe_corpus):
-    """The trainer's word-start table: a token starts a word when it begins with Ġ or is special."""
+    """The trainer's word-start table: a token starts a word when it begins with Ġ or with the bytes of a
+    Han or kana character, or is special."""
+    from schemas.tokenizer_files import byte_level_starts_unspaced
     from shardforge.storage.contract import load_manifest
     from trainer.train import vocab_tables
 
@@ -636,7 +638,8 @@ def test_byte_bpe_word_starts_for_whole_word_masking(byte_bpe_corpus):
     tok = load_tokenizer(open(os.path.join(out, m.tokenizer.path), "rb").read())
     pieces = tok.pieces()
     assert vocab == len(pieces) == m.tokenizer.vocab_size
-    assert all(bool(starts[i]) == (p.startswith("\u0120") or i < len(SPECIAL_TOKENS)) for i, p in enumerate(pieces))
+    assert all(bool(starts[i]) == (p.startswith("\u0120") or byte_level_starts_unspaced(p) or i < len(SPECIAL_TOKENS))
+               for i, p in enumerate(pieces))
     # "Hundreds of people have been forced": every word's first token starts a word, no other token does.
     ids = tok.encode(["Hundreds of people have been forced to vacate their homes"])[0]
     words = [[]]
@@ -749,12 +752,11 @@ def test_repack_of_a_byte_bpe_corpus_copies_its_tokenizer_json(byte_bpe_corpus, 
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_words_with_byte_pieces_stay_whole_for_masking(models, kind):
-    """Byte pieces (<0xNN>, or byte-level symbols) never start a word: "1977" or "∑x²" is one word."""
-    from schemas.tokenizer_files import WORD_START_MARKERS
-    from trainer.masking import word_start_table
-
+    """Byte pieces (<0xNN>, or byte-level symbols) never start a word: "1977" or "∑x²" is one word; each
+    Han character is a word of its own (Chinese and Japanese write no spaces between words) where its
+    piece or its bytes' token starts with it."""
     tok = load_tokenizer(models[kind])
-    starts = word_start_table(tok.pieces(), SPECIAL_TOKENS.values(), WORD_START_MARKERS[tok.kind])
+    starts = tok.word_starts()
     text = "In 1977 ∑x² cost ¥5 and 漢字 too"
     ids = tok.encode([text])[0]
     words: list[list[int]] = []
@@ -763,7 +765,11 @@ def test_words_with_byte_pieces_stay_whole_for_masking(models, kind):
             words.append([])
         words[-1].append(i)
     decoded = [tok.decode(w).strip() for w in words]
-    want = text.split() if kind == "byte_bpe" else unicodedata.normalize("NFKC", text).split()
+    if kind == "byte_bpe":  # each Han character's bytes start a word (after the space token, a word of its own)
+        want = text.replace("漢字", "\x00 漢 字").split()
+        want[want.index("\x00")] = ""
+    else:  # this vocabulary lacks the characters: their byte pieces stay inside the word, as any byte piece
+        want = unicodedata.normalize("NFKC", text).split()
     assert decoded == want
 
 
