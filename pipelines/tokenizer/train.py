@@ -84,10 +84,15 @@ def _required_pieces_error(e: RuntimeError, cfg: TokenizerConfig) -> UserError |
     if "Vocabulary size is smaller than required_chars" not in msg:
         return None
     need = msg.split(" vs ", 1)[1].split(".", 1)[0].strip() if " vs " in msg else "more"
+    rarest = ("the rarest characters then become byte pieces" if cfg.byte_fallback
+              else "the rarest characters then become <unk>")
     return UserError(f"tokenizer: vocab_size {cfg.vocab_size} is smaller than the {need} pieces the model must "
                      f"hold (special tokens, {'256 byte pieces, ' if cfg.byte_fallback else ''}and every "
                      f"character kept at character_coverage {cfg.character_coverage}); raise vocab_size"
-                     f"{' or set byte_fallback: false' if cfg.byte_fallback else ''}")
+                     f"{' or set byte_fallback: false' if cfg.byte_fallback else ''}; for text of many characters "
+                     f"(Chinese, Japanese) lower tokenizer.character_coverage"
+                     f"{', e.g. 0.9995 as SentencePiece advises' if cfg.character_coverage > 0.9995 else ' further'} "
+                     f"({rarest})")
 
 
 _CALLBACK_INTERRUPTED = "INTERNAL: KeyboardInterrupt"  # how SentencePiece says a callback raised KeyboardInterrupt
