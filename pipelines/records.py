@@ -182,6 +182,11 @@ def position_text(unit: str, index: int) -> str:
 UNSPACED_CHARS_PER_WORD = 1.7
 
 
+def unspaced_tokens(n: int) -> int:
+    """n words of Chinese or Japanese in characters (``UNSPACED_CHARS_PER_WORD`` each, rounded)."""
+    return int(n * UNSPACED_CHARS_PER_WORD + 0.5)
+
+
 def has_unspaced(text: str) -> bool:
     """Whether the text holds a character of a script written without spaces (``UNSPACED``)."""
     return not text.isascii() and UNSPACED.search(text) is not None

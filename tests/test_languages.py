@@ -254,3 +254,34 @@ def test_whole_word_masking_units_of_chinese_are_characters(tmp_path, kind):
     # "人人有权享有", stays one), not one clause-long word
     assert len(han) >= 5 and "".join(han) == "人人有权享有生命、自由和人身安全。", han
     assert decoded[-6:] == ["Everyone", "has", "the", "right", "to", "life."]
+
+
+def test_decontamination_reads_chinese_in_characters():
+    """Benchmark decontamination's 13-word n-grams are 22 characters in Chinese (each character a word,
+    1.7 a word): an evaluation passage inside a document is found; before, a word ran to the next
+    punctuation mark and 13 of them were a paragraph. A shared phrase shorter than 22 characters is not
+    an overlap."""
+    import numpy as np
+
+    from pipelines.dedupe.evalsets import (
+        batch_ngram_hashes,
+        ngram_hashes,
+        overlap_spans,
+        text_words,
+        window_of,
+    )
+
+    zh, en = DECLARATIONS["cmn_hans"], DECLARATIONS["eng"]
+    assert window_of(zh[0], text_words(zh[0]), 13) == 22 and window_of(en[0], text_words(en[0]), 13) == 13
+    passage = max(zh[0].split("\n"), key=len)[:40]
+    evals = set(ngram_hashes(passage, 13).tolist())
+    doc = zh[2] + "\n他说" + passage + "。"
+    (span,) = overlap_spans(doc, 13, evals)
+    assert doc[span[0]:span[1]] == passage.rstrip("，,")
+    short = set(ngram_hashes(passage[:20] + "完全不同的结尾在这里出现了", 13).tolist())
+    assert not overlap_spans(zh[2] + "\n" + passage[:20] + "。", 13, short)
+    texts = [en[0], zh[0], "short", zh[1], en[1]]
+    hashes, owner = batch_ngram_hashes(texts, 13)
+    for i, t in enumerate(texts):
+        assert np.array_equal(hashes[owner == i], ngram_hashes(t, 13)), i
+    assert np.all(np.diff(owner) >= 0)

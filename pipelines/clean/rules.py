@@ -53,7 +53,7 @@ from pipelines.clean.stats import (
     unspaced_word_count,
     words_of,
 )
-from pipelines.records import Document, Reject, count_words
+from pipelines.records import Document, Reject, count_words, unspaced_tokens
 from schemas.config import CleanConfig
 from schemas.errors import UserError
 
@@ -240,7 +240,7 @@ def stop_words_of(code: str) -> frozenset[str] | None:
 def in_tokens(n: int, per_word: float) -> int:
     """An n-gram of words as tokens: n itself (words delimited by spaces), or, in text of a script
     written without spaces (a character per token), n words' worth of characters, rounded."""
-    return n if per_word == 1.0 or n < 1 else int(n * per_word + 0.5)
+    return n if per_word == 1.0 or n < 1 else unspaced_tokens(n)
 
 
 def _mean_word_len_ok(grams: NGrams, n_words: int, text: str, unspaced: bool, c: CleanConfig) -> bool:

@@ -51,9 +51,11 @@ from pipelines.dedupe.evalsets import (
     overlap_spans,
     readable_texts,
     split_parts,
+    text_words,
+    window_of,
 )
 from pipelines.localrunner.batching import BundleBatches
-from pipelines.records import Document, Reject
+from pipelines.records import Document, Reject, count_words
 from schemas.config import DecontaminateConfig
 
 DECONTAMINATED = "decontaminated"  # the filtered reason of a removed document
@@ -241,16 +243,17 @@ class _Verdict(beam.DoFn):
         (whitespace-separated, the report's unit)."""
         if self.cfg.mode == "document" or len(spans) > self.cfg.max_spans:
             return None, 0
-        words = sum(len(doc.text[s:e].split()) for s, e in spans)
+        cut = sum(count_words(doc.text[s:e]) for s, e in spans)
         pieces, pos = [], 0
         for s, e in spans:
             pieces.append(doc.text[pos:s].strip())
             pos = e
         pieces.append(doc.text[pos:].strip())
         text = "\n\n".join(p for p in pieces if p)
-        if len(WORD.findall(text)) < self.cfg.ngram:
+        words = text_words(text)
+        if len(words) < window_of(text, words, self.cfg.ngram):
             return None, 0
-        return replace(doc, text=text, words=None), words
+        return replace(doc, text=text, words=None), cut
 
 
 # ------------------------------------------------------------------ the report's section

@@ -33,6 +33,7 @@ from typing import IO, Any
 import numpy as np
 
 from pipelines.dedupe.bloom import bloom_shape
+from pipelines.records import UNSPACED, has_unspaced, unspaced_tokens
 from pipelines.sources.streams import Prefixed, iter_json_array, skip_ws
 from schemas.config import DecontaminateConfig
 from schemas.errors import UserError
@@ -42,6 +43,10 @@ from shardforge.storage import is_transient, open_read, redact_url
 
 # A word: a run of word characters, apostrophes inside it dropped ("Academy's" is "academys" on both sides).
 WORD = re.compile(r"\w+(?:['\u2019]\w+)*")
+# In text holding Chinese or Japanese, each of their characters is a word of its own (as the clean rules
+# count them) and the other words are runs of the other word characters.
+_CJK = UNSPACED.pattern
+_UNSPACED_WORD = re.compile(f"{_CJK}|(?:(?!{_CJK})\\w)+(?:['\u2019](?:(?!{_CJK})\\w)+)*")
 _WORD_CACHE_MAX = 1 << 18
 _word_cache: dict[str, int] = {}
 _P = np.uint64(0x9E3779B97F4A7C15)  # the multiplier of the polynomial over a window's word hashes
@@ -89,25 +94,58 @@ def window_hashes(words: np.ndarray, n: int) -> np.ndarray:
     return _mix(h).view(np.int64)
 
 
+def word_pattern(text: str) -> re.Pattern[str]:
+    """The words of ``text``: ``WORD``'s, or, in text holding Chinese or Japanese, each of their
+    characters one word."""
+    return _UNSPACED_WORD if has_unspaced(text) else WORD
+
+
+def text_words(text: str) -> list[str]:
+    return word_pattern(text).findall(text)
+
+
+def window_of(text: str, words: list[str], n: int) -> int:
+    """The n-gram length for a text and its words (``text_words``): n, or n words' worth of characters
+    where characters of Chinese or Japanese (each one of the words) are most of its words (a 13-word
+    n-gram is 22 characters there)."""
+    if has_unspaced(text) and 2 * len(UNSPACED.findall(text)) > len(words):
+        return unspaced_tokens(n)
+    return n
+
+
 def ngram_hashes(text: str, n: int) -> np.ndarray:
-    """The hash of every word n-gram of ``text`` in order (position i: words i .. i+n-1)."""
-    words = WORD.findall(text)
-    return window_hashes(word_hashes(words), n) if len(words) >= n else np.empty(0, dtype=np.int64)
+    """The hash of every word n-gram of ``text`` in order (position i: words i .. i+m-1, m =
+    ``window_of``)."""
+    words = text_words(text)
+    m = window_of(text, words, n)
+    return window_hashes(word_hashes(words), m) if len(words) >= m else np.empty(0, dtype=np.int64)
 
 
 def batch_ngram_hashes(texts: list[str], n: int) -> tuple[np.ndarray, np.ndarray]:
     """Every text's n-gram hashes at once: (hashes, the index of the text each belongs to), in text
     order. The same hashes as ``ngram_hashes`` per text, in a fixed number of numpy calls per batch
-    (per text they cost more than the hashing: ~45 of ~100 ms per MB of prose)."""
-    words = [WORD.findall(t) for t in texts]
-    counts = np.fromiter(map(len, words), dtype=np.int64, count=len(texts))
-    hashes = window_hashes(word_hashes([w for ws in words for w in ws]), n)
+    and window length (per text they cost more than the hashing: ~45 of ~100 ms per MB of prose)."""
+    words = [text_words(t) for t in texts]
+    windows = [window_of(t, ws, n) for t, ws in zip(texts, words, strict=True)]
+    parts = [_same_window_hashes([i for i, m in enumerate(windows) if m == w], words, w) for w in sorted(set(windows))]
+    parts = [p for p in parts if len(p[0])]
+    if not parts:
+        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+    hashes, owner = np.concatenate([h for h, _ in parts]), np.concatenate([o for _, o in parts])
+    order = np.argsort(owner, kind="stable")
+    return hashes[order], owner[order]
+
+
+def _same_window_hashes(which: list[int], words: list[list[str]], n: int) -> tuple[np.ndarray, np.ndarray]:
+    """``batch_ngram_hashes`` of the texts ``which`` (indices into ``words``), whose n-grams are n long."""
+    counts = np.fromiter((len(words[i]) for i in which), dtype=np.int64, count=len(which))
+    hashes = window_hashes(word_hashes([w for i in which for w in words[i]]), n)
     if not len(hashes):
         return hashes, np.empty(0, dtype=np.int64)
     ends = np.cumsum(counts)
-    owner = np.repeat(np.arange(len(texts)), counts)[:len(hashes)]
-    inside = np.arange(n, len(hashes) + n) <= ends[owner]  # the window ends in the text it starts in
-    return hashes[inside], owner[inside]
+    local = np.repeat(np.arange(len(which)), counts)[:len(hashes)]
+    inside = np.arange(n, len(hashes) + n) <= ends[local]  # the window ends in the text it starts in
+    return hashes[inside], np.asarray(which, dtype=np.int64)[local[inside]]
 
 
 def eval_text(text: str) -> str:
@@ -315,8 +353,10 @@ def split_parts(hashes: np.ndarray, log2_parts: int) -> Iterator[tuple[int, np.n
 
 def overlap_spans(text: str, n: int, matched: set[int]) -> list[tuple[int, int]]:
     """Character spans of ``text`` covered by its n-grams whose hash is in ``matched``, merged."""
-    spans = [m.span() for m in WORD.finditer(text)]
-    hashes = window_hashes(word_hashes([text[s:e] for s, e in spans]), n)
+    spans = [m.span() for m in word_pattern(text).finditer(text)]
+    words = [text[s:e] for s, e in spans]
+    n = window_of(text, words, n)
+    hashes = window_hashes(word_hashes(words), n)
     covered = np.zeros(len(spans) + 1, dtype=np.int32)
     for i in np.flatnonzero(np.isin(hashes, np.fromiter(matched, dtype=np.int64, count=len(matched)))).tolist():
         covered[i] += 1
