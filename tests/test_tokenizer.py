@@ -318,7 +318,8 @@ def test_a_chinese_vocabulary_too_small_names_the_character_coverage():
 
     sents = [s for c in ("cmn_hans", "cmn_hant", "jpn") for t in DECLARATIONS[c] for s in split_sentences(t)]
     with pytest.raises(UserError, match=r"for text of many characters \(Chinese, Japanese\) lower "
-                                        r"tokenizer.character_coverage, e.g. 0.9995 .*byte pieces\)$"):
+                                        r"tokenizer.character_coverage, e.g. 0.9995 .*byte pieces; tokenizer: "
+                                        r"\{character_coverage: ...\} in a --config file\)$"):
         train_sentencepiece(sents, TokenizerConfig(vocab_size=1000))
     with pytest.raises(UserError, match=r"lower tokenizer.character_coverage further \(the rarest"):
         train_sentencepiece(sents, TokenizerConfig(vocab_size=1000, character_coverage=0.9995))

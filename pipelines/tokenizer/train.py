@@ -92,7 +92,7 @@ def _required_pieces_error(e: RuntimeError, cfg: TokenizerConfig) -> UserError |
                      f"{' or set byte_fallback: false' if cfg.byte_fallback else ''}; for text of many characters "
                      f"(Chinese, Japanese) lower tokenizer.character_coverage"
                      f"{', e.g. 0.9995 as SentencePiece advises' if cfg.character_coverage > 0.9995 else ' further'} "
-                     f"({rarest})")
+                     f"({rarest}; tokenizer: {{character_coverage: ...}} in a --config file)")
 
 
 _CALLBACK_INTERRUPTED = "INTERNAL: KeyboardInterrupt"  # how SentencePiece says a callback raised KeyboardInterrupt
