@@ -278,7 +278,8 @@ def spaced(text: str) -> str:
 
 def stop_words_for(c: CleanConfig, s: "DocStats") -> frozenset[str] | None:
     """Gopher's eight in a build of English alone; else those of the document's language (None: no list)."""
-    if c.english_only and c.languages and all(code == "en" for code in c.languages):
+    if (c.english_only and "language" not in disabled_rules(c) and c.languages
+            and all(code == "en" for code in c.languages)):
         return GOPHER_STOP_WORDS
     code = s.language.code
     return GOPHER_STOP_WORDS if code == "en" else OTHER.get(code)

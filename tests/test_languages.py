@@ -13,10 +13,10 @@ import json
 import random
 import re
 from collections import Counter
-from pathlib import Path
 
 import pytest
 import reference_clean as ref
+from udhr import CODES, DECLARATIONS
 
 from pipelines.clean.lines import filter_lines
 from pipelines.clean.rules import clean_document, document_reason, in_tokens, stop_words_of
@@ -26,23 +26,7 @@ from pipelines.dedupe.minhash import jaccard, shingle_sets
 from pipelines.records import Document, Reject, count_words
 from schemas.config import CleanConfig
 
-DATA = Path(__file__).parent / "data" / "udhr_declarations.jsonl"
-# CLD2's code of each declaration's language
-CODES = {"eng": "en", "deu_1996": "de", "fra": "fr", "spa": "es", "rus": "ru", "ell_monotonic": "el", "arb": "ar",
-         "heb": "iw", "hin": "hi", "cmn_hans": "zh", "cmn_hant": "zh-Hant", "jpn": "ja", "kor": "ko", "tha": "th",
-         "khm": "km"}
 MARK_AT_END = re.compile("[.!?\u0964\u061f\u3002\uff01\uff1f]$")
-
-
-def declarations() -> dict[str, list[str]]:
-    out: dict[str, list[str]] = {}
-    for line in DATA.read_text(encoding="utf-8").splitlines():
-        row = json.loads(line)
-        out.setdefault(row["code"], []).append(row["text"])
-    return out
-
-
-DECLARATIONS = declarations()
 
 
 def outcome(out: Document | Reject) -> str:
@@ -112,8 +96,12 @@ def test_stop_words_are_those_of_the_documents_language():
     # English keeps Gopher's eight; a language without a list is not judged by stop words
     assert stop_words_of("en") == frozenset(["the", "be", "to", "of", "and", "that", "have", "with"])
     assert stop_words_of("ru") is None and stop_words_of("zh") is None
-    # in a build of English alone, every document is held to Gopher's English words (as before)
+    # in a build of English alone, every document is held to Gopher's English words (as before); with the
+    # language rule off the build keeps every language, and each document its own words
     assert outcome(clean_document(Document("d", "news", german), CleanConfig(language_id="cld2"))) == "stop_words"
+    for off in (CleanConfig(disabled_rules=["language"]), CleanConfig(english_only=False)):
+        assert outcome(clean_document(Document("d", "news", german), off)) == "kept"
+        assert outcome(clean_document(Document("d", "news", bare), off)) == "stop_words"
 
 
 def test_words_of_chinese_are_counted_as_characters_over_the_measured_word_length():
@@ -232,6 +220,8 @@ def test_whole_word_masking_units_of_chinese_are_characters(tmp_path, kind):
     """The trainer's word starts (whole-word, span and n-gram masking) on a tokenizer trained on Chinese:
     each Han character starts a word, as in BERT's Chinese models; before, a word ran to the next space,
     and a masked "word" was a whole clause."""
+    from test_tokenizer import masking_words
+
     from pipelines.tokenizer.train import train_byte_bpe, train_sentencepiece
     from schemas.config import TokenizerConfig
     from schemas.tokenizer_files import load_tokenizer
@@ -240,15 +230,8 @@ def test_whole_word_masking_units_of_chinese_are_characters(tmp_path, kind):
     cfg = TokenizerConfig(vocab_size=3000, model_type="byte_bpe" if kind == "byte_bpe" else "unigram")
     model = train_byte_bpe(sentences, cfg) if kind == "byte_bpe" else train_sentencepiece(sentences, cfg)
     tok = load_tokenizer(model)
-    starts = tok.word_starts()
     text = "人人有权享有生命、自由和人身安全。 Everyone has the right to life."
-    ids = tok.encode([text])[0]
-    words: list[list[int]] = []
-    for i in ids:
-        if starts[i] or not words:
-            words.append([])
-        words[-1].append(i)
-    decoded = [w for w in (tok.decode(w).strip() for w in words) if w]
+    decoded = [w for w in masking_words(tok, text) if w]
     han = [w for w in decoded if any("\u4e00" <= ch <= "\u9fff" for ch in w)]
     # 15 characters in several units (a piece the training merged, e.g. the declaration's formula
     # "人人有权享有", stays one), not one clause-long word

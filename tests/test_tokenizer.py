@@ -312,7 +312,7 @@ def test_a_chinese_vocabulary_too_small_names_the_character_coverage():
     """Chinese holds thousands of characters, each a piece at character_coverage 1.0: the line says to lower
     it, and a lower one trains (the rarest characters as byte pieces, no <unk>; these three declarations
     hold 821 characters, few of them rare: 0.99 leaves out enough of them for 1,000 pieces)."""
-    from test_languages import DECLARATIONS
+    from udhr import DECLARATIONS
 
     from pipelines.clean.sentences import split_sentences
 
@@ -770,21 +770,25 @@ def test_repack_of_a_byte_bpe_corpus_copies_its_tokenizer_json(byte_bpe_corpus, 
     assert sum(t.tokens for t in m2.totals.values()) > 0
 
 
+def masking_words(tok, text: str) -> list[str]:  # noqa: ANN001 - a LoadedTokenizer
+    """The text as whole-word masking groups its tokens (``word_starts``), each group decoded."""
+    starts = tok.word_starts()
+    words: list[list[int]] = []
+    for i in tok.encode([text])[0]:
+        if starts[i] or not words:
+            words.append([])
+        words[-1].append(i)
+    return [tok.decode(w).strip() for w in words]
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_words_with_byte_pieces_stay_whole_for_masking(models, kind):
     """Byte pieces (<0xNN>, or byte-level symbols) never start a word: "1977" or "∑x²" is one word; each
     Han character is a word of its own (Chinese and Japanese write no spaces between words) where its
     piece or its bytes' token starts with it."""
     tok = load_tokenizer(models[kind])
-    starts = tok.word_starts()
     text = "In 1977 ∑x² cost ¥5 and 漢字 too"
-    ids = tok.encode([text])[0]
-    words: list[list[int]] = []
-    for i in ids:
-        if starts[i] or not words:
-            words.append([])
-        words[-1].append(i)
-    decoded = [tok.decode(w).strip() for w in words]
+    decoded = masking_words(tok, text)
     if kind == "byte_bpe":  # each Han character's bytes start a word (after the space token, a word of its own)
         want = text.replace("漢字", "\x00 漢 字").split()
         want[want.index("\x00")] = ""

@@ -186,7 +186,7 @@ def _first_failed_rule(text: str, tokens: list[str], c: CleanConfig, disabled: f
     guess = None
     if "stop_words" not in disabled:
         stops: frozenset[str] | None = GOPHER_STOP_WORDS
-        if not english_build(c):  # the stop words of the document's language, where there is a list
+        if not english_build(c, disabled):  # the stop words of the document's language, where there is a list
             guess = identify(text, c.language_id, shares=language_rule(c, disabled))
             stops = stop_words_of(guess.code)
         if stops is not None and sum(map(grams.freq.get, stops, repeat(0))) < c.min_stop_words:
@@ -219,10 +219,10 @@ def _first_failed_rule(text: str, tokens: list[str], c: CleanConfig, disabled: f
     return None, guess
 
 
-def english_build(c: CleanConfig) -> bool:
-    """Whether the build keeps English alone (the default): Gopher's English stop words then apply to
-    every document, with no language identified for them."""
-    return c.english_only and bool(c.languages) and set(c.languages) <= {"en"}
+def english_build(c: CleanConfig, disabled: frozenset[str]) -> bool:
+    """Whether the build keeps English alone (the default: the language rule on, keeping ``en``): Gopher's
+    English stop words then apply to every document, with no language identified for them."""
+    return language_rule(c, disabled) and bool(c.languages) and set(c.languages) <= {"en"}
 
 
 def language_rule(c: CleanConfig, disabled: frozenset[str]) -> bool:
