@@ -116,8 +116,9 @@ def test_words_of_chinese_are_counted_as_characters_over_the_measured_word_lengt
 
 
 def test_ngram_rules_count_chinese_n_grams_in_words_worth_of_characters():
-    assert [in_tokens(n, UNSPACED_CHARS_PER_WORD) for n in (2, 3, 4, 5, 6, 7, 8, 9, 10)] == [3, 5, 7, 9, 10, 12, 14, 15, 17]
-    assert [in_tokens(n, 1.0) for n in (2, 5, 10)] == [2, 5, 10]
+    assert UNSPACED_CHARS_PER_WORD == 1.7
+    assert [in_tokens(n, True) for n in (2, 3, 4, 5, 6, 7, 8, 9, 10)] == [3, 5, 7, 9, 10, 12, 14, 15, 17]
+    assert [in_tokens(n, False) for n in (2, 5, 10)] == [2, 5, 10]
     base = "".join(DECLARATIONS["cmn_hans"][1].split("\n"))[:600]
     cfg = CleanConfig(languages=[], disabled_rules=["top_ngrams"])
     disabled = frozenset(cfg.disabled_rules)

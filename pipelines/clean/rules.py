@@ -43,7 +43,6 @@ from pipelines.clean.pii import PiiFound, PiiRules, redact, rules_of
 from pipelines.clean.sentences import count_sentences
 from pipelines.clean.stats import (
     UNSPACED,
-    UNSPACED_CHARS_PER_WORD,
     NGrams,
     dup_fractions,
     has_unspaced,
@@ -204,10 +203,9 @@ def _first_failed_rule(text: str, tokens: list[str], c: CleanConfig, disabled: f
         if "dup_paragraph_chars" not in disabled and chars > c.max_dup_para_char_frac:
             return "dup_paragraph_chars", None
     if "top_ngrams" not in disabled or "dup_ngrams" not in disabled:
-        per_word = UNSPACED_CHARS_PER_WORD if unspaced else 1.0
-        if "top_ngrams" not in disabled and _top_ngrams_fail(grams, c.max_top_ngram_frac, per_word):
+        if "top_ngrams" not in disabled and _top_ngrams_fail(grams, c.max_top_ngram_frac, unspaced):
             return "top_ngrams", None
-        if "dup_ngrams" not in disabled and _dup_ngrams_fail(grams, c.max_dup_ngram_frac, per_word):
+        if "dup_ngrams" not in disabled and _dup_ngrams_fail(grams, c.max_dup_ngram_frac, unspaced):
             return "dup_ngrams", None
     if "min_sentences" not in disabled and count_sentences(text, c.min_sentences) < c.min_sentences:
         return "min_sentences", None
@@ -237,10 +235,10 @@ def stop_words_of(code: str) -> frozenset[str] | None:
     return GOPHER_STOP_WORDS if code == "en" else OTHER.get(code)
 
 
-def in_tokens(n: int, per_word: float) -> int:
+def in_tokens(n: int, unspaced: bool) -> int:
     """An n-gram of words as tokens: n itself (words delimited by spaces), or, in text of a script
-    written without spaces (a character per token), n words' worth of characters, rounded."""
-    return n if per_word == 1.0 or n < 1 else unspaced_tokens(n)
+    written without spaces (``unspaced``: a character per token), n words' worth of characters."""
+    return unspaced_tokens(n) if unspaced and n >= 1 else n
 
 
 def _mean_word_len_ok(grams: NGrams, n_words: int, text: str, unspaced: bool, c: CleanConfig) -> bool:
@@ -274,14 +272,14 @@ def _lines(text: str) -> list[str]:
     return list(filter(None, lines)) if "" in lines else lines
 
 
-def _top_ngrams_fail(grams: NGrams, limits: dict[int, float], per_word: float = 1.0) -> bool:
+def _top_ngrams_fail(grams: NGrams, limits: dict[int, float], unspaced: bool = False) -> bool:
     """Gopher's top n-gram rule: for some n the most frequent n-gram holds more than its share
-    (``per_word``: tokens a word spans, ``in_tokens``).
+    (n in tokens: ``in_tokens``).
 
     Where NGrams.top_bound is within the limit (ordinary prose: 3- and 4-grams) nothing is counted:
     the share <= bound / word characters <= the limit.
     """
-    for n, t in sorted((in_tokens(n, per_word), t) for n, t in limits.items()):
+    for n, t in sorted((in_tokens(n, unspaced), t) for n, t in limits.items()):
         if n >= 1 and grams.word_chars and grams.top_bound(n, t * grams.word_chars) / grams.word_chars <= t:
             continue  # share <= bound / word characters <= t
         if grams.top_frac(n) > t:
@@ -289,10 +287,10 @@ def _top_ngrams_fail(grams: NGrams, limits: dict[int, float], per_word: float = 
     return False
 
 
-def _dup_ngrams_fail(grams: NGrams, limits: dict[int, float], per_word: float = 1.0) -> bool:
+def _dup_ngrams_fail(grams: NGrams, limits: dict[int, float], unspaced: bool = False) -> bool:
     """Gopher's duplicated n-gram rule: for some n the share of characters in repeated n-grams
-    exceeds its limit (n outside 5..10 has share 0, as in Gopher's definition here). ``per_word``:
-    tokens a word spans (``in_tokens``).
+    exceeds its limit (n outside 5..10 has share 0, as in Gopher's definition here; n in tokens:
+    ``in_tokens``).
 
     The shares never grow with n, so once a share is within every later limit the larger n are
     not computed (prose with a few repeated phrases stops at n = 5).
@@ -302,7 +300,7 @@ def _dup_ngrams_fail(grams: NGrams, limits: dict[int, float], per_word: float = 
     inside = {n: t for n, t in limits.items() if 5 <= n <= 10}
     if not inside:
         return False
-    inside = {in_tokens(n, per_word): t for n, t in inside.items()}
+    inside = {in_tokens(n, unspaced): t for n, t in inside.items()}
     for n, frac in grams.dup_frac_steps(tuple(sorted(inside))):
         if n in inside and frac > inside[n]:
             return True

@@ -240,7 +240,7 @@ class _Verdict(beam.DoFn):
 
     def _cut(self, doc: Document, spans: list[tuple[int, int]]) -> tuple[Document | None, int]:
         """``mode: spans``: the document without its overlaps (None: removed whole), and the words cut
-        (whitespace-separated, the report's unit)."""
+        (``count_words``, the report's unit)."""
         if self.cfg.mode == "document" or len(spans) > self.cfg.max_spans:
             return None, 0
         cut = sum(count_words(doc.text[s:e]) for s, e in spans)

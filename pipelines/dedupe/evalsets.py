@@ -101,6 +101,7 @@ def word_pattern(text: str) -> re.Pattern[str]:
 
 
 def text_words(text: str) -> list[str]:
+    """The words n-grams are made of (``word_pattern``)."""
     return word_pattern(text).findall(text)
 
 
@@ -127,7 +128,8 @@ def batch_ngram_hashes(texts: list[str], n: int) -> tuple[np.ndarray, np.ndarray
     and window length (per text they cost more than the hashing: ~45 of ~100 ms per MB of prose)."""
     words = [text_words(t) for t in texts]
     windows = [window_of(t, ws, n) for t, ws in zip(texts, words, strict=True)]
-    parts = [_same_window_hashes([i for i, m in enumerate(windows) if m == w], words, w) for w in sorted(set(windows))]
+    parts = [_same_window_hashes([i for i, m in enumerate(windows) if m == w], words, w)
+             for w in sorted(set(windows))]
     parts = [p for p in parts if len(p[0])]
     if not parts:
         return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)

@@ -8,9 +8,10 @@ signature on every machine, runner and batch size.
 Pipeline per batch of documents:
 
 1. ``normalize_text``: NFKC, lowercase, punctuation removed, whitespace collapsed.
-2. words (a character of Chinese or Japanese is one: ``shingle_words``) -> stable 64-bit word hashes (blake2b, memoized per process); the
-   split and a dictionary encoding of the batch run in Arrow, so only distinct
-   words become Python strings.
+2. words (a character of Chinese or Japanese is one: ``shingle_words``) ->
+   stable 64-bit word hashes (blake2b, memoized per process); the split and a
+   dictionary encoding of the batch run in Arrow, so only distinct words become
+   Python strings.
 3. word n-gram shingles -> 64-bit rolling combination of the n word hashes,
    finalized with the splitmix64 mixer and truncated to 32 bits, then made
    unique per document (one global sort of ``doc_index << 32 | shingle``).
@@ -204,8 +205,8 @@ _kernel = _KernelChoice()
 
 def shingle_words(normalized: str) -> str:
     """A normalized text's words as shingles count them: each character of a script written without spaces
-    (Chinese, Japanese: ``pipelines.clean.stats.UNSPACED``) is a word of its own, as the clean rules count
-    them (else a paragraph of Chinese would be one word, and an edit anywhere in it a different word)."""
+    (Chinese, Japanese: ``schemas.tokenizer_files.UNSPACED``) is a word of its own, as the clean rules
+    count them (else a paragraph of Chinese would be one word, and an edit anywhere in it a different word)."""
     return " ".join(spaced(normalized).split()) if has_unspaced(normalized) else normalized
 
 
@@ -213,7 +214,8 @@ def shingle_sets(texts: Sequence[str], ngram: int, normalized: bool = False) -> 
     """Per text, the sorted unique uint32 hashes of its word n-gram shingles.
 
     Words are those of ``normalize_text`` (pass ``normalized=True`` for texts
-    already normalized), a character of Chinese or Japanese one word (``shingle_words``). A text with fewer than ``ngram`` words is one shingle
+    already normalized), a character of Chinese or Japanese one word
+    (``shingle_words``). A text with fewer than ``ngram`` words is one shingle
     of all its words; an empty text has no shingles. Computed for the whole
     batch at once.
     """
