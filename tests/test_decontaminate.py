@@ -215,8 +215,10 @@ def test_a_path_matching_nothing_or_an_unread_kind_is_one_line(tmp_path) -> None
         Decontaminate(DecontaminateConfig(paths=[str(tmp_path / "evals.zip")]))
 
 
+# mtime=0: the gzip header holds no clock, so every xdist worker collects the same parameters.
 @pytest.mark.parametrize("name,data", [("evals.parquet", b"PAR1 not a parquet file"),
-                                       ("evals.jsonl.gz", gzip.compress(b'{"text": "a b c"}\n' * 50)[:40])])
+                                       ("evals.jsonl.gz", gzip.compress(b'{"text": "a b c"}\n' * 50, mtime=0)[:40])],
+                         ids=["parquet", "gzip-cut"])
 def test_an_evaluation_file_that_does_not_decode_is_one_line(tmp_path, name, data) -> None:
     """A file named .parquet that is none, or a cut .gz: Beam's log of the stage's traceback, now the
     file's name and why, as the user's one line."""
