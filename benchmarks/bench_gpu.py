@@ -211,6 +211,7 @@ class Setup:
     # (with nothing to run beside it, the pool is a wait); on; off.
     warm: str = "auto"
     full_batches: int = 4  # distinct batches cycled per configuration
+    layers: int | None = None  # every model's layer count (None: its size's); tests compile a one-layer model
     doc_batches: int = 8
     scale: float = 1.0  # COST multiplier
     # The fused masker's CUDA test is left out: the masking part checks the same on the device in-process.
@@ -585,7 +586,7 @@ class Bench:
         batches = self.kinds[kind]
         # The dropout levers: none at all (ModernBERT's recipe), or none on the attention probabilities
         # (MosaicBERT's); every other row keeps RoBERTa's 0.1.
-        cfg = ModelConfig(size=size, masked_only_head=head != "full head",
+        cfg = ModelConfig(size=size, layers=s.layers, masked_only_head=head != "full head",
                           dropout=0.0 if "no dropout" in mode else 0.1,
                           attention_dropout=0.0 if "no attention dropout" in mode else None)
         raw = Encoder(cfg, s.vocab).to(dev)

@@ -210,7 +210,7 @@ def test_a_run_that_exits_without_waiting_stops_its_pool(tmp_path) -> None:
         raise AssertionError("a warm process outlived its run")
 
 
-@pytest.mark.slow  # ~50 s: inductor (C++) compiles the tiny model's step, then the same from the caches
+@pytest.mark.slow  # ~25 s: inductor (C++) compiles a one-layer tiny model's step, then the same from the caches
 def test_a_warmed_row_loads_its_graphs_from_the_caches_the_pool_filled(tmp_path) -> None:
     """The pool's process compiles the row (cache misses); the run's own compile of it then hits inductor's
     FX graph cache and AOT autograd's for every graph: the same Setup, the same graphs."""
@@ -222,7 +222,7 @@ def test_a_warmed_row_loads_its_graphs_from_the_caches_the_pool_filled(tmp_path)
         "import torch\n"
         "from benchmarks import bench_gpu as bg\n"
         "s = replace(bg.DRY, plan=(('tiny', bg.F, 'full head', 'compile'),), compile_backend='inductor', "
-        "warm='on', limit_s=600, steps=2, warmup=1)\n"
+        "warm='on', limit_s=600, steps=2, warmup=1, layers=1)\n"
         "bg.Bench(s, torch.device('cpu'), sys.argv[1]).run()\n")
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
     out = tmp_path / "gpu.md"
