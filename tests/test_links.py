@@ -3,20 +3,25 @@ and counted (``not_a_file``), unless the source follows links; links that stay i
 
 The same judgement in the three listings: the one-shot glob (``list_inputs``), the ledger listing of
 batched builds and the corpus service (``list_raw_files``), and the explicit files of one ingest
-batch (``judge_urls``, against the source's glob).
+batch (``judge_urls``, against the source's glob). A source whose every match is refused (a Hugging Face
+hub cache's snapshot files are links into its blobs/) is one line before anything is read.
 """
 
 from __future__ import annotations
 
+import json
 import os
+
+import pytest
 
 from pipelines.jobs.build_config import build_config_from_options
 from pipelines.options import BuildOptions
 from pipelines.sources import read_input
-from pipelines.sources.listing import judge_urls, list_inputs
+from pipelines.sources.listing import check_some_readable, judge_urls, list_inputs
 from pipelines.sources.rawfiles import list_raw_files
 from pipelines.sources.readers import Tally
 from schemas.config import SourceConfig
+from schemas.errors import UserError
 
 
 def linked_folder(tmp_path):
@@ -82,3 +87,61 @@ def test_a_source_tagged_other_keeps_its_name_among_several_inputs():
     cfg = build_config_from_options(BuildOptions(["--input", "a/*.jsonl", "--input", "b/*.jsonl",
                                                   "--input", "web=c/*.jsonl", "--input", "other=d/*.jsonl"]))
     assert [s.name for s in cfg.sources] == ["other0", "other1", "web", "other"]
+
+
+def hub_cache(tmp_path):
+    """A Hugging Face hub cache as ``datasets`` leaves it: the files under snapshots/<rev>/ are relative links
+    into blobs/, named by their hash."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    repo = tmp_path / "hub" / "datasets--cc_news"
+    (repo / "blobs").mkdir(parents=True)
+    split = repo / "snapshots" / "1c2d" / "plain_text"
+    split.mkdir(parents=True)
+    from realtext import news_documents
+
+    news = news_documents()
+    for i in range(2):
+        pq.write_table(pa.table({"text": news[3 * i:3 * i + 3]}), repo / "blobs" / f"b{i}f00d")
+        os.symlink(f"../../../blobs/b{i}f00d", split / f"train-0000{i}-of-00002.parquet")
+    return split
+
+
+def test_a_source_whose_every_match_is_a_link_out_is_one_line_naming_follow_links(tmp_path):
+    """The one-shot and the batched build refuse it before reading anything, in one line that names the link's
+    target and the flag; with the flag, the same command reads every file."""
+    from test_cli_errors import one_line_error, run
+
+    split = hub_cache(tmp_path)
+    for extra in ([], ["--batch_mb", "1"]):
+        line = one_line_error(run("-m", "shardforge.cli", "build", "--input", f"{split}/*.parquet", "--output",
+                                  str(tmp_path / "out"), *extra))
+        assert line.startswith(f"error: source other: none of the 2 matches of {split}/*.parquet can be read: "
+                               f"2 links out of the folder it names ({split}/train-00000-of-00002.parquet leads to "
+                               f"{split.parents[2] / 'blobs' / 'b0f00d'}): --follow_links reads"), line
+        assert not (tmp_path / "out").exists()
+    res = run("-m", "shardforge.cli", "build", "--input", f"{split}/*.parquet", "--output", str(tmp_path / "out"),
+              "--follow_links", "--vocab_size", "500", "--json")
+    assert res.returncode == 0, res.stderr[-2000:]
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["accounting"]["other"]["input"] == 6 and not manifest["accounting"]["other"].get("rejected")
+
+
+def test_what_the_skipped_matches_are_is_said_and_one_readable_file_is_enough(tmp_path):
+    raw = tmp_path / "raw"
+    (raw / "a").mkdir(parents=True)
+    (raw / "b").mkdir()
+    (raw / ".part.jsonl").write_text('{"text": "half written"}\n')
+    folders = [(str(raw / "a"), "not_a_file"), (str(raw / "b"), "not_a_file")]
+    with pytest.raises(UserError) as e:
+        check_some_readable("web", str(raw / "*"), folders)
+    assert str(e.value) == (f"source web: none of the 2 matches of {raw}/* can be read: 2 folders (or devices): the "
+                            f"folder itself reads every file under it ({raw}), or a glob that matches files "
+                            f"({raw}/**/*.jsonl)")
+    with pytest.raises(UserError) as e:
+        check_some_readable("web", str(raw), [(str(raw / ".part.jsonl"), "hidden_file")])
+    assert str(e.value).startswith(f"source web: the one match of {raw} cannot be read: 1 hidden name (a leading '.'")
+    assert str(e.value).endswith(f"reads them ({raw}/.*.jsonl)")
+    check_some_readable("web", str(raw / "*"), [*folders, (str(raw / "c.jsonl"), None)])  # one to read: counted
+    check_some_readable("web", str(raw / "*"), [])  # no match at all: the caller's own line

@@ -23,7 +23,7 @@ import os
 import posixpath
 import re
 import stat
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from fsspec import AbstractFileSystem
 
@@ -80,6 +80,44 @@ def check_raw_input(name: str, pattern: str, flag: str = "--input") -> None:
     if kind in ("run", "model"):
         raise UserError(f"source {name}: {flag} {redact_url(pattern)} is {KIND_WORDS[kind]} folder, not raw text: give "
                         "the files of your text (JSONL, JSON, Parquet, text, their tars)")
+
+
+def check_some_readable(name: str, pattern: str, inputs: Sequence[Input], follow_links: bool = False) -> None:
+    """UserError when a source's pattern matched files but every match is skipped, so the source would read
+    nothing: one line that says what the matches are and what reads them. Bad files among good ones are
+    counted rejects; a source none of whose files can be read is a mistake in the command (the common one: a
+    Hugging Face hub cache, whose snapshot files are links into its ``blobs/`` folder)."""
+    if not inputs or any(skip is None for _, skip in inputs):
+        return
+    root = listing_root(pattern, follow_links)
+    # A skipped match is a link out, a folder (or device), a hidden name, or a file that cannot be named or opened.
+    kinds = ["link" if skip == R_NOT_A_FILE and leaves(u, root) else skip for u, skip in inputs]
+    links = [u for (u, _), kind in zip(inputs, kinds, strict=True) if kind == "link"]
+    others = [kind for kind in kinds if kind != "link"]
+    folder = redact_url(fixed_folder(pattern))
+    parts = []
+    if links:
+        parts.append(f"{_many(len(links), 'link')} out of the folder it names ({links[0]} leads to "
+                     f"{os.path.realpath(links[0])}): --follow_links reads links wherever they lead (follow_links: "
+                     "true in the source's config; a Hugging Face hub cache's snapshot files are such links, into "
+                     "its blobs/ folder)")
+    if others.count(R_NOT_A_FILE):
+        parts.append(f"{_many(others.count(R_NOT_A_FILE), 'folder')} (or devices): the folder itself reads every "
+                     f"file under it ({folder}), or a glob that matches files ({posixpath.join(folder, '**', '*.jsonl')})")
+    if others.count(R_HIDDEN_FILE):
+        parts.append(f"{_many(others.count(R_HIDDEN_FILE), 'hidden name')} (a leading '.': writers' temporaries, never "
+                     "read through a glob or folder): a pattern whose last part starts with '.' reads them "
+                     f"({posixpath.join(folder, '.*.jsonl')})")
+    rest = len(others) - others.count(R_NOT_A_FILE) - others.count(R_HIDDEN_FILE)
+    if rest:
+        parts.append(f"{_many(rest, 'file')} whose name is not valid UTF-8 or that cannot be opened")
+    what = redact_url(pattern)
+    head = f"the one match of {what} cannot" if len(inputs) == 1 else f"none of the {len(inputs):,} matches of {what} can"
+    raise UserError(f"source {name}: {head} be read: " + "; ".join(parts))
+
+
+def _many(n: int, noun: str) -> str:
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
 
 
 def check_one_source_each(listed: Iterable[tuple[str, Iterable[str]]]) -> None:

@@ -20,7 +20,12 @@ class RawFile:
     url: str
     size: int
     mtime: float | None
-    checksum: str | None  # from the listing (md5 / crc32c / etag); None on local disks
+    checksum: str | None  # from the listing (md5 / crc32c / etag); None on local disks; skipped:<reason>
+
+    @property
+    def skip(self) -> str | None:
+        """Why the listing skipped this match (it is never opened, the reader counts it), or None."""
+        return self.checksum.removeprefix("skipped:") if (self.checksum or "").startswith("skipped:") else None
 
 
 def _checksum_of(info: dict[str, Any]) -> str | None:

@@ -16,7 +16,7 @@ from apache_beam import pvalue
 from pipelines.localrunner import progress
 from pipelines.metrics import counted
 from pipelines.sources.files import read_input
-from pipelines.sources.listing import Input, judge_urls, list_inputs
+from pipelines.sources.listing import Input, check_some_readable, judge_urls, list_inputs
 from pipelines.sources.naming import file_key, pinned
 from pipelines.sources.parsing import Tally
 from schemas.config import SourceConfig
@@ -71,6 +71,8 @@ class ReadSource(beam.PTransform):
                        else list_inputs(source.input, source.follow_links))
         if urls is None and not self.inputs:
             raise UserError(f"source {source.name}: no files match {source.input!r}")
+        if urls is None:
+            check_some_readable(source.name, source.input, self.inputs, source.follow_links)
         self.expect = expect
         if expect is not None:
             check_listed(source.name, [u for u, skip in self.inputs if skip is None], expect)
