@@ -13,6 +13,7 @@ the GCS emulator and the S3 emulator (tests/gcs_emulator.py, tests/s3_emulator.p
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import subprocess
@@ -96,6 +97,36 @@ def test_bytes_read_are_checked_against_the_listed_fingerprint(backend, request,
     with storage.open_checked(url, fp) as f, pytest.raises(storage.InputChanged, match="changed while"):
         f.read(100)  # a reader that stops early: check() reads the rest
         f.check()
+
+
+def test_a_peek_at_the_start_then_a_whole_read_hashes_every_byte_once(tmp_path) -> None:
+    """The format sniff reads a file's first bytes and seeks back; the read that follows goes on hashing past
+    them, so check() reads nothing again, and a changed byte after the peek is still caught."""
+    from shardforge.storage.fingerprints import CheckedReader
+
+    data = b"".join(json.dumps({"text": t}).encode() + b"\n" for t in articles(1, 30))
+    fp = "sha256:" + hashlib.sha256(data).hexdigest()
+
+    class Counted(io.BytesIO):
+        taken = 0
+
+        def read(self, n: int | None = -1) -> bytes:
+            out = super().read(n)
+            Counted.taken += len(out)
+            return out
+
+    for body, changed in ((data, False), (data[:-5] + b"XXXX\n", True)):
+        Counted.taken = 0
+        f = CheckedReader(Counted(body), "raw/f.jsonl", fp)
+        assert f.read(6) == body[:6] and f.seek(0) == 0
+        while f.read(1000):
+            pass
+        if changed:
+            with pytest.raises(storage.InputChanged):
+                f.check()
+        else:
+            f.check()
+        assert Counted.taken == len(body) + 6  # the peek, then one pass: nothing read again by check()
 
 
 def test_an_input_that_was_no_file_to_read_or_vanished_is_a_change(tmp_path) -> None:

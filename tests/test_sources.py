@@ -242,6 +242,40 @@ def test_arrow_ipc_files_read_as_their_parquet_would(tmp_path):
         "compressed arrow files are not supported (arrow compresses internally)"]
 
 
+def test_parquet_and_arrow_files_whose_names_say_nothing_are_known_by_their_magic(tmp_path):
+    """A Hugging Face hub cache's blobs/ hold its Parquet files under their hashes, and Spark leaves a
+    _common_metadata (a Parquet footer, no rows) beside its parts: each was one `binary` reject. Read with the
+    listed fingerprint checked, as a build reads."""
+    import pyarrow.feather as feather
+    from realtext import news_documents
+
+    from pipelines.sources import read_input
+    from pipelines.sources.rawfiles import fingerprint, list_raw_files
+
+    table = pa.table({"text": news_documents(limit=6)})
+    blobs = tmp_path / "blobs"
+    blobs.mkdir()
+    pq.write_table(table, blobs / "9f8e7d6c")
+    feather.write_feather(table, blobs / "a1b2c3d4")
+    pq.write_metadata(table.schema, blobs / "_common_metadata")
+    (blobs / "notes").write_text("PAR1 is no Parquet file when the text goes on.\n")
+    want = [r.text for r in read(blobs / "9f8e7d6c")]
+    assert want == table.column("text").to_pylist()
+    source = src(blobs)
+    for entry in list_inputs(str(blobs)):
+        (listed,) = list_raw_files(entry[0])
+        recs = list(read_input(entry, source, Tally(), fingerprint(listed)))
+        name = entry[0].rsplit("/", 1)[1]
+        if name == "_common_metadata":
+            assert outcome(recs) == ["rejected:empty_file"]
+        elif name == "notes":  # a text file starting with the same four letters: still text
+            assert [r.text for r in recs] == ["PAR1 is no Parquet file when the text goes on.\n"], recs
+        else:
+            assert [r.text for r in recs] == want, name
+    (blobs / "9f8e7d6c.gz").write_bytes(gzip.compress((blobs / "9f8e7d6c").read_bytes()))
+    assert outcome(read(blobs / "9f8e7d6c.gz")) == ["rejected:binary"]  # compressed: the stream is what is read
+
+
 def test_parquet_text_falls_back_per_row_and_says_why_a_row_has_none(tmp_path):
     pq.write_table(pa.table({"text": [None, "t1", None], "maintext": ["m0", "m1", None]}), tmp_path / "both.parquet")
     recs = read(tmp_path / "both.parquet")  # the first non-null field wins, as in a JSON record

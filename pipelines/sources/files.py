@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import posixpath
 from collections.abc import Iterator
+from typing import BinaryIO
 
 from pipelines.records import Reject, doc_id_at
 from pipelines.sources.compression import Budget, RawCounter, split_compression
@@ -30,6 +31,32 @@ def _reject(url: str, source: SourceConfig, reason: str, detail: str) -> Reject:
 def budget_for(source: SourceConfig) -> Budget:
     """A fresh decompression budget for one file of this source."""
     return Budget(source.max_expansion_ratio, source.max_decompressed_bytes)
+
+
+def sniffed_columnar(f: BinaryIO) -> str | None:
+    """"parquet" or "arrow" for a seekable file that starts and ends with Parquet's magic (``PAR1``) or the
+    Arrow file format's (``ARROW1``), whatever its name (a Hugging Face hub cache's ``blobs/``, Spark's
+    ``_common_metadata``); None for any other (text that starts with those letters too). Reads its first
+    six and last bytes, then seeks back to the start (a fault here is left to the reader, which meets it
+    again and counts it)."""
+    try:
+        if not f.seekable():
+            return None
+        head = f.read(6)
+        fmt, magic = ("parquet", b"PAR1") if head[:4] == b"PAR1" else ("arrow", head) if head == b"ARROW1" else \
+            (None, b"")
+        size = f.seek(0, 2) if fmt else 0
+        if size >= 2 * len(magic) + 4:
+            f.seek(size - len(magic))
+            fmt = fmt if f.read(len(magic)) == magic else None
+        else:
+            fmt = None
+        f.seek(0)
+    except Exception as e:  # noqa: BLE001 - re-raised when transient, else the reader's to count
+        if is_transient(e):
+            raise
+        return None
+    return fmt
 
 
 def read_file(url: str, source: SourceConfig, tally: Tally | None = None,
@@ -66,6 +93,8 @@ def read_file(url: str, source: SourceConfig, tally: Tally | None = None,
         return
     budget = budget_for(source)
     with f:
+        if fmt is None and comp is None:  # a name that says nothing: Parquet and Arrow files by their magic
+            fmt = sniffed_columnar(f) or fmt
         if fmt in ("parquet", "arrow"):  # pyarrow needs the seekable file itself: its size is what was read
             size = getattr(f, "size", None)
             if not isinstance(size, int):

@@ -79,8 +79,9 @@ def _reported(f: Any, kind: str) -> str | None:
 class CheckedReader:
     """A binary reader that hashes the bytes it hands out; ``check()`` compares them with a fingerprint.
 
-    Sequential reads from the start are hashed as they go; a reader that seeks (Parquet) or stops
-    early leaves a gap that ``check()`` reads and hashes from the file itself. Everything else is
+    Sequential reads from the start are hashed as they go (reading again bytes already hashed, after a
+    seek back, leaves none out); a reader that seeks ahead (Parquet) or stops early leaves a gap that
+    ``check()`` reads and hashes from the file itself. Everything else is
     the wrapped file's.
     """
 
@@ -94,10 +95,13 @@ class CheckedReader:
         self.reported = _reported(f, self._kind)
 
     def _take(self, data: bytes | memoryview) -> None:
-        if self._hash is not None and self._pos == self._hashed:
-            self._hash.update(data)
-            self._hashed += len(data)
-        self._pos += len(data)
+        end = self._pos + len(data)
+        # Bytes past the hashed prefix extend it, also when the read began inside it (a peek, then a seek
+        # back to the start: the format sniffs of Parquet and Arrow files).
+        if self._hash is not None and self._pos <= self._hashed < end:
+            self._hash.update(memoryview(data)[self._hashed - self._pos:])
+            self._hashed = end
+        self._pos = end
 
     def read(self, n: int = -1) -> bytes:
         data = self._f.read(n)
