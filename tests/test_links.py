@@ -145,3 +145,21 @@ def test_what_the_skipped_matches_are_is_said_and_one_readable_file_is_enough(tm
     assert str(e.value).endswith(f"reads them ({raw}/.*.jsonl)")
     check_some_readable("web", str(raw / "*"), [*folders, (str(raw / "c.jsonl"), None)])  # one to read: counted
     check_some_readable("web", str(raw / "*"), [])  # no match at all: the caller's own line
+
+
+def test_a_build_that_left_matches_unread_says_so_and_names_follow_links():
+    """Links out among files that are read are counted rejects, and the build's warnings (stderr and the report)
+    say how many and which flag reads them; a source that follows links, or has none, gets no such line."""
+    from pipelines.report.record import build_warnings
+
+    def warnings(rejected: dict[str, int], follow: bool = False) -> list[str]:
+        return build_warnings({"config": {"packing": {"valid_fraction": 0}, "sources": [
+            {"name": "web", "input": "raw/*.jsonl", "follow_links": follow}]}, "totals": {},
+            "accounting": {"web": {"input": 100, "rejected": rejected}}})
+
+    (line,) = warnings({"not_a_file": 2, "binary": 1})
+    assert line == ("warning: 2 matches of source 'web' were not read (not_a_file: folders, devices or links; "
+                    "report.html's rejects name each, and where a link leads): a link out of the folder the source "
+                    "names is read with --follow_links")
+    assert warnings({"not_a_file": 1})[0].startswith("warning: 1 match of source 'web' was not read")
+    assert warnings({"binary": 1}) == [] and warnings({"not_a_file": 1}, follow=True) == []

@@ -74,10 +74,13 @@ def rules_enabled(config: dict[str, Any]) -> dict[str, bool]:
 
 
 def build_warnings(manifest: dict[str, Any]) -> list[str]:
-    """One line per thing a user should look at: a rule removing most of a source, a small vocabulary, an
-    empty valid split (the same lines on stderr and in the report)."""
+    """One line per thing a user should look at: a rule removing most of a source, documents that do not
+    decode, matches that are no files, a small vocabulary, an empty valid split (the same lines on stderr
+    and in the report)."""
     out = []
-    encodings = {s.get("name"): s.get("encoding", "utf-8") for s in manifest.get("config", {}).get("sources", [])}
+    sources = manifest.get("config", {}).get("sources", [])
+    encodings = {s.get("name"): s.get("encoding", "utf-8") for s in sources}
+    follows = {s.get("name"): s.get("follow_links", False) for s in sources}
     for name, a in sorted(manifest.get("accounting", {}).items()):
         n_in = a.get("input", 0)
         for bucket in ("filtered", "duplicate"):
@@ -91,6 +94,12 @@ def build_warnings(manifest: dict[str, Any]) -> list[str]:
         bad = a.get("rejected", {}).get("invalid_utf8", 0)
         if bad:
             out.append(_invalid_utf8_warning(name, bad, n_in, encodings.get(name, "utf-8")))
+        skipped = a.get("rejected", {}).get("not_a_file", 0)
+        if skipped and not follows.get(name):
+            many = "match of source '{}' was" if skipped == 1 else "matches of source '{}' were"
+            out.append(f"warning: {skipped} {many.format(name)} not read "
+                       "(not_a_file: folders, devices or links; report.html's rejects name each, and where a link "
+                       "leads): a link out of the folder the source names is read with --follow_links")
     tok = manifest.get("tokenizer", {})
     asked = manifest.get("config", {}).get("tokenizer", {})
     if not asked.get("model_url") and tok.get("vocab_size", 0) < asked.get("vocab_size", 0):
