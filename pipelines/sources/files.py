@@ -43,14 +43,15 @@ def sniffed_columnar(f: BinaryIO) -> str | None:
         if not f.seekable():
             return None
         head = f.read(6)
-        fmt, magic = ("parquet", b"PAR1") if head[:4] == b"PAR1" else ("arrow", head) if head == b"ARROW1" else \
-            (None, b"")
-        size = f.seek(0, 2) if fmt else 0
-        if size >= 2 * len(magic) + 4:
-            f.seek(size - len(magic))
-            fmt = fmt if f.read(len(magic)) == magic else None
-        else:
-            fmt = None
+        fmt, magic = next(((fmt, magic) for fmt, magic in (("parquet", b"PAR1"), ("arrow", b"ARROW1"))
+                           if head.startswith(magic)), (None, b""))
+        if fmt is not None:  # the magic again at the end, after a footer's length (4 bytes) at least
+            size = f.seek(0, 2)
+            tail = b""
+            if size >= 2 * len(magic) + 4:
+                f.seek(size - len(magic))
+                tail = f.read(len(magic))
+            fmt = fmt if tail == magic else None
         f.seek(0)
     except Exception as e:  # noqa: BLE001 - re-raised when transient, else the reader's to count
         if is_transient(e):

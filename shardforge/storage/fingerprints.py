@@ -81,8 +81,7 @@ class CheckedReader:
 
     Sequential reads from the start are hashed as they go (reading again bytes already hashed, after a
     seek back, leaves none out); a reader that seeks ahead (Parquet) or stops early leaves a gap that
-    ``check()`` reads and hashes from the file itself. Everything else is
-    the wrapped file's.
+    ``check()`` reads and hashes from the file itself. Everything else is the wrapped file's.
     """
 
     def __init__(self, f: IO[bytes], url: str, fingerprint: str):
