@@ -19,6 +19,7 @@ import platform
 from typing import Any
 
 from pipelines.report.summaries import ALL, SIMILARITY_BINS, bin_edges
+from shardforge.console.words import counted
 
 # The report's files, written at the corpus root next to the manifest.
 REPORT_JSON = "report.json"
@@ -96,8 +97,8 @@ def build_warnings(manifest: dict[str, Any]) -> list[str]:
             out.append(_invalid_utf8_warning(name, bad, n_in, encodings.get(name, "utf-8")))
         skipped = a.get("rejected", {}).get("not_a_file", 0)
         if skipped and not follows.get(name):
-            many = "match of source '{}' was" if skipped == 1 else "matches of source '{}' were"
-            out.append(f"warning: {skipped} {many.format(name)} not read "
+            out.append(f"warning: {counted(skipped, 'match', 'matches')} of source '{name}' "
+                       f"{'was' if skipped == 1 else 'were'} not read "
                        "(not_a_file: folders, devices or links; report.html's rejects name each, and where a link "
                        "leads): a link out of the folder the source names is read with --follow_links")
     tok = manifest.get("tokenizer", {})

@@ -23,6 +23,7 @@ import os
 import posixpath
 import re
 import stat
+from collections import Counter
 from collections.abc import Iterable, Sequence
 
 from fsspec import AbstractFileSystem
@@ -30,6 +31,7 @@ from fsspec import AbstractFileSystem
 from pipelines.sources.naming import fixed_folder
 from pipelines.sources.parsing import R_HIDDEN_FILE, R_INVALID_FILE_NAME, R_NOT_A_FILE, R_UNREADABLE
 from schemas.errors import UserError
+from shardforge.console.words import counted
 from shardforge.storage import (
     full_url,
     get_fs,
@@ -92,32 +94,28 @@ def check_some_readable(name: str, pattern: str, inputs: Sequence[Input], follow
     root = listing_root(pattern, follow_links)
     # A skipped match is a link out, a folder (or device), a hidden name, or a file that cannot be named or opened.
     kinds = ["link" if skip == R_NOT_A_FILE and leaves(u, root) else skip for u, skip in inputs]
-    links = [u for (u, _), kind in zip(inputs, kinds, strict=True) if kind == "link"]
-    others = [kind for kind in kinds if kind != "link"]
+    n = Counter(kinds)
     folder = redact_url(fixed_folder(pattern))
     parts = []
-    if links:
-        parts.append(f"{_many(len(links), 'link')} out of the folder it names ({links[0]} leads to "
-                     f"{os.path.realpath(links[0])}): --follow_links reads links wherever they lead (follow_links: "
+    if n["link"]:
+        link = next(u for (u, _), kind in zip(inputs, kinds, strict=True) if kind == "link")
+        parts.append(f"{counted(n['link'], 'link')} out of the folder it names ({link} leads to "
+                     f"{os.path.realpath(link)}): --follow_links reads links wherever they lead (follow_links: "
                      "true in the source's config; a Hugging Face hub cache's snapshot files are such links, into "
                      "its blobs/ folder)")
-    if others.count(R_NOT_A_FILE):
-        parts.append(f"{_many(others.count(R_NOT_A_FILE), 'folder')} (or devices): the folder itself reads every "
+    if n[R_NOT_A_FILE]:
+        parts.append(f"{counted(n[R_NOT_A_FILE], 'folder')} (or devices): the folder itself reads every "
                      f"file under it ({folder}), or a glob that matches files ({posixpath.join(folder, '**', '*.jsonl')})")
-    if others.count(R_HIDDEN_FILE):
-        parts.append(f"{_many(others.count(R_HIDDEN_FILE), 'hidden name')} (a leading '.': writers' temporaries, never "
+    if n[R_HIDDEN_FILE]:
+        parts.append(f"{counted(n[R_HIDDEN_FILE], 'hidden name')} (a leading '.': writers' temporaries, never "
                      "read through a glob or folder): a pattern whose last part starts with '.' reads them "
                      f"({posixpath.join(folder, '.*.jsonl')})")
-    rest = len(others) - others.count(R_NOT_A_FILE) - others.count(R_HIDDEN_FILE)
+    rest = len(kinds) - n["link"] - n[R_NOT_A_FILE] - n[R_HIDDEN_FILE]
     if rest:
-        parts.append(f"{_many(rest, 'file')} whose name is not valid UTF-8 or that cannot be opened")
+        parts.append(f"{counted(rest, 'file')} whose name is not valid UTF-8 or that cannot be opened")
     what = redact_url(pattern)
     head = f"the one match of {what} cannot" if len(inputs) == 1 else f"none of the {len(inputs):,} matches of {what} can"
     raise UserError(f"source {name}: {head} be read: " + "; ".join(parts))
-
-
-def _many(n: int, noun: str) -> str:
-    return f"{n:,} {noun}{'' if n == 1 else 's'}"
 
 
 def check_one_source_each(listed: Iterable[tuple[str, Iterable[str]]]) -> None:
