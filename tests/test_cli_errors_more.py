@@ -330,3 +330,36 @@ def test_an_input_url_of_a_scheme_without_its_filesystem_is_named_by_that_url(tm
     the probe for a corpus's marks, not the input the user gave."""
     res = run("-m", "shardforge.cli", "build", "--input", "zz://container/raw/*.jsonl", "--output", str(tmp_path / "o"))
     assert one_line_error(res) == "error: cannot open 'zz://container/raw': Protocol not known: zz"
+
+
+def test_the_last_argument_takes_the_flag_other_commands_use_for_it(small_corpus, tmp_path, capsys) -> None:
+    """`export RUN --output OUT` (train's word, run_mlm's `--output_dir`), `inspect --data CORPUS`, `evaluate
+    --model_name_or_path M` were each "unknown flag" with no hint; the flag now gives the argument, and an
+    argument given both ways, or neither, is one line."""
+    from shardforge.commands import inspect, validate
+    from trainer.args import parse_evaluate_args, parse_export_args
+
+    for argv in (["run", "--output", "hf"], ["run", "--output_dir=hf"], ["--output", "hf", "run"], ["run", "hf"],
+                 ["run", "--tokenizer", "t", "hf"], ["run", "--overwrite", "--output", "hf", "--license", "mit"]):
+        args = parse_export_args(argv)
+        assert (args.checkpoint, args.out) == ("run", "hf"), argv
+        assert not hasattr(args, "out_by_flag")
+    assert parse_export_args(["run", "--tokenizer", "t", "hf"]).tokenizer == "t"
+    assert parse_evaluate_args(["--model_name_or_path", "m", "--batches", "2"]).model == "m"
+    for argv, says in ((["run", "hf", "--output", "hf2"], "error: out given twice: 'hf' and --output 'hf2'"),
+                       (["run"], "error: the following arguments are required: out (or --output OUT)"),
+                       (["--output", "hf"], "error: the following arguments are required: checkpoint"),
+                       (["run", "hf", "extra"], "error: unexpected argument: extra")):
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as exit_:
+            parse_export_args(argv)
+        assert exit_.value.code == 2
+        assert capsys.readouterr().err.startswith(says), argv
+
+    root = small_corpus[0]
+    assert inspect.main(["--data", root, "--samples", "0"]) == 0
+    by_flag = capsys.readouterr().out
+    assert inspect.main([root, "--samples", "0"]) == 0
+    assert capsys.readouterr().out == by_flag and "tokens" in by_flag
+    assert validate.main(["--corpus", root, "--no-progress"]) == 0
+    assert capsys.readouterr().out.startswith("OK: ")

@@ -459,7 +459,7 @@ def export_parser() -> ArgumentParser:
                        description="Write a Hugging Face folder (config.json, model.safetensors, "
                                    "tokenizer files, README.md: the model card) from a shardforge checkpoint.")
     p.add_argument("checkpoint", help="ckpt-NNNNNNNN.pt, or a run folder (its latest checkpoint)")
-    p.add_argument("out", help="output folder (local or fsspec URL)")
+    p.add_last_positional("out", "--output", "--output_dir", help="output folder (local or fsspec URL)")
     p.add_argument("--tokenizer", help="tokenizer file URL: spm.model or a byte-level BPE tokenizer.json, or a "
                                        "corpus (its tokenizer); checked against the one the checkpoint trained "
                                        "with (default: the run's corpus's, from its manifest)")
@@ -488,8 +488,8 @@ def evaluate_parser() -> ArgumentParser:
                                    "or another built with its tokenizer, or a Hugging Face folder on a corpus built "
                                    "with its tokenizer. Masks are keyed by --seed + 1, as the trainer's evaluation "
                                    "keys them, so a run's last eval_loss is reproduced with its --eval_batches.")
-    p.add_argument("model", help="ckpt-NNNNNNNN.pt, a run folder (its latest checkpoint), or a Hugging Face model "
-                                 "folder (config.json and weights; local or fsspec URL)")
+    p.add_last_positional("model", "--model_name_or_path", help="ckpt-NNNNNNNN.pt, a run folder (its latest "
+                          "checkpoint), or a Hugging Face model folder (config.json and weights; local or fsspec URL)")
     p.add_argument("--data", "--corpus", help="the corpus (manifest URL or its folder; default: the corpus the "
                                               "checkpoint trained on; a Hugging Face folder needs it)")
     p.add_argument("--split", choices=("valid", "train"), default="valid",

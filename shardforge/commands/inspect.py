@@ -169,7 +169,7 @@ def render(r: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = ArgumentParser(prog="shardforge inspect", description=__doc__,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("url", help="Corpus root or manifest URL (local folder, gs://, s3://, memory://).")
+    p.add_last_positional("url", "--data", "--corpus", help="Corpus root or manifest URL (local folder, gs://, s3://, memory://).")
     p.add_argument("--split", default="train", choices=["train", "valid"], help="Split to sample (train).")
     p.add_argument("--samples", type=at_least(0), default=3, help="Decoded samples to show (3; 0: none).")
     p.add_argument("--max-shards", type=at_least(1), default=4, help="Shards read for the length histogram (4).")

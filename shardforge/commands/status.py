@@ -265,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     p = ArgumentParser(prog="shardforge status", description=__doc__,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("corpus", help="Corpus root URL (or a training run folder).")
+    p.add_last_positional("corpus", "--data", "--corpus", help="Corpus root URL (or a training run folder).")
     p.add_argument("--watch", default=None, help="Watch glob (default: the one recorded by serve).")
     p.add_argument("--json", action="store_true", help="Print JSON instead of the table.")
     args = p.parse_args(argv)

@@ -256,7 +256,7 @@ def validate_corpus(url: str, jobs: int = 4, progress: bool = False) -> Validati
 def main(argv: list[str] | None = None) -> int:
     p = ArgumentParser(prog="shardforge validate", description=__doc__,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("url", help="Corpus root or manifest URL (local folder, gs://, s3://, memory://).")
+    p.add_last_positional("url", "--data", "--corpus", help="Corpus root or manifest URL (local folder, gs://, s3://, memory://).")
     p.add_argument("--jobs", type=at_least(1), default=4, help="Shards read in parallel (default 4).")
     p.add_argument("--json", action="store_true", help="Print the result as JSON.")
     p.add_argument("--no-progress", action="store_true", help="No progress bar (default: shown on a terminal).")

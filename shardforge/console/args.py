@@ -77,15 +77,37 @@ class ArgumentParser(argparse.ArgumentParser):
     def __init__(self, *args: Any, prog: str | None = None, **kwargs: Any) -> None:
         kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, prog=invoked_as(prog) if prog else None, **kwargs)
+        self._by_flag: tuple[str, tuple[str, ...]] | None = None
+
+    def add_last_positional(self, name: str, *flags: str, help: str) -> None:
+        """The last positional argument, which flags may give instead (``export RUN OUT`` or ``export RUN
+        --output OUT``): the words other commands use for the same thing (``--output``, run_mlm's
+        ``--output_dir``). Given both ways it is an error; given neither, argparse's ``required`` line."""
+        self.add_argument(name, nargs="?", help=f"{help} (or {' / '.join(flags)})")
+        self.add_argument(*flags, dest=f"{name}_by_flag", metavar=name.upper(),
+                          help=f"{name.upper()}, given as a flag instead")
+        self._by_flag = (name, flags)
 
     def parse_known_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:  # type: ignore[override]
         register_secrets(list(sys.argv[1:] if args is None else args))  # before any error can echo them
         return super().parse_known_args(args, namespace)
 
     def parse_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:  # type: ignore[override]
-        ns, extra = self.parse_known_args(args, namespace)
+        if self._by_flag is None:
+            ns, extra = self.parse_known_args(args, namespace)
+        else:  # an optional positional after a flag (`RUN --tokenizer T OUT`) needs the intermixed parse
+            ns, extra = self.parse_known_intermixed_args(args, namespace)
         if extra:
             self.error(unknown_args_message(extra, option_strings(self)))
+        if self._by_flag is not None:
+            name, flags = self._by_flag
+            flagged = vars(ns).pop(f"{name}_by_flag")
+            given = getattr(ns, name)
+            if given is not None and flagged is not None:
+                self.error(f"{name} given twice: {given!r} and {flags[0]} {flagged!r}")
+            if given is None and flagged is None:
+                self.error(f"the following arguments are required: {name} (or {flags[0]} {name.upper()})")
+            setattr(ns, name, given if given is not None else flagged)
         return ns
 
     def print_help(self, file: Any = None) -> None:
