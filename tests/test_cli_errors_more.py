@@ -363,3 +363,26 @@ def test_the_last_argument_takes_the_flag_other_commands_use_for_it(small_corpus
     assert capsys.readouterr().out == by_flag and "tokens" in by_flag
     assert validate.main(["--corpus", root, "--no-progress"]) == 0
     assert capsys.readouterr().out.startswith("OK: ")
+
+
+@pytest.mark.parametrize("check, argv, says", [
+    ("pipelines.flags:build_help", ["--data", "raw.jsonl", "--output", "o"], "--data (did you mean --input?)"),
+    ("pipelines.flags:repack_help", ["--data", "c", "--output", "o"], "--data (did you mean --tokenized?)"),
+    ("pipelines.flags:repack_help", ["--corpus", "c", "--output", "o"], "--corpus (did you mean --tokenized?)"),
+    ("pipelines.flags:repack_help", ["--input", "c", "--output", "o"], "--input (did you mean --tokenized?)"),
+    ("pipelines.flags:serve_help", ["--data", "c", "--watch", "w/*"], "--data (did you mean --corpus?)"),
+    ("trainer.args:parse_train_args", ["--input", "c"], "--input (did you mean --data?)"),
+    ("trainer.args:parse_evaluate_args", ["run", "--tokenized", "c"], "--tokenized (did you mean --data?)"),
+    ("pipelines.flags:build_help", ["--input", "x", "--output", "o", "--vocab-size", "9"],
+     "--vocab-size (did you mean --vocab_size?)"),
+])
+def test_a_flag_another_command_takes_suggests_this_one_s_word_for_it(check, argv, says, capsys) -> None:
+    """Spelling alone answered `build --data` with --update, `train --input` with --init (a model to start
+    from), `repack --corpus` with --output: the suggestion is the flag that means the same thing here."""
+    import importlib
+
+    module, func = check.split(":")
+    with pytest.raises(SystemExit) as exit_:
+        getattr(importlib.import_module(module), func)(argv)
+    assert exit_.value.code == 2
+    assert says in capsys.readouterr().err

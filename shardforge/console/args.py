@@ -41,13 +41,31 @@ def option_strings(parser: argparse.ArgumentParser) -> list[str]:
     return [s for action in parser._actions for s in action.option_strings]
 
 
+# A flag one command takes, and the flags other commands take for the same thing, in the order a
+# suggestion tries them: the corpus a command reads is train's --data, repack's --tokenized, serve's
+# --corpus; raw text is build's --input, serve's --watch. Spelling alone would answer `build --data`
+# with --update, `train --input` with --init, `repack --corpus` with --output.
+SAME_THING: dict[str, tuple[str, ...]] = {
+    "--data": ("--tokenized", "--corpus", "--input"),
+    "--corpus": ("--tokenized", "--data"),
+    "--tokenized": ("--data",),
+    "--input": ("--watch", "--tokenized", "--data"),
+    "--watch": ("--input",),
+    "--model_name_or_path": ("--init",),
+}
+
+
 def suggest(flag: str, known: Iterable[str]) -> str | None:
-    """The known flag closest to flag (``-``/``_`` spelling differences first), or None."""
+    """The known flag closest to flag (``-``/``_`` spelling differences first, then the flag other
+    commands take for the same thing: ``SAME_THING``), or None."""
     known = list(known)
     name = flag.split("=", 1)[0]
     for variant in (name.replace("-", "_"), "--" + name[2:].replace("_", "-")):
         if variant != name and variant in known:
             return variant
+    for other in SAME_THING.get(name, ()):
+        if other in known:
+            return other
     close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
     return close[0] if close else None
 
