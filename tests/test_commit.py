@@ -333,6 +333,8 @@ def test_a_build_into_a_committed_corpus_is_refused_unless_identical(tmp_path) -
     # The same build again: an idempotent rerun, exit 0, the same bytes.
     again = run_python(build_cmd(glob, out, cfg), env=store["env"], capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr
+    assert f"{out} holds this very build already (v1-" in again.stderr, again.stderr  # said before the work
+    assert f"shardforge validate {out}" in again.stderr and "holds this very build" not in first.stderr
     assert {p: (Path(out) / p).read_bytes() for p in every_object(out) if not p.startswith(RUN_WRITTEN)} == committed
     before = {p: (Path(out) / p).read_bytes() for p in every_object(out)}
     # Another config into it: one line, before any work, and nothing changed.

@@ -34,6 +34,7 @@ import hashlib
 import json
 import logging
 import posixpath
+import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -366,3 +367,7 @@ def check_output(output: str, tag: str) -> None:
         raise UserError(f"{redact_url(output)} already holds a committed corpus of other inputs or config "
                         f"({committed or 'untagged'}; this build is {tag}); a committed corpus is never "
                         "overwritten: choose another --output, or remove that folder first")
+    # Said before the work, which on a crawl takes hours: the rerun is a check, and there is a cheaper one.
+    print(f"{redact_url(output)} holds this very build already ({tag}): it runs again and checks that each "
+          f"object it writes is the one there; `shardforge validate {redact_url(output)}` checks the shards "
+          "against the manifest without rebuilding", file=sys.stderr)
