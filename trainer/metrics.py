@@ -233,7 +233,7 @@ class TrainMetrics:
         # The masking rates the losses are measured at (records: mask_rate, eval_mask_rate; the plot's labels).
         self.mask_rate, self.eval_mask_rate = mask_rate, eval_mask_rate
         self.startup_s: float | None = None  # the first batch's wait: the loader's start-up
-        self._clock: float | None = None  # perf_counter when this process's first step began (the ETA's base)
+        self._first_done: float | None = None  # perf_counter when this process's first step ended (the ETA's base)
         self.last_eval: dict[str, Any] | None = None  # {"step", "eval_loss", ...} of the newest evaluation
         self.flops_per_token = flops_per_token
         self.peak_flops = peak_flops * world_size if peak_flops else None
@@ -261,8 +261,8 @@ class TrainMetrics:
         self.step_tokens = tokens
         dt = time.perf_counter() - started
         record = step_record(step, v, tokens, lr, dt, wait, epoch, self.flops_per_token, self.peak_flops)
-        if self._clock is None:
-            self._clock = started
+        if self._first_done is None:
+            self._first_done = started + dt
             record["total_steps"] = self.total_steps  # this process's planned length (shardforge status reads it)
             if self.startup_s is not None:
                 record["data_startup_s"] = self.startup_s
@@ -280,11 +280,14 @@ class TrainMetrics:
             train_log.info("first batch after %.1f s (the loader's start-up, not counted as data wait)", seconds)
 
     def eta(self, step: int) -> float | None:
-        """Seconds left at this process's mean time per step so far (evaluations and checkpoints included)."""
+        """Seconds left at this process's mean time per step after its first (evaluations and checkpoints
+        included); None before the second. The first step carries one-time costs (torch.compile's
+        compilation, the allocator's first blocks): on CPU an ALBERT step 1 took 7x the next, and a compiled
+        step 1 is minutes against a fraction of a second."""
         done = step - self.start_step
-        if self._clock is None or done < 1:
+        if self._first_done is None or done < 2:
             return None
-        return (time.perf_counter() - self._clock) / done * (self.total_steps - step)
+        return (time.perf_counter() - self._first_done) / (done - 1) * (self.total_steps - step)
 
     def log(self, record: dict[str, Any]) -> None:
         """Write the record; at the first step, every log_every steps, evaluations and the last step, flush
