@@ -346,7 +346,7 @@ def test_a_big_one_shot_local_build_suggests_batching(tmp_path, monkeypatch) -> 
     monkeypatch.setattr(build, "HINT_RSS_BYTES", 0)
     hint = build.batching_hint(cfg)
     assert hint is not None and "--batch_mb" in hint and "0 MB of input" in hint
-    assert "sample of 1 records from 1 file(s)" in hint and "if everything were kept" in hint
+    assert "sample of 1 record from 1 file," in hint and "if everything were kept" in hint
     assert "tokenizer.sample_bytes" in hint and "--spill_mb" in hint
     held = build.batching_hint(cfg, spilled=False)
     assert held is not None and "Drop --spill_mb -1" in held

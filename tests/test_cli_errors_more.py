@@ -112,9 +112,9 @@ def test_status_of_a_killed_run_says_where_it_stands_and_what_a_rerun_redoes(tmp
     assert lines["step"].startswith("7 of 10, epoch 0, 3,584 tokens seen; last logged ")
     assert lines["loss"] == "5.3000 (smoothed 5.4000) at masking rate 0.15; lr 0.0007, 1,007 tokens/s"
     assert lines["eval"] == "loss 5.5000 (perplexity 244.69, MLM accuracy 12.5%) at step 5"
-    assert lines["metrics"].startswith("1 line(s) of metrics.jsonl hold no step record")
+    assert lines["metrics"].startswith("1 line of metrics.jsonl holds no step record")
     assert lines["checkpoints"] == "2 kept: ckpt-00000004.pt, ckpt-00000006.pt"
-    assert lines["resume"] == "a rerun into this folder resumes from step 6 (its last 1 logged step(s) are trained again)"
+    assert lines["resume"] == "a rerun into this folder resumes from step 6 (its last 1 logged step is trained again)"
     # The run's checkpoints/ folder is its run; a checkpoint file, a folder of runs and a missing path are one line.
     from shardforge.commands.status import corpus_status
 
@@ -130,7 +130,7 @@ def test_status_of_a_killed_run_says_where_it_stands_and_what_a_rerun_redoes(tmp
     # plot draws the seven records and says what it skipped
     drawn = run("-m", "shardforge.cli", "plot", str(run_dir))
     assert drawn.returncode == 0 and (run_dir / "plots.png").is_file(), drawn.stderr
-    assert drawn.stderr.strip() == (f"warning: skipped 1 line(s) of {run_dir}/metrics.jsonl that hold no step record "
+    assert drawn.stderr.strip() == (f"warning: skipped 1 line of {run_dir}/metrics.jsonl that holds no step record "
                                     "(a line torn by a killed run)")
 
 

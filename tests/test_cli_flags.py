@@ -246,7 +246,7 @@ def test_input_flags_replace_a_configs_sources_and_say_so(tmp_path, capsys) -> N
     cfg.write_text("sources: [{name: news, input: 'news/*.json', format: ccnews}, {name: owt, input: owt}]\n")
     built = build_config_from_options(BuildOptions(["--config", str(cfg), "--input", "cc=cc.parquet"]))
     assert [s.name for s in built.sources] == ["cc"]
-    assert capsys.readouterr().err == (f"note: --input replaces the 2 source(s) of --config {cfg} (news, owt); to build "
+    assert capsys.readouterr().err == (f"note: --input replaces the 2 sources of --config {cfg} (news, owt); to build "
                                        "those too, give each as an --input NAME=URL, or leave --input out\n")
     assert [s.name for s in build_config_from_options(BuildOptions(["--config", str(cfg)])).sources] == ["news", "owt"]
     assert capsys.readouterr().err == ""

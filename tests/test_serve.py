@@ -260,7 +260,7 @@ def test_status_reports_versions_pending_and_changed(served, capsys):
     assert st["oldest_pending_age_s"] is not None and all(r["max_lag_s"] is not None for r in st["versions"])
     assert main([corpus]) == 0
     text = capsys.readouterr().out
-    assert "pending  1 file(s)" in text and "b1-0.jsonl" in text and "v3" in text
+    assert "pending  1 file;" in text and "b1-0.jsonl" in text and "v3" in text and "5 files absorbed" in text
     os.remove(raw / "b4-0.jsonl")
 
 
@@ -464,7 +464,7 @@ def test_a_batch_that_fails_on_a_transient_error_is_tried_again_in_place(tmp_pat
     assert committed_versions(str(corpus)) == [1]
     assert len(recover(str(corpus), clean_orphans=False).ledger) == 1
     err = capsys.readouterr().err
-    assert "batch of 1 file(s) failed on a transient error (ConnectionResetError: [Errno 104] Connection reset " \
+    assert "batch of 1 file failed on a transient error (ConnectionResetError: [Errno 104] Connection reset " \
            "by peer); trying it again in 0 s (1 of 3)" in err, err
     assert "(TimeoutError: timed out writing timings.json); trying it again in 0 s (2 of 3)" in err, err
 

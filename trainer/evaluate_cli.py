@@ -217,7 +217,7 @@ def evaluate_model(model_url: str, data: str | None = None, split: str = "valid"
     res = evaluate(model, loader, masker, run_cfg, device, prec.autocast, wait=progress)
     sequences, done = (int(x) for x in all_reduce_sum([progress.sequences, progress.done], device))
     if not res:
-        raise UserError(f"no token was masked in the {sequences:,} sequence(s) of {redact_url(root)}'s "
+        raise UserError(f"no token was masked in the {counted(sequences, 'sequence')} of {redact_url(root)}'s "
                         f"{split} split evaluated ({scheme.scheme} masking at {scheme.rate:g}): give more --batches, "
                         "a larger --batch_size or a higher --mask_rate")
     return {"model": redact_url(subject.url), "data": redact_url(root), "split": split, "batches": done,

@@ -17,6 +17,7 @@ from typing import Any
 
 from schemas.errors import UserError
 from shardforge.console.args import ArgumentParser
+from shardforge.console.words import counted
 from trainer.run_folder import read_records
 
 PANELS = [
@@ -161,7 +162,7 @@ def plot_run(run: str, out: str | None = None, smooth: float = 0.9, x: str = "au
     except FileNotFoundError:
         raise UserError(no_metrics(run)) from None
     if torn:
-        print(f"warning: skipped {torn} line(s) of {run}/metrics.jsonl that hold no step record (a line torn by a "
+        print(f"warning: skipped {counted(torn, 'line')} of {run}/metrics.jsonl that {'holds' if torn == 1 else 'hold'} no step record (a line torn by a "
               "killed run)", file=sys.stderr)
     if not rows:
         raise UserError(f"{run}/metrics.jsonl " + ("holds no step record" if torn else "is empty"))

@@ -139,7 +139,8 @@ def micro_batches_per_step(cfg: TrainConfig, world: int, max_len: int) -> tuple[
     accum = max(1, math.ceil(asked / (per_micro * world)))
     took = accum * per_micro * world
     note = None if took == asked else (
-        f"global batch: {asked} {unit} asked; {world} rank(s) x {per_micro} x {accum} micro-batch(es) take {took} "
+        f"global batch: {asked} {unit} asked; {counted(world, 'rank')} x {per_micro} x {counted(accum, 'micro-batch', 'micro-batches')} "
+        f"take {took} "
         f"per step (rounded up: a global batch that {per_micro * world} divides is taken exactly)")
     return accum, note
 
@@ -438,8 +439,8 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     feed.close()
     metrics.close()
     if skipped and dd.main:
-        log.info("%d time(s) every rank's micro-batches were rows repeated to keep the ranks in step (an "
-                 "epoch's end): no optimizer step for those", skipped)
+        log.info("%s every rank's micro-batches were rows repeated to keep the ranks in step (an "
+                 "epoch's end): no optimizer step for those", "once" if skipped == 1 else f"{skipped:,} times")
     if not preempt.abandoned:  # a rank that left a stalled data wait may have peers inside a collective
         dd.barrier()
     distributed.teardown(dd)

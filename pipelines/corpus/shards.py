@@ -47,6 +47,7 @@ from schemas.sample import (
     write_tar,
 )
 from schemas.tokenizer_files import load_tokenizer
+from shardforge.console.words import counted
 from shardforge.storage import (
     TemporaryRemoved,
     is_within,
@@ -258,8 +259,9 @@ class WriteCorpus(beam.PTransform):
             lost = sorted(s[LOST_SHARD] for s in shard_list if LOST_SHARD in s)
             if lost:
                 logging.getLogger("shardforge.commit").warning(
-                    "not committing %s: %d shard(s) of this attempt were removed while it wrote them (%s)",
-                    redact_url(join(output, manifest_name)), len(lost), ", ".join(lost[:3]))
+                    "not committing %s: %s of this attempt %s removed while it wrote them (%s)",
+                    redact_url(join(output, manifest_name)), counted(len(lost), "shard"),
+                    "was" if len(lost) == 1 else "were", ", ".join(lost[:3]))
                 return None
             check_balanced(accounts)
             m = assemble_manifest(shard_list, plan_list_, model, accounts, cfg, tok_path, parent, extra, inter,

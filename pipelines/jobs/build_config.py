@@ -12,6 +12,7 @@ from pipelines.options import BuildOptions
 from schemas.config import BuildConfig, SourceConfig
 from schemas.configfile import parse_config
 from schemas.errors import UserError
+from shardforge.console.words import counted
 from shardforge.storage import redact_url
 from shardforge.storage.contract import load_config_data
 
@@ -45,7 +46,7 @@ def build_config_from_options(opts: BuildOptions) -> BuildConfig:
     data: dict[str, Any] = load_config_data(BuildConfig, o.config) if o.config else {}
     if o.input and data.get("sources"):
         names = ", ".join(str(s.get("name", "?")) if isinstance(s, dict) else "?" for s in data["sources"])
-        print(f"note: --input replaces the {len(data['sources'])} source(s) of --config {redact_url(o.config)} ({names}); to "
+        print(f"note: --input replaces the {counted(len(data['sources']), 'source')} of --config {redact_url(o.config)} ({names}); to "
               "build those too, give each as an --input NAME=URL, or leave --input out", file=sys.stderr)
     per_source = source_flags(o)
     if o.input:

@@ -21,6 +21,7 @@ from pipelines.sources.compression import decompress
 from pipelines.sources.rawfiles import list_raw_files
 from pipelines.sources.streams import read_up_to
 from schemas.config import BuildConfig
+from shardforge.console.words import counted
 from shardforge.storage import open_read
 from shardforge.storage.retry import not_connected
 
@@ -157,6 +158,6 @@ def batching_hint(cfg: BuildConfig, spilled: bool = True) -> str | None:
         fix = "Drop --spill_mb -1, pass --batch_mb 64 to build in batches (docs/scaling.md), or run on Dataflow."
     ram_note = f" (this machine has {ram / 1e9:,.1f} GB)" if ram else ""
     return (f"note: {size}. {why}, measured on synthetic English (benchmarks/results/scaling-memory.md). In a "
-            f"sample of {sample.records:,} records from {sample.files} file(s), {100 * sample.kept_share:.0f}% of "
+            f"sample of {counted(sample.records, 'record')} from {counted(sample.files, 'file')}, {100 * sample.kept_share:.0f}% of "
             f"the text passed cleaning, so expect roughly {estimate / 1e9:,.1f} GB{ram_note} (a rough estimate from "
             f"that sample; {bound / 1e9:,.1f} GB if everything were kept). {fix}")

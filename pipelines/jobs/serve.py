@@ -214,8 +214,8 @@ def _pause_after(e: Exception, failures: int, n_files: int, args: argparse.Names
     if args.once or not is_transient(e) or failures > args.batch_retries:
         raise e
     pause = args.poll * 2 ** (failures - 1)
-    log.warning("batch of %d file(s) failed on a transient error (%s); trying it again in %.0f s (%d of %d)",
-                n_files, _where(e), pause, failures, args.batch_retries)
+    log.warning("batch of %s failed on a transient error (%s); trying it again in %.0f s (%d of %d)",
+                counted(n_files, "file"), _where(e), pause, failures, args.batch_retries)
     stopper.sleep(pause)
 
 

@@ -169,8 +169,8 @@ def decontamination_warnings(section: dict[str, Any] | None) -> list[str]:
     out = []
     for name, b in sorted((section or {}).get("benchmarks", {}).items()):
         if b["bad_records"]:
-            out.append(f"warning: decontamination: {b['bad_records']} record(s) of '{name}' are not JSON and were "
-                       "not read")
+            out.append(f"warning: decontamination: {counted(b['bad_records'], 'record')} of '{name}' "
+                       + ("is not JSON and was not read" if b["bad_records"] == 1 else "are not JSON and were not read"))
         if not b["texts"]:
             out.append(f"warning: decontamination: no text of '{name}' has {section['ngram']} words; it cannot "
                        "match any document (set decontaminate.ngram lower)")

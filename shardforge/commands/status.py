@@ -34,6 +34,7 @@ from schemas.run_folder import CKPT_DIR, METRICS_FILE
 from shardforge.console.args import ArgumentParser
 from shardforge.console.redact import redact_text
 from shardforge.console.run import run_cli
+from shardforge.console.words import counted
 from shardforge.storage import exists, get_fs, info_mtime, join, list_names, read_text
 from shardforge.storage.contract import (
     committed_versions,
@@ -177,7 +178,7 @@ def render_run(st: dict[str, Any]) -> str:
     elif st["records"]:
         lines.append("eval     none logged yet")
     if st["torn_lines"]:
-        lines.append(f"metrics  {st['torn_lines']} line(s) of {METRICS_FILE} hold no step record (torn by a killed "
+        lines.append(f"metrics  {counted(st['torn_lines'], 'line')} of {METRICS_FILE} {'holds' if st['torn_lines'] == 1 else 'hold'} no step record (torn by a killed "
                      "run): skipped")
     ck = st["checkpoints"]
     if ck:
@@ -189,7 +190,8 @@ def render_run(st: dict[str, Any]) -> str:
                          f"from step {st['resumes_from']:,} (its learning-rate schedule then ends at the new --steps)")
         else:
             lines.append(f"resume   a rerun into this folder resumes from step {st['resumes_from']:,}"
-                         + (f" (its last {redo:,} logged step(s) are trained again)" if redo > 0 else ""))
+                         + (f" (its last {counted(redo, 'logged step')} {'is' if redo == 1 else 'are'} trained again)"
+                            if redo > 0 else ""))
     else:
         lines.append("checkpoints  none yet: a rerun into this folder starts at step 0")
     lines.append("(shardforge plot RUN draws its curves; shardforge export CHECKPOINT OUT makes a Hugging Face folder)")
@@ -240,7 +242,7 @@ def render(st: dict[str, Any]) -> str:
              f"latest   v{st['latest']}" + ("" if st["latest"] == st["latest_committed"]
                                             else f"  (v{st['latest_committed']} committed; {LATEST_NAME} not yet moved)"),
              f"totals   {st['totals']['documents']:,} documents, {st['totals']['tokens']:,} tokens, "
-             f"{st['totals']['shards']:,} shards; {st['files_absorbed']:,} files absorbed", ""]
+             f"{counted(st['totals']['shards'], 'shard')}; {counted(st['files_absorbed'], 'file')} absorbed", ""]
     lines.append(f"{'version':>7} {'files':>5} {'docs':>7} {'tokens':>11} {'shards':>6} {'dups':>5}  "
                  f"{'committed':19}  {'max lag':>8}")
     for r in st["versions"]:
@@ -252,11 +254,11 @@ def render(st: dict[str, Any]) -> str:
         lines.append("watch    (none recorded; pass --watch GLOB to list pending files)")
     else:
         lines.append(f"watch    {st['watch']}")
-        lines.append(f"pending  {len(st['pending'])} file(s); oldest waiting {_fmt_s(st['oldest_pending_age_s'])}")
+        lines.append(f"pending  {counted(len(st['pending']), 'file')}; oldest waiting {_fmt_s(st['oldest_pending_age_s'])}")
         lines += [f"  {p['path']}  ({p['size']:,} bytes)" for p in st["pending"][:20]]
         if len(st["pending"]) > 20:
             lines.append(f"  … {len(st['pending']) - 20} more")
-        lines.append(f"changed  {len(st['changed'])} file(s) changed after ingest (not re-ingested)")
+        lines.append(f"changed  {counted(len(st['changed']), 'file')} changed after ingest (not re-ingested)")
         lines += [f"  {c['path']}  (absorbed by v{c['version']}; {c['why']})" for c in st["changed"]]
     return "\n".join(lines)
 

@@ -272,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"OK: {counted(rep.shards, 'shard')}, {counted(rep.samples, 'sample')}, {rep.tokens:,} tokens, "
               f"{rep.bytes:,} bytes match the manifest")
         return 0
-    print(f"FAILED: {len(rep.errors)} problem(s) in {rep.url}:")
+    print(f"FAILED: {counted(len(rep.errors), 'problem')} in {rep.url}:")
     for e in rep.errors:
         print(f"  - {e}")
     return 1
