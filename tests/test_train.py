@@ -496,6 +496,8 @@ def test_pair_rule_corpora_train_every_head(corpus, tmp_path, variant):
     assert pairs == int(pairs) and 0 < pairs <= 2 * 8, pairs
     assert abs(rows[-1]["eval_sentence_acc"] * pairs - round(rows[-1]["eval_sentence_acc"] * pairs)) < 1e-6
     assert all(r["loss"] == r["loss"] for r in rows)
+    # The loss sums the heads; its MLM part is logged beside it (eval_loss is MLM alone).
+    assert all(0 < r["mlm_loss"] < r["loss"] for r in rows), [(r["mlm_loss"], r["loss"]) for r in rows]
 
 
 def test_sentence_head_on_a_single_segment_corpus_is_a_clear_error(corpus, tmp_path):

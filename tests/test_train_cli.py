@@ -329,6 +329,7 @@ def test_a_run_describes_itself_before_the_optimizer_logs_from_step_one_and_eval
     assert rows[0]["data_startup_s"] >= 1.0 and rows[0]["data_wait_share"] < 0.5, rows[0]
     assert "eval_loss" in rows[-1] and rows[-1]["eval_mask_rate"] == 0.3 and rows[-1]["mask_rate"] == 0.3
     assert all("eval_loss" not in r for r in rows[:-1]) and all(r["flops_per_s"] > 0 for r in rows)
+    assert all("mlm_loss" not in r for r in rows)  # the loss is MLM alone: no second name for it
     assert res["eval"]["step"] == 3 and res["eval"]["eval_loss"] == rows[-1]["eval_loss"]
 
 
@@ -403,6 +404,14 @@ def test_the_plot_has_its_mfu_panel_and_labels_each_loss_with_its_masking_rate()
     assert label(rows, "loss") == "training loss, 40% masked"
     assert label(rows, "eval_loss") == "eval loss (MLM), 15% masked"
     assert label([{"step": 1, "loss": 1.0}], "loss") == "training loss"
+    # A sentence head's evaluated accuracy is drawn beside its training accuracy (it was left out).
+    pairs = [{"step": 2, "mlm_acc": 0.1, "sentence_acc": 0.6}, {"step": 2, "eval_mlm_acc": 0.1, "eval_sentence_acc": 0.7}]
+    assert ("accuracy", ["mlm_acc", "eval_mlm_acc", "sentence_acc", "eval_sentence_acc"]) in plan_panels(pairs)
+    assert label(pairs, "eval_sentence_acc") == "eval sentence head accuracy"
+    heads = [{"step": 1, "loss": 8.3, "mlm_loss": 7.6, "mask_rate": 0.15}]
+    assert ("loss (nats)", ["loss", "mlm_loss"]) in plan_panels(heads)
+    assert (label(heads, "loss"), label(heads, "mlm_loss")) == ("training loss (all heads), 15% masked",
+                                                                "training loss (MLM), 15% masked")
 
 
 def test_plot_says_nothing_about_matplotlib_caches(tmp_path) -> None:

@@ -117,7 +117,11 @@ def test_step_record_and_progress_text():
     assert r == {"step": 7, "loss": 2.5, "lr": 1e-3, "mlm_acc": 0.25, "tokens_per_s": 8000.0, "step_time": 0.5,
                  "data_wait_share": pytest.approx(0.2), "epoch": 1, "flops_per_s": 8e9}
     assert progress_postfix(r) == {"loss": "2.500", "tok/s": "8000", "wait": "20%"}
+    heads = step_record(7, {**v, "mlm_loss": 2.0}, tokens=4000, lr=1e-3, dt=0.5, wait=0.1, epoch=1,
+                        flops_per_token=1e6, peak_flops=None)
+    assert heads == {**r, "mlm_loss": 2.0}
     assert progress_line(r, 100, 754.0) == "step 7/100 loss 2.5000 lr 1.00e-03 tok/s 8000 wait 20% eta 12m34s"
+    assert progress_line({**r, "mlm_loss": 2.0}, 100, None).startswith("step 7/100 loss 2.5000 (MLM 2.0000) lr ")
     ev = {**r, "step": 100, "eval_loss": 2.25, "eval_ppl": 9.49, "eval_mlm_acc": 0.5}
     assert progress_line(ev, 100, 0.0, 0.15).endswith(
         "wait 20% | eval loss 2.2500 (MLM nats, 15% masked) ppl 9.5 acc 0.500")  # the last step: no ETA

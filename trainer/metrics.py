@@ -102,6 +102,8 @@ class StepStats:
     def add(self, out: dict[str, torch.Tensor], tokens: int, scale: float) -> None:
         """Add one micro-batch's outputs (its loss weighted by scale) and its real token count."""
         self._acc("loss", out["loss"].detach().float() * scale)
+        if "sentence_loss" in out or "sbo_loss" in out:  # the loss sums heads: its MLM part, as evaluated
+            self._acc("mlm_loss", out["mlm_loss"].detach().float() * scale)
         for k in self.KEYS:
             if k in out:
                 self._acc(k, out[k].detach().float())
@@ -137,6 +139,8 @@ def step_record(step: int, v: dict[str, float], tokens: int, lr: float, dt: floa
               "mlm_acc": v["mlm_correct"] / max(v["mlm_count"], 1.0), "tokens_per_s": tokens / dt,
               "step_time": dt, "data_wait_share": wait / dt, "epoch": epoch,
               "flops_per_s": flops_per_token * tokens / dt}
+    if "mlm_loss" in v:
+        record["mlm_loss"] = v["mlm_loss"]
     if v["sentence_count"]:
         record["sentence_acc"] = v["sentence_correct"] / v["sentence_count"]
     if "grad_norm" in v:
@@ -162,7 +166,8 @@ def progress_line(record: dict[str, Any], total_steps: int, eta_s: float | None,
                   eval_mask_rate: float | None = None) -> str:
     """The log line of a step record: step of total, loss, lr, tokens/s, data wait, ETA, and its evaluation."""
     step = record["step"]
-    line = (f"step {step}/{total_steps} loss {record['loss']:.4f} lr {record['lr']:.2e} "
+    mlm = f" (MLM {record['mlm_loss']:.4f})" if "mlm_loss" in record else ""  # beside the eval loss's MLM alone
+    line = (f"step {step}/{total_steps} loss {record['loss']:.4f}{mlm} lr {record['lr']:.2e} "
             f"tok/s {record['tokens_per_s']:.0f} wait {100 * record['data_wait_share']:.0f}%")
     if "mfu" in record:
         line += f" mfu {100 * record['mfu']:.0f}%"
@@ -254,7 +259,7 @@ class TrainMetrics:
         v = stats.values()
         tokens = stats.tokens * self.world_size
         if self.combine is not None:
-            keys = ("loss", *StepStats.KEYS)
+            keys = ("loss", *StepStats.KEYS, *(("mlm_loss",) if "mlm_loss" in v else ()))
             *sums, total = self.combine([v[k] for k in keys] + [float(stats.tokens)])
             v.update(zip(keys, sums, strict=True))
             tokens = int(total)

@@ -21,24 +21,25 @@ from shardforge.console.words import counted
 from trainer.run_folder import read_records
 
 PANELS = [
-    ("loss", "loss (nats)", ["loss", "eval_loss"]),
+    ("loss", "loss (nats)", ["loss", "mlm_loss", "eval_loss"]),
     ("grad_norm", "gradient norm", ["grad_norm"]),
     ("lr", "learning rate", ["lr"]),
     ("throughput", "tokens / s", ["tokens_per_s"]),
     ("mfu", "model FLOPs utilization", ["mfu"]),
     ("data_wait", "data wait share of step time", ["data_wait_share"]),
-    ("accuracy", "accuracy", ["mlm_acc", "eval_mlm_acc", "sentence_acc"]),
+    ("accuracy", "accuracy", ["mlm_acc", "eval_mlm_acc", "sentence_acc", "eval_sentence_acc"]),
 ]
 ALWAYS = ("mfu",)  # drawn even when the run logged none of its keys: it says why
 
 # Per-step series worth smoothing (evaluations are already averages over many batches).
-NOISY = ("loss", "grad_norm", "mlm_acc", "sentence_acc", "tokens_per_s", "data_wait_share", "mfu", "flops_per_s")
-LABELS = {"loss": "training loss", "eval_loss": "eval loss (MLM)", "mlm_acc": "training MLM accuracy",
+NOISY = ("loss", "mlm_loss", "grad_norm", "mlm_acc", "sentence_acc", "tokens_per_s", "data_wait_share", "mfu", "flops_per_s")
+LABELS = {"loss": "training loss", "mlm_loss": "training loss (MLM)", "eval_loss": "eval loss (MLM)", "mlm_acc": "training MLM accuracy",
           "eval_mlm_acc": "eval MLM accuracy", "sentence_acc": "sentence head accuracy",
+          "eval_sentence_acc": "eval sentence head accuracy",
           "flops_per_s": "model FLOP/s", "tokens_per_s": "tokens/s",
           "data_wait_share": "data wait (the loader's start-up apart)"}
 # The records' masking rate of each loss (trainer/metrics.py), shown in its label.
-RATE_KEYS = {"loss": "mask_rate", "eval_loss": "eval_mask_rate", "mlm_acc": "mask_rate",
+RATE_KEYS = {"loss": "mask_rate", "mlm_loss": "mask_rate", "eval_loss": "eval_mask_rate", "mlm_acc": "mask_rate",
              "eval_mlm_acc": "eval_mask_rate"}
 
 
@@ -73,6 +74,8 @@ def series(rows: list[dict[str, Any]], key: str, xs: dict[int, float],
 def label(rows: list[dict[str, Any]], key: str) -> str:
     """A series' legend: the loss or accuracy with the masking rate it was measured at (``40% masked``)."""
     text = LABELS.get(key, key)
+    if key == "loss" and any("mlm_loss" in r for r in rows):
+        text += " (all heads)"  # beside its MLM part, which compares with the eval loss
     rates = sorted({float(r[RATE_KEYS[key]]) for r in rows if key in r and RATE_KEYS[key] in r}) \
         if key in RATE_KEYS else []
     if rates:
