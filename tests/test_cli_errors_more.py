@@ -102,6 +102,25 @@ def _killed_run(tmp_path: Path) -> Path:
     return run_dir
 
 
+def test_status_of_a_run_with_a_sentence_head_shows_the_mlm_part_and_the_head_s_accuracy(tmp_path, capsys) -> None:
+    """The summed loss of a model with a sentence head is shown with its MLM part (what the eval loss
+    measures), and the evaluation with the head's accuracy."""
+    import json
+
+    from shardforge.commands.status import main
+
+    run_dir = _killed_run(tmp_path)
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()[:-1]]
+    rows[-1]["mlm_loss"] = 4.7
+    rows[4]["eval_sentence_acc"] = 0.625
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert main([str(run_dir)]) == 0
+    lines = dict(line.split(None, 1) for line in capsys.readouterr().out.splitlines() if not line.startswith("("))
+    assert lines["loss"].startswith("5.3000 (MLM 4.7000) (smoothed 5.4000) at masking rate 0.15; ")
+    assert lines["eval"] == ("loss 5.5000 (perplexity 244.69, MLM accuracy 12.5%, sentence head accuracy 62.5%) "
+                             "at step 5")
+
+
 def test_status_of_a_killed_run_says_where_it_stands_and_what_a_rerun_redoes(tmp_path: Path) -> None:
     """`shardforge status RUN` said "no corpus at RUN"; `shardforge plot` of a run killed mid-write ended in a
     JSONDecodeError traceback."""

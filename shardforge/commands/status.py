@@ -137,12 +137,13 @@ def run_status(run: str, now: float) -> dict[str, Any]:
     evals = [r for r in rows if "eval_loss" in r]
     planned = [r["total_steps"] for r in rows if isinstance(r.get("total_steps"), int)]
     ckpts = list_checkpoints(run)
-    keys = ("step", "epoch", "tokens_seen", "loss", "loss_smooth", "mask_rate", "lr", "tokens_per_s", "mfu")
+    keys = ("step", "epoch", "tokens_seen", "loss", "mlm_loss", "loss_smooth", "mask_rate", "lr", "tokens_per_s", "mfu")
     return {
         "run": run, "kind": "run", "records": len(rows), "torn_lines": torn, "last_record_at": last_at,
         "last_record_age_s": None if last_at is None else max(0.0, now - last_at),
         "last": {k: last[k] for k in keys if k in last},
-        "eval": {k: evals[-1][k] for k in ("step", "eval_loss", "eval_ppl", "eval_mlm_acc") if k in evals[-1]}
+        "eval": {k: evals[-1][k] for k in ("step", "eval_loss", "eval_ppl", "eval_mlm_acc", "eval_sentence_acc")
+                 if k in evals[-1]}
         if evals else None,
         "checkpoints": [{"step": step, "path": url} for step, url in ckpts],
         "resumes_from": ckpts[-1][0] if ckpts else 0,
@@ -163,7 +164,8 @@ def render_run(st: dict[str, Any]) -> str:
             ([f"{last['tokens_seen']:,} tokens seen"] if "tokens_seen" in last else [])
         lines.append(f"step     {', '.join(where)}; last logged {_fmt_time(st['last_record_at'])} "
                      f"({_fmt_age(st['last_record_age_s'])} ago)")
-        loss = [f"{last['loss']:.4f}"] + ([f"(smoothed {last['loss_smooth']:.4f})"] if "loss_smooth" in last else []) \
+        loss = [f"{last['loss']:.4f}"] + ([f"(MLM {last['mlm_loss']:.4f})"] if "mlm_loss" in last else []) \
+            + ([f"(smoothed {last['loss_smooth']:.4f})"] if "loss_smooth" in last else []) \
             + ([f"at masking rate {last['mask_rate']:g}"] if "mask_rate" in last else [])
         rest = ([f"lr {last['lr']:.3g}"] if "lr" in last else []) + \
             ([f"{last['tokens_per_s']:,.0f} tokens/s"] if "tokens_per_s" in last else []) + \
@@ -172,7 +174,8 @@ def render_run(st: dict[str, Any]) -> str:
     ev = st["eval"]
     if ev:
         extra = ([f"perplexity {ev['eval_ppl']:.2f}"] if "eval_ppl" in ev else []) + \
-            ([f"MLM accuracy {100 * ev['eval_mlm_acc']:.1f}%"] if "eval_mlm_acc" in ev else [])
+            ([f"MLM accuracy {100 * ev['eval_mlm_acc']:.1f}%"] if "eval_mlm_acc" in ev else []) + \
+            ([f"sentence head accuracy {100 * ev['eval_sentence_acc']:.1f}%"] if "eval_sentence_acc" in ev else [])
         lines.append(f"eval     loss {ev['eval_loss']:.4f}" + (f" ({', '.join(extra)})" if extra else "")
                      + f" at step {ev['step']:,}")
     elif st["records"]:
