@@ -385,6 +385,11 @@ def test_the_card_names_no_local_folder_and_states_what_eval_loss_measures(tmp_p
                        "apache-2.0", ["fr"])
     assert "license: apache-2.0" in other and 'language: ["fr"]' in other and "pw" not in other
     assert "- corpus: gs://" in other and "metrics.jsonl was not found" in other
+    assert "left out" not in card and "left out" not in other  # nothing trained that the export drops
+    heads = model_card(TrainConfig.model_validate({"data": "c", "model": {"sentence_head": "sop", "span_boundary": True}}),
+                       {"step": 0}, str(tmp_path / "none"), "albert", None)
+    assert "- left out: the SOP head and its pooler and the span boundary (SBO) head, trained for pretraining " \
+           "only" in heads
 
 
 # ------------------------------------------------------------------ the plot

@@ -172,6 +172,16 @@ def data_lines(cfg: TrainConfig, manifest: dict[str, Any] | None) -> list[str]:
     return lines
 
 
+def left_out_lines(cfg: TrainConfig) -> list[str]:
+    """The pretraining-only heads the run trained and the export leaves out (a masked-LM class has none)."""
+    heads = ([f"the {cfg.model.sentence_head.upper()} head and its pooler"] if cfg.model.sentence_head != "none" else []) \
+        + (["the span boundary (SBO) head"] if cfg.model.span_boundary else [])
+    if not heads:
+        return []
+    return [f"- left out: {' and '.join(heads)}, trained for pretraining only (the masked-LM class has no place "
+            "for them; a fine-tuned classifier starts its own head)"]
+
+
 def model_card(cfg: TrainConfig, state: dict[str, Any], run: str, architecture: str,
                manifest: dict[str, Any] | None, license_id: str | None = None, language: list[str] | None = None) -> str:
     """README.md text of an export: what it says is passed in, but for the run's metrics.jsonl (read once)."""
@@ -189,6 +199,7 @@ def model_card(cfg: TrainConfig, state: dict[str, Any], run: str, architecture: 
              "", "## Run", "",
              f"- started from: {public_location(cfg.init) if cfg.init else 'random initialization'}",
              f"- exported as: {cls}",
+             *left_out_lines(cfg),
              f"- steps: {step}{planned}",
              f"- tokens seen: {number(m['tokens_seen']) if m['tokens_seen'] is not None else 'not recorded'}",
              f"- training masking: {masking_phrase(cfg.masking)}",
