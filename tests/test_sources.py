@@ -957,3 +957,28 @@ def test_c4_s_timestamp_is_the_record_s_date(tmp_path):
     p.write_bytes(b'{"text": "A page.", "timestamp": "2019-04-25T12:57:54Z", "url": "https://c4.example/a"}\n')
     (doc,) = read(p)
     assert (doc.date, doc.url) == ("2019-04-25T12:57:54Z", "https://c4.example/a")
+
+
+def test_an_input_that_matches_nothing_says_what_its_folder_holds(store_url) -> None:
+    """`--input 'raw/*.json'` over .jsonl files, or a glob one folder above the files, was "no files match"
+    alone: the line now says what the glob's folder holds and a glob that matches it, on every store."""
+    from pipelines.sources.listing import no_match
+    from shardforge.storage import write_bytes_atomic as write_bytes
+
+    for name in ("a.jsonl", "b.jsonl", "sub/c.jsonl", ".hidden"):
+        write_bytes(f"{store_url}/raw/{name}", b"{}\n")
+    write_bytes(f"{store_url}/mixed/a.json.gz", b"x")
+    write_bytes(f"{store_url}/mixed/b.txt", b"x")
+    write_bytes(f"{store_url}/mixed/README", b"x")
+    said = {pattern: str(no_match("news", f"{store_url}/{pattern}")) for pattern in
+            ("raw/*.json", "raw/sub/*.txt", "mixed/*.jsonl", "nothing/*.jsonl", "nothing")}
+    start = f"source news: no files match '{store_url}/"
+    assert all(line.startswith(start) for line in said.values()), said
+    assert said["raw/*.json"].endswith(f"raw/*.json': its folder {store_url}/raw holds 2 .jsonl files, 1 folder; "
+                                       f"** reaches the folders below it: '{store_url}/raw/**/*.json'")
+    assert said["raw/sub/*.txt"].endswith(f"its folder {store_url}/raw/sub holds 1 .jsonl file; "
+                                          f"'{store_url}/raw/sub/*.jsonl' matches them")
+    assert said["mixed/*.jsonl"].endswith(f"its folder {store_url}/mixed holds 1 file without an extension, "
+                                          "1 .json.gz file, 1 .txt file")
+    assert said["nothing/*.jsonl"].endswith(f"its folder {store_url}/nothing does not exist")
+    assert said["nothing"].endswith("nothing': it does not exist")

@@ -46,7 +46,7 @@ from pipelines.jobs.ingest import (
     recover,
 )
 from pipelines.report.timings import TIMINGS_HTML, BuildTimings, RunTimings, timings_table, write_timings
-from pipelines.sources.listing import check_one_source_each, check_some_readable
+from pipelines.sources.listing import check_one_source_each, check_some_readable, no_match
 from schemas.config import BuildConfig, SourceConfig
 from schemas.errors import UserError
 from schemas.manifest import Manifest
@@ -229,7 +229,7 @@ def build_in_batches(cfg: BuildConfig, output: str, batch_mb: float, beam_args: 
         # The corpus's own files never count as input (an output folder under the input glob).
         files = [f for f in list_raw_files(src.input, src.follow_links) if not is_within(f.url, output)]
         if not files:
-            raise UserError(f"source {src.name}: no files match {redact_url(src.input)}")
+            raise no_match(src.name, src.input)
         check_some_readable(src.name, src.input, [(f.url, f.skip) for f in files], src.follow_links)
         listing.append((src.name, files))
     check_one_source_each((name, [f.url for f in files]) for name, files in listing)

@@ -84,6 +84,53 @@ def check_raw_input(name: str, pattern: str, flag: str = "--input") -> None:
                         "the files of your text (JSONL, JSON, Parquet, text, their tars)")
 
 
+COMPRESSED = (".gz", ".bz2", ".xz", ".zst", ".zstd", ".lz4")
+
+
+def extension(name: str) -> str:
+    """A file name's kind as a glob would name it: its last suffix, two where the last is a compression's
+    (``.jsonl.gz``); "" for none."""
+    stem, dot, last = name.rpartition(".")
+    if not dot or not stem:
+        return ""
+    if "." + last.lower() in COMPRESSED and "." in stem.lstrip("."):
+        return "." + stem.rpartition(".")[2] + "." + last
+    return "." + last
+
+
+def no_match(name: str, pattern: str) -> UserError:
+    """The one line for a source whose input matches nothing: with what the folder it names holds (its
+    files by extension, its folders) and a glob that matches them, so a wrong extension or a missing ``**``
+    is seen at once; without that where the folder cannot be listed."""
+    line = f"source {name}: no files match {redact_url(pattern)!r}"
+    glob = is_glob(pattern)
+    folder = fixed_folder(pattern) if glob else pattern
+    if folder.split("://", 1)[0] in ("http", "https"):  # a web server's pages are no listing
+        return UserError(line)
+    try:
+        fs, path = get_fs(folder)
+        if not fs.exists(path):
+            return UserError(f"{line}: {'its folder ' + redact_url(folder) if glob else 'it'} does not exist")
+        listed = fs.ls(path, detail=True) if fs.isdir(path) else []
+    except (OSError, UserError, ValueError):
+        return UserError(line)
+    files = [posixpath.basename(e["name"].rstrip("/")) for e in listed if e.get("type") != "directory"]
+    folders = len(listed) - len(files)
+    kinds = Counter(extension(f) for f in files if not f.startswith("."))
+    held = [counted(n, f"{kind} file") if kind else f"{counted(n, 'file')} without an extension"
+            for kind, n in sorted(kinds.items(), key=lambda kv: (-kv[1], kv[0]))[:4]]  # the most first
+    held += [f"{counted(folders, 'folder')}"] if folders else []
+    if not held:
+        return UserError(f"{line}: its folder {redact_url(folder)} "
+                         f"{'is empty' if not files else 'holds only hidden files'}")
+    hint = ""
+    if len(kinds) == 1 and next(iter(kinds)) and not folders:
+        hint = f"; '{redact_url(folder.rstrip('/'))}/*{next(iter(kinds))}' matches them"
+    elif folders and "**" not in pattern:
+        hint = f"; ** reaches the folders below it: '{redact_url(folder.rstrip('/'))}/**/{pattern.rsplit('/', 1)[-1]}'"
+    return UserError(f"{line}: its folder {redact_url(folder)} holds {', '.join(held)}{hint}")
+
+
 def check_some_readable(name: str, pattern: str, inputs: Sequence[Input], follow_links: bool = False) -> None:
     """UserError when a source's pattern matched files but every match is skipped, so the source would read
     nothing: one line that says what the matches are and what reads them. Bad files among good ones are

@@ -16,11 +16,10 @@ from apache_beam import pvalue
 from pipelines.localrunner import progress
 from pipelines.metrics import counted
 from pipelines.sources.files import read_input
-from pipelines.sources.listing import Input, check_some_readable, judge_urls, list_inputs
+from pipelines.sources.listing import Input, check_some_readable, judge_urls, list_inputs, no_match
 from pipelines.sources.naming import file_key, pinned
 from pipelines.sources.parsing import Tally
 from schemas.config import SourceConfig
-from schemas.errors import UserError
 from shardforge.storage import check_listed
 
 REJECTS = "rejects"
@@ -70,7 +69,7 @@ class ReadSource(beam.PTransform):
         self.inputs = (judge_urls(urls, source.input, source.follow_links) if urls is not None
                        else list_inputs(source.input, source.follow_links))
         if urls is None and not self.inputs:
-            raise UserError(f"source {source.name}: no files match {source.input!r}")
+            raise no_match(source.name, source.input)
         if urls is None:
             check_some_readable(source.name, source.input, self.inputs, source.follow_links)
         self.expect = expect
