@@ -975,7 +975,9 @@ def test_an_input_that_matches_nothing_says_what_its_folder_holds(store_url) -> 
     start = f"source news: no files match '{store_url}/"
     assert all(line.startswith(start) for line in said.values()), said
     assert said["raw/*.json"].endswith(f"raw/*.json': its folder {store_url}/raw holds 2 .jsonl files, 1 folder; "
-                                       f"** reaches the folders below it: '{store_url}/raw/**/*.json'")
+                                       f"'{store_url}/raw/*.jsonl' matches them")
+    assert str(no_match("news", f"{store_url}/*.jsonl")).endswith(
+        f"its folder {store_url} holds 2 folders; ** reaches the folders below it: '{store_url}/**/*.jsonl'")
     assert said["raw/sub/*.txt"].endswith(f"its folder {store_url}/raw/sub holds 1 .jsonl file; "
                                           f"'{store_url}/raw/sub/*.jsonl' matches them")
     assert said["mixed/*.jsonl"].endswith(f"its folder {store_url}/mixed holds 1 file without an extension, "

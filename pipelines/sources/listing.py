@@ -124,7 +124,7 @@ def no_match(name: str, pattern: str) -> UserError:
         return UserError(f"{line}: its folder {redact_url(folder)} "
                          f"{'is empty' if not files else 'holds only hidden files'}")
     hint = ""
-    if len(kinds) == 1 and next(iter(kinds)) and not folders:
+    if len(kinds) == 1 and next(iter(kinds)):
         hint = f"; '{redact_url(folder.rstrip('/'))}/*{next(iter(kinds))}' matches them"
     elif folders and "**" not in pattern:
         hint = f"; ** reaches the folders below it: '{redact_url(folder.rstrip('/'))}/**/{pattern.rsplit('/', 1)[-1]}'"
