@@ -35,8 +35,8 @@ class UnitCtx:
     def corrupt(self, e: ShardCorrupt, shard: int) -> None:
         """Handle a failed shard: UserError under policy fail, else record it as skipped (once)."""
         if self.policy == "fail":
-            raise UserError(f"corrupt shard {e.shard}: {e.reason} (train with corrupt_shards=skip to skip "
-                            "it)") from e
+            raise UserError(f"corrupt shard {e.shard}: {e.reason} (--set corrupt_shards=skip trains on without it; "
+                            "shardforge validate CORPUS checks every shard)") from e
         if shard not in self.skipped:
             log.warning("corrupt shard %s: %s", e.shard, e.reason)  # why; the main process says it skips it
             self.skipped.add(shard)
