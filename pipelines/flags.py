@@ -410,7 +410,7 @@ def build_missing(ns: argparse.Namespace) -> str | None:
     whose sources are checked once it is read); an --input with no URL."""
     if not ns.output and not getattr(ns, "print_config", False):
         return "--output URL is required (where the corpus goes)"
-    if not ns.input and not ns.config:
+    if not ns.input and not ns.config and not getattr(ns, "print_config", False):
         return "no input: give --input URL (or a --config with sources)"
     return next((p for p in map(empty_input, ns.input or ()) if p), None)
 

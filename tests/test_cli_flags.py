@@ -302,6 +302,14 @@ def test_print_config_prints_the_resolved_build_config_that_config_loads_again(t
     res2 = run("-m", "pipelines.build", "--config", str(again), "--print_config", cwd=tmp_path)
     assert res2.returncode == 0 and res2.stdout == res.stdout, res2.stderr
     assert "--print-config" in run("-m", "shardforge.cli", "build", "--help").stdout
+    # Alone, it prints every default but the sources, which only --input (or a config's list) gives.
+    alone = run("-m", "shardforge.cli", "build", "--print-config", cwd=tmp_path)
+    assert alone.returncode == 0 and alone.stderr == "", alone.stderr
+    defaults = yaml.safe_load(alone.stdout)
+    assert "sources" not in defaults and "# no sources: --input URL gives them" in alone.stdout
+    assert BuildConfig.model_validate({**defaults, "sources": [{"name": "n", "input": "x"}]}) == \
+        BuildConfig.model_validate({"sources": [{"name": "n", "input": "x"}]})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["partial.yaml", "printed.yaml"]
 
 
 # ------------------------------------------------------------------ a path that is not a corpus

@@ -119,12 +119,17 @@ def run_build(cfg: BuildConfig, output: str, beam_args: list[str] | None = None,
     return manifest
 
 
-def build_config_yaml(cfg: BuildConfig) -> str:
-    """The resolved build config as YAML (what --print-config prints; --config loads it again)."""
+def build_config_yaml(cfg: BuildConfig, sources: bool = True) -> str:
+    """The resolved build config as YAML (what --print-config prints; --config loads it again); without
+    sources, its sources are left out (none were given: --input adds them)."""
     import yaml
 
-    return "# resolved build config\n" + yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False,
-                                                        default_flow_style=False)
+    data = cfg.model_dump(mode="json")
+    head = "# resolved build config\n"
+    if not sources:
+        del data["sources"]
+        head += "# no sources: --input URL gives them (or a sources: list here)\n"
+    return head + yaml.safe_dump(data, sort_keys=False, default_flow_style=False)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -144,9 +149,12 @@ def main(argv: list[str] | None = None) -> int:
         o = opts.view_as(BuildOptions)
         if not o.output and not print_config:
             raise UserError("--output URL is required")
-        cfg = build_config_from_options(opts)
+        cfg = build_config_from_options(opts, need_sources=not print_config)
         if print_config:
-            print(build_config_yaml(cfg), end="")
+            from shardforge.storage.contract import load_config_data
+
+            given = bool(o.input) or bool(o.config and load_config_data(BuildConfig, o.config).get("sources"))
+            print(build_config_yaml(cfg, sources=given), end="")
             return 0
         _, beam_args = build_parser(runner_flags=False).parse_known_args(args)
         if o.batch_mb is None and opts.view_as(StandardOptions).runner in (None, LOCAL_RUNNER):

@@ -39,8 +39,14 @@ def source_flags(o: Any) -> dict[str, Any]:
     return out
 
 
-def build_config_from_options(opts: BuildOptions) -> BuildConfig:
-    """Merge --config (if any) with the command-line flags into a validated BuildConfig."""
+# Stands in for the sources of a config printed without any (``build --print-config`` alone, which
+# prints every other setting; ``build_config_yaml(..., sources=False)`` leaves it out).
+NO_SOURCE = {"name": "other", "input": "raw/*.jsonl"}
+
+
+def build_config_from_options(opts: BuildOptions, need_sources: bool = True) -> BuildConfig:
+    """Merge --config (if any) with the command-line flags into a validated BuildConfig; without
+    need_sources, a config given no source holds ``NO_SOURCE``."""
     o = opts.view_as(BuildOptions)
     # The file may set only some sections (``tokenizer: {model_type: byte_bpe}``): the flags add the rest.
     data: dict[str, Any] = load_config_data(BuildConfig, o.config) if o.config else {}
@@ -59,7 +65,9 @@ def build_config_from_options(opts: BuildOptions) -> BuildConfig:
             sources.append(source_config(src, f"--input {arg!r}").model_dump())
         data["sources"] = sources
     if not data.get("sources"):
-        raise UserError("no input: give --input URL (or a --config with sources)")
+        if need_sources:
+            raise UserError("no input: give --input URL (or a --config with sources)")
+        data["sources"] = [NO_SOURCE]
     if per_source:  # the flags set every source: the --input ones above, or the --config's
         data["sources"] = [{**s, **per_source} if isinstance(s, dict) else s for s in data["sources"]]
 
