@@ -214,6 +214,8 @@ def test_bad_set_key_lists_the_valid_keys_closest_first() -> None:
         resolve(None, "optim.lr")
     with pytest.raises(UserError, match="unknown recipe 'roberta-bse' \\(did you mean roberta-base\\?\\)"):
         resolve("roberta-bse")
+    with pytest.raises(UserError, match="unknown recipe 'RoBERTa_Base' \\(did you mean roberta-base\\?\\)"):
+        resolve("RoBERTa_Base")  # the paper's spelling: no suggestion before
     with pytest.raises(UserError, match="optim.lr"):  # a bad value is one line too
         resolve("cpu", "optim.lr=-1")
 

@@ -40,7 +40,7 @@ def recipe_text(name: str) -> str:
     """The YAML text of a packaged recipe; UserError naming the recipes when there is no such one."""
     names = recipe_names()
     if name not in names:
-        close = difflib.get_close_matches(name, names, n=1)
+        close = difflib.get_close_matches(name.lower().replace("_", "-"), names, n=1)  # RoBERTa_Base too
         hint = f" (did you mean {close[0]}?)" if close else ""
         raise UserError(f"unknown recipe {name!r}{hint}; recipes: {', '.join(names)}")
     return resources.files(__name__).joinpath(f"{name}.yaml").read_text(encoding="utf-8")
