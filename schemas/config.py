@@ -551,4 +551,8 @@ class TrainConfig(Strict):
                 raise ValueError("give either data (one corpus) or mix (several), not both")
             if self.follow:
                 raise ValueError("follow (a served corpus) cannot be combined with mix")
+            seen = [m.data.rstrip("/") for m in self.mix]
+            twice = sorted({d for d in seen if seen.count(d) > 1})
+            if twice:  # its batches would be drawn from two places at once: one source with its whole weight
+                raise ValueError(f"mix lists {twice[0]!r} twice: give each corpus once, with its whole weight")
         return self

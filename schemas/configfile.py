@@ -56,7 +56,8 @@ def _error_text(cls: type[BaseModel] | None, err: Any, flags: dict[str, str] | N
     if err["type"] == "missing":
         return f"{loc}: required, and not given"
     if err["type"] == "value_error":  # a validator's own words, without pydantic's "Value error, "
-        return f"{loc}: {err.get('ctx', {}).get('error', err['msg'])}"
+        said = err.get("ctx", {}).get("error", err["msg"])
+        return f"{loc}: {said}" if err["loc"] else str(said)  # a rule over several keys says which itself
     return f"{loc}: {err['msg']}"
 
 

@@ -63,6 +63,13 @@ def test_mix_arguments_and_config():
         MixSource(data="a", weight=1, repeat=2)
     with pytest.raises(ValueError, match="not both"):
         TrainConfig.model_validate({"data": "z", "mix": [{"data": "a", "weight": 1}]})
+    with pytest.raises(ValueError, match="mix lists 'gs://b/a' twice: give each corpus once, with its whole weight"):
+        TrainConfig.model_validate({"mix": [{"data": "gs://b/a", "weight": 0.7}, {"data": "gs://b/a/", "weight": 0.3}]})
+    from schemas.configfile import parse_config
+
+    with pytest.raises(UserError) as refused:  # a rule over several keys: its own words, no "(root): "
+        parse_config(TrainConfig, {"mix": [{"data": "a", "weight": 1}, {"data": "a", "repeat": 2}]}, "train config")
+    assert str(refused.value) == "invalid train config: mix lists 'a' twice: give each corpus once, with its whole weight"
     assert source_names([MixSource(data="gs://b/news/", weight=1), MixSource(data="/x/news/manifest.json", weight=1),
                          MixSource(data="/y", weight=1, name="books")]) == ["news", "news_2", "books"]
 
@@ -149,7 +156,7 @@ def test_corpora_with_different_tokenizers_are_refused(small_corpus, tmp_path):
     path = os.path.join(other, MANIFEST_NAME)
     text = open(path).read().replace(m.tokenizer.sha256, "0" * 64)
     open(path, "w").write(text)
-    with pytest.raises(UserError, match="tokenizer"):
+    with pytest.raises(UserError, match=r"the tokenizer \(sha256\) differs \("):
         plan_mix([MixSource(data=root, weight=1), MixSource(data=other, weight=1)],
                  [m, load_manifest(other)[0]], [1.0, 1.0])
 

@@ -84,7 +84,7 @@ def check_compatible(manifests: Sequence[Manifest], names: Sequence[str]) -> Non
                            ("max_seq_len", first.max_seq_len, m.max_seq_len),
                            ("sample members", sorted(first.members), sorted(m.members))):
             if a != b:
-                raise UserError(f"cannot mix {names[0]!r} and {name!r}: their {what} differ ({a} vs {b}); "
+                raise UserError(f"cannot mix {names[0]!r} and {name!r}: the {what} differs ({a} vs {b}); "
                                 "build every source with the same tokenizer (a build's --tokenizer may name the "
                                 "first corpus: it reuses that corpus's) and packing (--rule, --max_seq_len)")
 
