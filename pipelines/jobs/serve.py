@@ -243,7 +243,8 @@ def _loop(args: argparse.Namespace, corpus: str, watch: str, source: SourceConfi
 
     state: CorpusState = recover(corpus)
     start_version = state.version
-    log.info("corpus %s at version %d (%d files absorbed)", redact_url(corpus), state.version, len(state.ledger))
+    log.info("corpus %s at version %d (%s absorbed)", redact_url(corpus), state.version,
+             counted(len(state.ledger), "file"))
     write_text_atomic(join(corpus, SERVE_STATE), json.dumps(
         {"watch": redact_url(watch), "source": source_name, "poll": args.poll, "settle": args.settle,
          "max_files": args.max_files}, sort_keys=True, indent=1) + "\n")
