@@ -97,8 +97,16 @@ def test_checkpoint_manager_load_restores_every_object_and_the_rng(tmp_path):
     _, fresh = parts(url, str(tmp_path / "new"), resume=False)
     assert fresh.load() == 0
     _, again = parts(url, run, resume=False)  # not over the run's checkpoints: retention would remove its own
-    with pytest.raises(UserError, match=r"--no-resume: .* holds 1 checkpoints of an earlier run \(up to step 1\)"):
+    with pytest.raises(UserError, match=r"--no-resume: .* holds 1 checkpoint of an earlier run \(up to step 1\)"):
         again.load()
+    # Its one checkpoint damaged: the line speaks of one.
+    from trainer.checkpoint import checkpoint_dir, list_checkpoints, load_latest_checkpoint
+
+    (only,) = list_checkpoints(run)
+    with open(only[1], "r+b") as f:
+        f.truncate(100)
+    with pytest.raises(UserError, match=rf"^the one checkpoint in {checkpoint_dir(run)} does not load; move it away"):
+        load_latest_checkpoint(run)
 
 
 def test_checkpoint_manager_refuses_another_model_shape_in_one_line(tmp_path):

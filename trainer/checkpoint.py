@@ -29,6 +29,7 @@ import torch
 from schemas.config import ModelConfig, TrainConfig
 from schemas.errors import UserError
 from schemas.run_folder import DIGEST_SUFFIX
+from shardforge.console.words import counted
 from shardforge.storage import (
     get_fs,
     join,
@@ -141,8 +142,10 @@ def load_latest_checkpoint(run: str) -> tuple[str, dict[str, Any]] | None:
             log.warning("resuming from %s, the newest checkpoint that loads (%d newer skipped)", url, len(skipped))
         return url, state
     if skipped:
-        raise UserError(f"none of the {len(skipped)} checkpoints in {checkpoint_dir(run)} loads; move them away "
-                        "to start the run over, or train into another output")
+        what = "the one checkpoint" if len(skipped) == 1 else f"none of the {len(skipped):,} checkpoints"
+        raise UserError(f"{what} in {checkpoint_dir(run)} {'does not load' if len(skipped) == 1 else 'loads'}; move "
+                        f"{'it' if len(skipped) == 1 else 'them'} away to start the run over, or train into another "
+                        "output")
     return None
 
 
@@ -176,7 +179,7 @@ class CheckpointManager:
         if not self.cfg.resume:
             held = list_checkpoints(self.cfg.output)
             if held:
-                raise UserError(f"--no-resume: {checkpoint_dir(self.cfg.output)} holds {len(held)} checkpoints of an "
+                raise UserError(f"--no-resume: {checkpoint_dir(self.cfg.output)} holds {counted(len(held), 'checkpoint')} of an "
                                 f"earlier run (up to step {held[-1][0]}); a new run there would mix with them: train "
                                 "into a new --output, or remove that folder first")
             return 0

@@ -53,6 +53,7 @@ from schemas.naming import (
     tag_version,
     work_dir,
 )
+from shardforge.console.words import counted
 from shardforge.storage import (
     create_if_absent,
     exists,
@@ -220,7 +221,7 @@ def raise_if_lost(root: str, name: str, tag: str) -> None:
     raise LostCommit(
         f"{redact_url(url)} was committed by another writer (attempt {manifest_tag(winner) if winner else '?'}) "
         f"while this one ({tag}) was building; nothing of this attempt was committed and its "
-        f"{len(removed)} objects were removed. Run one writer per corpus; a rerun builds on top of that version.")
+        f"{counted(len(removed), 'object')} {'was' if len(removed) == 1 else 'were'} removed. Run one writer per corpus; a rerun builds on top of that version.")
 
 
 def clean_after_commit(root: str, version: int, committed: Manifest) -> list[str]:
