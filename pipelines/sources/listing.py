@@ -28,6 +28,7 @@ from collections.abc import Iterable, Sequence
 
 from fsspec import AbstractFileSystem
 
+from pipelines.sources.compression import split_compression
 from pipelines.sources.naming import fixed_folder
 from pipelines.sources.parsing import R_HIDDEN_FILE, R_INVALID_FILE_NAME, R_NOT_A_FILE, R_UNREADABLE
 from schemas.errors import UserError
@@ -84,18 +85,11 @@ def check_raw_input(name: str, pattern: str, flag: str = "--input") -> None:
                         "the files of your text (JSONL, JSON, Parquet, text, their tars)")
 
 
-COMPRESSED = (".gz", ".bz2", ".xz", ".zst", ".zstd", ".lz4")
-
-
 def extension(name: str) -> str:
-    """A file name's kind as a glob would name it: its last suffix, two where the last is a compression's
-    (``.jsonl.gz``); "" for none."""
-    stem, dot, last = name.rpartition(".")
-    if not dot or not stem:
-        return ""
-    if "." + last.lower() in COMPRESSED and "." in stem.lstrip("."):
-        return "." + stem.rpartition(".")[2] + "." + last
-    return "." + last
+    """A file name's kind as a glob would name it: its last suffix, with the compression's the readers know
+    after it (``.jsonl.gz``); "" for none."""
+    stem, _ = split_compression(name)
+    return posixpath.splitext(stem)[1] + name[len(stem):]
 
 
 def no_match(name: str, pattern: str) -> UserError:
