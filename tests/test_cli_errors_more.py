@@ -394,10 +394,25 @@ def test_the_last_argument_takes_the_flag_other_commands_use_for_it(small_corpus
     ("trainer.args:parse_evaluate_args", ["run", "--tokenized", "c"], "--tokenized (did you mean --data?)"),
     ("pipelines.flags:build_help", ["--input", "x", "--output", "o", "--vocab-size", "9"],
      "--vocab-size (did you mean --vocab_size?)"),
+    # Other tools' words: SentencePiece's --model_type, run_mlm's --validation_split_percentage, run_clm's --block_size.
+    ("pipelines.flags:build_help", ["--input", "x", "--output", "o", "--packing", "sop"], "--packing (did you mean --rule?)"),
+    ("pipelines.flags:build_help", ["--input", "x", "--output", "o", "--model_type", "bpe"],
+     "--model_type (did you mean --tokenizer_kind?)"),
+    ("pipelines.flags:build_help", ["--input", "x", "--output", "o", "--min_length", "5"],
+     "--min_length (did you mean --min_words?)"),
+    ("pipelines.flags:build_help", ["--input", "x", "--output", "o", "--validation_split_percentage", "5"],
+     "--validation_split_percentage (did you mean --valid_fraction?)"),
+    ("pipelines.flags:repack_help", ["--tokenized", "c", "--output", "o", "--block_size", "128"],
+     "--block_size (did you mean --max_seq_len?)"),
+    ("trainer.args:parse_train_args", ["--data", "c", "--dtype", "bf16"], "--dtype (did you mean --precision?)"),
+    ("trainer.args:parse_train_args", ["--data", "c", "--clip", "1"], "--clip (did you mean --max_grad_norm?)"),
+    ("trainer.args:parse_train_args", ["--data", "c", "--size", "base"], "--size (did you mean --model_size?)"),
 ])
 def test_a_flag_another_command_takes_suggests_this_one_s_word_for_it(check, argv, says, capsys) -> None:
     """Spelling alone answered `build --data` with --update, `train --input` with --init (a model to start
-    from), `repack --corpus` with --output: the suggestion is the flag that means the same thing here."""
+    from), `repack --corpus` with --output, `build --packing` with --encoding, `build --model_type` with
+    --disk_type (a Dataflow flag), `train --dtype` with --data, `train --clip` with --recipe: the suggestion
+    is the flag that means the same thing here."""
     import importlib
 
     module, func = check.split(":")

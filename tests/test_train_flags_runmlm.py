@@ -155,6 +155,62 @@ def test_flags_without_an_equivalent_say_what_to_give_instead(capsys: pytest.Cap
         assert "unknown flag" not in line
 
 
+OTHER_WORDS_LINES = {
+    ("--epoch", "--epochs", "--max_epochs", "--num_epochs"): "the length is --steps or --max_tokens",
+    ("--max_seq_len", "--seq_len", "--seq_length", "--block_size", "--tokens_per_sample"):
+        "set by the corpus: build it (or shardforge repack it) with --max_seq_len",
+    ("--rule", "--packing"): "shardforge repack --tokenized CORPUS --output NEW --rule RULE",
+    ("--tokenizer", "--tokenizer_kind", "--vocab_size"): "the build sets them (--tokenizer_kind, --vocab_size",
+    ("--dropout", "--attention_dropout"):
+        "--config_overrides hidden_dropout_prob=P,attention_probs_dropout_prob=P (run_mlm's form), or --set "
+        "model.dropout=P --set model.attention_dropout=P",
+    ("--layers", "--num_layers", "--heads"): "--model_size (tiny, small, base, large), a --recipe, or --config_overrides",
+    ("--nsp", "--sop", "--sentence_head"): "--set model.sentence_head=nsp or sop, on a corpus packed in pairs",
+    ("--whole_word_mask", "--whole_word_masking", "--wwm"): "whole-word masking is --masking whole_word",
+    ("--gpus", "--num_gpus", "--nproc_per_node", "--devices", "--num_nodes", "--nnodes", "--world_size"):
+        "one process a GPU, started by torchrun: torchrun --nproc_per_node N -m trainer.train",
+    ("--deepspeed", "--fsdp", "--zero_stage"): "every rank holds the whole model (DDP over torchrun's processes)",
+    ("--hub_token",): "upload it with huggingface-cli upload",
+    ("--max_position_embeddings",): "--set model.max_positions=N (514 for 512 tokens)",
+    **{(f"--{hf}",): f"--config_overrides {hf}=VALUE (run_mlm's form), or --set model.{key}=VALUE" for hf, key in (
+        ("hidden_size", "hidden"), ("num_hidden_layers", "layers"), ("num_attention_heads", "heads"),
+        ("intermediate_size", "intermediate"), ("embedding_size", "embedding_size"), ("hidden_dropout_prob", "dropout"),
+        ("attention_probs_dropout_prob", "attention_dropout"), ("type_vocab_size", "type_vocab_size"),
+        ("layer_norm_eps", "layer_norm_eps"), ("hidden_act", "hidden_act"))},
+}
+
+
+def test_the_builds_and_other_trainers_words_say_what_to_give_here(capsys: pytest.CaptureFixture[str]) -> None:
+    """The build's flags (--max_seq_len, --rule, --vocab_size), other trainers' (--epochs, --gpus, --deepspeed) and a
+    model config key as a flag were unknown flags pointed by spelling at flags that mean another thing (--epochs at
+    --eps, --max_seq_len at --max_steps, --num_gpus at the loader's --num_workers, --rule at --schedule): each is one
+    line saying what to give here, and what it names is taken."""
+    from trainer.args import OTHER_WORDS
+
+    assert set(OTHER_WORDS) == {flag for flags in OTHER_WORDS_LINES for flag in flags}
+    for flags, says in OTHER_WORDS_LINES.items():
+        for flag in flags:
+            for argv in ([flag], [flag, "3"], [f"{flag}=3"], ["--steps", "5", flag, "--lr", "1e-3"]):
+                line = refused(capsys, "--data", "d", *argv)
+                assert line.startswith(f"error: {flag}: ") and says in line, line
+    # A typo near one of them is pointed at a flag that works, not at one of them.
+    assert "(did you mean --gradient_accumulation?)" in refused(capsys, "--data", "d", "--gradient_acumulation", "2")
+    # What the lines name is taken, as they say it.
+    c = resolved("--config_overrides", "hidden_dropout_prob=0.2,attention_probs_dropout_prob=0", "--masking",
+                 "whole_word", "--set", "model.sentence_head=sop", "--set", "model.max_positions=130")
+    assert (c.model.dropout, c.model.attention_dropout, c.masking.scheme, c.model.sentence_head,
+            c.model.max_positions) == (0.2, 0.0, "whole_word", "sop", 130)
+    values = {"hidden_act": "gelu", "layer_norm_eps": "1e-5", "hidden_dropout_prob": "0.1",
+              "attention_probs_dropout_prob": "0.1"}
+    from trainer.runmlm_flags import HF_CONFIG_KEYS
+
+    for hf, key in HF_CONFIG_KEYS.items():
+        value = values.get(hf, "64")
+        over = resolved("--config_overrides", f"{hf}={value}")
+        by_set = resolved("--set", f"{key}={value}")
+        assert getattr(over.model, key.split(".")[1]) == getattr(by_set.model, key.split(".")[1]), hf
+
+
 def test_an_unknown_flag_is_never_pointed_at_one_without_an_equivalent(capsys: pytest.CaptureFixture[str]) -> None:
     assert refused(capsys, "--data", "d", "--hub_strategy", "x").startswith("error: unknown flag: --hub_strategy (see ")
     # --eval_strateg is near --eval_strategy (no equivalent) and --eval_steps: the suggestion is the one that works

@@ -27,7 +27,7 @@ from shardforge.console.args import (
     option_strings,
     unknown_args_message,
 )
-from trainer.runmlm_flags import NO_EQUIVALENT, NoEquivalent
+from trainer.runmlm_flags import HF_CONFIG_ELSEWHERE, HF_CONFIG_KEYS, NO_EQUIVALENT, OTHER_WORDS, NoEquivalent
 
 DESCRIPTION = """Train an encoder on a shardforge corpus: stream shards, mask on the device, step, log, checkpoint.
 
@@ -39,7 +39,8 @@ Settings apply in this order, later wins: --recipe, --config, the flags below, -
 The defaults shown are the train config's own; a recipe or config file sets its own values
 (--print-config prints what a run will use). A rerun into the same --output resumes it.
 Hugging Face run_mlm.py's flag names work too (each flag's second name); one with no equivalent here
-(--num_train_epochs, --max_seq_length, --do_eval, ...) says what to give instead.
+(--num_train_epochs, --max_seq_length, --do_eval, ...) says what to give instead, as do the build's
+flags and other trainers' words (--max_seq_len, --rule, --epochs, --dropout, --num_gpus, ...).
 """
 
 
@@ -170,20 +171,6 @@ CONFIG_FLAGS: dict[str, list[ConfigFlag]] = {
 }
 
 
-# run_mlm.py's --config_overrides (the shape of a model trained from scratch, KEY=VALUE,...): each Hugging Face
-# config key the encoder has, as the model config key it sets; the ones set elsewhere say where.
-HF_CONFIG_KEYS: dict[str, str] = {
-    "hidden_size": "model.hidden", "num_hidden_layers": "model.layers", "num_attention_heads": "model.heads",
-    "intermediate_size": "model.intermediate", "embedding_size": "model.embedding_size",
-    "hidden_dropout_prob": "model.dropout", "attention_probs_dropout_prob": "model.attention_dropout",
-    "type_vocab_size": "model.type_vocab_size", "layer_norm_eps": "model.layer_norm_eps",
-    "hidden_act": "model.hidden_act",
-}
-HF_CONFIG_ELSEWHERE: dict[str, str] = {
-    "vocab_size": "the corpus's tokenizer sets it",
-    "max_position_embeddings": "positions count from pad_id + 1 as fairseq's do: --set model.max_positions=N "
-                               "(514 for 512 tokens)",
-}
 # The keys that combine with --init (a run's own dropout); the others are the shape --init takes from the model.
 HF_RUN_KEYS = ("hidden_dropout_prob", "attention_probs_dropout_prob")
 
@@ -265,7 +252,7 @@ class TrainHelpFormatter(argparse.RawDescriptionHelpFormatter):
 
 class TrainParser(ArgumentParser):
     """The trainer's parser: --help ends with every --set key (worked out only when help is printed), and an
-    unknown flag's suggestion is a flag that works (none of NO_EQUIVALENT)."""
+    unknown flag's suggestion is a flag that works (none of NO_EQUIVALENT or OTHER_WORDS)."""
 
     def format_help(self) -> str:
         self.epilog = set_keys_text()
@@ -274,7 +261,8 @@ class TrainParser(ArgumentParser):
     def parse_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:  # type: ignore[override]
         ns, extra = self.parse_known_args(args, namespace)
         if extra:
-            self.error(unknown_args_message(extra, [s for s in option_strings(self) if s not in NO_EQUIVALENT]))
+            answered = {*NO_EQUIVALENT, *OTHER_WORDS}
+            self.error(unknown_args_message(extra, [s for s in option_strings(self) if s not in answered]))
         return ns
 
 
@@ -329,7 +317,7 @@ def train_parser() -> ArgumentParser:
             action.config_key = "device"  # type: ignore[attr-defined]
     # torch.distributed.launch passes each process --local-rank N (and sets LOCAL_RANK, which is what is read).
     p.add_argument("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)
-    for name in NO_EQUIVALENT:
+    for name in (*NO_EQUIVALENT, *OTHER_WORDS):
         p.add_argument(name, action=NoEquivalent)
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="Override any config key, e.g. --set model.dropout=0.0 --set masking.span_p=0.2 "

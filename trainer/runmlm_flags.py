@@ -1,6 +1,11 @@
-"""Hugging Face run_mlm.py / TrainingArguments flags with no equivalent here: each is one line saying what
-to give instead (exit 2), with or without a value. ``trainer.args`` adds them to the trainer's parser; no
-torch here (the trainer's flags are checked before torch is imported)."""
+"""Flags the trainer does not take but a user types: Hugging Face run_mlm.py / TrainingArguments flags with no
+equivalent here (``NO_EQUIVALENT``), and the words the build and other trainers use for what is set
+elsewhere here (``OTHER_WORDS``: the corpus's sequence length and packing, torchrun's process count, a model
+config key as a flag). Each is one line saying what to give instead (exit 2), with or without a value;
+spelling alone would point several at a flag that means another thing (``--epochs`` at ``--eps``, the
+build's ``--max_seq_len`` at ``--max_steps``, ``--num_gpus`` at the loader's ``--num_workers``).
+``trainer.args`` adds them to the trainer's parser; no torch here (the trainer's flags are checked before
+torch is imported)."""
 
 from __future__ import annotations
 
@@ -19,11 +24,14 @@ _LOAD_DTYPE = ("--init loads a model folder's weights into the model, which trai
 _TRAIN_FILE = ("the data is a corpus a build wrote (--data CORPUS): `shardforge build --input FILES --output CORPUS` "
                "makes one from text files")
 
+_EPOCHS = ("the length is --steps or --max_tokens (tokens); one epoch is the train split's tokens (shardforge "
+           "inspect CORPUS shows them)")
+_SEQUENCE = "set by the corpus: build it (or shardforge repack it) with --max_seq_len"
+
 # run_mlm.py / TrainingArguments flags with no equivalent here: each is one line saying what to give instead.
 NO_EQUIVALENT: dict[str, str] = {
-    "--num_train_epochs": "the length is --steps or --max_tokens (tokens); one epoch is the train split's tokens "
-                          "(shardforge inspect CORPUS shows them)",
-    "--max_seq_length": "set by the corpus: build it (or shardforge repack it) with --max_seq_len",
+    "--num_train_epochs": _EPOCHS,
+    "--max_seq_length": _SEQUENCE,
     "--overwrite_output_dir": "a rerun into the same --output resumes from its newest checkpoint; to start "
                               "over, give a new --output (or remove its checkpoints/)",
     "--do_train": "training always runs; evaluation is --eval_every N and --eval_batches N (0: none)",
@@ -83,13 +91,67 @@ NO_EQUIVALENT: dict[str, str] = {
                          "shardforge export RUN OUT writes the model alone",
 }
 
+# run_mlm.py's --config_overrides (the shape of a model trained from scratch, KEY=VALUE,...): each Hugging Face
+# config key the encoder has, as the model config key it sets; the ones set elsewhere say where.
+HF_CONFIG_KEYS: dict[str, str] = {
+    "hidden_size": "model.hidden", "num_hidden_layers": "model.layers", "num_attention_heads": "model.heads",
+    "intermediate_size": "model.intermediate", "embedding_size": "model.embedding_size",
+    "hidden_dropout_prob": "model.dropout", "attention_probs_dropout_prob": "model.attention_dropout",
+    "type_vocab_size": "model.type_vocab_size", "layer_norm_eps": "model.layer_norm_eps",
+    "hidden_act": "model.hidden_act",
+}
+HF_CONFIG_ELSEWHERE: dict[str, str] = {
+    "vocab_size": "the corpus's tokenizer sets it",
+    "max_position_embeddings": "positions count from pad_id + 1 as fairseq's do: --set model.max_positions=N "
+                               "(514 for 512 tokens)",
+}
+
+_PACKING = ("packing is the corpus's: shardforge repack --tokenized CORPUS --output NEW --rule RULE packs it again "
+            "without cleaning, deduplicating or tokenizing again (docs/packing.md)")
+_TOKENIZER = ("the tokenizer and its vocabulary are the corpus's (its manifest names them); the build sets them "
+              "(--tokenizer_kind, --vocab_size, or --tokenizer PATH to reuse one)")
+_DROPOUT = ("dropout is --config_overrides hidden_dropout_prob=P,attention_probs_dropout_prob=P (run_mlm's form), "
+            "or --set model.dropout=P --set model.attention_dropout=P")
+_SHAPE = ("the model's shape is --model_size (tiny, small, base, large), a --recipe, or --config_overrides "
+          "num_hidden_layers=N,hidden_size=N,... (Hugging Face config keys)")
+_SENTENCE = ("the sentence task is --set model.sentence_head=nsp or sop, on a corpus packed in pairs (--rule "
+             "segment_pair_nsp, sentence_pair_nsp or sop; shardforge repack packs one again); the bert-base and "
+             "albert-* recipes set it")
+_WHOLE_WORD = "whole-word masking is --masking whole_word (span: SpanBERT's spans; ngram: ALBERT's n-grams)"
+_PROCESSES = ("one process a GPU, started by torchrun: torchrun --nproc_per_node N -m trainer.train ... (--nnodes, "
+              "--node_rank and --master_addr across machines: deploy/trainer/launch.sh); --device picks cpu or cuda")
+_SHARDING = ("every rank holds the whole model (DDP over torchrun's processes), with no DeepSpeed or FSDP "
+             "sharding; --activation_checkpointing and --gradient_accumulation fit a larger model or batch")
+
+# The build's flags and other trainers' words (Lightning, Megatron, fairseq, DeepSpeed) for what is set elsewhere
+# here, and each --config_overrides key as a flag of its own.
+OTHER_WORDS: dict[str, str] = {
+    **dict.fromkeys(("--epoch", "--epochs", "--max_epochs", "--num_epochs"), _EPOCHS),
+    **dict.fromkeys(("--max_seq_len", "--seq_len", "--seq_length", "--block_size", "--tokens_per_sample"), _SEQUENCE),
+    **dict.fromkeys(("--rule", "--packing"), _PACKING),
+    **dict.fromkeys(("--tokenizer", "--tokenizer_kind", "--vocab_size"), _TOKENIZER),
+    **dict.fromkeys(("--dropout", "--attention_dropout"), _DROPOUT),
+    **dict.fromkeys(("--layers", "--num_layers", "--heads"), _SHAPE),
+    **dict.fromkeys(("--nsp", "--sop", "--sentence_head"), _SENTENCE),
+    **dict.fromkeys(("--whole_word_mask", "--whole_word_masking", "--wwm"), _WHOLE_WORD),
+    **dict.fromkeys(("--gpus", "--num_gpus", "--nproc_per_node", "--devices", "--num_nodes", "--nnodes",
+                     "--world_size"), _PROCESSES),
+    **dict.fromkeys(("--deepspeed", "--fsdp", "--zero_stage"), _SHARDING),
+    "--hub_token": _HUB,
+    **{f"--{hf}": f"--config_overrides {hf}=VALUE (run_mlm's form), or --set {key}=VALUE"
+       for hf, key in HF_CONFIG_KEYS.items()},
+    "--max_position_embeddings": HF_CONFIG_ELSEWHERE["max_position_embeddings"],
+}
+
 
 class NoEquivalent(argparse.Action):
-    """A flag of NO_EQUIVALENT: one line saying what to give instead, exit 2 (with or without a value)."""
+    """A flag of NO_EQUIVALENT or OTHER_WORDS: one line saying what to give instead, exit 2 (with or without a
+    value)."""
 
     def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
         super().__init__(option_strings, dest, nargs="?", help=argparse.SUPPRESS, **kwargs)
 
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
                  option_string: str | None = None) -> None:
-        parser.error(f"{option_string}: {NO_EQUIVALENT[self.option_strings[0]]}")
+        name = self.option_strings[0]
+        parser.error(f"{option_string}: {NO_EQUIVALENT.get(name) or OTHER_WORDS[name]}")

@@ -41,10 +41,12 @@ def option_strings(parser: argparse.ArgumentParser) -> list[str]:
     return [s for action in parser._actions for s in action.option_strings]
 
 
-# A flag one command takes, and the flags other commands take for the same thing, in the order a
-# suggestion tries them: the corpus a command reads is train's --data, repack's --tokenized, serve's
-# --corpus; raw text is build's --input, serve's --watch. Spelling alone would answer `build --data`
-# with --update, `train --input` with --init, `repack --corpus` with --output.
+# A flag one command takes, or a word other tools use, and the flags commands here take for the same thing,
+# in the order a suggestion tries them: the corpus a command reads is train's --data, repack's --tokenized,
+# serve's --corpus; raw text is build's --input, serve's --watch. Spelling alone would answer `build --data`
+# with --update, `train --input` with --init, `repack --corpus` with --output, `build --packing` with
+# --encoding, `build --model_type` (SentencePiece's) with --disk_type, `train --dtype` with --data,
+# `train --clip` with --recipe.
 SAME_THING: dict[str, tuple[str, ...]] = {
     "--data": ("--tokenized", "--corpus", "--input"),
     "--corpus": ("--tokenized", "--data"),
@@ -52,6 +54,14 @@ SAME_THING: dict[str, tuple[str, ...]] = {
     "--input": ("--watch", "--tokenized", "--data"),
     "--watch": ("--input",),
     "--model_name_or_path": ("--init",),
+    **dict.fromkeys(("--packing", "--pack", "--packing_rule"), ("--rule",)),
+    **dict.fromkeys(("--tokenizer_type", "--model_type"), ("--tokenizer_kind",)),
+    **dict.fromkeys(("--min_length", "--min_len"), ("--min_words",)),
+    **dict.fromkeys(("--validation_split_percentage", "--validation_split", "--val_fraction"), ("--valid_fraction",)),
+    **dict.fromkeys(("--seq_len", "--seq_length", "--block_size", "--tokens_per_sample"), ("--max_seq_len",)),
+    **dict.fromkeys(("--dtype", "--mixed_precision"), ("--precision",)),
+    **dict.fromkeys(("--clip", "--grad_clip", "--clip_grad_norm", "--gradient_clipping"), ("--max_grad_norm",)),
+    "--size": ("--model_size",),
 }
 
 
