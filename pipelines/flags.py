@@ -523,12 +523,10 @@ def beam_flags_known(argv: Sequence[str]) -> bool:
 
 def choice_problem(flag: str, value: str, choices: Sequence[str]) -> str:
     """One line for a value that is not one of choices, with the closest one."""
-    import difflib
+    from shardforge.console.args import closest_choice
 
-    # The papers' spellings (FULL-SENTENCES, SEGMENT-PAIR+NSP) are the names in lower case with underscores.
-    spelled = value.lower().replace("-", "_").replace("+", "_").replace(" ", "_")
-    close = difflib.get_close_matches(spelled, choices, n=1, cutoff=0.5)
-    hint = f" (did you mean {close[0]}?)" if close else ""
+    close = closest_choice(value, choices)
+    hint = f" (did you mean {close}?)" if close else ""
     return f"--{flag} {value!r} is not one of {', '.join(choices)}{hint}"
 
 

@@ -420,3 +420,34 @@ def test_a_flag_another_command_takes_suggests_this_one_s_word_for_it(check, arg
         getattr(importlib.import_module(module), func)(argv)
     assert exit_.value.code == 2
     assert says in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("check, argv, says", [
+    ("trainer.args:parse_train_args", ["--data", "c", "--model_size", "Base"], "'Base' (choose from 'tiny', 'small', "
+     "'base', 'large') (did you mean base?)"),
+    ("trainer.args:parse_train_args", ["--data", "c", "--masking", "whole-word"], "(did you mean whole_word?)"),
+    ("trainer.args:parse_train_args", ["--data", "c", "--precision", "BF16"], "(did you mean bf16?)"),
+    ("trainer.args:parse_train_args", ["--data", "c", "--model_size", "xxl"], "'large') (see "),
+    ("pipelines.flags:serve_parser().parse_args", ["--watch", "w/*", "--corpus", "c", "--log_level", "warn"],
+     "'ERROR') (did you mean WARNING?)"),
+    ("pipelines.flags:serve_parser().parse_args", ["--watch", "w/*", "--corpus", "c", "--log_level", "verbose"],
+     "'ERROR') (see "),  # not ERROR: spelled alike, meant otherwise
+    ("pipelines.flags:build_help", ["--input", "x", "--output", "o", "--rule", "docsentences"],
+     "(did you mean doc_sentences?)"),
+])
+def test_a_value_not_among_a_flags_choices_names_the_choice_it_meant(check, argv, says, capsys) -> None:
+    """The trainer's choice flags said argparse's line alone (`--model_size Base`, `--masking whole-word`);
+    every command's parser now adds the choice the value meant, as the build's choice flags did: case,
+    '-' and '+' for '_', then spelling; nothing where no choice is close."""
+    import importlib
+
+    module, func = check.split(":")
+    target = importlib.import_module(module)
+    with pytest.raises(SystemExit) as exit_:
+        if func.endswith(".parse_args"):
+            getattr(target, func.split("(")[0])().parse_args(argv)
+        else:
+            getattr(target, func)(argv)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and says in err, err

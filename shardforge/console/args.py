@@ -80,6 +80,31 @@ def suggest(flag: str, known: Iterable[str]) -> str | None:
     return close[0] if close else None
 
 
+def closest_choice(value: str, choices: Sequence[str]) -> str | None:
+    """The choice a value not among choices most likely meant: the papers' and other tools' spellings
+    (``FULL-SENTENCES``, ``SEGMENT-PAIR+NSP``, ``Base``, ``whole-word``) are the names in lower case with
+    underscores; then difflib on that spelling."""
+    spelled = value.lower().replace("-", "_").replace("+", "_").replace(" ", "_")
+    lowered = {choice.lower(): choice for choice in choices}  # `--log_level warn`: WARNING
+    close = difflib.get_close_matches(spelled, list(lowered), n=1, cutoff=0.6)
+    return lowered[close[0]] if close else None
+
+
+# argparse's own line for a value not among a flag's choices (Python 3.11-3.13 wording).
+_INVALID_CHOICE = re.compile(r"^argument (?P<flag>\S+): invalid choice: (?P<value>'.*') \(choose from (?P<choices>.*)\)$")
+
+
+def with_choice_hint(message: str) -> str:
+    """argparse's invalid-choice line with the closest choice added (``(did you mean base?)``); any other
+    message as it is."""
+    m = _INVALID_CHOICE.match(message)
+    if not m:
+        return message
+    choices = re.findall(r"'([^']*)'", m["choices"])
+    close = closest_choice(m["value"][1:-1], choices)
+    return f"{message} (did you mean {close}?)" if close else message
+
+
 def unknown_args_message(extra: Sequence[str], known: Iterable[str]) -> str:
     """One line naming every unknown flag in extra (with a suggestion each), or the stray arguments."""
     known = list(known)
@@ -144,7 +169,7 @@ class ArgumentParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         """One line on stderr, exit 2 (argparse's default prints the whole usage block first)."""
-        self.exit(2, f"{user_error_line(message)} (see {self.prog} --help)\n")
+        self.exit(2, f"{user_error_line(with_choice_hint(message))} (see {self.prog} --help)\n")
 
 
 def fail(message: str, prog: str) -> NoReturn:
