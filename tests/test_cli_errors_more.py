@@ -407,6 +407,8 @@ def test_the_last_argument_takes_the_flag_other_commands_use_for_it(small_corpus
     ("trainer.args:parse_train_args", ["--data", "c", "--dtype", "bf16"], "--dtype (did you mean --precision?)"),
     ("trainer.args:parse_train_args", ["--data", "c", "--clip", "1"], "--clip (did you mean --max_grad_norm?)"),
     ("trainer.args:parse_train_args", ["--data", "c", "--size", "base"], "--size (did you mean --model_size?)"),
+    ("trainer.args:parse_evaluate_args", ["run", "--bf16"], "--bf16 (did you mean --precision?)"),
+    ("trainer.args:parse_evaluate_args", ["run", "--max_steps", "3"], "--max_steps (did you mean --batches?)"),
 ])
 def test_a_flag_another_command_takes_suggests_this_one_s_word_for_it(check, argv, says, capsys) -> None:
     """Spelling alone answered `build --data` with --update, `train --input` with --init (a model to start
@@ -451,3 +453,14 @@ def test_a_value_not_among_a_flags_choices_names_the_choice_it_meant(check, argv
     assert exit_.value.code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and says in err, err
+
+
+def test_evaluate_takes_the_trainers_and_run_mlms_names_for_its_flags() -> None:
+    """`evaluate --eval_batches` (train's name for what evaluate calls --batches), run_mlm's
+    --per_device_eval_batch_size and --mlm_probability (train's second name for --mask_rate) were unknown flags."""
+    from trainer.args import parse_evaluate_args
+
+    args = parse_evaluate_args(["run", "--eval_batches", "2", "--per_device_eval_batch_size", "8",
+                                "--mlm_probability", "0.2"])
+    assert (args.batches, args.batch_size, args.mask_rate) == (2, 8, 0.2)
+    assert vars(args) == vars(parse_evaluate_args(["run", "--batches", "2", "--batch_size", "8", "--mask_rate", "0.2"]))

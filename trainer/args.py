@@ -482,12 +482,12 @@ def evaluate_parser() -> ArgumentParser:
                                               "checkpoint trained on; a Hugging Face folder needs it)")
     p.add_argument("--split", choices=("valid", "train"), default="valid",
                    help="which split (default: %(default)s; train is text the model saw)")
-    p.add_argument("--batches", type=at_least(1), metavar="N",
+    p.add_argument("--batches", "--eval_batches", type=at_least(1), metavar="N",
                    help="evaluate the first N batches (under torchrun: of each rank's share, as eval_batches; "
                         "default: the whole split)")
-    p.add_argument("--batch_size", type=at_least(1), metavar="N",
+    p.add_argument("--batch_size", "--per_device_eval_batch_size", type=at_least(1), metavar="N",
                    help="sequences per batch (default: the checkpoint's batch_size; a Hugging Face folder: 32)")
-    p.add_argument("--mask_rate", type=between(0, 1), metavar="R",
+    p.add_argument("--mask_rate", "--mlm_probability", type=between(0, 1), metavar="R",
                    help="share of tokens masked (default: the checkpoint's evaluation masking; a Hugging Face "
                         "folder: token masking at 0.15, with the 80/10/10 rule)")
     p.add_argument("--masking", choices=("token", "whole_word", "span", "ngram"),

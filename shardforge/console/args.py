@@ -62,6 +62,8 @@ SAME_THING: dict[str, tuple[str, ...]] = {
     **dict.fromkeys(("--dtype", "--mixed_precision"), ("--precision",)),
     **dict.fromkeys(("--clip", "--grad_clip", "--clip_grad_norm", "--gradient_clipping"), ("--max_grad_norm",)),
     "--size": ("--model_size",),
+    **dict.fromkeys(("--bf16", "--fp16"), ("--precision",)),  # evaluate's: train takes them as switches too
+    **dict.fromkeys(("--max_steps", "--num_batches"), ("--batches",)),  # evaluate's length
 }
 
 
