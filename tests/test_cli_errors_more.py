@@ -409,6 +409,8 @@ def test_the_last_argument_takes_the_flag_other_commands_use_for_it(small_corpus
     ("trainer.args:parse_train_args", ["--data", "c", "--size", "base"], "--size (did you mean --model_size?)"),
     ("trainer.args:parse_evaluate_args", ["run", "--bf16"], "--bf16 (did you mean --precision?)"),
     ("trainer.args:parse_evaluate_args", ["run", "--max_steps", "3"], "--max_steps (did you mean --batches?)"),
+    ("trainer.args:parse_evaluate_args", ["run", "--limit", "3"], "--limit (did you mean --batches?)"),
+    ("shardforge.commands.inspect:main", ["c", "--limit", "3"], "--limit (did you mean --samples?)"),  # spelling said --split
 ])
 def test_a_flag_another_command_takes_suggests_this_one_s_word_for_it(check, argv, says, capsys) -> None:
     """Spelling alone answered `build --data` with --update, `train --input` with --init (a model to start

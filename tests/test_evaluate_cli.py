@@ -139,8 +139,8 @@ def test_mistakes_are_one_line(trained, exported, tmp_path, capsys):
         ([hf], "is a Hugging Face folder: give --data"),
         ([str(tmp_path / "nothing")], "does not exist: give a run folder"),
         ([run, "--data", os.path.join(corpus, "nothing")], "nothing does not exist (check the path)"),
-        ([run, "--mask_rate", "1"], "argument --mask_rate: must be between 0 and 1"),
-        ([run, "--batches", "0"], "argument --batches: must be 1 or more"),
+        ([run, "--mask_rate", "1"], "argument --mask_rate/--mlm_probability: must be between 0 and 1"),
+        ([run, "--batches", "0"], "argument --batches/--eval_batches: must be 1 or more"),
         ([run, "--device", "tpu"], "argument --device: 'tpu' is not a device"),
         ([run, "--device", "cuda:7"], "--device cuda:7: "),  # a CPU build of torch, or no GPU 7
     ]

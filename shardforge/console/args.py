@@ -64,6 +64,7 @@ SAME_THING: dict[str, tuple[str, ...]] = {
     "--size": ("--model_size",),
     **dict.fromkeys(("--bf16", "--fp16"), ("--precision",)),  # evaluate's: train takes them as switches too
     **dict.fromkeys(("--max_steps", "--num_batches"), ("--batches",)),  # evaluate's length
+    **dict.fromkeys(("--limit", "--num_samples", "--max_samples"), ("--samples", "--batches")),  # inspect's, evaluate's
 }
 
 
