@@ -36,9 +36,12 @@ def _model_at(cls: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] | N
     return model if isinstance(model, type) and issubclass(model, BaseModel) else None
 
 
-def _error_text(cls: type[BaseModel] | None, err: Any, flags: dict[str, str] | None = None) -> str:
-    """One validation error in the user's words: an unknown key with the closest known one; a key a
-    flag set named by the flag first (``flags``: dotted key -> the flag given, ``--lr (optim.lr)``)."""
+def _error_text(cls: type[BaseModel] | None, err: Any, flags: dict[str, str] | None = None,
+                other_names: dict[str, str] | None = None) -> str:
+    """One validation error in the user's words: an unknown key with the closest known one, or the key it
+    names under another name (``other_names``: ``learning_rate`` -> ``optim.lr``, a flag's or run_mlm's
+    name, looked up dotted then by its last part); a key a flag set named by the flag first (``flags``:
+    dotted key -> the flag given, ``--lr (optim.lr)``)."""
     loc = ".".join(str(x) for x in err["loc"]) or "(root)"
     if flags and loc in flags:  # "--lr (optim.lr)"; "--device" for the key device
         loc = flags[loc] if flags[loc].lstrip("-") == loc else f"{flags[loc]} ({loc})"
@@ -48,8 +51,12 @@ def _error_text(cls: type[BaseModel] | None, err: Any, flags: dict[str, str] | N
         model = _model_at(cls, tuple(err["loc"][:-1]))
         known = sorted(model.model_fields) if model is not None else []
         key = str(err["loc"][-1])
-        close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
         where = ".".join(str(x) for x in err["loc"][:-1])
+        named = (other_names or {}).get(loc) or (other_names or {}).get(key)
+        if named:  # in the section the key was written in, where that section has it (eval_masking.rate)
+            inside = named.rsplit(".", 1)[-1]
+            return f"{loc}: unknown key (the key for that is {f'{where}.{inside}' if where and inside in known else named})"
+        close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
         hint = f"did you mean {close[0]}?" if close else f"known keys{f' of {where}' if where else ''}: " \
                                                           f"{', '.join(known)}"
         return f"{loc}: unknown key ({hint})" if known else f"{loc}: unknown key"
@@ -62,21 +69,23 @@ def _error_text(cls: type[BaseModel] | None, err: Any, flags: dict[str, str] | N
 
 
 def format_validation_error(e: ValidationError, cls: type[BaseModel] | None = None,
-                            flags: dict[str, str] | None = None) -> str:
+                            flags: dict[str, str] | None = None, other_names: dict[str, str] | None = None) -> str:
     """A pydantic error as one line: each wrong field with what is wrong (cls: the model validated, so
     that an unknown key is answered with the closest known one, as a mistyped flag is; flags: the
-    keys the command's flags set, named by those flags)."""
-    return "; ".join(_error_text(cls, err, flags) for err in e.errors())
+    keys the command's flags set, named by those flags; other_names: a key's other names, ``_error_text``)."""
+    return "; ".join(_error_text(cls, err, flags, other_names) for err in e.errors())
 
 
-def parse_config(cls: type[M], data: dict[str, Any], what: str = "config", flags: dict[str, str] | None = None) -> M:
+def parse_config(cls: type[M], data: dict[str, Any], what: str = "config", flags: dict[str, str] | None = None,
+                 other_names: dict[str, str] | None = None) -> M:
     try:
         return cls.model_validate(data)
     except ValidationError as e:
-        raise UserError(f"invalid {what}: {format_validation_error(e, cls, flags)}") from None
+        raise UserError(f"invalid {what}: {format_validation_error(e, cls, flags, other_names)}") from None
 
 
-def check_partial_config(cls: type[BaseModel], data: dict[str, Any], what: str = "config") -> dict[str, Any]:
+def check_partial_config(cls: type[BaseModel], data: dict[str, Any], what: str = "config",
+                         other_names: dict[str, str] | None = None) -> dict[str, Any]:
     """data, checked as far as it goes: every key it sets must be valid, but a required key it leaves out
     (a build config's ``sources``, a train config's ``data``) may come from the command's flags, which
     are merged in before the whole config is validated. One UserError otherwise."""
@@ -86,7 +95,7 @@ def check_partial_config(cls: type[BaseModel], data: dict[str, Any], what: str =
         errors = [err for err in e.errors() if not (err["type"] == "missing" and len(err["loc"]) == 1)]
         if errors:
             raise UserError(f"invalid {what}: "
-                            f"{'; '.join(_error_text(cls, err) for err in errors)}") from None
+                            f"{'; '.join(_error_text(cls, err, None, other_names) for err in errors)}") from None
     return data
 
 
@@ -143,12 +152,15 @@ def _refuse_duplicate_json_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return data
 
 
-def config_from_bytes(cls: type[M], raw: bytes, where: str) -> M:
-    """A YAML (``where`` ending in .yaml / .yml) or JSON config file's bytes as cls, with one clear error."""
-    return parse_config(cls, config_data_from_bytes(cls, raw, where), what=f"config {where}")
+def config_from_bytes(cls: type[M], raw: bytes, where: str, other_names: dict[str, str] | None = None) -> M:
+    """A YAML (``where`` ending in .yaml / .yml) or JSON config file's bytes as cls, with one clear error
+    (other_names: a key's other names, which an unknown key is answered with)."""
+    return parse_config(cls, config_data_from_bytes(cls, raw, where, other_names), what=f"config {where}",
+                        other_names=other_names)
 
 
-def config_data_from_bytes(cls: type[BaseModel], raw: bytes, where: str) -> dict[str, Any]:
+def config_data_from_bytes(cls: type[BaseModel], raw: bytes, where: str,
+                           other_names: dict[str, str] | None = None) -> dict[str, Any]:
     """A config file's mapping, checked against cls as far as it goes (``check_partial_config``): a file
     may set only some sections and leave the rest, required keys included, to the command's flags."""
     try:
@@ -179,7 +191,7 @@ def config_data_from_bytes(cls: type[BaseModel], raw: bytes, where: str) -> dict
     if not isinstance(data, dict):
         raise UserError(f"{where}: a config must be a mapping")
     _refuse_the_other_kind(cls, data, where)
-    return check_partial_config(cls, data, what=f"config {where}")
+    return check_partial_config(cls, data, what=f"config {where}", other_names=other_names)
 
 
 def _refuse_the_other_kind(cls: type[BaseModel], data: dict[str, Any], where: str) -> None:

@@ -348,3 +348,38 @@ def test_the_trainer_answers_them_in_one_line_before_importing_torch(flag: str, 
     assert res.stdout.splitlines()[-1] == "probe: False 2", res.stdout[-500:] + res.stderr[-2000:]
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(words) and "Traceback" not in res.stderr, res.stderr
+
+
+def test_a_config_key_under_a_flags_or_hugging_faces_name_is_answered_with_its_key(tmp_path) -> None:
+    """A train config file or --set item with run_mlm's names (learning_rate, per_device_train_batch_size,
+    max_steps) or a Hugging Face config key (num_hidden_layers) listed forty known keys, or pointed
+    --set learning_rate at masking.rate: the line names the key, in the section it was written in."""
+    from schemas.errors import UserError
+
+    hf_style = tmp_path / "hf.yaml"
+    hf_style.write_text("learning_rate: 1e-4\nper_device_train_batch_size: 8\nmax_steps: 100\nmodel:\n"
+                        "  num_hidden_layers: 4\neval_masking:\n  mlm_probability: 0.2\n")
+    with pytest.raises(UserError) as e:
+        resolved("--data", "c", "--config", str(hf_style))
+    head, _, rest = str(e.value).partition(": ")
+    assert head == f"invalid config {hf_style}" and sorted(rest.split("; ")) == [
+        "eval_masking.mlm_probability: unknown key (the key for that is eval_masking.rate)",
+        "learning_rate: unknown key (the key for that is optim.lr)",
+        "max_steps: unknown key (the key for that is steps)",
+        "model.num_hidden_layers: unknown key (the key for that is model.layers)",
+        "per_device_train_batch_size: unknown key (the key for that is batch_size)"], str(e.value)
+    for item, says in (("learning_rate=1e-4", "the key for that is optim.lr (--set optim.lr=1e-4)"),
+                       ("model.num_hidden_layers=4", "the key for that is model.layers (--set model.layers=4)"),
+                       ("masking=span", "the key for that is masking.scheme (--set masking.scheme=span)"),
+                       ("eval_masking.mlm_probability=0.2", "(--set eval_masking.rate=0.2)")):
+        with pytest.raises(UserError) as e:
+            resolved("--data", "c", "--set", item)
+        assert says in str(e.value), str(e.value)
+    # The keys it names are the ones that take the values.
+    c = resolved("--data", "c", "--set", "optim.lr=1e-4", "--set", "model.layers=4", "--set", "eval_masking.rate=0.2")
+    assert (c.optim.lr, c.model.layers, c.eval_masking.rate) == (1e-4, 4, 0.2)
+    # A misspelt key still gets the closest one.
+    typo = tmp_path / "typo.yaml"
+    typo.write_text("optim:\n  learnin_rate: 1\n")
+    with pytest.raises(UserError, match=r"optim.learnin_rate: unknown key \(known keys of optim: "):
+        resolved("--data", "c", "--config", str(typo))

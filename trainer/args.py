@@ -201,6 +201,16 @@ def config_flags() -> list[ConfigFlag]:
     return [f for group in CONFIG_FLAGS.values() for f in group]
 
 
+def config_key_names() -> dict[str, str]:
+    """A train config key's other names, as a config file or --set item may write them: each flag's names
+    (``lr``, ``learning_rate``, ``max_steps`` -> ``optim.lr``, ``steps``) and the Hugging Face config keys
+    (``num_hidden_layers``, ``model.num_hidden_layers`` -> ``model.layers``). Only an unknown key is looked up."""
+    names = {name[2:]: f.key for f in config_flags() for name in f.names if name[2:] != f.key}
+    for hf, key in HF_CONFIG_KEYS.items():
+        names[hf] = names[f"model.{hf}"] = key
+    return names
+
+
 def config_default(key: str) -> Any:
     """The train config's default for a dotted key (imports the contract: only when help is printed)."""
     from pydantic import BaseModel
@@ -399,7 +409,8 @@ def check_config_early(args: argparse.Namespace) -> None:
     flags, dotted = flag_settings(args)
     try:
         resolve_train_config(getattr(args, "recipe", None), args.config, flags, [*dotted, *args.set],
-                             require_data=not args.print_config, flag_names=flag_names(args))
+                             require_data=not args.print_config, flag_names=flag_names(args),
+                             other_names=config_key_names())
     except UserError as e:
         print(user_error_line(str(e)), file=sys.stderr)
         raise SystemExit(2) from None

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import sys
 
-from trainer.args import check_train_args, flag_names, flag_settings, parse_train_args
+from trainer.args import check_train_args, config_key_names, flag_names, flag_settings, parse_train_args
 
 if __name__ == "__main__":  # --help, flag mistakes and a --data that is no corpus: before torch is imported
     check_train_args(sys.argv[1:])
@@ -485,7 +485,7 @@ def build_train_config(args: argparse.Namespace, overrides: list[str], require_d
     if getattr(args, "mix", None):
         flags["mix"] = [parse_mix_arg(m) for m in args.mix]
     return resolve_train_config(getattr(args, "recipe", None), args.config, flags, [*dotted, *overrides],
-                                require_data, flag_names=flag_names(args))
+                                require_data, flag_names=flag_names(args), other_names=config_key_names())
 
 
 # torch's notices about its own API that every run of the unpadded path on CPU printed (its nested

@@ -35,9 +35,10 @@ from shardforge.storage.urls import get_fs, join
 M = TypeVar("M", bound=BaseModel)
 
 
-def load_config(cls: type[M], url: str) -> M:
-    """Read a YAML/JSON config from any fsspec URL into cls, with one clear error."""
-    return config_from_bytes(cls, config_bytes(url), url)
+def load_config(cls: type[M], url: str, other_names: dict[str, str] | None = None) -> M:
+    """Read a YAML/JSON config from any fsspec URL into cls, with one clear error (other_names: a key's
+    other names, which an unknown key is answered with: ``schemas.configfile``)."""
+    return config_from_bytes(cls, config_bytes(url), url, other_names)
 
 
 def load_config_data(cls: type[BaseModel], url: str) -> dict[str, Any]:

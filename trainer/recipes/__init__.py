@@ -105,13 +105,19 @@ def parse_value(v: str) -> Any:
         return v
 
 
-def apply_set(data: dict[str, Any], item: str) -> None:
-    """Apply one ``key=value`` override to a config mapping; UserError for a malformed item or unknown key."""
+def apply_set(data: dict[str, Any], item: str, other_names: dict[str, str] | None = None) -> None:
+    """Apply one ``key=value`` override to a config mapping; UserError for a malformed item or unknown key
+    (other_names: a key's other names, ``learning_rate`` -> ``optim.lr``: the line names the key)."""
     if "=" not in item:
         raise UserError(f"--set expects key=value, got {item!r}")
     key, value = item.split("=", 1)
     keys = valid_keys()
     if key not in keys:
+        named = (other_names or {}).get(key) or (other_names or {}).get(key.rsplit(".", 1)[-1])
+        if named and "." in key and f"{key.rsplit('.', 1)[0]}.{named.rsplit('.', 1)[-1]}" in keys:
+            named = f"{key.rsplit('.', 1)[0]}.{named.rsplit('.', 1)[-1]}"  # the section written: eval_masking.rate
+        if named:
+            raise UserError(f"--set {item}: unknown key {key!r}; the key for that is {named} (--set {named}={value})")
         ranked = closest_first(key, keys)[:SHOWN_KEYS]
         raise UserError(f"--set {item}: unknown key {key!r}; the closest valid keys: {', '.join(ranked)} "
                         "(python -m trainer.train --help lists every one)")
@@ -129,17 +135,20 @@ def apply_set(data: dict[str, Any], item: str) -> None:
 
 def resolve_train_config(recipe: str | None, config_url: str | None, flags: dict[str, Any],
                          overrides: list[str], require_data: bool = True,
-                         flag_names: dict[str, str] | None = None) -> TrainConfig:
+                         flag_names: dict[str, str] | None = None,
+                         other_names: dict[str, str] | None = None) -> TrainConfig:
     """The train config from a recipe, a config file, flags (None: not given) and --set items.
 
     require_data=False (``--print-config``) accepts a missing --data and fills NO_DATA.
     flag_names: config key -> the flag that set it, to name the flag in an error about its value.
+    other_names: a key's other names (``learning_rate`` -> ``optim.lr``), which an unknown key in the config
+    file or a --set item is answered with.
     """
     from shardforge.storage import absolute
 
     data: dict[str, Any] = load_recipe(recipe) if recipe else {}
     if config_url:
-        from_file = load_config(TrainConfig, config_url).model_dump(exclude_unset=True)
+        from_file = load_config(TrainConfig, config_url, other_names).model_dump(exclude_unset=True)
         _size_replaces_shape(data, set(from_file.get("model") or {}))
         _merge(data, from_file)
     if flags.get("mix") and flags.get("data") is None:
@@ -150,7 +159,7 @@ def resolve_train_config(recipe: str | None, config_url: str | None, flags: dict
     _size_replaces_shape(data, {item.split("=", 1)[0].strip()[len("model."):] for item in overrides
                                 if item.strip().startswith("model.")})
     for item in overrides:  # --set model.size=base --set masking.scheme=span
-        apply_set(data, item)
+        apply_set(data, item, other_names)
     # Checkpoints record the config: relative paths would only resolve from this directory.
     for m in data.get("mix") or []:
         m["data"] = absolute(str(m["data"]))
@@ -166,7 +175,7 @@ def resolve_train_config(recipe: str | None, config_url: str | None, flags: dict
         # Checkpoints record the config: a relative corpus path would only resolve from this directory.
         data["data"] = absolute(str(data["data"]))
     return parse_config(TrainConfig, data, what=f"train config (recipe {recipe})" if recipe else "train config",
-                        flags=flag_names)
+                        flags=flag_names, other_names=other_names)
 
 
 # The model keys a named size (model.size) sets; a recipe sets them all explicitly, so a size given later
