@@ -71,6 +71,24 @@ def test_the_build_example_combines_with_the_flags_and_prints_a_summary_for_a_pe
     assert res.stderr.count("stage timings (s):") == 1  # where the time went stays one line on stderr
 
 
+def test_a_build_of_several_sources_says_what_each_gave(example_build) -> None:
+    """With more than one source the summary says what each gave: a Stories file read as one document (one a
+    file, by design) was one document among 61 in the totals, seen only in the report."""
+    from pipelines.jobs.summary import summary_text
+    from schemas.manifest import Manifest, SourceAccount
+
+    out, _ = example_build
+    m = Manifest.model_validate(json.loads((out / "manifest.json").read_text()))
+    news = m.accounting["news"].model_copy(update={"tokens": 3000})
+    two = m.model_copy(update={"accounting": {"news": news, "stories": SourceAccount(input=1, kept=1, tokens=1000)}})
+    summary = {"manifest": f"{out}/manifest.json", "documents_in": news.input + 1, "kept": news.kept + 1,
+               "duplicates": 0, "filtered": news.input - news.kept, "rejected": 0, "report": f"{out}/report.html"}
+    lines = summary_text(summary, two).splitlines()
+    assert lines[2] == (f"  sources    news {news.input:,} in, {news.kept:,} kept, 75.0% of the tokens; "
+                        "stories 1 in, 1 kept, 25.0% of the tokens"), lines
+    assert not any(line.startswith("  sources") for line in summary_text(summary, m).splitlines())  # one source
+
+
 def test_the_train_example_resolves_and_trains(example_build, tmp_path) -> None:
     """The config --print-config shows (resolved in-process: the CLI's one costs a torch import) holds the
     file's values; then a few steps of the example on the example corpus (a tiny model)."""

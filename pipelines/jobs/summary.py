@@ -90,6 +90,11 @@ def summary_text(summary: dict[str, Any], m: Manifest) -> str:
         f"  documents  {summary['documents_in']:,} in, {summary['kept']:,} kept; {summary['duplicates']:,} "
         f"duplicates, {summary['filtered']:,} filtered, {summary['rejected']:,} rejected",
     ]
+    if len(m.accounting) > 1:  # what each source gave: one that gave a document or two stands out
+        tokens = sum(a.tokens for a in m.accounting.values()) or 1
+        lines.append("  sources    " + "; ".join(
+            f"{name} {a.input:,} in, {a.kept:,} kept, {100 * a.tokens / tokens:.1f}% of the tokens"
+            for name, a in m.accounting.items()))
     tok = summary.get("tokenizer")
     if tok:
         lines.append(f"  tokenizer  {tok['model_type']}, {tok['vocab_size']:,} pieces; {tok['tokens_per_word']:.2f} "
