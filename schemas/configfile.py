@@ -6,6 +6,7 @@ closest known one, as a mistyped flag is answered).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -36,11 +37,23 @@ def _model_at(cls: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] | N
     return model if isinstance(model, type) and issubclass(model, BaseModel) else None
 
 
+def key_named(written: str, other_names: dict[str, str] | None, has: Callable[[str], bool]) -> str | None:
+    """The key an unknown dotted key names under another name (``other_names``: ``learning_rate`` ->
+    ``optim.lr``, looked up whole, then by its last part), in the section it was written in where that
+    section has it (``has``: ``eval_masking.mlm_probability`` -> ``eval_masking.rate``); None for none."""
+    names = other_names or {}
+    named = names.get(written) or names.get(written.rsplit(".", 1)[-1])
+    if named and "." in written:
+        here = f"{written.rsplit('.', 1)[0]}.{named.rsplit('.', 1)[-1]}"
+        if has(here):
+            return here
+    return named
+
+
 def _error_text(cls: type[BaseModel] | None, err: Any, flags: dict[str, str] | None = None,
                 other_names: dict[str, str] | None = None) -> str:
     """One validation error in the user's words: an unknown key with the closest known one, or the key it
-    names under another name (``other_names``: ``learning_rate`` -> ``optim.lr``, a flag's or run_mlm's
-    name, looked up dotted then by its last part); a key a flag set named by the flag first (``flags``:
+    names under another name (``other_names``: ``key_named``); a key a flag set named by the flag first (``flags``:
     dotted key -> the flag given, ``--lr (optim.lr)``)."""
     loc = ".".join(str(x) for x in err["loc"]) or "(root)"
     if flags and loc in flags:  # "--lr (optim.lr)"; "--device" for the key device
@@ -52,10 +65,9 @@ def _error_text(cls: type[BaseModel] | None, err: Any, flags: dict[str, str] | N
         known = sorted(model.model_fields) if model is not None else []
         key = str(err["loc"][-1])
         where = ".".join(str(x) for x in err["loc"][:-1])
-        named = (other_names or {}).get(loc) or (other_names or {}).get(key)
-        if named:  # in the section the key was written in, where that section has it (eval_masking.rate)
-            inside = named.rsplit(".", 1)[-1]
-            return f"{loc}: unknown key (the key for that is {f'{where}.{inside}' if where and inside in known else named})"
+        named = key_named(loc, other_names, lambda k: k.rsplit(".", 1)[-1] in known)
+        if named:
+            return f"{loc}: unknown key (the key for that is {named})"
         close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
         hint = f"did you mean {close[0]}?" if close else f"known keys{f' of {where}' if where else ''}: " \
                                                           f"{', '.join(known)}"

@@ -93,21 +93,6 @@ def closest_choice(value: str, choices: Sequence[str]) -> str | None:
     return lowered[close[0]] if close else None
 
 
-# argparse's own line for a value not among a flag's choices (Python 3.11-3.13 wording).
-_INVALID_CHOICE = re.compile(r"^argument (?P<flag>\S+): invalid choice: (?P<value>'.*') \(choose from (?P<choices>.*)\)$")
-
-
-def with_choice_hint(message: str) -> str:
-    """argparse's invalid-choice line with the closest choice added (``(did you mean base?)``); any other
-    message as it is."""
-    m = _INVALID_CHOICE.match(message)
-    if not m:
-        return message
-    choices = re.findall(r"'([^']*)'", m["choices"])
-    close = closest_choice(m["value"][1:-1], choices)
-    return f"{message} (did you mean {close}?)" if close else message
-
-
 def unknown_args_message(extra: Sequence[str], known: Iterable[str]) -> str:
     """One line naming every unknown flag in extra (with a suggestion each), or the stray arguments."""
     known = list(known)
@@ -166,13 +151,24 @@ class ArgumentParser(argparse.ArgumentParser):
             setattr(ns, name, given if given is not None else flagged)
         return ns
 
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        """argparse's check of a value against a flag's choices, with the choice it meant added to the line
+        (``invalid choice: 'Base' (choose from …) (did you mean base?)``)."""
+        try:
+            super()._check_value(action, value)
+        except argparse.ArgumentError as e:
+            close = closest_choice(str(value), [str(c) for c in action.choices or ()])
+            if close is None:
+                raise
+            raise argparse.ArgumentError(action, f"{e.message} (did you mean {close}?)") from None
+
     def print_help(self, file: Any = None) -> None:
         with exit_if_stdout_closed():  # `--help | head`: no BrokenPipeError traceback
             super().print_help(file)
 
     def error(self, message: str) -> NoReturn:
         """One line on stderr, exit 2 (argparse's default prints the whole usage block first)."""
-        self.exit(2, f"{user_error_line(with_choice_hint(message))} (see {self.prog} --help)\n")
+        self.exit(2, f"{user_error_line(message)} (see {self.prog} --help)\n")
 
 
 def fail(message: str, prog: str) -> NoReturn:

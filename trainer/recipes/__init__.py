@@ -21,7 +21,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from schemas.config import TrainConfig
-from schemas.configfile import parse_config
+from schemas.configfile import key_named, parse_config
 from schemas.errors import UserError
 from schemas.manifest import Manifest, repack_origin
 from shardforge.storage import redact_url
@@ -113,9 +113,7 @@ def apply_set(data: dict[str, Any], item: str, other_names: dict[str, str] | Non
     key, value = item.split("=", 1)
     keys = valid_keys()
     if key not in keys:
-        named = (other_names or {}).get(key) or (other_names or {}).get(key.rsplit(".", 1)[-1])
-        if named and "." in key and f"{key.rsplit('.', 1)[0]}.{named.rsplit('.', 1)[-1]}" in keys:
-            named = f"{key.rsplit('.', 1)[0]}.{named.rsplit('.', 1)[-1]}"  # the section written: eval_masking.rate
+        named = key_named(key, other_names, keys.__contains__)
         if named:
             raise UserError(f"--set {item}: unknown key {key!r}; the key for that is {named} (--set {named}={value})")
         ranked = closest_first(key, keys)[:SHOWN_KEYS]
