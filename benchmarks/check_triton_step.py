@@ -94,6 +94,26 @@ def interpret_on_cpu() -> None:
             super().restore()
 
     interpreter._patch_lang, interpreter._LangPatchScope = patch_once, Scope
+    reduce_extremes_in_numpy(interpreter.ReduceOps)
+
+
+def reduce_extremes_in_numpy(ops: type) -> None:
+    """Inductor's max and min reductions (``max2`` / ``min2``: ``tl.reduce`` with its own ``maximum`` /
+    ``minimum``) as numpy's max and min over the axis. The interpreter knows only Triton's own combine
+    functions; any other it applies one element at a time in Python (most of the masking check's kernel
+    time). Inductor's two propagate NaN, as numpy's do; integers and booleans compare as they are."""
+    from torch._inductor.runtime import triton_helpers
+
+    apply_impl = ops.apply_impl
+
+    def reduce(self, input):  # noqa: ANN001, ANN202 - the interpreter's signature
+        if len(input) == 1 and self.combine_fn is triton_helpers.maximum:
+            return self.min_max(input[0], val_reduce_op=np.max)
+        if len(input) == 1 and self.combine_fn is triton_helpers.minimum:
+            return self.min_max(input[0], val_reduce_op=np.min)
+        return apply_impl(self, input)
+
+    ops.apply_impl = reduce
 
 
 def worst(a: torch.Tensor, b: torch.Tensor) -> float:
