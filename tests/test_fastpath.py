@@ -494,7 +494,8 @@ def test_bench_gpu_dry_run_runs_every_part_on_cpu(tmp_path) -> None:
     assert sweep == [("1", "4"), ("2", "2"), ("4", "1")], sweep
 
 
-def test_bench_gpu_without_cuda_says_so() -> None:
+def test_bench_gpu_on_a_machine_without_a_gpu_says_so() -> None:
+    """A CPU test: its name stays out of the "cuda" selection gpu.sh runs as the CUDA-only tests."""
     if CUDA:
         pytest.skip("a GPU is present: the script measures instead")
     proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_gpu.py")], capture_output=True,
