@@ -10,7 +10,7 @@ there on a 64-bit constant, a defect no C++ compile showed) and runs here, again
   GPU benchmark builds them: the loss and every gradient of the compiled step against eager;
 * compiled AdamW against the fused (eager) AdamW, two steps on the same gradients.
 
-    python benchmarks/check_triton_step.py                    # both; ~5 minutes on 2 cores
+    python benchmarks/check_triton_step.py                    # both; ~80 s on 2 cores
     python benchmarks/check_triton_step.py --optimizer-only   # compiled AdamW alone; seconds
 
 Run it before spending GPU time on a change to the model or the optimizer. It prints one line per check
@@ -19,9 +19,11 @@ and exits 1 on the first mismatch. Needs the ``triton`` package (the dev extra),
 Two gaps of Triton's interpreter (3.7) are bridged here, for this check only: the libdevice functions
 inductor's kernels call (rsqrt, erf, pow, ...) are not interpreted, so they run as ``tl.math``'s; and an
 atomic add whose mask is broadcast from one row updates only the first column (``atomic_rmw`` is handed
-the broadcast views, not contiguous copies), which shows as wrong embedding gradients. And one of its costs
-is avoided: it patches triton.language again at every device-function call inside a kernel (the patch
-the kernel's launch made is kept instead).
+the broadcast views, not contiguous copies), which shows as wrong embedding gradients. And two of its costs
+are avoided: it patches triton.language again at every device-function call inside a kernel (the patch
+the kernel's launch made is kept instead); and it applies a reduction's combine function one element at a
+time in Python unless the function is one of Triton's own (inductor's max and min reductions run as
+numpy's max and min instead: the same values).
 """
 
 from __future__ import annotations

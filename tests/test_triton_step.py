@@ -1,6 +1,6 @@
 """benchmarks/check_triton_step.py: the compiled step's Triton code under Triton's interpreter, no GPU.
 
-The whole check (model forward and backward on two batch kinds) takes ~5 minutes on 2 cores and is run
+The whole check (model forward and backward on two batch kinds) takes ~80 s on 2 cores and is run
 by hand before GPU time is spent; the suite runs its optimizer part (compiled AdamW's Triton kernels
 against the fused step) and checks the interpreter bridge it relies on.
 """
