@@ -102,6 +102,50 @@ def test_the_runs_export_evaluates_as_its_checkpoint_and_the_cli_prints_it(train
     assert "masking draw" not in render({**res, "eval_mlm_tokens": 1000.0})
 
 
+def test_export_says_what_it_wrote_and_the_evaluate_command_it_prints_runs(trained, tmp_path, capsys):
+    """The export's summary: the step and checkpoint, the class and shape from the folder's config.json, its
+    tokenizer files, its card, and a load line whose evaluate command (the run's corpus) runs as printed."""
+    from trainer.evaluate_cli import main as evaluate_main
+    from trainer.export import main as export_main
+
+    corpus, run, last = trained
+    out = str(tmp_path / "hf")
+    assert export_main([run, out]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    ckpt = os.path.join(run, "checkpoints", "ckpt-00000006.pt")
+    hf = json.loads(open(os.path.join(out, "config.json")).read())
+    assert lines[0] == f"exported step 6 of {ckpt} to {out}", lines
+    assert lines[1].startswith(f"  model      {hf['architectures'][0]}: {hf['num_hidden_layers']} layers, hidden "
+                               f"{hf['hidden_size']}, vocab {hf['vocab_size']:,}; weights "), lines
+    assert lines[1].endswith(" MiB (model.safetensors)") and "left out" not in lines[1], lines  # no sentence head
+    assert lines[2] == "  tokenizer  spm.model + tokenizer.json" and all(
+        os.path.exists(os.path.join(out, f)) for f in ("spm.model", "tokenizer.json", "README.md")), lines
+    assert lines[3] == f"  card       {out}/README.md", lines
+    load, command = lines[4].removeprefix("  load it    ").split("; ")
+    assert load == f"AutoModelForMaskedLM.from_pretrained({out!r})", lines
+    assert command == f"shardforge evaluate {out} --data {corpus}", lines
+    argv = command.split()[2:] + ["--batches", "1", "--batch_size", "8", "--device", "cpu", "--json"]
+    assert evaluate_main(argv) == 0
+    assert json.loads(capsys.readouterr().out)["eval_mlm_tokens"] > 0
+
+
+def test_the_export_summary_names_the_sentence_head_it_leaves_out(tmp_path) -> None:
+    from trainer.export import export_summary
+
+    folder = tmp_path / "hf"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"architectures": ["AlbertForMaskedLM"], "num_hidden_layers": 12,
+                                                    "hidden_size": 768, "vocab_size": 30000}))
+    (folder / "model.safetensors").write_bytes(b"\0" * (3 << 20))
+    (folder / "spm.model").write_bytes(b"")
+    cfg = TrainConfig.model_validate({"data": "gs://corpora/v1", "output": "r", "model": {"sentence_head": "sop"}})
+    lines = export_summary(str(folder), "gs://runs/r/checkpoints/ckpt-00001000.pt", 1000, cfg)
+    assert lines[0] == f"exported step 1,000 of gs://runs/r/checkpoints/ckpt-00001000.pt to {folder}"
+    assert lines[1] == ("  model      AlbertForMaskedLM: 12 layers, hidden 768, vocab 30,000; weights 3.0 MiB "
+                        "(model.safetensors); left out: the SOP head and its pooler (pretraining only)"), lines
+    assert lines[2] == "  tokenizer  spm.model" and lines[4].endswith("--data gs://corpora/v1"), lines
+
+
 def test_two_ranks_evaluate_the_whole_split_as_one_process_does(trained):
     """Under torchrun's variables (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR / MASTER_PORT: the env://
     rendezvous torchrun sets up) each rank takes its share of the split and rank 0 prints the sums: every

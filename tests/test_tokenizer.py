@@ -730,7 +730,8 @@ def test_byte_bpe_export_loads_in_roberta_tokenizer_fast_with_the_shards_ids(byt
 
 
 @pytest.mark.slow
-def test_byte_bpe_corpus_trains_with_whole_word_masking_and_exports_through_the_cli(byte_bpe_corpus, tmp_path):
+def test_byte_bpe_corpus_trains_with_whole_word_masking_and_exports_through_the_cli(byte_bpe_corpus, tmp_path,
+                                                                                     capsys):
     """The trainer reads the byte-level BPE corpus (its word-start table from tokenizer.json), trains
     with whole-word masking, and `shardforge export` writes a folder transformers loads and runs."""
     import torch
@@ -747,6 +748,8 @@ def test_byte_bpe_corpus_trains_with_whole_word_masking_and_exports_through_the_
         "shuffle_buffer": 16, "model": {"size": "tiny"}, "masking": {"scheme": "whole_word"}}))
     assert res["steps"] == 3 and res["last_loss"] == res["last_loss"]  # finite
     assert cli(["export", run, hf_dir]) == 0
+    said = capsys.readouterr().out.splitlines()
+    assert said[2] == "  tokenizer  tokenizer.json + vocab.json + merges.txt", said  # RoBERTa's files
     tok = RobertaTokenizerFast.from_pretrained(hf_dir)
     model = AutoModelForMaskedLM.from_pretrained(hf_dir).eval()
     assert model.config.vocab_size == m.tokenizer.vocab_size == len(tok)

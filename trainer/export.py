@@ -33,7 +33,7 @@ from typing import Any
 import torch
 
 from schemas import SPECIAL_TOKENS
-from schemas.config import ModelConfig
+from schemas.config import ModelConfig, TrainConfig
 from shardforge.storage import join, makedirs, read_bytes, write_bytes_atomic, write_text_atomic
 from trainer.hf_tokenizer import ALBERT, XLM_ROBERTA, tokenizer_files
 from trainer.model import Encoder, ModelDims, resolve_dims
@@ -350,7 +350,13 @@ def export_checkpoint(ckpt: str, out_dir: str, tokenizer: str | None = None, lic
                       language: list[str] | None = None, overwrite: bool = True) -> str:
     """Export a training checkpoint (file, or run folder: its latest) to a Hugging Face folder (the model
     card's license and language: trainer/model_card.py's defaults unless given). Without ``overwrite``, an
-    output folder that holds files is refused (the command line's default)."""
+    output folder that holds files is refused (the command line's default). Returns the folder."""
+    return export_with_summary(ckpt, out_dir, tokenizer, license_id, language, overwrite)[0]
+
+
+def export_with_summary(ckpt: str, out_dir: str, tokenizer: str | None = None, license_id: str | None = None,
+                        language: list[str] | None = None, overwrite: bool = True) -> tuple[str, list[str]]:
+    """export_checkpoint, and the lines the command prints when it is done (export_summary)."""
     from schemas.errors import UserError
     from shardforge.storage import AccessDenied, exists, local_copy
     from shardforge.storage.contract import load_manifest, probed_kind, tokenizer_url
@@ -398,7 +404,32 @@ def export_checkpoint(ckpt: str, out_dir: str, tokenizer: str | None = None, lic
 
     arch = cfg.model.architecture if cfg.model.architecture != "auto" else choose_architecture(model.dims)
     write_model_card(out_dir, cfg, state, url, arch, license_id, language)
-    return out_dir
+    return out_dir, export_summary(out_dir, url, int(state.get("step", 0)), cfg)
+
+
+def export_summary(out_dir: str, checkpoint: str, step: int, cfg: TrainConfig) -> list[str]:
+    """What an export wrote, read back from the folder: its class and shape (config.json), its files, the
+    heads left out, and how to load it (and evaluate it on the corpus the run trained on)."""
+    from shardforge.storage import get_fs, redact_url
+    from trainer.model_card import left_out_lines
+
+    hf = json.loads(read_bytes(join(out_dir, "config.json")))
+    fs, path = get_fs(out_dir)
+    files = sorted(p.rstrip("/").rsplit("/", 1)[-1] for p in fs.ls(path, detail=False))
+    weights = sum(fs.size(f"{path}/{name}") for name in files if name.endswith(".safetensors"))
+    tokenizer = [name for name in ("spm.model", "tokenizer.json", "vocab.json", "merges.txt") if name in files]
+    left = [line.removeprefix("- left out: ").split(", trained for")[0] for line in left_out_lines(cfg)]
+    shown = redact_url(out_dir)
+    return [
+        f"exported step {step:,} of {redact_url(checkpoint)} to {shown}",
+        f"  model      {hf['architectures'][0]}: {hf['num_hidden_layers']} layers, hidden {hf['hidden_size']}, "
+        f"vocab {hf['vocab_size']:,}; weights {weights / 2**20:,.1f} MiB (model.safetensors)"
+        + (f"; left out: {left[0]} (pretraining only)" if left else ""),
+        f"  tokenizer  {' + '.join(tokenizer)}",
+        f"  card       {join(shown, 'README.md')}",
+        f"  load it    AutoModelForMaskedLM.from_pretrained({shown!r}); shardforge evaluate {shown} --data "
+        f"{redact_url(cfg.data)}",
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -406,8 +437,9 @@ def main(argv: list[str] | None = None) -> int:
     from trainer.args import parse_export_args
 
     args = parse_export_args(argv)
-    print(redact_text(export_checkpoint(args.checkpoint, args.out, args.tokenizer, args.license, args.language,
-                                        overwrite=args.overwrite)))
+    for line in export_with_summary(args.checkpoint, args.out, args.tokenizer, args.license, args.language,
+                                    overwrite=args.overwrite)[1]:
+        print(redact_text(line))
     return 0
 
 
