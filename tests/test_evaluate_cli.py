@@ -129,7 +129,9 @@ def test_export_says_what_it_wrote_and_the_evaluate_command_it_prints_runs(train
     assert json.loads(capsys.readouterr().out)["eval_mlm_tokens"] > 0
 
 
-def test_the_export_summary_names_the_sentence_head_it_leaves_out(tmp_path) -> None:
+def test_the_export_summary_names_the_heads_it_leaves_out_and_a_bucket_is_loaded_from_a_copy(tmp_path) -> None:
+    """A run with a sentence head and SBO: both named as left out; an export to a URL (file:// here, as
+    gs:// or s3://) is not what from_pretrained reads, so the load line says to copy it down first."""
     from trainer.export import export_summary
 
     folder = tmp_path / "hf"
@@ -138,12 +140,17 @@ def test_the_export_summary_names_the_sentence_head_it_leaves_out(tmp_path) -> N
                                                     "hidden_size": 768, "vocab_size": 30000}))
     (folder / "model.safetensors").write_bytes(b"\0" * (3 << 20))
     (folder / "spm.model").write_bytes(b"")
-    cfg = TrainConfig.model_validate({"data": "gs://corpora/v1", "output": "r", "model": {"sentence_head": "sop"}})
-    lines = export_summary(str(folder), "gs://runs/r/checkpoints/ckpt-00001000.pt", 1000, cfg)
-    assert lines[0] == f"exported step 1,000 of gs://runs/r/checkpoints/ckpt-00001000.pt to {folder}"
+    cfg = TrainConfig.model_validate({"data": "gs://corpora/v1", "output": "r",
+                                      "model": {"sentence_head": "sop", "span_boundary": True}})
+    url = f"file://{folder}"
+    lines = export_summary(url, "gs://runs/r/checkpoints/ckpt-00001000.pt", 1000, cfg)
+    assert lines[0] == f"exported step 1,000 of gs://runs/r/checkpoints/ckpt-00001000.pt to {url}"
     assert lines[1] == ("  model      AlbertForMaskedLM: 12 layers, hidden 768, vocab 30,000; weights 3.0 MiB "
-                        "(model.safetensors); left out: the SOP head and its pooler (pretraining only)"), lines
-    assert lines[2] == "  tokenizer  spm.model" and lines[4].endswith("--data gs://corpora/v1"), lines
+                        "(model.safetensors); left out: the SOP head and its pooler and the span boundary (SBO) "
+                        "head (pretraining only)"), lines
+    assert lines[2] == "  tokenizer  spm.model", lines
+    assert lines[4] == ("  load it    AutoModelForMaskedLM.from_pretrained(FOLDER) on a local copy of it; shardforge "
+                        f"evaluate {url} --data gs://corpora/v1"), lines
 
 
 def test_two_ranks_evaluate_the_whole_split_as_one_process_does(trained):

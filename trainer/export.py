@@ -411,23 +411,26 @@ def export_summary(out_dir: str, checkpoint: str, step: int, cfg: TrainConfig) -
     """What an export wrote, read back from the folder: its class and shape (config.json), its files, the
     heads left out, and how to load it (and evaluate it on the corpus the run trained on)."""
     from shardforge.storage import get_fs, redact_url
-    from trainer.model_card import left_out_lines
+    from trainer.model_card import left_out_heads
 
     hf = json.loads(read_bytes(join(out_dir, "config.json")))
     fs, path = get_fs(out_dir)
     files = sorted(p.rstrip("/").rsplit("/", 1)[-1] for p in fs.ls(path, detail=False))
     weights = sum(fs.size(f"{path}/{name}") for name in files if name.endswith(".safetensors"))
     tokenizer = [name for name in ("spm.model", "tokenizer.json", "vocab.json", "merges.txt") if name in files]
-    left = [line.removeprefix("- left out: ").split(", trained for")[0] for line in left_out_lines(cfg)]
+    left = " and ".join(left_out_heads(cfg))
     shown = redact_url(out_dir)
+    # transformers loads a local folder (or a Hub id); a bucket's folder is copied down first.
+    load = f"AutoModelForMaskedLM.from_pretrained({shown!r})" if "://" not in out_dir else \
+        "AutoModelForMaskedLM.from_pretrained(FOLDER) on a local copy of it"
     return [
         f"exported step {step:,} of {redact_url(checkpoint)} to {shown}",
         f"  model      {hf['architectures'][0]}: {hf['num_hidden_layers']} layers, hidden {hf['hidden_size']}, "
         f"vocab {hf['vocab_size']:,}; weights {weights / 2**20:,.1f} MiB (model.safetensors)"
-        + (f"; left out: {left[0]} (pretraining only)" if left else ""),
+        + (f"; left out: {left} (pretraining only)" if left else ""),
         f"  tokenizer  {' + '.join(tokenizer)}",
         f"  card       {join(shown, 'README.md')}",
-        f"  load it    AutoModelForMaskedLM.from_pretrained({shown!r}); shardforge evaluate {shown} --data "
+        f"  load it    {load}; shardforge evaluate {shown} --data "
         f"{redact_url(cfg.data)}",
     ]
 

@@ -172,10 +172,15 @@ def data_lines(cfg: TrainConfig, manifest: dict[str, Any] | None) -> list[str]:
     return lines
 
 
-def left_out_lines(cfg: TrainConfig) -> list[str]:
+def left_out_heads(cfg: TrainConfig) -> list[str]:
     """The pretraining-only heads the run trained and the export leaves out (a masked-LM class has none)."""
-    heads = ([f"the {cfg.model.sentence_head.upper()} head and its pooler"] if cfg.model.sentence_head != "none" else []) \
-        + (["the span boundary (SBO) head"] if cfg.model.span_boundary else [])
+    return ([f"the {cfg.model.sentence_head.upper()} head and its pooler"] if cfg.model.sentence_head != "none"
+            else []) + (["the span boundary (SBO) head"] if cfg.model.span_boundary else [])
+
+
+def left_out_lines(cfg: TrainConfig) -> list[str]:
+    """The model card's line naming the heads the export leaves out (none where the run trained none)."""
+    heads = left_out_heads(cfg)
     if not heads:
         return []
     return [f"- left out: {' and '.join(heads)}, trained for pretraining only (the masked-LM class has no place "
