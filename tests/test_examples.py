@@ -89,6 +89,33 @@ def test_a_build_of_several_sources_says_what_each_gave(example_build) -> None:
     assert not any(line.startswith("  sources") for line in summary_text(summary, m).splitlines())  # one source
 
 
+def test_a_valid_split_too_small_for_a_steady_loss_is_said_with_the_repack_that_grows_it(example_build) -> None:
+    """Under ~1,000 predicted tokens (at the trainer's 15%) the build's and the repack's summaries say so,
+    with the valid fraction that gives about that many: the trainer said it only at a run's start."""
+    from pipelines.jobs.summary import repack_summary_text, summary_text, valid_line
+    from schemas.manifest import Manifest, SplitTotals
+
+    out, _ = example_build
+    m = Manifest.model_validate(json.loads((out / "manifest.json").read_text()))
+    small = m.model_copy(update={"totals": {**m.totals, "valid": SplitTotals(shards=1, samples=2, tokens=220,
+                                                                           documents=1)}})
+    summary = {"manifest": f"{out}/manifest.json", "documents_in": 60, "kept": 60, "duplicates": 0, "filtered": 0,
+               "rejected": 0, "report": f"{out}/report.html"}
+    want = ("  valid      2 sequences from 1 document, 220 tokens: ~33 predicted at 15% masking, under the ~1,000 a "
+            "steady evaluation loss needs (repack it: shardforge repack --tokenized {} --output NEW {}--valid_fraction "
+            "0.31)")  # 0.01 x 1,000 / 33, rounded up to two digits
+    assert want.format(out, "") in summary_text(summary, small).splitlines()
+    # A repack keeps no tokenized documents: its origin is repacked again, with its rule and length.
+    repack = small.model_copy(update={"intermediates": {}, "parent": f"{out}/manifest.json"})
+    assert want.format(out, f"--rule {m.packing_rule} --max_seq_len {m.max_seq_len} ") in \
+        repack_summary_text(repack, "gs://b/repacked").splitlines()
+    # Enough predicted tokens, or no valid split at all: nothing said.
+    big = small.model_copy(update={"totals": {**m.totals, "valid": SplitTotals(shards=1, samples=90, tokens=6667)}})
+    none = small.model_copy(update={"totals": {k: v for k, v in m.totals.items() if k != "valid"}})
+    assert valid_line(big, str(out)) == [] and valid_line(none, str(out)) == []
+    assert valid_line(big.model_copy(update={"totals": {"valid": SplitTotals(samples=90, tokens=6600)}}), str(out))
+
+
 def test_the_train_example_resolves_and_trains(example_build, tmp_path) -> None:
     """The config --print-config shows (resolved in-process: the CLI's one costs a torch import) holds the
     file's values; then a few steps of the example on the example corpus (a tiny model)."""

@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass
 
 from schemas.config import MaskingConfig, TrainConfig
-from schemas.manifest import Manifest, corpus_root, manifest_url
+from schemas.manifest import FEW_MASKED, Manifest, corpus_root, manifest_url, valid_fraction_for
 from shardforge.console.words import counted
 from shardforge.storage import join, redact_url
 from trainer.checkpoint import describe_model
@@ -181,21 +181,12 @@ def optim_line(cfg: TrainConfig) -> str:
             f"masking {masking_text(cfg.masking)}{eval_masking}; seed {cfg.seed}")
 
 
-# Fewer masked tokens than this in a whole evaluation make its loss noisy. On the demo's run (loss 4.5) the
-# loss moved with the masking draw alone by 0.068 nats (standard deviation of 8 seeds) over 276 masked
-# tokens and by 0.025 over 2,070: ~1.1 / sqrt(masked), so ~0.035 at 1,000 and ~0.14 at 66.
-FEW_MASKED = 1000
-
-
 def more_valid(manifest: Manifest, cfg: TrainConfig, masked: int) -> str:
     """How to get a valid split with about FEW_MASKED masked tokens: a repack (or build) with the valid
-    fraction scaled up, rounded up to two digits (at most 0.5)."""
-    fraction = manifest.config.get("packing", {}).get("valid_fraction")
-    if not fraction:
+    fraction scaled up (``schemas.manifest.valid_fraction_for``)."""
+    want = valid_fraction_for(manifest, masked)
+    if want is None:
         return "a larger --valid_fraction holds more"
-    want = min(0.5, fraction * FEW_MASKED / max(masked, 1))
-    step = 10.0 ** (math.floor(math.log10(want)) - 1)
-    want = min(0.5, math.ceil(round(want / step, 6)) * step)
     return repack_hint(manifest, corpus_root(manifest_url(cfg.data)), {"--valid_fraction": f"{want:.2g}"})
 
 

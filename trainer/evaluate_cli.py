@@ -229,7 +229,7 @@ def evaluate_model(model_url: str, data: str | None = None, split: str = "valid"
 
 
 def render(r: dict[str, Any]) -> str:
-    from trainer.describe import FEW_MASKED
+    from schemas.manifest import FEW_MASKED
 
     step = f" (step {r['step']})" if "step" in r else ""
     ranks = f" on {r['ranks']} ranks" if r.get("ranks", 1) > 1 else ""

@@ -9,8 +9,10 @@ from typing import Any
 from pipelines.report.record import REPORT_JSON, TIMINGS_HTML, build_warnings, rule_counts
 from pipelines.report.summaries import ALL
 from pipelines.report.timings import TIMINGS_JSON
-from schemas.manifest import Manifest, accounting_totals
+from schemas.config import MaskingConfig
+from schemas.manifest import FEW_MASKED, Manifest, accounting_totals, valid_fraction_for
 from shardforge.storage import exists, join, read_text, redact_url
+from shardforge.storage.contract import repack_hint
 
 
 def summarize(m: Manifest, report: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -69,6 +71,22 @@ def shards_line(m: Manifest) -> str:
             f"rule {m.packing_rule}")
 
 
+def valid_line(m: Manifest, root: str) -> list[str]:
+    """A valid split too small for a steady evaluation loss (under FEW_MASKED predicted tokens at the
+    trainer's default masking rate): its size, and the repack (or build) whose valid fraction gives about
+    that many. [] for a split large enough, or none."""
+    valid = m.totals.get("valid")
+    rate = MaskingConfig.model_fields["rate"].default
+    if valid is None or not valid.samples or round(valid.tokens * rate) >= FEW_MASKED:
+        return []
+    masked = round(valid.tokens * rate)
+    want = valid_fraction_for(m, masked)
+    how = repack_hint(m, root, {"--valid_fraction": f"{want:.2g}"}) if want else "a larger --valid_fraction holds more"
+    docs = f" from {valid.documents:,} {'document' if valid.documents == 1 else 'documents'}" if valid.documents else ""
+    return [f"  valid      {valid.samples:,} sequences{docs}, {valid.tokens:,} tokens: ~{masked:,} predicted at "
+            f"{rate:.0%} masking, under the ~{FEW_MASKED:,} a steady evaluation loss needs ({how})"]
+
+
 def repack_summary(m: Manifest) -> dict[str, Any]:
     """Repack's summary as data (``--json``): its parent, rule, shards and totals per split."""
     return {"parent": redact_url(m.parent) if m.parent else None, "packing_rule": m.packing_rule,
@@ -80,7 +98,8 @@ def repack_summary_text(m: Manifest, output: str) -> str:
     parent = redact_url(m.parent).removesuffix("/manifest.json") if m.parent else "?"
     root = redact_url(output.rstrip("/"))
     return "\n".join([f"repacked corpus {root}", f"  from       {parent} (its tokenized documents and tokenizer)",
-                      shards_line(m), f"  look       shardforge inspect {root}  (samples, and what a label means)"])
+                      shards_line(m), *valid_line(m, root),
+                      f"  look       shardforge inspect {root}  (samples, and what a label means)"])
 
 
 def summary_text(summary: dict[str, Any], m: Manifest) -> str:
@@ -102,6 +121,7 @@ def summary_text(summary: dict[str, Any], m: Manifest) -> str:
     fill = summary.get("fill_rate", {})
     fills = ", ".join(f"{k} {100 * v:.1f}%" for k, v in sorted(fill.items()) if k != ALL)
     lines.append(shards_line(m) + (f"; fill rate {fills}" if fills else ""))
+    lines += valid_line(m, summary["manifest"].rsplit("/", 1)[0])
     if summary.get("pii"):
         lines.append("  pii        " + ", ".join(f"{n:,} {k}" for k, n in summary["pii"].items())
                      + " replaced by placeholders")

@@ -25,12 +25,13 @@ from schemas.manifest import (
     latest_manifest_name,
     manifest_url,
     parse_manifest,
+    repack_origin,
 )
 from schemas.naming import manifest_version, version_manifest_name
 from schemas.run_folder import CKPT_DIR, METRICS_FILE
 from shardforge.storage.reads import exists, list_names, read_bytes, read_text
 from shardforge.storage.retry import not_connected
-from shardforge.storage.urls import get_fs, join
+from shardforge.storage.urls import get_fs, join, redact_url
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -271,3 +272,16 @@ def open_tokenizer(m: Manifest, root: str) -> Any:
         raise UserError(f"tokenizer model {tokenizer_url(m, root)}: {e}") from None
     check_tokenizer(m, tok, tokenizer_url(m, root))
     return tok
+
+
+def repack_hint(manifest: Manifest, root: str, flags: dict[str, str]) -> str:
+    """How to get a corpus's documents packed with flags changed (``{"--rule": "sop"}``): a repack of the
+    corpus, or of the corpus a repack came from (a repack keeps no tokenized documents of its own; the
+    repack's rule and length are said again, as its origin's are the default), else a rebuild."""
+    source = root if manifest.intermediates.get("tokenized") else repack_origin(manifest)
+    if source is not None and source != root:
+        flags = {"--rule": manifest.packing_rule, "--max_seq_len": str(manifest.max_seq_len), **flags}
+    said = " ".join(f"{flag} {value}" for flag, value in flags.items())
+    if source is None:
+        return f"it keeps no tokenized documents to repack: build it again with {said}"
+    return f"repack it: shardforge repack --tokenized {redact_url(source)} --output NEW {said}"

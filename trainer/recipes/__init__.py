@@ -23,9 +23,9 @@ from pydantic import BaseModel
 from schemas.config import TrainConfig
 from schemas.configfile import key_named, parse_config
 from schemas.errors import UserError
-from schemas.manifest import Manifest, repack_origin
+from schemas.manifest import Manifest
 from shardforge.storage import redact_url
-from shardforge.storage.contract import load_config
+from shardforge.storage.contract import load_config, repack_hint
 
 # Printed in place of the corpus when --print-config runs without --data.
 NO_DATA = "(no --data given)"
@@ -211,19 +211,6 @@ def config_yaml(cfg: TrainConfig) -> str:
         data["data"] = None
         head += "# data: give --data (the corpus or its manifest.json)\n"
     return head + yaml.safe_dump(data, sort_keys=False, default_flow_style=False)
-
-
-def repack_hint(manifest: Manifest, root: str, flags: dict[str, str]) -> str:
-    """How to get a corpus's documents packed with flags changed (``{"--rule": "sop"}``): a repack of the
-    corpus, or of the corpus a repack came from (a repack keeps no tokenized documents of its own; the
-    repack's rule and length are said again, as its origin's are the default), else a rebuild."""
-    source = root if manifest.intermediates.get("tokenized") else repack_origin(manifest)
-    if source is not None and source != root:
-        flags = {"--rule": manifest.packing_rule, "--max_seq_len": str(manifest.max_seq_len), **flags}
-    said = " ".join(f"{flag} {value}" for flag, value in flags.items())
-    if source is None:
-        return f"it keeps no tokenized documents to repack: build it again with {said}"
-    return f"repack it: shardforge repack --tokenized {redact_url(source)} --output NEW {said}"
 
 
 def check_packing(cfg: TrainConfig, manifest: Manifest, root: str) -> None:
