@@ -77,9 +77,9 @@ def valid_line(m: Manifest, root: str) -> list[str]:
     that many. [] for a split large enough, or none."""
     valid = m.totals.get("valid")
     rate = MaskingConfig.model_fields["rate"].default
-    if valid is None or not valid.samples or round(valid.tokens * rate) >= FEW_MASKED:
+    masked = round(valid.tokens * rate) if valid is not None else 0
+    if valid is None or not valid.samples or masked >= FEW_MASKED:
         return []
-    masked = round(valid.tokens * rate)
     want = valid_fraction_for(m, masked)
     how = repack_hint(m, root, {"--valid_fraction": f"{want:.2g}"}) if want else "a larger --valid_fraction holds more"
     docs = f" from {valid.documents:,} {'document' if valid.documents == 1 else 'documents'}" if valid.documents else ""
