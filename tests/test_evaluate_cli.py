@@ -136,7 +136,7 @@ def test_the_export_summary_names_the_heads_it_leaves_out_and_a_bucket_is_loaded
 
     folder = tmp_path / "hf"
     folder.mkdir()
-    (folder / "config.json").write_text(json.dumps({"architectures": ["AlbertForMaskedLM"], "num_hidden_layers": 12,
+    (folder / "config.json").write_text(json.dumps({"architectures": ["AlbertForMaskedLM"], "num_hidden_layers": 1,
                                                     "hidden_size": 768, "vocab_size": 30000}))
     (folder / "model.safetensors").write_bytes(b"\0" * (3 << 20))
     (folder / "spm.model").write_bytes(b"")
@@ -145,7 +145,7 @@ def test_the_export_summary_names_the_heads_it_leaves_out_and_a_bucket_is_loaded
     url = f"file://{folder}"
     lines = export_summary(url, "gs://runs/r/checkpoints/ckpt-00001000.pt", 1000, cfg)
     assert lines[0] == f"exported step 1,000 of gs://runs/r/checkpoints/ckpt-00001000.pt to {url}"
-    assert lines[1] == ("  model      AlbertForMaskedLM: 12 layers, hidden 768, vocab 30,000; weights 3.0 MiB "
+    assert lines[1] == ("  model      AlbertForMaskedLM: 1 layer, hidden 768, vocab 30,000; weights 3.0 MiB "
                         "(model.safetensors); left out: the SOP head and its pooler and the span boundary (SBO) "
                         "head (pretraining only)"), lines
     assert lines[2] == "  tokenizer  spm.model", lines

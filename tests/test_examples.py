@@ -114,6 +114,9 @@ def test_a_valid_split_too_small_for_a_steady_loss_is_said_with_the_repack_that_
     none = small.model_copy(update={"totals": {k: v for k, v in m.totals.items() if k != "valid"}})
     assert valid_line(big, str(out)) == [] and valid_line(none, str(out)) == []
     assert valid_line(big.model_copy(update={"totals": {"valid": SplitTotals(samples=90, tokens=6600)}}), str(out))
+    one = valid_line(small.model_copy(update={"totals": {"valid": SplitTotals(samples=1, tokens=319, documents=1)}}),
+                     str(out))
+    assert one[0].startswith("  valid      1 sequence from 1 document, 319 tokens: ~48 predicted"), one
 
 
 def test_the_train_example_resolves_and_trains(example_build, tmp_path) -> None:

@@ -410,6 +410,7 @@ def export_with_summary(ckpt: str, out_dir: str, tokenizer: str | None = None, l
 def export_summary(out_dir: str, checkpoint: str, step: int, cfg: TrainConfig) -> list[str]:
     """What an export wrote, read back from the folder: its class and shape (config.json), its files, the
     heads left out, and how to load it (and evaluate it on the corpus the run trained on)."""
+    from shardforge.console.words import counted
     from shardforge.storage import get_fs, redact_url
     from trainer.model_card import left_out_heads
 
@@ -425,7 +426,7 @@ def export_summary(out_dir: str, checkpoint: str, step: int, cfg: TrainConfig) -
         "AutoModelForMaskedLM.from_pretrained(FOLDER) on a local copy of it"
     return [
         f"exported step {step:,} of {redact_url(checkpoint)} to {shown}",
-        f"  model      {hf['architectures'][0]}: {hf['num_hidden_layers']} layers, hidden {hf['hidden_size']}, "
+        f"  model      {hf['architectures'][0]}: {counted(hf['num_hidden_layers'], 'layer')}, hidden {hf['hidden_size']}, "
         f"vocab {hf['vocab_size']:,}; weights {weights / 2**20:,.1f} MiB (model.safetensors)"
         + (f"; left out: {left} (pretraining only)" if left else ""),
         f"  tokenizer  {' + '.join(tokenizer)}",

@@ -11,6 +11,7 @@ from pipelines.report.summaries import ALL
 from pipelines.report.timings import TIMINGS_JSON
 from schemas.config import MaskingConfig
 from schemas.manifest import FEW_MASKED, Manifest, accounting_totals, valid_fraction_for
+from shardforge.console.words import counted
 from shardforge.storage import exists, join, read_text, redact_url
 from shardforge.storage.contract import repack_hint
 
@@ -82,8 +83,8 @@ def valid_line(m: Manifest, root: str) -> list[str]:
         return []
     want = valid_fraction_for(m, masked)
     how = repack_hint(m, root, {"--valid_fraction": f"{want:.2g}"}) if want else "a larger --valid_fraction holds more"
-    docs = f" from {valid.documents:,} {'document' if valid.documents == 1 else 'documents'}" if valid.documents else ""
-    return [f"  valid      {valid.samples:,} sequences{docs}, {valid.tokens:,} tokens: ~{masked:,} predicted at "
+    docs = f" from {counted(valid.documents, 'document')}" if valid.documents else ""
+    return [f"  valid      {counted(valid.samples, 'sequence')}{docs}, {valid.tokens:,} tokens: ~{masked:,} predicted at "
             f"{rate:.0%} masking, under the ~{FEW_MASKED:,} a steady evaluation loss needs ({how})"]
 
 
