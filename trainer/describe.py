@@ -14,11 +14,11 @@ import math
 from dataclasses import dataclass
 
 from schemas.config import MaskingConfig, TrainConfig
-from schemas.manifest import FEW_MASKED, Manifest, corpus_root, manifest_url, valid_fraction_for
+from schemas.manifest import FEW_MASKED, Manifest, corpus_root, manifest_url
 from shardforge.console.words import counted
 from shardforge.storage import join, redact_url
+from shardforge.storage.contract import more_valid_hint
 from trainer.checkpoint import describe_model
-from trainer.recipes import repack_hint
 
 
 @dataclass(frozen=True)
@@ -181,15 +181,6 @@ def optim_line(cfg: TrainConfig) -> str:
             f"masking {masking_text(cfg.masking)}{eval_masking}; seed {cfg.seed}")
 
 
-def more_valid(manifest: Manifest, cfg: TrainConfig, masked: int) -> str:
-    """How to get a valid split with about FEW_MASKED masked tokens: a repack (or build) with the valid
-    fraction scaled up (``schemas.manifest.valid_fraction_for``)."""
-    want = valid_fraction_for(manifest, masked)
-    if want is None:
-        return "a larger --valid_fraction holds more"
-    return repack_hint(manifest, corpus_root(manifest_url(cfg.data)), {"--valid_fraction": f"{want:.2g}"})
-
-
 def eval_line(cfg: TrainConfig, manifest: Manifest, valid_batches: int | None = None) -> str:
     """``valid_batches``: what each process's share of the valid split holds, where known; an eval_batches
     above it is said as the whole split."""
@@ -207,7 +198,8 @@ def eval_line(cfg: TrainConfig, manifest: Manifest, valid_batches: int | None = 
         tokens = sum(s.tokens for s in manifest.shards_of("valid"))
         masked = round(tokens * masking.rate)
         if not cfg.mix and masked < FEW_MASKED:
-            small = f"; the split's {tokens:,} tokens give ~{masked:,} masked: a noisy loss ({more_valid(manifest, cfg, masked)})"
+            hint = more_valid_hint(manifest, corpus_root(manifest_url(cfg.data)), masked)
+            small = f"; the split's {tokens:,} tokens give ~{masked:,} masked: a noisy loss ({hint})"
     else:
         batches = counted(cfg.eval_batches, "valid batch", "valid batches")
     return (f"evaluation: {when}, {batches}, MLM cross-entropy (nats) at "

@@ -49,7 +49,7 @@ from schemas.run_folder import CKPT_DIR
 from shardforge.console.run import TRAIN_INTERRUPTED, run_cli
 from shardforge.console.words import counted
 from shardforge.storage import exists, join, redact_url
-from shardforge.storage.contract import load_manifest, open_tokenizer, probed_kind
+from shardforge.storage.contract import load_manifest, open_tokenizer, probed_kind, repack_hint
 from trainer import distributed, fused_masking
 from trainer.batch import overlap_on
 from trainer.checkpoint import CheckpointManager, latest_checkpoint
@@ -67,7 +67,7 @@ from trainer.model import Encoder, flops_per_token, resolve_dims
 from trainer.optim import build_optimizer, lr_schedule
 from trainer.precision import Precision, compile_enabled, maybe_compile
 from trainer.preempt import Preemption
-from trainer.recipes import check_packing, config_yaml, repack_hint, resolve_train_config
+from trainer.recipes import check_packing, config_yaml, resolve_train_config
 from trainer.run_folder import checkpoint_dir
 from trainer.step import Feed, Run, train_step
 

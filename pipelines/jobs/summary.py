@@ -10,10 +10,10 @@ from pipelines.report.record import REPORT_JSON, TIMINGS_HTML, build_warnings, r
 from pipelines.report.summaries import ALL
 from pipelines.report.timings import TIMINGS_JSON
 from schemas.config import MaskingConfig
-from schemas.manifest import FEW_MASKED, Manifest, accounting_totals, valid_fraction_for
+from schemas.manifest import FEW_MASKED, Manifest, accounting_totals
 from shardforge.console.words import counted
 from shardforge.storage import exists, join, read_text, redact_url
-from shardforge.storage.contract import repack_hint
+from shardforge.storage.contract import more_valid_hint
 
 
 def summarize(m: Manifest, report: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -81,11 +81,10 @@ def valid_line(m: Manifest, root: str) -> list[str]:
     masked = round(valid.tokens * rate) if valid is not None else 0
     if valid is None or not valid.samples or masked >= FEW_MASKED:
         return []
-    want = valid_fraction_for(m, masked)
-    how = repack_hint(m, root, {"--valid_fraction": f"{want:.2g}"}) if want else "a larger --valid_fraction holds more"
     docs = f" from {counted(valid.documents, 'document')}" if valid.documents else ""
     return [f"  valid      {counted(valid.samples, 'sequence')}{docs}, {valid.tokens:,} tokens: ~{masked:,} predicted at "
-            f"{rate:.0%} masking, under the ~{FEW_MASKED:,} a steady evaluation loss needs ({how})"]
+            f"{rate:.0%} masking, under the ~{FEW_MASKED:,} a steady evaluation loss needs "
+            f"({more_valid_hint(m, root, masked)})"]
 
 
 def repack_summary(m: Manifest) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from schemas.manifest import (
     manifest_url,
     parse_manifest,
     repack_origin,
+    valid_fraction_for,
 )
 from schemas.naming import manifest_version, version_manifest_name
 from schemas.run_folder import CKPT_DIR, METRICS_FILE
@@ -285,3 +286,12 @@ def repack_hint(manifest: Manifest, root: str, flags: dict[str, str]) -> str:
     if source is None:
         return f"it keeps no tokenized documents to repack: build it again with {said}"
     return f"repack it: shardforge repack --tokenized {redact_url(source)} --output NEW {said}"
+
+
+def more_valid_hint(manifest: Manifest, root: str, masked: int) -> str:
+    """How to get a valid split with about FEW_MASKED masked tokens where this one gives ``masked``: the
+    repack (or build) with the valid fraction scaled up (``schemas.manifest.valid_fraction_for``)."""
+    want = valid_fraction_for(manifest, masked)
+    if want is None:
+        return "a larger --valid_fraction holds more"
+    return repack_hint(manifest, root, {"--valid_fraction": f"{want:.2g}"})
