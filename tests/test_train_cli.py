@@ -244,6 +244,9 @@ def test_the_description_names_the_run_and_max_tokens_sets_the_steps(small_corpu
     assert said_eval(often, manifest).startswith(f"evaluation: every 10 steps and at step {planned.steps}, ")
     assert "checkpoints (every 10 steps and at the end" in output_line(often)
     assert "checkpoints (at the end" in output_line(planned.model_copy(update={"checkpoint_every": 1000}))
+    each = planned.model_copy(update={"eval_every": 1, "checkpoint_every": 1, "log_every": 1})
+    assert said_eval(each, manifest).startswith(f"evaluation: every step and at step {planned.steps}, ")
+    assert "checkpoints (every step and at the end" in output_line(each) and output_line(each).endswith("a line every step")
     assert "gs://b/runs/r1/checkpoints" in lines[6] and "TensorBoard" not in lines[6]  # remote: no event files
     from trainer.describe import eval_line
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from schemas.config import MaskingConfig, TrainConfig
 from schemas.manifest import FEW_MASKED, Manifest, corpus_root, manifest_url
-from shardforge.console.words import counted
+from shardforge.console.words import counted, every
 from shardforge.storage import join, redact_url
 from shardforge.storage.contract import more_valid_hint
 from trainer.checkpoint import describe_model
@@ -188,7 +188,7 @@ def eval_line(cfg: TrainConfig, manifest: Manifest, valid_batches: int | None = 
         return "evaluation: off (eval_batches=0)"
     if not manifest.shards_of("valid"):
         return "evaluation: none (the corpus has no valid split)"
-    when = f"every {cfg.eval_every:,} steps and at step {cfg.steps:,}" if 0 < cfg.eval_every < cfg.steps \
+    when = f"{every(cfg.eval_every)} and at step {cfg.steps:,}" if 0 < cfg.eval_every < cfg.steps \
         else f"at step {cfg.steps:,}"
     masking = cfg.eval_masking or cfg.masking
     small = ""
@@ -207,7 +207,7 @@ def eval_line(cfg: TrainConfig, manifest: Manifest, valid_batches: int | None = 
 
 
 def output_line(cfg: TrainConfig) -> str:
-    every = f"every {cfg.checkpoint_every:,} steps and at the end" if 0 < cfg.checkpoint_every < cfg.steps \
+    when = f"{every(cfg.checkpoint_every)} and at the end" if 0 < cfg.checkpoint_every < cfg.steps \
         else "at the end"
     resume = "; a rerun resumes from the newest" if cfg.resume else ""
     logs = [f"metrics {where(join(cfg.output, 'metrics.jsonl'))}"]
@@ -215,8 +215,8 @@ def output_line(cfg: TrainConfig) -> str:
         logs.append(f"TensorBoard {where(join(cfg.output, 'tb'))}")
     logs += [name for name, on in (("W&B", cfg.trackers.wandb), ("MLflow", cfg.trackers.mlflow)) if on]
     keep = f"keep {cfg.keep_last}" if cfg.keep_last else "keep all"
-    lines = f"a line every {cfg.log_every} steps" if cfg.log_every else "a line at the first and last step"
-    return (f"output: checkpoints {where(join(cfg.output, 'checkpoints'))} ({every}, {keep}{resume}); "
+    lines = f"a line {every(cfg.log_every)}" if cfg.log_every else "a line at the first and last step"
+    return (f"output: checkpoints {where(join(cfg.output, 'checkpoints'))} ({when}, {keep}{resume}); "
             f"{', '.join(logs)}; {lines}")
 
 

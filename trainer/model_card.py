@@ -23,7 +23,7 @@ import posixpath
 from typing import Any
 
 from schemas.config import MaskingConfig, TrainConfig
-from shardforge.console.words import counted, number
+from shardforge.console.words import counted, every, number
 from shardforge.storage import join, redact_url, write_text_atomic
 from trainer.run_folder import read_records
 
@@ -131,8 +131,8 @@ def eval_lines(cfg: TrainConfig, step: int, m: dict[str, Any], has_valid: bool |
     elif has_valid is False:
         why = "the corpus has no valid split"
     elif step < cfg.steps and (not cfg.eval_every or step < cfg.eval_every):
-        every = f"every {cfg.eval_every} steps and " if cfg.eval_every else ""
-        why = f"the run stopped at step {step} of {cfg.steps}; it evaluates {every}at its last step"
+        often = f"{every(cfg.eval_every)} and " if cfg.eval_every else ""
+        why = f"the run stopped at step {step} of {cfg.steps}; it evaluates {often}at its last step"
     else:
         why = "no evaluation in the run's metrics"
     return [f"- final eval loss: not recorded ({why})"]

@@ -14,3 +14,8 @@ def number(value: Any) -> str:
 def counted(n: Any, noun: str, nouns: str | None = None) -> str:
     """n and its noun, singular for 1 (nouns: the plural where it is not noun + "s": "batches")."""
     return f"{number(n)} {noun if n == 1 else nouns or noun + 's'}"
+
+
+def every(n: Any, noun: str = "step") -> str:
+    """How often, in words: "every step" for 1, "every 2,000 steps" otherwise."""
+    return f"every {noun}" if n == 1 else f"every {counted(n, noun)}"
