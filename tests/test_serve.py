@@ -68,10 +68,11 @@ def near_copy(text: str, at: float = 0.5) -> str:
     return " ".join(words)
 
 
-def drop(folder: Path, name: str, texts: list[str]) -> Path:
-    """Land a raw JSONL file atomically (hidden temporary name, then rename), like an uploader would."""
+def drop(folder: Path, name: str, texts: list[str], tail: str = "") -> Path:
+    """Land a raw JSONL file atomically (hidden temporary name, then rename), like an uploader would;
+    tail: raw lines after the records."""
     tmp = folder / f".{name}.part"
-    tmp.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    tmp.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts) + tail)
     os.replace(tmp, folder / name)
     return folder / name
 
@@ -158,7 +159,7 @@ def served(tmp_path_factory) -> dict[str, Any]:
         # Batch 3: a near copy of a version-2 document, a near copy of a version-1 one, new text.
         b3 = articles(3, DOCS_PER_FILE) + [near_copy(b2[5], 0.3), near_copy(b1[11], 0.7)]
         out["near_v3"] = [(str(raw / "b3-0.jsonl"), DOCS_PER_FILE), (str(raw / "b3-0.jsonl"), DOCS_PER_FILE + 1)]
-        out["files"].append(drop(raw, "b3-0.jsonl", b3))
+        out["files"].append(drop(raw, "b3-0.jsonl", b3, tail='{"text": "a record cut off\n'))  # one malformed
         wait_for(lambda: os.path.exists(os.path.join(corpus, "manifest-v3.json")), 240, proc, "version 3")
         # A file changed after it was absorbed: reported, never re-ingested.
         with open(raw / "b1-0.jsonl", "a") as f:
@@ -241,8 +242,8 @@ def test_no_document_kept_twice_across_versions(served):
         assert make_doc_id(SOURCE, path, index) not in seen, f"a copy of an earlier document was kept: {path}:{index}"
     acct = ms[-1].accounting[SOURCE]
     assert acct.duplicate.get("near", 0) >= 3 and acct.duplicate.get("exact", 0) >= 1
-    assert acct.input == 5 * DOCS_PER_FILE + 4  # 2 + 2 + 1 files of new text, plus 4 copies
-    assert acct.kept == 5 * DOCS_PER_FILE
+    assert acct.input == 5 * DOCS_PER_FILE + 5  # 2 + 2 + 1 files of new text, plus 4 copies and a malformed line
+    assert acct.kept == 5 * DOCS_PER_FILE and acct.rejected == {"malformed_json": 1}
 
 
 def test_status_reports_versions_pending_and_changed(served, capsys):
@@ -262,6 +263,52 @@ def test_status_reports_versions_pending_and_changed(served, capsys):
     text = capsys.readouterr().out
     assert "pending  1 file;" in text and "b1-0.jsonl" in text and "v3" in text and "5 files absorbed" in text
     os.remove(raw / "b4-0.jsonl")
+    # Where each version's records went: batch 2 held two copies of version 1's documents, batch 3 two near
+    # copies and one malformed line; each version's own report.
+    ins, dups, rejected = ([r[k] for r in st["versions"]] for k in ("input", "duplicates", "rejected"))
+    assert ins == [2 * DOCS_PER_FILE, 2 * DOCS_PER_FILE + 2, DOCS_PER_FILE + 3]
+    assert dups == [0, 2, 2] and rejected == [0, 0, 1]
+    assert [r["documents"] + r["duplicates"] + r["filtered"] + r["rejected"] for r in st["versions"]] == ins
+    for r in st["versions"]:
+        assert os.path.isfile(r["report"]) and f"/versions/v{r['version']}-" in r["report"]
+    v3 = st["versions"][2]
+    assert (f"     v3     1 {v3['input']:>8,} {v3['documents']:>7,}     2 {v3['filtered']:>8,}        1 "
+            f"{v3['tokens']:>11,}") in text
+    assert f"report   {v3['report']}  (v3's: what it kept" in text
+    # The service said the same as each version committed.
+    said = served["log"].read_text()
+    for r in st["versions"]:
+        files = "1 file" if r["files"] == 1 else f"{r['files']} files"
+        copies = "1 duplicate" if r["duplicates"] == 1 else f"{r['duplicates']} duplicates"
+        assert (f"committed v{r['version']}: {files} (documents {r['input']} in, {r['documents']} kept; {copies}, "
+                f"{r['filtered']} filtered, {r['rejected']} rejected), ") in said
+        assert f"; report {r['report']}\n" in said
+
+
+def test_a_batch_warns_as_a_build_does_and_judges_the_valid_split_over_the_corpus(served):
+    """The build's warnings over a batch's own records (undecodable ones here); a batch that added nothing
+    to the valid split is no warning while the corpus has one, and is one when the corpus has none."""
+    from pipelines.graph import BATCH_MANIFEST_NAME
+    from pipelines.jobs.ingest import BatchResult
+    from pipelines.jobs.serve import batch_warnings
+    from schemas.manifest import SourceAccount, SplitTotals, parse_manifest
+
+    corpus = served["corpus"]
+    path = glob.glob(os.path.join(corpus, "versions", "v3-*", BATCH_MANIFEST_NAME))[0]
+    batch = parse_manifest(open(path).read(), path)
+    v3 = load_version(corpus, 3)
+    a = batch.accounting[SOURCE]
+    bad = batch.model_copy(update={
+        "accounting": {SOURCE: SourceAccount(input=a.input + 4, kept=a.kept, filtered=a.filtered,
+                                             duplicate=a.duplicate, rejected={**a.rejected, "invalid_utf8": 4})},
+        "totals": {"train": batch.totals["train"]}})
+    res = BatchResult(3, v3, bad, 1, 1, 1.0, "r")
+    said = batch_warnings(res)
+    assert len(said) == 1 and said[0].startswith(f"warning: 4 of {a.input + 4} documents of source '{SOURCE}' "
+                                                 "were rejected as invalid_utf8")
+    assert batch_warnings(BatchResult(3, v3, batch, 1, 1, 1.0, "r")) == []
+    none_valid = v3.model_copy(update={"totals": {"train": v3.totals["train"], "valid": SplitTotals()}})
+    assert any("the valid split is empty" in w for w in batch_warnings(BatchResult(3, none_valid, bad, 1, 1, 1.0, "r")))
 
 
 def test_recover_repairs_every_crash_window_after_the_commit(served, tmp_path):

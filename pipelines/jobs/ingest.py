@@ -42,6 +42,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
+from pipelines.report.record import REPORT_HTML
 from pipelines.sources.rawfiles import RawFile, fingerprint, list_raw_files
 from schemas.config import BuildConfig, SourceConfig
 from schemas.errors import UserError
@@ -391,10 +392,12 @@ def batch_tag(state: CorpusState, n: int, cfg: BuildConfig, files: Sequence[tupl
 @dataclass
 class BatchResult:
     version: int
-    manifest: Manifest
+    manifest: Manifest  # the version committed: its parent's shards and the batch's
+    batch: Manifest  # the batch's own: its new shards and where its records went
     files: int
     new_shards: int
     seconds: float
+    report: str  # the batch's report.html
     timings: RunTimings | None = None  # the batch pipeline's wall and seconds per stage (pipelines.report.timings)
 
 
@@ -466,7 +469,8 @@ def ingest_sources(state: CorpusState, batch_files: Sequence[tuple[SourceConfig,
         state.ledger[e.path] = e
     # Next to the batch's report, like a one-shot build's (run-dependent: outside the commit).
     write_timings(work, BuildTimings({"pipeline": run.wall}, [("", run)]))
-    return BatchResult(n, m, len(files), len(batch.shards), time.monotonic() - t0, run)
+    return BatchResult(n, m, batch, len(files), len(batch.shards), time.monotonic() - t0, join(work, REPORT_HTML),
+                       run)
 
 
 # ------------------------------------------------------------------ what changed

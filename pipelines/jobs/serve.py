@@ -43,21 +43,25 @@ from pipelines.flags import serve_parser
 from pipelines.jobs.build_config import build_config_from_options, source_config, source_flags
 from pipelines.jobs.ingest import (
     SERVE_STATE,
+    BatchResult,
     CorpusState,
     RawFile,
     ingest_batch,
     recover,
     scan,
 )
+from pipelines.jobs.summary import where_records_went
 from pipelines.options import (
     BuildOptions,
     check_beam_args,
     handle_help,
     quiet_beam,
 )
+from pipelines.report.record import build_warnings
 from pipelines.sources.listing import check_raw_input
 from schemas.config import BuildConfig, SourceConfig
 from schemas.errors import UserError
+from schemas.manifest import accounting_totals
 from shardforge.console.args import option_strings
 from shardforge.console.run import run_cli
 from shardforge.console.words import counted
@@ -237,6 +241,14 @@ def _nothing_to_ingest(watch: str, state: CorpusState, start_version: int) -> No
         log.warning("--once: --watch %s matches no file: nothing to ingest", redact_url(watch))
 
 
+def batch_warnings(res: BatchResult) -> list[str]:
+    """The build's warnings over a batch's records (a rule that removed most of them, undecodable ones, ...);
+    the valid split is judged over the whole corpus (a small batch may well add nothing to it)."""
+    batch = res.batch.model_dump(mode="json")
+    batch["totals"] = res.manifest.model_dump(mode="json")["totals"]
+    return build_warnings(batch)
+
+
 def _loop(args: argparse.Namespace, corpus: str, watch: str, source: SourceConfig, build_argv: list[str],
           beam_args: list[str], stopper: Stopper) -> int:
     source_name = source.name
@@ -294,9 +306,12 @@ def _loop(args: argparse.Namespace, corpus: str, watch: str, source: SourceConfi
                     stopper.in_batch = False
                 failures = 0
                 lags = [time.time() - f.mtime for f in batch if f.mtime is not None]
-                log.info("committed v%d: %s, %s, %.1f s (max lag since landing %.1f s)", res.version,
-                         counted(res.files, "file"), counted(res.new_shards, "new shard"), res.seconds,
-                         max(lags, default=0.0))
+                log.info("committed v%d: %s (documents %s), %s, %.1f s (max lag since landing %.1f s); report %s",
+                         res.version, counted(res.files, "file"), where_records_went(accounting_totals(res.batch)),
+                         counted(res.new_shards, "new shard"), res.seconds, max(lags, default=0.0),
+                         redact_url(res.report))
+                for line in batch_warnings(res):
+                    log.warning("v%d: %s", res.version, line.removeprefix("warning: "))
                 new_cfg = None
                 if args.once or len(ready) > len(batch):
                     continue  # look again at once: more may be waiting

@@ -102,12 +102,17 @@ def repack_summary_text(m: Manifest, output: str) -> str:
                       f"  look       shardforge inspect {root}  (samples, and what a label means)"])
 
 
+def where_records_went(acc: dict[str, int]) -> str:
+    """``accounting_totals`` in words: "301 in, 159 kept; 2 duplicates, 139 filtered, 1 rejected"."""
+    return (f"{acc['input']:,} in, {acc['kept']:,} kept; {counted(acc['duplicate'], 'duplicate')}, "
+            f"{acc['filtered']:,} filtered, {acc['rejected']:,} rejected")
+
+
 def summary_text(summary: dict[str, Any], m: Manifest) -> str:
     """The build's summary for a person: a few lines, the report's path last (``--json``: ``summary``)."""
     lines = [
         f"built corpus {summary['manifest'].rsplit('/', 1)[0]}",
-        f"  documents  {summary['documents_in']:,} in, {summary['kept']:,} kept; {summary['duplicates']:,} "
-        f"duplicates, {summary['filtered']:,} filtered, {summary['rejected']:,} rejected",
+        "  documents  " + where_records_went(accounting_totals(m)),
     ]
     if len(m.accounting) > 1:  # what each source gave: one that gave a document or two stands out
         tokens = sum(a.tokens for a in m.accounting.values()) or 1

@@ -4,9 +4,9 @@
     shardforge status gs://corpus/news --json
     shardforge status out/run
 
-Per version: its parent, the files it absorbed, the documents, tokens and
-shards it added, when it was committed and how long its files waited (landed
--> committed). Then the files matching the watch glob (recorded by
+Per version: its parent, the files it absorbed, where their records went (in,
+kept, duplicates, filtered, rejected), the tokens and shards it added, when it
+was committed, how long its files waited (landed -> committed) and its report. Then the files matching the watch glob (recorded by
 `pipelines.jobs.serve`, or --watch) that no version absorbed yet (pending, with the
 age of the oldest: the current ingest lag) and the files that changed after
 they were absorbed (never re-ingested; listed here).
@@ -27,15 +27,18 @@ import sys
 import time
 from typing import Any
 
+from pipelines.corpus.commit import manifest_tag
 from pipelines.jobs.ingest import SERVE_STATE, read_ledger, scan
+from pipelines.report.record import REPORT_HTML
 from schemas.errors import UserError
-from schemas.manifest import LATEST_NAME, MANIFEST_NAME, Manifest, manifest_summary
+from schemas.manifest import LATEST_NAME, MANIFEST_NAME, Manifest, accounting_totals, manifest_summary
+from schemas.naming import work_dir
 from schemas.run_folder import CKPT_DIR, METRICS_FILE
 from shardforge.console.args import ArgumentParser
 from shardforge.console.redact import redact_text
 from shardforge.console.run import run_cli
 from shardforge.console.words import counted
-from shardforge.storage import exists, get_fs, info_mtime, join, list_names, read_text
+from shardforge.storage import exists, get_fs, info_mtime, join, list_names, read_text, redact_url
 from shardforge.storage.contract import (
     committed_versions,
     folder_kind,
@@ -51,6 +54,24 @@ def _sums(m: Manifest | None) -> dict[str, int]:
     if m is None:
         return {"documents": 0, "tokens": 0, "samples": 0, "shards": 0}
     return {k: sum(getattr(t, k) for t in m.totals.values()) for k in ("documents", "tokens", "samples", "shards")}
+
+
+def records_added(m: Manifest, prev: Manifest | None) -> dict[str, int]:
+    """Where the records version m absorbed went: records in, duplicates, filtered and rejected (m's accounting
+    less its parent's)."""
+    now, before = accounting_totals(m), accounting_totals(prev) if prev else {}
+    return {out: now[key] - before.get(key, 0) for out, key in
+            (("input", "input"), ("duplicates", "duplicate"), ("filtered", "filtered"), ("rejected", "rejected"))}
+
+
+def version_report(root: str, m: Manifest) -> str | None:
+    """The report.html of the batch that made version m (in its attempt's folder), where its tag is known; a
+    build adopted as version 1 has its report at the corpus's root."""
+    tag = manifest_tag(m)
+    url = join(root, work_dir(tag), REPORT_HTML) if tag else None
+    if m.version == 1 and (url is None or not exists(url)) and exists(join(root, REPORT_HTML)):
+        url = join(root, REPORT_HTML)
+    return redact_url(url) if url else None
 
 
 def corpus_status(root: str, watch: str | None = None, now: float | None = None) -> dict[str, Any]:
@@ -83,10 +104,10 @@ def corpus_status(root: str, watch: str | None = None, now: float | None = None)
             "version": n, "parent": m.parent, "files": len(m.inputs),
             "documents": cur["documents"] - before["documents"], "tokens": cur["tokens"] - before["tokens"],
             "samples": cur["samples"] - before["samples"], "shards": cur["shards"] - before["shards"],
-            "duplicates": sum(sum(a.duplicate.values()) for a in m.accounting.values())
-            - (sum(sum(a.duplicate.values()) for a in prev.accounting.values()) if prev else 0),
+            **records_added(m, prev),
             "committed_at": committed, "max_lag_s": max(lags, default=None),
             "mean_lag_s": (sum(lags) / len(lags)) if lags else None,
+            "report": version_report(root, m),
         })
         prev = m
     try:
@@ -246,12 +267,16 @@ def render(st: dict[str, Any]) -> str:
                                             else f"  (v{st['latest_committed']} committed; {LATEST_NAME} not yet moved)"),
              f"totals   {st['totals']['documents']:,} documents, {st['totals']['tokens']:,} tokens, "
              f"{counted(st['totals']['shards'], 'shard')}; {counted(st['files_absorbed'], 'file')} absorbed", ""]
-    lines.append(f"{'version':>7} {'files':>5} {'docs':>7} {'tokens':>11} {'shards':>6} {'dups':>5}  "
-                 f"{'committed':19}  {'max lag':>8}")
+    lines.append(f"{'version':>7} {'files':>5} {'docs in':>8} {'kept':>7} {'dups':>5} {'filtered':>8} "
+                 f"{'rejected':>8} {'tokens':>11} {'shards':>6}  {'committed':19}  {'max lag':>8}")
     for r in st["versions"]:
-        lines.append(f"{'v' + str(r['version']):>7} {r['files']:>5,} {r['documents']:>7,} {r['tokens']:>11,} "
-                     f"{r['shards']:>6,} {r['duplicates']:>5,}  {_fmt_time(r['committed_at']):19}  "
-                     f"{_fmt_s(r['max_lag_s']):>8}")
+        lines.append(f"{'v' + str(r['version']):>7} {r['files']:>5,} {r['input']:>8,} {r['documents']:>7,} "
+                     f"{r['duplicates']:>5,} {r['filtered']:>8,} {r['rejected']:>8,} {r['tokens']:>11,} "
+                     f"{r['shards']:>6,}  {_fmt_time(r['committed_at']):19}  {_fmt_s(r['max_lag_s']):>8}")
+    last = st["versions"][-1] if st["versions"] else {}
+    if last.get("report"):
+        lines.append(f"report   {last['report']}  (v{last['version']}'s: what it kept, filtered, deduplicated and "
+                     "rejected, and why; each version's is in its versions/ folder)")
     lines.append("")
     if not st["watch"]:
         lines.append("watch    (none recorded; pass --watch GLOB to list pending files)")
