@@ -20,11 +20,12 @@ from pipelines.corpus.commit import committed_tags
 from pipelines.jobs.batched import PLAN_NAME, build_in_batches, plan_batches
 from pipelines.jobs.build import run_build
 from pipelines.jobs.ingest import RawFile
-from pipelines.jobs.summary import summarize
+from pipelines.jobs.summary import batched_report, read_report, summarize, summary_text
 from pipelines.localrunner.heap import ARROW_POOL_ENV
 from pipelines.report.record import RUN_DEPENDENT_FILES
 from schemas.config import BuildConfig
 from schemas.errors import UserError
+from schemas.manifest import accounting_totals
 from shardforge.commands.synth import make_article
 from shardforge.storage.contract import load_manifest
 
@@ -77,6 +78,8 @@ def write_raw(root: Path) -> dict[str, str]:
     and a stories folder; returns the source globs."""
     rng = random.Random(21)
     arts = [[make_article(rng, rng.randint(8, 14)) for _ in range(PER_FILE)] for _ in range(NEWS_FILES)]
+    for i in (1, 4):  # an address in files of different batches: the PII placeholders are summed over batches
+        arts[i][2] += f" Readers can write to desk{i}@example.com with corrections."
     (root / "news").mkdir(parents=True)
     for i in range(NEWS_FILES):
         nxt = arts[(i + 1) % NEWS_FILES]
@@ -97,7 +100,7 @@ def config(globs: dict[str, str]) -> BuildConfig:
     return BuildConfig.model_validate({
         "sources": [{"name": n, "input": g} for n, g in globs.items()],
         "clean": {"disabled_rules": ["dup_ngrams", "top_ngrams"]},
-        "tokenizer": {"vocab_size": 300},
+        "tokenizer": {"vocab_size": 320},
         "packing": {"max_seq_len": 96, "valid_fraction": 0.1},
         "shards": {"target_samples": 16, "target_bytes": 1 << 30},
     })
@@ -146,8 +149,9 @@ def test_several_batches_one_corpus_same_accounting_as_one_shot(batched, tmp_pat
     m = batched["manifest"]
     assert m.version >= 3, "the corpus should have been cut into several batches"
     assert load_manifest(batched["out"])[0] == m  # manifest.json is the last version
-    one = summarize(run_build(batched["cfg"], str(tmp_path / "one-shot")))
-    got = summarize(m)
+    one_shot = str(tmp_path / "one-shot")
+    one = summarize(run_build(batched["cfg"], one_shot), read_report(one_shot))
+    got = summarize(m, batched_report(batched["out"]))
     # Planted: one exact and one near copy per news file, one bad line; every record accounted for.
     assert got["documents_in"] == NEWS_FILES * (PER_FILE + 2) + 1 + 3
     assert got["rejected"] == 1 and got["duplicates"] == 2 * NEWS_FILES
@@ -160,6 +164,33 @@ def test_several_batches_one_corpus_same_accounting_as_one_shot(batched, tmp_pat
     absorbed = [f.path for n in range(1, m.version + 1)
                 for f in load_manifest(os.path.join(batched["out"], f"manifest-v{n}.json"))[0].inputs]
     assert sorted(absorbed) == sorted(p for g in batched["globs"].values() for p in glob.glob(g))
+    # The summary's report figures, merged over the batches' own reports: as the one-shot build's where they
+    # count the same records; the rest from the batches' tokens.
+    assert got["pii"] == one["pii"] == {"email": 2}
+    assert got["token_share"].keys() == one["token_share"].keys() and sum(got["token_share"].values()) == \
+        pytest.approx(1, abs=1e-3)
+    for split, t in m.totals.items():
+        assert got["fill_rate"][split] == round(t.tokens / (t.samples * m.max_seq_len), 4)
+    tok = batched_report(batched["out"])["tokenizer"]
+    assert tok["tokens"] == sum(a.tokens for a in m.accounting.values())
+    assert got["tokenizer"]["tokens_per_word"] == round(tok["tokens"] / tok["words"], 6)
+    text = summary_text({**got, "manifest": f"{batched['out']}/manifest.json", "report": "r"}, m).splitlines()
+    assert (f"  tokenizer  unigram, {tok['vocab_size']:,} pieces; {tok['tokens'] / tok['words']:.2f} tokens per "
+            "word, <unk> 0.00%") in text and "  pii        2 email replaced by placeholders" in text
+
+
+def test_the_command_summarizes_a_batched_build_from_its_batches_reports(batched, tmp_path, capsys) -> None:
+    """The command's summary of a batched corpus (here a rerun of the finished build: nothing to do) has the
+    report's lines a one-shot build has: the tokenizer, fill rates, PII, taken from the batches' reports."""
+    from pipelines.build import main
+
+    cfg = tmp_path / "build.json"
+    cfg.write_text(batched["cfg"].model_dump_json())
+    assert main(["--config", str(cfg), "--output", batched["out"], "--batch_mb", str(batch_mb(batched["globs"]))]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert any(line.startswith("  tokenizer  unigram, ") and line.endswith(" tokens per word, <unk> 0.00%")
+               for line in out), out
+    assert "  pii        2 email replaced by placeholders" in out and "; fill rate train " in "\n".join(out)
 
 
 @pytest.mark.slow
@@ -218,7 +249,16 @@ def test_an_interrupted_build_resumes_to_byte_identical_output(batched, tmp_path
     assert first.version == 1 and recover("corpus", clean_orphans=False).root == out
     capfd.readouterr()
     final = build_in_batches(batched["cfg"], out, mb)
-    assert "resuming" in capfd.readouterr().err
+    err = capfd.readouterr().err
+    assert "resuming" in err
+    # Each batch's line says where its records went (its version's accounting less its parent's).
+    for n in range(2, final.version + 1):
+        now, before = (accounting_totals(load_manifest(os.path.join(out, f"manifest-v{v}.json"))[0])
+                       for v in (n, n - 1))
+        grew = {k: now[k] - before[k] for k in now}
+        assert (f" -> v{n}: documents {grew['input']} in, {grew['kept']} kept; {grew['duplicate']} "
+                f"duplicate{'' if grew['duplicate'] == 1 else 's'}, {grew['filtered']} filtered, "
+                f"{grew['rejected']} rejected; +") in err
     assert final == batched["manifest"]
     assert committed_files(out) == committed_files(batched["out"])  # another folder, the same bytes
     # A rerun of a finished build does nothing and returns the same corpus.
@@ -400,8 +440,10 @@ def test_a_batch_process_leaves_out_the_integrations_a_local_build_never_uses(tm
     code = f"""
 import json, sys, types
 stand_in = types.ModuleType("pipelines.jobs.ingest")
+class Batch:
+    accounting = {{}}
 class Result:
-    version, new_shards, timings = 1, 0, None
+    version, new_shards, timings, batch = 1, 0, None, Batch()
 def recover(output, clean_orphans):
     return output
 def ingest_sources(state, batch_files, cfg, beam_args):

@@ -32,6 +32,7 @@ def _outcome(output: str, batch_files: list[tuple[Any, tuple[Any, ...]]], cfg: A
     local_build_process()
     from pipelines.jobs.ingest import ingest_sources, recover
     from pipelines.options import quiet_beam
+    from schemas.manifest import accounting_totals
     from shardforge.console.redact import install_log_redaction
     from shardforge.console.run import find_user_error, quiet_library_logs, was_interrupted
 
@@ -42,7 +43,8 @@ def _outcome(output: str, batch_files: list[tuple[Any, tuple[Any, ...]]], cfg: A
     quiet_beam()
     try:
         res = ingest_sources(recover(output, clean_orphans=False), batch_files, cfg, beam_args)
-        return ("ok", res.version, res.new_shards, res.timings.to_json() if res.timings else None)
+        return ("ok", res.version, res.new_shards, res.timings.to_json() if res.timings else None,
+                accounting_totals(res.batch))
     except Exception as e:  # reported to the parent, which raises it there
         if was_interrupted(e):  # a KeyboardInterrupt a runner wrapped
             return ("interrupted",)

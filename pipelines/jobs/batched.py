@@ -45,12 +45,14 @@ from pipelines.jobs.ingest import (
     list_raw_files,
     recover,
 )
+from pipelines.jobs.summary import where_records_went
 from pipelines.report.timings import TIMINGS_HTML, BuildTimings, RunTimings, timings_table, write_timings
 from pipelines.sources.listing import check_one_source_each, check_some_readable, no_match
 from schemas.config import BuildConfig, SourceConfig
 from schemas.errors import UserError
-from schemas.manifest import Manifest
+from schemas.manifest import Manifest, accounting_totals
 from schemas.naming import work_dir
+from shardforge.console.words import counted
 from shardforge.storage import (
     create_if_absent,
     exists,
@@ -184,8 +186,9 @@ def _write_index_page(output: str, m: Manifest, timings: dict[int, float], stage
 
 
 def _run_isolated(output: str, batch_files: list[tuple[SourceConfig, tuple[RawFile, ...]]], cfg: BuildConfig,
-                  beam_args: Sequence[str]) -> tuple[int, int, RunTimings | None]:
-    """Run one batch in a spawned child; (version, new shards, its pipeline's timings)."""
+                  beam_args: Sequence[str]) -> tuple[int, int, RunTimings | None, dict[str, int]]:
+    """Run one batch in a spawned child; (version, new shards, its pipeline's timings, where its records
+    went: ``accounting_totals`` of its manifest)."""
     import multiprocessing as mp
 
     from pipelines.jobs.batch_process import run_batch
@@ -209,7 +212,7 @@ def _run_isolated(output: str, batch_files: list[tuple[SourceConfig, tuple[RawFi
         raise UserError(msg[1])
     if msg[0] != "ok":
         raise RuntimeError(f"batch failed (exit code {proc.exitcode}):\n{msg[1]}")
-    return msg[1], msg[2], RunTimings.from_json(msg[3]) if msg[3] is not None else None
+    return msg[1], msg[2], RunTimings.from_json(msg[3]) if msg[3] is not None else None, msg[4]
 
 
 def build_in_batches(cfg: BuildConfig, output: str, batch_mb: float, beam_args: Sequence[str] = (),
@@ -250,15 +253,16 @@ def build_in_batches(cfg: BuildConfig, output: str, batch_mb: float, beam_args: 
         batch_files = [(sources[name], fs) for name, fs in b.files]
         t0 = time.monotonic()
         if isolate:
-            version, new_shards, run = _run_isolated(output, batch_files, cfg, beam_args)
+            version, new_shards, run, records = _run_isolated(output, batch_files, cfg, beam_args)
         else:
             res = ingest_sources(state, batch_files, cfg, beam_args)
-            version, new_shards, run = res.version, res.new_shards, res.timings
+            version, new_shards, run, records = res.version, res.new_shards, res.timings, accounting_totals(res.batch)
         timings[version] = time.monotonic() - t0
         if run is not None:
             runs.append((f"v{version}", run))
-        print(f"[batch {i + 1}/{len(batches)}] {b.count} files, {b.size / 1e6:.3g} MB -> v{version}: "
-              f"+{new_shards} shards in {timings[version]:.1f} s", file=sys.stderr, flush=True)
+        print(f"[batch {i + 1}/{len(batches)}] {counted(b.count, 'file')}, {b.size / 1e6:.3g} MB -> v{version}: "
+              f"documents {where_records_went(records)}; +{counted(new_shards, 'shard')} in "
+              f"{timings[version]:.1f} s", file=sys.stderr, flush=True)
     if isolate and stop > done:  # the batches committed in their own processes
         state = recover(output, clean_orphans=False)
     if state.latest is None:

@@ -22,7 +22,7 @@ from pipelines.flags import build_parser, take_json, take_print_config
 from pipelines.graph import build_pipeline
 from pipelines.jobs.build_config import build_config_from_options
 from pipelines.jobs.memory import batching_hint
-from pipelines.jobs.summary import read_report, read_timings, summarize, summary_text
+from pipelines.jobs.summary import batched_report, read_report, read_timings, summarize, summary_text
 from pipelines.localrunner import progress
 from pipelines.options import (
     LOCAL_RUNNER,
@@ -164,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         timings: dict[str, float] = {}
         manifest = run_build(cfg, o.output, beam_args, batch_mb=o.batch_mb, timings=timings)
         committed.append(o.output)
-        report = read_report(o.output)
+        report = read_report(o.output) if o.batch_mb is None else batched_report(o.output)
         summary = summarize(manifest, report)
         # Wall time this driver process saw per phase, in seconds (the pipeline's includes writing
         # the report); where the time went inside the pipeline is stage_seconds, below.

@@ -58,6 +58,59 @@ def read_report(output: str) -> dict[str, Any] | None:
     return json.loads(read_text(url)) if exists(url) else None
 
 
+def batched_report(output: str) -> dict[str, Any] | None:
+    """What summarize() reads from report.json, merged over the batches of a batched build (each version's
+    report in its own folder): the tokenizer's rates over all batches' tokens and words, token shares, fill
+    rates, dedupe clusters, PII and decontamination counts summed. None where a batch's report is missing."""
+    from pipelines.corpus.commit import committed_tags
+    from schemas.naming import work_dir
+
+    tags = committed_tags(output)
+    reports = []
+    for n in sorted(tags):
+        url = join(output, work_dir(tags[n]), REPORT_JSON)
+        if not exists(url):
+            return None
+        reports.append(json.loads(read_text(url)))
+    if not reports:
+        return None
+    first = reports[0]
+    tokens, words, unk = (sum(r["tokenizer"][k] for r in reports) for k in ("tokens", "words", "unk_tokens"))
+    tok = {**first["tokenizer"], "tokens": tokens, "words": words, "unk_tokens": unk,
+           "tokens_per_word": tokens / words if words else 0.0, "unk_rate": unk / tokens if tokens else 0.0}
+    share: dict[str, int] = {}
+    splits: dict[str, dict[str, int]] = {}
+    clusters: dict[str, int] = {}
+    pii: dict[str, int] = {}
+    decon: dict[str, int] = {}
+    for r in reports:
+        for name, v in r["token_share"].items():
+            share[name] = share.get(name, 0) + v["tokens"]
+        for split, v in r["packing"]["splits"].items():
+            acc = splits.setdefault(split, {"sequences": 0, "tokens": 0})
+            acc["sequences"] += v["sequences"]
+            acc["tokens"] += v["tokens"]
+        for size, count in r["dedupe"]["cluster_sizes"].items():
+            clusters[size] = clusters.get(size, 0) + count
+        for kind, v in r.get("pii", {}).get("totals", {}).items():
+            pii[kind] = pii.get(kind, 0) + v["replaced"]
+        for name, b in ((r.get("decontamination") or {}).get("benchmarks") or {}).items():
+            decon[name] = decon.get(name, 0) + b["documents"]
+    total = sum(share.values()) or 1
+    width = first["packing"]["max_seq_len"]
+    out: dict[str, Any] = {
+        "tokenizer": tok,
+        "token_share": {k: {"share": v / total, "tokens": v} for k, v in share.items()},
+        "packing": {"splits": {k: {**v, "fill_rate": v["tokens"] / (v["sequences"] * width) if v["sequences"] else 0.0}
+                               for k, v in splits.items()}},
+        "dedupe": {"cluster_sizes": clusters},
+        "pii": {"totals": {k: {"replaced": v} for k, v in pii.items()}},
+    }
+    if any(r.get("decontamination") for r in reports):
+        out["decontamination"] = {"benchmarks": {k: {"documents": v} for k, v in decon.items()}}
+    return out
+
+
 def read_timings(output: str) -> dict[str, Any] | None:
     """The build's timings.json (``pipelines.report.timings``), or None where none was written."""
     url = join(output, TIMINGS_JSON)
