@@ -193,6 +193,20 @@ def test_the_command_summarizes_a_batched_build_from_its_batches_reports(batched
     assert "  pii        2 email replaced by placeholders" in out and "; fill rate train " in "\n".join(out)
 
 
+def test_status_of_a_batched_corpus_counts_each_batch_and_names_the_index_report(batched) -> None:
+    from shardforge.commands.status import corpus_status, render
+
+    st = corpus_status(batched["out"])
+    m = batched["manifest"]
+    assert st["batched"] and st["report"] == os.path.join(batched["out"], "report.html")
+    total = accounting_totals(m)
+    assert sum(r["input"] for r in st["versions"]) == total["input"]
+    assert sum(r["rejected"] for r in st["versions"]) == total["rejected"] == 1
+    text = render(st)
+    assert f"report   {st['report']}  (the batched build's: its totals, and each batch's report)" in text
+    assert "built in batches (--batch_mb)" in text and "pass --watch GLOB" not in text
+
+
 @pytest.mark.slow
 def test_duplicates_are_caught_across_batches_and_no_document_is_kept_twice(batched) -> None:
     root, m = batched["out"], batched["manifest"]

@@ -28,6 +28,7 @@ import time
 from typing import Any
 
 from pipelines.corpus.commit import manifest_tag
+from pipelines.jobs.batched import PLAN_NAME
 from pipelines.jobs.ingest import SERVE_STATE, read_ledger, scan
 from pipelines.report.record import REPORT_HTML
 from schemas.errors import UserError
@@ -115,8 +116,10 @@ def corpus_status(root: str, watch: str | None = None, now: float | None = None)
     except FileNotFoundError:
         state = {}
     watch = watch or state.get("watch")
+    batched = exists(join(root, PLAN_NAME))
     out: dict[str, Any] = {
-        "corpus": root, "served": True, "latest": read_latest_pointer(root), "latest_committed": versions[-1] if versions else None,
+        "corpus": root, "served": True, "batched": batched,
+        "report": redact_url(join(root, REPORT_HTML)) if batched else prev and version_report(root, prev), "latest": read_latest_pointer(root), "latest_committed": versions[-1] if versions else None,
         "versions": rows, "totals": _sums(prev), "files_absorbed": len(ledger), "watch": watch,
         "pending": [], "changed": [], "oldest_pending_age_s": None,
     }
@@ -273,12 +276,16 @@ def render(st: dict[str, Any]) -> str:
         lines.append(f"{'v' + str(r['version']):>7} {r['files']:>5,} {r['input']:>8,} {r['documents']:>7,} "
                      f"{r['duplicates']:>5,} {r['filtered']:>8,} {r['rejected']:>8,} {r['tokens']:>11,} "
                      f"{r['shards']:>6,}  {_fmt_time(r['committed_at']):19}  {_fmt_s(r['max_lag_s']):>8}")
-    last = st["versions"][-1] if st["versions"] else {}
-    if last.get("report"):
-        lines.append(f"report   {last['report']}  (v{last['version']}'s: what it kept, filtered, deduplicated and "
-                     "rejected, and why; each version's is in its versions/ folder)")
+    if st["batched"]:
+        lines.append(f"report   {st['report']}  (the batched build's: its totals, and each batch's report)")
+    elif st["report"]:
+        lines.append(f"report   {st['report']}  (v{st['latest_committed']}'s: what it kept, filtered, deduplicated "
+                     "and rejected, and why; each version's is in its versions/ folder)")
     lines.append("")
-    if not st["watch"]:
+    if st["batched"] and not st["watch"]:
+        lines.append("built in batches (--batch_mb): each batch is a version; max lag is from a file's mtime to "
+                     "its batch's commit")
+    elif not st["watch"]:
         lines.append("watch    (none recorded; pass --watch GLOB to list pending files)")
     else:
         lines.append(f"watch    {st['watch']}")
