@@ -6,7 +6,8 @@
 
 Per version: its parent, the files it absorbed, where their records went (in,
 kept, duplicates, filtered, rejected), the tokens and shards it added, when it
-was committed, how long its files waited (landed -> committed) and its report. Then the files matching the watch glob (recorded by
+was committed, how long its files waited (landed -> committed) and its report.
+Then the files matching the watch glob (recorded by
 `pipelines.jobs.serve`, or --watch) that no version absorbed yet (pending, with the
 age of the oldest: the current ingest lag) and the files that changed after
 they were absorbed (never re-ingested; listed here).
@@ -118,8 +119,10 @@ def corpus_status(root: str, watch: str | None = None, now: float | None = None)
     watch = watch or state.get("watch")
     batched = exists(join(root, PLAN_NAME))
     out: dict[str, Any] = {
-        "corpus": root, "served": True, "batched": batched,
-        "report": redact_url(join(root, REPORT_HTML)) if batched else prev and version_report(root, prev), "latest": read_latest_pointer(root), "latest_committed": versions[-1] if versions else None,
+        "corpus": root, "served": True, "batched": batched, "latest": read_latest_pointer(root),
+        "latest_committed": versions[-1] if versions else None,
+        # a batched build's index page (its totals, each batch's report), else the latest version's report
+        "report": redact_url(join(root, REPORT_HTML)) if batched else rows[-1]["report"] if rows else None,
         "versions": rows, "totals": _sums(prev), "files_absorbed": len(ledger), "watch": watch,
         "pending": [], "changed": [], "oldest_pending_age_s": None,
     }
