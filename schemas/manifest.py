@@ -188,7 +188,18 @@ def valid_fraction_for(m: Manifest, masked: int) -> float | None:
     fraction = m.config.get("packing", {}).get("valid_fraction")
     if not fraction:
         return None
-    want = min(0.5, fraction * FEW_MASKED / max(masked, 1))
+    return _two_digits_up(fraction * FEW_MASKED / max(masked, 1))
+
+
+def valid_fraction_for_empty(tokens: int, documents: int, rate: float) -> float:
+    """The valid fraction for a corpus whose valid split came out empty: about FEW_MASKED masked tokens at
+    ``rate`` out of its ``tokens``, and at least 3 of its ``documents`` expected (the split is drawn per
+    document), rounded up to two digits, at most 0.5."""
+    return _two_digits_up(max(FEW_MASKED / max(tokens * rate, 1.0), 3 / max(documents, 1)))
+
+
+def _two_digits_up(want: float) -> float:
+    want = min(0.5, want)
     step = 10.0 ** (math.floor(math.log10(want)) - 1)
     return min(0.5, math.ceil(round(want / step, 6)) * step)
 

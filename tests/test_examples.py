@@ -113,6 +113,18 @@ def test_a_valid_split_too_small_for_a_steady_loss_is_said_with_the_repack_that_
     big = small.model_copy(update={"totals": {**m.totals, "valid": SplitTotals(shards=1, samples=90, tokens=6667)}})
     none = small.model_copy(update={"totals": {k: v for k, v in m.totals.items() if k != "valid"}})
     assert valid_line(big, str(out)) == [] and valid_line(none, str(out)) == []
+    # A repack whose valid split came out empty says so (a build warns of it), with the fraction that gives
+    # about 1,000 predicted tokens and 3 documents expected; none asked for (valid_fraction 0): nothing.
+    kept = sum(t.documents for t in none.totals.values())
+    tokens = sum(t.tokens for t in none.totals.values())
+    (empty,) = valid_line(none, str(out), say_empty=True)
+    assert empty.startswith(f"  valid      none: none of the {kept:,} documents fell in it at valid_fraction "
+                            f"{m.config['packing']['valid_fraction']:g}, so training on it cannot evaluate (repack it: "
+                            f"shardforge repack --tokenized {out} --output NEW --valid_fraction "), empty
+    asked = float(empty.rsplit(" ", 1)[1].rstrip(")"))
+    assert asked >= max(1000 / (0.15 * tokens), 3 / kept) and asked < 1.1 * max(1000 / (0.15 * tokens), 3 / kept)
+    unasked = none.model_copy(update={"config": {**m.config, "packing": {**m.config["packing"], "valid_fraction": 0}}})
+    assert valid_line(unasked, str(out), say_empty=True) == []
     assert valid_line(big.model_copy(update={"totals": {"valid": SplitTotals(samples=90, tokens=6600)}}), str(out))
     one = valid_line(small.model_copy(update={"totals": {"valid": SplitTotals(samples=1, tokens=319, documents=1)}}),
                      str(out))
@@ -146,7 +158,9 @@ def test_inspect_says_what_a_pair_label_means(example_build, tmp_path) -> None:
     # Repack's summary is a few lines for a person, as the build's (JSON is --json's).
     lines = res.stdout.strip().splitlines()
     assert lines[0] == f"repacked corpus {tmp_path / 'sop'}" and "{" not in res.stdout, res.stdout
-    assert lines[1].startswith(f"  from       {out} ") and "rule sop" in lines[2] and len(lines) == 4
+    assert lines[1].startswith(f"  from       {out} ") and "rule sop" in lines[2] and len(lines) == 5
+    # 60 documents at the example's valid_fraction 0.01 drew none into valid: said, with the repack that would
+    assert lines[3].startswith("  valid      none: none of the ") and f"--tokenized {out} --output NEW " in lines[3]
     assert lines[-1].startswith(f"  look       shardforge inspect {tmp_path / 'sop'}")
     res = run("-m", "shardforge.cli", "inspect", str(tmp_path / "sop"), "--samples", "4")
     assert res.returncode == 0, res.stderr[-3000:]

@@ -578,5 +578,8 @@ def test_an_empty_valid_split_is_a_warning_unless_none_was_asked_for() -> None:
     assert line == ("warning: the valid split is empty: none of the 58 kept documents fell in it (valid_fraction "
                     "0.01), so training on it cannot evaluate; a repack of this corpus with a larger "
                     "--valid_fraction gives it documents (shardforge repack --tokenized CORPUS --output NEW "
-                    "--valid_fraction F)")
+                    "--valid_fraction 0.38)")  # 1,000 / (15% of 17,988 tokens) = 0.371, up to two digits
     assert build_warnings(manifest(0.01, 1)) == [] and build_warnings(manifest(0.0, 0)) == []
+    # The build names its corpus; a corpus of many small documents takes at least 3 of them expected.
+    (line,) = build_warnings({**manifest(0.01, 0), "totals": {"train": {"documents": 40, "tokens": 332748}}}, "gs://b/c")
+    assert line.endswith("(shardforge repack --tokenized gs://b/c --output NEW --valid_fraction 0.075)")

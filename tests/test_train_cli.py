@@ -15,6 +15,7 @@ import pytest
 
 from schemas.config import TrainConfig
 from schemas.errors import UserError
+from schemas.manifest import valid_fraction_for_empty
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -244,6 +245,15 @@ def test_the_description_names_the_run_and_max_tokens_sets_the_steps(small_corpu
     assert said_eval(often, manifest).startswith(f"evaluation: every 10 steps and at step {planned.steps}, ")
     assert "checkpoints (every 10 steps and at the end" in output_line(often)
     assert "checkpoints (at the end" in output_line(planned.model_copy(update={"checkpoint_every": 1000}))
+    # A corpus without a valid split: the repack that gives it one (~1,000 masked tokens at the run's rate).
+    no_valid = manifest.model_copy(update={"shards": manifest.shards_of("train"),
+                                           "totals": {"train": manifest.totals["train"]}})
+    local = planned.model_copy(update={"data": "/data/corpus"})
+    train_totals = manifest.totals["train"]
+    want = valid_fraction_for_empty(train_totals.tokens, train_totals.documents, 0.4)  # the run's masking rate
+    assert said_eval(local, no_valid) == (
+        "evaluation: none (the corpus has no valid split; repack it: shardforge repack --tokenized /data/corpus "
+        f"--output NEW --valid_fraction {want:.2g})")
     each = planned.model_copy(update={"eval_every": 1, "checkpoint_every": 1, "log_every": 1})
     assert said_eval(each, manifest).startswith(f"evaluation: every step and at step {planned.steps}, ")
     assert "checkpoints (every step and at the end" in output_line(each) and output_line(each).endswith("a line every step")

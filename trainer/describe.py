@@ -187,7 +187,9 @@ def eval_line(cfg: TrainConfig, manifest: Manifest, valid_batches: int | None = 
     if not cfg.eval_batches:
         return "evaluation: off (eval_batches=0)"
     if not manifest.shards_of("valid"):
-        return "evaluation: none (the corpus has no valid split)"
+        hint = "" if cfg.mix else \
+            f"; {more_valid_hint(manifest, corpus_root(manifest_url(cfg.data)), 0, cfg.masking.rate)}"
+        return f"evaluation: none (the corpus has no valid split{hint})"
     when = f"{every(cfg.eval_every)} and at step {cfg.steps:,}" if 0 < cfg.eval_every < cfg.steps \
         else f"at step {cfg.steps:,}"
     masking = cfg.eval_masking or cfg.masking

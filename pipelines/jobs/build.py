@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
             summary["stage_seconds"] = stage_doc["stages"] and {k: round(v, 2) for k, v in stage_doc["stages"].items()}
             summary["timings"] = redact_url(join(o.output, TIMINGS_JSON))
             print(summary_line(stage_doc), file=sys.stderr)
-        for w in build_warnings(manifest.model_dump(mode="json")) + decontamination_warnings(
+        for w in build_warnings(manifest.model_dump(mode="json"), redact_url(o.output)) + decontamination_warnings(
                 (report or {}).get("decontamination")):
             print(w, file=sys.stderr)
         summary["manifest"] = redact_url(join(o.output, "manifest.json"))

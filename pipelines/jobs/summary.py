@@ -125,13 +125,19 @@ def shards_line(m: Manifest) -> str:
             f"rule {m.packing_rule}")
 
 
-def valid_line(m: Manifest, root: str) -> list[str]:
+def valid_line(m: Manifest, root: str, say_empty: bool = False) -> list[str]:
     """A valid split too small for a steady evaluation loss (under FEW_MASKED predicted tokens at the
     trainer's default masking rate): its size, and the repack (or build) whose valid fraction gives about
-    that many. [] for a split large enough, or none."""
+    that many; with ``say_empty`` (a repack: a build warns of it), an empty one its valid fraction asked
+    for. [] for a split large enough, or none asked for."""
     valid = m.totals.get("valid")
     rate = MaskingConfig.model_fields["rate"].default
     masked = round(valid.tokens * rate) if valid is not None else 0
+    fraction = m.config.get("packing", {}).get("valid_fraction")
+    if (valid is None or not valid.samples) and fraction and say_empty:
+        kept = sum(t.documents for t in m.totals.values())
+        return [f"  valid      none: none of the {counted(kept, 'document')} fell in it at valid_fraction "
+                f"{fraction:g}, so training on it cannot evaluate ({more_valid_hint(m, root, 0, rate)})"]
     if valid is None or not valid.samples or masked >= FEW_MASKED:
         return []
     docs = f" from {counted(valid.documents, 'document')}" if valid.documents else ""
@@ -151,7 +157,7 @@ def repack_summary_text(m: Manifest, output: str) -> str:
     parent = redact_url(m.parent).removesuffix("/manifest.json") if m.parent else "?"
     root = redact_url(output.rstrip("/"))
     return "\n".join([f"repacked corpus {root}", f"  from       {parent} (its tokenized documents and tokenizer)",
-                      shards_line(m), *valid_line(m, root),
+                      shards_line(m), *valid_line(m, root, say_empty=True),
                       f"  look       shardforge inspect {root}  (samples, and what a label means)"])
 
 

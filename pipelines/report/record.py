@@ -19,6 +19,8 @@ import platform
 from typing import Any
 
 from pipelines.report.summaries import ALL, SIMILARITY_BINS, bin_edges
+from schemas.config import MaskingConfig
+from schemas.manifest import valid_fraction_for_empty
 from shardforge.console.words import counted
 
 # The report's files, written at the corpus root next to the manifest.
@@ -74,10 +76,10 @@ def rules_enabled(config: dict[str, Any]) -> dict[str, bool]:
     return {name: name not in off for name in sorted(RULE_NAMES - set(RULE_ALIASES))}
 
 
-def build_warnings(manifest: dict[str, Any]) -> list[str]:
+def build_warnings(manifest: dict[str, Any], corpus: str = "CORPUS") -> list[str]:
     """One line per thing a user should look at: a rule removing most of a source, documents that do not
     decode, matches that are no files, a small vocabulary, an empty valid split (the same lines on stderr
-    and in the report)."""
+    and in the report; ``corpus``: the corpus's URL where a command names it)."""
     out = []
     sources = manifest.get("config", {}).get("sources", [])
     encodings = {s.get("name"): s.get("encoding", "utf-8") for s in sources}
@@ -110,10 +112,12 @@ def build_warnings(manifest: dict[str, Any]) -> list[str]:
     totals = manifest.get("totals", {})
     kept = sum(t.get("documents", 0) for t in totals.values())
     if fraction and kept and not totals.get("valid", {}).get("documents"):
+        tokens = sum(t.get("tokens", 0) for t in totals.values())
+        want = valid_fraction_for_empty(tokens, kept, MaskingConfig.model_fields["rate"].default)
         out.append(f"warning: the valid split is empty: none of the {kept:,} kept documents fell in it "
                    f"(valid_fraction {fraction:g}), so training on it cannot evaluate; a repack of this "
-                   "corpus with a larger --valid_fraction gives it documents (shardforge repack --tokenized "
-                   "CORPUS --output NEW --valid_fraction F)")
+                   f"corpus with a larger --valid_fraction gives it documents (shardforge repack --tokenized "
+                   f"{corpus} --output NEW --valid_fraction {want:.2g})")
     return out
 
 

@@ -27,6 +27,7 @@ from schemas.manifest import (
     parse_manifest,
     repack_origin,
     valid_fraction_for,
+    valid_fraction_for_empty,
 )
 from schemas.naming import manifest_version, version_manifest_name
 from schemas.run_folder import CKPT_DIR, METRICS_FILE
@@ -288,10 +289,16 @@ def repack_hint(manifest: Manifest, root: str, flags: dict[str, str]) -> str:
     return f"repack it: shardforge repack --tokenized {redact_url(source)} --output NEW {said}"
 
 
-def more_valid_hint(manifest: Manifest, root: str, masked: int) -> str:
+def more_valid_hint(manifest: Manifest, root: str, masked: int, rate: float = 0.15) -> str:
     """How to get a valid split with about FEW_MASKED masked tokens where this one gives ``masked``: the
-    repack (or build) with the valid fraction scaled up (``schemas.manifest.valid_fraction_for``)."""
-    want = valid_fraction_for(manifest, masked)
+    repack (or build) with the valid fraction scaled up (``schemas.manifest.valid_fraction_for``); for an
+    empty split, the fraction that many tokens at ``rate`` take (``valid_fraction_for_empty``)."""
+    valid = manifest.totals.get("valid")
+    if valid is None or not valid.documents:
+        want = valid_fraction_for_empty(sum(t.tokens for t in manifest.totals.values()),
+                                        sum(t.documents for t in manifest.totals.values()), rate)
+    else:
+        want = valid_fraction_for(manifest, masked)
     if want is None:
         return "a larger --valid_fraction holds more"
     return repack_hint(manifest, root, {"--valid_fraction": f"{want:.2g}"})
