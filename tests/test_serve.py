@@ -308,7 +308,9 @@ def test_a_batch_warns_as_a_build_does_and_judges_the_valid_split_over_the_corpu
                                                  "were rejected as invalid_utf8")
     assert batch_warnings(BatchResult(3, v3, batch, 1, 1, 1.0, "r")) == []
     none_valid = v3.model_copy(update={"totals": {"train": v3.totals["train"], "valid": SplitTotals()}})
-    assert any("the valid split is empty" in w for w in batch_warnings(BatchResult(3, none_valid, bad, 1, 1, 1.0, "r")))
+    (empty,) = [w for w in batch_warnings(BatchResult(3, none_valid, bad, 1, 1, 1.0, "r"), corpus)
+                if "the valid split is empty" in w]
+    assert f"(shardforge repack --tokenized {corpus} --output NEW --valid_fraction " in empty
 
 
 def test_recover_repairs_every_crash_window_after_the_commit(served, tmp_path):

@@ -241,12 +241,12 @@ def _nothing_to_ingest(watch: str, state: CorpusState, start_version: int) -> No
         log.warning("--once: --watch %s matches no file: nothing to ingest", redact_url(watch))
 
 
-def batch_warnings(res: BatchResult) -> list[str]:
+def batch_warnings(res: BatchResult, corpus: str = "CORPUS") -> list[str]:
     """The build's warnings over a batch's records (a rule that removed most of them, undecodable ones, ...);
     the valid split is judged over the whole corpus (a small batch may well add nothing to it)."""
     batch = res.batch.model_dump(mode="json")
     batch["totals"] = res.manifest.model_dump(mode="json")["totals"]
-    return build_warnings(batch)
+    return build_warnings(batch, corpus)
 
 
 def _loop(args: argparse.Namespace, corpus: str, watch: str, source: SourceConfig, build_argv: list[str],
@@ -310,7 +310,7 @@ def _loop(args: argparse.Namespace, corpus: str, watch: str, source: SourceConfi
                          res.version, counted(res.files, "file"), where_records_went(accounting_totals(res.batch)),
                          counted(res.new_shards, "new shard"), res.seconds, max(lags, default=0.0),
                          redact_url(res.report))
-                for line in batch_warnings(res):
+                for line in batch_warnings(res, redact_url(corpus)):
                     log.warning("v%d: %s", res.version, line.removeprefix("warning: "))
                 new_cfg = None
                 if args.once or len(ready) > len(batch):
