@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 import tarfile
@@ -246,6 +247,14 @@ def test_shards_validate_and_read_with_plain_webdataset(batched) -> None:
     for n in range(1, m.version + 1):  # the root page links every batch's own report, which exists
         folder = f"versions/{tags[n]}"
         assert f'href="{folder}/report.html"' in page and Path(batched["out"], folder, "report.html").exists()
+    # Why records were left out, over every batch; each batch's own counts, which sum to the corpus's.
+    total = accounting_totals(m)
+    assert '<tr><td style="text-align:left">rejected:malformed_json</td><td>1</td></tr>' in page
+    assert f'<td style="text-align:left">duplicate:exact</td><td>{m.accounting["news"].duplicate["exact"]}</td>' in page
+    rows = re.findall(r"<tr><td>v(\d+)</td><td>(\d+)</td><td>(\d+)</td><td>(\d+)</td><td>(\d+)</td><td>(\d+)</td>", page)
+    assert [int(r[0]) for r in rows] == list(range(1, m.version + 1))
+    assert [sum(int(r[i]) for r in rows) for i in range(1, 6)] == [total[k] for k in
+                                                                   ("input", "kept", "duplicate", "filtered", "rejected")]
     index = json.loads(Path(batched["out"], f"versions/{tags[m.version]}/dedupe/index/index.json").read_text())
     assert len(index["parts"]) >= m.version and all(p.startswith("../") for p in index["parts"][:-1])
 

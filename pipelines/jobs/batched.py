@@ -50,7 +50,7 @@ from pipelines.report.timings import TIMINGS_HTML, BuildTimings, RunTimings, tim
 from pipelines.sources.listing import check_one_source_each, check_some_readable, no_match
 from schemas.config import BuildConfig, SourceConfig
 from schemas.errors import UserError
-from schemas.manifest import Manifest, accounting_totals
+from schemas.manifest import Manifest, accounting_totals, parse_manifest
 from schemas.naming import work_dir
 from shardforge.console.words import counted
 from shardforge.storage import (
@@ -152,32 +152,53 @@ def _start_or_resume(output: str, plan: str, batches: Sequence[Batch]) -> int:
     return 0
 
 
-def _write_index_page(output: str, m: Manifest, timings: dict[int, float], stage_timings: dict[str, Any]) -> None:
-    """report.html at the root: corpus totals, a link to each batch's own report, and the seconds per
-    stage summed over the batches this run built (``pipelines.report.timings``; this page is run-dependent)."""
+def _batch_rows(output: str, m: Manifest, timings: dict[int, float]) -> str:
+    """One table row per batch: where its records went (its own batch manifest's accounting), a link to its
+    report, and its seconds in this run."""
     from pipelines.corpus.commit import committed_tags
+    from pipelines.graph import BATCH_MANIFEST_NAME
 
     tags = committed_tags(output)
     rows = []
     for n in range(1, m.version + 1):
         secs = f"{timings[n]:.1f}" if n in timings else ""
         folder = work_dir(tags[n]) if n in tags else f"versions/v{n}"
-        rows.append(f'<tr><td>v{n}</td><td><a href="{folder}/report.html">report</a></td>'
-                    f"<td>{secs}</td></tr>")
+        url = join(output, folder, BATCH_MANIFEST_NAME)
+        acc = accounting_totals(parse_manifest(read_text(url), url)) if exists(url) else {}
+        counts = "".join(f"<td>{acc.get(k, '')}</td>" for k in ("input", "kept", "duplicate", "filtered", "rejected"))
+        rows.append(f'<tr><td>v{n}</td>{counts}<td><a href="{folder}/report.html">report</a></td><td>{secs}</td></tr>')
+    return "".join(rows)
+
+
+def _write_index_page(output: str, m: Manifest, timings: dict[int, float], stage_timings: dict[str, Any]) -> None:
+    """report.html at the root: corpus totals, why records were left out (by rule, over every batch), what
+    to look at, each batch's counts and a link to its own report, and the seconds per stage summed over the
+    batches this run built (``pipelines.report.timings``; this page is run-dependent)."""
+    from pipelines.report.record import build_warnings, rule_counts
+    from pipelines.report.summaries import ALL
+
+    dumped = m.model_dump(mode="json")
     acc = "".join(
         f"<tr><td>{html.escape(s)}</td><td>{a.input}</td><td>{a.kept}</td><td>{sum(a.filtered.values())}</td>"
         f"<td>{sum(a.duplicate.values())}</td><td>{sum(a.rejected.values())}</td></tr>"
         for s, a in m.accounting.items())
+    reasons = "".join(f'<tr><td style="text-align:left">{html.escape(rule)}</td><td>{n[ALL]}</td></tr>'
+                      for rule, n in rule_counts(dumped).items())
+    warnings = "".join(f"<li>{html.escape(w)}</li>" for w in build_warnings(dumped, redact_url(output)))
     totals = "".join(f"<tr><td>{html.escape(k)}</td><td>{t.shards}</td><td>{t.samples}</td><td>{t.tokens}</td></tr>"
                      for k, t in m.totals.items())
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>shardforge batched build</title>
 <style>body{{font-family:sans-serif;margin:2em}}td,th{{padding:2px 10px;text-align:right}}</style></head><body>
 <h1>Batched build: {m.version} batches</h1>
+{f"<h2>Look at</h2><ul>{warnings}</ul>" if warnings else ""}
 <h2>Accounting</h2><table><tr><th>source</th><th>input</th><th>kept</th><th>filtered</th><th>duplicate</th>
 <th>rejected</th></tr>{acc}</table>
+<h2>Why records were left out</h2><p>Every batch's, by rule (the batches' reports show examples of each).</p>
+<table><tr><th>bucket:rule</th><th>records</th></tr>{reasons}</table>
 <h2>Splits</h2><table><tr><th>split</th><th>shards</th><th>samples</th><th>tokens</th></tr>{totals}</table>
 <h2>Batches</h2><p>Each batch has its own report (cleaning, dedupe and length plots of that batch).</p>
-<table><tr><th>version</th><th>report</th><th>seconds (this run)</th></tr>{''.join(rows)}</table>
+<table><tr><th>version</th><th>input</th><th>kept</th><th>duplicate</th><th>filtered</th><th>rejected</th>
+<th>report</th><th>seconds (this run)</th></tr>{_batch_rows(output, m, timings)}</table>
 {timings_table(stage_timings)}
 <p>The batches of this run, summed; each batch's own: <code>versions/&lt;tag&gt;/{TIMINGS_HTML}</code>.</p>
 </body></html>
