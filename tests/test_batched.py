@@ -194,6 +194,33 @@ def test_the_command_summarizes_a_batched_build_from_its_batches_reports(batched
     assert "  pii        2 email replaced by placeholders" in out and "; fill rate train " in "\n".join(out)
 
 
+def test_decontamination_is_summed_over_the_batches_and_its_file_warnings_said_once(batched, tmp_path) -> None:
+    """Each batch reads the same evaluation files: what they hold (texts, records that did not parse) is the
+    first batch's, the documents each batch removed are summed; the build's warnings read the merged section."""
+    import shutil
+
+    from pipelines.report.record import decontamination_warnings
+
+    out = tmp_path / "corpus"
+    shutil.copytree(batched["out"], out)
+    tags = committed_tags(str(out))
+    for n, tag in tags.items():
+        path = out / "versions" / tag / "report.json"
+        report = json.loads(path.read_text())
+        report["decontamination"] = {"ngram": 13, "benchmarks": {"qa.jsonl": {
+            "texts": 40, "ngrams": 900, "short_texts": 1, "bad_records": 2, "documents": n, "matched_ngrams": 10 * n}}}
+        path.write_text(json.dumps(report))
+    merged = batched_report(str(out))["decontamination"]
+    batches = len(tags)
+    assert merged["benchmarks"]["qa.jsonl"] == {"texts": 40, "ngrams": 900, "short_texts": 1, "bad_records": 2,
+                                                "documents": batches * (batches + 1) // 2,
+                                                "matched_ngrams": 10 * batches * (batches + 1) // 2}
+    assert summarize(batched["manifest"], batched_report(str(out)))["decontaminated"] == {
+        "qa.jsonl": batches * (batches + 1) // 2}
+    assert decontamination_warnings(merged) == ["warning: decontamination: 2 records of 'qa.jsonl' are not JSON and "
+                                                "were not read"]
+
+
 def test_status_of_a_batched_corpus_counts_each_batch_and_names_the_index_report(batched) -> None:
     from shardforge.commands.status import corpus_status, render
 

@@ -61,7 +61,8 @@ def read_report(output: str) -> dict[str, Any] | None:
 def batched_report(output: str) -> dict[str, Any] | None:
     """What summarize() reads from report.json, merged over the batches of a batched build (each version's
     report in its own folder): the tokenizer's rates over all batches' tokens and words, token shares, fill
-    rates, dedupe clusters, PII and decontamination counts summed. None where a batch's report is missing."""
+    rates, dedupe clusters, PII and the documents decontamination removed summed (what it says of the evaluation
+files themselves, the first batch's). None where a batch's report is missing."""
     from pipelines.corpus.commit import committed_tags
     from schemas.naming import work_dir
 
@@ -82,7 +83,6 @@ def batched_report(output: str) -> dict[str, Any] | None:
     splits: dict[str, dict[str, int]] = {}
     clusters: dict[str, int] = {}
     pii: dict[str, int] = {}
-    decon: dict[str, int] = {}
     for r in reports:
         for name, v in r["token_share"].items():
             share[name] = share.get(name, 0) + v["tokens"]
@@ -94,8 +94,6 @@ def batched_report(output: str) -> dict[str, Any] | None:
             clusters[size] = clusters.get(size, 0) + count
         for kind, v in r.get("pii", {}).get("totals", {}).items():
             pii[kind] = pii.get(kind, 0) + v["replaced"]
-        for name, b in ((r.get("decontamination") or {}).get("benchmarks") or {}).items():
-            decon[name] = decon.get(name, 0) + b["documents"]
     total = sum(share.values()) or 1
     width = first["packing"]["max_seq_len"]
     out: dict[str, Any] = {
@@ -106,8 +104,12 @@ def batched_report(output: str) -> dict[str, Any] | None:
         "dedupe": {"cluster_sizes": clusters},
         "pii": {"totals": {k: {"replaced": v} for k, v in pii.items()}},
     }
-    if any(r.get("decontamination") for r in reports):
-        out["decontamination"] = {"benchmarks": {k: {"documents": v} for k, v in decon.items()}}
+    decons = [r["decontamination"] for r in reports if r.get("decontamination")]
+    if decons:  # every batch read the same evaluation files: their own counts are the first batch's
+        out["decontamination"] = {**decons[0], "benchmarks": {
+            name: {**b, **{k: sum(d["benchmarks"].get(name, {}).get(k, 0) for d in decons)
+                           for k in ("documents", "matched_ngrams")}}
+            for name, b in decons[0]["benchmarks"].items()}}
     return out
 
 
