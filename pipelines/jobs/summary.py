@@ -6,7 +6,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pipelines.report.record import REPORT_JSON, TIMINGS_HTML, build_warnings, rule_counts
+from pipelines.report.record import (
+    REPORT_JSON,
+    TIMINGS_HTML,
+    build_warnings,
+    decontamination_warnings,
+    rule_counts,
+)
 from pipelines.report.summaries import ALL
 from pipelines.report.timings import TIMINGS_JSON
 from schemas.config import MaskingConfig
@@ -33,7 +39,7 @@ def summarize(m: Manifest, report: dict[str, Any] | None = None) -> dict[str, An
         "disabled_rules": m.config.get("clean", {}).get("disabled_rules", []),
         # the lines a user should look at (stderr's warning: lines, the report's); [] for none
         "warnings": report["warnings"] if report and "warnings" in report else
-        build_warnings(m.model_dump(mode="json")),
+        build_warnings(m.model_dump(mode="json")) + decontamination_warnings((report or {}).get("decontamination")),
     }
     if report:
         t = report["tokenizer"]
