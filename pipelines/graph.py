@@ -31,10 +31,8 @@ from pipelines.sources import ReadSources
 from pipelines.stages import CleanDocuments, DropEmpty, SplitSentences, decontaminate, tokenizer_model
 from pipelines.tokenizer.encode import Tokenize
 from schemas.config import BuildConfig
-from schemas.naming import work_dir
+from schemas.naming import BATCH_MANIFEST_NAME, work_dir
 from shardforge.storage import join
-
-BATCH_MANIFEST_NAME = "batch-manifest.json"
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ import re
 from typing import Any
 
 VERSIONS_DIR = "versions"
+BATCH_MANIFEST_NAME = "batch-manifest.json"  # an ingest batch's own manifest, in its attempt's folder
 TAG_PATTERN = r"v(?P<version>\d+)-[0-9a-f]{16}"
 TAG_RE = re.compile(rf"^{TAG_PATTERN}$")
 # Untagged names (`train-000000.tar`) are corpora written before attempt tags existed.

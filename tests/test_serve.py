@@ -29,7 +29,7 @@ from pipelines.jobs.ingest import read_ledger, recover
 from pipelines.records import make_doc_id
 from schemas.errors import UserError
 from schemas.manifest import LATEST_NAME, Manifest
-from schemas.naming import SHARD_NAME_RE
+from schemas.naming import BATCH_MANIFEST_NAME, SHARD_NAME_RE
 from shardforge.commands.synth import make_article
 from shardforge.storage.contract import (
     committed_versions,
@@ -288,7 +288,6 @@ def test_status_reports_versions_pending_and_changed(served, capsys):
 def test_a_batch_warns_as_a_build_does_and_judges_the_valid_split_over_the_corpus(served):
     """The build's warnings over a batch's own records (undecodable ones here); a batch that added nothing
     to the valid split is no warning while the corpus has one, and is one when the corpus has none."""
-    from pipelines.graph import BATCH_MANIFEST_NAME
     from pipelines.jobs.ingest import BatchResult
     from pipelines.jobs.serve import batch_warnings
     from schemas.manifest import SourceAccount, SplitTotals, parse_manifest

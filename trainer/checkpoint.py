@@ -323,7 +323,7 @@ def describe_model(model: ModelConfig, vocab_size: int) -> str:
         ("embedding_size", d.embedding_size, d.hidden), ("share", d.share, "none"),
         ("sentence_head", d.sentence_head, "none"), ("span_boundary", d.span_boundary, False),
         ("max_positions", d.max_positions, ModelConfig().max_positions)) if value != default]
-    return (f"size={model.size}: {d.layers} layers, hidden {d.hidden}, {d.heads} heads, "
+    return (f"size={model.size}: {counted(d.layers, 'layer')}, hidden {d.hidden}, {counted(d.heads, 'head')}, "
             f"intermediate {d.intermediate}, vocab {d.vocab_size}" + "".join(f", {e}" for e in extras))
 
 

@@ -121,7 +121,7 @@ def eval_lines(cfg: TrainConfig, step: int, m: dict[str, Any], has_valid: bool |
                 if isinstance(m.get("eval_tokens"), (int, float)) else "")
         return [f"- final eval loss: {m['eval_loss']:.4f} (step {m['eval_step']}{over})",
                 f"- eval loss is the MLM cross-entropy in nats, averaged over the predicted tokens of the first "
-                f"{cfg.eval_batches} batches of the corpus's valid split (the whole split, where it holds fewer), "
+                f"{counted(cfg.eval_batches, 'batch', 'batches')} of the corpus's valid split (the whole split, where it holds fewer), "
                 "at the evaluation masking rate: "
                 f"{masking_phrase(masking)}; perplexity is its exp"]
     if not m["found"]:

@@ -51,7 +51,7 @@ from pipelines.sources.listing import check_one_source_each, check_some_readable
 from schemas.config import BuildConfig, SourceConfig
 from schemas.errors import UserError
 from schemas.manifest import Manifest, accounting_totals, parse_manifest
-from schemas.naming import work_dir
+from schemas.naming import BATCH_MANIFEST_NAME, work_dir
 from shardforge.console.words import counted
 from shardforge.storage import (
     create_if_absent,
@@ -156,7 +156,6 @@ def _batch_rows(output: str, m: Manifest, timings: dict[int, float]) -> str:
     """One table row per batch: where its records went (its own batch manifest's accounting), a link to its
     report, and its seconds in this run."""
     from pipelines.corpus.commit import committed_tags
-    from pipelines.graph import BATCH_MANIFEST_NAME
 
     tags = committed_tags(output)
     rows = []
@@ -189,7 +188,7 @@ def _write_index_page(output: str, m: Manifest, timings: dict[int, float], stage
                      for k, t in m.totals.items())
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>shardforge batched build</title>
 <style>body{{font-family:sans-serif;margin:2em}}td,th{{padding:2px 10px;text-align:right}}</style></head><body>
-<h1>Batched build: {m.version} batches</h1>
+<h1>Batched build: {counted(m.version, 'batch', 'batches')}</h1>
 {f"<h2>Look at</h2><ul>{warnings}</ul>" if warnings else ""}
 <h2>Accounting</h2><table><tr><th>source</th><th>input</th><th>kept</th><th>filtered</th><th>duplicate</th>
 <th>rejected</th></tr>{acc}</table>

@@ -55,7 +55,14 @@ from schemas.manifest import (
     SplitTotals,
     parse_manifest,
 )
-from schemas.naming import SHARD_NAME_RE, VERSIONS_DIR, version_key_prefix, version_manifest_name, work_dir
+from schemas.naming import (
+    BATCH_MANIFEST_NAME,
+    SHARD_NAME_RE,
+    VERSIONS_DIR,
+    version_key_prefix,
+    version_manifest_name,
+    work_dir,
+)
 from shardforge.storage import (
     absolute,
     exists,
@@ -413,7 +420,7 @@ def ingest_sources(state: CorpusState, batch_files: Sequence[tuple[SourceConfig,
                    seen_at: dict[str, float] | None = None) -> BatchResult:
     """Absorb files of one or more sources (none absorbed yet) as the next version; updates `state`."""
 
-    from pipelines.graph import BATCH_MANIFEST_NAME, AppendTo, build_pipeline
+    from pipelines.graph import AppendTo, build_pipeline
     from pipelines.options import BuildOptions, RunnerPlan, describe_runner, finalize_options, make_pipeline
     from pipelines.report.timings import BuildTimings, measure, write_timings
 

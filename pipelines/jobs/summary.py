@@ -198,7 +198,7 @@ def summary_text(summary: dict[str, Any], m: Manifest) -> str:
         lines.append("  pii        " + ", ".join(f"{n:,} {k}" for k, n in summary["pii"].items())
                      + " replaced by placeholders")
     if "decontaminated" in summary:
-        lines.append("  evaluation " + ", ".join(f"{name}: {n:,} documents" for name, n in summary["decontaminated"].items())
+        lines.append("  evaluation " + ", ".join(f"{name}: {counted(n, 'document')}" for name, n in summary["decontaminated"].items())
                      + " overlapping (docs/dedupe.md: removed, or trimmed in spans mode)")
     root = summary["manifest"].rsplit("/", 1)[0]
     if summary.get("timings"):

@@ -20,6 +20,7 @@ from pipelines.report.record import (
 )
 from pipelines.report.summaries import ALL, BINS_PER_DECADE, EXAMPLES_PER_REASON
 from schemas.config import SAMPLE_BYTES_MIN, SAMPLE_BYTES_PER_PIECE, default_sample_bytes
+from shardforge.console.words import counted
 
 # C0 controls but tab, LF and CR, DEL and the C1 controls: HTML forbids them (a raw NUL is a parse
 # error), and a snippet of a binary record holds any byte; each is written as its \xNN escape.
@@ -166,7 +167,7 @@ def _decontamination_html(d: dict[str, Any] | None) -> str:
            e["overlap"]] for e in d["examples"]]
     return (f"<h2>Decontamination</h2><p>{d['ngram']}-word n-grams shared with the evaluation sets; mode "
             f"{escape(d['mode'])}; removed documents are counted as {escape(d['reason'])}; "
-            f"{d['candidates']} documents passed the filter to the exact join.</p>"
+            f"{counted(d['candidates'], 'document')} passed the filter to the exact join.</p>"
             + table(["benchmark file", "texts", "n-grams", "short texts", "bad records", "documents matched",
                      "n-grams matched"], rows)
             + (table(["source", "documents removed", "documents trimmed", "words cut"], src) if src else "")
@@ -217,8 +218,9 @@ def render_html(report: dict[str, Any], svgs: dict[str, str]) -> str:
     rows.append("<tr class=total>" + cell("total") + "".join(cell(t[k]) for k in ("input", "kept", "filtered",
                                                                                   "duplicate", "rejected"))
                 + cell("") + cell("") + "</tr>")
-    splits = "".join(f"<li>{escape(k)}: {v.get('documents', 0)} documents, {v.get('samples', 0)} samples, "
-                     f"{v.get('tokens', 0)} tokens in {v.get('shards', 0)} shards</li>"
+    splits = "".join(f"<li>{escape(k)}: {counted(v.get('documents', 0), 'document')}, "
+                     f"{counted(v.get('samples', 0), 'sample')}, {counted(v.get('tokens', 0), 'token')} in "
+                     f"{counted(v.get('shards', 0), 'shard')}</li>"
                      for k, v in sorted(report["totals_by_split"].items()))
     return f"""{page_head("shardforge build report")}
 <p>Every input record ends in exactly one bucket: input = kept + filtered + duplicate + rejected.

@@ -10,6 +10,7 @@ from typing import Any
 
 from pipelines.report import charts
 from pipelines.report.summaries import ALL, BINS_PER_DECADE, NUM_BINS, SIMILARITY_BINS, bin_edges
+from shardforge.console.words import counted
 
 BUCKET_COLORS = {"filtered": "#e69f00", "duplicate": "#56b4e9", "rejected": "#d55e00"}
 
@@ -133,7 +134,7 @@ def plot_packing(report: dict[str, Any]) -> str:
         sp = pk["splits"][split]
         edges = pk["bin_lower_edges"]
         panels.append(charts.Panel(
-            title=f"{split}: {sp['sequences']} sequences, fill {100 * sp['fill_rate']:.1f}%",
+            title=f"{split}: {counted(sp['sequences'], 'sequence')}, fill {100 * sp['fill_rate']:.1f}%",
             xlabel=f"ids per sequence (max_seq_len {pk['max_seq_len']})", ylabel="sequences",
             xlim=(0, (edges[-1] + pk["bin_width"]) if edges else 1), ylim=(0, (max(sp["counts"], default=0) or 1) * 1.1),
             integer_x=True, integer_y=True, marks=[charts.vbars(edges, sp["counts"], pk["bin_width"], "#cc79a7")]))

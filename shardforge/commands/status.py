@@ -253,11 +253,11 @@ def render_plain(st: dict[str, Any]) -> str:
              "ingest lag (those come from `shardforge serve`)",
              f"rule     {m['packing_rule']}, max_seq_len {m['max_seq_len']}; tokenizer {m['tokenizer']['path']} "
              f"(vocab {m['tokenizer']['vocab_size']})" + (f"; parent {m['parent']}" if m["parent"] else ""),
-             f"input    {acc['input']:,} documents: {acc['kept']:,} kept, {acc['filtered']:,} filtered, "
+             f"input    {counted(acc['input'], 'document')}: {acc['kept']:,} kept, {acc['filtered']:,} filtered, "
              f"{acc['duplicate']:,} duplicate, {acc['rejected']:,} rejected"]
     for split, t in m["splits"].items():
-        lines.append(f"{split:8} {t['documents']:,} documents, {t['samples']:,} samples, {t['tokens']:,} tokens, "
-                     f"{t['shards']:,} shards, {t['bytes']:,} bytes")
+        lines.append(f"{split:8} {counted(t['documents'], 'document')}, {counted(t['samples'], 'sample')}, "
+                     f"{counted(t['tokens'], 'token')}, {counted(t['shards'], 'shard')}, {t['bytes']:,} bytes")
     lines.append("(shardforge inspect shows its samples; shardforge validate checks its shards)")
     return "\n".join(lines)
 
