@@ -78,3 +78,54 @@ def test_real_news_still_splits_at_sentence_ends():
     assert ends > 0.97
     mean_words = sum(len(s.split()) for s in sents) / len(sents)
     assert 15 < mean_words < 35, mean_words
+
+
+def _ends(text: str) -> set[int]:
+    """Where the sentences of ``text`` end (offsets just past each one's last character)."""
+    out, pos = set(), 0
+    for s in split_sentences(text):
+        pos = text.index(s, pos) + len(s)
+        out.add(pos)
+    return out
+
+
+def test_acronyms_etc_and_a_period_after_a_bracket_end_sentences_in_real_text():
+    """Against pysbd on real prose (benchmarks/bench_sentences.py) these were the splitter's own misses: an
+    upper-case acronym is no listed abbreviation ("the signing CA. For example", not "ca." circa), "etc."
+    before a capital ends its sentence (a lower-case word after it continues), and a period after a closing
+    bracket or quote belongs to no abbreviation ("(Shell Co.). Before"), and a citation mark after a sentence
+    stays with it ("Benjamin.[1] In 2005"). Dotted forms stay joined ("U.S. Army")."""
+    from realtext import aws_documents, wiki_documents
+
+    docs = aws_documents() + wiki_documents()
+    ends = re.compile(r"(?:(?<![\w.])[A-Z]{2,}|\betc|[)\"])\.(?= +[A-Z][a-z])"  # not "and.NET." (a dotted form)
+                      r"|(?<=[a-z])\.(?:\[\d+\])+(?= +[A-Z][a-z])")  # a citation mark: "Benjamin.[1] In 2005"
+    dotted = re.compile(r"\bU\.S\.(?= (?:Army|Navy|Senate|House|Congress|Census|President)\b)")
+    hits = joined = 0
+    for d in docs:
+        found = [m.end() for m in ends.finditer(d)]
+        kept = [m.end() for m in dotted.finditer(d)]
+        if found or kept:
+            at = _ends(d)
+            missed = [d[max(0, p - 40):p + 20] for p in found if p not in at]
+            assert not missed, missed[:3]
+            assert not [p for p in kept if p in at], d[:80]
+            hits, joined = hits + len(found), joined + len(kept)
+    assert hits >= 40 and joined >= 10, (hits, joined)
+    assert split_sentences("Apples, pears, etc. are fruit. Filed with the SEC. The firm fell.") == [
+        "Apples, pears, etc. are fruit.", "Filed with the SEC.", "The firm fell."]
+
+
+def test_a_quote_opening_with_a_bracket_begins_a_sentence_in_real_news():
+    """The Lee news corpus quotes with an editor's bracket: 'the milestone. "[I] don't want ...'. The next
+    sentence begins past every opening quote and bracket (it looked past one only)."""
+    from realtext import news_documents
+
+    found = 0
+    for d in news_documents():
+        for m in re.finditer(r"[.!?] +(?=\"\[[A-Z])", d):
+            assert m.start() + 1 in _ends(d), d[max(0, m.start() - 40):m.end() + 20]
+            found += 1
+    assert found >= 3, found
+    assert split_sentences("He spoke to Brig. Gen. Felix Zollicoffer. He left.") == [
+        "He spoke to Brig. Gen. Felix Zollicoffer.", "He left."]

@@ -22,9 +22,9 @@ from itertools import islice
 # Case-insensitive: never (or hardly ever) a sentence's last word in running text.
 _ABBREV = frozenset("""
 mr mrs ms messrs mmes dr prof sr jr st mt ft rev hon fr msgr gen col lt maj capt cmdr adm sgt cpl
-pvt gov sen rep pres supt det insp atty amb
+pvt gov sen rep pres supt det insp atty amb brig
 jan feb mar apr jun jul aug sep sept oct nov dec
-vs etc e.g i.e u.s u.k u.n a.m p.m cf viz approx ca
+vs e.g i.e u.s u.k u.n a.m p.m cf viz approx ca
 inc ltd co corp bros assn dept univ govt natl intl
 ave blvd rd hwy
 fig figs eq eqs sec secs ch chap vol vols ed eds pp ref refs al op cit ibid suppl ser trans
@@ -47,13 +47,14 @@ _CJK_ENDS = frozenset(_CJK_MARKS + _CJK_CLOSERS)
 _CLOSING = "\"'\u201d\u2019)\\]\u00bb\u203a" + _CJK_CLOSERS
 _OPENERS = "\"'([\u201c\u2018\u201e\u201a\u00ab\u2039\u00bf\u00a1\u300c\u300e\uff08\u3010"
 _CLOSERS = ".!?\"')]\u201d\u2019\u00bb\u203a"
+# A citation mark after the sentence's end stays with it ("Benjamin.[1] In 2005"; Wikipedia's text as scraped).
 # [marks][marks]* rather than [marks]+: a pattern whose first item is a character set lets the regex
 # engine skip ahead to the next mark in C (3x faster on prose); the matches are the same. After a
-# mark and whitespace the next letter (past an opening quote) is checked in code (``_begins``): re
+# mark and whitespace the next letter (past opening quotes and brackets) is checked in code (``_begins``): re
 # has no class for the upper-case letters of every script. After an ideographic mark or its closing
 # bracket (the lookbehind) no whitespace is needed.
-_BOUNDARY = re.compile(f"([{_MARKS}{_CJK_MARKS}][{_MARKS}{_CJK_MARKS}]*[{_CLOSING}]*)"
-                       f"(?:\\s+(?=[{_OPENERS}]?\\w)|(?<=[{_CJK_MARKS}{_CJK_CLOSERS}])\\s*(?=\\S))")
+_BOUNDARY = re.compile(f"([{_MARKS}{_CJK_MARKS}][{_MARKS}{_CJK_MARKS}]*[{_CLOSING}]*(?:\\[\\d{{1,3}}\\])*)"
+                       f"(?:\\s+(?=[{_OPENERS}]*\\w)|(?<=[{_CJK_MARKS}{_CJK_CLOSERS}])\\s*(?=\\S))")
 
 
 def _begins(c: str) -> bool:
@@ -69,6 +70,8 @@ def is_abbreviation(word: str, next_char: str) -> bool:
         return True
     if lower in _BEFORE_NUMBER:
         return next_char.isdigit()
+    if word.isupper() and "." not in word:  # an acronym, not a listed abbreviation: "the signing CA."
+        return False
     if lower in _ABBREV or word in _ABBREV_CAPITALIZED:
         return True
     # other dotted forms such as "N.Y." or "W.Va." (a letter, a period, a letter...)
@@ -85,15 +88,16 @@ def iter_sentences(text: str) -> Iterator[str]:
         for m in _BOUNDARY.finditer(para):
             end = m.end(1)
             mark = m.group(1)
-            if mark[-1] not in _CJK_ENDS:  # a space and a letter follow: does it begin a sentence?
-                nxt = para[m.end()]
-                if not _begins(para[m.end() + 1] if nxt in _OPENERS else nxt):
-                    continue
+            after = m.end()  # the next word's first letter, past its opening quotes and brackets ("[I] ...")
+            while after < len(para) - 1 and para[after] in _OPENERS:
+                after += 1
+            if mark[-1] not in _CJK_ENDS and not _begins(para[after]):  # a space and a letter follow
+                continue
             # Only a single period can follow an abbreviation ("!", "?" and ".." always end).
-            if mark[0] == "." and not mark.startswith(".."):
-                word = para[start:end].rsplit(None, 1)[-1].rstrip(_CLOSERS).lstrip(_OPENERS)
-                nxt = para[m.end():m.end() + 2].lstrip(_OPENERS)[:1]
-                if is_abbreviation(word, nxt):
+            # (nor one after a closing bracket or quote: "(Shell Co.). The ...").
+            if mark[0] == "." and not mark.startswith("..") and para[m.start(1) - 1] not in _CLOSERS[3:]:
+                word = para[start:m.start(1)].rsplit(None, 1)[-1].rstrip(_CLOSERS).lstrip(_OPENERS)
+                if is_abbreviation(word, para[after]):
                     continue
             yield para[start:end].strip()
             start = m.end()
