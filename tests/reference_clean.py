@@ -11,6 +11,12 @@ One exception: the language rule is a policy, not part of the rewrite. Since b51
 share of the text in the kept languages by CLD2's chunks (``LanguageGuess.shares``), so
 ``identify_cld2`` and ``accepts_language`` here are the package's own.
 
+A third, the sentence splitter's policy since: an upper-case word is an acronym, not a listed
+abbreviation ("the signing CA."); a period right after a space, a closing bracket or a quote belongs to
+no abbreviation ("(Shell Co.). The"); "etc." is no abbreviation (a lower-case word after it continues
+anyway) and "Brig." is; a sentence begins past any number of opening quotes and brackets ('"[I] don't');
+a citation mark after the end stays with its sentence ("Benjamin.[1] In 2005").
+
 A second: text in other languages than English, a policy added since and written here in this
 file's plain style (the package's fast path is held to it like the rest): the sentence-final marks
 of other scripts end sentences and lines (``_SCRIPT_MARKS``, ``_CJK_MARKS``; after a mark and a space
@@ -46,9 +52,9 @@ from schemas.config import CleanConfig, SourceConfig
 # Case-insensitive: never (or hardly ever) a sentence's last word in running text.
 _ABBREV = frozenset("""
 mr mrs ms messrs mmes dr prof sr jr st mt ft rev hon fr msgr gen col lt maj capt cmdr adm sgt cpl
-pvt gov sen rep pres supt det insp atty amb
+pvt gov sen rep pres supt det insp atty amb brig
 jan feb mar apr jun jul aug sep sept oct nov dec
-vs etc e.g i.e u.s u.k u.n a.m p.m cf viz approx ca
+vs e.g i.e u.s u.k u.n a.m p.m cf viz approx ca
 inc ltd co corp bros assn dept univ govt natl intl
 ave blvd rd hwy
 fig figs eq eqs sec secs ch chap vol vols ed eds pp ref refs al op cit ibid suppl ser trans
@@ -65,7 +71,7 @@ _CJK_MARKS = "\u3002\uff01\uff1f\uff0e\uff61"
 _CJK_CLOSERS = "\u300d\u300f\uff09\u3011\u3015\u300b\u3009"
 _SCRIPT_MARKS = "\u0964\u0965\u061f\u06d4\u0589\u1362\u104b"
 _BOUNDARY = re.compile("([.!?" + _SCRIPT_MARKS + _CJK_MARKS + "]+[\"'\u201d\u2019)\\]\u00bb\u203a" + _CJK_CLOSERS
-                       + "]*)(\\s*)")
+                       + "]*(?:\\[\\d{1,3}\\])*)(\\s*)")
 _OPENERS = "\"'([\u201c\u2018\u201e\u201a\u00ab\u2039\u00bf\u00a1\u300c\u300e\uff08\u3010"
 _CLOSERS = ".!?\"')]\u201d\u2019\u00bb\u203a"
 
@@ -79,7 +85,7 @@ def _ends_sentence(para: str, m: re.Match) -> bool:
         return True
     if not m.group(2):
         return False
-    c = rest[1] if rest[0] in _OPENERS and len(rest) > 1 else rest[0]
+    c = rest.lstrip(_OPENERS)[:1] or rest[-1]
     return c.isupper() or c.isdigit() or (c.isalpha() and not c.islower())
 
 
@@ -90,6 +96,8 @@ def is_abbreviation(word: str, next_char: str) -> bool:
         return True
     if lower in _BEFORE_NUMBER:
         return next_char.isdigit()
+    if word.isupper() and "." not in word:
+        return False
     if lower in _ABBREV or word in _ABBREV_CAPITALIZED:
         return True
     # other dotted forms such as "N.Y." or "W.Va." (a letter, a period, a letter...)
@@ -108,9 +116,11 @@ def split_sentences(text: str) -> list[str]:
             if not _ends_sentence(para, m):
                 continue
             end = m.end(1)
-            word = para[start:end].rsplit(None, 1)[-1].rstrip(_CLOSERS).lstrip(_OPENERS)
-            nxt = para[m.end():m.end() + 2].lstrip(_OPENERS)[:1]
-            if m.group(1).startswith(".") and not m.group(1).startswith("..") and is_abbreviation(word, nxt):
+            before = para[start:m.start(1)]
+            nxt = para[m.end():].lstrip(_OPENERS)[:1]
+            if (m.group(1).startswith(".") and not m.group(1).startswith("..") and before
+                    and not before[-1].isspace() and before[-1] not in "\"')]\u201d\u2019\u00bb\u203a"
+                    and is_abbreviation(before.split()[-1].rstrip(_CLOSERS).lstrip(_OPENERS), nxt)):
                 continue
             out.append(para[start:end].strip())
             start = m.end()

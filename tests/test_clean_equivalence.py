@@ -109,7 +109,8 @@ def test_duplicated_ngrams_of_long_texts_equal_the_reference(vocab, length):
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.sampled_from(list("ab .!?\n\"'") + ["Mr.", "No.", " 5", "U.S.", "A", "...", " The"]), max_size=80),
+@given(st.lists(st.sampled_from(list("ab .!?\n\"'([)") + ["Mr.", "No.", " 5", "U.S.", "A", "...", " The", "CA.", "etc.",
+                                                              "Co.).", "[1]", "[12]", "Brig."]), max_size=80),
        st.integers(min_value=-1, max_value=6))
 def test_sentence_count_stops_early_and_agrees(parts, at_most):
     text = "".join(parts)

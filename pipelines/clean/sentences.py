@@ -93,10 +93,12 @@ def iter_sentences(text: str) -> Iterator[str]:
                 after += 1
             if mark[-1] not in _CJK_ENDS and not _begins(para[after]):  # a space and a letter follow
                 continue
-            # Only a single period can follow an abbreviation ("!", "?" and ".." always end).
-            # (nor one after a closing bracket or quote: "(Shell Co.). The ...").
-            if mark[0] == "." and not mark.startswith("..") and para[m.start(1) - 1] not in _CLOSERS[3:]:
-                word = para[start:m.start(1)].rsplit(None, 1)[-1].rstrip(_CLOSERS).lstrip(_OPENERS)
+            # Only a single period can follow an abbreviation ("!", "?" and ".." always end), and only
+            # right after its word (not after a space, a closing bracket or quote: "(Shell Co.). The ...").
+            before = para[start:m.start(1)]
+            if mark[0] == "." and not mark.startswith("..") and before and not before[-1].isspace() \
+                    and before[-1] not in _CLOSERS[3:]:
+                word = before.rsplit(None, 1)[-1].rstrip(_CLOSERS).lstrip(_OPENERS)
                 if is_abbreviation(word, para[after]):
                     continue
             yield para[start:end].strip()
