@@ -67,8 +67,8 @@ def read_report(output: str) -> dict[str, Any] | None:
 def batched_report(output: str) -> dict[str, Any] | None:
     """What summarize() reads from report.json, merged over the batches of a batched build (each version's
     report in its own folder): the tokenizer's rates over all batches' tokens and words, token shares, fill
-    rates, dedupe clusters, PII and the documents decontamination removed summed (what it says of the evaluation
-files themselves, the first batch's). None where a batch's report is missing."""
+    rates, dedupe clusters, PII and the documents decontamination removed summed (what it says of the
+    evaluation files themselves, the first batch's). None where a batch's report is missing."""
     from pipelines.corpus.commit import committed_tags
     from schemas.naming import work_dir
 
@@ -145,7 +145,7 @@ def valid_line(m: Manifest, root: str, say_empty: bool = False) -> list[str]:
     if (valid is None or not valid.samples) and fraction and say_empty:
         kept = sum(t.documents for t in m.totals.values())
         return [f"  valid      none: none of the {counted(kept, 'document')} fell in it at valid_fraction "
-                f"{fraction:g}, so training on it cannot evaluate ({more_valid_hint(m, root, 0, rate)})"]
+                f"{fraction:g}, so training on it cannot evaluate ({more_valid_hint(m, root, 0)})"]
     if valid is None or not valid.samples or masked >= FEW_MASKED:
         return []
     docs = f" from {counted(valid.documents, 'document')}" if valid.documents else ""

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
+from schemas.config import MaskingConfig
 from schemas.configfile import config_data_from_bytes, config_from_bytes
 from schemas.errors import UserError
 from schemas.manifest import (
@@ -289,10 +290,12 @@ def repack_hint(manifest: Manifest, root: str, flags: dict[str, str]) -> str:
     return f"repack it: shardforge repack --tokenized {redact_url(source)} --output NEW {said}"
 
 
-def more_valid_hint(manifest: Manifest, root: str, masked: int, rate: float = 0.15) -> str:
+def more_valid_hint(manifest: Manifest, root: str, masked: int,
+                    rate: float = MaskingConfig.model_fields["rate"].default) -> str:
     """How to get a valid split with about FEW_MASKED masked tokens where this one gives ``masked``: the
     repack (or build) with the valid fraction scaled up (``schemas.manifest.valid_fraction_for``); for an
-    empty split, the fraction that many tokens at ``rate`` take (``valid_fraction_for_empty``)."""
+    empty split, the fraction that many tokens at ``rate`` (the trainer's default masking rate unless
+    given) take (``valid_fraction_for_empty``)."""
     valid = manifest.totals.get("valid")
     if valid is None or not valid.documents:
         want = valid_fraction_for_empty(sum(t.tokens for t in manifest.totals.values()),
