@@ -257,6 +257,9 @@ def test_the_description_names_the_run_and_max_tokens_sets_the_steps(small_corpu
     each = planned.model_copy(update={"eval_every": 1, "checkpoint_every": 1, "log_every": 1})
     assert said_eval(each, manifest).startswith(f"evaluation: every step and at step {planned.steps}, ")
     assert "checkpoints (every step and at the end" in output_line(each) and output_line(each).endswith("a line every step")
+    # A run no longer than log_every logs its first and last step only (it said "a line every 10 steps").
+    assert output_line(planned.model_copy(update={"log_every": planned.steps})).endswith(
+        "a line at the first and last step")
     assert "gs://b/runs/r1/checkpoints" in lines[6] and "TensorBoard" not in lines[6]  # remote: no event files
     from trainer.describe import eval_line
 

@@ -217,7 +217,7 @@ def output_line(cfg: TrainConfig) -> str:
         logs.append(f"TensorBoard {where(join(cfg.output, 'tb'))}")
     logs += [name for name, on in (("W&B", cfg.trackers.wandb), ("MLflow", cfg.trackers.mlflow)) if on]
     keep = f"keep {cfg.keep_last}" if cfg.keep_last else "keep all"
-    lines = f"a line {every(cfg.log_every)}" if cfg.log_every else "a line at the first and last step"
+    lines = f"a line {every(cfg.log_every)}" if 0 < cfg.log_every < cfg.steps else "a line at the first and last step"
     return (f"output: checkpoints {where(join(cfg.output, 'checkpoints'))} ({when}, {keep}{resume}); "
             f"{', '.join(logs)}; {lines}")
 
