@@ -158,9 +158,21 @@ def test_inspect_says_what_a_pair_label_means(example_build, tmp_path) -> None:
     # Repack's summary is a few lines for a person, as the build's (JSON is --json's).
     lines = res.stdout.strip().splitlines()
     assert lines[0] == f"repacked corpus {tmp_path / 'sop'}" and "{" not in res.stdout, res.stdout
-    assert lines[1].startswith(f"  from       {out} ") and "rule sop" in lines[2] and len(lines) == 5
+    assert lines[1].startswith(f"  from       {out} ") and "rule sop" in lines[3] and len(lines) == 6
+    m = json.loads((tmp_path / "sop" / "manifest.json").read_text())
+    kept = sum(a["kept"] for a in m["accounting"].values())
+    packed = {split: t["documents"] for split, t in m["totals"].items()}
+    assert lines[2] == f"  documents  {sum(packed.values())} of the {kept} kept, in train {packed['train']}", lines[2]
+    # Documents the rule gave no sequence are counted.
+    from pipelines.jobs.summary import documents_packed_line
+    from schemas.manifest import Manifest, SplitTotals
+
+    fewer = Manifest.model_validate(m)
+    fewer = fewer.model_copy(update={"totals": {"train": SplitTotals(documents=kept - 1), "valid": SplitTotals()}})
+    assert documents_packed_line(fewer) == (f"  documents  {kept - 1} of the {kept} kept, in train {kept - 1} and "
+                                            "valid 0; 1 document gave no sop sequence")
     # 60 documents at the example's valid_fraction 0.01 drew none into valid: said, with the repack that would
-    assert lines[3].startswith("  valid      none: none of the ") and f"--tokenized {out} --output NEW " in lines[3]
+    assert lines[4].startswith("  valid      none: none of the ") and f"--tokenized {out} --output NEW " in lines[4]
     assert lines[-1].startswith(f"  look       shardforge inspect {tmp_path / 'sop'}")
     res = run("-m", "shardforge.cli", "inspect", str(tmp_path / "sop"), "--samples", "4")
     assert res.returncode == 0, res.stderr[-3000:]

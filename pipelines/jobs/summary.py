@@ -160,12 +160,21 @@ def repack_summary(m: Manifest) -> dict[str, Any]:
             "shards": len(m.shards), "totals": {split: t.model_dump() for split, t in m.totals.items()}}
 
 
+def documents_packed_line(m: Manifest) -> str:
+    """``  documents  353 of the 353 kept, in train 317 and valid 36``: the documents the rule gave a
+    sequence, of those the origin kept, and the one the rule gave none, where any."""
+    kept, packed = accounting_totals(m)["kept"], sum(t.documents for t in m.totals.values())
+    splits = " and ".join(f"{name} {t.documents:,}" for name, t in sorted(m.totals.items()))
+    lost = f"; {counted(kept - packed, 'document')} gave no {m.packing_rule} sequence" if packed < kept else ""
+    return f"  documents  {packed:,} of the {kept:,} kept, in {splits}{lost}"
+
+
 def repack_summary_text(m: Manifest, output: str) -> str:
     """Repack's summary for a person: the new corpus, its parent, its shards, and how to look at it."""
     parent = redact_url(m.parent).removesuffix("/manifest.json") if m.parent else "?"
     root = redact_url(output.rstrip("/"))
     return "\n".join([f"repacked corpus {root}", f"  from       {parent} (its tokenized documents and tokenizer)",
-                      shards_line(m), *valid_line(m, root, say_empty=True),
+                      documents_packed_line(m), shards_line(m), *valid_line(m, root, say_empty=True),
                       f"  look       shardforge inspect {root}  (samples, and what a label means)"])
 
 
