@@ -31,6 +31,8 @@ from typing import Any
 
 VERSIONS_DIR = "versions"
 BATCH_MANIFEST_NAME = "batch-manifest.json"  # an ingest batch's own manifest, in its attempt's folder
+INGEST_DIR = "ingest"  # a versioned corpus's ledger, serve state and batch plan
+PLAN_NAME = f"{INGEST_DIR}/batches.json"  # a --batch_mb build's plan: which file in which batch
 TAG_PATTERN = r"v(?P<version>\d+)-[0-9a-f]{16}"
 TAG_RE = re.compile(rf"^{TAG_PATTERN}$")
 # Untagged names (`train-000000.tar`) are corpora written before attempt tags existed.

@@ -47,6 +47,7 @@ _CJK_ENDS = frozenset(_CJK_MARKS + _CJK_CLOSERS)
 _CLOSING = "\"'\u201d\u2019)\\]\u00bb\u203a" + _CJK_CLOSERS
 _OPENERS = "\"'([\u201c\u2018\u201e\u201a\u00ab\u2039\u00bf\u00a1\u300c\u300e\uff08\u3010"
 _CLOSERS = ".!?\"')]\u201d\u2019\u00bb\u203a"
+_QUOTES_BRACKETS = _CLOSERS.lstrip(".!?")  # closers that are no mark: after one, a period is no abbreviation's
 # A citation mark after the sentence's end stays with it ("Benjamin.[1] In 2005"; Wikipedia's text as scraped).
 # [marks][marks]* rather than [marks]+: a pattern whose first item is a character set lets the regex
 # engine skip ahead to the next mark in C (3x faster on prose); the matches are the same. After a
@@ -97,7 +98,7 @@ def iter_sentences(text: str) -> Iterator[str]:
             # right after its word (not after a space, a closing bracket or quote: "(Shell Co.). The ...").
             before = para[start:m.start(1)]
             if mark[0] == "." and not mark.startswith("..") and before and not before[-1].isspace() \
-                    and before[-1] not in _CLOSERS[3:]:
+                    and before[-1] not in _QUOTES_BRACKETS:
                 word = before.rsplit(None, 1)[-1].rstrip(_CLOSERS).lstrip(_OPENERS)
                 if is_abbreviation(word, para[after]):
                     continue

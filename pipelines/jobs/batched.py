@@ -39,7 +39,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipelines.jobs.ingest import (
-    INGEST_DIR,
     RawFile,
     ingest_sources,
     list_raw_files,
@@ -51,7 +50,7 @@ from pipelines.sources.listing import check_one_source_each, check_some_readable
 from schemas.config import BuildConfig, SourceConfig
 from schemas.errors import UserError
 from schemas.manifest import Manifest, accounting_totals, parse_manifest
-from schemas.naming import BATCH_MANIFEST_NAME, work_dir
+from schemas.naming import BATCH_MANIFEST_NAME, PLAN_NAME, work_dir
 from shardforge.console.words import counted
 from shardforge.storage import (
     create_if_absent,
@@ -66,7 +65,6 @@ from shardforge.storage.contract import committed_versions
 
 log = logging.getLogger("shardforge.batched")
 
-PLAN_NAME = f"{INGEST_DIR}/batches.json"
 PLAN_VERSION = 1
 
 

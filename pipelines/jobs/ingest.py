@@ -57,6 +57,7 @@ from schemas.manifest import (
 )
 from schemas.naming import (
     BATCH_MANIFEST_NAME,
+    INGEST_DIR,
     SHARD_NAME_RE,
     VERSIONS_DIR,
     version_key_prefix,
@@ -78,9 +79,8 @@ if TYPE_CHECKING:  # Beam loads only when a batch runs
 
 log = logging.getLogger("shardforge.ingest")
 
-INGEST_DIR = "ingest"
-LEDGER_DIR = "ingest/ledger"
-SERVE_STATE = "ingest/serve.json"
+LEDGER_DIR = f"{INGEST_DIR}/ledger"
+SERVE_STATE = f"{INGEST_DIR}/serve.json"
 
 
 # ------------------------------------------------------------------ ledger

@@ -29,12 +29,11 @@ import time
 from typing import Any
 
 from pipelines.corpus.commit import manifest_tag
-from pipelines.jobs.batched import PLAN_NAME
 from pipelines.jobs.ingest import SERVE_STATE, read_ledger, scan
 from pipelines.report.record import REPORT_HTML
 from schemas.errors import UserError
 from schemas.manifest import LATEST_NAME, MANIFEST_NAME, Manifest, accounting_totals, manifest_summary
-from schemas.naming import work_dir
+from schemas.naming import PLAN_NAME, work_dir
 from schemas.run_folder import CKPT_DIR, METRICS_FILE
 from shardforge.console.args import ArgumentParser
 from shardforge.console.redact import redact_text
