@@ -77,11 +77,19 @@ _CLOSERS = ".!?\"')]\u201d\u2019\u00bb\u203a"
 
 
 def _ends_sentence(para: str, m: re.Match) -> bool:
-    """A mark run followed by whitespace and a sentence's first letter, or an ideographic one with text after."""
+    """A mark run followed by whitespace and a sentence's first letter, or one ending as CJK ends a
+    sentence (its last mark ideographic, or an ideographic bracket among its closers, and no title
+    mark 》 〉 among them) with text after."""
     rest = para[m.end():]
     if not rest:
         return False
-    if m.group(1)[-1] in _CJK_MARKS + _CJK_CLOSERS:
+    run = re.sub(r"(\[\d{1,3}\])+$", "", m.group(1))
+    marks = run.rstrip("\"')]\u201d\u2019\u00bb\u203a" + _CJK_CLOSERS)
+    if m.group(1) == "\uff0e" and not m.group(2) and para[:m.start()][-1:].isdigit() and rest[0].isdigit():
+        return False  # a full-width decimal point
+    closers = set(run[len(marks):])
+    title = bool(closers & {"\u300b", "\u3009"})  # the mark is a title's
+    if not title and (marks[-1] in _CJK_MARKS or closers & set(_CJK_CLOSERS)):
         return True
     if not m.group(2):
         return False
@@ -276,7 +284,8 @@ _NO_LETTER_TOKEN = re.compile(r"(?<!\S)(?:(?![^\W\d_])\S)+(?!\S)")
 POLICY_PHRASES = ("terms of use", "privacy policy", "cookie policy", "uses cookies", "use of cookies",
                   "use cookies")
 C4_END_MARKS = (".", "?", "!", '"', *"\u3002\uff01\uff1f\uff0e\uff61\u300d\u300f\u0964\u0965\u061f\u06d4\u0589\u1362\u104b"
-                "\u17d4\u17d5\u0f0d\u0f0e")
+                "\u17d4\u17d5\u0f0d\u0f0e", "\u3002\u201d", "\uff01\u201d", "\uff1f\u201d", "\u3002\u2019", "\uff01\u2019",
+                "\uff1f\u2019")
 TERMINAL = {"c4": C4_END_MARKS, "typographic": (*C4_END_MARKS, "\u201d", "\u2019")}
 _UNSPACED = re.compile("([\u3040-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff66-\uff9f"
                        "\U00020000-\U0002fa1f])")

@@ -55,6 +55,15 @@ def test_sentence_boundaries_of_other_scripts_by_example():
     assert split_sentences("Он пришёл. Это было утром. Über Nacht. «Bonjour», dit-il. ¿Qué? Nada.") == [
         "Он пришёл.", "Это было утром.", "Über Nacht.", "«Bonjour», dit-il.", "¿Qué?", "Nada."]
     assert split_sentences("他说：「好。」然后走了。真的吗？是的！") == ["他说：「好。」", "然后走了。", "真的吗？", "是的！"]
+    # a run of marks and closers ends a sentence whole: none split off alone, none left to the next
+    assert split_sentences("好吧。。。\n他说：「好！」」然后走了。") == ["好吧。。。", "他说：「好！」」", "然后走了。"]
+    # the quotes after an ideographic mark close its sentence, curly or straight, and a citation mark too
+    assert split_sentences("他说：“你好！”然后走了。她说：\"好。\"见图。[3]完") == [
+        "他说：“你好！”", "然后走了。", "她说：\"好。\"", "见图。[3]", "完"]
+    assert split_sentences('He said "no."The end. U.S.政府') == ['He said "no."The end.', "U.S.政府"]
+    # the full-width decimal point of Chinese news ends no sentence; nor does a mark inside a title
+    assert split_sentences("收入达１１０．８亿美元，增长１２．３％。《好吗？》一书出版了。") == [
+        "收入达１１０．８亿美元，增长１２．３％。", "《好吗？》一书出版了。"]
     assert split_sentences("यह एक वाक्य है। यह दूसरा है।") == ["यह एक वाक्य है।", "यह दूसरा है।"]
     # a lower-case letter still continues the sentence, in any cased script; abbreviations still hold
     assert split_sentences("Das ist z. B. gut. и т. д. Mr. Smith came.") == ["Das ist z. B. gut. и т. д. Mr. Smith came."]
@@ -139,11 +148,13 @@ def test_line_rules_read_the_marks_and_words_of_other_scripts():
                       "联系我们",  # four characters, no mark: too short
                       "यह मानव अधिकारों की सार्वभौम घोषणा है।",  # Devanagari's danda ends a line
                       "هل لكل إنسان حق التمتع بالحرية؟",  # and Arabic's question mark
-                      "This line has no end mark at all"])
+                      "他说：“人人生而自由，在尊严和权利上一律平等。”",  # a quotation closed by curly quotes
+                      "This line has no end mark at all",
+                      "He said: \u201cAll are born free and equal in dignity.\u201d"])  # C4's English: no
     kept, removed = filter_lines(text, cfg)
     assert kept.split("\n") == ["世界人权宣言是联合国大会通过的文件。", "यह मानव अधिकारों की सार्वभौम घोषणा है।",
-                                "هل لكل إنسان حق التمتع بالحرية؟"]
-    assert removed == Counter({"min_line_words": 1, "terminal_punct": 1})
+                                "هل لكل إنسان حق التمتع بالحرية؟", "他说：“人人生而自由，在尊严和权利上一律平等。”"]
+    assert removed == Counter({"min_line_words": 1, "terminal_punct": 2})
 
 
 @pytest.mark.parametrize("cfg", [CleanConfig(), CleanConfig(languages=[]), CleanConfig(languages=["de", "ru"]),

@@ -22,10 +22,12 @@ POLICY_PHRASES = ("terms of use", "privacy policy", "cookie policy", "uses cooki
 C4_END_MARKS = (".", "?", "!", '"')
 # C4 was English: the sentence-final marks of other scripts end a line as . ? ! do (ideographic 。！？．｡
 # and the corner brackets that close a quoted sentence, Devanagari's danda । ॥, Arabic's ؟, Urdu's ۔,
-# Armenian's ։, Ethiopic's ።, Myanmar's ။, Khmer's ។ ៕, Tibetan's ། ༎). An English line never ends in one: C4's
-# test there is unchanged.
+# Armenian's ։, Ethiopic's ።, Myanmar's ။, Khmer's ។ ៕, Tibetan's ། ༎), and an ideographic mark inside the
+# curly quotes Chinese closes a quotation with (。” ！” ？” and ’ likewise; the corner brackets' role). An
+# English line never ends in one: C4's test there is unchanged.
 SCRIPT_END_MARKS = ("\u3002", "\uff01", "\uff1f", "\uff0e", "\uff61", "\u300d", "\u300f", "\u0964", "\u0965",
-                    "\u061f", "\u06d4", "\u0589", "\u1362", "\u104b", "\u17d4", "\u17d5", "\u0f0d", "\u0f0e")
+                    "\u061f", "\u06d4", "\u0589", "\u1362", "\u104b", "\u17d4", "\u17d5", "\u0f0d", "\u0f0e",
+                    *(m + q for m in "\u3002\uff01\uff1f" for q in "\u201d\u2019"))
 TERMINAL = {"c4": (*C4_END_MARKS, *SCRIPT_END_MARKS),
             "typographic": (*C4_END_MARKS, "\u201d", "\u2019", *SCRIPT_END_MARKS)}
 
