@@ -125,6 +125,8 @@ def split_sentences(text: str) -> list[str]:
                 continue
             end = m.end(1)
             before = para[start:m.start(1)]
+            if m.group(1)[0] in ".\uff0e" and re.fullmatch(r"\d+", before):
+                continue  # a list item's number
             nxt = para[m.end():].lstrip(_OPENERS)[:1]
             if (m.group(1).startswith(".") and not m.group(1).startswith("..") and before
                     and not before[-1].isspace() and before[-1] not in "\"')]\u201d\u2019\u00bb\u203a"

@@ -129,3 +129,10 @@ def test_a_quote_opening_with_a_bracket_begins_a_sentence_in_real_news():
     assert found >= 3, found
     assert split_sentences("He spoke to Brig. Gen. Felix Zollicoffer. He left.") == [
         "He spoke to Brig. Gen. Felix Zollicoffer.", "He left."]
+
+
+def test_a_list_items_number_begins_its_sentence():
+    """A number that is all a sentence holds before its period is a list item's ("1. The first step"), in
+    full-width digits too ("２．概述"); a number after other words still ends a sentence ("in 1998. The")."""
+    assert split_sentences("Steps:\n1. Open the box. 2. Take the lid off.\n２．概述。这是。\nIt closed in 1998. The end.") == [
+        "Steps:", "1. Open the box.", "2. Take the lid off.", "２．概述。", "这是。", "It closed in 1998.", "The end."]

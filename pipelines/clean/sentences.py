@@ -11,6 +11,7 @@ A period after a known abbreviation does not end a sentence: titles (Mr., Rev., 
 are also words: "ill", "miss", "wash"), scholarly references (Fig., Figs., Sec., Ed., Vol., pp.,
 Phys. Rev., Proc. Natl. Acad. Sci.), single letters (initials) and dotted forms (e.g., U.S.).
 "No." is an abbreviation only before a digit ("No. 5"), otherwise the word "no".
+A period after a number that is all a sentence holds so far is a list item's ("1. The first step").
 """
 
 from __future__ import annotations
@@ -113,9 +114,11 @@ def iter_sentences(text: str) -> Iterator[str]:
             if mark == "\uff0e" and m.start(3) >= 0 and para[m.start(1) - 1:m.start(1)].isdigit() \
                     and para[m.end()].isdigit():
                 continue  # the full-width decimal point of Chinese text: "１１０．８亿"
+            before = para[start:m.start(1)]
+            if mark[0] in ".\uff0e" and before.isdecimal():
+                continue  # a list item's number, the sentence's only word so far: "1. The first", "２．概述"
             # Only a single period can follow an abbreviation ("!", "?" and ".." always end), and only
             # right after its word (not after a space, a closing bracket or quote: "(Shell Co.). The ...").
-            before = para[start:m.start(1)]
             if mark[0] == "." and not mark.startswith("..") and before and not before[-1].isspace() \
                     and before[-1] not in _QUOTES_BRACKETS:
                 word = before.rsplit(None, 1)[-1].rstrip(_CLOSERS).lstrip(_OPENERS)
