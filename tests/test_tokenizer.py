@@ -308,6 +308,20 @@ def test_vocab_too_small_for_byte_fallback_is_one_clear_error():
         train_sentencepiece(sents, TokenizerConfig(vocab_size=200))
 
 
+def test_a_long_sentence_of_many_byte_characters_is_trained_on(docs):
+    """SentencePiece skips a sentence longer than max_sentence_length counted in bytes (with a warning
+    nobody sees); the sample cuts sentences to MAX_SENTENCE_CHARS characters, so 3,000 Han characters
+    (9,000 bytes) were left out of training, and characters found only there became byte pieces."""
+    from pipelines.tokenizer.sample import MAX_SENTENCE_CHARS
+
+    han = [chr(0x4E00 + 7 * k) for k in range(20)]
+    long = "".join(han[k % 20] for k in range(3000))
+    assert len(long) <= MAX_SENTENCE_CHARS < len(long.encode())
+    cfg = TokenizerConfig(model_type="unigram", vocab_size=400)
+    tok = load_tokenizer(train_sentencepiece([s for d in docs for s in d.sentences] + [long], cfg))
+    assert set(han) <= set(tok.pieces())
+
+
 def test_a_chinese_vocabulary_too_small_names_the_character_coverage():
     """Chinese holds thousands of characters, each a piece at character_coverage 1.0: the line says to lower
     it, and a lower one trains (the rarest characters as byte pieces, no <unk>; these three declarations

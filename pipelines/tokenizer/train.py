@@ -151,7 +151,7 @@ def _train_sentencepiece(sentences: Iterable[str], cfg: TokenizerConfig) -> byte
         normalization_rule_name=cfg.normalization_rule,
         input_sentence_size=cfg.input_sentence_size,
         shuffle_input_sentence=False,
-        max_sentence_length=MAX_SENTENCE_CHARS,
+        max_sentence_length=4 * MAX_SENTENCE_CHARS,  # bytes: a sentence cut to its characters always fits
         bos_id=BOS_ID, pad_id=PAD_ID, eos_id=EOS_ID, unk_id=UNK_ID,
         user_defined_symbols=["<mask>"],
         hard_vocab_limit=False,
