@@ -39,6 +39,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import cached_property
+from itertools import takewhile
 from typing import Literal
 
 import pycld2
@@ -112,6 +113,25 @@ def is_abbreviation(word: str, next_char: str) -> bool:
     return "." in lower and all(part.isalpha() and len(part) <= 3 for part in lower.split("."))
 
 
+# Abbreviations that may end a sentence, and the words that begin sentences and no name.
+_MAY_END = {"u.s", "u.k", "u.n", "a.m", "p.m", "inc", "ltd", "co", "corp", "bros", "jr", "sr", "st", "ave", "blvd",
+            "rd", "hwy", "al"}
+_STARTERS = {"The", "A", "An", "This", "That", "These", "Those", "It", "Its", "He", "His", "She", "Her", "They",
+             "Their", "We", "Our", "You", "In", "On", "At", "For", "From", "By", "With", "After", "Before", "During",
+             "When", "While", "If", "As", "But", "And", "However", "There", "Then", "Some", "Many", "Most", "All",
+             "Each", "Both", "Such", "Since", "Although", "Though", "Because"}
+
+
+def ends_sentence_before(abbreviation: str, rest: str) -> bool:
+    """An abbreviation that may end a sentence (a place, a company, a time, an initial, a dotted form, a
+    state; not a title, a month, "e.g.") does, before a word that begins sentences."""
+    word = "".join(takewhile(lambda c: c.isalnum() or c in "_-", rest))
+    low = abbreviation.lower()
+    may_end = (len(abbreviation) == 1 or low in _MAY_END or abbreviation in _ABBREV_CAPITALIZED
+               or ("." in low and low not in _ABBREV))
+    return may_end and word in _STARTERS and not rest[len(word):].startswith(".")
+
+
 def split_sentences(text: str) -> list[str]:
     """Split a document into sentences (paragraph breaks always end a sentence)."""
     out: list[str] = []
@@ -130,7 +150,9 @@ def split_sentences(text: str) -> list[str]:
             nxt = para[m.end():].lstrip(_OPENERS)[:1]
             if (m.group(1).startswith(".") and not m.group(1).startswith("..") and before
                     and not before[-1].isspace() and before[-1] not in "\"')]\u201d\u2019\u00bb\u203a"
-                    and is_abbreviation(before.split()[-1].rstrip(_CLOSERS).lstrip(_OPENERS), nxt)):
+                    and is_abbreviation(before.split()[-1].rstrip(_CLOSERS).lstrip(_OPENERS), nxt)
+                    and not ends_sentence_before(before.split()[-1].rstrip(_CLOSERS).lstrip(_OPENERS),
+                                                 para[m.end():].lstrip(_OPENERS))):
                 continue
             out.append(para[start:end].strip())
             start = m.end()

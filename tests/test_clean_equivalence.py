@@ -108,10 +108,12 @@ def test_duplicated_ngrams_of_long_texts_equal_the_reference(vocab, length):
     assert DocStats(text).dup_ngram_fracs == ref.DocStats(text).dup_ngram_fracs
 
 
-# Pieces of text the splitter decides on: marks, quotes, abbreviations, citations, and in Chinese the
-# ideographic marks, closing quotes and brackets, a title mark and the full-width decimal point.
+# Pieces of text the splitter decides on: marks, quotes, abbreviations and the words after them,
+# citations, and in Chinese the ideographic marks, closing quotes and brackets, a title mark and the
+# full-width decimal point.
 _SENTENCE_PARTS = [*"ab .!?\n\"'([)1", "Mr.", "No.", " 5", "U.S.", "A", "...", " The", "CA.", "etc.", "Co.).", "[1]",
-                   "[12]", "Brig.", "\u3002", "\uff01", "\u300d", "\u201d", "\u597d", "\uff0e", "\uff15", "\u300b"]
+                   "[12]", "Brig.", "Inc.", " It's", " In-", "e.g.", "\u3002", "\uff01", "\u300d", "\u201d", "\u597d",
+                   "\uff0e", "\uff15", "\u300b"]
 
 
 @settings(max_examples=200, deadline=None)

@@ -10,7 +10,9 @@ A period after a known abbreviation does not end a sentence: titles (Mr., Rev., 
 (Jan., Sept.), US states as AP style writes them (Calif., Mass.; capitalized only, since several
 are also words: "ill", "miss", "wash"), scholarly references (Fig., Figs., Sec., Ed., Vol., pp.,
 Phys. Rev., Proc. Natl. Acad. Sci.), single letters (initials) and dotted forms (e.g., U.S.).
-"No." is an abbreviation only before a digit ("No. 5"), otherwise the word "no".
+"No." is an abbreviation only before a digit ("No. 5"), otherwise the word "no". One that may also end a
+sentence (a place, a company, a time, an initial, a dotted form, a state: "U.S.", "Inc.", "p.m.") ends one
+before a word that begins sentences and no name ("… the rest of the U.S. The state's roads …").
 A period after a number that is all a sentence holds so far is a list item's ("1. The first step").
 """
 
@@ -38,6 +40,16 @@ Neb Nebr Nev Okla Ore Pa Tenn Tex Vt Va Wash Wis Wyo
 """.split())
 # Abbreviations only when a number follows.
 _BEFORE_NUMBER = frozenset(("no", "nos", "art", "p"))
+# Abbreviations that also end sentences (a place, a company, a time, a name's suffix, "et al."), as do
+# initials, other dotted forms and the states: before a word that begins sentences and no name
+# (``_STARTERS``) they end one ("… the rest of the U.S. The state's roads …", "… Apple Inc. It said …").
+_MAY_END = frozenset("u.s u.k u.n a.m p.m inc ltd co corp bros jr sr st ave blvd rd hwy al".split())
+_STARTERS = frozenset("""
+The A An This That These Those It Its He His She Her They Their We Our You In On At For From By With After
+Before During When While If As But And However There Then Some Many Most All Each Both Such Since Although
+Though Because
+""".split())
+_NEXT_WORD = re.compile(r"[\w-]*")
 # Sentence-final marks that a space follows: . ! ? and those of other scripts (। ॥ ؟ ۔ ։ ። ။).
 _MARKS = ".!?\u0964\u0965\u061f\u06d4\u0589\u1362\u104b"
 # Ideographic sentence-final marks (。！？．｡) and the closing brackets that may follow them.
@@ -96,6 +108,21 @@ def is_abbreviation(word: str, next_char: str) -> bool:
     return "." in lower and all(part.isalpha() and len(part) <= 3 for part in lower.split("."))
 
 
+def _starts(para: str, at: int) -> bool:
+    """Whether the word at ``at`` is one that begins sentences (``_STARTERS``), and no initial ("E. T. A. Hoffmann")."""
+    m = _NEXT_WORD.match(para, at)
+    return m.group() in _STARTERS and para[m.end():m.end() + 1] != "."
+
+
+def may_end_sentence(word: str) -> bool:
+    """Whether an abbreviation (``is_abbreviation``) may also be a sentence's last word: "U.S.", "Inc.",
+    "a.m.", an initial ("Plan B."), "Calif."; not a title, a month or "e.g." (which precede what follows)."""
+    lower = word.lower()
+    if len(word) == 1 or lower in _MAY_END or word in _ABBREV_CAPITALIZED:
+        return True
+    return "." in lower and lower not in _ABBREV
+
+
 def iter_sentences(text: str) -> Iterator[str]:
     """The sentences of a document in order (paragraph breaks always end a sentence)."""
     for para in text.split("\n"):
@@ -122,7 +149,7 @@ def iter_sentences(text: str) -> Iterator[str]:
             if mark[0] == "." and not mark.startswith("..") and before and not before[-1].isspace() \
                     and before[-1] not in _QUOTES_BRACKETS:
                 word = before.rsplit(None, 1)[-1].rstrip(_CLOSERS).lstrip(_OPENERS)
-                if is_abbreviation(word, para[after]):
+                if is_abbreviation(word, para[after]) and not (may_end_sentence(word) and _starts(para, after)):
                     continue
             yield para[start:end].strip()
             start = m.end()
