@@ -122,9 +122,12 @@ _STARTERS = {"The", "A", "An", "This", "That", "These", "Those", "It", "Its", "H
              "Each", "Both", "Such", "Since", "Although", "Though", "Because"}
 
 
-def ends_sentence_before(abbreviation: str, rest: str) -> bool:
+def ends_sentence_before(abbreviation: str, rest: str, words_before: list[str]) -> bool:
     """An abbreviation that may end a sentence (a place, a company, a time, an initial, a dotted form, a
-    state; not a title, a month, "e.g.") does, before a word that begins sentences."""
+    state; not a title, a month, "e.g."; not a list's letter after a colon, semicolon or period) does,
+    before a word that begins sentences."""
+    if len(abbreviation) == 1 and words_before and words_before[-1][-1] in ":;.":
+        return False
     word = "".join(takewhile(lambda c: c.isalnum() or c in "_-", rest))
     low = abbreviation.lower()
     may_end = (len(abbreviation) == 1 or low in _MAY_END or abbreviation in _ABBREV_CAPITALIZED
@@ -145,14 +148,15 @@ def split_sentences(text: str) -> list[str]:
                 continue
             end = m.end(1)
             before = para[start:m.start(1)]
-            if m.group(1)[0] in ".\uff0e" and re.fullmatch(r"\d+", before):
-                continue  # a list item's number
+            if m.group(1)[0] in ".\uff0e" and (re.fullmatch(r"\d+", before) or (
+                    len(before) == 1 and unicodedata.category(before).startswith("L"))):
+                continue  # a list item's number or letter
             nxt = para[m.end():].lstrip(_OPENERS)[:1]
             if (m.group(1).startswith(".") and not m.group(1).startswith("..") and before
                     and not before[-1].isspace() and before[-1] not in "\"')]\u201d\u2019\u00bb\u203a"
                     and is_abbreviation(before.split()[-1].rstrip(_CLOSERS).lstrip(_OPENERS), nxt)
                     and not ends_sentence_before(before.split()[-1].rstrip(_CLOSERS).lstrip(_OPENERS),
-                                                 para[m.end():].lstrip(_OPENERS))):
+                                                 para[m.end():].lstrip(_OPENERS), before.split()[:-1])):
                 continue
             out.append(para[start:end].strip())
             start = m.end()

@@ -112,7 +112,7 @@ def test_duplicated_ngrams_of_long_texts_equal_the_reference(vocab, length):
 # citations, and in Chinese the ideographic marks, closing quotes and brackets, a title mark and the
 # full-width decimal point.
 _SENTENCE_PARTS = [*"ab .!?\n\"'([)1", "Mr.", "No.", " 5", "U.S.", "A", "...", " The", "CA.", "etc.", "Co.).", "[1]",
-                   "[12]", "Brig.", "Inc.", " It's", " In-", "e.g.", "\u3002", "\uff01", "\u300d", "\u201d", "\u597d",
+                   "[12]", "Brig.", "Inc.", " It's", " In-", "e.g.", ":", ";", "\u3002", "\uff01", "\u300d", "\u201d", "\u597d",
                    "\uff0e", "\uff15", "\u300b"]
 
 

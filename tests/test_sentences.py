@@ -163,3 +163,7 @@ def test_an_abbreviation_that_ends_a_sentence_before_a_word_that_begins_one_ends
         "Apple Inc.", "It rose.", "Smith et al.", "In 2005 it fell.", "At 5 p.m.", "He left.", "Plan B.", "The end.",
         "Brown vs. The Board.", "See e.g. The Beatles.", "Mr. The Who.", "The poet E. T. A. Hoffmann.",
         "In Sacramento, Calif.", "The next day."]
+    # a list's letters are no sentence's last word: after a colon, or all the sentence holds so far
+    assert split_sentences("It means that: a. The source is new; b. The target is old. Options: A. The red one. "
+                           "B. The blue one.") == [
+        "It means that: a. The source is new; b. The target is old.", "Options: A. The red one.", "B. The blue one."]

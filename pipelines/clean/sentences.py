@@ -13,7 +13,8 @@ Phys. Rev., Proc. Natl. Acad. Sci.), single letters (initials) and dotted forms 
 "No." is an abbreviation only before a digit ("No. 5"), otherwise the word "no". One that may also end a
 sentence (a place, a company, a time, an initial, a dotted form, a state: "U.S.", "Inc.", "p.m.") ends one
 before a word that begins sentences and no name ("… the rest of the U.S. The state's roads …").
-A period after a number that is all a sentence holds so far is a list item's ("1. The first step").
+A period after a number or a letter that is all a sentence holds so far is a list item's ("1. The first
+step", "B. The blue one"), as is one after a letter that follows a colon ("options: a. The red one").
 """
 
 from __future__ import annotations
@@ -114,6 +115,15 @@ def _starts(para: str, at: int) -> bool:
     return m.group() in _STARTERS and para[m.end():m.end() + 1] != "."
 
 
+def _list_letter(before: str, word: str) -> bool:
+    """Whether ``word``, the last of ``before``, is a list item's letter: one letter after a colon, a
+    semicolon or a period ("which means that: a. The source …", "… this Account. b. The source …")."""
+    if len(word) != 1:
+        return False
+    rest = before[:len(before) - len(before.rsplit(None, 1)[-1])].rstrip()
+    return rest.endswith((":", ";", "."))
+
+
 def may_end_sentence(word: str) -> bool:
     """Whether an abbreviation (``is_abbreviation``) may also be a sentence's last word: "U.S.", "Inc.",
     "a.m.", an initial ("Plan B."), "Calif."; not a title, a month or "e.g." (which precede what follows)."""
@@ -142,14 +152,15 @@ def iter_sentences(text: str) -> Iterator[str]:
                     and para[m.end()].isdigit():
                 continue  # the full-width decimal point of Chinese text: "１１０．８亿"
             before = para[start:m.start(1)]
-            if mark[0] in ".\uff0e" and before.isdecimal():
-                continue  # a list item's number, the sentence's only word so far: "1. The first", "２．概述"
+            if mark[0] in ".\uff0e" and (before.isdecimal() or (len(before) == 1 and before.isalpha())):
+                continue  # a list item's number or letter, the sentence's only word so far: "1. The first", "２．概述"
             # Only a single period can follow an abbreviation ("!", "?" and ".." always end), and only
             # right after its word (not after a space, a closing bracket or quote: "(Shell Co.). The ...").
             if mark[0] == "." and not mark.startswith("..") and before and not before[-1].isspace() \
                     and before[-1] not in _QUOTES_BRACKETS:
                 word = before.rsplit(None, 1)[-1].rstrip(_CLOSERS).lstrip(_OPENERS)
-                if is_abbreviation(word, para[after]) and not (may_end_sentence(word) and _starts(para, after)):
+                if is_abbreviation(word, para[after]) and not (
+                        may_end_sentence(word) and _starts(para, after) and not _list_letter(before, word)):
                     continue
             yield para[start:end].strip()
             start = m.end()
