@@ -16,11 +16,16 @@ a module in ``ROUTES`` or a ``shardforge.cli`` command in ``CLI_ROUTES``, a data
 start-up environment (the variables an interpreter or its imports read as they load: ``STARTUP_PREFIXES``)
 seen before in this test process (one server per start-up environment, started at the second run that needs
 it; the run's other variables are its own); anything else starts a fresh interpreter. ``SHARDFORGE_TEST_FORKSERVER=0`` starts a fresh interpreter for every run.
+
+A run still going at its timeout, forked or fresh, is sent SIGUSR1 first (every shardforge command then prints
+each of its threads' stacks to its stderr) and killed STACKS_WAIT_S later; the failing test prints the end of its
+stderr, so a hang seen once in a suite shows where it waited.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import shutil
@@ -62,6 +67,10 @@ STARTUP_NAMES = frozenset({"LANG", "TZ", "HOME", "PATH"})
 HEADER = struct.Struct("!I")
 # Servers kept per test process (the least recently used is stopped): each holds 250-400 MB.
 MAX_SERVERS = 4
+# A run still going at its timeout is sent SIGUSR1 and killed this long after (its stacks, if it prints
+# them, are the end of its stderr, STACKS_TAIL characters of which the failing test prints).
+STACKS_WAIT_S = 3.0
+STACKS_TAIL = 12000
 
 _servers: dict[tuple, Server] = {}
 _seen: Counter = Counter()
@@ -107,13 +116,41 @@ def run_python(args: Sequence[str], *, env: dict[str, str] | None = None, cwd: s
                 _servers[key] = Server(PRELOADS[kind], env)
             server = _servers[key] = _servers.pop(key)  # the most recently used last
     if server is None:
-        return subprocess.run([sys.executable, *args], env=env, cwd=cwd, timeout=timeout, input=input,
-                              capture_output=capture_output, text=text, check=check,
-                              stdin=None if input is not None else subprocess.DEVNULL)
-    res = server.run(list(args), env, cwd, timeout, input, capture_output, text)
+        res = run_fresh([sys.executable, *args], env=env, cwd=cwd, timeout=timeout, input=input,
+                        capture_output=capture_output, text=text)
+    else:
+        res = server.run(list(args), env, cwd, timeout, input, capture_output, text)
     if check and res.returncode:
         raise subprocess.CalledProcessError(res.returncode, res.args, res.stdout, res.stderr)
     return res
+
+
+def run_fresh(cmd: list[str], *, env: dict[str, str], cwd: str, timeout: float | None, input: str | bytes | None,
+              capture_output: bool, text: bool) -> subprocess.CompletedProcess:
+    """`subprocess.run(cmd, ...)` in a fresh interpreter, except at a timeout: the run is first asked for its stacks."""
+    pipe = subprocess.PIPE if capture_output else None
+    with subprocess.Popen(cmd, env=env, cwd=cwd, stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+                          stdout=pipe, stderr=pipe, text=text) as proc:
+        try:
+            out, err = proc.communicate(input, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGUSR1)
+            try:
+                out, err = proc.communicate(timeout=STACKS_WAIT_S)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                out, err = proc.communicate()
+            _tell_timeout(cmd, timeout, err)
+            raise subprocess.TimeoutExpired(cmd, timeout or 0, out, err) from None
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def _tell_timeout(cmd: Sequence[str], timeout: float | None, err: str | bytes | None) -> None:
+    """Print to the test's stderr (pytest shows it with the failure) that a run outlived its timeout, with
+    the end of its captured stderr: where it had printed each thread's stack (SIGUSR1, STACKS_WAIT_S)."""
+    tail = (err.decode(errors="replace") if isinstance(err, bytes) else err or "")[-STACKS_TAIL:]
+    print(f"{' '.join(cmd[1:3])} still running after {timeout} s: sent SIGUSR1 (every shardforge command prints "
+          f"its threads' stacks), then killed it; its stderr ends:\n{tail}", file=sys.stderr)
 
 
 def run_python_together(arg_lists: Sequence[Sequence[str]], *, envs: Sequence[dict[str, str]] | None = None,
@@ -174,6 +211,7 @@ class Server:
                 outputs.append(_text(data) if text else data)
         cmd = [sys.executable, *args]
         if status is None:
+            _tell_timeout(cmd, timeout, outputs[1] if capture_output else None)
             raise subprocess.TimeoutExpired(cmd, timeout, *(outputs if capture_output else (None, None)))
         code = os.waitstatus_to_exitcode(status)
         return subprocess.CompletedProcess(cmd, code, *(outputs if capture_output else (None, None)))
@@ -191,7 +229,14 @@ class Server:
             try:
                 return lines.next()["status"]
             except TimeoutError:
-                os.kill(pid, signal.SIGKILL)
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGUSR1)  # every shardforge command prints its threads' stacks
+                conn.settimeout(STACKS_WAIT_S)
+                with contextlib.suppress(TimeoutError):
+                    lines.next()  # it ended (SIGUSR1's default action where nothing handles it)
+                    return None
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
                 conn.settimeout(None)
                 lines.next()
                 return None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -25,7 +26,8 @@ print("draw", np.random.randint(1 << 30), file=sys.stderr)
 if "--crash" in sys.argv:
     raise RuntimeError("probe crashed")
 if "--sleep" in sys.argv:
-    import time
+    import faulthandler, signal, time
+    faulthandler.register(signal.SIGUSR1)  # as every shardforge command does
     time.sleep(60)
 sys.exit(int(os.environ.get("PROBE_EXIT", "0")))
 """
@@ -90,7 +92,9 @@ def test_a_run_has_its_own_environment_and_a_new_start_up_environment_its_own_se
     assert len(forkserver._servers) == 2
 
 
-def test_a_crash_is_a_traceback_and_exit_1_and_a_timeout_kills_the_run(probe) -> None:
+def test_a_crash_is_a_traceback_and_exit_1_and_a_timeout_kills_the_run(probe, capsys) -> None:
+    """And a run still going at its timeout is first asked for its stacks (SIGUSR1): the test that fails
+    prints them."""
     probe_run(probe)
     res = probe_run(probe, "--crash")
     assert forkserver._servers
@@ -100,6 +104,9 @@ def test_a_crash_is_a_traceback_and_exit_1_and_a_timeout_kills_the_run(probe) ->
         probe_run(probe, "--sleep", timeout=3)
     assert time.monotonic() - start < 30
     assert '"argv": ["--flag", "x y", "--sleep"]' in info.value.stdout
+    assert re.search(r'File "[^"]*forkprobe\.py", line \d+ in <module>', info.value.stderr), info.value.stderr
+    told = capsys.readouterr().err
+    assert "-m forkprobe still running after 3 s: sent SIGUSR1" in told and "forkprobe.py" in told, told
     with pytest.raises(subprocess.CalledProcessError):
         probe_run(probe, check=True)
 

@@ -36,6 +36,7 @@ from pathlib import Path
 import pytest
 from conftest import free_port, wait_port
 from determinism import compare
+from forkserver import run_python
 
 from shardforge.storage import is_tmp_name
 
@@ -94,8 +95,8 @@ class Cluster:
         t = threading.Thread(target=watch.run, daemon=True)
         t.start()
         try:
-            res = subprocess.run([sys.executable, "-m", module, *args, *self.flags()], capture_output=True, text=True,
-                                 cwd=ROOT, env=self.env, timeout=timeout)
+            res = run_python(["-m", module, *args, *self.flags()], capture_output=True, text=True, cwd=ROOT, env=self.env,
+                             timeout=timeout)  # a fresh interpreter (not a local runner); at the timeout, its stacks
         finally:
             watch.stop.set()
             t.join()

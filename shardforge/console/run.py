@@ -244,6 +244,26 @@ def exit_if_stdout_closed() -> Iterator[None]:
         raise SystemExit(STDOUT_CLOSED) from None
 
 
+def stacks_on_sigusr1() -> None:
+    """``kill -USR1 PID`` prints the stack of every thread of this process to its stderr, and the command
+    goes on: for a command that seems stuck (a stalled store, a runner that never answers, an exit that
+    never comes), where each thread waits. Python's ``faulthandler`` writes it from its C signal handler,
+    without running Python code, so it answers also while the main thread is inside a C call or the
+    interpreter waits at exit (for its threads, for exit handlers). Only where nothing else handles SIGUSR1
+    (a caller's own handler is kept) and only from the main thread, as ``signal`` requires. A stack names
+    files, lines and functions, no values: nothing a credential could be in."""
+    import faulthandler
+    import signal
+
+    usr1 = getattr(signal, "SIGUSR1", None)
+    if usr1 is None or threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(usr1) != signal.SIG_DFL:
+        return
+    with contextlib.suppress(AttributeError, OSError, RuntimeError, ValueError):  # no stderr with a file number
+        faulthandler.register(usr1, file=sys.__stderr__ or sys.stderr, all_threads=True)
+
+
 def run_cli(body: Callable[[], int], argv: list[str] | None = None,
             interrupted: str | Callable[[], str] = "") -> int:
     """Run a command's body: a user error (also one a runner re-raised wrapped) prints one line, exit 2.
@@ -257,6 +277,7 @@ def run_cli(body: Callable[[], int], argv: list[str] | None = None,
     """
     install_log_redaction()
     quiet_library_logs()
+    stacks_on_sigusr1()
     os.environ.setdefault("SHARDFORGE_CHECK_HOSTS", "1")  # a store host that does not resolve: one line at once
     args = sys.argv[1:] + list(argv or [])
     register_secrets(args)

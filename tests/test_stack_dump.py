@@ -1,0 +1,72 @@
+"""``kill -USR1 PID`` makes a running command print every thread's stack to its stderr, and the command goes on.
+
+The command here is the continuous-ingest service on an empty watched folder: a real long-running
+command, waiting between polls. And the tests' own runner asks a command for its stacks when it
+outlives its timeout (tests/forkserver.py), so that a hang seen once in a suite shows where it waited.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from forkserver import run_python
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def wait_for_text(log: Path, text: str, proc: subprocess.Popen, timeout: float = 120) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        out = log.read_text(errors="replace")
+        if text in out:
+            return out
+        if proc.poll() is not None:
+            raise AssertionError(f"exited ({proc.returncode}) before printing {text!r}:\n{out[-3000:]}")
+        time.sleep(0.05)
+    raise AssertionError(f"no {text!r} in {timeout} s:\n{log.read_text(errors='replace')[-3000:]}")
+
+
+def test_sigusr1_prints_every_threads_stack_and_the_command_goes_on(tmp_path):
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"sources": [{"name": "news", "input": "unused"}]}))
+    log = tmp_path / "serve.log"
+    cmd = [sys.executable, "-m", "pipelines.serve", "--watch", f"{raw}/*.jsonl", "--corpus", str(tmp_path / "corpus"),
+           "--source", "news", "--poll", "0.05", "--settle", "0", "--config", str(cfg)]
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
+    try:
+        wait_for_text(log, "at version 0", proc)
+        proc.send_signal(signal.SIGUSR1)
+        text = wait_for_text(log, "(most recent call first):", proc)
+        time.sleep(0.5)  # the default action of SIGUSR1 would have ended the process by now
+        assert proc.poll() is None, log.read_text()
+        dump = text[text.index("(most recent call first):") - 40:]
+        assert re.search(r"(Current thread|Thread) 0x[0-9a-f]+ \(most recent call first\):", dump), dump
+        assert re.search(r'File "[^"]*pipelines/jobs/serve\.py", line \d+ in run', dump), dump  # the poll loop
+
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0, log.read_text()
+        assert "stopped at version 0" in log.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_a_command_that_outlives_its_timeout_is_asked_for_its_stacks(tmp_path, capsys):
+    """A run killed at its timeout fails with its stacks: here a fresh interpreter that waits forever."""
+    code = "import faulthandler, signal, threading; faulthandler.register(signal.SIGUSR1); threading.Event().wait()"
+    with pytest.raises(subprocess.TimeoutExpired) as info:
+        run_python(["-c", code], capture_output=True, text=True, timeout=2)
+    assert "(most recent call first):" in info.value.stderr and 'line 1 in <module>' in info.value.stderr
+    err = capsys.readouterr().err
+    assert "still running after 2 s: sent SIGUSR1" in err and "(most recent call first):" in err, err
