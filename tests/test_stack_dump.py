@@ -8,6 +8,7 @@ outlives its timeout (tests/forkserver.py), so that a hang seen once in a suite 
 from __future__ import annotations
 
 import json
+import pickle
 import re
 import signal
 import subprocess
@@ -56,6 +57,34 @@ def test_sigusr1_prints_every_threads_stack_and_the_command_goes_on(tmp_path):
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 0, log.read_text()
         assert "stopped at version 0" in log.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_a_document_process_of_a_local_build_prints_its_stacks_too(tmp_path):
+    """The build's helper processes answer SIGUSR1 as the build does: here a document process
+    (``pipelines.localrunner.docworker``) between two tasks, waiting for the next on its stdin."""
+    from pipelines.localrunner.docpool import read_frame, write_frame
+
+    err = tmp_path / "stderr"
+    with open(err, "wb") as errors:
+        proc = subprocess.Popen([sys.executable, "-m", "pipelines.localrunner.docworker"], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=errors, cwd=ROOT)
+    try:
+        write_frame(proc.stdin, 7, (len, ("abc",)))
+        answer = pickle.dumps((True, 3), protocol=pickle.HIGHEST_PROTOCOL)  # as write_frame writes it
+        assert read_frame(proc.stdout) == (7, answer)  # it ran the task: it waits in its loop
+        proc.send_signal(signal.SIGUSR1)
+        deadline = time.monotonic() + 30
+        while "(most recent call first):" not in err.read_text() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        dump = err.read_text()
+        assert re.search(r'File "[^"]*pipelines/localrunner/docpool\.py", line \d+ in read_frame', dump), dump
+        assert proc.poll() is None
+        proc.stdin.close()  # its stdin's end ends it, as the pool ends it
+        assert proc.wait(timeout=30) == 0
     finally:
         if proc.poll() is None:
             proc.kill()

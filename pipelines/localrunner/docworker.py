@@ -17,12 +17,14 @@ import traceback
 
 from pipelines.localrunner.docpool import read_frame, write_frame
 from pipelines.localrunner.preflight import local_build_process
+from shardforge.console.run import stacks_on_sigusr1
 
 
 def main() -> None:
     # Ctrl-C reaches the whole process group: the build's process handles it (its pool closes this
     # process's stdin, and it ends); a traceback from every document process would only be noise.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    stacks_on_sigusr1()  # kill -USR1 PID: this process's stacks on stderr, as the build's own
     local_build_process()  # the allocator settings of the build's own process
     out = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())

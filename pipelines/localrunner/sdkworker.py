@@ -26,6 +26,7 @@ import sys
 
 import pipelines  # noqa: F401 - installs the apitools filter before Beam is imported
 from pipelines.localrunner.preflight import local_build_process
+from shardforge.console.run import stacks_on_sigusr1
 
 
 def _quiet(record: logging.LogRecord) -> bool:
@@ -39,6 +40,7 @@ def main() -> None:
     logging.getLogger().addHandler(handler)
     os.environ.setdefault("PIPELINE_OPTIONS", json.dumps({"options": {"default_sdk_harness_log_level": "WARNING"}}))
     local_build_process()  # before Beam (and pyarrow) is imported
+    stacks_on_sigusr1()  # kill -USR1 PID: this worker's stacks on stderr, as the build's own
     from apache_beam.runners.worker import sdk_worker_main
 
     from pipelines.localrunner import signatures, spill, workers
