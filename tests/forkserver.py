@@ -142,6 +142,9 @@ def run_fresh(cmd: list[str], *, env: dict[str, str], cwd: str, timeout: float |
                 out, err = proc.communicate()
             _tell_timeout(cmd, timeout, err)
             raise subprocess.TimeoutExpired(cmd, timeout or 0, out, err) from None
+        except BaseException:  # a Ctrl-C of the suite: the run goes with it, as subprocess.run does
+            proc.kill()
+            raise
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
