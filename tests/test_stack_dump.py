@@ -22,16 +22,20 @@ from forkserver import run_python
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def wait_for_text(log: Path, text: str, proc: subprocess.Popen, timeout: float = 120) -> str:
+def wait_for(path: Path, pattern: str, proc: subprocess.Popen, timeout: float = 120) -> str:
+    """The text of path once pattern (a regular expression) is found in it; fails if proc exits first."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        out = log.read_text(errors="replace")
-        if text in out:
+        out = path.read_text(errors="replace")
+        if re.search(pattern, out):
             return out
         if proc.poll() is not None:
-            raise AssertionError(f"exited ({proc.returncode}) before printing {text!r}:\n{out[-3000:]}")
+            raise AssertionError(f"exited ({proc.returncode}) before printing {pattern!r}:\n{out[-3000:]}")
         time.sleep(0.05)
-    raise AssertionError(f"no {text!r} in {timeout} s:\n{log.read_text(errors='replace')[-3000:]}")
+    raise AssertionError(f"no {pattern!r} in {timeout} s:\n{path.read_text(errors='replace')[-3000:]}")
+
+
+HEADER = r"(Current thread|Thread) 0x[0-9a-f]+ \(most recent call first\):"
 
 
 def test_sigusr1_prints_every_threads_stack_and_the_command_goes_on(tmp_path):
@@ -45,14 +49,12 @@ def test_sigusr1_prints_every_threads_stack_and_the_command_goes_on(tmp_path):
     with open(log, "wb") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
     try:
-        wait_for_text(log, "at version 0", proc)
+        wait_for(log, "at version 0", proc)
         proc.send_signal(signal.SIGUSR1)
-        text = wait_for_text(log, "(most recent call first):", proc)
+        dump = wait_for(log, r'File "[^"]*pipelines/jobs/serve\.py", line \d+ in run', proc)  # the poll loop
+        assert re.search(HEADER, dump), dump
         time.sleep(0.5)  # the default action of SIGUSR1 would have ended the process by now
         assert proc.poll() is None, log.read_text()
-        dump = text[text.index("(most recent call first):") - 40:]
-        assert re.search(r"(Current thread|Thread) 0x[0-9a-f]+ \(most recent call first\):", dump), dump
-        assert re.search(r'File "[^"]*pipelines/jobs/serve\.py", line \d+ in run', dump), dump  # the poll loop
 
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 0, log.read_text()
@@ -65,7 +67,7 @@ def test_sigusr1_prints_every_threads_stack_and_the_command_goes_on(tmp_path):
 
 def test_a_document_process_of_a_local_build_prints_its_stacks_too(tmp_path):
     """The build's helper processes answer SIGUSR1 as the build does: here a document process
-    (``pipelines.localrunner.docworker``) between two tasks, waiting for the next on its stdin."""
+    (``pipelines.localrunner.docworker``) after a task, in its loop (answering it, or waiting for the next)."""
     from pipelines.localrunner.docpool import read_frame, write_frame
 
     err = tmp_path / "stderr"
@@ -77,11 +79,8 @@ def test_a_document_process_of_a_local_build_prints_its_stacks_too(tmp_path):
         answer = pickle.dumps((True, 3), protocol=pickle.HIGHEST_PROTOCOL)  # as write_frame writes it
         assert read_frame(proc.stdout) == (7, answer)  # it ran the task: it waits in its loop
         proc.send_signal(signal.SIGUSR1)
-        deadline = time.monotonic() + 30
-        while "(most recent call first):" not in err.read_text() and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.05)
-        dump = err.read_text()
-        assert re.search(r'File "[^"]*pipelines/localrunner/docpool\.py", line \d+ in read_frame', dump), dump
+        dump = wait_for(err, r'File "[^"]*pipelines/localrunner/docworker\.py", line \d+ in main', proc, 30)
+        assert re.search(HEADER, dump), dump
         assert proc.poll() is None
         proc.stdin.close()  # its stdin's end ends it, as the pool ends it
         assert proc.wait(timeout=30) == 0
