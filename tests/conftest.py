@@ -24,10 +24,6 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # the other worker holds (measured on torch-heavy files, -n 2: user CPU -10 %, wall -5 %). Read when
 # torch loads, so set here, before any test module imports it; subprocesses inherit it.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-# And one OpenMP thread per process: two workers (and the commands they start) already fill the two cores,
-# so torch's second intra-op thread only contends with the other worker (test_fastpath + test_train_ranks
-# alone, -n 0, on an idle machine: 170 -> 147 CPU-s, wall 163 -> 141 s). A test of threads sets its own.
-os.environ.setdefault("OMP_NUM_THREADS", "1")
 # inductor's C++ kernels (the CPU's compiled graphs) without SIMD: gcc spends ~1 s on each vectorized
 # kernel, mostly instantiating ATen's at::vec templates; scalar kernels come out of the same graph, the
 # same passes and the same fusion decisions (measured: the unpadded-path compile 44 -> 36 s alone). The

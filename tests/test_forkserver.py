@@ -85,7 +85,7 @@ def test_a_run_has_its_own_environment_and_a_new_start_up_environment_its_own_se
     res = probe_run(probe, env=other)
     assert res.returncode == 0 and json.loads(res.stdout.splitlines()[-1])["setting"] == "second"
     assert "imported" in res.stdout and len(forkserver._servers) == 1  # forked: the same start-up environment
-    threads = {**probe["env"], "OMP_NUM_THREADS": "7"}  # read by libgomp as torch loads: another server's
+    threads = {**probe["env"], "OMP_NUM_THREADS": "1"}  # read by libgomp as torch loads: another server's
     for _ in range(2):
         res = probe_run(probe, env=threads)
         assert res.returncode == 3 and ("imported" in res.stdout) == (len(forkserver._servers) == 2)
