@@ -26,11 +26,8 @@ Run: ``python benchmarks/bench_clean_peer.py --datatrove-python /tmp/dtvenv/bin/
 
 from __future__ import annotations
 
-import json
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -39,7 +36,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repo root
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from benchmarks.common import bench_parser, command_line, machine, write_results  # noqa: E402
+from benchmarks.common import bench_parser, command_line, machine, run_in_venv, write_results  # noqa: E402
 from pipelines.clean.normalize import normalize_text  # noqa: E402
 from pipelines.clean.rules import clean_document  # noqa: E402
 from pipelines.clean.stats import words_of  # noqa: E402
@@ -95,12 +92,7 @@ def ours(texts: list[str], source: str) -> tuple[list[str | None], float]:
 
 
 def run_datatrove(python: str, texts: list[str]) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory() as d:
-        src, dst, runner = Path(d, "in.json"), Path(d, "out.json"), Path(d, "run.py")
-        src.write_text(json.dumps(texts))
-        runner.write_text(DATATROVE_RUNNER)
-        subprocess.run([python, str(runner), str(src), str(dst)], check=True)
-        return json.loads(dst.read_text())
+    return run_in_venv(python, DATATROVE_RUNNER, texts)
 
 
 def paper_dup_fail(words: list[str]) -> bool:

@@ -49,7 +49,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repo root
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from benchmarks.common import bench_parser, command_line, machine, write_results  # noqa: E402
+from benchmarks.common import bench_parser, command_line, machine, run_in_venv, write_results  # noqa: E402
 from pipelines.clean.pii import find_spans, redact, rules_of  # noqa: E402
 from schemas.config import PiiConfig  # noqa: E402
 from tests.pii_corpus import cases  # noqa: E402
@@ -166,12 +166,7 @@ def replacements(texts: list[str], rules) -> list[str]:
 
 
 def run_datatrove(python: str, texts: list[str], rounds: int) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory() as d:
-        src, dst, runner = Path(d, "in.json"), Path(d, "out.json"), Path(d, "run.py")
-        src.write_text(json.dumps(texts))
-        runner.write_text(DATATROVE_RUNNER)
-        subprocess.run([python, str(runner), str(src), str(dst), str(rounds)], check=True)
-        return json.loads(dst.read_text())
+    return run_in_venv(python, DATATROVE_RUNNER, texts, str(rounds))
 
 
 def speed(texts: list[str], rounds: int, dt_python: str | None) -> dict[str, float]:

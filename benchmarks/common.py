@@ -10,6 +10,7 @@ must not pay for (or depend on) the trainer's stack just to describe the machine
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import shutil
@@ -23,7 +24,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS_DIR = ROOT / "benchmarks" / "results"
@@ -115,6 +116,17 @@ def write_results(path: str | Path, lines: str | Sequence[str]) -> Path:
     out.write_text(text, encoding="utf-8")
     print(f"wrote {out}")
     return out
+
+
+def run_in_venv(python: str, script: str, payload: Any, *args: str) -> Any:
+    """Run ``script`` (a peer tool's side of a benchmark) with another virtual environment's ``python``:
+    ``python run.py IN OUT *args``, IN holding ``payload`` as JSON; what it wrote to OUT, parsed."""
+    with tempfile.TemporaryDirectory() as d:
+        src, dst, runner = Path(d, "in.json"), Path(d, "out.json"), Path(d, "run.py")
+        src.write_text(json.dumps(payload))
+        runner.write_text(script)
+        subprocess.run([python, str(runner), str(src), str(dst), *args], check=True)
+        return json.loads(dst.read_text())
 
 
 # ------------------------------------------------------------------ timing
