@@ -118,14 +118,16 @@ def write_results(path: str | Path, lines: str | Sequence[str]) -> Path:
     return out
 
 
-def run_in_venv(python: str, script: str, payload: Any, *args: str) -> Any:
+def run_in_venv(python: str, script: str, payload: Any, *args: str, env: Mapping[str, str] | None = None) -> Any:
     """Run ``script`` (a peer tool's side of a benchmark) with another virtual environment's ``python``:
-    ``python run.py IN OUT *args``, IN holding ``payload`` as JSON; what it wrote to OUT, parsed."""
+    ``python run.py IN OUT *args``, IN holding ``payload`` as JSON; what it wrote to OUT, parsed. ``env``:
+    variables set for that process on top of this one's (a library's thread count, read as it loads)."""
     with tempfile.TemporaryDirectory() as d:
         src, dst, runner = Path(d, "in.json"), Path(d, "out.json"), Path(d, "run.py")
         src.write_text(json.dumps(payload))
         runner.write_text(script)
-        subprocess.run([python, str(runner), str(src), str(dst), *args], check=True)
+        subprocess.run([python, str(runner), str(src), str(dst), *args], check=True,
+                       env={**os.environ, **env} if env else None)
         return json.loads(dst.read_text())
 
 
