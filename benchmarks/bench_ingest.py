@@ -35,16 +35,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script:
 
 from benchmarks.common import ROOT, bench_parser, command_line, machine, scratch_dir, write_results  # noqa: E402
 from pipelines.options import quiet_beam  # noqa: E402
-from shardforge.commands.synth import make_article  # noqa: E402
+from tests.prose import PARAGRAPHS_PER_DOC, paragraph_pool  # noqa: E402
 
 SOURCE = "news"
 
 
+def prose_document(rng: random.Random) -> str:
+    """A document of real paragraphs (tests/prose.py's pool: Wikipedia and ABC news), drawn by ``rng``."""
+    pool = paragraph_pool()
+    return "\n".join(pool[i] for i in rng.sample(range(len(pool)), rng.randint(*PARAGRAPHS_PER_DOC)))
+
+
 def config(docs_seed: int = 0) -> dict:
+    """The build's defaults (every cleaning rule, its tokenizer) but small sequences and shards."""
     return {
         "sources": [{"name": SOURCE, "input": "unused"}],
-        "clean": {"disabled_rules": ["dup_ngrams", "top_ngrams"]},
-        "tokenizer": {"vocab_size": 400},
         "packing": {"max_seq_len": 128, "valid_fraction": 0.02},
         "shards": {"target_samples": 256},
         "seed": 1234 + docs_seed,
@@ -54,7 +59,7 @@ def config(docs_seed: int = 0) -> dict:
 def write_file(folder: Path, name: str, seed: int, docs: int) -> Path:
     rng = random.Random(seed)
     tmp = folder / f".{name}.part"
-    tmp.write_text("".join(json.dumps({"text": make_article(rng, rng.randint(8, 20))}) + "\n" for _ in range(docs)))
+    tmp.write_text("".join(json.dumps({"text": prose_document(rng)}) + "\n" for _ in range(docs)))
     os.replace(tmp, folder / name)
     return folder / name
 
@@ -192,7 +197,7 @@ def bench_index(work: Path, sizes: list[int], new_docs: int) -> dict:
 
     cfg = DedupeConfig()
     rng = random.Random(5)
-    docs = [Document(f"news-new-{i:06d}", SOURCE, make_article(rng, rng.randint(8, 20))) for i in range(new_docs)]
+    docs = [Document(f"news-new-{i:06d}", SOURCE, prose_document(rng)) for i in range(new_docs)]
     base_s, _ = time_dedupe(docs, cfg, None, str(work / "idx-out-0"))
     rows = []
     for s in sizes:
@@ -230,7 +235,9 @@ def render(trickle: dict | None, index: dict | None, args: argparse.Namespace) -
                 f"{t['seed_docs'] // 2} documents "
                 f"({t['v1_seconds']:.1f} s incl. process start and tokenizer training), then {t['files']} files of "
                 f"{t['docs_per_file']} documents, one every {t['interval_s']:g} s. Files per version: "
-                f"{t['files_per_version']}.", "",
+                f"{t['files_per_version']}. Documents of real prose (tests/prose.py's paragraphs, "
+                f"{PARAGRAPHS_PER_DOC[0]}-{PARAGRAPHS_PER_DOC[1]} a document); the build's cleaning rules and "
+                "tokenizer at their defaults.", "",
                 "| metric | value |", "|---|---|",
                 f"| lag landed → committed: min / median / max | {t['lag_min']:.1f} / {t['lag_median']:.1f} / "
                 f"{t['lag_max']:.1f} s |",
