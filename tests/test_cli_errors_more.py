@@ -6,6 +6,7 @@ An unknown training device, attention heads that do not divide the hidden width,
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -466,3 +467,28 @@ def test_evaluate_takes_the_trainers_and_run_mlms_names_for_its_flags() -> None:
                                 "--mlm_probability", "0.2"])
     assert (args.batches, args.batch_size, args.mask_rate) == (2, 8, 0.2)
     assert vars(args) == vars(parse_evaluate_args(["run", "--batches", "2", "--batch_size", "8", "--mask_rate", "0.2"]))
+
+
+def test_a_config_key_written_as_a_flag_suggests_the_set_that_works(capsys) -> None:
+    """`--model.share all` (the config's key as a flag, as Hydra-style tools take them) was answered with
+    `did you mean --model_size?`: the suggestion is `--set model.share=all`, with the value given, and
+    running it that way sets the key."""
+    from trainer.args import parse_train_args
+    from trainer.train import build_train_config
+
+    argv = ["--data", "c", "--model.share", "all", "--model.sentence_head=sop", "--masking.span_p", "--steps", "3"]
+    with pytest.raises(SystemExit) as exit_:
+        parse_train_args(argv)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "model_size" not in err, err
+    hints = re.findall(r"did you mean (--set \S+)\?", err)
+    assert hints == ["--set model.share=all", "--set model.sentence_head=sop", "--set masking.span_p=VALUE"], err
+    args = parse_train_args(["--data", "c", "--steps", "3", *" ".join(hints[:2]).split()])
+    cfg = build_train_config(args, args.set)
+    assert (cfg.model.share, cfg.model.sentence_head) == ("all", "sop")
+    # A command without --set keeps its spelling suggestion.
+    from shardforge.console.args import unknown_args_message
+
+    assert unknown_args_message(["--model.size", "x"], ["--model_size"]) == \
+        "unknown flag: --model.size (did you mean --model_size?)"

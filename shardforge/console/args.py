@@ -105,11 +105,25 @@ def unknown_args_message(extra: Sequence[str], known: Iterable[str]) -> str:
             if expanded else ""
         return f"unexpected argument{'s' if len(extra) > 1 else ''}: {shown}{hint}"
     parts = []
-    for f in flags:
-        name = f.split("=", 1)[0]
-        hint = suggest(name, known)
+    for i, arg in enumerate(extra):
+        if arg not in flags:
+            continue
+        name = arg.split("=", 1)[0]
+        hint = _set_hint(arg, extra[i + 1: i + 2], known) or suggest(name, known)
         parts.append(f"{name} (did you mean {hint}?)" if hint else name)
     return f"unknown flag{'s' if len(parts) > 1 else ''}: {', '.join(parts)}"
+
+
+def _set_hint(arg: str, after: Sequence[str], known: Sequence[str]) -> str | None:
+    """``--set model.share=all`` for ``--model.share all`` (or ``--model.share=all``): a config key written as a
+    flag, where the command takes ``--set``; its value is the argument after it, if that is no flag."""
+    name, eq, value = arg.partition("=")
+    key = name.lstrip("-")
+    if "--set" not in known or "." not in key.strip("."):
+        return None
+    if not eq:
+        value = after[0] if after and not after[0].startswith("-") else "VALUE"
+    return f"--set {key}={value}"
 
 
 class ArgumentParser(argparse.ArgumentParser):
