@@ -5,7 +5,8 @@
 1. Speed: documents/s on one core for signatures + LSH banding (index build),
    ours (``pipelines.dedupe.minhash``, numpy over batches) vs ``datasketch`` MinHash +
    MinHashLSH with the same shingles and the same bands x rows, same documents,
-   same process.
+   same process. The documents are real prose (tests/prose.py's paragraphs, 3-9 a
+   document); the build's dedupe settings.
 2. Quality: a generated corpus with known exact duplicates, near duplicates at
    word edit rates 1%..20% and unrelated documents, run through the Beam
    ``Deduplicate`` transform (FnApiRunner); precision and recall.
@@ -24,6 +25,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script:
 from benchmarks.common import bench_parser, machine, write_results  # noqa: E402
 from pipelines.dedupe.minhash import normalize_text  # noqa: E402
 from tests.dedupe_corpus import evaluate, make_corpus, run_dedupe  # noqa: E402
+from tests.prose import PARAGRAPHS_PER_DOC, paragraph_pool  # noqa: E402
+
+
+def prose_texts(n: int, seed: int = 7) -> list[str]:
+    """n documents of real paragraphs drawn by a seeded RNG (no paragraph twice in a document)."""
+    import random
+
+    pool, rng = paragraph_pool(), random.Random(seed)
+    return ["\n".join(pool[i] for i in rng.sample(range(len(pool)), rng.randint(*PARAGRAPHS_PER_DOC)))
+            for _ in range(n)]
 
 # ------------------------------------------------------------------ speed
 
@@ -66,14 +77,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--speed_docs", type=int, default=3000)
     ap.add_argument("--families", type=int, default=300)
     ap.add_argument("--unrelated", type=int, default=1000)
-    ap.add_argument("--words", type=int, default=300)
+    ap.add_argument("--words", type=int, default=300, help="words per generated document (quality)")
     args = ap.parse_args(argv)
     from schemas.config import DedupeConfig
 
     cfg = DedupeConfig()
     # Speed on unrelated documents (the common case at corpus scale).
-    speed_docs, _ = make_corpus(0, args.speed_docs, args.words, seed=7)
-    texts = [d.text for d in speed_docs]
+    texts = prose_texts(args.speed_docs)
+    words = sorted(len(t.split()) for t in texts)
     bench_ours(texts[:200], cfg.ngram, cfg.bands, cfg.rows)  # warm caches and imports
     t_ours = bench_ours(texts, cfg.ngram, cfg.bands, cfg.rows)
     t_ds = bench_datasketch(texts, cfg.ngram, cfg.bands, cfg.rows)
@@ -104,11 +115,13 @@ def main(argv: list[str] | None = None) -> None:
         f"| ours (pipelines.dedupe.minhash, numpy batches of 512) | {n} | {n / t_ours:,.0f} |",
         f"| datasketch MinHash.update_batch + MinHashLSH | {n} | {n / t_ds:,.0f} |",
         "",
-        f"**Ratio: {ratio:.2f}x** (ours / datasketch throughput), documents of "
-        f"{args.words // 2}-{args.words * 3 // 2} words.",
+        f"**Ratio: {ratio:.2f}x** (ours / datasketch throughput), documents of real prose (tests/prose.py's "
+        f"paragraphs, {PARAGRAPHS_PER_DOC[0]}-{PARAGRAPHS_PER_DOC[1]} a document): median {words[len(words) // 2]} "
+        f"words, {words[0]}-{words[-1]}.",
         "",
         "## Quality (Beam Deduplicate on FnApiRunner)",
         "",
+        f"Generated text, so that every pair's truth is known (on real text: bench_near_dedupe.py). "
         f"{len(docs)} documents: {args.families} families (original, exact copy, one near copy per edit rate) "
         f"+ {args.unrelated} unrelated; end-to-end pipeline {len(docs) / t_pipe:,.0f} docs/s "
         "(FnApiRunner, in-process).",
