@@ -487,6 +487,12 @@ def test_a_config_key_written_as_a_flag_suggests_the_set_that_works(capsys) -> N
     args = parse_train_args(["--data", "c", "--steps", "3", *" ".join(hints[:2]).split()])
     cfg = build_train_config(args, args.set)
     assert (cfg.model.share, cfg.model.sentence_head) == ("all", "sop")
+    # The value of a key that names a credential is never echoed (the line may land in a log).
+    with pytest.raises(SystemExit):
+        parse_train_args(["--data", "c", "--logging.hf_token", "hf_abcdefghijklmnop", "--x.password=hunter2x"])
+    err = capsys.readouterr().err
+    assert "--set logging.hf_token=VALUE" in err and "--set x.password=VALUE" in err, err
+    assert "hf_abcdefghijklmnop" not in err and "hunter2x" not in err, err
     # A command without --set keeps its spelling suggestion.
     from shardforge.console.args import unknown_args_message
 

@@ -19,7 +19,7 @@ import sys
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NoReturn
 
-from shardforge.console.redact import register_secrets
+from shardforge.console.redact import names_a_secret, register_secrets
 from shardforge.console.run import exit_if_stdout_closed, user_error_line
 
 _invoked_as: str | None = None
@@ -116,14 +116,15 @@ def unknown_args_message(extra: Sequence[str], known: Iterable[str]) -> str:
 
 def _set_hint(arg: str, after: Sequence[str], known: Sequence[str]) -> str | None:
     """``--set model.share=all`` for ``--model.share all`` (or ``--model.share=all``): a config key written as a
-    flag, where the command takes ``--set``; its value is the argument after it, if that is no flag."""
+    flag, where the command takes ``--set``; its value is the argument after it, if that is no flag, and never
+    one of a key that names a credential (``VALUE`` then: the line may land in a log)."""
     name, eq, value = arg.partition("=")
     key = name.lstrip("-")
     if "--set" not in known or "." not in key.strip("."):
         return None
     if not eq:
         value = after[0] if after and not after[0].startswith("-") else "VALUE"
-    return f"--set {key}={value}"
+    return f"--set {key}={'VALUE' if names_a_secret(key) else value}"
 
 
 class ArgumentParser(argparse.ArgumentParser):

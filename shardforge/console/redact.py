@@ -32,6 +32,11 @@ _secrets: set[str] = set()
 MASK = "***"
 
 
+def names_a_secret(name: str) -> bool:
+    """Whether a parameter or key of this name carries a credential (``hf_token``, ``aws_secret_access_key``)."""
+    return _SECRET_PARAM.search(name) is not None
+
+
 def register_secrets(args: list[str]) -> None:
     """Remember the credentials inside URL arguments (userinfo, credential query values) to mask them."""
     from urllib.parse import parse_qsl, unquote, urlsplit
