@@ -552,16 +552,27 @@ def test_a_finished_run_resumed_longer_says_where_its_learning_rate_goes_on(smal
 def test_a_warmup_the_run_never_leaves_is_said_at_the_start(small_corpus, tmp_path, caplog) -> None:
     """A recipe's warmup (roberta-base: 24,000 steps) kept with a short --steps makes the learning rate rise
     the whole run and stop short of its peak: one warning at the start, with what it ends at; none where the
-    warmup ends before the run does. A one-step run says "1 step"."""
+    warmup ends before the run does. A one-step run says "1 step". An ALBERT embedding wider than the
+    hidden size (an albert recipe's E 128 kept with --model_size tiny, H 64) is said the same way."""
+    from schemas.config import ModelConfig
     from shardforge.storage.contract import load_manifest
-    from trainer.describe import RunShape, length_line, long_warmup
+    from trainer.describe import RunShape, length_line, long_warmup, wide_embedding
     from trainer.train import train
 
     root, _ = small_corpus
     caplog.set_level(logging.WARNING, logger="shardforge.train")
     train(TrainConfig.model_validate({"data": root, "output": str(tmp_path / "run"), "steps": 2, "batch_size": 4,
-                                      "device": "cpu", "eval_batches": 0, "model": {"size": "tiny"},
+                                      "device": "cpu", "eval_batches": 0,
+                                      "model": {"size": "tiny", "embedding_size": 128, "share": "all"},
                                       "optim": {"warmup_steps": 8, "lr": 1e-3}}))
+    wide = [r.getMessage() for r in caplog.records if r.getMessage().startswith("model.embedding_size")]
+    assert len(wide) == 1 and wide[0].startswith(
+        "model.embedding_size 128 is above the hidden size 64: ALBERT factorizes the embedding to E < H to save "
+        "parameters, and this one adds "), wide
+    assert wide[0].endswith("--set model.embedding_size=null ties it to the hidden size, or give one under 64"), wide
+    for model in ({"size": "tiny"}, {"size": "tiny", "embedding_size": 32}, {"size": "tiny", "embedding_size": 64}):
+        assert wide_embedding(ModelConfig.model_validate(model), 400) is None, model
+    assert "adds 33,792 " in wide_embedding(ModelConfig(size="tiny", embedding_size=128), 400)  # 400x128+128x64-400x64
     said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("warmup_steps")]
     assert said == ["warmup_steps 8 is not under the run's 2 steps: the learning rate rises the whole run and ends "
                     "at 25.00% of its peak lr 0.001; a shorter run wants a shorter warmup: --warmup_steps under "

@@ -13,12 +13,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from schemas.config import MaskingConfig, TrainConfig
+from schemas.config import MaskingConfig, ModelConfig, TrainConfig
 from schemas.manifest import FEW_MASKED, Manifest, corpus_root, manifest_url
 from shardforge.console.words import counted, every
 from shardforge.storage import join, redact_url
 from shardforge.storage.contract import more_valid_hint
 from trainer.checkpoint import describe_model
+from trainer.model import resolve_dims
 
 
 @dataclass(frozen=True)
@@ -171,6 +172,19 @@ def long_warmup(cfg: TrainConfig) -> str | None:
     return (f"warmup_steps {w:,} is not under the run's {counted(steps, 'step')}: the learning "
             f"rate rises the whole run and {ends}; a shorter run wants a shorter warmup: --warmup_steps under "
             "--steps, or --warmup_ratio (RoBERTa warmed up over 24,000 of 500,000 steps: 0.048)")
+
+
+def wide_embedding(model: ModelConfig, vocab_size: int) -> str | None:
+    """A warning where ALBERT's factorized embedding is wider than the hidden size (a recipe's embedding_size
+    kept with a smaller --model_size): E < H is what saves parameters; E > H adds them. None otherwise."""
+    d = resolve_dims(model, vocab_size)
+    if d.embedding_size <= d.hidden:
+        return None
+    extra = d.vocab_size * d.embedding_size + d.embedding_size * d.hidden - d.vocab_size * d.hidden
+    return (f"model.embedding_size {d.embedding_size} is above the hidden size {d.hidden}: ALBERT factorizes the "
+            f"embedding to E < H to save parameters, and this one adds {count(extra)} (as an ALBERT recipe's "
+            f"embedding_size kept with a smaller --model_size does); --set model.embedding_size=null ties it to the "
+            f"hidden size, or give one under {d.hidden}")
 
 
 def optim_line(cfg: TrainConfig) -> str:
