@@ -180,7 +180,10 @@ def wide_embedding(model: ModelConfig, vocab_size: int) -> str | None:
     d = resolve_dims(model, vocab_size)
     if d.embedding_size <= d.hidden:
         return None
-    extra = d.vocab_size * d.embedding_size + d.embedding_size * d.hidden - d.vocab_size * d.hidden
+    e, h = d.embedding_size, d.hidden
+    # E-wide word, position and type tables and LayerNorms, the E -> H projection, the head's H -> E
+    # transform and LayerNorm; against the same model with E = H (no projection, an H -> H transform).
+    extra = (d.vocab_size + d.max_positions + d.type_vocab_size + 4) * (e - h) + 2 * e * h + e - h * h
     return (f"model.embedding_size {d.embedding_size} is above the hidden size {d.hidden}: ALBERT factorizes the "
             f"embedding to E < H to save parameters, and this one adds {count(extra)} (as an ALBERT recipe's "
             f"embedding_size kept with a smaller --model_size does); --set model.embedding_size=null ties it to the "
