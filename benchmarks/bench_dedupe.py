@@ -25,16 +25,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script:
 from benchmarks.common import bench_parser, machine, write_results  # noqa: E402
 from pipelines.dedupe.minhash import normalize_text  # noqa: E402
 from tests.dedupe_corpus import evaluate, make_corpus, run_dedupe  # noqa: E402
-from tests.prose import PARAGRAPHS_PER_DOC, paragraph_pool  # noqa: E402
+from tests.prose import PARAGRAPHS_PER_DOC, prose_document  # noqa: E402
 
 
 def prose_texts(n: int, seed: int = 7) -> list[str]:
     """n documents of real paragraphs drawn by a seeded RNG (no paragraph twice in a document)."""
     import random
 
-    pool, rng = paragraph_pool(), random.Random(seed)
-    return ["\n".join(pool[i] for i in rng.sample(range(len(pool)), rng.randint(*PARAGRAPHS_PER_DOC)))
-            for _ in range(n)]
+    rng = random.Random(seed)
+    return [prose_document(rng) for _ in range(n)]
 
 # ------------------------------------------------------------------ speed
 

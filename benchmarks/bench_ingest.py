@@ -35,15 +35,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script:
 
 from benchmarks.common import ROOT, bench_parser, command_line, machine, scratch_dir, write_results  # noqa: E402
 from pipelines.options import quiet_beam  # noqa: E402
-from tests.prose import PARAGRAPHS_PER_DOC, paragraph_pool  # noqa: E402
+from tests.prose import PARAGRAPHS_PER_DOC, prose_document  # noqa: E402
 
 SOURCE = "news"
-
-
-def prose_document(rng: random.Random) -> str:
-    """A document of real paragraphs (tests/prose.py's pool: Wikipedia and ABC news), drawn by ``rng``."""
-    pool = paragraph_pool()
-    return "\n".join(pool[i] for i in rng.sample(range(len(pool)), rng.randint(*PARAGRAPHS_PER_DOC)))
 
 
 def config(docs_seed: int = 0) -> dict:

@@ -129,16 +129,21 @@ def paragraph_pool() -> tuple[str, ...]:
     return tuple(pool)
 
 
+def prose_document(rng: random.Random) -> str:
+    """One document: PARAGRAPHS_PER_DOC paragraphs of the pool drawn by ``rng``, none twice."""
+    pool = paragraph_pool()
+    k = rng.randint(*PARAGRAPHS_PER_DOC)
+    return "\n".join(pool[i] for i in rng.sample(range(len(pool)), k))
+
+
 def write_prose_corpus(path: Path, megabytes: float, seed: int = 7) -> tuple[int, int]:
     """JSONL documents of real paragraphs until ``megabytes`` of file; returns (documents, bytes)."""
-    pool = paragraph_pool()
     rng = random.Random(seed)
     target = int(megabytes * 1_000_000)
     docs = size = 0
     with open(path, "w", encoding="utf-8") as f:
         while size < target:
-            k = rng.randint(*PARAGRAPHS_PER_DOC)
-            text = "\n".join(pool[i] for i in rng.sample(range(len(pool)), k))
+            text = prose_document(rng)
             line = json.dumps({"text": text, "url": f"https://example.org/prose/{docs}"}) + "\n"
             f.write(line)
             docs += 1

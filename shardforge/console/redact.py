@@ -52,7 +52,7 @@ def register_secrets(args: list[str]) -> None:
                 _secrets.update(s for part in userinfo.split(":", 1) for s in (part, unquote(part)))
                 # ... and as HTTP Basic auth sends them (an Authorization header quoted in an error)
                 _secrets.add(base64.b64encode(unquote(userinfo).encode()).decode("ascii"))
-            _secrets.update(v for k, v in parse_qsl(parts.query, keep_blank_values=True) if _SECRET_PARAM.search(k))
+            _secrets.update(v for k, v in parse_qsl(parts.query, keep_blank_values=True) if names_a_secret(k))
     _secrets.discard("")
 
 
