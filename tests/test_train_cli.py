@@ -7,6 +7,7 @@ import json
 import logging
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -589,3 +590,49 @@ def test_a_warmup_the_run_never_leaves_is_said_at_the_start(small_corpus, tmp_pa
     manifest, _ = load_manifest(root)
     shape = RunShape(params=1, device="cpu", precision="fp32", compiled=False, world_size=1, accum=1, vocab_size=400)
     assert length_line(cfg.model_copy(update={"steps": 1}), manifest, shape).startswith("length: 1 step x ")
+    assert not [r for r in caplog.records if r.getMessage().startswith("a step takes")]  # 4 sequences a step
+
+
+def test_a_step_that_takes_the_whole_corpus_is_said_at_the_start(small_corpus, tmp_path, caplog) -> None:
+    """A recipe's global batch (albert-base: 4,096 sequences) kept on a corpus of fewer sequences makes every
+    update read the whole corpus: one warning at the start that names the setting that made the step that
+    big and what to change; none where a step is under the train split."""
+    from trainer.describe import Batches, step_over_corpus
+    from trainer.train import train
+
+    root, manifest = small_corpus
+    seqs = sum(s.samples for s in manifest.shards_of("train"))
+    caplog.set_level(logging.WARNING, logger="shardforge.train")
+    accum = math.ceil(seqs / 32) + 1  # this corpus's partitions hold ~32 sequences: batches of 32
+    train(TrainConfig.model_validate({"data": root, "output": str(tmp_path / "run"), "steps": 1, "batch_size": 32,
+                                      "gradient_accumulation": accum, "device": "cpu", "eval_batches": 0,
+                                      "model": {"size": "tiny"}}))
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("a step takes")]
+    assert len(said) == 1 and said[0].endswith(
+        f"the step's size comes from --gradient_accumulation {accum}: a corpus this small wants a smaller "
+        "--gradient_accumulation"), said
+    assert re.search(r"a step takes ~[\d,]+ sequences \(~[\d,]+ tokens\), 1\.\d\dx the train split \([\d,]+ tokens\)"
+                     r": every update reads the whole corpus: 1 update in all, over 1\.\d passes", said[0]), said
+
+    def warn(batches: Batches, world: int = 1, accum: int = 1, steps: int = 40, **kw) -> str | None:
+        return step_over_corpus(TrainConfig.model_validate({"data": "c", "steps": steps, **kw}), batches, world, accum)
+
+    one = (Batches(rows=8.0, tokens=1600.0, corpora=((1.0, 697_425),)))
+    assert warn(one, accum=512, batch_size=8, global_batch_sequences=4096) == (
+        "a step takes ~4,096 sequences (~819,200 tokens), 1.17x the train split (697,425 tokens): every update "
+        "reads the whole corpus: 40 updates in all, over 47.0 passes; the step's size "
+        "comes from global_batch_sequences 4,096 (a global batch sized for corpora of billions of tokens): a "
+        "corpus this small wants --set global_batch_sequences=N well under the split's ~3,487 sequences")
+    assert warn(one, accum=511, batch_size=8, global_batch_sequences=4088) is not None
+    assert warn(one, accum=435, batch_size=8, global_batch_sequences=3480) is None  # 0.998 of the split
+    budget = Batches(rows=None, tokens=8192.0, corpora=((1.0, 500_000),))
+    assert warn(budget, accum=64, tokens_per_batch=8192, global_batch_tokens=524_288, steps=3).endswith(
+        "comes from global_batch_tokens 524,288 (a global batch sized for corpora of billions of tokens): a corpus "
+        "this small wants --set global_batch_tokens=N well under its 500,000 tokens")
+    assert warn(one, world=2, batch_size=8, steps=1, accum=1) is None
+    wide = Batches(rows=256.0, tokens=51_200.0, corpora=((1.0, 90_000),))
+    assert warn(wide, world=2, batch_size=256, steps=1).endswith(
+        "the step's size comes from --batch_size 256 on 2 processes: a corpus this small wants smaller micro-batches")
+    mixed = Batches(rows=8.0, tokens=1600.0, corpora=((0.9, 5_000_000), (0.1, 50_000)))  # the small one read most
+    assert " 3.28x the train split of the mixed corpus it reads most (50,000 tokens)" in warn(
+        mixed, accum=1024, batch_size=8, global_batch_sequences=8192)

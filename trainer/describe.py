@@ -174,6 +174,39 @@ def long_warmup(cfg: TrainConfig) -> str | None:
             "--steps, or --warmup_ratio (RoBERTa warmed up over 24,000 of 500,000 steps: 0.048)")
 
 
+def step_over_corpus(cfg: TrainConfig, batches: Batches, world_size: int, accum: int) -> str | None:
+    """A warning where one optimizer step takes at least a whole train split (a recipe's global batch, sized for
+    billions of tokens, kept on a small corpus): every update then reads the corpus once or more, and the
+    run's steps are few updates of many passes; None otherwise. Says which setting made the step that big."""
+    per_step = tokens_per_step(batches, world_size, accum)
+    share, tokens = max(batches.corpora, key=lambda c: c[0] / max(c[1], 1))
+    reads = share * per_step / max(tokens, 1)
+    if reads < 1:
+        return None
+    seqs = sequences_per_step(batches, world_size, accum)
+    took = f"~{seqs:,.0f} sequences (~{count(per_step)} tokens)" if seqs is not None else f"~{count(per_step)} tokens"
+    split = "the train split" if len(batches.corpora) == 1 else "the train split of the mixed corpus it reads most"
+    under = (f"the split's ~{seqs / reads:,.0f} sequences" if seqs is not None and len(batches.corpora) == 1
+             else "the split's sequences")
+    recipe = " (a global batch sized for corpora of billions of tokens)"
+    if cfg.gradient_accumulation:
+        made, fix = f"--gradient_accumulation {cfg.gradient_accumulation}", "a smaller --gradient_accumulation"
+    elif accum > 1 and cfg.global_batch_sequences:
+        made = f"global_batch_sequences {cfg.global_batch_sequences:,}{recipe}"
+        fix = f"--set global_batch_sequences=N well under {under}"
+    elif accum > 1 and cfg.global_batch_tokens:
+        made = f"global_batch_tokens {cfg.global_batch_tokens:,}{recipe}"
+        fix = f"--set global_batch_tokens=N well under its {count(tokens)} tokens"
+    else:
+        made = f"--tokens_per_batch {cfg.tokens_per_batch}" if cfg.tokens_per_batch else f"--batch_size {cfg.batch_size}"
+        made += f" on {world_size} processes" if world_size > 1 else ""
+        fix = "smaller micro-batches"
+    return (f"a step takes {took}, {reads:.2f}x {split} ({count(tokens)} tokens): every update reads the whole "
+            f"corpus: {counted(cfg.steps, 'update')} in all, over "
+            f"{passes(reads * cfg.steps)} passes; the step's size comes from {made}: a corpus this small wants "
+            f"{fix}")
+
+
 def wide_embedding(model: ModelConfig, vocab_size: int) -> str | None:
     """A warning where ALBERT's factorized embedding is wider than the hidden size (a recipe's embedding_size
     kept with a smaller --model_size): E < H is what saves parameters; E > H adds them. None otherwise."""

@@ -53,7 +53,15 @@ from shardforge.storage.contract import load_manifest, open_tokenizer, probed_ki
 from trainer import distributed, fused_masking
 from trainer.batch import overlap_on
 from trainer.checkpoint import CheckpointManager, latest_checkpoint
-from trainer.describe import Batches, RunShape, describe_run, long_warmup, plan_steps, wide_embedding
+from trainer.describe import (
+    Batches,
+    RunShape,
+    describe_run,
+    long_warmup,
+    plan_steps,
+    step_over_corpus,
+    wide_embedding,
+)
 from trainer.evaluate import evaluate
 from trainer.hf_init import check_corpus, load_init, resolve_init
 from trainer.loader import ShardLoader
@@ -335,7 +343,8 @@ def setup(cfg: TrainConfig) -> Run:
     if cfg.optim.warmup_ratio is not None and cfg.optim.warmup_steps == 0:  # Hugging Face's warmup_ratio
         warmup = math.ceil(cfg.optim.warmup_ratio * cfg.steps)
         cfg = cfg.model_copy(update={"optim": cfg.optim.model_copy(update={"warmup_steps": warmup})})
-    for note in filter(None, (long_warmup(cfg), wide_embedding(cfg.model, vocab_size))):
+    for note in filter(None, (long_warmup(cfg), step_over_corpus(cfg, batches, dd.world_size, accum),
+                              wide_embedding(cfg.model, vocab_size))):
         if dd.main:
             log.warning("%s", note)
 
