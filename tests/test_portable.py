@@ -260,7 +260,14 @@ def kill_a_worker_mid_build(cluster: Cluster, cmd: list[str], out: Path) -> tupl
             os.kill(max(workers), signal.SIGKILL)
             killed = time.monotonic()
         time.sleep(0.05)
-    stdout, stderr = proc.communicate(timeout=120)
+    try:
+        stdout, stderr = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:  # where each of its threads waits (shardforge.console.run.stacks_on_sigusr1)
+        proc.send_signal(signal.SIGUSR1)
+        time.sleep(3)
+        proc.kill()
+        stdout, stderr = proc.communicate()
+        raise AssertionError(f"the command did not end in 120 s; its threads then:\n{stderr[-8000:]}") from None
     assert killed is not None, f"the build ended before a worker could be killed:\n{stderr[-2000:]}"
     return proc, stdout, stderr, time.monotonic() - killed
 
