@@ -612,15 +612,15 @@ def test_a_step_that_takes_the_whole_corpus_is_said_at_the_start(small_corpus, t
         f"the step's size comes from --gradient_accumulation {accum}: a corpus this small wants a smaller "
         "--gradient_accumulation"), said
     assert re.search(r"a step takes ~[\d,]+ sequences \(~[\d,]+ tokens\), 1\.\d\dx the train split \([\d,]+ tokens\)"
-                     r": every update reads the whole corpus: 1 update in all, over 1\.\d passes", said[0]), said
+                     r", so every update reads the whole corpus \(1 update in all, over 1\.\d passes\)", said[0]), said
 
     def warn(batches: Batches, world: int = 1, accum: int = 1, steps: int = 40, **kw) -> str | None:
         return step_over_corpus(TrainConfig.model_validate({"data": "c", "steps": steps, **kw}), batches, world, accum)
 
-    one = (Batches(rows=8.0, tokens=1600.0, corpora=((1.0, 697_425),)))
+    one = Batches(rows=8.0, tokens=1600.0, corpora=((1.0, 697_425),))
     assert warn(one, accum=512, batch_size=8, global_batch_sequences=4096) == (
-        "a step takes ~4,096 sequences (~819,200 tokens), 1.17x the train split (697,425 tokens): every update "
-        "reads the whole corpus: 40 updates in all, over 47.0 passes; the step's size "
+        "a step takes ~4,096 sequences (~819,200 tokens), 1.17x the train split (697,425 tokens), so every "
+        "update reads the whole corpus (40 updates in all, over 47.0 passes); the step's size "
         "comes from global_batch_sequences 4,096 (a global batch sized for corpora of billions of tokens): a "
         "corpus this small wants --set global_batch_sequences=N well under the split's ~3,487 sequences")
     assert warn(one, accum=511, batch_size=8, global_batch_sequences=4088) is not None

@@ -201,10 +201,9 @@ def step_over_corpus(cfg: TrainConfig, batches: Batches, world_size: int, accum:
         made = f"--tokens_per_batch {cfg.tokens_per_batch}" if cfg.tokens_per_batch else f"--batch_size {cfg.batch_size}"
         made += f" on {world_size} processes" if world_size > 1 else ""
         fix = "smaller micro-batches"
-    return (f"a step takes {took}, {reads:.2f}x {split} ({count(tokens)} tokens): every update reads the whole "
-            f"corpus: {counted(cfg.steps, 'update')} in all, over "
-            f"{passes(reads * cfg.steps)} passes; the step's size comes from {made}: a corpus this small wants "
-            f"{fix}")
+    return (f"a step takes {took}, {reads:.2f}x {split} ({count(tokens)} tokens), so every update reads the whole "
+            f"corpus ({counted(cfg.steps, 'update')} in all, over {passes(reads * cfg.steps)} passes); the step's "
+            f"size comes from {made}: a corpus this small wants {fix}")
 
 
 def wide_embedding(model: ModelConfig, vocab_size: int) -> str | None:
