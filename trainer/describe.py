@@ -75,6 +75,11 @@ def tokens_per_step(batches: Batches, world_size: int, accum: int) -> float:
     return batches.tokens * world_size * accum
 
 
+def reads_of(batches: Batches, tokens: float) -> list[float]:
+    """How many times reading ``tokens`` of the run's real tokens reads each corpus's train split."""
+    return [share * tokens / max(split, 1) for share, split in batches.corpora]
+
+
 def plan_steps(cfg: TrainConfig, batches: Batches, world_size: int, accum: int) -> TrainConfig:
     """The config with ``steps`` set from ``max_tokens`` (unchanged when max_tokens is not set)."""
     if cfg.max_tokens is None:
@@ -135,7 +140,7 @@ def length_line(cfg: TrainConfig, manifest: Manifest, shape: RunShape) -> str:
     if shape.accum > 1:
         how.append(f"{shape.accum} micro-batches")
     total = per_step * cfg.steps
-    reads = [share * total / max(tokens, 1) for share, tokens in b.corpora]
+    reads = reads_of(b, total)
     low, high = passes(min(reads)), passes(max(reads))
     over = (f"{low} passes over the train split" if len(reads) == 1 else
             f"{low} passes over each mixed corpus's train split" if low == high else
@@ -179,8 +184,9 @@ def step_over_corpus(cfg: TrainConfig, batches: Batches, world_size: int, accum:
     billions of tokens, kept on a small corpus): every update then reads the corpus once or more, and the
     run's steps are few updates of many passes; None otherwise. Says which setting made the step that big."""
     per_step = tokens_per_step(batches, world_size, accum)
-    share, tokens = max(batches.corpora, key=lambda c: c[0] / max(c[1], 1))
-    reads = share * per_step / max(tokens, 1)
+    each = reads_of(batches, per_step)
+    reads = max(each)
+    tokens = batches.corpora[each.index(reads)][1]
     if reads < 1:
         return None
     seqs = sequences_per_step(batches, world_size, accum)
